@@ -1,0 +1,433 @@
+/* hoop-bench.c - bandwidth and latency sweeps of every collective, in the columns of nccl-tests:
+ * size, count, type, op, root, time (us, the slowest rank's average), algbw and busbw (GB/s) and
+ * #wrong. Run it under hooprun: `hooprun -np 4 hoop-bench allreduce -b 8 -e 64M -f 2`.
+ *
+ * busbw follows nccl-tests: allreduce algbw * 2(n-1)/n, allgather algbw * (n-1)/n, broadcast algbw,
+ * so that the figure compares with the link's bandwidth whatever the rank count.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "hoop.h"
+
+typedef enum bench_coll { BENCH_ALLREDUCE, BENCH_BROADCAST, BENCH_ALLGATHER, BENCH_BARRIER } bench_coll;
+static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
+
+typedef struct bench_options {
+  bench_coll coll;
+  size_t min_bytes, max_bytes;
+  double factor;
+  hoop_dtype dtype;
+  hoop_op op;
+  int root;
+  int iters, warmup;
+  int check;
+  int in_place;
+  const char *csv_path;
+} bench_options;
+
+typedef struct bench_row {
+  size_t bytes, count;
+  double time_us, algbw, busbw;
+  long wrong;
+} bench_row;
+
+static hoop_comm *comm;
+static int rank, nranks;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, hoop_result result) {
+  fprintf(stderr, "hoop-bench rank %d: %s: %s: %s\n", rank, what, hoop_strerror(result),
+          hoop_last_error(comm));
+  hoop_finalize(comm);
+  exit(1);
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: hoop-bench allreduce|broadcast|allgather|barrier [options]\n"
+          "  -b, --minbytes N   smallest size (K, M, G suffixes; default 8)\n"
+          "  -e, --maxbytes N   largest size (default 64M)\n"
+          "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
+          "  -d, --datatype T   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32\n"
+          "                     float64 (default float32)\n"
+          "  -o, --op OP        sum prod min max avg (default sum)\n"
+          "  -r, --root R       broadcast root (default 0)\n"
+          "  -n, --iters N      timed iterations per size (default 20)\n"
+          "  -w, --warmup N     untimed iterations first (default 5)\n"
+          "  -c, --check 0|1    check every rank's result (default 1)\n"
+          "  -i, --inplace      in-place allreduce and allgather\n"
+          "      --csv FILE     also write the rows to FILE (rank 0)\n"
+          "  -h, --help, -V, --version\n"
+          "Sizes are total bytes per rank's result: for allgather, the gathered buffer.\n");
+}
+
+static size_t parse_size(const char *text) {
+  char *end;
+  errno = 0;
+  double value = strtod(text, &end);
+  if (errno || end == text || value < 0) {
+    fprintf(stderr, "hoop-bench: bad size '%s'\n", text);
+    exit(2);
+  }
+  switch (*end) {
+  case 'k': case 'K': value *= 1024; break;
+  case 'm': case 'M': value *= 1024 * 1024; break;
+  case 'g': case 'G': value *= 1024.0 * 1024 * 1024; break;
+  case '\0': break;
+  default:
+    fprintf(stderr, "hoop-bench: bad size suffix in '%s'\n", text);
+    exit(2);
+  }
+  return (size_t)value;
+}
+
+static int parse_coll(const char *name, bench_coll *coll) {
+  for (int i = 0; i < 4; i++)
+    if (strcmp(name, coll_names[i]) == 0) {
+      *coll = (bench_coll)i;
+      return 0;
+    }
+  return -1;
+}
+
+static void parse_options(int argc, char **argv, bench_options *opt) {
+  static const struct option longs[] = {
+      {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+      {"stepfactor", required_argument, 0, 'f'}, {"datatype", required_argument, 0, 'd'},
+      {"op", required_argument, 0, 'o'},       {"root", required_argument, 0, 'r'},
+      {"iters", required_argument, 0, 'n'},    {"warmup", required_argument, 0, 'w'},
+      {"check", required_argument, 0, 'c'},    {"inplace", no_argument, 0, 'i'},
+      {"csv", required_argument, 0, 'C'},      {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
+  *opt = (bench_options){BENCH_ALLREDUCE, 8, 64 << 20, 2, HOOP_FLOAT32, HOOP_SUM, 0, 20, 5, 1, 0,
+                         NULL};
+  if (argc > 1 && argv[1][0] != '-') {
+    if (parse_coll(argv[1], &opt->coll) != 0) {
+      fprintf(stderr, "hoop-bench: unknown collective '%s'\n", argv[1]);
+      usage(stderr);
+      exit(2);
+    }
+    argv[1] = argv[0];
+    argv++;
+    argc--;
+  }
+  int c;
+  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:ihV", longs, NULL)) != -1) {
+    switch (c) {
+    case 'b': opt->min_bytes = parse_size(optarg); break;
+    case 'e': opt->max_bytes = parse_size(optarg); break;
+    case 'f': opt->factor = atof(optarg); break;
+    case 'd':
+      if (hoop_dtype_from_name(optarg, &opt->dtype) != 0) {
+        fprintf(stderr, "hoop-bench: unknown datatype '%s'\n", optarg);
+        exit(2);
+      }
+      break;
+    case 'o':
+      if (hoop_op_from_name(optarg, &opt->op) != 0) {
+        fprintf(stderr, "hoop-bench: unknown op '%s'\n", optarg);
+        exit(2);
+      }
+      break;
+    case 'r': opt->root = atoi(optarg); break;
+    case 'n': opt->iters = atoi(optarg); break;
+    case 'w': opt->warmup = atoi(optarg); break;
+    case 'c': opt->check = atoi(optarg); break;
+    case 'i': opt->in_place = 1; break;
+    case 'C': opt->csv_path = optarg; break;
+    case 'h': usage(stdout); exit(0);
+    case 'V': printf("hoop-bench (hoop) %s\n", PACKAGE_VERSION); exit(0);
+    default: usage(stderr); exit(2);
+    }
+  }
+  if (opt->factor <= 1 || opt->iters < 1 || opt->warmup < 0 || opt->min_bytes > opt->max_bytes) {
+    fprintf(stderr, "hoop-bench: need factor > 1, iters >= 1, warmup >= 0, minbytes <= maxbytes\n");
+    exit(2);
+  }
+}
+
+/* ---- inputs and checks ------------------------------------------------------------------------ */
+
+static hoop_op bench_op;
+
+/* Rank r's element i: a small integer, exact in every dtype and after any order of summation
+ * (1 everywhere for prod, so that products stay in range too). */
+static double input_value(int r, size_t i) {
+  return bench_op == HOOP_PROD ? 1.0 : (double)((r * 7 + (int)(i % 13)) % 5) + 1;
+}
+
+static void store(void *buf, size_t i, hoop_dtype dtype, double v) {
+  switch (dtype) {
+  case HOOP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HOOP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HOOP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+  case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HOOP_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+  case HOOP_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HOOP_FLOAT64: ((double *)buf)[i] = v; break;
+  case HOOP_FLOAT16: { /* small positive integers: exponent and mantissa by hand */
+    int e = 0;
+    while ((1 << (e + 1)) <= (int)v)
+      e++;
+    ((uint16_t *)buf)[i] = (uint16_t)(((e + 15) << 10) | ((((int)v << 10) >> e) & 0x3ff));
+    break;
+  }
+  case HOOP_BFLOAT16: {
+    float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
+    break;
+  }
+  default: break;
+  }
+}
+
+static void fill(void *buf, size_t count, hoop_dtype dtype, int r) {
+  for (size_t i = 0; i < count; i++)
+    store(buf, i, dtype, input_value(r, i));
+}
+
+static double expected_reduction(size_t i, hoop_op op, hoop_dtype dtype) {
+  double acc = input_value(0, i);
+  for (int r = 1; r < nranks; r++) {
+    double v = input_value(r, i);
+    acc = op == HOOP_PROD ? acc * v : op == HOOP_MIN ? fmin(acc, v) : op == HOOP_MAX ? fmax(acc, v)
+                                                                                        : acc + v;
+  }
+  if (op == HOOP_AVG)
+    acc = dtype <= HOOP_UINT64 ? trunc(acc / nranks) : acc / nranks;
+  return acc;
+}
+
+/* Compare element by element through the same encoding; avg of floats allows rounding. */
+static long count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int kind,
+                        int from_rank) {
+  size_t esize = hoop_dtype_size(dtype);
+  long wrong = 0;
+  unsigned char cell[8];
+  for (size_t i = 0; i < count; i++) {
+    double want = kind == BENCH_ALLREDUCE ? expected_reduction(i, op, dtype)
+                                          : input_value(from_rank, i);
+    store(cell, 0, dtype, want);
+    if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
+        !(kind == BENCH_ALLREDUCE && op == HOOP_AVG && dtype > HOOP_UINT64))
+      wrong++;
+  }
+  return wrong;
+}
+
+/* ---- one row ---------------------------------------------------------------------------------- */
+
+typedef struct bench_buffers {
+  char *send, *recv;
+} bench_buffers;
+
+static hoop_result run_once(const bench_options *opt, bench_buffers *b, size_t count) {
+  switch (opt->coll) {
+  case BENCH_ALLREDUCE:
+    return hoop_allreduce(comm, opt->in_place ? b->recv : b->send, b->recv, count, opt->dtype,
+                          opt->op);
+  case BENCH_BROADCAST:
+    return hoop_broadcast(comm, b->recv, count, opt->dtype, opt->root);
+  case BENCH_ALLGATHER: {
+    size_t block = count * hoop_dtype_size(opt->dtype);
+    return hoop_allgather(comm, opt->in_place ? b->recv + (size_t)rank * block : b->send, b->recv,
+                          count, opt->dtype);
+  }
+  default:
+    return hoop_barrier(comm);
+  }
+}
+
+/* Inputs are refilled before the checked run only, so that timing measures the collective. */
+static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
+  size_t esize = hoop_dtype_size(opt->dtype);
+  switch (opt->coll) {
+  case BENCH_ALLREDUCE:
+    fill(opt->in_place ? b->recv : b->send, count, opt->dtype, rank);
+    break;
+  case BENCH_BROADCAST:
+    if (rank == opt->root)
+      fill(b->recv, count, opt->dtype, rank);
+    else
+      memset(b->recv, 0, count * esize);
+    break;
+  case BENCH_ALLGATHER:
+    memset(b->recv, 0, count * esize * (size_t)nranks);
+    fill(opt->in_place ? b->recv + (size_t)rank * count * esize : b->send, count, opt->dtype, rank);
+    break;
+  default:
+    break;
+  }
+}
+
+static long check_result(const bench_options *opt, bench_buffers *b, size_t count) {
+  size_t block = count * hoop_dtype_size(opt->dtype);
+  long wrong = 0;
+  switch (opt->coll) {
+  case BENCH_ALLREDUCE:
+    return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0);
+  case BENCH_BROADCAST:
+    return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root);
+  case BENCH_ALLGATHER:
+    for (int r = 0; r < nranks; r++)
+      wrong += count_wrong(b->recv + (size_t)r * block, count, opt->dtype, opt->op,
+                           BENCH_ALLGATHER, r);
+    return wrong;
+  default:
+    return 0;
+  }
+}
+
+static double bus_factor(bench_coll coll) {
+  double n = nranks;
+  switch (coll) {
+  case BENCH_ALLREDUCE: return 2 * (n - 1) / n;
+  case BENCH_ALLGATHER: return (n - 1) / n;
+  default: return 1;
+  }
+}
+
+static bench_row measure(const bench_options *opt, bench_buffers *b, size_t count) {
+  bench_row row = {0};
+  size_t esize = hoop_dtype_size(opt->dtype);
+  row.count = count;
+  row.bytes = opt->coll == BENCH_ALLGATHER ? count * esize * (size_t)nranks : count * esize;
+  hoop_result result;
+  prepare(opt, b, count);
+  for (int i = 0; i < opt->warmup; i++)
+    if ((result = run_once(opt, b, count)) != HOOP_OK)
+      die(coll_names[opt->coll], result);
+  if ((result = hoop_barrier(comm)) != HOOP_OK)
+    die("hoop_barrier", result);
+  double start = now_s();
+  for (int i = 0; i < opt->iters; i++)
+    if ((result = run_once(opt, b, count)) != HOOP_OK)
+      die(coll_names[opt->coll], result);
+  double elapsed = (now_s() - start) / opt->iters;
+  /* The row reports the slowest rank, as nccl-tests does. */
+  if ((result = hoop_allreduce(comm, &elapsed, &elapsed, 1, HOOP_FLOAT64, HOOP_MAX)) != HOOP_OK)
+    die("hoop_allreduce (timing)", result);
+  row.time_us = elapsed * 1e6;
+  row.algbw = opt->coll == BENCH_BARRIER ? 0 : (double)row.bytes / elapsed / 1e9;
+  row.busbw = row.algbw * bus_factor(opt->coll);
+  if (opt->check && opt->coll != BENCH_BARRIER) {
+    prepare(opt, b, count);
+    if ((result = run_once(opt, b, count)) != HOOP_OK)
+      die(coll_names[opt->coll], result);
+    int64_t wrong = check_result(opt, b, count);
+    if ((result = hoop_allreduce(comm, &wrong, &wrong, 1, HOOP_INT64, HOOP_SUM)) != HOOP_OK)
+      die("hoop_allreduce (check)", result);
+    row.wrong = (long)wrong;
+  } else {
+    row.wrong = -1;
+  }
+  return row;
+}
+
+/* ---- the sweep ---------------------------------------------------------------------------------- */
+
+static void print_header(const bench_options *opt) {
+  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, iters %d, warmup %d\n",
+         coll_names[opt->coll], nranks, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op),
+         opt->root, opt->in_place ? "in place" : "out of place", opt->iters, opt->warmup);
+  printf("#\n# %12s %12s %9s %6s %6s %11s %9s %9s %7s\n", "size", "count", "type", "redop",
+         "root", "time", "algbw", "busbw", "#wrong");
+  printf("# %12s %12s %9s %6s %6s %11s %9s %9s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
+         "(GB/s)", "(GB/s)", "");
+}
+
+static void print_row(const bench_options *opt, const bench_row *row, FILE *csv) {
+  char wrong[24];
+  if (row->wrong < 0)
+    snprintf(wrong, sizeof wrong, "N/A");
+  else
+    snprintf(wrong, sizeof wrong, "%ld", row->wrong);
+  printf("  %12zu %12zu %9s %6s %6d %11.2f %9.3f %9.3f %7s\n", row->bytes, row->count,
+         hoop_dtype_name(opt->dtype), opt->coll == BENCH_ALLREDUCE ? hoop_op_name(opt->op) : "none",
+         opt->coll == BENCH_BROADCAST ? opt->root : -1, row->time_us, row->algbw, row->busbw,
+         wrong);
+  if (csv)
+    fprintf(csv, "%s,%d,%zu,%zu,%s,%s,%.3f,%.6f,%.6f,%ld\n", coll_names[opt->coll], nranks,
+            row->bytes, row->count, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op),
+            row->time_us, row->algbw, row->busbw, row->wrong);
+}
+
+int main(int argc, char **argv) {
+  bench_options opt;
+  parse_options(argc, argv, &opt);
+  bench_op = opt.op;
+  hoop_result result = hoop_init_from_env(&comm);
+  if (result != HOOP_OK)
+    die("hoop_init_from_env", result);
+  rank = hoop_rank(comm);
+  nranks = hoop_size(comm);
+  if (opt.root < 0 || opt.root >= nranks) {
+    if (rank == 0)
+      fprintf(stderr, "hoop-bench: root %d is not a rank of this %d-rank job\n", opt.root, nranks);
+    hoop_finalize(comm);
+    return 2;
+  }
+  size_t esize = hoop_dtype_size(opt.dtype);
+  size_t per_rank_max = opt.coll == BENCH_ALLGATHER ? opt.max_bytes / (size_t)nranks : opt.max_bytes;
+  bench_buffers b;
+  b.send = malloc(per_rank_max + esize);
+  b.recv = malloc(opt.max_bytes + (size_t)nranks * esize);
+  if (!b.send || !b.recv) {
+    fprintf(stderr, "hoop-bench: cannot allocate %zu bytes\n", opt.max_bytes);
+    return 1;
+  }
+  memset(b.send, 0, per_rank_max + esize);
+  memset(b.recv, 0, opt.max_bytes + (size_t)nranks * esize);
+  FILE *csv = NULL;
+  if (rank == 0 && opt.csv_path) {
+    csv = fopen(opt.csv_path, "w");
+    if (!csv)
+      fprintf(stderr, "hoop-bench: cannot write %s: %s\n", opt.csv_path, strerror(errno));
+    else
+      fprintf(csv, "collective,ranks,bytes,count,type,op,time_us,algbw_GBps,busbw_GBps,wrong\n");
+  }
+  if (rank == 0)
+    print_header(&opt);
+  double busbw_sum = 0;
+  long rows = 0, wrong_total = 0;
+  for (double bytes = (double)opt.min_bytes; bytes <= (double)opt.max_bytes; bytes *= opt.factor) {
+    size_t per_rank = opt.coll == BENCH_ALLGATHER ? (size_t)bytes / (size_t)nranks : (size_t)bytes;
+    size_t count = opt.coll == BENCH_BARRIER ? 0 : per_rank / esize;
+    if (opt.coll != BENCH_BARRIER && count == 0)
+      continue;
+    bench_row row = measure(&opt, &b, count);
+    if (rank == 0)
+      print_row(&opt, &row, csv);
+    busbw_sum += row.busbw;
+    wrong_total += row.wrong > 0 ? row.wrong : 0;
+    rows++;
+    if (opt.coll == BENCH_BARRIER)
+      break;
+  }
+  if (rank == 0) {
+    printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %.4f GB/s\n", rows ? busbw_sum / (double)rows : 0.0);
+  }
+  if (csv)
+    fclose(csv);
+  free(b.recv);
+  free(b.send);
+  hoop_finalize(comm);
+  return wrong_total ? 1 : 0;
+}

@@ -1,0 +1,105 @@
+/* allreduce.c - hoop_allreduce: a ring reduce-scatter followed by a ring allgather, both pipelined
+ * in chunks, so that each rank sends and receives 2(n-1)/n of the buffer, the bandwidth optimum.
+ *
+ * Reduce-scatter: at step s rank r receives from the previous rank a chunk of segment r-s-1 that
+ * holds the sum of s+1 ranks' contributions, adds its own (reading sendbuf, writing recvbuf, so the
+ * out-of-place case needs no initial copy), and forwards the sum at once. After n-1 steps rank r
+ * holds the full result of segment r+1, which the allgather circulates.
+ */
+#include <string.h>
+
+#include "coll.h"
+#include "reduce.h"
+
+typedef struct ring_plan {
+  size_t *offset; /* bytes, per segment */
+  size_t *length; /* bytes, per segment */
+} ring_plan;
+
+static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan *plan) {
+  plan->offset = comm->block_offset;
+  plan->length = comm->block_length;
+  for (int i = 0; i < comm->size; i++) {
+    size_t first, elems;
+    hoop__segment(count, comm->size, i, &first, &elems);
+    plan->offset[i] = first * esize;
+    plan->length[i] = elems * esize;
+  }
+}
+
+static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const char *src, char *dst,
+                                  const ring_plan *plan, char *staging, hoop_dtype dtype,
+                                  hoop_op op) {
+  int n = comm->size, r = comm->rank;
+  int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
+  size_t esize = hoop_dtype_size(dtype);
+  /* Step 0 sends this rank's own contribution to segment r. */
+  size_t chunk = hoop__chunk_bytes(plan->length[r], esize);
+  hoop_result result = HOOP_OK;
+  for (size_t done = 0; done < plan->length[r] && result == HOOP_OK; done += chunk) {
+    size_t len = plan->length[r] - done < chunk ? plan->length[r] - done : chunk;
+    result = hoop__arena_isend(comm, arena, next, src + plan->offset[r] + done, len);
+  }
+  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
+    int seg = ((r - step - 1) % n + n) % n;
+    chunk = hoop__chunk_bytes(plan->length[seg], esize);
+    for (size_t done = 0; done < plan->length[seg] && result == HOOP_OK; done += chunk) {
+      size_t len = plan->length[seg] - done < chunk ? plan->length[seg] - done : chunk;
+      size_t at = plan->offset[seg] + done;
+      hoop__request req;
+      result = hoop__irecv(comm, prev, staging, len, &req);
+      if (result == HOOP_OK)
+        result = hoop__wait(comm, &req);
+      if (result != HOOP_OK)
+        break;
+      hoop__reduce3(dst + at, src + at, staging, len / esize, dtype, op);
+      if (step == n - 2)
+        hoop__reduce_finish(dst + at, len / esize, dtype, op, n);
+      /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
+       * finished segment that starts the allgather. */
+      result = hoop__arena_isend(comm, arena, next, dst + at, len);
+    }
+  }
+  return result;
+}
+
+static hoop_result check_args(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                              hoop_op op) {
+  if ((unsigned)op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: unknown op %d", (int)op);
+  if (count > 0 && (!sendbuf || !recvbuf))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_allreduce: %s is NULL with count %zu",
+                           sendbuf ? "recvbuf" : "sendbuf", count);
+  return HOOP_OK;
+}
+
+hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype, hoop_op op) {
+  hoop_result result = hoop__coll_begin(comm, "hoop_allreduce", count, dtype, 1);
+  if (result == HOOP_OK)
+    result = check_args(comm, sendbuf, recvbuf, count, op);
+  if (result != HOOP_OK || count == 0)
+    return hoop__coll_end(comm, result);
+  size_t esize = hoop_dtype_size(dtype);
+  if (comm->size == 1) {
+    if (sendbuf != recvbuf)
+      memmove(recvbuf, sendbuf, count * esize);
+    return hoop__coll_end(comm, HOOP_OK);
+  }
+  ring_plan plan;
+  plan_segments(comm, count, esize, &plan);
+  /* Segment 0 is never smaller than the others, so its chunk is the largest. */
+  char *staging = hoop__scratch(comm, hoop__chunk_bytes(plan.length[0], esize));
+  if (!staging)
+    return hoop__coll_end(comm, HOOP_ERR_SYSTEM);
+
+  hoop__arena arena = {0};
+  result = reduce_scatter(comm, &arena, sendbuf, recvbuf, &plan, staging, dtype, op);
+  if (result == HOOP_OK)
+    result = hoop__ring_circulate(comm, &arena, recvbuf, plan.offset, plan.length, 1, esize, 1);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return hoop__coll_end(comm, result);
+}

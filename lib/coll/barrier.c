@@ -1,0 +1,17 @@
+/* barrier.c - hoop_barrier: the dissemination barrier. In round k every rank signals the rank 2^k
+ * ahead and waits for the one 2^k behind; after ceil(log2 n) rounds each rank has heard, directly
+ * or through others, from every rank. */
+#include "coll.h"
+
+hoop_result hoop_barrier(hoop_comm *comm) {
+  hoop_result result = hoop__coll_begin(comm, "hoop_barrier", 0, HOOP_UINT8, 0);
+  if (result != HOOP_OK)
+    return hoop__coll_end(comm, result);
+  int n = comm->size;
+  for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
+    char token = 1, heard = 0;
+    result = hoop__sendrecv(comm, (comm->rank + distance) % n, &token, 1,
+                            (comm->rank - distance + n) % n, &heard, 1);
+  }
+  return hoop__coll_end(comm, result);
+}

@@ -1,0 +1,60 @@
+/* coll.h - pieces the collectives share: argument checks, the request arena that keeps posted
+ * sends alive, and the ring circulation used by allreduce's second half and by allgather. */
+#ifndef HOOP_COLL_H
+#define HOOP_COLL_H
+
+#include <stddef.h>
+
+#include "internal.h"
+#include "transport.h"
+
+/* Large transfers move in chunks of this many bytes, so that a rank forwards (and reduces) the
+ * first chunk while later ones are still on the wire. */
+#define HOOP_CHUNK_BYTES (256 * 1024)
+/* Cap on the chunks of one block; past it chunks grow instead, to bound bookkeeping. */
+#define HOOP_MAX_CHUNKS_PER_BLOCK 256
+
+/* Posted requests must not move while the transport holds them, so they live in fixed blocks
+ * that are never reallocated. */
+typedef struct hoop__arena_block hoop__arena_block;
+typedef struct hoop__arena {
+  hoop__arena_block *head, *tail;
+  size_t used_in_tail;
+} hoop__arena;
+
+/* A fresh request slot, or NULL (error recorded on comm) if out of memory. */
+hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena);
+/* Wait for every request taken from the arena, in order. */
+hoop_result hoop__arena_wait_all(hoop_comm *comm, hoop__arena *arena);
+void hoop__arena_free(hoop__arena *arena);
+
+/* Post a send of len bytes to peer from the arena. */
+hoop_result hoop__arena_isend(hoop_comm *comm, hoop__arena *arena, int peer, const void *buf,
+                              size_t len);
+
+/* Bytes per chunk for a block of block_bytes, a multiple of elem_size. */
+size_t hoop__chunk_bytes(size_t block_bytes, size_t elem_size);
+
+/* Rank r starts with block (r + shift) % n complete and ends with all n blocks: at each of n-1
+ * steps it receives from the previous rank the block that rank completed the step before, and
+ * forwards it to the next. Block i is the bytes [offset[i], offset[i] + length[i]) of base.
+ * With own_sent, the caller already posted the sends of its own block (in chunks from
+ * hoop__chunk_bytes) on arena; otherwise this posts them. */
+hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base,
+                                 const size_t *offset, const size_t *length, int shift,
+                                 size_t elem_size, int own_sent);
+
+/* Element range of ring segment i when count elements are cut into n near-equal segments. */
+void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems);
+
+static inline int hoop__ring_next(const hoop_comm *comm) {
+  return (comm->rank + 1) % comm->size;
+}
+static inline int hoop__ring_prev(const hoop_comm *comm) {
+  return (comm->rank + comm->size - 1) % comm->size;
+}
+
+/* Collectives that fail mark the communicator failed; the result is returned as is. */
+hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result);
+
+#endif /* HOOP_COLL_H */

@@ -1,0 +1,120 @@
+/* ring.c - the ring machinery shared by the collectives: a request arena that keeps posted sends
+ * alive, segment arithmetic, and circulating blocks around the ring in pipelined chunks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+#define ARENA_BLOCK_REQUESTS 64
+
+struct hoop__arena_block {
+  hoop__arena_block *next;
+  hoop__request requests[ARENA_BLOCK_REQUESTS];
+};
+
+hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena) {
+  if (!arena->tail || arena->used_in_tail == ARENA_BLOCK_REQUESTS) {
+    hoop__arena_block *block = malloc(sizeof *block);
+    if (!block) {
+      hoop__fail(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests", comm->call);
+      return NULL;
+    }
+    block->next = NULL;
+    if (arena->tail)
+      arena->tail->next = block;
+    else
+      arena->head = block;
+    arena->tail = block;
+    arena->used_in_tail = 0;
+  }
+  return &arena->tail->requests[arena->used_in_tail++];
+}
+
+hoop_result hoop__arena_isend(hoop_comm *comm, hoop__arena *arena, int peer, const void *buf,
+                              size_t len) {
+  hoop__request *req = hoop__arena_next(comm, arena);
+  return req ? hoop__isend(comm, peer, buf, len, req) : HOOP_ERR_SYSTEM;
+}
+
+hoop_result hoop__arena_wait_all(hoop_comm *comm, hoop__arena *arena) {
+  for (hoop__arena_block *block = arena->head; block; block = block->next) {
+    size_t used = block == arena->tail ? arena->used_in_tail : ARENA_BLOCK_REQUESTS;
+    for (size_t i = 0; i < used; i++) {
+      hoop_result result = hoop__wait(comm, &block->requests[i]);
+      if (result != HOOP_OK)
+        return result;
+    }
+  }
+  return HOOP_OK;
+}
+
+void hoop__arena_free(hoop__arena *arena) {
+  hoop__arena_block *block = arena->head;
+  while (block) {
+    hoop__arena_block *next = block->next;
+    free(block);
+    block = next;
+  }
+  memset(arena, 0, sizeof *arena);
+}
+
+size_t hoop__chunk_bytes(size_t block_bytes, size_t elem_size) {
+  size_t chunk = HOOP_CHUNK_BYTES;
+  if (block_bytes / chunk >= HOOP_MAX_CHUNKS_PER_BLOCK)
+    chunk = block_bytes / HOOP_MAX_CHUNKS_PER_BLOCK + 1;
+  chunk -= chunk % elem_size;
+  return chunk < elem_size ? elem_size : chunk;
+}
+
+void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n;
+  size_t index = (size_t)i;
+  *elems = base + (index < extra ? 1 : 0);
+  *first = index * base + (index < extra ? index : extra);
+}
+
+static hoop_result send_block(hoop_comm *comm, hoop__arena *arena, int peer, const char *block,
+                              size_t length, size_t chunk) {
+  for (size_t done = 0; done < length; done += chunk) {
+    size_t len = length - done < chunk ? length - done : chunk;
+    hoop_result result = hoop__arena_isend(comm, arena, peer, block + done, len);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base,
+                                 const size_t *offset, const size_t *length, int shift,
+                                 size_t elem_size, int own_sent) {
+  int n = comm->size, r = comm->rank;
+  int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
+  hoop_result result = HOOP_OK;
+  if (!own_sent) {
+    int own = (r + shift) % n;
+    result = send_block(comm, arena, next, base + offset[own], length[own],
+                        hoop__chunk_bytes(length[own], elem_size));
+  }
+  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
+    int block = ((r + shift - step - 1) % n + n) % n;
+    size_t chunk = hoop__chunk_bytes(length[block], elem_size);
+    for (size_t done = 0; done < length[block] && result == HOOP_OK; done += chunk) {
+      size_t len = length[block] - done < chunk ? length[block] - done : chunk;
+      char *where = base + offset[block] + done;
+      hoop__request req;
+      result = hoop__irecv(comm, prev, where, len, &req);
+      if (result == HOOP_OK)
+        result = hoop__wait(comm, &req);
+      /* The last step's block has reached everyone once it arrives here. */
+      if (result == HOOP_OK && step < n - 2)
+        result = hoop__arena_isend(comm, arena, next, where, len);
+    }
+  }
+  return result;
+}
+
+hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
+  if (comm)
+    comm->call = NULL;
+  return result;
+}

@@ -1,0 +1,378 @@
+/* comm.c - the communicator: configuration (from a struct or the environment), joining the job
+ * through the rendezvous, connecting the transport, error state, abort and finalize. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "internal.h"
+#include "netaddr.h"
+#include "rdzv_server.h"
+#include "rendezvous.h"
+#include "transport.h"
+
+#define HOOP_DEFAULT_TIMEOUT_S 300.0
+
+/* ---- errors, clocks, scratch --------------------------------------------------------------- */
+
+static hoop_result record(hoop_comm *comm, hoop_result code, const char *fmt, va_list ap) {
+  if (!comm)
+    return code;
+  vsnprintf(comm->last_error, sizeof comm->last_error, fmt, ap);
+  HOOP_INFO(HOOP_SUBSYS_ALL, "%s: %s", hoop_strerror(code), comm->last_error);
+  return code;
+}
+
+hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, code, fmt, ap);
+  va_end(ap);
+  if (comm && !comm->failed) {
+    comm->failed = code;
+    memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
+    HOOP_WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
+    if (comm->transport)
+      comm->transport->shutdown(comm);
+  }
+  return code;
+}
+
+double hoop__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void *hoop__scratch(hoop_comm *comm, size_t bytes) {
+  if (bytes <= comm->scratch_bytes)
+    return comm->scratch;
+  void *grown = NULL;
+  if (posix_memalign(&grown, 64, bytes) != 0) {
+    hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes of staging memory",
+                    comm->call ? comm->call : "hoop", bytes);
+    return NULL;
+  }
+  free(comm->scratch);
+  comm->scratch = grown;
+  comm->scratch_bytes = bytes;
+  return grown;
+}
+
+/* ---- accessors ------------------------------------------------------------------------------- */
+
+int hoop_rank(const hoop_comm *comm) {
+  return comm ? comm->rank : -1;
+}
+int hoop_size(const hoop_comm *comm) {
+  return comm ? comm->size : -1;
+}
+int hoop_local_rank(const hoop_comm *comm) {
+  return comm ? comm->local_rank : -1;
+}
+int hoop_local_size(const hoop_comm *comm) {
+  return comm ? comm->local_size : -1;
+}
+const char *hoop_last_error(const hoop_comm *comm) {
+  return comm ? comm->last_error : "no communicator (hoop_init failed before allocating one)";
+}
+
+/* ---- configuration --------------------------------------------------------------------------- */
+
+void hoop_config_init(hoop_config *config) {
+  memset(config, 0, sizeof *config);
+  config->job = "default";
+  config->size = 0;
+  config->rank = -1;
+  config->timeout_s = HOOP_DEFAULT_TIMEOUT_S;
+  config->transport = "auto";
+  config->tcp_streams = 2;
+}
+
+static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
+  if (config->size < 1 || config->size > HOOP_WIRE_MAX_RANKS)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: size %d is not in 1..%d",
+                           config->size, HOOP_WIRE_MAX_RANKS);
+  if (config->rank < -1 || config->rank >= config->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: rank %d is not -1 (any) or in 0..%d", config->rank,
+                           config->size - 1);
+  if (config->size > 1 && (!config->rendezvous || !config->rendezvous[0]))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: no rendezvous address (set HOOP_RENDEZVOUS=host:port, or "
+                           "start the job with hooprun)");
+  const char *job = config->job ? config->job : "default";
+  if (!job[0] || strlen(job) > HOOP_WIRE_MAX_JOB)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: job id must have 1 to %d bytes", HOOP_WIRE_MAX_JOB);
+  if (!(config->timeout_s > 0))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: timeout must be positive");
+  if (config->tcp_streams < 1 || config->tcp_streams > HOOP_MAX_STREAMS)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: tcp_streams %d is not in 1..%d",
+                           config->tcp_streams, HOOP_MAX_STREAMS);
+  const char *transport = config->transport ? config->transport : "auto";
+  if (strcmp(transport, "auto") != 0 && strcmp(transport, "tcp") != 0)
+    return hoop__set_error(comm, strcmp(transport, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED
+                                                                   : HOOP_ERR_INVALID_ARG,
+                           "hoop_init: transport '%s' is not available (this build has: tcp)",
+                           transport);
+  /* Failing closed: a user who sets a token expects strangers to be kept out, and this release
+   * cannot do that yet. */
+  if (config->token && config->token[0])
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "hoop_init: a token (HOOP_TOKEN) was given, but this release does not "
+                           "support authentication yet; unset it to run without");
+  if (config->rendezvous && strlen(config->rendezvous) >= sizeof comm->rendezvous)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: rendezvous address too long");
+  if (config->ifname && strlen(config->ifname) >= sizeof comm->ifname)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: interface list too long");
+  return HOOP_OK;
+}
+
+/* ---- joining the job ------------------------------------------------------------------------- */
+
+static hoop_result resolve_server(hoop_comm *comm, struct sockaddr_storage *addr,
+                                  socklen_t *addrlen, char *host, size_t hostlen, int *port) {
+  char err[256];
+  if (hoop__split_hostport(comm->rendezvous, host, hostlen, port) != 0 || *port == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: rendezvous address '%s' is not host:port or [v6]:port",
+                           comm->rendezvous);
+  if (hoop__resolve(host[0] ? host : "127.0.0.1", *port, addr, addrlen, err, sizeof err) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: rendezvous: %s", err);
+  return HOOP_OK;
+}
+
+/* Rank 0 hosting the job: a server on its own thread that stops after this job. */
+static hoop_result host_rendezvous(hoop_comm *comm) {
+  hoop__rdzv_options options = {0};
+  options.listen = comm->rendezvous;
+  options.once = 1;
+  char err[256];
+  if (hoop__rdzv_thread_start(&options, &comm->server, err, sizeof err) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: hosting the rendezvous on %s: %s",
+                           comm->rendezvous, err);
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job,
+            comm->rendezvous);
+  return HOOP_OK;
+}
+
+static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
+  struct sockaddr_storage server;
+  socklen_t server_len;
+  char host[HOOP_WIRE_MAX_HOST + 1];
+  int port;
+  hoop_result result = resolve_server(comm, &server, &server_len, host, sizeof host, &port);
+  if (result != HOOP_OK)
+    return result;
+  if (config->serve_rendezvous && (result = host_rendezvous(comm)) != HOOP_OK)
+    return result;
+
+  hoop__hello hello;
+  memset(&hello, 0, sizeof hello);
+  snprintf(hello.job, sizeof hello.job, "%s", comm->job);
+  hello.size = (uint32_t)config->size;
+  hello.rank = config->rank;
+  hello.timeout_ms = (uint32_t)(comm->timeout_s * 1000 > 4e9 ? 4e9 : comm->timeout_s * 1000);
+  if (gethostname(hello.host, sizeof hello.host - 1) != 0)
+    snprintf(hello.host, sizeof hello.host, "unknown");
+  result = comm->transport->listen(comm, (struct sockaddr *)&server, hello.addr, sizeof hello.addr);
+  if (result != HOOP_OK)
+    return result;
+  result = hoop__rendezvous_join(comm, (struct sockaddr *)&server, server_len, &hello,
+                                 comm->timeout_s, &comm->table);
+  if (result != HOOP_OK)
+    return result;
+  if ((int)comm->table.size != config->size ||
+      (config->rank >= 0 && (int)comm->table.rank != config->rank))
+    return hoop__set_error(comm, HOOP_ERR_PROTOCOL,
+                           "rendezvous: the table says rank %u of %u, expected %d of %d",
+                           comm->table.rank, comm->table.size, config->rank, config->size);
+  comm->rank = (int)comm->table.rank;
+  comm->local_rank = (int)comm->table.peers[comm->rank].local_rank;
+  comm->local_size = (int)comm->table.peers[comm->rank].local_size;
+  return HOOP_OK;
+}
+
+static hoop_result connect_ring(hoop_comm *comm) {
+  int next = (comm->rank + 1) % comm->size;
+  int prev = (comm->rank + comm->size - 1) % comm->size;
+  /* The lower rank of a pair connects and the higher accepts, so connecting to the higher
+   * neighbour first never waits on a peer that is itself waiting to accept. */
+  int first = next > prev ? next : prev, second = next > prev ? prev : next;
+  hoop_result result = comm->transport->connect(comm, first);
+  if (result == HOOP_OK && second != first)
+    result = comm->transport->connect(comm, second);
+  return result;
+}
+
+static void log_effective_config(const hoop_comm *comm) {
+  if (comm->rank != 0 || !hoop__log_enabled(HOOP_LOG_INFO, HOOP_SUBSYS_ENV))
+    return;
+  HOOP_INFO(HOOP_SUBSYS_ENV,
+            "effective configuration: job=%s size=%d rendezvous=%s transport=%s timeout=%.1fs "
+            "tcp_streams=%d ifname=%s",
+            comm->job, comm->size, comm->rendezvous[0] ? comm->rendezvous : "(none)",
+            comm->transport ? comm->transport->name : "(none)", comm->timeout_s,
+            comm->tcp_streams, comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
+}
+
+hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
+  if (!out)
+    return HOOP_ERR_INVALID_ARG;
+  *out = NULL;
+  hoop_comm *comm = calloc(1, sizeof *comm);
+  if (!comm)
+    return HOOP_ERR_SYSTEM;
+  *out = comm;
+  comm->rank = 0;
+  comm->size = 1;
+  comm->local_size = 1;
+  if (!config)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: config is NULL");
+  hoop_result result = check_config(comm, config);
+  if (result != HOOP_OK)
+    return result;
+  snprintf(comm->job, sizeof comm->job, "%s", config->job ? config->job : "default");
+  snprintf(comm->rendezvous, sizeof comm->rendezvous, "%s",
+           config->rendezvous ? config->rendezvous : "");
+  snprintf(comm->ifname, sizeof comm->ifname, "%s", config->ifname ? config->ifname : "");
+  comm->timeout_s = config->timeout_s;
+  comm->tcp_streams = config->tcp_streams;
+  comm->size = config->size;
+  comm->block_offset = calloc((size_t)comm->size, sizeof(size_t));
+  comm->block_length = calloc((size_t)comm->size, sizeof(size_t));
+  if (!comm->block_offset || !comm->block_length)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+
+  /* A job of one rank needs nobody: no server, no transport. */
+  if (comm->size > 1) {
+    comm->transport = &hoop__tcp_transport;
+    result = join_job(comm, config);
+    if (result == HOOP_OK) {
+      char prefix[32];
+      snprintf(prefix, sizeof prefix, "hoop rank %d", comm->rank);
+      hoop__log_set_prefix(prefix);
+      result = connect_ring(comm);
+    }
+    if (result != HOOP_OK) {
+      comm->failed = result;
+      memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
+      return result;
+    }
+  }
+  log_effective_config(comm);
+  return HOOP_OK;
+}
+
+/* ---- from the environment -------------------------------------------------------------------- */
+
+static hoop_result env_int(hoop_comm *comm, const char *name, long min, long max, int *out) {
+  long value;
+  const char *text = hoop__env_get(name);
+  if (!text[0])
+    return HOOP_OK;
+  if (hoop__parse_int(text, min, max, &value) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s='%s' is not a number in %ld..%ld",
+                           name, text, min, max);
+  *out = (int)value;
+  return HOOP_OK;
+}
+
+static hoop_result config_from_env(hoop_comm *comm, hoop_config *config) {
+  hoop_config_init(config);
+  config->rendezvous = hoop__env_get("HOOP_RENDEZVOUS");
+  config->job = hoop__env_get("HOOP_JOB");
+  config->ifname = hoop__env_get("HOOP_IFNAME");
+  config->transport = hoop__env_get("HOOP_TRANSPORT");
+  config->token = hoop__env_is_set("HOOP_TOKEN") ? hoop__env_get("HOOP_TOKEN") : NULL;
+  /* Without a launcher's variables a program runs as a job of one rank, as MPI singletons do. */
+  config->size = 1;
+  hoop_result result;
+  if ((result = env_int(comm, "HOOP_SIZE", 1, HOOP_WIRE_MAX_RANKS, &config->size)) != HOOP_OK ||
+      (result = env_int(comm, "HOOP_RANK", 0, HOOP_WIRE_MAX_RANKS - 1, &config->rank)) != HOOP_OK ||
+      (result = env_int(comm, "HOOP_RDZV_SERVE", 0, 1, &config->serve_rendezvous)) != HOOP_OK ||
+      (result = env_int(comm, "HOOP_TCP_STREAMS", 1, HOOP_MAX_STREAMS, &config->tcp_streams)) !=
+          HOOP_OK)
+    return result;
+  const char *timeout = hoop__env_get("HOOP_TIMEOUT");
+  if (hoop__parse_double(timeout, 0.001, 1e7, &config->timeout_s) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "HOOP_TIMEOUT='%s' is not a positive number of seconds", timeout);
+  return HOOP_OK;
+}
+
+hoop_result hoop_init_from_env(hoop_comm **out) {
+  if (!out)
+    return HOOP_ERR_INVALID_ARG;
+  /* A throwaway communicator carries the message if the environment itself is wrong. */
+  hoop_comm scratch_comm;
+  memset(&scratch_comm, 0, sizeof scratch_comm);
+  hoop_config config;
+  hoop_result result = config_from_env(&scratch_comm, &config);
+  if (result != HOOP_OK) {
+    *out = calloc(1, sizeof **out);
+    if (*out) {
+      memcpy((*out)->last_error, scratch_comm.last_error, sizeof scratch_comm.last_error);
+      (*out)->failed = result;
+    }
+    return result;
+  }
+  return hoop_init(out, &config);
+}
+
+/* ---- the end ----------------------------------------------------------------------------------- */
+
+hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop__fail(comm, HOOP_ERR_ABORTED, "aborted by rank %d: %s", comm->rank,
+             reason ? reason : "(no reason given)");
+  return HOOP_OK;
+}
+
+hoop_result hoop_finalize(hoop_comm *comm) {
+  if (!comm)
+    return HOOP_OK;
+  if (comm->transport)
+    comm->transport->finalize(comm);
+  hoop__rdzv_thread_stop(comm->server);
+  hoop__table_free(&comm->table);
+  free(comm->scratch);
+  free(comm->block_length);
+  free(comm->block_offset);
+  free(comm);
+  return HOOP_OK;
+}
+
+/* ---- shared by the collectives --------------------------------------------------------------- */
+
+hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+                             int check_dtype) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (comm->failed)
+    return hoop__set_error(comm, comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED
+                                                                   : HOOP_ERR_FAILED,
+                           "%s refused: the communicator failed earlier: %s", call,
+                           comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
+  if (check_dtype && hoop_dtype_size(dtype) == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
+  if (check_dtype && count > SIZE_MAX / hoop_dtype_size(dtype) / (size_t)comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
+  comm->call = call;
+  comm->seq++;
+  return HOOP_OK;
+}

@@ -1,0 +1,69 @@
+/* env.c - the one table of HOOP_ environment variables, and small parsers for their values. */
+#include "env.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const hoop__env_var env_table[] = {
+    {"HOOP_RENDEZVOUS", "", "host:port of the rendezvous server (hoopd, hooprun or rank 0)"},
+    {"HOOP_JOB", "default", "job id; ranks with the same id and server form one job"},
+    {"HOOP_SIZE", "", "number of ranks in the job"},
+    {"HOOP_RANK", "", "this process's rank; unset lets the server assign ranks, contiguous per host"},
+    {"HOOP_RDZV_SERVE", "0", "1: this process hosts the rendezvous server for its job on the "
+                             "HOOP_RENDEZVOUS port (set it on rank 0 only)"},
+    {"HOOP_TIMEOUT", "300", "seconds any blocking step (rendezvous, connect, collective) may wait"},
+    {"HOOP_TRANSPORT", "auto", "auto|tcp: the data transport"},
+    {"HOOP_IFNAME", "", "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "
+                        "commas, ^ to exclude, = for exact names; default: the interface that "
+                        "routes to the rendezvous server"},
+    {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-16); large messages are striped"},
+    {"HOOP_TOKEN", "", "shared secret that ranks must prove to join (not sent on the wire)"},
+    {"HOOP_DEBUG", "warn", "log level on stderr: none|error|warn|info|trace"},
+    {"HOOP_DEBUG_SUBSYS", "all", "subsystems to log: init,coll,net,rdzv,env or all; ^ excludes"},
+    {NULL, NULL, NULL},
+};
+
+const hoop__env_var *hoop__env_table(void) {
+  return env_table;
+}
+
+static const hoop__env_var *env_find(const char *name) {
+  for (const hoop__env_var *var = env_table; var->name; var++)
+    if (strcmp(var->name, name) == 0)
+      return var;
+  return NULL;
+}
+
+int hoop__env_is_set(const char *name) {
+  const char *value = getenv(name);
+  return value && value[0];
+}
+
+const char *hoop__env_get(const char *name) {
+  const char *value = getenv(name);
+  if (value && value[0])
+    return value;
+  const hoop__env_var *var = env_find(name);
+  return var ? var->fallback : "";
+}
+
+int hoop__parse_int(const char *text, long min, long max, long *out) {
+  char *end;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (errno || end == text || *end || value < min || value > max)
+    return -1;
+  *out = value;
+  return 0;
+}
+
+int hoop__parse_double(const char *text, double min, double max, double *out) {
+  char *end;
+  errno = 0;
+  double value = strtod(text, &end);
+  if (errno || end == text || *end || !(value >= min && value <= max))
+    return -1;
+  *out = value;
+  return 0;
+}

@@ -1,0 +1,144 @@
+/* hoop.h - the public interface of libhoop, a collective-communication runtime.
+ *
+ * Ranks find each other through a rendezvous server, connect into a ring over a transport and run
+ * allreduce, broadcast, allgather and barrier. Every call returns a hoop_result; on failure
+ * hoop_last_error() tells which peer, which call and why.
+ *
+ * Thread safety: one communicator is used by one thread at a time; different communicators may be
+ * used concurrently from different threads. hoop_strerror() may be called from any thread.
+ */
+#ifndef HOOP_H
+#define HOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HOOP_VERSION_MAJOR 0
+#define HOOP_VERSION_MINOR 1
+#define HOOP_VERSION_PATCH 0
+
+/* ---- Results ---------------------------------------------------------------------------------- */
+
+typedef enum hoop_result {
+  HOOP_OK = 0,
+  HOOP_ERR_INVALID_ARG = 1, /* a bad argument: null pointer, unknown dtype or op, bad root... */
+  HOOP_ERR_TIMEOUT = 2,     /* a wait passed HOOP_TIMEOUT (rendezvous, connect, collective) */
+  HOOP_ERR_PEER_LOST = 3,   /* a peer closed, reset or failed its connection */
+  HOOP_ERR_AUTH = 4,        /* the rendezvous server or a peer refused our credentials */
+  HOOP_ERR_SYSTEM = 5,      /* a system call failed (out of memory, socket errors...) */
+  HOOP_ERR_UNSUPPORTED = 6, /* valid, but not supported by this build or transport */
+  HOOP_ERR_ABORTED = 7,     /* hoop_abort() was called here or on another rank */
+  HOOP_ERR_MISMATCH = 8,    /* ranks called different collectives, counts, dtypes or roots */
+  HOOP_ERR_PROTOCOL = 9,    /* a malformed or unexpected message from the server or a peer */
+  HOOP_ERR_FAILED = 10      /* the communicator failed earlier and refuses further calls */
+} hoop_result;
+
+/* A short, static name for a result code ("invalid argument", "peer lost", ...). */
+const char *hoop_strerror(hoop_result result);
+
+/* ---- Data types and reduction operations ------------------------------------------------------ */
+
+typedef enum hoop_dtype {
+  HOOP_INT8 = 0,
+  HOOP_UINT8,
+  HOOP_INT32,
+  HOOP_UINT32,
+  HOOP_INT64,
+  HOOP_UINT64,
+  HOOP_FLOAT16, /* IEEE 754 binary16, stored as uint16_t; reduced in float */
+  HOOP_BFLOAT16, /* bfloat16, stored as uint16_t; reduced in float */
+  HOOP_FLOAT32,
+  HOOP_FLOAT64,
+  HOOP_DTYPE_COUNT
+} hoop_dtype;
+
+typedef enum hoop_op {
+  HOOP_SUM = 0,
+  HOOP_PROD,
+  HOOP_MIN,
+  HOOP_MAX,
+  HOOP_AVG, /* sum divided by the rank count; integer types round toward zero */
+  HOOP_OP_COUNT
+} hoop_op;
+
+/* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+size_t hoop_dtype_size(hoop_dtype dtype);
+/* "float32", "sum", ...; NULL for unknown values. */
+const char *hoop_dtype_name(hoop_dtype dtype);
+const char *hoop_op_name(hoop_op op);
+/* Parse a name as printed by the functions above; return 0 on success, -1 if unknown. */
+int hoop_dtype_from_name(const char *name, hoop_dtype *dtype);
+int hoop_op_from_name(const char *name, hoop_op *op);
+
+/* ---- Communicator ----------------------------------------------------------------------------- */
+
+typedef struct hoop_comm hoop_comm;
+
+/* Everything hoop_init needs. Start from hoop_config_init(), which fills the defaults, then set
+ * what you need. String fields are copied by hoop_init. */
+typedef struct hoop_config {
+  const char *rendezvous; /* "host:port" of the rendezvous server (required) */
+  const char *job;        /* job id shared by all ranks of one job (default "default") */
+  int size;               /* number of ranks in the job (required, >= 1) */
+  int rank;               /* requested rank, or -1 to let the server assign one */
+  int serve_rendezvous;   /* 1: this process hosts an embedded rendezvous server on the
+                             rendezvous address for this job (usually rank 0) */
+  double timeout_s;       /* deadline for every blocking wait (default 300 s) */
+  const char *ifname;     /* interface selection, NCCL_SOCKET_IFNAME syntax (NULL: automatic) */
+  const char *transport;  /* "auto" or "tcp" (default "auto") */
+  int tcp_streams;        /* TCP connections per peer (default 2) */
+  const char *token;      /* shared secret for authentication, or NULL */
+} hoop_config;
+
+void hoop_config_init(hoop_config *config);
+
+/* Join a job. On success *comm is a ready communicator. On failure *comm is still set when memory
+ * allowed, so that hoop_last_error(*comm) can explain the failure; release it with hoop_finalize. */
+hoop_result hoop_init(hoop_comm **comm, const hoop_config *config);
+
+/* Like hoop_init, with the configuration read from HOOP_* environment variables (see hoop-env(7)). */
+hoop_result hoop_init_from_env(hoop_comm **comm);
+
+/* Close connections and free the communicator. Safe on NULL and on a failed communicator. */
+hoop_result hoop_finalize(hoop_comm *comm);
+
+/* Mark the communicator as aborted with reason and close its connections so that peers notice.
+ * Every later call on it returns HOOP_ERR_ABORTED. */
+hoop_result hoop_abort(hoop_comm *comm, const char *reason);
+
+int hoop_rank(const hoop_comm *comm);
+int hoop_size(const hoop_comm *comm);
+int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */
+int hoop_local_size(const hoop_comm *comm); /* number of ranks on this host */
+
+/* The detailed message of the last failure on comm ("" if none). Valid until the next call. */
+const char *hoop_last_error(const hoop_comm *comm);
+
+/* ---- Collectives ------------------------------------------------------------------------------ */
+/* All ranks call the same collectives in the same order with matching arguments. count is in
+ * elements and may be 0. Buffers must not overlap except as stated. */
+
+/* recvbuf[i] = op over ranks of sendbuf[i]. In place when sendbuf == recvbuf. */
+hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype, hoop_op op);
+
+/* Copy root's buf to every rank's buf. */
+hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root);
+
+/* recvbuf holds size * count elements: rank r's sendbuf lands at recvbuf + r * count elements.
+ * In place when sendbuf == recvbuf + rank * count elements. */
+hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype);
+
+/* Return once every rank has entered the barrier. */
+hoop_result hoop_barrier(hoop_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HOOP_H */

@@ -1,0 +1,44 @@
+/* rdzv_server.h - the rendezvous server, on libuv: collects HELLOs per job id and, once a job has
+ * all its ranks, assigns ranks (contiguous per host) and sends every member the rank table.
+ *
+ * One implementation serves three hosts: the hoopd daemon (tools/hoopd.c), hooprun's embedded
+ * server (its own libuv loop), and rank 0 when told to host the job (a thread with its own loop).
+ */
+#ifndef HOOP_RDZV_SERVER_H
+#define HOOP_RDZV_SERVER_H
+
+#include <uv.h>
+
+typedef struct hoop__rdzv_server hoop__rdzv_server;
+
+typedef struct hoop__rdzv_options {
+  const char *listen;        /* "host:port", "[v6]:port" or ":port"; port 0 picks a free one */
+  int max_jobs;              /* jobs waiting at once (0: default 1024) */
+  int max_connections;       /* client connections at once (0: default 4096) */
+  double idle_timeout_s;     /* close a client that sends no complete message for this long
+                                (0: default 30 s); a client that has joined waits for its job */
+  int once;                  /* 1: stop listening after the first job completes or fails */
+  void (*on_done)(void *arg); /* with once: called when that job is over and its replies flushed */
+  void *arg;
+} hoop__rdzv_options;
+
+/* Start serving on loop. Returns 0, or -1 with a message in err. */
+int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
+                            hoop__rdzv_server **out, char *err, size_t errlen);
+
+/* The port actually bound (useful with port 0). */
+int hoop__rdzv_server_port(const hoop__rdzv_server *server);
+
+/* Stop listening, drop every client and free the server once libuv has closed its handles; the
+ * loop then has nothing of the server's left alive. */
+void hoop__rdzv_server_close(hoop__rdzv_server *server);
+
+/* A server on its own thread and loop (for rank 0 hosting the job). */
+typedef struct hoop__rdzv_thread hoop__rdzv_thread;
+int hoop__rdzv_thread_start(const hoop__rdzv_options *options, hoop__rdzv_thread **out, char *err,
+                            size_t errlen);
+int hoop__rdzv_thread_port(const hoop__rdzv_thread *thread);
+/* Stop the server and join the thread. Safe on NULL. */
+void hoop__rdzv_thread_stop(hoop__rdzv_thread *thread);
+
+#endif /* HOOP_RDZV_SERVER_H */

@@ -1,0 +1,33 @@
+/* reduce.h - element-wise reduction kernels on host memory, for every dtype x op.
+ *
+ * float16 and bfloat16 are widened to float, combined, and rounded back (round to nearest even).
+ * Integer sum and prod wrap around modulo 2^bits, as in two's complement, without undefined
+ * behaviour. HOOP_AVG reduces as a sum; the collective divides once at the end with
+ * hoop__reduce_finish.
+ */
+#ifndef HOOP_REDUCE_H
+#define HOOP_REDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hoop.h"
+
+/* dst[i] = a[i] op b[i] for i < count. dst may alias a or b (exactly, not partially). */
+void hoop__reduce3(void *dst, const void *a, const void *b, size_t count, hoop_dtype dtype,
+                   hoop_op op);
+
+/* dst[i] = dst[i] op src[i]. */
+void hoop__reduce(void *dst, const void *src, size_t count, hoop_dtype dtype, hoop_op op);
+
+/* After a HOOP_AVG reduction (a sum over nranks contributions), divide each element by nranks.
+ * Integers round toward zero. Does nothing for other ops. */
+void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks);
+
+/* Conversions used by the kernels, exposed for tests and for callers that pack gradients. */
+float hoop__half_to_float(uint16_t h);
+uint16_t hoop__float_to_half(float f);
+float hoop__bf16_to_float(uint16_t b);
+uint16_t hoop__float_to_bf16(float f);
+
+#endif /* HOOP_REDUCE_H */

@@ -1,0 +1,176 @@
+/* rendezvous.c - client side of the rendezvous: connect to the server (retrying while it starts),
+ * send HELLO and wait for the rank table or the server's error. */
+#include "rendezvous.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "netaddr.h"
+#include "sockio.h"
+
+/* Extra time to wait past our own timeout, so that the server's timeout message (which names the
+ * missing ranks) reaches us before we give up on our own. */
+#define RDZV_GRACE_S 5.0
+
+/* Connect, retrying every 100 ms while nothing listens yet: ranks may start before the server
+ * (rank 0 may be the one hosting it). */
+static int connect_with_retry(const struct sockaddr *server, socklen_t len, double deadline) {
+  for (;;) {
+    int fd = hoop__connect_deadline(server, len, deadline);
+    if (fd >= 0)
+      return fd;
+    if (errno != ECONNREFUSED && errno != ECONNRESET && errno != ENETUNREACH &&
+        errno != EHOSTUNREACH)
+      return -1;
+    if (hoop__now() + 0.1 >= deadline) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* Read one whole message; *payload is malloc'ed (may be NULL for an empty payload). */
+static int read_message(int fd, size_t max_payload, double deadline, hoop__wire_header *header,
+                        uint8_t **payload) {
+  uint8_t head[HOOP_WIRE_HEADER_SIZE];
+  *payload = NULL;
+  if (hoop__read_full(fd, head, sizeof head, deadline) != 0)
+    return -1;
+  if (hoop__wire_decode_header(head, sizeof head, max_payload, header) != 0) {
+    errno = EPROTO;
+    return -1;
+  }
+  if (header->length == 0)
+    return 0;
+  *payload = malloc(header->length);
+  if (!*payload)
+    return -1;
+  if (hoop__read_full(fd, *payload, header->length, deadline) != 0) {
+    int saved = errno;
+    free(*payload);
+    *payload = NULL;
+    errno = saved;
+    return -1;
+  }
+  return 0;
+}
+
+static hoop_result send_hello(hoop_comm *comm, int fd, const hoop__hello *hello, double deadline,
+                              const char *where) {
+  hoop__wbuf out = {0};
+  if (hoop__wire_encode_hello(&out, hello) != 0) {
+    hoop__wbuf_free(&out);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "rendezvous: cannot encode HELLO (job id or host name too long?)");
+  }
+  int rc = hoop__write_full(fd, out.data, out.len, deadline);
+  int saved = errno;
+  hoop__wbuf_free(&out);
+  if (rc != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: sending HELLO to %s: %s", where,
+                           strerror(saved));
+  return HOOP_OK;
+}
+
+/* Turn the server's reply into a table or a recorded error. */
+static hoop_result take_reply(hoop_comm *comm, const hoop__wire_header *header,
+                              const uint8_t *payload, const char *where, hoop__table *table) {
+  if (header->type == HOOP_MSG_TABLE) {
+    if (hoop__wire_decode_table(payload, header->length, table) != 0)
+      return hoop__set_error(comm, HOOP_ERR_PROTOCOL, "rendezvous: malformed rank table from %s",
+                             where);
+    return HOOP_OK;
+  }
+  if (header->type == HOOP_MSG_ERROR) {
+    hoop__error_msg error;
+    if (hoop__wire_decode_error(payload, header->length, &error) != 0)
+      return hoop__set_error(comm, HOOP_ERR_PROTOCOL, "rendezvous: malformed error from %s",
+                             where);
+    hoop_result code = error.code > 0 && error.code <= HOOP_ERR_FAILED ? (hoop_result)error.code
+                                                                        : HOOP_ERR_PROTOCOL;
+    return hoop__set_error(comm, code, "rendezvous server %s: %s", where, error.message);
+  }
+  return hoop__set_error(comm, HOOP_ERR_PROTOCOL, "rendezvous: unexpected message type %u from %s",
+                         header->type, where);
+}
+
+hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server,
+                                  socklen_t server_len, const hoop__hello *hello, double timeout_s,
+                                  hoop__table *table) {
+  char where[128];
+  hoop__format_sockaddr(server, where, sizeof where);
+  double start = hoop__now();
+  double deadline = start + timeout_s + RDZV_GRACE_S;
+  int fd = connect_with_retry(server, server_len, start + timeout_s);
+  if (fd < 0) {
+    if (errno == ETIMEDOUT)
+      return hoop__set_error(comm, HOOP_ERR_TIMEOUT,
+                             "rendezvous: no server answered at %s within %.1f s "
+                             "(is hoopd running there, or rank 0 hosting it?)",
+                             where, timeout_s);
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: connecting to %s: %s", where,
+                           strerror(errno));
+  }
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "connected to %s; joining job '%s' of %u ranks", where, hello->job,
+            hello->size);
+  hoop_result result = send_hello(comm, fd, hello, deadline, where);
+  if (result == HOOP_OK) {
+    hoop__wire_header header;
+    uint8_t *payload = NULL;
+    if (read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+      if (errno == ETIMEDOUT)
+        result = hoop__set_error(comm, HOOP_ERR_TIMEOUT,
+                                 "rendezvous: job '%s' did not complete within %.1f s and the "
+                                 "server at %s sent no reason",
+                                 hello->job, timeout_s, where);
+      else
+        result = hoop__set_error(comm, errno == EPROTO ? HOOP_ERR_PROTOCOL : HOOP_ERR_SYSTEM,
+                                 "rendezvous: waiting for the rank table from %s: %s", where,
+                                 errno == EPROTO ? "malformed reply" : strerror(errno));
+    } else {
+      result = take_reply(comm, &header, payload, where, table);
+    }
+    free(payload);
+  }
+  close(fd);
+  return result;
+}
+
+hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t server_len,
+                                    double timeout_s, hoop__status *status, char *err,
+                                    size_t errlen) {
+  char where[128];
+  hoop__format_sockaddr(server, where, sizeof where);
+  double deadline = hoop__now() + timeout_s;
+  int fd = hoop__connect_deadline(server, server_len, deadline);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot connect to %s: %s", where, strerror(errno));
+    return HOOP_ERR_SYSTEM;
+  }
+  hoop_result result = HOOP_ERR_SYSTEM;
+  hoop__wbuf out = {0};
+  hoop__wire_header header;
+  uint8_t *payload = NULL;
+  if (hoop__wire_encode_status_req(&out) != 0 ||
+      hoop__write_full(fd, out.data, out.len, deadline) != 0 ||
+      read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+    snprintf(err, errlen, "status query to %s: %s", where,
+             errno == EPROTO ? "malformed reply" : strerror(errno));
+  } else if (header.type != HOOP_MSG_STATUS ||
+             hoop__wire_decode_status(payload, header.length, status) != 0) {
+    snprintf(err, errlen, "status query to %s: unexpected reply", where);
+    result = HOOP_ERR_PROTOCOL;
+  } else {
+    result = HOOP_OK;
+  }
+  free(payload);
+  hoop__wbuf_free(&out);
+  close(fd);
+  return result;
+}

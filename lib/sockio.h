@@ -1,0 +1,22 @@
+/* sockio.h - blocking-with-deadline socket I/O for the short exchanges of setup: the rendezvous
+ * HELLO/TABLE and the transport's connection handshake. The data path does not use these. */
+#ifndef HOOP_SOCKIO_H
+#define HOOP_SOCKIO_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+/* Each returns 0 on success, or -1 with errno set: ETIMEDOUT past deadline (hoop__now() seconds),
+ * ECONNRESET when the peer closed before all bytes came. fd may be non-blocking. */
+int hoop__write_full(int fd, const void *buf, size_t len, double deadline);
+int hoop__read_full(int fd, void *buf, size_t len, double deadline);
+
+/* Connect a new non-blocking TCP socket to addr before deadline. Returns the fd, or -1 with errno
+ * set. */
+int hoop__connect_deadline(const struct sockaddr *addr, socklen_t addrlen, double deadline);
+
+/* Wait until fd is ready for events (POLLIN/POLLOUT); 0 when ready, -1 with ETIMEDOUT past
+ * deadline. */
+int hoop__poll_one(int fd, short events, double deadline);
+
+#endif /* HOOP_SOCKIO_H */

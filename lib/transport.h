@@ -1,0 +1,63 @@
+/* transport.h - the interface that collectives are written against: point-to-point, non-blocking,
+ * in-order byte messages between ranks, with a deadline on every wait.
+ *
+ * Both ends of a transfer post the same length: collectives are deterministic, so the receiver
+ * always knows how much comes. Messages between two ranks arrive in the order they were posted.
+ * A transport is an ops table (rdma-core's providers, NCCL's net plugins); transports never know
+ * which collective is running.
+ */
+#ifndef HOOP_TRANSPORT_H
+#define HOOP_TRANSPORT_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+
+#define HOOP_MAX_STREAMS 8
+
+/* One piece of a request that travels on one stream (the TCP transport stripes big messages). */
+typedef struct hoop__fragment {
+  struct hoop__request *owner;
+  char *buf;
+  size_t len;
+  size_t done;
+  struct hoop__fragment *next; /* the stream's queue */
+} hoop__fragment;
+
+typedef struct hoop__request {
+  int peer;
+  int is_send;
+  int pending;       /* fragments not finished; 0 when the request is complete */
+  hoop__fragment frags[HOOP_MAX_STREAMS];
+} hoop__request;
+
+typedef struct hoop__transport_ops {
+  const char *name;
+  /* Open a listener on the address that routes toward the rendezvous server (or HOOP_IFNAME's) and
+   * write the address peers should use into addr. */
+  hoop_result (*listen)(hoop_comm *comm, const struct sockaddr *toward, char *addr, size_t addrlen);
+  /* After the rank table is known: connect to peer now (the ring neighbours at init). Transfers to
+   * other peers connect on demand. */
+  hoop_result (*connect)(hoop_comm *comm, int peer);
+  hoop_result (*isend)(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
+  hoop_result (*irecv)(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
+  /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s. */
+  hoop_result (*wait)(hoop_comm *comm, hoop__request *req);
+  /* Drop every connection and pending request (after a failure, and at abort). */
+  void (*shutdown)(hoop_comm *comm);
+  /* Free the transport's state. */
+  void (*finalize)(hoop_comm *comm);
+} hoop__transport_ops;
+
+extern const hoop__transport_ops hoop__tcp_transport;
+
+/* Shorthands used by the collectives. Zero-length transfers complete at once. */
+hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
+hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
+hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
+/* Send to one peer and receive from another at the same time, then wait for both. */
+hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
+                           void *recvbuf, size_t recvlen);
+
+#endif /* HOOP_TRANSPORT_H */

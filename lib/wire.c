@@ -1,0 +1,396 @@
+/* wire.c - encode and decode every rendezvous message (see wire.h), byte by byte in little-endian,
+ * with bounds checked on both sides so that a decoder is safe on any input at all.
+ *
+ * Payload layouts (after the 12-byte header; str = u16 length + bytes, blob likewise):
+ *   HELLO       str job, u32 size, i32 rank (-1: any), u32 timeout_ms, str host, str addr,
+ *               blob proof
+ *   TABLE       u32 size, u32 rank, u8 nonce[16],
+ *               then size x {str host, str addr, u32 local_rank, u32 local_size}
+ *               (the receiver's rank is the u32 at payload offset 4: the server encodes the table
+ *               once and patches that field per member)
+ *   ERROR       u32 code (a hoop_result, not 0), str message
+ *   STATUS_REQ  empty
+ *   STATUS      u32 njobs, then njobs x {str job, u32 size, u32 joined, u32 waited_ms,
+ *               u32 nmissing, nmissing x i32 missing rank}
+ */
+#include "wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- output buffer --------------------------------------------------------------------------- */
+
+void hoop__wbuf_free(hoop__wbuf *wb) {
+  free(wb->data);
+  memset(wb, 0, sizeof *wb);
+}
+
+static void put_bytes(hoop__wbuf *wb, const void *src, size_t n) {
+  if (wb->failed || n == 0)
+    return;
+  if (n > wb->cap - wb->len) {
+    size_t cap = wb->cap ? wb->cap : 256;
+    while (cap - wb->len < n) {
+      if (cap > SIZE_MAX / 2) {
+        wb->failed = 1;
+        return;
+      }
+      cap *= 2;
+    }
+    uint8_t *data = realloc(wb->data, cap);
+    if (!data) {
+      wb->failed = 1;
+      return;
+    }
+    wb->data = data;
+    wb->cap = cap;
+  }
+  memcpy(wb->data + wb->len, src, n);
+  wb->len += n;
+}
+
+static void store_u32(uint8_t *at, uint32_t value) {
+  at[0] = (uint8_t)value;
+  at[1] = (uint8_t)(value >> 8);
+  at[2] = (uint8_t)(value >> 16);
+  at[3] = (uint8_t)(value >> 24);
+}
+
+static void put_u16(hoop__wbuf *wb, uint16_t value) {
+  uint8_t bytes[2] = {(uint8_t)value, (uint8_t)(value >> 8)};
+  put_bytes(wb, bytes, sizeof bytes);
+}
+
+static void put_u32(hoop__wbuf *wb, uint32_t value) {
+  uint8_t bytes[4];
+  store_u32(bytes, value);
+  put_bytes(wb, bytes, sizeof bytes);
+}
+
+/* len has been checked against the field's limit, which is below 65536. */
+static void put_str(hoop__wbuf *wb, const char *text, size_t len) {
+  put_u16(wb, (uint16_t)len);
+  put_bytes(wb, text, len);
+}
+
+/* The length of a string field of the struct being encoded, or -1 when it is not terminated inside
+ * its array (cap bytes) or is longer than max. */
+static long field_len(const char *text, size_t cap, size_t max) {
+  size_t len = strnlen(text, cap);
+  return len == cap || len > max ? -1 : (long)len;
+}
+
+/* Append a header with a zero length; finish_message patches the length in. */
+static size_t begin_message(hoop__wbuf *wb, hoop__msg_type type) {
+  size_t start = wb->len;
+  put_u32(wb, HOOP_WIRE_MAGIC);
+  put_u16(wb, HOOP_WIRE_VERSION);
+  put_u16(wb, (uint16_t)type);
+  put_u32(wb, 0);
+  return start;
+}
+
+static int finish_message(hoop__wbuf *wb, size_t start) {
+  if (wb->failed)
+    return -1;
+  size_t length = wb->len - start - HOOP_WIRE_HEADER_SIZE;
+  store_u32(wb->data + start + 8, (uint32_t)length);
+  return 0;
+}
+
+/* ---- encoders -------------------------------------------------------------------------------- */
+
+int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
+  long job = field_len(msg->job, sizeof msg->job, HOOP_WIRE_MAX_JOB);
+  long host = field_len(msg->host, sizeof msg->host, HOOP_WIRE_MAX_HOST);
+  long addr = field_len(msg->addr, sizeof msg->addr, HOOP_WIRE_MAX_ADDR);
+  if (job < 0 || host < 0 || addr < 0 || msg->size == 0 || msg->size > HOOP_WIRE_MAX_RANKS ||
+      msg->rank < -1 || (msg->rank >= 0 && (uint32_t)msg->rank >= msg->size) ||
+      msg->proof_len > HOOP_WIRE_MAX_PROOF)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_HELLO);
+  put_str(wb, msg->job, (size_t)job);
+  put_u32(wb, msg->size);
+  put_u32(wb, (uint32_t)msg->rank);
+  put_u32(wb, msg->timeout_ms);
+  put_str(wb, msg->host, (size_t)host);
+  put_str(wb, msg->addr, (size_t)addr);
+  put_u16(wb, msg->proof_len);
+  put_bytes(wb, msg->proof, msg->proof_len);
+  return finish_message(wb, start);
+}
+
+static int peer_entry_valid(const hoop__peer_entry *peer, uint32_t size) {
+  return field_len(peer->host, sizeof peer->host, HOOP_WIRE_MAX_HOST) >= 0 &&
+         field_len(peer->addr, sizeof peer->addr, HOOP_WIRE_MAX_ADDR) >= 0 &&
+         peer->local_rank < peer->local_size && peer->local_size <= size;
+}
+
+int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg) {
+  if (msg->size == 0 || msg->size > HOOP_WIRE_MAX_RANKS || msg->rank >= msg->size || !msg->peers)
+    return -1;
+  for (uint32_t i = 0; i < msg->size; i++)
+    if (!peer_entry_valid(&msg->peers[i], msg->size))
+      return -1;
+  size_t start = begin_message(wb, HOOP_MSG_TABLE);
+  put_u32(wb, msg->size);
+  put_u32(wb, msg->rank);
+  put_bytes(wb, msg->nonce, HOOP_WIRE_NONCE);
+  for (uint32_t i = 0; i < msg->size; i++) {
+    const hoop__peer_entry *peer = &msg->peers[i];
+    put_str(wb, peer->host, strlen(peer->host));
+    put_str(wb, peer->addr, strlen(peer->addr));
+    put_u32(wb, peer->local_rank);
+    put_u32(wb, peer->local_size);
+  }
+  return finish_message(wb, start);
+}
+
+int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg) {
+  long message = field_len(msg->message, sizeof msg->message, HOOP_WIRE_MAX_MESSAGE);
+  if (message < 0 || msg->code == 0)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_ERROR);
+  put_u32(wb, msg->code);
+  put_str(wb, msg->message, (size_t)message);
+  return finish_message(wb, start);
+}
+
+int hoop__wire_encode_status_req(hoop__wbuf *wb) {
+  return finish_message(wb, begin_message(wb, HOOP_MSG_STATUS_REQ));
+}
+
+static int job_status_valid(const hoop__job_status *job) {
+  if (field_len(job->job, sizeof job->job, HOOP_WIRE_MAX_JOB) < 0 || job->size == 0 ||
+      job->size > HOOP_WIRE_MAX_RANKS || job->joined > job->size ||
+      job->nmissing > HOOP_WIRE_MAX_MISSING || job->nmissing > job->size - job->joined)
+    return 0;
+  for (uint32_t i = 0; i < job->nmissing; i++)
+    if (job->missing[i] < 0 || (uint32_t)job->missing[i] >= job->size)
+      return 0;
+  return 1;
+}
+
+int hoop__wire_encode_status(hoop__wbuf *wb, const hoop__status *msg) {
+  if (msg->njobs > HOOP_WIRE_MAX_STATUS_JOBS || (msg->njobs > 0 && !msg->jobs))
+    return -1;
+  for (uint32_t i = 0; i < msg->njobs; i++)
+    if (!job_status_valid(&msg->jobs[i]))
+      return -1;
+  size_t start = begin_message(wb, HOOP_MSG_STATUS);
+  put_u32(wb, msg->njobs);
+  for (uint32_t i = 0; i < msg->njobs; i++) {
+    const hoop__job_status *job = &msg->jobs[i];
+    put_str(wb, job->job, strlen(job->job));
+    put_u32(wb, job->size);
+    put_u32(wb, job->joined);
+    put_u32(wb, job->waited_ms);
+    put_u32(wb, job->nmissing);
+    for (uint32_t m = 0; m < job->nmissing; m++)
+      put_u32(wb, (uint32_t)job->missing[m]);
+  }
+  return finish_message(wb, start);
+}
+
+/* ---- input reader ---------------------------------------------------------------------------- */
+
+/* Reads from a payload; any read past the end sets `bad`, and later reads then yield zeros, so a
+ * decoder checks once at the end instead of after every field. */
+typedef struct reader {
+  const uint8_t *at;
+  size_t left;
+  int bad;
+} reader;
+
+/* n bytes, or NULL when they are not there. n must be > 0. */
+static const uint8_t *take(reader *in, size_t n) {
+  if (in->bad || n > in->left) {
+    in->bad = 1;
+    return NULL;
+  }
+  const uint8_t *bytes = in->at;
+  in->at += n;
+  in->left -= n;
+  return bytes;
+}
+
+static uint16_t get_u16(reader *in) {
+  const uint8_t *b = take(in, 2);
+  return b ? (uint16_t)(b[0] | b[1] << 8) : 0;
+}
+
+static uint32_t load_u32(const uint8_t *b) {
+  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint32_t get_u32(reader *in) {
+  const uint8_t *b = take(in, 4);
+  return b ? load_u32(b) : 0;
+}
+
+/* Two's complement by arithmetic, so that no implementation-defined conversion is involved. */
+static int32_t get_i32(reader *in) {
+  uint32_t raw = get_u32(in);
+  return raw <= INT32_MAX ? (int32_t)raw : -(int32_t)(UINT32_MAX - raw) - 1;
+}
+
+/* A string of at most max bytes into out (max + 1 bytes), NUL-terminated; an embedded NUL makes
+ * the payload bad. */
+static void get_str(reader *in, char *out, size_t max) {
+  uint16_t len = get_u16(in);
+  out[0] = '\0';
+  if (in->bad || len == 0)
+    return;
+  const uint8_t *bytes = len <= max ? take(in, len) : NULL;
+  if (!bytes || memchr(bytes, '\0', len)) {
+    in->bad = 1;
+    return;
+  }
+  memcpy(out, bytes, len);
+  out[len] = '\0';
+}
+
+/* 0 when the whole payload was read and nothing was out of place. */
+static int reader_done(const reader *in) {
+  return !in->bad && in->left == 0 ? 0 : -1;
+}
+
+/* ---- decoders -------------------------------------------------------------------------------- */
+
+int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
+                             hoop__wire_header *out) {
+  if (len < HOOP_WIRE_HEADER_SIZE)
+    return 1;
+  /* Filled even when invalid, so that the caller can log what came. */
+  out->magic = load_u32(buf);
+  out->version = (uint16_t)(buf[4] | buf[5] << 8);
+  out->type = (uint16_t)(buf[6] | buf[7] << 8);
+  out->length = load_u32(buf + 8);
+  if (out->magic != HOOP_WIRE_MAGIC || out->version != HOOP_WIRE_VERSION ||
+      out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_STATUS || out->length > max_payload)
+    return -1;
+  return 0;
+}
+
+int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  get_str(&in, out->job, HOOP_WIRE_MAX_JOB);
+  out->size = get_u32(&in);
+  out->rank = get_i32(&in);
+  out->timeout_ms = get_u32(&in);
+  get_str(&in, out->host, HOOP_WIRE_MAX_HOST);
+  get_str(&in, out->addr, HOOP_WIRE_MAX_ADDR);
+  out->proof_len = get_u16(&in);
+  if (!in.bad && out->proof_len > 0) {
+    const uint8_t *proof = out->proof_len <= HOOP_WIRE_MAX_PROOF ? take(&in, out->proof_len) : NULL;
+    if (proof)
+      memcpy(out->proof, proof, out->proof_len);
+    else
+      in.bad = 1;
+  }
+  if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP_WIRE_MAX_RANKS ||
+      out->rank < -1 || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
+    return -1;
+  return 0;
+}
+
+/* Smallest encoding of one table entry: two empty strings and two u32. */
+#define TABLE_ENTRY_MIN 12
+
+static void get_peer_entry(reader *in, hoop__peer_entry *peer, uint32_t size) {
+  get_str(in, peer->host, HOOP_WIRE_MAX_HOST);
+  get_str(in, peer->addr, HOOP_WIRE_MAX_ADDR);
+  peer->local_rank = get_u32(in);
+  peer->local_size = get_u32(in);
+  if (peer->local_rank >= peer->local_size || peer->local_size > size)
+    in->bad = 1;
+}
+
+int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  uint32_t size = get_u32(&in);
+  uint32_t rank = get_u32(&in);
+  const uint8_t *nonce = take(&in, HOOP_WIRE_NONCE);
+  /* Check the entry count against the bytes left before allocating for it, so that a short
+   * hostile payload cannot make us allocate megabytes. */
+  if (in.bad || size == 0 || size > HOOP_WIRE_MAX_RANKS || rank >= size ||
+      in.left / TABLE_ENTRY_MIN < size)
+    return -1;
+  hoop__peer_entry *peers = calloc(size, sizeof *peers);
+  if (!peers)
+    return -1;
+  for (uint32_t i = 0; i < size && !in.bad; i++)
+    get_peer_entry(&in, &peers[i], size);
+  if (reader_done(&in) != 0) {
+    free(peers);
+    return -1;
+  }
+  out->size = size;
+  out->rank = rank;
+  memcpy(out->nonce, nonce, HOOP_WIRE_NONCE);
+  out->peers = peers;
+  return 0;
+}
+
+int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  out->code = get_u32(&in);
+  get_str(&in, out->message, HOOP_WIRE_MAX_MESSAGE);
+  return reader_done(&in) != 0 || out->code == 0 ? -1 : 0;
+}
+
+/* Smallest encoding of one job in a status: an empty job id and four u32. */
+#define STATUS_JOB_MIN 18
+
+static void get_job_status(reader *in, hoop__job_status *job) {
+  get_str(in, job->job, HOOP_WIRE_MAX_JOB);
+  job->size = get_u32(in);
+  job->joined = get_u32(in);
+  job->waited_ms = get_u32(in);
+  job->nmissing = get_u32(in);
+  if (job->size == 0 || job->size > HOOP_WIRE_MAX_RANKS || job->joined > job->size ||
+      job->nmissing > HOOP_WIRE_MAX_MISSING || job->nmissing > job->size - job->joined) {
+    in->bad = 1;
+    return;
+  }
+  for (uint32_t m = 0; m < job->nmissing && !in->bad; m++) {
+    job->missing[m] = get_i32(in);
+    if (job->missing[m] < 0 || (uint32_t)job->missing[m] >= job->size)
+      in->bad = 1;
+  }
+}
+
+int hoop__wire_decode_status(const uint8_t *payload, size_t len, hoop__status *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  uint32_t njobs = get_u32(&in);
+  if (in.bad || njobs > HOOP_WIRE_MAX_STATUS_JOBS || in.left / STATUS_JOB_MIN < njobs)
+    return -1;
+  hoop__job_status *jobs = NULL;
+  if (njobs > 0 && !(jobs = calloc(njobs, sizeof *jobs)))
+    return -1;
+  for (uint32_t i = 0; i < njobs && !in.bad; i++)
+    get_job_status(&in, &jobs[i]);
+  if (reader_done(&in) != 0) {
+    free(jobs);
+    return -1;
+  }
+  out->njobs = njobs;
+  out->jobs = jobs;
+  return 0;
+}
+
+void hoop__table_free(hoop__table *table) {
+  free(table->peers);
+  table->peers = NULL;
+  table->size = 0;
+}
+
+void hoop__status_free(hoop__status *status) {
+  free(status->jobs);
+  status->jobs = NULL;
+  status->njobs = 0;
+}

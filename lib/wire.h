@@ -1,0 +1,128 @@
+/* wire.h - the rendezvous wire protocol: message structs, encoders and bounds-checked decoders.
+ *
+ * Every message is a 12-byte header followed by a payload:
+ *   u32 magic ("HOOP" = 0x504f4f48), u16 version, u16 type, u32 payload length
+ * All integers are little-endian. A string is u16 length + bytes (no NUL on the wire; an embedded
+ * NUL is malformed). A byte blob is u16 length + bytes. Each message type has its own payload bound;
+ * the decoders reject anything truncated, oversized, with trailing bytes or out of range, so that
+ * both the client (lib/rendezvous.c) and the server (lib/rdzv_server.c) can trust what they get.
+ */
+#ifndef HOOP_WIRE_H
+#define HOOP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HOOP_WIRE_MAGIC 0x504f4f48u
+#define HOOP_WIRE_VERSION 1
+#define HOOP_WIRE_HEADER_SIZE 12
+
+#define HOOP_WIRE_MAX_JOB 128     /* bytes of a job id */
+#define HOOP_WIRE_MAX_HOST 255    /* bytes of a host name */
+#define HOOP_WIRE_MAX_ADDR 255    /* bytes of a transport address string */
+#define HOOP_WIRE_MAX_MESSAGE 1024 /* bytes of an error message */
+#define HOOP_WIRE_MAX_PROOF 64    /* bytes of an auth proof */
+#define HOOP_WIRE_NONCE 16        /* bytes of the per-job nonce */
+#define HOOP_WIRE_MAX_RANKS 16384 /* ranks in one job */
+#define HOOP_WIRE_MAX_STATUS_JOBS 256
+#define HOOP_WIRE_MAX_MISSING 64  /* missing ranks listed per job in a status reply */
+
+/* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
+ * header, before reading them. */
+#define HOOP_WIRE_MAX_CLIENT_PAYLOAD 4096
+/* Largest payload of any message (a TABLE for HOOP_WIRE_MAX_RANKS ranks fits). */
+#define HOOP_WIRE_MAX_PAYLOAD (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
+
+typedef enum hoop__msg_type {
+  HOOP_MSG_HELLO = 1,      /* client -> server: join a job */
+  HOOP_MSG_TABLE = 2,      /* server -> client: the job is complete; here is the rank table */
+  HOOP_MSG_ERROR = 3,      /* server -> client: the join failed (code + message) */
+  HOOP_MSG_STATUS_REQ = 4, /* client -> server: list the jobs waiting (empty payload) */
+  HOOP_MSG_STATUS = 5      /* server -> client: the jobs waiting */
+} hoop__msg_type;
+
+typedef struct hoop__wire_header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint32_t length;
+} hoop__wire_header;
+
+typedef struct hoop__hello {
+  char job[HOOP_WIRE_MAX_JOB + 1];
+  uint32_t size;       /* world size, 1..HOOP_WIRE_MAX_RANKS */
+  int32_t rank;        /* requested rank in [0, size), or -1 */
+  uint32_t timeout_ms; /* how long this rank waits; the server times the job out after it */
+  char host[HOOP_WIRE_MAX_HOST + 1];
+  char addr[HOOP_WIRE_MAX_ADDR + 1]; /* where peers reach this rank's transport */
+  uint16_t proof_len;
+  uint8_t proof[HOOP_WIRE_MAX_PROOF];
+} hoop__hello;
+
+typedef struct hoop__peer_entry {
+  char host[HOOP_WIRE_MAX_HOST + 1];
+  char addr[HOOP_WIRE_MAX_ADDR + 1];
+  uint32_t local_rank;
+  uint32_t local_size;
+} hoop__peer_entry;
+
+typedef struct hoop__table {
+  uint32_t size;  /* ranks in the job */
+  uint32_t rank;  /* the receiver's rank */
+  uint8_t nonce[HOOP_WIRE_NONCE];
+  hoop__peer_entry *peers; /* size entries; owned, free with hoop__table_free */
+} hoop__table;
+
+typedef struct hoop__error_msg {
+  uint32_t code; /* a hoop_result */
+  char message[HOOP_WIRE_MAX_MESSAGE + 1];
+} hoop__error_msg;
+
+typedef struct hoop__job_status {
+  char job[HOOP_WIRE_MAX_JOB + 1];
+  uint32_t size;      /* ranks expected */
+  uint32_t joined;    /* ranks joined so far */
+  uint32_t waited_ms; /* since the first rank joined */
+  uint32_t nmissing;  /* entries in missing[], at most HOOP_WIRE_MAX_MISSING */
+  int32_t missing[HOOP_WIRE_MAX_MISSING]; /* requested ranks not yet joined */
+} hoop__job_status;
+
+typedef struct hoop__status {
+  uint32_t njobs;
+  hoop__job_status *jobs; /* owned, free with hoop__status_free */
+} hoop__status;
+
+/* A growable output buffer. On allocation failure `failed` is set and later appends do nothing. */
+typedef struct hoop__wbuf {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+  int failed;
+} hoop__wbuf;
+
+void hoop__wbuf_free(hoop__wbuf *wb);
+
+/* Encoders append one whole message (header + payload) to wb. They return 0, or -1 if the struct
+ * is out of bounds (a string too long, a rank out of range) or memory ran out. */
+int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg);
+int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg);
+int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg);
+int hoop__wire_encode_status_req(hoop__wbuf *wb);
+int hoop__wire_encode_status(hoop__wbuf *wb, const hoop__status *msg);
+
+/* Decode the first HOOP_WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
+ * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
+int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
+                             hoop__wire_header *out);
+
+/* Payload decoders: 0 on success, -1 if the payload is malformed (then *out holds nothing that needs
+ * freeing). */
+int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out);
+int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out);
+int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg *out);
+int hoop__wire_decode_status(const uint8_t *payload, size_t len, hoop__status *out);
+
+void hoop__table_free(hoop__table *table);
+void hoop__status_free(hoop__status *status);
+
+#endif /* HOOP_WIRE_H */

@@ -1,0 +1,190 @@
+/* coll_worker.c - one rank of the collectives test: runs every collective for every dtype and op
+ * on awkward counts, in place and out of place, and checks each result against reference.c.
+ * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
+ *
+ * Usage: coll_worker [--quick] [--barrier-dir DIR]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "reference.h"
+
+static hoop_comm *comm;
+static int rank, nranks;
+static size_t checks, failures;
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rank %d FAIL: ", rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  failures++;
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "rank %d: out of memory\n", rank);
+    exit(2);
+  }
+  return p;
+}
+
+/* Calls must succeed; a failed call is reported and ends the run (the communicator is gone). */
+static void must(hoop_result result, const char *what) {
+  if (result != HOOP_OK) {
+    fprintf(stderr, "rank %d FAIL: %s returned %s: %s\n", rank, what, hoop_strerror(result),
+            hoop_last_error(comm));
+    exit(1);
+  }
+}
+
+static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_place) {
+  size_t esize = hoop_dtype_size(dtype);
+  unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op);
+  char *send = xmalloc(count * esize), *recv = xmalloc(count * esize), *copy = xmalloc(count * esize);
+  ref_fill(send, count, dtype, op, rank, seed);
+  memcpy(copy, send, count * esize);
+  memset(recv, 0x5a, count * esize);
+  char *out = in_place ? send : recv;
+  must(hoop_allreduce(comm, send, out, count, dtype, op), "hoop_allreduce");
+  char msg[256];
+  checks++;
+  if (ref_check_allreduce(out, count, dtype, op, nranks, seed, msg, sizeof msg))
+    fail("allreduce %s %s count %zu %s: %s", hoop_dtype_name(dtype), hoop_op_name(op), count,
+         in_place ? "in place" : "out of place", msg);
+  if (!in_place && memcmp(send, copy, count * esize) != 0)
+    fail("allreduce %s %s count %zu changed sendbuf", hoop_dtype_name(dtype), hoop_op_name(op),
+         count);
+  free(copy);
+  free(recv);
+  free(send);
+}
+
+static void check_broadcast(size_t count, hoop_dtype dtype, int root) {
+  size_t esize = hoop_dtype_size(dtype);
+  unsigned seed = (unsigned)(count * 17 + (size_t)root);
+  char *buf = xmalloc(count * esize);
+  if (rank == root)
+    ref_fill(buf, count, dtype, HOOP_MIN, root, seed);
+  else
+    memset(buf, 0xa5, count * esize);
+  must(hoop_broadcast(comm, buf, count, dtype, root), "hoop_broadcast");
+  char msg[256];
+  checks++;
+  if (ref_check_equal(buf, count, dtype, HOOP_MIN, root, seed, msg, sizeof msg))
+    fail("broadcast %s count %zu root %d: %s", hoop_dtype_name(dtype), count, root, msg);
+  free(buf);
+}
+
+static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
+  size_t esize = hoop_dtype_size(dtype), block = count * esize;
+  unsigned seed = (unsigned)(count * 13 + (size_t)dtype);
+  char *all = xmalloc(block * (size_t)nranks), *mine = xmalloc(block);
+  memset(all, 0x3c, block * (size_t)nranks);
+  ref_fill(mine, count, dtype, HOOP_MAX, rank, seed);
+  const void *send = mine;
+  if (in_place) {
+    memcpy(all + (size_t)rank * block, mine, block);
+    send = all + (size_t)rank * block;
+  }
+  must(hoop_allgather(comm, send, all, count, dtype), "hoop_allgather");
+  char msg[256];
+  for (int r = 0; r < nranks; r++) {
+    checks++;
+    if (ref_check_equal(all + (size_t)r * block, count, dtype, HOOP_MAX, r, seed, msg, sizeof msg))
+      fail("allgather %s count %zu %s, block of rank %d: %s", hoop_dtype_name(dtype), count,
+           in_place ? "in place" : "out of place", r, msg);
+  }
+  free(mine);
+  free(all);
+}
+
+/* Each rank leaves a file before the barrier and, after it, must see every rank's file: a rank
+ * that left the barrier early would miss one. Ranks arrive at staggered times. */
+static void check_barrier(const char *dir, int round) {
+  char path[4096];
+  struct timespec stagger = {0, (long)((rank * 7 + round * 3) % 5) * 10 * 1000 * 1000};
+  nanosleep(&stagger, NULL);
+  snprintf(path, sizeof path, "%s/round%d.rank%d", dir, round, rank);
+  int fd = open(path, O_CREAT | O_WRONLY, 0600);
+  if (fd < 0) {
+    fail("barrier: cannot create %s: %s", path, strerror(errno));
+    return;
+  }
+  close(fd);
+  must(hoop_barrier(comm), "hoop_barrier");
+  for (int r = 0; r < nranks; r++) {
+    struct stat st;
+    snprintf(path, sizeof path, "%s/round%d.rank%d", dir, round, r);
+    checks++;
+    if (stat(path, &st) != 0)
+      fail("barrier round %d: left the barrier before rank %d entered it", round, r);
+  }
+}
+
+static const size_t small_counts[] = {0, 1, 2, 3, 5, 7, 13, 31, 97, 1031};
+
+int main(int argc, char **argv) {
+  int quick = 0;
+  const char *barrier_dir = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--barrier-dir") == 0 && i + 1 < argc)
+      barrier_dir = argv[++i];
+  }
+  must(hoop_init_from_env(&comm), "hoop_init_from_env");
+  rank = hoop_rank(comm);
+  nranks = hoop_size(comm);
+  if (hoop_local_rank(comm) != rank || hoop_local_size(comm) != nranks)
+    fail("one host: expected local rank %d of %d, got %d of %d", rank, nranks,
+         hoop_local_rank(comm), hoop_local_size(comm));
+
+  size_t ncounts = sizeof small_counts / sizeof small_counts[0];
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (int op = 0; op < HOOP_OP_COUNT; op++)
+      for (size_t c = 0; c < ncounts; c++)
+        for (int in_place = 0; in_place < 2; in_place++)
+          check_allreduce(small_counts[c], (hoop_dtype)dtype, (hoop_op)op, in_place);
+  /* Big enough for several pipelined chunks per ring segment; not a multiple of anything. */
+  size_t big = quick ? 150001 : 1300021;
+  check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0);
+  check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 1);
+  check_allreduce(big, HOOP_BFLOAT16, HOOP_AVG, 1);
+  check_allreduce(big / 3, HOOP_INT64, HOOP_MAX, 0);
+  check_allreduce(big, HOOP_INT8, HOOP_PROD, 0);
+
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (size_t c = 0; c < ncounts; c++)
+      check_broadcast(small_counts[c], (hoop_dtype)dtype, (int)(c % (size_t)nranks));
+  for (int root = 0; root < nranks; root++) {
+    check_broadcast(40009, HOOP_FLOAT32, root); /* past the chain threshold */
+    check_broadcast(big, HOOP_UINT8, root);
+  }
+
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (size_t c = 0; c < ncounts; c++)
+      for (int in_place = 0; in_place < 2; in_place++)
+        check_allgather(small_counts[c], (hoop_dtype)dtype, in_place);
+  check_allgather(big / 4, HOOP_FLOAT64, 0);
+  check_allgather(big / 2 + 1, HOOP_UINT8, 1);
+
+  for (int round = 0; barrier_dir && round < 3; round++)
+    check_barrier(barrier_dir, round);
+  must(hoop_barrier(comm), "hoop_barrier");
+
+  printf("coll_worker rank %d of %d: %zu checks, %zu failed\n", rank, nranks, checks, failures);
+  hoop_finalize(comm);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,126 @@
+/* procs.c - process helpers for the multi-process tests (see procs.h). */
+#include "procs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *procs_build_path(const char *rel) {
+  static char path[4096];
+  const char *dir = getenv("HOOP_BUILDDIR");
+  snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : ".", rel);
+  return path;
+}
+
+pid_t procs_start(char *const argv[], char *const env_add[], const char *out_path) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid != 0)
+    return pid;
+  for (int i = 0; env_add && env_add[i]; i++)
+    putenv(env_add[i]);
+  if (out_path) {
+    int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+  }
+  execvp(argv[0], argv);
+  fprintf(stderr, "cannot start %s: %s\n", argv[0], strerror(errno));
+  _exit(127);
+}
+
+static int status_code(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int procs_wait(pid_t pid, double timeout_s) {
+  struct timespec pause = {0, 10 * 1000 * 1000};
+  for (double waited = 0; waited < timeout_s; waited += 0.01) {
+    int status;
+    pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid)
+      return status_code(status);
+    if (done < 0)
+      return -1;
+    nanosleep(&pause, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+int procs_run(char *const argv[], char *const env_add[], const char *out_path, double timeout_s) {
+  pid_t pid = procs_start(argv, env_add, out_path);
+  return pid < 0 ? -1 : procs_wait(pid, timeout_s);
+}
+
+int procs_fork_ranks(int n, int (*fn)(int index, int n, void *arg), void *arg, double timeout_s) {
+  pid_t pids[256];
+  int bad = 0;
+  fflush(NULL);
+  for (int i = 0; i < n && i < 256; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0)
+      _exit(fn(i, n, arg));
+  }
+  for (int i = 0; i < n && i < 256; i++) {
+    int code = pids[i] < 0 ? -1 : procs_wait(pids[i], timeout_s);
+    if (code != 0) {
+      fprintf(stderr, "forked rank %d ended with %d (expected 0; -1 means killed at timeout)\n",
+              i, code);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+int procs_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof addr;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+      getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+char *procs_slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  size_t n;
+  while (text && (n = fread(text + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (cap - len < 2) {
+      char *grown = realloc(text, cap * 2);
+      if (!grown) {
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = grown;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (text)
+    text[len] = '\0';
+  return text;
+}

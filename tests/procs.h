@@ -1,0 +1,32 @@
+/* procs.h - starting real processes from the Check suites: a program with extra environment and a
+ * wall-clock limit, or N forked ranks running a function, each reaped with its status. */
+#ifndef HOOP_TEST_PROCS_H
+#define HOOP_TEST_PROCS_H
+
+#include <sys/types.h>
+
+/* Path of a program in the build tree: $HOOP_BUILDDIR/rel (or ./rel). Static buffer. */
+const char *procs_build_path(const char *rel);
+
+/* Start argv[0] with env_add ("NAME=value" strings, NULL-ended; may be NULL) added to the
+ * environment. Output goes to the test's stdout/stderr, or to out_path when not NULL. */
+pid_t procs_start(char *const argv[], char *const env_add[], const char *out_path);
+
+/* Wait for pid for at most timeout_s; on timeout kill it (SIGKILL) and return -1. Otherwise
+ * return the exit status (0..255), or 128 + signal. */
+int procs_wait(pid_t pid, double timeout_s);
+
+/* Run and wait. */
+int procs_run(char *const argv[], char *const env_add[], const char *out_path, double timeout_s);
+
+/* Fork n children; child i runs fn(i, n, arg) and exits with its return value. Waits for all
+ * within timeout_s (killing the rest past it) and returns how many did not exit 0. */
+int procs_fork_ranks(int n, int (*fn)(int index, int n, void *arg), void *arg, double timeout_s);
+
+/* A free TCP port on 127.0.0.1 (bound and released; good enough for tests). */
+int procs_free_port(void);
+
+/* Read a whole file into a malloc'ed string (NULL on error). */
+char *procs_slurp(const char *path);
+
+#endif

@@ -1,0 +1,203 @@
+/* reference.c - inputs and expected results for the collective tests (see reference.h). */
+#include "reference.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static int is_float(hoop_dtype dtype) {
+  return dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16 || dtype == HOOP_FLOAT32 ||
+         dtype == HOOP_FLOAT64;
+}
+
+static int is_signed(hoop_dtype dtype) {
+  return dtype == HOOP_INT8 || dtype == HOOP_INT32 || dtype == HOOP_INT64 || is_float(dtype);
+}
+
+/* The input as a number. Sums use [-3, 3] (or [0, 6] unsigned); products use +-1 and +-2 (1 and 2
+ * unsigned), so float results are exact; min and max use a wide spread. */
+static double input_value(hoop_dtype dtype, hoop_op op, int rank, size_t index, unsigned seed) {
+  uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)rank << 32) ^ index ^ ((uint64_t)dtype << 56));
+  switch (op) {
+  case HOOP_PROD: {
+    double v = (h & 1) ? 2.0 : 1.0;
+    return is_signed(dtype) && (h & 2) ? -v : v;
+  }
+  case HOOP_MIN:
+  case HOOP_MAX:
+    if (dtype == HOOP_INT8 || dtype == HOOP_UINT8)
+      return is_signed(dtype) ? (double)(int)(h % 256) - 128 : (double)(h % 256);
+    if (dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16)
+      return (double)(int)(h % 2001) - 1000; /* rounded to the format by stored() */
+    return is_signed(dtype) ? (double)(int64_t)(h % 2000001) - 1000000 : (double)(h % 2000001);
+  default:
+    return is_signed(dtype) ? (double)(int)(h % 7) - 3 : (double)(h % 7);
+  }
+}
+
+/* bfloat16 and float16 encodings of values that are exact in them (tests only use such values,
+ * apart from min/max inputs, which are rounded here the way the library would store them). */
+static uint16_t to_bf16(double v) {
+  float f = (float)v;
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
+  return (uint16_t)((bits + rounding) >> 16);
+}
+
+static double from_bf16(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static uint16_t to_half(double v) {
+  /* Values here are integers with |v| <= 2048 or results of rounding; go through the exact
+   * binary expansion. */
+  if (v == 0)
+    return signbit(v) ? 0x8000 : 0;
+  uint16_t sign = v < 0 ? 0x8000 : 0;
+  double a = fabs(v);
+  int e;
+  double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  int exp = e - 1 + 15;
+  if (exp >= 31)
+    return sign | 0x7c00;
+  if (exp <= 0) { /* subnormal */
+    double q = nearbyint(a / ldexp(1, -24));
+    return sign | (uint16_t)q;
+  }
+  double frac = nearbyint((m * 2 - 1) * 1024);
+  if (frac >= 1024) {
+    frac = 0;
+    exp++;
+    if (exp >= 31)
+      return sign | 0x7c00;
+  }
+  return sign | (uint16_t)(exp << 10) | (uint16_t)frac;
+}
+
+static double from_half(uint16_t h) {
+  int exp = (h >> 10) & 31, frac = h & 1023;
+  double v = exp == 0 ? ldexp(frac, -24) : exp == 31 ? INFINITY : ldexp(1024 + frac, exp - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+static void store(void *buf, size_t i, hoop_dtype dtype, double v) {
+  switch (dtype) {
+  case HOOP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HOOP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HOOP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+  case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HOOP_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+  case HOOP_FLOAT16: ((uint16_t *)buf)[i] = to_half(v); break;
+  case HOOP_BFLOAT16: ((uint16_t *)buf)[i] = to_bf16(v); break;
+  case HOOP_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HOOP_FLOAT64: ((double *)buf)[i] = v; break;
+  default: break;
+  }
+}
+
+static double load(const void *buf, size_t i, hoop_dtype dtype) {
+  switch (dtype) {
+  case HOOP_INT8: return ((const int8_t *)buf)[i];
+  case HOOP_UINT8: return ((const uint8_t *)buf)[i];
+  case HOOP_INT32: return ((const int32_t *)buf)[i];
+  case HOOP_UINT32: return ((const uint32_t *)buf)[i];
+  case HOOP_INT64: return (double)((const int64_t *)buf)[i];
+  case HOOP_UINT64: return (double)((const uint64_t *)buf)[i];
+  case HOOP_FLOAT16: return from_half(((const uint16_t *)buf)[i]);
+  case HOOP_BFLOAT16: return from_bf16(((const uint16_t *)buf)[i]);
+  case HOOP_FLOAT32: return ((const float *)buf)[i];
+  case HOOP_FLOAT64: return ((const double *)buf)[i];
+  default: return NAN;
+  }
+}
+
+/* The value as the dtype stores it (inputs of min/max in 16-bit floats get rounded). */
+static double stored(hoop_dtype dtype, double v) {
+  unsigned char cell[8];
+  store(cell, 0, dtype, v);
+  return load(cell, 0, dtype);
+}
+
+void ref_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank, unsigned seed) {
+  for (size_t i = 0; i < count; i++)
+    store(buf, i, dtype, input_value(dtype, op, rank, i, seed));
+}
+
+/* Wrap an integer result to the dtype's width, as two's complement arithmetic does. */
+static double wrap_integer(hoop_dtype dtype, uint64_t bits) {
+  switch (dtype) {
+  case HOOP_INT8: return (int8_t)(uint8_t)bits;
+  case HOOP_UINT8: return (uint8_t)bits;
+  case HOOP_INT32: return (int32_t)(uint32_t)bits;
+  case HOOP_UINT32: return (uint32_t)bits;
+  case HOOP_INT64: return (double)(int64_t)bits;
+  default: return (double)bits;
+  }
+}
+
+static double expected(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsigned seed) {
+  double acc = stored(dtype, input_value(dtype, op, 0, i, seed));
+  uint64_t bits = (uint64_t)(int64_t)acc;
+  for (int r = 1; r < nranks; r++) {
+    double v = stored(dtype, input_value(dtype, op, r, i, seed));
+    switch (op) {
+    case HOOP_SUM:
+    case HOOP_AVG: acc += v; bits += (uint64_t)(int64_t)v; break;
+    case HOOP_PROD: acc *= v; bits *= (uint64_t)(int64_t)v; break;
+    case HOOP_MIN: acc = v < acc ? v : acc; break;
+    case HOOP_MAX: acc = v > acc ? v : acc; break;
+    default: break;
+    }
+  }
+  if (!is_float(dtype) && (op == HOOP_SUM || op == HOOP_PROD))
+    return wrap_integer(dtype, bits);
+  if (op == HOOP_AVG)
+    return is_float(dtype) ? acc / nranks : trunc(acc / nranks);
+  return acc;
+}
+
+static int close_enough(hoop_dtype dtype, hoop_op op, double want, double got) {
+  if (op != HOOP_AVG || !is_float(dtype))
+    return want == got;
+  double tolerance = dtype == HOOP_FLOAT64   ? 1e-12
+                     : dtype == HOOP_FLOAT32 ? 1e-6
+                     : dtype == HOOP_FLOAT16 ? 1e-3
+                                             : 8e-3;
+  return fabs(want - got) <= tolerance * (fabs(want) > 1 ? fabs(want) : 1);
+}
+
+size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op,
+                           int nranks, unsigned seed, char *msg, size_t msglen) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) {
+    double want = expected(dtype, op, nranks, i, seed), got = load(buf, i, dtype);
+    if (!close_enough(dtype, op, want, got) && wrong++ == 0)
+      snprintf(msg, msglen, "element %zu: expected %.17g, got %.17g", i, want, got);
+  }
+  return wrong;
+}
+
+size_t ref_check_equal(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank,
+                       unsigned seed, char *msg, size_t msglen) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) {
+    double want = stored(dtype, input_value(dtype, op, rank, i, seed)), got = load(buf, i, dtype);
+    if (want != got && wrong++ == 0)
+      snprintf(msg, msglen, "element %zu: expected %.17g (rank %d's input), got %.17g", i, want,
+               rank, got);
+  }
+  return wrong;
+}

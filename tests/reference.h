@@ -1,0 +1,25 @@
+/* reference.h - test inputs and independently computed expected results for the collectives.
+ *
+ * Inputs are a pure function of (seed, rank, index, dtype, op), chosen so that float sums and
+ * products are exact (small integers, powers of two) whatever the order of reduction; the
+ * expected values are folded over ranks in plain C in wide types, without libhoop's kernels. */
+#ifndef HOOP_TEST_REFERENCE_H
+#define HOOP_TEST_REFERENCE_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+/* Write rank's input of count elements. */
+void ref_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank, unsigned seed);
+
+/* Check buf against op over nranks ranks' inputs. Returns the number of wrong elements and
+ * describes the first one in msg. */
+size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op,
+                           int nranks, unsigned seed, char *msg, size_t msglen);
+
+/* Check that buf equals rank's input exactly (broadcast and allgather blocks). */
+size_t ref_check_equal(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank,
+                       unsigned seed, char *msg, size_t msglen);
+
+#endif

@@ -1,0 +1,282 @@
+/* test_api.c - the API's contract outside the happy path: invalid arguments give
+ * HOOP_ERR_INVALID_ARG with a message and leave the communicator usable; a join that cannot
+ * complete times out naming the missing ranks; a missing server is reported; abort and failure
+ * make later calls fail; names and sizes of dtypes, ops and results. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "hoop.h"
+#include "procs.h"
+
+static hoop_comm *single_rank(void) {
+  hoop_config config;
+  hoop_config_init(&config);
+  config.size = 1;
+  hoop_comm *comm = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_OK);
+  return comm;
+}
+
+#define ASSERT_INVALID(call, comm)                                                                \
+  do {                                                                                            \
+    hoop_result got_ = (call);                                                                    \
+    ck_assert_msg(got_ == HOOP_ERR_INVALID_ARG, "%s: expected invalid argument, got %s", #call,   \
+                  hoop_strerror(got_));                                                           \
+    ck_assert_msg(strlen(hoop_last_error(comm)) > 0, "%s: no message in hoop_last_error", #call); \
+  } while (0)
+
+START_TEST(test_invalid_arguments) {
+  hoop_comm *comm = single_rank();
+  float x[4] = {1, 2, 3, 4}, y[4];
+  ASSERT_INVALID(hoop_allreduce(comm, x, y, 4, (hoop_dtype)99, HOOP_SUM), comm);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "dtype"));
+  ASSERT_INVALID(hoop_allreduce(comm, x, y, 4, HOOP_FLOAT32, (hoop_op)42), comm);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "op"));
+  ASSERT_INVALID(hoop_allreduce(comm, NULL, y, 4, HOOP_FLOAT32, HOOP_SUM), comm);
+  ASSERT_INVALID(hoop_allreduce(comm, x, NULL, 4, HOOP_FLOAT32, HOOP_SUM), comm);
+  ASSERT_INVALID(hoop_broadcast(comm, x, 4, HOOP_FLOAT32, 1), comm);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "root"));
+  ASSERT_INVALID(hoop_broadcast(comm, x, 4, HOOP_FLOAT32, -1), comm);
+  ASSERT_INVALID(hoop_broadcast(comm, NULL, 4, HOOP_FLOAT32, 0), comm);
+  ASSERT_INVALID(hoop_allgather(comm, NULL, y, 4, HOOP_FLOAT32), comm);
+  ASSERT_INVALID(hoop_allgather(comm, x, y, (size_t)-1 / 2, HOOP_FLOAT32), comm);
+  ck_assert_int_eq(hoop_allreduce(NULL, x, y, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_ERR_INVALID_ARG);
+  /* Count 0 is valid with NULL buffers, and nothing was lost: the communicator still works. */
+  ck_assert_int_eq(hoop_allreduce(comm, NULL, NULL, 0, HOOP_FLOAT32, HOOP_SUM), HOOP_OK);
+  ck_assert_int_eq(hoop_allreduce(comm, x, y, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_OK);
+  ck_assert(y[0] == 1 && y[3] == 4);
+  ck_assert_int_eq(hoop_barrier(comm), HOOP_OK);
+  hoop_finalize(comm);
+}
+END_TEST
+
+START_TEST(test_invalid_config) {
+  hoop_config config;
+  hoop_config_init(&config);
+  hoop_comm *comm = NULL;
+  config.size = 0;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "size"));
+  hoop_finalize(comm);
+  config.size = 2;
+  config.rendezvous = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "HOOP_RENDEZVOUS"));
+  hoop_finalize(comm);
+  config.rendezvous = "127.0.0.1:1";
+  config.rank = 2;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  hoop_finalize(comm);
+  config.rank = -1;
+  config.rendezvous = "no-port-here";
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "host:port"));
+  hoop_finalize(comm);
+  ck_assert_int_eq(hoop_init(NULL, &config), HOOP_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(test_env_errors) {
+  setenv("HOOP_SIZE", "three", 1);
+  hoop_comm *comm = NULL;
+  ck_assert_int_eq(hoop_init_from_env(&comm), HOOP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "HOOP_SIZE"));
+  hoop_finalize(comm);
+  unsetenv("HOOP_SIZE");
+  setenv("HOOP_TIMEOUT", "-4", 1);
+  ck_assert_int_eq(hoop_init_from_env(&comm), HOOP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "HOOP_TIMEOUT"));
+  hoop_finalize(comm);
+  unsetenv("HOOP_TIMEOUT");
+  /* No launcher variables at all: a job of one rank. */
+  ck_assert_int_eq(hoop_init_from_env(&comm), HOOP_OK);
+  ck_assert_int_eq(hoop_size(comm), 1);
+  ck_assert_int_eq(hoop_rank(comm), 0);
+  hoop_finalize(comm);
+}
+END_TEST
+
+START_TEST(test_names) {
+  ck_assert_str_eq(hoop_strerror(HOOP_ERR_PEER_LOST), "peer lost");
+  ck_assert_str_eq(hoop_strerror(HOOP_OK), "success");
+  for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
+    hoop_dtype parsed;
+    ck_assert_int_eq(hoop_dtype_from_name(hoop_dtype_name((hoop_dtype)d), &parsed), 0);
+    ck_assert_int_eq(parsed, d);
+    ck_assert_uint_gt(hoop_dtype_size((hoop_dtype)d), 0);
+  }
+  ck_assert_uint_eq(hoop_dtype_size(HOOP_BFLOAT16), 2);
+  ck_assert_uint_eq(hoop_dtype_size(HOOP_UINT64), 8);
+  ck_assert_uint_eq(hoop_dtype_size((hoop_dtype)77), 0);
+  for (int o = 0; o < HOOP_OP_COUNT; o++) {
+    hoop_op parsed;
+    ck_assert_int_eq(hoop_op_from_name(hoop_op_name((hoop_op)o), &parsed), 0);
+    ck_assert_int_eq(parsed, o);
+  }
+  hoop_op op;
+  ck_assert_int_eq(hoop_op_from_name("median", &op), -1);
+}
+END_TEST
+
+/* hoop-env(7) documents every variable of the table in lib/env.c, each as a tagged paragraph. */
+START_TEST(test_env_manual_complete) {
+  char path[4096];
+  const char *srcdir = getenv("HOOP_SRCDIR");
+  snprintf(path, sizeof path, "%s/man/hoop-env.7", srcdir && srcdir[0] ? srcdir : ".");
+  char *manual = procs_slurp(path);
+  ck_assert_msg(manual != NULL, "cannot read %s", path);
+  for (const hoop__env_var *var = hoop__env_table(); var->name; var++) {
+    char entry[128];
+    snprintf(entry, sizeof entry, ".TP\n.B %s\n", var->name);
+    ck_assert_msg(strstr(manual, entry) != NULL, "hoop-env.7 does not document %s", var->name);
+  }
+  free(manual);
+}
+END_TEST
+
+START_TEST(test_token_fails_closed) {
+  hoop_config config;
+  hoop_config_init(&config);
+  config.size = 1;
+  config.token = "secret";
+  hoop_comm *comm = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_UNSUPPORTED);
+  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "HOOP_TOKEN"));
+  hoop_finalize(comm);
+}
+END_TEST
+
+/* ---- multi-rank failures ---------------------------------------------------------------------- */
+
+typedef struct join_case {
+  int port;
+  int size;       /* the size every rank claims */
+  double timeout; /* HOOP_TIMEOUT of the ranks */
+  const char *must_contain[3];
+  hoop_result expect;
+} join_case;
+
+static int join_and_expect(int index, int n, void *arg) {
+  const join_case *jc = arg;
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", jc->port);
+  hoop_config config;
+  hoop_config_init(&config);
+  config.rendezvous = rendezvous;
+  config.job = "incomplete";
+  config.size = jc->size;
+  config.rank = index;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = jc->timeout;
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  int bad = result != jc->expect;
+  for (int i = 0; i < 3 && jc->must_contain[i]; i++)
+    bad |= strstr(hoop_last_error(comm), jc->must_contain[i]) == NULL;
+  if (bad)
+    fprintf(stderr, "rank %d: expected %s mentioning '%s', got %s: %s\n", index,
+            hoop_strerror(jc->expect), jc->must_contain[0], hoop_strerror(result),
+            hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_join_timeout_names_missing) {
+  /* Ranks 0 and 1 of a job of 4 start; 2 and 3 never come. */
+  join_case jc = {procs_free_port(), 4, 2.0, {"2 of 4", "missing ranks: 2, 3", NULL},
+                  HOOP_ERR_TIMEOUT};
+  ck_assert_int_eq(procs_fork_ranks(2, join_and_expect, &jc, 30), 0);
+}
+END_TEST
+
+START_TEST(test_no_server) {
+  /* Nobody hosts the rendezvous: the rank says so once its timeout passes. */
+  join_case jc = {procs_free_port(), 2, 1.0, {"no server answered", NULL, NULL}, HOOP_ERR_TIMEOUT};
+  hoop_config config;
+  hoop_config_init(&config);
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", jc.port);
+  config.rendezvous = rendezvous;
+  config.size = 2;
+  config.rank = 1;
+  config.timeout_s = 1.0;
+  hoop_comm *comm = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_TIMEOUT);
+  ck_assert_msg(strstr(hoop_last_error(comm), jc.must_contain[0]) != NULL,
+                "expected a message about no server, got: %s", hoop_last_error(comm));
+  hoop_finalize(comm);
+}
+END_TEST
+
+static int abort_then_call(int index, int n, void *arg) {
+  int port = *(int *)arg;
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  hoop_config config;
+  hoop_config_init(&config);
+  config.rendezvous = rendezvous;
+  config.size = n;
+  config.rank = index;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = 20;
+  hoop_comm *comm = NULL;
+  if (hoop_init(&comm, &config) != HOOP_OK)
+    return 10;
+  int bad = 0;
+  int value = 1;
+  /* An invalid call on every rank changes nothing: the next collective still works. */
+  bad |= hoop_broadcast(comm, &value, 1, HOOP_INT32, n) != HOOP_ERR_INVALID_ARG;
+  bad |= hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM) != HOOP_OK || value != n;
+  if (index == 0) {
+    bad |= hoop_abort(comm, "test abort") != HOOP_OK;
+    bad |= hoop_barrier(comm) != HOOP_ERR_ABORTED;
+    bad |= strstr(hoop_last_error(comm), "test abort") == NULL;
+  } else {
+    /* The aborting rank closed its connections: this rank's next call fails, it does not hang. */
+    hoop_result result = hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM);
+    bad |= result != HOOP_ERR_PEER_LOST;
+    bad |= hoop_barrier(comm) != HOOP_ERR_FAILED;
+    if (bad)
+      fprintf(stderr, "rank %d after abort: %s: %s\n", index, hoop_strerror(result),
+              hoop_last_error(comm));
+  }
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_abort_and_refusal) {
+  int port = procs_free_port();
+  ck_assert_int_eq(procs_fork_ranks(2, abort_then_call, &port, 40), 0);
+}
+END_TEST
+
+static Suite *api_suite(void) {
+  Suite *s = suite_create("api");
+  TCase *tc = tcase_create("local");
+  tcase_add_test(tc, test_invalid_arguments);
+  tcase_add_test(tc, test_invalid_config);
+  tcase_add_test(tc, test_env_errors);
+  tcase_add_test(tc, test_names);
+  tcase_add_test(tc, test_env_manual_complete);
+  tcase_add_test(tc, test_token_fails_closed);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("failures");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_join_timeout_names_missing);
+  tcase_add_test(tc, test_no_server);
+  tcase_add_test(tc, test_abort_and_refusal);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(api_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,124 @@
+/* test_collectives.c - every collective on 1, 2, 3, 4 and 7 real ranks over loopback, checked
+ * against reference.c: through hooprun (embedded rendezvous), and through ranks that call hoop_init
+ * themselves with rank 0 hosting the rendezvous. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "procs.h"
+
+static void run_workers(int np, int quick) {
+  char dir[] = "/tmp/hoop-barrier-XXXXXX";
+  ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
+  char np_text[16];
+  snprintf(np_text, sizeof np_text, "%d", np);
+  char hooprun[4096], worker[4096];
+  snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
+  snprintf(worker, sizeof worker, "%s", procs_build_path("tests/coll_worker"));
+  char *argv[] = {hooprun, "-np", np_text, "--timeout", "60", worker, "--barrier-dir", dir,
+                  quick ? "--quick" : NULL, NULL};
+  int code = procs_run(argv, NULL, NULL, 480);
+  ck_assert_msg(code == 0, "hooprun -np %d coll_worker: expected exit 0, got %d%s", np, code,
+                code == -1 ? " (killed after 480 s)" : "");
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_hooprun_1) { run_workers(1, 0); }
+END_TEST
+START_TEST(test_hooprun_2) { run_workers(2, 0); }
+END_TEST
+START_TEST(test_hooprun_3) { run_workers(3, 0); }
+END_TEST
+START_TEST(test_hooprun_4) { run_workers(4, 0); }
+END_TEST
+START_TEST(test_hooprun_7) { run_workers(7, 1); }
+END_TEST
+
+/* ---- ranks that join by themselves ------------------------------------------------------------ */
+
+typedef struct forked_job {
+  int port;
+  int request_ranks; /* 1: each child asks for its index as rank; 0: the server assigns */
+} forked_job;
+
+static int forked_rank(int index, int n, void *arg) {
+  const forked_job *job = arg;
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", job->port);
+  hoop_config config;
+  hoop_config_init(&config);
+  config.rendezvous = rendezvous;
+  config.job = "forked";
+  config.size = n;
+  config.rank = job->request_ranks ? index : -1;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = 30;
+  hoop_comm *comm;
+  hoop_result result = hoop_init(&comm, &config);
+  if (result != HOOP_OK) {
+    fprintf(stderr, "child %d: hoop_init: %s: %s\n", index, hoop_strerror(result),
+            hoop_last_error(comm));
+    return 10;
+  }
+  int rank = hoop_rank(comm), failures = 0;
+  if (job->request_ranks && rank != index)
+    failures++;
+  /* Every rank gathers every rank number: they must be a permutation of 0..n-1. */
+  int32_t ranks[64] = {0};
+  int32_t mine = rank;
+  if (hoop_allgather(comm, &mine, ranks, 1, HOOP_INT32) != HOOP_OK)
+    failures++;
+  for (int r = 0; r < n; r++)
+    if (ranks[r] != r)
+      failures++;
+  /* A sum of 1..n, in place. */
+  int64_t value = rank + 1;
+  if (hoop_allreduce(comm, &value, &value, 1, HOOP_INT64, HOOP_SUM) != HOOP_OK ||
+      value != (int64_t)n * (n + 1) / 2)
+    failures++;
+  hoop_finalize(comm);
+  return failures;
+}
+
+static void run_forked(int n, int request_ranks) {
+  forked_job job = {procs_free_port(), request_ranks};
+  ck_assert_int_gt(job.port, 0);
+  int bad = procs_fork_ranks(n, forked_rank, &job, 60);
+  ck_assert_msg(bad == 0, "%d of %d forked ranks failed (see stderr)", bad, n);
+}
+
+START_TEST(test_rank0_hosts_requested_ranks) { run_forked(3, 1); }
+END_TEST
+START_TEST(test_rank0_hosts_assigned_ranks) { run_forked(4, 0); }
+END_TEST
+
+static Suite *collectives_suite(void) {
+  Suite *s = suite_create("collectives");
+  TCase *tc = tcase_create("hooprun");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, test_hooprun_1);
+  tcase_add_test(tc, test_hooprun_2);
+  tcase_add_test(tc, test_hooprun_3);
+  tcase_add_test(tc, test_hooprun_4);
+  tcase_add_test(tc, test_hooprun_7);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("self-hosted");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_rank0_hosts_requested_ranks);
+  tcase_add_test(tc, test_rank0_hosts_assigned_ranks);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(collectives_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

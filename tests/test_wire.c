@@ -1,0 +1,716 @@
+/* test_wire.c - the rendezvous wire format: every message survives a round trip, and the decoders
+ * refuse (without crashing) truncated, oversized, out-of-range, NUL-carrying, trailing and random
+ * input. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hoop.h"
+#include "wire.h"
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+/* A deterministic generator, so that a failing random input can be reproduced. */
+static uint64_t rng_state;
+
+static uint32_t rng_next(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state >> 16);
+}
+
+static void sample_hello(hoop__hello *hello, int32_t rank) {
+  memset(hello, 0, sizeof *hello);
+  snprintf(hello->job, sizeof hello->job, "train-42");
+  hello->size = 8;
+  hello->rank = rank;
+  hello->timeout_ms = 300000;
+  snprintf(hello->host, sizeof hello->host, "node-a.example");
+  snprintf(hello->addr, sizeof hello->addr, "10.0.0.7:41234");
+  hello->proof_len = 32;
+  for (int i = 0; i < 32; i++)
+    hello->proof[i] = (uint8_t)(i * 7 + 1);
+}
+
+/* A table of size ranks, two hosts; the caller frees peers. */
+static void sample_table(hoop__table *table, uint32_t size, uint32_t rank) {
+  memset(table, 0, sizeof *table);
+  table->size = size;
+  table->rank = rank;
+  for (int i = 0; i < HOOP_WIRE_NONCE; i++)
+    table->nonce[i] = (uint8_t)(0xa0 + i);
+  table->peers = calloc(size, sizeof *table->peers);
+  ck_assert_ptr_nonnull(table->peers);
+  uint32_t first_host = (size + 1) / 2;
+  for (uint32_t r = 0; r < size; r++) {
+    hoop__peer_entry *peer = &table->peers[r];
+    int on_first = r < first_host;
+    snprintf(peer->host, sizeof peer->host, "%s", on_first ? "node-a" : "node-b");
+    snprintf(peer->addr, sizeof peer->addr, "10.0.0.%u:%u", on_first ? 1u : 2u, 40000u + r);
+    peer->local_rank = on_first ? r : r - first_host;
+    peer->local_size = on_first ? first_host : size - first_host;
+  }
+}
+
+static void sample_error(hoop__error_msg *error) {
+  memset(error, 0, sizeof *error);
+  error->code = HOOP_ERR_TIMEOUT;
+  snprintf(error->message, sizeof error->message,
+           "rendezvous for job 'x' timed out after 5 s: 1 of 2 ranks joined; missing ranks: 1");
+}
+
+/* Two jobs: one with missing ranks listed, one without. */
+static void sample_status(hoop__status *status, hoop__job_status jobs[2]) {
+  memset(jobs, 0, 2 * sizeof jobs[0]);
+  snprintf(jobs[0].job, sizeof jobs[0].job, "alpha");
+  jobs[0].size = 4;
+  jobs[0].joined = 2;
+  jobs[0].waited_ms = 1500;
+  jobs[0].nmissing = 2;
+  jobs[0].missing[0] = 1;
+  jobs[0].missing[1] = 3;
+  snprintf(jobs[1].job, sizeof jobs[1].job, "beta");
+  jobs[1].size = 16;
+  jobs[1].joined = 5;
+  jobs[1].waited_ms = 70000;
+  status->njobs = 2;
+  status->jobs = jobs;
+}
+
+/* Check the header of an encoded message and return a pointer to its payload. */
+static const uint8_t *payload_of(const hoop__wbuf *wb, hoop__msg_type type) {
+  hoop__wire_header header;
+  ck_assert_msg(!wb->failed, "encoder: expected success, the buffer says it failed");
+  int rc = hoop__wire_decode_header(wb->data, wb->len, HOOP_WIRE_MAX_PAYLOAD, &header);
+  ck_assert_msg(rc == 0, "header of an encoded message: expected 0, got %d", rc);
+  ck_assert_msg(header.type == type, "header type: expected %d, got %u", (int)type, header.type);
+  ck_assert_msg(header.length == wb->len - HOOP_WIRE_HEADER_SIZE,
+                "header length: expected %zu, got %u", wb->len - HOOP_WIRE_HEADER_SIZE,
+                header.length);
+  return wb->data + HOOP_WIRE_HEADER_SIZE;
+}
+
+/* Decode payload as type; 0 or -1 as the decoder says, with anything allocated freed. */
+static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
+  hoop__hello hello;
+  hoop__table table;
+  hoop__error_msg error;
+  hoop__status status;
+  int rc = -1;
+  switch (type) {
+  case HOOP_MSG_HELLO:
+    rc = hoop__wire_decode_hello(payload, len, &hello);
+    break;
+  case HOOP_MSG_TABLE:
+    rc = hoop__wire_decode_table(payload, len, &table);
+    if (rc == 0)
+      hoop__table_free(&table);
+    break;
+  case HOOP_MSG_ERROR:
+    rc = hoop__wire_decode_error(payload, len, &error);
+    break;
+  case HOOP_MSG_STATUS:
+    rc = hoop__wire_decode_status(payload, len, &status);
+    if (rc == 0)
+      hoop__status_free(&status);
+    break;
+  default:
+    ck_abort_msg("decode_as: no decoder for type %d", (int)type);
+  }
+  return rc;
+}
+
+/* One valid encoding of each message type that has a payload decoder. */
+static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
+  hoop__hello hello;
+  hoop__table table;
+  hoop__error_msg error;
+  hoop__status status;
+  hoop__job_status jobs[2];
+  int rc = -1;
+  switch (type) {
+  case HOOP_MSG_HELLO:
+    sample_hello(&hello, 3);
+    rc = hoop__wire_encode_hello(wb, &hello);
+    break;
+  case HOOP_MSG_TABLE:
+    sample_table(&table, 5, 2);
+    rc = hoop__wire_encode_table(wb, &table);
+    free(table.peers);
+    break;
+  case HOOP_MSG_ERROR:
+    sample_error(&error);
+    rc = hoop__wire_encode_error(wb, &error);
+    break;
+  case HOOP_MSG_STATUS:
+    sample_status(&status, jobs);
+    rc = hoop__wire_encode_status(wb, &status);
+    break;
+  default:
+    ck_abort_msg("encode_sample: no sample for type %d", (int)type);
+  }
+  ck_assert_msg(rc == 0, "encoding the sample of type %d: expected 0, got %d", (int)type, rc);
+}
+
+static const hoop__msg_type decoded_types[] = {HOOP_MSG_HELLO, HOOP_MSG_TABLE, HOOP_MSG_ERROR,
+                                               HOOP_MSG_STATUS};
+#define NDECODED (sizeof decoded_types / sizeof decoded_types[0])
+
+/* ---- round trips ----------------------------------------------------------------------------- */
+
+START_TEST(test_hello_round_trip) {
+  int32_t ranks[] = {-1, 0, 7};
+  for (int i = 0; i < 3; i++) {
+    hoop__hello in, out;
+    hoop__wbuf wb = {0};
+    sample_hello(&in, ranks[i]);
+    ck_assert_int_eq(hoop__wire_encode_hello(&wb, &in), 0);
+    const uint8_t *payload = payload_of(&wb, HOOP_MSG_HELLO);
+    int rc = hoop__wire_decode_hello(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+    ck_assert_msg(rc == 0, "decoding a valid HELLO (rank %d): expected 0, got %d", ranks[i], rc);
+    ck_assert_str_eq(out.job, in.job);
+    ck_assert_uint_eq(out.size, in.size);
+    ck_assert_int_eq(out.rank, in.rank);
+    ck_assert_uint_eq(out.timeout_ms, in.timeout_ms);
+    ck_assert_str_eq(out.host, in.host);
+    ck_assert_str_eq(out.addr, in.addr);
+    ck_assert_uint_eq(out.proof_len, in.proof_len);
+    ck_assert_msg(memcmp(out.proof, in.proof, in.proof_len) == 0, "HELLO proof bytes differ");
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+START_TEST(test_table_round_trip) {
+  hoop__table in, out;
+  hoop__wbuf wb = {0};
+  sample_table(&in, 5, 4);
+  ck_assert_int_eq(hoop__wire_encode_table(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_TABLE);
+  int rc = hoop__wire_decode_table(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  ck_assert_msg(rc == 0, "decoding a valid TABLE: expected 0, got %d", rc);
+  ck_assert_uint_eq(out.size, 5);
+  ck_assert_uint_eq(out.rank, 4);
+  ck_assert_msg(memcmp(out.nonce, in.nonce, HOOP_WIRE_NONCE) == 0, "TABLE nonce differs");
+  for (uint32_t r = 0; r < 5; r++) {
+    ck_assert_str_eq(out.peers[r].host, in.peers[r].host);
+    ck_assert_str_eq(out.peers[r].addr, in.peers[r].addr);
+    ck_assert_uint_eq(out.peers[r].local_rank, in.peers[r].local_rank);
+    ck_assert_uint_eq(out.peers[r].local_size, in.peers[r].local_size);
+  }
+  hoop__table_free(&out);
+  ck_assert_ptr_null(out.peers);
+  free(in.peers);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+START_TEST(test_error_round_trip) {
+  hoop__error_msg in, out;
+  hoop__wbuf wb = {0};
+  sample_error(&in);
+  ck_assert_int_eq(hoop__wire_encode_error(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_ERROR);
+  int rc = hoop__wire_decode_error(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  ck_assert_msg(rc == 0, "decoding a valid ERROR: expected 0, got %d", rc);
+  ck_assert_uint_eq(out.code, HOOP_ERR_TIMEOUT);
+  ck_assert_str_eq(out.message, in.message);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+START_TEST(test_status_req_is_an_empty_message) {
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  payload_of(&wb, HOOP_MSG_STATUS_REQ);
+  ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE, "STATUS_REQ: expected %d bytes, got %zu",
+                HOOP_WIRE_HEADER_SIZE, wb.len);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+START_TEST(test_status_round_trip) {
+  hoop__status in, out;
+  hoop__job_status jobs[2];
+  hoop__wbuf wb = {0};
+  sample_status(&in, jobs);
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATUS);
+  int rc = hoop__wire_decode_status(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  ck_assert_msg(rc == 0, "decoding a valid STATUS: expected 0, got %d", rc);
+  ck_assert_uint_eq(out.njobs, 2);
+  for (int j = 0; j < 2; j++) {
+    ck_assert_str_eq(out.jobs[j].job, jobs[j].job);
+    ck_assert_uint_eq(out.jobs[j].size, jobs[j].size);
+    ck_assert_uint_eq(out.jobs[j].joined, jobs[j].joined);
+    ck_assert_uint_eq(out.jobs[j].waited_ms, jobs[j].waited_ms);
+    ck_assert_uint_eq(out.jobs[j].nmissing, jobs[j].nmissing);
+    for (uint32_t m = 0; m < jobs[j].nmissing; m++)
+      ck_assert_int_eq(out.jobs[j].missing[m], jobs[j].missing[m]);
+  }
+  hoop__status_free(&out);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+START_TEST(test_empty_status_round_trip) {
+  hoop__status in = {0}, out;
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATUS);
+  ck_assert_int_eq(hoop__wire_decode_status(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out), 0);
+  ck_assert_uint_eq(out.njobs, 0);
+  hoop__status_free(&out);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* Two messages appended to one buffer stay two whole messages. */
+START_TEST(test_encoders_append) {
+  hoop__wbuf wb = {0};
+  hoop__wire_header header;
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  encode_sample(HOOP_MSG_ERROR, &wb);
+  ck_assert_int_eq(hoop__wire_decode_header(wb.data + HOOP_WIRE_HEADER_SIZE,
+                                            wb.len - HOOP_WIRE_HEADER_SIZE, 4096, &header),
+                   0);
+  ck_assert_msg(header.type == HOOP_MSG_ERROR &&
+                    header.length == wb.len - 2 * HOOP_WIRE_HEADER_SIZE,
+                "second message: expected an ERROR of %zu bytes, got type %u of %u bytes",
+                wb.len - 2 * HOOP_WIRE_HEADER_SIZE, header.type, header.length);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* The largest job: HOOP_WIRE_MAX_RANKS ranks with the longest host and address fit in
+ * HOOP_WIRE_MAX_PAYLOAD and come back intact. */
+START_TEST(test_table_of_max_ranks) {
+  hoop__table in, out;
+  hoop__wbuf wb = {0};
+  sample_table(&in, HOOP_WIRE_MAX_RANKS, HOOP_WIRE_MAX_RANKS - 1);
+  for (uint32_t r = 0; r < in.size; r++) {
+    memset(in.peers[r].host, 'h', HOOP_WIRE_MAX_HOST);
+    in.peers[r].host[HOOP_WIRE_MAX_HOST] = '\0';
+    memset(in.peers[r].addr, 'a', HOOP_WIRE_MAX_ADDR);
+    in.peers[r].addr[HOOP_WIRE_MAX_ADDR] = '\0';
+    in.peers[r].addr[0] = (char)('0' + r % 10);
+  }
+  ck_assert_int_eq(hoop__wire_encode_table(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_TABLE);
+  int rc = hoop__wire_decode_table(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  ck_assert_msg(rc == 0, "decoding a TABLE of %d ranks: expected 0, got %d", HOOP_WIRE_MAX_RANKS,
+                rc);
+  ck_assert_uint_eq(out.size, HOOP_WIRE_MAX_RANKS);
+  ck_assert_uint_eq(out.rank, HOOP_WIRE_MAX_RANKS - 1);
+  for (uint32_t r = 0; r < out.size; r++) {
+    ck_assert_msg(strcmp(out.peers[r].addr, in.peers[r].addr) == 0 &&
+                      strcmp(out.peers[r].host, in.peers[r].host) == 0 &&
+                      out.peers[r].local_rank == in.peers[r].local_rank,
+                  "entry %u of the largest TABLE differs after the round trip", r);
+  }
+  hoop__table_free(&out);
+  free(in.peers);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* ---- header ---------------------------------------------------------------------------------- */
+
+START_TEST(test_header_needs_twelve_bytes) {
+  hoop__wbuf wb = {0};
+  hoop__wire_header header;
+  encode_sample(HOOP_MSG_HELLO, &wb);
+  for (size_t len = 0; len < HOOP_WIRE_HEADER_SIZE; len++) {
+    int rc = hoop__wire_decode_header(wb.data, len, 4096, &header);
+    ck_assert_msg(rc == 1, "header of %zu bytes: expected 1 (need more), got %d", len, rc);
+  }
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+START_TEST(test_header_rejects_oversized_length) {
+  hoop__wbuf wb = {0};
+  hoop__wire_header header;
+  encode_sample(HOOP_MSG_ERROR, &wb);
+  uint32_t length = (uint32_t)(wb.len - HOOP_WIRE_HEADER_SIZE);
+  int rc = hoop__wire_decode_header(wb.data, wb.len, length, &header);
+  ck_assert_msg(rc == 0, "length equal to the limit: expected 0, got %d", rc);
+  rc = hoop__wire_decode_header(wb.data, wb.len, length - 1, &header);
+  ck_assert_msg(rc == -1, "length one over the limit: expected -1, got %d", rc);
+  wb.data[8] = wb.data[9] = wb.data[10] = wb.data[11] = 0xff;
+  rc = hoop__wire_decode_header(wb.data, wb.len, HOOP_WIRE_MAX_PAYLOAD, &header);
+  ck_assert_msg(rc == -1, "length 0xffffffff: expected -1, got %d", rc);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* Flip one header field to value and expect the header refused. */
+static void expect_header_refused(size_t offset, size_t width, uint32_t value, const char *what) {
+  hoop__wbuf wb = {0};
+  hoop__wire_header header;
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  for (size_t i = 0; i < width; i++)
+    wb.data[offset + i] = (uint8_t)(value >> (8 * i));
+  int rc = hoop__wire_decode_header(wb.data, wb.len, 4096, &header);
+  ck_assert_msg(rc == -1, "header with %s: expected -1, got %d", what, rc);
+  hoop__wbuf_free(&wb);
+}
+
+START_TEST(test_header_rejects_bad_magic_version_type) {
+  expect_header_refused(0, 4, 0x54534f50, "magic 'POST'");
+  expect_header_refused(0, 1, 'h', "magic 'hOOP'");
+  expect_header_refused(4, 2, 0, "version 0");
+  expect_header_refused(4, 2, HOOP_WIRE_VERSION + 1, "version 2");
+  expect_header_refused(6, 2, 0, "type 0");
+  expect_header_refused(6, 2, HOOP_MSG_STATUS + 1, "type 6");
+  expect_header_refused(6, 2, 0xffff, "type 65535");
+}
+END_TEST
+
+/* ---- malformed payloads ---------------------------------------------------------------------- */
+
+/* Every proper prefix of a valid payload must be refused. Each prefix is copied to a buffer of its
+ * exact size, so that AddressSanitizer catches a decoder reading past the end. */
+START_TEST(test_every_truncation_is_refused) {
+  for (size_t t = 0; t < NDECODED; t++) {
+    hoop__wbuf wb = {0};
+    encode_sample(decoded_types[t], &wb);
+    size_t full = wb.len - HOOP_WIRE_HEADER_SIZE;
+    for (size_t len = 0; len < full; len++) {
+      uint8_t *prefix = malloc(len ? len : 1);
+      ck_assert_ptr_nonnull(prefix);
+      memcpy(prefix, wb.data + HOOP_WIRE_HEADER_SIZE, len);
+      int rc = decode_as(decoded_types[t], len ? prefix : NULL, len);
+      ck_assert_msg(rc == -1, "type %d cut to %zu of %zu bytes: expected -1, got %d",
+                    (int)decoded_types[t], len, full, rc);
+      free(prefix);
+    }
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+START_TEST(test_trailing_bytes_are_refused) {
+  for (size_t t = 0; t < NDECODED; t++) {
+    hoop__wbuf wb = {0};
+    encode_sample(decoded_types[t], &wb);
+    uint8_t extra = 0;
+    size_t full = wb.len - HOOP_WIRE_HEADER_SIZE;
+    uint8_t *longer = malloc(full + 1);
+    ck_assert_ptr_nonnull(longer);
+    memcpy(longer, wb.data + HOOP_WIRE_HEADER_SIZE, full);
+    longer[full] = extra;
+    int rc = decode_as(decoded_types[t], longer, full + 1);
+    ck_assert_msg(rc == -1, "type %d with one trailing byte: expected -1, got %d",
+                  (int)decoded_types[t], rc);
+    free(longer);
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+/* Find needle in the encoded payload and overwrite its byte at index with value. */
+static void patch_payload(hoop__wbuf *wb, const char *needle, size_t index, uint8_t value) {
+  size_t nlen = strlen(needle);
+  for (size_t i = HOOP_WIRE_HEADER_SIZE; i + nlen <= wb->len; i++) {
+    if (memcmp(wb->data + i, needle, nlen) == 0) {
+      wb->data[i + index] = value;
+      return;
+    }
+  }
+  ck_abort_msg("patch_payload: '%s' not found in the encoded message", needle);
+}
+
+START_TEST(test_embedded_nul_is_refused) {
+  struct {
+    hoop__msg_type type;
+    const char *needle;
+  } cases[] = {{HOOP_MSG_HELLO, "train-42"},  {HOOP_MSG_HELLO, "node-a.example"},
+               {HOOP_MSG_HELLO, "10.0.0.7"},  {HOOP_MSG_TABLE, "node-b"},
+               {HOOP_MSG_ERROR, "timed out"}, {HOOP_MSG_STATUS, "beta"}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    hoop__wbuf wb = {0};
+    encode_sample(cases[c].type, &wb);
+    patch_payload(&wb, cases[c].needle, 2, '\0');
+    int rc =
+        decode_as(cases[c].type, wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE);
+    ck_assert_msg(rc == -1, "type %d with a NUL inside '%s': expected -1, got %d",
+                  (int)cases[c].type, cases[c].needle, rc);
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+/* Payload offsets of HELLO's fixed fields after the sample's job id "train-42". */
+#define HELLO_SIZE_AT (2 + 8)
+#define HELLO_RANK_AT (HELLO_SIZE_AT + 4)
+
+static void put32(uint8_t *at, uint32_t value) {
+  for (int i = 0; i < 4; i++)
+    at[i] = (uint8_t)(value >> (8 * i));
+}
+
+static int decode_hello_with(size_t offset, uint32_t value) {
+  hoop__wbuf wb = {0};
+  hoop__hello out;
+  encode_sample(HOOP_MSG_HELLO, &wb);
+  put32(wb.data + HOOP_WIRE_HEADER_SIZE + offset, value);
+  int rc = hoop__wire_decode_hello(wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE,
+                                   &out);
+  hoop__wbuf_free(&wb);
+  return rc;
+}
+
+START_TEST(test_hello_rank_and_size_ranges) {
+  /* The sample has size 8. */
+  struct {
+    size_t offset;
+    uint32_t value;
+    int expected;
+    const char *what;
+  } cases[] = {
+      {HELLO_RANK_AT, 7, 0, "rank 7 of 8"},
+      {HELLO_RANK_AT, 0xffffffffu, 0, "rank -1 (any)"},
+      {HELLO_RANK_AT, 8, -1, "rank 8 of 8"},
+      {HELLO_RANK_AT, 0xfffffffeu, -1, "rank -2"},
+      {HELLO_RANK_AT, 0x80000000u, -1, "rank INT32_MIN"},
+      {HELLO_SIZE_AT, 0, -1, "size 0"},
+      {HELLO_SIZE_AT, HOOP_WIRE_MAX_RANKS + 1, -1, "size over HOOP_WIRE_MAX_RANKS"},
+      {HELLO_SIZE_AT, 3, -1, "size 3 with rank 3"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int rc = decode_hello_with(cases[c].offset, cases[c].value);
+    ck_assert_msg(rc == cases[c].expected, "HELLO with %s: expected %d, got %d", cases[c].what,
+                  cases[c].expected, rc);
+  }
+}
+END_TEST
+
+/* Payload offsets in the sample TABLE (size 5, rank 2); entry 0 is "node-a", "10.0.0.1:40000". */
+#define TABLE_SIZE_AT 0
+#define TABLE_RANK_AT 4
+#define TABLE_LOCAL_RANK0_AT (8 + HOOP_WIRE_NONCE + 2 + 6 + 2 + 14)
+#define TABLE_LOCAL_SIZE0_AT (TABLE_LOCAL_RANK0_AT + 4)
+
+START_TEST(test_table_ranges) {
+  struct {
+    size_t offset;
+    uint32_t value;
+    const char *what;
+  } cases[] = {
+      {TABLE_RANK_AT, 5, "rank 5 of 5"},
+      {TABLE_RANK_AT, 0xffffffffu, "rank 0xffffffff"},
+      {TABLE_SIZE_AT, 0, "size 0"},
+      {TABLE_SIZE_AT, HOOP_WIRE_MAX_RANKS + 1, "size over HOOP_WIRE_MAX_RANKS"},
+      {TABLE_SIZE_AT, 4, "size 4 with 5 entries"},
+      {TABLE_SIZE_AT, 6, "size 6 with 5 entries"},
+      {TABLE_LOCAL_RANK0_AT, 3, "local_rank 3 of local_size 3"},
+      {TABLE_LOCAL_SIZE0_AT, 0, "local_size 0"},
+      {TABLE_LOCAL_SIZE0_AT, 6, "local_size 6 in a job of 5"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    hoop__wbuf wb = {0};
+    hoop__table out;
+    encode_sample(HOOP_MSG_TABLE, &wb);
+    put32(wb.data + HOOP_WIRE_HEADER_SIZE + cases[c].offset, cases[c].value);
+    int rc = hoop__wire_decode_table(wb.data + HOOP_WIRE_HEADER_SIZE,
+                                     wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+    ck_assert_msg(rc == -1, "TABLE with %s: expected -1, got %d", cases[c].what, rc);
+    ck_assert_msg(out.peers == NULL, "TABLE with %s: a refused table still holds peers",
+                  cases[c].what);
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+START_TEST(test_status_ranges) {
+  hoop__status in;
+  hoop__job_status jobs[2];
+  struct {
+    uint32_t joined, nmissing;
+    int32_t missing0;
+    const char *what;
+  } cases[] = {
+      {5, 0, 0, "joined 5 of 4"},
+      {2, 3, 0, "3 missing with 2 of 4 joined"},
+      {2, 2, 4, "missing rank 4 of 4"},
+      {2, 2, -1, "missing rank -1"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    hoop__wbuf wb = {0};
+    sample_status(&in, jobs);
+    ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
+    /* Job 0 ("alpha", size 4) starts at payload offset 4: str (2 + 5), size, joined,
+     * waited_ms, nmissing, missing[0]. */
+    uint8_t *job0 = wb.data + HOOP_WIRE_HEADER_SIZE + 4 + 7;
+    put32(job0 + 4, cases[c].joined);
+    put32(job0 + 12, cases[c].nmissing);
+    put32(job0 + 16, (uint32_t)cases[c].missing0);
+    hoop__status out;
+    int rc = hoop__wire_decode_status(wb.data + HOOP_WIRE_HEADER_SIZE,
+                                      wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+    ck_assert_msg(rc == -1, "STATUS with %s: expected -1, got %d", cases[c].what, rc);
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+/* Lengths and counts far over the limits, in otherwise well-formed payloads. */
+START_TEST(test_over_limit_lengths_are_refused) {
+  uint8_t hello[4 + HOOP_WIRE_MAX_JOB + 1] = {0};
+  hello[0] = (uint8_t)((HOOP_WIRE_MAX_JOB + 1) & 0xff); /* job id one byte too long */
+  memset(hello + 2, 'j', HOOP_WIRE_MAX_JOB + 1);
+  ck_assert_msg(decode_as(HOOP_MSG_HELLO, hello, sizeof hello) == -1,
+                "HELLO with a %d-byte job id: expected -1", HOOP_WIRE_MAX_JOB + 1);
+  uint8_t error[4 + 2] = {1, 0, 0, 0, 0xff, 0xff}; /* a 65535-byte message, absent */
+  ck_assert_msg(decode_as(HOOP_MSG_ERROR, error, sizeof error) == -1,
+                "ERROR announcing 65535 bytes: expected -1");
+  uint8_t status[4] = {0x01, 0x01, 0, 0}; /* 257 jobs */
+  ck_assert_msg(decode_as(HOOP_MSG_STATUS, status, sizeof status) == -1,
+                "STATUS announcing 257 jobs: expected -1");
+  uint8_t table[24] = {0x00, 0x40, 0, 0}; /* 16384 ranks, no entries */
+  ck_assert_msg(decode_as(HOOP_MSG_TABLE, table, sizeof table) == -1,
+                "TABLE announcing 16384 ranks with no entries: expected -1");
+  uint8_t code_zero[4 + 2] = {0};
+  ck_assert_msg(decode_as(HOOP_MSG_ERROR, code_zero, sizeof code_zero) == -1,
+                "ERROR with code 0: expected -1");
+}
+END_TEST
+
+START_TEST(test_encoders_refuse_bad_structs) {
+  hoop__wbuf wb = {0};
+  hoop__hello hello;
+  sample_hello(&hello, 8);
+  ck_assert_msg(hoop__wire_encode_hello(&wb, &hello) == -1, "encoding rank 8 of 8: expected -1");
+  sample_hello(&hello, -1);
+  memset(hello.job, 'j', sizeof hello.job); /* not terminated */
+  ck_assert_msg(hoop__wire_encode_hello(&wb, &hello) == -1,
+                "encoding an unterminated job id: expected -1");
+  sample_hello(&hello, -1);
+  hello.proof_len = HOOP_WIRE_MAX_PROOF + 1;
+  ck_assert_msg(hoop__wire_encode_hello(&wb, &hello) == -1, "encoding a %d-byte proof: expected -1",
+                HOOP_WIRE_MAX_PROOF + 1);
+  hoop__table table;
+  sample_table(&table, 3, 1);
+  table.peers[1].local_rank = table.peers[1].local_size;
+  ck_assert_msg(hoop__wire_encode_table(&wb, &table) == -1,
+                "encoding local_rank == local_size: expected -1");
+  free(table.peers);
+  hoop__error_msg error;
+  sample_error(&error);
+  error.code = 0;
+  ck_assert_msg(hoop__wire_encode_error(&wb, &error) == -1, "encoding error code 0: expected -1");
+  ck_assert_msg(wb.len == 0, "refused encodings appended %zu bytes, expected none", wb.len);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* ---- random input ---------------------------------------------------------------------------- */
+
+/* Random byte strings at every decoder, each in a buffer of its exact length. */
+START_TEST(test_random_bytes_never_crash) {
+  rng_state = 0x9e3779b97f4a7c15ull;
+  int accepted = 0;
+  for (int i = 0; i < 4000; i++) {
+    size_t len = rng_next() % 700;
+    uint8_t *bytes = malloc(len ? len : 1);
+    ck_assert_ptr_nonnull(bytes);
+    for (size_t b = 0; b < len; b++)
+      bytes[b] = (uint8_t)rng_next();
+    hoop__wire_header header;
+    if (hoop__wire_decode_header(bytes, len, HOOP_WIRE_MAX_PAYLOAD, &header) == 0)
+      accepted++;
+    for (size_t t = 0; t < NDECODED; t++)
+      accepted += decode_as(decoded_types[t], len ? bytes : NULL, len) == 0;
+    free(bytes);
+  }
+  /* Random bytes essentially never form a valid message; many acceptances would mean the
+   * decoders check too little. */
+  ck_assert_msg(accepted < 10, "random input: expected almost nothing accepted, %d accepted",
+                accepted);
+}
+END_TEST
+
+/* Valid messages with a few random bytes changed: these get past the first checks and exercise the
+ * deeper paths. Whatever decodes must hold its invariants. */
+START_TEST(test_mutated_messages_never_crash) {
+  rng_state = 0x2545f4914f6cdd1dull;
+  for (int i = 0; i < 4000; i++) {
+    hoop__msg_type type = decoded_types[i % NDECODED];
+    hoop__wbuf wb = {0};
+    encode_sample(type, &wb);
+    size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+    int flips = 1 + (int)(rng_next() % 4);
+    for (int f = 0; f < flips; f++)
+      wb.data[HOOP_WIRE_HEADER_SIZE + rng_next() % len] = (uint8_t)rng_next();
+    len -= rng_next() % 3 == 0 ? rng_next() % len : 0;
+    uint8_t *bytes = malloc(len ? len : 1);
+    ck_assert_ptr_nonnull(bytes);
+    memcpy(bytes, wb.data + HOOP_WIRE_HEADER_SIZE, len);
+    hoop__table table;
+    if (type == HOOP_MSG_TABLE && hoop__wire_decode_table(len ? bytes : NULL, len, &table) == 0) {
+      ck_assert_msg(table.rank < table.size, "mutated TABLE accepted with rank %u of %u",
+                    table.rank, table.size);
+      for (uint32_t r = 0; r < table.size; r++)
+        ck_assert_msg(table.peers[r].local_rank < table.peers[r].local_size,
+                      "mutated TABLE accepted with local_rank %u of %u", table.peers[r].local_rank,
+                      table.peers[r].local_size);
+      hoop__table_free(&table);
+    } else if (type != HOOP_MSG_TABLE) {
+      decode_as(type, len ? bytes : NULL, len);
+    }
+    free(bytes);
+    hoop__wbuf_free(&wb);
+  }
+}
+END_TEST
+
+/* ---- runner ---------------------------------------------------------------------------------- */
+
+static Suite *wire_suite(void) {
+  Suite *s = suite_create("wire");
+  TCase *round = tcase_create("round trip");
+  tcase_add_test(round, test_hello_round_trip);
+  tcase_add_test(round, test_table_round_trip);
+  tcase_add_test(round, test_error_round_trip);
+  tcase_add_test(round, test_status_req_is_an_empty_message);
+  tcase_add_test(round, test_status_round_trip);
+  tcase_add_test(round, test_empty_status_round_trip);
+  tcase_add_test(round, test_encoders_append);
+  tcase_add_test(round, test_table_of_max_ranks);
+  suite_add_tcase(s, round);
+
+  TCase *header = tcase_create("header");
+  tcase_add_test(header, test_header_needs_twelve_bytes);
+  tcase_add_test(header, test_header_rejects_oversized_length);
+  tcase_add_test(header, test_header_rejects_bad_magic_version_type);
+  suite_add_tcase(s, header);
+
+  TCase *malformed = tcase_create("malformed");
+  tcase_add_test(malformed, test_every_truncation_is_refused);
+  tcase_add_test(malformed, test_trailing_bytes_are_refused);
+  tcase_add_test(malformed, test_embedded_nul_is_refused);
+  tcase_add_test(malformed, test_hello_rank_and_size_ranges);
+  tcase_add_test(malformed, test_table_ranges);
+  tcase_add_test(malformed, test_status_ranges);
+  tcase_add_test(malformed, test_over_limit_lengths_are_refused);
+  tcase_add_test(malformed, test_encoders_refuse_bad_structs);
+  suite_add_tcase(s, malformed);
+
+  TCase *random = tcase_create("random");
+  tcase_set_timeout(random, 120);
+  tcase_add_test(random, test_random_bytes_never_crash);
+  tcase_add_test(random, test_mutated_messages_never_crash);
+  suite_add_tcase(s, random);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(wire_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

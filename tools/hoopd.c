@@ -1,0 +1,238 @@
+/* hoopd.c - the rendezvous daemon: serves any number of jobs on one TCP port until SIGTERM or
+ * SIGINT. With --status it is a client instead: it asks a running daemon which jobs are waiting
+ * and who is missing. */
+#include "config.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "env.h"
+#include "log.h"
+#include "netaddr.h"
+#include "rdzv_server.h"
+#include "rendezvous.h"
+#include "wire.h"
+
+#define DEFAULT_LISTEN "0.0.0.0:29400"
+#define STATUS_TIMEOUT_S 10.0
+
+typedef struct hoopd_args {
+  const char *listen;
+  const char *status; /* --status ADDR, or NULL to serve */
+  int max_jobs;
+  double idle_timeout_s;
+  int verbose;
+} hoopd_args;
+
+typedef struct hoopd_daemon {
+  hoop__rdzv_server *server;
+  uv_signal_t sigterm, sigint;
+} hoopd_daemon;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "Usage: hoopd [OPTIONS]\n"
+          "       hoopd --status ADDR:PORT\n"
+          "\n"
+          "The hoop rendezvous daemon: ranks of any number of jobs meet here, each job keyed by\n"
+          "its id (HOOP_JOB), and receive the rank table once all of them have joined.\n"
+          "\n"
+          "  --listen ADDR:PORT   address to listen on (default %s); \":PORT\" is every IPv4\n"
+          "                       address, \"[::]:PORT\" every IPv4 and IPv6 address\n"
+          "  --max-jobs N         jobs waiting at once (default 1024)\n"
+          "  --idle-timeout S     close a connection that sends no complete request within S\n"
+          "                       seconds (default 30); ranks that joined wait for their job\n"
+          "  --status ADDR:PORT   print the jobs a running daemon is waiting for, then exit\n"
+          "  -v, --verbose        log more (trace level)\n"
+          "  --help               print this help and exit\n"
+          "  --version            print the version and exit\n"
+          "\n"
+          "Logs go to stderr. SIGTERM or SIGINT stops the daemon; waiting ranks see it close.\n",
+          DEFAULT_LISTEN);
+}
+
+enum { OPT_LISTEN = 256, OPT_MAX_JOBS, OPT_IDLE, OPT_STATUS, OPT_HELP, OPT_VERSION };
+
+static const struct option long_options[] = {
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE},
+    {"status", required_argument, NULL, OPT_STATUS},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+/* 0: go on; 1: exit 0 (--help, --version); -1: exit 2 with the message printed. */
+static int parse_args(int argc, char **argv, hoopd_args *args) {
+  long jobs;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "v", long_options, NULL)) != -1) {
+    switch (opt) {
+    case OPT_LISTEN:
+      args->listen = optarg;
+      break;
+    case OPT_MAX_JOBS:
+      if (hoop__parse_int(optarg, 1, 1000000, &jobs) != 0) {
+        fprintf(stderr, "hoopd: --max-jobs '%s' is not a number from 1 to 1000000\n", optarg);
+        return -1;
+      }
+      args->max_jobs = (int)jobs;
+      break;
+    case OPT_IDLE:
+      if (hoop__parse_double(optarg, 0.001, 1e6, &args->idle_timeout_s) != 0) {
+        fprintf(stderr, "hoopd: --idle-timeout '%s' is not a number of seconds (0.001-1e6)\n",
+                optarg);
+        return -1;
+      }
+      break;
+    case OPT_STATUS:
+      args->status = optarg;
+      break;
+    case 'v':
+      args->verbose = 1;
+      break;
+    case OPT_HELP:
+      usage(stdout);
+      return 1;
+    case OPT_VERSION:
+      printf("hoopd (hoop) %s\n", PACKAGE_VERSION);
+      return 1;
+    default:
+      fprintf(stderr, "Try 'hoopd --help'.\n");
+      return -1;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "hoopd: unexpected argument '%s'\nTry 'hoopd --help'.\n", argv[optind]);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- hoopd --status -------------------------------------------------------------------------- */
+
+/* "1, 4, 7 and 12 more", or why no rank numbers are known yet. */
+static void describe_missing(const hoop__job_status *job, char *out, size_t outlen) {
+  uint32_t missing = job->size - job->joined;
+  size_t len = 0;
+  out[0] = '\0';
+  if (job->nmissing == 0) {
+    snprintf(out, outlen, "%u (ranks are assigned when all have joined)", missing);
+    return;
+  }
+  for (uint32_t i = 0; i < job->nmissing && len < outlen; i++) {
+    int n = snprintf(out + len, outlen - len, "%s%d", i ? ", " : "", job->missing[i]);
+    len += n > 0 ? (size_t)n : 0;
+  }
+  if (missing > job->nmissing && len < outlen)
+    snprintf(out + len, outlen - len, " and %u more", missing - job->nmissing);
+}
+
+static void print_status(const hoop__status *status) {
+  if (status->njobs == 0) {
+    printf("no jobs waiting\n");
+    return;
+  }
+  printf("%-24s %-13s %-10s %s\n", "JOB", "JOINED/SIZE", "WAITED", "MISSING RANKS");
+  for (uint32_t i = 0; i < status->njobs; i++) {
+    const hoop__job_status *job = &status->jobs[i];
+    char joined[32], waited[32], missing[1024];
+    snprintf(joined, sizeof joined, "%u/%u", job->joined, job->size);
+    snprintf(waited, sizeof waited, "%.1f s", job->waited_ms / 1000.0);
+    describe_missing(job, missing, sizeof missing);
+    printf("%-24s %-13s %-10s %s\n", job->job, joined, waited, missing);
+  }
+}
+
+static int show_status(const char *where) {
+  char host[HOOP_WIRE_MAX_HOST + 1], err[512];
+  int port;
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  if (hoop__split_hostport(where, host, sizeof host, &port) != 0 || port == 0) {
+    fprintf(stderr, "hoopd: --status '%s' is not host:port or [v6]:port\n", where);
+    return 2;
+  }
+  if (hoop__resolve(host[0] ? host : "127.0.0.1", port, &addr, &addrlen, err, sizeof err) != 0) {
+    fprintf(stderr, "hoopd: %s\n", err);
+    return 1;
+  }
+  hoop__status status;
+  if (hoop__rendezvous_status((struct sockaddr *)&addr, addrlen, STATUS_TIMEOUT_S, &status, err,
+                              sizeof err) != HOOP_OK) {
+    fprintf(stderr, "hoopd: %s\n", err);
+    return 1;
+  }
+  print_status(&status);
+  hoop__status_free(&status);
+  return 0;
+}
+
+/* ---- the daemon ------------------------------------------------------------------------------ */
+
+static void on_signal(uv_signal_t *handle, int signum) {
+  hoopd_daemon *daemon = handle->data;
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  hoop__rdzv_server_close(daemon->server);
+  uv_close((uv_handle_t *)&daemon->sigterm, NULL);
+  uv_close((uv_handle_t *)&daemon->sigint, NULL);
+}
+
+static int watch_signal(uv_loop_t *loop, uv_signal_t *handle, int signum, hoopd_daemon *daemon) {
+  int rc = uv_signal_init(loop, handle);
+  if (rc == 0) {
+    handle->data = daemon;
+    rc = uv_signal_start(handle, on_signal, signum);
+  }
+  if (rc != 0)
+    fprintf(stderr, "hoopd: watching signal %d: %s\n", signum, uv_strerror(rc));
+  return rc;
+}
+
+static int serve(const hoopd_args *args) {
+  /* A client that hangs up while we write must not kill the daemon: the write fails instead. */
+  if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+    perror("hoopd: signal(SIGPIPE)");
+    return 1;
+  }
+  hoopd_daemon daemon = {0};
+  hoop__rdzv_options options = {0};
+  options.listen = args->listen;
+  options.max_jobs = args->max_jobs;
+  options.idle_timeout_s = args->idle_timeout_s;
+  char err[512];
+  uv_loop_t *loop = uv_default_loop();
+  if (hoop__rdzv_server_start(loop, &options, &daemon.server, err, sizeof err) != 0) {
+    fprintf(stderr, "hoopd: %s\n", err);
+    return 1;
+  }
+  if (watch_signal(loop, &daemon.sigterm, SIGTERM, &daemon) != 0 ||
+      watch_signal(loop, &daemon.sigint, SIGINT, &daemon) != 0)
+    return 1;
+  uv_run(loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(loop);
+  if (rc != 0) {
+    fprintf(stderr, "hoopd: uv_loop_close: %s\n", uv_strerror(rc));
+    return 1;
+  }
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "stopped");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  hoopd_args args = {DEFAULT_LISTEN, NULL, 0, 0, 0};
+  int rc = parse_args(argc, argv, &args);
+  if (rc != 0)
+    return rc > 0 ? 0 : 2;
+  if (args.status)
+    return show_status(args.status);
+  hoop__log_set(args.verbose ? HOOP_LOG_TRACE : HOOP_LOG_INFO, HOOP_SUBSYS_ALL);
+  hoop__log_set_prefix("hoopd");
+  return serve(&args);
+}

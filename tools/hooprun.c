@@ -1,0 +1,946 @@
+/* hooprun.c - the job launcher: `hooprun -np N prog args...` runs the rendezvous server on its own
+ * libuv loop, starts N ranks of prog on this host with the HOOP_ variables set, forwards their
+ * output line by line tagged with the rank, and stops the whole job when one rank fails. */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "env.h"
+#include "log.h"
+#include "rdzv_server.h"
+#include "wire.h"
+
+/* How long ranks get to exit after SIGTERM before they get SIGKILL. */
+#define GRACE_MS 3000
+/* Once every rank has exited, an output pipe that stays silent this long is held open by a
+ * process a rank left behind; hooprun stops waiting for it. */
+#define DRAIN_IDLE_MS 1000
+/* A longer line is forwarded in pieces, so that output without newlines cannot make hooprun's
+ * memory grow without bound. */
+#define LINE_MAX_BYTES (1024 * 1024)
+#define READ_BYTES 65536
+/* Reads at once from a rank that has just exited: its own output fits in a default pipe many
+ * times over; more comes from a process it left behind, which the loop reads as usual. */
+#define EXIT_READS 16
+
+/* hooprun's own exit statuses, besides those it passes on from ranks and signals. */
+#define EXIT_USAGE 2
+#define EXIT_CANNOT_START 127
+
+/* A growable byte buffer, NUL-terminated once it holds anything. */
+typedef struct hooprun_text {
+  char *data;
+  size_t len;
+  size_t cap;
+} hooprun_text;
+
+/* hooprun's stdout or stderr. */
+typedef struct hooprun_sink {
+  int fd;
+  const char *name;
+  int broken; /* a write failed; what comes later for it is dropped */
+} hooprun_sink;
+
+typedef struct hooprun_options {
+  int np;               /* 0 until -np is given */
+  const char *timeout;  /* --timeout as given, or NULL */
+  const char *job_id;   /* --job, or NULL for a generated id */
+  const char **exports; /* -x arguments, in order */
+  int nexports;
+  int tag_output;
+  int verbose;
+  char **command; /* prog and its arguments: the tail of argv, ending with NULL */
+} hooprun_options;
+
+struct hooprun_job;
+struct hooprun_rank;
+
+/* One of a rank's stdout and stderr: the pipe hooprun reads, and the line read so far. */
+typedef struct hooprun_output {
+  uv_pipe_t pipe;
+  struct hooprun_rank *rank;
+  hooprun_sink *sink;
+  const char *name;     /* "stdout" or "stderr", for messages */
+  hooprun_text partial; /* bytes after the last newline */
+  int open;             /* being read, and counted in outputs_open */
+} hooprun_output;
+
+/* One rank. A launcher for other hosts adds where it runs and how to reach it. */
+typedef struct hooprun_rank {
+  struct hooprun_job *job;
+  int index;
+  int pid;
+  int running;
+  char tag[24]; /* "[3] ", or "" with --no-tag-output */
+  uv_process_t process;
+  hooprun_output out;
+  hooprun_output err;
+} hooprun_rank;
+
+typedef struct hooprun_job {
+  hooprun_options options;
+  char id[HOOP_WIRE_MAX_JOB + 1];
+  uv_loop_t loop;
+  hoop__rdzv_options rdzv_options; /* kept as long as the server may look at them */
+  hoop__rdzv_server *server;
+  char rendezvous[64]; /* "127.0.0.1:port", as the ranks get it */
+  hooprun_rank *ranks; /* options.np of them */
+  int running;         /* ranks started and not yet exited */
+  int outputs_open;
+  int stopping; /* the job is being stopped; exit_code says why */
+  int finished;
+  int exit_code;
+  uv_signal_t sigint;
+  uv_signal_t sigterm;
+  uv_timer_t grace_timer;
+  uv_timer_t drain_timer;
+  hooprun_sink stdout_sink;
+  hooprun_sink stderr_sink;
+  hooprun_text lines; /* tagged lines on their way to a sink */
+  char read_buf[READ_BYTES];
+} hooprun_job;
+
+static void job_stop(hooprun_job *job, int exit_code);
+static void job_progress(hooprun_job *job);
+
+/* ---- memory and text ------------------------------------------------------------------------ */
+
+static void *xrealloc(void *ptr, size_t size) {
+  void *grown = realloc(ptr, size);
+  if (!grown) {
+    /* Nothing sensible is left to do; the ranks see their output pipes close. */
+    fputs("hooprun: out of memory\n", stderr);
+    exit(EXIT_FAILURE);
+  }
+  return grown;
+}
+
+static char *xstrdup(const char *text) {
+  size_t size = strlen(text) + 1;
+  return memcpy(xrealloc(NULL, size), text, size);
+}
+
+static void text_reserve(hooprun_text *text, size_t more) {
+  if (text->len + more < text->cap)
+    return;
+  size_t cap = text->cap ? text->cap : 256;
+  while (cap <= text->len + more)
+    cap *= 2;
+  text->data = xrealloc(text->data, cap);
+  text->cap = cap;
+}
+
+static void text_append(hooprun_text *text, const char *bytes, size_t len) {
+  if (len == 0)
+    return;
+  text_reserve(text, len);
+  memcpy(text->data + text->len, bytes, len);
+  text->len += len;
+  text->data[text->len] = '\0';
+}
+
+static void text_vprintf(hooprun_text *text, const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  int len = vsnprintf(NULL, 0, fmt, again);
+  va_end(again);
+  if (len <= 0)
+    return;
+  text_reserve(text, (size_t)len);
+  vsnprintf(text->data + text->len, (size_t)len + 1, fmt, ap);
+  text->len += (size_t)len;
+}
+
+static void text_printf(hooprun_text *text, const char *fmt, ...) HOOP__PRINTF(2, 3);
+static void text_printf(hooprun_text *text, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  text_vprintf(text, fmt, ap);
+  va_end(ap);
+}
+
+static void text_free(hooprun_text *text) {
+  free(text->data);
+  *text = (hooprun_text){0};
+}
+
+/* ---- output and messages -------------------------------------------------------------------- */
+
+/* libuv's codes are negated errno values on Unix, except its own (UV_EOF, UV_EAI_*) below -1000;
+ * strerror words the first as users know them ("No such file or directory"). */
+static const char *error_text(int err) {
+  return err > -1000 ? strerror(-err) : uv_strerror(err);
+}
+
+/* Returns 0 or an errno value. */
+static int write_all(int fd, const char *data, size_t len) {
+  while (len > 0) {
+    ssize_t written = write(fd, data, len);
+    if (written >= 0) {
+      data += written;
+      len -= (size_t)written;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      /* Whoever opened the descriptor made it non-blocking: wait until it takes more. */
+      struct pollfd ready = {.fd = fd, .events = POLLOUT};
+      if (poll(&ready, 1, -1) < 0 && errno != EINTR)
+        return errno;
+    } else if (errno != EINTR) {
+      return errno;
+    }
+  }
+  return 0;
+}
+
+static void say(hooprun_job *job, const char *fmt, ...) HOOP__PRINTF(2, 3);
+
+/* Each call writes whole lines at once, so lines from different ranks never mix. */
+static void sink_write(hooprun_job *job, hooprun_sink *sink, const char *data, size_t len) {
+  if (sink->broken || len == 0)
+    return;
+  int err = write_all(sink->fd, data, len);
+  if (err == 0)
+    return;
+  sink->broken = 1;
+  say(job, "cannot write to %s: %s", sink->name, strerror(err));
+  job_stop(job, EXIT_FAILURE);
+}
+
+static void say_va(hooprun_job *job, const char *fmt, va_list ap) {
+  hooprun_text line = {0};
+  text_append(&line, "hooprun: ", 9);
+  text_vprintf(&line, fmt, ap);
+  text_append(&line, "\n", 1);
+  sink_write(job, &job->stderr_sink, line.data, line.len);
+  text_free(&line);
+}
+
+/* A message for the user on stderr. */
+static void say(hooprun_job *job, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say_va(job, fmt, ap);
+  va_end(ap);
+}
+
+/* A message for --verbose only. */
+static void verbose(hooprun_job *job, const char *fmt, ...) HOOP__PRINTF(2, 3);
+static void verbose(hooprun_job *job, const char *fmt, ...) {
+  if (!job->options.verbose)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  say_va(job, fmt, ap);
+  va_end(ap);
+}
+
+static void close_fd(hooprun_job *job, int fd) {
+  if (close(fd) != 0)
+    say(job, "close(%d): %s", fd, strerror(errno));
+}
+
+/* ---- command line --------------------------------------------------------------------------- */
+
+static const char help_text[] =
+    "Usage: hooprun -np N [options] prog [args...]\n"
+    "Start N ranks of prog on this host as one hoop job. hooprun serves the rendezvous itself,\n"
+    "gives each rank HOOP_RENDEZVOUS, HOOP_JOB, HOOP_SIZE and HOOP_RANK, prefixes each line the\n"
+    "ranks print with their rank, and stops every rank when one fails.\n"
+    "\n"
+    "Options (they end at the first argument that is not one, or at --):\n"
+    "  -np N, -n N, --np N  number of ranks (1 to 16384)\n"
+    "  --timeout S          seconds any blocking step of a rank may take (HOOP_TIMEOUT)\n"
+    "  -x VAR               pass VAR on to the ranks (they get hooprun's environment anyway)\n"
+    "  -x VAR=VALUE         set VAR to VALUE for the ranks\n"
+    "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
+    "  --tag-output         prefix each line of the ranks' output with \"[rank] \" (default)\n"
+    "  --no-tag-output      forward the ranks' lines as they are\n"
+    "  -v, --verbose        say on stderr what hooprun does: server port, starts, exits\n"
+    "  -h, --help           show this help and exit\n"
+    "  --version            show the version and exit\n"
+    "\n"
+    "Ranks read stdin (rank 0 only) and inherit hooprun's environment. On a rank's failure, or on\n"
+    "SIGINT or SIGTERM, the other ranks get SIGTERM, and SIGKILL 3 s later.\n"
+    "\n"
+    "Exit status: 0 if every rank exited with 0; else the status of the first rank that failed\n"
+    "(128+N if signal N killed it); 128+N if hooprun got signal N; 127 if prog cannot be started;\n"
+    "2 for a usage error; 1 for any other error of hooprun's.\n";
+
+typedef enum option_id {
+  OPT_NP,
+  OPT_TIMEOUT,
+  OPT_EXPORT,
+  OPT_JOB,
+  OPT_TAG,
+  OPT_NO_TAG,
+  OPT_VERBOSE,
+  OPT_HELP,
+  OPT_VERSION
+} option_id;
+
+static const struct {
+  const char *names[3]; /* spellings; unused slots are NULL */
+  int takes_value;
+  option_id id;
+} option_table[] = {
+    {{"-np", "-n", "--np"}, 1, OPT_NP},
+    {{"--timeout"}, 1, OPT_TIMEOUT},
+    {{"-x"}, 1, OPT_EXPORT},
+    {{"--job"}, 1, OPT_JOB},
+    {{"--tag-output"}, 0, OPT_TAG},
+    {{"--no-tag-output"}, 0, OPT_NO_TAG},
+    {{"-v", "--verbose"}, 0, OPT_VERBOSE},
+    {{"-h", "--help"}, 0, OPT_HELP},
+    {{"--version"}, 0, OPT_VERSION},
+};
+
+static int usage_error(hooprun_job *job, const char *fmt, ...) HOOP__PRINTF(2, 3);
+static int usage_error(hooprun_job *job, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say_va(job, fmt, ap);
+  va_end(ap);
+  say(job, "try 'hooprun --help' for more information");
+  return -1;
+}
+
+/* The table entry that arg spells, or -1. "--name=value" also puts value in *inline_value. */
+static int find_option(const char *arg, const char **inline_value) {
+  *inline_value = NULL;
+  for (size_t i = 0; i < sizeof option_table / sizeof option_table[0]; i++) {
+    for (int k = 0; k < 3 && option_table[i].names[k]; k++) {
+      const char *name = option_table[i].names[k];
+      size_t len = strlen(name);
+      if (strncmp(arg, name, len) != 0)
+        continue;
+      if (arg[len] == '\0')
+        return (int)i;
+      if (arg[len] == '=' && name[1] == '-' && option_table[i].takes_value) {
+        *inline_value = arg + len + 1;
+        return (int)i;
+      }
+    }
+  }
+  return -1;
+}
+
+static int add_export(hooprun_job *job, const char *spec) {
+  hooprun_options *options = &job->options;
+  if (spec[0] == '\0' || spec[0] == '=')
+    return usage_error(job, "-x: '%s' does not start with a variable name", spec);
+  if (!strchr(spec, '=') && !getenv(spec)) {
+    say(job, "-x %s: not set in hooprun's environment; ignored", spec);
+    return 0;
+  }
+  options->exports = xrealloc(options->exports, (size_t)(options->nexports + 1) * sizeof(char *));
+  options->exports[options->nexports++] = spec;
+  return 0;
+}
+
+/* Returns 0, 1 if hooprun is done (--help, --version), or -1 after a usage error. */
+static int apply_option(hooprun_job *job, option_id id, const char *value) {
+  hooprun_options *options = &job->options;
+  long np;
+  double seconds;
+  switch (id) {
+  case OPT_NP:
+    if (hoop__parse_int(value, 1, HOOP_WIRE_MAX_RANKS, &np) != 0)
+      return usage_error(job, "-np: '%s' is not a number of ranks from 1 to %d", value,
+                         HOOP_WIRE_MAX_RANKS);
+    options->np = (int)np;
+    return 0;
+  case OPT_TIMEOUT:
+    if (hoop__parse_double(value, 0.001, 1e7, &seconds) != 0)
+      return usage_error(job, "--timeout: '%s' is not a number of seconds (0.001 to 1e7)", value);
+    options->timeout = value;
+    return 0;
+  case OPT_EXPORT:
+    return add_export(job, value);
+  case OPT_JOB:
+    if (value[0] == '\0' || strlen(value) > HOOP_WIRE_MAX_JOB)
+      return usage_error(job, "--job: the id must have 1 to %d bytes", HOOP_WIRE_MAX_JOB);
+    options->job_id = value;
+    return 0;
+  case OPT_TAG:
+  case OPT_NO_TAG:
+    options->tag_output = id == OPT_TAG;
+    return 0;
+  case OPT_VERBOSE:
+    options->verbose = 1;
+    return 0;
+  case OPT_HELP:
+    sink_write(job, &job->stdout_sink, help_text, strlen(help_text));
+    return 1;
+  case OPT_VERSION:
+    sink_write(job, &job->stdout_sink, "hooprun (hoop) " PACKAGE_VERSION "\n",
+               strlen("hooprun (hoop) " PACKAGE_VERSION "\n"));
+    return 1;
+  }
+  return 0;
+}
+
+/* Returns 0 to run the job, 1 if hooprun is done, or -1 after a usage error. */
+static int parse_options(hooprun_job *job, int argc, char **argv) {
+  job->options.tag_output = 1;
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      i++;
+      break;
+    }
+    if (arg[0] != '-' || arg[1] == '\0')
+      break;
+    const char *value;
+    int found = find_option(arg, &value);
+    if (found < 0)
+      return usage_error(job, "unknown option '%s'", arg);
+    if (option_table[found].takes_value && !value) {
+      if (i + 1 >= argc)
+        return usage_error(job, "%s needs a value", arg);
+      value = argv[++i];
+    }
+    int rc = apply_option(job, option_table[found].id, value);
+    if (rc != 0)
+      return rc;
+  }
+  if (job->options.np == 0)
+    return usage_error(job, "give the number of ranks with -np N");
+  if (i >= argc)
+    return usage_error(job, "no program to run");
+  job->options.command = argv + i;
+  return 0;
+}
+
+/* ---- a rank's environment ------------------------------------------------------------------- */
+
+/* An environment being built: owned "NAME=value" strings, ending with NULL. */
+typedef struct hooprun_env {
+  char **entries;
+  size_t count;
+} hooprun_env;
+
+/* 1 if entry's name (up to its '=') is the name that other starts with, followed by '='. */
+static int same_name(const char *entry, const char *other) {
+  size_t len = strcspn(entry, "=");
+  return strncmp(entry, other, len) == 0 && other[len] == '=';
+}
+
+/* Takes entry; it replaces an entry of the same name. */
+static void env_add(hooprun_env *env, char *entry) {
+  for (size_t i = 0; i < env->count; i++) {
+    if (same_name(env->entries[i], entry)) {
+      free(env->entries[i]);
+      env->entries[i] = entry;
+      return;
+    }
+  }
+  env->entries = xrealloc(env->entries, (env->count + 2) * sizeof *env->entries);
+  env->entries[env->count++] = entry;
+  env->entries[env->count] = NULL;
+}
+
+static void env_format(hooprun_env *env, const char *fmt, ...) HOOP__PRINTF(2, 3);
+static void env_format(hooprun_env *env, const char *fmt, ...) {
+  hooprun_text entry = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  text_vprintf(&entry, fmt, ap);
+  va_end(ap);
+  env_add(env, entry.data);
+}
+
+static void env_free(char **entries) {
+  for (char **entry = entries; *entry; entry++)
+    free(*entry);
+  free(entries);
+}
+
+/* hooprun's environment, then the -x settings, then the job's HOOP_ variables, which win. A
+ * launcher for other hosts sends the same list through its remote shell. */
+static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank) {
+  const hooprun_options *options = &job->options;
+  hooprun_env env = {0};
+  for (char **entry = environ; *entry; entry++) {
+    /* A rank told to host the rendezvous would compete with hooprun's server for its port. */
+    if (!same_name(*entry, "HOOP_RDZV_SERVE="))
+      env_add(&env, xstrdup(*entry));
+  }
+  for (int i = 0; i < options->nexports; i++) {
+    const char *spec = options->exports[i];
+    const char *value = getenv(spec);
+    if (strchr(spec, '='))
+      env_add(&env, xstrdup(spec));
+    else if (value)
+      env_format(&env, "%s=%s", spec, value);
+  }
+  env_format(&env, "HOOP_RENDEZVOUS=%s", job->rendezvous);
+  env_format(&env, "HOOP_JOB=%s", job->id);
+  env_format(&env, "HOOP_SIZE=%d", options->np);
+  env_format(&env, "HOOP_RANK=%d", rank->index);
+  if (options->timeout)
+    env_format(&env, "HOOP_TIMEOUT=%s", options->timeout);
+  return env.entries;
+}
+
+/* ---- forwarding the ranks' output ----------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  hooprun_output *output = handle->data;
+  /* One buffer serves every pipe: each read is forwarded before the next one starts. */
+  *buf = uv_buf_init(output->rank->job->read_buf, READ_BYTES);
+}
+
+/* Add one line to job->lines: the tag, the partial line kept so far, then rest (ending in '\n'). */
+static void line_add(hooprun_job *job, hooprun_output *output, const char *rest, size_t len) {
+  text_append(&job->lines, output->rank->tag, strlen(output->rank->tag));
+  text_append(&job->lines, output->partial.data, output->partial.len);
+  text_append(&job->lines, rest, len);
+  output->partial.len = 0;
+}
+
+/* Forward the whole lines in data with one write; keep the unfinished rest for later. */
+static void output_forward(hooprun_job *job, hooprun_output *output, const char *data, size_t len) {
+  const char *end = data + len;
+  const char *newline;
+  job->lines.len = 0;
+  while ((newline = memchr(data, '\n', (size_t)(end - data))) != NULL) {
+    line_add(job, output, data, (size_t)(newline + 1 - data));
+    data = newline + 1;
+  }
+  text_append(&output->partial, data, (size_t)(end - data));
+  if (output->partial.len >= LINE_MAX_BYTES)
+    line_add(job, output, "\n", 1);
+  sink_write(job, output->sink, job->lines.data, job->lines.len);
+}
+
+static void on_output_closed(uv_handle_t *handle) {
+  hooprun_output *output = handle->data;
+  hooprun_job *job = output->rank->job;
+  job->outputs_open--;
+  job_progress(job);
+}
+
+/* The write end is closed, or given up on: forward the last line even without its newline. */
+static void output_close(hooprun_job *job, hooprun_output *output) {
+  job->lines.len = 0;
+  if (output->partial.len > 0)
+    line_add(job, output, "\n", 1);
+  sink_write(job, output->sink, job->lines.data, job->lines.len);
+  text_free(&output->partial);
+  output->open = 0;
+  uv_close((uv_handle_t *)&output->pipe, on_output_closed);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  hooprun_output *output = stream->data;
+  hooprun_job *job = output->rank->job;
+  if (nread > 0) {
+    output_forward(job, output, buf->base, (size_t)nread);
+  } else if (nread < 0) {
+    if (nread != UV_EOF)
+      say(job, "reading rank %d's %s: %s", output->rank->index, output->name,
+          error_text((int)nread));
+    output_close(job, output);
+  }
+  /* After the last rank's exit this restarts the wait for output that is still coming. */
+  job_progress(job);
+}
+
+static void output_start(hooprun_job *job, hooprun_output *output) {
+  int err = uv_read_start((uv_stream_t *)&output->pipe, on_alloc, on_read);
+  if (err != 0) {
+    say(job, "cannot read rank %d's %s: %s", output->rank->index, output->name, error_text(err));
+    job_stop(job, EXIT_FAILURE);
+    return;
+  }
+  output->open = 1;
+  job->outputs_open++;
+}
+
+/* Forward what a rank that has just exited left in its pipe, so that its last lines come out
+ * before hooprun reports its exit. Stops at an empty pipe: a process the rank started may still
+ * hold the write end, and the loop keeps reading that. */
+static void output_read_now(hooprun_job *job, hooprun_output *output) {
+  uv_os_fd_t fd;
+  if (!output->open || uv_fileno((uv_handle_t *)&output->pipe, &fd) != 0)
+    return;
+  for (int reads = 0; reads < EXIT_READS; reads++) {
+    ssize_t nread = read(fd, job->read_buf, READ_BYTES);
+    if (nread > 0) {
+      output_forward(job, output, job->read_buf, (size_t)nread);
+      continue;
+    }
+    if (nread < 0 && errno == EINTR)
+      continue;
+    if (nread < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    if (nread < 0)
+      say(job, "reading rank %d's %s: %s", output->rank->index, output->name, strerror(errno));
+    output_close(job, output);
+    return;
+  }
+}
+
+/* ---- starting ranks ------------------------------------------------------------------------- */
+
+/* A pipe for one of a rank's outputs: the read end goes into output->pipe, the write end (for
+ * the rank's fd 1 or 2) into *write_fd. */
+static int output_open(hooprun_job *job, hooprun_output *output, uv_file *write_fd) {
+  uv_file fds[2];
+  int err = uv_pipe(fds, UV_NONBLOCK_PIPE, 0);
+  if (err == 0) {
+    err = uv_pipe_init(&job->loop, &output->pipe, 0);
+    if (err == 0)
+      err = uv_pipe_open(&output->pipe, fds[0]);
+    if (err != 0) {
+      close_fd(job, fds[0]);
+      close_fd(job, fds[1]);
+    }
+  }
+  if (err != 0) {
+    say(job, "cannot make a pipe for rank %d's %s: %s", output->rank->index, output->name,
+        error_text(err));
+    return -1;
+  }
+  output->pipe.data = output;
+  *write_fd = fds[1];
+  return 0;
+}
+
+static void on_rank_exit(uv_process_t *process, int64_t exit_status, int term_signal);
+
+/* Start one rank, with its output going to pipes: real pipes (not libuv's socketpairs) so that
+ * a rank can open /dev/stdout. Returns 0, or the status hooprun should exit with. */
+static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
+  uv_file out_fd, err_fd;
+  if (output_open(job, &rank->out, &out_fd) != 0)
+    return EXIT_FAILURE;
+  if (output_open(job, &rank->err, &err_fd) != 0) {
+    close_fd(job, out_fd);
+    return EXIT_FAILURE;
+  }
+  /* As with mpirun, rank 0 reads hooprun's stdin; libuv gives the others /dev/null. */
+  uv_stdio_container_t stdio[3] = {
+      {.flags = rank->index == 0 ? UV_INHERIT_FD : UV_IGNORE, .data.fd = STDIN_FILENO},
+      {.flags = UV_INHERIT_FD, .data.fd = out_fd},
+      {.flags = UV_INHERIT_FD, .data.fd = err_fd},
+  };
+  char **env = rank_environment(job, rank);
+  uv_process_options_t spawn = {.exit_cb = on_rank_exit,
+                                .file = job->options.command[0],
+                                .args = job->options.command,
+                                .env = env,
+                                .stdio_count = 3,
+                                .stdio = stdio};
+  rank->process.data = rank;
+  int err = uv_spawn(&job->loop, &rank->process, &spawn);
+  env_free(env);
+  /* Only the rank may hold the write ends, or the pipes would never reach their end. */
+  close_fd(job, out_fd);
+  close_fd(job, err_fd);
+  if (err != 0) {
+    say(job, "cannot start '%s': %s", job->options.command[0], error_text(err));
+    return EXIT_CANNOT_START;
+  }
+  rank->pid = rank->process.pid;
+  rank->running = 1;
+  job->running++;
+  verbose(job, "rank %d started as pid %d", rank->index, rank->pid);
+  output_start(job, &rank->out);
+  output_start(job, &rank->err);
+  return 0;
+}
+
+static void start_ranks(hooprun_job *job) {
+  verbose(job, "starting %d rank%s of '%s'", job->options.np, job->options.np == 1 ? "" : "s",
+          job->options.command[0]);
+  for (int i = 0; i < job->options.np; i++) {
+    int status = spawn_rank(job, &job->ranks[i]);
+    if (status != 0) {
+      job_stop(job, status);
+      break;
+    }
+  }
+  job_progress(job);
+}
+
+/* ---- ranks that exit ------------------------------------------------------------------------ */
+
+/* "exited with status 3" or "was killed by signal 9 (Killed)". */
+static void describe_exit(hooprun_text *text, int64_t exit_status, int term_signal) {
+  if (term_signal)
+    text_printf(text, "was killed by signal %d (%s)", term_signal, strsignal(term_signal));
+  else
+    text_printf(text, "exited with status %d", (int)exit_status);
+}
+
+/* The first rank to fail is the cause, and the job stops; what exits after that was stopped. */
+static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_status,
+                        int term_signal) {
+  int status = term_signal ? 128 + term_signal : (int)exit_status;
+  hooprun_text how = {0};
+  describe_exit(&how, exit_status, term_signal);
+  if (job->stopping) {
+    verbose(job, "rank %d (pid %d) %s: stopped by hooprun", rank->index, rank->pid, how.data);
+  } else if (status != 0) {
+    say(job, "rank %d (pid %d) %s", rank->index, rank->pid, how.data);
+    job_stop(job, status);
+  } else {
+    verbose(job, "rank %d (pid %d) %s", rank->index, rank->pid, how.data);
+  }
+  text_free(&how);
+}
+
+static void on_rank_exit(uv_process_t *process, int64_t exit_status, int term_signal) {
+  hooprun_rank *rank = process->data;
+  hooprun_job *job = rank->job;
+  rank->running = 0;
+  job->running--;
+  output_read_now(job, &rank->out);
+  output_read_now(job, &rank->err);
+  report_exit(job, rank, exit_status, term_signal);
+  job_progress(job);
+}
+
+/* ---- stopping and finishing the job -------------------------------------------------------- */
+
+static void signal_ranks(hooprun_job *job, int signum) {
+  for (int i = 0; i < job->options.np; i++) {
+    hooprun_rank *rank = &job->ranks[i];
+    if (!rank->running)
+      continue;
+    int err = uv_process_kill(&rank->process, signum);
+    /* ESRCH: it has just exited, and its exit is on the way. */
+    if (err != 0 && err != UV_ESRCH)
+      say(job, "cannot signal rank %d (pid %d): %s", rank->index, rank->pid, error_text(err));
+  }
+}
+
+static void on_grace_over(uv_timer_t *timer) {
+  hooprun_job *job = timer->data;
+  verbose(job, "%d rank%s still running %d s after SIGTERM; sending SIGKILL", job->running,
+          job->running == 1 ? "" : "s", GRACE_MS / 1000);
+  signal_ranks(job, SIGKILL);
+}
+
+/* Stop the job, which then ends with exit_code; only the first cause counts. */
+static void job_stop(hooprun_job *job, int exit_code) {
+  if (job->stopping)
+    return;
+  job->stopping = 1;
+  job->exit_code = exit_code;
+  if (job->running == 0)
+    return;
+  verbose(job, "stopping %d running rank%s with SIGTERM", job->running,
+          job->running == 1 ? "" : "s");
+  signal_ranks(job, SIGTERM);
+  uv_timer_start(&job->grace_timer, on_grace_over, GRACE_MS, 0);
+}
+
+static void on_drain_over(uv_timer_t *timer) {
+  hooprun_job *job = timer->data;
+  for (int i = 0; i < job->options.np; i++) {
+    hooprun_output *outputs[2] = {&job->ranks[i].out, &job->ranks[i].err};
+    for (int k = 0; k < 2; k++) {
+      if (!outputs[k]->open)
+        continue;
+      verbose(job, "rank %d's %s stays open after its exit (held by a process it started?); "
+                   "no longer waiting for it",
+              i, outputs[k]->name);
+      output_close(job, outputs[k]);
+    }
+  }
+}
+
+/* Every rank has exited and its output is out: stop what keeps the loop running, so that
+ * uv_run returns and main closes what is left. */
+static void job_finish(hooprun_job *job) {
+  job->finished = 1;
+  uv_timer_stop(&job->grace_timer);
+  uv_timer_stop(&job->drain_timer);
+  uv_signal_stop(&job->sigint);
+  uv_signal_stop(&job->sigterm);
+  if (job->server) {
+    hoop__rdzv_server_close(job->server);
+    job->server = NULL;
+  }
+}
+
+/* Called after anything that may end the job: a rank's exit, an output's end or read. */
+static void job_progress(hooprun_job *job) {
+  if (job->finished || job->running > 0)
+    return;
+  uv_timer_stop(&job->grace_timer);
+  if (job->outputs_open > 0) {
+    /* Counted from the last read: a slow write to our stdout must not look like silence. */
+    uv_update_time(&job->loop);
+    uv_timer_start(&job->drain_timer, on_drain_over, DRAIN_IDLE_MS, 0);
+    return;
+  }
+  job_finish(job);
+}
+
+/* The ranks are in hooprun's process group, so a Ctrl-C at a terminal reaches them directly;
+ * this also covers a signal sent to hooprun alone (kill, a batch system). */
+static void on_signal(uv_signal_t *handle, int signum) {
+  hooprun_job *job = handle->data;
+  const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+  if (job->stopping) {
+    say(job, "got %s while stopping the job; killing the ranks now", name);
+    signal_ranks(job, SIGKILL);
+    return;
+  }
+  say(job, "got %s; stopping the job", name);
+  job_stop(job, 128 + signum);
+}
+
+/* ---- setting up ----------------------------------------------------------------------------- */
+
+static int make_job_id(hooprun_job *job) {
+  if (job->options.job_id) {
+    snprintf(job->id, sizeof job->id, "%s", job->options.job_id);
+    return 0;
+  }
+  unsigned char random[4];
+  uv_random_t request;
+  int err = uv_random(&job->loop, &request, random, sizeof random, 0, NULL);
+  if (err != 0) {
+    say(job, "cannot make a job id: %s", error_text(err));
+    return -1;
+  }
+  snprintf(job->id, sizeof job->id, "hooprun-%ld-%02x%02x%02x%02x", (long)getpid(), random[0],
+           random[1], random[2], random[3]);
+  return 0;
+}
+
+static void init_ranks(hooprun_job *job) {
+  job->ranks = xrealloc(NULL, (size_t)job->options.np * sizeof *job->ranks);
+  memset(job->ranks, 0, (size_t)job->options.np * sizeof *job->ranks);
+  for (int i = 0; i < job->options.np; i++) {
+    hooprun_rank *rank = &job->ranks[i];
+    rank->job = job;
+    rank->index = i;
+    if (job->options.tag_output)
+      snprintf(rank->tag, sizeof rank->tag, "[%d] ", i);
+    rank->out = (hooprun_output){.rank = rank, .sink = &job->stdout_sink, .name = "stdout"};
+    rank->err = (hooprun_output){.rank = rank, .sink = &job->stderr_sink, .name = "stderr"};
+  }
+}
+
+static int init_handles(hooprun_job *job) {
+  int err;
+  if ((err = uv_timer_init(&job->loop, &job->grace_timer)) != 0 ||
+      (err = uv_timer_init(&job->loop, &job->drain_timer)) != 0 ||
+      (err = uv_signal_init(&job->loop, &job->sigint)) != 0 ||
+      (err = uv_signal_init(&job->loop, &job->sigterm)) != 0) {
+    say(job, "cannot set up the event loop: %s", error_text(err));
+    return -1;
+  }
+  job->grace_timer.data = job->drain_timer.data = job;
+  job->sigint.data = job->sigterm.data = job;
+  if ((err = uv_signal_start(&job->sigint, on_signal, SIGINT)) != 0 ||
+      (err = uv_signal_start(&job->sigterm, on_signal, SIGTERM)) != 0) {
+    say(job, "cannot catch signals: %s", error_text(err));
+    return -1;
+  }
+  return 0;
+}
+
+static void on_rendezvous_done(void *arg) {
+  hooprun_job *job = arg;
+  verbose(job, "rendezvous of job %s is over", job->id);
+}
+
+static int start_server(hooprun_job *job) {
+  char err[256];
+  job->rdzv_options = (hoop__rdzv_options){
+      .listen = "127.0.0.1:0", .once = 1, .on_done = on_rendezvous_done, .arg = job};
+  if (hoop__rdzv_server_start(&job->loop, &job->rdzv_options, &job->server, err, sizeof err) != 0) {
+    job->server = NULL;
+    say(job, "cannot start the rendezvous server: %s", err);
+    return -1;
+  }
+  snprintf(job->rendezvous, sizeof job->rendezvous, "127.0.0.1:%d",
+           hoop__rdzv_server_port(job->server));
+  verbose(job, "rendezvous server on %s for job %s", job->rendezvous, job->id);
+  return 0;
+}
+
+/* Set up, start the ranks and run the loop until the job is over. */
+static void job_run(hooprun_job *job) {
+  init_ranks(job);
+  if (make_job_id(job) != 0 || init_handles(job) != 0) {
+    job->exit_code = EXIT_FAILURE;
+    return;
+  }
+  if (start_server(job) != 0) {
+    job->exit_code = EXIT_FAILURE;
+    job_finish(job);
+  } else {
+    start_ranks(job);
+  }
+  uv_run(&job->loop, UV_RUN_DEFAULT);
+}
+
+static void close_handle(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(handle))
+    uv_close(handle, NULL);
+}
+
+/* Close what is left (exited ranks' process handles, timers, signals) and then the loop. */
+static int loop_close(hooprun_job *job) {
+  uv_walk(&job->loop, close_handle, NULL);
+  uv_run(&job->loop, UV_RUN_DEFAULT);
+  int err = uv_loop_close(&job->loop);
+  if (err != 0) {
+    say(job, "cannot close the event loop: %s", error_text(err));
+    return -1;
+  }
+  return 0;
+}
+
+static int run(hooprun_job *job, int argc, char **argv) {
+  int parsed = parse_options(job, argc, argv);
+  if (parsed != 0)
+    return parsed < 0 ? EXIT_USAGE : job->stdout_sink.broken ? EXIT_FAILURE : EXIT_SUCCESS;
+  hoop__log_set_prefix("hooprun");
+  /* A reader of our output that goes away must not kill hooprun before it stops the ranks. */
+  if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
+    say(job, "cannot ignore SIGPIPE: %s", strerror(errno));
+    return EXIT_FAILURE;
+  }
+  int err = uv_loop_init(&job->loop);
+  if (err != 0) {
+    say(job, "cannot make an event loop: %s", error_text(err));
+    return EXIT_FAILURE;
+  }
+  job_run(job);
+  if (loop_close(job) != 0)
+    return EXIT_FAILURE;
+  verbose(job, "exit status %d", job->exit_code);
+  return job->exit_code;
+}
+
+int main(int argc, char **argv) {
+  hooprun_job *job = xrealloc(NULL, sizeof *job);
+  memset(job, 0, sizeof *job);
+  job->stdout_sink = (hooprun_sink){.fd = STDOUT_FILENO, .name = "standard output"};
+  job->stderr_sink = (hooprun_sink){.fd = STDERR_FILENO, .name = "standard error"};
+  int status = run(job, argc, argv);
+  free(job->ranks);
+  free(job->options.exports);
+  text_free(&job->lines);
+  free(job);
+  return status;
+}

@@ -1,6 +1,8 @@
 /* comm.c - the communicator: configuration (from a struct or the environment), joining the job
  * through the rendezvous, connecting the transport, error state, abort and finalize. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,17 +157,30 @@ static hoop_result resolve_server(hoop_comm *comm, struct sockaddr_storage *addr
   return HOOP_OK;
 }
 
-/* Rank 0 hosting the job: a server on its own thread that stops after this job. */
-static hoop_result host_rendezvous(hoop_comm *comm) {
+static int is_loopback(const struct sockaddr *addr) {
+  if (addr->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+  return addr->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
+}
+
+/* Rank 0 hosting the job: a server on its own thread that stops after this job. It listens on
+ * every address of the rendezvous address's family, since the name other hosts use may resolve to
+ * something else here (Debian maps the host name to 127.0.1.1); a loopback address stays exact. */
+static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *server, int port) {
+  char listen[sizeof comm->rendezvous];
+  if (is_loopback(server))
+    snprintf(listen, sizeof listen, "%s", comm->rendezvous);
+  else
+    snprintf(listen, sizeof listen, server->sa_family == AF_INET6 ? "[::]:%d" : ":%d", port);
   hoop__rdzv_options options = {0};
-  options.listen = comm->rendezvous;
+  options.listen = listen;
   options.once = 1;
   char err[256];
   if (hoop__rdzv_thread_start(&options, &comm->server, err, sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: hosting the rendezvous on %s: %s",
                            comm->rendezvous, err);
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job,
-            comm->rendezvous);
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job, listen);
   return HOOP_OK;
 }
 
@@ -177,7 +192,8 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   hoop_result result = resolve_server(comm, &server, &server_len, host, sizeof host, &port);
   if (result != HOOP_OK)
     return result;
-  if (config->serve_rendezvous && (result = host_rendezvous(comm)) != HOOP_OK)
+  if (config->serve_rendezvous &&
+      (result = host_rendezvous(comm, (struct sockaddr *)&server, port)) != HOOP_OK)
     return result;
 
   hoop__hello hello;

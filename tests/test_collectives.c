@@ -2,6 +2,7 @@
  * against reference.c: through hooprun (embedded rendezvous), and through ranks that call hoop_init
  * themselves with rank 0 hosting the rendezvous. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,16 +44,21 @@ END_TEST
 
 typedef struct forked_job {
   int port;
-  int request_ranks; /* 1: each child asks for its index as rank; 0: the server assigns */
+  int request_ranks;  /* 1: each child asks for its index as rank; 0: the server assigns */
+  const char *host;   /* the rendezvous host: "127.0.0.1" or "[::1]" */
+  const char *ifname; /* HOOP_IFNAME for the data connections, or NULL */
+  int streams;        /* TCP streams per peer */
 } forked_job;
 
 static int forked_rank(int index, int n, void *arg) {
   const forked_job *job = arg;
   char rendezvous[64];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", job->port);
+  snprintf(rendezvous, sizeof rendezvous, "%s:%d", job->host, job->port);
   hoop_config config;
   hoop_config_init(&config);
   config.rendezvous = rendezvous;
+  config.ifname = job->ifname;
+  config.tcp_streams = job->streams;
   config.job = "forked";
   config.size = n;
   config.rank = job->request_ranks ? index : -1;
@@ -81,20 +87,41 @@ static int forked_rank(int index, int n, void *arg) {
   if (hoop_allreduce(comm, &value, &value, 1, HOOP_INT64, HOOP_SUM) != HOOP_OK ||
       value != (int64_t)n * (n + 1) / 2)
     failures++;
+  /* A buffer big enough to be striped over every stream, broadcast from the last rank. */
+  size_t count = 3 * 1000 * 1000 + 7;
+  uint8_t *big = malloc(count);
+  for (size_t i = 0; big && i < count; i++)
+    big[i] = rank == n - 1 ? (uint8_t)(i * 31 + 7) : 0;
+  if (!big || hoop_broadcast(comm, big, count, HOOP_UINT8, n - 1) != HOOP_OK)
+    failures++;
+  for (size_t i = 0; big && i < count; i++)
+    if (big[i] != (uint8_t)(i * 31 + 7)) {
+      failures++;
+      break;
+    }
+  free(big);
+  if (failures)
+    fprintf(stderr, "child %d (rank %d): %d checks failed: %s\n", index, rank, failures,
+            hoop_last_error(comm));
   hoop_finalize(comm);
   return failures;
 }
 
-static void run_forked(int n, int request_ranks) {
-  forked_job job = {procs_free_port(), request_ranks};
+static void run_forked(int n, int request_ranks, const char *host, const char *ifname,
+                       int streams) {
+  forked_job job = {procs_free_port(), request_ranks, host, ifname, streams};
   ck_assert_int_gt(job.port, 0);
   int bad = procs_fork_ranks(n, forked_rank, &job, 60);
   ck_assert_msg(bad == 0, "%d of %d forked ranks failed (see stderr)", bad, n);
 }
 
-START_TEST(test_rank0_hosts_requested_ranks) { run_forked(3, 1); }
+START_TEST(test_rank0_hosts_requested_ranks) { run_forked(3, 1, "127.0.0.1", NULL, 2); }
 END_TEST
-START_TEST(test_rank0_hosts_assigned_ranks) { run_forked(4, 0); }
+START_TEST(test_rank0_hosts_assigned_ranks) { run_forked(4, 0, "127.0.0.1", NULL, 1); }
+END_TEST
+START_TEST(test_ipv6) { run_forked(3, 1, "[::1]", NULL, 3); }
+END_TEST
+START_TEST(test_ifname_exact) { run_forked(2, 1, "127.0.0.1", "=lo", 8); }
 END_TEST
 
 static Suite *collectives_suite(void) {
@@ -111,6 +138,8 @@ static Suite *collectives_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_rank0_hosts_requested_ranks);
   tcase_add_test(tc, test_rank0_hosts_assigned_ranks);
+  tcase_add_test(tc, test_ipv6);
+  tcase_add_test(tc, test_ifname_exact);
   suite_add_tcase(s, tc);
   return s;
 }

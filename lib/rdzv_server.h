@@ -22,7 +22,9 @@ typedef struct hoop__rdzv_options {
   void *arg;
 } hoop__rdzv_options;
 
-/* Start serving on loop. Returns 0, or -1 with a message in err. */
+/* Start serving on loop. The options are copied. Returns 0, or -1 with a message in err and *out
+ * set to NULL; a failed start may leave a closing handle that frees itself on the loop's next
+ * run, so the caller should still run the loop before closing it. */
 int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
                             hoop__rdzv_server **out, char *err, size_t errlen);
 
@@ -30,7 +32,8 @@ int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
 int hoop__rdzv_server_port(const hoop__rdzv_server *server);
 
 /* Stop listening, drop every client and free the server once libuv has closed its handles; the
- * loop then has nothing of the server's left alive. */
+ * loop then has nothing of the server's left alive. Call it from the loop's thread, outside
+ * on_done. */
 void hoop__rdzv_server_close(hoop__rdzv_server *server);
 
 /* A server on its own thread and loop (for rank 0 hosting the job). */

@@ -21,15 +21,17 @@
 
 /* How long ranks get to exit after SIGTERM before they get SIGKILL. */
 #define GRACE_MS 3000
-/* Once every rank has exited, an output pipe that stays silent this long is held open by a
- * process a rank left behind; hooprun stops waiting for it. */
-#define DRAIN_IDLE_MS 1000
+/* A rank's own output is read as soon as it exits; a pipe still open this long after the last
+ * rank's exit is held by a process a rank left behind, and hooprun stops reading it (which
+ * also ends a writer that keeps going, by EPIPE). */
+#define DRAIN_MS 1000
 /* A longer line is forwarded in pieces, so that output without newlines cannot make hooprun's
  * memory grow without bound. */
 #define LINE_MAX_BYTES (1024 * 1024)
 #define READ_BYTES 65536
-/* Reads at once from a rank that has just exited: its own output fits in a default pipe many
- * times over; more comes from a process it left behind, which the loop reads as usual. */
+/* Reads at once from a rank that has just exited: 16 x 64 KiB empty even a pipe grown to the
+ * 1 MiB an unprivileged process may ask for; anything more comes from a process the rank left
+ * behind, and the loop reads that as usual. */
 #define EXIT_READS 16
 
 /* hooprun's own exit statuses, besides those it passes on from ranks and signals. */
@@ -50,6 +52,7 @@ typedef struct hooprun_sink {
   int broken; /* a write failed; what comes later for it is dropped */
 } hooprun_sink;
 
+/* What the command line asked for. */
 typedef struct hooprun_options {
   int np;               /* 0 until -np is given */
   const char *timeout;  /* --timeout as given, or NULL */
@@ -86,11 +89,13 @@ typedef struct hooprun_rank {
   hooprun_output err;
 } hooprun_rank;
 
+/* The job: its ranks, the rendezvous server and the loop that drives them all. */
 typedef struct hooprun_job {
   hooprun_options options;
   char id[HOOP_WIRE_MAX_JOB + 1];
   uv_loop_t loop;
-  hoop__rdzv_options rdzv_options; /* kept as long as the server may look at them */
+  hoop__rdzv_options rdzv_options; /* kept while the server lives: rdzv_server.h does not say
+                                      whether it copies them */
   hoop__rdzv_server *server;
   char rendezvous[64]; /* "127.0.0.1:port", as the ranks get it */
   hooprun_rank *ranks; /* options.np of them */
@@ -465,7 +470,7 @@ static void env_free(char **entries) {
 }
 
 /* hooprun's environment, then the -x settings, then the job's HOOP_ variables, which win. A
- * launcher for other hosts sends the same list through its remote shell. */
+ * launcher for other hosts passes the last two through its remote shell. */
 static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank) {
   const hooprun_options *options = &job->options;
   hooprun_env env = {0};
@@ -476,10 +481,10 @@ static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank)
   }
   for (int i = 0; i < options->nexports; i++) {
     const char *spec = options->exports[i];
-    const char *value = getenv(spec);
+    const char *value;
     if (strchr(spec, '='))
       env_add(&env, xstrdup(spec));
-    else if (value)
+    else if ((value = getenv(spec)) != NULL)
       env_format(&env, "%s=%s", spec, value);
   }
   env_format(&env, "HOOP_RENDEZVOUS=%s", job->rendezvous);
@@ -552,8 +557,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
           error_text((int)nread));
     output_close(job, output);
   }
-  /* After the last rank's exit this restarts the wait for output that is still coming. */
-  job_progress(job);
 }
 
 static void output_start(hooprun_job *job, hooprun_output *output) {
@@ -754,9 +757,10 @@ static void on_drain_over(uv_timer_t *timer) {
     for (int k = 0; k < 2; k++) {
       if (!outputs[k]->open)
         continue;
-      verbose(job, "rank %d's %s stays open after its exit (held by a process it started?); "
-                   "no longer waiting for it",
-              i, outputs[k]->name);
+      verbose(job,
+              "rank %d's %s is still open %d s after the last exit (held by a process it "
+              "started?); closing it",
+              i, outputs[k]->name, DRAIN_MS / 1000);
       output_close(job, outputs[k]);
     }
   }
@@ -776,18 +780,18 @@ static void job_finish(hooprun_job *job) {
   }
 }
 
-/* Called after anything that may end the job: a rank's exit, an output's end or read. */
+/* Called after anything that may end the job: a rank's exit, the end of an output. */
 static void job_progress(hooprun_job *job) {
   if (job->finished || job->running > 0)
     return;
   uv_timer_stop(&job->grace_timer);
-  if (job->outputs_open > 0) {
-    /* Counted from the last read: a slow write to our stdout must not look like silence. */
+  if (job->outputs_open == 0) {
+    job_finish(job);
+  } else if (!uv_is_active((uv_handle_t *)&job->drain_timer)) {
+    /* From now, not from when this loop iteration began: forwarding output can take long. */
     uv_update_time(&job->loop);
-    uv_timer_start(&job->drain_timer, on_drain_over, DRAIN_IDLE_MS, 0);
-    return;
+    uv_timer_start(&job->drain_timer, on_drain_over, DRAIN_MS, 0);
   }
-  job_finish(job);
 }
 
 /* The ranks are in hooprun's process group, so a Ctrl-C at a terminal reaches them directly;

@@ -1,0 +1,58 @@
+/* model.h - the two models of the example: a softmax classifier (one dense layer) and an MLP with
+ * one hidden ReLU layer, both trained with cross-entropy loss and SGD with momentum. The model
+ * knows nothing about ranks: sgd.c averages the gradients between backward and step. */
+#ifndef SGD_MODEL_H
+#define SGD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One parameter tensor: its values, the gradient summed over this step's examples, and the
+ * momentum buffer. Each lives in its own allocation, as in a framework; that is what makes tensor
+ * fusion (average.c) worth doing. */
+typedef struct tensor {
+  const char *name; /* "W1", "b1", ... */
+  size_t count;     /* elements */
+  float *value;
+  float *grad;
+  float *velocity;
+} tensor;
+
+#define MODEL_MAX_TENSORS 4
+
+typedef struct model {
+  size_t inputs, hidden, classes; /* hidden == 0: softmax classifier */
+  int ntensors;                   /* 2 (W, b) or 4 (W1, b1, W2, b2) */
+  tensor tensors[MODEL_MAX_TENSORS];
+  /* Scratch space for one example. */
+  float *hidden_out;  /* ReLU(W1 x + b1) */
+  float *hidden_grad; /* d loss / d hidden_out */
+  float *logits;      /* W x + b, then d loss / d logits */
+} model;
+
+/* Allocate the tensors and draw initial weights from (seed, rank): each rank starts from different
+ * weights, as independent processes do, until rank 0's are broadcast. Return 0, or -1 when out of
+ * memory. */
+int model_init(model *m, size_t inputs, size_t hidden, size_t classes, uint64_t seed, int rank);
+
+size_t model_parameter_count(const model *m);
+
+void model_zero_grad(model *m);
+
+/* Forward and backward pass on one example: add d loss / d parameters to each tensor's grad and
+ * return the example's cross-entropy loss. */
+double model_train_example(model *m, const float *x, int label);
+
+/* The most likely class of x. */
+int model_predict(model *m, const float *x);
+
+/* SGD with momentum, as PyTorch does it: velocity = momentum * velocity + grad;
+ * value -= lr * velocity. */
+void model_step(model *m, float lr, float momentum);
+
+/* Write every tensor's values, in order, as raw float32 in host byte order. Return 0 or -1. */
+int model_save(const model *m, const char *path);
+
+void model_free(model *m);
+
+#endif

@@ -1,0 +1,397 @@
+/* sgd.c - a minimal data-parallel SGD trainer: every rank holds the same model, computes gradients
+ * on its slice of each global batch, and the ranks average those gradients with hoop_allreduce
+ * before every step, so that N ranks train exactly the model one rank would. Run it with
+ * `hooprun -np 4 examples/sgd/sgd`; README.md beside this file walks through it.
+ *
+ * The order of main() is the order of a data-parallel program: join the job, load the data, build
+ * the model, broadcast rank 0's parameters, then per step compute, average, step; per epoch, agree
+ * on the loss and the test accuracy.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "average.h"
+#include "data.h"
+#include "hoop.h"
+#include "model.h"
+#include "timer.h"
+
+/* ---- options --------------------------------------------------------------------------------- */
+
+typedef struct options {
+  int epochs;
+  size_t batch; /* the global batch: all ranks' examples of one step together */
+  float lr;
+  float momentum;
+  size_t hidden; /* 0: softmax classifier */
+  uint64_t seed;
+  int fp16_allreduce;
+  size_t fusion_bytes;
+  const char *train_images, *train_labels, *test_images, *test_labels;
+  size_t synthetic; /* training examples of the synthetic set */
+  const char *save_params;
+  int verbose;
+} options;
+
+static const options defaults = {
+    .epochs = 5,
+    .batch = 64,
+    .lr = 0.05f,
+    .momentum = 0.9f,
+    .hidden = 64,
+    .seed = 1,
+    .fusion_bytes = 64 << 20,
+    .synthetic = 8192,
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: sgd [options]     (data-parallel: hooprun -np N sgd [options])\n"
+          "Train a classifier with minibatch SGD; the ranks average gradients with hoop.\n"
+          "  --epochs N            passes over the training set (default %d)\n"
+          "  --batch N             global batch: examples per step over all ranks together; each\n"
+          "                        rank takes N / ranks of them, the first N %% ranks one more\n"
+          "                        (default %zu)\n"
+          "  --lr X                learning rate (default %g)\n"
+          "  --momentum X          momentum, 0 for plain SGD (default %g)\n"
+          "  --hidden N            hidden ReLU units; 0 for a softmax classifier (default %zu)\n"
+          "  --seed N              seed of the data, the weights and the shuffles (default %llu)\n"
+          "  --fp16-allreduce      send gradients as float16, summed in float32 at each hop\n"
+          "  --fusion-bytes N      pack gradient tensors into allreduce buffers of up to N bytes\n"
+          "                        (K, M suffixes; 0: one allreduce per tensor; default 64M)\n"
+          "  --train-images FILE   MNIST IDX files (uncompressed); without them, a synthetic set\n"
+          "  --train-labels FILE\n"
+          "  --test-images FILE    optional, for the test accuracy\n"
+          "  --test-labels FILE\n"
+          "  --synthetic N         training examples of the synthetic set, without IDX files\n"
+          "                        (default %zu; the test set has N / 4)\n"
+          "  --save-params FILE    write the final parameters as raw float32: rank 0 to FILE,\n"
+          "                        rank r > 0 to FILE.rank<r>\n"
+          "  --verbose             every rank prints its lines, not only rank 0\n"
+          "  --help\n",
+          defaults.epochs, defaults.batch, (double)defaults.lr, (double)defaults.momentum,
+          defaults.hidden, (unsigned long long)defaults.seed, defaults.synthetic);
+}
+
+static void bad_option(const char *name, const char *value) {
+  fprintf(stderr, "sgd: bad value '%s' for --%s (see --help)\n", value, name);
+  exit(2);
+}
+
+static size_t parse_count(const char *name, const char *text, int suffixes) {
+  char *end;
+  errno = 0;
+  unsigned long long value = strtoull(text, &end, 10);
+  unsigned long long unit = 1;
+  if (suffixes && (*end == 'k' || *end == 'K'))
+    unit = 1 << 10, end++;
+  else if (suffixes && (*end == 'm' || *end == 'M'))
+    unit = 1 << 20, end++;
+  if (errno || end == text || *end || text[0] == '-' || value > SIZE_MAX / unit)
+    bad_option(name, text);
+  return (size_t)(value * unit);
+}
+
+static float parse_float(const char *name, const char *text) {
+  char *end;
+  errno = 0;
+  float value = strtof(text, &end);
+  if (errno || end == text || *end || !(value >= 0))
+    bad_option(name, text);
+  return value;
+}
+
+static void parse_options(int argc, char **argv, options *opt) {
+  enum { EPOCHS = 1, BATCH, LR, MOMENTUM, HIDDEN, SEED, FP16, FUSION, TRAIN_IMAGES, TRAIN_LABELS,
+         TEST_IMAGES, TEST_LABELS, SYNTHETIC, SAVE, VERBOSE, HELP };
+  static const struct option longs[] = {
+      {"epochs", required_argument, 0, EPOCHS},
+      {"batch", required_argument, 0, BATCH},
+      {"lr", required_argument, 0, LR},
+      {"momentum", required_argument, 0, MOMENTUM},
+      {"hidden", required_argument, 0, HIDDEN},
+      {"seed", required_argument, 0, SEED},
+      {"fp16-allreduce", no_argument, 0, FP16},
+      {"fusion-bytes", required_argument, 0, FUSION},
+      {"train-images", required_argument, 0, TRAIN_IMAGES},
+      {"train-labels", required_argument, 0, TRAIN_LABELS},
+      {"test-images", required_argument, 0, TEST_IMAGES},
+      {"test-labels", required_argument, 0, TEST_LABELS},
+      {"synthetic", required_argument, 0, SYNTHETIC},
+      {"save-params", required_argument, 0, SAVE},
+      {"verbose", no_argument, 0, VERBOSE},
+      {"help", no_argument, 0, HELP},
+      {0, 0, 0, 0}};
+  *opt = defaults;
+  int c, index;
+  while ((c = getopt_long(argc, argv, "", longs, &index)) != -1) {
+    const char *name = c > 0 && c <= HELP ? longs[index].name : "";
+    switch (c) {
+    case EPOCHS: opt->epochs = (int)parse_count(name, optarg, 0); break;
+    case BATCH: opt->batch = parse_count(name, optarg, 0); break;
+    case LR: opt->lr = parse_float(name, optarg); break;
+    case MOMENTUM: opt->momentum = parse_float(name, optarg); break;
+    case HIDDEN: opt->hidden = parse_count(name, optarg, 0); break;
+    case SEED: opt->seed = parse_count(name, optarg, 0); break;
+    case FP16: opt->fp16_allreduce = 1; break;
+    case FUSION: opt->fusion_bytes = parse_count(name, optarg, 1); break;
+    case TRAIN_IMAGES: opt->train_images = optarg; break;
+    case TRAIN_LABELS: opt->train_labels = optarg; break;
+    case TEST_IMAGES: opt->test_images = optarg; break;
+    case TEST_LABELS: opt->test_labels = optarg; break;
+    case SYNTHETIC: opt->synthetic = parse_count(name, optarg, 0); break;
+    case SAVE: opt->save_params = optarg; break;
+    case VERBOSE: opt->verbose = 1; break;
+    case HELP: usage(stdout); exit(0);
+    default: usage(stderr); exit(2);
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "sgd: unexpected argument '%s' (see --help)\n", argv[optind]);
+    exit(2);
+  }
+  if (opt->epochs < 1 || opt->batch < 1 || opt->synthetic < 1 || opt->momentum >= 1)
+    bad_option("epochs, --batch, --synthetic or --momentum", "out of range");
+  if (!opt->train_images != !opt->train_labels || !opt->test_images != !opt->test_labels) {
+    fprintf(stderr, "sgd: give image and label files together\n");
+    exit(2);
+  }
+}
+
+/* ---- the job --------------------------------------------------------------------------------- */
+
+typedef struct trainer {
+  options opt;
+  hoop_comm *comm;
+  int rank, size;
+  int printing; /* this rank prints its lines: rank 0, or every rank with --verbose */
+  dataset train, test;
+  int classes;
+  size_t *order; /* the shuffled order of the training set, the same on every rank */
+  model model;
+  averager averager;
+  double compute_seconds; /* forward, backward and the optimizer step */
+  size_t steps;
+} trainer;
+
+/* A collective failed: say where, and abort the communicator so that the other ranks stop waiting
+ * for this one (hooprun then stops the job). */
+static void check(trainer *t, hoop_result result, const char *what) {
+  if (result == HOOP_OK)
+    return;
+  fprintf(stderr, "sgd rank %d: %s: %s: %s\n", t->rank, what, hoop_strerror(result),
+          hoop_last_error(t->comm));
+  hoop_abort(t->comm, what);
+  hoop_finalize(t->comm);
+  exit(1);
+}
+
+static void fail(trainer *t, const char *message) {
+  fprintf(stderr, "sgd rank %d: %s\n", t->rank, message);
+  hoop_abort(t->comm, message);
+  hoop_finalize(t->comm);
+  exit(1);
+}
+
+/* The slice of `total` items that belongs to `rank`: total / size each, and one more for the
+ * first total % size ranks. The slices of all ranks, in rank order, cover 0..total exactly. */
+static void slice_of(size_t total, int size, int rank, size_t *first, size_t *count) {
+  size_t base = total / (size_t)size, extra = total % (size_t)size, r = (size_t)rank;
+  *count = base + (r < extra ? 1 : 0);
+  *first = r * base + (r < extra ? r : extra);
+}
+
+/* Every rank loads (or generates) the whole data set: the global batch of each step is drawn from
+ * all of it, and each rank computes its slice of that batch. */
+static void load_data(trainer *t) {
+  const options *opt = &t->opt;
+  char error[512];
+  if (!opt->train_images) {
+    if (data_synthetic(&t->train, &t->test, opt->synthetic, opt->synthetic / 4, opt->seed) != 0)
+      fail(t, "no memory for the synthetic data set");
+  } else {
+    if (data_read_idx(&t->train, opt->train_images, opt->train_labels, error, sizeof error) != 0)
+      fail(t, error);
+    if (opt->test_images &&
+        data_read_idx(&t->test, opt->test_images, opt->test_labels, error, sizeof error) != 0)
+      fail(t, error);
+  }
+  t->classes = data_classes(&t->train);
+  if (t->classes < 2 || data_classes(&t->test) > t->classes ||
+      (t->test.count && t->test.features != t->train.features))
+    fail(t, "the test set does not match the training set (features or classes)");
+  if (t->opt.batch > t->train.count)
+    fail(t, "--batch is larger than the training set");
+  t->order = malloc(t->train.count * sizeof *t->order);
+  if (!t->order)
+    fail(t, "no memory for the shuffle");
+}
+
+/* Each rank draws its own initial weights (model_init seeds them with the rank); broadcasting rank
+ * 0's makes every replica start from the same point. From then on identical averaged gradients
+ * keep them identical, so this is the only time parameters travel. */
+static void build_model(trainer *t) {
+  if (model_init(&t->model, t->train.features, t->opt.hidden, (size_t)t->classes, t->opt.seed,
+                 t->rank) != 0)
+    fail(t, "no memory for the model");
+  for (int i = 0; i < t->model.ntensors; i++) {
+    tensor *p = &t->model.tensors[i];
+    check(t, hoop_broadcast(t->comm, p->value, p->count, HOOP_FLOAT32, 0),
+          "broadcasting parameters");
+  }
+  if (averager_init(&t->averager, t->comm, t->model.tensors, t->model.ntensors,
+                    t->opt.fusion_bytes, t->opt.fp16_allreduce) != 0)
+    fail(t, "no memory for the fusion buffer");
+}
+
+static void print_plan(const trainer *t) {
+  const options *opt = &t->opt;
+  size_t first, count;
+  slice_of(opt->batch, t->size, t->size - 1, &first, &count);
+  printf("sgd: %d rank%s, %s data: %zu training and %zu test examples, %zu features, %d classes\n",
+         t->size, t->size == 1 ? "" : "s", opt->train_images ? "IDX" : "synthetic",
+         t->train.count, t->test.count, t->train.features, t->classes);
+  if (opt->hidden)
+    printf("sgd: MLP %zu-%zu-%d", t->train.features, opt->hidden, t->classes);
+  else
+    printf("sgd: softmax classifier %zu-%d", t->train.features, t->classes);
+  printf(", %zu parameters; batch %zu (%zu%s per rank), lr %g, momentum %g, seed %llu\n",
+         model_parameter_count(&t->model), opt->batch, count,
+         opt->batch % (size_t)t->size ? " or 1 more" : "", (double)opt->lr,
+         (double)opt->momentum, (unsigned long long)opt->seed);
+  size_t wire_size = hoop_dtype_size(t->averager.wire_dtype);
+  printf("sgd: gradients: %d allreduce%s of %s per step, %zu bytes in all; ",
+         t->averager.ngroups, t->averager.ngroups == 1 ? "" : "s",
+         hoop_dtype_name(t->averager.wire_dtype), model_parameter_count(&t->model) * wire_size);
+  if (opt->fusion_bytes)
+    printf("tensor fusion up to %zu bytes\n", opt->fusion_bytes);
+  else
+    printf("no tensor fusion\n");
+}
+
+/* ---- training -------------------------------------------------------------------------------- */
+
+/* One epoch. The shuffled training set is cut into global batches of --batch examples (an
+ * incomplete last one is dropped). In each, this rank computes the gradient summed over its slice
+ * of the batch; averaging then gives every rank the mean over the whole batch, exactly what one
+ * rank computing the whole batch would get, up to the order of float additions.
+ * Returns this rank's sum of the examples' losses. */
+static double train_epoch(trainer *t, int epoch) {
+  const options *opt = &t->opt;
+  model *m = &t->model;
+  data_shuffle(t->order, t->train.count, opt->seed, epoch);
+  size_t steps = t->train.count / opt->batch, first, count;
+  slice_of(opt->batch, t->size, t->rank, &first, &count);
+  double loss_sum = 0;
+  for (size_t step = 0; step < steps; step++) {
+    const size_t *mine = t->order + step * opt->batch + first;
+    double start = now_seconds();
+    model_zero_grad(m);
+    for (size_t i = 0; i < count; i++) {
+      size_t example = mine[i];
+      loss_sum += model_train_example(m, t->train.x + example * t->train.features,
+                                      t->train.label[example]);
+    }
+    t->compute_seconds += now_seconds() - start;
+
+    check(t, averager_run(&t->averager, m->tensors, opt->batch), "averaging gradients");
+
+    start = now_seconds();
+    model_step(m, opt->lr, opt->momentum);
+    t->compute_seconds += now_seconds() - start;
+  }
+  t->steps += steps;
+  return loss_sum;
+}
+
+/* Correct predictions on this rank's slice of the test set. */
+static size_t count_correct(trainer *t) {
+  size_t first, count, correct = 0;
+  slice_of(t->test.count, t->size, t->rank, &first, &count);
+  for (size_t i = first; i < first + count; i++)
+    if (model_predict(&t->model, t->test.x + i * t->train.features) == t->test.label[i])
+      correct++;
+  return correct;
+}
+
+/* The epoch's figures are sums over ranks too: one allreduce gives every rank the mean training
+ * loss and the test accuracy, so every rank prints the same numbers. */
+static void report_epoch(trainer *t, int epoch, double loss_sum, double seconds) {
+  double totals[2] = {loss_sum, (double)count_correct(t)};
+  check(t, hoop_allreduce(t->comm, totals, totals, 2, HOOP_FLOAT64, HOOP_SUM), "summing the loss");
+  if (!t->printing)
+    return;
+  size_t examples = t->train.count / t->opt.batch * t->opt.batch;
+  printf("rank %d, epoch %d: loss %.4f", t->rank, epoch, totals[0] / (double)examples);
+  if (t->test.count)
+    printf(", test accuracy %.1f%%", 100.0 * totals[1] / (double)t->test.count);
+  printf(", %.2f s\n", now_seconds() - seconds);
+}
+
+/* Where a step's time went on this rank. The time in allreduce includes waiting for the slowest
+ * rank to arrive. */
+static void report_time(const trainer *t) {
+  if (!t->printing)
+    return;
+  double compute = t->compute_seconds, reduce = t->averager.allreduce_seconds,
+         packing = t->averager.packing_seconds, total = compute + reduce + packing;
+  printf("rank %d: %zu steps, %.2f ms per step: compute %.2f s (%.1f%%), allreduce %.2f s "
+         "(%.1f%%), packing %.2f s (%.1f%%)\n",
+         t->rank, t->steps, 1e3 * total / (double)t->steps, compute, 100 * compute / total,
+         reduce, 100 * reduce / total, packing, 100 * packing / total);
+}
+
+static void save_params(trainer *t) {
+  char path[4096];
+  if (t->rank == 0)
+    snprintf(path, sizeof path, "%s", t->opt.save_params);
+  else
+    snprintf(path, sizeof path, "%s.rank%d", t->opt.save_params, t->rank);
+  if (model_save(&t->model, path) != 0) {
+    char message[4200];
+    snprintf(message, sizeof message, "cannot write %s: %s", path, strerror(errno));
+    fail(t, message);
+  }
+}
+
+int main(int argc, char **argv) {
+  trainer t = {0};
+  parse_options(argc, argv, &t.opt);
+  setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach hooprun as they are printed */
+
+  /* Join the job that hooprun started (or a job of one, when started alone). */
+  hoop_result result = hoop_init_from_env(&t.comm);
+  if (result != HOOP_OK) {
+    fprintf(stderr, "sgd: hoop_init: %s: %s\n", hoop_strerror(result), hoop_last_error(t.comm));
+    hoop_finalize(t.comm);
+    return 1;
+  }
+  t.rank = hoop_rank(t.comm);
+  t.size = hoop_size(t.comm);
+  t.printing = t.rank == 0 || t.opt.verbose;
+
+  load_data(&t);
+  build_model(&t);
+  if (t.rank == 0)
+    print_plan(&t);
+
+  for (int epoch = 1; epoch <= t.opt.epochs; epoch++) {
+    double start = now_seconds();
+    double loss_sum = train_epoch(&t, epoch);
+    report_epoch(&t, epoch, loss_sum, start);
+  }
+  report_time(&t);
+  if (t.opt.save_params)
+    save_params(&t);
+
+  averager_free(&t.averager);
+  model_free(&t.model);
+  free(t.order);
+  data_free(&t.test);
+  data_free(&t.train);
+  return hoop_finalize(t.comm) == HOOP_OK ? 0 : 1;
+}

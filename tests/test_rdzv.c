@@ -1,0 +1,979 @@
+/* test_rdzv.c - the rendezvous server seen from raw client sockets: rank assignment by host,
+ * requested ranks, refusals, timeouts, members leaving, malformed input, status, limits, `once`,
+ * IPv6 and stopping. Clients claim host names of their own, which real ranks on one machine cannot.
+ */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "rdzv_server.h"
+#include "wire.h"
+
+/* Every blocking socket call gives up after this long, so that a server bug fails a test instead
+ * of hanging it. */
+#define DEADLINE_MS 5000
+/* The timeout of jobs that must not time out during a test. */
+#define JOB_TIMEOUT_MS 20000
+#define MAX_CLIENTS 16
+
+/* ---- the server under test ------------------------------------------------------------------ */
+
+static hoop__rdzv_thread *server;
+static int server_port;
+static int server_v6;
+
+static void start_server(const hoop__rdzv_options *options) {
+  char err[256] = "";
+  int rc = hoop__rdzv_thread_start(options, &server, err, sizeof err);
+  ck_assert_msg(rc == 0, "starting a server on %s: expected 0, got %d: %s", options->listen, rc,
+                err);
+  server_port = hoop__rdzv_thread_port(server);
+  server_v6 = options->listen[0] == '[';
+}
+
+/* The fixture of most tests: a server with default limits on an IPv4 port of its own. */
+static void start_default_server(void) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0"};
+  start_server(&options);
+}
+
+static void stop_server(void) {
+  hoop__rdzv_thread_stop(server);
+  server = NULL;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- sockets --------------------------------------------------------------------------------- */
+
+/* A socket connected to the server, whose connect, sends and receives give up after DEADLINE_MS;
+ * -1 with errno when the connection fails. */
+static int try_connect(void) {
+  int fd = socket(server_v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_msg(fd >= 0, "socket: expected a descriptor, got %s", strerror(errno));
+  struct timeval deadline = {DEADLINE_MS / 1000, (DEADLINE_MS % 1000) * 1000};
+  ck_assert(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &deadline, sizeof deadline) == 0);
+  ck_assert(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &deadline, sizeof deadline) == 0);
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  memset(&addr, 0, sizeof addr);
+  if (server_v6) {
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&addr;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)server_port);
+    in6->sin6_addr = in6addr_loopback;
+    addrlen = sizeof *in6;
+  } else {
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&addr;
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons((uint16_t)server_port);
+    in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addrlen = sizeof *in4;
+  }
+  if (connect(fd, (struct sockaddr *)&addr, addrlen) != 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+static int connect_server(void) {
+  int fd = try_connect();
+  ck_assert_msg(fd >= 0, "connecting to port %d: expected success, got %s", server_port,
+                strerror(errno));
+  return fd;
+}
+
+/* MSG_NOSIGNAL: a server that closed the connection makes the send fail, not kill the test. */
+static void send_bytes(int fd, const void *data, size_t len, const char *who) {
+  const uint8_t *at = data;
+  while (len > 0) {
+    ssize_t n = send(fd, at, len, MSG_NOSIGNAL);
+    ck_assert_msg(n > 0, "%s: sending %zu bytes: expected success, got %s", who, len,
+                  strerror(errno));
+    at += n;
+    len -= (size_t)n;
+  }
+}
+
+/* Read exactly len bytes: 0, or -1 with errno (0 when the server closed the connection). */
+static int read_exact(int fd, void *buf, size_t len) {
+  uint8_t *at = buf;
+  while (len > 0) {
+    ssize_t n = recv(fd, at, len, 0);
+    if (n <= 0) {
+      if (n == 0)
+        errno = 0;
+      return -1;
+    }
+    at += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* What a failed read_exact or recv met, for failure messages. */
+static const char *read_failure(void) {
+  if (errno == 0)
+    return "the server closed the connection";
+  if (errno == EAGAIN || errno == EWOULDBLOCK)
+    return "nothing within the deadline";
+  return strerror(errno);
+}
+
+static void expect_closed(int fd, const char *who) {
+  uint8_t byte;
+  ssize_t n = recv(fd, &byte, 1, 0);
+  int closed = n == 0 || (n < 0 && errno == ECONNRESET);
+  ck_assert_msg(closed, "%s: expected the server to close the connection, got %s", who,
+                n > 0 ? "more bytes" : read_failure());
+}
+
+/* ---- messages -------------------------------------------------------------------------------- */
+
+/* Read one whole message; returns its type, with its payload (malloc'ed) and length. */
+static uint16_t read_message(int fd, uint8_t **payload, uint32_t *len, const char *who,
+                             const char *expected) {
+  uint8_t head[HOOP_WIRE_HEADER_SIZE];
+  hoop__wire_header header;
+  ck_assert_msg(read_exact(fd, head, sizeof head) == 0, "%s: expected %s, got %s", who, expected,
+                read_failure());
+  int rc = hoop__wire_decode_header(head, sizeof head, HOOP_WIRE_MAX_PAYLOAD, &header);
+  ck_assert_msg(rc == 0, "%s: expected %s, got a header the decoder refuses (%d)", who, expected,
+                rc);
+  *payload = malloc(header.length ? header.length : 1);
+  ck_assert_ptr_nonnull(*payload);
+  *len = header.length;
+  ck_assert_msg(read_exact(fd, *payload, header.length) == 0,
+                "%s: expected %s, got the header of a %u-byte payload, then %s", who, expected,
+                header.length, read_failure());
+  return header.type;
+}
+
+/* A reply that is not the one expected, in words: "an ERROR (timeout): ...". */
+static void describe_reply(uint16_t type, const uint8_t *payload, uint32_t len, char *out,
+                           size_t outlen) {
+  hoop__error_msg error;
+  hoop__table table;
+  if (type == HOOP_MSG_ERROR && hoop__wire_decode_error(payload, len, &error) == 0) {
+    snprintf(out, outlen, "an ERROR (%s): %s", hoop_strerror((hoop_result)error.code),
+             error.message);
+  } else if (type == HOOP_MSG_TABLE && hoop__wire_decode_table(payload, len, &table) == 0) {
+    snprintf(out, outlen, "a TABLE giving rank %u of %u", table.rank, table.size);
+    hoop__table_free(&table);
+  } else {
+    snprintf(out, outlen, "a message of type %u (%u bytes) that does not decode as such", type,
+             len);
+  }
+}
+
+static void expect_table(int fd, hoop__table *table, const char *who) {
+  uint8_t *payload;
+  uint32_t len;
+  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  uint16_t type = read_message(fd, &payload, &len, who, "a TABLE");
+  int rc = type == HOOP_MSG_TABLE ? hoop__wire_decode_table(payload, len, table) : -1;
+  if (rc != 0)
+    describe_reply(type, payload, len, got, sizeof got);
+  free(payload);
+  ck_assert_msg(rc == 0, "%s: expected a TABLE, got %s", who, got);
+}
+
+static void expect_error(int fd, hoop_result code, hoop__error_msg *error, const char *who) {
+  uint8_t *payload;
+  uint32_t len;
+  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  uint16_t type = read_message(fd, &payload, &len, who, "an ERROR");
+  int rc = type == HOOP_MSG_ERROR ? hoop__wire_decode_error(payload, len, error) : -1;
+  describe_reply(type, payload, len, got, sizeof got);
+  free(payload);
+  ck_assert_msg(rc == 0 && error->code == (uint32_t)code, "%s: expected an ERROR (%s), got %s",
+                who, hoop_strerror(code), got);
+}
+
+static void expect_message_has(const hoop__error_msg *error, const char *part, const char *who) {
+  ck_assert_msg(strstr(error->message, part) != NULL, "%s: expected an error message with '%s', got '%s'",
+                who, part, error->message);
+}
+
+/* ---- joining --------------------------------------------------------------------------------- */
+
+static hoop__hello hello_for(const char *job, uint32_t size, int32_t rank, const char *host,
+                             const char *addr) {
+  hoop__hello hello;
+  memset(&hello, 0, sizeof hello);
+  snprintf(hello.job, sizeof hello.job, "%s", job);
+  hello.size = size;
+  hello.rank = rank;
+  hello.timeout_ms = JOB_TIMEOUT_MS;
+  snprintf(hello.host, sizeof hello.host, "%s", host);
+  snprintf(hello.addr, sizeof hello.addr, "%s", addr);
+  return hello;
+}
+
+/* Connect and send hello; its addr names the client in failure messages. */
+static int send_hello(const hoop__hello *hello) {
+  hoop__wbuf wb = {0};
+  ck_assert_msg(hoop__wire_encode_hello(&wb, hello) == 0,
+                "encoding the HELLO of %s: expected 0, got -1", hello->addr);
+  int fd = connect_server();
+  send_bytes(fd, wb.data, wb.len, hello->addr);
+  hoop__wbuf_free(&wb);
+  return fd;
+}
+
+static int join(const char *job, uint32_t size, int32_t rank, const char *host, const char *addr) {
+  hoop__hello hello = hello_for(job, size, rank, host, addr);
+  return send_hello(&hello);
+}
+
+/* ---- status ---------------------------------------------------------------------------------- */
+
+static void send_status_req(int fd) {
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  send_bytes(fd, wb.data, wb.len, "status query");
+  hoop__wbuf_free(&wb);
+}
+
+/* Ask for the status on a connection of its own, which the server then closes. */
+static void query_status(hoop__status *status) {
+  int fd = connect_server();
+  send_status_req(fd);
+  uint8_t *payload;
+  uint32_t len;
+  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  uint16_t type = read_message(fd, &payload, &len, "status query", "a STATUS");
+  int rc = type == HOOP_MSG_STATUS ? hoop__wire_decode_status(payload, len, status) : -1;
+  if (rc != 0)
+    describe_reply(type, payload, len, got, sizeof got);
+  free(payload);
+  ck_assert_msg(rc == 0, "status query: expected a STATUS, got %s", got);
+  expect_closed(fd, "status query");
+  close(fd);
+}
+
+static const hoop__job_status *status_job(const hoop__status *status, const char *job) {
+  for (uint32_t j = 0; j < status->njobs; j++)
+    if (strcmp(status->jobs[j].job, job) == 0)
+      return &status->jobs[j];
+  return NULL;
+}
+
+/* Wait until the server counts `joined` ranks in job (0: until it has forgotten the job). The next
+ * client then arrives after those: the order of arrival decides the ranks not asked for. */
+static void wait_joined(const char *job, uint32_t joined) {
+  uint64_t start = now_ms();
+  for (;;) {
+    hoop__status status;
+    query_status(&status);
+    const hoop__job_status *waiting = status_job(&status, job);
+    uint32_t seen = waiting ? waiting->joined : 0;
+    hoop__status_free(&status);
+    if (seen == joined)
+      return;
+    ck_assert_msg(now_ms() - start < DEADLINE_MS,
+                  "job '%s': expected %u ranks joined, still %u after %d ms", job, joined, seen,
+                  DEADLINE_MS);
+    sleep_ms(1);
+  }
+}
+
+/* ---- clients and the tables they expect ------------------------------------------------------ */
+
+typedef struct client {
+  const char *host;
+  const char *addr;  /* unique per client; also its name in failure messages */
+  int32_t requested; /* the rank asked for, or -1 */
+  uint32_t rank, local_rank, local_size; /* what the server should give it */
+  int fd;
+} client;
+
+/* Join the n clients one after another, each once the server has counted the one before; `joined`
+ * ranks are already waiting. The client that completes the job is not waited for. */
+static void join_in_order(const char *job, uint32_t size, uint32_t joined, client *clients,
+                          uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    clients[i].fd = join(job, size, clients[i].requested, clients[i].host, clients[i].addr);
+    if (joined + i + 1 < size)
+      wait_joined(job, joined + i + 1);
+  }
+}
+
+/* The table entry of each rank, as the clients describe it together. */
+static void clients_by_rank(const client *clients, uint32_t n, const client **by_rank) {
+  ck_assert_uint_le(n, MAX_CLIENTS);
+  memset(by_rank, 0, n * sizeof *by_rank);
+  for (uint32_t i = 0; i < n; i++) {
+    ck_assert_msg(clients[i].rank < n && !by_rank[clients[i].rank],
+                  "test setup: rank %u of %s is out of range or given twice", clients[i].rank,
+                  clients[i].addr);
+    by_rank[clients[i].rank] = &clients[i];
+  }
+}
+
+static void check_table(const hoop__table *table, const client *self, const client **by_rank,
+                        uint32_t size) {
+  const char *who = self->addr;
+  ck_assert_msg(table->size == size, "%s: expected a table of %u ranks, got %u", who, size,
+                table->size);
+  ck_assert_msg(table->rank == self->rank, "%s: expected rank %u, got %u", who, self->rank,
+                table->rank);
+  for (uint32_t r = 0; r < size; r++) {
+    const hoop__peer_entry *got = &table->peers[r];
+    const client *want = by_rank[r];
+    ck_assert_msg(strcmp(got->addr, want->addr) == 0 && strcmp(got->host, want->host) == 0,
+                  "%s: rank %u: expected %s on host %s, got %s on host %s", who, r, want->addr,
+                  want->host, got->addr, got->host);
+    ck_assert_msg(got->local_rank == want->local_rank && got->local_size == want->local_size,
+                  "%s: rank %u (%s): expected local rank %u of %u, got %u of %u", who, r,
+                  want->addr, want->local_rank, want->local_size, got->local_rank,
+                  got->local_size);
+  }
+}
+
+/* Every client reads the table the clients describe, with its own rank and a nonce shared by all
+ * (copied to nonce when not NULL); then the server closes each connection. */
+static void expect_tables(client *clients, uint32_t n, uint8_t *nonce) {
+  const client *by_rank[MAX_CLIENTS];
+  uint8_t first[HOOP_WIRE_NONCE];
+  clients_by_rank(clients, n, by_rank);
+  for (uint32_t i = 0; i < n; i++) {
+    hoop__table table;
+    expect_table(clients[i].fd, &table, clients[i].addr);
+    check_table(&table, &clients[i], by_rank, n);
+    if (i == 0)
+      memcpy(first, table.nonce, sizeof first);
+    ck_assert_msg(memcmp(first, table.nonce, sizeof first) == 0,
+                  "%s: expected the nonce of %s, got another one", clients[i].addr,
+                  clients[0].addr);
+    hoop__table_free(&table);
+    expect_closed(clients[i].fd, clients[i].addr);
+    close(clients[i].fd);
+  }
+  uint8_t zero[HOOP_WIRE_NONCE] = {0};
+  ck_assert_msg(memcmp(first, zero, sizeof zero) != 0, "nonce: expected random bytes, got zeros");
+  if (nonce)
+    memcpy(nonce, first, sizeof first);
+}
+
+/* ---- rank assignment ------------------------------------------------------------------------- */
+
+/* Hosts arrive interleaved; each host's ranks come out contiguous, hosts in order of first
+ * arrival, and within a host in order of arrival. */
+START_TEST(test_hosts_get_contiguous_ranks) {
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 3, -1}, {"b", "b-0", -1, 3, 0, 2, -1}, {"a", "a-1", -1, 1, 1, 3, -1},
+      {"c", "c-0", -1, 5, 0, 1, -1}, {"b", "b-1", -1, 4, 1, 2, -1}, {"a", "a-2", -1, 2, 2, 3, -1},
+  };
+  join_in_order("interleaved", 6, 0, clients, 6);
+  expect_tables(clients, 6, NULL);
+}
+END_TEST
+
+/* Requested ranks are kept whatever the order of arrival; local ranks follow the ranks. */
+START_TEST(test_requested_ranks_are_kept) {
+  client clients[] = {
+      {"x", "x-0", 3, 3, 1, 2, -1},
+      {"y", "y-0", 0, 0, 0, 2, -1},
+      {"x", "x-1", 1, 1, 0, 2, -1},
+      {"y", "y-1", 2, 2, 1, 2, -1},
+  };
+  for (int i = 0; i < 4; i++)
+    clients[i].fd = join("requested", 4, clients[i].requested, clients[i].host, clients[i].addr);
+  expect_tables(clients, 4, NULL);
+}
+END_TEST
+
+/* A requested rank is kept; the others fill the free ranks host by host. */
+START_TEST(test_requested_and_assigned_mixed) {
+  client clients[] = {
+      {"x", "x-0", 1, 1, 0, 2, -1},
+      {"y", "y-0", -1, 0, 0, 2, -1},
+      {"x", "x-1", -1, 3, 1, 2, -1},
+      {"y", "y-1", -1, 2, 1, 2, -1},
+  };
+  join_in_order("mixed", 4, 0, clients, 4);
+  expect_tables(clients, 4, NULL);
+}
+END_TEST
+
+/* ---- refusals -------------------------------------------------------------------------------- */
+
+START_TEST(test_size_mismatch_refused) {
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"b", "b-0", -1, 1, 0, 1, -1},
+      {"c", "c-0", -1, 2, 0, 1, -1},
+  };
+  join_in_order("sized", 3, 0, clients, 1);
+  int wrong = join("sized", 5, -1, "d", "d-0");
+  hoop__error_msg error;
+  expect_error(wrong, HOOP_ERR_INVALID_ARG, &error, "d-0 (size 5 for a job of 3)");
+  expect_message_has(&error, "job 'sized' has 3 ranks", "d-0");
+  expect_message_has(&error, "says it has 5", "d-0");
+  expect_closed(wrong, "d-0");
+  close(wrong);
+  join_in_order("sized", 3, 1, clients + 1, 2);
+  expect_tables(clients, 3, NULL);
+}
+END_TEST
+
+START_TEST(test_duplicate_rank_refused) {
+  client clients[] = {
+      {"a", "a-0", 1, 1, 0, 1, -1},
+      {"b", "b-0", 0, 0, 0, 1, -1},
+      {"c", "c-0", -1, 2, 0, 1, -1},
+  };
+  join_in_order("dup", 3, 0, clients, 1);
+  int twin = join("dup", 3, 1, "d", "d-0");
+  hoop__error_msg error;
+  expect_error(twin, HOOP_ERR_INVALID_ARG, &error, "d-0 (rank 1 again)");
+  expect_message_has(&error, "rank 1 of job 'dup' is already taken", "d-0");
+  expect_closed(twin, "d-0");
+  close(twin);
+  join_in_order("dup", 3, 1, clients + 1, 2);
+  expect_tables(clients, 3, NULL);
+}
+END_TEST
+
+/* ---- timeouts -------------------------------------------------------------------------------- */
+
+/* Every member asked for a rank: the message names the ranks that never came. */
+START_TEST(test_timeout_names_missing_ranks) {
+  uint64_t start = now_ms();
+  hoop__hello hello = hello_for("slow", 4, 0, "a", "a-0");
+  hello.timeout_ms = 500;
+  int first = send_hello(&hello);
+  hello = hello_for("slow", 4, 2, "b", "b-0");
+  hello.timeout_ms = 500;
+  int second = send_hello(&hello);
+  int fds[2] = {first, second};
+  const char *names[2] = {"a-0 (rank 0)", "b-0 (rank 2)"};
+  for (int i = 0; i < 2; i++) {
+    hoop__error_msg error;
+    expect_error(fds[i], HOOP_ERR_TIMEOUT, &error, names[i]);
+    expect_message_has(&error, "job 'slow' timed out after 0.5 s", names[i]);
+    expect_message_has(&error, "2 of 4 ranks joined", names[i]);
+    expect_message_has(&error, "missing ranks: 1, 3", names[i]);
+    expect_closed(fds[i], names[i]);
+    close(fds[i]);
+  }
+  uint64_t waited = now_ms() - start;
+  ck_assert_msg(waited >= 450, "timeout: expected after about 500 ms, came after %llu ms",
+                (unsigned long long)waited);
+  hoop__status status;
+  query_status(&status);
+  ck_assert_msg(status.njobs == 0, "after the timeout: expected no job waiting, got %u",
+                status.njobs);
+  hoop__status_free(&status);
+}
+END_TEST
+
+/* Nobody asked for a rank, so which are missing is unknown: the message names the hosts. */
+START_TEST(test_timeout_names_joined_hosts) {
+  const char *hosts[3] = {"h1", "h1", "h2"}, *addrs[3] = {"h1-0", "h1-1", "h2-0"};
+  int fds[3];
+  for (int i = 0; i < 3; i++) {
+    hoop__hello hello = hello_for("hosts", 5, -1, hosts[i], addrs[i]);
+    hello.timeout_ms = 300;
+    fds[i] = send_hello(&hello);
+    wait_joined("hosts", (uint32_t)i + 1);
+  }
+  for (int i = 0; i < 3; i++) {
+    hoop__error_msg error;
+    expect_error(fds[i], HOOP_ERR_TIMEOUT, &error, addrs[i]);
+    expect_message_has(&error, "3 of 5 ranks joined; 2 ranks never joined", addrs[i]);
+    expect_message_has(&error, "joined: h1 (2 ranks), h2 (1 rank)", addrs[i]);
+    close(fds[i]);
+  }
+}
+END_TEST
+
+/* ---- members leaving ------------------------------------------------------------------------- */
+
+/* A member that hangs up leaves the job; its requested rank is free for the next. */
+START_TEST(test_leaving_member_is_replaced) {
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"c", "c-0", 1, 1, 0, 1, -1},
+      {"d", "d-0", -1, 2, 0, 1, -1},
+  };
+  join_in_order("retry", 3, 0, clients, 1);
+  int leaver = join("retry", 3, 1, "b", "b-0");
+  wait_joined("retry", 2);
+  close(leaver);
+  wait_joined("retry", 1);
+  join_in_order("retry", 3, 1, clients + 1, 2);
+  expect_tables(clients, 3, NULL);
+}
+END_TEST
+
+/* A job nobody waits for is forgotten, so that it may come back with another size. */
+START_TEST(test_abandoned_job_is_forgotten) {
+  int leaver = join("restart", 3, -1, "a", "a-0");
+  wait_joined("restart", 1);
+  close(leaver);
+  wait_joined("restart", 0);
+  client clients[] = {
+      {"a", "a-1", -1, 0, 0, 1, -1},
+      {"b", "b-0", -1, 1, 0, 1, -1},
+  };
+  join_in_order("restart", 2, 0, clients, 2);
+  expect_tables(clients, 2, NULL);
+}
+END_TEST
+
+/* A member sending anything after its HELLO is dropped from the job, and only it. */
+START_TEST(test_bytes_after_hello_drop_that_member) {
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"c", "c-0", -1, 1, 0, 1, -1},
+      {"d", "d-0", -1, 2, 0, 1, -1},
+  };
+  join_in_order("chatty", 3, 0, clients, 1);
+  int chatty = join("chatty", 3, -1, "b", "b-0");
+  wait_joined("chatty", 2);
+  send_bytes(chatty, "x", 1, "b-0");
+  expect_closed(chatty, "b-0 (a byte after its HELLO)");
+  close(chatty);
+  wait_joined("chatty", 1);
+  join_in_order("chatty", 3, 1, clients + 1, 2);
+  expect_tables(clients, 3, NULL);
+}
+END_TEST
+
+/* ---- malformed requests ---------------------------------------------------------------------- */
+
+static size_t header_bytes(uint8_t *out, uint32_t magic, uint16_t version, uint16_t type,
+                           uint32_t length) {
+  for (int i = 0; i < 4; i++) {
+    out[i] = (uint8_t)(magic >> (8 * i));
+    out[8 + i] = (uint8_t)(length >> (8 * i));
+  }
+  out[4] = (uint8_t)version;
+  out[5] = (uint8_t)(version >> 8);
+  out[6] = (uint8_t)type;
+  out[7] = (uint8_t)(type >> 8);
+  return HOOP_WIRE_HEADER_SIZE;
+}
+
+typedef struct bad_request {
+  const char *what;
+  uint8_t bytes[64];
+  size_t len;
+} bad_request;
+
+static void fill_bad_requests(bad_request *bad, int *count) {
+  int n = 0;
+  const char http[] = "GET / HTTP/1.0\r\n\r\n";
+  bad[n] = (bad_request){"an HTTP request", {0}, sizeof http - 1};
+  memcpy(bad[n++].bytes, http, sizeof http - 1);
+  bad[n].what = "a wrong magic";
+  bad[n].len = header_bytes(bad[n].bytes, 0x4f4f4850u, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
+  n++;
+  bad[n].what = "version 2";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 2, HOOP_MSG_STATUS_REQ, 0);
+  n++;
+  bad[n].what = "a length one byte over HOOP_WIRE_MAX_CLIENT_PAYLOAD";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO,
+                            HOOP_WIRE_MAX_CLIENT_PAYLOAD + 1);
+  n++;
+  bad[n].what = "a length of 2 GiB";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO,
+                            0x7fffffffu);
+  n++;
+  bad[n].what = "a TABLE, which only the server sends";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_TABLE, 0);
+  n++;
+  bad[n].what = "unknown type 99";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, 99, 0);
+  n++;
+  bad[n].what = "a STATUS_REQ with a payload";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+                            HOOP_MSG_STATUS_REQ, 1);
+  bad[n].bytes[bad[n].len++] = 'x';
+  n++;
+  bad[n].what = "a HELLO whose payload does not decode";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO, 3);
+  memcpy(bad[n].bytes + bad[n].len, "abc", 3);
+  bad[n++].len += 3;
+  /* Sent in one write, so that the server reads both at once. */
+  bad[n].what = "two STATUS_REQs on one connection";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+                            HOOP_MSG_STATUS_REQ, 0);
+  bad[n].len += header_bytes(bad[n].bytes + bad[n].len, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+                             HOOP_MSG_STATUS_REQ, 0);
+  n++;
+  *count = n;
+}
+
+/* Each bad request closes its own connection without a reply; a member waiting meanwhile stays,
+ * and its job completes. */
+START_TEST(test_malformed_requests_close_only_their_connection) {
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"b", "b-0", -1, 1, 0, 1, -1},
+  };
+  join_in_order("survivor", 2, 0, clients, 1);
+  bad_request bad[16];
+  int count;
+  fill_bad_requests(bad, &count);
+  for (int i = 0; i < count; i++) {
+    int fd = connect_server();
+    send_bytes(fd, bad[i].bytes, bad[i].len, bad[i].what);
+    expect_closed(fd, bad[i].what);
+    close(fd);
+  }
+  wait_joined("survivor", 1);
+  join_in_order("survivor", 2, 1, clients + 1, 1);
+  expect_tables(clients, 2, NULL);
+}
+END_TEST
+
+/* ---- status ---------------------------------------------------------------------------------- */
+
+/* Jobs are listed oldest first; missing ranks are known only when every member asked for one. */
+START_TEST(test_status_lists_waiting_jobs) {
+  int requested = join("waiting", 4, 3, "a", "a-0");
+  wait_joined("waiting", 1);
+  int unrequested = join("anywhere", 2, -1, "b", "b-0");
+  wait_joined("anywhere", 1);
+  sleep_ms(50);
+  hoop__status status;
+  query_status(&status);
+  ck_assert_msg(status.njobs == 2, "expected 2 jobs waiting, got %u", status.njobs);
+  const hoop__job_status *first = &status.jobs[0], *second = &status.jobs[1];
+  ck_assert_msg(strcmp(first->job, "waiting") == 0 && strcmp(second->job, "anywhere") == 0,
+                "expected jobs 'waiting' then 'anywhere', got '%s' then '%s'", first->job,
+                second->job);
+  ck_assert_msg(first->size == 4 && first->joined == 1,
+                "'waiting': expected 1 of 4 joined, got %u of %u", first->joined, first->size);
+  ck_assert_msg(first->nmissing == 3 && first->missing[0] == 0 && first->missing[1] == 1 &&
+                    first->missing[2] == 2,
+                "'waiting': expected missing ranks 0, 1, 2, got %u of them starting %d",
+                first->nmissing, first->missing[0]);
+  ck_assert_msg(first->waited_ms >= 40, "'waiting': expected a wait of 50 ms or more, got %u ms",
+                first->waited_ms);
+  ck_assert_msg(second->size == 2 && second->joined == 1 && second->nmissing == 0,
+                "'anywhere': expected 1 of 2 joined, no missing ranks listed, got %u of %u and %u",
+                second->joined, second->size, second->nmissing);
+  hoop__status_free(&status);
+  close(requested);
+  close(unrequested);
+  wait_joined("waiting", 0);
+  wait_joined("anywhere", 0);
+}
+END_TEST
+
+START_TEST(test_status_without_jobs) {
+  hoop__status status;
+  query_status(&status);
+  ck_assert_msg(status.njobs == 0, "a fresh server: expected no jobs, got %u", status.njobs);
+  hoop__status_free(&status);
+}
+END_TEST
+
+/* ---- jobs side by side ----------------------------------------------------------------------- */
+
+/* Two jobs with the same hosts and rank numbers: each member gets its own job's table, and one
+ * completes while the other waits. */
+START_TEST(test_two_jobs_at_once) {
+  client alpha[] = {
+      {"h1", "alpha-0", 0, 0, 0, 1, -1},
+      {"h2", "alpha-1", 1, 1, 0, 1, -1},
+  };
+  client beta[] = {
+      {"h1", "beta-0", 0, 0, 0, 2, -1},
+      {"h1", "beta-1", 1, 1, 1, 2, -1},
+      {"h2", "beta-2", 2, 2, 0, 1, -1},
+  };
+  join_in_order("alpha", 2, 0, alpha, 1);
+  join_in_order("beta", 3, 0, beta, 2);
+  join_in_order("alpha", 2, 1, alpha + 1, 1);
+  uint8_t alpha_nonce[HOOP_WIRE_NONCE], beta_nonce[HOOP_WIRE_NONCE];
+  expect_tables(alpha, 2, alpha_nonce);
+  wait_joined("beta", 2);
+  join_in_order("beta", 3, 2, beta + 2, 1);
+  expect_tables(beta, 3, beta_nonce);
+  ck_assert_msg(memcmp(alpha_nonce, beta_nonce, HOOP_WIRE_NONCE) != 0,
+                "expected a nonce per job, got the same for 'alpha' and 'beta'");
+}
+END_TEST
+
+/* ---- limits ---------------------------------------------------------------------------------- */
+
+/* A STATUS_REQ on a new connection: 0 if it is served, -1 if refused with an ERROR. */
+static int status_served(void) {
+  int fd = connect_server();
+  send_status_req(fd);
+  uint8_t *payload;
+  uint32_t len;
+  uint16_t type = read_message(fd, &payload, &len, "status query", "a STATUS or an ERROR");
+  free(payload);
+  close(fd);
+  ck_assert_msg(type == HOOP_MSG_STATUS || type == HOOP_MSG_ERROR,
+                "status query: expected a STATUS or an ERROR, got type %u", type);
+  return type == HOOP_MSG_STATUS ? 0 : -1;
+}
+
+/* Past max_connections a client is told so; once one leaves, a new one is served again. */
+START_TEST(test_connection_limit) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_connections = 2};
+  start_server(&options);
+  int idle[2] = {connect_server(), connect_server()};
+  int third = connect_server();
+  hoop__error_msg error;
+  expect_error(third, HOOP_ERR_SYSTEM, &error, "a third connection");
+  expect_message_has(&error, "2 connections open", "a third connection");
+  expect_closed(third, "a third connection");
+  close(third);
+  close(idle[0]);
+  uint64_t start = now_ms();
+  while (status_served() != 0) {
+    ck_assert_msg(now_ms() - start < DEADLINE_MS,
+                  "after a connection closed: expected a new one served, refused for %d ms",
+                  DEADLINE_MS);
+    sleep_ms(1);
+  }
+  close(idle[1]);
+}
+END_TEST
+
+/* Past max_jobs a new job is refused; the waiting one completes, and then a new one is taken. */
+START_TEST(test_job_limit) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_jobs = 1};
+  start_server(&options);
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"b", "b-0", -1, 1, 0, 1, -1},
+  };
+  join_in_order("first", 2, 0, clients, 1);
+  int other = join("second", 2, -1, "c", "c-0");
+  hoop__error_msg error;
+  expect_error(other, HOOP_ERR_SYSTEM, &error, "c-0 (a second job)");
+  expect_message_has(&error, "1 jobs waiting", "c-0");
+  expect_message_has(&error, "job 'second' refused", "c-0");
+  close(other);
+  join_in_order("first", 2, 1, clients + 1, 1);
+  expect_tables(clients, 2, NULL);
+  client alone[] = {{"c", "c-1", -1, 0, 0, 1, -1}};
+  join_in_order("second", 1, 0, alone, 1);
+  expect_tables(alone, 1, NULL);
+}
+END_TEST
+
+/* A connection that sends nothing, or half a header, is closed after idle_timeout_s. */
+START_TEST(test_idle_connection_closed) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .idle_timeout_s = 0.2};
+  start_server(&options);
+  uint64_t start = now_ms();
+  int silent = connect_server();
+  int halting = connect_server();
+  uint8_t header[HOOP_WIRE_HEADER_SIZE];
+  header_bytes(header, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
+  send_bytes(halting, header, 5, "half a header");
+  expect_closed(silent, "a silent connection");
+  expect_closed(halting, "half a header");
+  uint64_t waited = now_ms() - start;
+  ck_assert_msg(waited >= 150, "idle close: expected after about 200 ms, came after %llu ms",
+                (unsigned long long)waited);
+  close(silent);
+  close(halting);
+}
+END_TEST
+
+/* A member waits for its job however long past idle_timeout_s that takes. */
+START_TEST(test_member_outlives_idle_timeout) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .idle_timeout_s = 0.2};
+  start_server(&options);
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"b", "b-0", -1, 1, 0, 1, -1},
+  };
+  join_in_order("patient", 2, 0, clients, 1);
+  sleep_ms(500);
+  join_in_order("patient", 2, 1, clients + 1, 1);
+  expect_tables(clients, 2, NULL);
+}
+END_TEST
+
+static atomic_int done_calls;
+
+static void count_done(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&done_calls, 1);
+}
+
+/* With `once`, on_done comes exactly once, and the server takes no connection after. */
+static void expect_done_once(void) {
+  uint64_t start = now_ms();
+  while (atomic_load(&done_calls) == 0) {
+    ck_assert_msg(now_ms() - start < DEADLINE_MS, "on_done: expected a call, none in %d ms",
+                  DEADLINE_MS);
+    sleep_ms(1);
+  }
+  int late = try_connect();
+  ck_assert_msg(late < 0 && errno == ECONNREFUSED,
+                "a connection after the one job: expected it refused, got %s",
+                late >= 0 ? "it accepted" : strerror(errno));
+  sleep_ms(50);
+  int calls = atomic_load(&done_calls);
+  ck_assert_msg(calls == 1, "on_done: expected 1 call, got %d", calls);
+}
+
+START_TEST(test_once_after_table) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .once = 1, .on_done = count_done};
+  atomic_store(&done_calls, 0);
+  start_server(&options);
+  int bystander = connect_server();
+  client clients[] = {
+      {"a", "a-0", -1, 0, 0, 1, -1},
+      {"b", "b-0", -1, 1, 0, 1, -1},
+  };
+  join_in_order("only", 2, 0, clients, 2);
+  expect_tables(clients, 2, NULL);
+  expect_closed(bystander, "a connection idle while the one job completed");
+  close(bystander);
+  expect_done_once();
+}
+END_TEST
+
+START_TEST(test_once_after_timeout) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .once = 1, .on_done = count_done};
+  atomic_store(&done_calls, 0);
+  start_server(&options);
+  hoop__hello hello = hello_for("lonely", 2, -1, "a", "a-0");
+  hello.timeout_ms = 200;
+  int fd = send_hello(&hello);
+  hoop__error_msg error;
+  expect_error(fd, HOOP_ERR_TIMEOUT, &error, "a-0");
+  close(fd);
+  expect_done_once();
+}
+END_TEST
+
+/* ---- addresses and stopping ------------------------------------------------------------------ */
+
+START_TEST(test_ipv6_listen) {
+  hoop__rdzv_options options = {.listen = "[::1]:0"};
+  start_server(&options);
+  client clients[] = {
+      {"a", "[::1]:1000", -1, 0, 0, 2, -1},
+      {"a", "[::1]:1001", -1, 1, 1, 2, -1},
+  };
+  join_in_order("six", 2, 0, clients, 2);
+  expect_tables(clients, 2, NULL);
+}
+END_TEST
+
+START_TEST(test_bad_listen_address_refused) {
+  const char *listens[] = {"nonsense", "192.0.2.1:0"};
+  const char *says[] = {"is not host:port", "cannot listen on"};
+  for (int i = 0; i < 2; i++) {
+    hoop__rdzv_options options = {.listen = listens[i]};
+    hoop__rdzv_thread *thread = NULL;
+    char err[256] = "";
+    int rc = hoop__rdzv_thread_start(&options, &thread, err, sizeof err);
+    ck_assert_msg(rc == -1 && thread == NULL, "listen '%s': expected -1 and no thread, got %d",
+                  listens[i], rc);
+    ck_assert_msg(strstr(err, says[i]) != NULL, "listen '%s': expected a message with '%s', got '%s'",
+                  listens[i], says[i], err);
+  }
+}
+END_TEST
+
+/* Stopping the thread drops a waiting member, an idle client and a half-read request. */
+START_TEST(test_stop_with_clients_connected) {
+  int member = join("cut", 2, -1, "a", "a-0");
+  wait_joined("cut", 1);
+  int silent = connect_server();
+  int halting = connect_server();
+  send_bytes(halting, "HOO", 3, "half a header");
+  stop_server();
+  expect_closed(member, "a member waiting at the stop");
+  expect_closed(silent, "a silent connection at the stop");
+  expect_closed(halting, "half a header at the stop");
+  close(member);
+  close(silent);
+  close(halting);
+  int late = try_connect();
+  ck_assert_msg(late < 0, "a connection after the stop: expected it refused, got it accepted");
+}
+END_TEST
+
+/* ---- runner ---------------------------------------------------------------------------------- */
+
+/* Each case gets a fresh server when `fixture` says so; the others start their own. */
+static TCase *add_case(Suite *s, const char *name, int fixture) {
+  TCase *tc = tcase_create(name);
+  tcase_add_checked_fixture(tc, fixture ? start_default_server : NULL, stop_server);
+  tcase_set_timeout(tc, 30);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
+static Suite *rdzv_suite(void) {
+  Suite *s = suite_create("rdzv");
+  TCase *tc = add_case(s, "assignment", 1);
+  tcase_add_test(tc, test_hosts_get_contiguous_ranks);
+  tcase_add_test(tc, test_requested_ranks_are_kept);
+  tcase_add_test(tc, test_requested_and_assigned_mixed);
+  tc = add_case(s, "refusals", 1);
+  tcase_add_test(tc, test_size_mismatch_refused);
+  tcase_add_test(tc, test_duplicate_rank_refused);
+  tc = add_case(s, "timeouts", 1);
+  tcase_add_test(tc, test_timeout_names_missing_ranks);
+  tcase_add_test(tc, test_timeout_names_joined_hosts);
+  tc = add_case(s, "leaving", 1);
+  tcase_add_test(tc, test_leaving_member_is_replaced);
+  tcase_add_test(tc, test_abandoned_job_is_forgotten);
+  tcase_add_test(tc, test_bytes_after_hello_drop_that_member);
+  tc = add_case(s, "malformed", 1);
+  tcase_add_test(tc, test_malformed_requests_close_only_their_connection);
+  tc = add_case(s, "status", 1);
+  tcase_add_test(tc, test_status_lists_waiting_jobs);
+  tcase_add_test(tc, test_status_without_jobs);
+  tcase_add_test(tc, test_two_jobs_at_once);
+  tc = add_case(s, "limits", 0);
+  tcase_add_test(tc, test_connection_limit);
+  tcase_add_test(tc, test_job_limit);
+  tcase_add_test(tc, test_idle_connection_closed);
+  tcase_add_test(tc, test_member_outlives_idle_timeout);
+  tcase_add_test(tc, test_once_after_table);
+  tcase_add_test(tc, test_once_after_timeout);
+  tc = add_case(s, "server", 0);
+  tcase_add_test(tc, test_ipv6_listen);
+  tcase_add_test(tc, test_bad_listen_address_refused);
+  tc = add_case(s, "stop", 1);
+  tcase_add_test(tc, test_stop_with_clients_connected);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(rdzv_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -22,19 +22,19 @@
 #define COMBINE_MAX(T, U, x, y) ((x) > (y) ? (x) : (y))
 
 /* Runs body for i from 0 to n - 1: whole spans of 64 elements, then the rest. gcc -O2 vectorises
- * only loops that need no scalar epilogue and pay off at once, so the inner loop has a constant trip
- * count that every vector width divides; gcc -O3 vectorises the remainder loop as well. */
+ * only loops that need no scalar epilogue and pay off at once, so the inner loop has a constant
+ * trip count that every vector width divides; gcc -O3 vectorises the remainder loop as well. */
 #define VECTOR_SPAN 64
-#define VECTOR_LOOP(i, n, body)                                                                   \
-  do {                                                                                            \
-    size_t span_, i;                                                                              \
-    for (span_ = 0; span_ + VECTOR_SPAN <= (n); span_ += VECTOR_SPAN)                             \
-      for (size_t j_ = 0; j_ < VECTOR_SPAN; j_++) {                                               \
-        i = span_ + j_;                                                                           \
-        body;                                                                                     \
-      }                                                                                           \
-    for (i = span_; i < (n); i++)                                                                 \
-      body;                                                                                       \
+#define VECTOR_LOOP(i, n, body)                                                                    \
+  do {                                                                                             \
+    size_t span_, i;                                                                               \
+    for (span_ = 0; span_ + VECTOR_SPAN <= (n); span_ += VECTOR_SPAN)                              \
+      for (size_t j_ = 0; j_ < VECTOR_SPAN; j_++) {                                                \
+        i = span_ + j_;                                                                            \
+        body;                                                                                      \
+      }                                                                                            \
+    for (i = span_; i < (n); i++)                                                                  \
+      body;                                                                                        \
   } while (0)
 
 /* One kernel reduces count elements from a and b into dst; dst may be a, b or both. */
@@ -44,34 +44,34 @@ typedef void reduce_kernel(void *dst, const void *a, const void *b, size_t count
  * tells the compiler through restrict that nothing else overlaps, which is what lets it vectorise
  * without runtime overlap checks; into_b keeps the operand order, as MIN and MAX are not
  * symmetric for zeros and NaN. */
-#define DEFINE_KERNEL(name, T, U, COMBINE)                                                        \
-  static void name##_apart(T *restrict dst, const T *restrict a, const T *restrict b, size_t n) { \
-    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, a[i], b[i]));                                        \
-  }                                                                                               \
-  static void name##_into_a(T *restrict dst, const T *restrict b, size_t n) {                    \
-    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, dst[i], b[i]));                                      \
-  }                                                                                               \
-  static void name##_into_b(T *restrict dst, const T *restrict a, size_t n) {                    \
-    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, a[i], dst[i]));                                      \
-  }                                                                                               \
-  static void name##_self(T *dst, size_t n) {                                                     \
-    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, dst[i], dst[i]));                                    \
-  }                                                                                               \
-  static void name(void *dst, const void *a, const void *b, size_t count) {                       \
-    if (dst != a && dst != b)                                                                     \
-      name##_apart(dst, a, b, count);                                                             \
-    else if (dst != b)                                                                            \
-      name##_into_a(dst, b, count);                                                               \
-    else if (dst != a)                                                                            \
-      name##_into_b(dst, a, count);                                                               \
-    else                                                                                          \
-      name##_self(dst, count);                                                                    \
+#define DEFINE_KERNEL(name, T, U, COMBINE)                                                         \
+  static void name##_apart(T *restrict dst, const T *restrict a, const T *restrict b, size_t n) {  \
+    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, a[i], b[i]));                                         \
+  }                                                                                                \
+  static void name##_into_a(T *restrict dst, const T *restrict b, size_t n) {                      \
+    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, dst[i], b[i]));                                       \
+  }                                                                                                \
+  static void name##_into_b(T *restrict dst, const T *restrict a, size_t n) {                      \
+    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, a[i], dst[i]));                                       \
+  }                                                                                                \
+  static void name##_self(T *dst, size_t n) {                                                      \
+    VECTOR_LOOP(i, n, dst[i] = COMBINE(T, U, dst[i], dst[i]));                                     \
+  }                                                                                                \
+  static void name(void *dst, const void *a, const void *b, size_t count) {                        \
+    if (dst != a && dst != b)                                                                      \
+      name##_apart(dst, a, b, count);                                                              \
+    else if (dst != b)                                                                             \
+      name##_into_a(dst, b, count);                                                                \
+    else if (dst != a)                                                                             \
+      name##_into_b(dst, a, count);                                                                \
+    else                                                                                           \
+      name##_self(dst, count);                                                                     \
   }
 
-#define DEFINE_KERNELS(type, T, U)                                                                \
-  DEFINE_KERNEL(reduce_##type##_sum, T, U, COMBINE_SUM)                                           \
-  DEFINE_KERNEL(reduce_##type##_prod, T, U, COMBINE_PROD)                                         \
-  DEFINE_KERNEL(reduce_##type##_min, T, U, COMBINE_MIN)                                           \
+#define DEFINE_KERNELS(type, T, U)                                                                 \
+  DEFINE_KERNEL(reduce_##type##_sum, T, U, COMBINE_SUM)                                            \
+  DEFINE_KERNEL(reduce_##type##_prod, T, U, COMBINE_PROD)                                          \
+  DEFINE_KERNEL(reduce_##type##_min, T, U, COMBINE_MIN)                                            \
   DEFINE_KERNEL(reduce_##type##_max, T, U, COMBINE_MAX)
 
 DEFINE_KERNELS(int8, int8_t, uint8_t)
@@ -221,15 +221,15 @@ static void reduce_blocks(uint16_t *dst, const uint16_t *a, const uint16_t *b, s
   }
 }
 
-#define DEFINE_HALF_KERNEL(type, op)                                                              \
-  static void reduce_##type##_##op(void *dst, const void *a, const void *b, size_t count) {       \
-    reduce_blocks(dst, a, b, count, load_##type, store_##type, reduce_float32_##op##_into_a);     \
+#define DEFINE_HALF_KERNEL(type, op)                                                               \
+  static void reduce_##type##_##op(void *dst, const void *a, const void *b, size_t count) {        \
+    reduce_blocks(dst, a, b, count, load_##type, store_##type, reduce_float32_##op##_into_a);      \
   }
 
-#define DEFINE_HALF_KERNELS(type)                                                                 \
-  DEFINE_HALF_KERNEL(type, sum)                                                                   \
-  DEFINE_HALF_KERNEL(type, prod)                                                                  \
-  DEFINE_HALF_KERNEL(type, min)                                                                   \
+#define DEFINE_HALF_KERNELS(type)                                                                  \
+  DEFINE_HALF_KERNEL(type, sum)                                                                    \
+  DEFINE_HALF_KERNEL(type, prod)                                                                   \
+  DEFINE_HALF_KERNEL(type, min)                                                                    \
   DEFINE_HALF_KERNEL(type, max)
 
 DEFINE_HALF_KERNELS(float16)
@@ -238,9 +238,11 @@ DEFINE_HALF_KERNELS(bfloat16)
 /* ---- Dispatch -------------------------------------------------------------------------------- */
 
 /* AVG reduces as SUM; hoop__reduce_finish divides at the end. */
-#define KERNEL_ROW(dtype, type)                                                                   \
-  [dtype] = {[HOOP_SUM] = reduce_##type##_sum, [HOOP_PROD] = reduce_##type##_prod,                \
-             [HOOP_MIN] = reduce_##type##_min, [HOOP_MAX] = reduce_##type##_max,                  \
+#define KERNEL_ROW(dtype, type)                                                                    \
+  [dtype] = {[HOOP_SUM] = reduce_##type##_sum,                                                     \
+             [HOOP_PROD] = reduce_##type##_prod,                                                   \
+             [HOOP_MIN] = reduce_##type##_min,                                                     \
+             [HOOP_MAX] = reduce_##type##_max,                                                     \
              [HOOP_AVG] = reduce_##type##_sum}
 
 static reduce_kernel *const kernels[HOOP_DTYPE_COUNT][HOOP_OP_COUNT] = {
@@ -265,10 +267,10 @@ void hoop__reduce(void *dst, const void *src, size_t count, hoop_dtype dtype, ho
 
 /* buf[i] /= nranks, with the division in type D: C division truncates toward zero, and int8 and
  * uint8 divide in int so that a rank count above 127 is not truncated first. */
-#define DEFINE_DIVIDE(type, T, D)                                                                 \
-  static void divide_##type(T *buf, size_t n, int nranks) {                                       \
-    D divisor = (D)nranks;                                                                        \
-    VECTOR_LOOP(i, n, buf[i] = (T)(buf[i] / divisor));                                           \
+#define DEFINE_DIVIDE(type, T, D)                                                                  \
+  static void divide_##type(T *buf, size_t n, int nranks) {                                        \
+    D divisor = (D)nranks;                                                                         \
+    VECTOR_LOOP(i, n, buf[i] = (T)(buf[i] / divisor));                                             \
   }
 
 DEFINE_DIVIDE(int8, int8_t, int)
@@ -296,16 +298,37 @@ void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, 
   if (op != HOOP_AVG || nranks < 1)
     return;
   switch (dtype) {
-  case HOOP_INT8: divide_int8(buf, count, nranks); break;
-  case HOOP_UINT8: divide_uint8(buf, count, nranks); break;
-  case HOOP_INT32: divide_int32(buf, count, nranks); break;
-  case HOOP_UINT32: divide_uint32(buf, count, nranks); break;
-  case HOOP_INT64: divide_int64(buf, count, nranks); break;
-  case HOOP_UINT64: divide_uint64(buf, count, nranks); break;
-  case HOOP_FLOAT16: divide_blocks(buf, count, nranks, load_float16, store_float16); break;
-  case HOOP_BFLOAT16: divide_blocks(buf, count, nranks, load_bfloat16, store_bfloat16); break;
-  case HOOP_FLOAT32: divide_float32(buf, count, nranks); break;
-  case HOOP_FLOAT64: divide_float64(buf, count, nranks); break;
-  default: break;
+  case HOOP_INT8:
+    divide_int8(buf, count, nranks);
+    break;
+  case HOOP_UINT8:
+    divide_uint8(buf, count, nranks);
+    break;
+  case HOOP_INT32:
+    divide_int32(buf, count, nranks);
+    break;
+  case HOOP_UINT32:
+    divide_uint32(buf, count, nranks);
+    break;
+  case HOOP_INT64:
+    divide_int64(buf, count, nranks);
+    break;
+  case HOOP_UINT64:
+    divide_uint64(buf, count, nranks);
+    break;
+  case HOOP_FLOAT16:
+    divide_blocks(buf, count, nranks, load_float16, store_float16);
+    break;
+  case HOOP_BFLOAT16:
+    divide_blocks(buf, count, nranks, load_bfloat16, store_bfloat16);
+    break;
+  case HOOP_FLOAT32:
+    divide_float32(buf, count, nranks);
+    break;
+  case HOOP_FLOAT64:
+    divide_float64(buf, count, nranks);
+    break;
+  default:
+    break;
   }
 }

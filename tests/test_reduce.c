@@ -12,7 +12,7 @@
 #include "hoop.h"
 #include "reduce.h"
 
-/* ---- dtypes as the reference sees them --------------------------------------------------------- */
+/* ---- dtypes as the reference sees them ------------------------------------------------------- */
 
 typedef enum value_kind { SIGNED, UNSIGNED, FLOAT32, FLOAT64, HALF } value_kind;
 
@@ -23,16 +23,11 @@ static const struct {
   value_kind kind;
   int exp_bits, mant_bits; /* HALF only: the binary16 or bfloat16 layout */
 } dtypes[HOOP_DTYPE_COUNT] = {
-    [HOOP_INT8] = {"int8", 1, SIGNED, 0, 0},
-    [HOOP_UINT8] = {"uint8", 1, UNSIGNED, 0, 0},
-    [HOOP_INT32] = {"int32", 4, SIGNED, 0, 0},
-    [HOOP_UINT32] = {"uint32", 4, UNSIGNED, 0, 0},
-    [HOOP_INT64] = {"int64", 8, SIGNED, 0, 0},
-    [HOOP_UINT64] = {"uint64", 8, UNSIGNED, 0, 0},
-    [HOOP_FLOAT16] = {"float16", 2, HALF, 5, 10},
-    [HOOP_BFLOAT16] = {"bfloat16", 2, HALF, 8, 7},
-    [HOOP_FLOAT32] = {"float32", 4, FLOAT32, 0, 0},
-    [HOOP_FLOAT64] = {"float64", 8, FLOAT64, 0, 0},
+    [HOOP_INT8] = {"int8", 1, SIGNED, 0, 0},        [HOOP_UINT8] = {"uint8", 1, UNSIGNED, 0, 0},
+    [HOOP_INT32] = {"int32", 4, SIGNED, 0, 0},      [HOOP_UINT32] = {"uint32", 4, UNSIGNED, 0, 0},
+    [HOOP_INT64] = {"int64", 8, SIGNED, 0, 0},      [HOOP_UINT64] = {"uint64", 8, UNSIGNED, 0, 0},
+    [HOOP_FLOAT16] = {"float16", 2, HALF, 5, 10},   [HOOP_BFLOAT16] = {"bfloat16", 2, HALF, 8, 7},
+    [HOOP_FLOAT32] = {"float32", 4, FLOAT32, 0, 0}, [HOOP_FLOAT64] = {"float64", 8, FLOAT64, 0, 0},
 };
 
 static const char *const op_names[HOOP_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
@@ -41,6 +36,14 @@ static const char *const op_names[HOOP_OP_COUNT] = {"sum", "prod", "min", "max",
  * 256-element float16 blocks of reduce.c. */
 static const size_t counts[] = {0, 1, 2, 3, 7, 31, 257, 1000, 4099};
 #define NCOUNTS (sizeof counts / sizeof counts[0])
+
+/* ck_assert_msg reports its location to the parent process on every pass; in loops over many
+ * thousands of values only a failure is worth that. */
+#define EXPECT(cond, ...)                                                                          \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      ck_abort_msg(__VA_ARGS__);                                                                   \
+  } while (0)
 
 /* A deterministic generator, so that a failure can be reproduced. */
 static uint64_t rng_state;
@@ -64,10 +67,18 @@ static uint64_t get_bits(const void *buf, size_t i, size_t size) {
   uint32_t u32;
   uint64_t u64;
   switch (size) {
-  case 1: memcpy(&u8, p, 1); return u8;
-  case 2: memcpy(&u16, p, 2); return u16;
-  case 4: memcpy(&u32, p, 4); return u32;
-  default: memcpy(&u64, p, 8); return u64;
+  case 1:
+    memcpy(&u8, p, 1);
+    return u8;
+  case 2:
+    memcpy(&u16, p, 2);
+    return u16;
+  case 4:
+    memcpy(&u32, p, 4);
+    return u32;
+  default:
+    memcpy(&u64, p, 8);
+    return u64;
   }
 }
 
@@ -77,10 +88,18 @@ static void set_bits(void *buf, size_t i, size_t size, uint64_t bits) {
   uint16_t u16 = (uint16_t)bits;
   uint32_t u32 = (uint32_t)bits;
   switch (size) {
-  case 1: memcpy(p, &u8, 1); break;
-  case 2: memcpy(p, &u16, 2); break;
-  case 4: memcpy(p, &u32, 4); break;
-  default: memcpy(p, &bits, 8); break;
+  case 1:
+    memcpy(p, &u8, 1);
+    break;
+  case 2:
+    memcpy(p, &u16, 2);
+    break;
+  case 4:
+    memcpy(p, &u32, 4);
+    break;
+  default:
+    memcpy(p, &bits, 8);
+    break;
   }
 }
 
@@ -117,7 +136,7 @@ static uint64_t double_to_bits(double d) {
   return u;
 }
 
-/* ---- a textbook float16 / bfloat16 codec ------------------------------------------------------- */
+/* ---- a textbook float16 / bfloat16 codec ----------------------------------------------------- */
 
 /* The value of bits in a binary format with exp_bits exponent and mant_bits mantissa bits. */
 static double ref_decode(uint64_t bits, int exp_bits, int mant_bits) {
@@ -167,17 +186,21 @@ static int half_is_nan(uint64_t bits, hoop_dtype dtype) {
   return isnan(ref_decode(bits, dtypes[dtype].exp_bits, dtypes[dtype].mant_bits));
 }
 
-/* ---- the reference ----------------------------------------------------------------------------- */
+/* ---- the reference --------------------------------------------------------------------------- */
 
 /* Integers in 64-bit wrap-around arithmetic, cut to the dtype's width by set_bits. */
 static uint64_t ref_int(hoop_op op, value_kind k, size_t size, uint64_t a, uint64_t b) {
   int64_t sa = as_signed(a, size), sb = as_signed(b, size);
   int a_less = k == SIGNED ? sa < sb : a < b;
   switch (op) {
-  case HOOP_PROD: return (uint64_t)sa * (uint64_t)sb;
-  case HOOP_MIN: return a_less ? a : b;
-  case HOOP_MAX: return a_less ? b : a;
-  default: return (uint64_t)sa + (uint64_t)sb; /* SUM and AVG */
+  case HOOP_PROD:
+    return (uint64_t)sa * (uint64_t)sb;
+  case HOOP_MIN:
+    return a_less ? a : b;
+  case HOOP_MAX:
+    return a_less ? b : a;
+  default:
+    return (uint64_t)sa + (uint64_t)sb; /* SUM and AVG */
   }
 }
 
@@ -206,18 +229,22 @@ static uint64_t ref_combine(hoop_dtype dtype, hoop_op op, uint64_t a, uint64_t b
     float y = (float)ref_decode(b, exp_bits, mant_bits);
     return ref_encode(REF_FLOAT_OP(op, x, y), exp_bits, mant_bits);
   }
-  default: return ref_int(op, dtypes[dtype].kind, size, a, b) & (~(uint64_t)0 >> (64 - 8 * size));
+  default:
+    return ref_int(op, dtypes[dtype].kind, size, a, b) & (~(uint64_t)0 >> (64 - 8 * size));
   }
 }
 
 /* Bit-exact, except that any NaN matches any NaN: their payloads are not specified. */
 static int same_value(hoop_dtype dtype, uint64_t expected, uint64_t got) {
   switch (dtypes[dtype].kind) {
-  case FLOAT32: return expected == got || (isnan(bits_to_float(expected)) && isnan(bits_to_float(got)));
+  case FLOAT32:
+    return expected == got || (isnan(bits_to_float(expected)) && isnan(bits_to_float(got)));
   case FLOAT64:
     return expected == got || (isnan(bits_to_double(expected)) && isnan(bits_to_double(got)));
-  case HALF: return expected == got || (half_is_nan(expected, dtype) && half_is_nan(got, dtype));
-  default: return expected == got;
+  case HALF:
+    return expected == got || (half_is_nan(expected, dtype) && half_is_nan(got, dtype));
+  default:
+    return expected == got;
   }
 }
 
@@ -229,10 +256,18 @@ static const char *describe(hoop_dtype dtype, uint64_t bits) {
   size_t size = dtypes[dtype].size;
   int hex = (int)(2 * size);
   switch (dtypes[dtype].kind) {
-  case SIGNED: snprintf(out, 64, "%" PRId64, as_signed(bits, size)); break;
-  case UNSIGNED: snprintf(out, 64, "%" PRIu64, bits); break;
-  case FLOAT32: snprintf(out, 64, "0x%08" PRIx64 " (%.9g)", bits, bits_to_float(bits)); break;
-  case FLOAT64: snprintf(out, 64, "0x%016" PRIx64 " (%.17g)", bits, bits_to_double(bits)); break;
+  case SIGNED:
+    snprintf(out, 64, "%" PRId64, as_signed(bits, size));
+    break;
+  case UNSIGNED:
+    snprintf(out, 64, "%" PRIu64, bits);
+    break;
+  case FLOAT32:
+    snprintf(out, 64, "0x%08" PRIx64 " (%.9g)", bits, bits_to_float(bits));
+    break;
+  case FLOAT64:
+    snprintf(out, 64, "0x%016" PRIx64 " (%.17g)", bits, bits_to_double(bits));
+    break;
   case HALF:
     snprintf(out, 64, "0x%0*" PRIx64 " (%.9g)", hex, bits,
              ref_decode(bits, dtypes[dtype].exp_bits, dtypes[dtype].mant_bits));
@@ -241,7 +276,7 @@ static const char *describe(hoop_dtype dtype, uint64_t bits) {
   return out;
 }
 
-/* ---- inputs ------------------------------------------------------------------------------------ */
+/* ---- inputs ---------------------------------------------------------------------------------- */
 
 static uint64_t random_int(size_t size) {
   /* Mostly random bits; one in four from the edges, where wrapping and ordering go wrong. */
@@ -260,21 +295,30 @@ static double random_real(double large, double tiny) {
   double sign = r & 1 ? -1.0 : 1.0;
   double unit = (double)(rng_next() >> 11) * 0x1p-53; /* [0, 1) */
   switch ((r >> 1) % 16) {
-  case 0: return 0.0;
-  case 1: return -0.0;
-  case 2: return sign * (double)((r >> 8) % 4);
-  case 3: return sign * large * (1 + unit);
-  case 4: return sign * ldexp(tiny * (1 + unit), -(int)((r >> 8) % 40)); /* down to subnormal */
-  case 5: return (r >> 8) % 4 == 0 ? sign * INFINITY : sign * unit;
-  default: return sign * 2000 * unit;
+  case 0:
+    return 0.0;
+  case 1:
+    return -0.0;
+  case 2:
+    return sign * (double)((r >> 8) % 4);
+  case 3:
+    return sign * large * (1 + unit);
+  case 4:
+    return sign * ldexp(tiny * (1 + unit), -(int)((r >> 8) % 40)); /* down to subnormal */
+  case 5:
+    return (r >> 8) % 4 == 0 ? sign * INFINITY : sign * unit;
+  default:
+    return sign * 2000 * unit;
   }
 }
 
 static uint64_t random_element(hoop_dtype dtype) {
   size_t size = dtypes[dtype].size;
   switch (dtypes[dtype].kind) {
-  case FLOAT32: return float_to_bits((float)random_real(1e30, 1e-30));
-  case FLOAT64: return double_to_bits(random_real(1e300, 1e-300));
+  case FLOAT32:
+    return float_to_bits((float)random_real(1e30, 1e-30));
+  case FLOAT64:
+    return double_to_bits(random_real(1e300, 1e-300));
   case HALF: {
     /* Any bit pattern but NaN covers subnormals, infinities and the whole range. */
     uint64_t bits;
@@ -283,7 +327,8 @@ static uint64_t random_element(hoop_dtype dtype) {
     while (half_is_nan(bits, dtype));
     return bits;
   }
-  default: return random_int(size) & (~(uint64_t)0 >> (64 - 8 * size));
+  default:
+    return random_int(size) & (~(uint64_t)0 >> (64 - 8 * size));
   }
 }
 
@@ -292,7 +337,7 @@ static void fill(void *buf, size_t count, hoop_dtype dtype) {
     set_bits(buf, i, dtypes[dtype].size, random_element(dtype));
 }
 
-/* ---- hoop__reduce3 and hoop__reduce against the reference -------------------------------------- */
+/* ---- hoop__reduce3 and hoop__reduce against the reference ------------------------------------ */
 
 typedef enum aliasing { APART, DST_IS_A, DST_IS_B, DST_IS_BOTH } aliasing;
 
@@ -303,7 +348,7 @@ static const char *const aliasing_names[] = {
     [DST_IS_BOTH] = "hoop__reduce(a, a)",
 };
 
-enum { GUARD = 16 };         /* elements after dst that must stay untouched */
+enum { GUARD = 16 }; /* elements after dst that must stay untouched */
 #define GUARD_BYTE 0xa5
 
 /* malloc(0) may return NULL, which would read as a failure. */
@@ -314,14 +359,14 @@ static void *malloc_exact(size_t bytes) {
 /* Reduces count elements, offset elements into freshly allocated buffers, the way `how` says, and
  * checks every element and the guard after dst. The inputs are allocated to their exact size so
  * that AddressSanitizer sees any read past the end. */
-static void check_reduce(hoop_dtype dtype, hoop_op op, size_t count, size_t offset,
-                         aliasing how) {
+static void check_reduce(hoop_dtype dtype, hoop_op op, size_t count, size_t offset, aliasing how) {
   size_t size = dtypes[dtype].size;
   unsigned char *a_buf = malloc_exact((offset + count) * size);
   unsigned char *b_buf = malloc_exact((offset + count) * size);
   unsigned char *d_buf = malloc_exact((offset + count + GUARD) * size);
   ck_assert(a_buf && b_buf && d_buf);
-  unsigned char *a = a_buf + offset * size, *b = b_buf + offset * size, *dst = d_buf + offset * size;
+  unsigned char *a = a_buf + offset * size, *b = b_buf + offset * size,
+                *dst = d_buf + offset * size;
   rng_seed(((uint64_t)dtype * HOOP_OP_COUNT + op) * 1000003 + count * 7 + offset);
   fill(a, count, dtype);
   fill(b, count, dtype);
@@ -329,26 +374,36 @@ static void check_reduce(hoop_dtype dtype, hoop_op op, size_t count, size_t offs
   const unsigned char *x = a, *y = how == DST_IS_BOTH ? a : b;
 
   switch (how) {
-  case APART: hoop__reduce3(dst, a, b, count, dtype, op); break;
-  case DST_IS_A: memcpy(dst, a, count * size); hoop__reduce(dst, b, count, dtype, op); break;
-  case DST_IS_B: memcpy(dst, b, count * size); hoop__reduce3(dst, a, dst, count, dtype, op); break;
-  case DST_IS_BOTH: memcpy(dst, a, count * size); hoop__reduce(dst, dst, count, dtype, op); break;
+  case APART:
+    hoop__reduce3(dst, a, b, count, dtype, op);
+    break;
+  case DST_IS_A:
+    memcpy(dst, a, count * size);
+    hoop__reduce(dst, b, count, dtype, op);
+    break;
+  case DST_IS_B:
+    memcpy(dst, b, count * size);
+    hoop__reduce3(dst, a, dst, count, dtype, op);
+    break;
+  case DST_IS_BOTH:
+    memcpy(dst, a, count * size);
+    hoop__reduce(dst, dst, count, dtype, op);
+    break;
   }
 
   for (size_t i = 0; i < count; i++) {
     uint64_t xa = get_bits(x, i, size), yb = get_bits(y, i, size);
     uint64_t expected = ref_combine(dtype, op, xa, yb), got = get_bits(dst, i, size);
-    if (!same_value(dtype, expected, got))
-      ck_abort_msg("%s %s, %s, count %zu, offset %zu, element %zu: %s op %s: expected %s, got %s",
-                   dtypes[dtype].name, op_names[op], aliasing_names[how], count, offset, i,
-                   describe(dtype, xa), describe(dtype, yb), describe(dtype, expected),
-                   describe(dtype, got));
+    EXPECT(same_value(dtype, expected, got),
+           "%s %s, %s, count %zu, offset %zu, element %zu: %s op %s: expected %s, got %s",
+           dtypes[dtype].name, op_names[op], aliasing_names[how], count, offset, i,
+           describe(dtype, xa), describe(dtype, yb), describe(dtype, expected),
+           describe(dtype, got));
   }
   for (size_t i = 0; i < GUARD * size; i++)
-    ck_assert_msg(dst[count * size + i] == GUARD_BYTE,
-                  "%s %s, %s, count %zu: byte %zu after the end was written (0x%02x)",
-                  dtypes[dtype].name, op_names[op], aliasing_names[how], count, i,
-                  dst[count * size + i]);
+    EXPECT(dst[count * size + i] == GUARD_BYTE,
+           "%s %s, %s, count %zu: byte %zu after the end was written (0x%02x)", dtypes[dtype].name,
+           op_names[op], aliasing_names[how], count, i, dst[count * size + i]);
   free(d_buf);
   free(b_buf);
   free(a_buf);
@@ -396,10 +451,10 @@ START_TEST(test_reduce3_same_inputs) {
   for (size_t i = 0; i < count; i++) {
     uint64_t x = get_bits(a, i, size), expected = ref_combine(dtype, op, x, x);
     uint64_t got = get_bits(dst, i, size);
-    ck_assert_msg(same_value(dtype, expected, got),
-                  "%s %s, hoop__reduce3(dst, a, a), element %zu: %s: expected %s, got %s",
-                  dtypes[dtype].name, op_names[op], i, describe(dtype, x),
-                  describe(dtype, expected), describe(dtype, got));
+    EXPECT(same_value(dtype, expected, got),
+           "%s %s, hoop__reduce3(dst, a, a), element %zu: %s: expected %s, got %s",
+           dtypes[dtype].name, op_names[op], i, describe(dtype, x), describe(dtype, expected),
+           describe(dtype, got));
   }
   free(dst);
   free(a);
@@ -416,8 +471,11 @@ START_TEST(test_unknown_dtype_or_op_does_nothing) {
   }
   const struct {
     int dtype, op;
-  } cases[] = {{HOOP_DTYPE_COUNT, HOOP_SUM}, {-1, HOOP_SUM}, {HOOP_INT8, HOOP_OP_COUNT},
-               {HOOP_INT8, -1}, {HOOP_DTYPE_COUNT, HOOP_OP_COUNT}};
+  } cases[] = {{HOOP_DTYPE_COUNT, HOOP_SUM},
+               {-1, HOOP_SUM},
+               {HOOP_INT8, HOOP_OP_COUNT},
+               {HOOP_INT8, -1},
+               {HOOP_DTYPE_COUNT, HOOP_OP_COUNT}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     hoop__reduce3(dst, a, b, 8, (hoop_dtype)cases[c].dtype, (hoop_op)cases[c].op);
     hoop__reduce(dst, a, 8, (hoop_dtype)cases[c].dtype, (hoop_op)cases[c].op);
@@ -431,9 +489,9 @@ START_TEST(test_unknown_dtype_or_op_does_nothing) {
 }
 END_TEST
 
-/* ---- min and max with NaN and signed zeros ----------------------------------------------------- */
+/* ---- min and max with NaN and signed zeros --------------------------------------------------- */
 
-/* reduce.h's kernels follow x86 minps/maxps: a < b ? a : b. So a NaN in b wins, a NaN in a loses,
+/* reduce.c's kernels follow x86 minps/maxps: a < b ? a : b. So a NaN in b wins, a NaN in a loses,
  * and of two zeros b is returned; the in-place forms must keep that operand order. */
 static void check_min_max_order(hoop_dtype dtype, uint64_t nan, uint64_t one, uint64_t pzero,
                                 uint64_t nzero) {
@@ -465,14 +523,13 @@ static void check_min_max_order(hoop_dtype dtype, uint64_t nan, uint64_t one, ui
 
 START_TEST(test_min_max_nan_and_zero_order) {
   check_min_max_order(HOOP_FLOAT32, 0x7fc00000, float_to_bits(1.0f), 0, 0x80000000);
-  check_min_max_order(HOOP_FLOAT64, 0x7ff8000000000000, double_to_bits(1.0), 0,
-                      0x8000000000000000);
+  check_min_max_order(HOOP_FLOAT64, 0x7ff8000000000000, double_to_bits(1.0), 0, 0x8000000000000000);
   check_min_max_order(HOOP_FLOAT16, 0x7e00, 0x3c00, 0, 0x8000);
   check_min_max_order(HOOP_BFLOAT16, 0x7fc0, 0x3f80, 0, 0x8000);
 }
 END_TEST
 
-/* ---- float16 conversions ----------------------------------------------------------------------- */
+/* ---- float16 conversions --------------------------------------------------------------------- */
 
 static uint16_t ref_half(float f) {
   return ref_encode(f, 5, 10);
@@ -483,11 +540,11 @@ START_TEST(test_half_known_values) {
     float f;
     uint16_t h;
   } cases[] = {
-      {1.0f, 0x3c00},          {-2.0f, 0xc000},          {0.5f, 0x3800},
-      {65504.0f, 0x7bff},      {-65504.0f, 0xfbff},      {0.0f, 0x0000},
-      {-0.0f, 0x8000},         {INFINITY, 0x7c00},       {-INFINITY, 0xfc00},
-      {0x1p-14f, 0x0400},      {0x1p-24f, 0x0001},       {0x3ffp-24f, 0x03ff},
-      {-0x1p-24f, 0x8001},     {0.333251953125f, 0x3555}, {1024.0f, 0x6400},
+      {1.0f, 0x3c00},      {-2.0f, 0xc000},           {0.5f, 0x3800},
+      {65504.0f, 0x7bff},  {-65504.0f, 0xfbff},       {0.0f, 0x0000},
+      {-0.0f, 0x8000},     {INFINITY, 0x7c00},        {-INFINITY, 0xfc00},
+      {0x1p-14f, 0x0400},  {0x1p-24f, 0x0001},        {0x3ffp-24f, 0x03ff},
+      {-0x1p-24f, 0x8001}, {0.333251953125f, 0x3555}, {1024.0f, 0x6400},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     uint16_t h = hoop__float_to_half(cases[c].f);
@@ -505,18 +562,22 @@ START_TEST(test_half_rounding_overflow_underflow) {
     float f;
     uint16_t h;
   } cases[] = {
-      {1.0f + 0x1p-11f, 0x3c00},             /* tie between 1 and 1+2^-10: even, down */
-      {1.0f + 0x3p-11f, 0x3c02},             /* tie: even, up */
-      {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01},  /* just above the tie */
-      {65519.0f, 0x7bff},                    /* below the midpoint to 65536 */
-      {65520.0f, 0x7c00},                    /* the midpoint rounds to even: inf */
-      {1e10f, 0x7c00},        {-1e10f, 0xfc00},
-      {FLT_MAX, 0x7c00},      {-FLT_MAX, 0xfc00},
-      {0x1p-25f, 0x0000},                    /* half the smallest subnormal: tie to even 0 */
-      {0x1.000002p-25f, 0x0001},             /* just above it */
-      {0x3p-25f, 0x0002},                    /* subnormal tie, up to even */
-      {0x5p-25f, 0x0002},                    /* subnormal tie, down to even */
-      {-0x1p-26f, 0x8000},    {FLT_TRUE_MIN, 0x0000},  {0x1.ffcp-15f, 0x0400},
+      {1.0f + 0x1p-11f, 0x3c00},            /* tie between 1 and 1+2^-10: even, down */
+      {1.0f + 0x3p-11f, 0x3c02},            /* tie: even, up */
+      {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01}, /* just above the tie */
+      {65519.0f, 0x7bff},                   /* below the midpoint to 65536 */
+      {65520.0f, 0x7c00},                   /* the midpoint rounds to even: inf */
+      {1e10f, 0x7c00},
+      {-1e10f, 0xfc00},
+      {FLT_MAX, 0x7c00},
+      {-FLT_MAX, 0xfc00},
+      {0x1p-25f, 0x0000},        /* half the smallest subnormal: tie to even 0 */
+      {0x1.000002p-25f, 0x0001}, /* just above it */
+      {0x3p-25f, 0x0002},        /* subnormal tie, up to even */
+      {0x5p-25f, 0x0002},        /* subnormal tie, down to even */
+      {-0x1p-26f, 0x8000},
+      {FLT_TRUE_MIN, 0x0000},
+      {0x1.ffcp-15f, 0x0400},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     uint16_t h = hoop__float_to_half(cases[c].f);
@@ -551,14 +612,14 @@ START_TEST(test_half_round_trip_all_patterns) {
     double expected = ref_decode(h, 5, 10);
     uint16_t back = hoop__float_to_half(f);
     if (isnan(expected)) {
-      ck_assert_msg(isnan(f), "half_to_float(0x%04x): expected NaN, got %a", h, f);
-      ck_assert_msg(half_is_nan(back, HOOP_FLOAT16),
-                    "float_to_half(half_to_float(0x%04x)): expected NaN, got 0x%04x", h, back);
+      EXPECT(isnan(f), "half_to_float(0x%04x): expected NaN, got %a", h, f);
+      EXPECT(half_is_nan(back, HOOP_FLOAT16),
+             "float_to_half(half_to_float(0x%04x)): expected NaN, got 0x%04x", h, back);
       continue;
     }
-    ck_assert_msg(float_to_bits(f) == float_to_bits((float)expected),
-                  "half_to_float(0x%04x): expected %a, got %a", h, expected, f);
-    ck_assert_msg(back == h, "float_to_half(half_to_float(0x%04x)) = 0x%04x", h, back);
+    EXPECT(float_to_bits(f) == float_to_bits((float)expected),
+           "half_to_float(0x%04x): expected %a, got %a", h, expected, f);
+    EXPECT(back == h, "float_to_half(half_to_float(0x%04x)) = 0x%04x", h, back);
   }
 }
 END_TEST
@@ -579,8 +640,8 @@ START_TEST(test_half_every_tie) {
       for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
         float f = sign ? -cases[c].f : cases[c].f;
         uint16_t got = hoop__float_to_half(f);
-        ck_assert_msg(got == (cases[c].h | sign), "float_to_half(%a): expected 0x%04x, got 0x%04x",
-                      f, cases[c].h | sign, got);
+        EXPECT(got == (cases[c].h | sign), "float_to_half(%a): expected 0x%04x, got 0x%04x", f,
+               cases[c].h | sign, got);
       }
   }
 }
@@ -597,13 +658,13 @@ START_TEST(test_half_random_floats) {
     if (isnan(f))
       continue;
     uint16_t got = hoop__float_to_half(f), expected = ref_half(f);
-    ck_assert_msg(got == expected, "float_to_half(%a = 0x%08x): expected 0x%04x, got 0x%04x", f,
-                  bits, expected, got);
+    EXPECT(got == expected, "float_to_half(%a = 0x%08x): expected 0x%04x, got 0x%04x", f, bits,
+           expected, got);
   }
 }
 END_TEST
 
-/* ---- bfloat16 conversions ---------------------------------------------------------------------- */
+/* ---- bfloat16 conversions -------------------------------------------------------------------- */
 
 static uint16_t ref_bf16(float f) {
   return ref_encode(f, 8, 7);
@@ -614,21 +675,21 @@ START_TEST(test_bf16_known_values) {
     uint32_t f; /* float bits */
     uint16_t b;
   } cases[] = {
-      {0x3f800000, 0x3f80}, /* 1 */
-      {0xc0000000, 0xc000}, /* -2 */
-      {0x7f7f0000, 0x7f7f}, /* the largest bfloat16, 0x1.fep127 */
-      {0x7f800000, 0x7f80}, /* inf */
-      {0xff800000, 0xff80}, /* -inf */
+      {0x3f800000, 0x3f80},                       /* 1 */
+      {0xc0000000, 0xc000},                       /* -2 */
+      {0x7f7f0000, 0x7f7f},                       /* the largest bfloat16, 0x1.fep127 */
+      {0x7f800000, 0x7f80},                       /* inf */
+      {0xff800000, 0xff80},                       /* -inf */
       {0x00000000, 0x0000}, {0x80000000, 0x8000}, /* zeros */
-      {0x00010000, 0x0001}, /* the smallest subnormal */
-      {0x00800000, 0x0080}, /* the smallest normal */
-      {0x40490fdb, 0x4049}, /* pi rounds down */
+      {0x00010000, 0x0001},                       /* the smallest subnormal */
+      {0x00800000, 0x0080},                       /* the smallest normal */
+      {0x40490fdb, 0x4049},                       /* pi rounds down */
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     float f = bits_to_float(cases[c].f);
     uint16_t b = hoop__float_to_bf16(f);
-    ck_assert_msg(b == cases[c].b, "float_to_bf16(%a): expected 0x%04x, got 0x%04x", f,
-                  cases[c].b, b);
+    ck_assert_msg(b == cases[c].b, "float_to_bf16(%a): expected 0x%04x, got 0x%04x", f, cases[c].b,
+                  b);
     float back = hoop__bf16_to_float(cases[c].b);
     ck_assert_msg(float_to_bits(back) == (cases[c].f & 0xffff0000u),
                   "bf16_to_float(0x%04x): expected 0x%08x, got 0x%08x", cases[c].b,
@@ -655,16 +716,16 @@ START_TEST(test_bf16_rounding_overflow_nan) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     uint16_t b = hoop__float_to_bf16(bits_to_float(cases[c].f));
-    ck_assert_msg(b == cases[c].b, "float_to_bf16(0x%08x): expected 0x%04x, got 0x%04x",
-                  cases[c].f, cases[c].b, b);
+    ck_assert_msg(b == cases[c].b, "float_to_bf16(0x%08x): expected 0x%04x, got 0x%04x", cases[c].f,
+                  cases[c].b, b);
   }
   /* Low payload bits only: rounding must not turn these into inf, nor wrap them around. */
   const uint32_t nans[] = {0x7f800001, 0xff800001, 0x7fc00000, 0x7fffffff, 0xffffffff, 0x7fff8000};
   for (size_t c = 0; c < sizeof nans / sizeof nans[0]; c++) {
     uint16_t b = hoop__float_to_bf16(bits_to_float(nans[c]));
     ck_assert_msg(half_is_nan(b, HOOP_BFLOAT16) && (b & 0x8000) == ((nans[c] >> 16) & 0x8000),
-                  "float_to_bf16(NaN 0x%08x): expected a NaN of the same sign, got 0x%04x",
-                  nans[c], b);
+                  "float_to_bf16(NaN 0x%08x): expected a NaN of the same sign, got 0x%04x", nans[c],
+                  b);
   }
 }
 END_TEST
@@ -675,13 +736,13 @@ START_TEST(test_bf16_round_trip_all_patterns) {
     double expected = ref_decode(b, 8, 7);
     uint16_t back = hoop__float_to_bf16(f);
     if (isnan(expected)) {
-      ck_assert_msg(isnan(f) && half_is_nan(back, HOOP_BFLOAT16),
-                    "bfloat16 NaN 0x%04x: got %a and back 0x%04x", b, f, back);
+      EXPECT(isnan(f) && half_is_nan(back, HOOP_BFLOAT16),
+             "bfloat16 NaN 0x%04x: got %a and back 0x%04x", b, f, back);
       continue;
     }
-    ck_assert_msg(float_to_bits(f) == float_to_bits((float)expected),
-                  "bf16_to_float(0x%04x): expected %a, got %a", b, expected, f);
-    ck_assert_msg(back == b, "float_to_bf16(bf16_to_float(0x%04x)) = 0x%04x", b, back);
+    EXPECT(float_to_bits(f) == float_to_bits((float)expected),
+           "bf16_to_float(0x%04x): expected %a, got %a", b, expected, f);
+    EXPECT(back == b, "float_to_bf16(bf16_to_float(0x%04x)) = 0x%04x", b, back);
   }
 }
 END_TEST
@@ -689,16 +750,13 @@ END_TEST
 START_TEST(test_bf16_every_tie) {
   for (uint32_t b = 0; b < 0x7f80; b++) {
     uint32_t mid = b << 16 | 0x8000, even = b % 2 ? b + 1 : b;
-    const struct {
-      uint32_t f, b;
-    } cases[] = {{mid, even}, {mid - 1, b}, {mid + 1, b + 1}};
+    const struct { uint32_t f, b; } cases[] = {{mid, even}, {mid - 1, b}, {mid + 1, b + 1}};
     for (size_t c = 0; c < 3; c++)
       for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
         uint32_t f = cases[c].f | sign << 16;
         uint16_t got = hoop__float_to_bf16(bits_to_float(f));
-        ck_assert_msg(got == (cases[c].b | sign),
-                      "float_to_bf16(0x%08x): expected 0x%04x, got 0x%04x", f, cases[c].b | sign,
-                      got);
+        EXPECT(got == (cases[c].b | sign), "float_to_bf16(0x%08x): expected 0x%04x, got 0x%04x", f,
+               cases[c].b | sign, got);
       }
   }
 }
@@ -712,13 +770,13 @@ START_TEST(test_bf16_random_floats) {
     if (isnan(f))
       continue;
     uint16_t got = hoop__float_to_bf16(f), expected = ref_bf16(f);
-    ck_assert_msg(got == expected, "float_to_bf16(%a = 0x%08x): expected 0x%04x, got 0x%04x", f,
-                  bits, expected, got);
+    EXPECT(got == expected, "float_to_bf16(%a = 0x%08x): expected 0x%04x, got 0x%04x", f, bits,
+           expected, got);
   }
 }
 END_TEST
 
-/* ---- hoop__reduce_finish ----------------------------------------------------------------------- */
+/* ---- hoop__reduce_finish --------------------------------------------------------------------- */
 
 START_TEST(test_finish_integers_round_toward_zero) {
   const struct {
@@ -762,10 +820,14 @@ static uint64_t ref_average(hoop_dtype dtype, uint64_t bits, int nranks) {
   size_t size = dtypes[dtype].size;
   int exp_bits = dtypes[dtype].exp_bits, mant_bits = dtypes[dtype].mant_bits;
   switch (dtypes[dtype].kind) {
-  case SIGNED: return (uint64_t)(as_signed(bits, size) / nranks);
-  case UNSIGNED: return bits / (uint64_t)nranks;
-  case FLOAT32: return float_to_bits(bits_to_float(bits) / (float)nranks);
-  case FLOAT64: return double_to_bits(bits_to_double(bits) / nranks);
+  case SIGNED:
+    return (uint64_t)(as_signed(bits, size) / nranks);
+  case UNSIGNED:
+    return bits / (uint64_t)nranks;
+  case FLOAT32:
+    return float_to_bits(bits_to_float(bits) / (float)nranks);
+  case FLOAT64:
+    return double_to_bits(bits_to_double(bits) / nranks);
   default:
     return ref_encode((float)ref_decode(bits, exp_bits, mant_bits) / (float)nranks, exp_bits,
                       mant_bits);
@@ -788,10 +850,10 @@ START_TEST(test_finish_divides_every_element) {
     for (size_t i = 0; i < count; i++) {
       uint64_t x = get_bits(in, i, size), got = get_bits(buf, i, size);
       uint64_t expected = ref_average(dtype, x, nranks[r]) & mask;
-      if (!same_value(dtype, expected, got))
-        ck_abort_msg("%s avg finish, nranks %d, element %zu: %s / %d: expected %s, got %s",
-                     dtypes[dtype].name, nranks[r], i, describe(dtype, x), nranks[r],
-                     describe(dtype, expected), describe(dtype, got));
+      EXPECT(same_value(dtype, expected, got),
+             "%s avg finish, nranks %d, element %zu: %s / %d: expected %s, got %s",
+             dtypes[dtype].name, nranks[r], i, describe(dtype, x), nranks[r],
+             describe(dtype, expected), describe(dtype, got));
     }
   }
   free(buf);
@@ -817,7 +879,7 @@ START_TEST(test_finish_leaves_other_ops_alone) {
 }
 END_TEST
 
-/* ---- runner ------------------------------------------------------------------------------------ */
+/* ---- runner ---------------------------------------------------------------------------------- */
 
 static Suite *reduce_suite(void) {
   Suite *s = suite_create("reduce");

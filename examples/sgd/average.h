@@ -20,8 +20,8 @@ typedef struct averager {
   hoop_comm *comm;
   hoop_dtype wire_dtype; /* HOOP_FLOAT32, or HOOP_FLOAT16 with --fp16-allreduce */
   fusion_group groups[MODEL_MAX_TENSORS];
-  int ngroups;     /* allreduce calls per step */
-  void *buffer;    /* the fusion buffer: room for the largest group in wire_dtype */
+  int ngroups;              /* allreduce calls per step */
+  void *buffer;             /* the fusion buffer: room for the largest group in wire_dtype */
   double allreduce_seconds; /* spent in hoop_allreduce */
   double packing_seconds;   /* spent copying into and out of the buffer */
 } averager;

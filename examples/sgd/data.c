@@ -122,7 +122,7 @@ done:
 
 #define CLUSTERS_PER_CLASS 2
 #define CLUSTER_SPREAD 2.0 /* noise standard deviation, relative to the centres' */
-#define FEATURE_SCALE 0.25  /* features of the order of pixels in [0, 1]: one --lr suits both */
+#define FEATURE_SCALE 0.25 /* features of the order of pixels in [0, 1]: one --lr suits both */
 
 static void draw_examples(dataset *set, const double *centres, rng *r) {
   for (size_t i = 0; i < set->count; i++) {
@@ -148,8 +148,8 @@ int data_synthetic(dataset *train, dataset *test, size_t train_count, size_t tes
                    uint64_t seed) {
   memset(train, 0, sizeof *train);
   memset(test, 0, sizeof *test);
-  double *centres = malloc(SYNTHETIC_CLASSES * CLUSTERS_PER_CLASS * SYNTHETIC_FEATURES *
-                           sizeof *centres);
+  double *centres =
+      malloc(SYNTHETIC_CLASSES * CLUSTERS_PER_CLASS * SYNTHETIC_FEATURES * sizeof *centres);
   if (!centres || alloc_set(train, train_count) != 0 || alloc_set(test, test_count) != 0) {
     free(centres);
     data_free(train);

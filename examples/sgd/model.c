@@ -78,8 +78,8 @@ void model_zero_grad(model *m) {
 /* ---- layers ---------------------------------------------------------------------------------- */
 
 /* out = W in + b, with W stored row by row (nout rows of nin). */
-static void dense_forward(const tensor *w, const tensor *b, const float *in, size_t nin,
-                          float *out, size_t nout) {
+static void dense_forward(const tensor *w, const tensor *b, const float *in, size_t nin, float *out,
+                          size_t nout) {
   for (size_t o = 0; o < nout; o++) {
     const float *row = w->value + o * nin;
     float sum = b->value[o];

@@ -1,7 +1,7 @@
 /* sgd.c - a minimal data-parallel SGD trainer: every rank holds the same model, computes gradients
  * on its slice of each global batch, and the ranks average those gradients with hoop_allreduce
- * before every step, so that N ranks train exactly the model one rank would. Run it with
- * `hooprun -np 4 examples/sgd/sgd`; README.md beside this file walks through it.
+ * before every step, so that N ranks train the model one rank would, up to the order of float
+ * additions. Run it with `hooprun -np 4 examples/sgd/sgd`; README.md beside it walks through it.
  *
  * The order of main() is the order of a data-parallel program: join the job, load the data, build
  * the model, broadcast rank 0's parameters, then per step compute, average, step; per epoch, agree
@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,12 +78,18 @@ static void usage(FILE *out) {
           defaults.hidden, (unsigned long long)defaults.seed, defaults.synthetic);
 }
 
+static void usage_error(const char *message) {
+  fprintf(stderr, "sgd: %s (see --help)\n", message);
+  exit(2);
+}
+
 static void bad_option(const char *name, const char *value) {
   fprintf(stderr, "sgd: bad value '%s' for --%s (see --help)\n", value, name);
   exit(2);
 }
 
-static size_t parse_count(const char *name, const char *text, int suffixes) {
+/* A whole number up to max, with K and M suffixes when suffixes is set. */
+static size_t parse_count(const char *name, const char *text, int suffixes, size_t max) {
   char *end;
   errno = 0;
   unsigned long long value = strtoull(text, &end, 10);
@@ -91,7 +98,7 @@ static size_t parse_count(const char *name, const char *text, int suffixes) {
     unit = 1 << 10, end++;
   else if (suffixes && (*end == 'm' || *end == 'M'))
     unit = 1 << 20, end++;
-  if (errno || end == text || *end || text[0] == '-' || value > SIZE_MAX / unit)
+  if (errno || end == text || *end || text[0] == '-' || value > max / unit)
     bad_option(name, text);
   return (size_t)(value * unit);
 }
@@ -100,12 +107,14 @@ static float parse_float(const char *name, const char *text) {
   char *end;
   errno = 0;
   float value = strtof(text, &end);
-  if (errno || end == text || *end || !(value >= 0))
+  if (errno || end == text || *end || !(value >= 0) || !isfinite(value))
     bad_option(name, text);
   return value;
 }
 
 static void parse_options(int argc, char **argv, options *opt) {
+  /* One option per line reads better than the formatter's layout. */
+  /* clang-format off */
   enum { EPOCHS = 1, BATCH, LR, MOMENTUM, HIDDEN, SEED, FP16, FUSION, TRAIN_IMAGES, TRAIN_LABELS,
          TEST_IMAGES, TEST_LABELS, SYNTHETIC, SAVE, VERBOSE, HELP };
   static const struct option longs[] = {
@@ -131,35 +140,38 @@ static void parse_options(int argc, char **argv, options *opt) {
   while ((c = getopt_long(argc, argv, "", longs, &index)) != -1) {
     const char *name = c > 0 && c <= HELP ? longs[index].name : "";
     switch (c) {
-    case EPOCHS: opt->epochs = (int)parse_count(name, optarg, 0); break;
-    case BATCH: opt->batch = parse_count(name, optarg, 0); break;
+    case EPOCHS: opt->epochs = (int)parse_count(name, optarg, 0, 1000000); break;
+    case BATCH: opt->batch = parse_count(name, optarg, 0, SIZE_MAX); break;
     case LR: opt->lr = parse_float(name, optarg); break;
     case MOMENTUM: opt->momentum = parse_float(name, optarg); break;
-    case HIDDEN: opt->hidden = parse_count(name, optarg, 0); break;
-    case SEED: opt->seed = parse_count(name, optarg, 0); break;
+    case HIDDEN: opt->hidden = parse_count(name, optarg, 0, 1 << 16); break;
+    case SEED: opt->seed = parse_count(name, optarg, 0, SIZE_MAX); break;
     case FP16: opt->fp16_allreduce = 1; break;
-    case FUSION: opt->fusion_bytes = parse_count(name, optarg, 1); break;
+    case FUSION: opt->fusion_bytes = parse_count(name, optarg, 1, SIZE_MAX); break;
     case TRAIN_IMAGES: opt->train_images = optarg; break;
     case TRAIN_LABELS: opt->train_labels = optarg; break;
     case TEST_IMAGES: opt->test_images = optarg; break;
     case TEST_LABELS: opt->test_labels = optarg; break;
-    case SYNTHETIC: opt->synthetic = parse_count(name, optarg, 0); break;
+    case SYNTHETIC: opt->synthetic = parse_count(name, optarg, 0, 1 << 24); break;
     case SAVE: opt->save_params = optarg; break;
     case VERBOSE: opt->verbose = 1; break;
     case HELP: usage(stdout); exit(0);
     default: usage(stderr); exit(2);
     }
   }
+  /* clang-format on */
   if (optind < argc) {
     fprintf(stderr, "sgd: unexpected argument '%s' (see --help)\n", argv[optind]);
     exit(2);
   }
-  if (opt->epochs < 1 || opt->batch < 1 || opt->synthetic < 1 || opt->momentum >= 1)
-    bad_option("epochs, --batch, --synthetic or --momentum", "out of range");
-  if (!opt->train_images != !opt->train_labels || !opt->test_images != !opt->test_labels) {
-    fprintf(stderr, "sgd: give image and label files together\n");
-    exit(2);
-  }
+  if (opt->epochs < 1 || opt->batch < 1 || opt->synthetic < 1)
+    usage_error("--epochs, --batch and --synthetic must be at least 1");
+  if (opt->momentum >= 1)
+    usage_error("--momentum must be below 1");
+  if (!opt->train_images != !opt->train_labels || !opt->test_images != !opt->test_labels)
+    usage_error("give image and label files together");
+  if (opt->test_images && !opt->train_images)
+    usage_error("--test-images needs --train-images too");
 }
 
 /* ---- the job --------------------------------------------------------------------------------- */
@@ -243,8 +255,8 @@ static void build_model(trainer *t) {
     check(t, hoop_broadcast(t->comm, p->value, p->count, HOOP_FLOAT32, 0),
           "broadcasting parameters");
   }
-  if (averager_init(&t->averager, t->comm, t->model.tensors, t->model.ntensors,
-                    t->opt.fusion_bytes, t->opt.fp16_allreduce) != 0)
+  if (averager_init(&t->averager, t->comm, t->model.tensors, t->model.ntensors, t->opt.fusion_bytes,
+                    t->opt.fp16_allreduce) != 0)
     fail(t, "no memory for the fusion buffer");
 }
 
@@ -253,20 +265,20 @@ static void print_plan(const trainer *t) {
   size_t first, count;
   slice_of(opt->batch, t->size, t->size - 1, &first, &count);
   printf("sgd: %d rank%s, %s data: %zu training and %zu test examples, %zu features, %d classes\n",
-         t->size, t->size == 1 ? "" : "s", opt->train_images ? "IDX" : "synthetic",
-         t->train.count, t->test.count, t->train.features, t->classes);
+         t->size, t->size == 1 ? "" : "s", opt->train_images ? "IDX" : "synthetic", t->train.count,
+         t->test.count, t->train.features, t->classes);
   if (opt->hidden)
     printf("sgd: MLP %zu-%zu-%d", t->train.features, opt->hidden, t->classes);
   else
     printf("sgd: softmax classifier %zu-%d", t->train.features, t->classes);
   printf(", %zu parameters; batch %zu (%zu%s per rank), lr %g, momentum %g, seed %llu\n",
          model_parameter_count(&t->model), opt->batch, count,
-         opt->batch % (size_t)t->size ? " or 1 more" : "", (double)opt->lr,
-         (double)opt->momentum, (unsigned long long)opt->seed);
+         opt->batch % (size_t)t->size ? " or 1 more" : "", (double)opt->lr, (double)opt->momentum,
+         (unsigned long long)opt->seed);
   size_t wire_size = hoop_dtype_size(t->averager.wire_dtype);
-  printf("sgd: gradients: %d allreduce%s of %s per step, %zu bytes in all; ",
-         t->averager.ngroups, t->averager.ngroups == 1 ? "" : "s",
-         hoop_dtype_name(t->averager.wire_dtype), model_parameter_count(&t->model) * wire_size);
+  printf("sgd: gradients: %d allreduce%s of %s per step, %zu bytes in all; ", t->averager.ngroups,
+         t->averager.ngroups == 1 ? "" : "s", hoop_dtype_name(t->averager.wire_dtype),
+         model_parameter_count(&t->model) * wire_size);
   if (opt->fusion_bytes)
     printf("tensor fusion up to %zu bytes\n", opt->fusion_bytes);
   else
@@ -293,8 +305,8 @@ static double train_epoch(trainer *t, int epoch) {
     model_zero_grad(m);
     for (size_t i = 0; i < count; i++) {
       size_t example = mine[i];
-      loss_sum += model_train_example(m, t->train.x + example * t->train.features,
-                                      t->train.label[example]);
+      loss_sum +=
+          model_train_example(m, t->train.x + example * t->train.features, t->train.label[example]);
     }
     t->compute_seconds += now_seconds() - start;
 
@@ -341,8 +353,8 @@ static void report_time(const trainer *t) {
          packing = t->averager.packing_seconds, total = compute + reduce + packing;
   printf("rank %d: %zu steps, %.2f ms per step: compute %.2f s (%.1f%%), allreduce %.2f s "
          "(%.1f%%), packing %.2f s (%.1f%%)\n",
-         t->rank, t->steps, 1e3 * total / (double)t->steps, compute, 100 * compute / total,
-         reduce, 100 * reduce / total, packing, 100 * packing / total);
+         t->rank, t->steps, 1e3 * total / (double)t->steps, compute, 100 * compute / total, reduce,
+         100 * reduce / total, packing, 100 * packing / total);
 }
 
 static void save_params(trainer *t) {

@@ -1,8 +1,6 @@
 /* reduce.c - the element-wise reduction kernels of reduce.h, the hot loop of the ring allreduce.
- *
- * Every dtype x op is a plain indexed loop over restrict pointers, instantiated by macros, so that
- * gcc -O2/-O3 vectorises it for the baseline ISA; float16 and bfloat16 go through float in blocks.
- */
+ * Each dtype x op is a plain indexed loop over restrict pointers, instantiated by macros, that gcc
+ * -O2/-O3 vectorises for the baseline ISA; float16 and bfloat16 go through float in blocks. */
 #include "reduce.h"
 
 #include <string.h>
@@ -15,7 +13,8 @@
  * and 64 bits wide, so a U narrower than int promotes to int without overflowing even in prod.
  *
  * MIN and MAX follow x86 minps/maxps, which lets the loops vectorise: a NaN in y is returned, a
- * NaN in x is not, and min(-0, +0) is +0 while min(+0, -0) is -0. */
+ * NaN in x is not, and min(-0, +0) is +0 while min(+0, -0) is -0. So whether a NaN reaches the
+ * result of a MIN or MAX collective depends on where in the ring it enters. */
 #define COMBINE_SUM(T, U, x, y) ((T)((U)(x) + (U)(y)))
 #define COMBINE_PROD(T, U, x, y) ((T)((U)(x) * (U)(y)))
 #define COMBINE_MIN(T, U, x, y) ((x) < (y) ? (x) : (y))
@@ -74,6 +73,8 @@ typedef void reduce_kernel(void *dst, const void *a, const void *b, size_t count
   DEFINE_KERNEL(reduce_##type##_min, T, U, COMBINE_MIN)                                            \
   DEFINE_KERNEL(reduce_##type##_max, T, U, COMBINE_MAX)
 
+/* On baseline x86-64 all of these vectorise except int64 and uint64 prod, min and max: SSE2 has no
+ * 64-bit multiply or compare, so those stay scalar. */
 DEFINE_KERNELS(int8, int8_t, uint8_t)
 DEFINE_KERNELS(uint8, uint8_t, uint8_t)
 DEFINE_KERNELS(int32, int32_t, uint32_t)

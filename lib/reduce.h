@@ -4,6 +4,10 @@
  * Integer sum and prod wrap around modulo 2^bits, as in two's complement, without undefined
  * behaviour. HOOP_AVG reduces as a sum; the collective divides once at the end with
  * hoop__reduce_finish.
+ *
+ * Floating min and max compute `a < b ? a : b` (and `a > b ? a : b`): a NaN survives or not
+ * depending on which operand it is, so where a NaN enters the ring decides whether the result
+ * holds it. Sum and prod propagate NaN as IEEE arithmetic does.
  */
 #ifndef HOOP_REDUCE_H
 #define HOOP_REDUCE_H

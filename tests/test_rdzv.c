@@ -5,6 +5,7 @@
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,23 +282,46 @@ static const hoop__job_status *status_job(const hoop__status *status, const char
   return NULL;
 }
 
-/* Wait until the server counts `joined` ranks in job (0: until it has forgotten the job). The next
- * client then arrives after those: the order of arrival decides the ranks not asked for. */
-static void wait_joined(const char *job, uint32_t joined) {
+/* A client that should be waiting for its job has had no reply, nor lost its connection. */
+static void expect_no_reply(int fd, const char *who) {
+  struct pollfd ready = {.fd = fd, .events = POLLIN};
+  if (poll(&ready, 1, 0) == 0)
+    return;
+  uint8_t *payload;
+  uint32_t len;
+  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  uint16_t type = read_message(fd, &payload, &len, who, "to wait for its job");
+  describe_reply(type, payload, len, got, sizeof got);
+  free(payload);
+  ck_abort_msg("%s: expected to wait for its job, got %s", who, got);
+}
+
+/* Wait until the server counts `joined` ranks in job, the last of them the client on newcomer
+ * (when not -1), or with joined 0 until it has forgotten the job. The next client then arrives
+ * after those: the order of arrival decides the ranks not asked for. */
+static void wait_member(const char *job, uint32_t joined, int newcomer, const char *who) {
   uint64_t start = now_ms();
   for (;;) {
     hoop__status status;
     query_status(&status);
     const hoop__job_status *waiting = status_job(&status, job);
-    uint32_t seen = waiting ? waiting->joined : 0;
+    int listed = waiting != NULL;
+    uint32_t seen = listed ? waiting->joined : 0;
     hoop__status_free(&status);
-    if (seen == joined)
+    if (joined > 0 ? seen == joined : !listed)
       return;
+    if (newcomer >= 0)
+      expect_no_reply(newcomer, who);
     ck_assert_msg(now_ms() - start < DEADLINE_MS,
-                  "job '%s': expected %u ranks joined, still %u after %d ms", job, joined, seen,
+                  "job '%s': expected %u ranks joined%s, still %u (%s) after %d ms", job, joined,
+                  joined ? "" : " and the job forgotten", seen, listed ? "listed" : "not listed",
                   DEADLINE_MS);
     sleep_ms(1);
   }
+}
+
+static void wait_joined(const char *job, uint32_t joined) {
+  wait_member(job, joined, -1, NULL);
 }
 
 /* ---- clients and the tables they expect ------------------------------------------------------ */
@@ -317,7 +341,7 @@ static void join_in_order(const char *job, uint32_t size, uint32_t joined, clien
   for (uint32_t i = 0; i < n; i++) {
     clients[i].fd = join(job, size, clients[i].requested, clients[i].host, clients[i].addr);
     if (joined + i + 1 < size)
-      wait_joined(job, joined + i + 1);
+      wait_member(job, joined + i + 1, clients[i].fd, clients[i].addr);
   }
 }
 
@@ -521,7 +545,7 @@ START_TEST(test_leaving_member_is_replaced) {
   };
   join_in_order("retry", 3, 0, clients, 1);
   int leaver = join("retry", 3, 1, "b", "b-0");
-  wait_joined("retry", 2);
+  wait_member("retry", 2, leaver, "b-0");
   close(leaver);
   wait_joined("retry", 1);
   join_in_order("retry", 3, 1, clients + 1, 2);
@@ -553,7 +577,7 @@ START_TEST(test_bytes_after_hello_drop_that_member) {
   };
   join_in_order("chatty", 3, 0, clients, 1);
   int chatty = join("chatty", 3, -1, "b", "b-0");
-  wait_joined("chatty", 2);
+  wait_member("chatty", 2, chatty, "b-0");
   send_bytes(chatty, "x", 1, "b-0");
   expect_closed(chatty, "b-0 (a byte after its HELLO)");
   close(chatty);

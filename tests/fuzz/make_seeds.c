@@ -1,0 +1,47 @@
+/* make_seeds.c - writes one valid message of each type into DIR, the fuzzer's seed corpus, so that
+ * it starts from inputs that pass the header and reach every decoder. Usage: make_seeds DIR */
+#include <stdio.h>
+#include <string.h>
+
+#include "wire.h"
+
+static int save(const char *dir, const char *name, const hoop__wbuf *wb) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(wb->data, 1, wb->len, f) != wb->len) {
+    perror(path);
+    return 1;
+  }
+  return fclose(f) != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: make_seeds DIR\n");
+    return 2;
+  }
+  hoop__wbuf wb[5] = {{0}};
+  hoop__hello hello = {.size = 4, .rank = 2, .timeout_ms = 30000, .proof_len = 3,
+                       .proof = {1, 2, 3}};
+  strcpy(hello.job, "job-1");
+  strcpy(hello.host, "node7");
+  strcpy(hello.addr, "10.0.0.7:41000");
+  hoop__peer_entry peers[2] = {{"node1", "10.0.0.1:5000", 0, 2}, {"node1", "[::1]:5001", 1, 2}};
+  hoop__table table = {.size = 2, .rank = 1, .nonce = {9, 8, 7}, .peers = peers};
+  hoop__error_msg error = {.code = 2};
+  strcpy(error.message, "rendezvous timed out: 1 of 2 ranks joined; missing ranks: 1");
+  hoop__job_status job = {.size = 4, .joined = 1, .waited_ms = 1200, .nmissing = 2,
+                          .missing = {1, 3}};
+  strcpy(job.job, "waiting");
+  hoop__status status = {.njobs = 1, .jobs = &job};
+  int bad = hoop__wire_encode_hello(&wb[0], &hello) | hoop__wire_encode_table(&wb[1], &table) |
+            hoop__wire_encode_error(&wb[2], &error) | hoop__wire_encode_status_req(&wb[3]) |
+            hoop__wire_encode_status(&wb[4], &status);
+  const char *names[5] = {"hello", "table", "error", "status_req", "status"};
+  for (int i = 0; i < 5 && !bad; i++)
+    bad |= save(argv[1], names[i], &wb[i]);
+  for (int i = 0; i < 5; i++)
+    hoop__wbuf_free(&wb[i]);
+  return bad ? 1 : 0;
+}

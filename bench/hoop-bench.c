@@ -1,6 +1,7 @@
 /* hoop-bench.c - bandwidth and latency sweeps of every collective, in the columns of nccl-tests:
- * size, count, type, op, root, time (us, the slowest rank's average), algbw and busbw (GB/s) and
- * #wrong. Run it under hooprun: `hooprun -np 4 hoop-bench allreduce -b 8 -e 64M -f 2`.
+ * size, count, type, op, root, time (us, the slowest rank's average), algbw and busbw (GB/s),
+ * #wrong, and the anchors' robust columns: p50 and best (us) over the timed segments, and busbw from
+ * p50. Run it under hooprun: `hooprun -np 4 hoop-bench allreduce -b 8 -e 64M -f 2`.
  *
  * busbw follows nccl-tests: allreduce algbw * 2(n-1)/n, allgather algbw * (n-1)/n, broadcast algbw,
  * so that the figure compares with the link's bandwidth whatever the rank count.
@@ -20,6 +21,8 @@
 typedef enum bench_coll { BENCH_ALLREDUCE, BENCH_BROADCAST, BENCH_ALLGATHER, BENCH_BARRIER } bench_coll;
 static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
 
+#define BENCH_MAX_SIZES 128
+
 typedef struct bench_options {
   bench_coll coll;
   size_t min_bytes, max_bytes;
@@ -28,6 +31,10 @@ typedef struct bench_options {
   hoop_op op;
   int root;
   int iters, warmup;
+  double budget_s; /* > 0: iterations chosen as the anchors choose them, for this many seconds */
+  const char *sizes; /* a comma-separated list instead of the -b/-e/-f sweep, or NULL */
+  size_t size_list[BENCH_MAX_SIZES]; /* the sizes to run, from -s or from -b/-e/-f */
+  int nsizes;
   int check;
   int in_place;
   const char *csv_path;
@@ -36,6 +43,8 @@ typedef struct bench_options {
 typedef struct bench_row {
   size_t bytes, count;
   double time_us, algbw, busbw;
+  double p50_us, best_us, busbw_p50;
+  int iters;
   long wrong;
 } bench_row;
 
@@ -67,6 +76,9 @@ static void usage(FILE *out) {
           "  -r, --root R       broadcast root (default 0)\n"
           "  -n, --iters N      timed iterations per size (default 20)\n"
           "  -w, --warmup N     untimed iterations first (default 5)\n"
+          "  -t, --budget S     choose iterations as the anchors do: probe (and warm up) until\n"
+          "                     a batch takes 20 ms, then time about S seconds (overrides -n, -w)\n"
+          "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
           "  -c, --check 0|1    check every rank's result (default 1)\n"
           "  -i, --inplace      in-place allreduce and allgather\n"
           "      --csv FILE     also write the rows to FILE (rank 0)\n"
@@ -103,6 +115,8 @@ static int parse_coll(const char *name, bench_coll *coll) {
   return -1;
 }
 
+static void list_sizes(bench_options *opt);
+
 static void parse_options(int argc, char **argv, bench_options *opt) {
   static const struct option longs[] = {
       {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
@@ -111,9 +125,17 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
       {"iters", required_argument, 0, 'n'},    {"warmup", required_argument, 0, 'w'},
       {"check", required_argument, 0, 'c'},    {"inplace", no_argument, 0, 'i'},
       {"csv", required_argument, 0, 'C'},      {"help", no_argument, 0, 'h'},
+      {"budget", required_argument, 0, 't'},   {"sizes", required_argument, 0, 's'},
       {"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
-  *opt = (bench_options){BENCH_ALLREDUCE, 8, 64 << 20, 2, HOOP_FLOAT32, HOOP_SUM, 0, 20, 5, 1, 0,
-                         NULL};
+  *opt = (bench_options){.coll = BENCH_ALLREDUCE,
+                         .min_bytes = 8,
+                         .max_bytes = 64 << 20,
+                         .factor = 2,
+                         .dtype = HOOP_FLOAT32,
+                         .op = HOOP_SUM,
+                         .iters = 20,
+                         .warmup = 5,
+                         .check = 1};
   if (argc > 1 && argv[1][0] != '-') {
     if (parse_coll(argv[1], &opt->coll) != 0) {
       fprintf(stderr, "hoop-bench: unknown collective '%s'\n", argv[1]);
@@ -125,7 +147,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     argc--;
   }
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:ihV", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:ihV", longs, NULL)) != -1) {
     switch (c) {
     case 'b': opt->min_bytes = parse_size(optarg); break;
     case 'e': opt->max_bytes = parse_size(optarg); break;
@@ -145,6 +167,8 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     case 'r': opt->root = atoi(optarg); break;
     case 'n': opt->iters = atoi(optarg); break;
     case 'w': opt->warmup = atoi(optarg); break;
+    case 't': opt->budget_s = atof(optarg); break;
+    case 's': opt->sizes = optarg; break;
     case 'c': opt->check = atoi(optarg); break;
     case 'i': opt->in_place = 1; break;
     case 'C': opt->csv_path = optarg; break;
@@ -157,11 +181,37 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     fprintf(stderr, "hoop-bench: need factor > 1, iters >= 1, warmup >= 0, minbytes <= maxbytes\n");
     exit(2);
   }
+  list_sizes(opt);
+}
+
+/* Fill opt->size_list from -s, or from the -b/-e/-f sweep; max_bytes becomes the largest. */
+static void list_sizes(bench_options *opt) {
+  opt->nsizes = 0;
+  if (!opt->sizes) {
+    for (double bytes = (double)opt->min_bytes;
+         bytes <= (double)opt->max_bytes && opt->nsizes < BENCH_MAX_SIZES; bytes *= opt->factor)
+      opt->size_list[opt->nsizes++] = (size_t)bytes;
+    return;
+  }
+  char *copy = strdup(opt->sizes), *save = NULL;
+  opt->max_bytes = 0;
+  for (char *tok = strtok_r(copy, ",", &save); tok && opt->nsizes < BENCH_MAX_SIZES;
+       tok = strtok_r(NULL, ",", &save)) {
+    size_t bytes = parse_size(tok);
+    opt->size_list[opt->nsizes++] = bytes;
+    if (bytes > opt->max_bytes)
+      opt->max_bytes = bytes;
+  }
+  free(copy);
 }
 
 /* ---- inputs and checks ------------------------------------------------------------------------ */
 
 static hoop_op bench_op;
+
+#define BENCH_SEGMENTS 5
+#define BENCH_MIN_ITERS 5
+#define BENCH_MAX_ITERS 10000
 
 /* Rank r's element i: a small integer, exact in every dtype and after any order of summation
  * (1 everywhere for prod, so that products stay in range too). */
@@ -303,6 +353,55 @@ static double bus_factor(bench_coll coll) {
   }
 }
 
+/* Seconds that `iters` back-to-back calls take on this rank. */
+static double time_loop(const bench_options *opt, bench_buffers *b, size_t count, long iters) {
+  hoop_result result;
+  double start = now_s();
+  for (long i = 0; i < iters; i++)
+    if ((result = run_once(opt, b, count)) != HOOP_OK)
+      die(coll_names[opt->coll], result);
+  return now_s() - start;
+}
+
+static void sync_ranks(void) {
+  hoop_result result = hoop_barrier(comm);
+  if (result != HOOP_OK)
+    die("hoop_barrier", result);
+}
+
+static void reduce_doubles(double *values, int n, hoop_op op) {
+  hoop_result result = hoop_allreduce(comm, values, values, (size_t)n, HOOP_FLOAT64, op);
+  if (result != HOOP_OK)
+    die("hoop_allreduce (timing)", result);
+}
+
+/* With a budget, the anchors' scheme (../shared/anchors/mpibench.c): run k = 1, 2, 4, ... calls
+ * until the slowest rank needs 20 ms for them (that is the warm-up), then as many as fill the
+ * budget, at least 5 and at most 10000. Otherwise the warm-up and iteration count given. */
+static long choose_iters(const bench_options *opt, bench_buffers *b, size_t count) {
+  if (opt->budget_s <= 0) {
+    time_loop(opt, b, count, opt->warmup);
+    return opt->iters;
+  }
+  double per_call = 0;
+  for (long k = 1;; k *= 2) {
+    sync_ranks();
+    double slowest = time_loop(opt, b, count, k);
+    reduce_doubles(&slowest, 1, HOOP_MAX);
+    per_call = slowest / (double)k;
+    if (slowest >= 0.02 || k >= BENCH_MAX_ITERS)
+      break;
+  }
+  double iters = opt->budget_s / (per_call > 0 ? per_call : 1e-9);
+  return iters < BENCH_MIN_ITERS ? BENCH_MIN_ITERS
+                                 : iters > BENCH_MAX_ITERS ? BENCH_MAX_ITERS : (long)iters;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
 static bench_row measure(const bench_options *opt, bench_buffers *b, size_t count) {
   bench_row row = {0};
   size_t esize = hoop_dtype_size(opt->dtype);
@@ -310,22 +409,36 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
   row.bytes = opt->coll == BENCH_ALLGATHER ? count * esize * (size_t)nranks : count * esize;
   hoop_result result;
   prepare(opt, b, count);
-  for (int i = 0; i < opt->warmup; i++)
-    if ((result = run_once(opt, b, count)) != HOOP_OK)
-      die(coll_names[opt->coll], result);
-  if ((result = hoop_barrier(comm)) != HOOP_OK)
-    die("hoop_barrier", result);
-  double start = now_s();
-  for (int i = 0; i < opt->iters; i++)
-    if ((result = run_once(opt, b, count)) != HOOP_OK)
-      die(coll_names[opt->coll], result);
-  double elapsed = (now_s() - start) / opt->iters;
-  /* The row reports the slowest rank, as nccl-tests does. */
-  if ((result = hoop_allreduce(comm, &elapsed, &elapsed, 1, HOOP_FLOAT64, HOOP_MAX)) != HOOP_OK)
-    die("hoop_allreduce (timing)", result);
+  long iters = choose_iters(opt, b, count);
+  /* The timed loop runs in up to BENCH_SEGMENTS equal segments, a barrier before each, so that a
+   * median and a best segment can be reported next to the average, as the anchors do. */
+  int nseg = iters < BENCH_SEGMENTS ? (int)iters : BENCH_SEGMENTS;
+  long per_seg = (iters + nseg - 1) / nseg;
+  iters = per_seg * nseg;
+  double seg[BENCH_SEGMENTS], total = 0;
+  for (int s = 0; s < nseg; s++) {
+    sync_ranks();
+    double elapsed = time_loop(opt, b, count, per_seg);
+    total += elapsed;
+    seg[s] = elapsed / (double)per_seg;
+  }
+  double elapsed = total / (double)iters;
+  /* The row's time is the slowest rank's average, as nccl-tests reports it; p50 and best are the
+   * median and fastest segment of the ranks' mean, as the anchors report them. */
+  reduce_doubles(&elapsed, 1, HOOP_MAX);
+  reduce_doubles(seg, nseg, HOOP_SUM);
+  for (int s = 0; s < nseg; s++)
+    seg[s] /= nranks;
+  qsort(seg, (size_t)nseg, sizeof seg[0], compare_doubles);
+  double p50 = nseg % 2 ? seg[nseg / 2] : 0.5 * (seg[nseg / 2 - 1] + seg[nseg / 2]);
+  row.iters = (int)iters;
   row.time_us = elapsed * 1e6;
+  row.p50_us = p50 * 1e6;
+  row.best_us = seg[0] * 1e6;
   row.algbw = opt->coll == BENCH_BARRIER ? 0 : (double)row.bytes / elapsed / 1e9;
   row.busbw = row.algbw * bus_factor(opt->coll);
+  row.busbw_p50 =
+      opt->coll == BENCH_BARRIER ? 0 : (double)row.bytes / p50 / 1e9 * bus_factor(opt->coll);
   if (opt->check && opt->coll != BENCH_BARRIER) {
     prepare(opt, b, count);
     if ((result = run_once(opt, b, count)) != HOOP_OK)
@@ -343,13 +456,18 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
 /* ---- the sweep ---------------------------------------------------------------------------------- */
 
 static void print_header(const bench_options *opt) {
-  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, iters %d, warmup %d\n",
-         coll_names[opt->coll], nranks, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op),
-         opt->root, opt->in_place ? "in place" : "out of place", opt->iters, opt->warmup);
-  printf("#\n# %12s %12s %9s %6s %6s %11s %9s %9s %7s\n", "size", "count", "type", "redop",
-         "root", "time", "algbw", "busbw", "#wrong");
-  printf("# %12s %12s %9s %6s %6s %11s %9s %9s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "");
+  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, ", coll_names[opt->coll],
+         nranks, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), opt->root,
+         opt->in_place ? "in place" : "out of place");
+  if (opt->budget_s > 0)
+    printf("budget %.2f s per size\n", opt->budget_s);
+  else
+    printf("iters %d, warmup %d\n", opt->iters, opt->warmup);
+  printf("#\n# %12s %12s %9s %6s %6s %7s %11s %9s %9s %7s %11s %11s %9s\n", "size", "count",
+         "type", "redop", "root", "iters", "time", "algbw", "busbw", "#wrong", "p50", "best",
+         "busbw");
+  printf("# %12s %12s %9s %6s %6s %7s %11s %9s %9s %7s %11s %11s %9s\n", "(B)", "(elements)", "",
+         "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "p50");
 }
 
 static void print_row(const bench_options *opt, const bench_row *row, FILE *csv) {
@@ -358,14 +476,16 @@ static void print_row(const bench_options *opt, const bench_row *row, FILE *csv)
     snprintf(wrong, sizeof wrong, "N/A");
   else
     snprintf(wrong, sizeof wrong, "%ld", row->wrong);
-  printf("  %12zu %12zu %9s %6s %6d %11.2f %9.3f %9.3f %7s\n", row->bytes, row->count,
-         hoop_dtype_name(opt->dtype), opt->coll == BENCH_ALLREDUCE ? hoop_op_name(opt->op) : "none",
-         opt->coll == BENCH_BROADCAST ? opt->root : -1, row->time_us, row->algbw, row->busbw,
-         wrong);
+  printf("  %12zu %12zu %9s %6s %6d %7d %11.2f %9.3f %9.3f %7s %11.2f %11.2f %9.3f\n", row->bytes,
+         row->count, hoop_dtype_name(opt->dtype),
+         opt->coll == BENCH_ALLREDUCE ? hoop_op_name(opt->op) : "none",
+         opt->coll == BENCH_BROADCAST ? opt->root : -1, row->iters, row->time_us, row->algbw,
+         row->busbw, wrong, row->p50_us, row->best_us, row->busbw_p50);
   if (csv)
-    fprintf(csv, "%s,%d,%zu,%zu,%s,%s,%.3f,%.6f,%.6f,%ld\n", coll_names[opt->coll], nranks,
-            row->bytes, row->count, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op),
-            row->time_us, row->algbw, row->busbw, row->wrong);
+    fprintf(csv, "%s,%d,%zu,%zu,%s,%s,%.3f,%.6f,%.6f,%ld,%d,%.3f,%.3f,%.6f\n",
+            coll_names[opt->coll], nranks, row->bytes, row->count, hoop_dtype_name(opt->dtype),
+            hoop_op_name(opt->op), row->time_us, row->algbw, row->busbw, row->wrong, row->iters,
+            row->p50_us, row->best_us, row->busbw_p50);
 }
 
 int main(int argc, char **argv) {
@@ -400,14 +520,16 @@ int main(int argc, char **argv) {
     if (!csv)
       fprintf(stderr, "hoop-bench: cannot write %s: %s\n", opt.csv_path, strerror(errno));
     else
-      fprintf(csv, "collective,ranks,bytes,count,type,op,time_us,algbw_GBps,busbw_GBps,wrong\n");
+      fprintf(csv, "collective,ranks,bytes,count,type,op,time_us,algbw_GBps,busbw_GBps,wrong,"
+                   "iters,p50_us,best_us,busbw_p50_GBps\n");
   }
   if (rank == 0)
     print_header(&opt);
   double busbw_sum = 0;
   long rows = 0, wrong_total = 0;
-  for (double bytes = (double)opt.min_bytes; bytes <= (double)opt.max_bytes; bytes *= opt.factor) {
-    size_t per_rank = opt.coll == BENCH_ALLGATHER ? (size_t)bytes / (size_t)nranks : (size_t)bytes;
+  for (int i = 0; i < opt.nsizes; i++) {
+    size_t bytes = opt.size_list[i];
+    size_t per_rank = opt.coll == BENCH_ALLGATHER ? bytes / (size_t)nranks : bytes;
     size_t count = opt.coll == BENCH_BARRIER ? 0 : per_rank / esize;
     if (opt.coll != BENCH_BARRIER && count == 0)
       continue;

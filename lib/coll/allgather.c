@@ -16,6 +16,9 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
   size_t block = count * hoop_dtype_size(dtype);
   if (block == 0)
     return hoop__coll_end(comm, HOOP_OK);
+  hoop__algo algo; /* allgather has only the ring; the call still obeys HOOP_CHUNK_BYTES */
+  if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
+    return hoop__coll_end(comm, result);
   char *own = (char *)recvbuf + (size_t)comm->rank * block;
   if (sendbuf != own)
     memmove(own, sendbuf, block);

@@ -74,7 +74,11 @@ hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype 
   size_t bytes = count * hoop_dtype_size(dtype);
   if (comm->size == 1 || bytes == 0)
     return hoop__coll_end(comm, HOOP_OK);
-  if (bytes < BCAST_CHAIN_MIN_BYTES || comm->size == 2)
+  hoop__algo algo;
+  if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
+    return hoop__coll_end(comm, result);
+  if (algo == HOOP__ALGO_RD ||
+      (algo == HOOP__ALGO_AUTO && (bytes < BCAST_CHAIN_MIN_BYTES || comm->size == 2)))
     result = binomial_tree(comm, buf, bytes, root);
   else
     result = chain(comm, buf, bytes, root);

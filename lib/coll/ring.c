@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "coll.h"
+#include "env.h"
 
 #define ARENA_BLOCK_REQUESTS 64
 
@@ -59,7 +60,12 @@ void hoop__arena_free(hoop__arena *arena) {
 }
 
 size_t hoop__chunk_bytes(size_t block_bytes, size_t elem_size) {
-  size_t chunk = HOOP_CHUNK_BYTES;
+  long configured;
+  /* hoop__coll_tuning has already refused a bad value; this keeps the default for one anyway. */
+  size_t chunk = hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES,
+                                 HOOP_CHUNK_MAX_BYTES, &configured) == 0
+                     ? (size_t)configured
+                     : HOOP_CHUNK_BYTES;
   if (block_bytes / chunk >= HOOP_MAX_CHUNKS_PER_BLOCK)
     chunk = block_bytes / HOOP_MAX_CHUNKS_PER_BLOCK + 1;
   chunk -= chunk % elem_size;

@@ -11,10 +11,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "netaddr.h"
 #include "sockio.h"
 #include "transport.h"
@@ -42,6 +44,7 @@ typedef struct tcp_peer {
 typedef struct tcp_state {
   int listen_fd;
   int nstreams;
+  double spin_s; /* HOOP_TCP_SPIN_US: how long a wait polls without sleeping */
   tcp_peer *peers;
   struct pollfd *pfds;
   struct poll_owner {
@@ -80,6 +83,12 @@ static hoop_result tcp_listen(hoop_comm *comm, const struct sockaddr *toward, ch
   state->listen_fd = -1;
   state->nstreams = comm->tcp_streams;
   comm->transport_state = state;
+  long spin_us;
+  if (hoop__parse_int(hoop__env_get("HOOP_TCP_SPIN_US"), 0, 1000000, &spin_us) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "tcp: HOOP_TCP_SPIN_US '%s' is not a number of microseconds (0-1000000)",
+                           hoop__env_get("HOOP_TCP_SPIN_US"));
+  state->spin_s = (double)spin_us * 1e-6;
 
   struct sockaddr_storage local;
   socklen_t local_len;
@@ -204,10 +213,13 @@ static hoop_result tcp_connect(hoop_comm *comm, int peer) {
 
 /* ---- queues ------------------------------------------------------------------------------------- */
 
-/* Cut a message into fragments, one per stream used; returns how many. */
+/* Cut a message into fragments, one per stream used; returns how many. The parts are len/used
+ * rounded up to STRIPE_ALIGN, and the last fragment takes whatever remains, so that every byte is
+ * in one fragment whatever the length. */
 static int cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req) {
   int used = len < STRIPE_MIN_BYTES ? 1 : state->nstreams;
-  size_t part = (len / (size_t)used + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+  size_t share = (len + (size_t)used - 1) / (size_t)used;
+  size_t part = (share + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
   int n = 0;
   for (int s = 0; s < used; s++) {
     size_t begin = (size_t)s * part;
@@ -216,7 +228,7 @@ static int cut_message(tcp_state *state, char *buf, size_t len, hoop__request *r
     hoop__fragment *frag = &req->frags[n++];
     frag->owner = req;
     frag->buf = buf + begin;
-    frag->len = len - begin < part ? len - begin : part;
+    frag->len = len - begin < part || s == used - 1 ? len - begin : part;
     frag->done = 0;
     frag->next = NULL;
   }
@@ -383,16 +395,26 @@ static hoop_result tcp_irecv(hoop_comm *comm, int peer, void *buf, size_t len,
   return post(comm, peer, buf, len, req, 0);
 }
 
+/* Being put to sleep in poll() and woken costs tens of microseconds on a loaded or virtual machine,
+ * several times what a small message takes to cross loopback. So a wait first polls without
+ * sleeping for spin_s (yielding the CPU between polls, for ranks that share cores), and sleeps
+ * only when nothing came in that time. */
 static hoop_result tcp_wait(hoop_comm *comm, hoop__request *req) {
-  double deadline = hoop__now() + comm->timeout_s;
+  double now = hoop__now();
+  double deadline = now + comm->timeout_s, spin_until = now + state_of(comm)->spin_s;
   while (req->pending > 0) {
     if (comm->failed)
       return comm->failed;
     int moved = 0;
-    double left = deadline - hoop__now();
-    hoop_result result = progress(comm, left > 0.1 ? 100 : (int)(left * 1000) + 1, &moved);
+    now = hoop__now();
+    double left = deadline - now;
+    int spinning = now < spin_until;
+    hoop_result result =
+        progress(comm, spinning ? 0 : left > 0.1 ? 100 : (int)(left * 1000) + 1, &moved);
     if (result != HOOP_OK)
       return result;
+    if (spinning && !moved)
+      sched_yield();
     if (moved)
       deadline = hoop__now() + comm->timeout_s;
     else if (hoop__now() > deadline)

@@ -1,0 +1,28 @@
+/* algo.c - the tuning variables collectives obey: HOOP_CHUNK_BYTES, and HOOP_ALGO, which forces
+ * one algorithm family for every call instead of the choice by size and rank count (for tests, and
+ * for users whose network differs from ours). */
+#include <string.h>
+
+#include "coll.h"
+#include "env.h"
+
+hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
+  long chunk;
+  if (hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES, HOOP_CHUNK_MAX_BYTES,
+                      &chunk) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
+                           comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES,
+                           HOOP_CHUNK_MAX_BYTES);
+  const char *text = hoop__env_get("HOOP_ALGO");
+  if (strcmp(text, "auto") == 0)
+    *out = HOOP__ALGO_AUTO;
+  else if (strcmp(text, "ring") == 0)
+    *out = HOOP__ALGO_RING;
+  else if (strcmp(text, "rd") == 0)
+    *out = HOOP__ALGO_RD;
+  else
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: HOOP_ALGO '%s' is not one of auto, ring, rd", comm->call, text);
+  return HOOP_OK;
+}

@@ -92,6 +92,8 @@ typedef struct hoop_config {
   const char *transport;  /* "auto" or "tcp" (default "auto") */
   int tcp_streams;        /* TCP connections per peer (default 2) */
   const char *token;      /* shared secret for authentication, or NULL */
+  const char *hostname;   /* the host name this rank reports to the rendezvous, which groups
+                             ranks by it (local ranks); NULL: gethostname() */
 } hoop_config;
 
 void hoop_config_init(hoop_config *config);

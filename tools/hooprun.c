@@ -1,9 +1,13 @@
-/* hooprun.c - the job launcher: `hooprun -np N prog args...` runs the rendezvous server on its own
- * libuv loop, starts N ranks of prog on this host with the HOOP_ variables set, forwards their
- * output line by line tagged with the rank, and stops the whole job when one rank fails. */
+/* hooprun.c - the job launcher: `hooprun -np N [-H host:slots,...] prog args...` runs the
+ * rendezvous server on its own libuv loop (or uses a hoopd), starts N ranks of prog on this host
+ * or, through a remote shell (ssh, `ip netns exec`), on the hosts listed, with the HOOP_ variables
+ * set, forwards their output line by line tagged with the rank, and stops the whole job when one
+ * rank fails. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +20,7 @@
 
 #include "env.h"
 #include "log.h"
+#include "netaddr.h"
 #include "rdzv_server.h"
 #include "wire.h"
 
@@ -52,9 +57,20 @@ typedef struct hooprun_sink {
   int broken; /* a write failed; what comes later for it is dropped */
 } hooprun_sink;
 
+/* A host of -H or --hostfile. */
+typedef struct hooprun_host {
+  char *name;
+  int slots; /* ranks it takes, filled in order of the list */
+  int local; /* this host: its ranks are started directly, not through the remote shell */
+} hooprun_host;
+
 /* What the command line asked for. */
 typedef struct hooprun_options {
   int np;               /* 0 until -np is given */
+  hooprun_host *hosts;  /* -H and --hostfile, in order; none: every rank on this host */
+  int nhosts;
+  const char *rsh;        /* --rsh: how a rank starts on another host (default "ssh") */
+  const char *rendezvous; /* --rendezvous: an external hoopd's host:port, or NULL */
   const char *timeout;  /* --timeout as given, or NULL */
   const char *job_id;   /* --job, or NULL for a generated id */
   const char **exports; /* -x arguments, in order */
@@ -77,11 +93,12 @@ typedef struct hooprun_output {
   int open;             /* being read, and counted in outputs_open */
 } hooprun_output;
 
-/* One rank. A launcher for other hosts adds where it runs and how to reach it. */
+/* One rank. */
 typedef struct hooprun_rank {
   struct hooprun_job *job;
   int index;
-  int pid;
+  const hooprun_host *host; /* NULL without a host list */
+  int pid;                  /* of the rank, or of the remote shell that runs it elsewhere */
   int running;
   char tag[24]; /* "[3] ", or "" with --no-tag-output */
   uv_process_t process;
@@ -97,7 +114,7 @@ typedef struct hooprun_job {
   hoop__rdzv_options rdzv_options; /* kept while the server lives: rdzv_server.h does not say
                                       whether it copies them */
   hoop__rdzv_server *server;
-  char rendezvous[64]; /* "127.0.0.1:port", as the ranks get it */
+  char rendezvous[HOOP_WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
   hooprun_rank *ranks; /* options.np of them */
   int running;         /* ranks started and not yet exited */
   int outputs_open;
@@ -256,14 +273,21 @@ static void close_fd(hooprun_job *job, int fd) {
 
 static const char help_text[] =
     "Usage: hooprun -np N [options] prog [args...]\n"
-    "Start N ranks of prog on this host as one hoop job. hooprun serves the rendezvous itself,\n"
-    "gives each rank HOOP_RENDEZVOUS, HOOP_JOB, HOOP_SIZE and HOOP_RANK, prefixes each line the\n"
-    "ranks print with their rank, and stops every rank when one fails.\n"
+    "       hooprun [-np N] -H host:slots,... [options] prog [args...]\n"
+    "Start N ranks of prog as one hoop job, on this host or on the hosts listed. hooprun serves\n"
+    "the rendezvous itself, gives each rank HOOP_RENDEZVOUS, HOOP_JOB, HOOP_SIZE and HOOP_RANK,\n"
+    "prefixes each line the ranks print with their rank, and stops every rank when one fails.\n"
     "\n"
     "Options (they end at the first argument that is not one, or at --):\n"
-    "  -np N, -n N, --np N  number of ranks (1 to 16384)\n"
+    "  -np N, -n N, --np N  number of ranks (1 to 16384; default with hosts: all their slots)\n"
+    "  -H, --host LIST      hosts as host[:slots],... (1 slot if not given); ranks fill them in\n"
+    "                       order, each host's ranks contiguous\n"
+    "  --hostfile FILE      hosts one per line as 'host [slots=N]'; # starts a comment\n"
+    "  --rsh CMD            how to start a rank on another host (default: ssh); hooprun runs\n"
+    "                       CMD HOST env HOOP_...=... -x settings... prog args\n"
+    "  --rendezvous H:P     use the hoopd at H:P instead of serving the rendezvous itself\n"
     "  --timeout S          seconds any blocking step of a rank may take (HOOP_TIMEOUT)\n"
-    "  -x VAR               pass VAR on to the ranks (they get hooprun's environment anyway)\n"
+    "  -x VAR               pass VAR on to the ranks (on this host they get it anyway)\n"
     "  -x VAR=VALUE         set VAR to VALUE for the ranks\n"
     "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
     "  --tag-output         prefix each line of the ranks' output with \"[rank] \" (default)\n"
@@ -272,8 +296,11 @@ static const char help_text[] =
     "  -h, --help           show this help and exit\n"
     "  --version            show the version and exit\n"
     "\n"
-    "Ranks read stdin (rank 0 only) and inherit hooprun's environment. On a rank's failure, or on\n"
-    "SIGINT or SIGTERM, the other ranks get SIGTERM, and SIGKILL 3 s later.\n"
+    "Ranks read stdin (rank 0 only) and inherit hooprun's environment (on other hosts: what the\n"
+    "remote shell gives them, plus -x and the HOOP_ variables). With other hosts, the embedded\n"
+    "server listens on every address and ranks get the one that routes to the first remote host\n"
+    "(HOOP_IFNAME picks the interface instead). On a rank's failure, or on SIGINT or SIGTERM, the\n"
+    "other ranks (or their remote shells) get SIGTERM, and SIGKILL 3 s later.\n"
     "\n"
     "Exit status: 0 if every rank exited with 0; else the status of the first rank that failed\n"
     "(128+N if signal N killed it); 128+N if hooprun got signal N; 127 if prog cannot be started;\n"
@@ -281,6 +308,10 @@ static const char help_text[] =
 
 typedef enum option_id {
   OPT_NP,
+  OPT_HOSTS,
+  OPT_HOSTFILE,
+  OPT_RSH,
+  OPT_RENDEZVOUS,
   OPT_TIMEOUT,
   OPT_EXPORT,
   OPT_JOB,
@@ -297,6 +328,10 @@ static const struct {
   option_id id;
 } option_table[] = {
     {{"-np", "-n", "--np"}, 1, OPT_NP},
+    {{"-H", "--host"}, 1, OPT_HOSTS},
+    {{"--hostfile"}, 1, OPT_HOSTFILE},
+    {{"--rsh"}, 1, OPT_RSH},
+    {{"--rendezvous"}, 1, OPT_RENDEZVOUS},
     {{"--timeout"}, 1, OPT_TIMEOUT},
     {{"-x"}, 1, OPT_EXPORT},
     {{"--job"}, 1, OPT_JOB},
@@ -350,6 +385,106 @@ static int add_export(hooprun_job *job, const char *spec) {
   return 0;
 }
 
+/* ---- hosts ---------------------------------------------------------------------------------- */
+
+/* This machine under a name a user would list: localhost, a loopback literal, or its host name
+ * (whole or up to the first dot). Ranks on it are started without the remote shell. */
+static int is_local_host(const char *name) {
+  char self[256] = "";
+  if (strcmp(name, "localhost") == 0 || strncmp(name, "127.", 4) == 0 || strcmp(name, "::1") == 0)
+    return 1;
+  if (gethostname(self, sizeof self - 1) != 0 || !self[0])
+    return 0;
+  size_t short_len = strcspn(self, ".");
+  return strcmp(name, self) == 0 ||
+         (strlen(name) == short_len && strncmp(name, self, short_len) == 0);
+}
+
+static int add_host(hooprun_job *job, const char *name, size_t len, long slots) {
+  hooprun_options *options = &job->options;
+  if (len == 0 || len > HOOP_WIRE_MAX_HOST)
+    return usage_error(job, "a host name must have 1 to %d bytes", HOOP_WIRE_MAX_HOST);
+  options->hosts = xrealloc(options->hosts, (size_t)(options->nhosts + 1) * sizeof *options->hosts);
+  hooprun_host *host = &options->hosts[options->nhosts++];
+  host->name = xrealloc(NULL, len + 1);
+  memcpy(host->name, name, len);
+  host->name[len] = '\0';
+  host->slots = (int)slots;
+  host->local = is_local_host(host->name);
+  return 0;
+}
+
+/* -H host[:slots],...; an IPv6 literal goes in brackets: [fd00::1]:2. */
+static int parse_host_list(hooprun_job *job, const char *list) {
+  while (*list) {
+    size_t len = strcspn(list, ",");
+    const char *start = list, *item = list, *end = list + len, *colon = NULL;
+    list = *end ? end + 1 : end;
+    if (len == 0)
+      continue;
+    const char *name_end = end;
+    if (item[0] == '[') {
+      const char *close = memchr(item, ']', len);
+      if (!close)
+        return usage_error(job, "-H: '%.*s' has no closing ']'", (int)len, item);
+      item++;
+      name_end = close;
+      colon = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
+    } else {
+      colon = memchr(item, ':', len);
+      if (colon)
+        name_end = colon;
+    }
+    long slots = 1;
+    if (colon) {
+      char number[16];
+      size_t digits = (size_t)(end - colon - 1);
+      snprintf(number, sizeof number, "%.*s", (int)(digits < 15 ? digits : 15), colon + 1);
+      if (digits >= 15 || hoop__parse_int(number, 1, HOOP_WIRE_MAX_RANKS, &slots) != 0)
+        return usage_error(job, "-H: '%.*s' does not end in :SLOTS (1 to %d)", (int)len, start,
+                           HOOP_WIRE_MAX_RANKS);
+    }
+    if (add_host(job, item, (size_t)(name_end - item), slots) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* One line of a host file: "host", or "host slots=N"; the caller has cut comments off. */
+static int parse_host_line(hooprun_job *job, const char *path, int lineno, char *line) {
+  char *save = NULL;
+  char *name = strtok_r(line, " \t\r\n", &save);
+  if (!name)
+    return 0;
+  long slots = 1;
+  for (char *word; (word = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
+    if (strncmp(word, "slots=", 6) != 0 ||
+        hoop__parse_int(word + 6, 1, HOOP_WIRE_MAX_RANKS, &slots) != 0)
+      return usage_error(job, "%s:%d: '%s' is not slots=N (1 to %d)", path, lineno, word,
+                         HOOP_WIRE_MAX_RANKS);
+  }
+  return add_host(job, name, strlen(name), slots);
+}
+
+static int read_hostfile(hooprun_job *job, const char *path) {
+  FILE *file = fopen(path, "r");
+  if (!file)
+    return usage_error(job, "--hostfile: cannot open '%s': %s", path, strerror(errno));
+  char line[1024];
+  int lineno = 0, rc = 0, before = job->options.nhosts;
+  while (rc == 0 && fgets(line, sizeof line, file)) {
+    lineno++;
+    line[strcspn(line, "#")] = '\0';
+    rc = parse_host_line(job, path, lineno, line);
+  }
+  if (rc == 0 && ferror(file))
+    rc = usage_error(job, "--hostfile: reading '%s': %s", path, strerror(errno));
+  fclose(file);
+  if (rc == 0 && job->options.nhosts == before)
+    rc = usage_error(job, "--hostfile: '%s' lists no host", path);
+  return rc;
+}
+
 /* Returns 0, 1 if hooprun is done (--help, --version), or -1 after a usage error. */
 static int apply_option(hooprun_job *job, option_id id, const char *value) {
   hooprun_options *options = &job->options;
@@ -362,6 +497,23 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
                          HOOP_WIRE_MAX_RANKS);
     options->np = (int)np;
     return 0;
+  case OPT_HOSTS:
+    return parse_host_list(job, value);
+  case OPT_HOSTFILE:
+    return read_hostfile(job, value);
+  case OPT_RSH:
+    if (strspn(value, " \t") == strlen(value))
+      return usage_error(job, "--rsh: the command is empty");
+    options->rsh = value;
+    return 0;
+  case OPT_RENDEZVOUS: {
+    char host[HOOP_WIRE_MAX_HOST + 1];
+    int port;
+    if (hoop__split_hostport(value, host, sizeof host, &port) != 0 || port == 0 || !host[0])
+      return usage_error(job, "--rendezvous: '%s' is not host:port or [v6]:port", value);
+    options->rendezvous = value;
+    return 0;
+  }
   case OPT_TIMEOUT:
     if (hoop__parse_double(value, 0.001, 1e7, &seconds) != 0)
       return usage_error(job, "--timeout: '%s' is not a number of seconds (0.001 to 1e7)", value);
@@ -417,8 +569,16 @@ static int parse_options(hooprun_job *job, int argc, char **argv) {
     if (rc != 0)
       return rc;
   }
+  int slots = 0;
+  for (int h = 0; h < job->options.nhosts && slots <= HOOP_WIRE_MAX_RANKS; h++)
+    slots += job->options.hosts[h].slots;
+  if (job->options.np == 0 && job->options.nhosts > 0)
+    job->options.np = slots < HOOP_WIRE_MAX_RANKS ? slots : HOOP_WIRE_MAX_RANKS;
   if (job->options.np == 0)
     return usage_error(job, "give the number of ranks with -np N");
+  if (job->options.nhosts > 0 && job->options.np > slots)
+    return usage_error(job, "-np %d is more than the %d slot%s of the hosts listed",
+                       job->options.np, slots, slots == 1 ? "" : "s");
   if (i >= argc)
     return usage_error(job, "no program to run");
   job->options.command = argv + i;
@@ -453,6 +613,13 @@ static void env_add(hooprun_env *env, char *entry) {
   env->entries[env->count] = NULL;
 }
 
+/* Takes word and appends it, whatever its name: for lists of words rather than settings. */
+static void env_add_word(hooprun_env *env, char *word) {
+  env->entries = xrealloc(env->entries, (env->count + 2) * sizeof *env->entries);
+  env->entries[env->count++] = word;
+  env->entries[env->count] = NULL;
+}
+
 static void env_format(hooprun_env *env, const char *fmt, ...) HOOP__PRINTF(2, 3);
 static void env_format(hooprun_env *env, const char *fmt, ...) {
   hooprun_text entry = {0};
@@ -469,16 +636,11 @@ static void env_free(char **entries) {
   free(entries);
 }
 
-/* hooprun's environment, then the -x settings, then the job's HOOP_ variables, which win. A
- * launcher for other hosts passes the last two through its remote shell. */
-static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank) {
+/* The -x settings, then the job's HOOP_ variables, which win: what a rank on another host gets
+ * on its command line, on top of what its remote shell gives it. */
+static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hooprun_env *env_out) {
   const hooprun_options *options = &job->options;
-  hooprun_env env = {0};
-  for (char **entry = environ; *entry; entry++) {
-    /* A rank told to host the rendezvous would compete with hooprun's server for its port. */
-    if (!same_name(*entry, "HOOP_RDZV_SERVE="))
-      env_add(&env, xstrdup(*entry));
-  }
+  hooprun_env env = *env_out;
   for (int i = 0; i < options->nexports; i++) {
     const char *spec = options->exports[i];
     const char *value;
@@ -493,7 +655,90 @@ static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank)
   env_format(&env, "HOOP_RANK=%d", rank->index);
   if (options->timeout)
     env_format(&env, "HOOP_TIMEOUT=%s", options->timeout);
+  /* Ranks on one host of the list share its name: hosts that are network namespaces or containers
+   * of one machine share a kernel host name, and the rendezvous groups local ranks by name. */
+  if (rank->host)
+    env_format(&env, "HOOP_HOSTNAME=%s", rank->host->name);
+  *env_out = env;
+}
+
+/* hooprun's environment, then rank_settings. A rank on another host starts from what its
+ * remote shell gives it instead, with rank_settings on the command line. */
+static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank) {
+  hooprun_env env = {0};
+  for (char **entry = environ; *entry; entry++) {
+    /* A rank told to host the rendezvous would compete with hooprun's server for its port. */
+    if (!same_name(*entry, "HOOP_RDZV_SERVE="))
+      env_add(&env, xstrdup(*entry));
+  }
+  rank_settings(job, rank, &env); /* never empty: it holds the HOOP_ variables */
   return env.entries;
+}
+
+/* ---- a rank's command line ------------------------------------------------------------------ */
+
+/* ssh and rsh join their arguments into one line for the remote shell, so each word is quoted for
+ * it; other commands (`ip netns exec`, `docker exec`) take the words as they are. */
+static int rsh_uses_shell(const char *rsh) {
+  size_t len = strcspn(rsh, " \t");
+  const char *base = rsh;
+  for (const char *c = rsh; c < rsh + len; c++)
+    if (*c == '/')
+      base = c + 1;
+  size_t base_len = (size_t)(rsh + len - base);
+  return (base_len == 3 && (strncmp(base, "ssh", 3) == 0 || strncmp(base, "rsh", 3) == 0));
+}
+
+/* word in single quotes for a POSIX shell, unless it needs none. */
+static char *shell_quote(const char *word) {
+  if (word[0] && strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                             "_-+=.,:/@%") == strlen(word))
+    return xstrdup(word);
+  hooprun_text quoted = {0};
+  text_append(&quoted, "'", 1);
+  for (const char *c = word; *c; c++) {
+    if (*c == '\'')
+      text_append(&quoted, "'\\''", 4);
+    else
+      text_append(&quoted, c, 1);
+  }
+  text_append(&quoted, "'", 1);
+  return quoted.data;
+}
+
+/* The words to start a rank: prog and its arguments on this host; elsewhere
+ * RSH... HOST env SETTINGS... prog args..., where RSH is --rsh split at blanks. */
+static char **rank_command(const hooprun_job *job, const hooprun_rank *rank) {
+  const hooprun_options *options = &job->options;
+  hooprun_env words = {0};
+  if (rank->host && !rank->host->local) {
+    const char *rsh = options->rsh ? options->rsh : "ssh";
+    int quote = rsh_uses_shell(rsh);
+    for (const char *c = rsh; *c;) {
+      size_t len = strcspn(c, " \t");
+      if (len > 0) {
+        char *word = xrealloc(NULL, len + 1);
+        memcpy(word, c, len);
+        word[len] = '\0';
+        env_add_word(&words, word);
+      }
+      c += len + strspn(c + len, " \t");
+    }
+    env_add_word(&words, xstrdup(rank->host->name));
+    env_add_word(&words, xstrdup("env"));
+    hooprun_env settings = {0};
+    rank_settings(job, rank, &settings);
+    for (size_t i = 0; i < settings.count; i++)
+      env_add_word(&words, quote ? shell_quote(settings.entries[i]) : xstrdup(settings.entries[i]));
+    if (settings.entries)
+      env_free(settings.entries);
+    for (char **arg = options->command; *arg; arg++)
+      env_add_word(&words, quote ? shell_quote(*arg) : xstrdup(*arg));
+  } else {
+    for (char **arg = options->command; *arg; arg++)
+      env_add_word(&words, xstrdup(*arg));
+  }
+  return words.entries;
 }
 
 /* ---- forwarding the ranks' output ----------------------------------------------------------- */
@@ -639,9 +884,10 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
       {.flags = UV_INHERIT_FD, .data.fd = err_fd},
   };
   char **env = rank_environment(job, rank);
+  char **command = rank_command(job, rank);
   uv_process_options_t spawn = {.exit_cb = on_rank_exit,
-                                .file = job->options.command[0],
-                                .args = job->options.command,
+                                .file = command[0],
+                                .args = command,
                                 .env = env,
                                 .stdio_count = 3,
                                 .stdio = stdio};
@@ -652,13 +898,19 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
   close_fd(job, out_fd);
   close_fd(job, err_fd);
   if (err != 0) {
-    say(job, "cannot start '%s': %s", job->options.command[0], error_text(err));
+    say(job, "cannot start '%s': %s", command[0], error_text(err));
+    env_free(command);
     return EXIT_CANNOT_START;
   }
   rank->pid = rank->process.pid;
   rank->running = 1;
   job->running++;
-  verbose(job, "rank %d started as pid %d", rank->index, rank->pid);
+  if (rank->host && !rank->host->local)
+    verbose(job, "rank %d started on %s as pid %d: %s %s ...", rank->index, rank->host->name,
+            rank->pid, command[0], command[1] ? command[1] : "");
+  else
+    verbose(job, "rank %d started as pid %d", rank->index, rank->pid);
+  env_free(command);
   output_start(job, &rank->out);
   output_start(job, &rank->err);
   return 0;
@@ -687,19 +939,30 @@ static void describe_exit(hooprun_text *text, int64_t exit_status, int term_sign
     text_printf(text, "exited with status %d", (int)exit_status);
 }
 
+/* "rank 3 (pid 812)", or "rank 3 on node2 (pid 812)" where the pid is the remote shell's; a rank
+ * on another host reports its exit through its remote shell, as ssh and `ip netns exec` do. */
+static void describe_rank(hooprun_text *text, const hooprun_rank *rank) {
+  if (rank->host && !rank->host->local)
+    text_printf(text, "rank %d on %s (pid %d)", rank->index, rank->host->name, rank->pid);
+  else
+    text_printf(text, "rank %d (pid %d)", rank->index, rank->pid);
+}
+
 /* The first rank to fail is the cause, and the job stops; what exits after that was stopped. */
 static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_status,
                         int term_signal) {
   int status = term_signal ? 128 + term_signal : (int)exit_status;
   hooprun_text how = {0};
+  describe_rank(&how, rank);
+  text_append(&how, " ", 1);
   describe_exit(&how, exit_status, term_signal);
   if (job->stopping) {
-    verbose(job, "rank %d (pid %d) %s: stopped by hooprun", rank->index, rank->pid, how.data);
+    verbose(job, "%s: stopped by hooprun", how.data);
   } else if (status != 0) {
-    say(job, "rank %d (pid %d) %s", rank->index, rank->pid, how.data);
+    say(job, "%s", how.data);
     job_stop(job, status);
   } else {
-    verbose(job, "rank %d (pid %d) %s", rank->index, rank->pid, how.data);
+    verbose(job, "%s", how.data);
   }
   text_free(&how);
 }
@@ -827,6 +1090,16 @@ static int make_job_id(hooprun_job *job) {
   return 0;
 }
 
+/* Ranks fill the hosts in the order of the list, each host up to its slots. */
+static const hooprun_host *host_of_rank(const hooprun_options *options, int index) {
+  for (int h = 0; h < options->nhosts; h++) {
+    if (index < options->hosts[h].slots)
+      return &options->hosts[h];
+    index -= options->hosts[h].slots;
+  }
+  return NULL;
+}
+
 static void init_ranks(hooprun_job *job) {
   job->ranks = xrealloc(NULL, (size_t)job->options.np * sizeof *job->ranks);
   memset(job->ranks, 0, (size_t)job->options.np * sizeof *job->ranks);
@@ -834,6 +1107,7 @@ static void init_ranks(hooprun_job *job) {
     hooprun_rank *rank = &job->ranks[i];
     rank->job = job;
     rank->index = i;
+    rank->host = host_of_rank(&job->options, i);
     if (job->options.tag_output)
       snprintf(rank->tag, sizeof rank->tag, "[%d] ", i);
     rank->out = (hooprun_output){.rank = rank, .sink = &job->stdout_sink, .name = "stdout"};
@@ -865,16 +1139,85 @@ static void on_rendezvous_done(void *arg) {
   verbose(job, "rendezvous of job %s is over", job->id);
 }
 
+static const hooprun_host *first_remote_host(const hooprun_options *options) {
+  for (int h = 0; h < options->nhosts; h++)
+    if (!options->hosts[h].local)
+      return &options->hosts[h];
+  return NULL;
+}
+
+static int is_loopback(const struct sockaddr_storage *addr) {
+  if (addr->ss_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+  return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
+}
+
+/* The address at which ranks on other hosts reach the embedded server, as text for host:port:
+ * HOOP_IFNAME's interface if set; else this host's address on the route to the first remote host;
+ * else (its name does not resolve here, as with network namespaces) the first address of an
+ * interface that is up and not loopback. */
+static int server_address(hooprun_job *job, const hooprun_host *remote, char *out, size_t outlen) {
+  const char *ifname = getenv("HOOP_IFNAME");
+  struct sockaddr_storage toward, local;
+  socklen_t toward_len, local_len;
+  char chosen[64], err[256];
+  const char *why;
+  if (ifname && ifname[0]) {
+    why = "HOOP_IFNAME";
+    if (hoop__choose_local_addr(ifname, NULL, &local, &local_len, chosen, sizeof chosen, err,
+                                sizeof err) != 0) {
+      say(job, "cannot choose the address for the rendezvous server: %s", err);
+      return -1;
+    }
+  } else if (hoop__resolve(remote->name, 1, &toward, &toward_len, err, sizeof err) == 0 &&
+             hoop__choose_local_addr(NULL, (struct sockaddr *)&toward, &local, &local_len, chosen,
+                                     sizeof chosen, err, sizeof err) == 0 &&
+             !is_loopback(&local)) {
+    why = "the route to the first remote host";
+  } else {
+    why = "the first interface that is not loopback";
+    if (hoop__choose_local_addr("^lo", NULL, &local, &local_len, chosen, sizeof chosen, err,
+                                sizeof err) != 0) {
+      say(job, "cannot choose an address that %s can reach for the rendezvous server: %s (set "
+          "HOOP_IFNAME, or use --rendezvous)", remote->name, err);
+      return -1;
+    }
+  }
+  char text[INET6_ADDRSTRLEN];
+  const void *bytes = local.ss_family == AF_INET
+                          ? (const void *)&((struct sockaddr_in *)&local)->sin_addr
+                          : (const void *)&((struct sockaddr_in6 *)&local)->sin6_addr;
+  inet_ntop(local.ss_family, bytes, text, sizeof text);
+  snprintf(out, outlen, local.ss_family == AF_INET ? "%s" : "[%s]", text);
+  verbose(job, "ranks reach the rendezvous server at %s (interface %s, from %s)", out, chosen, why);
+  return local.ss_family == AF_INET6 ? 6 : 4;
+}
+
+/* The embedded server: on 127.0.0.1 when every rank runs here; with other hosts, on every address
+ * (the one given to the ranks may have other names here, as in rank 0's own server). */
 static int start_server(hooprun_job *job) {
-  char err[256];
+  char err[256], address[INET6_ADDRSTRLEN + 2] = "127.0.0.1";
+  const char *listen = "127.0.0.1:0";
+  const hooprun_host *remote = first_remote_host(&job->options);
+  if (job->options.rendezvous) {
+    snprintf(job->rendezvous, sizeof job->rendezvous, "%s", job->options.rendezvous);
+    verbose(job, "ranks meet at the rendezvous server %s, job %s", job->rendezvous, job->id);
+    return 0;
+  }
+  if (remote) {
+    int family = server_address(job, remote, address, sizeof address);
+    if (family < 0)
+      return -1;
+    listen = family == 6 ? "[::]:0" : "0.0.0.0:0";
+  }
   job->rdzv_options = (hoop__rdzv_options){
-      .listen = "127.0.0.1:0", .once = 1, .on_done = on_rendezvous_done, .arg = job};
+      .listen = listen, .once = 1, .on_done = on_rendezvous_done, .arg = job};
   if (hoop__rdzv_server_start(&job->loop, &job->rdzv_options, &job->server, err, sizeof err) != 0) {
     job->server = NULL;
     say(job, "cannot start the rendezvous server: %s", err);
     return -1;
   }
-  snprintf(job->rendezvous, sizeof job->rendezvous, "127.0.0.1:%d",
+  snprintf(job->rendezvous, sizeof job->rendezvous, "%s:%d", address,
            hoop__rdzv_server_port(job->server));
   verbose(job, "rendezvous server on %s for job %s", job->rendezvous, job->id);
   return 0;
@@ -943,6 +1286,9 @@ int main(int argc, char **argv) {
   job->stderr_sink = (hooprun_sink){.fd = STDERR_FILENO, .name = "standard error"};
   int status = run(job, argc, argv);
   free(job->ranks);
+  for (int h = 0; h < job->options.nhosts; h++)
+    free(job->options.hosts[h].name);
+  free(job->options.hosts);
   free(job->options.exports);
   text_free(&job->lines);
   free(job);

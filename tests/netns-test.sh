@@ -1,0 +1,156 @@
+#!/bin/bash
+# Four hosts made of network namespaces (h1..h4, 10.77.0.1..4 on a bridge that lives in a fifth,
+# switch namespace, so nothing of the machine's own network changes): hoopd runs in h1 and hooprun
+# starts coll_worker across the hosts with `--rsh 'ip netns exec'`, at 1 and 2 ranks per host,
+# through hoopd and through hooprun's embedded server; then one remote rank is killed and hooprun
+# must say which. Needs root and working `ip netns`; skipped (exit 77) otherwise.
+set -u
+build=$(cd "${HOOP_BUILDDIR:-.}" && pwd)
+hooprun=$build/tools/hooprun
+hoopd=$build/tools/hoopd
+worker=$build/tests/coll_worker
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces (run 'make check' as root)"
+command -v ip >/dev/null 2>&1 || skip "'ip' not found (Debian: apt-get install iproute2)"
+
+# Unique names, so that runs in parallel do not collide; interface names stay under 16 bytes.
+tag=hp$$
+hosts="${tag}h1 ${tag}h2 ${tag}h3 ${tag}h4"
+switch=${tag}sw
+work=$(mktemp -d)
+hoopd_pid=
+
+cleanup() {
+  [ -n "$hoopd_pid" ] && kill "$hoopd_pid" 2>/dev/null
+  # Whatever still runs in our namespaces is ours: stop it before the namespaces go.
+  for ns in $hosts $switch; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ip netns add "$switch" 2>"$work/err" || skip "'ip netns add' does not work here: $(cat "$work/err")"
+setup() {
+  ip -n "$switch" link add br0 type bridge || return 1
+  ip -n "$switch" link set br0 up || return 1
+  local i=0 ns
+  for ns in $hosts; do
+    i=$((i + 1))
+    ip netns add "$ns" || return 1
+    ip link add "${tag}v$i" type veth peer name "${tag}p$i" || return 1
+    ip link set "${tag}v$i" netns "$ns" || return 1
+    ip link set "${tag}p$i" netns "$switch" || return 1
+    ip -n "$ns" link set "${tag}v$i" name eth0 || return 1
+    ip -n "$ns" addr add "10.77.0.$i/24" dev eth0 || return 1
+    ip -n "$ns" link set eth0 up || return 1
+    ip -n "$ns" link set lo up || return 1
+    ip -n "$switch" link set "${tag}p$i" master br0 up || return 1
+  done
+}
+setup 2>"$work/err" || skip "cannot build the namespaces (veth, bridge): $(cat "$work/err")"
+set -- $hosts
+h1=$1 h2=$2 h3=$3 h4=$4
+# The bridge forwards once its ports are up: wait until h4 reaches h1.
+for _ in $(seq 50); do
+  ip netns exec "$h4" ping -c 1 -W 1 10.77.0.1 >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# run_job NAME PER_HOST EXTRA_OPTIONS...: coll_worker on the 4 hosts, PER_HOST ranks each; every
+# rank must pass, with contiguous ranks per host and local ranks that say so.
+run_job() {
+  local name=$1 per_host=$2
+  shift 2
+  local np=$((4 * per_host)) out=$work/$name.out barrier=$work/$name.barrier
+  mkdir -p "$barrier"
+  local start=$SECONDS
+  "$@" --rsh 'ip netns exec' -H "$h1:$per_host,$h2:$per_host,$h3:$per_host,$h4:$per_host" \
+    --timeout 60 "$worker" --quick --ranks-per-host "$per_host" --barrier-dir "$barrier" \
+    >"$out" 2>&1
+  local code=$?
+  if [ $code != 0 ]; then
+    fail "$name: hooprun exited with $code; its output:"
+    cat "$out"
+    return
+  fi
+  local r
+  for r in $(seq 0 $((np - 1))); do
+    grep -q "^\[$r\] coll_worker rank $r of $np: [0-9]* checks, 0 failed$" "$out" ||
+      { fail "$name: no passing line from rank $r; the output:"; cat "$out"; return; }
+  done
+  echo "ok: $name: $np ranks on 4 hosts ($per_host per host) passed in $((SECONDS - start)) s"
+  grep "coll_worker rank" "$out" | sort -t' ' -k4n | sed 's/^/    /'
+}
+
+# hoopd on h1, as on a head node.
+ip netns exec "$h1" "$hoopd" --listen 10.77.0.1:29400 2>"$work/hoopd.log" &
+hoopd_pid=$!
+for _ in $(seq 100); do
+  ip netns exec "$h2" "$hoopd" --status 10.77.0.1:29400 >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+run_job hoopd-1-per-host 1 "$hooprun" --rendezvous 10.77.0.1:29400
+run_job hoopd-2-per-host 2 "$hooprun" --rendezvous 10.77.0.1:29400
+# The embedded server: hooprun itself runs on h1 and must give the ranks an address of h1's that
+# they reach (not 127.0.0.1).
+run_job embedded-2-per-host 2 ip netns exec "$h1" "$hooprun" -v
+grep -q "^hooprun: rendezvous server on 10\.77\.0\.1:[0-9]* " "$work/embedded-2-per-host.out" ||
+  fail "embedded: the server's address given to the ranks is not h1's 10.77.0.1:" \
+    "$(grep "^hooprun: rendezvous server" "$work/embedded-2-per-host.out")"
+grep "^hooprun: ranks reach" "$work/embedded-2-per-host.out" | sed 's/^/    /'
+
+# A remote rank killed by SIGKILL: hooprun names it, stops the others and exits with 128+9.
+out=$work/killed.out
+"$hooprun" --rsh 'ip netns exec' -H "$h1:2,$h2:2,$h3:2,$h4:2" --rendezvous 10.77.0.1:29400 \
+  sleep 60 >"$out" 2>&1 &
+hooprun_pid=$!
+victim=
+for _ in $(seq 100); do
+  victim=$(ip netns pids "$h3" | head -n 1)
+  [ -n "$victim" ] && [ "$(ip netns pids "$h3" | wc -l)" -ge 2 ] && break
+  sleep 0.1
+done
+if [ -z "$victim" ]; then
+  fail "killed rank: no rank appeared on $h3 within 10 s"
+else
+  kill -KILL "$victim"
+fi
+wait "$hooprun_pid"
+code=$?
+if [ $code != 137 ]; then
+  fail "killed rank: expected hooprun to exit with 137, got $code; its output:"
+  cat "$out"
+elif ! grep -q "^hooprun: rank [45] on $h3 (pid $victim) was killed by signal 9" "$out"; then
+  fail "killed rank: hooprun did not name rank 4 or 5 on $h3 (pid $victim); its output:"
+  cat "$out"
+else
+  echo "ok: a killed remote rank is reported: $(grep "^hooprun: rank" "$out")"
+fi
+# Every other rank was stopped: nothing of the job is left in the namespaces.
+for ns in $hosts; do
+  [ -z "$(ip netns pids "$ns")" ] || [ "$ns" = "$h1" ] ||
+    fail "killed rank: processes left in $ns after hooprun exited: $(ip netns pids "$ns")"
+done
+
+if [ $failures != 0 ]; then
+  echo "hoopd's log:"
+  cat "$work/hoopd.log"
+  exit 1
+fi
+echo "netns: all passed"

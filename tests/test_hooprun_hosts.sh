@@ -1,0 +1,106 @@
+#!/bin/sh
+# hooprun with host lists, without root or other machines: a stand-in remote shell that drops the
+# host name and runs the rest here, and one that joins its words into a shell line as ssh does.
+# Checks placement (ranks fill hosts in order, HOOP_HOSTNAME), -H and --hostfile parsing and their
+# errors, quoting for ssh, a real job over the stand-in hosts, and the report of a failed rank.
+set -u
+build=${HOOP_BUILDDIR:-.}
+hooprun=$build/tools/hooprun
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+# expect NAME FILE: FILE must hold exactly the lines on stdin.
+expect() {
+  if ! diff -u - "$2" >"$work/diff"; then
+    fail "$1: unexpected output (- expected, + got):"
+    cat "$work/diff"
+  fi
+}
+
+printf '#!/bin/sh\nshift\nexec "$@"\n' >"$work/stand-in"
+mkdir "$work/bin"
+printf '#!/bin/sh\nshift\nexec sh -c "$*"\n' >"$work/bin/ssh"
+chmod +x "$work/stand-in" "$work/bin/ssh"
+# The embedded server's address for other hosts: loopback will do for stand-ins.
+export HOOP_IFNAME==lo
+
+# Ranks fill the hosts in order, each up to its slots.
+"$hooprun" --rsh "$work/stand-in" -H hosta:2,hostb,hostc:3 -np 5 \
+  sh -c 'echo "$HOOP_RANK $HOOP_HOSTNAME $HOOP_SIZE"' 2>&1 | sort >"$work/out"
+expect "-H placement" "$work/out" <<'OUT'
+[0] 0 hosta 5
+[1] 1 hosta 5
+[2] 2 hostb 5
+[3] 3 hostc 5
+[4] 4 hostc 5
+OUT
+
+# The same hosts from a file; -np defaults to every slot.
+cat >"$work/hosts" <<'HOSTS'
+# a comment, then a blank line
+
+hosta slots=2   # two ranks
+hostb
+  hostc slots=3
+HOSTS
+"$hooprun" --rsh "$work/stand-in" --hostfile "$work/hosts" \
+  sh -c 'echo "$HOOP_RANK $HOOP_HOSTNAME $HOOP_SIZE"' 2>&1 | sort >"$work/out"
+expect "--hostfile placement" "$work/out" <<'OUT'
+[0] 0 hosta 6
+[1] 1 hosta 6
+[2] 2 hostb 6
+[3] 3 hostc 6
+[4] 4 hostc 6
+[5] 5 hostc 6
+OUT
+
+# Usage errors: exit 2 and a message that names the problem.
+usage_error() {
+  local name=$1 pattern=$2
+  shift 2
+  "$hooprun" "$@" true >"$work/out" 2>&1
+  local code=$?
+  [ $code = 2 ] && grep -q "$pattern" "$work/out" ||
+    { fail "$name: expected exit 2 and '$pattern', got $code:"; cat "$work/out"; }
+}
+usage_error "more ranks than slots" "more than the 3 slots" -np 4 -H a:2,b
+usage_error "bad slots" "does not end in :SLOTS" -H a:0
+printf 'a\nb slot=3\n' >"$work/hosts.bad"
+usage_error "bad hostfile line" "hosts.bad:2: 'slot=3' is not slots=N" --hostfile "$work/hosts.bad"
+usage_error "missing hostfile" "cannot open" --hostfile "$work/none"
+usage_error "bad --rendezvous" "is not host:port" --rendezvous nohostport
+
+# ssh joins its words into one shell line: hooprun quotes each of them.
+PATH="$work/bin:$PATH" "$hooprun" -H far:1 -x "MSG=it's a \$HOME" \
+  printf '%s|%s|\n' "a  b" "\$MSG" >"$work/out" 2>&1
+expect "ssh quoting" "$work/out" <<'OUT'
+[0] a  b|$MSG|
+OUT
+PATH="$work/bin:$PATH" "$hooprun" -H far:1 -x "MSG=it's a \$HOME" \
+  sh -c 'echo "$MSG"' >"$work/out" 2>&1
+expect "ssh quoting of -x" "$work/out" <<'OUT'
+[0] it's a $HOME
+OUT
+
+# A real job on two stand-in hosts of two ranks: local ranks follow the host list.
+"$hooprun" --rsh "$work/stand-in" -H hosta:2,hostb:2 --timeout 60 \
+  "$build/tests/coll_worker" --quick --ranks-per-host 2 >"$work/out" 2>&1 ||
+  { fail "coll_worker on 2 hosts x 2:"; cat "$work/out"; }
+[ "$(grep -c 'checks, 0 failed$' "$work/out")" = 4 ] ||
+  { fail "coll_worker on 2 hosts x 2: not 4 passing ranks:"; cat "$work/out"; }
+
+# A rank on another host that fails is named with its host, and its status is hooprun's.
+"$hooprun" --rsh "$work/stand-in" -H hosta,hostb \
+  sh -c 'if [ "$HOOP_RANK" = 1 ]; then exit 3; fi; sleep 30' >"$work/out" 2>&1
+code=$?
+[ $code = 3 ] &&
+  grep -q "^hooprun: rank 1 on hostb (pid [0-9]*) exited with status 3$" "$work/out" ||
+  { fail "failed remote rank: expected exit 3 and a message naming rank 1 on hostb, got $code:"
+    cat "$work/out"; }
+
+[ $failures = 0 ] || exit 1
+echo "hooprun host lists: all passed"

@@ -1,0 +1,323 @@
+/* test_launchers.c - hoop_init_from_env under other launchers' variables: torchrun (MASTER_ADDR,
+ * MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and
+ * Open MPI's mpirun (OMPI_COMM_WORLD_*), set by hand in forked ranks; HOOP_HOSTNAME; and which
+ * variables win when several launchers' are present. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "procs.h"
+
+/* Every variable a test may set, cleared in each child first so that the environment the suite
+ * runs in (say, under hooprun or Slurm) cannot leak in. */
+static const char *const launcher_vars[] = {
+    "HOOP_RENDEZVOUS", "HOOP_JOB", "HOOP_SIZE", "HOOP_RANK", "HOOP_RDZV_SERVE", "HOOP_HOSTNAME",
+    "HOOP_TIMEOUT", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+    "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
+    "SLURM_JOBID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE",
+    "OMPI_MCA_ess_base_jobid", NULL};
+
+static void clear_env(void) {
+  for (int i = 0; launcher_vars[i]; i++)
+    unsetenv(launcher_vars[i]);
+  setenv("HOOP_TIMEOUT", "30", 1);
+}
+
+static void set_int(const char *name, int value) {
+  char text[32];
+  snprintf(text, sizeof text, "%d", value);
+  setenv(name, text, 1);
+}
+
+/* A port that is free, with the next one free too (MASTER_PORT and the MASTER_PORT + 1 that hoop
+ * uses). */
+static int free_port_pair(void) {
+  for (int tries = 0; tries < 50; tries++) {
+    int port = procs_free_port();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(port + 1)),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = fd >= 0 && port > 0 && port < 65534 &&
+             bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    if (fd >= 0)
+      close(fd);
+    if (ok)
+      return port;
+  }
+  return -1;
+}
+
+/* torchrun's own store listens on MASTER_PORT: a listener there stands in for it. */
+static int listen_on(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 16) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* One scenario: how child index of n sets its environment, and the rank, local rank and local
+ * size it must then get. */
+typedef struct scenario {
+  void (*set_env)(int index, int n, int port);
+  int port;
+  int local_per_host; /* ranks per host; 0: all on one host */
+} scenario;
+
+static int run_child(int index, int n, void *arg) {
+  const scenario *sc = arg;
+  clear_env();
+  sc->set_env(index, n, sc->port);
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  if (result != HOOP_OK) {
+    fprintf(stderr, "child %d: hoop_init_from_env: %s: %s\n", index, hoop_strerror(result),
+            hoop_last_error(comm));
+    hoop_finalize(comm);
+    return 10;
+  }
+  int per_host = sc->local_per_host ? sc->local_per_host : n;
+  int failures = 0;
+  if (hoop_rank(comm) != index || hoop_size(comm) != n) {
+    fprintf(stderr, "child %d: expected rank %d of %d, got %d of %d\n", index, index, n,
+            hoop_rank(comm), hoop_size(comm));
+    failures++;
+  }
+  if (hoop_local_rank(comm) != index % per_host || hoop_local_size(comm) != per_host) {
+    fprintf(stderr, "child %d: expected local rank %d of %d, got %d of %d\n", index,
+            index % per_host, per_host, hoop_local_rank(comm), hoop_local_size(comm));
+    failures++;
+  }
+  int64_t value = index + 1;
+  if (hoop_allreduce(comm, &value, &value, 1, HOOP_INT64, HOOP_SUM) != HOOP_OK ||
+      value != (int64_t)n * (n + 1) / 2) {
+    fprintf(stderr, "child %d: allreduce: expected %d, got %lld (%s)\n", index, n * (n + 1) / 2,
+            (long long)value, hoop_last_error(comm));
+    failures++;
+  }
+  hoop_finalize(comm);
+  return failures;
+}
+
+static void run_scenario(int n, void (*set_env)(int, int, int), int local_per_host) {
+  scenario sc = {set_env, free_port_pair(), local_per_host};
+  ck_assert_int_gt(sc.port, 0);
+  int bad = procs_fork_ranks(n, run_child, &sc, 60);
+  ck_assert_msg(bad == 0, "%d of %d ranks failed (see stderr)", bad, n);
+}
+
+/* ---- torchrun -------------------------------------------------------------------------------- */
+
+static void torchrun_env(int index, int n, int port) {
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  set_int("MASTER_PORT", port);
+  set_int("RANK", index);
+  set_int("WORLD_SIZE", n);
+  set_int("LOCAL_RANK", index);
+  setenv("TORCHELASTIC_RUN_ID", "none", 1);
+}
+
+/* Rank 0 hosts the rendezvous on MASTER_PORT + 1, next to the store that holds MASTER_PORT. */
+START_TEST(test_torchrun) {
+  scenario sc = {torchrun_env, free_port_pair(), 0};
+  ck_assert_int_gt(sc.port, 0);
+  int store = listen_on(sc.port);
+  ck_assert_msg(store >= 0, "cannot listen on %d to stand in for torchrun's store", sc.port);
+  int bad = procs_fork_ranks(3, run_child, &sc, 60);
+  close(store);
+  ck_assert_msg(bad == 0, "%d of 3 torchrun-style ranks failed (see stderr)", bad);
+}
+END_TEST
+
+/* torchrun's variables with HOOP_RENDEZVOUS and HOOP_RDZV_SERVE=1 given to every rank (as a
+ * launcher does): only rank 0 hosts. */
+static void torchrun_hoop_rendezvous_env(int index, int n, int port) {
+  torchrun_env(index, n, port);
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port + 1);
+  setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+  setenv("HOOP_RDZV_SERVE", "1", 1);
+  setenv("HOOP_JOB", "own-id", 1);
+}
+START_TEST(test_torchrun_hoop_rendezvous) { run_scenario(3, torchrun_hoop_rendezvous_env, 0); }
+END_TEST
+
+/* ---- Slurm ----------------------------------------------------------------------------------- */
+
+/* Two "nodes" of two tasks, told apart by HOOP_HOSTNAME, with rank 0 hosting the rendezvous. */
+static void slurm_env(int index, int n, int port) {
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+  setenv("HOOP_RDZV_SERVE", "1", 1);
+  set_int("SLURM_PROCID", index);
+  set_int("SLURM_NTASKS", n);
+  set_int("SLURM_LOCALID", index % 2);
+  setenv("SLURM_JOB_ID", "812", 1);
+  setenv("SLURM_STEP_ID", "0", 1);
+  setenv("HOOP_HOSTNAME", index < 2 ? "node-a" : "node-b", 1);
+}
+START_TEST(test_slurm_two_nodes) { run_scenario(4, slurm_env, 2); }
+END_TEST
+
+/* The job id comes from SLURM_JOB_ID and SLURM_STEP_ID: a job that times out names it. */
+static int slurm_job_id_child(int index, int n, void *arg) {
+  (void)index, (void)n;
+  clear_env();
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", *(int *)arg);
+  setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+  setenv("HOOP_RDZV_SERVE", "1", 1);
+  setenv("HOOP_TIMEOUT", "0.5", 1);
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("SLURM_JOB_ID", "812", 1);
+  setenv("SLURM_STEP_ID", "3", 1);
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  int ok = result == HOOP_ERR_TIMEOUT && strstr(hoop_last_error(comm), "'slurm-812.3'");
+  if (!ok)
+    fprintf(stderr, "expected a timeout naming job 'slurm-812.3', got %s: %s\n",
+            hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return ok ? 0 : 1;
+}
+START_TEST(test_slurm_job_id) {
+  int port = procs_free_port();
+  ck_assert_int_eq(procs_fork_ranks(1, slurm_job_id_child, &port, 30), 0);
+}
+END_TEST
+
+/* Slurm gives no rendezvous address: without HOOP_RENDEZVOUS the error says what to set. */
+static int slurm_no_rendezvous_child(int index, int n, void *arg) {
+  (void)index, (void)n, (void)arg;
+  clear_env();
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  int ok = result == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "HOOP_RENDEZVOUS") &&
+           strstr(hoop_last_error(comm), "Slurm");
+  if (!ok)
+    fprintf(stderr, "expected invalid argument naming Slurm and HOOP_RENDEZVOUS, got %s: %s\n",
+            hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return ok ? 0 : 1;
+}
+START_TEST(test_slurm_needs_rendezvous) {
+  ck_assert_int_eq(procs_fork_ranks(1, slurm_no_rendezvous_child, NULL, 30), 0);
+}
+END_TEST
+
+/* A rank number out of range is an error, not a hang. */
+static int slurm_bad_rank_child(int index, int n, void *arg) {
+  (void)index, (void)n, (void)arg;
+  clear_env();
+  setenv("SLURM_PROCID", "4", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  int ok = result == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "SLURM_PROCID");
+  if (!ok)
+    fprintf(stderr, "expected invalid argument naming SLURM_PROCID, got %s: %s\n",
+            hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return ok ? 0 : 1;
+}
+START_TEST(test_slurm_bad_rank) {
+  ck_assert_int_eq(procs_fork_ranks(1, slurm_bad_rank_child, NULL, 30), 0);
+}
+END_TEST
+
+/* ---- Open MPI -------------------------------------------------------------------------------- */
+
+/* All ranks on this host and no address given: rank 0 hosts on a loopback port of the job's. */
+static void ompi_env(int index, int n, int port) {
+  char name[64];
+  snprintf(name, sizeof name, "test-launchers-%d-%d", (int)getppid(), port);
+  setenv("PMIX_NAMESPACE", name, 1);
+  set_int("OMPI_COMM_WORLD_RANK", index);
+  set_int("OMPI_COMM_WORLD_SIZE", n);
+  set_int("OMPI_COMM_WORLD_LOCAL_RANK", index);
+  set_int("OMPI_COMM_WORLD_LOCAL_SIZE", n);
+}
+START_TEST(test_ompi_one_host) { run_scenario(3, ompi_env, 0); }
+END_TEST
+
+/* ---- which variables win --------------------------------------------------------------------- */
+
+/* torchrun's workers may be Slurm tasks: torchrun's numbers are the workers' own. */
+static void torchrun_under_slurm_env(int index, int n, int port) {
+  torchrun_env(index, n, port);
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "1", 1);
+}
+START_TEST(test_torchrun_under_slurm) { run_scenario(2, torchrun_under_slurm_env, 0); }
+END_TEST
+
+/* HOOP_SIZE set: the HOOP_ variables alone count, whatever else is set. */
+static void hoop_wins_env(int index, int n, int port) {
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+  set_int("HOOP_SIZE", n);
+  set_int("HOOP_RANK", index);
+  if (index == 0)
+    setenv("HOOP_RDZV_SERVE", "1", 1);
+  setenv("MASTER_ADDR", "192.0.2.1", 1); /* TEST-NET-1: would never answer */
+  setenv("MASTER_PORT", "1", 1);
+  setenv("RANK", "7", 1);
+  setenv("WORLD_SIZE", "9", 1);
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_NTASKS", "6", 1);
+}
+START_TEST(test_hoop_variables_win) { run_scenario(2, hoop_wins_env, 0); }
+END_TEST
+
+static Suite *launchers_suite(void) {
+  Suite *s = suite_create("launchers");
+  TCase *tc = tcase_create("torchrun");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_torchrun);
+  tcase_add_test(tc, test_torchrun_hoop_rendezvous);
+  tcase_add_test(tc, test_torchrun_under_slurm);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("slurm");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_slurm_two_nodes);
+  tcase_add_test(tc, test_slurm_job_id);
+  tcase_add_test(tc, test_slurm_needs_rendezvous);
+  tcase_add_test(tc, test_slurm_bad_rank);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("openmpi");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_ompi_one_host);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("precedence");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_hoop_variables_win);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(launchers_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

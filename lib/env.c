@@ -12,12 +12,21 @@ static const hoop__env_var env_table[] = {
     {"HOOP_RANK", "", "this process's rank; unset lets the server assign ranks, contiguous per host"},
     {"HOOP_RDZV_SERVE", "0", "1: this process hosts the rendezvous server for its job on the "
                              "HOOP_RENDEZVOUS port (set it on rank 0 only)"},
+    {"HOOP_HOSTNAME", "", "host name reported to the rendezvous; ranks with the same name are "
+                          "one host (contiguous ranks, local ranks); default: gethostname()"},
     {"HOOP_TIMEOUT", "300", "seconds any blocking step (rendezvous, connect, collective) may wait"},
     {"HOOP_TRANSPORT", "auto", "auto|tcp: the data transport"},
     {"HOOP_IFNAME", "", "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "
                         "commas, ^ to exclude, = for exact names; default: the interface that "
                         "routes to the rendezvous server"},
     {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-16); large messages are striped"},
+    {"HOOP_ALGO", "auto", "auto|ring|rd: force the ring algorithms (allreduce ring, broadcast "
+                          "chain) or the log2(n)-round ones (allreduce recursive doubling, "
+                          "broadcast binomial tree) for every size"},
+    {"HOOP_CHUNK_BYTES", "1048576", "bytes per pipelined chunk of the ring collectives "
+                                    "(4096 to 2^30)"},
+    {"HOOP_TCP_SPIN_US", "50", "microseconds a wait polls sockets without sleeping before it "
+                               "blocks in poll(); 0 always sleeps"},
     {"HOOP_TOKEN", "", "shared secret that ranks must prove to join (not sent on the wire)"},
     {"HOOP_DEBUG", "warn", "log level on stderr: none|error|warn|info|trace"},
     {"HOOP_DEBUG_SUBSYS", "all", "subsystems to log: init,coll,net,rdzv,env or all; ^ excludes"},

@@ -2,7 +2,10 @@
  * on awkward counts, in place and out of place, and checks each result against reference.c.
  * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
  *
- * Usage: coll_worker [--quick] [--barrier-dir DIR]
+ * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N]
+ *
+ * --ranks-per-host N: the job runs N ranks on each host, in order of rank (as hooprun -H fills
+ * hosts), so rank r must be local rank r % N of N; without it, all ranks are on one host.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -138,18 +141,23 @@ static const size_t small_counts[] = {0, 1, 2, 3, 5, 7, 13, 31, 97, 1031};
 int main(int argc, char **argv) {
   int quick = 0;
   const char *barrier_dir = NULL;
+  int per_host = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
     else if (strcmp(argv[i], "--barrier-dir") == 0 && i + 1 < argc)
       barrier_dir = argv[++i];
+    else if (strcmp(argv[i], "--ranks-per-host") == 0 && i + 1 < argc)
+      per_host = atoi(argv[++i]);
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
-  if (hoop_local_rank(comm) != rank || hoop_local_size(comm) != nranks)
-    fail("one host: expected local rank %d of %d, got %d of %d", rank, nranks,
-         hoop_local_rank(comm), hoop_local_size(comm));
+  if (per_host <= 0)
+    per_host = nranks;
+  if (hoop_local_rank(comm) != rank % per_host || hoop_local_size(comm) != per_host)
+    fail("%d ranks per host: expected local rank %d of %d, got %d of %d", per_host,
+         rank % per_host, per_host, hoop_local_rank(comm), hoop_local_size(comm));
 
   size_t ncounts = sizeof small_counts / sizeof small_counts[0];
   for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
@@ -170,6 +178,9 @@ int main(int argc, char **argv) {
       check_broadcast(small_counts[c], (hoop_dtype)dtype, (int)(c % (size_t)nranks));
   for (int root = 0; root < nranks; root++) {
     check_broadcast(40009, HOOP_FLOAT32, root); /* past the chain threshold */
+    /* Striped over two streams as 131072 + 131073 bytes: half the length is a multiple of the
+     * stripe alignment, and the odd byte must still travel. */
+    check_broadcast(262145, HOOP_UINT8, root);
     check_broadcast(big, HOOP_UINT8, root);
   }
 

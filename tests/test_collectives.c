@@ -11,7 +11,9 @@
 #include "hoop.h"
 #include "procs.h"
 
-static void run_workers(int np, int quick) {
+/* Run coll_worker on np ranks under hooprun, with env_add ("NAME=value", NULL-ended, or NULL)
+ * added to the ranks' environment. */
+static void run_workers_with(int np, int quick, char *const env_add[]) {
   char dir[] = "/tmp/hoop-barrier-XXXXXX";
   ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
   char np_text[16];
@@ -21,12 +23,17 @@ static void run_workers(int np, int quick) {
   snprintf(worker, sizeof worker, "%s", procs_build_path("tests/coll_worker"));
   char *argv[] = {hooprun, "-np", np_text, "--timeout", "60", worker, "--barrier-dir", dir,
                   quick ? "--quick" : NULL, NULL};
-  int code = procs_run(argv, NULL, NULL, 480);
-  ck_assert_msg(code == 0, "hooprun -np %d coll_worker: expected exit 0, got %d%s", np, code,
+  int code = procs_run(argv, env_add, NULL, 480);
+  ck_assert_msg(code == 0, "hooprun -np %d coll_worker%s%s: expected exit 0, got %d%s", np,
+                env_add ? " with " : "", env_add ? env_add[0] : "", code,
                 code == -1 ? " (killed after 480 s)" : "");
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);
+}
+
+static void run_workers(int np, int quick) {
+  run_workers_with(np, quick, NULL);
 }
 
 START_TEST(test_hooprun_1) { run_workers(1, 0); }
@@ -38,6 +45,57 @@ END_TEST
 START_TEST(test_hooprun_4) { run_workers(4, 0); }
 END_TEST
 START_TEST(test_hooprun_7) { run_workers(7, 1); }
+END_TEST
+
+/* Each algorithm forced for every size, on rank counts that are and are not powers of two
+ * (recursive doubling folds the extra ranks in first). */
+static char *const algo_ring[] = {"HOOP_ALGO=ring", NULL};
+static char *const algo_rd[] = {"HOOP_ALGO=rd", NULL};
+START_TEST(test_algo_ring_3) { run_workers_with(3, 1, algo_ring); }
+END_TEST
+START_TEST(test_algo_ring_2) { run_workers_with(2, 1, algo_ring); }
+END_TEST
+START_TEST(test_algo_rd_2) { run_workers_with(2, 1, algo_rd); }
+END_TEST
+START_TEST(test_algo_rd_3) { run_workers_with(3, 1, algo_rd); }
+END_TEST
+START_TEST(test_algo_rd_4) { run_workers_with(4, 1, algo_rd); }
+END_TEST
+START_TEST(test_algo_rd_6) { run_workers_with(6, 1, algo_rd); }
+END_TEST
+
+/* An unknown HOOP_ALGO fails the call with a message instead of picking something. */
+static int bad_algo_rank(int index, int n, void *arg) {
+  hoop_config config;
+  hoop_config_init(&config);
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", *(int *)arg);
+  config.rendezvous = rendezvous;
+  config.job = "bad-algo";
+  config.size = n;
+  config.rank = index;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = 30;
+  setenv("HOOP_ALGO", "fastest", 1);
+  hoop_comm *comm;
+  if (hoop_init(&comm, &config) != HOOP_OK)
+    return 10;
+  int32_t value = 1;
+  hoop_result result = hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM);
+  int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_ALGO");
+  if (bad)
+    fprintf(stderr, "rank %d: HOOP_ALGO=fastest: expected HOOP_ERR_INVALID_ARG naming HOOP_ALGO, "
+            "got %s: %s\n", index, hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_algo_unknown) {
+  int port = procs_free_port();
+  ck_assert_int_gt(port, 0);
+  int bad = procs_fork_ranks(2, bad_algo_rank, &port, 60);
+  ck_assert_msg(bad == 0, "%d of 2 ranks did not reject HOOP_ALGO=fastest (see stderr)", bad);
+}
 END_TEST
 
 /* ---- ranks that join by themselves ------------------------------------------------------------ */
@@ -133,6 +191,16 @@ static Suite *collectives_suite(void) {
   tcase_add_test(tc, test_hooprun_3);
   tcase_add_test(tc, test_hooprun_4);
   tcase_add_test(tc, test_hooprun_7);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("forced algorithms");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, test_algo_ring_2);
+  tcase_add_test(tc, test_algo_ring_3);
+  tcase_add_test(tc, test_algo_rd_2);
+  tcase_add_test(tc, test_algo_rd_3);
+  tcase_add_test(tc, test_algo_rd_4);
+  tcase_add_test(tc, test_algo_rd_6);
+  tcase_add_test(tc, test_algo_unknown);
   suite_add_tcase(s, tc);
   tc = tcase_create("self-hosted");
   tcase_set_timeout(tc, 120);

@@ -149,8 +149,9 @@ static void interface_of(const struct sockaddr_storage *addr, char *name, size_t
   freeifaddrs(list);
 }
 
-/* The first usable address of an interface matching spec; IPv4 wins over IPv6, and an IPv6
- * link-local address is used only when nothing else matches (it needs a scope to be reached). */
+/* The first usable address of an interface matching spec; IPv4 wins over IPv6. IPv6 link-local
+ * addresses are skipped (peers could not reach them without a scope), and so is loopback when the
+ * spec only excludes ("^docker"): a loopback address is used only when the spec names it. */
 static int address_from_spec(const char *spec, struct sockaddr_storage *out, socklen_t *outlen,
                              char *chosen, size_t chosenlen, char *err, size_t errlen) {
   struct ifaddrs *list = NULL;
@@ -166,18 +167,21 @@ static int address_from_spec(const char *spec, struct sockaddr_storage *out, soc
     int family = ifa->ifa_addr->sa_family;
     if ((family != AF_INET && family != AF_INET6) || !hoop__ifname_matches(spec, ifa->ifa_name))
       continue;
-    int score = 3;
-    if (family == AF_INET6) {
-      const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
-      score = IN6_IS_ADDR_LINKLOCAL(a6) ? 1 : 2;
-    }
+    if ((ifa->ifa_flags & IFF_LOOPBACK) && spec[0] == '^')
+      continue;
+    if (family == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr))
+      continue;
+    int score = family == AF_INET ? 2 : 1;
     if (score > best_score) {
       best = ifa;
       best_score = score;
     }
   }
   if (!best) {
-    snprintf(err, errlen, "HOOP_IFNAME='%s' matches no interface that is up with an IP address",
+    snprintf(err, errlen,
+             "HOOP_IFNAME='%s' matches no interface that is up with a usable address "
+             "(loopback counts only when named; IPv6 link-local never)",
              spec);
     freeifaddrs(list);
     return -1;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "flight.h"
 #include "internal.h"
 #include "netaddr.h"
 #include "rdzv_server.h"
@@ -45,6 +46,12 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
   if (comm && !comm->failed) {
     comm->failed = code;
     memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
+    /* A failure of this rank's own (not a peer's notice): peers are told it started here. */
+    if (!comm->fail_cause[0]) {
+      if (comm->fail_origin < 0)
+        comm->fail_origin = comm->rank;
+      memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
+    }
     HOOP_WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
     if (comm->transport)
       comm->transport->shutdown(comm);
@@ -250,22 +257,59 @@ static void log_effective_config(const hoop_comm *comm) {
             comm->tcp_streams, comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
 }
 
+/* A new communicator with no job yet: enough for hoop_last_error and hoop_finalize. */
+static hoop_comm *comm_new(void) {
+  hoop_comm *comm = calloc(1, sizeof *comm);
+  if (!comm)
+    return NULL;
+  comm->rank = 0;
+  comm->size = 1;
+  comm->local_size = 1;
+  comm->fail_origin = -1;
+  pthread_mutex_init(&comm->call_lock, NULL);
+  atomic_init(&comm->abort_requested, 0);
+  return comm;
+}
+
+/* HOOP_CHECK_CALLS and HOOP_STALL_WARN, which hoop_config does not carry. */
+static hoop_result read_checks(hoop_comm *comm) {
+  long check;
+  if (hoop__parse_int(hoop__env_get("HOOP_CHECK_CALLS"), 0, 1, &check) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: HOOP_CHECK_CALLS '%s' is not 0 or 1",
+                           hoop__env_get("HOOP_CHECK_CALLS"));
+  comm->check_calls = (int)check;
+  if (hoop__parse_double(hoop__env_get("HOOP_STALL_WARN"), 0.001, 1e9, &comm->stall_warn_s) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: HOOP_STALL_WARN '%s' is not a positive number of seconds",
+                           hoop__env_get("HOOP_STALL_WARN"));
+  return HOOP_OK;
+}
+
+/* Every failed init leaves the communicator failed, so that a caller who only logs the error
+ * cannot go on to run collectives on a half-made (or one-rank) communicator. */
+static hoop_result init_failed(hoop_comm *comm, hoop_result result) {
+  comm->failed = result;
+  memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
+  return result;
+}
+
 hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
   if (!out)
     return HOOP_ERR_INVALID_ARG;
   *out = NULL;
-  hoop_comm *comm = calloc(1, sizeof *comm);
+  hoop_comm *comm = comm_new();
   if (!comm)
     return HOOP_ERR_SYSTEM;
   *out = comm;
-  comm->rank = 0;
-  comm->size = 1;
-  comm->local_size = 1;
   if (!config)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: config is NULL");
+    return init_failed(comm,
+                       hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: config is NULL"));
   hoop_result result = check_config(comm, config);
+  if (result == HOOP_OK)
+    result = read_checks(comm);
   if (result != HOOP_OK)
-    return result;
+    return init_failed(comm, result);
   snprintf(comm->job, sizeof comm->job, "%s", config->job ? config->job : "default");
   snprintf(comm->rendezvous, sizeof comm->rendezvous, "%s",
            config->rendezvous ? config->rendezvous : "");
@@ -276,7 +320,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
   comm->block_offset = calloc((size_t)comm->size, sizeof(size_t));
   comm->block_length = calloc((size_t)comm->size, sizeof(size_t));
   if (!comm->block_offset || !comm->block_length)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+    return init_failed(comm, hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory"));
 
   /* A job of one rank needs nobody: no server, no transport. */
   if (comm->size > 1) {
@@ -288,13 +332,11 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
       hoop__log_set_prefix(prefix);
       result = connect_ring(comm);
     }
-    if (result != HOOP_OK) {
-      comm->failed = result;
-      memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
-      return result;
-    }
+    if (result != HOOP_OK)
+      return init_failed(comm, result);
   }
   log_effective_config(comm);
+  hoop__flight_install();
   return HOOP_OK;
 }
 
@@ -508,7 +550,7 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
   memset(&found, 0, sizeof found);
   hoop_result result = config_from_env(&scratch_comm, &config, &found);
   if (result != HOOP_OK) {
-    *out = calloc(1, sizeof **out);
+    *out = comm_new();
     if (*out) {
       memcpy((*out)->last_error, scratch_comm.last_error, sizeof scratch_comm.last_error);
       (*out)->failed = result;
@@ -523,11 +565,35 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
 
 /* ---- the end ----------------------------------------------------------------------------------- */
 
+hoop_result hoop__check_abort(hoop_comm *comm) {
+  if (atomic_load(&comm->abort_requested) != 1) /* -1: the reason is being written */
+    return HOOP_OK;
+  if (!comm->abort_done) {
+    comm->abort_done = 1;
+    hoop__fail(comm, HOOP_ERR_ABORTED, "aborted by rank %d: %s", comm->rank, comm->abort_reason);
+  }
+  return HOOP_ERR_ABORTED;
+}
+
+/* Any thread may call this. The reason is written once, before the flag that publishes it; the
+ * abort itself runs under call_lock: here if no call holds it, else in the calling thread, which
+ * the transport wakes. A call that was just releasing the lock checks the flag after unlocking
+ * (hoop__coll_end), so the request is never left waiting for the next call. */
 hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
-  hoop__fail(comm, HOOP_ERR_ABORTED, "aborted by rank %d: %s", comm->rank,
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&comm->abort_requested, &expected, -1)) {
+    snprintf(comm->abort_reason, sizeof comm->abort_reason, "%s",
              reason ? reason : "(no reason given)");
+    atomic_store(&comm->abort_requested, 1);
+  }
+  if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+    hoop__check_abort(comm);
+    pthread_mutex_unlock(&comm->call_lock);
+  } else if (comm->transport && comm->transport->wake) {
+    comm->transport->wake(comm);
+  }
   return HOOP_OK;
 }
 
@@ -541,8 +607,102 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   free(comm->scratch);
   free(comm->block_length);
   free(comm->block_offset);
+  pthread_mutex_destroy(&comm->call_lock);
   free(comm);
   return HOOP_OK;
+}
+
+/* ---- call fingerprints ----------------------------------------------------------------------- */
+
+/* Layout: seq (8 bytes), collective (1), dtype (1), op (1), root (+1, 4 bytes: 0 for none),
+ * count (8), 1 reserved byte; integers big-endian. */
+static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast",
+                                               "hoop_allgather", "hoop_barrier"};
+
+static void put_be(uint8_t *out, uint64_t value, int bytes) {
+  for (int i = bytes - 1; i >= 0; i--, value >>= 8)
+    out[i] = (uint8_t)value;
+}
+
+static uint64_t get_be(const uint8_t *in, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; i++)
+    value = value << 8 | in[i];
+  return value;
+}
+
+static size_t fingerprint_count(const uint8_t *fp) {
+  return (size_t)get_be(fp + 15, 8);
+}
+
+static void fingerprint_encode(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+                               int op, int root) {
+  uint8_t *fp = comm->fingerprint;
+  int collective = 0;
+  for (int i = 0; i < 4; i++)
+    if (call && strcmp(call, collective_names[i]) == 0)
+      collective = i + 1;
+  put_be(fp, comm->seq, 8);
+  fp[8] = (uint8_t)collective;
+  fp[9] = (uint8_t)dtype;
+  fp[10] = (uint8_t)(op + 1);
+  put_be(fp + 11, (uint64_t)(uint32_t)(root + 1), 4);
+  put_be(fp + 15, count, 8);
+  fp[23] = 0;
+}
+
+/* "hoop_allreduce (call #5, count 1000, float32, sum)", "hoop_broadcast (call #5, count 10,
+ * root 0)". */
+static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
+  const char *call = fp[8] >= 1 && fp[8] <= 4 ? collective_names[fp[8] - 1] : "an unknown call";
+  const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
+  const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
+  long root = (long)get_be(fp + 11, 4) - 1;
+  int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)get_be(fp, 8));
+  if (fp[8] != 4 && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", count %zu, %s", fingerprint_count(fp),
+                  dtype ? dtype : "unknown dtype");
+  if (op && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", %s", op);
+  if (root >= 0 && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", root %ld", root);
+  if (n >= 0 && (size_t)n < outlen)
+    snprintf(out + n, outlen - (size_t)n, ")");
+}
+
+hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,
+                           uint64_t len, uint64_t expected_len) {
+  char mine[160], other[160];
+  fingerprint_describe(ours, mine, sizeof mine);
+  fingerprint_describe(theirs, other, sizeof other);
+  if (memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0)
+    return hoop__fail(comm, HOOP_ERR_MISMATCH, "%s on rank %d does not match %s on rank %d", mine,
+                      comm->rank, other, peer);
+  return hoop__fail(comm, HOOP_ERR_MISMATCH,
+                    "%s on rank %d expected a message of %llu bytes from rank %d, which sent %llu",
+                    mine, comm->rank, (unsigned long long)expected_len, peer,
+                    (unsigned long long)len);
+}
+
+hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int origin,
+                              const char *text) {
+  if (comm->failed)
+    return comm->failed;
+  /* Fields from the wire: a code outside the known failures is a protocol error, never "OK". */
+  if (code < HOOP_ERR_INVALID_ARG || code > HOOP_ERR_FAILED)
+    code = HOOP_ERR_PROTOCOL;
+  if (origin < 0 || origin >= comm->size)
+    origin = peer;
+  comm->fail_origin = origin;
+  snprintf(comm->fail_cause, sizeof comm->fail_cause, "%s", text);
+  /* An abort and a mismatch name their origin in their own words; both sides of a mismatch get
+   * the same code. Anything else happened to someone else: say so, and who. */
+  if (code == HOOP_ERR_ABORTED || code == HOOP_ERR_MISMATCH)
+    return hoop__fail(comm, code, "%s", text);
+  return hoop__fail(comm, code,
+                    "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
+                    comm->call ? comm->call : "hoop", (unsigned long long)comm->seq, origin, peer,
+                    text);
 }
 
 /* ---- shared by the collectives --------------------------------------------------------------- */
@@ -551,6 +711,8 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
                              int check_dtype) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
+  pthread_mutex_lock(&comm->call_lock);
+  hoop__check_abort(comm);
   if (comm->failed)
     return hoop__set_error(comm, comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED
                                                                    : HOOP_ERR_FAILED,
@@ -562,5 +724,37 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
   comm->call = call;
   comm->seq++;
+  comm->call_started = hoop__now();
+  comm->stall_warned = 0;
+  fingerprint_encode(comm, call, count, dtype, -1, -1);
+  comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
+                                         check_dtype ? count * hoop_dtype_size(dtype) : 0);
   return HOOP_OK;
+}
+
+void hoop__coll_describe(hoop_comm *comm, int op, int root) {
+  fingerprint_encode(comm, comm->call, fingerprint_count(comm->fingerprint),
+                     (hoop_dtype)comm->fingerprint[9], op, root);
+}
+
+hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
+  if (!comm)
+    return result;
+  /* A call that failed half way may have left requests of its stack frame queued in the
+   * transport: failing the communicator drops them. Argument errors happen before any post. */
+  if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG && !comm->failed) {
+    char message[sizeof comm->last_error];
+    memcpy(message, comm->last_error, sizeof message);
+    hoop__fail(comm, result, "%s", message);
+  }
+  if (comm->call)
+    hoop__flight_end(comm->flight_slot, result);
+  comm->call = NULL;
+  pthread_mutex_unlock(&comm->call_lock);
+  if (atomic_load(&comm->abort_requested) == 1 &&
+      pthread_mutex_trylock(&comm->call_lock) == 0) {
+    hoop__check_abort(comm);
+    pthread_mutex_unlock(&comm->call_lock);
+  }
+  return result;
 }

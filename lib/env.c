@@ -19,7 +19,7 @@ static const hoop__env_var env_table[] = {
     {"HOOP_IFNAME", "", "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "
                         "commas, ^ to exclude, = for exact names; default: the interface that "
                         "routes to the rendezvous server"},
-    {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-16); large messages are striped"},
+    {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-8); large messages are striped"},
     {"HOOP_ALGO", "auto", "auto|ring|rd: force the ring algorithms (allreduce ring, broadcast "
                           "chain) or the log2(n)-round ones (allreduce recursive doubling, "
                           "broadcast binomial tree) for every size"},
@@ -27,6 +27,11 @@ static const hoop__env_var env_table[] = {
                                     "(4096 to 2^30)"},
     {"HOOP_TCP_SPIN_US", "50", "microseconds a wait polls sockets without sleeping before it "
                                "blocks in poll(); 0 always sleeps"},
+    {"HOOP_CHECK_CALLS", "1", "1: every message carries its call's fingerprint {seq, collective, "
+                              "count, dtype, op, root} and ranks that call different collectives "
+                              "get HOOP_ERR_MISMATCH; 0 turns the check off"},
+    {"HOOP_STALL_WARN", "60", "seconds a collective may wait before it logs a warning naming "
+                              "the ranks it is still waiting for"},
     {"HOOP_TOKEN", "", "shared secret that ranks must prove to join (not sent on the wire)"},
     {"HOOP_DEBUG", "warn", "log level on stderr: none|error|warn|info|trace"},
     {"HOOP_DEBUG_SUBSYS", "all", "subsystems to log: init,coll,net,rdzv,env or all; ^ excludes"},

@@ -5,7 +5,9 @@
  * hoop_last_error() tells which peer, which call and why.
  *
  * Thread safety: one communicator is used by one thread at a time; different communicators may be
- * used concurrently from different threads. hoop_strerror() may be called from any thread.
+ * used concurrently from different threads. hoop_strerror() and hoop_abort() may be called from
+ * any thread, hoop_abort() only while the communicator is alive: never concurrently with or after
+ * hoop_finalize() on it.
  */
 #ifndef HOOP_H
 #define HOOP_H
@@ -108,7 +110,9 @@ hoop_result hoop_init_from_env(hoop_comm **comm);
 /* Close connections and free the communicator. Safe on NULL and on a failed communicator. */
 hoop_result hoop_finalize(hoop_comm *comm);
 
-/* Mark the communicator as aborted with reason and close its connections so that peers notice.
+/* Mark the communicator as aborted with reason, tell every connected peer (which fails with
+ * HOOP_ERR_ABORTED and "aborted by rank R: reason") and close the connections. Callable from any
+ * thread: a collective blocked on comm in another thread wakes and returns HOOP_ERR_ABORTED.
  * Every later call on it returns HOOP_ERR_ABORTED. */
 hoop_result hoop_abort(hoop_comm *comm, const char *reason);
 

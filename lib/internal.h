@@ -3,12 +3,18 @@
 #ifndef HOOP_INTERNAL_H
 #define HOOP_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "hoop.h"
 #include "log.h"
 #include "wire.h"
+
+/* A call's fingerprint {seq, collective, count, dtype, op, root}, encoded in network order. The
+ * transport carries it as opaque bytes with each message and compares it on arrival. */
+#define HOOP_FINGERPRINT_BYTES 24
 
 struct hoop__transport_ops;
 struct hoop__rdzv_thread;
@@ -28,9 +34,24 @@ struct hoop_comm {
 
   uint64_t seq;          /* collective calls made, for error messages */
   const char *call;      /* the collective running now, for error messages */
+  uint8_t fingerprint[HOOP_FINGERPRINT_BYTES]; /* the running call's, see hoop__coll_begin */
+  int check_calls;       /* HOOP_CHECK_CALLS: send and compare fingerprints */
+  double stall_warn_s;   /* HOOP_STALL_WARN */
+  double call_started;   /* when the running call began, for the stall warning */
+  int stall_warned;      /* the running call has logged its stall warning */
+  long flight_slot;      /* the running call's entry in the flight recorder */
   hoop_result failed;    /* sticky: once set, every call is refused */
   char last_error[1024];
   char fail_reason[1024]; /* the message of the failure that set `failed` */
+  int fail_origin;        /* the rank whose failure started it (this one, a lost peer...) */
+  char fail_cause[1024];  /* the origin's own message, forwarded to peers in a notice */
+
+  /* hoop_abort from another thread: the reason is stored, the flag raised, and whoever holds
+   * call_lock (the thread inside a call, woken through the transport) carries it out. */
+  pthread_mutex_t call_lock;
+  atomic_int abort_requested;
+  int abort_done;
+  char abort_reason[512];
 
   size_t *block_offset;  /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
@@ -46,6 +67,20 @@ hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, 
  * drops its connections so that peers notice at once rather than at their timeout. */
 hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) HOOP__PRINTF(3, 4);
 
+/* Called by the transport. A message from peer carried fingerprint theirs (and len bytes where
+ * ours expected expected_len): fail with HOOP_ERR_MISMATCH naming both sides. */
+hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,
+                           uint64_t len, uint64_t expected_len);
+
+/* Called by the transport: peer sent a failure notice {code, origin rank, origin's message}
+ * before closing. Fails comm so that it names the origin, not the neighbour. */
+hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int origin,
+                              const char *text);
+
+/* Carry out a hoop_abort requested from another thread, if any: HOOP_ERR_ABORTED once done,
+ * else HOOP_OK. The caller holds call_lock. */
+hoop_result hoop__check_abort(hoop_comm *comm);
+
 /* Seconds on a monotonic clock. */
 double hoop__now(void);
 
@@ -56,5 +91,12 @@ void *hoop__scratch(hoop_comm *comm, size_t bytes);
  * error already recorded. */
 hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
                              int check_dtype);
+
+/* End every collective, after hoop__coll_begin whatever it returned: a call that failed part way
+ * marks the communicator failed (its requests are dropped); the result is returned as is. */
+hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result);
+
+/* Record the running call's op and root in its fingerprint (-1: none). */
+void hoop__coll_describe(hoop_comm *comm, int op, int root);
 
 #endif /* HOOP_INTERNAL_H */

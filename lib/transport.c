@@ -1,18 +1,27 @@
 /* transport.c - the calls collectives make, dispatched to the communicator's transport. */
+#include <string.h>
+
 #include "transport.h"
+
+static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
+  req->peer = peer;
+  req->is_send = is_send;
+  req->pending = 0;
+  req->len = len;
+  if (comm->check_calls)
+    memcpy(req->fingerprint, comm->fingerprint, sizeof req->fingerprint);
+  else
+    memset(req->fingerprint, 0, sizeof req->fingerprint);
+}
 
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
                         hoop__request *req) {
-  req->peer = peer;
-  req->is_send = 1;
-  req->pending = 0;
+  stamp(comm, req, peer, 1, len);
   return len == 0 ? HOOP_OK : comm->transport->isend(comm, peer, buf, len, req);
 }
 
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
-  req->peer = peer;
-  req->is_send = 0;
-  req->pending = 0;
+  stamp(comm, req, peer, 0, len);
   return len == 0 ? HOOP_OK : comm->transport->irecv(comm, peer, buf, len, req);
 }
 

@@ -10,6 +10,7 @@
 #define HOOP_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "internal.h"
@@ -29,6 +30,10 @@ typedef struct hoop__request {
   int peer;
   int is_send;
   int pending;       /* fragments not finished; 0 when the request is complete */
+  size_t len;
+  /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
+   * the sender's on arrival (all zero: not checked). */
+  uint8_t fingerprint[HOOP_FINGERPRINT_BYTES];
   hoop__fragment frags[HOOP_MAX_STREAMS];
 } hoop__request;
 
@@ -44,8 +49,11 @@ typedef struct hoop__transport_ops {
   hoop_result (*irecv)(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
   /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s. */
   hoop_result (*wait)(hoop_comm *comm, hoop__request *req);
-  /* Drop every connection and pending request (after a failure, and at abort). */
+  /* Drop every connection and pending request (after a failure, and at abort), first telling
+   * each peer why: {comm->failed, comm->fail_origin, comm->fail_cause}. */
   void (*shutdown)(hoop_comm *comm);
+  /* Wake a thread blocked in wait; any thread may call it (hoop_abort). */
+  void (*wake)(hoop_comm *comm);
   /* Free the transport's state. */
   void (*finalize)(hoop_comm *comm);
 } hoop__transport_ops;

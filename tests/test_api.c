@@ -10,6 +10,7 @@
 
 #include "env.h"
 #include "hoop.h"
+#include "netaddr.h"
 #include "procs.h"
 
 static hoop_comm *single_rank(void) {
@@ -119,6 +120,20 @@ START_TEST(test_names) {
   }
   hoop_op op;
   ck_assert_int_eq(hoop_op_from_name("median", &op), -1);
+}
+END_TEST
+
+/* HOOP_IFNAME's syntax is NCCL_SOCKET_IFNAME's: prefixes, ^ to exclude, = for exact names. */
+START_TEST(test_ifname_syntax) {
+  ck_assert(hoop__ifname_matches("eth", "eth3"));
+  ck_assert(hoop__ifname_matches("ib,eth", "eth0"));
+  ck_assert(!hoop__ifname_matches("ib,eth", "docker0"));
+  ck_assert(!hoop__ifname_matches("^docker,lo", "lo"));
+  ck_assert(hoop__ifname_matches("^docker,lo", "ens5"));
+  ck_assert(hoop__ifname_matches("=eth0", "eth0"));
+  ck_assert(!hoop__ifname_matches("=eth0", "eth01"));
+  ck_assert(!hoop__ifname_matches("^=eth0", "eth0"));
+  ck_assert(hoop__ifname_matches("^=eth0", "eth01"));
 }
 END_TEST
 
@@ -236,10 +251,12 @@ static int abort_then_call(int index, int n, void *arg) {
     bad |= hoop_barrier(comm) != HOOP_ERR_ABORTED;
     bad |= strstr(hoop_last_error(comm), "test abort") == NULL;
   } else {
-    /* The aborting rank closed its connections: this rank's next call fails, it does not hang. */
+    /* The aborting rank told this one why before closing: its next call fails with the reason,
+     * it does not hang, and later calls are refused. */
     hoop_result result = hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM);
-    bad |= result != HOOP_ERR_PEER_LOST;
-    bad |= hoop_barrier(comm) != HOOP_ERR_FAILED;
+    bad |= result != HOOP_ERR_ABORTED;
+    bad |= strstr(hoop_last_error(comm), "aborted by rank 0: test abort") == NULL;
+    bad |= hoop_barrier(comm) != HOOP_ERR_ABORTED;
     if (bad)
       fprintf(stderr, "rank %d after abort: %s: %s\n", index, hoop_strerror(result),
               hoop_last_error(comm));
@@ -254,6 +271,39 @@ START_TEST(test_abort_and_refusal) {
 }
 END_TEST
 
+/* Ranks that disagree on HOOP_TCP_STREAMS would cut messages differently: the accepting rank
+ * refuses with a message naming both values, and neither rank hangs. */
+static int streams_disagree(int index, int n, void *arg) {
+  int port = *(int *)arg;
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  hoop_config config;
+  hoop_config_init(&config);
+  config.rendezvous = rendezvous;
+  config.size = n;
+  config.rank = index;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = 10;
+  config.tcp_streams = index == 0 ? 4 : 2;
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  int bad = result == HOOP_OK;
+  if (index == 1)
+    bad |= result != HOOP_ERR_INVALID_ARG ||
+           strstr(hoop_last_error(comm), "HOOP_TCP_STREAMS=4 but this rank uses 2") == NULL;
+  if (bad)
+    fprintf(stderr, "rank %d: expected a refused init, got %s: %s\n", index,
+            hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_streams_must_agree) {
+  int port = procs_free_port();
+  ck_assert_int_eq(procs_fork_ranks(2, streams_disagree, &port, 40), 0);
+}
+END_TEST
+
 static Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("local");
@@ -262,6 +312,7 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_env_errors);
   tcase_add_test(tc, test_names);
   tcase_add_test(tc, test_env_manual_complete);
+  tcase_add_test(tc, test_ifname_syntax);
   tcase_add_test(tc, test_token_fails_closed);
   suite_add_tcase(s, tc);
   tc = tcase_create("failures");
@@ -269,6 +320,7 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_join_timeout_names_missing);
   tcase_add_test(tc, test_no_server);
   tcase_add_test(tc, test_abort_and_refusal);
+  tcase_add_test(tc, test_streams_must_agree);
   suite_add_tcase(s, tc);
   return s;
 }

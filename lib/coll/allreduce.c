@@ -150,6 +150,8 @@ hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
                            hoop_dtype dtype, hoop_op op) {
   hoop_result result = hoop__coll_begin(comm, "hoop_allreduce", count, dtype, 1);
   if (result == HOOP_OK)
+    hoop__coll_describe(comm, (int)op, -1);
+  if (result == HOOP_OK)
     result = check_args(comm, sendbuf, recvbuf, count, op);
   if (result != HOOP_OK || count == 0)
     return hoop__coll_end(comm, result);

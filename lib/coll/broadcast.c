@@ -63,6 +63,7 @@ hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype 
   hoop_result result = hoop__coll_begin(comm, "hoop_broadcast", count, dtype, 1);
   if (result != HOOP_OK)
     return hoop__coll_end(comm, result);
+  hoop__coll_describe(comm, -1, root);
   if (root < 0 || root >= comm->size)
     return hoop__coll_end(comm, hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                                                 "hoop_broadcast: root %d is not in 0..%d", root,

@@ -66,7 +66,5 @@ typedef enum hoop__algo { HOOP__ALGO_AUTO, HOOP__ALGO_RING, HOOP__ALGO_RD } hoop
  * HOOP_ERR_INVALID_ARG (recorded) for a bad value of either. */
 hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *algo);
 
-/* Collectives that fail mark the communicator failed; the result is returned as is. */
-hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result);
 
 #endif /* HOOP_COLL_H */

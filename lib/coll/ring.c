@@ -119,8 +119,3 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
   return result;
 }
 
-hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
-  if (comm)
-    comm->call = NULL;
-  return result;
-}

@@ -1,0 +1,167 @@
+/* flight.c - the flight recorder: the last calls of every communicator in this process, dumped to
+ * stderr on SIGUSR1 (seq, collective, bytes, state, duration), so that an operator can ask a hung
+ * rank what it was doing without a debugger.
+ *
+ * The handler runs at any moment, so it only reads the ring and writes with write(2), formatting
+ * numbers by hand (snprintf is not async-signal-safe). An entry being written while it is read may
+ * show half-updated; the dump is a diagnostic, not a record.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flight.h"
+
+#define FLIGHT_ENTRIES 64
+
+typedef struct flight_entry {
+  int rank;
+  uint64_t seq;
+  const char *call; /* a static string */
+  uint64_t bytes;
+  int64_t start_us, end_us; /* end_us 0 while running */
+  hoop_result result;
+} flight_entry;
+
+static flight_entry ring[FLIGHT_ENTRIES];
+static volatile sig_atomic_t written; /* entries ever begun; the next goes at written % N */
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- formatting without stdio --------------------------------------------------------------- */
+
+typedef struct line {
+  char text[256];
+  size_t len;
+} line;
+
+static void add_text(line *out, const char *text) {
+  while (*text && out->len < sizeof out->text - 1)
+    out->text[out->len++] = *text++;
+}
+
+static void add_number(line *out, uint64_t value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = (char)('0' + value % 10);
+    value /= 10;
+  } while (value);
+  while (n > 0 && out->len < sizeof out->text - 1)
+    out->text[out->len++] = digits[--n];
+}
+
+/* Microseconds as seconds with six decimals. */
+static void add_seconds(line *out, int64_t us) {
+  add_number(out, (uint64_t)(us / 1000000));
+  add_text(out, ".");
+  char frac[7];
+  int64_t rest = us % 1000000;
+  for (int i = 5; i >= 0; i--, rest /= 10)
+    frac[i] = (char)('0' + rest % 10);
+  frac[6] = '\0';
+  add_text(out, frac);
+}
+
+static void emit(const line *out) {
+  size_t done = 0;
+  while (done < out->len) {
+    ssize_t n = write(STDERR_FILENO, out->text + done, out->len - done);
+    if (n <= 0)
+      return;
+    done += (size_t)n;
+  }
+}
+
+static void dump(int signo) {
+  (void)signo;
+  int64_t now = now_us();
+  long total = written, first = total > FLIGHT_ENTRIES ? total - FLIGHT_ENTRIES : 0;
+  line out = {.len = 0};
+  add_text(&out, "hoop flight recorder (pid ");
+  add_number(&out, (uint64_t)getpid());
+  add_text(&out, "): the last ");
+  add_number(&out, (uint64_t)(total - first));
+  add_text(&out, " calls, oldest first\n");
+  emit(&out);
+  for (long i = first; i < total; i++) {
+    const flight_entry *entry = &ring[i % FLIGHT_ENTRIES];
+    out.len = 0;
+    add_text(&out, "  rank ");
+    add_number(&out, (uint64_t)entry->rank);
+    add_text(&out, " call #");
+    add_number(&out, entry->seq);
+    add_text(&out, " ");
+    add_text(&out, entry->call ? entry->call : "?");
+    add_text(&out, " ");
+    add_number(&out, entry->bytes);
+    add_text(&out, " bytes: ");
+    if (entry->end_us) {
+      add_text(&out, entry->result == HOOP_OK ? "done" : "failed (");
+      if (entry->result != HOOP_OK) {
+        add_text(&out, hoop_strerror(entry->result));
+        add_text(&out, ")");
+      }
+      add_text(&out, " in ");
+      add_seconds(&out, entry->end_us - entry->start_us);
+    } else {
+      add_text(&out, "running for ");
+      add_seconds(&out, now - entry->start_us);
+    }
+    add_text(&out, " s\n");
+    emit(&out);
+  }
+}
+
+/* Only where nobody else chose what SIGUSR1 does: its default is to kill the process. */
+static void install(void) {
+  struct sigaction current;
+  if (sigaction(SIGUSR1, NULL, &current) != 0 || current.sa_handler != SIG_DFL ||
+      (current.sa_flags & SA_SIGINFO))
+    return;
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = dump;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, NULL);
+}
+
+void hoop__flight_install(void) {
+  pthread_once(&install_once, install);
+}
+
+long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes) {
+  pthread_mutex_lock(&ring_lock);
+  long slot = written;
+  flight_entry *entry = &ring[slot % FLIGHT_ENTRIES];
+  entry->end_us = 0;
+  entry->rank = rank;
+  entry->seq = seq;
+  entry->call = call;
+  entry->bytes = bytes;
+  entry->result = HOOP_OK;
+  entry->start_us = now_us();
+  written = (sig_atomic_t)(slot + 1);
+  pthread_mutex_unlock(&ring_lock);
+  return slot;
+}
+
+void hoop__flight_end(long slot, hoop_result result) {
+  pthread_mutex_lock(&ring_lock);
+  /* The slot may have been reused by 64 newer calls of other communicators. */
+  if (slot >= 0 && written - slot <= FLIGHT_ENTRIES) {
+    flight_entry *entry = &ring[slot % FLIGHT_ENTRIES];
+    entry->result = result;
+    entry->end_us = now_us();
+  }
+  pthread_mutex_unlock(&ring_lock);
+}

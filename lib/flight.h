@@ -1,0 +1,17 @@
+/* flight.h - the flight recorder: a ring of this process's last collective calls, dumped to stderr
+ * on SIGUSR1 (installed only where SIGUSR1 still has its default action). */
+#ifndef HOOP_FLIGHT_H
+#define HOOP_FLIGHT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "hoop.h"
+
+/* Install the SIGUSR1 handler once per process (at the first hoop_init). */
+void hoop__flight_install(void);
+/* Record a call starting; returns its slot for hoop__flight_end. */
+long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes);
+void hoop__flight_end(long slot, hoop_result result);
+
+#endif /* HOOP_FLIGHT_H */

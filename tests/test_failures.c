@@ -1,0 +1,384 @@
+/* test_failures.c - no rank hangs without saying why: mismatched calls give HOOP_ERR_MISMATCH on
+ * both sides, hoop_abort from a second thread reaches every rank with its reason, a stalled call
+ * warns naming the ranks it waits for, and a rank killed (SIGKILL) or stopped (SIGSTOP) in the
+ * middle of a large allreduce is reported by every survivor within HOOP_TIMEOUT plus a bound. */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "procs.h"
+
+/* Seconds past HOOP_TIMEOUT within which every survivor must have returned its error. */
+#define REPORT_BOUND_S 3.0
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static hoop_comm *join(int port, int index, int n, double timeout_s) {
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  hoop_config config;
+  hoop_config_init(&config);
+  config.rendezvous = rendezvous;
+  config.size = n;
+  config.rank = index;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = timeout_s;
+  hoop_comm *comm = NULL;
+  if (hoop_init(&comm, &config) != HOOP_OK) {
+    fprintf(stderr, "rank %d: hoop_init: %s\n", index, hoop_last_error(comm));
+    hoop_finalize(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+/* ---- mismatched calls ------------------------------------------------------------------------ */
+
+typedef enum mismatch_kind { DIFFERENT_COLLECTIVE, DIFFERENT_COUNT, DIFFERENT_ROOT } mismatch_kind;
+
+typedef struct mismatch_case {
+  int port;
+  mismatch_kind kind;
+} mismatch_case;
+
+static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank, float *buf) {
+  switch (kind) {
+  case DIFFERENT_COLLECTIVE:
+    return rank == 0 ? hoop_allreduce(comm, buf, buf, 1000, HOOP_FLOAT32, HOOP_SUM)
+                     : hoop_broadcast(comm, buf, 10, HOOP_FLOAT32, 0);
+  case DIFFERENT_COUNT:
+    return hoop_allreduce(comm, buf, buf, rank == 0 ? 1000 : 10, HOOP_FLOAT32, HOOP_SUM);
+  case DIFFERENT_ROOT:
+    return hoop_broadcast(comm, buf, 10, HOOP_FLOAT32, rank);
+  }
+  return HOOP_ERR_INVALID_ARG;
+}
+
+static int mismatch_rank(int index, int n, void *arg) {
+  const mismatch_case *mc = arg;
+  hoop_comm *comm = join(mc->port, index, n, 10);
+  if (!comm)
+    return 10;
+  float buf[1000] = {0};
+  hoop_result result = hoop_allreduce(comm, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
+  if (result != HOOP_OK) {
+    fprintf(stderr, "rank %d: a matched allreduce failed: %s\n", index, hoop_last_error(comm));
+    hoop_finalize(comm);
+    return 11;
+  }
+  double start = now_s();
+  result = mismatched_call(comm, mc->kind, index, buf);
+  /* Different roots each only send: neither can know before the next call, which must fail. */
+  if (result == HOOP_OK && mc->kind == DIFFERENT_ROOT)
+    result = hoop_barrier(comm);
+  double took = now_s() - start;
+  const char *message = hoop_last_error(comm);
+  int bad = result != HOOP_ERR_MISMATCH || took > 5 || strstr(message, "does not match") == NULL;
+  /* Both sides are named: the message mentions rank 0 and rank 1. */
+  bad |= strstr(message, "rank 0") == NULL || strstr(message, "rank 1") == NULL;
+  if (bad || getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "rank %d: expected a mismatch naming both ranks within 5 s, got %s after "
+                    "%.1f s: %s\n",
+            index, hoop_strerror(result), took, message);
+  hoop_finalize(comm);
+  return bad;
+}
+
+static void run_mismatch(mismatch_kind kind) {
+  mismatch_case mc = {procs_free_port(), kind};
+  ck_assert_int_eq(procs_fork_ranks(2, mismatch_rank, &mc, 30), 0);
+}
+
+START_TEST(test_mismatch_collective) {
+  run_mismatch(DIFFERENT_COLLECTIVE);
+}
+END_TEST
+
+START_TEST(test_mismatch_count) {
+  run_mismatch(DIFFERENT_COUNT);
+}
+END_TEST
+
+START_TEST(test_mismatch_root) {
+  run_mismatch(DIFFERENT_ROOT);
+}
+END_TEST
+
+/* ---- abort from another thread --------------------------------------------------------------- */
+
+static void *abort_later(void *arg) {
+  struct timespec pause = {0, 300 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  hoop_abort(arg, "disk full on the checkpoint thread");
+  return NULL;
+}
+
+static int abort_thread_rank(int index, int n, void *arg) {
+  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  if (!comm)
+    return 10;
+  float buf[256] = {0};
+  int bad = 0;
+  hoop_result result;
+  double start = now_s();
+  if (index == 0) {
+    /* Rank 1 comes late: this rank waits inside the allreduce until the thread aborts it. */
+    pthread_t thread;
+    pthread_create(&thread, NULL, abort_later, comm);
+    result = hoop_allreduce(comm, buf, buf, 256, HOOP_FLOAT32, HOOP_SUM);
+    pthread_join(thread, NULL);
+    bad |= now_s() - start > 2;
+  } else {
+    sleep(2);
+    result = hoop_allreduce(comm, buf, buf, 256, HOOP_FLOAT32, HOOP_SUM);
+    bad |= now_s() - start > 4;
+  }
+  bad |= result != HOOP_ERR_ABORTED;
+  bad |= strstr(hoop_last_error(comm), "aborted by rank 0: disk full on the checkpoint thread") ==
+         NULL;
+  if (bad)
+    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with the reason soon, got %s after %.1f s: "
+                    "%s\n",
+            index, hoop_strerror(result), now_s() - start, hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+/* Both ranks run 16 MiB allreduces back to back when rank 0's thread aborts: the half-sent
+ * message is finished before the notice, so rank 1 still hears the reason. */
+static void *abort_large_later(void *arg) {
+  sleep(1);
+  hoop_abort(arg, "stop the large one");
+  return NULL;
+}
+
+static int abort_large_rank(int index, int n, void *arg) {
+  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  if (!comm)
+    return 10;
+  size_t count = 4u << 20;
+  float *buf = calloc(count, sizeof *buf);
+  pthread_t thread;
+  if (index == 0)
+    pthread_create(&thread, NULL, abort_large_later, comm);
+  hoop_result result = HOOP_OK;
+  double start = now_s();
+  while (buf && result == HOOP_OK && now_s() - start < 20)
+    result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
+  if (index == 0)
+    pthread_join(thread, NULL);
+  int bad = result != HOOP_ERR_ABORTED ||
+            strstr(hoop_last_error(comm), "aborted by rank 0: stop the large one") == NULL;
+  if (bad)
+    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with the reason, got %s: %s\n", index,
+            hoop_strerror(result), hoop_last_error(comm));
+  free(buf);
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_abort_in_large_allreduce) {
+  int port = procs_free_port();
+  ck_assert_int_eq(procs_fork_ranks(2, abort_large_rank, &port, 40), 0);
+}
+END_TEST
+
+START_TEST(test_abort_from_thread) {
+  int port = procs_free_port();
+  ck_assert_int_eq(procs_fork_ranks(2, abort_thread_rank, &port, 30), 0);
+}
+END_TEST
+
+/* ---- stall warning and flight recorder ------------------------------------------------------- */
+
+static void *signal_later(void *arg) {
+  (void)arg;
+  sleep(1);
+  kill(getpid(), SIGUSR1);
+  return NULL;
+}
+
+/* Rank 1 joins the allreduce 2 s late. Rank 0 warns after HOOP_STALL_WARN=0.5 s, naming rank 1,
+ * and dumps its flight recorder on SIGUSR1 at 1 s, showing the allreduce still running. */
+static int stall_rank(int index, int n, void *arg) {
+  char log_path[128];
+  snprintf(log_path, sizeof log_path, "/tmp/hoop-stall-%d-%d.log", (int)getppid(), index);
+  if (!freopen(log_path, "w", stderr))
+    return 20;
+  setenv("HOOP_STALL_WARN", "0.5", 1);
+  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  if (!comm)
+    return 10;
+  if (index == 1)
+    sleep(2); /* rank 0 waits for this rank inside the allreduce */
+  float buf[16] = {0};
+  pthread_t thread;
+  if (index == 0)
+    pthread_create(&thread, NULL, signal_later, NULL);
+  hoop_result result = hoop_allreduce(comm, buf, buf, 16, HOOP_FLOAT32, HOOP_SUM);
+  if (index == 0)
+    pthread_join(thread, NULL);
+  hoop_finalize(comm);
+  fflush(stderr);
+  char *log = procs_slurp(log_path);
+  int bad = result != HOOP_OK || !log;
+  if (index == 0 && log)
+    bad |= strstr(log, "HOOP_STALL_WARN") == NULL ||
+           strstr(log, "still waiting for rank 1") == NULL ||
+           strstr(log, "hoop_allreduce (call #1)") == NULL ||
+           strstr(log, "hoop flight recorder") == NULL ||
+           strstr(log, "rank 0 call #1 hoop_allreduce 64 bytes: running for ") == NULL;
+  if (index == 1 && log)
+    bad |= strstr(log, "HOOP_STALL_WARN") != NULL; /* it never waited */
+  if (bad)
+    fprintf(stdout, "rank %d: %s; its stderr:\n%s\n", index, hoop_strerror(result),
+            log ? log : "(unreadable)");
+  free(log);
+  unlink(log_path);
+  return bad;
+}
+
+START_TEST(test_stall_warning) {
+  int port = procs_free_port();
+  ck_assert_int_eq(procs_fork_ranks(2, stall_rank, &port, 30), 0);
+}
+END_TEST
+
+/* ---- a rank killed or stopped in a large allreduce ------------------------------------------ */
+
+typedef struct loss_case {
+  int port;
+  int victim;
+  double timeout_s;
+  int stop; /* SIGSTOP instead of SIGKILL */
+} loss_case;
+
+/* Allreduce 16 MiB until something fails; exit 0 only for an error that names the victim (or,
+ * for a stopped rank, a timeout or its cascade). */
+static int loss_rank(int index, int n, const loss_case *lc) {
+  hoop_comm *comm = join(lc->port, index, n, lc->timeout_s);
+  if (!comm)
+    return 10;
+  size_t count = 4u << 20;
+  float *buf = calloc(count, sizeof *buf);
+  hoop_result result = HOOP_OK;
+  while (buf && result == HOOP_OK)
+    result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
+  const char *message = hoop_last_error(comm);
+  char victim[32];
+  snprintf(victim, sizeof victim, "rank %d", lc->victim);
+  int bad = !buf;
+  /* HOOP_ERR_FAILED: the call in flight had all its data when the failure was read, so it
+   * succeeded, and the next one is refused with the failure's message. */
+  if (lc->stop)
+    bad |= result != HOOP_ERR_TIMEOUT && result != HOOP_ERR_PEER_LOST && result != HOOP_ERR_FAILED;
+  else
+    bad |= (result != HOOP_ERR_PEER_LOST && result != HOOP_ERR_FAILED) ||
+           strstr(message, victim) == NULL;
+  /* Later calls are refused with the same story. */
+  bad |= hoop_barrier(comm) != HOOP_ERR_FAILED;
+  if (bad || getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "rank %d: %s: %s\n", index, hoop_strerror(result), message);
+  free(buf);
+  hoop_finalize(comm);
+  return bad;
+}
+
+static void run_loss(int n, int victim, int stop, double timeout_s) {
+  loss_case lc = {procs_free_port(), victim, timeout_s, stop};
+  pid_t pids[8];
+  fflush(NULL);
+  for (int i = 0; i < n; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0)
+      _exit(loss_rank(i, n, &lc));
+  }
+  /* Joined, and well into the allreduces; HOOP_TEST_RANDOM_KILL picks a moment in 1-3 s. */
+  double delay = getenv("HOOP_TEST_RANDOM_KILL") ? 1.0 + 2.0 * drand48() : 2.0;
+  struct timespec pause = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+  nanosleep(&pause, NULL);
+  kill(pids[victim], stop ? SIGSTOP : SIGKILL);
+  double killed = now_s(), last = 0;
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == victim)
+      continue;
+    int code = procs_wait(pids[i], timeout_s + REPORT_BOUND_S + 10);
+    double took = now_s() - killed;
+    last = took > last ? took : last;
+    if (code != 0 || took > timeout_s + REPORT_BOUND_S) {
+      fprintf(stderr, "survivor %d ended with %d %.2f s after the %s (expected 0 within %.1f s)\n",
+              i, code, took, stop ? "stop" : "kill", timeout_s + REPORT_BOUND_S);
+      bad++;
+    }
+  }
+  kill(pids[victim], SIGKILL);
+  waitpid(pids[victim], NULL, 0);
+  if (getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "%s of rank %d after %.2f s: last survivor returned %.3f s later\n",
+            stop ? "SIGSTOP" : "SIGKILL", victim, delay, last);
+  ck_assert_int_eq(bad, 0);
+}
+
+/* HOOP_TEST_KILL_ROUNDS=N repeats it, for the statistics of kill-to-error times. */
+START_TEST(test_kill_in_allreduce_4) {
+  const char *text = getenv("HOOP_TEST_KILL_ROUNDS");
+  long rounds = text ? strtol(text, NULL, 10) : 1;
+  srand48((long)getpid());
+  for (long round = 0; round < rounds; round++)
+    run_loss(4, (int)((2 + round) % 4), 0, 5);
+}
+END_TEST
+
+START_TEST(test_kill_in_allreduce_2) {
+  run_loss(2, 1, 0, 5);
+}
+END_TEST
+
+START_TEST(test_stop_caught_by_timeout) {
+  run_loss(4, 1, 1, 2);
+}
+END_TEST
+
+static Suite *failures_suite(void) {
+  Suite *s = suite_create("failures");
+  TCase *tc = tcase_create("mismatch");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_mismatch_collective);
+  tcase_add_test(tc, test_mismatch_count);
+  tcase_add_test(tc, test_mismatch_root);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("abort_and_stall");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_abort_from_thread);
+  tcase_add_test(tc, test_abort_in_large_allreduce);
+  tcase_add_test(tc, test_stall_warning);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("loss");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, test_kill_in_allreduce_2);
+  tcase_add_test(tc, test_kill_in_allreduce_4);
+  tcase_add_test(tc, test_stop_caught_by_timeout);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(failures_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

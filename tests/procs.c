@@ -1,6 +1,8 @@
 /* procs.c - process helpers for the multi-process tests (see procs.h). */
 #include "procs.h"
 
+#include "hoop.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +86,16 @@ int procs_fork_ranks(int n, int (*fn)(int index, int n, void *arg), void *arg, d
     }
   }
   return bad;
+}
+
+void procs_local_config(struct hoop_config *config, char *rendezvous, size_t len, int port,
+                        int index, int n) {
+  snprintf(rendezvous, len, "127.0.0.1:%d", port);
+  hoop_config_init(config);
+  config->rendezvous = rendezvous;
+  config->size = n;
+  config->rank = index;
+  config->serve_rendezvous = index == 0;
 }
 
 int procs_free_port(void) {

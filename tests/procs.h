@@ -3,6 +3,7 @@
 #ifndef HOOP_TEST_PROCS_H
 #define HOOP_TEST_PROCS_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 /* Path of a program in the build tree: $HOOP_BUILDDIR/rel (or ./rel). Static buffer. */
@@ -22,6 +23,13 @@ int procs_run(char *const argv[], char *const env_add[], const char *out_path, d
 /* Fork n children; child i runs fn(i, n, arg) and exits with its return value. Waits for all
  * within timeout_s (killing the rest past it) and returns how many did not exit 0. */
 int procs_fork_ranks(int n, int (*fn)(int index, int n, void *arg), void *arg, double timeout_s);
+
+/* Fill config for rank index of an n-rank job whose rendezvous rank 0 hosts on 127.0.0.1:port,
+ * from hoop_config_init's defaults. config->rendezvous points into rendezvous (len bytes), which
+ * must outlive it. Callers set what else their test needs. */
+struct hoop_config;
+void procs_local_config(struct hoop_config *config, char *rendezvous, size_t len, int port,
+                        int index, int n);
 
 /* A free TCP port on 127.0.0.1 (bound and released; good enough for tests). */
 int procs_free_port(void);

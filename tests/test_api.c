@@ -230,13 +230,8 @@ END_TEST
 static int abort_then_call(int index, int n, void *arg) {
   int port = *(int *)arg;
   char rendezvous[64];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
   hoop_config config;
-  hoop_config_init(&config);
-  config.rendezvous = rendezvous;
-  config.size = n;
-  config.rank = index;
-  config.serve_rendezvous = index == 0;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, n);
   config.timeout_s = 20;
   hoop_comm *comm = NULL;
   if (hoop_init(&comm, &config) != HOOP_OK)
@@ -276,13 +271,8 @@ END_TEST
 static int streams_disagree(int index, int n, void *arg) {
   int port = *(int *)arg;
   char rendezvous[64];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
   hoop_config config;
-  hoop_config_init(&config);
-  config.rendezvous = rendezvous;
-  config.size = n;
-  config.rank = index;
-  config.serve_rendezvous = index == 0;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, n);
   config.timeout_s = 10;
   config.tcp_streams = index == 0 ? 4 : 2;
   hoop_comm *comm = NULL;

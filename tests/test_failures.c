@@ -26,13 +26,8 @@ static double now_s(void) {
 
 static hoop_comm *join(int port, int index, int n, double timeout_s) {
   char rendezvous[64];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
   hoop_config config;
-  hoop_config_init(&config);
-  config.rendezvous = rendezvous;
-  config.size = n;
-  config.rank = index;
-  config.serve_rendezvous = index == 0;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, n);
   config.timeout_s = timeout_s;
   hoop_comm *comm = NULL;
   if (hoop_init(&comm, &config) != HOOP_OK) {

@@ -266,6 +266,7 @@ static hoop_comm *comm_new(void) {
   comm->size = 1;
   comm->local_size = 1;
   comm->fail_origin = -1;
+  comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
   pthread_mutex_init(&comm->call_lock, NULL);
   atomic_init(&comm->abort_requested, 0);
   return comm;

@@ -53,6 +53,7 @@ struct hoop_comm {
   int abort_done;
   char abort_reason[512];
 
+  size_t chunk_bytes;    /* HOOP_CHUNK_BYTES, read at the start of each collective */
   size_t *block_offset;  /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
   void *scratch;         /* reduction staging, grown on demand */

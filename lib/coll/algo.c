@@ -14,6 +14,7 @@ hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
                            "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
                            comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES,
                            HOOP_CHUNK_MAX_BYTES);
+  comm->chunk_bytes = (size_t)chunk;
   const char *text = hoop__env_get("HOOP_ALGO");
   if (strcmp(text, "auto") == 0)
     *out = HOOP__ALGO_AUTO;

@@ -42,7 +42,7 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
   int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
   size_t esize = hoop_dtype_size(dtype);
   /* Step 0 sends this rank's own contribution to segment r. */
-  size_t chunk = hoop__chunk_bytes(plan->length[r], esize);
+  size_t chunk = hoop__chunk_bytes(comm, plan->length[r], esize);
   hoop_result result = HOOP_OK;
   for (size_t done = 0; done < plan->length[r] && result == HOOP_OK; done += chunk) {
     size_t len = plan->length[r] - done < chunk ? plan->length[r] - done : chunk;
@@ -50,7 +50,7 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
   }
   for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
     int seg = ((r - step - 1) % n + n) % n;
-    chunk = hoop__chunk_bytes(plan->length[seg], esize);
+    chunk = hoop__chunk_bytes(comm, plan->length[seg], esize);
     for (size_t done = 0; done < plan->length[seg] && result == HOOP_OK; done += chunk) {
       size_t len = plan->length[seg] - done < chunk ? plan->length[seg] - done : chunk;
       size_t at = plan->offset[seg] + done;
@@ -173,7 +173,7 @@ hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
   ring_plan plan;
   plan_segments(comm, count, esize, &plan);
   /* Segment 0 is never smaller than the others, so its chunk is the largest. */
-  char *staging = hoop__scratch(comm, hoop__chunk_bytes(plan.length[0], esize));
+  char *staging = hoop__scratch(comm, hoop__chunk_bytes(comm, plan.length[0], esize));
   if (!staging)
     return hoop__coll_end(comm, HOOP_ERR_SYSTEM);
 

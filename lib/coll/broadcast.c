@@ -39,7 +39,7 @@ static hoop_result chain(hoop_comm *comm, char *buf, size_t bytes, int root) {
   int vrank = (comm->rank - root + n) % n;
   int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
   int forwards = vrank < n - 1; /* the last rank of the chain only receives */
-  size_t chunk = hoop__chunk_bytes(bytes, 1);
+  size_t chunk = hoop__chunk_bytes(comm, bytes, 1);
   hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
   for (size_t done = 0; done < bytes && result == HOOP_OK; done += chunk) {

@@ -36,7 +36,7 @@ hoop_result hoop__arena_isend(hoop_comm *comm, hoop__arena *arena, int peer, con
                               size_t len);
 
 /* Bytes per chunk for a block of block_bytes, a multiple of elem_size. */
-size_t hoop__chunk_bytes(size_t block_bytes, size_t elem_size);
+size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_size);
 
 /* Rank r starts with block (r + shift) % n complete and ends with all n blocks: at each of n-1
  * steps it receives from the previous rank the block that rank completed the step before, and

@@ -59,13 +59,8 @@ void hoop__arena_free(hoop__arena *arena) {
   memset(arena, 0, sizeof *arena);
 }
 
-size_t hoop__chunk_bytes(size_t block_bytes, size_t elem_size) {
-  long configured;
-  /* hoop__coll_tuning has already refused a bad value; this keeps the default for one anyway. */
-  size_t chunk = hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES,
-                                 HOOP_CHUNK_MAX_BYTES, &configured) == 0
-                     ? (size_t)configured
-                     : HOOP_CHUNK_BYTES;
+size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_size) {
+  size_t chunk = comm->chunk_bytes; /* read once per call by hoop__coll_tuning */
   if (block_bytes / chunk >= HOOP_MAX_CHUNKS_PER_BLOCK)
     chunk = block_bytes / HOOP_MAX_CHUNKS_PER_BLOCK + 1;
   chunk -= chunk % elem_size;
@@ -99,11 +94,11 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
   if (!own_sent) {
     int own = (r + shift) % n;
     result = send_block(comm, arena, next, base + offset[own], length[own],
-                        hoop__chunk_bytes(length[own], elem_size));
+                        hoop__chunk_bytes(comm, length[own], elem_size));
   }
   for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
     int block = ((r + shift - step - 1) % n + n) % n;
-    size_t chunk = hoop__chunk_bytes(length[block], elem_size);
+    size_t chunk = hoop__chunk_bytes(comm, length[block], elem_size);
     for (size_t done = 0; done < length[block] && result == HOOP_OK; done += chunk) {
       size_t len = length[block] - done < chunk ? length[block] - done : chunk;
       char *where = base + offset[block] + done;

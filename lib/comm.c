@@ -137,12 +137,13 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
                                                                    : HOOP_ERR_INVALID_ARG,
                            "hoop_init: transport '%s' is not available (this build has: tcp)",
                            transport);
-  /* Failing closed: a user who sets a token expects strangers to be kept out, and this release
-   * cannot do that yet. */
-  if (config->token && config->token[0])
-    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
-                           "hoop_init: a token (HOOP_TOKEN) was given, but this release does not "
-                           "support authentication yet; unset it to run without");
+  if (config->token && config->token[0] && config->token_file && config->token_file[0])
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: both a token and a token file were given (HOOP_TOKEN and "
+                           "HOOP_TOKEN_FILE): set one");
+  if (config->token && strlen(config->token) > HOOP_MAX_TOKEN)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: the token is longer than %d "
+                           "bytes", HOOP_MAX_TOKEN);
   if (config->rendezvous && strlen(config->rendezvous) >= sizeof comm->rendezvous)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: rendezvous address too long");
   if (config->ifname && strlen(config->ifname) >= sizeof comm->ifname)
@@ -186,11 +187,40 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
   hoop__rdzv_options options = {0};
   options.listen = listen;
   options.once = 1;
+  options.token = comm->token[0] ? comm->token : NULL;
   char err[256];
   if (hoop__rdzv_thread_start(&options, &comm->server, err, sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: hosting the rendezvous on %s: %s",
                            comm->rendezvous, err);
   HOOP_INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job, listen);
+  return HOOP_OK;
+}
+
+/* With a token, data connections present a proof keyed by it instead of the table's nonce, so
+ * that someone who reads the (unencrypted) rank table on its way still cannot connect to a rank. */
+static void derive_data_nonce(hoop_comm *comm) {
+  if (!comm->token[0]) {
+    memcpy(comm->data_nonce, comm->table.nonce, HOOP_WIRE_NONCE);
+    return;
+  }
+  uint8_t proof[HOOP_AUTH_PROOF];
+  hoop__auth_proof(comm->token, strlen(comm->token), HOOP_AUTH_DATA, comm->table.nonce,
+                   HOOP_WIRE_NONCE, NULL, 0, proof);
+  memcpy(comm->data_nonce, proof, HOOP_WIRE_NONCE);
+}
+
+/* The token from the config or its file, into comm->token. */
+static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
+  if (config->token && config->token[0]) {
+    snprintf(comm->token, sizeof comm->token, "%s", config->token);
+    return HOOP_OK;
+  }
+  if (!config->token_file || !config->token_file[0])
+    return HOOP_OK;
+  char err[HOOP_WIRE_MAX_HOST + 256];
+  if (hoop__auth_read_token(config->token_file, comm->token, sizeof comm->token, err,
+                            sizeof err) != 0)
+    return hoop__set_error(comm, HOOP_ERR_AUTH, "hoop_init: %s", err);
   return HOOP_OK;
 }
 
@@ -223,6 +253,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
                                  comm->timeout_s, &comm->table);
   if (result != HOOP_OK)
     return result;
+  derive_data_nonce(comm);
   if ((int)comm->table.size != config->size ||
       (config->rank >= 0 && (int)comm->table.rank != config->rank))
     return hoop__set_error(comm, HOOP_ERR_PROTOCOL,
@@ -309,6 +340,8 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
   hoop_result result = check_config(comm, config);
   if (result == HOOP_OK)
     result = read_checks(comm);
+  if (result == HOOP_OK)
+    result = load_token(comm, config);
   if (result != HOOP_OK)
     return init_failed(comm, result);
   snprintf(comm->job, sizeof comm->job, "%s", config->job ? config->job : "default");
@@ -510,6 +543,8 @@ static hoop_result config_from_env(hoop_comm *comm, hoop_config *config, launche
   config->ifname = hoop__env_get("HOOP_IFNAME");
   config->transport = hoop__env_get("HOOP_TRANSPORT");
   config->token = hoop__env_is_set("HOOP_TOKEN") ? hoop__env_get("HOOP_TOKEN") : NULL;
+  config->token_file =
+      hoop__env_is_set("HOOP_TOKEN_FILE") ? hoop__env_get("HOOP_TOKEN_FILE") : NULL;
   config->hostname = hoop__env_is_set("HOOP_HOSTNAME") ? hoop__env_get("HOOP_HOSTNAME") : NULL;
   /* Without a launcher's variables a program runs as a job of one rank, as MPI singletons do. */
   config->size = 1;
@@ -605,6 +640,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
     comm->transport->finalize(comm);
   hoop__rdzv_thread_stop(comm->server);
   hoop__table_free(&comm->table);
+  hoop__auth_wipe(comm->token, sizeof comm->token);
   free(comm->scratch);
   free(comm->block_length);
   free(comm->block_offset);

@@ -32,7 +32,9 @@ static const hoop__env_var env_table[] = {
                               "get HOOP_ERR_MISMATCH; 0 turns the check off"},
     {"HOOP_STALL_WARN", "60", "seconds a collective may wait before it logs a warning naming "
                               "the ranks it is still waiting for"},
-    {"HOOP_TOKEN", "", "shared secret that ranks must prove to join (not sent on the wire)"},
+    {"HOOP_TOKEN", "", "shared secret that ranks must prove to join (not sent on the wire); "
+                       "hooprun makes a fresh one per job"},
+    {"HOOP_TOKEN_FILE", "", "file holding the token (mode 600), instead of HOOP_TOKEN"},
     {"HOOP_DEBUG", "warn", "log level on stderr: none|error|warn|info|trace"},
     {"HOOP_DEBUG_SUBSYS", "all", "subsystems to log: init,coll,net,rdzv,env or all; ^ excludes"},
     {NULL, NULL, NULL},

@@ -93,7 +93,10 @@ typedef struct hoop_config {
   const char *ifname;     /* interface selection, NCCL_SOCKET_IFNAME syntax (NULL: automatic) */
   const char *transport;  /* "auto" or "tcp" (default "auto") */
   int tcp_streams;        /* TCP connections per peer (default 2) */
-  const char *token;      /* shared secret for authentication, or NULL */
+  const char *token;      /* shared secret: the rendezvous server admits only ranks that prove
+                             they know it, and data connections carry a proof derived from it;
+                             NULL or "": none (see hoopd(8) for what it protects) */
+  const char *token_file; /* read the token from this file (mode 600) instead; NULL: none */
   const char *hostname;   /* the host name this rank reports to the rendezvous, which groups
                              ranks by it (local ranks); NULL: gethostname() */
 } hoop_config;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth.h"
 #include "hoop.h"
 #include "log.h"
 #include "wire.h"
@@ -27,6 +28,9 @@ struct hoop_comm {
   int tcp_streams;
   char ifname[256];
   hoop__table table;    /* rank -> host, address, local rank */
+  char token[HOOP_MAX_TOKEN + 1]; /* the shared secret, "" for none; wiped at finalize */
+  uint8_t data_nonce[HOOP_WIRE_NONCE]; /* what data connections present: the table's nonce, or
+                                          with a token a proof derived from it and the token */
 
   const struct hoop__transport_ops *transport;
   void *transport_state;

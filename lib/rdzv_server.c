@@ -1,6 +1,8 @@
-/* rdzv_server.c - the rendezvous server on libuv (see rdzv_server.h). A connection carries one
- * request: a HELLO, answered by the job's TABLE or an ERROR once the job completes or fails, or a
- * STATUS_REQ, answered at once. The server then closes the connection. */
+/* rdzv_server.c - the rendezvous server on libuv (see rdzv_server.h). The server opens each
+ * connection with a CHALLENGE; the connection then carries one request: a HELLO, answered by the
+ * job's TABLE or an ERROR once the job completes or fails, or a STATUS_REQ, answered at once. The
+ * server then closes the connection. With a token, a request without the right proof is refused
+ * with HOOP_ERR_AUTH and changes nothing. */
 #include "rdzv_server.h"
 
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "hoop.h"
 #include "log.h"
 #include "netaddr.h"
@@ -44,6 +47,7 @@ struct rdzv_client {
   int open_handles;  /* of tcp and timer; freed when both are closed */
   int closing;
   int replying; /* a reply is on its way; the connection closes once it is written */
+  uint8_t challenge[HOOP_WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
   char peer[64];
   size_t inlen;
   uint8_t in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_CLIENT_PAYLOAD];
@@ -74,6 +78,7 @@ struct hoop__rdzv_server {
   int max_jobs, max_connections;
   uint64_t idle_ms;
   int once, once_over, done_called;
+  char token[HOOP_MAX_TOKEN + 1]; /* "" when requests need no proof */
   void (*on_done)(void *arg);
   void *arg;
   rdzv_client *clients;
@@ -93,12 +98,18 @@ typedef struct shared_table {
 typedef struct rdzv_reply {
   uv_write_t req;
   rdzv_client *client;
+  int keep_open; /* the CHALLENGE: the connection stays open for the request */
   hoop__wbuf message;
   shared_table *table;
   uint8_t head[TABLE_HEAD];
 } rdzv_reply;
 
 static void client_close(rdzv_client *client);
+
+static void server_free(hoop__rdzv_server *server) {
+  hoop__auth_wipe(server->token, sizeof server->token);
+  free(server);
+}
 static void on_client_timer(uv_timer_t *timer);
 static void check_once_done(hoop__rdzv_server *server);
 
@@ -221,7 +232,7 @@ static member_slot *job_slots(const rdzv_job *job, member_slot ***pointers) {
 
 static void handle_closed(hoop__rdzv_server *server) {
   if (--server->open_handles == 0 && server->closing)
-    free(server);
+    server_free(server);
 }
 
 static void on_job_closed(uv_handle_t *handle) {
@@ -372,10 +383,39 @@ static void on_written(uv_write_t *req, int status) {
   hoop__rdzv_server *server = client->server;
   if (status < 0 && status != UV_ECANCELED)
     HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s failed: %s", client->peer, uv_strerror(status));
+  int keep_open = reply->keep_open && status == 0;
   reply_free(reply);
   server->pending_writes--;
-  client_close(client);
+  if (!keep_open)
+    client_close(client);
   check_once_done(server);
+}
+
+/* Open the connection with a CHALLENGE: a fresh nonce, and whether requests must prove the token.
+ * -1 if it could not be sent (the client is closed then). */
+static int send_challenge(rdzv_client *client) {
+  hoop__rdzv_server *server = client->server;
+  hoop__challenge challenge = {.flags = server->token[0] ? HOOP_CHALLENGE_AUTH : 0};
+  rdzv_reply *reply = calloc(1, sizeof *reply);
+  if (!reply || hoop__auth_random(challenge.nonce, sizeof challenge.nonce) != 0 ||
+      hoop__wire_encode_challenge(&reply->message, &challenge) != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: out of memory or randomness", client->peer);
+  } else {
+    memcpy(client->challenge, challenge.nonce, sizeof client->challenge);
+    reply->client = client;
+    reply->keep_open = 1;
+    uv_buf_t buf = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
+    int rc = uv_write(&reply->req, (uv_stream_t *)&client->tcp, &buf, 1, on_written);
+    if (rc == 0) {
+      server->pending_writes++;
+      return 0;
+    }
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: %s", client->peer, uv_strerror(rc));
+  }
+  if (reply)
+    reply_free(reply);
+  client_close(client);
+  return -1;
 }
 
 /* Send reply (owned from here on) and close the connection once it is written. Until then the
@@ -665,7 +705,40 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
   return job;
 }
 
+/* With a token: 1 if proof (len bytes) is the one for purpose over this connection's challenge
+ * (and, for a HELLO, over its fields); else the refusal is logged, its ERROR sent, and 0. */
+static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t *proof,
+                    size_t len) {
+  hoop__rdzv_server *server = client->server;
+  if (!server->token[0])
+    return 1;
+  uint8_t expected[HOOP_AUTH_PROOF];
+  if (hello) {
+    if (hoop__auth_hello_proof(server->token, client->challenge, hello, expected) != 0) {
+      send_error(client, HOOP_ERR_SYSTEM, "rendezvous server: out of memory");
+      return 0;
+    }
+  } else {
+    hoop__auth_proof(server->token, strlen(server->token), HOOP_AUTH_STATUS, client->challenge,
+                     sizeof client->challenge, NULL, 0, expected);
+  }
+  if (len == HOOP_AUTH_PROOF && hoop__auth_equal(proof, expected, HOOP_AUTH_PROOF))
+    return 1;
+  char what[HOOP_WIRE_MAX_JOB + HOOP_WIRE_MAX_HOST + 64] = "a status query";
+  if (hello)
+    snprintf(what, sizeof what, "a rank of job '%s' on host '%s'", hello->job, hello->host);
+  HOOP_WARN(HOOP_SUBSYS_RDZV, "refused %s from %s: %s", what, client->peer,
+            len ? "wrong token" : "no token");
+  send_error(client, HOOP_ERR_AUTH,
+             "authentication failed: %s; the server admits only holders of its token "
+             "(HOOP_TOKEN or HOOP_TOKEN_FILE)",
+             len ? "the proof does not match this server's token" : "no proof of a token was sent");
+  return 0;
+}
+
 static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
+  if (!proof_ok(client, hello, hello->proof, hello->proof_len))
+    return;
   rdzv_job *job = job_for_hello(client, hello);
   if (!job)
     return;
@@ -751,15 +824,16 @@ static void handle_input(rdzv_client *client) {
   const uint8_t *payload = client->in + HOOP_WIRE_HEADER_SIZE;
   client->inlen = 0;
   hoop__hello hello;
+  hoop__status_req request;
   if (header.type == HOOP_MSG_HELLO) {
     if (hoop__wire_decode_hello(payload, header.length, &hello) != 0)
       refuse_malformed(client, "malformed HELLO");
     else
       handle_hello(client, &hello);
   } else if (header.type == HOOP_MSG_STATUS_REQ) {
-    if (header.length != 0)
-      refuse_malformed(client, "STATUS_REQ with a payload");
-    else
+    if (hoop__wire_decode_status_req(payload, header.length, &request) != 0)
+      refuse_malformed(client, "malformed STATUS_REQ");
+    else if (proof_ok(client, NULL, request.proof, request.proof_len))
       send_status(client);
   } else {
     refuse_malformed(client, "a message type that clients do not send");
@@ -891,6 +965,8 @@ static void on_connection(uv_stream_t *listener, int status) {
                server->max_connections);
     return;
   }
+  if (send_challenge(client) != 0)
+    return;
   int rc = uv_read_start((uv_stream_t *)&client->tcp, on_alloc, on_read);
   if (rc != 0) {
     HOOP_WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror(rc));
@@ -971,6 +1047,7 @@ static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *opt
   double idle_s = options->idle_timeout_s > 0 ? options->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
   server->once = options->once;
+  snprintf(server->token, sizeof server->token, "%s", options->token ? options->token : "");
   server->on_done = options->on_done;
   server->arg = options->arg;
 }
@@ -982,7 +1059,7 @@ static int start_listening(hoop__rdzv_server *server, int fd, char *err, size_t 
   if (rc != 0) {
     snprintf(err, errlen, "uv_tcp_init: %s", uv_strerror(rc));
     close(fd);
-    free(server);
+    server_free(server);
     return -1;
   }
   server->listener.data = server;
@@ -1026,7 +1103,7 @@ int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
   if (!server || getsockname(fd, (struct sockaddr *)&addr, &addrlen) != 0) {
     snprintf(err, errlen, "%s%s", server ? "getsockname: " : "out of memory",
              server ? strerror(errno) : "");
-    free(server);
+    server_free(server);
     close(fd);
     return -1;
   }
@@ -1056,7 +1133,7 @@ void hoop__rdzv_server_close(hoop__rdzv_server *server) {
   while (server->jobs)
     job_forget(server->jobs);
   if (server->open_handles == 0)
-    free(server);
+    server_free(server);
 }
 
 /* ---- a server on its own thread -------------------------------------------------------------- */

@@ -17,6 +17,8 @@ typedef struct hoop__rdzv_options {
   int max_connections;       /* client connections at once (0: default 4096) */
   double idle_timeout_s;     /* close a client that sends no complete message for this long
                                 (0: default 30 s); a client that has joined waits for its job */
+  const char *token;         /* NULL or "": admit anyone; else every request must prove it
+                                (HMAC-SHA256 over a per-connection challenge). Copied. */
   int once;                  /* 1: stop listening after the first job completes or fails */
   void (*on_done)(void *arg); /* with once: called when that job is over and its replies flushed */
   void *arg;

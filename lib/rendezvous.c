@@ -1,5 +1,6 @@
 /* rendezvous.c - client side of the rendezvous: connect to the server (retrying while it starts),
- * send HELLO and wait for the rank table or the server's error. */
+ * take its challenge, send HELLO (with a proof of the token when there is one) and wait for the
+ * rank table or the server's error. */
 #include "rendezvous.h"
 
 #include <errno.h>
@@ -61,6 +62,56 @@ static int read_message(int fd, size_t max_payload, double deadline, hoop__wire_
   return 0;
 }
 
+/* A server's ERROR as a result code and message. */
+static hoop_result server_error(const hoop__wire_header *header, const uint8_t *payload,
+                                const char *where, char *err, size_t errlen) {
+  hoop__error_msg error;
+  if (hoop__wire_decode_error(payload, header->length, &error) != 0) {
+    snprintf(err, errlen, "rendezvous: malformed error from %s", where);
+    return HOOP_ERR_PROTOCOL;
+  }
+  snprintf(err, errlen, "rendezvous server %s: %s", where, error.message);
+  return error.code > 0 && error.code <= HOOP_ERR_FAILED ? (hoop_result)error.code
+                                                         : HOOP_ERR_PROTOCOL;
+}
+
+/* The server speaks first: read its CHALLENGE (or the ERROR of a server that refuses us at once)
+ * and check that it asks for a proof exactly when we hold a token. A token with a server that asks
+ * for none is refused too: whoever set one expects strangers kept out, and this server would not. */
+static hoop_result read_challenge(int fd, double deadline, const char *token, const char *where,
+                                  hoop__challenge *challenge, char *err, size_t errlen) {
+  hoop__wire_header header;
+  uint8_t *payload = NULL;
+  hoop_result result = HOOP_OK;
+  if (read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+    snprintf(err, errlen, "rendezvous: waiting for %s to greet us: %s", where,
+             errno == EPROTO ? "malformed message (is it a hoop rendezvous server of this version?)"
+                             : strerror(errno));
+    result = errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT
+             : errno == EPROTO  ? HOOP_ERR_PROTOCOL
+                                : HOOP_ERR_SYSTEM;
+  } else if (header.type == HOOP_MSG_ERROR) {
+    result = server_error(&header, payload, where, err, errlen);
+  } else if (header.type != HOOP_MSG_CHALLENGE ||
+             hoop__wire_decode_challenge(payload, header.length, challenge) != 0) {
+    snprintf(err, errlen, "rendezvous: %s opened with a malformed or unexpected message (type %u)",
+             where, header.type);
+    result = HOOP_ERR_PROTOCOL;
+  } else if ((challenge->flags & HOOP_CHALLENGE_AUTH) && !token[0]) {
+    snprintf(err, errlen, "rendezvous server %s requires a token: set HOOP_TOKEN or "
+             "HOOP_TOKEN_FILE to the one it was given (hooprun hands its ranks their job's token)",
+             where);
+    result = HOOP_ERR_AUTH;
+  } else if (!(challenge->flags & HOOP_CHALLENGE_AUTH) && token[0]) {
+    snprintf(err, errlen, "a token is set (HOOP_TOKEN or HOOP_TOKEN_FILE), but the rendezvous "
+             "server %s asks for none, so it would admit anyone: not joining (give the server the "
+             "token, e.g. hoopd --token-file, or unset it here)", where);
+    result = HOOP_ERR_AUTH;
+  }
+  free(payload);
+  return result;
+}
+
 static hoop_result send_hello(hoop_comm *comm, int fd, const hoop__hello *hello, double deadline,
                               const char *where) {
   hoop__wbuf out = {0};
@@ -88,13 +139,9 @@ static hoop_result take_reply(hoop_comm *comm, const hoop__wire_header *header,
     return HOOP_OK;
   }
   if (header->type == HOOP_MSG_ERROR) {
-    hoop__error_msg error;
-    if (hoop__wire_decode_error(payload, header->length, &error) != 0)
-      return hoop__set_error(comm, HOOP_ERR_PROTOCOL, "rendezvous: malformed error from %s",
-                             where);
-    hoop_result code = error.code > 0 && error.code <= HOOP_ERR_FAILED ? (hoop_result)error.code
-                                                                        : HOOP_ERR_PROTOCOL;
-    return hoop__set_error(comm, code, "rendezvous server %s: %s", where, error.message);
+    char err[HOOP_WIRE_MAX_MESSAGE + 256];
+    hoop_result code = server_error(header, payload, where, err, sizeof err);
+    return hoop__set_error(comm, code, "%s", err);
   }
   return hoop__set_error(comm, HOOP_ERR_PROTOCOL, "rendezvous: unexpected message type %u from %s",
                          header->type, where);
@@ -119,7 +166,20 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
   }
   HOOP_INFO(HOOP_SUBSYS_RDZV, "connected to %s; joining job '%s' of %u ranks", where, hello->job,
             hello->size);
-  hoop_result result = send_hello(comm, fd, hello, deadline, where);
+  hoop__challenge challenge;
+  char err[HOOP_WIRE_MAX_MESSAGE + 256];
+  hoop_result result =
+      read_challenge(fd, deadline, comm->token, where, &challenge, err, sizeof err);
+  hoop__hello signed_hello = *hello;
+  if (result != HOOP_OK) {
+    hoop__set_error(comm, result, "%s", err);
+  } else if (comm->token[0]) {
+    signed_hello.proof_len = HOOP_AUTH_PROOF;
+    if (hoop__auth_hello_proof(comm->token, challenge.nonce, hello, signed_hello.proof) != 0)
+      result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: out of memory");
+  }
+  if (result == HOOP_OK)
+    result = send_hello(comm, fd, &signed_hello, deadline, where);
   if (result == HOOP_OK) {
     hoop__wire_header header;
     uint8_t *payload = NULL;
@@ -143,8 +203,8 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
 }
 
 hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t server_len,
-                                    double timeout_s, hoop__status *status, char *err,
-                                    size_t errlen) {
+                                    double timeout_s, const char *token, hoop__status *status,
+                                    char *err, size_t errlen) {
   char where[128];
   hoop__format_sockaddr(server, where, sizeof where);
   double deadline = hoop__now() + timeout_s;
@@ -153,15 +213,30 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
     snprintf(err, errlen, "cannot connect to %s: %s", where, strerror(errno));
     return HOOP_ERR_SYSTEM;
   }
-  hoop_result result = HOOP_ERR_SYSTEM;
+  hoop__challenge challenge;
+  hoop_result result = read_challenge(fd, deadline, token ? token : "", where, &challenge, err,
+                                      errlen);
+  if (result != HOOP_OK) {
+    close(fd);
+    return result;
+  }
+  hoop__status_req request = {0};
+  if (token && token[0]) {
+    request.proof_len = HOOP_AUTH_PROOF;
+    hoop__auth_proof(token, strlen(token), HOOP_AUTH_STATUS, challenge.nonce, HOOP_WIRE_CHALLENGE,
+                     NULL, 0, request.proof);
+  }
+  result = HOOP_ERR_SYSTEM;
   hoop__wbuf out = {0};
   hoop__wire_header header;
   uint8_t *payload = NULL;
-  if (hoop__wire_encode_status_req(&out) != 0 ||
+  if (hoop__wire_encode_status_req(&out, &request) != 0 ||
       hoop__write_full(fd, out.data, out.len, deadline) != 0 ||
       read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
     snprintf(err, errlen, "status query to %s: %s", where,
              errno == EPROTO ? "malformed reply" : strerror(errno));
+  } else if (header.type == HOOP_MSG_ERROR) {
+    result = server_error(&header, payload, where, err, errlen);
   } else if (header.type != HOOP_MSG_STATUS ||
              hoop__wire_decode_status(payload, header.length, status) != 0) {
     snprintf(err, errlen, "status query to %s: unexpected reply", where);

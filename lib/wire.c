@@ -9,9 +9,10 @@
  *               (the receiver's rank is the u32 at payload offset 4: the server encodes the table
  *               once and patches that field per member)
  *   ERROR       u32 code (a hoop_result, not 0), str message
- *   STATUS_REQ  empty
+ *   STATUS_REQ  blob proof (empty when the server asks for none)
  *   STATUS      u32 njobs, then njobs x {str job, u32 size, u32 joined, u32 waited_ms,
  *               u32 nmissing, nmissing x i32 missing rank}
+ *   CHALLENGE   u8 flags, u8 nonce[32]
  */
 #include "wire.h"
 
@@ -156,8 +157,22 @@ int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg) {
   return finish_message(wb, start);
 }
 
-int hoop__wire_encode_status_req(hoop__wbuf *wb) {
-  return finish_message(wb, begin_message(wb, HOOP_MSG_STATUS_REQ));
+int hoop__wire_encode_status_req(hoop__wbuf *wb, const hoop__status_req *msg) {
+  if (msg->proof_len > HOOP_WIRE_MAX_PROOF)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_STATUS_REQ);
+  put_u16(wb, msg->proof_len);
+  put_bytes(wb, msg->proof, msg->proof_len);
+  return finish_message(wb, start);
+}
+
+int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg) {
+  if (msg->flags & ~HOOP_CHALLENGE_AUTH)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_CHALLENGE);
+  put_bytes(wb, &msg->flags, 1);
+  put_bytes(wb, msg->nonce, sizeof msg->nonce);
+  return finish_message(wb, start);
 }
 
 static int job_status_valid(const hoop__job_status *job) {
@@ -250,6 +265,20 @@ static void get_str(reader *in, char *out, size_t max) {
   out[len] = '\0';
 }
 
+/* A proof blob of at most HOOP_WIRE_MAX_PROOF bytes into out; returns its length. */
+static uint16_t get_proof(reader *in, uint8_t *out) {
+  uint16_t len = get_u16(in);
+  if (in->bad || len == 0)
+    return 0;
+  const uint8_t *proof = len <= HOOP_WIRE_MAX_PROOF ? take(in, len) : NULL;
+  if (!proof) {
+    in->bad = 1;
+    return 0;
+  }
+  memcpy(out, proof, len);
+  return len;
+}
+
 /* 0 when the whole payload was read and nothing was out of place. */
 static int reader_done(const reader *in) {
   return !in->bad && in->left == 0 ? 0 : -1;
@@ -267,7 +296,7 @@ int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
   out->type = (uint16_t)(buf[6] | buf[7] << 8);
   out->length = load_u32(buf + 8);
   if (out->magic != HOOP_WIRE_MAGIC || out->version != HOOP_WIRE_VERSION ||
-      out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_STATUS || out->length > max_payload)
+      out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_CHALLENGE || out->length > max_payload)
     return -1;
   return 0;
 }
@@ -281,14 +310,7 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
   out->timeout_ms = get_u32(&in);
   get_str(&in, out->host, HOOP_WIRE_MAX_HOST);
   get_str(&in, out->addr, HOOP_WIRE_MAX_ADDR);
-  out->proof_len = get_u16(&in);
-  if (!in.bad && out->proof_len > 0) {
-    const uint8_t *proof = out->proof_len <= HOOP_WIRE_MAX_PROOF ? take(&in, out->proof_len) : NULL;
-    if (proof)
-      memcpy(out->proof, proof, out->proof_len);
-    else
-      in.bad = 1;
-  }
+  out->proof_len = get_proof(&in, out->proof);
   if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP_WIRE_MAX_RANKS ||
       out->rank < -1 || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
     return -1;
@@ -380,6 +402,25 @@ int hoop__wire_decode_status(const uint8_t *payload, size_t len, hoop__status *o
   }
   out->njobs = njobs;
   out->jobs = jobs;
+  return 0;
+}
+
+int hoop__wire_decode_status_req(const uint8_t *payload, size_t len, hoop__status_req *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  out->proof_len = get_proof(&in, out->proof);
+  return reader_done(&in);
+}
+
+int hoop__wire_decode_challenge(const uint8_t *payload, size_t len, hoop__challenge *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  const uint8_t *flags = take(&in, 1);
+  const uint8_t *nonce = take(&in, HOOP_WIRE_CHALLENGE);
+  if (reader_done(&in) != 0 || (flags[0] & ~HOOP_CHALLENGE_AUTH))
+    return -1;
+  out->flags = flags[0];
+  memcpy(out->nonce, nonce, HOOP_WIRE_CHALLENGE);
   return 0;
 }
 

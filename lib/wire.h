@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define HOOP_WIRE_MAGIC 0x504f4f48u
-#define HOOP_WIRE_VERSION 1
+#define HOOP_WIRE_VERSION 2
 #define HOOP_WIRE_HEADER_SIZE 12
 
 #define HOOP_WIRE_MAX_JOB 128     /* bytes of a job id */
@@ -23,6 +23,7 @@
 #define HOOP_WIRE_MAX_MESSAGE 1024 /* bytes of an error message */
 #define HOOP_WIRE_MAX_PROOF 64    /* bytes of an auth proof */
 #define HOOP_WIRE_NONCE 16        /* bytes of the per-job nonce */
+#define HOOP_WIRE_CHALLENGE 32    /* bytes of the server's per-connection challenge */
 #define HOOP_WIRE_MAX_RANKS 16384 /* ranks in one job */
 #define HOOP_WIRE_MAX_STATUS_JOBS 256
 #define HOOP_WIRE_MAX_MISSING 64  /* missing ranks listed per job in a status reply */
@@ -33,13 +34,19 @@
 /* Largest payload of any message (a TABLE for HOOP_WIRE_MAX_RANKS ranks fits). */
 #define HOOP_WIRE_MAX_PAYLOAD (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
 
+/* A connection: the server speaks first with CHALLENGE; the client sends one request (HELLO or
+ * STATUS_REQ, carrying a proof when the challenge asks for one); the server answers it and closes. */
 typedef enum hoop__msg_type {
   HOOP_MSG_HELLO = 1,      /* client -> server: join a job */
   HOOP_MSG_TABLE = 2,      /* server -> client: the job is complete; here is the rank table */
   HOOP_MSG_ERROR = 3,      /* server -> client: the join failed (code + message) */
-  HOOP_MSG_STATUS_REQ = 4, /* client -> server: list the jobs waiting (empty payload) */
-  HOOP_MSG_STATUS = 5      /* server -> client: the jobs waiting */
+  HOOP_MSG_STATUS_REQ = 4, /* client -> server: list the jobs waiting */
+  HOOP_MSG_STATUS = 5,     /* server -> client: the jobs waiting */
+  HOOP_MSG_CHALLENGE = 6   /* server -> client, first on every connection: flags and a nonce */
 } hoop__msg_type;
+
+/* CHALLENGE flags. */
+#define HOOP_CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
 
 typedef struct hoop__wire_header {
   uint32_t magic;
@@ -58,6 +65,16 @@ typedef struct hoop__hello {
   uint16_t proof_len;
   uint8_t proof[HOOP_WIRE_MAX_PROOF];
 } hoop__hello;
+
+typedef struct hoop__challenge {
+  uint8_t flags; /* HOOP_CHALLENGE_* */
+  uint8_t nonce[HOOP_WIRE_CHALLENGE];
+} hoop__challenge;
+
+typedef struct hoop__status_req {
+  uint16_t proof_len;
+  uint8_t proof[HOOP_WIRE_MAX_PROOF];
+} hoop__status_req;
 
 typedef struct hoop__peer_entry {
   char host[HOOP_WIRE_MAX_HOST + 1];
@@ -107,8 +124,9 @@ void hoop__wbuf_free(hoop__wbuf *wb);
 int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg);
 int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg);
 int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg);
-int hoop__wire_encode_status_req(hoop__wbuf *wb);
+int hoop__wire_encode_status_req(hoop__wbuf *wb, const hoop__status_req *msg);
 int hoop__wire_encode_status(hoop__wbuf *wb, const hoop__status *msg);
+int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg);
 
 /* Decode the first HOOP_WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -121,6 +139,8 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
 int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out);
 int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg *out);
 int hoop__wire_decode_status(const uint8_t *payload, size_t len, hoop__status *out);
+int hoop__wire_decode_status_req(const uint8_t *payload, size_t len, hoop__status_req *out);
+int hoop__wire_decode_challenge(const uint8_t *payload, size_t len, hoop__challenge *out);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "env.h"
 #include "hoop.h"
 #include "netaddr.h"
@@ -153,15 +154,77 @@ START_TEST(test_env_manual_complete) {
 }
 END_TEST
 
-START_TEST(test_token_fails_closed) {
+/* A token and a token file at once, an overlong token and an unreadable token file are refused
+ * with a message; a job of one rank with a token needs no server and works. */
+START_TEST(test_token_config) {
   hoop_config config;
   hoop_config_init(&config);
   config.size = 1;
   config.token = "secret";
+  config.token_file = "/nonexistent";
   hoop_comm *comm = NULL;
-  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_UNSUPPORTED);
-  ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "HOOP_TOKEN"));
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(hoop_last_error(comm), "set one") != NULL,
+                "token and token file: expected 'set one', got: %s", hoop_last_error(comm));
   hoop_finalize(comm);
+  config.token = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_AUTH);
+  ck_assert_msg(strstr(hoop_last_error(comm), "/nonexistent") != NULL,
+                "a missing token file: expected its path in the message, got: %s",
+                hoop_last_error(comm));
+  hoop_finalize(comm);
+  static char long_token[HOOP_MAX_TOKEN + 2];
+  memset(long_token, 'k', sizeof long_token - 1);
+  config.token = long_token;
+  config.token_file = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  hoop_finalize(comm);
+  config.token = "secret";
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_OK);
+  ck_assert_int_eq(hoop_barrier(comm), HOOP_OK);
+  hoop_finalize(comm);
+}
+END_TEST
+
+typedef struct token_case {
+  int port;
+  const char *tokens[2]; /* rank i's token */
+} token_case;
+
+/* Rank 0 hosts the rendezvous with its token. With equal tokens both ranks sum their ranks; with
+ * another token rank 1 is refused (HOOP_ERR_AUTH) and rank 0, whose job then never completes,
+ * times out naming the missing rank. */
+static int join_with_token(int index, int n, void *arg) {
+  token_case *tc = arg;
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, tc->port, index, n);
+  config.token = tc->tokens[index];
+  config.timeout_s = 3;
+  int same = strcmp(tc->tokens[0], tc->tokens[1]) == 0;
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  int value = index, bad;
+  if (same)
+    bad = result != HOOP_OK ||
+          hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM) != HOOP_OK || value != 1;
+  else if (index == 1)
+    bad = result != HOOP_ERR_AUTH ||
+          strstr(hoop_last_error(comm), "authentication failed") == NULL;
+  else
+    bad = result != HOOP_ERR_TIMEOUT || strstr(hoop_last_error(comm), "missing ranks: 1") == NULL;
+  if (bad)
+    fprintf(stderr, "rank %d with token '%s': %s: %s\n", index, tc->tokens[index],
+            hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_self_hosted_job_with_token) {
+  token_case same = {procs_free_port(), {"shared secret", "shared secret"}};
+  ck_assert_int_eq(procs_fork_ranks(2, join_with_token, &same, 30), 0);
+  token_case other = {procs_free_port(), {"shared secret", "shared secreT"}};
+  ck_assert_int_eq(procs_fork_ranks(2, join_with_token, &other, 30), 0);
 }
 END_TEST
 
@@ -307,7 +370,8 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_names);
   tcase_add_test(tc, test_env_manual_complete);
   tcase_add_test(tc, test_ifname_syntax);
-  tcase_add_test(tc, test_token_fails_closed);
+  tcase_add_test(tc, test_token_config);
+  tcase_add_test(tc, test_self_hosted_job_with_token);
   suite_add_tcase(s, tc);
   tc = tcase_create("failures");
   tcase_set_timeout(tc, 60);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,12 +36,15 @@ static int connect_hoopd(void) {
   return -1;
 }
 
-static void start_hoopd(void) {
+/* Start hoopd, with --token-file token_file unless NULL. */
+static void start_hoopd_with(const char *token_file) {
   hoopd_port = procs_free_port();
   snprintf(hoopd_addr, sizeof hoopd_addr, "127.0.0.1:%d", hoopd_port);
   char path[4096];
   snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
-  char *argv[] = {path, "--listen", hoopd_addr, NULL};
+  char *argv[] = {path, "--listen", hoopd_addr, "--token-file", (char *)token_file, NULL};
+  if (!token_file)
+    argv[3] = NULL;
   hoopd_pid = procs_start(argv, NULL, NULL);
   ck_assert_int_gt(hoopd_pid, 0);
   for (int i = 0; i < 500; i++) { /* up to 5 s for it to listen */
@@ -54,15 +58,21 @@ static void start_hoopd(void) {
   ck_abort_msg("hoopd did not start listening on %s within 5 s", hoopd_addr);
 }
 
+static void start_hoopd(void) {
+  start_hoopd_with(NULL);
+}
+
 static void stop_hoopd(void) {
   kill(hoopd_pid, SIGTERM);
   int code = procs_wait(hoopd_pid, 10);
   ck_assert_msg(code == 0, "hoopd after SIGTERM: expected exit 0, got %d", code);
 }
 
-/* Start one rank of coll_worker in job `job` of size n through the daemon. */
-static pid_t start_rank(const char *job, int n, int rank, const char *log) {
-  static char env[8][128];
+/* Start one rank of coll_worker in job `job` of size n through the daemon, with `secret` (e.g.
+ * "HOOP_TOKEN=..." or "HOOP_TOKEN_FILE=...") in its environment unless NULL. */
+static pid_t start_rank_with(const char *job, int n, int rank, const char *log,
+                             const char *secret) {
+  static char env[8][256];
   snprintf(env[0], sizeof env[0], "HOOP_RENDEZVOUS=%s", hoopd_addr);
   snprintf(env[1], sizeof env[1], "HOOP_JOB=%s", job);
   snprintf(env[2], sizeof env[2], "HOOP_SIZE=%d", n);
@@ -71,11 +81,16 @@ static pid_t start_rank(const char *job, int n, int rank, const char *log) {
     snprintf(env[4], sizeof env[4], "HOOP_RANK=%d", rank);
   else
     snprintf(env[4], sizeof env[4], "HOOP_RANK=");
-  char *env_add[] = {env[0], env[1], env[2], env[3], env[4], NULL};
+  snprintf(env[5], sizeof env[5], "%s", secret ? secret : "HOOP_TOKEN=");
+  char *env_add[] = {env[0], env[1], env[2], env[3], env[4], env[5], NULL};
   char path[4096];
   snprintf(path, sizeof path, "%s", procs_build_path("tests/coll_worker"));
   char *argv[] = {path, "--quick", NULL};
   return procs_start(argv, env_add, log);
+}
+
+static pid_t start_rank(const char *job, int n, int rank, const char *log) {
+  return start_rank_with(job, n, rank, log, NULL);
 }
 
 START_TEST(test_two_jobs_at_once) {
@@ -143,6 +158,99 @@ START_TEST(test_status_and_garbage) {
 }
 END_TEST
 
+/* A temporary file holding text, with mode; its path is written to path (>= 32 bytes). */
+static void write_file(char *path, const char *text, mode_t mode) {
+  strcpy(path, "/tmp/hoop-token-XXXXXX");
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  ck_assert_int_eq(fchmod(fd, mode), 0);
+  close(fd);
+}
+
+/* A process that must fail: its exit status is not 0 and its output holds `expected`. */
+static void expect_failed_with(pid_t pid, const char *log, const char *expected, const char *who) {
+  int code = procs_wait(pid, 120);
+  char *output = procs_slurp(log);
+  ck_assert_ptr_nonnull(output);
+  ck_assert_msg(code != 0, "%s: expected a failure, got exit 0:\n%s", who, output);
+  ck_assert_msg(strstr(output, expected) != NULL, "%s: expected '%s' in its output, got:\n%s", who,
+                expected, output);
+  free(output);
+}
+
+/* hoopd with a token file: ranks that hold the token (from HOOP_TOKEN_FILE or HOOP_TOKEN) complete
+ * their job; a wrong token, no token, and a status query without it are refused with a message,
+ * and neither the job nor the daemon is harmed. */
+START_TEST(test_token_keeps_strangers_out) {
+  char token_file[64], loose_file[64], log[] = "/tmp/hoop-auth-XXXXXX";
+  write_file(token_file, "a job secret 7f3a9c\n", 0600);
+  write_file(loose_file, "a job secret 7f3a9c\n", 0644);
+  int log_fd = mkstemp(log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
+  char hoopd[4096], token_env[128], loose_env[128], *output;
+  snprintf(hoopd, sizeof hoopd, "%s", procs_build_path("tools/hoopd"));
+  snprintf(token_env, sizeof token_env, "HOOP_TOKEN_FILE=%s", token_file);
+  snprintf(loose_env, sizeof loose_env, "HOOP_TOKEN_FILE=%s", loose_file);
+
+  /* A token file that others may read is refused, by the daemon and by a rank alike. */
+  char *loose_argv[] = {hoopd, "--listen", "127.0.0.1:0", "--token-file", loose_file, NULL};
+  ck_assert_int_eq(procs_run(loose_argv, NULL, log, 10), 2);
+  output = procs_slurp(log);
+  ck_assert_msg(output && strstr(output, "chmod 600"),
+                "hoopd with a mode 644 token file: expected 'chmod 600', got:\n%s",
+                output ? output : "(nothing)");
+  free(output);
+  start_hoopd_with(token_file);
+  expect_failed_with(start_rank_with("delta", 2, 0, log, loose_env), log, "chmod 600",
+                     "a rank with a mode 644 token file");
+
+  pid_t first = start_rank_with("delta", 2, 0, NULL, token_env);
+  sleep_ms(300);
+  expect_failed_with(start_rank_with("delta", 2, 1, log, "HOOP_TOKEN=a job secret 7f3a9d"), log,
+                     "authentication failed", "a rank with a wrong token");
+  expect_failed_with(start_rank_with("delta", 2, 1, log, NULL), log, "requires a token",
+                     "a rank without a token");
+  char *status_argv[] = {hoopd, "--status", hoopd_addr, NULL};
+  ck_assert_int_ne(procs_run(status_argv, NULL, log, 10), 0);
+  output = procs_slurp(log);
+  ck_assert_msg(output && strstr(output, "requires a token"),
+                "hoopd --status without the token: expected 'requires a token', got:\n%s",
+                output ? output : "(nothing)");
+  free(output);
+  char *status_env[] = {token_env, NULL};
+  ck_assert_int_eq(procs_run(status_argv, status_env, log, 10), 0);
+  output = procs_slurp(log);
+  ck_assert_msg(output && strstr(output, "delta") && strstr(output, "1/2"),
+                "hoopd --status with the token: expected job delta 1/2, got:\n%s",
+                output ? output : "(nothing)");
+  free(output);
+  /* The job goes on: the second rank, with the token given directly, completes it. */
+  pid_t second = start_rank_with("delta", 2, 1, NULL, "HOOP_TOKEN=a job secret 7f3a9c");
+  ck_assert_int_eq(procs_wait(first, 120), 0);
+  ck_assert_int_eq(procs_wait(second, 120), 0);
+  stop_hoopd();
+  unlink(token_file);
+  unlink(loose_file);
+  unlink(log);
+}
+END_TEST
+
+/* A rank with a token never joins a daemon that admits anyone. */
+START_TEST(test_token_needs_an_authenticating_server) {
+  char log[] = "/tmp/hoop-auth-XXXXXX";
+  int log_fd = mkstemp(log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
+  start_hoopd();
+  expect_failed_with(start_rank_with("epsilon", 2, 0, log, "HOOP_TOKEN=secret"), log,
+                     "asks for none", "a rank with a token at an open daemon");
+  stop_hoopd();
+  unlink(log);
+}
+END_TEST
+
 START_TEST(test_version_and_help) {
   char path[4096];
   const char *tools[] = {"tools/hoopd", "tools/hooprun"};
@@ -163,6 +271,8 @@ static Suite *hoopd_suite(void) {
   tcase_add_test(tc, test_two_jobs_at_once);
   tcase_add_test(tc, test_status_and_garbage);
   tcase_add_test(tc, test_version_and_help);
+  tcase_add_test(tc, test_token_keeps_strangers_out);
+  tcase_add_test(tc, test_token_needs_an_authenticating_server);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "auth.h"
 #include "log.h"
 #include "rdzv_server.h"
 #include "wire.h"
@@ -99,10 +100,24 @@ static int try_connect(void) {
   return fd;
 }
 
+static uint16_t read_message(int fd, uint8_t **payload, uint32_t *len, const char *who,
+                             const char *expected);
+
+/* The CHALLENGE of the last connection made by connect_server. */
+static hoop__challenge last_challenge;
+
+/* Connect and take the CHALLENGE that the server opens every connection with. */
 static int connect_server(void) {
   int fd = try_connect();
   ck_assert_msg(fd >= 0, "connecting to port %d: expected success, got %s", server_port,
                 strerror(errno));
+  uint8_t *payload;
+  uint32_t len;
+  uint16_t type = read_message(fd, &payload, &len, "a new connection", "a CHALLENGE");
+  int rc = type == HOOP_MSG_CHALLENGE ? hoop__wire_decode_challenge(payload, len, &last_challenge)
+                                      : -1;
+  free(payload);
+  ck_assert_msg(rc == 0, "a new connection: expected a CHALLENGE first, got type %u", type);
   return fd;
 }
 
@@ -233,14 +248,25 @@ static hoop__hello hello_for(const char *job, uint32_t size, int32_t rank, const
   return hello;
 }
 
-/* Connect and send hello; its addr names the client in failure messages. */
-static int send_hello(const hoop__hello *hello) {
+/* Send hello on fd, with the proof of token over the connection's challenge when token is not
+ * NULL; its addr names the client in failure messages. */
+static void send_hello_on(int fd, const hoop__hello *hello, const char *token) {
+  hoop__hello sent = *hello;
+  if (token) {
+    sent.proof_len = HOOP_AUTH_PROOF;
+    ck_assert_int_eq(hoop__auth_hello_proof(token, last_challenge.nonce, hello, sent.proof), 0);
+  }
   hoop__wbuf wb = {0};
-  ck_assert_msg(hoop__wire_encode_hello(&wb, hello) == 0,
+  ck_assert_msg(hoop__wire_encode_hello(&wb, &sent) == 0,
                 "encoding the HELLO of %s: expected 0, got -1", hello->addr);
-  int fd = connect_server();
   send_bytes(fd, wb.data, wb.len, hello->addr);
   hoop__wbuf_free(&wb);
+}
+
+/* Connect and send hello (without a proof). */
+static int send_hello(const hoop__hello *hello) {
+  int fd = connect_server();
+  send_hello_on(fd, hello, NULL);
   return fd;
 }
 
@@ -251,17 +277,28 @@ static int join(const char *job, uint32_t size, int32_t rank, const char *host, 
 
 /* ---- status ---------------------------------------------------------------------------------- */
 
-static void send_status_req(int fd) {
+/* A STATUS_REQ, with the proof of token (unless NULL) over the connection's challenge. */
+static void send_status_req_as(int fd, const char *token) {
+  hoop__status_req request = {0};
+  if (token) {
+    request.proof_len = HOOP_AUTH_PROOF;
+    hoop__auth_proof(token, strlen(token), HOOP_AUTH_STATUS, last_challenge.nonce,
+                     HOOP_WIRE_CHALLENGE, NULL, 0, request.proof);
+  }
   hoop__wbuf wb = {0};
-  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
   send_bytes(fd, wb.data, wb.len, "status query");
   hoop__wbuf_free(&wb);
 }
 
+static void send_status_req(int fd) {
+  send_status_req_as(fd, NULL);
+}
+
 /* Ask for the status on a connection of its own, which the server then closes. */
-static void query_status(hoop__status *status) {
+static void query_status_as(hoop__status *status, const char *token) {
   int fd = connect_server();
-  send_status_req(fd);
+  send_status_req_as(fd, token);
   uint8_t *payload;
   uint32_t len;
   char got[HOOP_WIRE_MAX_MESSAGE + 64];
@@ -273,6 +310,10 @@ static void query_status(hoop__status *status) {
   ck_assert_msg(rc == 0, "status query: expected a STATUS, got %s", got);
   expect_closed(fd, "status query");
   close(fd);
+}
+
+static void query_status(hoop__status *status) {
+  query_status_as(status, NULL);
 }
 
 static const hoop__job_status *status_job(const hoop__status *status, const char *job) {
@@ -616,8 +657,12 @@ static void fill_bad_requests(bad_request *bad, int *count) {
   bad[n].what = "a wrong magic";
   bad[n].len = header_bytes(bad[n].bytes, 0x4f4f4850u, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
   n++;
-  bad[n].what = "version 2";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 2, HOOP_MSG_STATUS_REQ, 0);
+  bad[n].what = "version 1 (before challenges)";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 1, HOOP_MSG_STATUS_REQ, 0);
+  n++;
+  bad[n].what = "version 3";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 3, HOOP_MSG_STATUS_REQ, 2);
+  bad[n].len += 2;
   n++;
   bad[n].what = "a length one byte over HOOP_WIRE_MAX_CLIENT_PAYLOAD";
   bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO,
@@ -633,10 +678,20 @@ static void fill_bad_requests(bad_request *bad, int *count) {
   bad[n].what = "unknown type 99";
   bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, 99, 0);
   n++;
-  bad[n].what = "a STATUS_REQ with a payload";
+  bad[n].what = "a CHALLENGE, which only the server sends";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_CHALLENGE,
+                            1 + HOOP_WIRE_CHALLENGE);
+  bad[n].len += 1 + HOOP_WIRE_CHALLENGE;
+  n++;
+  bad[n].what = "a STATUS_REQ whose payload does not decode";
   bad[n].len =
       header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 1);
   bad[n].bytes[bad[n].len++] = 'x';
+  n++;
+  bad[n].what = "a STATUS_REQ with bytes past its proof";
+  bad[n].len =
+      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 3);
+  bad[n].len += 3;
   n++;
   bad[n].what = "a HELLO whose payload does not decode";
   bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO, 3);
@@ -644,10 +699,11 @@ static void fill_bad_requests(bad_request *bad, int *count) {
   bad[n++].len += 3;
   /* Sent in one write, so that the server reads both at once. */
   bad[n].what = "two STATUS_REQs on one connection";
-  bad[n].len =
-      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
-  bad[n].len += header_bytes(bad[n].bytes + bad[n].len, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
-                             HOOP_MSG_STATUS_REQ, 0);
+  for (int i = 0; i < 2; i++) {
+    bad[n].len += header_bytes(bad[n].bytes + bad[n].len, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+                               HOOP_MSG_STATUS_REQ, 2);
+    bad[n].len += 2; /* an empty proof */
+  }
   n++;
   *count = n;
 }
@@ -766,7 +822,8 @@ START_TEST(test_connection_limit) {
   hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_connections = 2};
   start_server(&options);
   int idle[2] = {connect_server(), connect_server()};
-  int third = connect_server();
+  int third = try_connect(); /* refused at once: no CHALLENGE, an ERROR */
+  ck_assert_msg(third >= 0, "a third connection: expected to connect, got %s", strerror(errno));
   hoop__error_msg error;
   expect_error(third, HOOP_ERR_SYSTEM, &error, "a third connection");
   expect_message_has(&error, "2 connections open", "a third connection");
@@ -948,6 +1005,151 @@ END_TEST
 
 /* ---- runner ---------------------------------------------------------------------------------- */
 
+/* ---- authentication -------------------------------------------------------------------------- */
+
+#define TOKEN "correct horse battery staple"
+
+static void start_token_server(void) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .token = TOKEN};
+  start_server(&options);
+}
+
+/* Wait until a status query, proven with TOKEN, counts `joined` ranks in job. */
+static void wait_joined_proven(const char *job, uint32_t joined) {
+  uint64_t start = now_ms();
+  for (;;) {
+    hoop__status status;
+    query_status_as(&status, TOKEN);
+    const hoop__job_status *found = status_job(&status, job);
+    uint32_t now = found ? found->joined : 0;
+    hoop__status_free(&status);
+    if (now == joined)
+      return;
+    ck_assert_msg(now_ms() - start < DEADLINE_MS, "job '%s': expected %u ranks joined, got %u",
+                  job, joined, now);
+    sleep_ms(1);
+  }
+}
+
+/* The hello of a client that sends it on a connection of its own, proven with token. */
+static int join_proven(const char *job, const char *host, const char *addr, const char *token) {
+  hoop__hello hello = hello_for(job, 2, -1, host, addr);
+  int fd = connect_server();
+  send_hello_on(fd, &hello, token);
+  return fd;
+}
+
+static void expect_auth_refused(int fd, const char *reason, const char *who) {
+  hoop__error_msg error;
+  expect_error(fd, HOOP_ERR_AUTH, &error, who);
+  expect_message_has(&error, "authentication failed", who);
+  expect_message_has(&error, reason, who);
+  expect_closed(fd, who);
+  close(fd);
+}
+
+/* Every connection opens with a fresh challenge; it asks for a proof exactly when the server has
+ * a token. */
+START_TEST(test_challenge_says_whether_a_token_is_needed) {
+  start_default_server();
+  close(connect_server());
+  ck_assert_msg(last_challenge.flags == 0, "a server without a token: expected flags 0, got %u",
+                last_challenge.flags);
+  stop_server();
+  start_token_server();
+  hoop__challenge first;
+  close(connect_server());
+  first = last_challenge;
+  close(connect_server());
+  ck_assert_msg(first.flags == HOOP_CHALLENGE_AUTH && last_challenge.flags == HOOP_CHALLENGE_AUTH,
+                "a server with a token: expected the AUTH flag, got %u and %u", first.flags,
+                last_challenge.flags);
+  ck_assert_msg(memcmp(first.nonce, last_challenge.nonce, HOOP_WIRE_CHALLENGE) != 0,
+                "two connections: expected two different challenges, got the same");
+}
+END_TEST
+
+/* Ranks that prove the token get their tables; the table differs in nothing from an open job. */
+START_TEST(test_proven_ranks_join) {
+  start_token_server();
+  int a = join_proven("guarded", "a", "a-0", TOKEN);
+  wait_joined_proven("guarded", 1);
+  int b = join_proven("guarded", "b", "b-0", TOKEN);
+  hoop__table table;
+  expect_table(a, &table, "a-0");
+  ck_assert_msg(table.rank == 0 && table.size == 2, "a-0: expected rank 0 of 2, got %u of %u",
+                table.rank, table.size);
+  hoop__table_free(&table);
+  expect_table(b, &table, "b-0");
+  ck_assert_msg(table.rank == 1, "b-0: expected rank 1, got %u", table.rank);
+  hoop__table_free(&table);
+  close(a);
+  close(b);
+}
+END_TEST
+
+/* A wrong token, no proof, a proof replayed from another connection and a proof over other HELLO
+ * fields are each refused with HOOP_ERR_AUTH; none of them joins or disturbs the job, which a
+ * rank with the token then completes. */
+START_TEST(test_bad_proofs_refused_and_job_unharmed) {
+  start_token_server();
+  int member = join_proven("guarded", "a", "a-0", TOKEN);
+  wait_joined_proven("guarded", 1);
+
+  expect_auth_refused(join_proven("guarded", "x", "x-wrong", "correct horse battery stapler"),
+                      "does not match", "a wrong token");
+  expect_auth_refused(join_proven("guarded", "x", "x-none", NULL), "no proof", "no proof");
+
+  hoop__hello hello = hello_for("guarded", 2, -1, "x", "x-replay");
+  int old = connect_server();
+  hoop__challenge seen = last_challenge;
+  int replay = connect_server();
+  last_challenge = seen; /* prove over the other connection's challenge */
+  send_hello_on(replay, &hello, TOKEN);
+  expect_auth_refused(replay, "does not match", "a proof from another connection");
+  close(old);
+
+  /* A proof made for one address, sent with another: a changed field must not pass. */
+  int tampered = connect_server();
+  hoop__hello signed_for = hello_for("guarded", 2, -1, "x", "10.0.0.1:1");
+  hoop__hello sent = hello_for("guarded", 2, -1, "x", "10.6.6.6:1");
+  sent.proof_len = HOOP_AUTH_PROOF;
+  ck_assert_int_eq(hoop__auth_hello_proof(TOKEN, last_challenge.nonce, &signed_for, sent.proof), 0);
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_hello(&wb, &sent), 0);
+  send_bytes(tampered, wb.data, wb.len, "a changed HELLO");
+  hoop__wbuf_free(&wb);
+  expect_auth_refused(tampered, "does not match", "a HELLO changed after it was proven");
+
+  wait_joined_proven("guarded", 1);
+  expect_no_reply(member, "a-0");
+  int second = join_proven("guarded", "b", "b-0", TOKEN);
+  hoop__table table;
+  expect_table(member, &table, "a-0");
+  hoop__table_free(&table);
+  expect_table(second, &table, "b-0");
+  hoop__table_free(&table);
+  close(member);
+  close(second);
+}
+END_TEST
+
+/* The status lists job names and hosts: with a token it is for holders of the token only. */
+START_TEST(test_status_needs_the_token) {
+  start_token_server();
+  int fd = connect_server();
+  send_status_req(fd);
+  expect_auth_refused(fd, "no proof", "a status query without a proof");
+  fd = connect_server();
+  send_status_req_as(fd, "guess");
+  expect_auth_refused(fd, "does not match", "a status query with a wrong token");
+  hoop__status status;
+  query_status_as(&status, TOKEN);
+  ck_assert_uint_eq(status.njobs, 0);
+  hoop__status_free(&status);
+}
+END_TEST
+
 /* Each case gets a fresh server when `fixture` says so; the others start their own. */
 static TCase *add_case(Suite *s, const char *name, int fixture) {
   TCase *tc = tcase_create(name);
@@ -990,6 +1192,11 @@ static Suite *rdzv_suite(void) {
   tc = add_case(s, "server", 0);
   tcase_add_test(tc, test_ipv6_listen);
   tcase_add_test(tc, test_bad_listen_address_refused);
+  tc = add_case(s, "auth", 0);
+  tcase_add_test(tc, test_challenge_says_whether_a_token_is_needed);
+  tcase_add_test(tc, test_proven_ranks_join);
+  tcase_add_test(tc, test_bad_proofs_refused_and_job_unharmed);
+  tcase_add_test(tc, test_status_needs_the_token);
   tc = add_case(s, "stop", 1);
   tcase_add_test(tc, test_stop_with_clients_connected);
   return s;

@@ -221,12 +221,59 @@ START_TEST(test_error_round_trip) {
 }
 END_TEST
 
-START_TEST(test_status_req_is_an_empty_message) {
+/* Without a proof a STATUS_REQ is just an empty blob; with one, the proof comes back intact. */
+START_TEST(test_status_req_round_trip) {
+  hoop__status_req in = {0}, out;
   hoop__wbuf wb = {0};
-  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
-  payload_of(&wb, HOOP_MSG_STATUS_REQ);
-  ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE, "STATUS_REQ: expected %d bytes, got %zu",
-                HOOP_WIRE_HEADER_SIZE, wb.len);
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATUS_REQ);
+  ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE + 2, "STATUS_REQ: expected %d bytes, got %zu",
+                HOOP_WIRE_HEADER_SIZE + 2, wb.len);
+  ck_assert_int_eq(hoop__wire_decode_status_req(payload, 2, &out), 0);
+  ck_assert_uint_eq(out.proof_len, 0);
+  hoop__wbuf_free(&wb);
+  in.proof_len = HOOP_WIRE_MAX_PROOF;
+  for (int i = 0; i < HOOP_WIRE_MAX_PROOF; i++)
+    in.proof[i] = (uint8_t)(255 - i);
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &in), 0);
+  payload = payload_of(&wb, HOOP_MSG_STATUS_REQ);
+  ck_assert_int_eq(hoop__wire_decode_status_req(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out), 0);
+  ck_assert_msg(out.proof_len == in.proof_len && memcmp(out.proof, in.proof, in.proof_len) == 0,
+                "STATUS_REQ proof: expected the %u bytes sent, got %u others", in.proof_len,
+                out.proof_len);
+  hoop__wbuf_free(&wb);
+  in.proof_len = HOOP_WIRE_MAX_PROOF + 1;
+  ck_assert_msg(hoop__wire_encode_status_req(&wb, &in) == -1,
+                "STATUS_REQ with a proof over the limit: expected -1, got 0");
+  hoop__wbuf_free(&wb);
+  uint8_t truncated[3] = {3, 0, 1}, empty[1] = {0};
+  ck_assert_int_eq(hoop__wire_decode_status_req(truncated, sizeof truncated, &out), -1);
+  ck_assert_int_eq(hoop__wire_decode_status_req(empty, 0, &out), -1);
+}
+END_TEST
+
+/* A CHALLENGE carries its flags and all 32 bytes of its nonce; unknown flags and any other
+ * length are refused. */
+START_TEST(test_challenge_round_trip) {
+  hoop__challenge in = {.flags = HOOP_CHALLENGE_AUTH}, out;
+  for (int i = 0; i < HOOP_WIRE_CHALLENGE; i++)
+    in.nonce[i] = (uint8_t)(i * 13 + 5);
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_challenge(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_CHALLENGE);
+  size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  ck_assert_uint_eq(len, 1 + HOOP_WIRE_CHALLENGE);
+  ck_assert_int_eq(hoop__wire_decode_challenge(payload, len, &out), 0);
+  ck_assert_msg(out.flags == in.flags && memcmp(out.nonce, in.nonce, sizeof in.nonce) == 0,
+                "CHALLENGE: expected the flags and nonce sent, got others");
+  ck_assert_int_eq(hoop__wire_decode_challenge(payload, len - 1, &out), -1);
+  uint8_t longer[2 + HOOP_WIRE_CHALLENGE] = {0};
+  ck_assert_int_eq(hoop__wire_decode_challenge(longer, sizeof longer, &out), -1);
+  uint8_t unknown_flag[1 + HOOP_WIRE_CHALLENGE] = {2};
+  ck_assert_int_eq(hoop__wire_decode_challenge(unknown_flag, sizeof unknown_flag, &out), -1);
+  hoop__wbuf_free(&wb);
+  in.flags = 0x80;
+  ck_assert_int_eq(hoop__wire_encode_challenge(&wb, &in), -1);
   hoop__wbuf_free(&wb);
 }
 END_TEST
@@ -271,15 +318,15 @@ END_TEST
 START_TEST(test_encoders_append) {
   hoop__wbuf wb = {0};
   hoop__wire_header header;
-  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  hoop__status_req request = {0};
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
   encode_sample(HOOP_MSG_ERROR, &wb);
-  ck_assert_int_eq(hoop__wire_decode_header(wb.data + HOOP_WIRE_HEADER_SIZE,
-                                            wb.len - HOOP_WIRE_HEADER_SIZE, 4096, &header),
-                   0);
+  size_t first = HOOP_WIRE_HEADER_SIZE + 2;
+  ck_assert_int_eq(hoop__wire_decode_header(wb.data + first, wb.len - first, 4096, &header), 0);
   ck_assert_msg(header.type == HOOP_MSG_ERROR &&
-                    header.length == wb.len - 2 * HOOP_WIRE_HEADER_SIZE,
+                    header.length == wb.len - first - HOOP_WIRE_HEADER_SIZE,
                 "second message: expected an ERROR of %zu bytes, got type %u of %u bytes",
-                wb.len - 2 * HOOP_WIRE_HEADER_SIZE, header.type, header.length);
+                wb.len - first - HOOP_WIRE_HEADER_SIZE, header.type, header.length);
   hoop__wbuf_free(&wb);
 }
 END_TEST
@@ -350,7 +397,8 @@ END_TEST
 static void expect_header_refused(size_t offset, size_t width, uint32_t value, const char *what) {
   hoop__wbuf wb = {0};
   hoop__wire_header header;
-  ck_assert_int_eq(hoop__wire_encode_status_req(&wb), 0);
+  hoop__status_req request = {0};
+  ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
   for (size_t i = 0; i < width; i++)
     wb.data[offset + i] = (uint8_t)(value >> (8 * i));
   int rc = hoop__wire_decode_header(wb.data, wb.len, 4096, &header);
@@ -362,9 +410,10 @@ START_TEST(test_header_rejects_bad_magic_version_type) {
   expect_header_refused(0, 4, 0x54534f50, "magic 'POST'");
   expect_header_refused(0, 1, 'h', "magic 'hOOP'");
   expect_header_refused(4, 2, 0, "version 0");
-  expect_header_refused(4, 2, HOOP_WIRE_VERSION + 1, "version 2");
+  expect_header_refused(4, 2, HOOP_WIRE_VERSION - 1, "version 1");
+  expect_header_refused(4, 2, HOOP_WIRE_VERSION + 1, "version 3");
   expect_header_refused(6, 2, 0, "type 0");
-  expect_header_refused(6, 2, HOOP_MSG_STATUS + 1, "type 6");
+  expect_header_refused(6, 2, HOOP_MSG_CHALLENGE + 1, "type 7");
   expect_header_refused(6, 2, 0xffff, "type 65535");
 }
 END_TEST
@@ -675,7 +724,8 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_hello_round_trip);
   tcase_add_test(round, test_table_round_trip);
   tcase_add_test(round, test_error_round_trip);
-  tcase_add_test(round, test_status_req_is_an_empty_message);
+  tcase_add_test(round, test_status_req_round_trip);
+  tcase_add_test(round, test_challenge_round_trip);
   tcase_add_test(round, test_status_round_trip);
   tcase_add_test(round, test_empty_status_round_trip);
   tcase_add_test(round, test_encoders_append);

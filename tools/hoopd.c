@@ -10,6 +10,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "env.h"
 #include "log.h"
 #include "netaddr.h"
@@ -23,6 +24,7 @@
 typedef struct hoopd_args {
   const char *listen;
   const char *status; /* --status ADDR, or NULL to serve */
+  const char *token_file; /* --token-file, or NULL */
   int max_jobs;
   double idle_timeout_s;
   int verbose;
@@ -46,6 +48,9 @@ static void usage(FILE *out) {
           "  --max-jobs N         jobs waiting at once (default 1024)\n"
           "  --idle-timeout S     close a connection that sends no complete request within S\n"
           "                       seconds (default 30); ranks that joined wait for their job\n"
+          "  --token-file FILE    admit only ranks (and status queries) that prove they know\n"
+          "                       the token in FILE (mode 600); without it HOOP_TOKEN_FILE or\n"
+          "                       HOOP_TOKEN is used if set; see hoopd(8) for the trust model\n"
           "  --status ADDR:PORT   print the jobs a running daemon is waiting for, then exit\n"
           "  -v, --verbose        log more (trace level)\n"
           "  --help               print this help and exit\n"
@@ -55,13 +60,14 @@ static void usage(FILE *out) {
           DEFAULT_LISTEN);
 }
 
-enum { OPT_LISTEN = 256, OPT_MAX_JOBS, OPT_IDLE, OPT_STATUS, OPT_HELP, OPT_VERSION };
+enum { OPT_LISTEN = 256, OPT_MAX_JOBS, OPT_IDLE, OPT_STATUS, OPT_TOKEN_FILE, OPT_HELP, OPT_VERSION };
 
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, OPT_LISTEN},
     {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"status", required_argument, NULL, OPT_STATUS},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -93,6 +99,9 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
       break;
     case OPT_STATUS:
       args->status = optarg;
+      break;
+    case OPT_TOKEN_FILE:
+      args->token_file = optarg;
       break;
     case 'v':
       args->verbose = 1;
@@ -150,7 +159,27 @@ static void print_status(const hoop__status *status) {
   }
 }
 
-static int show_status(const char *where) {
+/* The token from --token-file, else HOOP_TOKEN_FILE, else HOOP_TOKEN, into out ("" for none);
+ * -1 with the reason printed. */
+static int load_token(const hoopd_args *args, char *out, size_t cap) {
+  const char *file = args->token_file;
+  if (!file && hoop__env_is_set("HOOP_TOKEN_FILE"))
+    file = hoop__env_get("HOOP_TOKEN_FILE");
+  char err[512];
+  if (file && hoop__auth_read_token(file, out, cap, err, sizeof err) != 0) {
+    fprintf(stderr, "hoopd: %s\n", err);
+    return -1;
+  }
+  if (!file)
+    snprintf(out, cap, "%s", hoop__env_is_set("HOOP_TOKEN") ? hoop__env_get("HOOP_TOKEN") : "");
+  if (strlen(out) >= cap - 1) {
+    fprintf(stderr, "hoopd: HOOP_TOKEN is longer than %zu bytes\n", cap - 2);
+    return -1;
+  }
+  return 0;
+}
+
+static int show_status(const char *where, const char *token) {
   char host[HOOP_WIRE_MAX_HOST + 1], err[512];
   int port;
   struct sockaddr_storage addr;
@@ -164,8 +193,8 @@ static int show_status(const char *where) {
     return 1;
   }
   hoop__status status;
-  if (hoop__rendezvous_status((struct sockaddr *)&addr, addrlen, STATUS_TIMEOUT_S, &status, err,
-                              sizeof err) != HOOP_OK) {
+  if (hoop__rendezvous_status((struct sockaddr *)&addr, addrlen, STATUS_TIMEOUT_S, token, &status,
+                              err, sizeof err) != HOOP_OK) {
     fprintf(stderr, "hoopd: %s\n", err);
     return 1;
   }
@@ -195,7 +224,7 @@ static int watch_signal(uv_loop_t *loop, uv_signal_t *handle, int signum, hoopd_
   return rc;
 }
 
-static int serve(const hoopd_args *args) {
+static int serve(const hoopd_args *args, const char *token) {
   /* A client that hangs up while we write must not kill the daemon: the write fails instead. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
     perror("hoopd: signal(SIGPIPE)");
@@ -206,12 +235,18 @@ static int serve(const hoopd_args *args) {
   options.listen = args->listen;
   options.max_jobs = args->max_jobs;
   options.idle_timeout_s = args->idle_timeout_s;
+  options.token = token;
   char err[512];
   uv_loop_t *loop = uv_default_loop();
   if (hoop__rdzv_server_start(loop, &options, &daemon.server, err, sizeof err) != 0) {
     fprintf(stderr, "hoopd: %s\n", err);
     return 1;
   }
+  if (token[0])
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "authentication on: ranks and status queries must prove the token");
+  else
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "authentication off: anyone who reaches this port may join a job "
+              "(give hoopd --token-file to keep strangers out)");
   if (watch_signal(loop, &daemon.sigterm, SIGTERM, &daemon) != 0 ||
       watch_signal(loop, &daemon.sigint, SIGINT, &daemon) != 0)
     return 1;
@@ -226,13 +261,21 @@ static int serve(const hoopd_args *args) {
 }
 
 int main(int argc, char **argv) {
-  hoopd_args args = {DEFAULT_LISTEN, NULL, 0, 0, 0};
+  hoopd_args args = {DEFAULT_LISTEN, NULL, NULL, 0, 0, 0};
   int rc = parse_args(argc, argv, &args);
   if (rc != 0)
     return rc > 0 ? 0 : 2;
-  if (args.status)
-    return show_status(args.status);
-  hoop__log_set(args.verbose ? HOOP_LOG_TRACE : HOOP_LOG_INFO, HOOP_SUBSYS_ALL);
-  hoop__log_set_prefix("hoopd");
-  return serve(&args);
+  /* One byte more than a token may have, so that a longer HOOP_TOKEN is caught, not cut. */
+  static char token[HOOP_MAX_TOKEN + 2];
+  if (load_token(&args, token, sizeof token) != 0)
+    return 2;
+  if (args.status) {
+    rc = show_status(args.status, token);
+  } else {
+    hoop__log_set(args.verbose ? HOOP_LOG_TRACE : HOOP_LOG_INFO, HOOP_SUBSYS_ALL);
+    hoop__log_set_prefix("hoopd");
+    rc = serve(&args, token);
+  }
+  hoop__auth_wipe(token, sizeof token);
+  return rc;
 }

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 
 #include <uv.h>
 
+#include "auth.h"
 #include "env.h"
 #include "log.h"
 #include "netaddr.h"
@@ -115,6 +117,7 @@ typedef struct hooprun_job {
                                       whether it copies them */
   hoop__rdzv_server *server;
   char rendezvous[HOOP_WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
+  char token[HOOP_MAX_TOKEN + 1]; /* what the ranks prove to the server; "" for none */
   hooprun_rank *ranks; /* options.np of them */
   int running;         /* ranks started and not yet exited */
   int outputs_open;
@@ -285,7 +288,8 @@ static const char help_text[] =
     "  --hostfile FILE      hosts one per line as 'host [slots=N]'; # starts a comment\n"
     "  --rsh CMD            how to start a rank on another host (default: ssh); hooprun runs\n"
     "                       CMD HOST env HOOP_...=... -x settings... prog args\n"
-    "  --rendezvous H:P     use the hoopd at H:P instead of serving the rendezvous itself\n"
+    "  --rendezvous H:P     use the hoopd at H:P instead of serving the rendezvous itself;\n"
+    "                       ranks prove hooprun's HOOP_TOKEN or HOOP_TOKEN_FILE to it, if set\n"
     "  --timeout S          seconds any blocking step of a rank may take (HOOP_TIMEOUT)\n"
     "  -x VAR               pass VAR on to the ranks (on this host they get it anyway)\n"
     "  -x VAR=VALUE         set VAR to VALUE for the ranks\n"
@@ -296,6 +300,8 @@ static const char help_text[] =
     "  -h, --help           show this help and exit\n"
     "  --version            show the version and exit\n"
     "\n"
+    "A job whose rendezvous hooprun serves gets a fresh random token (HOOP_TOKEN), so that only\n"
+    "its ranks can join it; ranks on other hosts read it from their stdin.\n"
     "Ranks read stdin (rank 0 only) and inherit hooprun's environment (on other hosts: what the\n"
     "remote shell gives them, plus -x and the HOOP_ variables). With other hosts, the embedded\n"
     "server listens on every address and ranks get the one that routes to the first remote host\n"
@@ -666,11 +672,17 @@ static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hoop
  * remote shell gives it instead, with rank_settings on the command line. */
 static char **rank_environment(const hooprun_job *job, const hooprun_rank *rank) {
   hooprun_env env = {0};
+  int remote = rank->host && !rank->host->local;
   for (char **entry = environ; *entry; entry++) {
-    /* A rank told to host the rendezvous would compete with hooprun's server for its port. */
-    if (!same_name(*entry, "HOOP_RDZV_SERVE="))
+    /* A rank told to host the rendezvous would compete with hooprun's server for its port; the
+     * token the job uses is set below, or for a remote rank sent through its stdin. */
+    if (!same_name(*entry, "HOOP_RDZV_SERVE=") &&
+        !(job->token[0] &&
+          (same_name(*entry, "HOOP_TOKEN=") || same_name(*entry, "HOOP_TOKEN_FILE="))))
       env_add(&env, xstrdup(*entry));
   }
+  if (job->token[0] && !remote)
+    env_format(&env, "HOOP_TOKEN=%s", job->token);
   rank_settings(job, rank, &env); /* never empty: it holds the HOOP_ variables */
   return env.entries;
 }
@@ -732,6 +744,13 @@ static char **rank_command(const hooprun_job *job, const hooprun_rank *rank) {
       env_add_word(&words, quote ? shell_quote(settings.entries[i]) : xstrdup(settings.entries[i]));
     if (settings.entries)
       env_free(settings.entries);
+    /* The token would show in `ps` on a command line: the rank reads it from its stdin. */
+    if (job->token[0]) {
+      const char *script = "IFS= read -r HOOP_TOKEN && export HOOP_TOKEN && exec \"$0\" \"$@\"";
+      env_add_word(&words, xstrdup("sh"));
+      env_add_word(&words, xstrdup("-c"));
+      env_add_word(&words, quote ? shell_quote(script) : xstrdup(script));
+    }
     for (char **arg = options->command; *arg; arg++)
       env_add_word(&words, quote ? shell_quote(*arg) : xstrdup(*arg));
   } else {
@@ -867,6 +886,29 @@ static int output_open(hooprun_job *job, hooprun_output *output, uv_file *write_
 
 static void on_rank_exit(uv_process_t *process, int64_t exit_status, int term_signal);
 
+/* A pipe holding the token and a newline, its write end already closed: the read end becomes a
+ * remote rank's stdin. The token is far below a pipe's capacity, so the write cannot block. */
+static int token_pipe(hooprun_job *job) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    say(job, "cannot make a pipe for the token: %s", strerror(errno));
+    return -1;
+  }
+  size_t len = strlen(job->token);
+  char line[HOOP_MAX_TOKEN + 2];
+  memcpy(line, job->token, len);
+  line[len] = '\n';
+  ssize_t n = write(fds[1], line, len + 1);
+  hoop__auth_wipe(line, sizeof line);
+  close(fds[1]);
+  if (n != (ssize_t)(len + 1)) {
+    say(job, "cannot write the token into its pipe: %s", n < 0 ? strerror(errno) : "short write");
+    close(fds[0]);
+    return -1;
+  }
+  return fds[0];
+}
+
 /* Start one rank, with its output going to pipes: real pipes (not libuv's socketpairs) so that
  * a rank can open /dev/stdout. Returns 0, or the status hooprun should exit with. */
 static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
@@ -877,12 +919,22 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
     close_fd(job, out_fd);
     return EXIT_FAILURE;
   }
-  /* As with mpirun, rank 0 reads hooprun's stdin; libuv gives the others /dev/null. */
+  /* As with mpirun, rank 0 reads hooprun's stdin; libuv gives the others /dev/null. A rank on
+   * another host with a token reads the token from a pipe instead. */
   uv_stdio_container_t stdio[3] = {
       {.flags = rank->index == 0 ? UV_INHERIT_FD : UV_IGNORE, .data.fd = STDIN_FILENO},
       {.flags = UV_INHERIT_FD, .data.fd = out_fd},
       {.flags = UV_INHERIT_FD, .data.fd = err_fd},
   };
+  int token_fd = -1;
+  if (job->token[0] && rank->host && !rank->host->local) {
+    if ((token_fd = token_pipe(job)) < 0) {
+      close_fd(job, out_fd);
+      close_fd(job, err_fd);
+      return EXIT_FAILURE;
+    }
+    stdio[0] = (uv_stdio_container_t){.flags = UV_INHERIT_FD, .data.fd = token_fd};
+  }
   char **env = rank_environment(job, rank);
   char **command = rank_command(job, rank);
   uv_process_options_t spawn = {.exit_cb = on_rank_exit,
@@ -897,6 +949,8 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
   /* Only the rank may hold the write ends, or the pipes would never reach their end. */
   close_fd(job, out_fd);
   close_fd(job, err_fd);
+  if (token_fd >= 0)
+    close_fd(job, token_fd);
   if (err != 0) {
     say(job, "cannot start '%s': %s", command[0], error_text(err));
     env_free(command);
@@ -1193,6 +1247,44 @@ static int server_address(hooprun_job *job, const hooprun_host *remote, char *ou
   return local.ss_family == AF_INET6 ? 6 : 4;
 }
 
+/* A job served by hooprun gets a token of its own: 32 random bytes in hex. Nobody but its ranks
+ * can join it, even on a shared machine where anyone may reach the port. */
+static int fresh_token(hooprun_job *job) {
+  unsigned char random[32];
+  if (hoop__auth_random(random, sizeof random) != 0) {
+    say(job, "cannot make the job's token: libsodium cannot start");
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof random; i++)
+    snprintf(job->token + 2 * i, 3, "%02x", random[i]);
+  hoop__auth_wipe(random, sizeof random);
+  return 0;
+}
+
+/* With a hoopd, the ranks prove the token that hooprun was given (HOOP_TOKEN or HOOP_TOKEN_FILE),
+ * if any, which hooprun hands on to them as it does its own. */
+static int given_token(hooprun_job *job) {
+  char err[512];
+  const char *token = getenv("HOOP_TOKEN"), *file = getenv("HOOP_TOKEN_FILE");
+  if (token && token[0] && file && file[0]) {
+    say(job, "both HOOP_TOKEN and HOOP_TOKEN_FILE are set: set one");
+    return -1;
+  }
+  if (file && file[0]) {
+    if (hoop__auth_read_token(file, job->token, sizeof job->token, err, sizeof err) != 0) {
+      say(job, "%s", err);
+      return -1;
+    }
+  } else if (token && token[0]) {
+    if (strlen(token) > HOOP_MAX_TOKEN) {
+      say(job, "HOOP_TOKEN is longer than %d bytes", HOOP_MAX_TOKEN);
+      return -1;
+    }
+    snprintf(job->token, sizeof job->token, "%s", token);
+  }
+  return 0;
+}
+
 /* The embedded server: on 127.0.0.1 when every rank runs here; with other hosts, on every address
  * (the one given to the ranks may have other names here, as in rank 0's own server). */
 static int start_server(hooprun_job *job) {
@@ -1202,16 +1294,21 @@ static int start_server(hooprun_job *job) {
   if (job->options.rendezvous) {
     snprintf(job->rendezvous, sizeof job->rendezvous, "%s", job->options.rendezvous);
     verbose(job, "ranks meet at the rendezvous server %s, job %s", job->rendezvous, job->id);
-    return 0;
+    return given_token(job);
   }
+  if (fresh_token(job) != 0)
+    return -1;
   if (remote) {
     int family = server_address(job, remote, address, sizeof address);
     if (family < 0)
       return -1;
     listen = family == 6 ? "[::]:0" : "0.0.0.0:0";
   }
-  job->rdzv_options = (hoop__rdzv_options){
-      .listen = listen, .once = 1, .on_done = on_rendezvous_done, .arg = job};
+  job->rdzv_options = (hoop__rdzv_options){.listen = listen,
+                                           .token = job->token,
+                                           .once = 1,
+                                           .on_done = on_rendezvous_done,
+                                           .arg = job};
   if (hoop__rdzv_server_start(&job->loop, &job->rdzv_options, &job->server, err, sizeof err) != 0) {
     job->server = NULL;
     say(job, "cannot start the rendezvous server: %s", err);
@@ -1291,6 +1388,7 @@ int main(int argc, char **argv) {
   free(job->options.hosts);
   free(job->options.exports);
   text_free(&job->lines);
+  hoop__auth_wipe(job->token, sizeof job->token);
   free(job);
   return status;
 }

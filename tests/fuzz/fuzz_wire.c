@@ -62,6 +62,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
+  case HOOP_MSG_STATUS_REQ: {
+    hoop__status_req request;
+    if (hoop__wire_decode_status_req(payload, header.length, &request) == 0) {
+      if (hoop__wire_encode_status_req(&wb, &request) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
+  case HOOP_MSG_CHALLENGE: {
+    hoop__challenge challenge;
+    if (hoop__wire_decode_challenge(payload, header.length, &challenge) == 0) {
+      if (hoop__wire_encode_challenge(&wb, &challenge) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
   default:
     break;
   }

@@ -191,7 +191,7 @@ static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
     state->peers[peer].streams[s].fd = fd;
     uint8_t hello[HANDSHAKE_BYTES];
     encode_handshake(hello, (uint32_t)comm->rank, (uint32_t)s, (uint32_t)state->nstreams,
-                     comm->table.nonce);
+                     comm->data_nonce);
     if (hoop__write_full(fd, hello, sizeof hello, deadline) != 0)
       return peer_error(comm, peer, HOOP_ERR_PEER_LOST, "handshake", errno);
   }
@@ -218,7 +218,7 @@ static hoop_result accept_one(hoop_comm *comm, double deadline) {
   memcpy(words, hello, 16);
   uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
   if (ntohl(words[0]) != HANDSHAKE_MAGIC ||
-      memcmp(hello + 16, comm->table.nonce, HOOP_WIRE_NONCE) != 0 ||
+      !hoop__auth_equal(hello + 16, comm->data_nonce, HOOP_WIRE_NONCE) ||
       from >= (uint32_t)comm->size || (int)from >= comm->rank)
     goto refuse;
   if (nstreams != (uint32_t)state->nstreams) {

@@ -717,6 +717,7 @@ START_TEST(test_malformed_requests_close_only_their_connection) {
   };
   join_in_order("survivor", 2, 0, clients, 1);
   bad_request bad[16];
+  memset(bad, 0, sizeof bad);
   int count;
   fill_bad_requests(bad, &count);
   for (int i = 0; i < count; i++) {

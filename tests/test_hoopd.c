@@ -3,6 +3,7 @@
  * truncated message, and exits cleanly on SIGTERM. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "procs.h"
+#include "wire.h"
 
 static pid_t hoopd_pid;
 static int hoopd_port;
@@ -251,6 +253,114 @@ START_TEST(test_token_needs_an_authenticating_server) {
 }
 END_TEST
 
+/* Bytes at a connection of its own, closed at once or left open (returned) for the daemon to
+ * deal with. */
+static int send_raw(const void *bytes, size_t len) {
+  int fd = connect_hoopd();
+  ck_assert_int_ge(fd, 0);
+  if (len > 0)
+    ck_assert_int_eq(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+  return fd;
+}
+
+/* 1 once the daemon has closed fd (EOF or reset), reading and discarding what it sent first; 0 if
+ * it still holds it after timeout_ms. */
+static int closed_within(int fd, int timeout_ms) {
+  struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  ssize_t got;
+  while ((got = recv(fd, buf, sizeof buf, 0)) > 0)
+    ;
+  return got == 0 || (got < 0 && errno == ECONNRESET);
+}
+
+/* While a real job waits for its second rank, hoopd (idle timeout 2 s) gets random bytes, a
+ * truncated HELLO, a header announcing 2 GiB, a client that never reads, and a slow client that
+ * sends a HELLO one byte every 100 ms; each loses only its own connection, the job completes and
+ * the daemon still answers. */
+START_TEST(test_hostile_clients_during_a_job) {
+  hoopd_port = procs_free_port();
+  snprintf(hoopd_addr, sizeof hoopd_addr, "127.0.0.1:%d", hoopd_port);
+  char path[4096];
+  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
+  char *argv[] = {path, "--listen", hoopd_addr, "--idle-timeout", "2", NULL};
+  char log[] = "/tmp/hoop-hostile-XXXXXX";
+  int log_fd = mkstemp(log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
+  hoopd_pid = procs_start(argv, NULL, log);
+  ck_assert_int_gt(hoopd_pid, 0);
+  int fd;
+  for (int i = 0; (fd = connect_hoopd()) < 0 && i < 500; i++)
+    sleep_ms(10);
+  ck_assert_msg(fd >= 0, "hoopd did not listen on %s", hoopd_addr);
+  close(fd);
+  pid_t first = start_rank("zeta", 2, 0, NULL);
+
+  int open_fds[64], nopen = 0;
+  unsigned seed = 12345;
+  uint8_t junk[600];
+  for (int i = 0; i < 32; i++) {
+    size_t len = 1 + (size_t)(rand_r(&seed) % (int)sizeof junk);
+    for (size_t b = 0; b < len; b++)
+      junk[b] = (uint8_t)rand_r(&seed);
+    if (i % 4 == 0) /* a real magic and version, then garbage: deeper into the decoder */
+      memcpy(junk, "HOOP\x02\x00", 6);
+    open_fds[nopen++] = send_raw(junk, len);
+  }
+  hoop__hello hello;
+  memset(&hello, 0, sizeof hello);
+  snprintf(hello.job, sizeof hello.job, "slow");
+  hello.size = 2;
+  hello.rank = -1;
+  hello.timeout_ms = 60000;
+  snprintf(hello.host, sizeof hello.host, "slowpoke");
+  snprintf(hello.addr, sizeof hello.addr, "127.0.0.1:1");
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_hello(&wb, &hello), 0);
+  int truncated = send_raw(wb.data, wb.len / 2);
+  uint8_t huge[12] = {'H', 'O', 'O', 'P', 2, 0, 1, 0, 0xff, 0xff, 0xff, 0x7f};
+  int oversized = send_raw(huge, sizeof huge);
+  int deaf = send_raw(NULL, 0); /* never reads its challenge, never sends */
+  int slow = send_raw(NULL, 0);
+  size_t sent = 0;
+  for (; sent < wb.len && sent < 40; sent++) {
+    if (send(slow, wb.data + sent, 1, MSG_NOSIGNAL) != 1)
+      break;
+    sleep_ms(100);
+  }
+  ck_assert_msg(sent < wb.len, "the slow client sent its whole HELLO: the test is too short");
+  hoop__wbuf_free(&wb);
+
+  ck_assert_msg(closed_within(oversized, 5000), "a 2 GiB header: expected hoopd to close it");
+  ck_assert_msg(closed_within(truncated, 5000), "a truncated HELLO: expected the idle timeout");
+  ck_assert_msg(closed_within(slow, 5000),
+                "a HELLO at one byte per 100 ms: expected the idle timeout to close it");
+  ck_assert_msg(closed_within(deaf, 5000), "a silent client: expected the idle timeout");
+  for (int i = 0; i < nopen; i++) {
+    ck_assert_msg(closed_within(open_fds[i], 5000), "random bytes %d: expected hoopd to close", i);
+    close(open_fds[i]);
+  }
+  close(oversized);
+  close(truncated);
+  close(slow);
+  close(deaf);
+  /* The job was not disturbed: its second rank completes it. */
+  pid_t second = start_rank("zeta", 2, 1, NULL);
+  ck_assert_int_eq(procs_wait(first, 120), 0);
+  ck_assert_int_eq(procs_wait(second, 120), 0);
+  ck_assert_msg(kill(hoopd_pid, 0) == 0, "hoopd died under hostile clients");
+  stop_hoopd();
+  char *output = procs_slurp(log);
+  ck_assert_ptr_nonnull(output);
+  ck_assert_msg(strstr(output, "job 'zeta' complete"), "hoopd's log does not show job zeta "
+                "completing:\n%s", output);
+  free(output);
+  unlink(log);
+}
+END_TEST
+
 START_TEST(test_version_and_help) {
   char path[4096];
   const char *tools[] = {"tools/hoopd", "tools/hooprun"};
@@ -273,6 +383,7 @@ static Suite *hoopd_suite(void) {
   tcase_add_test(tc, test_version_and_help);
   tcase_add_test(tc, test_token_keeps_strangers_out);
   tcase_add_test(tc, test_token_needs_an_authenticating_server);
+  tcase_add_test(tc, test_hostile_clients_during_a_job);
   suite_add_tcase(s, tc);
   return s;
 }

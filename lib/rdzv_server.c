@@ -760,6 +760,26 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
     job_complete(job);
 }
 
+/* The hosts that joined, in order of first arrival, with their ranks (as many as a status
+ * lists; none when out of memory). */
+static void status_hosts(const rdzv_job *job, hoop__job_status *out) {
+  member_slot **pointers;
+  member_slot *slots = job->joined ? job_slots(job, &pointers) : NULL;
+  uint32_t ngroups = 0;
+  host_group *groups =
+      slots ? group_by_host(pointers, job->joined, by_host_then_arrival, &ngroups) : NULL;
+  for (uint32_t g = 0; groups && g < ngroups && g < HOOP_WIRE_MAX_STATUS_HOSTS; g++) {
+    snprintf(out->hosts[g].name, sizeof out->hosts[g].name, "%s", groups[g].first[0]->host);
+    out->hosts[g].ranks = groups[g].count;
+    out->nhosts = g + 1;
+  }
+  free(groups);
+  if (slots) {
+    free(pointers);
+    free(slots);
+  }
+}
+
 static void fill_job_status(const rdzv_job *job, uint64_t now, hoop__job_status *out) {
   uint64_t waited = now - job->created_ms;
   snprintf(out->job, sizeof out->job, "%s", job->id);
@@ -767,6 +787,7 @@ static void fill_job_status(const rdzv_job *job, uint64_t now, hoop__job_status 
   out->joined = job->joined;
   out->waited_ms = waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
   out->nmissing = missing_ranks(job, out->missing, HOOP_WIRE_MAX_MISSING);
+  status_hosts(job, out);
 }
 
 /* Reply with the jobs waiting, oldest first (as many as a STATUS holds). */

@@ -11,7 +11,8 @@
  *   ERROR       u32 code (a hoop_result, not 0), str message
  *   STATUS_REQ  blob proof (empty when the server asks for none)
  *   STATUS      u32 njobs, then njobs x {str job, u32 size, u32 joined, u32 waited_ms,
- *               u32 nmissing, nmissing x i32 missing rank}
+ *               u32 nmissing, nmissing x i32 missing rank,
+ *               u32 nhosts, nhosts x {str host, u32 ranks}}
  *   CHALLENGE   u8 flags, u8 nonce[32]
  */
 #include "wire.h"
@@ -183,6 +184,15 @@ static int job_status_valid(const hoop__job_status *job) {
   for (uint32_t i = 0; i < job->nmissing; i++)
     if (job->missing[i] < 0 || (uint32_t)job->missing[i] >= job->size)
       return 0;
+  if (job->nhosts > HOOP_WIRE_MAX_STATUS_HOSTS)
+    return 0;
+  uint32_t ranks = 0;
+  for (uint32_t h = 0; h < job->nhosts; h++) {
+    if (field_len(job->hosts[h].name, sizeof job->hosts[h].name, HOOP_WIRE_MAX_HOST) < 0 ||
+        job->hosts[h].ranks == 0 || job->hosts[h].ranks > job->joined - ranks)
+      return 0;
+    ranks += job->hosts[h].ranks;
+  }
   return 1;
 }
 
@@ -203,6 +213,11 @@ int hoop__wire_encode_status(hoop__wbuf *wb, const hoop__status *msg) {
     put_u32(wb, job->nmissing);
     for (uint32_t m = 0; m < job->nmissing; m++)
       put_u32(wb, (uint32_t)job->missing[m]);
+    put_u32(wb, job->nhosts);
+    for (uint32_t h = 0; h < job->nhosts; h++) {
+      put_str(wb, job->hosts[h].name, strlen(job->hosts[h].name));
+      put_u32(wb, job->hosts[h].ranks);
+    }
   }
   return finish_message(wb, start);
 }
@@ -364,8 +379,8 @@ int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg 
   return reader_done(&in) != 0 || out->code == 0 ? -1 : 0;
 }
 
-/* Smallest encoding of one job in a status: an empty job id and four u32. */
-#define STATUS_JOB_MIN 18
+/* Smallest encoding of one job in a status: an empty job id and five u32. */
+#define STATUS_JOB_MIN 22
 
 static void get_job_status(reader *in, hoop__job_status *job) {
   get_str(in, job->job, HOOP_WIRE_MAX_JOB);
@@ -382,6 +397,19 @@ static void get_job_status(reader *in, hoop__job_status *job) {
     job->missing[m] = get_i32(in);
     if (job->missing[m] < 0 || (uint32_t)job->missing[m] >= job->size)
       in->bad = 1;
+  }
+  job->nhosts = get_u32(in);
+  if (job->nhosts > HOOP_WIRE_MAX_STATUS_HOSTS) {
+    in->bad = 1;
+    return;
+  }
+  uint32_t ranks = 0;
+  for (uint32_t h = 0; h < job->nhosts && !in->bad; h++) {
+    get_str(in, job->hosts[h].name, HOOP_WIRE_MAX_HOST);
+    job->hosts[h].ranks = get_u32(in);
+    if (job->hosts[h].ranks == 0 || job->hosts[h].ranks > job->joined - ranks)
+      in->bad = 1;
+    ranks += job->hosts[h].ranks;
   }
 }
 

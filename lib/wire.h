@@ -27,6 +27,7 @@
 #define HOOP_WIRE_MAX_RANKS 16384 /* ranks in one job */
 #define HOOP_WIRE_MAX_STATUS_JOBS 256
 #define HOOP_WIRE_MAX_MISSING 64  /* missing ranks listed per job in a status reply */
+#define HOOP_WIRE_MAX_STATUS_HOSTS 16 /* hosts listed per job in a status reply */
 
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
  * header, before reading them. */
@@ -102,6 +103,11 @@ typedef struct hoop__job_status {
   uint32_t waited_ms; /* since the first rank joined */
   uint32_t nmissing;  /* entries in missing[], at most HOOP_WIRE_MAX_MISSING */
   int32_t missing[HOOP_WIRE_MAX_MISSING]; /* requested ranks not yet joined */
+  uint32_t nhosts;    /* entries in hosts[]: the hosts joined, in order of first arrival */
+  struct {
+    char name[HOOP_WIRE_MAX_HOST + 1];
+    uint32_t ranks; /* ranks joined from it */
+  } hosts[HOOP_WIRE_MAX_STATUS_HOSTS];
 } hoop__job_status;
 
 typedef struct hoop__status {

@@ -150,6 +150,8 @@ START_TEST(test_status_and_garbage) {
   ck_assert_ptr_nonnull(status);
   ck_assert_msg(strstr(status, "gamma") != NULL, "status does not list job gamma:\n%s", status);
   ck_assert_msg(strstr(status, "1/2") != NULL, "status does not say 1/2 joined:\n%s", status);
+  ck_assert_msg(strstr(status, "joined from: ") != NULL && strstr(status, "(1 rank)") != NULL,
+                "status does not name the host that joined:\n%s", status);
   free(status);
   unlink(log);
   /* The second rank completes the job: the daemon still serves after the garbage. */

@@ -759,6 +759,12 @@ START_TEST(test_status_lists_waiting_jobs) {
   ck_assert_msg(second->size == 2 && second->joined == 1 && second->nmissing == 0,
                 "'anywhere': expected 1 of 2 joined, no missing ranks listed, got %u of %u and %u",
                 second->joined, second->size, second->nmissing);
+  ck_assert_msg(first->nhosts == 1 && strcmp(first->hosts[0].name, "a") == 0 &&
+                    first->hosts[0].ranks == 1,
+                "'waiting': expected host a with 1 rank, got %u hosts, the first '%s'",
+                first->nhosts, first->nhosts ? first->hosts[0].name : "");
+  ck_assert_msg(second->nhosts == 1 && strcmp(second->hosts[0].name, "b") == 0,
+                "'anywhere': expected host b, got %u hosts", second->nhosts);
   hoop__status_free(&status);
   close(requested);
   close(unrequested);

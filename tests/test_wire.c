@@ -71,6 +71,11 @@ static void sample_status(hoop__status *status, hoop__job_status jobs[2]) {
   jobs[0].nmissing = 2;
   jobs[0].missing[0] = 1;
   jobs[0].missing[1] = 3;
+  jobs[0].nhosts = 2;
+  snprintf(jobs[0].hosts[0].name, sizeof jobs[0].hosts[0].name, "node-a");
+  jobs[0].hosts[0].ranks = 1;
+  snprintf(jobs[0].hosts[1].name, sizeof jobs[0].hosts[1].name, "node-b");
+  jobs[0].hosts[1].ranks = 1;
   snprintf(jobs[1].job, sizeof jobs[1].job, "beta");
   jobs[1].size = 16;
   jobs[1].joined = 5;
@@ -296,8 +301,41 @@ START_TEST(test_status_round_trip) {
     ck_assert_uint_eq(out.jobs[j].nmissing, jobs[j].nmissing);
     for (uint32_t m = 0; m < jobs[j].nmissing; m++)
       ck_assert_int_eq(out.jobs[j].missing[m], jobs[j].missing[m]);
+    ck_assert_uint_eq(out.jobs[j].nhosts, jobs[j].nhosts);
+    for (uint32_t h = 0; h < jobs[j].nhosts; h++) {
+      ck_assert_str_eq(out.jobs[j].hosts[h].name, jobs[j].hosts[h].name);
+      ck_assert_uint_eq(out.jobs[j].hosts[h].ranks, jobs[j].hosts[h].ranks);
+    }
   }
   hoop__status_free(&out);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* A status whose hosts claim more ranks than joined, or list a host with none, is refused by the
+ * encoder and by the decoder alike. */
+START_TEST(test_status_hosts_must_add_up) {
+  hoop__status in;
+  hoop__job_status jobs[2];
+  hoop__wbuf wb = {0};
+  sample_status(&in, jobs);
+  jobs[0].hosts[1].ranks = 2; /* 1 + 2 ranks from hosts, 2 joined */
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), -1);
+  hoop__wbuf_free(&wb);
+  jobs[0].hosts[1].ranks = 0;
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), -1);
+  hoop__wbuf_free(&wb);
+  /* Encode a valid one, then raise the second host's count on the wire. */
+  jobs[0].hosts[1].ranks = 1;
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
+  uint8_t *payload = wb.data + HOOP_WIRE_HEADER_SIZE;
+  size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  /* job 0's last field is the second host's count: just before job 1's u16 id length ("beta"). */
+  size_t at = 4 + 2 + 5 + 16 + 2 * 4 + 4 + (2 + 6 + 4) + (2 + 6);
+  ck_assert_uint_eq(payload[at], 1);
+  payload[at] = 2;
+  hoop__status out;
+  ck_assert_int_eq(hoop__wire_decode_status(payload, len, &out), -1);
   hoop__wbuf_free(&wb);
 }
 END_TEST
@@ -727,6 +765,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_status_req_round_trip);
   tcase_add_test(round, test_challenge_round_trip);
   tcase_add_test(round, test_status_round_trip);
+  tcase_add_test(round, test_status_hosts_must_add_up);
   tcase_add_test(round, test_empty_status_round_trip);
   tcase_add_test(round, test_encoders_append);
   tcase_add_test(round, test_table_of_max_ranks);

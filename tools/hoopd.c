@@ -143,6 +143,22 @@ static void describe_missing(const hoop__job_status *job, char *out, size_t outl
     snprintf(out + len, outlen - len, " and %u more", missing - job->nmissing);
 }
 
+/* "    joined from: node1 (2 ranks), node2 (1 rank) and 3 ranks from other hosts" */
+static void print_hosts(const hoop__job_status *job) {
+  if (job->nhosts == 0)
+    return;
+  uint32_t listed = 0;
+  printf("    joined from: ");
+  for (uint32_t h = 0; h < job->nhosts; h++) {
+    printf("%s%s (%u rank%s)", h ? ", " : "", job->hosts[h].name, job->hosts[h].ranks,
+           job->hosts[h].ranks == 1 ? "" : "s");
+    listed += job->hosts[h].ranks;
+  }
+  if (listed < job->joined)
+    printf(" and %u ranks from other hosts", job->joined - listed);
+  printf("\n");
+}
+
 static void print_status(const hoop__status *status) {
   if (status->njobs == 0) {
     printf("no jobs waiting\n");
@@ -156,6 +172,7 @@ static void print_status(const hoop__status *status) {
     snprintf(waited, sizeof waited, "%.1f s", job->waited_ms / 1000.0);
     describe_missing(job, missing, sizeof missing);
     printf("%-24s %-13s %-10s %s\n", job->job, joined, waited, missing);
+    print_hosts(job);
   }
 }
 

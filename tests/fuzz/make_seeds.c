@@ -34,6 +34,9 @@ int main(int argc, char **argv) {
   hoop__job_status job = {.size = 4, .joined = 1, .waited_ms = 1200, .nmissing = 2,
                           .missing = {1, 3}};
   strcpy(job.job, "waiting");
+  job.nhosts = 1;
+  strcpy(job.hosts[0].name, "node1");
+  job.hosts[0].ranks = 1;
   hoop__status status = {.njobs = 1, .jobs = &job};
   hoop__status_req request = {0}, proven = {.proof_len = 32, .proof = {4, 5, 6}};
   hoop__challenge challenge = {.flags = HOOP_CHALLENGE_AUTH, .nonce = {7, 7, 7}};

@@ -77,6 +77,12 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
 hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,
                            uint64_t len, uint64_t expected_len);
 
+/* Called by the transport for a message from peer whose header came before any receive was
+ * posted for it, with fingerprint theirs. A receive may never be posted for it (its sender's call
+ * differs from this rank's), so if it was sent in this rank's running call or an earlier one yet
+ * describes another call, fail with HOOP_ERR_MISMATCH now; HOOP_OK while it may still match. */
+hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, const uint8_t *theirs);
+
 /* Called by the transport: peer sent a failure notice {code, origin rank, origin's message}
  * before closing. Fails comm so that it names the origin, not the neighbour. */
 hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int origin,

@@ -45,6 +45,7 @@ typedef struct hoop__transport_ops {
   /* After the rank table is known: connect to peer now (the ring neighbours at init). Transfers to
    * other peers connect on demand. */
   hoop_result (*connect)(hoop_comm *comm, int peer);
+  /* len may be 0: an empty message, which still carries the request's fingerprint. */
   hoop_result (*isend)(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
   hoop_result (*irecv)(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
   /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s. */
@@ -67,5 +68,8 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
 /* Send to one peer and receive from another at the same time, then wait for both. */
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
                            void *recvbuf, size_t recvlen);
+/* Send an empty message to one peer and receive one from another, then wait for both: nothing but
+ * the call's fingerprint travels, for a call that has no data to carry it. */
+hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from);
 
 #endif /* HOOP_TRANSPORT_H */

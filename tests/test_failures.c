@@ -43,12 +43,27 @@ static hoop_comm *join(int port, int index, int n, double timeout_s) {
 
 /* ---- mismatched calls ------------------------------------------------------------------------ */
 
-typedef enum mismatch_kind { DIFFERENT_COLLECTIVE, DIFFERENT_COUNT, DIFFERENT_ROOT } mismatch_kind;
+/* With 2 ranks unless said otherwise. The ZERO_ kinds have one side call with count 0, which sends
+ * no data, so only the fingerprint of its empty exchange tells the other side. */
+typedef enum mismatch_kind {
+  DIFFERENT_COLLECTIVE,
+  DIFFERENT_COUNT,
+  DIFFERENT_ROOT,
+  ZERO_ALLREDUCE,          /* count 0 on rank 0, 1000 on rank 1 */
+  ZERO_BROADCAST_ROOT,     /* the root, rank 0, broadcasts count 0; rank 1 expects 10 */
+  ZERO_BROADCAST_RECEIVER, /* the root broadcasts count 10; rank 1 expects 0 */
+  ZERO_ALLGATHER,          /* count 0 on rank 0, 10 on rank 1 */
+  ZERO_ALLGATHER_ONE_OF_4  /* 4 ranks: count 0 on rank 3, 10 on the others */
+} mismatch_kind;
 
 typedef struct mismatch_case {
   int port;
   mismatch_kind kind;
 } mismatch_case;
+
+/* Long enough that a rank that waits for it instead of noticing fails the bound by far. */
+#define MISMATCH_TIMEOUT_S 60.0
+#define MISMATCH_BOUND_S 5.0
 
 static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank, float *buf) {
   switch (kind) {
@@ -59,13 +74,25 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
     return hoop_allreduce(comm, buf, buf, rank == 0 ? 1000 : 10, HOOP_FLOAT32, HOOP_SUM);
   case DIFFERENT_ROOT:
     return hoop_broadcast(comm, buf, 10, HOOP_FLOAT32, rank);
+  case ZERO_ALLREDUCE:
+    return hoop_allreduce(comm, buf, buf, rank == 0 ? 0 : 1000, HOOP_FLOAT32, HOOP_SUM);
+  case ZERO_BROADCAST_ROOT:
+    return hoop_broadcast(comm, buf, rank == 0 ? 0 : 10, HOOP_FLOAT32, 0);
+  case ZERO_BROADCAST_RECEIVER:
+    return hoop_broadcast(comm, buf, rank == 0 ? 10 : 0, HOOP_FLOAT32, 0);
+  case ZERO_ALLGATHER:
+    return hoop_allgather(comm, buf, buf + 500, rank == 0 ? 0 : 10, HOOP_FLOAT32);
+  case ZERO_ALLGATHER_ONE_OF_4:
+    return hoop_allgather(comm, buf, buf + 500, rank == 3 ? 0 : 10, HOOP_FLOAT32);
   }
   return HOOP_ERR_INVALID_ARG;
 }
 
+/* Each side returns HOOP_ERR_MISMATCH within MISMATCH_BOUND_S, naming both sides: rank 0 and
+ * rank 1, or, at 4 ranks, whichever pair noticed, one of them the count-0 rank 3. */
 static int mismatch_rank(int index, int n, void *arg) {
   const mismatch_case *mc = arg;
-  hoop_comm *comm = join(mc->port, index, n, 10);
+  hoop_comm *comm = join(mc->port, index, n, MISMATCH_TIMEOUT_S);
   if (!comm)
     return 10;
   float buf[1000] = {0};
@@ -77,25 +104,35 @@ static int mismatch_rank(int index, int n, void *arg) {
   }
   double start = now_s();
   result = mismatched_call(comm, mc->kind, index, buf);
-  /* Different roots each only send: neither can know before the next call, which must fail. */
-  if (result == HOOP_OK && mc->kind == DIFFERENT_ROOT)
+  /* A rank that only sends cannot know before its next call, which must fail: both with
+   * different roots, and the root whose receiver expects nothing. */
+  int only_sends =
+      mc->kind == DIFFERENT_ROOT || (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0);
+  if (result == HOOP_OK && only_sends)
     result = hoop_barrier(comm);
   double took = now_s() - start;
   const char *message = hoop_last_error(comm);
-  int bad = result != HOOP_ERR_MISMATCH || took > 5 || strstr(message, "does not match") == NULL;
-  /* Both sides are named: the message mentions rank 0 and rank 1. */
-  bad |= strstr(message, "rank 0") == NULL || strstr(message, "rank 1") == NULL;
+  int bad = result != HOOP_ERR_MISMATCH || took > MISMATCH_BOUND_S ||
+            strstr(message, "does not match") == NULL;
+  if (mc->kind == ZERO_ALLGATHER_ONE_OF_4)
+    bad |= strstr(message, "rank 3") == NULL || strstr(message, "count 0,") == NULL;
+  else
+    bad |= strstr(message, "rank 0") == NULL || strstr(message, "rank 1") == NULL;
   if (bad || getenv("HOOP_TEST_VERBOSE"))
-    fprintf(stderr, "rank %d: expected a mismatch naming both ranks within 5 s, got %s after "
+    fprintf(stderr, "rank %d: expected a mismatch naming both sides within %.0f s, got %s after "
                     "%.1f s: %s\n",
-            index, hoop_strerror(result), took, message);
+            index, MISMATCH_BOUND_S, hoop_strerror(result), took, message);
   hoop_finalize(comm);
   return bad;
 }
 
-static void run_mismatch(mismatch_kind kind) {
+static void run_mismatch_n(mismatch_kind kind, int n) {
   mismatch_case mc = {procs_free_port(), kind};
-  ck_assert_int_eq(procs_fork_ranks(2, mismatch_rank, &mc, 30), 0);
+  ck_assert_int_eq(procs_fork_ranks(n, mismatch_rank, &mc, 30), 0);
+}
+
+static void run_mismatch(mismatch_kind kind) {
+  run_mismatch_n(kind, 2);
 }
 
 START_TEST(test_mismatch_collective) {
@@ -110,6 +147,35 @@ END_TEST
 
 START_TEST(test_mismatch_root) {
   run_mismatch(DIFFERENT_ROOT);
+}
+END_TEST
+
+/* Count 0 against a count with data: the count-0 side sends no data, yet both sides fail at once
+ * rather than one waiting for MISMATCH_TIMEOUT_S. */
+START_TEST(test_mismatch_zero_allreduce) {
+  run_mismatch(ZERO_ALLREDUCE);
+}
+END_TEST
+
+START_TEST(test_mismatch_zero_broadcast_root) {
+  run_mismatch(ZERO_BROADCAST_ROOT);
+}
+END_TEST
+
+START_TEST(test_mismatch_zero_broadcast_receiver) {
+  run_mismatch(ZERO_BROADCAST_RECEIVER);
+}
+END_TEST
+
+START_TEST(test_mismatch_zero_allgather) {
+  run_mismatch(ZERO_ALLGATHER);
+}
+END_TEST
+
+/* Rank 3's ring neighbour rank 0 never receives from it in Bruck's rounds at 4 ranks: it sees the
+ * empty message's fingerprint as it arrives, before any receive is posted for it. */
+START_TEST(test_mismatch_zero_allgather_4) {
+  run_mismatch_n(ZERO_ALLGATHER_ONE_OF_4, 4);
 }
 END_TEST
 
@@ -370,6 +436,11 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_mismatch_collective);
   tcase_add_test(tc, test_mismatch_count);
   tcase_add_test(tc, test_mismatch_root);
+  tcase_add_test(tc, test_mismatch_zero_allreduce);
+  tcase_add_test(tc, test_mismatch_zero_broadcast_root);
+  tcase_add_test(tc, test_mismatch_zero_broadcast_receiver);
+  tcase_add_test(tc, test_mismatch_zero_allgather);
+  tcase_add_test(tc, test_mismatch_zero_allgather_4);
   suite_add_tcase(s, tc);
   tc = tcase_create("abort_and_stall");
   tcase_set_timeout(tc, 60);

@@ -43,7 +43,7 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
                                                 sendbuf ? "recvbuf" : "sendbuf", count));
   size_t block = count * hoop_dtype_size(dtype);
   if (block == 0)
-    return hoop__coll_end(comm, HOOP_OK);
+    return hoop__coll_end(comm, hoop__coll_no_data(comm));
   hoop__algo algo;
   if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
     return hoop__coll_end(comm, result);

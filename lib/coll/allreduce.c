@@ -153,8 +153,10 @@ hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
     hoop__coll_describe(comm, (int)op, -1);
   if (result == HOOP_OK)
     result = check_args(comm, sendbuf, recvbuf, count, op);
-  if (result != HOOP_OK || count == 0)
+  if (result != HOOP_OK)
     return hoop__coll_end(comm, result);
+  if (count == 0)
+    return hoop__coll_end(comm, hoop__coll_no_data(comm));
   size_t esize = hoop_dtype_size(dtype);
   if (comm->size == 1) {
     if (sendbuf != recvbuf)

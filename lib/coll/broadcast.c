@@ -73,7 +73,9 @@ hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype 
                                                 "hoop_broadcast: buf is NULL with count %zu",
                                                 count));
   size_t bytes = count * hoop_dtype_size(dtype);
-  if (comm->size == 1 || bytes == 0)
+  if (bytes == 0)
+    return hoop__coll_end(comm, hoop__coll_no_data(comm));
+  if (comm->size == 1)
     return hoop__coll_end(comm, HOOP_OK);
   hoop__algo algo;
   if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)

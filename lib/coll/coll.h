@@ -47,6 +47,12 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
                                  const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent);
 
+/* End of a call that moves no bytes on this rank (count 0). With HOOP_CHECK_CALLS it still sends
+ * its fingerprint to the next rank of the ring and takes the previous rank's, so that ranks whose
+ * call has data, or whose call is another, meet it and both sides fail with HOOP_ERR_MISMATCH
+ * instead of one waiting for data that never comes. Without the check it costs nothing. */
+hoop_result hoop__coll_no_data(hoop_comm *comm);
+
 /* Element range of ring segment i when count elements are cut into n near-equal segments. */
 void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems);
 

@@ -8,10 +8,12 @@
  *
  * Frames: on stream 0 every message starts with a frame header {magic, type, length, the call's
  * fingerprint}, sent in the same sendmsg as the payload. The receiver compares length and
- * fingerprint with what it posted before it takes the payload, so mismatched calls are reported,
- * not hung on or read as data. Two other frames close a connection: NOTICE {code, origin rank,
- * message} when this rank fails or aborts, so that peers say who started it, and BYE at finalize,
- * so that a peer that finished is told apart from one that died. Stream 0 of every connected peer
+ * fingerprint with what it posted before it takes the payload (or, for a header that comes first,
+ * the fingerprint with the running call's), so mismatched calls are reported, not hung on or read
+ * as data. An empty message is a header alone: calls with no data still send their fingerprint.
+ * Two other frames close a connection: NOTICE {code, origin rank, message} when this rank fails or
+ * aborts, so that peers say who started it, and BYE at finalize, so that a peer that finished is
+ * told apart from one that died. Stream 0 of every connected peer
  * is polled even when no receive is posted, so a notice or a closed connection is seen at once.
  */
 #include <arpa/inet.h>
@@ -264,7 +266,8 @@ static hoop_result tcp_connect(hoop_comm *comm, int peer) {
 
 /* Cut a message into fragments, one per stream used; returns how many. The parts are len/used
  * rounded up to STRIPE_ALIGN, and the last fragment takes whatever remains, so that every byte is
- * in one fragment whatever the length. */
+ * in one fragment whatever the length. An empty message is one empty fragment on stream 0: its
+ * frame header, with the call's fingerprint, still travels. */
 static int cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req) {
   int used = len < STRIPE_MIN_BYTES ? 1 : state->nstreams;
   size_t share = (len + (size_t)used - 1) / (size_t)used;
@@ -272,7 +275,7 @@ static int cut_message(tcp_state *state, char *buf, size_t len, hoop__request *r
   int n = 0;
   for (int s = 0; s < used; s++) {
     size_t begin = (size_t)s * part;
-    if (begin >= len)
+    if (s > 0 && begin >= len)
       break;
     hoop__fragment *frag = &req->frags[n++];
     frag->owner = req;
@@ -351,7 +354,8 @@ static int drive_send(tcp_stream *stream, int framed, int *moved) {
       size_t sent = (size_t)n, into_header = sent < header_left ? sent : header_left;
       stream->send_frame_done += into_header;
       frag->done += sent - into_header;
-      if (frag->done == frag->len) {
+      /* An empty message is done once its header is out. */
+      if (frag->done == frag->len && (!framed || stream->send_frame_done == FRAME_BYTES)) {
         stream->send_framed = 0;
         dequeue_done(&stream->send_head, &stream->send_tail);
       }
@@ -401,8 +405,8 @@ static hoop_result frame_closed(hoop_comm *comm, int peer, tcp_stream *stream, i
 }
 
 /* A complete header: a notice or bye is handled here; a data header is compared with the receive
- * posted for it (or parked until one is). extra bytes of payload came with it into head's
- * buffer. */
+ * posted for it, or, with none posted yet, with the running call (hoop__mismatch_early) and parked
+ * until one is. extra bytes of payload came with it into head's buffer. */
 static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, size_t extra) {
   const uint8_t *frame = stream->recv_frame;
   hoop__fragment *head = stream->recv_head;
@@ -431,7 +435,7 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u",
                       peer, type);
   if (!head)
-    return HOOP_OK;
+    return hoop__mismatch_early(comm, peer, frame + 16);
   static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
   const uint8_t *theirs = frame + 16, *ours = head->owner->fingerprint;
   int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
@@ -442,6 +446,16 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
   stream->recv_checked = 1;
   head->done = extra;
   return HOOP_OK;
+}
+
+/* The message at the head of stream 0's receive queue is complete: take it off, ready for the
+ * next header. Returns 1 when nothing more is posted: what comes next is read when poll() says it
+ * is there, which saves a system call per message. */
+static int finish_head(tcp_stream *stream) {
+  stream->recv_frame_done = 0;
+  stream->recv_checked = 0;
+  dequeue_done(&stream->recv_head, &stream->recv_tail);
+  return stream->recv_head == NULL;
 }
 
 /* Stream 0's receive side: headers, notices and payloads in turn; reads headers even when nothing
@@ -466,6 +480,9 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
       hoop_result result = take_frame(comm, peer, stream, 0);
       if (result != HOOP_OK)
         return result;
+      /* An empty message is complete with its header; there is nothing to read for it. */
+      if (head->len == 0 && finish_head(stream))
+        return HOOP_OK;
       continue;
     } else {
       iov[parts++] = (struct iovec){head->buf + head->done, head->len - head->done};
@@ -496,15 +513,8 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
     } else {
       head->done += got;
     }
-    if (head && stream->recv_checked && head->done == head->len) {
-      stream->recv_frame_done = 0;
-      stream->recv_checked = 0;
-      dequeue_done(&stream->recv_head, &stream->recv_tail);
-      /* Nothing more posted: what comes next is read when poll() says it is there, which saves
-       * a system call per message. */
-      if (!stream->recv_head)
-        return HOOP_OK;
-    }
+    if (head && stream->recv_checked && head->done == head->len && finish_head(stream))
+      return HOOP_OK;
   }
   return stream->recv_head ? frame_closed(comm, peer, stream, 0) : HOOP_OK;
 }

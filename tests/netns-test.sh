@@ -3,12 +3,15 @@
 # switch namespace, so nothing of the machine's own network changes): hoopd runs in h1 and hooprun
 # starts coll_worker across the hosts with `--rsh 'ip netns exec'`, at 1 and 2 ranks per host,
 # through hoopd and through hooprun's embedded server; then one remote rank is killed and hooprun
-# must say which. Needs root and working `ip netns`; skipped (exit 77) otherwise.
+# must say which; then one host's link goes down under a running job (no FIN, no RST) and every
+# rank elsewhere must fail within HOOP_TIMEOUT plus a bound, saying why. Needs root and working
+# `ip netns`; skipped (exit 77) otherwise.
 set -u
 build=$(cd "${HOOP_BUILDDIR:-.}" && pwd)
 hooprun=$build/tools/hooprun
 hoopd=$build/tools/hoopd
 worker=$build/tests/coll_worker
+bench=$build/bench/hoop-bench
 
 skip() {
   echo "SKIP: $*"
@@ -147,6 +150,75 @@ for ns in $hosts; do
   [ -z "$(ip netns pids "$ns")" ] || [ "$ns" = "$h1" ] ||
     fail "killed rank: processes left in $ns after hooprun exited: $(ip netns pids "$ns")"
 done
+
+# A host's link goes down in the middle of a job, so that no FIN or RST ever comes: every rank
+# that waits on one of that host's ranks must stop within HOOP_TIMEOUT plus a bound, with an error
+# that names a rank of that host or says it timed out, and hooprun must report it and exit
+# non-zero. `timeout` guards the whole case: a hang is a failure, not a stuck `make check`.
+# The ranks of other hosts than h3 (0-3, 6, 7) whose output in $1 has no error of theirs that
+# names rank 4 or 5 or says it timed out; the notices that spread a failure reach them all before
+# hooprun stops anyone, so each says it itself.
+silent_survivors() {
+  local r
+  for r in 0 1 2 3 6 7; do
+    grep -Eq "^\[$r\] .*(rank [45]\b|timed out|HOOP_TIMEOUT)" "$1" || printf ' %s' "$r"
+  done
+}
+
+link_down() {
+  local out=$work/link-down.out timeout_s=3 bound_s=20 job=${tag}-link-down started= code=
+  local down_at took
+  timeout -k 5 60 "$hooprun" --rsh 'ip netns exec' -H "$h1:2,$h2:2,$h3:2,$h4:2" \
+    --rendezvous 10.77.0.1:29400 --job "$job" --timeout "$timeout_s" \
+    "$bench" allreduce -b 1M -e 1M -n 100000000 -w 1 -c 0 >"$out" 2>&1 &
+  local pid=$!
+  # Once every rank has joined (hoopd says so; the ranks' own output is buffered), let the
+  # allreduces run a while.
+  for _ in $(seq 200); do
+    grep -q "job '$job' complete" "$work/hoopd.log" && { started=1; break; }
+    sleep 0.1
+  done
+  if [ -z "$started" ]; then
+    kill "$pid" 2>/dev/null
+    wait "$pid"
+    fail "link down: the job did not start within 20 s; its output:"
+    cat "$out"
+    return
+  fi
+  sleep 1
+  ip -n "$h3" link set eth0 down
+  down_at=$(date +%s.%N)
+  wait "$pid"
+  code=$?
+  took=$(awk -v from="$down_at" -v to="$(date +%s.%N)" 'BEGIN { printf "%.1f", to - from }')
+  ip -n "$h3" link set eth0 up
+  if [ "$code" = 124 ] || [ "$code" = 137 ]; then
+    fail "link down: the job was still running 60 s after it started (hung); its output:"
+    cat "$out"
+  elif [ "$code" = 0 ]; then
+    fail "link down: hooprun exited with 0; its output:"
+    cat "$out"
+  elif awk -v t="$took" -v limit=$((timeout_s + bound_s)) 'BEGIN { exit !(t > limit) }'; then
+    fail "link down: hooprun exited $took s after the link went down (expected within" \
+      "$timeout_s + $bound_s s); its output:"
+    cat "$out"
+  elif [ -n "$(silent_survivors "$out")" ]; then
+    fail "link down: rank(s)$(silent_survivors "$out") on other hosts printed no error naming" \
+      "rank 4 or 5 (on $h3) or saying it timed out; the output:"
+    cat "$out"
+  elif ! grep -Eq '^hooprun: rank [0-9]+ on [^ ]+ \(pid [0-9]+\) exited with status [1-9]' "$out"; then
+    fail "link down: hooprun did not report a rank that failed; its output:"
+    cat "$out"
+  else
+    echo "ok: a host whose link went down is reported within $took s (HOOP_TIMEOUT=$timeout_s):"
+    grep -E '^\[[0-9]+\] .*(rank [45]\b|timed out|HOOP_TIMEOUT)|^hooprun: ' "$out" | sed 's/^/    /'
+  fi
+  for ns in $hosts; do
+    [ -z "$(ip netns pids "$ns")" ] || [ "$ns" = "$h1" ] ||
+      fail "link down: processes left in $ns after hooprun exited: $(ip netns pids "$ns")"
+  done
+}
+link_down
 
 if [ $failures != 0 ]; then
   echo "hoopd's log:"

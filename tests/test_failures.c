@@ -96,14 +96,19 @@ static int mismatch_rank(int index, int n, void *arg) {
   if (!comm)
     return 10;
   float buf[1000] = {0};
+  double start = now_s();
   hoop_result result = hoop_allreduce(comm, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
-  if (result != HOOP_OK) {
+  /* At 4 ranks, a rank still finishing this matched call may already be told of the mismatch
+   * that ranks done with it found in the next: its call fails with that. */
+  if (result != HOOP_OK && !(n > 2 && result == HOOP_ERR_MISMATCH)) {
     fprintf(stderr, "rank %d: a matched allreduce failed: %s\n", index, hoop_last_error(comm));
     hoop_finalize(comm);
     return 11;
   }
-  double start = now_s();
-  result = mismatched_call(comm, mc->kind, index, buf);
+  if (result == HOOP_OK) {
+    start = now_s();
+    result = mismatched_call(comm, mc->kind, index, buf);
+  }
   /* A rank that only sends cannot know before its next call, which must fail: both with
    * different roots, and the root whose receiver expects nothing. */
   int only_sends =

@@ -172,15 +172,19 @@ static void write_file(char *path, const char *text, mode_t mode) {
   close(fd);
 }
 
+/* The output a process left in log holds `expected`. */
+static void expect_log_has(const char *log, const char *expected, const char *who) {
+  char *output = procs_slurp(log);
+  ck_assert_msg(output && strstr(output, expected), "%s: expected '%s' in its output, got:\n%s",
+                who, expected, output ? output : "(nothing)");
+  free(output);
+}
+
 /* A process that must fail: its exit status is not 0 and its output holds `expected`. */
 static void expect_failed_with(pid_t pid, const char *log, const char *expected, const char *who) {
   int code = procs_wait(pid, 120);
-  char *output = procs_slurp(log);
-  ck_assert_ptr_nonnull(output);
-  ck_assert_msg(code != 0, "%s: expected a failure, got exit 0:\n%s", who, output);
-  ck_assert_msg(strstr(output, expected) != NULL, "%s: expected '%s' in its output, got:\n%s", who,
-                expected, output);
-  free(output);
+  ck_assert_msg(code != 0, "%s: expected a failure, got exit 0", who);
+  expect_log_has(log, expected, who);
 }
 
 /* hoopd with a token file: ranks that hold the token (from HOOP_TOKEN_FILE or HOOP_TOKEN) complete
@@ -193,7 +197,7 @@ START_TEST(test_token_keeps_strangers_out) {
   int log_fd = mkstemp(log);
   ck_assert_int_ge(log_fd, 0);
   close(log_fd);
-  char hoopd[4096], token_env[128], loose_env[128], *output;
+  char hoopd[4096], token_env[128], loose_env[128];
   snprintf(hoopd, sizeof hoopd, "%s", procs_build_path("tools/hoopd"));
   snprintf(token_env, sizeof token_env, "HOOP_TOKEN_FILE=%s", token_file);
   snprintf(loose_env, sizeof loose_env, "HOOP_TOKEN_FILE=%s", loose_file);
@@ -201,11 +205,7 @@ START_TEST(test_token_keeps_strangers_out) {
   /* A token file that others may read is refused, by the daemon and by a rank alike. */
   char *loose_argv[] = {hoopd, "--listen", "127.0.0.1:0", "--token-file", loose_file, NULL};
   ck_assert_int_eq(procs_run(loose_argv, NULL, log, 10), 2);
-  output = procs_slurp(log);
-  ck_assert_msg(output && strstr(output, "chmod 600"),
-                "hoopd with a mode 644 token file: expected 'chmod 600', got:\n%s",
-                output ? output : "(nothing)");
-  free(output);
+  expect_log_has(log, "chmod 600", "hoopd with a mode 644 token file");
   start_hoopd_with(token_file);
   expect_failed_with(start_rank_with("delta", 2, 0, log, loose_env), log, "chmod 600",
                      "a rank with a mode 644 token file");
@@ -218,18 +218,10 @@ START_TEST(test_token_keeps_strangers_out) {
                      "a rank without a token");
   char *status_argv[] = {hoopd, "--status", hoopd_addr, NULL};
   ck_assert_int_ne(procs_run(status_argv, NULL, log, 10), 0);
-  output = procs_slurp(log);
-  ck_assert_msg(output && strstr(output, "requires a token"),
-                "hoopd --status without the token: expected 'requires a token', got:\n%s",
-                output ? output : "(nothing)");
-  free(output);
+  expect_log_has(log, "requires a token", "hoopd --status without the token");
   char *status_env[] = {token_env, NULL};
   ck_assert_int_eq(procs_run(status_argv, status_env, log, 10), 0);
-  output = procs_slurp(log);
-  ck_assert_msg(output && strstr(output, "delta") && strstr(output, "1/2"),
-                "hoopd --status with the token: expected job delta 1/2, got:\n%s",
-                output ? output : "(nothing)");
-  free(output);
+  expect_log_has(log, "delta                    1/2", "hoopd --status with the token");
   /* The job goes on: the second rank, with the token given directly, completes it. */
   pid_t second = start_rank_with("delta", 2, 1, NULL, "HOOP_TOKEN=a job secret 7f3a9c");
   ck_assert_int_eq(procs_wait(first, 120), 0);
@@ -354,11 +346,7 @@ START_TEST(test_hostile_clients_during_a_job) {
   ck_assert_int_eq(procs_wait(second, 120), 0);
   ck_assert_msg(kill(hoopd_pid, 0) == 0, "hoopd died under hostile clients");
   stop_hoopd();
-  char *output = procs_slurp(log);
-  ck_assert_ptr_nonnull(output);
-  ck_assert_msg(strstr(output, "job 'zeta' complete"), "hoopd's log does not show job zeta "
-                "completing:\n%s", output);
-  free(output);
+  expect_log_has(log, "job 'zeta' complete", "hoopd under hostile clients");
   unlink(log);
 }
 END_TEST

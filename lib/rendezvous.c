@@ -84,12 +84,14 @@ static hoop_result read_challenge(int fd, double deadline, const char *token, co
   uint8_t *payload = NULL;
   hoop_result result = HOOP_OK;
   if (read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+    int failure = errno; /* before snprintf, which may change it */
     snprintf(err, errlen, "rendezvous: waiting for %s to greet us: %s", where,
-             errno == EPROTO ? "malformed message (is it a hoop rendezvous server of this version?)"
-                             : strerror(errno));
-    result = errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT
-             : errno == EPROTO  ? HOOP_ERR_PROTOCOL
-                                : HOOP_ERR_SYSTEM;
+             failure == EPROTO ? "malformed message (is it a hoop rendezvous server of this "
+                                 "version?)"
+                               : strerror(failure));
+    result = failure == ETIMEDOUT ? HOOP_ERR_TIMEOUT
+             : failure == EPROTO  ? HOOP_ERR_PROTOCOL
+                                  : HOOP_ERR_SYSTEM;
   } else if (header.type == HOOP_MSG_ERROR) {
     result = server_error(&header, payload, where, err, errlen);
   } else if (header.type != HOOP_MSG_CHALLENGE ||

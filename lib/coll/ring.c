@@ -66,7 +66,7 @@ hoop_result hoop__coll_no_data(hoop_comm *comm) {
 }
 
 size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_size) {
-  size_t chunk = comm->chunk_bytes; /* read once per call by hoop__coll_tuning */
+  size_t chunk = comm->chunk_bytes; /* HOOP_CHUNK_BYTES, as hoop__coll_tuning read it */
   if (block_bytes / chunk >= HOOP_MAX_CHUNKS_PER_BLOCK)
     chunk = block_bytes / HOOP_MAX_CHUNKS_PER_BLOCK + 1;
   chunk -= chunk % elem_size;

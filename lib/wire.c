@@ -14,6 +14,9 @@
  *               u32 nmissing, nmissing x i32 missing rank,
  *               u32 nhosts, nhosts x {str host, u32 ranks}}
  *   CHALLENGE   u8 flags, u8 nonce[32]
+ *   ABORT       u32 rank, str reason
+ *   BYE         (empty)
+ *   NOTICE      u32 code (a hoop_result, not 0), u32 origin rank, str message
  */
 #include "wire.h"
 
@@ -176,6 +179,31 @@ int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg) {
   return finish_message(wb, start);
 }
 
+int hoop__wire_encode_abort(hoop__wbuf *wb, const hoop__abort_msg *msg) {
+  long reason = field_len(msg->reason, sizeof msg->reason, HOOP_WIRE_MAX_MESSAGE);
+  if (reason < 0 || msg->rank >= HOOP_WIRE_MAX_RANKS)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_ABORT);
+  put_u32(wb, msg->rank);
+  put_str(wb, msg->reason, (size_t)reason);
+  return finish_message(wb, start);
+}
+
+int hoop__wire_encode_bye(hoop__wbuf *wb) {
+  return finish_message(wb, begin_message(wb, HOOP_MSG_BYE));
+}
+
+int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg) {
+  long message = field_len(msg->message, sizeof msg->message, HOOP_WIRE_MAX_MESSAGE);
+  if (message < 0 || msg->code == 0 || msg->origin >= HOOP_WIRE_MAX_RANKS)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_NOTICE);
+  put_u32(wb, msg->code);
+  put_u32(wb, msg->origin);
+  put_str(wb, msg->message, (size_t)message);
+  return finish_message(wb, start);
+}
+
 static int job_status_valid(const hoop__job_status *job) {
   if (field_len(job->job, sizeof job->job, HOOP_WIRE_MAX_JOB) < 0 || job->size == 0 ||
       job->size > HOOP_WIRE_MAX_RANKS || job->joined > job->size ||
@@ -311,7 +339,7 @@ int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
   out->type = (uint16_t)(buf[6] | buf[7] << 8);
   out->length = load_u32(buf + 8);
   if (out->magic != HOOP_WIRE_MAGIC || out->version != HOOP_WIRE_VERSION ||
-      out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_CHALLENGE || out->length > max_payload)
+      out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_LAST || out->length > max_payload)
     return -1;
   return 0;
 }
@@ -450,6 +478,28 @@ int hoop__wire_decode_challenge(const uint8_t *payload, size_t len, hoop__challe
   out->flags = flags[0];
   memcpy(out->nonce, nonce, HOOP_WIRE_CHALLENGE);
   return 0;
+}
+
+int hoop__wire_decode_abort(const uint8_t *payload, size_t len, hoop__abort_msg *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  out->rank = get_u32(&in);
+  get_str(&in, out->reason, HOOP_WIRE_MAX_MESSAGE);
+  return reader_done(&in) != 0 || out->rank >= HOOP_WIRE_MAX_RANKS ? -1 : 0;
+}
+
+int hoop__wire_decode_bye(const uint8_t *payload, size_t len) {
+  (void)payload;
+  return len == 0 ? 0 : -1;
+}
+
+int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  out->code = get_u32(&in);
+  out->origin = get_u32(&in);
+  get_str(&in, out->message, HOOP_WIRE_MAX_MESSAGE);
+  return reader_done(&in) != 0 || out->code == 0 || out->origin >= HOOP_WIRE_MAX_RANKS ? -1 : 0;
 }
 
 void hoop__table_free(hoop__table *table) {

@@ -36,15 +36,23 @@
 #define HOOP_WIRE_MAX_PAYLOAD (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
 
 /* A connection: the server speaks first with CHALLENGE; the client sends one request (HELLO or
- * STATUS_REQ, carrying a proof when the challenge asks for one); the server answers it and closes. */
+ * STATUS_REQ, carrying a proof when the challenge asks for one). A STATUS_REQ is answered and the
+ * connection closed. A HELLO is answered with the TABLE (or an ERROR, and closed); the member then
+ * keeps the connection for the communicator's life, the join having authenticated it: it may send
+ * ABORT, and sends BYE when it finalizes; the server relays a member's ABORT, or the loss of a
+ * member's connection without a BYE, to the job's other members as a NOTICE. */
 typedef enum hoop__msg_type {
   HOOP_MSG_HELLO = 1,      /* client -> server: join a job */
   HOOP_MSG_TABLE = 2,      /* server -> client: the job is complete; here is the rank table */
   HOOP_MSG_ERROR = 3,      /* server -> client: the join failed (code + message) */
   HOOP_MSG_STATUS_REQ = 4, /* client -> server: list the jobs waiting */
   HOOP_MSG_STATUS = 5,     /* server -> client: the jobs waiting */
-  HOOP_MSG_CHALLENGE = 6   /* server -> client, first on every connection: flags and a nonce */
+  HOOP_MSG_CHALLENGE = 6,  /* server -> client, first on every connection: flags and a nonce */
+  HOOP_MSG_ABORT = 7,      /* member -> server, after its TABLE: it aborts, tell the others */
+  HOOP_MSG_BYE = 8,        /* member -> server: it finalized; its connection closing is no loss */
+  HOOP_MSG_NOTICE = 9      /* server -> member: another member aborted or was lost */
 } hoop__msg_type;
+#define HOOP_MSG_LAST HOOP_MSG_NOTICE
 
 /* CHALLENGE flags. */
 #define HOOP_CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
@@ -96,6 +104,17 @@ typedef struct hoop__error_msg {
   char message[HOOP_WIRE_MAX_MESSAGE + 1];
 } hoop__error_msg;
 
+typedef struct hoop__abort_msg {
+  uint32_t rank; /* the aborting member's rank, < HOOP_WIRE_MAX_RANKS */
+  char reason[HOOP_WIRE_MAX_MESSAGE + 1];
+} hoop__abort_msg;
+
+typedef struct hoop__notice {
+  uint32_t code;   /* a hoop_result, not 0: HOOP_ERR_ABORTED or HOOP_ERR_PEER_LOST */
+  uint32_t origin; /* the rank that aborted or was lost, < HOOP_WIRE_MAX_RANKS */
+  char message[HOOP_WIRE_MAX_MESSAGE + 1];
+} hoop__notice;
+
 typedef struct hoop__job_status {
   char job[HOOP_WIRE_MAX_JOB + 1];
   uint32_t size;      /* ranks expected */
@@ -133,6 +152,9 @@ int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg);
 int hoop__wire_encode_status_req(hoop__wbuf *wb, const hoop__status_req *msg);
 int hoop__wire_encode_status(hoop__wbuf *wb, const hoop__status *msg);
 int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg);
+int hoop__wire_encode_abort(hoop__wbuf *wb, const hoop__abort_msg *msg);
+int hoop__wire_encode_bye(hoop__wbuf *wb);
+int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 
 /* Decode the first HOOP_WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -147,6 +169,9 @@ int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg 
 int hoop__wire_decode_status(const uint8_t *payload, size_t len, hoop__status *out);
 int hoop__wire_decode_status_req(const uint8_t *payload, size_t len, hoop__status_req *out);
 int hoop__wire_decode_challenge(const uint8_t *payload, size_t len, hoop__challenge *out);
+int hoop__wire_decode_abort(const uint8_t *payload, size_t len, hoop__abort_msg *out);
+int hoop__wire_decode_bye(const uint8_t *payload, size_t len); /* a BYE's payload is empty */
+int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *out);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

@@ -97,12 +97,27 @@ static const uint8_t *payload_of(const hoop__wbuf *wb, hoop__msg_type type) {
   return wb->data + HOOP_WIRE_HEADER_SIZE;
 }
 
+static void sample_abort(hoop__abort_msg *msg) {
+  memset(msg, 0, sizeof *msg);
+  msg->rank = 3;
+  snprintf(msg->reason, sizeof msg->reason, "loss is NaN at step 812");
+}
+
+static void sample_notice(hoop__notice *msg) {
+  memset(msg, 0, sizeof *msg);
+  msg->code = HOOP_ERR_ABORTED;
+  msg->origin = 3;
+  snprintf(msg->message, sizeof msg->message, "aborted by rank 3: loss is NaN at step 812");
+}
+
 /* Decode payload as type; 0 or -1 as the decoder says, with anything allocated freed. */
 static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__hello hello;
   hoop__table table;
   hoop__error_msg error;
   hoop__status status;
+  hoop__abort_msg abort_msg;
+  hoop__notice notice;
   int rc = -1;
   switch (type) {
   case HOOP_MSG_HELLO:
@@ -121,6 +136,12 @@ static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
     if (rc == 0)
       hoop__status_free(&status);
     break;
+  case HOOP_MSG_ABORT:
+    rc = hoop__wire_decode_abort(payload, len, &abort_msg);
+    break;
+  case HOOP_MSG_NOTICE:
+    rc = hoop__wire_decode_notice(payload, len, &notice);
+    break;
   default:
     ck_abort_msg("decode_as: no decoder for type %d", (int)type);
   }
@@ -134,6 +155,8 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
   hoop__error_msg error;
   hoop__status status;
   hoop__job_status jobs[2];
+  hoop__abort_msg abort_msg;
+  hoop__notice notice;
   int rc = -1;
   switch (type) {
   case HOOP_MSG_HELLO:
@@ -153,14 +176,22 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
     sample_status(&status, jobs);
     rc = hoop__wire_encode_status(wb, &status);
     break;
+  case HOOP_MSG_ABORT:
+    sample_abort(&abort_msg);
+    rc = hoop__wire_encode_abort(wb, &abort_msg);
+    break;
+  case HOOP_MSG_NOTICE:
+    sample_notice(&notice);
+    rc = hoop__wire_encode_notice(wb, &notice);
+    break;
   default:
     ck_abort_msg("encode_sample: no sample for type %d", (int)type);
   }
   ck_assert_msg(rc == 0, "encoding the sample of type %d: expected 0, got %d", (int)type, rc);
 }
 
-static const hoop__msg_type decoded_types[] = {HOOP_MSG_HELLO, HOOP_MSG_TABLE, HOOP_MSG_ERROR,
-                                               HOOP_MSG_STATUS};
+static const hoop__msg_type decoded_types[] = {HOOP_MSG_HELLO,  HOOP_MSG_TABLE, HOOP_MSG_ERROR,
+                                               HOOP_MSG_STATUS, HOOP_MSG_ABORT, HOOP_MSG_NOTICE};
 #define NDECODED (sizeof decoded_types / sizeof decoded_types[0])
 
 /* ---- round trips ----------------------------------------------------------------------------- */
@@ -279,6 +310,67 @@ START_TEST(test_challenge_round_trip) {
   hoop__wbuf_free(&wb);
   in.flags = 0x80;
   ck_assert_int_eq(hoop__wire_encode_challenge(&wb, &in), -1);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* ABORT {rank, reason} and NOTICE {code, origin, message} come back intact; a rank or origin
+ * past HOOP_WIRE_MAX_RANKS, a code 0 and an over-long text are refused by encoder and decoder. */
+START_TEST(test_abort_and_notice_round_trip) {
+  hoop__abort_msg abort_in, abort_out;
+  hoop__notice notice_in, notice_out;
+  hoop__wbuf wb = {0};
+  sample_abort(&abort_in);
+  ck_assert_int_eq(hoop__wire_encode_abort(&wb, &abort_in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_ABORT);
+  size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  ck_assert_int_eq(hoop__wire_decode_abort(payload, len, &abort_out), 0);
+  ck_assert_msg(abort_out.rank == 3 && strcmp(abort_out.reason, abort_in.reason) == 0,
+                "ABORT: expected rank 3 and '%s', got rank %u and '%s'", abort_in.reason,
+                abort_out.rank, abort_out.reason);
+  uint8_t far_rank[6] = {0x00, 0x40, 0, 0, 0, 0}; /* rank 16384, empty reason */
+  ck_assert_int_eq(hoop__wire_decode_abort(far_rank, sizeof far_rank, &abort_out), -1);
+  hoop__wbuf_free(&wb);
+  abort_in.rank = HOOP_WIRE_MAX_RANKS;
+  ck_assert_int_eq(hoop__wire_encode_abort(&wb, &abort_in), -1);
+  hoop__wbuf_free(&wb);
+
+  sample_notice(&notice_in);
+  ck_assert_int_eq(hoop__wire_encode_notice(&wb, &notice_in), 0);
+  payload = payload_of(&wb, HOOP_MSG_NOTICE);
+  len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  ck_assert_int_eq(hoop__wire_decode_notice(payload, len, &notice_out), 0);
+  ck_assert_msg(notice_out.code == HOOP_ERR_ABORTED && notice_out.origin == 3 &&
+                    strcmp(notice_out.message, notice_in.message) == 0,
+                "NOTICE: expected code %d, origin 3, '%s'; got code %u, origin %u, '%s'",
+                HOOP_ERR_ABORTED, notice_in.message, notice_out.code, notice_out.origin,
+                notice_out.message);
+  uint8_t code_zero[10] = {0};
+  ck_assert_int_eq(hoop__wire_decode_notice(code_zero, sizeof code_zero, &notice_out), -1);
+  hoop__wbuf_free(&wb);
+  notice_in.code = 0;
+  ck_assert_int_eq(hoop__wire_encode_notice(&wb, &notice_in), -1);
+  hoop__wbuf_free(&wb);
+  notice_in.code = HOOP_ERR_PEER_LOST;
+  memset(notice_in.message, 'x', sizeof notice_in.message - 1);
+  notice_in.message[sizeof notice_in.message - 1] = '\0';
+  ck_assert_int_eq(hoop__wire_encode_notice(&wb, &notice_in), 0); /* exactly at the limit */
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* A BYE is a header alone: any payload byte makes it malformed. */
+START_TEST(test_bye_is_empty) {
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_bye(&wb), 0);
+  ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE, "BYE: expected %d bytes, got %zu",
+                HOOP_WIRE_HEADER_SIZE, wb.len);
+  hoop__wire_header header;
+  ck_assert_int_eq(hoop__wire_decode_header(wb.data, wb.len, 0, &header), 0);
+  ck_assert_uint_eq(header.type, HOOP_MSG_BYE);
+  ck_assert_int_eq(hoop__wire_decode_bye(NULL, 0), 0);
+  uint8_t extra = 0;
+  ck_assert_int_eq(hoop__wire_decode_bye(&extra, 1), -1);
   hoop__wbuf_free(&wb);
 }
 END_TEST
@@ -451,7 +543,7 @@ START_TEST(test_header_rejects_bad_magic_version_type) {
   expect_header_refused(4, 2, HOOP_WIRE_VERSION - 1, "version 1");
   expect_header_refused(4, 2, HOOP_WIRE_VERSION + 1, "version 3");
   expect_header_refused(6, 2, 0, "type 0");
-  expect_header_refused(6, 2, HOOP_MSG_CHALLENGE + 1, "type 7");
+  expect_header_refused(6, 2, HOOP_MSG_LAST + 1, "type 10");
   expect_header_refused(6, 2, 0xffff, "type 65535");
 }
 END_TEST
@@ -764,6 +856,8 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_error_round_trip);
   tcase_add_test(round, test_status_req_round_trip);
   tcase_add_test(round, test_challenge_round_trip);
+  tcase_add_test(round, test_abort_and_notice_round_trip);
+  tcase_add_test(round, test_bye_is_empty);
   tcase_add_test(round, test_status_round_trip);
   tcase_add_test(round, test_status_hosts_must_add_up);
   tcase_add_test(round, test_empty_status_round_trip);

@@ -80,6 +80,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
+  case HOOP_MSG_ABORT: {
+    hoop__abort_msg abort_msg;
+    if (hoop__wire_decode_abort(payload, header.length, &abort_msg) == 0) {
+      if (hoop__wire_encode_abort(&wb, &abort_msg) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
+  case HOOP_MSG_BYE:
+    if (hoop__wire_decode_bye(payload, header.length) == 0) {
+      if (hoop__wire_encode_bye(&wb) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  case HOOP_MSG_NOTICE: {
+    hoop__notice notice;
+    if (hoop__wire_decode_notice(payload, header.length, &notice) == 0) {
+      if (hoop__wire_encode_notice(&wb, &notice) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
   default:
     break;
   }

@@ -1,8 +1,14 @@
 /* rdzv_server.c - the rendezvous server on libuv (see rdzv_server.h). The server opens each
  * connection with a CHALLENGE; the connection then carries one request: a HELLO, answered by the
- * job's TABLE or an ERROR once the job completes or fails, or a STATUS_REQ, answered at once. The
- * server then closes the connection. With a token, a request without the right proof is refused
- * with HOOP_ERR_AUTH and changes nothing. */
+ * job's TABLE or an ERROR once the job completes or fails, or a STATUS_REQ, answered at once. With
+ * a token, a request without the right proof is refused with HOOP_ERR_AUTH and changes nothing.
+ *
+ * A STATUS_REQ's or a failed HELLO's connection is closed after the reply. A member that got its
+ * TABLE keeps its connection while its communicator lives: the job stays here, running (no longer
+ * waiting, so its id is free for a new job), until every member has left. A member may send ABORT
+ * (for its own rank only), relayed to the others as a NOTICE, and says BYE when it finalizes; one
+ * whose connection closes without a BYE (or an ABORT) died, and the others are told it was lost.
+ * Anything else from a member closes its connection. */
 #include "rdzv_server.h"
 
 #include <errno.h>
@@ -47,6 +53,9 @@ struct rdzv_client {
   int open_handles;  /* of tcp and timer; freed when both are closed */
   int closing;
   int replying; /* a reply is on its way; the connection closes once it is written */
+  uint32_t rank; /* a member of a running job: its rank in the table */
+  int said_goodbye; /* a member sent BYE or ABORT: its connection closing is no loss */
+  int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
   uint8_t challenge[HOOP_WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
   char peer[64];
   size_t inlen;
@@ -65,6 +74,8 @@ struct rdzv_job {
   uint32_t joined, capacity;
   uint32_t nrequested; /* members that asked for a rank */
   uint8_t *taken;      /* bitmap of ranks held by members */
+  int running;         /* the table went out; members listed are those still connected */
+  int forgotten;       /* job_forget ran; freed once its timer has closed */
 };
 
 struct hoop__rdzv_server {
@@ -83,8 +94,9 @@ struct hoop__rdzv_server {
   void *arg;
   rdzv_client *clients;
   int nclients;
-  rdzv_job *jobs, *jobs_tail; /* in order of creation, for the status reply */
-  int njobs;
+  rdzv_job *jobs, *jobs_tail; /* in order of creation, for the status reply; running ones too */
+  int njobs;    /* waiting, not running */
+  int nrunning;
   int pending_writes;
 };
 
@@ -98,7 +110,7 @@ typedef struct shared_table {
 typedef struct rdzv_reply {
   uv_write_t req;
   rdzv_client *client;
-  int keep_open; /* the CHALLENGE: the connection stays open for the request */
+  int keep_open; /* the CHALLENGE, a member's TABLE or a NOTICE: the connection stays open */
   hoop__wbuf message;
   shared_table *table;
   uint8_t head[TABLE_HEAD];
@@ -247,6 +259,9 @@ static void on_job_closed(uv_handle_t *handle) {
 /* Forget the job; members still listed are detached (the caller deals with their connections). */
 static void job_forget(rdzv_job *job) {
   hoop__rdzv_server *server = job->server;
+  if (job->forgotten)
+    return;
+  job->forgotten = 1;
   for (uint32_t i = 0; i < job->joined; i++)
     job->members[i]->job = NULL;
   job->joined = 0;
@@ -258,7 +273,10 @@ static void job_forget(rdzv_job *job) {
     job->next->prev = job->prev;
   else
     server->jobs_tail = job->prev;
-  server->njobs--;
+  if (job->running)
+    server->nrunning--;
+  else
+    server->njobs--;
   uv_close((uv_handle_t *)&job->timer, on_job_closed);
 }
 
@@ -276,7 +294,7 @@ static rdzv_client **job_take_members(rdzv_job *job, uint32_t *count) {
 
 static rdzv_job *job_find(const hoop__rdzv_server *server, const char *id) {
   for (rdzv_job *job = server->jobs; job; job = job->next)
-    if (strcmp(job->id, id) == 0)
+    if (!job->running && strcmp(job->id, id) == 0)
       return job;
   return NULL;
 }
@@ -418,8 +436,9 @@ static int send_challenge(rdzv_client *client) {
   return -1;
 }
 
-/* Send reply (owned from here on) and close the connection once it is written. Until then the
- * client's timer bounds how long a client that does not read may hold the reply. */
+/* Send reply (owned from here on) and close the connection once it is written (unless the reply
+ * keeps it open: a member's TABLE). Until then the client's timer bounds how long a client that
+ * does not read may hold the reply. */
 static void client_send(rdzv_client *client, rdzv_reply *reply) {
   uv_buf_t bufs[2];
   unsigned nbufs = 1;
@@ -432,9 +451,11 @@ static void client_send(rdzv_client *client, rdzv_reply *reply) {
   } else {
     bufs[0] = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
   }
-  client->replying = 1;
-  uv_read_stop((uv_stream_t *)&client->tcp);
-  uv_timer_start(&client->timer, on_client_timer, client->server->idle_ms, 0);
+  if (!reply->keep_open) {
+    client->replying = 1;
+    uv_read_stop((uv_stream_t *)&client->tcp);
+    uv_timer_start(&client->timer, on_client_timer, client->server->idle_ms, 0);
+  }
   int rc = uv_write(&reply->req, (uv_stream_t *)&client->tcp, bufs, nbufs, on_written);
   if (rc != 0) {
     HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s: %s", client->peer, uv_strerror(rc));
@@ -626,8 +647,152 @@ static void send_table(rdzv_client *client, shared_table *shared, uint32_t rank)
   for (int i = 0; i < 4; i++)
     reply->head[TABLE_RANK_AT + i] = (uint8_t)(rank >> (8 * i));
   reply->table = shared;
+  reply->keep_open = 1;
   shared->refs++;
+  client->rank = rank;
+  client->has_table = 1;
   client_send(client, reply);
+}
+
+/* ---- a running job: its members' connections ------------------------------------------------ */
+
+/* The table is going out: the job no longer waits (nor times out), and its id is free for a new
+ * job; it stays listed while any member is connected. */
+static void job_start_running(rdzv_job *job) {
+  hoop__rdzv_server *server = job->server;
+  uv_timer_stop(&job->timer);
+  job->running = 1;
+  server->njobs--;
+  server->nrunning++;
+}
+
+/* Send a NOTICE to every member of job but from that has its table and has not said goodbye. A
+ * member whose write fails at once is closed after the others have theirs. */
+static void job_relay(rdzv_job *job, const rdzv_client *from, hoop_result code, uint32_t origin,
+                      const char *message) {
+  hoop__notice notice = {.code = (uint32_t)code, .origin = origin};
+  snprintf(notice.message, sizeof notice.message, "%s", message);
+  rdzv_client **failed = calloc(job->joined ? job->joined : 1, sizeof *failed);
+  uint32_t nfailed = 0, told = 0;
+  for (uint32_t i = 0; i < job->joined; i++) {
+    rdzv_client *member = job->members[i];
+    if (member == from || member->said_goodbye || !member->has_table || member->closing)
+      continue;
+    rdzv_reply *reply = calloc(1, sizeof *reply);
+    const char *why = "out of memory";
+    if (reply && hoop__wire_encode_notice(&reply->message, &notice) == 0) {
+      reply->client = member;
+      reply->keep_open = 1;
+      uv_buf_t buf = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
+      int rc = uv_write(&reply->req, (uv_stream_t *)&member->tcp, &buf, 1, on_written);
+      if (rc == 0) {
+        job->server->pending_writes++;
+        told++;
+        continue;
+      }
+      why = uv_strerror(rc);
+    }
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': cannot tell rank %u (%s): %s", job->id, member->rank,
+              member->peer, why);
+    if (reply)
+      reply_free(reply);
+    if (failed)
+      failed[nfailed++] = member;
+  }
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s': told %u members: %s", job->id, told, message);
+  for (uint32_t i = 0; i < nfailed; i++)
+    client_close(failed[i]);
+  free(failed);
+}
+
+/* A member of a running job closed its connection (or was closed). Without a goodbye its
+ * process is gone, or broken: the others are told. The last one to leave ends the job. */
+static void job_member_left(rdzv_job *job, rdzv_client *client) {
+  hoop__rdzv_server *server = job->server;
+  uint32_t i = 0;
+  while (i < job->joined && job->members[i] != client)
+    i++;
+  job->members[i] = job->members[--job->joined];
+  client->job = NULL;
+  if (server->closing)
+    return;
+  if (!client->said_goodbye) {
+    char message[128];
+    snprintf(message, sizeof message, "rank %u lost (rendezvous connection closed)", client->rank);
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
+              job->id, client->rank, client->peer);
+    job_relay(job, client, HOOP_ERR_PEER_LOST, client->rank, message);
+  } else {
+    HOOP_TRACE(HOOP_SUBSYS_RDZV, "job '%s': rank %u left; %u still connected", job->id,
+               client->rank, job->joined);
+  }
+  if (job->joined == 0 && !job->forgotten) {
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' is over: every rank has left", job->id);
+    job_forget(job);
+    check_once_done(server);
+  }
+}
+
+/* A member's connection carries nothing but an ABORT for its own rank and a BYE. Anything else
+ * (or anything after the BYE) closes it; with no goodbye said, that reads as a loss to the others:
+ * a member that breaks the protocol is broken. */
+static void member_refuse(rdzv_client *client, const char *what) {
+  HOOP_WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank,
+            client->job->id, client->peer, what);
+  client_close(client);
+}
+
+static void member_message(rdzv_client *client, const hoop__wire_header *header,
+                           const uint8_t *payload) {
+  hoop__abort_msg abort_msg;
+  if (client->said_goodbye) {
+    member_refuse(client, "a message after its BYE or ABORT");
+  } else if (header->type == HOOP_MSG_BYE) {
+    if (hoop__wire_decode_bye(payload, header->length) != 0) {
+      member_refuse(client, "a malformed BYE");
+      return;
+    }
+    client->said_goodbye = 1;
+  } else if (header->type == HOOP_MSG_ABORT) {
+    if (hoop__wire_decode_abort(payload, header->length, &abort_msg) != 0) {
+      member_refuse(client, "a malformed ABORT");
+      return;
+    }
+    if (abort_msg.rank != client->rank) {
+      char what[96];
+      snprintf(what, sizeof what, "an ABORT in the name of rank %u, not its own", abort_msg.rank);
+      member_refuse(client, what);
+      return;
+    }
+    client->said_goodbye = 1;
+    char message[HOOP_WIRE_MAX_MESSAGE + 1];
+    text t = {message, sizeof message, 0};
+    text_add(&t, "aborted by rank %u: %s", client->rank, abort_msg.reason);
+    job_relay(client->job, client, HOOP_ERR_ABORTED, client->rank, message);
+  } else {
+    member_refuse(client, "a message type that members do not send");
+  }
+}
+
+/* Act on every whole message read so far from a member of a running job. */
+static void handle_member_input(rdzv_client *client) {
+  while (!client->closing) {
+    hoop__wire_header header;
+    int rc =
+        hoop__wire_decode_header(client->in, client->inlen, HOOP_WIRE_MAX_CLIENT_PAYLOAD, &header);
+    if (rc == 1)
+      return;
+    if (rc < 0) {
+      member_refuse(client, "a malformed header");
+      return;
+    }
+    size_t total = HOOP_WIRE_HEADER_SIZE + header.length;
+    if (client->inlen < total)
+      return;
+    member_message(client, &header, client->in + HOOP_WIRE_HEADER_SIZE);
+    memmove(client->in, client->in + total, client->inlen - total);
+    client->inlen -= total;
+  }
 }
 
 static void job_complete(rdzv_job *job) {
@@ -638,16 +803,31 @@ static void job_complete(rdzv_job *job) {
   format_seconds(uv_now(server->loop) - job->created_ms, seconds, sizeof seconds);
   snprintf(id, sizeof id, "%s", job->id);
   uint32_t count;
-  rdzv_client **members = job_take_members(job, &count);
+  rdzv_client **members = NULL;
   if (shared) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' complete: %u ranks after %s s", id, count, seconds);
-    /* Hold a reference while sending, so that a write failing at once cannot free the table
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' complete: %u ranks after %s s", id, job->joined,
+              seconds);
+    job_start_running(job);
+    /* Each send may fail at once and close its member, which then leaves the job's list: send
+     * from a copy. Hold a reference while sending, so that such a failure cannot free the table
      * before the other members have theirs. */
+    count = job->joined;
+    members = malloc(count * sizeof *members);
     shared->refs = 1;
-    for (uint32_t i = 0; i < count; i++)
-      send_table(members[i], shared, ranks[i]);
+    if (members) {
+      memcpy(members, job->members, count * sizeof *members);
+      for (uint32_t i = 0; i < count; i++)
+        members[i]->rank = ranks[i];
+      for (uint32_t i = 0; i < count; i++)
+        send_table(members[i], shared, members[i]->rank);
+    } else {
+      HOOP_ERROR(HOOP_SUBSYS_RDZV, "job '%s': out of memory sending the table", id);
+      while (job->joined > 0 && !server->closing)
+        client_close(job->members[0]);
+    }
     shared_table_release(shared);
   } else {
+    members = job_take_members(job, &count);
     HOOP_ERROR(HOOP_SUBSYS_RDZV, "job '%s': cannot build the rank table", id);
     for (uint32_t i = 0; i < count; i++)
       send_error(members[i], HOOP_ERR_SYSTEM,
@@ -800,7 +980,8 @@ static void send_status(rdzv_client *client) {
   status.jobs = calloc(listed ? listed : 1, sizeof *status.jobs);
   uint64_t now = uv_now(server->loop);
   for (rdzv_job *job = server->jobs; job && status.jobs && status.njobs < listed; job = job->next)
-    fill_job_status(job, now, &status.jobs[status.njobs++]);
+    if (!job->running)
+      fill_job_status(job, now, &status.jobs[status.njobs++]);
   int rc = reply && status.jobs ? hoop__wire_encode_status(&reply->message, &status) : -1;
   hoop__status_free(&status);
   if (rc != 0) {
@@ -877,7 +1058,9 @@ static void client_close(rdzv_client *client) {
   client->closing = 1;
   hoop__rdzv_server *server = client->server;
   HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the connection from %s", client->peer);
-  if (client->job)
+  if (client->job && client->job->running)
+    job_member_left(client->job, client);
+  else if (client->job)
     job_remove_member(client->job, client);
   if (client->prev)
     client->prev->next = client->next;
@@ -921,12 +1104,15 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     client_close(client); /* a member leaves its job here */
     return;
   }
-  if (client->job) {
+  if (client->job && !client->job->running) {
     refuse_malformed(client, "bytes after its HELLO");
     return;
   }
   client->inlen += (size_t)nread;
-  handle_input(client);
+  if (client->job)
+    handle_member_input(client);
+  else
+    handle_input(client);
 }
 
 /* Set up a client for the connection waiting on the listener; NULL if that failed. */
@@ -1018,11 +1204,11 @@ static void check_once_done(hoop__rdzv_server *server) {
     stop_listening(server);
     for (rdzv_client *client = server->clients, *next; client; client = next) {
       next = client->next;
-      if (!client->replying)
+      if (!client->replying && !client->job)
         client_close(client);
     }
   }
-  if (server->pending_writes > 0)
+  if (server->pending_writes > 0 || server->nrunning > 0)
     return;
   server->done_called = 1;
   if (server->on_done)

@@ -417,8 +417,18 @@ static void check_table(const hoop__table *table, const client *self, const clie
   }
 }
 
+/* A member leaves cleanly: BYE, then close. */
+static void say_bye(int fd, const char *who) {
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_bye(&out), 0);
+  send_bytes(fd, out.data, out.len, who);
+  hoop__wbuf_free(&out);
+  close(fd);
+}
+
 /* Every client reads the table the clients describe, with its own rank and a nonce shared by all
- * (copied to nonce when not NULL); then the server closes each connection. */
+ * (copied to nonce when not NULL); each connection stays open (a member keeps it), and each client
+ * then leaves with a BYE. */
 static void expect_tables(client *clients, uint32_t n, uint8_t *nonce) {
   const client *by_rank[MAX_CLIENTS];
   uint8_t first[HOOP_WIRE_NONCE];
@@ -433,9 +443,10 @@ static void expect_tables(client *clients, uint32_t n, uint8_t *nonce) {
                   "%s: expected the nonce of %s, got another one", clients[i].addr,
                   clients[0].addr);
     hoop__table_free(&table);
-    expect_closed(clients[i].fd, clients[i].addr);
-    close(clients[i].fd);
+    expect_no_reply(clients[i].fd, clients[i].addr);
   }
+  for (uint32_t i = 0; i < n; i++)
+    say_bye(clients[i].fd, clients[i].addr);
   uint8_t zero[HOOP_WIRE_NONCE] = {0};
   ck_assert_msg(memcmp(first, zero, sizeof zero) != 0, "nonce: expected random bytes, got zeros");
   if (nonce)
@@ -1163,6 +1174,237 @@ START_TEST(test_status_needs_the_token) {
 }
 END_TEST
 
+/* ---- kept connections: ABORT, BYE and lost members ------------------------------------------ */
+
+/* n members of job, rank i asking for rank i (host "m", addr "m-i"), each having read its TABLE
+ * with token's proofs (NULL: none); fds[i] is rank i's kept connection. */
+static void join_running_as(const char *job, uint32_t n, int *fds, const char *token) {
+  for (uint32_t i = 0; i < n; i++) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "m-%u", i);
+    hoop__hello hello = hello_for(job, n, (int32_t)i, "m", addr);
+    fds[i] = connect_server();
+    send_hello_on(fds[i], &hello, token);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    hoop__table table;
+    expect_table(fds[i], &table, "a member");
+    ck_assert_msg(table.rank == i, "member %u: expected rank %u in its table, got %u", i, i,
+                  table.rank);
+    hoop__table_free(&table);
+  }
+}
+
+static void join_running(const char *job, uint32_t n, int *fds) {
+  join_running_as(job, n, fds, NULL);
+}
+
+static void send_abort(int fd, uint32_t rank, const char *reason, const char *who) {
+  hoop__abort_msg msg = {.rank = rank};
+  snprintf(msg.reason, sizeof msg.reason, "%s", reason);
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_abort(&out, &msg), 0);
+  send_bytes(fd, out.data, out.len, who);
+  hoop__wbuf_free(&out);
+}
+
+static void expect_notice(int fd, hoop_result code, uint32_t origin, const char *text,
+                          const char *who) {
+  uint8_t *payload;
+  uint32_t len;
+  hoop__notice notice;
+  uint16_t type = read_message(fd, &payload, &len, who, "a NOTICE");
+  int rc = type == HOOP_MSG_NOTICE ? hoop__wire_decode_notice(payload, len, &notice) : -1;
+  free(payload);
+  ck_assert_msg(rc == 0, "%s: expected a NOTICE, got a message of type %u (decoded: %d)", who,
+                type, rc);
+  ck_assert_msg(notice.code == (uint32_t)code && notice.origin == origin &&
+                    strcmp(notice.message, text) == 0,
+                "%s: expected a NOTICE (%s) from rank %u saying '%s', got (%s) from rank %u "
+                "saying '%s'",
+                who, hoop_strerror(code), origin, text, hoop_strerror((hoop_result)notice.code),
+                notice.origin, notice.message);
+}
+
+/* Nothing comes on fd for ms (a relay would have come by then), nor does it close. */
+static void expect_quiet(int fd, unsigned ms, const char *who) {
+  sleep_ms(ms);
+  expect_no_reply(fd, who);
+}
+
+/* A job's status lists waiting jobs only: 1 if job is listed. */
+static int job_listed(const char *job) {
+  hoop__status status;
+  query_status(&status);
+  int listed = status_job(&status, job) != NULL;
+  hoop__status_free(&status);
+  return listed;
+}
+
+/* A member's ABORT reaches every other member as a NOTICE in the same words as the data path's
+ * ("aborted by rank R: reason"), and not the member itself; its closing afterwards is no loss. */
+START_TEST(test_member_abort_relayed) {
+  int fds[3];
+  join_running("abort", 3, fds);
+  send_abort(fds[1], 1, "loss is NaN", "rank 1");
+  expect_notice(fds[0], HOOP_ERR_ABORTED, 1, "aborted by rank 1: loss is NaN", "rank 0");
+  expect_notice(fds[2], HOOP_ERR_ABORTED, 1, "aborted by rank 1: loss is NaN", "rank 2");
+  expect_no_reply(fds[1], "rank 1 (the aborting member)");
+  close(fds[1]);
+  expect_quiet(fds[0], 100, "rank 0 after rank 1 closed");
+  expect_no_reply(fds[2], "rank 2 after rank 1 closed");
+  say_bye(fds[0], "rank 0");
+  say_bye(fds[2], "rank 2");
+}
+END_TEST
+
+/* A member may abort in its own name only: an ABORT for another rank closes the sender's
+ * connection, and the others hear that the sender was lost, never that the named rank aborted. */
+START_TEST(test_abort_in_another_name_refused) {
+  int fds[3];
+  join_running("forged", 3, fds);
+  send_abort(fds[2], 0, "forged by rank 2", "rank 2");
+  expect_closed(fds[2], "rank 2 (aborting in rank 0's name)");
+  close(fds[2]);
+  expect_notice(fds[0], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",
+                "rank 0");
+  expect_notice(fds[1], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",
+                "rank 1");
+  say_bye(fds[0], "rank 0");
+  say_bye(fds[1], "rank 1");
+}
+END_TEST
+
+/* A member that says BYE leaves quietly, in any order; one that closes without it was lost, and
+ * the members still there are told. Once all have left the job is gone. */
+START_TEST(test_bye_quiet_close_lost) {
+  int fds[4];
+  join_running("leave", 4, fds);
+  say_bye(fds[3], "rank 3");
+  say_bye(fds[0], "rank 0");
+  expect_quiet(fds[1], 100, "rank 1 after ranks 3 and 0 said BYE");
+  expect_no_reply(fds[2], "rank 2 after ranks 3 and 0 said BYE");
+  close(fds[1]); /* no BYE: a crash */
+  expect_notice(fds[2], HOOP_ERR_PEER_LOST, 1, "rank 1 lost (rendezvous connection closed)",
+                "rank 2");
+  say_bye(fds[2], "rank 2");
+}
+END_TEST
+
+/* Garbage, an unknown type or a second BYE on a member's connection close it (a loss to the
+ * others); the server serves on. */
+START_TEST(test_member_garbage_closes_only_it) {
+  int fds[3];
+  join_running("garbage", 3, fds);
+  const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+  send_bytes(fds[0], junk, sizeof junk - 1, "rank 0");
+  expect_closed(fds[0], "rank 0 (sent junk)");
+  close(fds[0]);
+  expect_notice(fds[1], HOOP_ERR_PEER_LOST, 0, "rank 0 lost (rendezvous connection closed)",
+                "rank 1");
+  expect_notice(fds[2], HOOP_ERR_PEER_LOST, 0, "rank 0 lost (rendezvous connection closed)",
+                "rank 2");
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_bye(&out), 0);
+  ck_assert_int_eq(hoop__wire_encode_bye(&out), 0); /* a second one is refused */
+  send_bytes(fds[1], out.data, out.len, "rank 1");
+  hoop__wbuf_free(&out);
+  expect_closed(fds[1], "rank 1 (sent two BYEs)");
+  close(fds[1]);
+  expect_quiet(fds[2], 100, "rank 2 after rank 1 said BYE and more");
+  say_bye(fds[2], "rank 2");
+  hoop__status status;
+  query_status(&status); /* still serving */
+  hoop__status_free(&status);
+}
+END_TEST
+
+/* ABORT and BYE belong to members: as the first request of a connection they are refused like
+ * any message a client does not send first, and the job's members hear nothing. */
+START_TEST(test_abort_before_join_refused) {
+  int fds[2];
+  join_running("victim", 2, fds);
+  int stranger = connect_server();
+  send_abort(stranger, 0, "forged by a stranger", "a stranger");
+  expect_closed(stranger, "a stranger sending ABORT first");
+  close(stranger);
+  expect_quiet(fds[0], 100, "rank 0 after a stranger's ABORT");
+  expect_no_reply(fds[1], "rank 1 after a stranger's ABORT");
+  say_bye(fds[0], "rank 0");
+  say_bye(fds[1], "rank 1");
+}
+END_TEST
+
+/* With a token, a connection that failed its proof is no member: its ABORT is never relayed. */
+START_TEST(test_abort_after_failed_proof_refused) {
+  start_token_server();
+  int fds[2];
+  join_running_as("secured", 2, fds, TOKEN);
+  hoop__hello hello = hello_for("secured", 2, 0, "m", "intruder");
+  int intruder = connect_server();
+  send_hello_on(intruder, &hello, "wrong token");
+  hoop__error_msg error;
+  expect_error(intruder, HOOP_ERR_AUTH, &error, "the intruder");
+  /* The server is closing this connection: the send may fail, and either way nothing is told. */
+  hoop__abort_msg forged = {.rank = 0, .reason = "forged"};
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_abort(&out, &forged), 0);
+  if (send(intruder, out.data, out.len, MSG_NOSIGNAL) < 0)
+    ck_assert_msg(errno == EPIPE || errno == ECONNRESET,
+                  "the intruder's ABORT: expected it sent or refused by a closed connection, "
+                  "got %s", strerror(errno));
+  hoop__wbuf_free(&out);
+  close(intruder);
+  int stranger = connect_server();
+  send_abort(stranger, 0, "forged by a stranger", "a stranger");
+  expect_closed(stranger, "a stranger sending ABORT first");
+  close(stranger);
+  expect_quiet(fds[0], 100, "rank 0 after forged ABORTs");
+  expect_no_reply(fds[1], "rank 1 after forged ABORTs");
+  send_abort(fds[1], 1, "a real one", "rank 1");
+  expect_notice(fds[0], HOOP_ERR_ABORTED, 1, "aborted by rank 1: a real one", "rank 0");
+  close(fds[1]);
+  say_bye(fds[0], "rank 0");
+}
+END_TEST
+
+/* A running job is no longer listed as waiting, and its id may start a new job at once. */
+START_TEST(test_running_job_frees_its_id) {
+  int fds[2], again[2];
+  join_running("reused", 2, fds);
+  ck_assert_msg(!job_listed("reused"), "status: expected the running job 'reused' not listed as "
+                                       "waiting, got it listed");
+  join_running("reused", 2, again);
+  send_abort(again[0], 0, "second incarnation", "new rank 0");
+  expect_notice(again[1], HOOP_ERR_ABORTED, 0, "aborted by rank 0: second incarnation",
+                "new rank 1");
+  expect_quiet(fds[1], 100, "old rank 1 (another job of the same id aborted)");
+  expect_no_reply(fds[0], "old rank 0 (another job of the same id aborted)");
+  for (int i = 0; i < 2; i++) {
+    say_bye(fds[i], "old rank");
+    say_bye(again[i], "new rank");
+  }
+}
+END_TEST
+
+/* With `once`, the job is over only when its members have left: on_done waits for them. */
+START_TEST(test_once_waits_for_members) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .once = 1, .on_done = count_done};
+  atomic_store(&done_calls, 0);
+  start_server(&options);
+  int fds[2];
+  join_running("members", 2, fds);
+  sleep_ms(100);
+  int calls = atomic_load(&done_calls);
+  ck_assert_msg(calls == 0, "on_done with members connected: expected no call, got %d", calls);
+  send_abort(fds[0], 0, "still relayed", "rank 0");
+  expect_notice(fds[1], HOOP_ERR_ABORTED, 0, "aborted by rank 0: still relayed", "rank 1");
+  close(fds[0]);
+  say_bye(fds[1], "rank 1");
+  expect_done_once();
+}
+END_TEST
+
 /* Each case gets a fresh server when `fixture` says so; the others start their own. */
 static TCase *add_case(Suite *s, const char *name, int fixture) {
   TCase *tc = tcase_create(name);
@@ -1210,6 +1452,16 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_proven_ranks_join);
   tcase_add_test(tc, test_bad_proofs_refused_and_job_unharmed);
   tcase_add_test(tc, test_status_needs_the_token);
+  tc = add_case(s, "kept", 1);
+  tcase_add_test(tc, test_member_abort_relayed);
+  tcase_add_test(tc, test_abort_in_another_name_refused);
+  tcase_add_test(tc, test_bye_quiet_close_lost);
+  tcase_add_test(tc, test_member_garbage_closes_only_it);
+  tcase_add_test(tc, test_abort_before_join_refused);
+  tcase_add_test(tc, test_running_job_frees_its_id);
+  tc = add_case(s, "kept_own_server", 0);
+  tcase_add_test(tc, test_abort_after_failed_proof_refused);
+  tcase_add_test(tc, test_once_waits_for_members);
   tc = add_case(s, "stop", 1);
   tcase_add_test(tc, test_stop_with_clients_connected);
   return s;

@@ -297,6 +297,7 @@ static hoop_comm *comm_new(void) {
   comm->size = 1;
   comm->local_size = 1;
   comm->fail_origin = -1;
+  comm->rdzv_fd = -1;
   comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
   pthread_mutex_init(&comm->call_lock, NULL);
   atomic_init(&comm->abort_requested, 0);
@@ -606,6 +607,9 @@ hoop_result hoop__check_abort(hoop_comm *comm) {
     return HOOP_OK;
   if (!comm->abort_done) {
     comm->abort_done = 1;
+    /* The server first: it reaches every rank even when this rank's data connections are stuck
+     * behind a stopped peer, which the notices on them below may wait for. */
+    hoop__rendezvous_abort(comm, comm->abort_reason);
     hoop__fail(comm, HOOP_ERR_ABORTED, "aborted by rank %d: %s", comm->rank, comm->abort_reason);
   }
   return HOOP_ERR_ABORTED;
@@ -638,6 +642,10 @@ hoop_result hoop_finalize(hoop_comm *comm) {
     return HOOP_OK;
   if (comm->transport)
     comm->transport->finalize(comm);
+  /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
+   * stops last: the other ranks may still be finishing their last call; that their rendezvous
+   * connections then close is no failure to them. */
+  hoop__rendezvous_leave(comm);
   hoop__rdzv_thread_stop(comm->server);
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
@@ -759,6 +767,8 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
     return HOOP_ERR_INVALID_ARG;
   pthread_mutex_lock(&comm->call_lock);
   hoop__check_abort(comm);
+  /* Another rank's abort or loss that the server told of since the last call fails this one. */
+  hoop__rendezvous_check(comm);
   if (comm->failed)
     return hoop__set_error(comm, comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED
                                                                    : HOOP_ERR_FAILED,

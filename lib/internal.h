@@ -35,6 +35,12 @@ struct hoop_comm {
   const struct hoop__transport_ops *transport;
   void *transport_state;
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
+  /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
+   * on it, and NOTICEs of other ranks' aborts and losses come in (see rendezvous.h). */
+  int rdzv_fd;
+  int rdzv_goodbye; /* ABORT or BYE sent: the server expects nothing more */
+  size_t rdzv_inlen;
+  uint8_t rdzv_in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_NOTICE_PAYLOAD];
 
   uint64_t seq;          /* collective calls made, for error messages */
   const char *call;      /* the collective running now, for error messages */

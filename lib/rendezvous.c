@@ -1,6 +1,7 @@
 /* rendezvous.c - client side of the rendezvous: connect to the server (retrying while it starts),
  * take its challenge, send HELLO (with a proof of the token when there is one) and wait for the
- * rank table or the server's error. */
+ * rank table or the server's error; then keep the connection for ABORT, BYE and the server's
+ * NOTICEs. */
 #include "rendezvous.h"
 
 #include <errno.h>
@@ -16,6 +17,9 @@
 /* Extra time to wait past our own timeout, so that the server's timeout message (which names the
  * missing ranks) reaches us before we give up on our own. */
 #define RDZV_GRACE_S 5.0
+/* How long hoop_abort and hoop_finalize may wait to hand the server their few bytes: a server
+ * that is gone or stuck must not hold up an abort. */
+#define RDZV_GOODBYE_WAIT_S 1.0
 
 /* Connect, retrying every 100 ms while nothing listens yet: ranks may start before the server
  * (rank 0 may be the one hosting it). */
@@ -200,8 +204,137 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
     }
     free(payload);
   }
-  close(fd);
+  if (result == HOOP_OK) {
+    comm->rdzv_fd = fd; /* kept: see rendezvous.h */
+    comm->rdzv_inlen = 0;
+    comm->rdzv_goodbye = 0;
+  } else {
+    close(fd);
+  }
   return result;
+}
+
+/* ---- the kept connection ------------------------------------------------------------------- */
+
+int hoop__rendezvous_fd(const hoop_comm *comm) {
+  return comm->rdzv_fd;
+}
+
+/* Stop using the connection; aborts then travel on the data connections alone. */
+static void drop_connection(hoop_comm *comm, const char *why) {
+  HOOP_INFO(HOOP_SUBSYS_RDZV, "rendezvous connection: %s; no longer watched (notices of aborts "
+            "still come over the data connections)", why);
+  if (close(comm->rdzv_fd) != 0)
+    HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
+  comm->rdzv_fd = -1;
+  comm->rdzv_inlen = 0;
+}
+
+/* A NOTICE from the server: another rank aborted or was lost. Its words are forwarded to the data
+ * peers as they are, so that every rank says the same. */
+static hoop_result take_notice(hoop_comm *comm, const hoop__notice *notice) {
+  if (comm->failed)
+    return comm->failed;
+  hoop_result code = (hoop_result)notice->code;
+  if ((code != HOOP_ERR_ABORTED && code != HOOP_ERR_PEER_LOST) ||
+      notice->origin >= (uint32_t)comm->size || (int)notice->origin == comm->rank) {
+    drop_connection(comm, "a NOTICE with an unknown code or rank");
+    return HOOP_OK;
+  }
+  comm->fail_origin = (int)notice->origin;
+  snprintf(comm->fail_cause, sizeof comm->fail_cause, "%.1023s", notice->message);
+  if (code == HOOP_ERR_ABORTED)
+    return hoop__fail(comm, code, "%s (relayed by the rendezvous server)", notice->message);
+  return hoop__fail(comm, code, "%s (call #%llu): %s, told by the rendezvous server",
+                    comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
+                    notice->message);
+}
+
+/* The whole messages in comm->rdzv_in: HOOP_OK, or the failure a NOTICE caused. */
+static hoop_result take_messages(hoop_comm *comm) {
+  while (comm->rdzv_fd >= 0) {
+    hoop__wire_header header;
+    int rc = hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen,
+                                      HOOP_WIRE_MAX_NOTICE_PAYLOAD, &header);
+    if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP_WIRE_HEADER_SIZE + header.length))
+      return HOOP_OK;
+    hoop__notice notice;
+    if (rc < 0 || header.type != HOOP_MSG_NOTICE ||
+        hoop__wire_decode_notice(comm->rdzv_in + HOOP_WIRE_HEADER_SIZE, header.length,
+                                 &notice) != 0) {
+      drop_connection(comm, "the server sent a malformed or unexpected message");
+      return HOOP_OK;
+    }
+    size_t total = HOOP_WIRE_HEADER_SIZE + header.length;
+    memmove(comm->rdzv_in, comm->rdzv_in + total, comm->rdzv_inlen - total);
+    comm->rdzv_inlen -= total;
+    hoop_result result = take_notice(comm, &notice);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+hoop_result hoop__rendezvous_check(hoop_comm *comm) {
+  while (comm->rdzv_fd >= 0) {
+    ssize_t n = recv(comm->rdzv_fd, comm->rdzv_in + comm->rdzv_inlen,
+                     sizeof comm->rdzv_in - comm->rdzv_inlen, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return HOOP_OK;
+    if (n <= 0) {
+      char why[128];
+      snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
+      drop_connection(comm, why);
+      return HOOP_OK;
+    }
+    comm->rdzv_inlen += (size_t)n;
+    hoop_result result = take_messages(comm);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+/* Write one message (encoded: 0 from its encoder) to the server within RDZV_GOODBYE_WAIT_S; -1
+ * (logged) if it could not. */
+static int send_goodbye(hoop_comm *comm, int encoded, const hoop__wbuf *out, const char *what) {
+  if (encoded != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot encode the %s for the rendezvous server", what);
+    return -1;
+  }
+  if (hoop__write_full(comm->rdzv_fd, out->data, out->len,
+                       hoop__now() + RDZV_GOODBYE_WAIT_S) != 0) {
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "could not send the %s to the rendezvous server: %s", what,
+              strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+void hoop__rendezvous_abort(hoop_comm *comm, const char *reason) {
+  if (comm->rdzv_fd < 0 || comm->rdzv_goodbye)
+    return;
+  hoop__abort_msg msg = {.rank = (uint32_t)comm->rank};
+  snprintf(msg.reason, sizeof msg.reason, "%s", reason);
+  hoop__wbuf out = {0};
+  if (send_goodbye(comm, hoop__wire_encode_abort(&out, &msg), &out, "ABORT") == 0)
+    comm->rdzv_goodbye = 1;
+  hoop__wbuf_free(&out);
+}
+
+void hoop__rendezvous_leave(hoop_comm *comm) {
+  if (comm->rdzv_fd < 0)
+    return;
+  if (!comm->rdzv_goodbye) {
+    hoop__wbuf out = {0};
+    send_goodbye(comm, hoop__wire_encode_bye(&out), &out, "BYE");
+    hoop__wbuf_free(&out);
+  }
+  if (close(comm->rdzv_fd) != 0)
+    HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
+  comm->rdzv_fd = -1;
 }
 
 hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t server_len,

@@ -1,4 +1,6 @@
-/* rendezvous.h - the client side of the rendezvous protocol: send HELLO, wait for the rank table. */
+/* rendezvous.h - the client side of the rendezvous protocol: send HELLO, wait for the rank table,
+ * then keep the connection while the communicator lives: ABORT and BYE go out on it, the server's
+ * NOTICEs of other ranks' aborts and losses come in. */
 #ifndef HOOP_RENDEZVOUS_H
 #define HOOP_RENDEZVOUS_H
 
@@ -10,8 +12,9 @@
 /* Connect to the server at server (retrying while it is not up yet), answer its challenge with
  * comm->token, send hello and wait up to
  * timeout_s (plus a short grace, so that the server's own timeout message arrives first) for the
- * table. On success *table is filled and owned by the caller. On failure the error is recorded on
- * comm: the server's message when it sent one. */
+ * table. On success *table is filled and owned by the caller, and the connection is kept in
+ * comm->rdzv_fd. On failure the error is recorded on comm: the server's message when it sent
+ * one. */
 hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server,
                                   socklen_t server_len, const hoop__hello *hello, double timeout_s,
                                   hoop__table *table);
@@ -20,5 +23,22 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
 hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t server_len,
                                     double timeout_s, const char *token, hoop__status *status,
                                     char *err, size_t errlen);
+
+/* The kept connection, for a transport's wait to poll along with its own descriptors (-1: none).
+ * When it is readable (or in error), the wait calls hoop__rendezvous_check. */
+int hoop__rendezvous_fd(const hoop_comm *comm);
+
+/* Take what the server sent without waiting: a NOTICE fails comm with HOOP_ERR_ABORTED ("aborted
+ * by rank R: reason", the data path's words) or HOOP_ERR_PEER_LOST naming the rank, which is
+ * returned; else HOOP_OK. A closed, broken or misbehaving connection is dropped quietly (logged):
+ * a server that goes away, or rank 0 hosting it finalizing first, is no failure of the job. */
+hoop_result hoop__rendezvous_check(hoop_comm *comm);
+
+/* hoop_abort's message to the server, which relays it to every other rank: ABORT {this rank,
+ * reason}, written within a bounded time (the server may be gone or stuck); best effort. */
+void hoop__rendezvous_abort(hoop_comm *comm, const char *reason);
+
+/* At finalize: BYE (unless an ABORT went out), so that closing is no loss; then close. */
+void hoop__rendezvous_leave(hoop_comm *comm);
 
 #endif /* HOOP_RENDEZVOUS_H */

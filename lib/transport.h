@@ -48,7 +48,10 @@ typedef struct hoop__transport_ops {
   /* len may be 0: an empty message, which still carries the request's fingerprint. */
   hoop_result (*isend)(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
   hoop_result (*irecv)(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
-  /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s. */
+  /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s.
+   * Besides its own descriptors it polls hoop__rendezvous_fd(comm) (when >= 0) and calls
+   * hoop__rendezvous_check when that is readable, so that another rank's abort told by the server
+   * ends the wait (rendezvous.h). */
   hoop_result (*wait)(hoop_comm *comm, hoop__request *req);
   /* Drop every connection and pending request (after a failure, and at abort), first telling
    * each peer why: {comm->failed, comm->fail_origin, comm->fail_cause}. */

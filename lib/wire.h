@@ -32,6 +32,8 @@
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
  * header, before reading them. */
 #define HOOP_WIRE_MAX_CLIENT_PAYLOAD 4096
+/* Largest payload of a NOTICE: what a member accepts on its kept connection. */
+#define HOOP_WIRE_MAX_NOTICE_PAYLOAD (4 + 4 + 2 + HOOP_WIRE_MAX_MESSAGE)
 /* Largest payload of any message (a TABLE for HOOP_WIRE_MAX_RANKS ranks fits). */
 #define HOOP_WIRE_MAX_PAYLOAD (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
 

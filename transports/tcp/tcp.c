@@ -33,6 +33,7 @@
 
 #include "env.h"
 #include "netaddr.h"
+#include "rendezvous.h"
 #include "sockio.h"
 #include "transport.h"
 
@@ -605,12 +606,19 @@ static hoop_result grow_pollset(hoop_comm *comm, size_t need) {
  * move what is ready. *moved tells whether any byte moved. */
 static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
   tcp_state *state = state_of(comm);
-  hoop_result result = grow_pollset(comm, (size_t)comm->size * (size_t)state->nstreams + 1);
+  hoop_result result = grow_pollset(comm, (size_t)comm->size * (size_t)state->nstreams + 2);
   if (result != HOOP_OK)
     return result;
   state->pfds[0] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
   state->pfd_owners[0] = (struct poll_owner){0, -1};
-  nfds_t n = 1;
+  /* The rendezvous connection: other ranks' aborts and losses, told by the server. */
+  int rdzv_fd = hoop__rendezvous_fd(comm);
+  nfds_t n = 1, first_stream = 1;
+  if (rdzv_fd >= 0) {
+    state->pfds[1] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
+    state->pfd_owners[1] = (struct poll_owner){0, -1};
+    n = first_stream = 2;
+  }
   for (int p = 0; p < comm->size; p++) {
     for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
@@ -637,7 +645,10 @@ static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
     if ((result = hoop__check_abort(comm)) != HOOP_OK)
       return result;
   }
-  for (nfds_t i = 1; i < n && ready > 0; i++) {
+  if (ready > 0 && first_stream == 2 && state->pfds[1].revents &&
+      (result = hoop__rendezvous_check(comm)) != HOOP_OK)
+    return result;
+  for (nfds_t i = first_stream; i < n && ready > 0; i++) {
     if (!state->pfds[i].revents)
       continue;
     result =

@@ -719,7 +719,7 @@ static void job_member_left(rdzv_job *job, rdzv_client *client) {
   if (!client->said_goodbye) {
     char message[128];
     snprintf(message, sizeof message, "rank %u lost (rendezvous connection closed)", client->rank);
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
               job->id, client->rank, client->peer);
     job_relay(job, client, HOOP_ERR_PEER_LOST, client->rank, message);
   } else {

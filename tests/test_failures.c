@@ -5,6 +5,8 @@
  * plus a bound. */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,6 +271,221 @@ START_TEST(test_abort_from_thread) {
 }
 END_TEST
 
+/* ---- abort through the rendezvous server ----------------------------------------------------- */
+
+/* 4 ranks, rank 0 hosting the rendezvous. Ranks 1 and 3, rank 2's only data peers, are stopped
+ * (SIGSTOP, sockets open); rank 2 waits in a ring allreduce on them when rank 0 aborts. Nothing but
+ * the server can tell rank 2, whose HOOP_TIMEOUT (30 s) is far away: it must fail with
+ * HOOP_ERR_ABORTED, the reason, and the mark of the server's relay within SERVER_PATH_BOUND_S. */
+#define SERVER_PATH_BOUND_S 2.0
+#define CUTOFF_TIMEOUT_S 30.0
+
+typedef struct cutoff_shared {
+  atomic_int stopped;  /* the parent saw ranks 1 and 3 stopped */
+  atomic_int rank2_done;
+  double abort_at;     /* rank 0: just before hoop_abort (CLOCK_MONOTONIC, shared by processes) */
+  double error_at;     /* rank 2: when its call returned */
+  char message[1024];  /* rank 2's hoop_last_error */
+  int result;          /* rank 2's result */
+} cutoff_shared;
+
+typedef struct cutoff_case {
+  int port;
+  int in_call; /* 0: rank 0 aborts between calls; 1: from a thread, inside a 16 MiB allreduce whose
+                  data connections are stuck behind the stopped ranks */
+  cutoff_shared *shared;
+  hoop_comm *comm; /* in rank 0's process, for its aborting thread */
+} cutoff_case;
+
+static const char cutoff_reason[] = "operator pressed stop";
+
+static void wait_flag(atomic_int *flag, double limit_s) {
+  double start = now_s();
+  while (!atomic_load(flag) && now_s() - start < limit_s) {
+    struct timespec pause = {0, 5 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* Once ranks 1 and 3 are stopped and rank 2 is deep in its wait: abort, taking the time. */
+static void *cutoff_abort_later(void *arg) {
+  const cutoff_case *cc = arg;
+  wait_flag(&cc->shared->stopped, 20);
+  struct timespec pause = {0, 300 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  cc->shared->abort_at = now_s();
+  hoop_abort(cc->comm, cutoff_reason);
+  return NULL;
+}
+
+static int cutoff_rank(int index, cutoff_case *cc) {
+  setenv("HOOP_ALGO", "ring", 1); /* rank 2's data peers are ranks 1 and 3 only */
+  hoop_comm *comm = join(cc->port, index, 4, CUTOFF_TIMEOUT_S);
+  if (!comm)
+    return 10;
+  cc->comm = comm;
+  size_t count = cc->in_call ? 4u << 20 : 1u << 18;
+  float *buf = calloc(count, sizeof *buf);
+  if (!buf)
+    return 11;
+  hoop_result result = HOOP_OK;
+  if ((index == 1 || index == 3) && !cc->in_call)
+    raise(SIGSTOP); /* the parent kills it in the end */
+  if (index == 0 && !cc->in_call) {
+    cutoff_abort_later(cc);
+  } else if (index == 0) {
+    /* Stuck in the allreduce behind the stopped ranks when the thread aborts it. */
+    pthread_t thread;
+    pthread_create(&thread, NULL, cutoff_abort_later, cc);
+    while (result == HOOP_OK)
+      result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
+    pthread_join(thread, NULL);
+  } else {
+    while (result == HOOP_OK)
+      result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
+  }
+  /* Rank 0 must have been aborted by its own thread. */
+  int bad = index == 0 && cc->in_call && result != HOOP_ERR_ABORTED;
+  if (bad)
+    fprintf(stderr, "rank 0: expected its allreduce aborted by its thread, got %s: %s\n",
+            hoop_strerror(result), hoop_last_error(comm));
+  if (index == 2) {
+    cc->shared->error_at = now_s();
+    cc->shared->result = result;
+    snprintf(cc->shared->message, sizeof cc->shared->message, "%s", hoop_last_error(comm));
+    atomic_store(&cc->shared->rank2_done, 1);
+  } else if (index == 0) {
+    /* The server lives in this process: keep it until rank 2 has heard. */
+    wait_flag(&cc->shared->rank2_done, 20);
+  }
+  free(buf);
+  hoop_finalize(comm);
+  return bad;
+}
+
+static void run_cutoff(int in_call) {
+  cutoff_shared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_msg(shared != MAP_FAILED, "mmap: expected shared memory, got an error");
+  memset(shared, 0, sizeof *shared);
+  cutoff_case cc = {procs_free_port(), in_call, shared, NULL};
+  pid_t pids[4];
+  fflush(NULL);
+  for (int i = 0; i < 4; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0)
+      _exit(cutoff_rank(i, &cc));
+  }
+  if (in_call) {
+    sleep(1); /* joined, and inside the allreduces */
+    kill(pids[1], SIGSTOP);
+    kill(pids[3], SIGSTOP);
+  }
+  int stopped = 0;
+  for (int i = 1; i < 4; i += 2) {
+    int status;
+    stopped += waitpid(pids[i], &status, WUNTRACED) == pids[i] && WIFSTOPPED(status);
+  }
+  atomic_store(&shared->stopped, 1);
+  int code0 = procs_wait(pids[0], 25), code2 = procs_wait(pids[2], 25);
+  for (int i = 1; i < 4; i += 2) {
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], NULL, 0);
+  }
+  double took = shared->error_at - shared->abort_at;
+  char expected[128];
+  snprintf(expected, sizeof expected, "aborted by rank 0: %s", cutoff_reason);
+  int heard = shared->result == HOOP_ERR_ABORTED && strstr(shared->message, expected) != NULL &&
+              strstr(shared->message, "relayed by the rendezvous server") != NULL;
+  if (getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "abort %s: rank 2 heard %.3f s after hoop_abort: %s\n",
+            in_call ? "inside a stuck allreduce" : "between calls", took, shared->message);
+  ck_assert_msg(stopped == 2, "expected ranks 1 and 3 stopped, saw %d of them stopped", stopped);
+  ck_assert_msg(code0 == 0 && code2 == 0, "expected ranks 0 and 2 to exit 0, got %d and %d", code0,
+                code2);
+  ck_assert_msg(shared->abort_at > 0 && heard && took >= 0 && took < SERVER_PATH_BOUND_S,
+                "rank 2 (no data peer left): expected HOOP_ERR_ABORTED with '%s' relayed by the "
+                "rendezvous server within %.1f s of hoop_abort, got %s after %.3f s: %s",
+                expected, SERVER_PATH_BOUND_S, hoop_strerror((hoop_result)shared->result), took,
+                shared->message);
+  munmap(shared, sizeof *shared);
+}
+
+START_TEST(test_abort_reaches_cut_off_rank_via_server) {
+  run_cutoff(0);
+}
+END_TEST
+
+START_TEST(test_abort_in_stuck_call_reaches_all_via_server) {
+  run_cutoff(1);
+}
+END_TEST
+
+/* ---- finalize in any order ------------------------------------------------------------------- */
+
+/* 4 ranks run a few calls, the last a 32 MiB broadcast from the rank that finalizes first (so
+ * that it leaves, and with rank 0 first stops the rendezvous server, while the others still
+ * receive); the others finalize one after another in the order given. No rank may see an error,
+ * nor log a warning (HOOP_DEBUG=warn): a BYE'd leave is never told as a loss. */
+typedef struct finalize_case {
+  int port;
+  int order[4]; /* ranks in the order they finalize */
+} finalize_case;
+
+static int finalize_rank(int index, int n, void *arg) {
+  const finalize_case *fc = arg;
+  char log_path[128];
+  snprintf(log_path, sizeof log_path, "/tmp/hoop-finalize-%d-%d.log", (int)getppid(), index);
+  if (!freopen(log_path, "w", stderr))
+    return 20;
+  setenv("HOOP_DEBUG", "warn", 1);
+  int position = 0;
+  while (fc->order[position] != index)
+    position++;
+  hoop_comm *comm = join(fc->port, index, n, 30);
+  if (!comm)
+    return 10;
+  size_t count = 8u << 20;
+  float *buf = calloc(count, sizeof *buf);
+  hoop_result result = buf ? HOOP_OK : HOOP_ERR_SYSTEM;
+  for (int i = 0; i < 3 && result == HOOP_OK; i++)
+    result = hoop_allreduce(comm, buf, buf, 1024, HOOP_FLOAT32, HOOP_SUM);
+  if (result == HOOP_OK)
+    result = hoop_barrier(comm);
+  if (result == HOOP_OK)
+    result = hoop_broadcast(comm, buf, count, HOOP_FLOAT32, fc->order[0]);
+  char message[1024];
+  snprintf(message, sizeof message, "%s", hoop_last_error(comm));
+  struct timespec pause = {0, (long)position * 150 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  hoop_finalize(comm);
+  free(buf);
+  fflush(stderr);
+  char *log = procs_slurp(log_path);
+  int bad = result != HOOP_OK || !log || strstr(log, "WARN") || strstr(log, "ERROR");
+  if (bad)
+    fprintf(stdout, "rank %d (finalizing %d of 4): expected no error and no warning, got %s: %s; "
+                    "its stderr:\n%s\n",
+            index, position + 1, hoop_strerror(result), message, log ? log : "(unreadable)");
+  free(log);
+  unlink(log_path);
+  return bad;
+}
+
+START_TEST(test_finalize_in_any_order) {
+  static const int orders[][4] = {{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}, {1, 3, 0, 2}};
+  for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
+    finalize_case fc = {procs_free_port(), {0}};
+    memcpy(fc.order, orders[i], sizeof fc.order);
+    int failed = procs_fork_ranks(4, finalize_rank, &fc, 40);
+    ck_assert_msg(failed == 0, "finalizing in the order %d %d %d %d: expected every rank clean, "
+                               "%d were not (see above)",
+                  fc.order[0], fc.order[1], fc.order[2], fc.order[3], failed);
+  }
+}
+END_TEST
+
 /* ---- stall warning and flight recorder ------------------------------------------------------- */
 
 static void *signal_later(void *arg) {
@@ -452,6 +669,12 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_abort_from_thread);
   tcase_add_test(tc, test_abort_in_large_allreduce);
   tcase_add_test(tc, test_stall_warning);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("server_path");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, test_abort_reaches_cut_off_rank_via_server);
+  tcase_add_test(tc, test_abort_in_stuck_call_reaches_all_via_server);
+  tcase_add_test(tc, test_finalize_in_any_order);
   suite_add_tcase(s, tc);
   tc = tcase_create("loss");
   tcase_set_timeout(tc, 90);

@@ -6,15 +6,18 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "hoop.h"
 #include "procs.h"
 #include "wire.h"
 
@@ -364,6 +367,138 @@ START_TEST(test_version_and_help) {
 }
 END_TEST
 
+/* ---- forged aborts ---------------------------------------------------------------------------- */
+
+#define FORGE_TOKEN "forge test token 51c2"
+
+typedef struct forge_shared {
+  atomic_int joined; /* ranks past their first barrier */
+  atomic_int forged; /* the parent has sent its forgeries */
+} forge_shared;
+
+static forge_shared *forge;
+
+static void wait_for(atomic_int *value, int at_least, double limit_s) {
+  for (int waited = 0; atomic_load(value) < at_least && waited < limit_s * 100; waited++)
+    sleep_ms(10);
+}
+
+/* A rank of job "forge" through hoopd with the token: a barrier, then an allreduce that rank 0
+ * enters at once (watching its rendezvous connection) and rank 1 only after the forgeries. */
+static int forge_rank(int index, int n, void *arg) {
+  (void)arg;
+  hoop_config config;
+  hoop_config_init(&config);
+  config.rendezvous = hoopd_addr;
+  config.job = "forge";
+  config.size = n;
+  config.rank = index;
+  config.timeout_s = 30;
+  config.token = FORGE_TOKEN;
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  if (result == HOOP_OK)
+    result = hoop_barrier(comm);
+  atomic_fetch_add(&forge->joined, 1);
+  if (result == HOOP_OK && index == 1)
+    wait_for(&forge->forged, 1, 20);
+  float buf[64] = {0};
+  if (result == HOOP_OK)
+    result = hoop_allreduce(comm, buf, buf, 64, HOOP_FLOAT32, HOOP_SUM);
+  if (result != HOOP_OK)
+    fprintf(stderr, "rank %d of the job under forged aborts: expected every call to succeed, got "
+                    "%s: %s\n",
+            index, hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return result != HOOP_OK;
+}
+
+/* The server's CHALLENGE, read off a new connection (up to 5 s). */
+static int open_challenged(void) {
+  int fd = connect_hoopd();
+  ck_assert_msg(fd >= 0, "connecting to hoopd at %s: expected success, got %s", hoopd_addr,
+                strerror(errno));
+  struct timeval tv = {5, 0};
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  uint8_t head[HOOP_WIRE_HEADER_SIZE + 1 + HOOP_WIRE_CHALLENGE];
+  ck_assert_msg(recv(fd, head, sizeof head, MSG_WAITALL) == (ssize_t)sizeof head,
+                "a new connection to hoopd: expected its %zu-byte CHALLENGE, got less",
+                sizeof head);
+  return fd;
+}
+
+static void send_forged_abort(int fd, uint32_t rank) {
+  hoop__abort_msg msg = {.rank = rank};
+  snprintf(msg.reason, sizeof msg.reason, "forged abort");
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_abort(&out, &msg), 0);
+  /* The daemon may already be closing the connection (after a failed proof): then the send fails,
+   * which is as good. */
+  if (send(fd, out.data, out.len, MSG_NOSIGNAL) < 0)
+    ck_assert_msg(errno == EPIPE || errno == ECONNRESET,
+                  "sending a forged ABORT: expected it sent or refused, got %s", strerror(errno));
+  hoop__wbuf_free(&out);
+}
+
+/* hoopd with a token serves a 2-rank job; meanwhile a stranger sends ABORT without joining, and an
+ * impostor sends one after a HELLO with a wrong proof. Each loses its connection at once, and the
+ * job's calls all succeed: an ABORT is relayed only from an authenticated member. */
+START_TEST(test_forged_abort_refused) {
+  char token_file[64];
+  write_file(token_file, FORGE_TOKEN "\n", 0600);
+  start_hoopd_with(token_file);
+  forge = mmap(NULL, sizeof *forge, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_msg(forge != MAP_FAILED, "mmap: expected shared memory, got %s", strerror(errno));
+  atomic_init(&forge->joined, 0);
+  atomic_init(&forge->forged, 0);
+  fflush(NULL);
+  pid_t job = fork();
+  ck_assert_int_ge(job, 0);
+  if (job == 0)
+    _exit(procs_fork_ranks(2, forge_rank, NULL, 60));
+  wait_for(&forge->joined, 2, 30);
+  ck_assert_msg(atomic_load(&forge->joined) == 2, "the job: expected both ranks joined, got %d",
+                atomic_load(&forge->joined));
+
+  int stranger = open_challenged();
+  send_forged_abort(stranger, 0);
+  int stranger_closed = closed_within(stranger, 5000);
+  close(stranger);
+
+  hoop__hello hello;
+  memset(&hello, 0, sizeof hello);
+  snprintf(hello.job, sizeof hello.job, "forge");
+  snprintf(hello.host, sizeof hello.host, "impostor");
+  snprintf(hello.addr, sizeof hello.addr, "127.0.0.1:1");
+  hello.size = 2;
+  hello.rank = 0;
+  hello.timeout_ms = 5000;
+  hello.proof_len = 32;
+  memset(hello.proof, 0x5a, sizeof hello.proof);
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_hello(&out, &hello), 0);
+  int impostor = open_challenged();
+  ck_assert_int_eq(send(impostor, out.data, out.len, MSG_NOSIGNAL), (ssize_t)out.len);
+  hoop__wbuf_free(&out);
+  send_forged_abort(impostor, 0);
+  int impostor_closed = closed_within(impostor, 5000);
+  close(impostor);
+  atomic_store(&forge->forged, 1);
+
+  int code = procs_wait(job, 60);
+  munmap(forge, sizeof *forge);
+  stop_hoopd();
+  unlink(token_file);
+  ck_assert_msg(stranger_closed, "a stranger's ABORT: expected hoopd to close its connection, it "
+                                 "stayed open 5 s");
+  ck_assert_msg(impostor_closed, "an impostor's ABORT after a wrong proof: expected hoopd to close "
+                                 "its connection, it stayed open 5 s");
+  ck_assert_msg(code == 0, "the job under forged aborts: expected both ranks to succeed, %d did "
+                           "not (exit %d; see above)",
+                code, code);
+}
+END_TEST
+
 static Suite *hoopd_suite(void) {
   Suite *s = suite_create("hoopd");
   TCase *tc = tcase_create("daemon");
@@ -374,6 +509,7 @@ static Suite *hoopd_suite(void) {
   tcase_add_test(tc, test_token_keeps_strangers_out);
   tcase_add_test(tc, test_token_needs_an_authenticating_server);
   tcase_add_test(tc, test_hostile_clients_during_a_job);
+  tcase_add_test(tc, test_forged_abort_refused);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -19,6 +19,8 @@
 #include "transport.h"
 
 #define HOOP_DEFAULT_TIMEOUT_S 300.0
+/* How often a collective, at its start, reads the rendezvous connection for notices. */
+#define RDZV_LOOK_EVERY_S 0.001
 
 /* ---- errors, clocks, scratch --------------------------------------------------------------- */
 
@@ -767,8 +769,14 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
     return HOOP_ERR_INVALID_ARG;
   pthread_mutex_lock(&comm->call_lock);
   hoop__check_abort(comm);
-  /* Another rank's abort or loss that the server told of since the last call fails this one. */
-  hoop__rendezvous_check(comm);
+  /* Another rank's abort or loss that the server told of since the last call fails this one.
+   * Looking costs a system call, which back-to-back small calls would pay every time, so calls
+   * look at most once per RDZV_LOOK_EVERY_S; a call that waits polls the connection anyway. */
+  double now = hoop__now();
+  if (now - comm->rdzv_looked_at >= RDZV_LOOK_EVERY_S) {
+    comm->rdzv_looked_at = now;
+    hoop__rendezvous_check(comm);
+  }
   if (comm->failed)
     return hoop__set_error(comm, comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED
                                                                    : HOOP_ERR_FAILED,
@@ -780,7 +788,7 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
   comm->call = call;
   comm->seq++;
-  comm->call_started = hoop__now();
+  comm->call_started = now;
   comm->stall_warned = 0;
   fingerprint_encode(comm, call, count, dtype, -1, -1);
   comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,

@@ -39,6 +39,7 @@ struct hoop_comm {
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rendezvous.h). */
   int rdzv_fd;
   int rdzv_goodbye; /* ABORT or BYE sent: the server expects nothing more */
+  double rdzv_looked_at; /* when a call last read the connection (hoop__now) */
   size_t rdzv_inlen;
   uint8_t rdzv_in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_NOTICE_PAYLOAD];
 

@@ -422,6 +422,45 @@ START_TEST(test_abort_in_stuck_call_reaches_all_via_server) {
 }
 END_TEST
 
+/* Recursive doubling on 4 ranks pairs rank 2 with rank 0 and rank 3 with rank 1 in its second
+ * round, peers they have no connection to yet, so each waits for the lower rank to connect. Rank 0
+ * never calls and aborts: ranks 2 and 3 must hear it (through the rendezvous server) while they
+ * wait for a connection, not at the timeout. */
+static int connect_wait_rank(int index, int n, void *arg) {
+  setenv("HOOP_ALGO", "rd", 1);
+  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  if (!comm)
+    return 10;
+  if (index == 0) {
+    sleep(1);
+    hoop_abort(comm, "stop before connecting");
+    sleep(3); /* keep the server (hosted here) up while the others finish */
+    hoop_finalize(comm);
+    return 0;
+  }
+  float buf[8] = {0};
+  double start = now_s();
+  hoop_result result = hoop_allreduce(comm, buf, buf, 8, HOOP_FLOAT32, HOOP_SUM);
+  double took = now_s() - start;
+  int bad = result != HOOP_ERR_ABORTED || took > 3 ||
+            !strstr(hoop_last_error(comm), "aborted by rank 0: stop before connecting");
+  if (bad)
+    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with rank 0's reason within 3 s, got %s "
+                    "after %.1f s: %s\n",
+            index, hoop_strerror(result), took, hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_abort_reaches_rank_waiting_to_connect) {
+  int port = procs_free_port();
+  ck_assert_int_gt(port, 0);
+  int bad = procs_fork_ranks(4, connect_wait_rank, &port, 60);
+  ck_assert_msg(bad == 0, "%d of 4 ranks did not see rank 0's abort while waiting (see stderr)",
+                bad);
+}
+END_TEST
+
 /* ---- finalize in any order ------------------------------------------------------------------- */
 
 /* 4 ranks run a few calls, the last a 32 MiB broadcast from the rank that finalizes first (so
@@ -674,6 +713,7 @@ static Suite *failures_suite(void) {
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, test_abort_reaches_cut_off_rank_via_server);
   tcase_add_test(tc, test_abort_in_stuck_call_reaches_all_via_server);
+  tcase_add_test(tc, test_abort_reaches_rank_waiting_to_connect);
   tcase_add_test(tc, test_finalize_in_any_order);
   suite_add_tcase(s, tc);
   tc = tcase_create("loss");

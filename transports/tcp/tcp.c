@@ -207,11 +207,44 @@ static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
   return HOOP_OK;
 }
 
+/* Wait until the listener has a connection to accept: HOOP_OK, HOOP_ERR_TIMEOUT at the deadline,
+ * or the failure that an abort (this process's, or another rank's told by the rendezvous server)
+ * caused meanwhile: a rank that waits for a peer to connect must not miss those for the timeout. */
+static hoop_result wait_for_connection(hoop_comm *comm, double deadline) {
+  tcp_state *state = state_of(comm);
+  for (;;) {
+    struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
+                             {.fd = state->wake_fd, .events = POLLIN},
+                             {.fd = hoop__rendezvous_fd(comm), .events = POLLIN}};
+    double left = deadline - hoop__now();
+    if (left <= 0)
+      return HOOP_ERR_TIMEOUT;
+    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+    hoop_result result = HOOP_OK;
+    if (ready > 0 && pfds[1].revents) {
+      uint64_t count;
+      if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+        return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: reading the wake eventfd: %s",
+                          strerror(errno));
+      result = hoop__check_abort(comm);
+    }
+    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
+      result = hoop__rendezvous_check(comm);
+    if (result != HOOP_OK || comm->failed)
+      return result != HOOP_OK ? result : comm->failed;
+    if (ready > 0 && pfds[0].revents)
+      return HOOP_OK;
+  }
+}
+
 /* Accept one connection and file it under the rank it names; strangers are closed. */
 static hoop_result accept_one(hoop_comm *comm, double deadline) {
   tcp_state *state = state_of(comm);
-  if (hoop__poll_one(state->listen_fd, POLLIN, deadline) != 0)
-    return HOOP_ERR_TIMEOUT;
+  hoop_result waited = wait_for_connection(comm, deadline);
+  if (waited != HOOP_OK)
+    return waited;
   int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0)
     return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED

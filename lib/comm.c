@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "env.h"
 #include "flight.h"
 #include "internal.h"
@@ -133,12 +134,10 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
   if (config->tcp_streams < 1 || config->tcp_streams > HOOP_MAX_STREAMS)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: tcp_streams %d is not in 1..%d",
                            config->tcp_streams, HOOP_MAX_STREAMS);
-  const char *transport = config->transport ? config->transport : "auto";
-  if (strcmp(transport, "auto") != 0 && strcmp(transport, "tcp") != 0)
-    return hoop__set_error(comm, strcmp(transport, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED
-                                                                   : HOOP_ERR_INVALID_ARG,
-                           "hoop_init: transport '%s' is not available (this build has: tcp)",
-                           transport);
+  hoop_result result = hoop__transport_check(
+      comm, config->transport && config->transport[0] ? config->transport : "auto");
+  if (result != HOOP_OK)
+    return result;
   if (config->token && config->token[0] && config->token_file && config->token_file[0])
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: both a token and a token file were given (HOOP_TOKEN and "
@@ -248,7 +247,8 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
     snprintf(hello.host, sizeof hello.host, "%s", config->hostname);
   else if (gethostname(hello.host, sizeof hello.host - 1) != 0)
     snprintf(hello.host, sizeof hello.host, "unknown");
-  result = comm->transport->listen(comm, (struct sockaddr *)&server, hello.addr, sizeof hello.addr);
+  result = hoop__transport_listen(comm, comm->transport_mode, (struct sockaddr *)&server,
+                                  hello.addr, sizeof hello.addr);
   if (result != HOOP_OK)
     return result;
   result = hoop__rendezvous_join(comm, (struct sockaddr *)&server, server_len, &hello,
@@ -262,6 +262,8 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
                            "rendezvous: the table says rank %u of %u, expected %d of %d",
                            comm->table.rank, comm->table.size, config->rank, config->size);
   comm->rank = (int)comm->table.rank;
+  if ((result = hoop__transport_agree(comm)) != HOOP_OK)
+    return result;
   comm->local_rank = (int)comm->table.peers[comm->rank].local_rank;
   comm->local_size = (int)comm->table.peers[comm->rank].local_size;
   return HOOP_OK;
@@ -351,6 +353,8 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
   snprintf(comm->rendezvous, sizeof comm->rendezvous, "%s",
            config->rendezvous ? config->rendezvous : "");
   snprintf(comm->ifname, sizeof comm->ifname, "%s", config->ifname ? config->ifname : "");
+  snprintf(comm->transport_mode, sizeof comm->transport_mode, "%s",
+           config->transport && config->transport[0] ? config->transport : "auto");
   comm->timeout_s = config->timeout_s;
   comm->tcp_streams = config->tcp_streams;
   comm->size = config->size;
@@ -361,7 +365,6 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
 
   /* A job of one rank needs nobody: no server, no transport. */
   if (comm->size > 1) {
-    comm->transport = &hoop__tcp_transport;
     result = join_job(comm, config);
     if (result == HOOP_OK) {
       char prefix[32];
@@ -642,8 +645,7 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
 hoop_result hoop_finalize(hoop_comm *comm) {
   if (!comm)
     return HOOP_OK;
-  if (comm->transport)
-    comm->transport->finalize(comm);
+  hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous
    * connections then close is no failure to them. */

@@ -15,7 +15,21 @@ static const hoop__env_var env_table[] = {
     {"HOOP_HOSTNAME", "", "host name reported to the rendezvous; ranks with the same name are "
                           "one host (contiguous ranks, local ranks); default: gethostname()"},
     {"HOOP_TIMEOUT", "300", "seconds any blocking step (rendezvous, connect, collective) may wait"},
-    {"HOOP_TRANSPORT", "auto", "auto|tcp: the data transport"},
+    {"HOOP_TRANSPORT", "auto", "auto|tcp|ibverbs: the data transport; auto uses ibverbs when every "
+                               "rank has an active RDMA port, else tcp"},
+    {"HOOP_IB_DEV", "", "RDMA device for the ibverbs transport (e.g. mlx5_0, rxe0); default: the "
+                        "first with an active port"},
+    {"HOOP_IB_PORT", "", "port of that device (1, 2...); default: its first active port"},
+    {"HOOP_IB_GID_INDEX", "", "RoCE: GID table index whose IP address the connections use; "
+                              "default: the first IPv4 GID"},
+    {"HOOP_IB_SLOTS", "16", "ibverbs receive slots per peer (2-1024): slots x slot bytes is "
+                            "what may be in flight on one queue pair"},
+    {"HOOP_IB_SLOT_BYTES", "131072", "bytes per ibverbs slot (4096 to 64 MiB); larger messages "
+                                     "are pipelined through several"},
+    {"HOOP_IB_QP_TIMEOUT", "14", "ibverbs ACK timeout exponent: 4.096 us x 2^value, retried 7 "
+                                 "times before the peer is lost"},
+    {"HOOP_IB_SPIN_US", "50", "microseconds a wait polls the completion queue before it sleeps "
+                              "on the completion channel; 0 always sleeps"},
     {"HOOP_IFNAME", "", "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "
                         "commas, ^ to exclude, = for exact names; default: the interface that "
                         "routes to the rendezvous server"},

@@ -34,6 +34,11 @@ struct hoop_comm {
 
   const struct hoop__transport_ops *transport;
   void *transport_state;
+  /* Transports listening until the rank table picks one (see hoop__transport_agree). */
+  const struct hoop__transport_ops *offered[2];
+  void *offered_state[2];
+  int offered_count;
+  char transport_mode[16]; /* HOOP_TRANSPORT: auto, tcp or ibverbs */
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rendezvous.h). */

@@ -1,6 +1,8 @@
 /* transport.c - the calls collectives make, dispatched to the communicator's transport. */
+#include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "transport.h"
 
 static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
@@ -56,4 +58,152 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
   if (result == HOOP_OK)
     result = hoop__wait(comm, &send_req);
   return result;
+}
+
+/* ---- choosing the transport ------------------------------------------------------------------- */
+
+static const char *const transport_names =
+#ifdef HOOP_HAVE_VERBS
+    "auto, tcp, ibverbs";
+#else
+    "auto, tcp";
+#endif
+
+hoop_result hoop__transport_check(hoop_comm *comm, const char *mode) {
+  if (strcmp(mode, "auto") == 0 || strcmp(mode, "tcp") == 0)
+    return HOOP_OK;
+#ifdef HOOP_HAVE_VERBS
+  if (strcmp(mode, "ibverbs") == 0)
+    return HOOP_OK;
+#endif
+  return hoop__set_error(comm, strcmp(mode, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED
+                                                            : HOOP_ERR_INVALID_ARG,
+                         "hoop_init: transport '%s' is not available (this build has: %s)", mode,
+                         transport_names);
+}
+
+/* Entries of an address, in the order they are tried: verbs first. */
+static int entry_is_verbs(const char *entry) {
+  return strncmp(entry, "ib:", 3) == 0;
+}
+
+static int ops_is_verbs(const hoop__transport_ops *ops) {
+  return strcmp(ops->name, "ibverbs") == 0;
+}
+
+hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode,
+                                   const struct sockaddr *toward, char *addr, size_t addrlen) {
+  const hoop__transport_ops *candidates[2];
+  int count = 0, is_auto = strcmp(mode, "auto") == 0;
+#ifdef HOOP_HAVE_VERBS
+  if (is_auto || strcmp(mode, "ibverbs") == 0)
+    candidates[count++] = &hoop__ibverbs_transport;
+#endif
+  if (is_auto || strcmp(mode, "tcp") == 0)
+    candidates[count++] = &hoop__tcp_transport;
+  addr[0] = '\0';
+  for (int i = 0; i < count; i++) {
+    char entry[HOOP_WIRE_MAX_ADDR + 1];
+    comm->transport_state = NULL;
+    hoop_result result = candidates[i]->listen(comm, toward, entry, sizeof entry);
+    void *state = comm->transport_state;
+    comm->transport_state = NULL;
+    if (result != HOOP_OK && is_auto && ops_is_verbs(candidates[i])) {
+      HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: ibverbs is not usable here (%s); tcp it is",
+                comm->last_error);
+      comm->last_error[0] = '\0';
+      comm->transport_state = state;
+      candidates[i]->finalize(comm);
+      comm->transport_state = NULL;
+      continue;
+    }
+    comm->offered[comm->offered_count] = candidates[i];
+    comm->offered_state[comm->offered_count++] = state;
+    if (result != HOOP_OK)
+      return result;
+    size_t used = strlen(addr);
+    if (used + 1 + strlen(entry) >= addrlen)
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: transport addresses longer than "
+                             "%zu bytes", addrlen - 1);
+    snprintf(addr + used, addrlen - used, "%s%s", used ? " " : "", entry);
+  }
+  return HOOP_OK;
+}
+
+/* The entry of kind verbs (or not) in a published address, copied to out without its "ib:"
+ * prefix; 0 if found. */
+static int find_entry(const char *addr, int verbs, char *out, size_t outlen) {
+  while (*addr) {
+    size_t len = strcspn(addr, " ");
+    if (len > 0 && entry_is_verbs(addr) == verbs) {
+      size_t skip = verbs ? 3 : 0;
+      snprintf(out, outlen, "%.*s", (int)(len - skip), addr + skip);
+      return 0;
+    }
+    addr += len;
+    addr += strspn(addr, " ");
+  }
+  return -1;
+}
+
+hoop_result hoop__transport_agree(hoop_comm *comm) {
+  int chosen = -1, missing = -1;
+  for (int c = 0; c < comm->offered_count && chosen < 0; c++) {
+    int verbs = ops_is_verbs(comm->offered[c]);
+    char entry[HOOP_WIRE_MAX_ADDR + 1];
+    int without = -1;
+    for (int r = 0; r < comm->size && without < 0; r++)
+      if (find_entry(comm->table.peers[r].addr, verbs, entry, sizeof entry) != 0)
+        without = r;
+    if (without < 0)
+      chosen = c;
+    else if (missing < 0)
+      missing = without;
+  }
+  if (chosen < 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: no transport that every rank offers: this rank "
+                           "(HOOP_TRANSPORT=%s) offers '%s' but rank %d offers '%s'; set the same "
+                           "HOOP_TRANSPORT on every rank",
+                           comm->transport_mode, comm->table.peers[comm->rank].addr,
+                           missing < 0 ? 0 : missing,
+                           comm->table.peers[missing < 0 ? 0 : missing].addr);
+  const hoop__transport_ops *ops = comm->offered[chosen];
+  int verbs = ops_is_verbs(ops);
+  if (strcmp(comm->transport_mode, "auto") == 0 && verbs)
+    HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA "
+              "port)");
+  else if (strcmp(comm->transport_mode, "auto") == 0 && missing >= 0)
+    HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs "
+              "address: '%s')", missing, comm->table.peers[missing].addr);
+  else if (strcmp(comm->transport_mode, "auto") == 0)
+    HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
+  for (int r = 0; r < comm->size; r++) {
+    char entry[HOOP_WIRE_MAX_ADDR + 1];
+    find_entry(comm->table.peers[r].addr, verbs, entry, sizeof entry);
+    snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
+  }
+  for (int c = 0; c < comm->offered_count; c++) {
+    if (c == chosen)
+      continue;
+    comm->transport_state = comm->offered_state[c];
+    comm->offered[c]->finalize(comm);
+  }
+  comm->transport = ops;
+  comm->transport_state = comm->offered_state[chosen];
+  comm->offered_count = 0;
+  return HOOP_OK;
+}
+
+void hoop__transport_finalize(hoop_comm *comm) {
+  if (comm->transport) {
+    comm->transport->finalize(comm);
+    return;
+  }
+  for (int c = 0; c < comm->offered_count; c++) {
+    comm->transport_state = comm->offered_state[c];
+    comm->offered[c]->finalize(comm);
+  }
+  comm->offered_count = 0;
+  comm->transport_state = NULL;
 }

@@ -63,6 +63,23 @@ typedef struct hoop__transport_ops {
 } hoop__transport_ops;
 
 extern const hoop__transport_ops hoop__tcp_transport;
+#ifdef HOOP_HAVE_VERBS
+extern const hoop__transport_ops hoop__ibverbs_transport;
+#endif
+
+/* Choosing the transport (HOOP_TRANSPORT=auto|tcp|ibverbs). Before the rendezvous each candidate
+ * listens and the published address lists one entry per candidate, separated by spaces ("ib:"
+ * marks the verbs one); under auto a candidate that cannot listen (no active RDMA port) is left
+ * out quietly. Once the rank table is known every rank picks the first transport, verbs before
+ * TCP, that every rank offered, so all ranks agree; the others are closed and each table address
+ * keeps only the chosen entry. */
+/* HOOP_OK if mode names a transport of this build, else the error recorded. */
+hoop_result hoop__transport_check(hoop_comm *comm, const char *mode);
+hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode,
+                                   const struct sockaddr *toward, char *addr, size_t addrlen);
+hoop_result hoop__transport_agree(hoop_comm *comm);
+/* Free the chosen transport, or every candidate if none was chosen yet. */
+void hoop__transport_finalize(hoop_comm *comm);
 
 /* Shorthands used by the collectives. Zero-length transfers complete at once. */
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);

@@ -1,0 +1,720 @@
+/* data.c - the verbs transport's data path and its ops: messages cut into slots, RDMA-written with
+ * immediate data, copied out on arrival, slots returned as credits; one completion queue for every
+ * queue pair, polled while there is work and slept on through its completion channel (with the
+ * connection events and the abort eventfd) when there is none.
+ *
+ * Failures: a completion with an error status, a connection event that says the peer went away,
+ * or nothing moving for HOOP_TIMEOUT become HOOP_ERR_PEER_LOST (or HOOP_ERR_TIMEOUT) naming the
+ * peer. Before closing, a rank writes a notice {code, origin rank, message} after a failure, or a
+ * bye at finalize, into the slot it keeps for that, so peers say who started it and a peer that
+ * finished is told apart from one that died.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ibverbs.h"
+#include "netaddr.h"
+
+#define GOODBYE_WAIT_S 0.5
+#define BYE_WAIT_S 10.0
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+                                const char *detail) {
+  const hoop__peer_entry *entry = &comm->table.peers[peer];
+  if (!comm->failed && comm->fail_origin < 0)
+    comm->fail_origin = peer;
+  return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): ibverbs %s: %s",
+                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
+                    entry->addr, entry->host, what, detail);
+}
+
+static hoop_result drive_recv(hoop_comm *comm, int index, int *moved);
+
+hoop_result hoop__ib_peer_gone(hoop_comm *comm, int index, const char *what, const char *detail) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  if (state->closing || comm->failed)
+    return comm->failed;
+  int was_closed = peer->state == IB_PEER_CLOSED;
+  peer->state = IB_PEER_CLOSED;
+  if (!was_closed && peer->slot_kind) {
+    /* What arrived before the end is still in the slots: deliver it, or find the notice. */
+    int moved = 0;
+    hoop_result result = drive_recv(comm, index, &moved);
+    if (result != HOOP_OK || comm->failed)
+      return result;
+  }
+  if (peer->notice_seen)
+    return hoop__peer_notice(comm, index, peer->notice_code, peer->notice_origin, peer->notice);
+  if (peer->said_bye && !peer->recv_head && !peer->send_head)
+    return HOOP_OK;
+  char text[256];
+  snprintf(text, sizeof text, "%s%s", detail, peer->said_bye ? " (it had finalized)" : "");
+  return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, what, text);
+}
+
+/* ---- posting ---------------------------------------------------------------------------------- */
+
+static uint64_t wr_id(int peer, enum ib_wr_kind kind) {
+  return (uint64_t)peer << 8 | (uint64_t)kind;
+}
+
+/* Receives take no buffer: writes with immediate data land in the slots, and only the immediate
+ * and the length come with the completion. */
+hoop_result hoop__ib_post_recvs(hoop_comm *comm, int index, int count) {
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  for (int i = 0; i < count; i++) {
+    struct ibv_recv_wr wr, *bad;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = wr_id(index, IB_WR_RECV);
+    int err = ibv_post_recv(peer->id->qp, &wr, &bad);
+    if (err != 0)
+      return hoop__ib_peer_error(comm, index, HOOP_ERR_SYSTEM, "ibv_post_recv", strerror(err));
+    peer->posted_recvs++;
+  }
+  return HOOP_OK;
+}
+
+static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t lkey,
+                              uint32_t bytes, uint64_t remote, uint32_t imm,
+                              enum ib_wr_kind kind) {
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = bytes, .lkey = lkey};
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id(index, kind);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.sg_list = bytes ? &sge : NULL;
+  wr.num_sge = bytes ? 1 : 0;
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote;
+  wr.wr.rdma.rkey = peer->remote_rkey;
+  int err = ibv_post_send(peer->id->qp, &wr, &bad);
+  if (err != 0)
+    return hoop__ib_peer_gone(comm, index, "ibv_post_send", strerror(err));
+  peer->sq_used++;
+  return HOOP_OK;
+}
+
+static void put32(uint8_t *out, uint32_t value) {
+  value = htonl(value);
+  memcpy(out, &value, 4);
+}
+
+static uint32_t get32(const uint8_t *in) {
+  uint32_t value;
+  memcpy(&value, in, 4);
+  return ntohl(value);
+}
+
+static void encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
+  put32(out, IB_HEADER_MAGIC);
+  put32(out + 4, type);
+  put32(out + 8, (uint32_t)(len >> 32));
+  put32(out + 12, (uint32_t)len);
+  if (fingerprint)
+    memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
+  else
+    memset(out + 16, 0, HOOP_FINGERPRINT_BYTES);
+}
+
+static uint64_t header_len(const uint8_t *header) {
+  return (uint64_t)get32(header + 8) << 32 | get32(header + 12);
+}
+
+/* ---- sending -------------------------------------------------------------------------------------- */
+
+/* Copy as much of the queued messages into send slots and write them as credits and the send
+ * queue allow; the last remote slot and a few send work requests stay free for the control
+ * message and credit returns. A send completes once its last byte is copied. */
+static hoop_result drive_send(hoop_comm *comm, int index, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  while (peer->send_head && peer->state == IB_PEER_UP &&
+         peer->slots_sent + 1 < peer->credit_limit &&
+         peer->slots_sent - peer->slots_done < (uint64_t)state->slots &&
+         peer->sq_used < state->max_send_wr - 4) {
+    hoop__fragment *frag = peer->send_head;
+    uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
+    char *where = peer->send_slots + (size_t)slot * state->slot_bytes;
+    size_t room = state->slot_bytes, used = 0;
+    if (!peer->head_started) {
+      encode_header((uint8_t *)where, IB_MSG_DATA, frag->owner->len, frag->owner->fingerprint);
+      used = IB_HEADER_BYTES;
+      room = state->slot_bytes - IB_HEADER_BYTES;
+    }
+    size_t take = frag->len - frag->done < room ? frag->len - frag->done : room;
+    memcpy(where + used, frag->buf + frag->done, take);
+    hoop_result result = post_write(comm, index, where, peer->send_mr->lkey,
+                                    (uint32_t)(used + take),
+                                    peer->remote_addr + (uint64_t)slot * state->slot_bytes, slot,
+                                    IB_WR_DATA);
+    if (result != HOOP_OK)
+      return result;
+    peer->slots_sent++;
+    peer->head_started = 1;
+    frag->done += take;
+    *moved = 1;
+    if (frag->done == frag->len) {
+      peer->send_head = frag->next;
+      if (!peer->send_head)
+        peer->send_tail = NULL;
+      peer->head_started = 0;
+      frag->owner->pending--;
+    }
+  }
+  return HOOP_OK;
+}
+
+static hoop_result return_credits(hoop_comm *comm, int index, int force) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  uint32_t threshold = (uint32_t)(state->slots / 2 > 0 ? state->slots / 2 : 1);
+  if (peer->state != IB_PEER_UP || peer->credits_owed == 0 ||
+      (!force && peer->credits_owed < threshold) || peer->sq_used >= state->max_send_wr - 1)
+    return HOOP_OK;
+  hoop_result result = post_write(comm, index, NULL, 0, 0, peer->remote_addr,
+                                  IB_IMM_CREDIT | peer->credits_owed, IB_WR_CREDIT);
+  if (result == HOOP_OK)
+    peer->credits_owed = 0;
+  return result;
+}
+
+/* ---- receiving ---------------------------------------------------------------------------------- */
+
+/* A slot arrived: mark what it holds. A notice is kept aside at once, since data nobody reads may
+ * sit in front of it; a bye says the peer finished. */
+static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t bytes) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  uint32_t slot = (uint32_t)(peer->slots_arrived % (uint64_t)state->slots);
+  const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
+  if (imm != slot || bytes > state->slot_bytes)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d wrote slot %u (%u bytes) where "
+                      "slot %u was next", index, imm, bytes, slot);
+  peer->slot_len[slot] = bytes;
+  peer->slots_arrived++;
+  if (peer->arrival_left > 0) {
+    if (bytes > peer->arrival_left)
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d overran a message", index);
+    peer->slot_kind[slot] = IB_SLOT_MORE;
+    peer->arrival_left -= bytes;
+    return HOOP_OK;
+  }
+  if (bytes < IB_HEADER_BYTES || get32(data) != IB_HEADER_MAGIC)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed header", index);
+  uint32_t type = get32(data + 4);
+  uint64_t len = header_len(data);
+  if (type == IB_MSG_DATA) {
+    uint64_t here = bytes - IB_HEADER_BYTES;
+    if (here > len)
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a message longer than "
+                        "its header says", index);
+    peer->slot_kind[slot] = IB_SLOT_HEADER;
+    peer->arrival_left = len - here;
+  } else if (type == IB_MSG_NOTICE) {
+    peer->slot_kind[slot] = IB_SLOT_NOTICE;
+    size_t text = bytes - IB_HEADER_BYTES < IB_NOTICE_MAX ? bytes - IB_HEADER_BYTES : IB_NOTICE_MAX;
+    memcpy(peer->notice, data + IB_HEADER_BYTES, text);
+    peer->notice[text] = '\0';
+    peer->notice_code = (hoop_result)get32(data + 16);
+    peer->notice_origin = (int)get32(data + 20);
+    peer->notice_seen = 1;
+  } else if (type == IB_MSG_BYE) {
+    peer->slot_kind[slot] = IB_SLOT_BYE;
+    peer->said_bye = 1;
+  } else {
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a message of unknown type "
+                      "%u", index, type);
+  }
+  return HOOP_OK;
+}
+
+static void finish_recv_head(ib_peer *peer) {
+  hoop__fragment *frag = peer->recv_head;
+  peer->recv_head = frag->next;
+  if (!peer->recv_head)
+    peer->recv_tail = NULL;
+  peer->head_checked = 0;
+  frag->owner->pending--;
+}
+
+/* Copy arrived slots, in order, into the posted receives. */
+static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
+  while (peer->slots_consumed < peer->slots_arrived) {
+    uint32_t slot = (uint32_t)(peer->slots_consumed % (uint64_t)state->slots);
+    const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
+    uint32_t bytes = peer->slot_len[slot];
+    hoop__fragment *head = peer->recv_head;
+    int kind = peer->slot_kind[slot];
+    if (kind == IB_SLOT_NOTICE) {
+      peer->slots_consumed++;
+      return hoop__peer_notice(comm, index, peer->notice_code, peer->notice_origin, peer->notice);
+    }
+    if (kind == IB_SLOT_HEADER) {
+      if (!head) /* parked until its receive is posted; it may already show a mismatch */
+        return hoop__mismatch_early(comm, index, data + 16);
+      const uint8_t *theirs = data + 16, *ours = head->owner->fingerprint;
+      int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
+                    memcmp(ours, unchecked, sizeof unchecked) != 0;
+      if ((compare && memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0) ||
+          header_len(data) != head->owner->len)
+        return hoop__mismatch(comm, index, theirs, ours, header_len(data), head->owner->len);
+      peer->head_checked = 1;
+      data += IB_HEADER_BYTES;
+      bytes -= IB_HEADER_BYTES;
+    } else if (kind == IB_SLOT_MORE && (!head || !peer->head_checked)) {
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d continued a message that had "
+                        "no receive", index);
+    }
+    if (kind != IB_SLOT_BYE) {
+      if (bytes > head->len - head->done)
+        return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent more than posted",
+                          index);
+      memcpy(head->buf + head->done, data, bytes);
+      head->done += bytes;
+      if (head->done == head->len)
+        finish_recv_head(peer);
+    }
+    peer->slots_consumed++;
+    peer->credits_owed++;
+    *moved = 1;
+  }
+  return HOOP_OK;
+}
+
+/* ---- completions ------------------------------------------------------------------------------- */
+
+static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
+  ib_state *state = ib_state_of(comm);
+  int index = (int)(wc->wr_id >> 8);
+  enum ib_wr_kind kind = (enum ib_wr_kind)(wc->wr_id & 0xff);
+  if (index < 0 || index >= comm->size)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: a completion for unknown rank %d", index);
+  ib_peer *peer = &state->peers[index];
+  if (kind == IB_WR_RECV)
+    peer->posted_recvs--;
+  else
+    peer->sq_used--;
+  if (wc->status != IBV_WC_SUCCESS) {
+    if (peer->state == IB_PEER_CLOSED || state->closing)
+      return HOOP_OK; /* work flushed from a queue pair that is going away */
+    char detail[160];
+    snprintf(detail, sizeof detail, "completion with error status %s (%d, vendor error 0x%x)",
+             ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
+    return hoop__ib_peer_gone(comm, index,
+                              kind == IB_WR_RECV ? "receive" : kind == IB_WR_DATA ? "write" : "send",
+                              detail);
+  }
+  switch (kind) {
+  case IB_WR_RECV: {
+    uint32_t imm = ntohl(wc->imm_data);
+    hoop_result result = HOOP_OK;
+    if (!(wc->wc_flags & IBV_WC_WITH_IMM))
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent without immediate data",
+                        index);
+    if (imm & IB_IMM_CREDIT)
+      peer->credit_limit += imm & ~IB_IMM_CREDIT;
+    else
+      result = on_arrival(comm, index, imm, wc->byte_len);
+    /* The peer may write before this side has seen ESTABLISHED. */
+    if (result == HOOP_OK && peer->id && peer->state != IB_PEER_CLOSED)
+      result = hoop__ib_post_recvs(comm, index, 1);
+    return result;
+  }
+  case IB_WR_DATA:
+    peer->slots_done++;
+    return HOOP_OK;
+  case IB_WR_CONTROL:
+    peer->control_done = 1;
+    return HOOP_OK;
+  default:
+    return HOOP_OK;
+  }
+}
+
+static hoop_result poll_cq(hoop_comm *comm, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  struct ibv_wc wcs[32];
+  for (;;) {
+    int n = ibv_poll_cq(state->cq, 32, wcs);
+    if (n < 0)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_poll_cq failed (%d)", n);
+    for (int i = 0; i < n; i++) {
+      hoop_result result = on_completion(comm, &wcs[i]);
+      if (result != HOOP_OK)
+        return result;
+    }
+    if (n > 0)
+      *moved = 1;
+    if (n < 32)
+      return HOOP_OK;
+  }
+}
+
+/* ---- the progress engine ---------------------------------------------------------------------- */
+
+static hoop_result drive_peers(hoop_comm *comm, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  for (int p = 0; p < comm->size; p++) {
+    ib_peer *peer = &state->peers[p];
+    if (peer->state != IB_PEER_UP)
+      continue;
+    hoop_result result = drive_recv(comm, p, moved);
+    if (result == HOOP_OK)
+      result = return_credits(comm, p, 0);
+    if (result == HOOP_OK)
+      result = drive_send(comm, p, moved);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  if (!state->cq_armed) {
+    if (ibv_req_notify_cq(state->cq, 0) != 0)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s", strerror(errno));
+    state->cq_armed = 1;
+    /* What completed before arming raises no event: look once more. */
+    hoop_result result = poll_cq(comm, moved);
+    if (result != HOOP_OK || *moved)
+      return result;
+  }
+  struct pollfd fds[3] = {{.fd = state->channel->fd, .events = POLLIN},
+                          {.fd = state->events->fd, .events = POLLIN},
+                          {.fd = state->wake_fd, .events = POLLIN}};
+  int ready = poll(fds, 3, timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
+  if (ready > 0 && fds[0].revents) {
+    struct ibv_cq *cq;
+    void *context;
+    while (ibv_get_cq_event(state->channel, &cq, &context) == 0) {
+      ibv_ack_cq_events(cq, 1);
+      state->cq_armed = 0;
+    }
+  }
+  if (ready > 0 && fds[2].revents) {
+    uint64_t count;
+    if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: reading the wake eventfd: %s",
+                        strerror(errno));
+    return hoop__check_abort(comm);
+  }
+  return HOOP_OK;
+}
+
+/* One round: completions, connection events, then every connected peer's queues; with nothing
+ * moved and timeout_ms > 0, sleep until something happens or timeout_ms passes. */
+static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
+  hoop_result result = poll_cq(comm, moved);
+  if (result == HOOP_OK)
+    result = hoop__ib_pump_cm(comm, moved);
+  if (result == HOOP_OK)
+    result = hoop__ib_retry_due(comm);
+  if (result == HOOP_OK)
+    result = drive_peers(comm, moved);
+  if (result == HOOP_OK && !*moved && timeout_ms > 0)
+    result = sleep_on_events(comm, timeout_ms, moved);
+  return result;
+}
+
+/* ---- the ops ---------------------------------------------------------------------------------- */
+
+static hoop_result ensure_peers(hoop_comm *comm) {
+  ib_state *state = ib_state_of(comm);
+  if (state->peers)
+    return HOOP_OK;
+  state->peers = calloc((size_t)comm->size, sizeof *state->peers);
+  if (!state->peers)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory for %d peers", comm->size);
+  return HOOP_OK;
+}
+
+static hoop_result create_queues(hoop_comm *comm, ib_state *state) {
+  struct ibv_device_attr attr;
+  int err = ibv_query_device(state->verbs, &attr);
+  if (err != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_query_device(%s): %s",
+                           state->device, strerror(err));
+  state->max_send_wr = state->slots + 8;
+  state->max_recv_wr = 2 * state->slots + 8;
+  if (state->max_send_wr > attr.max_qp_wr || state->max_recv_wr > attr.max_qp_wr)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "ibverbs: HOOP_IB_SLOTS=%d needs %d work "
+                           "requests per queue; %s allows %d", state->slots, state->max_recv_wr,
+                           state->device, attr.max_qp_wr);
+  long cqe = (long)(comm->size > 1 ? comm->size - 1 : 1) *
+             (state->max_send_wr + state->max_recv_wr);
+  if (cqe > attr.max_cqe)
+    cqe = attr.max_cqe;
+  if (!(state->pd = ibv_alloc_pd(state->verbs)))
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_alloc_pd(%s): %s", state->device,
+                           strerror(errno));
+  if (!(state->channel = ibv_create_comp_channel(state->verbs)))
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_comp_channel: %s",
+                           strerror(errno));
+  int flags = fcntl(state->channel->fd, F_GETFL);
+  if (flags < 0 || fcntl(state->channel->fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: fcntl on the completion channel: %s",
+                           strerror(errno));
+  if (!(state->cq = ibv_create_cq(state->verbs, (int)cqe, NULL, state->channel, 0)))
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_cq(%ld): %s", cqe,
+                           strerror(errno));
+  return HOOP_OK;
+}
+
+static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, char *addr,
+                             size_t addrlen) {
+  ib_state *state = calloc(1, sizeof *state);
+  if (!state)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory");
+  comm->transport_state = state;
+  state->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (state->wake_fd < 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
+  hoop_result result = hoop__ib_choose_device(comm, state, toward);
+  if (result == HOOP_OK)
+    result = hoop__ib_listen_cm(comm, state);
+  if (result == HOOP_OK)
+    result = create_queues(comm, state);
+  if (result != HOOP_OK)
+    return result;
+  struct sockaddr_storage bound = state->bind_addr;
+  if (bound.ss_family == AF_INET)
+    ((struct sockaddr_in *)&bound)->sin_port = rdma_get_src_port(state->listen_id);
+  else
+    ((struct sockaddr_in6 *)&bound)->sin6_port = rdma_get_src_port(state->listen_id);
+  char where[80];
+  hoop__format_sockaddr((struct sockaddr *)&bound, where, sizeof where);
+  snprintf(addr, addrlen, "ib:%s", where);
+  HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: listening on %s (device %s port %d, %d slots of %zu bytes "
+            "per peer)", where, state->device, state->port, state->slots, state->slot_bytes);
+  return HOOP_OK;
+}
+
+static hoop_result ib_connect(hoop_comm *comm, int peer) {
+  hoop_result result = ensure_peers(comm);
+  if (result != HOOP_OK)
+    return result;
+  if (ib_state_of(comm)->peers[peer].state == IB_PEER_UP)
+    return HOOP_OK;
+  return hoop__ib_connect(comm, peer);
+}
+
+static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop__request *req,
+                        int is_send) {
+  req->peer = index;
+  req->is_send = is_send;
+  req->pending = 0;
+  if (comm->failed)
+    return comm->failed;
+  hoop_result result = ib_connect(comm, index);
+  if (result != HOOP_OK)
+    return result;
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  if (peer->state != IB_PEER_UP)
+    return hoop__ib_peer_gone(comm, index, is_send ? "send" : "receive", "the connection closed");
+  hoop__fragment *frag = &req->frags[0];
+  frag->owner = req;
+  frag->buf = buf;
+  frag->len = len;
+  frag->done = 0;
+  frag->next = NULL;
+  req->pending = 1;
+  hoop__fragment **head = is_send ? &peer->send_head : &peer->recv_head;
+  hoop__fragment **tail = is_send ? &peer->send_tail : &peer->recv_tail;
+  if (*tail)
+    (*tail)->next = frag;
+  else
+    *head = frag;
+  *tail = frag;
+  int moved = 0;
+  return is_send ? drive_send(comm, index, &moved) : drive_recv(comm, index, &moved);
+}
+
+static hoop_result ib_isend(hoop_comm *comm, int peer, const void *buf, size_t len,
+                            hoop__request *req) {
+  /* The transport never writes through a send buffer; the cast only shares the fragment type. */
+  return post(comm, peer, (void *)(uintptr_t)buf, len, req, 1);
+}
+
+static hoop_result ib_irecv(hoop_comm *comm, int peer, void *buf, size_t len,
+                            hoop__request *req) {
+  return post(comm, peer, buf, len, req, 0);
+}
+
+static void warn_stall(hoop_comm *comm, double now) {
+  ib_state *state = ib_state_of(comm);
+  char waiting[512] = "";
+  size_t used = 0;
+  comm->stall_warned = 1;
+  for (int p = 0; p < comm->size; p++) {
+    int recv = state->peers[p].recv_head != NULL, send = state->peers[p].send_head != NULL;
+    if ((recv || send) && used < sizeof waiting)
+      used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%d (%s)",
+                               used ? ", " : "", p,
+                               recv && send ? "send and receive" : recv ? "receive" : "send");
+  }
+  HOOP_WARN(HOOP_SUBSYS_COLL,
+            "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
+            comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
+            now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
+}
+
+/* Polls without sleeping for HOOP_IB_SPIN_US (yielding between polls, for ranks that share
+ * cores), then sleeps on the completion channel. */
+static hoop_result ib_wait(hoop_comm *comm, hoop__request *req) {
+  double now = hoop__now();
+  double deadline = now + comm->timeout_s, spin_until = now + ib_state_of(comm)->spin_s;
+  while (req->pending > 0) {
+    if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
+      return comm->failed;
+    int moved = 0;
+    now = hoop__now();
+    if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
+      warn_stall(comm, now);
+    double left = deadline - now;
+    int spinning = now < spin_until;
+    hoop_result result =
+        progress(comm, spinning || left <= 0 ? 0 : left > 0.1 ? 100 : (int)(left * 1000) + 1,
+                 &moved);
+    if (result != HOOP_OK)
+      return req->pending == 0 ? HOOP_OK : result;
+    if (spinning && !moved)
+      sched_yield();
+    if (moved)
+      deadline = hoop__now() + comm->timeout_s;
+    else if (hoop__now() > deadline)
+      return hoop__ib_peer_error(comm, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
+                                 req->is_send ? "no data accepted for HOOP_TIMEOUT"
+                                              : "no data received for HOOP_TIMEOUT");
+  }
+  return HOOP_OK;
+}
+
+/* ---- the end ---------------------------------------------------------------------------------- */
+
+/* A notice (after a failure) or a bye (at finalize) into the slot kept for it. */
+static int send_goodbye(hoop_comm *comm, int index) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  if (peer->state != IB_PEER_UP || peer->control_sent || peer->slots_sent >= peer->credit_limit ||
+      peer->sq_used >= state->max_send_wr)
+    return 0;
+  size_t len = 0;
+  uint8_t *out = (uint8_t *)peer->control;
+  if (comm->failed) {
+    const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
+    len = strlen(text) > IB_NOTICE_MAX ? IB_NOTICE_MAX : strlen(text);
+    encode_header(out, IB_MSG_NOTICE, len, NULL);
+    put32(out + 16, (uint32_t)comm->failed);
+    put32(out + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
+    memcpy(out + IB_HEADER_BYTES, text, len);
+  } else {
+    encode_header(out, IB_MSG_BYE, 0, NULL);
+  }
+  uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)out,
+                        .length = (uint32_t)(IB_HEADER_BYTES + len),
+                        .lkey = peer->control_mr->lkey};
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id(index, IB_WR_CONTROL);
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(slot);
+  wr.wr.rdma.remote_addr = peer->remote_addr + (uint64_t)slot * state->slot_bytes;
+  wr.wr.rdma.rkey = peer->remote_rkey;
+  if (ibv_post_send(peer->id->qp, &wr, &bad) != 0)
+    return 0;
+  peer->sq_used++;
+  peer->slots_sent++;
+  peer->control_sent = 1;
+  return 1;
+}
+
+static void ib_shutdown(hoop_comm *comm) {
+  ib_state *state = ib_state_of(comm);
+  if (!state || !state->peers || state->closing)
+    return;
+  state->closing = 1;
+  int sent = 0;
+  for (int p = 0; p < comm->size; p++)
+    sent += send_goodbye(comm, p);
+  /* The goodbyes go after this rank's last data on each queue pair; their completions say all
+   * of it reached the peers. */
+  double wait_s = comm->failed ? GOODBYE_WAIT_S
+                               : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s : BYE_WAIT_S;
+  double deadline = hoop__now() + wait_s;
+  while (sent > 0 && hoop__now() < deadline) {
+    int done = 0, moved = 0;
+    for (int p = 0; p < comm->size; p++)
+      done += state->peers[p].control_done;
+    if (done == sent || poll_cq(comm, &moved) != HOOP_OK)
+      break;
+    if (!moved)
+      sched_yield();
+  }
+  for (int p = 0; p < comm->size; p++) {
+    ib_peer *peer = &state->peers[p];
+    if (peer->id && peer->state == IB_PEER_UP && rdma_disconnect(peer->id) != 0)
+      HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: rdma_disconnect(rank %d): %s", p, strerror(errno));
+    hoop__ib_close_peer(state, peer);
+    peer->send_head = peer->send_tail = peer->recv_head = peer->recv_tail = NULL;
+  }
+  state->closing = 0;
+}
+
+static void ib_finalize(hoop_comm *comm) {
+  ib_state *state = ib_state_of(comm);
+  if (!state)
+    return;
+  ib_shutdown(comm);
+  if (state->cq && ibv_destroy_cq(state->cq) != 0)
+    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));
+  if (state->channel && ibv_destroy_comp_channel(state->channel) != 0)
+    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_comp_channel: %s", strerror(errno));
+  if (state->pd && ibv_dealloc_pd(state->pd) != 0)
+    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dealloc_pd: %s", strerror(errno));
+  hoop__ib_free_cm(state);
+  if (state->wake_fd >= 0)
+    close(state->wake_fd);
+  free(state->peers);
+  free(state);
+  comm->transport_state = NULL;
+}
+
+static void ib_wake(hoop_comm *comm) {
+  ib_state *state = ib_state_of(comm);
+  uint64_t one = 1;
+  if (state && state->wake_fd >= 0 && write(state->wake_fd, &one, sizeof one) < 0)
+    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: waking the progress engine: %s", strerror(errno));
+}
+
+const hoop__transport_ops hoop__ibverbs_transport = {
+    .name = "ibverbs",
+    .listen = ib_listen,
+    .connect = ib_connect,
+    .isend = ib_isend,
+    .irecv = ib_irecv,
+    .wait = ib_wait,
+    .shutdown = ib_shutdown,
+    .wake = ib_wake,
+    .finalize = ib_finalize,
+};

@@ -1,0 +1,141 @@
+/* ibverbs.h - the verbs transport's private state, shared by its files: device.c picks the device,
+ * port and address; conn.c sets up RC queue pairs with librdmacm; data.c moves messages through
+ * registered slots and implements the transport ops.
+ *
+ * Data path: each side of a connection owns `slots` receive slots of `slot_bytes` each, registered
+ * for remote write, and as many send slots. A message is copied into send slots and RDMA-written
+ * with immediate data into the peer's receive slots, used in ring order; its first slot starts with
+ * a header {magic, type, length, the call's fingerprint}. The receiver copies each slot out into the
+ * posted receive and returns slots as credits (a zero-byte write with immediate), so at most
+ * slots * slot_bytes are in flight per queue pair. Big messages are thereby pipelined: the peer
+ * copies out the first slots while later ones are on the wire.
+ */
+#ifndef HOOP_IBVERBS_H
+#define HOOP_IBVERBS_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "transport.h"
+
+#define IB_HEADER_MAGIC 0x48505242u /* "HPRB" */
+#define IB_HEADER_BYTES (16 + HOOP_FINGERPRINT_BYTES)
+#define IB_NOTICE_MAX 1023
+enum ib_msg_type { IB_MSG_DATA = 1, IB_MSG_NOTICE = 2, IB_MSG_BYE = 3 };
+
+/* Immediate data: a credit return has the top bit set and the number of slots below it; a data
+ * write carries the index of the slot it filled. */
+#define IB_IMM_CREDIT 0x80000000u
+
+/* wr_id: the peer in the upper bits, what the work request was in the lowest byte. */
+enum ib_wr_kind { IB_WR_RECV = 1, IB_WR_DATA = 2, IB_WR_CREDIT = 3, IB_WR_CONTROL = 4 };
+
+/* What a receive slot turned out to hold when it arrived. */
+enum ib_slot_kind { IB_SLOT_HEADER = 1, IB_SLOT_MORE = 2, IB_SLOT_NOTICE = 3, IB_SLOT_BYE = 4 };
+
+enum ib_peer_state {
+  IB_PEER_NONE = 0,  /* no connection yet */
+  IB_PEER_RESOLVING, /* this rank connects: address and route being resolved */
+  IB_PEER_CONNECTING, /* connect (or accept) sent, waiting for ESTABLISHED */
+  IB_PEER_UP,
+  IB_PEER_CLOSED, /* disconnected, or failed */
+};
+
+/* The handshake carried in librdmacm's private data, both ways: who is connecting, the job's data
+ * nonce (as the TCP handshake presents it) and where the sender's receive slots are. */
+#define IB_HELLO_MAGIC 0x48504948u /* "HPIH" */
+#define IB_HELLO_BYTES (4 + 4 + HOOP_WIRE_NONCE + 8 + 4 + 4 + 4)
+
+typedef struct ib_peer {
+  int state;
+  struct rdma_cm_id *id;
+  double retry_at;  /* a refused connect is tried again at this time */
+  int attempts;
+  char last_event[96]; /* the last connection event that went wrong, for messages */
+
+  char *recv_slots, *send_slots;
+  struct ibv_mr *recv_mr, *send_mr;
+  char *control;         /* a notice or bye, sent once before closing */
+  struct ibv_mr *control_mr;
+  uint64_t remote_addr;  /* the peer's receive slots */
+  uint32_t remote_rkey;
+  int posted_recvs;      /* receive work requests outstanding */
+  int sq_used;           /* send work requests not yet completed */
+
+  /* Sending. A message occupies whole slots; the last remote slot is kept for the control
+   * message, so a notice or bye can always go. */
+  hoop__fragment *send_head, *send_tail;
+  uint64_t slots_sent;      /* slots written */
+  uint64_t slots_done;      /* data writes completed (send slots free again) */
+  uint64_t credit_limit;    /* slots the peer has allowed in all */
+  int head_started;         /* the head message's header has gone */
+  int control_sent, control_done;
+
+  /* Receiving: slots arrive in order; arrival parsing marks each, consumption copies out. */
+  hoop__fragment *recv_head, *recv_tail;
+  uint64_t slots_arrived, slots_consumed;
+  uint32_t *slot_len;  /* bytes in each receive slot */
+  uint8_t *slot_kind;  /* enum ib_slot_kind */
+  uint64_t arrival_left; /* payload bytes of the arriving message still to come */
+  uint64_t consume_left; /* payload bytes of the message being consumed still to come */
+  uint32_t credits_owed; /* slots consumed and not yet returned */
+  int head_checked;      /* the head receive was compared with the slot's header */
+
+  int said_bye;
+  int notice_seen;       /* a notice arrived, perhaps behind data nobody will read */
+  hoop_result notice_code;
+  int notice_origin;
+  char notice[IB_NOTICE_MAX + 1];
+} ib_peer;
+
+typedef struct ib_state {
+  int wake_fd;
+  char device[64];
+  int port;
+  struct sockaddr_storage bind_addr; /* the address the listener is bound to */
+  struct rdma_event_channel *events;
+  struct rdma_cm_id *listen_id;
+  struct ibv_context *verbs;
+  struct ibv_pd *pd;
+  struct ibv_comp_channel *channel;
+  struct ibv_cq *cq;
+  int cq_armed;
+  int closing; /* the shutdown is running: errors from queue pairs going away are expected */
+  int slots;
+  size_t slot_bytes;
+  int qp_timeout;
+  double spin_s;
+  int max_send_wr, max_recv_wr;
+  ib_peer *peers;
+} ib_state;
+
+static inline ib_state *ib_state_of(hoop_comm *comm) {
+  return comm->transport_state;
+}
+
+/* device.c: choose the device, port and address (HOOP_IB_DEV, HOOP_IB_PORT, HOOP_IB_GID_INDEX)
+ * and read the tuning variables. HOOP_ERR_UNSUPPORTED when there is no active port. */
+hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
+                                   const struct sockaddr *toward);
+
+/* conn.c */
+hoop_result hoop__ib_listen_cm(hoop_comm *comm, ib_state *state);
+/* Start connecting to peer (the lower rank of a pair) or wait for it to connect; returns once
+ * the connection is up, or the error. */
+hoop_result hoop__ib_connect(hoop_comm *comm, int peer);
+/* Handle every pending connection event without waiting. */
+hoop_result hoop__ib_pump_cm(hoop_comm *comm, int *moved);
+/* Connections that need a retry whose time has come are started again. */
+hoop_result hoop__ib_retry_due(hoop_comm *comm);
+void hoop__ib_close_peer(ib_state *state, ib_peer *peer);
+void hoop__ib_free_cm(ib_state *state);
+
+/* data.c */
+hoop_result hoop__ib_post_recvs(hoop_comm *comm, int peer, int count);
+hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+                                const char *detail);
+/* A connection closed or failed: a notice that arrived first names the cause; a peer that said
+ * bye with nothing owed is no failure. */
+hoop_result hoop__ib_peer_gone(hoop_comm *comm, int peer, const char *what, const char *detail);
+
+#endif /* HOOP_IBVERBS_H */

@@ -119,8 +119,10 @@ static int mismatch_rank(int index, int n, void *arg) {
     result = hoop_barrier(comm);
   double took = now_s() - start;
   const char *message = hoop_last_error(comm);
-  int bad = result != HOOP_ERR_MISMATCH || took > MISMATCH_BOUND_S ||
-            strstr(message, "does not match") == NULL;
+  /* At 4 ranks the notice of the mismatch others found may also come in before this rank makes
+   * the call: the call is then refused (HOOP_ERR_FAILED) with the mismatch as its story. */
+  int bad = (result != HOOP_ERR_MISMATCH && !(n > 2 && result == HOOP_ERR_FAILED)) ||
+            took > MISMATCH_BOUND_S || strstr(message, "does not match") == NULL;
   if (mc->kind == ZERO_ALLGATHER_ONE_OF_4)
     bad |= strstr(message, "rank 3") == NULL || strstr(message, "count 0,") == NULL;
   else

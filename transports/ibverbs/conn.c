@@ -15,6 +15,7 @@
 
 #include "ibverbs.h"
 #include "netaddr.h"
+#include "rendezvous.h"
 
 #define RESOLVE_TIMEOUT_MS 5000
 #define RETRY_FIRST_S 0.05
@@ -427,10 +428,14 @@ hoop_result hoop__ib_connect(hoop_comm *comm, int index) {
                peer->last_event[0] ? "; last: " : "", peer->last_event);
       return hoop__ib_peer_error(comm, index, HOOP_ERR_TIMEOUT, "connect", detail);
     }
-    struct pollfd fds[2] = {{.fd = state->events->fd, .events = POLLIN},
-                            {.fd = state->wake_fd, .events = POLLIN}};
-    if (poll(fds, 2, 20) < 0 && errno != EINTR)
+    struct pollfd fds[3] = {{.fd = state->events->fd, .events = POLLIN},
+                            {.fd = state->wake_fd, .events = POLLIN},
+                            {.fd = hoop__rendezvous_fd(comm), .events = POLLIN}};
+    if (poll(fds, 3, 20) < 0 && errno != EINTR)
       return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
+    /* Another rank's abort or loss told by the rendezvous server ends the wait too. */
+    if (fds[2].revents && (result = hoop__rendezvous_check(comm)) != HOOP_OK)
+      return result;
     if (fds[1].revents) {
       uint64_t count;
       if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)

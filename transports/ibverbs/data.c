@@ -22,6 +22,7 @@
 
 #include "ibverbs.h"
 #include "netaddr.h"
+#include "rendezvous.h"
 
 #define GOODBYE_WAIT_S 0.5
 #define BYE_WAIT_S 10.0
@@ -395,10 +396,12 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
     if (result != HOOP_OK || *moved)
       return result;
   }
-  struct pollfd fds[3] = {{.fd = state->channel->fd, .events = POLLIN},
+  /* The rendezvous connection too: another rank's abort or loss told by the server. */
+  struct pollfd fds[4] = {{.fd = state->channel->fd, .events = POLLIN},
                           {.fd = state->events->fd, .events = POLLIN},
-                          {.fd = state->wake_fd, .events = POLLIN}};
-  int ready = poll(fds, 3, timeout_ms);
+                          {.fd = state->wake_fd, .events = POLLIN},
+                          {.fd = hoop__rendezvous_fd(comm), .events = POLLIN}};
+  int ready = poll(fds, 4, timeout_ms);
   if (ready < 0 && errno != EINTR)
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
   if (ready > 0 && fds[0].revents) {
@@ -414,8 +417,12 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
     if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
       return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: reading the wake eventfd: %s",
                         strerror(errno));
-    return hoop__check_abort(comm);
+    hoop_result result = hoop__check_abort(comm);
+    if (result != HOOP_OK)
+      return result;
   }
+  if (ready > 0 && fds[3].revents)
+    return hoop__rendezvous_check(comm);
   return HOOP_OK;
 }
 

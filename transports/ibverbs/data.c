@@ -523,6 +523,17 @@ static hoop_result ib_connect(hoop_comm *comm, int peer) {
   return hoop__ib_connect(comm, peer);
 }
 
+/* 1 when a peer that said bye and closed still has arrived slots nobody has copied out: as over
+ * TCP, where the end of the stream comes after the data in front of it, they can be received. */
+static int parked_after_bye(ib_state *state, const ib_peer *peer) {
+  if (peer->state != IB_PEER_CLOSED || !peer->said_bye || !peer->slot_kind)
+    return 0;
+  for (uint64_t n = peer->slots_consumed; n < peer->slots_arrived; n++)
+    if (peer->slot_kind[n % (uint64_t)state->slots] != IB_SLOT_BYE)
+      return 1;
+  return 0;
+}
+
 static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop__request *req,
                         int is_send) {
   req->peer = index;
@@ -530,11 +541,14 @@ static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop_
   req->pending = 0;
   if (comm->failed)
     return comm->failed;
-  hoop_result result = ib_connect(comm, index);
+  hoop_result result = ensure_peers(comm);
   if (result != HOOP_OK)
     return result;
   ib_peer *peer = &ib_state_of(comm)->peers[index];
-  if (peer->state != IB_PEER_UP)
+  int parked = !is_send && parked_after_bye(ib_state_of(comm), peer);
+  if (!parked && (result = ib_connect(comm, index)) != HOOP_OK)
+    return result;
+  if (peer->state != IB_PEER_UP && !parked)
     return hoop__ib_peer_gone(comm, index, is_send ? "send" : "receive", "the connection closed");
   hoop__fragment *frag = &req->frags[0];
   frag->owner = req;
@@ -551,7 +565,13 @@ static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop_
     *head = frag;
   *tail = frag;
   int moved = 0;
-  return is_send ? drive_send(comm, index, &moved) : drive_recv(comm, index, &moved);
+  if (is_send)
+    return drive_send(comm, index, &moved);
+  if ((result = drive_recv(comm, index, &moved)) != HOOP_OK || !parked || req->pending == 0)
+    return result;
+  /* What the peer sent before its bye did not fill this receive, and nothing more will come. */
+  return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, "receive",
+                             "the connection closed (it had finalized)");
 }
 
 static hoop_result ib_isend(hoop_comm *comm, int peer, const void *buf, size_t len,

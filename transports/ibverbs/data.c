@@ -200,11 +200,15 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
   ib_peer *peer = &state->peers[index];
   uint32_t slot = (uint32_t)(peer->slots_arrived % (uint64_t)state->slots);
   const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
+  int control = (imm & IB_IMM_CONTROL) != 0;
+  imm &= ~IB_IMM_CONTROL;
   if (imm != slot || bytes > state->slot_bytes)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d wrote slot %u (%u bytes) where "
                       "slot %u was next", index, imm, bytes, slot);
   peer->slot_len[slot] = bytes;
   peer->slots_arrived++;
+  if (control) /* a notice or bye ends whatever message was arriving */
+    peer->arrival_left = 0;
   if (peer->arrival_left > 0) {
     if (bytes > peer->arrival_left)
       return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d overran a message", index);
@@ -217,6 +221,9 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
   uint32_t type = get32(data + 4);
   uint64_t len = header_len(data);
   if (type == IB_MSG_DATA) {
+    if (control)
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent data as a control "
+                        "message", index);
     uint64_t here = bytes - IB_HEADER_BYTES;
     if (here > len)
       return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a message longer than "
@@ -665,7 +672,7 @@ static int send_goodbye(hoop_comm *comm, int index) {
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.imm_data = htonl(slot);
+  wr.imm_data = htonl(IB_IMM_CONTROL | slot);
   wr.wr.rdma.remote_addr = peer->remote_addr + (uint64_t)slot * state->slot_bytes;
   wr.wr.rdma.rkey = peer->remote_rkey;
   if (ibv_post_send(peer->id->qp, &wr, &bad) != 0)

@@ -24,8 +24,10 @@
 enum ib_msg_type { IB_MSG_DATA = 1, IB_MSG_NOTICE = 2, IB_MSG_BYE = 3 };
 
 /* Immediate data: a credit return has the top bit set and the number of slots below it; a data
- * write carries the index of the slot it filled. */
+ * write carries the index of the slot it filled, and a notice or bye that index with
+ * IB_IMM_CONTROL set, so that it is never taken for the rest of a message it cut short. */
 #define IB_IMM_CREDIT 0x80000000u
+#define IB_IMM_CONTROL 0x40000000u
 
 /* wr_id: the peer in the upper bits, what the work request was in the lowest byte. */
 enum ib_wr_kind { IB_WR_RECV = 1, IB_WR_DATA = 2, IB_WR_CREDIT = 3, IB_WR_CONTROL = 4 };

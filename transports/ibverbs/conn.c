@@ -165,8 +165,10 @@ static hoop_result setup_connection(hoop_comm *comm, int index, struct rdma_cm_i
 
 /* Free what setup_connection made; the queues and counters are left alone. */
 static void release_connection(ib_peer *peer) {
-  if (peer->id && peer->id->qp)
+  if (peer->id && peer->id->qp) {
     rdma_destroy_qp(peer->id);
+    peer->generation++; /* what it flushes is no longer counted (see wr_id) */
+  }
   if (peer->id)
     rdma_destroy_id(peer->id);
   peer->id = NULL;

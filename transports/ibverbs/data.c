@@ -66,8 +66,8 @@ hoop_result hoop__ib_peer_gone(hoop_comm *comm, int index, const char *what, con
 
 /* ---- posting ---------------------------------------------------------------------------------- */
 
-static uint64_t wr_id(int peer, enum ib_wr_kind kind) {
-  return (uint64_t)peer << 8 | (uint64_t)kind;
+static uint64_t wr_id(const ib_peer *peer, int index, enum ib_wr_kind kind) {
+  return (uint64_t)peer->generation << 32 | (uint64_t)(uint32_t)index << 8 | (uint64_t)kind;
 }
 
 /* Receives take no buffer: writes with immediate data land in the slots, and only the immediate
@@ -77,7 +77,7 @@ hoop_result hoop__ib_post_recvs(hoop_comm *comm, int index, int count) {
   for (int i = 0; i < count; i++) {
     struct ibv_recv_wr wr, *bad;
     memset(&wr, 0, sizeof wr);
-    wr.wr_id = wr_id(index, IB_WR_RECV);
+    wr.wr_id = wr_id(peer, index, IB_WR_RECV);
     int err = ibv_post_recv(peer->id->qp, &wr, &bad);
     if (err != 0)
       return hoop__ib_peer_error(comm, index, HOOP_ERR_SYSTEM, "ibv_post_recv", strerror(err));
@@ -93,7 +93,7 @@ static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t 
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = bytes, .lkey = lkey};
   struct ibv_send_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
-  wr.wr_id = wr_id(index, kind);
+  wr.wr_id = wr_id(peer, index, kind);
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.sg_list = bytes ? &sge : NULL;
   wr.num_sge = bytes ? 1 : 0;
@@ -308,11 +308,13 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
 
 static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
   ib_state *state = ib_state_of(comm);
-  int index = (int)(wc->wr_id >> 8);
+  int index = (int)((wc->wr_id >> 8) & 0xffffff);
   enum ib_wr_kind kind = (enum ib_wr_kind)(wc->wr_id & 0xff);
   if (index < 0 || index >= comm->size)
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: a completion for unknown rank %d", index);
   ib_peer *peer = &state->peers[index];
+  if ((uint32_t)(wc->wr_id >> 32) != peer->generation)
+    return HOOP_OK; /* flushed from a queue pair that an earlier connect attempt tore down */
   if (kind == IB_WR_RECV)
     peer->posted_recvs--;
   else
@@ -668,7 +670,7 @@ static int send_goodbye(hoop_comm *comm, int index) {
                         .lkey = peer->control_mr->lkey};
   struct ibv_send_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
-  wr.wr_id = wr_id(index, IB_WR_CONTROL);
+  wr.wr_id = wr_id(peer, index, IB_WR_CONTROL);
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.sg_list = &sge;
   wr.num_sge = 1;

@@ -29,7 +29,9 @@ enum ib_msg_type { IB_MSG_DATA = 1, IB_MSG_NOTICE = 2, IB_MSG_BYE = 3 };
 #define IB_IMM_CREDIT 0x80000000u
 #define IB_IMM_CONTROL 0x40000000u
 
-/* wr_id: the peer in the upper bits, what the work request was in the lowest byte. */
+/* wr_id: the connection's generation in the upper 32 bits, the peer in bits 8-31, what the work
+ * request was in the lowest byte. A completion from an older generation is work flushed from a
+ * queue pair torn down before a retry, and is dropped. */
 enum ib_wr_kind { IB_WR_RECV = 1, IB_WR_DATA = 2, IB_WR_CREDIT = 3, IB_WR_CONTROL = 4 };
 
 /* What a receive slot turned out to hold when it arrived. */
@@ -61,6 +63,7 @@ typedef struct ib_peer {
   struct ibv_mr *control_mr;
   uint64_t remote_addr;  /* the peer's receive slots */
   uint32_t remote_rkey;
+  uint32_t generation;   /* bumped as each queue pair to this peer is destroyed */
   int posted_recvs;      /* receive work requests outstanding */
   int sq_used;           /* send work requests not yet completed */
 

@@ -280,8 +280,16 @@ static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, co
                                       size_t len) {
   ib_state *state = ib_state_of(comm);
   ib_hello hello;
-  if (decode_hello(comm, data, len, &hello) != 0 || (int)hello.rank >= comm->rank ||
-      state->peers[hello.rank].state != IB_PEER_NONE) {
+  int valid = decode_hello(comm, data, len, &hello) == 0 && (int)hello.rank < comm->rank;
+  if (valid && state->peers[hello.rank].state == IB_PEER_CONNECTING) {
+    /* The connector gave up on the request this rank accepted and asks again: the old accept
+     * will never complete. */
+    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: rank %u connects again; dropping the accept it gave up "
+              "on", hello.rank);
+    release_connection(&state->peers[hello.rank]);
+    state->peers[hello.rank].state = IB_PEER_NONE;
+  }
+  if (!valid || state->peers[hello.rank].state != IB_PEER_NONE) {
     HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: refused a connection that did not present this job's "
               "hello (or came from a rank already connected)");
     if (rdma_reject(id, NULL, 0) != 0)
@@ -309,8 +317,15 @@ static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, co
   param.private_data_len = sizeof reply;
   param.retry_count = 7;
   param.rnr_retry_count = 7;
-  if (rdma_accept(id, &param) != 0)
-    return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, "rdma_accept", strerror(errno));
+  if (rdma_accept(id, &param) != 0) {
+    /* Most likely the connector already gave up on this request; it will ask again. */
+    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: rdma_accept for rank %d: %s; waiting for it to connect "
+              "again", index, strerror(errno));
+    snprintf(peer->last_event, sizeof peer->last_event, "rdma_accept: %s", strerror(errno));
+    release_connection(peer);
+    peer->state = IB_PEER_NONE;
+    return HOOP_OK;
+  }
   peer->state = IB_PEER_CONNECTING;
   return HOOP_OK;
 }

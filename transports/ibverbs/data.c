@@ -394,6 +394,36 @@ static hoop_result drive_peers(hoop_comm *comm, int *moved) {
   return HOOP_OK;
 }
 
+/* The device's asynchronous events: a queue pair that went fatal loses its peer; the rest are
+ * logged. */
+static hoop_result drain_async(hoop_comm *comm, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  struct ibv_async_event event;
+  while (ibv_get_async_event(state->verbs, &event) == 0) {
+    enum ibv_event_type type = event.event_type;
+    struct ibv_qp *qp = event.element.qp;
+    ibv_ack_async_event(&event);
+    *moved = 1;
+    const char *what = ibv_event_type_str(type);
+    if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+        type == IBV_EVENT_QP_ACCESS_ERR) {
+      for (int p = 0; p < comm->size; p++)
+        if (state->peers[p].id && state->peers[p].id->qp == qp) {
+          char detail[96];
+          snprintf(detail, sizeof detail, "asynchronous event %s", what);
+          hoop_result result = hoop__ib_peer_gone(comm, p, "queue pair", detail);
+          if (result != HOOP_OK)
+            return result;
+        }
+    } else if (type == IBV_EVENT_DEVICE_FATAL || type == IBV_EVENT_CQ_ERR) {
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: device %s: %s", state->device, what);
+    } else {
+      HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: device %s: asynchronous event %s", state->device, what);
+    }
+  }
+  return HOOP_OK;
+}
+
 static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) {
   ib_state *state = ib_state_of(comm);
   if (!state->cq_armed) {
@@ -406,13 +436,19 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
       return result;
   }
   /* The rendezvous connection too: another rank's abort or loss told by the server. */
-  struct pollfd fds[4] = {{.fd = state->channel->fd, .events = POLLIN},
+  struct pollfd fds[5] = {{.fd = state->channel->fd, .events = POLLIN},
                           {.fd = state->events->fd, .events = POLLIN},
                           {.fd = state->wake_fd, .events = POLLIN},
-                          {.fd = hoop__rendezvous_fd(comm), .events = POLLIN}};
-  int ready = poll(fds, 4, timeout_ms);
+                          {.fd = hoop__rendezvous_fd(comm), .events = POLLIN},
+                          {.fd = state->verbs->async_fd, .events = POLLIN}};
+  int ready = poll(fds, 5, timeout_ms);
   if (ready < 0 && errno != EINTR)
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
+  if (ready > 0 && fds[4].revents) {
+    hoop_result result = drain_async(comm, moved);
+    if (result != HOOP_OK)
+      return result;
+  }
   if (ready > 0 && fds[0].revents) {
     struct ibv_cq *cq;
     void *context;
@@ -476,8 +512,11 @@ static hoop_result create_queues(hoop_comm *comm, ib_state *state) {
                            state->device, attr.max_qp_wr);
   long cqe = (long)(comm->size > 1 ? comm->size - 1 : 1) *
              (state->max_send_wr + state->max_recv_wr);
-  if (cqe > attr.max_cqe)
-    cqe = attr.max_cqe;
+  if (cqe > attr.max_cqe) /* a smaller queue could overrun, which breaks every queue pair */
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "ibverbs: %d ranks with HOOP_IB_SLOTS=%d "
+                           "need a completion queue of %ld entries; %s allows %d (lower "
+                           "HOOP_IB_SLOTS, or use HOOP_TRANSPORT=tcp)", comm->size, state->slots,
+                           cqe, state->device, attr.max_cqe);
   if (!(state->pd = ibv_alloc_pd(state->verbs)))
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_alloc_pd(%s): %s", state->device,
                            strerror(errno));
@@ -487,6 +526,10 @@ static hoop_result create_queues(hoop_comm *comm, ib_state *state) {
   int flags = fcntl(state->channel->fd, F_GETFL);
   if (flags < 0 || fcntl(state->channel->fd, F_SETFL, flags | O_NONBLOCK) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: fcntl on the completion channel: %s",
+                           strerror(errno));
+  flags = fcntl(state->verbs->async_fd, F_GETFL);
+  if (flags < 0 || fcntl(state->verbs->async_fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: fcntl on the async event fd: %s",
                            strerror(errno));
   if (!(state->cq = ibv_create_cq(state->verbs, (int)cqe, NULL, state->channel, 0)))
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_cq(%ld): %s", cqe,

@@ -77,6 +77,8 @@ void *hoop__scratch(hoop_comm *comm, size_t bytes) {
                     comm->call ? comm->call : "hoop", bytes);
     return NULL;
   }
+  if (comm->scratch && comm->transport && comm->transport->forget_mem)
+    comm->transport->forget_mem(comm, comm->scratch, comm->scratch_bytes);
   free(comm->scratch);
   comm->scratch = grown;
   comm->scratch_bytes = bytes;
@@ -645,6 +647,7 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
 hoop_result hoop_finalize(hoop_comm *comm) {
   if (!comm)
     return HOOP_OK;
+  hoop__registrations_release(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous

@@ -146,6 +146,24 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
 /* Return once every rank has entered the barrier. */
 hoop_result hoop_barrier(hoop_comm *comm);
 
+/* ---- Registered buffers ------------------------------------------------------------------------ */
+/* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over
+ * ibverbs, collectives whose buffers (every rank's) lie inside registered ranges move large
+ * messages zero-copy, RDMA-written straight between the users' buffers; other buffers keep
+ * working, copied through the transport's own. Over TCP registration is bookkeeping only, so the
+ * same code runs on both. The memory must stay allocated until hoop_deregister (or
+ * hoop_finalize, which deregisters whatever is left): freeing it first is undefined behaviour. */
+
+typedef uint64_t hoop_mem_handle; /* 0 is never a valid handle */
+
+/* Register bytes at ptr; *handle names the registration. HOOP_ERR_INVALID_ARG for a NULL ptr or
+ * handle or zero bytes; HOOP_ERR_SYSTEM if the device refuses (see hoop_last_error). */
+hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_handle *handle);
+
+/* Release a registration. HOOP_ERR_INVALID_ARG for a handle this communicator did not return or
+ * has already released. Never call it while a collective on that buffer runs in another thread. */
+hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle);
+
 #ifdef __cplusplus
 }
 #endif

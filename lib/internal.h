@@ -78,7 +78,27 @@ struct hoop_comm {
   size_t *block_length;
   void *scratch;         /* reduction staging, grown on demand */
   size_t scratch_bytes;
+
+  /* hoop_register's entries, sorted by base address (register.c). */
+  struct hoop__registration *regs;
+  size_t reg_count, reg_capacity;
+  uint64_t reg_last_handle; /* handles are never reused */
 };
+
+/* A buffer the user registered: [base, base + bytes), and what the transport made of it (the
+ * verbs transport's ibv_mr; NULL for TCP). */
+typedef struct hoop__registration {
+  void *base;
+  size_t bytes;
+  uint64_t handle;
+  void *transport_mem;
+} hoop__registration;
+
+/* The registration that covers all of [ptr, ptr + len), or NULL. */
+const hoop__registration *hoop__registration_find(const hoop_comm *comm, const void *ptr,
+                                                  size_t len);
+/* Deregister everything left (hoop_finalize, before the transport goes). */
+void hoop__registrations_release(hoop_comm *comm);
 
 /* Record a failure on comm and return code. Does not mark the communicator failed. */
 hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, ...)

@@ -60,6 +60,13 @@ typedef struct hoop__transport_ops {
   void (*wake)(hoop_comm *comm);
   /* Free the transport's state. */
   void (*finalize)(hoop_comm *comm);
+  /* Optional (NULL: nothing to do). Prepare a buffer of hoop_register for transfers and return
+   * the transport's handle for it in *mem; release it. */
+  hoop_result (*register_mem)(hoop_comm *comm, void *ptr, size_t bytes, void **mem);
+  void (*deregister_mem)(hoop_comm *comm, void *mem);
+  /* Optional. The library is about to free or reuse [ptr, ptr + bytes) of its own memory
+   * (comm->scratch): drop whatever the transport keeps for it. */
+  void (*forget_mem)(hoop_comm *comm, const void *ptr, size_t bytes);
 } hoop__transport_ops;
 
 extern const hoop__transport_ops hoop__tcp_transport;

@@ -1,0 +1,125 @@
+/* register.c - hoop_register and hoop_deregister: the user names buffers it will reuse in many
+ * collectives, and the transport prepares them once (the verbs transport registers them with the
+ * device, so that collectives on them go zero-copy); the TCP transport keeps the bookkeeping only.
+ *
+ * Why explicit registration, as NCCL's ncclCommRegister, rather than a cache of whatever pointers
+ * the collectives see: after free() or munmap() a later allocation may reuse the same virtual
+ * addresses with other pages while a cached memory region still pins the old ones, and glibc's
+ * free() unmaps without passing through an interposable munmap. An entry here lives exactly from
+ * hoop_register to hoop_deregister (or hoop_finalize), which the user controls, so nothing stale
+ * can be used. Handles are numbers never reused on a communicator, so a double deregister or a
+ * made-up handle is caught instead of hitting another registration.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "transport.h"
+
+/* The entries are kept sorted by base address for the transport's lookups. */
+static size_t insert_position(const hoop_comm *comm, const char *base) {
+  size_t low = 0, high = comm->reg_count;
+  while (low < high) {
+    size_t mid = low + (high - low) / 2;
+    if ((const char *)comm->regs[mid].base <= base)
+      low = mid + 1;
+    else
+      high = mid;
+  }
+  return low;
+}
+
+const hoop__registration *hoop__registration_find(const hoop_comm *comm, const void *ptr,
+                                                  size_t len) {
+  const char *start = ptr;
+  /* Entries may overlap: look back from the last one that starts at or below ptr. Few buffers
+   * are registered at once, so the walk is short. */
+  for (size_t i = insert_position(comm, start); i-- > 0;) {
+    const hoop__registration *reg = &comm->regs[i];
+    const char *base = reg->base;
+    if ((size_t)(start - base) <= reg->bytes && len <= reg->bytes - (size_t)(start - base))
+      return reg;
+  }
+  return NULL;
+}
+
+hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_handle *handle) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (!handle)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_register: handle is NULL");
+  *handle = 0;
+  if (!ptr)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_register: ptr is NULL");
+  if (bytes == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_register: bytes is 0");
+  if ((uintptr_t)ptr > UINTPTR_MAX - bytes)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_register: %zu bytes at %p wrap around the address space", bytes,
+                           ptr);
+  pthread_mutex_lock(&comm->call_lock);
+  hoop_result result = HOOP_OK;
+  if (comm->reg_count == comm->reg_capacity) {
+    size_t capacity = comm->reg_capacity ? 2 * comm->reg_capacity : 8;
+    hoop__registration *grown = realloc(comm->regs, capacity * sizeof *grown);
+    if (!grown) {
+      result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
+      goto out;
+    }
+    comm->regs = grown;
+    comm->reg_capacity = capacity;
+  }
+  void *transport_mem = NULL;
+  if (comm->transport && comm->transport->register_mem &&
+      (result = comm->transport->register_mem(comm, ptr, bytes, &transport_mem)) != HOOP_OK)
+    goto out;
+  size_t at = insert_position(comm, ptr);
+  memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
+  comm->regs[at] = (hoop__registration){.base = ptr, .bytes = bytes,
+                                        .handle = ++comm->reg_last_handle,
+                                        .transport_mem = transport_mem};
+  comm->reg_count++;
+  *handle = comm->regs[at].handle;
+  HOOP_TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
+             (unsigned long long)*handle);
+out:
+  pthread_mutex_unlock(&comm->call_lock);
+  return result;
+}
+
+static void release(hoop_comm *comm, size_t index) {
+  hoop__registration *reg = &comm->regs[index];
+  if (reg->transport_mem && comm->transport && comm->transport->deregister_mem)
+    comm->transport->deregister_mem(comm, reg->transport_mem);
+  memmove(reg, reg + 1, (comm->reg_count - index - 1) * sizeof *reg);
+  comm->reg_count--;
+}
+
+hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  pthread_mutex_lock(&comm->call_lock);
+  hoop_result result = HOOP_OK;
+  size_t i = 0;
+  while (i < comm->reg_count && comm->regs[i].handle != handle)
+    i++;
+  if (handle == 0 || i == comm->reg_count)
+    result = hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                             "hoop_deregister: handle %llu is not registered on this "
+                             "communicator (never returned by hoop_register, or already "
+                             "deregistered)",
+                             (unsigned long long)handle);
+  else
+    release(comm, i);
+  pthread_mutex_unlock(&comm->call_lock);
+  return result;
+}
+
+void hoop__registrations_release(hoop_comm *comm) {
+  while (comm->reg_count > 0)
+    release(comm, comm->reg_count - 1);
+  free(comm->regs);
+  comm->regs = NULL;
+  comm->reg_capacity = 0;
+}

@@ -28,6 +28,9 @@ static const hoop__env_var env_table[] = {
                                      "are pipelined through several"},
     {"HOOP_IB_QP_TIMEOUT", "14", "ibverbs ACK timeout exponent: 4.096 us x 2^value, retried 7 "
                                  "times before the peer is lost"},
+    {"HOOP_IB_ZCOPY_MIN", "262144", "messages of at least this many bytes between buffers "
+                                    "registered with hoop_register go zero-copy over ibverbs "
+                                    "(RDMA write from buffer to buffer); 0: never"},
     {"HOOP_IB_SPIN_US", "50", "microseconds a wait polls the completion queue before it sleeps "
                               "on the completion channel; 0 always sleeps"},
     {"HOOP_IFNAME", "", "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "

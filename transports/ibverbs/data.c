@@ -107,6 +107,28 @@ static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t 
   return HOOP_OK;
 }
 
+/* A piece of a zero-copy payload: a plain RDMA write into the buffer the peer's CTS named; the
+ * ZDONE that follows it on the same queue pair lands after it (RC writes are placed in order). */
+static hoop_result post_zwrite(hoop_comm *comm, int index, const char *local, uint32_t lkey,
+                               uint32_t bytes, uint64_t remote, uint32_t rkey) {
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = bytes, .lkey = lkey};
+  struct ibv_send_wr wr, *bad;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id(peer, index, IB_WR_ZWRITE);
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote;
+  wr.wr.rdma.rkey = rkey;
+  int err = ibv_post_send(peer->id->qp, &wr, &bad);
+  if (err != 0)
+    return hoop__ib_peer_gone(comm, index, "ibv_post_send (zero-copy write)", strerror(err));
+  peer->sq_used++;
+  peer->zwrites_inflight++;
+  return HOOP_OK;
+}
+
 static void put32(uint8_t *out, uint32_t value) {
   value = htonl(value);
   memcpy(out, &value, 4);
@@ -133,7 +155,202 @@ static uint64_t header_len(const uint8_t *header) {
   return (uint64_t)get32(header + 8) << 32 | get32(header + 12);
 }
 
+/* ---- registrations ------------------------------------------------------------------------------ */
+
+/* Register [ptr, ptr + bytes) for local access and remote writes; counted for the tests. */
+static struct ibv_mr *reg_mr(hoop_comm *comm, void *ptr, size_t bytes, const char *what) {
+  ib_state *state = ib_state_of(comm);
+  struct ibv_mr *mr = ibv_reg_mr(state->pd, ptr, bytes,
+                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (mr) {
+    state->reg_calls++;
+    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr #%llu: %zu bytes at %p (%s)",
+               state->reg_calls, bytes, ptr, what);
+  }
+  return mr;
+}
+
+/* The registration that covers [buf, buf + len): the user's (hoop_register), or the staging
+ * buffer, registered on first use. Nothing else is ever registered implicitly: see register.c
+ * for why a cache of arbitrary pointers is unsafe. The staging buffer is safe because the library
+ * owns it and hoop__scratch calls forget_mem before it frees it. */
+static struct ibv_mr *find_mr(hoop_comm *comm, const void *buf, size_t len) {
+  ib_state *state = ib_state_of(comm);
+  const hoop__registration *reg = hoop__registration_find(comm, buf, len);
+  if (reg)
+    return reg->transport_mem;
+  uintptr_t start = (uintptr_t)buf, scratch = (uintptr_t)comm->scratch;
+  if (!comm->scratch || start < scratch || start - scratch > comm->scratch_bytes ||
+      len > comm->scratch_bytes - (start - scratch))
+    return NULL;
+  if (!state->scratch_mr && !state->scratch_reg_failed) {
+    state->scratch_mr = reg_mr(comm, comm->scratch, comm->scratch_bytes, "staging");
+    if (!state->scratch_mr) {
+      /* Not fatal: the staging buffer keeps going through the slots. */
+      state->scratch_reg_failed = 1;
+      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr of the %zu-byte staging buffer: %s; it is "
+                "copied through the slots instead", comm->scratch_bytes, strerror(errno));
+    }
+  }
+  return state->scratch_mr;
+}
+
+static hoop_result ib_register_mem(hoop_comm *comm, void *ptr, size_t bytes, void **mem) {
+  struct ibv_mr *mr = reg_mr(comm, ptr, bytes, "hoop_register");
+  if (!mr)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_register: ibv_reg_mr of %zu bytes at %p "
+                           "on %s: %s (is the locked-memory limit, ulimit -l, too low, or the "
+                           "memory read-only?)", bytes, ptr, ib_state_of(comm)->device,
+                           strerror(errno));
+  *mem = mr;
+  return HOOP_OK;
+}
+
+static void ib_deregister_mem(hoop_comm *comm, void *mem) {
+  int err = ibv_dereg_mr(mem);
+  if (err != 0)
+    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (hoop_deregister): %s", strerror(err));
+  (void)comm;
+}
+
+static void ib_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
+  ib_state *state = ib_state_of(comm);
+  (void)ptr;
+  (void)bytes; /* only the staging buffer is ever handed here */
+  if (state && state->scratch_mr) {
+    int err = ibv_dereg_mr(state->scratch_mr);
+    if (err != 0)
+      HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (staging buffer): %s", strerror(err));
+  }
+  if (state) {
+    state->scratch_mr = NULL;
+    state->scratch_reg_failed = 0;
+  }
+}
+
 /* ---- sending -------------------------------------------------------------------------------------- */
+
+/* The slot-path conditions: a free remote slot beyond the one kept for the control message, a
+ * free send slot, and room in the send queue. */
+static int slot_free(const ib_state *state, const ib_peer *peer) {
+  return peer->state == IB_PEER_UP && peer->slots_sent + 1 < peer->credit_limit &&
+         peer->slots_sent - peer->slots_done < (uint64_t)state->slots &&
+         peer->sq_used < state->max_send_wr - 4;
+}
+
+/* Write a small slot (a header, or a CTS) from the next send slot. */
+static hoop_result send_small(hoop_comm *comm, int index, const uint8_t *bytes, uint32_t len,
+                              uint32_t imm_flag) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
+  char *where = peer->send_slots + (size_t)slot * state->slot_bytes;
+  memcpy(where, bytes, len);
+  hoop_result result = post_write(comm, index, where, peer->send_mr->lkey, len,
+                                  peer->remote_addr + (uint64_t)slot * state->slot_bytes,
+                                  slot | imm_flag, IB_WR_DATA);
+  if (result == HOOP_OK)
+    peer->slots_sent++;
+  return result;
+}
+
+static void zsend_complete(ib_peer *peer) {
+  if (peer->zsend_finishing && peer->zwrites_inflight == 0) {
+    peer->zsend_finishing->pending--;
+    peer->zsend_finishing = NULL;
+  }
+}
+
+/* The head message as a rendezvous. Returns with *handled 0 when the head goes through the slots
+ * as usual; otherwise with what could be done now done. */
+static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  hoop__fragment *frag = peer->send_head;
+  *handled = 0;
+  if (peer->zsend_state == IB_ZSEND_COPY || peer->head_started || state->zcopy_min == 0 ||
+      frag->len < state->zcopy_min)
+    return HOOP_OK;
+  *handled = 1;
+  uint8_t header[IB_HEADER_BYTES];
+  if (peer->zsend_state == IB_ZSEND_NONE) {
+    peer->zsend_mr = find_mr(comm, frag->buf, frag->len);
+    if (!peer->zsend_mr) {
+      peer->zsend_state = IB_ZSEND_COPY;
+      *handled = 0;
+      return HOOP_OK;
+    }
+    encode_header(header, IB_MSG_RTS, frag->len, frag->owner->fingerprint);
+    hoop_result result = send_small(comm, index, header, IB_HEADER_BYTES, 0);
+    if (result != HOOP_OK)
+      return result;
+    peer->zsend_state = IB_ZSEND_WAIT_CTS;
+    *moved = 1;
+    return HOOP_OK;
+  }
+  if (peer->zsend_state == IB_ZSEND_WAIT_CTS) {
+    /* One message finishes its pieces before the next starts writing. */
+    if (!peer->cts_seen || peer->zsend_finishing)
+      return HOOP_OK;
+    peer->cts_seen = 0;
+    if (peer->cts_len != frag->len)
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d cleared %llu bytes for a "
+                        "%zu-byte message", index, (unsigned long long)peer->cts_len, frag->len);
+    if (!peer->cts_zcopy) {
+      state->zcopy_declined++;
+      peer->zsend_state = IB_ZSEND_COPY;
+      *handled = 0;
+      return HOOP_OK;
+    }
+    peer->zsend_state = IB_ZSEND_WRITE;
+    peer->zsend_posted = 0;
+    *moved = 1;
+  }
+  /* IB_ZSEND_WRITE: the pieces, then the ZDONE once a slot is free. */
+  while (peer->zsend_posted < frag->len && peer->zwrites_inflight < state->zcopy_depth &&
+         peer->sq_used < state->max_send_wr - 4) {
+    size_t left = frag->len - peer->zsend_posted;
+    uint32_t piece = (uint32_t)(left < state->zcopy_piece ? left : state->zcopy_piece);
+    hoop_result result = post_zwrite(comm, index, frag->buf + peer->zsend_posted,
+                                     peer->zsend_mr->lkey, piece,
+                                     peer->cts_addr + peer->zsend_posted, peer->cts_rkey);
+    if (result != HOOP_OK)
+      return result;
+    peer->zsend_posted += piece;
+    *moved = 1;
+  }
+  if (peer->zsend_posted < frag->len || !slot_free(state, peer))
+    return HOOP_OK;
+  encode_header(header, IB_MSG_ZDONE, frag->len, frag->owner->fingerprint);
+  hoop_result result = send_small(comm, index, header, IB_HEADER_BYTES, 0);
+  if (result != HOOP_OK)
+    return result;
+  state->zcopy_msgs++;
+  peer->send_head = frag->next;
+  if (!peer->send_head)
+    peer->send_tail = NULL;
+  peer->zsend_state = IB_ZSEND_NONE;
+  /* The request completes when its last piece has: until then its buffer is still being read. */
+  peer->zsend_finishing = frag->owner;
+  zsend_complete(peer);
+  *moved = 1;
+  return HOOP_OK;
+}
+
+/* A CTS owed to the peer goes first, outside the message order, so that it never waits behind
+ * this side's own messages (which may themselves wait for the peer). */
+static hoop_result send_cts(hoop_comm *comm, int index, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  ib_peer *peer = &state->peers[index];
+  if (!peer->cts_pending || !slot_free(state, peer))
+    return HOOP_OK;
+  hoop_result result = send_small(comm, index, peer->cts_out, IB_CTS_BYTES, IB_IMM_CTS);
+  if (result == HOOP_OK) {
+    peer->cts_pending = 0;
+    *moved = 1;
+  }
+  return result;
+}
 
 /* Copy as much of the queued messages into send slots and write them as credits and the send
  * queue allow; the last remote slot and a few send work requests stay free for the control
@@ -141,10 +358,18 @@ static uint64_t header_len(const uint8_t *header) {
 static hoop_result drive_send(hoop_comm *comm, int index, int *moved) {
   ib_state *state = ib_state_of(comm);
   ib_peer *peer = &state->peers[index];
-  while (peer->send_head && peer->state == IB_PEER_UP &&
-         peer->slots_sent + 1 < peer->credit_limit &&
-         peer->slots_sent - peer->slots_done < (uint64_t)state->slots &&
-         peer->sq_used < state->max_send_wr - 4) {
+  hoop_result result = send_cts(comm, index, moved);
+  if (result != HOOP_OK)
+    return result;
+  while (peer->send_head && slot_free(state, peer)) {
+    int handled = 0;
+    if ((result = drive_zsend(comm, index, &handled, moved)) != HOOP_OK)
+      return result;
+    if (handled) {
+      if (peer->send_head && peer->zsend_state == IB_ZSEND_NONE)
+        continue; /* the message went; the next one may go too */
+      break;      /* waiting for a CTS, a completion or a slot */
+    }
     hoop__fragment *frag = peer->send_head;
     uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
     char *where = peer->send_slots + (size_t)slot * state->slot_bytes;
@@ -156,7 +381,7 @@ static hoop_result drive_send(hoop_comm *comm, int index, int *moved) {
     }
     size_t take = frag->len - frag->done < room ? frag->len - frag->done : room;
     memcpy(where + used, frag->buf + frag->done, take);
-    hoop_result result = post_write(comm, index, where, peer->send_mr->lkey,
+    result = post_write(comm, index, where, peer->send_mr->lkey,
                                     (uint32_t)(used + take),
                                     peer->remote_addr + (uint64_t)slot * state->slot_bytes, slot,
                                     IB_WR_DATA);
@@ -171,6 +396,7 @@ static hoop_result drive_send(hoop_comm *comm, int index, int *moved) {
       if (!peer->send_head)
         peer->send_tail = NULL;
       peer->head_started = 0;
+      peer->zsend_state = IB_ZSEND_NONE;
       frag->owner->pending--;
     }
   }
@@ -193,6 +419,28 @@ static hoop_result return_credits(hoop_comm *comm, int index, int force) {
 
 /* ---- receiving ---------------------------------------------------------------------------------- */
 
+/* A CTS arrived, answering this side's RTS: kept for drive_zsend at once, since slots in front
+ * of it may wait for a receive that this side posts only after its send. */
+static hoop_result on_cts(hoop_comm *comm, int index, uint32_t slot, const uint8_t *data,
+                          uint32_t bytes) {
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  if (bytes != IB_CTS_BYTES || get32(data) != IB_HEADER_MAGIC || get32(data + 4) != IB_MSG_CTS)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed CTS", index);
+  if (peer->zsend_state != IB_ZSEND_WAIT_CTS || peer->cts_seen)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
+                      index);
+  const uint8_t *body = data + IB_HEADER_BYTES;
+  peer->cts_len = header_len(data);
+  peer->cts_zcopy = get32(body) != 0;
+  peer->cts_rkey = get32(body + 4);
+  peer->cts_addr = (uint64_t)get32(body + 8) << 32 | get32(body + 12);
+  peer->cts_seen = 1;
+  peer->slot_len[slot] = bytes;
+  peer->slot_kind[slot] = IB_SLOT_CTS;
+  peer->slots_arrived++;
+  return HOOP_OK;
+}
+
 /* A slot arrived: mark what it holds. A notice is kept aside at once, since data nobody reads may
  * sit in front of it; a bye says the peer finished. */
 static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t bytes) {
@@ -200,6 +448,8 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
   ib_peer *peer = &state->peers[index];
   uint32_t slot = (uint32_t)(peer->slots_arrived % (uint64_t)state->slots);
   const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
+  if (imm == (slot | IB_IMM_CTS))
+    return on_cts(comm, index, slot, data, bytes);
   int control = (imm & IB_IMM_CONTROL) != 0;
   imm &= ~IB_IMM_CONTROL;
   if (imm != slot || bytes > state->slot_bytes)
@@ -230,6 +480,11 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
                         "its header says", index);
     peer->slot_kind[slot] = IB_SLOT_HEADER;
     peer->arrival_left = len - here;
+  } else if (type == IB_MSG_RTS || type == IB_MSG_ZDONE) {
+    if (bytes != IB_HEADER_BYTES)
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed %s", index,
+                        type == IB_MSG_RTS ? "RTS" : "ZDONE");
+    peer->slot_kind[slot] = type == IB_MSG_RTS ? IB_SLOT_RTS : IB_SLOT_ZDONE;
   } else if (type == IB_MSG_NOTICE) {
     peer->slot_kind[slot] = IB_SLOT_NOTICE;
     size_t text = bytes - IB_HEADER_BYTES < IB_NOTICE_MAX ? bytes - IB_HEADER_BYTES : IB_NOTICE_MAX;
@@ -257,6 +512,36 @@ static void finish_recv_head(ib_peer *peer) {
   frag->owner->pending--;
 }
 
+/* An RTS for the head receive (its header already checked against it): offer the buffer when
+ * it is registered, else ask for the slots. The payload must come whole, so a receive that has
+ * taken bytes already (impossible from a sender that follows the protocol) is refused. */
+static hoop_result answer_rts(hoop_comm *comm, int index) {
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  hoop__fragment *head = peer->recv_head;
+  if (peer->cts_pending || head->done != 0)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent an RTS in the middle of "
+                      "a message", index);
+  struct ibv_mr *mr = find_mr(comm, head->buf, head->len);
+  uint64_t addr = (uint64_t)(uintptr_t)head->buf;
+  encode_header(peer->cts_out, IB_MSG_CTS, head->len, NULL);
+  put32(peer->cts_out + IB_HEADER_BYTES, mr ? 1 : 0);
+  put32(peer->cts_out + IB_HEADER_BYTES + 4, mr ? mr->rkey : 0);
+  put32(peer->cts_out + IB_HEADER_BYTES + 8, (uint32_t)(addr >> 32));
+  put32(peer->cts_out + IB_HEADER_BYTES + 12, (uint32_t)addr);
+  peer->cts_pending = 1;
+  peer->head_zcopy = mr != NULL;
+  return send_cts(comm, index, &(int){0});
+}
+
+/* A ZDONE: the payload is in the head receive's buffer, written before it on this queue pair. */
+static hoop_result finish_zcopy(hoop_comm *comm, int index) {
+  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  peer->recv_head->done = peer->recv_head->len;
+  peer->head_zcopy = 0;
+  finish_recv_head(peer);
+  return HOOP_OK;
+}
+
 /* Copy arrived slots, in order, into the posted receives. */
 static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
   ib_state *state = ib_state_of(comm);
@@ -268,11 +553,20 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
     uint32_t bytes = peer->slot_len[slot];
     hoop__fragment *head = peer->recv_head;
     int kind = peer->slot_kind[slot];
+    if (kind == IB_SLOT_CTS) { /* its contents were taken on arrival */
+      peer->slots_consumed++;
+      peer->credits_owed++;
+      *moved = 1;
+      continue;
+    }
     if (kind == IB_SLOT_NOTICE) {
       peer->slots_consumed++;
       return hoop__peer_notice(comm, index, peer->notice_code, peer->notice_origin, peer->notice);
     }
-    if (kind == IB_SLOT_HEADER) {
+    if (kind == IB_SLOT_HEADER || kind == IB_SLOT_RTS || kind == IB_SLOT_ZDONE) {
+      if (kind == IB_SLOT_ZDONE && (!head || !peer->head_zcopy))
+        return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d finished a zero-copy "
+                          "write that no CTS offered", index);
       if (!head) /* parked until its receive is posted; it may already show a mismatch */
         return hoop__mismatch_early(comm, index, data + 16);
       const uint8_t *theirs = data + 16, *ours = head->owner->fingerprint;
@@ -284,6 +578,17 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
       peer->head_checked = 1;
       data += IB_HEADER_BYTES;
       bytes -= IB_HEADER_BYTES;
+      if (kind != IB_SLOT_HEADER) {
+        hoop_result result = kind == IB_SLOT_RTS ? answer_rts(comm, index)
+                                                 : finish_zcopy(comm, index);
+        if (result != HOOP_OK)
+          return result;
+        peer->slots_consumed++;
+        peer->credits_owed++;
+        *moved = 1;
+        continue;
+      }
+      peer->head_zcopy = 0; /* the sender chose the slots after all */
     } else if (kind == IB_SLOT_MORE && (!head || !peer->head_checked)) {
       return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d continued a message that had "
                         "no receive", index);
@@ -326,7 +631,10 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
     snprintf(detail, sizeof detail, "completion with error status %s (%d, vendor error 0x%x)",
              ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
     return hoop__ib_peer_gone(comm, index,
-                              kind == IB_WR_RECV ? "receive" : kind == IB_WR_DATA ? "write" : "send",
+                              kind == IB_WR_RECV    ? "receive"
+                              : kind == IB_WR_DATA   ? "write"
+                              : kind == IB_WR_ZWRITE ? "zero-copy write"
+                                                     : "send",
                               detail);
   }
   switch (kind) {
@@ -350,6 +658,10 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
     return HOOP_OK;
   case IB_WR_CONTROL:
     peer->control_done = 1;
+    return HOOP_OK;
+  case IB_WR_ZWRITE:
+    peer->zwrites_inflight--;
+    zsend_complete(peer);
     return HOOP_OK;
   default:
     return HOOP_OK;
@@ -756,6 +1068,10 @@ static void ib_shutdown(hoop_comm *comm) {
       HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: rdma_disconnect(rank %d): %s", p, strerror(errno));
     hoop__ib_close_peer(state, peer);
     peer->send_head = peer->send_tail = peer->recv_head = peer->recv_tail = NULL;
+    peer->zsend_finishing = NULL;
+    peer->zsend_state = IB_ZSEND_NONE;
+    peer->zwrites_inflight = 0;
+    peer->cts_seen = peer->cts_pending = peer->head_zcopy = 0;
   }
   state->closing = 0;
 }
@@ -765,6 +1081,11 @@ static void ib_finalize(hoop_comm *comm) {
   if (!state)
     return;
   ib_shutdown(comm);
+  if (state->peers)
+    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: %llu messages went zero-copy, %llu were declined by "
+              "receivers without registered buffers; %llu ibv_reg_mr calls for registered "
+              "buffers", state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
+  ib_forget_mem(comm, NULL, 0);
   if (state->cq && ibv_destroy_cq(state->cq) != 0)
     HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));
   if (state->channel && ibv_destroy_comp_channel(state->channel) != 0)
@@ -796,4 +1117,7 @@ const hoop__transport_ops hoop__ibverbs_transport = {
     .shutdown = ib_shutdown,
     .wake = ib_wake,
     .finalize = ib_finalize,
+    .register_mem = ib_register_mem,
+    .deregister_mem = ib_deregister_mem,
+    .forget_mem = ib_forget_mem,
 };

@@ -20,17 +20,23 @@ static hoop_result env_long(hoop_comm *comm, const char *name, long min, long ma
 }
 
 static hoop_result read_tuning(hoop_comm *comm, ib_state *state) {
-  long slots, slot_bytes, timeout, spin_us;
+  long slots, slot_bytes, timeout, spin_us, zcopy_min;
   hoop_result result;
   if ((result = env_long(comm, "HOOP_IB_SLOTS", 2, 1024, &slots)) != HOOP_OK ||
       (result = env_long(comm, "HOOP_IB_SLOT_BYTES", 4096, 64L << 20, &slot_bytes)) != HOOP_OK ||
       (result = env_long(comm, "HOOP_IB_QP_TIMEOUT", 1, 31, &timeout)) != HOOP_OK ||
-      (result = env_long(comm, "HOOP_IB_SPIN_US", 0, 1000000, &spin_us)) != HOOP_OK)
+      (result = env_long(comm, "HOOP_IB_SPIN_US", 0, 1000000, &spin_us)) != HOOP_OK ||
+      (result = env_long(comm, "HOOP_IB_ZCOPY_MIN", 0, 1L << 40, &zcopy_min)) != HOOP_OK)
     return result;
   state->slots = (int)slots;
   state->slot_bytes = (size_t)slot_bytes;
   state->qp_timeout = (int)timeout;
   state->spin_s = (double)spin_us * 1e-6;
+  state->zcopy_min = (size_t)zcopy_min;
+  /* Zero-copy pieces of four slots, as many in flight as the slots allow: the same bytes in
+   * flight per queue pair as the copy path (soft-RoCE collapses under deep queues). */
+  state->zcopy_piece = 4 * state->slot_bytes;
+  state->zcopy_depth = state->slots / 4 > 0 ? state->slots / 4 : 1;
   return HOOP_OK;
 }
 

@@ -9,6 +9,17 @@
  * posted receive and returns slots as credits (a zero-byte write with immediate), so at most
  * slots * slot_bytes are in flight per queue pair. Big messages are thereby pipelined: the peer
  * copies out the first slots while later ones are on the wire.
+ *
+ * Zero-copy (data.c): a message of at least HOOP_IB_ZCOPY_MIN bytes whose source lies in a
+ * registered range (hoop_register, or the library's staging buffer) goes as a rendezvous: an RTS
+ * header {length, fingerprint} in a slot, in order with the other messages; the receiver checks
+ * it like any header against its posted receive and answers with a CTS in a slot outside the
+ * message order (immediate flag IB_IMM_CTS), saying either "write to {addr, rkey}" when its
+ * buffer is registered too, or "use slots"; the sender then RDMA-writes the payload straight
+ * between the two buffers in pieces (at most as many bytes in flight as the slots allow) and
+ * ends with a ZDONE header {length, fingerprint} in a slot, or sends the message as usual. So the
+ * sender's registration picks whether a rendezvous happens and the receiver's whether it is
+ * zero-copy; neither has to guess the other's.
  */
 #ifndef HOOP_IBVERBS_H
 #define HOOP_IBVERBS_H
@@ -21,21 +32,54 @@
 #define IB_HEADER_MAGIC 0x48505242u /* "HPRB" */
 #define IB_HEADER_BYTES (16 + HOOP_FINGERPRINT_BYTES)
 #define IB_NOTICE_MAX 1023
-enum ib_msg_type { IB_MSG_DATA = 1, IB_MSG_NOTICE = 2, IB_MSG_BYE = 3 };
+enum ib_msg_type {
+  IB_MSG_DATA = 1,
+  IB_MSG_NOTICE = 2,
+  IB_MSG_BYE = 3,
+  IB_MSG_RTS = 4,   /* a zero-copy candidate: header only, the receiver answers with a CTS */
+  IB_MSG_ZDONE = 5, /* the payload of the RTS'd message has been written into the CTS's buffer */
+  IB_MSG_CTS = 6,   /* the answer to an RTS (IB_CTS_BYTES, outside the message order) */
+};
+/* A CTS: the header (length of the message), then {zero-copy 0/1, rkey, addr high, addr low}. */
+#define IB_CTS_BYTES (IB_HEADER_BYTES + 16)
 
 /* Immediate data: a credit return has the top bit set and the number of slots below it; a data
  * write carries the index of the slot it filled, and a notice or bye that index with
  * IB_IMM_CONTROL set, so that it is never taken for the rest of a message it cut short. */
 #define IB_IMM_CREDIT 0x80000000u
 #define IB_IMM_CONTROL 0x40000000u
+/* A slot write that carries a CTS: it takes the next slot but is no part of any message. */
+#define IB_IMM_CTS 0x20000000u
 
 /* wr_id: the connection's generation in the upper 32 bits, the peer in bits 8-31, what the work
  * request was in the lowest byte. A completion from an older generation is work flushed from a
  * queue pair torn down before a retry, and is dropped. */
-enum ib_wr_kind { IB_WR_RECV = 1, IB_WR_DATA = 2, IB_WR_CREDIT = 3, IB_WR_CONTROL = 4 };
+enum ib_wr_kind {
+  IB_WR_RECV = 1,
+  IB_WR_DATA = 2,
+  IB_WR_CREDIT = 3,
+  IB_WR_CONTROL = 4,
+  IB_WR_ZWRITE = 5, /* a piece of a zero-copy payload */
+};
 
 /* What a receive slot turned out to hold when it arrived. */
-enum ib_slot_kind { IB_SLOT_HEADER = 1, IB_SLOT_MORE = 2, IB_SLOT_NOTICE = 3, IB_SLOT_BYE = 4 };
+enum ib_slot_kind {
+  IB_SLOT_HEADER = 1,
+  IB_SLOT_MORE = 2,
+  IB_SLOT_NOTICE = 3,
+  IB_SLOT_BYE = 4,
+  IB_SLOT_RTS = 5,
+  IB_SLOT_ZDONE = 6,
+  IB_SLOT_CTS = 7, /* parsed on arrival; consuming it only returns the slot */
+};
+
+/* Where the head send message stands in a rendezvous. */
+enum ib_zsend_state {
+  IB_ZSEND_NONE = 0, /* not started, or not a zero-copy candidate */
+  IB_ZSEND_WAIT_CTS, /* RTS written, waiting for the CTS */
+  IB_ZSEND_WRITE,    /* writing the payload into the peer's buffer */
+  IB_ZSEND_COPY,     /* goes through the slots (no registration here, or the CTS said so) */
+};
 
 enum ib_peer_state {
   IB_PEER_NONE = 0,  /* no connection yet */
@@ -75,6 +119,17 @@ typedef struct ib_peer {
   uint64_t credit_limit;    /* slots the peer has allowed in all */
   int head_started;         /* the head message's header has gone */
   int control_sent, control_done;
+  /* Zero-copy sending: the head message's rendezvous, and the message whose last piece is
+   * written but not yet completed (its request completes with the last piece). */
+  int zsend_state;          /* enum ib_zsend_state */
+  struct ibv_mr *zsend_mr;  /* the registration the head message's source lies in */
+  size_t zsend_posted;      /* payload bytes whose writes are posted */
+  int zwrites_inflight;     /* posted pieces not yet completed */
+  hoop__request *zsend_finishing;
+  int cts_seen;             /* the CTS for the head message arrived: */
+  int cts_zcopy;
+  uint32_t cts_rkey;
+  uint64_t cts_addr, cts_len;
 
   /* Receiving: slots arrive in order; arrival parsing marks each, consumption copies out. */
   hoop__fragment *recv_head, *recv_tail;
@@ -85,6 +140,9 @@ typedef struct ib_peer {
   uint64_t consume_left; /* payload bytes of the message being consumed still to come */
   uint32_t credits_owed; /* slots consumed and not yet returned */
   int head_checked;      /* the head receive was compared with the slot's header */
+  int head_zcopy;        /* the head receive offered its buffer in a CTS: ZDONE (or DATA) next */
+  int cts_pending;       /* a CTS waits for a slot to go out in */
+  uint8_t cts_out[IB_CTS_BYTES];
 
   int said_bye;
   int notice_seen;       /* a notice arrived, perhaps behind data nobody will read */
@@ -112,6 +170,17 @@ typedef struct ib_state {
   double spin_s;
   int max_send_wr, max_recv_wr;
   ib_peer *peers;
+
+  /* Zero-copy: HOOP_IB_ZCOPY_MIN (0: off); writes go in pieces of zcopy_piece bytes, at most
+   * zcopy_depth in flight per queue pair (as many bytes as the slots hold). */
+  size_t zcopy_min, zcopy_piece;
+  int zcopy_depth;
+  /* The library's staging buffer (comm->scratch), registered on first use as a zero-copy
+   * destination and dropped through forget_mem when hoop__scratch replaces it. */
+  struct ibv_mr *scratch_mr;
+  int scratch_reg_failed;
+  /* Counters for the log at finalize (HOOP_DEBUG=info) and the guest tests. */
+  unsigned long long reg_calls, zcopy_msgs, zcopy_declined;
 } ib_state;
 
 static inline ib_state *ib_state_of(hoop_comm *comm) {

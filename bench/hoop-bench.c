@@ -37,6 +37,7 @@ typedef struct bench_options {
   int nsizes;
   int check;
   int in_place;
+  int register_buffers;
   const char *csv_path;
 } bench_options;
 
@@ -81,6 +82,7 @@ static void usage(FILE *out) {
           "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
           "  -c, --check 0|1    check every rank's result (default 1)\n"
           "  -i, --inplace      in-place allreduce and allgather\n"
+          "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs)\n"
           "      --csv FILE     also write the rows to FILE (rank 0)\n"
           "  -h, --help, -V, --version\n"
           "Sizes are total bytes per rank's result: for allgather, the gathered buffer.\n");
@@ -126,7 +128,8 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
       {"check", required_argument, 0, 'c'},    {"inplace", no_argument, 0, 'i'},
       {"csv", required_argument, 0, 'C'},      {"help", no_argument, 0, 'h'},
       {"budget", required_argument, 0, 't'},   {"sizes", required_argument, 0, 's'},
-      {"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
+      {"version", no_argument, 0, 'V'},        {"register", no_argument, 0, 'R'},
+      {0, 0, 0, 0}};
   *opt = (bench_options){.coll = BENCH_ALLREDUCE,
                          .min_bytes = 8,
                          .max_bytes = 64 << 20,
@@ -147,7 +150,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     argc--;
   }
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:ihV", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:iRhV", longs, NULL)) != -1) {
     switch (c) {
     case 'b': opt->min_bytes = parse_size(optarg); break;
     case 'e': opt->max_bytes = parse_size(optarg); break;
@@ -171,6 +174,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     case 's': opt->sizes = optarg; break;
     case 'c': opt->check = atoi(optarg); break;
     case 'i': opt->in_place = 1; break;
+    case 'R': opt->register_buffers = 1; break;
     case 'C': opt->csv_path = optarg; break;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("hoop-bench (hoop) %s\n", PACKAGE_VERSION); exit(0);
@@ -514,6 +518,12 @@ int main(int argc, char **argv) {
   }
   memset(b.send, 0, per_rank_max + esize);
   memset(b.recv, 0, opt.max_bytes + (size_t)nranks * esize);
+  hoop_mem_handle send_handle = 0, recv_handle = 0;
+  if (opt.register_buffers &&
+      ((result = hoop_register(comm, b.send, per_rank_max + esize, &send_handle)) != HOOP_OK ||
+       (result = hoop_register(comm, b.recv, opt.max_bytes + (size_t)nranks * esize,
+                               &recv_handle)) != HOOP_OK))
+    die("hoop_register", result);
   FILE *csv = NULL;
   if (rank == 0 && opt.csv_path) {
     csv = fopen(opt.csv_path, "w");
@@ -548,6 +558,9 @@ int main(int argc, char **argv) {
   }
   if (csv)
     fclose(csv);
+  if (opt.register_buffers && ((result = hoop_deregister(comm, recv_handle)) != HOOP_OK ||
+                               (result = hoop_deregister(comm, send_handle)) != HOOP_OK))
+    die("hoop_deregister", result);
   free(b.recv);
   free(b.send);
   hoop_finalize(comm);

@@ -2,7 +2,11 @@
  * on awkward counts, in place and out of place, and checks each result against reference.c.
  * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
  *
- * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N]
+ * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
+ *
+ * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
+ * zero-copy); --register even: the same, but only even ranks register, so registered senders
+ * meet unregistered receivers and the other way round.
  *
  * --ranks-per-host N: the job runs N ranks on each host, in order of rank (as hooprun -H fills
  * hosts), so rank r must be local rank r % N of N; without it, all ranks are on one host.
@@ -52,10 +56,26 @@ static void must(hoop_result result, const char *what) {
   }
 }
 
+/* --register: 0 none, 1 every rank, 2 even ranks only. */
+static int register_mode;
+
+static hoop_mem_handle reg(void *buf, size_t bytes) {
+  hoop_mem_handle handle = 0;
+  if (register_mode == 1 || (register_mode == 2 && rank % 2 == 0))
+    must(hoop_register(comm, buf, bytes ? bytes : 1, &handle), "hoop_register");
+  return handle;
+}
+
+static void unreg(hoop_mem_handle handle) {
+  if (handle)
+    must(hoop_deregister(comm, handle), "hoop_deregister");
+}
+
 static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_place) {
   size_t esize = hoop_dtype_size(dtype);
   unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op);
   char *send = xmalloc(count * esize), *recv = xmalloc(count * esize), *copy = xmalloc(count * esize);
+  hoop_mem_handle send_handle = reg(send, count * esize), recv_handle = reg(recv, count * esize);
   ref_fill(send, count, dtype, op, rank, seed);
   memcpy(copy, send, count * esize);
   memset(recv, 0x5a, count * esize);
@@ -69,6 +89,8 @@ static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_p
   if (!in_place && memcmp(send, copy, count * esize) != 0)
     fail("allreduce %s %s count %zu changed sendbuf", hoop_dtype_name(dtype), hoop_op_name(op),
          count);
+  unreg(recv_handle);
+  unreg(send_handle);
   free(copy);
   free(recv);
   free(send);
@@ -78,6 +100,7 @@ static void check_broadcast(size_t count, hoop_dtype dtype, int root) {
   size_t esize = hoop_dtype_size(dtype);
   unsigned seed = (unsigned)(count * 17 + (size_t)root);
   char *buf = xmalloc(count * esize);
+  hoop_mem_handle handle = reg(buf, count * esize);
   if (rank == root)
     ref_fill(buf, count, dtype, HOOP_MIN, root, seed);
   else
@@ -87,6 +110,7 @@ static void check_broadcast(size_t count, hoop_dtype dtype, int root) {
   checks++;
   if (ref_check_equal(buf, count, dtype, HOOP_MIN, root, seed, msg, sizeof msg))
     fail("broadcast %s count %zu root %d: %s", hoop_dtype_name(dtype), count, root, msg);
+  unreg(handle);
   free(buf);
 }
 
@@ -94,6 +118,7 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
   size_t esize = hoop_dtype_size(dtype), block = count * esize;
   unsigned seed = (unsigned)(count * 13 + (size_t)dtype);
   char *all = xmalloc(block * (size_t)nranks), *mine = xmalloc(block);
+  hoop_mem_handle all_handle = reg(all, block * (size_t)nranks), mine_handle = reg(mine, block);
   memset(all, 0x3c, block * (size_t)nranks);
   ref_fill(mine, count, dtype, HOOP_MAX, rank, seed);
   const void *send = mine;
@@ -109,6 +134,8 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
       fail("allgather %s count %zu %s, block of rank %d: %s", hoop_dtype_name(dtype), count,
            in_place ? "in place" : "out of place", r, msg);
   }
+  unreg(mine_handle);
+  unreg(all_handle);
   free(mine);
   free(all);
 }
@@ -138,6 +165,38 @@ static void check_barrier(const char *dir, int round) {
 
 static const size_t small_counts[] = {0, 1, 2, 3, 5, 7, 13, 31, 97, 1031};
 
+/* The large cases on registered buffers: several zero-copy chunks per ring segment, odd counts,
+ * in and out of place; the same buffers reused, as a training loop would. */
+static void check_registered(int quick) {
+  size_t big = quick ? 300007 : 1300021;
+  check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0);
+  check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 1);
+  check_allreduce(big / 3, HOOP_FLOAT64, HOOP_MAX, 0);
+  check_allreduce(big + 2, HOOP_BFLOAT16, HOOP_AVG, 1);
+  for (int root = 0; root < nranks; root++)
+    check_broadcast(big, HOOP_UINT8, root);
+  check_broadcast(big / 4 + 1, HOOP_FLOAT32, nranks - 1);
+  check_allgather(big / 4, HOOP_FLOAT32, 0);
+  check_allgather(big / 2 + 1, HOOP_UINT8, 1);
+  /* The same registered buffers for several calls in a row. */
+  size_t count = big / 2 + 3, bytes = count * sizeof(float);
+  float *send = xmalloc(bytes), *recv = xmalloc(bytes);
+  hoop_mem_handle send_handle = reg(send, bytes), recv_handle = reg(recv, bytes);
+  for (int round = 0; round < 4; round++) {
+    unsigned seed = (unsigned)(round * 101 + 7);
+    ref_fill(send, count, HOOP_FLOAT32, HOOP_SUM, rank, seed);
+    must(hoop_allreduce(comm, send, recv, count, HOOP_FLOAT32, HOOP_SUM), "hoop_allreduce");
+    char msg[256];
+    checks++;
+    if (ref_check_allreduce(recv, count, HOOP_FLOAT32, HOOP_SUM, nranks, seed, msg, sizeof msg))
+      fail("allreduce on reused registered buffers, round %d: %s", round, msg);
+  }
+  unreg(recv_handle);
+  unreg(send_handle);
+  free(recv);
+  free(send);
+}
+
 int main(int argc, char **argv) {
   int quick = 0;
   const char *barrier_dir = NULL;
@@ -149,6 +208,8 @@ int main(int argc, char **argv) {
       barrier_dir = argv[++i];
     else if (strcmp(argv[i], "--ranks-per-host") == 0 && i + 1 < argc)
       per_host = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
+      register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);
@@ -159,6 +220,12 @@ int main(int argc, char **argv) {
     fail("%d ranks per host: expected local rank %d of %d, got %d of %d", per_host,
          rank % per_host, per_host, hoop_local_rank(comm), hoop_local_size(comm));
 
+  if (register_mode) {
+    check_registered(quick);
+    printf("coll_worker rank %d of %d: %zu checks, %zu failed\n", rank, nranks, checks, failures);
+    hoop_finalize(comm);
+    return failures ? 1 : 0;
+  }
   size_t ncounts = sizeof small_counts / sizeof small_counts[0];
   for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
     for (int op = 0; op < HOOP_OP_COUNT; op++)

@@ -36,8 +36,8 @@ static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan
 }
 
 static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const char *src, char *dst,
-                                  const ring_plan *plan, char *staging, hoop_dtype dtype,
-                                  hoop_op op) {
+                                  const ring_plan *plan, char *staging, size_t chunk_max,
+                                  hoop_dtype dtype, hoop_op op) {
   int n = comm->size, r = comm->rank;
   int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
   size_t esize = hoop_dtype_size(dtype);
@@ -48,25 +48,35 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
     size_t len = plan->length[r] - done < chunk ? plan->length[r] - done : chunk;
     result = hoop__arena_isend(comm, arena, next, src + plan->offset[r] + done, len);
   }
-  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
-    int seg = ((r - step - 1) % n + n) % n;
-    chunk = hoop__chunk_bytes(comm, plan->length[seg], esize);
-    for (size_t done = 0; done < plan->length[seg] && result == HOOP_OK; done += chunk) {
-      size_t len = plan->length[seg] - done < chunk ? plan->length[seg] - done : chunk;
-      size_t at = plan->offset[seg] + done;
-      hoop__request req;
-      result = hoop__irecv(comm, prev, staging, len, &req);
-      if (result == HOOP_OK)
-        result = hoop__wait(comm, &req);
-      if (result != HOOP_OK)
+  /* Chunks arrive in staging, HOOP_RING_RECV_DEPTH slices of chunk_max bytes used in turn, so
+   * that the next chunk's receive is posted before this one is reduced. */
+  hoop__request reqs[HOOP_RING_RECV_DEPTH];
+  int steps[HOOP_RING_RECV_DEPTH];
+  size_t ats[HOOP_RING_RECV_DEPTH], lens[HOOP_RING_RECV_DEPTH];
+  hoop__ring_cursor posting = {0, 0};
+  size_t posted = 0, taken = 0;
+  while (result == HOOP_OK) {
+    while (result == HOOP_OK && posted < taken + HOOP_RING_RECV_DEPTH) {
+      size_t k = posted % HOOP_RING_RECV_DEPTH;
+      if (!hoop__ring_cursor_next(comm, &posting, plan->offset, plan->length, 0, esize,
+                                  &steps[k], &ats[k], &lens[k]))
         break;
-      hoop__reduce3(dst + at, src + at, staging, len / esize, dtype, op);
-      if (step == n - 2)
-        hoop__reduce_finish(dst + at, len / esize, dtype, op, n);
-      /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
-       * finished segment that starts the allgather. */
-      result = hoop__arena_isend(comm, arena, next, dst + at, len);
+      result = hoop__irecv(comm, prev, staging + k * chunk_max, lens[k], &reqs[k]);
+      posted++;
     }
+    if (result != HOOP_OK || taken == posted)
+      break;
+    size_t k = taken++ % HOOP_RING_RECV_DEPTH;
+    result = hoop__wait(comm, &reqs[k]);
+    if (result != HOOP_OK)
+      break;
+    size_t at = ats[k], len = lens[k];
+    hoop__reduce3(dst + at, src + at, staging + k * chunk_max, len / esize, dtype, op);
+    if (steps[k] == n - 2)
+      hoop__reduce_finish(dst + at, len / esize, dtype, op, n);
+    /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
+     * finished segment that starts the allgather. */
+    result = hoop__arena_isend(comm, arena, next, dst + at, len);
   }
   return result;
 }
@@ -175,12 +185,13 @@ hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
   ring_plan plan;
   plan_segments(comm, count, esize, &plan);
   /* Segment 0 is never smaller than the others, so its chunk is the largest. */
-  char *staging = hoop__scratch(comm, hoop__chunk_bytes(comm, plan.length[0], esize));
+  size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
+  char *staging = hoop__scratch(comm, HOOP_RING_RECV_DEPTH * chunk_max);
   if (!staging)
     return hoop__coll_end(comm, HOOP_ERR_SYSTEM);
 
   hoop__arena arena = {0};
-  result = reduce_scatter(comm, &arena, sendbuf, recvbuf, &plan, staging, dtype, op);
+  result = reduce_scatter(comm, &arena, sendbuf, recvbuf, &plan, staging, chunk_max, dtype, op);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, &arena, recvbuf, plan.offset, plan.length, 1, esize, 1);
   if (result == HOOP_OK)

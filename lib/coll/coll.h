@@ -47,6 +47,23 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
                                  const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent);
 
+/* Receives a ring pass keeps posted ahead of the chunk it waits for: the next chunk's transfer
+ * overlaps this one's reduction or forwarding. It matters most for zero-copy transports, where a
+ * sender may not start a chunk before its receive is posted. */
+#define HOOP_RING_RECV_DEPTH 2
+
+/* Walks the chunks a ring pass receives, in order: at each of the n-1 steps, block
+ * (rank + shift - step - 1) mod n, cut by hoop__chunk_bytes. Start from {0, 0}. */
+typedef struct hoop__ring_cursor {
+  int step;
+  size_t done; /* bytes of the step's block already handed out */
+} hoop__ring_cursor;
+
+/* The next chunk: its step, byte offset in the buffer and length; 0 when the pass is over. */
+int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, const size_t *offset,
+                           const size_t *length, int shift, size_t elem_size, int *step,
+                           size_t *at, size_t *len);
+
 /* End of a call that moves no bytes on this rank (count 0). With HOOP_CHECK_CALLS it still sends
  * its fingerprint to the next rank of the ring and takes the previous rank's, so that ranks whose
  * call has data, or whose call is another, meet it and both sides fail with HOOP_ERR_MISMATCH

@@ -91,6 +91,26 @@ static hoop_result send_block(hoop_comm *comm, hoop__arena *arena, int peer, con
   return HOOP_OK;
 }
 
+int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, const size_t *offset,
+                           const size_t *length, int shift, size_t elem_size, int *step,
+                           size_t *at, size_t *len) {
+  int n = comm->size, r = comm->rank;
+  while (cursor->step < n - 1) {
+    int block = ((r + shift - cursor->step - 1) % n + n) % n;
+    if (cursor->done < length[block]) {
+      size_t chunk = hoop__chunk_bytes(comm, length[block], elem_size);
+      *step = cursor->step;
+      *at = offset[block] + cursor->done;
+      *len = length[block] - cursor->done < chunk ? length[block] - cursor->done : chunk;
+      cursor->done += *len;
+      return 1;
+    }
+    cursor->step++;
+    cursor->done = 0;
+  }
+  return 0;
+}
+
 hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base,
                                  const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent) {
@@ -102,21 +122,28 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
     result = send_block(comm, arena, next, base + offset[own], length[own],
                         hoop__chunk_bytes(comm, length[own], elem_size));
   }
-  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
-    int block = ((r + shift - step - 1) % n + n) % n;
-    size_t chunk = hoop__chunk_bytes(comm, length[block], elem_size);
-    for (size_t done = 0; done < length[block] && result == HOOP_OK; done += chunk) {
-      size_t len = length[block] - done < chunk ? length[block] - done : chunk;
-      char *where = base + offset[block] + done;
-      hoop__request req;
-      result = hoop__irecv(comm, prev, where, len, &req);
-      if (result == HOOP_OK)
-        result = hoop__wait(comm, &req);
-      /* The last step's block has reached everyone once it arrives here. */
-      if (result == HOOP_OK && step < n - 2)
-        result = hoop__arena_isend(comm, arena, next, where, len);
+  /* Receives go straight into place, up to HOOP_RING_RECV_DEPTH posted ahead. */
+  hoop__request reqs[HOOP_RING_RECV_DEPTH];
+  int steps[HOOP_RING_RECV_DEPTH];
+  size_t ats[HOOP_RING_RECV_DEPTH], lens[HOOP_RING_RECV_DEPTH];
+  hoop__ring_cursor posting = {0, 0};
+  size_t posted = 0, taken = 0;
+  for (;;) {
+    while (result == HOOP_OK && posted < taken + HOOP_RING_RECV_DEPTH) {
+      size_t k = posted % HOOP_RING_RECV_DEPTH;
+      if (!hoop__ring_cursor_next(comm, &posting, offset, length, shift, elem_size, &steps[k],
+                                  &ats[k], &lens[k]))
+        break;
+      result = hoop__irecv(comm, prev, base + ats[k], lens[k], &reqs[k]);
+      posted++;
     }
+    if (result != HOOP_OK || taken == posted)
+      return result;
+    size_t k = taken++ % HOOP_RING_RECV_DEPTH;
+    result = hoop__wait(comm, &reqs[k]);
+    /* The last step's block has reached everyone once it arrives here. */
+    if (result == HOOP_OK && steps[k] < n - 2)
+      result = hoop__arena_isend(comm, arena, next, base + ats[k], lens[k]);
   }
-  return result;
 }
 

@@ -381,10 +381,8 @@ static hoop_result drive_send(hoop_comm *comm, int index, int *moved) {
     }
     size_t take = frag->len - frag->done < room ? frag->len - frag->done : room;
     memcpy(where + used, frag->buf + frag->done, take);
-    result = post_write(comm, index, where, peer->send_mr->lkey,
-                                    (uint32_t)(used + take),
-                                    peer->remote_addr + (uint64_t)slot * state->slot_bytes, slot,
-                                    IB_WR_DATA);
+    result = post_write(comm, index, where, peer->send_mr->lkey, (uint32_t)(used + take),
+                        peer->remote_addr + (uint64_t)slot * state->slot_bytes, slot, IB_WR_DATA);
     if (result != HOOP_OK)
       return result;
     peer->slots_sent++;

@@ -359,12 +359,15 @@ static int abort_then_call(int index, int n, void *arg) {
     /* The aborting rank told this one why before closing: its next call fails with the reason,
      * it does not hang, and later calls are refused. */
     hoop_result result = hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM);
-    bad |= result != HOOP_ERR_ABORTED;
-    bad |= strstr(hoop_last_error(comm), "aborted by rank 0: test abort") == NULL;
-    bad |= hoop_barrier(comm) != HOOP_ERR_ABORTED;
+    char first[1024];
+    snprintf(first, sizeof first, "%s", hoop_last_error(comm));
+    hoop_result later = hoop_barrier(comm);
+    bad |= result != HOOP_ERR_ABORTED || strstr(first, "aborted by rank 0: test abort") == NULL;
+    bad |= later != HOOP_ERR_ABORTED;
     if (bad)
-      fprintf(stderr, "rank %d after abort: %s: %s\n", index, hoop_strerror(result),
-              hoop_last_error(comm));
+      fprintf(stderr, "rank %d after abort: expected HOOP_ERR_ABORTED with the reason, then a "
+                      "refused barrier; got %s: %s; then %s: %s\n",
+              index, hoop_strerror(result), first, hoop_strerror(later), hoop_last_error(comm));
   }
   hoop_finalize(comm);
   return bad;

@@ -42,6 +42,19 @@ hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, 
 }
 
 hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
+  /* Once failed, what goes wrong next (connections closing after the shutdown) is a consequence:
+   * the first story stays in hoop_last_error, or the call that failed would report the echo. */
+  if (comm && comm->failed) {
+    if (hoop__log_enabled(HOOP_LOG_TRACE, HOOP_SUBSYS_ALL)) {
+      char echo[256];
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(echo, sizeof echo, fmt, ap);
+      va_end(ap);
+      HOOP_TRACE(HOOP_SUBSYS_ALL, "after the failure: %s", echo);
+    }
+    return code;
+  }
   va_list ap;
   va_start(ap, fmt);
   record(comm, code, fmt, ap);

@@ -1,4 +1,5 @@
 /* transport.c - the calls collectives make, dispatched to the communicator's transport. */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -206,4 +207,52 @@ void hoop__transport_finalize(hoop_comm *comm) {
   }
   comm->offered_count = 0;
   comm->transport_state = NULL;
+}
+
+/* ---- the wait loop the transports share ------------------------------------------------------- */
+
+static void warn_stall(hoop_comm *comm, double now, const hoop__wait_hooks *hooks) {
+  char waiting[512] = "";
+  size_t used = 0;
+  comm->stall_warned = 1;
+  for (int p = 0; p < comm->size; p++) {
+    int pending = hooks->pending(comm, p);
+    int recv = pending & HOOP__PENDING_RECV, send = pending & HOOP__PENDING_SEND;
+    if ((recv || send) && used < sizeof waiting)
+      used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%d (%s)",
+                               used ? ", " : "", p,
+                               recv && send ? "send and receive" : recv ? "receive" : "send");
+  }
+  HOOP_WARN(HOOP_SUBSYS_COLL,
+            "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
+            comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
+            now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
+}
+
+hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wait_hooks *hooks) {
+  double now = hoop__now();
+  double deadline = now + comm->timeout_s, spin_until = now + hooks->spin_s;
+  while (req->pending > 0) {
+    if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
+      return comm->failed;
+    int moved = 0;
+    now = hoop__now();
+    if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
+      warn_stall(comm, now, hooks);
+    double left = deadline - now;
+    int spinning = now < spin_until;
+    hoop_result result = hooks->progress(
+        comm, spinning || left <= 0 ? 0 : left > 0.1 ? 100 : (int)(left * 1000) + 1, &moved);
+    /* Reading ahead may find a peer's notice after this request's last byte: the request itself
+     * still completed; the failure stays recorded for what follows. */
+    if (result != HOOP_OK)
+      return req->pending == 0 ? HOOP_OK : result;
+    if (spinning && !moved)
+      sched_yield();
+    if (moved)
+      deadline = hoop__now() + comm->timeout_s;
+    else if (hoop__now() > deadline)
+      return hooks->timed_out(comm, req);
+  }
+  return HOOP_OK;
 }

@@ -88,6 +88,27 @@ hoop_result hoop__transport_agree(hoop_comm *comm);
 /* Free the chosen transport, or every candidate if none was chosen yet. */
 void hoop__transport_finalize(hoop_comm *comm);
 
+/* The wait loop both transports share. Being put to sleep and woken costs tens of microseconds on a
+ * loaded or virtual machine, several times what a small message takes to cross loopback, so a wait
+ * first makes progress without sleeping for spin_s (yielding the CPU between rounds, for ranks
+ * that share cores) and only then lets progress sleep. Any movement restarts HOOP_TIMEOUT; past
+ * it, timed_out says which peer went silent. Past HOOP_STALL_WARN the peers that still owe or are
+ * owed data are named once per call. */
+typedef struct hoop__wait_hooks {
+  double spin_s;
+  /* One round: move what is ready, sleeping at most timeout_ms when nothing is; *moved says
+   * whether any byte moved. */
+  hoop_result (*progress)(hoop_comm *comm, int timeout_ms, int *moved);
+  /* What is queued for peer: HOOP__PENDING_RECV and/or HOOP__PENDING_SEND. */
+  int (*pending)(hoop_comm *comm, int peer);
+  hoop_result (*timed_out)(hoop_comm *comm, const hoop__request *req);
+} hoop__wait_hooks;
+
+#define HOOP__PENDING_RECV 1
+#define HOOP__PENDING_SEND 2
+
+hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wait_hooks *hooks);
+
 /* Shorthands used by the collectives. Zero-length transfers complete at once. */
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "be32.h"
 #include "ibverbs.h"
 #include "netaddr.h"
 #include "rendezvous.h"
@@ -64,41 +65,30 @@ typedef struct ib_hello {
   uint32_t rkey, slots, slot_bytes;
 } ib_hello;
 
-static void put32(uint8_t *out, uint32_t value) {
-  value = htonl(value);
-  memcpy(out, &value, 4);
-}
-
-static uint32_t get32(const uint8_t *in) {
-  uint32_t value;
-  memcpy(&value, in, 4);
-  return ntohl(value);
-}
-
 static void encode_hello(hoop_comm *comm, const ib_peer *peer, uint8_t *out) {
   ib_state *state = ib_state_of(comm);
   uint64_t addr = (uint64_t)(uintptr_t)peer->recv_slots;
-  put32(out, IB_HELLO_MAGIC);
-  put32(out + 4, (uint32_t)comm->rank);
+  hoop__put_be32(out, IB_HELLO_MAGIC);
+  hoop__put_be32(out + 4, (uint32_t)comm->rank);
   memcpy(out + 8, comm->data_nonce, HOOP_WIRE_NONCE);
-  put32(out + 8 + HOOP_WIRE_NONCE, (uint32_t)(addr >> 32));
-  put32(out + 12 + HOOP_WIRE_NONCE, (uint32_t)addr);
-  put32(out + 16 + HOOP_WIRE_NONCE, peer->recv_mr->rkey);
-  put32(out + 20 + HOOP_WIRE_NONCE, (uint32_t)state->slots);
-  put32(out + 24 + HOOP_WIRE_NONCE, (uint32_t)state->slot_bytes);
+  hoop__put_be32(out + 8 + HOOP_WIRE_NONCE, (uint32_t)(addr >> 32));
+  hoop__put_be32(out + 12 + HOOP_WIRE_NONCE, (uint32_t)addr);
+  hoop__put_be32(out + 16 + HOOP_WIRE_NONCE, peer->recv_mr->rkey);
+  hoop__put_be32(out + 20 + HOOP_WIRE_NONCE, (uint32_t)state->slots);
+  hoop__put_be32(out + 24 + HOOP_WIRE_NONCE, (uint32_t)state->slot_bytes);
 }
 
 /* 0 when data holds a hello of this job. */
 static int decode_hello(hoop_comm *comm, const void *data, size_t len, ib_hello *hello) {
   const uint8_t *in = data;
-  if (!data || len < IB_HELLO_BYTES || get32(in) != IB_HELLO_MAGIC ||
+  if (!data || len < IB_HELLO_BYTES || hoop__get_be32(in) != IB_HELLO_MAGIC ||
       !hoop__auth_equal(in + 8, comm->data_nonce, HOOP_WIRE_NONCE))
     return -1;
-  hello->rank = get32(in + 4);
-  hello->addr = (uint64_t)get32(in + 8 + HOOP_WIRE_NONCE) << 32 | get32(in + 12 + HOOP_WIRE_NONCE);
-  hello->rkey = get32(in + 16 + HOOP_WIRE_NONCE);
-  hello->slots = get32(in + 20 + HOOP_WIRE_NONCE);
-  hello->slot_bytes = get32(in + 24 + HOOP_WIRE_NONCE);
+  hello->rank = hoop__get_be32(in + 4);
+  hello->addr = (uint64_t)hoop__get_be32(in + 8 + HOOP_WIRE_NONCE) << 32 | hoop__get_be32(in + 12 + HOOP_WIRE_NONCE);
+  hello->rkey = hoop__get_be32(in + 16 + HOOP_WIRE_NONCE);
+  hello->slots = hoop__get_be32(in + 20 + HOOP_WIRE_NONCE);
+  hello->slot_bytes = hoop__get_be32(in + 24 + HOOP_WIRE_NONCE);
   return hello->rank < (uint32_t)comm->size ? 0 : -1;
 }
 

@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "be32.h"
 #include "ibverbs.h"
 #include "netaddr.h"
 #include "rendezvous.h"
@@ -129,22 +130,11 @@ static hoop_result post_zwrite(hoop_comm *comm, int index, const char *local, ui
   return HOOP_OK;
 }
 
-static void put32(uint8_t *out, uint32_t value) {
-  value = htonl(value);
-  memcpy(out, &value, 4);
-}
-
-static uint32_t get32(const uint8_t *in) {
-  uint32_t value;
-  memcpy(&value, in, 4);
-  return ntohl(value);
-}
-
 static void encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
-  put32(out, IB_HEADER_MAGIC);
-  put32(out + 4, type);
-  put32(out + 8, (uint32_t)(len >> 32));
-  put32(out + 12, (uint32_t)len);
+  hoop__put_be32(out, IB_HEADER_MAGIC);
+  hoop__put_be32(out + 4, type);
+  hoop__put_be32(out + 8, (uint32_t)(len >> 32));
+  hoop__put_be32(out + 12, (uint32_t)len);
   if (fingerprint)
     memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
   else
@@ -152,7 +142,7 @@ static void encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8
 }
 
 static uint64_t header_len(const uint8_t *header) {
-  return (uint64_t)get32(header + 8) << 32 | get32(header + 12);
+  return (uint64_t)hoop__get_be32(header + 8) << 32 | hoop__get_be32(header + 12);
 }
 
 /* ---- registrations ------------------------------------------------------------------------------ */
@@ -422,16 +412,16 @@ static hoop_result return_credits(hoop_comm *comm, int index, int force) {
 static hoop_result on_cts(hoop_comm *comm, int index, uint32_t slot, const uint8_t *data,
                           uint32_t bytes) {
   ib_peer *peer = &ib_state_of(comm)->peers[index];
-  if (bytes != IB_CTS_BYTES || get32(data) != IB_HEADER_MAGIC || get32(data + 4) != IB_MSG_CTS)
+  if (bytes != IB_CTS_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC || hoop__get_be32(data + 4) != IB_MSG_CTS)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed CTS", index);
   if (peer->zsend_state != IB_ZSEND_WAIT_CTS || peer->cts_seen)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
                       index);
   const uint8_t *body = data + IB_HEADER_BYTES;
   peer->cts_len = header_len(data);
-  peer->cts_zcopy = get32(body) != 0;
-  peer->cts_rkey = get32(body + 4);
-  peer->cts_addr = (uint64_t)get32(body + 8) << 32 | get32(body + 12);
+  peer->cts_zcopy = hoop__get_be32(body) != 0;
+  peer->cts_rkey = hoop__get_be32(body + 4);
+  peer->cts_addr = (uint64_t)hoop__get_be32(body + 8) << 32 | hoop__get_be32(body + 12);
   peer->cts_seen = 1;
   peer->slot_len[slot] = bytes;
   peer->slot_kind[slot] = IB_SLOT_CTS;
@@ -464,9 +454,9 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
     peer->arrival_left -= bytes;
     return HOOP_OK;
   }
-  if (bytes < IB_HEADER_BYTES || get32(data) != IB_HEADER_MAGIC)
+  if (bytes < IB_HEADER_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed header", index);
-  uint32_t type = get32(data + 4);
+  uint32_t type = hoop__get_be32(data + 4);
   uint64_t len = header_len(data);
   if (type == IB_MSG_DATA) {
     if (control)
@@ -488,8 +478,8 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
     size_t text = bytes - IB_HEADER_BYTES < IB_NOTICE_MAX ? bytes - IB_HEADER_BYTES : IB_NOTICE_MAX;
     memcpy(peer->notice, data + IB_HEADER_BYTES, text);
     peer->notice[text] = '\0';
-    peer->notice_code = (hoop_result)get32(data + 16);
-    peer->notice_origin = (int)get32(data + 20);
+    peer->notice_code = (hoop_result)hoop__get_be32(data + 16);
+    peer->notice_origin = (int)hoop__get_be32(data + 20);
     peer->notice_seen = 1;
   } else if (type == IB_MSG_BYE) {
     peer->slot_kind[slot] = IB_SLOT_BYE;
@@ -522,10 +512,10 @@ static hoop_result answer_rts(hoop_comm *comm, int index) {
   struct ibv_mr *mr = find_mr(comm, head->buf, head->len);
   uint64_t addr = (uint64_t)(uintptr_t)head->buf;
   encode_header(peer->cts_out, IB_MSG_CTS, head->len, NULL);
-  put32(peer->cts_out + IB_HEADER_BYTES, mr ? 1 : 0);
-  put32(peer->cts_out + IB_HEADER_BYTES + 4, mr ? mr->rkey : 0);
-  put32(peer->cts_out + IB_HEADER_BYTES + 8, (uint32_t)(addr >> 32));
-  put32(peer->cts_out + IB_HEADER_BYTES + 12, (uint32_t)addr);
+  hoop__put_be32(peer->cts_out + IB_HEADER_BYTES, mr ? 1 : 0);
+  hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 4, mr ? mr->rkey : 0);
+  hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 8, (uint32_t)(addr >> 32));
+  hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 12, (uint32_t)addr);
   peer->cts_pending = 1;
   peer->head_zcopy = mr != NULL;
   return send_cts(comm, index, &(int){0});
@@ -947,53 +937,22 @@ static hoop_result ib_irecv(hoop_comm *comm, int peer, void *buf, size_t len,
   return post(comm, peer, buf, len, req, 0);
 }
 
-static void warn_stall(hoop_comm *comm, double now) {
-  ib_state *state = ib_state_of(comm);
-  char waiting[512] = "";
-  size_t used = 0;
-  comm->stall_warned = 1;
-  for (int p = 0; p < comm->size; p++) {
-    int recv = state->peers[p].recv_head != NULL, send = state->peers[p].send_head != NULL;
-    if ((recv || send) && used < sizeof waiting)
-      used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%d (%s)",
-                               used ? ", " : "", p,
-                               recv && send ? "send and receive" : recv ? "receive" : "send");
-  }
-  HOOP_WARN(HOOP_SUBSYS_COLL,
-            "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
-            comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
-            now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
+/* What is queued for peer (for the stall warning). */
+static int ib_pending(hoop_comm *comm, int peer) {
+  const ib_peer *p = &ib_state_of(comm)->peers[peer];
+  return (p->recv_head ? HOOP__PENDING_RECV : 0) | (p->send_head ? HOOP__PENDING_SEND : 0);
 }
 
-/* Polls without sleeping for HOOP_IB_SPIN_US (yielding between polls, for ranks that share
- * cores), then sleeps on the completion channel. */
+static hoop_result ib_timed_out(hoop_comm *comm, const hoop__request *req) {
+  return hoop__ib_peer_error(comm, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
+                             req->is_send ? "no data accepted for HOOP_TIMEOUT"
+                                          : "no data received for HOOP_TIMEOUT");
+}
+
+/* Polls without sleeping for HOOP_IB_SPIN_US, then sleeps on the completion channel. */
 static hoop_result ib_wait(hoop_comm *comm, hoop__request *req) {
-  double now = hoop__now();
-  double deadline = now + comm->timeout_s, spin_until = now + ib_state_of(comm)->spin_s;
-  while (req->pending > 0) {
-    if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
-      return comm->failed;
-    int moved = 0;
-    now = hoop__now();
-    if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
-      warn_stall(comm, now);
-    double left = deadline - now;
-    int spinning = now < spin_until;
-    hoop_result result =
-        progress(comm, spinning || left <= 0 ? 0 : left > 0.1 ? 100 : (int)(left * 1000) + 1,
-                 &moved);
-    if (result != HOOP_OK)
-      return req->pending == 0 ? HOOP_OK : result;
-    if (spinning && !moved)
-      sched_yield();
-    if (moved)
-      deadline = hoop__now() + comm->timeout_s;
-    else if (hoop__now() > deadline)
-      return hoop__ib_peer_error(comm, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
-                                 req->is_send ? "no data accepted for HOOP_TIMEOUT"
-                                              : "no data received for HOOP_TIMEOUT");
-  }
-  return HOOP_OK;
+  hoop__wait_hooks hooks = {ib_state_of(comm)->spin_s, progress, ib_pending, ib_timed_out};
+  return hoop__wait_loop(comm, req, &hooks);
 }
 
 /* ---- the end ---------------------------------------------------------------------------------- */
@@ -1011,8 +970,8 @@ static int send_goodbye(hoop_comm *comm, int index) {
     const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
     len = strlen(text) > IB_NOTICE_MAX ? IB_NOTICE_MAX : strlen(text);
     encode_header(out, IB_MSG_NOTICE, len, NULL);
-    put32(out + 16, (uint32_t)comm->failed);
-    put32(out + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
+    hoop__put_be32(out + 16, (uint32_t)comm->failed);
+    hoop__put_be32(out + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
     memcpy(out + IB_HEADER_BYTES, text, len);
   } else {
     encode_header(out, IB_MSG_BYE, 0, NULL);

@@ -21,7 +21,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +30,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "be32.h"
 #include "env.h"
 #include "netaddr.h"
 #include "rendezvous.h"
@@ -344,22 +344,11 @@ static void dequeue_done(hoop__fragment **head, hoop__fragment **tail) {
 
 /* ---- moving bytes ---------------------------------------------------------------------------------- */
 
-static void put_u32(uint8_t *out, uint32_t value) {
-  value = htonl(value);
-  memcpy(out, &value, 4);
-}
-
-static uint32_t get_u32(const uint8_t *in) {
-  uint32_t value;
-  memcpy(&value, in, 4);
-  return ntohl(value);
-}
-
 static void encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
-  put_u32(out, FRAME_MAGIC);
-  put_u32(out + 4, type);
-  put_u32(out + 8, (uint32_t)(len >> 32));
-  put_u32(out + 12, (uint32_t)len);
+  hoop__put_be32(out, FRAME_MAGIC);
+  hoop__put_be32(out + 4, type);
+  hoop__put_be32(out + 8, (uint32_t)(len >> 32));
+  hoop__put_be32(out + 12, (uint32_t)len);
   if (fingerprint)
     memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
   else
@@ -367,7 +356,7 @@ static void encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_
 }
 
 static uint64_t frame_len(const uint8_t *frame) {
-  return (uint64_t)get_u32(frame + 8) << 32 | get_u32(frame + 12);
+  return (uint64_t)hoop__get_be32(frame + 8) << 32 | hoop__get_be32(frame + 12);
 }
 
 /* Each returns 0 when the kernel asks us to wait (or the queue is empty), else an errno; a peer that
@@ -436,8 +425,8 @@ static hoop_result frame_closed(hoop_comm *comm, int peer, tcp_stream *stream, i
   if (from->said_bye && !stream->recv_head && stream->recv_frame_done == 0)
     return HOOP_OK;
   if (stream->notice_len)
-    return hoop__peer_notice(comm, peer, (hoop_result)get_u32(stream->recv_frame + 16),
-                             (int)get_u32(stream->recv_frame + 20), stream->notice);
+    return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(stream->recv_frame + 16),
+                             (int)hoop__get_be32(stream->recv_frame + 20), stream->notice);
   return peer_error(comm, peer, HOOP_ERR_PEER_LOST,
                     from->said_bye ? "receive (it had finalized)" : "receive",
                     err == ECONNRESET ? 0 : err);
@@ -449,8 +438,8 @@ static hoop_result frame_closed(hoop_comm *comm, int peer, tcp_stream *stream, i
 static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, size_t extra) {
   const uint8_t *frame = stream->recv_frame;
   hoop__fragment *head = stream->recv_head;
-  uint32_t type = get_u32(frame + 4);
-  if (get_u32(frame) != FRAME_MAGIC || (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
+  uint32_t type = hoop__get_be32(frame + 4);
+  if (hoop__get_be32(frame) != FRAME_MAGIC || (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a malformed frame", peer);
   if (type == FRAME_BYE) {
     state_of(comm)->peers[peer].said_bye = 1;
@@ -461,8 +450,8 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
     uint64_t len = frame_len(frame);
     if (len == 0) { /* nothing more will come for it: act on it now */
       stream->recv_frame_done = 0;
-      return hoop__peer_notice(comm, peer, (hoop_result)get_u32(frame + 16),
-                               (int)get_u32(frame + 20), "(no reason given)");
+      return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(frame + 16),
+                               (int)hoop__get_be32(frame + 20), "(no reason given)");
     }
     stream->notice_len = len > NOTICE_MAX ? NOTICE_MAX : (size_t)len;
     stream->notice_done = extra < stream->notice_len ? extra : stream->notice_len;
@@ -739,63 +728,29 @@ static hoop_result tcp_irecv(hoop_comm *comm, int peer, void *buf, size_t len,
   return post(comm, peer, buf, len, req, 0);
 }
 
-/* HOOP_STALL_WARN passed in this call: name the peers that still owe or are still owed data. */
-static void warn_stall(hoop_comm *comm, double now) {
+/* What is queued for peer on any of its streams (for the stall warning). */
+static int tcp_pending(hoop_comm *comm, int peer) {
   tcp_state *state = state_of(comm);
-  char waiting[512] = "";
-  size_t used = 0;
-  comm->stall_warned = 1;
-  for (int p = 0; p < comm->size; p++) {
-    int recv = 0, send = 0;
-    for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
-      recv |= state->peers[p].streams[s].recv_head != NULL;
-      send |= state->peers[p].streams[s].send_head != NULL;
-    }
-    if ((recv || send) && used < sizeof waiting)
-      used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%d (%s)",
-                               used ? ", " : "", p,
-                               recv && send ? "send and receive" : recv ? "receive" : "send");
+  int pending = 0;
+  for (int s = 0; s < state->nstreams && state->peers[peer].connected; s++) {
+    if (state->peers[peer].streams[s].recv_head)
+      pending |= HOOP__PENDING_RECV;
+    if (state->peers[peer].streams[s].send_head)
+      pending |= HOOP__PENDING_SEND;
   }
-  HOOP_WARN(HOOP_SUBSYS_COLL,
-            "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
-            comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
-            now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
+  return pending;
 }
 
-/* Being put to sleep in poll() and woken costs tens of microseconds on a loaded or virtual machine,
- * several times what a small message takes to cross loopback. So a wait first polls without
- * sleeping for spin_s (yielding the CPU between polls, for ranks that share cores), and sleeps
- * only when nothing came in that time. */
+static hoop_result tcp_timed_out(hoop_comm *comm, const hoop__request *req) {
+  return peer_error(comm, req->peer, HOOP_ERR_TIMEOUT,
+                    req->is_send ? "no data accepted for HOOP_TIMEOUT"
+                                 : "no data received for HOOP_TIMEOUT",
+                    ETIMEDOUT);
+}
+
 static hoop_result tcp_wait(hoop_comm *comm, hoop__request *req) {
-  double now = hoop__now();
-  double deadline = now + comm->timeout_s, spin_until = now + state_of(comm)->spin_s;
-  while (req->pending > 0) {
-    if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
-      return comm->failed;
-    int moved = 0;
-    now = hoop__now();
-    if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
-      warn_stall(comm, now);
-    double left = deadline - now;
-    int spinning = now < spin_until;
-    hoop_result result =
-        progress(comm, spinning || left <= 0 ? 0 : left > 0.1 ? 100 : (int)(left * 1000) + 1,
-                 &moved);
-    /* Reading ahead on stream 0 may find a peer's notice after this request's last byte: the
-     * request itself still completed; the failure stays recorded for what follows. */
-    if (result != HOOP_OK)
-      return req->pending == 0 ? HOOP_OK : result;
-    if (spinning && !moved)
-      sched_yield();
-    if (moved)
-      deadline = hoop__now() + comm->timeout_s;
-    else if (hoop__now() > deadline)
-      return peer_error(comm, req->peer, HOOP_ERR_TIMEOUT,
-                        req->is_send ? "no data accepted for HOOP_TIMEOUT"
-                                     : "no data received for HOOP_TIMEOUT",
-                        ETIMEDOUT);
-  }
-  return HOOP_OK;
+  hoop__wait_hooks hooks = {state_of(comm)->spin_s, progress, tcp_pending, tcp_timed_out};
+  return hoop__wait_loop(comm, req, &hooks);
 }
 
 /* Before closing: a notice of why (after a failure) or a bye (at finalize). A message half sent
@@ -819,8 +774,8 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
     const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
     len = strlen(text) > NOTICE_MAX ? NOTICE_MAX : strlen(text);
     encode_frame(frame, FRAME_NOTICE, len, NULL);
-    put_u32(frame + 16, (uint32_t)comm->failed);
-    put_u32(frame + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
+    hoop__put_be32(frame + 16, (uint32_t)comm->failed);
+    hoop__put_be32(frame + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
     memcpy(frame + FRAME_BYTES, text, len);
   } else {
     encode_frame(frame, FRAME_BYE, 0, NULL);

@@ -74,6 +74,9 @@ struct hoop_comm {
   int tuning_read;
   int algo;
   size_t chunk_bytes;
+  /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
+   * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
+  int crowded;
   size_t *block_offset;  /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
   void *scratch;         /* reduction staging, grown on demand */

@@ -1,8 +1,10 @@
 /* algo.c - the tuning variables collectives obey: HOOP_CHUNK_BYTES, and HOOP_ALGO, which forces
  * one algorithm family for every call instead of the choice by size and rank count (for tests, and
  * for users whose network differs from ours). Both are read once per communicator, at its first
- * collective; a bad value fails that call and every later one, each with the same message. */
+ * collective; a bad value fails that call and every later one, each with the same message. The
+ * same first call notes whether the job is crowded onto one host (comm->crowded). */
 #include <string.h>
+#include <unistd.h>
 
 #include "coll.h"
 #include "env.h"
@@ -31,6 +33,10 @@ hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "%s: HOOP_ALGO '%s' is not one of auto, ring, rd", comm->call, text);
   comm->algo = (int)*out;
+  /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
+   * them when all share one host (affinity masks could differ, so they are not consulted). */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  comm->crowded = comm->local_size == comm->size && cpus > 0 && comm->size > cpus;
   comm->tuning_read = 1;
   return HOOP_OK;
 }

@@ -1,10 +1,16 @@
 /* ib_end_worker.c - one rank of the soft-RoCE suite's end-of-job cases (tests/rdma-vm/suite); the
  * timing it needs only shows over ibverbs, so make check only builds it.
  *
- * ib_end_worker bye SLEEP_S (3 ranks): a 1 MiB broadcast from rank 0 (the chain 0 -> 1 -> 2), then
- * a 4 KiB one (the tree: rank 0 writes to 1 and 2 directly), then finalize. Rank 2 starts SLEEP_S
- * late, so rank 1 waits on its sends to rank 2 while rank 0 writes the second broadcast, says bye
- * and disconnects: ranks 1 and 2 must still receive what rank 0 sent before its bye.
+ * ib_end_worker bye SLEEP_S (3 ranks, run with HOOP_ALGO=ring): a 1 MiB broadcast from rank 0,
+ * then a 4 KiB one, both along the chain 0 -> 1 -> 2, then finalize. Rank 2 starts SLEEP_S late, so
+ * rank 1 waits on its sends to rank 2 while rank 0 writes the second broadcast, says bye and
+ * disconnects: rank 1 must still receive what rank 0 sent before its bye, and pass it on.
+ *
+ * ib_end_worker gone SLEEP_S (2 ranks): after one barrier rank 1 leaves at once without finalizing
+ * (_exit: the kernel tears its queue pairs down), while rank 0 stays out of the library for SLEEP_S,
+ * so that the disconnect waits unread; then rank 0 finalizes, which must not wait for a goodbye
+ * that can no longer be delivered: it prints how long its hoop_finalize took, and fails past
+ * GONE_FINALIZE_MAX_S (the wait it used to make was min(HOOP_TIMEOUT, 30 s)).
  *
  * ib_end_worker abort SLEEP_S (2 ranks): rank 0 broadcasts 8 MiB (more than the slots hold) and
  * aborts from another thread one second in; rank 1 starts receiving SLEEP_S late, behind a message
@@ -13,11 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hoop.h"
 
 #define REASON "ib_end_worker aborts on purpose"
+#define GONE_FINALIZE_MAX_S 10.0
 
 static hoop_comm *comm;
 
@@ -39,9 +47,36 @@ static int fill_and_check(int *buf, size_t count, int seed, int root_rank) {
   return 0;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int gone_case(int rank, int sleep_s) {
+  hoop_result result = hoop_barrier(comm);
+  if (result != HOOP_OK) {
+    printf("rank %d FAIL: barrier: %s: %s\n", rank, hoop_strerror(result), hoop_last_error(comm));
+    return 1;
+  }
+  if (rank == 1) {
+    printf("rank 1: leaving without hoop_finalize\n");
+    fflush(stdout);
+    _exit(0);
+  }
+  sleep((unsigned)sleep_s);
+  double started = now_s();
+  hoop_finalize(comm);
+  double took = now_s() - started;
+  int ok = took < GONE_FINALIZE_MAX_S;
+  printf("rank %d: hoop_finalize took %.2f s; gone case %s\n", rank, took, ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3 || (strcmp(argv[1], "bye") != 0 && strcmp(argv[1], "abort") != 0)) {
-    fprintf(stderr, "usage: ib_end_worker bye|abort SLEEP_S\n");
+  if (argc != 3 || (strcmp(argv[1], "bye") != 0 && strcmp(argv[1], "abort") != 0 &&
+                    strcmp(argv[1], "gone") != 0)) {
+    fprintf(stderr, "usage: ib_end_worker bye|abort|gone SLEEP_S\n");
     return 2;
   }
   int sleep_s = atoi(argv[2]);
@@ -51,6 +86,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rank = hoop_rank(comm);
+  if (strcmp(argv[1], "gone") == 0)
+    return gone_case(rank, sleep_s);
   if (strcmp(argv[1], "bye") == 0) {
     size_t big = (1 << 20) / sizeof(int), small = 4096 / sizeof(int);
     int *a = calloc(big, sizeof *a), *b = calloc(small, sizeof *b);

@@ -269,6 +269,11 @@ static hoop_result on_route_resolved(hoop_comm *comm, int index) {
 static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, const void *data,
                                       size_t len) {
   ib_state *state = ib_state_of(comm);
+  if (state->closing) { /* shutdown reads events to see its peers go; it takes no new ones */
+    rdma_reject(id, NULL, 0);
+    rdma_destroy_id(id);
+    return HOOP_OK;
+  }
   ib_hello hello;
   int valid = decode_hello(comm, data, len, &hello) == 0 && (int)hello.rank < comm->rank;
   if (valid && state->peers[hello.rank].state == IB_PEER_CONNECTING) {
@@ -375,8 +380,19 @@ static hoop_result handle_event(hoop_comm *comm, enum rdma_cm_event_type type,
       peer->state = IB_PEER_NONE;
     }
     return HOOP_OK;
-  case RDMA_CM_EVENT_DISCONNECTED:
+  case RDMA_CM_EVENT_DISCONNECTED: {
+    if (state->closing) { /* this rank is shutting down: its goodbye to the peer is flushed */
+      peer->control_done = 1;
+      return HOOP_OK;
+    }
+    /* The CQ and the event channel are read apart: completions of data the peer wrote before it
+     * disconnected can still wait in the CQ. Take them first, or their data reads as lost. */
+    int moved = 0;
+    hoop_result result = hoop__ib_poll_cq(comm, &moved);
+    if (result != HOOP_OK)
+      return result;
     return hoop__ib_peer_gone(comm, index, "connection", "it disconnected");
+  }
   default:
     return HOOP_OK;
   }

@@ -613,6 +613,10 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
   else
     peer->sq_used--;
   if (wc->status != IBV_WC_SUCCESS) {
+    /* A goodbye that failed or was flushed is finished too: nothing more will come of it, and
+     * shutdown must not wait out BYE_WAIT_S for it. */
+    if (kind == IB_WR_CONTROL)
+      peer->control_done = 1;
     if (peer->state == IB_PEER_CLOSED || state->closing)
       return HOOP_OK; /* work flushed from a queue pair that is going away */
     char detail[160];
@@ -656,7 +660,7 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
   }
 }
 
-static hoop_result poll_cq(hoop_comm *comm, int *moved) {
+hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved) {
   ib_state *state = ib_state_of(comm);
   struct ibv_wc wcs[32];
   for (;;) {
@@ -731,7 +735,7 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
       return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s", strerror(errno));
     state->cq_armed = 1;
     /* What completed before arming raises no event: look once more. */
-    hoop_result result = poll_cq(comm, moved);
+    hoop_result result = hoop__ib_poll_cq(comm, moved);
     if (result != HOOP_OK || *moved)
       return result;
   }
@@ -774,7 +778,7 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
 /* One round: completions, connection events, then every connected peer's queues; with nothing
  * moved and timeout_ms > 0, sleep until something happens or timeout_ms passes. */
 static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
-  hoop_result result = poll_cq(comm, moved);
+  hoop_result result = hoop__ib_poll_cq(comm, moved);
   if (result == HOOP_OK)
     result = hoop__ib_pump_cm(comm, moved);
   if (result == HOOP_OK)
@@ -1013,8 +1017,10 @@ static void ib_shutdown(hoop_comm *comm) {
   while (sent > 0 && hoop__now() < deadline) {
     int done = 0, moved = 0;
     for (int p = 0; p < comm->size; p++)
-      done += state->peers[p].control_done;
-    if (done == sent || poll_cq(comm, &moved) != HOOP_OK)
+      done += state->peers[p].control_sent && state->peers[p].control_done;
+    /* A peer that disconnected meanwhile flushes its goodbye; its event must be read for that. */
+    if (done == sent || hoop__ib_poll_cq(comm, &moved) != HOOP_OK ||
+        hoop__ib_pump_cm(comm, &moved) != HOOP_OK)
       break;
     if (!moved)
       sched_yield();

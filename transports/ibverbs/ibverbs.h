@@ -211,5 +211,7 @@ hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, con
 /* A connection closed or failed: a notice that arrived first names the cause; a peer that said
  * bye with nothing owed is no failure. */
 hoop_result hoop__ib_peer_gone(hoop_comm *comm, int peer, const char *what, const char *detail);
+/* Handle every completion waiting in the CQ; *moved set if there was one. */
+hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved);
 
 #endif /* HOOP_IBVERBS_H */

@@ -1,7 +1,9 @@
 /* device.c - which RDMA device, port and address the verbs transport uses: HOOP_IB_DEV and
  * HOOP_IB_PORT, else the first active port; on RoCE the IP address in the GID at
- * HOOP_IB_GID_INDEX (else the first IPv4 GID), on InfiniBand the IPoIB address that routes to the
- * rendezvous server. librdmacm binds to that address, which selects the device and GID. */
+ * HOOP_IB_GID_INDEX, else the IPv4 GID that holds the address TCP would use (HOOP_IFNAME's, or the
+ * one that routes to the rendezvous server), else the first IPv4 GID; on InfiniBand the IPoIB
+ * address that routes to the rendezvous server. librdmacm binds to that address, which selects the
+ * device and GID. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -64,14 +66,35 @@ static void gid_to_sockaddr(const union ibv_gid *gid, struct sockaddr_storage *o
   }
 }
 
-/* RoCE: the address comes from a GID, which is what selects the GID librdmacm uses. */
+/* The IPv4 address TCP would listen on (HOOP_IFNAME's, or the route to the rendezvous server);
+ * 0 if there is none. */
+static int tcp_ipv4(const hoop_comm *comm, const struct sockaddr *toward, struct in_addr *out) {
+  struct sockaddr_storage local;
+  socklen_t len;
+  char chosen[64], err[256];
+  if (hoop__choose_local_addr(comm->ifname, toward, &local, &len, chosen, sizeof chosen, err,
+                              sizeof err) != 0 ||
+      local.ss_family != AF_INET)
+    return 0;
+  *out = ((const struct sockaddr_in *)&local)->sin_addr;
+  return 1;
+}
+
+/* RoCE: the address comes from a GID, which is what selects the GID librdmacm uses. A host may
+ * hold IPv4 GIDs on several subnets; the one on the interface TCP would use reaches the peers
+ * that the rendezvous found, so it comes first. */
 static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_context *context,
-                                const struct ibv_port_attr *attr) {
+                                const struct ibv_port_attr *attr, const struct sockaddr *toward) {
   long wanted = -1;
   if (hoop__env_is_set("HOOP_IB_GID_INDEX") &&
       env_long(comm, "HOOP_IB_GID_INDEX", 0, attr->gid_tbl_len - 1, &wanted) != HOOP_OK)
     return HOOP_ERR_INVALID_ARG;
-  int fallback = -1;
+  struct in_addr preferred;
+  char text[INET_ADDRSTRLEN] = "";
+  int have_preferred = wanted < 0 && tcp_ipv4(comm, toward, &preferred);
+  if (have_preferred)
+    inet_ntop(AF_INET, &preferred, text, sizeof text);
+  int fallback = -1, first_ipv4 = -1;
   for (int index = 0; index < attr->gid_tbl_len; index++) {
     if (wanted >= 0 && index != wanted)
       continue;
@@ -82,16 +105,29 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
                                "%d): %s", state->device, state->port, index, strerror(errno));
       continue;
     }
-    if (gid_is_ipv4(&gid) || (wanted >= 0 && gid_is_usable_ipv6(&gid))) {
+    if (wanted >= 0 && (gid_is_ipv4(&gid) || gid_is_usable_ipv6(&gid))) {
       gid_to_sockaddr(&gid, &state->bind_addr);
       return HOOP_OK;
     }
-    if (fallback < 0 && gid_is_usable_ipv6(&gid)) {
+    if (gid_is_ipv4(&gid) && have_preferred && memcmp(gid.raw + 12, &preferred, 4) == 0) {
+      gid_to_sockaddr(&gid, &state->bind_addr);
+      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: %s port %d GID %d holds %s, the address TCP would use",
+                state->device, state->port, index, text);
+      return HOOP_OK;
+    }
+    if (gid_is_ipv4(&gid) && first_ipv4 < 0) {
+      first_ipv4 = index;
+      gid_to_sockaddr(&gid, &state->bind_addr);
+    }
+    if (fallback < 0 && first_ipv4 < 0 && gid_is_usable_ipv6(&gid)) {
       fallback = index;
       gid_to_sockaddr(&gid, &state->bind_addr);
     }
   }
-  if (fallback >= 0)
+  if (first_ipv4 >= 0 && have_preferred)
+    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: no GID of %s port %d holds %s (the address TCP would "
+              "use); using GID %d", state->device, state->port, text, first_ipv4);
+  if (first_ipv4 >= 0 || fallback >= 0)
     return HOOP_OK;
   if (wanted >= 0)
     return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: GID %ld of %s port %d holds no "
@@ -149,7 +185,7 @@ hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
       state->port = port;
       described = 1;
       if (attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
-        result = roce_address(comm, state, context, &attr);
+        result = roce_address(comm, state, context, &attr, toward);
       } else {
         socklen_t len;
         char chosen[64], err[256];

@@ -42,8 +42,9 @@ static const hoop__env_var env_table[] = {
                           "doubling, broadcast binomial tree, allgather Bruck) for every size"},
     {"HOOP_CHUNK_BYTES", "1048576", "bytes per pipelined chunk of the ring collectives "
                                     "(4096 to 2^30)"},
-    {"HOOP_TCP_SPIN_US", "50", "microseconds a wait polls sockets without sleeping before it "
-                               "blocks in poll(); 0 always sleeps"},
+    {"HOOP_TCP_SPIN_US", "auto", "microseconds a wait polls sockets without sleeping before it "
+                                 "blocks in poll(); 0 always sleeps; auto: 1000, or 50 when this "
+                                 "host's ranks outnumber its CPUs"},
     {"HOOP_CHECK_CALLS", "1", "1: every message carries its call's fingerprint {seq, collective, "
                               "count, dtype, op, root} and ranks that call different collectives "
                               "get HOOP_ERR_MISMATCH; 0 turns the check off"},

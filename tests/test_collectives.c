@@ -90,6 +90,39 @@ static int bad_algo_rank(int index, int n, void *arg) {
   return bad;
 }
 
+/* HOOP_TCP_SPIN_US takes auto or microseconds; anything else fails hoop_init, naming it. */
+static int bad_spin_rank(int index, int n, void *arg) {
+  hoop_config config;
+  hoop_config_init(&config);
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", *(int *)arg);
+  config.rendezvous = rendezvous;
+  config.job = "bad-spin";
+  config.size = n;
+  config.rank = index;
+  config.serve_rendezvous = index == 0;
+  config.timeout_s = 30;
+  setenv("HOOP_TRANSPORT", "tcp", 1);
+  setenv("HOOP_TCP_SPIN_US", "forever", 1);
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_TCP_SPIN_US");
+  if (bad)
+    fprintf(stderr, "rank %d: HOOP_TCP_SPIN_US=forever: expected HOOP_ERR_INVALID_ARG naming it, "
+            "got %s: %s\n", index, hoop_strerror(result), hoop_last_error(comm));
+  if (result == HOOP_OK)
+    hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_spin_unknown) {
+  int port = procs_free_port();
+  ck_assert_int_gt(port, 0);
+  int bad = procs_fork_ranks(2, bad_spin_rank, &port, 60);
+  ck_assert_msg(bad == 0, "%d of 2 ranks did not reject HOOP_TCP_SPIN_US=forever (see stderr)", bad);
+}
+END_TEST
+
 START_TEST(test_algo_unknown) {
   int port = procs_free_port();
   ck_assert_int_gt(port, 0);
@@ -201,6 +234,7 @@ static Suite *collectives_suite(void) {
   tcase_add_test(tc, test_algo_rd_4);
   tcase_add_test(tc, test_algo_rd_6);
   tcase_add_test(tc, test_algo_unknown);
+  tcase_add_test(tc, test_spin_unknown);
   suite_add_tcase(s, tc);
   tc = tcase_create("self-hosted");
   tcase_set_timeout(tc, 120);

@@ -1,9 +1,14 @@
 /* transport.c - the calls collectives make, dispatched to the communicator's transport. */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "config.h"
+#include "log.h"
+#include "netaddr.h"
 #include "transport.h"
 
 static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
@@ -254,5 +259,37 @@ hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wai
     else if (hoop__now() > deadline)
       return hooks->timed_out(comm, req);
   }
+  return HOOP_OK;
+}
+
+/* ---- what both transports do alike ------------------------------------------------------------ */
+
+int hoop__wake_open(void) {
+  return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+void hoop__wake_signal(int fd, const char *name) {
+  uint64_t one = 1;
+  if (fd >= 0 && write(fd, &one, sizeof one) < 0)
+    HOOP_TRACE(HOOP_SUBSYS_NET, "%s: waking the progress engine: %s", name, strerror(errno));
+}
+
+hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name) {
+  uint64_t count;
+  if (read(fd, &count, sizeof count) < 0 && errno != EAGAIN)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "%s: reading the wake eventfd: %s", name,
+                      strerror(errno));
+  return HOOP_OK;
+}
+
+hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,
+                                struct sockaddr_storage *addr, socklen_t *addrlen) {
+  const char *text = comm->table.peers[peer].addr;
+  char host[HOOP_WIRE_MAX_ADDR + 1], err[256];
+  int port;
+  if (hoop__split_hostport(text, host, sizeof host, &port) != 0 ||
+      hoop__resolve(host, port, addr, addrlen, err, sizeof err) != 0)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "%s: rank %d published a bad address '%s'", name,
+                      peer, text);
   return HOOP_OK;
 }

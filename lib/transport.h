@@ -109,6 +109,16 @@ typedef struct hoop__wait_hooks {
 
 hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wait_hooks *hooks);
 
+/* What both transports do alike. The wake eventfd: created non-blocking, written by hoop_abort's
+ * thread (wake), and emptied by the waiting thread when poll finds it readable (drain; a read
+ * error fails the communicator). name is the transport's, for the messages. */
+int hoop__wake_open(void);
+void hoop__wake_signal(int fd, const char *name);
+hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name);
+/* The address peer published in the rank table, resolved; HOOP_ERR_PROTOCOL (recorded) if bad. */
+hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,
+                                struct sockaddr_storage *addr, socklen_t *addrlen);
+
 /* Shorthands used by the collectives. Zero-length transfers complete at once. */
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);

@@ -64,18 +64,24 @@ END_TEST
 START_TEST(test_algo_rd_6) { run_workers_with(6, 1, algo_rd); }
 END_TEST
 
+/* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0. */
+static void forked_config(hoop_config *config, char *rendezvous, size_t len, int port,
+                          const char *job, int index, int n) {
+  hoop_config_init(config);
+  snprintf(rendezvous, len, "127.0.0.1:%d", port);
+  config->rendezvous = rendezvous;
+  config->job = job;
+  config->size = n;
+  config->rank = index;
+  config->serve_rendezvous = index == 0;
+  config->timeout_s = 30;
+}
+
 /* An unknown HOOP_ALGO fails the call with a message instead of picking something. */
 static int bad_algo_rank(int index, int n, void *arg) {
   hoop_config config;
-  hoop_config_init(&config);
   char rendezvous[64];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", *(int *)arg);
-  config.rendezvous = rendezvous;
-  config.job = "bad-algo";
-  config.size = n;
-  config.rank = index;
-  config.serve_rendezvous = index == 0;
-  config.timeout_s = 30;
+  forked_config(&config, rendezvous, sizeof rendezvous, *(int *)arg, "bad-algo", index, n);
   setenv("HOOP_ALGO", "fastest", 1);
   hoop_comm *comm;
   if (hoop_init(&comm, &config) != HOOP_OK)
@@ -93,15 +99,8 @@ static int bad_algo_rank(int index, int n, void *arg) {
 /* HOOP_TCP_SPIN_US takes auto or microseconds; anything else fails hoop_init, naming it. */
 static int bad_spin_rank(int index, int n, void *arg) {
   hoop_config config;
-  hoop_config_init(&config);
   char rendezvous[64];
-  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", *(int *)arg);
-  config.rendezvous = rendezvous;
-  config.job = "bad-spin";
-  config.size = n;
-  config.rank = index;
-  config.serve_rendezvous = index == 0;
-  config.timeout_s = 30;
+  forked_config(&config, rendezvous, sizeof rendezvous, *(int *)arg, "bad-spin", index, n);
   setenv("HOOP_TRANSPORT", "tcp", 1);
   setenv("HOOP_TCP_SPIN_US", "forever", 1);
   hoop_comm *comm = NULL;

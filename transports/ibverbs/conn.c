@@ -200,15 +200,11 @@ void hoop__ib_free_cm(ib_state *state) {
 static hoop_result start_connect(hoop_comm *comm, int index) {
   ib_state *state = ib_state_of(comm);
   ib_peer *peer = &state->peers[index];
-  const char *text = comm->table.peers[index].addr;
-  char host[HOOP_WIRE_MAX_ADDR + 1], err[256];
-  int port;
   struct sockaddr_storage addr;
   socklen_t addrlen;
-  if (hoop__split_hostport(text, host, sizeof host, &port) != 0 ||
-      hoop__resolve(host, port, &addr, &addrlen, err, sizeof err) != 0)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d published a bad address '%s'",
-                      index, text);
+  hoop_result resolved = hoop__peer_sockaddr(comm, index, "ibverbs", &addr, &addrlen);
+  if (resolved != HOOP_OK)
+    return resolved;
   peer->attempts++;
   if (rdma_create_id(state->events, &peer->id, (void *)(intptr_t)(index + 1), RDMA_PS_TCP) != 0)
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: rdma_create_id: %s", strerror(errno));
@@ -459,12 +455,8 @@ hoop_result hoop__ib_connect(hoop_comm *comm, int index) {
     /* Another rank's abort or loss told by the rendezvous server ends the wait too. */
     if (fds[2].revents && (result = hoop__rendezvous_check(comm)) != HOOP_OK)
       return result;
-    if (fds[1].revents) {
-      uint64_t count;
-      if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
-        return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: reading the wake eventfd: %s",
-                          strerror(errno));
-    }
+    if (fds[1].revents && (result = hoop__wake_drain(comm, state->wake_fd, "ibverbs")) != HOOP_OK)
+      return result;
     int moved = 0;
     if ((result = hoop__ib_pump_cm(comm, &moved)) == HOOP_OK)
       result = hoop__ib_retry_due(comm);

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "be32.h"
@@ -762,11 +761,9 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
     }
   }
   if (ready > 0 && fds[2].revents) {
-    uint64_t count;
-    if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
-      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: reading the wake eventfd: %s",
-                        strerror(errno));
-    hoop_result result = hoop__check_abort(comm);
+    hoop_result result = hoop__wake_drain(comm, state->wake_fd, "ibverbs");
+    if (result == HOOP_OK)
+      result = hoop__check_abort(comm);
     if (result != HOOP_OK)
       return result;
   }
@@ -847,7 +844,7 @@ static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, cha
   if (!state)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory");
   comm->transport_state = state;
-  state->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  state->wake_fd = hoop__wake_open();
   if (state->wake_fd < 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
   hoop_result result = hoop__ib_choose_device(comm, state, toward);
@@ -1065,9 +1062,8 @@ static void ib_finalize(hoop_comm *comm) {
 
 static void ib_wake(hoop_comm *comm) {
   ib_state *state = ib_state_of(comm);
-  uint64_t one = 1;
-  if (state && state->wake_fd >= 0 && write(state->wake_fd, &one, sizeof one) < 0)
-    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: waking the progress engine: %s", strerror(errno));
+  if (state)
+    hoop__wake_signal(state->wake_fd, "ibverbs");
 }
 
 const hoop__transport_ops hoop__ibverbs_transport = {

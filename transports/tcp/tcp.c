@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -124,7 +123,7 @@ static hoop_result tcp_listen(hoop_comm *comm, const struct sockaddr *toward, ch
   state->listen_fd = -1;
   state->nstreams = comm->tcp_streams;
   comm->transport_state = state;
-  state->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  state->wake_fd = hoop__wake_open();
   if (state->wake_fd < 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: eventfd: %s", strerror(errno));
   const char *spin = hoop__env_get("HOOP_TCP_SPIN_US");
@@ -183,15 +182,11 @@ static void encode_handshake(uint8_t *out, uint32_t from, uint32_t stream, uint3
 
 static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
   tcp_state *state = state_of(comm);
-  const char *text = comm->table.peers[peer].addr;
-  char host[HOOP_WIRE_MAX_ADDR + 1], err[256];
-  int port;
   struct sockaddr_storage addr;
   socklen_t addrlen;
-  if (hoop__split_hostport(text, host, sizeof host, &port) != 0 ||
-      hoop__resolve(host, port, &addr, &addrlen, err, sizeof err) != 0)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d published a bad address '%s'", peer,
-                      text);
+  hoop_result resolved = hoop__peer_sockaddr(comm, peer, "tcp", &addr, &addrlen);
+  if (resolved != HOOP_OK)
+    return resolved;
   for (int s = 0; s < state->nstreams; s++) {
     int fd = hoop__connect_deadline((struct sockaddr *)&addr, addrlen, deadline);
     if (fd < 0)
@@ -225,10 +220,8 @@ static hoop_result wait_for_connection(hoop_comm *comm, double deadline) {
       return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
     hoop_result result = HOOP_OK;
     if (ready > 0 && pfds[1].revents) {
-      uint64_t count;
-      if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
-        return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: reading the wake eventfd: %s",
-                          strerror(errno));
+      if ((result = hoop__wake_drain(comm, state->wake_fd, "tcp")) != HOOP_OK)
+        return result;
       result = hoop__check_abort(comm);
     }
     if (result == HOOP_OK && ready > 0 && pfds[2].revents)
@@ -661,11 +654,8 @@ static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
   if (ready < 0 && errno != EINTR)
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
   if (ready > 0 && state->pfds[0].revents) {
-    uint64_t count;
-    if (read(state->wake_fd, &count, sizeof count) < 0 && errno != EAGAIN)
-      return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: reading the wake eventfd: %s",
-                        strerror(errno));
-    if ((result = hoop__check_abort(comm)) != HOOP_OK)
+    if ((result = hoop__wake_drain(comm, state->wake_fd, "tcp")) != HOOP_OK ||
+        (result = hoop__check_abort(comm)) != HOOP_OK)
       return result;
   }
   if (ready > 0 && first_stream == 2 && state->pfds[1].revents &&
@@ -882,9 +872,8 @@ static void tcp_finalize(hoop_comm *comm) {
 
 static void tcp_wake(hoop_comm *comm) {
   tcp_state *state = state_of(comm);
-  uint64_t one = 1;
-  if (state && state->wake_fd >= 0 && write(state->wake_fd, &one, sizeof one) < 0)
-    HOOP_TRACE(HOOP_SUBSYS_NET, "waking the progress engine: %s", strerror(errno));
+  if (state)
+    hoop__wake_signal(state->wake_fd, "tcp");
 }
 
 const hoop__transport_ops hoop__tcp_transport = {

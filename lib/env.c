@@ -37,9 +37,11 @@ static const hoop__env_var env_table[] = {
                         "commas, ^ to exclude, = for exact names; default: the interface that "
                         "routes to the rendezvous server"},
     {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-8); large messages are striped"},
-    {"HOOP_ALGO", "auto", "auto|ring|rd: force the ring algorithms (allreduce ring, broadcast "
-                          "chain, allgather ring) or the log2(n)-round ones (allreduce recursive "
-                          "doubling, broadcast binomial tree, allgather Bruck) for every size"},
+    {"HOOP_ALGO", "auto", "auto|ring|rd|hd: force the ring algorithms (allreduce ring, broadcast "
+                          "chain, allgather ring), the log2(n)-round ones (allreduce recursive "
+                          "doubling, broadcast binomial tree, allgather recursive doubling or "
+                          "Bruck) or halving-doubling (allreduce Rabenseifner; the others as rd) "
+                          "for every size"},
     {"HOOP_CHUNK_BYTES", "1048576", "bytes per pipelined chunk of the ring collectives "
                                     "(4096 to 2^30)"},
     {"HOOP_TCP_SPIN_US", "auto", "microseconds a wait polls sockets without sleeping before it "

@@ -63,6 +63,17 @@ START_TEST(test_algo_rd_4) { run_workers_with(4, 1, algo_rd); }
 END_TEST
 START_TEST(test_algo_rd_6) { run_workers_with(6, 1, algo_rd); }
 END_TEST
+/* Halving-doubling with 64 KiB chunks, so that the big cases cross several chunks per round;
+ * at 3 and 6 ranks one and two ranks fold into a partner. */
+static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
+START_TEST(test_algo_hd_2) { run_workers_with(2, 1, algo_hd); }
+END_TEST
+START_TEST(test_algo_hd_3) { run_workers_with(3, 1, algo_hd); }
+END_TEST
+START_TEST(test_algo_hd_4) { run_workers_with(4, 1, algo_hd); }
+END_TEST
+START_TEST(test_algo_hd_6) { run_workers_with(6, 1, algo_hd); }
+END_TEST
 
 /* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0. */
 static void forked_config(hoop_config *config, char *rendezvous, size_t len, int port,
@@ -232,6 +243,10 @@ static Suite *collectives_suite(void) {
   tcase_add_test(tc, test_algo_rd_3);
   tcase_add_test(tc, test_algo_rd_4);
   tcase_add_test(tc, test_algo_rd_6);
+  tcase_add_test(tc, test_algo_hd_2);
+  tcase_add_test(tc, test_algo_hd_3);
+  tcase_add_test(tc, test_algo_hd_4);
+  tcase_add_test(tc, test_algo_hd_6);
   tcase_add_test(tc, test_algo_unknown);
   tcase_add_test(tc, test_spin_unknown);
   suite_add_tcase(s, tc);

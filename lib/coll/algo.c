@@ -29,9 +29,11 @@ hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
     *out = HOOP__ALGO_RING;
   else if (strcmp(text, "rd") == 0)
     *out = HOOP__ALGO_RD;
+  else if (strcmp(text, "hd") == 0)
+    *out = HOOP__ALGO_HD;
   else
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "%s: HOOP_ALGO '%s' is not one of auto, ring, rd", comm->call, text);
+                           "%s: HOOP_ALGO '%s' is not one of auto, ring, rd, hd", comm->call, text);
   comm->algo = (int)*out;
   /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
    * them when all share one host (affinity masks could differ, so they are not consulted). */

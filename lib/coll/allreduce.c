@@ -1,7 +1,8 @@
 /* allreduce.c - hoop_allreduce: for large buffers a ring reduce-scatter followed by a ring
  * allgather, both pipelined in chunks, so that each rank sends and receives 2(n-1)/n of the buffer,
  * the bandwidth optimum; for small ones recursive doubling, log2(n) exchanges of the whole buffer,
- * the latency optimum.
+ * the latency optimum; in between, at 3 ranks and more, Rabenseifner's halving-doubling, which
+ * moves the ring's bytes in 2 log2(n) rounds.
  *
  * Reduce-scatter: at step s rank r receives from the previous rank a chunk of segment r-s-1 that
  * holds the sum of s+1 ranks' contributions, adds its own (reading sendbuf, writing recvbuf, so the
@@ -13,11 +14,33 @@
 #include "coll.h"
 #include "reduce.h"
 
-/* Up to this size recursive doubling beats the ring. Measured with hoop-bench on loopback
- * (HOOP_ALGO=ring vs rd, 1 MiB chunks): at 2 ranks they tie at 256 KiB and the ring wins from
- * 1 MiB; at 4 ranks recursive doubling is 3x faster at 32 KiB and still ahead at 256 KiB, and they
- * tie at 512 KiB. */
-#define RD_MAX_BYTES (256 * 1024)
+/* The cut-overs, measured with hoop-bench on loopback (p50, median of 3 alternated runs of each
+ * algorithm, forced with HOOP_ALGO; 1 MiB chunks):
+ * - 2 ranks: recursive doubling wins up to 128 KiB (60.9 us against the ring's 64.8 at 128 KiB)
+ *   and ties at 256 KiB; from 512 KiB the ring, which at 2 ranks is halving-doubling, moves half
+ *   the bytes (178 against 233 us).
+ * - 4 ranks: halving-doubling wins from 64 KiB (122 us, recursive doubling 140, ring 239) to
+ *   4 MiB (6.5 ms, ring 8.3); they tie at 8 MiB, and from 16 MiB the ring's pipelining wins.
+ * - 3 ranks (folded halving-doubling; medians of 2 alternated sweeps): it wins from 64 KiB to
+ *   256 KiB (206 us, ring 251, recursive doubling 346) and the ring from 512 KiB (385 against
+ *   462 us), where the folding rank's whole-buffer transfers cost more than the rounds save. */
+#define RD_MAX_BYTES_2 (256 * 1024)
+#define RD_MAX_BYTES (32 * 1024)
+#define HD_MAX_BYTES (4 * 1024 * 1024)
+#define HD_MAX_BYTES_FOLDED (256 * 1024)
+
+static hoop__algo choose(const hoop_comm *comm, hoop__algo forced, size_t bytes) {
+  if (forced != HOOP__ALGO_AUTO)
+    return forced;
+  int n = comm->size;
+  if (n == 2)
+    return bytes <= RD_MAX_BYTES_2 ? HOOP__ALGO_RD : HOOP__ALGO_RING;
+  if (bytes <= RD_MAX_BYTES)
+    return HOOP__ALGO_RD;
+  int power_of_two = (n & (n - 1)) == 0;
+  return bytes <= (power_of_two ? HD_MAX_BYTES : HD_MAX_BYTES_FOLDED) ? HOOP__ALGO_HD
+                                                                      : HOOP__ALGO_RING;
+}
 
 typedef struct ring_plan {
   size_t *offset; /* bytes, per segment */
@@ -42,12 +65,8 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
   int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
   size_t esize = hoop_dtype_size(dtype);
   /* Step 0 sends this rank's own contribution to segment r. */
-  size_t chunk = hoop__chunk_bytes(comm, plan->length[r], esize);
-  hoop_result result = HOOP_OK;
-  for (size_t done = 0; done < plan->length[r] && result == HOOP_OK; done += chunk) {
-    size_t len = plan->length[r] - done < chunk ? plan->length[r] - done : chunk;
-    result = hoop__arena_isend(comm, arena, next, src + plan->offset[r] + done, len);
-  }
+  hoop_result result =
+      hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
   /* Chunks arrive in staging, HOOP_RING_RECV_DEPTH slices of chunk_max bytes used in turn, so
    * that the next chunk's receive is posted before this one is reduced. */
   hoop__request reqs[HOOP_RING_RECV_DEPTH];
@@ -87,10 +106,6 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
  * number differs in bit k and combines the two. Partners always combine as op(lower rank's part,
  * higher rank's part), so every rank computes the same expression and ends with the same bits,
  * NaNs in min/max and float rounding included. */
-static int rd_actual_rank(int vrank, int rem) {
-  return vrank < rem ? 2 * vrank + 1 : vrank + rem;
-}
-
 static void rd_combine(char *mine, const char *theirs, int mine_is_lower, size_t count,
                        hoop_dtype dtype, hoop_op op) {
   if (mine_is_lower)
@@ -101,18 +116,16 @@ static void rd_combine(char *mine, const char *theirs, int mine_is_lower, size_t
 
 static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, hoop_dtype dtype,
                                       hoop_op op) {
-  int n = comm->size, r = comm->rank;
+  int r = comm->rank;
   size_t bytes = count * hoop_dtype_size(dtype);
   char *staging = hoop__scratch(comm, bytes);
   if (!staging)
     return HOOP_ERR_SYSTEM;
-  int p = 1;
-  while (p * 2 <= n)
-    p *= 2;
-  int rem = n - p;
+  hoop__halving plan; /* only its pairing is used: p, rem and the virtual ranks */
+  hoop__halving_plan(comm, count, &plan);
   hoop__request req;
   hoop_result result;
-  if (r < 2 * rem && r % 2 == 0) {
+  if (plan.folded) {
     result = hoop__isend(comm, r + 1, buf, bytes, &req);
     if (result == HOOP_OK)
       result = hoop__wait(comm, &req);
@@ -120,7 +133,7 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
       result = hoop__irecv(comm, r + 1, buf, bytes, &req);
     return result == HOOP_OK ? hoop__wait(comm, &req) : result;
   }
-  if (r < 2 * rem) {
+  if (r < 2 * plan.rem) {
     result = hoop__irecv(comm, r - 1, staging, bytes, &req);
     if (result == HOOP_OK)
       result = hoop__wait(comm, &req);
@@ -128,20 +141,116 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
       return result;
     rd_combine(buf, staging, 0, count, dtype, op);
   }
-  int vrank = r < 2 * rem ? r / 2 : r - rem;
-  for (int mask = 1; mask < p; mask <<= 1) {
-    int peer = rd_actual_rank(vrank ^ mask, rem);
+  for (int mask = 1; mask < plan.p; mask <<= 1) {
+    int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
     result = hoop__sendrecv(comm, peer, buf, bytes, peer, staging, bytes);
     if (result != HOOP_OK)
       return result;
     rd_combine(buf, staging, r < peer, count, dtype, op);
   }
-  hoop__reduce_finish(buf, count, dtype, op, n);
-  if (r < 2 * rem) {
+  hoop__reduce_finish(buf, count, dtype, op, comm->size);
+  if (r < 2 * plan.rem) {
     result = hoop__isend(comm, r - 1, buf, bytes, &req);
     if (result == HOOP_OK)
       result = hoop__wait(comm, &req);
   }
+  return result;
+}
+
+/* Rabenseifner's algorithm: a reduce-scatter by recursive halving, then an allgather by recursive
+ * doubling, on the plan of coll.h (ranks beyond a power of two fold in first, as in recursive
+ * doubling). In each halving round a rank sends the half of its range that it gives up and adds
+ * its partner's copy of the half it keeps to its own; after log2(p) rounds it owns the finished
+ * 1/p of the buffer, and the doubling rounds spread the parts. Every rank sends and receives
+ * 2(p-1)/p of the buffer, as in the ring, but in 2 log2(p) rounds instead of 2(n-1): fewer waits,
+ * each between two ranks only. Each element is reduced on one rank, so all ranks end with the
+ * same bits. */
+
+/* One round between this rank and peer: send [give, give + give_len) in chunks, receive the
+ * peer's chunks of the kept range into staging (HOOP_RING_RECV_DEPTH slices of slice bytes) and
+ * reduce each as it lands: dst = op(lower rank's part, higher rank's part), where this rank's part
+ * is src. The peer cuts its sends the same way, from the same range lengths. */
+static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, const char *give,
+                                 size_t give_len, char *dst, const char *src, size_t keep_len,
+                                 char *staging, size_t slice, hoop_dtype dtype, hoop_op op) {
+  size_t esize = hoop_dtype_size(dtype);
+  hoop_result result = hoop__arena_isend_chunks(comm, arena, peer, give, give_len, esize);
+  size_t chunk = hoop__chunk_bytes(comm, keep_len, esize);
+  size_t chunks = (keep_len + chunk - 1) / chunk;
+  hoop__request reqs[HOOP_RING_RECV_DEPTH];
+  size_t posted = 0;
+  int mine_is_lower = comm->rank < peer;
+  for (size_t k = 0; k < chunks && result == HOOP_OK; k++) {
+    for (; posted < chunks && posted < k + HOOP_RING_RECV_DEPTH && result == HOOP_OK; posted++) {
+      size_t at = posted * chunk;
+      result = hoop__irecv(comm, peer, staging + (posted % HOOP_RING_RECV_DEPTH) * slice,
+                           keep_len - at < chunk ? keep_len - at : chunk,
+                           &reqs[posted % HOOP_RING_RECV_DEPTH]);
+    }
+    if (result == HOOP_OK)
+      result = hoop__wait(comm, &reqs[k % HOOP_RING_RECV_DEPTH]);
+    if (result != HOOP_OK)
+      break;
+    size_t at = k * chunk, len = keep_len - at < chunk ? keep_len - at : chunk;
+    const char *theirs = staging + (k % HOOP_RING_RECV_DEPTH) * slice;
+    if (mine_is_lower)
+      hoop__reduce3(dst + at, src + at, theirs, len / esize, dtype, op);
+    else
+      hoop__reduce3(dst + at, theirs, src + at, len / esize, dtype, op);
+  }
+  return result;
+}
+
+/* Sends need not be waited for round by round: a range this rank gave away in the halving round
+ * with mask m is written again only in the doubling round with mask m, by the same partner, which
+ * sends it only after it has received all of that range. */
+static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const char *sendbuf,
+                                    char *recvbuf, size_t count, hoop_dtype dtype, hoop_op op) {
+  int r = comm->rank;
+  size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
+  /* Every range a round receives is at most the whole buffer, so its chunks are at most this. */
+  size_t slice = hoop__chunk_bytes(comm, bytes, esize);
+  char *staging = hoop__scratch(comm, HOOP_RING_RECV_DEPTH * slice);
+  if (!staging)
+    return HOOP_ERR_SYSTEM;
+  hoop__halving plan;
+  hoop__halving_plan(comm, count, &plan);
+  hoop_result result;
+  if (plan.folded) {
+    hoop__request req;
+    result = hoop__arena_isend_chunks(comm, arena, r + 1, sendbuf, bytes, esize);
+    if (result == HOOP_OK)
+      result = hoop__irecv(comm, r + 1, recvbuf, bytes, &req);
+    return result == HOOP_OK ? hoop__wait(comm, &req) : result;
+  }
+  const char *src = sendbuf; /* this rank's contribution, until the first reduction lands */
+  if (r < 2 * plan.rem) {
+    result = halving_round(comm, arena, r - 1, NULL, 0, recvbuf, sendbuf, bytes, staging, slice,
+                           dtype, op);
+    if (result != HOOP_OK)
+      return result;
+    src = recvbuf;
+  }
+  for (int round = 0; round < plan.rounds; round++) {
+    int mask = plan.p >> (round + 1);
+    int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
+    size_t keep_first = round + 1 < plan.rounds ? plan.lo[round + 1] : plan.first;
+    size_t keep_last = round + 1 < plan.rounds ? plan.hi[round + 1] : plan.last;
+    size_t give_first = plan.vrank & mask ? plan.lo[round] : keep_last;
+    size_t give_last = plan.vrank & mask ? keep_first : plan.hi[round];
+    result = halving_round(comm, arena, peer, src + give_first * esize,
+                           (give_last - give_first) * esize, recvbuf + keep_first * esize,
+                           src + keep_first * esize, (keep_last - keep_first) * esize, staging,
+                           slice, dtype, op);
+    if (result != HOOP_OK)
+      return result;
+    src = recvbuf;
+  }
+  hoop__reduce_finish(recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,
+                      comm->size);
+  result = hoop__doubling_rounds(comm, arena, recvbuf, esize, &plan);
+  if (result == HOOP_OK && r < 2 * plan.rem)
+    result = hoop__arena_isend(comm, arena, r - 1, recvbuf, bytes);
   return result;
 }
 
@@ -176,8 +285,16 @@ hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
   hoop__algo algo;
   if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
     return hoop__coll_end(comm, result);
-  if (algo == HOOP__ALGO_RD ||
-      (algo == HOOP__ALGO_AUTO && count * esize <= RD_MAX_BYTES)) {
+  algo = choose(comm, algo, count * esize);
+  if (algo == HOOP__ALGO_HD) {
+    hoop__arena arena = {0};
+    result = halving_doubling(comm, &arena, sendbuf, recvbuf, count, dtype, op);
+    if (result == HOOP_OK)
+      result = hoop__arena_wait_all(comm, &arena);
+    hoop__arena_free(&arena);
+    return hoop__coll_end(comm, result);
+  }
+  if (algo == HOOP__ALGO_RD) {
     if (sendbuf != recvbuf)
       memmove(recvbuf, sendbuf, count * esize);
     return hoop__coll_end(comm, recursive_doubling(comm, recvbuf, count, dtype, op));

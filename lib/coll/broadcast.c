@@ -109,7 +109,8 @@ hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype 
   hoop__algo algo;
   if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
     return hoop__coll_end(comm, result);
-  if (algo == HOOP__ALGO_RD ||
+  /* Broadcast has no halving-doubling of its own: HOOP_ALGO=hd gives it the log2(n) rounds. */
+  if (algo == HOOP__ALGO_RD || algo == HOOP__ALGO_HD ||
       (algo == HOOP__ALGO_AUTO &&
        (bytes < BCAST_CHAIN_MIN_BYTES || comm->size == 2 || comm->crowded)))
     result = binomial_tree(comm, buf, bytes, root);

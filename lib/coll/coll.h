@@ -38,6 +38,11 @@ hoop_result hoop__arena_isend(hoop_comm *comm, hoop__arena *arena, int peer, con
 /* Bytes per chunk for a block of block_bytes, a multiple of elem_size. */
 size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_size);
 
+/* Post the sends of len bytes to peer from the arena, in the chunks hoop__chunk_bytes cuts (a
+ * receiver takes them in the same chunks, computed from the same length). */
+hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer,
+                                     const char *buf, size_t len, size_t elem_size);
+
 /* Rank r starts with block (r + shift) % n complete and ends with all n blocks: at each of n-1
  * steps it receives from the previous rank the block that rank completed the step before, and
  * forwards it to the next. Block i is the bytes [offset[i], offset[i] + length[i]) of base.
@@ -81,13 +86,38 @@ static inline int hoop__ring_prev(const hoop_comm *comm) {
 }
 
 /* The algorithm families HOOP_ALGO can force: the bandwidth-optimal ring (allreduce's ring,
- * broadcast's pipelined chain) or the latency-optimal log2(n)-round ones (allreduce's recursive
- * doubling, broadcast's binomial tree). AUTO lets each collective choose by size. */
-typedef enum hoop__algo { HOOP__ALGO_AUTO, HOOP__ALGO_RING, HOOP__ALGO_RD } hoop__algo;
+ * broadcast's pipelined chain), the latency-optimal log2(n)-round ones (allreduce's recursive
+ * doubling, broadcast's binomial tree), or recursive halving and doubling (below). AUTO lets each
+ * collective choose by size. */
+typedef enum hoop__algo { HOOP__ALGO_AUTO, HOOP__ALGO_RING, HOOP__ALGO_RD, HOOP__ALGO_HD } hoop__algo;
 
 /* The tuning variables a collective obeys: HOOP_ALGO's value in *algo, and HOOP_CHUNK_BYTES checked.
  * HOOP_ERR_INVALID_ARG (recorded) for a bad value of either. */
 hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *algo);
 
+/* Recursive halving and doubling over count elements. With p the largest power of two <= n and
+ * rem = n - p, the first 2*rem ranks pair up and the even one of each pair folds into the odd
+ * one, which acts for both as virtual rank r/2 (the others are r - rem). In the halving round
+ * with mask m (p/2 first, then down to 1) a rank keeps one half of the range it owns, the lower
+ * one if its virtual rank has bit m clear, and its partner, the virtual rank that differs in bit
+ * m, keeps the other; after log2(p) rounds virtual rank v owns the v-th of p near-equal parts.
+ * The doubling rounds run the halving ones backwards, each trading what the rank owns for the
+ * other half of the range it owned before the matching halving round. */
+#define HOOP_HALVING_MAX_ROUNDS 30
+typedef struct hoop__halving {
+  int p, rem, vrank, folded; /* folded: this rank hands its part to rank + 1 and sits out */
+  int rounds;                /* log2(p) */
+  size_t lo[HOOP_HALVING_MAX_ROUNDS], hi[HOOP_HALVING_MAX_ROUNDS]; /* owned before each round */
+  size_t first, last; /* owned after the last halving round */
+} hoop__halving;
+
+void hoop__halving_plan(const hoop_comm *comm, size_t count, hoop__halving *plan);
+/* The real rank that acts as virtual rank vrank. */
+int hoop__halving_rank(const hoop__halving *plan, int vrank);
+/* The doubling rounds on buf (elements of esize bytes), from [plan->first, plan->last) owned to
+ * all count; each round's send is posted on arena, and only the receive is waited for: the
+ * partner's later sends follow its receive of this one. */
+hoop_result hoop__doubling_rounds(hoop_comm *comm, hoop__arena *arena, char *buf, size_t esize,
+                                  const hoop__halving *plan);
 
 #endif /* HOOP_COLL_H */

@@ -80,11 +80,12 @@ void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems) {
   *first = index * base + (index < extra ? index : extra);
 }
 
-static hoop_result send_block(hoop_comm *comm, hoop__arena *arena, int peer, const char *block,
-                              size_t length, size_t chunk) {
-  for (size_t done = 0; done < length; done += chunk) {
-    size_t len = length - done < chunk ? length - done : chunk;
-    hoop_result result = hoop__arena_isend(comm, arena, peer, block + done, len);
+hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer,
+                                     const char *buf, size_t len, size_t elem_size) {
+  size_t chunk = hoop__chunk_bytes(comm, len, elem_size);
+  for (size_t done = 0; done < len; done += chunk) {
+    hoop_result result =
+        hoop__arena_isend(comm, arena, peer, buf + done, len - done < chunk ? len - done : chunk);
     if (result != HOOP_OK)
       return result;
   }
@@ -119,8 +120,8 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
   hoop_result result = HOOP_OK;
   if (!own_sent) {
     int own = (r + shift) % n;
-    result = send_block(comm, arena, next, base + offset[own], length[own],
-                        hoop__chunk_bytes(comm, length[own], elem_size));
+    result = hoop__arena_isend_chunks(comm, arena, next, base + offset[own], length[own],
+                                      elem_size);
   }
   /* Receives go straight into place, up to HOOP_RING_RECV_DEPTH posted ahead. */
   hoop__request reqs[HOOP_RING_RECV_DEPTH];

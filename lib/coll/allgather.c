@@ -15,9 +15,13 @@
  * its staging copy and rotation, runs up to this many gathered bytes. Measured on loopback (p50,
  * median of 3 or 4 alternated runs): at 2 ranks 8.5 us against Bruck's 9.4 at 8 B and 8.6 against
  * 10.0 at 4 KiB; at 4 ranks 34 against 42 us at 8 B, 108 against 152 at 256 KiB, 496 against the
- * ring's 536 at 1 MiB and 15.9 against 16.5 ms at 16 MiB; level with the ring at 64 MiB, where
- * the ring's chunks keep every link busy across hosts. */
-#define ALLGATHER_RD_MAX_BYTES (16 * 1024 * 1024)
+ * ring's 536 at 1 MiB and 2.85 against 3.17 ms at 4 MiB; level with the ring from 16 MiB. Across
+ * hosts each round waits for the last bytes of the one before, so the links idle at every round's
+ * end while the ring's chunks stream on: 4 namespace hosts at 1 Gbit/s, busbw as a share of the
+ * link, recursive doubling 94-96% and the ring 96% at 1 MiB, but 81-88% against 92% at 4 MiB.
+ * So the larger bound holds only when every rank is on one host. */
+#define ALLGATHER_RD_MAX_BYTES (1024 * 1024)
+#define ALLGATHER_RD_MAX_BYTES_ONE_HOST (4 * 1024 * 1024)
 
 /* Bruck: in the round at distance d a rank sends the first min(d, n-d) blocks it holds to rank
  * r-d and appends as many from rank r+d. Blocks gather in staging in the order r, r+1, ..., so
@@ -77,8 +81,10 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
     return hoop__coll_end(comm, HOOP_OK);
   size_t gathered = block * (size_t)comm->size;
   int power_of_two = (comm->size & (comm->size - 1)) == 0;
+  size_t rd_max = comm->local_size == comm->size ? ALLGATHER_RD_MAX_BYTES_ONE_HOST
+                                                 : ALLGATHER_RD_MAX_BYTES;
   if (power_of_two && (algo == HOOP__ALGO_HD || algo == HOOP__ALGO_RD ||
-                       (algo == HOOP__ALGO_AUTO && gathered <= ALLGATHER_RD_MAX_BYTES)))
+                       (algo == HOOP__ALGO_AUTO && gathered <= rd_max)))
     return hoop__coll_end(comm, recursive_doubling(comm, recvbuf, block));
   if (algo == HOOP__ALGO_RD || algo == HOOP__ALGO_HD ||
       (algo == HOOP__ALGO_AUTO && gathered <= ALLGATHER_BRUCK_MAX_BYTES))

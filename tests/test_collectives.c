@@ -51,28 +51,18 @@ END_TEST
  * (recursive doubling folds the extra ranks in first). */
 static char *const algo_ring[] = {"HOOP_ALGO=ring", NULL};
 static char *const algo_rd[] = {"HOOP_ALGO=rd", NULL};
-START_TEST(test_algo_ring_3) { run_workers_with(3, 1, algo_ring); }
-END_TEST
-START_TEST(test_algo_ring_2) { run_workers_with(2, 1, algo_ring); }
-END_TEST
-START_TEST(test_algo_rd_2) { run_workers_with(2, 1, algo_rd); }
-END_TEST
-START_TEST(test_algo_rd_3) { run_workers_with(3, 1, algo_rd); }
-END_TEST
-START_TEST(test_algo_rd_4) { run_workers_with(4, 1, algo_rd); }
-END_TEST
-START_TEST(test_algo_rd_6) { run_workers_with(6, 1, algo_rd); }
-END_TEST
 /* Halving-doubling with 64 KiB chunks, so that the big cases cross several chunks per round;
  * at 3 and 6 ranks one and two ranks fold into a partner. */
 static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
-START_TEST(test_algo_hd_2) { run_workers_with(2, 1, algo_hd); }
+/* Loop tests: _i picks the rank count. */
+static const int ring_ranks[] = {2, 3};
+static const int rd_ranks[] = {2, 3, 4, 6};
+static const int hd_ranks[] = {2, 3, 4, 6};
+START_TEST(test_algo_ring) { run_workers_with(ring_ranks[_i], 1, algo_ring); }
 END_TEST
-START_TEST(test_algo_hd_3) { run_workers_with(3, 1, algo_hd); }
+START_TEST(test_algo_rd) { run_workers_with(rd_ranks[_i], 1, algo_rd); }
 END_TEST
-START_TEST(test_algo_hd_4) { run_workers_with(4, 1, algo_hd); }
-END_TEST
-START_TEST(test_algo_hd_6) { run_workers_with(6, 1, algo_hd); }
+START_TEST(test_algo_hd) { run_workers_with(hd_ranks[_i], 1, algo_hd); }
 END_TEST
 
 /* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0. */
@@ -237,16 +227,9 @@ static Suite *collectives_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("forced algorithms");
   tcase_set_timeout(tc, 600);
-  tcase_add_test(tc, test_algo_ring_2);
-  tcase_add_test(tc, test_algo_ring_3);
-  tcase_add_test(tc, test_algo_rd_2);
-  tcase_add_test(tc, test_algo_rd_3);
-  tcase_add_test(tc, test_algo_rd_4);
-  tcase_add_test(tc, test_algo_rd_6);
-  tcase_add_test(tc, test_algo_hd_2);
-  tcase_add_test(tc, test_algo_hd_3);
-  tcase_add_test(tc, test_algo_hd_4);
-  tcase_add_test(tc, test_algo_hd_6);
+  tcase_add_loop_test(tc, test_algo_ring, 0, (int)(sizeof ring_ranks / sizeof ring_ranks[0]));
+  tcase_add_loop_test(tc, test_algo_rd, 0, (int)(sizeof rd_ranks / sizeof rd_ranks[0]));
+  tcase_add_loop_test(tc, test_algo_hd, 0, (int)(sizeof hd_ranks / sizeof hd_ranks[0]));
   tcase_add_test(tc, test_algo_unknown);
   tcase_add_test(tc, test_spin_unknown);
   suite_add_tcase(s, tc);

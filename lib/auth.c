@@ -58,6 +58,27 @@ void hoop__auth_wipe(void *buf, size_t len) {
   sodium_memzero(buf, len);
 }
 
+int hoop__auth_load_token(const char *token, const char *file, char *out, size_t cap, char *err,
+                          size_t errlen) {
+  out[0] = '\0';
+  int has_token = token && token[0], has_file = file && file[0];
+  if (has_token && has_file) {
+    snprintf(err, errlen, "both HOOP_TOKEN and HOOP_TOKEN_FILE are set: set one");
+    return -1;
+  }
+  if (has_file)
+    return hoop__auth_read_token(file, out, cap, err, errlen);
+  if (has_token) {
+    size_t len = strlen(token);
+    if (len > HOOP_MAX_TOKEN || len >= cap) {
+      snprintf(err, errlen, "HOOP_TOKEN is longer than %d bytes", HOOP_MAX_TOKEN);
+      return -1;
+    }
+    memcpy(out, token, len + 1);
+  }
+  return 0;
+}
+
 int hoop__auth_read_token(const char *path, char *out, size_t cap, char *err, size_t errlen) {
   out[0] = '\0';
   int fd = open(path, O_RDONLY | O_CLOEXEC);

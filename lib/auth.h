@@ -40,6 +40,14 @@ int hoop__auth_hello_proof(const char *token, const uint8_t *challenge,
  * read or write: a secret is kept like an ssh key. */
 int hoop__auth_read_token(const char *path, char *out, size_t cap, char *err, size_t errlen);
 
+/* The token a process proves, as hoopd, hooprun and the ranks all take it: token itself, or the
+ * contents of the file named by file (NULL or "" for either: not given), into out (cap bytes, at
+ * least HOOP_MAX_TOKEN + 1); "" when neither is given. -1, message in err, when both are given
+ * (the caller cannot know which one the user meant), when token is longer than HOOP_MAX_TOKEN,
+ * or when hoop__auth_read_token refuses the file. */
+int hoop__auth_load_token(const char *token, const char *file, char *out, size_t cap, char *err,
+                          size_t errlen);
+
 /* Wipe a secret from memory in a way the compiler keeps. */
 void hoop__auth_wipe(void *buf, size_t len);
 

@@ -225,17 +225,12 @@ static void derive_data_nonce(hoop_comm *comm) {
   memcpy(comm->data_nonce, proof, HOOP_WIRE_NONCE);
 }
 
-/* The token from the config or its file, into comm->token. */
+/* The token from the config or its file, into comm->token (check_config has refused both, and a
+ * token too long, with the config's own words). */
 static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
-  if (config->token && config->token[0]) {
-    snprintf(comm->token, sizeof comm->token, "%s", config->token);
-    return HOOP_OK;
-  }
-  if (!config->token_file || !config->token_file[0])
-    return HOOP_OK;
   char err[HOOP_WIRE_MAX_HOST + 256];
-  if (hoop__auth_read_token(config->token_file, comm->token, sizeof comm->token, err,
-                            sizeof err) != 0)
+  if (hoop__auth_load_token(config->token, config->token_file, comm->token, sizeof comm->token,
+                            err, sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_AUTH, "hoop_init: %s", err);
   return HOOP_OK;
 }

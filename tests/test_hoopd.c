@@ -190,6 +190,8 @@ static void expect_failed_with(pid_t pid, const char *log, const char *expected,
   expect_log_has(log, expected, who);
 }
 
+#define HOOP_TEST_LONG_TOKEN 1025
+
 /* hoopd with a token file: ranks that hold the token (from HOOP_TOKEN_FILE or HOOP_TOKEN) complete
  * their job; a wrong token, no token, and a status query without it are refused with a message,
  * and neither the job nor the daemon is harmed. */
@@ -225,6 +227,20 @@ START_TEST(test_token_keeps_strangers_out) {
   char *status_env[] = {token_env, NULL};
   ck_assert_int_eq(procs_run(status_argv, status_env, log, 10), 0);
   expect_log_has(log, "delta                    1/2", "hoopd --status with the token");
+  /* hoopd takes its token as hooprun and the ranks do: both variables set is refused, as is a
+   * token over 1024 bytes, and --token-file overrides the environment. */
+  char *both_env[] = {token_env, "HOOP_TOKEN=a job secret 7f3a9c", NULL};
+  ck_assert_int_eq(procs_run(status_argv, both_env, log, 10), 2);
+  expect_log_has(log, "both HOOP_TOKEN and HOOP_TOKEN_FILE are set", "hoopd with both set");
+  static char long_env[HOOP_TEST_LONG_TOKEN + 16];
+  snprintf(long_env, sizeof long_env, "HOOP_TOKEN=%0*d", HOOP_TEST_LONG_TOKEN, 7);
+  char *long_argv[] = {long_env, NULL};
+  ck_assert_int_eq(procs_run(status_argv, long_argv, log, 10), 2);
+  expect_log_has(log, "longer than 1024 bytes", "hoopd with a 1025-byte HOOP_TOKEN");
+  char *override_argv[] = {hoopd, "--status", hoopd_addr, "--token-file", token_file, NULL};
+  char *wrong_env[] = {"HOOP_TOKEN=a job secret 7f3a9d", NULL};
+  ck_assert_int_eq(procs_run(override_argv, wrong_env, log, 10), 0);
+  expect_log_has(log, "delta                    1/2", "hoopd --status --token-file over HOOP_TOKEN");
   /* The job goes on: the second rank, with the token given directly, completes it. */
   pid_t second = start_rank_with("delta", 2, 1, NULL, "HOOP_TOKEN=a job secret 7f3a9c");
   ck_assert_int_eq(procs_wait(first, 120), 0);

@@ -176,24 +176,17 @@ static void print_status(const hoop__status *status) {
   }
 }
 
-/* The token from --token-file, else HOOP_TOKEN_FILE, else HOOP_TOKEN, into out ("" for none);
- * -1 with the reason printed. */
+/* The token from --token-file, which overrides the environment, else from HOOP_TOKEN_FILE or
+ * HOOP_TOKEN (one of them), into out ("" for none); -1 with the reason printed. */
 static int load_token(const hoopd_args *args, char *out, size_t cap) {
-  const char *file = args->token_file;
-  if (!file && hoop__env_is_set("HOOP_TOKEN_FILE"))
-    file = hoop__env_get("HOOP_TOKEN_FILE");
   char err[512];
-  if (file && hoop__auth_read_token(file, out, cap, err, sizeof err) != 0) {
+  int rc = args->token_file
+               ? hoop__auth_load_token(NULL, args->token_file, out, cap, err, sizeof err)
+               : hoop__auth_load_token(getenv("HOOP_TOKEN"), getenv("HOOP_TOKEN_FILE"), out, cap,
+                                       err, sizeof err);
+  if (rc != 0)
     fprintf(stderr, "hoopd: %s\n", err);
-    return -1;
-  }
-  if (!file)
-    snprintf(out, cap, "%s", hoop__env_is_set("HOOP_TOKEN") ? hoop__env_get("HOOP_TOKEN") : "");
-  if (strlen(out) >= cap - 1) {
-    fprintf(stderr, "hoopd: HOOP_TOKEN is longer than %zu bytes\n", cap - 2);
-    return -1;
-  }
-  return 0;
+  return rc;
 }
 
 static int show_status(const char *where, const char *token) {
@@ -282,8 +275,7 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &args);
   if (rc != 0)
     return rc > 0 ? 0 : 2;
-  /* One byte more than a token may have, so that a longer HOOP_TOKEN is caught, not cut. */
-  static char token[HOOP_MAX_TOKEN + 2];
+  static char token[HOOP_MAX_TOKEN + 1];
   if (load_token(&args, token, sizeof token) != 0)
     return 2;
   if (args.status) {

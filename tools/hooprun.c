@@ -1265,22 +1265,10 @@ static int fresh_token(hooprun_job *job) {
  * if any, which hooprun hands on to them as it does its own. */
 static int given_token(hooprun_job *job) {
   char err[512];
-  const char *token = getenv("HOOP_TOKEN"), *file = getenv("HOOP_TOKEN_FILE");
-  if (token && token[0] && file && file[0]) {
-    say(job, "both HOOP_TOKEN and HOOP_TOKEN_FILE are set: set one");
+  if (hoop__auth_load_token(getenv("HOOP_TOKEN"), getenv("HOOP_TOKEN_FILE"), job->token,
+                            sizeof job->token, err, sizeof err) != 0) {
+    say(job, "%s", err);
     return -1;
-  }
-  if (file && file[0]) {
-    if (hoop__auth_read_token(file, job->token, sizeof job->token, err, sizeof err) != 0) {
-      say(job, "%s", err);
-      return -1;
-    }
-  } else if (token && token[0]) {
-    if (strlen(token) > HOOP_MAX_TOKEN) {
-      say(job, "HOOP_TOKEN is longer than %d bytes", HOOP_MAX_TOKEN);
-      return -1;
-    }
-    snprintf(job->token, sizeof job->token, "%s", token);
   }
   return 0;
 }

@@ -29,7 +29,6 @@
 #include "wire.h"
 
 #define DEFAULT_MAX_JOBS 1024
-#define DEFAULT_MAX_CONNECTIONS 4096
 #define DEFAULT_IDLE_TIMEOUT_S 30.0
 #define LISTEN_BACKLOG 511
 #define MISSING_NAMED 16 /* missing ranks named in a timeout message before "and M more" */
@@ -1250,7 +1249,7 @@ static int listen_socket(const struct sockaddr_storage *addr, socklen_t addrlen,
 static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *options) {
   server->max_jobs = options->max_jobs > 0 ? options->max_jobs : DEFAULT_MAX_JOBS;
   server->max_connections =
-      options->max_connections > 0 ? options->max_connections : DEFAULT_MAX_CONNECTIONS;
+      options->max_connections > 0 ? options->max_connections : HOOP_RDZV_MAX_CONNECTIONS;
   double idle_s = options->idle_timeout_s > 0 ? options->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
   server->once = options->once;

@@ -11,10 +11,13 @@
 
 typedef struct hoop__rdzv_server hoop__rdzv_server;
 
+/* Client connections a server holds at once unless told otherwise. */
+#define HOOP_RDZV_MAX_CONNECTIONS 4096
+
 typedef struct hoop__rdzv_options {
   const char *listen;        /* "host:port", "[v6]:port" or ":port"; port 0 picks a free one */
   int max_jobs;              /* jobs waiting at once (0: default 1024) */
-  int max_connections;       /* client connections at once (0: default 4096) */
+  int max_connections;       /* client connections at once (0: HOOP_RDZV_MAX_CONNECTIONS) */
   double idle_timeout_s;     /* close a client that sends no complete message for this long
                                 (0: default 30 s); a client that has joined waits for its job */
   const char *token;         /* NULL or "": admit anyone; else every request must prove it

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -41,16 +42,10 @@ static int connect_hoopd(void) {
   return -1;
 }
 
-/* Start hoopd, with --token-file token_file unless NULL. */
-static void start_hoopd_with(const char *token_file) {
-  hoopd_port = procs_free_port();
-  snprintf(hoopd_addr, sizeof hoopd_addr, "127.0.0.1:%d", hoopd_port);
-  char path[4096];
-  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
-  char *argv[] = {path, "--listen", hoopd_addr, "--token-file", (char *)token_file, NULL};
-  if (!token_file)
-    argv[3] = NULL;
-  hoopd_pid = procs_start(argv, NULL, NULL);
+/* Start argv (hoopd, perhaps behind a wrapper; hoopd_addr already chosen), its output into log
+ * unless NULL, and wait until it listens. */
+static void start_hoopd_argv(char *const argv[], const char *log) {
+  hoopd_pid = procs_start(argv, NULL, log);
   ck_assert_int_gt(hoopd_pid, 0);
   for (int i = 0; i < 500; i++) { /* up to 5 s for it to listen */
     int fd = connect_hoopd();
@@ -61,6 +56,22 @@ static void start_hoopd_with(const char *token_file) {
     sleep_ms(10);
   }
   ck_abort_msg("hoopd did not start listening on %s within 5 s", hoopd_addr);
+}
+
+static void pick_hoopd_addr(void) {
+  hoopd_port = procs_free_port();
+  snprintf(hoopd_addr, sizeof hoopd_addr, "127.0.0.1:%d", hoopd_port);
+}
+
+/* Start hoopd, with --token-file token_file unless NULL. */
+static void start_hoopd_with(const char *token_file) {
+  pick_hoopd_addr();
+  char path[4096];
+  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
+  char *argv[] = {path, "--listen", hoopd_addr, "--token-file", (char *)token_file, NULL};
+  if (!token_file)
+    argv[3] = NULL;
+  start_hoopd_argv(argv, NULL);
 }
 
 static void start_hoopd(void) {
@@ -262,6 +273,95 @@ START_TEST(test_token_needs_an_authenticating_server) {
   expect_failed_with(start_rank_with("epsilon", 2, 0, log, "HOOP_TOKEN=secret"), log,
                      "asks for none", "a rank with a token at an open daemon");
   stop_hoopd();
+  unlink(log);
+}
+END_TEST
+
+/* The type of the first message the daemon sends on fd (within 5 s), or -1 when it sends none;
+ * an ERROR's text, if any, into text. */
+static int first_message(int fd, char *text, size_t cap) {
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  uint8_t buf[4096];
+  size_t got = 0;
+  hoop__wire_header header;
+  int rc = 1;
+  while (rc == 1 || (rc == 0 && got < HOOP_WIRE_HEADER_SIZE + header.length)) {
+    ssize_t n = recv(fd, buf + got, sizeof buf - got, 0);
+    if (n <= 0)
+      return -1;
+    got += (size_t)n;
+    if (rc == 1)
+      rc = hoop__wire_decode_header(buf, got, sizeof buf - HOOP_WIRE_HEADER_SIZE, &header);
+    if (rc < 0)
+      return -1;
+  }
+  text[0] = '\0';
+  hoop__error_msg error;
+  if (header.type == HOOP_MSG_ERROR &&
+      hoop__wire_decode_error(buf + HOOP_WIRE_HEADER_SIZE, header.length, &error) == 0) {
+    snprintf(text, cap, "%s", error.message);
+  }
+  return header.type;
+}
+
+/* Open `count` connections to hoopd; `served` of them must get its challenge and the rest an
+ * error that names the connection limit. The last of the served may be refused too: the daemon
+ * may not yet have closed the connection that start_hoopd_argv probed with. */
+static void expect_connections_served(int count, int served) {
+  static int fds[512];
+  ck_assert_int_le(count, 512);
+  for (int i = 0; i < count; i++) {
+    fds[i] = connect_hoopd();
+    ck_assert_msg(fds[i] >= 0, "connection %d to hoopd: %s", i, strerror(errno));
+  }
+  for (int i = 0; i < count; i++) {
+    char text[512];
+    int type = first_message(fds[i], text, sizeof text);
+    if (i == served - 1 && type == HOOP_MSG_ERROR)
+      continue;
+    if (i < served)
+      ck_assert_msg(type == HOOP_MSG_CHALLENGE,
+                    "connection %d of %d: expected the challenge, got message type %d (-1: none)",
+                    i, count, type);
+    else
+      ck_assert_msg(type == HOOP_MSG_ERROR && strstr(text, "connections open (its limit)"),
+                    "connection %d of %d (past %d): expected the limit's error, got type %d '%s'",
+                    i, count, served, type, text);
+  }
+  for (int i = 0; i < count; i++)
+    close(fds[i]);
+}
+
+/* hoopd raises a soft open-file limit of 100 as its connections need (300 are all served); under
+ * a hard limit of 100 it serves 50 (100 less what it keeps for itself) and tells the rest why,
+ * rather than dropping them, and says so at start. A job still completes after each. */
+START_TEST(test_open_file_limit) {
+  struct rlimit own;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &own), 0);
+  if (own.rlim_cur != RLIM_INFINITY && own.rlim_cur < 400)
+    return; /* this test process itself cannot open 300 connections */
+  char log[] = "/tmp/hoop-nofile-XXXXXX";
+  int log_fd = mkstemp(log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
+  char hoopd[4096];
+  snprintf(hoopd, sizeof hoopd, "%s", procs_build_path("tools/hoopd"));
+  const char *limits[] = {"--nofile=100:", "--nofile=100:100"};
+  int served[] = {300, 50};
+  for (int k = 0; k < 2; k++) {
+    pick_hoopd_addr();
+    char *argv[] = {"prlimit", (char *)limits[k], hoopd, "--listen", hoopd_addr, NULL};
+    start_hoopd_argv(argv, log);
+    expect_connections_served(served[k] == 300 ? 300 : 60, served[k]);
+    pid_t ranks[2] = {start_rank("kappa", 2, -1, NULL), start_rank("kappa", 2, -1, NULL)};
+    for (int i = 0; i < 2; i++)
+      ck_assert_msg(procs_wait(ranks[i], 120) == 0, "rank %d after the connections (%s)", i,
+                    limits[k]);
+    stop_hoopd();
+  }
+  expect_log_has(log, "serving at most 50 connections at once, not 4096",
+                 "hoopd under a hard open-file limit of 100");
   unlink(log);
 }
 END_TEST
@@ -526,6 +626,7 @@ static Suite *hoopd_suite(void) {
   tcase_add_test(tc, test_token_needs_an_authenticating_server);
   tcase_add_test(tc, test_hostile_clients_during_a_job);
   tcase_add_test(tc, test_forged_abort_refused);
+  tcase_add_test(tc, test_open_file_limit);
   suite_add_tcase(s, tc);
   return s;
 }

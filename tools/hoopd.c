@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "auth.h"
@@ -234,6 +235,35 @@ static int watch_signal(uv_loop_t *loop, uv_signal_t *handle, int signum, hoopd_
   return rc;
 }
 
+/* Descriptors the daemon keeps beside its clients' connections (the loop, the listener, stdio,
+ * signals), with room to spare. */
+#define OWN_FILES 64
+
+/* A running job's ranks hold a connection each, but a soft open-file limit of 1024 is common:
+ * raise it towards what HOOP_RDZV_MAX_CONNECTIONS needs, as far as the hard limit allows, and
+ * return the connections that fit. A client past them is then refused with the reason, instead
+ * of accepted and dropped at once when accept() fails for want of a descriptor. */
+static int fit_connections(void) {
+  const rlim_t want = HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES;
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
+    return HOOP_RDZV_MAX_CONNECTIONS;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
+    rlim_t raised = lim.rlim_max != RLIM_INFINITY && lim.rlim_max < want ? lim.rlim_max : want;
+    struct rlimit next = {raised, lim.rlim_max};
+    if (raised > lim.rlim_cur && setrlimit(RLIMIT_NOFILE, &next) == 0)
+      lim.rlim_cur = raised;
+  }
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want)
+    return HOOP_RDZV_MAX_CONNECTIONS;
+  int fit = (int)(lim.rlim_cur > 2 * OWN_FILES ? lim.rlim_cur - OWN_FILES : lim.rlim_cur / 2);
+  HOOP_WARN(HOOP_SUBSYS_RDZV, "the open-file limit is %llu (its hard limit %llu): serving at most "
+            "%d connections at once, not %d; raise it (ulimit -Hn, LimitNOFILE=) to serve more",
+            (unsigned long long)lim.rlim_cur, (unsigned long long)lim.rlim_max, fit,
+            HOOP_RDZV_MAX_CONNECTIONS);
+  return fit;
+}
+
 static int serve(const hoopd_args *args, const char *token) {
   /* A client that hangs up while we write must not kill the daemon: the write fails instead. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
@@ -246,6 +276,7 @@ static int serve(const hoopd_args *args, const char *token) {
   options.max_jobs = args->max_jobs;
   options.idle_timeout_s = args->idle_timeout_s;
   options.token = token;
+  options.max_connections = fit_connections();
   char err[512];
   uv_loop_t *loop = uv_default_loop();
   if (hoop__rdzv_server_start(loop, &options, &daemon.server, err, sizeof err) != 0) {

@@ -86,47 +86,48 @@ hoop_result hoop__ib_post_recvs(hoop_comm *comm, int index, int count) {
   return HOOP_OK;
 }
 
-static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t lkey,
-                              uint32_t bytes, uint64_t remote, uint32_t imm,
-                              enum ib_wr_kind kind) {
+/* One RDMA write of bytes at local (lkey) to remote (rkey) on peer index's queue pair: with the
+ * immediate imm (IBV_WR_RDMA_WRITE_WITH_IMM), or plain (IBV_WR_RDMA_WRITE, imm unused). */
+static hoop_result post_rdma(hoop_comm *comm, int index, const char *local, uint32_t lkey,
+                             uint32_t bytes, uint64_t remote, uint32_t rkey,
+                             enum ibv_wr_opcode opcode, uint32_t imm, enum ib_wr_kind kind,
+                             const char *what) {
   ib_peer *peer = &ib_state_of(comm)->peers[index];
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = bytes, .lkey = lkey};
   struct ibv_send_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
   wr.wr_id = wr_id(peer, index, kind);
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.opcode = opcode;
   wr.sg_list = bytes ? &sge : NULL;
   wr.num_sge = bytes ? 1 : 0;
-  wr.imm_data = htonl(imm);
+  if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+    wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = remote;
-  wr.wr.rdma.rkey = peer->remote_rkey;
+  wr.wr.rdma.rkey = rkey;
   int err = ibv_post_send(peer->id->qp, &wr, &bad);
   if (err != 0)
-    return hoop__ib_peer_gone(comm, index, "ibv_post_send", strerror(err));
+    return hoop__ib_peer_gone(comm, index, what, strerror(err));
   peer->sq_used++;
   return HOOP_OK;
+}
+
+static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t lkey,
+                              uint32_t bytes, uint64_t remote, uint32_t imm,
+                              enum ib_wr_kind kind) {
+  return post_rdma(comm, index, local, lkey, bytes, remote,
+                   ib_state_of(comm)->peers[index].remote_rkey, IBV_WR_RDMA_WRITE_WITH_IMM, imm,
+                   kind, "ibv_post_send");
 }
 
 /* A piece of a zero-copy payload: a plain RDMA write into the buffer the peer's CTS named; the
  * ZDONE that follows it on the same queue pair lands after it (RC writes are placed in order). */
 static hoop_result post_zwrite(hoop_comm *comm, int index, const char *local, uint32_t lkey,
                                uint32_t bytes, uint64_t remote, uint32_t rkey) {
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
-  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = bytes, .lkey = lkey};
-  struct ibv_send_wr wr, *bad;
-  memset(&wr, 0, sizeof wr);
-  wr.wr_id = wr_id(peer, index, IB_WR_ZWRITE);
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = remote;
-  wr.wr.rdma.rkey = rkey;
-  int err = ibv_post_send(peer->id->qp, &wr, &bad);
-  if (err != 0)
-    return hoop__ib_peer_gone(comm, index, "ibv_post_send (zero-copy write)", strerror(err));
-  peer->sq_used++;
-  peer->zwrites_inflight++;
-  return HOOP_OK;
+  hoop_result result = post_rdma(comm, index, local, lkey, bytes, remote, rkey, IBV_WR_RDMA_WRITE,
+                                 0, IB_WR_ZWRITE, "ibv_post_send (zero-copy write)");
+  if (result == HOOP_OK)
+    ib_state_of(comm)->peers[index].zwrites_inflight++;
+  return result;
 }
 
 static void encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {

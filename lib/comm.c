@@ -191,6 +191,10 @@ static int is_loopback(const struct sockaddr *addr) {
          IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
 }
 
+/* Descriptors a rank hosting the rendezvous keeps beside the server's connections (its data
+ * sockets, the program's own files), with room to spare. */
+#define HOSTING_OWN_FILES 64
+
 /* Rank 0 hosting the job: a server on its own thread that stops after this job. It listens on
  * every address of the rendezvous address's family, since the name other hosts use may resolve to
  * something else here (Debian maps the host name to 127.0.1.1); a loopback address stays exact. */
@@ -200,8 +204,19 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
     snprintf(listen, sizeof listen, "%s", comm->rendezvous);
   else
     snprintf(listen, sizeof listen, server->sa_family == AF_INET6 ? "[::]:%d" : ":%d", port);
+  /* A connection per rank while the job runs, beside this rank's own descriptors. */
+  long hard, want = (long)comm->size + HOSTING_OWN_FILES;
+  long files = hoop__raise_open_files(want, &hard);
+  if (files < want)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                           "hoop_init: hosting the rendezvous for %d ranks needs about %ld open "
+                           "files, but the limit is %ld and its hard limit %ld: raise the hard "
+                           "limit (ulimit -Hn) or meet at a hoopd",
+                           comm->size, want, files, hard);
   hoop__rdzv_options options = {0};
   options.listen = listen;
+  if (want > HOOP_RDZV_MAX_CONNECTIONS)
+    options.max_connections = (int)want;
   options.once = 1;
   options.token = comm->token[0] ? comm->token : NULL;
   char err[256];

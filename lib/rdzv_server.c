@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1323,6 +1324,23 @@ int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
   HOOP_INFO(HOOP_SUBSYS_RDZV, "listening on %s", server->where);
   *out = server;
   return 0;
+}
+
+long hoop__raise_open_files(long want, long *hard) {
+  struct rlimit lim;
+  *hard = want;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
+    return want; /* cannot tell: let accept() say */
+  const rlim_t wanted = (rlim_t)want;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < wanted) {
+    rlim_t raised = lim.rlim_max != RLIM_INFINITY && lim.rlim_max < wanted ? lim.rlim_max : wanted;
+    struct rlimit next = {raised, lim.rlim_max};
+    if (raised > lim.rlim_cur && setrlimit(RLIMIT_NOFILE, &next) == 0)
+      lim.rlim_cur = raised;
+  }
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < wanted)
+    *hard = (long)lim.rlim_max;
+  return lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= wanted ? want : (long)lim.rlim_cur;
 }
 
 int hoop__rdzv_server_port(const hoop__rdzv_server *server) {

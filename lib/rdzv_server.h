@@ -41,6 +41,12 @@ int hoop__rdzv_server_port(const hoop__rdzv_server *server);
  * on_done. */
 void hoop__rdzv_server_close(hoop__rdzv_server *server);
 
+/* A server holds a descriptor per client, and a soft open-file limit of 1024 is common: raise the
+ * soft limit towards want, as far as the hard limit allows. Returns the soft limit then in force,
+ * or want when it is at least that (or unlimited); *hard gets the hard limit likewise. A server
+ * with fewer descriptors than clients drops those past them at accept(), without a word. */
+long hoop__raise_open_files(long want, long *hard);
+
 /* A server on its own thread and loop (for rank 0 hosting the job). */
 typedef struct hoop__rdzv_thread hoop__rdzv_thread;
 int hoop__rdzv_thread_start(const hoop__rdzv_options *options, hoop__rdzv_thread **out, char *err,

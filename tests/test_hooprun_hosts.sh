@@ -2,7 +2,8 @@
 # hooprun with host lists, without root or other machines: a stand-in remote shell that drops the
 # host name and runs the rest here, and one that joins its words into a shell line as ssh does.
 # Checks placement (ranks fill hosts in order, HOOP_HOSTNAME), -H and --hostfile parsing and their
-# errors, quoting for ssh, a real job over the stand-in hosts, and the report of a failed rank.
+# errors, quoting for ssh, a real job over the stand-in hosts, and the report of a failed rank;
+# and, on this host alone, how hooprun fits its ranks' descriptors under the open-file limit.
 set -u
 build=${HOOP_BUILDDIR:-.}
 hooprun=$build/tools/hooprun
@@ -100,6 +101,18 @@ code=$?
 [ $code = 3 ] &&
   grep -q "^hooprun: rank 1 on hostb (pid [0-9]*) exited with status 3$" "$work/out" ||
   { fail "failed remote rank: expected exit 3 and a message naming rank 1 on hostb, got $code:"
+    cat "$work/out"; }
+
+# hooprun holds 3 descriptors per rank (its stdout and stderr, its rendezvous connection): under a
+# soft limit of 40, 16 ranks still run, as hooprun raises the limit (before, one rank failed
+# with "Connection reset by peer"); under a hard limit of 40 hooprun says so and starts none.
+prlimit --nofile=40: "$hooprun" -np 16 "$build/bench/hoop-bench" allreduce -s 8 -n 2 -w 1 -c 1 \
+  >"$work/out" 2>&1 || { fail "16 ranks under a soft limit of 40 open files:"; cat "$work/out"; }
+prlimit --nofile=40:40 "$hooprun" -np 16 sh -c 'echo started' >"$work/out" 2>&1
+code=$?
+[ $code = 1 ] && ! grep -q started "$work/out" &&
+  grep -q "^hooprun: 16 ranks need about 64 open files here (3 each), but the limit is 40 and its hard limit 40: raise" "$work/out" ||
+  { fail "16 ranks under a hard limit of 40: expected exit 1 and a message, got $code:"
     cat "$work/out"; }
 
 [ $failures = 0 ] || exit 1

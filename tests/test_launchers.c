@@ -1,7 +1,8 @@
 /* test_launchers.c - hoop_init_from_env under other launchers' variables: torchrun (MASTER_ADDR,
  * MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and
- * Open MPI's mpirun (OMPI_COMM_WORLD_*), set by hand in forked ranks; HOOP_HOSTNAME; and which
- * variables win when several launchers' are present. */
+ * Open MPI's mpirun (OMPI_COMM_WORLD_*), set by hand in forked ranks; HOOP_HOSTNAME; which
+ * variables win when several launchers' are present; and rank 0 hosting a job under a low
+ * open-file limit. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -156,6 +158,57 @@ static void torchrun_hoop_rendezvous_env(int index, int n, int port) {
 START_TEST(test_torchrun_hoop_rendezvous) { run_scenario(3, torchrun_hoop_rendezvous_env, 0); }
 END_TEST
 
+/* ---- the hosting rank's open files ------------------------------------------------------------ */
+
+#define HOSTED_RANKS 16
+#define LOW_FILES 24 /* under the 16 connections plus what rank 0 holds itself */
+
+/* Rank 0's open-file limit lowered to LOW_FILES: its soft limit only, or its hard limit too. */
+static void lower_open_files(int hard_too) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    lim.rlim_cur = LOW_FILES;
+    if (hard_too)
+      lim.rlim_max = LOW_FILES;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
+      perror("setrlimit");
+  }
+}
+
+/* A soft limit below what the server needs: rank 0 raises it, as far as the hard limit allows.
+ * Without that, accept() fails for want of a descriptor and libuv drops those ranks at once. */
+static void low_soft_limit_env(int index, int n, int port) {
+  torchrun_hoop_rendezvous_env(index, n, port);
+  if (index == 0)
+    lower_open_files(0);
+}
+START_TEST(test_hosting_raises_open_files) { run_scenario(HOSTED_RANKS, low_soft_limit_env, 0); }
+END_TEST
+
+/* A hard limit below it: hoop_init fails at once on rank 0, saying why and what to do. */
+static int low_hard_limit_child(int index, int n, void *arg) {
+  (void)index, (void)n;
+  clear_env();
+  torchrun_hoop_rendezvous_env(0, HOSTED_RANKS, *(int *)arg);
+  lower_open_files(1);
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  int ok = result == HOOP_ERR_SYSTEM &&
+           strstr(hoop_last_error(comm), "hosting the rendezvous for 16 ranks needs about 80 open "
+                                         "files, but the limit is 24 and its hard limit 24");
+  if (!ok)
+    fprintf(stderr, "expected a system error naming the open-file limit, got %s: %s\n",
+            hoop_strerror(result), hoop_last_error(comm));
+  hoop_finalize(comm);
+  return ok ? 0 : 1;
+}
+START_TEST(test_hosting_over_hard_limit) {
+  int port = free_port_pair();
+  ck_assert_int_gt(port, 0);
+  ck_assert_int_eq(procs_fork_ranks(1, low_hard_limit_child, &port, 30), 0);
+}
+END_TEST
+
 /* ---- Slurm ----------------------------------------------------------------------------------- */
 
 /* Two "nodes" of two tasks, told apart by HOOP_HOSTNAME, with rank 0 hosting the rendezvous. */
@@ -295,6 +348,11 @@ static Suite *launchers_suite(void) {
   tcase_add_test(tc, test_torchrun);
   tcase_add_test(tc, test_torchrun_hoop_rendezvous);
   tcase_add_test(tc, test_torchrun_under_slurm);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("hosting");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_hosting_raises_open_files);
+  tcase_add_test(tc, test_hosting_over_hard_limit);
   suite_add_tcase(s, tc);
   tc = tcase_create("slurm");
   tcase_set_timeout(tc, 120);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <uv.h>
 
 #include "auth.h"
@@ -244,23 +243,13 @@ static int watch_signal(uv_loop_t *loop, uv_signal_t *handle, int signum, hoopd_
  * return the connections that fit. A client past them is then refused with the reason, instead
  * of accepted and dropped at once when accept() fails for want of a descriptor. */
 static int fit_connections(void) {
-  const rlim_t want = HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES;
-  struct rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0)
+  long hard, files = hoop__raise_open_files(HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES, &hard);
+  if (files >= HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES)
     return HOOP_RDZV_MAX_CONNECTIONS;
-  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
-    rlim_t raised = lim.rlim_max != RLIM_INFINITY && lim.rlim_max < want ? lim.rlim_max : want;
-    struct rlimit next = {raised, lim.rlim_max};
-    if (raised > lim.rlim_cur && setrlimit(RLIMIT_NOFILE, &next) == 0)
-      lim.rlim_cur = raised;
-  }
-  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want)
-    return HOOP_RDZV_MAX_CONNECTIONS;
-  int fit = (int)(lim.rlim_cur > 2 * OWN_FILES ? lim.rlim_cur - OWN_FILES : lim.rlim_cur / 2);
-  HOOP_WARN(HOOP_SUBSYS_RDZV, "the open-file limit is %llu (its hard limit %llu): serving at most "
+  int fit = (int)(files > 2 * OWN_FILES ? files - OWN_FILES : files / 2);
+  HOOP_WARN(HOOP_SUBSYS_RDZV, "the open-file limit is %ld (its hard limit %ld): serving at most "
             "%d connections at once, not %d; raise it (ulimit -Hn, LimitNOFILE=) to serve more",
-            (unsigned long long)lim.rlim_cur, (unsigned long long)lim.rlim_max, fit,
-            HOOP_RDZV_MAX_CONNECTIONS);
+            files, hard, fit, HOOP_RDZV_MAX_CONNECTIONS);
   return fit;
 }
 

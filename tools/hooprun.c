@@ -45,6 +45,10 @@
 #define EXIT_USAGE 2
 #define EXIT_CANNOT_START 127
 
+/* Descriptors hooprun keeps beside its ranks' (stdio, the loop's own, the listener, a token pipe
+ * while a remote rank starts), with room to spare. */
+#define OWN_FILES 16
+
 /* A growable byte buffer, NUL-terminated once it holds anything. */
 typedef struct hooprun_text {
   char *data;
@@ -1273,6 +1277,13 @@ static int given_token(hooprun_job *job) {
   return 0;
 }
 
+/* A connection per rank, and some to spare for strangers: more than a server's usual number
+ * only for a job that needs it. */
+static int max_connections(const hooprun_job *job) {
+  int want = job->options.np + OWN_FILES;
+  return want > HOOP_RDZV_MAX_CONNECTIONS ? want : HOOP_RDZV_MAX_CONNECTIONS;
+}
+
 /* The embedded server: on 127.0.0.1 when every rank runs here; with other hosts, on every address
  * (the one given to the ranks may have other names here, as in rank 0's own server). */
 static int start_server(hooprun_job *job) {
@@ -1294,6 +1305,7 @@ static int start_server(hooprun_job *job) {
   }
   job->rdzv_options = (hoop__rdzv_options){.listen = listen,
                                            .token = job->token,
+                                           .max_connections = max_connections(job),
                                            .once = 1,
                                            .on_done = on_rendezvous_done,
                                            .arg = job};
@@ -1308,10 +1320,27 @@ static int start_server(hooprun_job *job) {
   return 0;
 }
 
+/* hooprun holds the read ends of each rank's stdout and stderr and, with the embedded server, the
+ * rank's rendezvous connection. A soft open-file limit of 1024 is common, and past it a rank
+ * could not start ("Too many open files") or its connection was dropped at accept() (the rank
+ * then failed with "Connection reset by peer"). Raise the limit as far as the hard limit allows,
+ * or stop before anything starts, saying why. */
+static int fit_open_files(hooprun_job *job) {
+  int per_rank = job->options.rendezvous ? 2 : 3;
+  long hard, want = (long)job->options.np * per_rank + OWN_FILES;
+  long files = hoop__raise_open_files(want, &hard);
+  if (files >= want)
+    return 0;
+  say(job, "%d ranks need about %ld open files here (%d each), but the limit is %ld and its hard "
+      "limit %ld: raise the hard limit (ulimit -Hn, LimitNOFILE=) or start fewer ranks",
+      job->options.np, want, per_rank, files, hard);
+  return -1;
+}
+
 /* Set up, start the ranks and run the loop until the job is over. */
 static void job_run(hooprun_job *job) {
   init_ranks(job);
-  if (make_job_id(job) != 0 || init_handles(job) != 0) {
+  if (fit_open_files(job) != 0 || make_job_id(job) != 0 || init_handles(job) != 0) {
     job->exit_code = EXIT_FAILURE;
     return;
   }

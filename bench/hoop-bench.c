@@ -50,7 +50,7 @@ typedef struct bench_row {
 } bench_row;
 
 static hoop_comm *comm;
-static int rank, nranks;
+static int rank = -1, nranks; /* -1 until hoop_init gives one */
 
 static double now_s(void) {
   struct timespec ts;
@@ -59,8 +59,11 @@ static double now_s(void) {
 }
 
 static void die(const char *what, hoop_result result) {
-  fprintf(stderr, "hoop-bench rank %d: %s: %s: %s\n", rank, what, hoop_strerror(result),
-          hoop_last_error(comm));
+  if (rank >= 0)
+    fprintf(stderr, "hoop-bench rank %d: ", rank);
+  else
+    fprintf(stderr, "hoop-bench: ");
+  fprintf(stderr, "%s: %s: %s\n", what, hoop_strerror(result), hoop_last_error(comm));
   hoop_finalize(comm);
   exit(1);
 }

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -31,6 +32,8 @@
 
 #define DEFAULT_MAX_JOBS 1024
 #define DEFAULT_IDLE_TIMEOUT_S 30.0
+#define DEFAULT_KEEPALIVE_S 300
+#define KEEPALIVE_PROBES 4
 #define LISTEN_BACKLOG 511
 #define MISSING_NAMED 16 /* missing ranks named in a timeout message before "and M more" */
 
@@ -55,6 +58,7 @@ struct rdzv_client {
   int replying; /* a reply is on its way; the connection closes once it is written */
   uint32_t rank; /* a member of a running job: its rank in the table */
   int said_goodbye; /* a member sent BYE or ABORT: its connection closing is no loss */
+  int unanswered;   /* its host stopped answering keepalive probes */
   int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
   uint8_t challenge[HOOP_WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
   char peer[64];
@@ -88,6 +92,7 @@ struct hoop__rdzv_server {
   char where[80];
   int max_jobs, max_connections;
   uint64_t idle_ms;
+  int keepalive_s;
   int once, once_over, done_called;
   char token[HOOP_MAX_TOKEN + 1]; /* "" when requests need no proof */
   void (*on_done)(void *arg);
@@ -399,7 +404,9 @@ static void on_written(uv_write_t *req, int status) {
   rdzv_reply *reply = (rdzv_reply *)req; /* req is its first member */
   rdzv_client *client = reply->client;
   hoop__rdzv_server *server = client->server;
-  if (status < 0 && status != UV_ECANCELED)
+  if (status == UV_ETIMEDOUT)
+    client->unanswered = 1;
+  if (status < 0 && status != UV_ECANCELED && status != UV_ETIMEDOUT)
     HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s failed: %s", client->peer, uv_strerror(status));
   int keep_open = reply->keep_open && status == 0;
   reply_free(reply);
@@ -718,9 +725,17 @@ static void job_member_left(rdzv_job *job, rdzv_client *client) {
     return;
   if (!client->said_goodbye) {
     char message[128];
-    snprintf(message, sizeof message, "rank %u lost (rendezvous connection closed)", client->rank);
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
-              job->id, client->rank, client->peer);
+    if (client->unanswered) {
+      snprintf(message, sizeof message, "rank %u lost (its host stopped answering for %d s)",
+               client->rank, server->keepalive_s);
+      HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) stopped answering for %d s", job->id,
+                client->rank, client->peer, server->keepalive_s);
+    } else {
+      snprintf(message, sizeof message, "rank %u lost (rendezvous connection closed)",
+               client->rank);
+      HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
+                job->id, client->rank, client->peer);
+    }
     job_relay(job, client, HOOP_ERR_PEER_LOST, client->rank, message);
   } else {
     HOOP_TRACE(HOOP_SUBSYS_RDZV, "job '%s': rank %u left; %u still connected", job->id,
@@ -1099,7 +1114,9 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0)
     return;
   if (nread < 0) {
-    if (nread != UV_EOF)
+    if (nread == UV_ETIMEDOUT)
+      client->unanswered = 1;
+    if (nread != UV_EOF && nread != UV_ETIMEDOUT)
       HOOP_WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror((int)nread));
     client_close(client); /* a member leaves its job here */
     return;
@@ -1113,6 +1130,25 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     handle_member_input(client);
   else
     handle_input(client);
+}
+
+/* A member's connection is quiet while its job runs, and a host that vanishes (power lost, link
+ * down) sends no FIN or RST: probe the connection once it has been idle, so that such a client is
+ * dropped after about keepalive_s (idle, then KEEPALIVE_PROBES unanswered probes, or as long with
+ * a reply unacknowledged) instead of held for ever. */
+static void keep_alive(rdzv_client *client) {
+  int total = client->server->keepalive_s, one = 1, probes = KEEPALIVE_PROBES;
+  int every = total / (KEEPALIVE_PROBES + 1) > 0 ? total / (KEEPALIVE_PROBES + 1) : 1;
+  unsigned user_timeout_ms = (unsigned)total * 1000u;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&client->tcp, &fd) != 0)
+    return; /* not open: nothing to probe */
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &every, sizeof every) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &every, sizeof every) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) != 0)
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "keepalive for %s: %s", client->peer, strerror(errno));
 }
 
 /* Set up a client for the connection waiting on the listener; NULL if that failed. */
@@ -1147,6 +1183,7 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
     return NULL;
   }
   hoop__format_sockaddr((struct sockaddr *)&addr, client->peer, sizeof client->peer);
+  keep_alive(client);
   return client;
 }
 
@@ -1253,6 +1290,7 @@ static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *opt
       options->max_connections > 0 ? options->max_connections : HOOP_RDZV_MAX_CONNECTIONS;
   double idle_s = options->idle_timeout_s > 0 ? options->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
+  server->keepalive_s = options->keepalive_s > 0 ? options->keepalive_s : DEFAULT_KEEPALIVE_S;
   server->once = options->once;
   snprintf(server->token, sizeof server->token, "%s", options->token ? options->token : "");
   server->on_done = options->on_done;

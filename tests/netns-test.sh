@@ -4,7 +4,8 @@
 # starts coll_worker across the hosts with `--rsh 'ip netns exec'`, at 1 and 2 ranks per host,
 # through hoopd and through hooprun's embedded server; then one remote rank is killed and hooprun
 # must say which; then one host's link goes down under a running job (no FIN, no RST) and every
-# rank elsewhere must fail within HOOP_TIMEOUT plus a bound, saying why. Needs root and working
+# rank elsewhere must fail within HOOP_TIMEOUT plus a bound, saying why, and hoopd must drop
+# that host's silent connections within its --keepalive. Needs root and working
 # `ip netns`; skipped (exit 77) otherwise.
 set -u
 build=$(cd "${HOOP_BUILDDIR:-.}" && pwd)
@@ -102,7 +103,7 @@ run_job() {
 }
 
 # hoopd on h1, as on a head node.
-ip netns exec "$h1" "$hoopd" --listen 10.77.0.1:29400 2>"$work/hoopd.log" &
+ip netns exec "$h1" "$hoopd" --listen 10.77.0.1:29400 --keepalive 5 2>"$work/hoopd.log" &
 hoopd_pid=$!
 for _ in $(seq 100); do
   ip netns exec "$h2" "$hoopd" --status 10.77.0.1:29400 >/dev/null 2>&1 && break
@@ -192,7 +193,27 @@ link_down() {
   wait "$pid"
   code=$?
   took=$(awk -v from="$down_at" -v to="$(date +%s.%N)" 'BEGIN { printf "%.1f", to - from }')
+  # hoopd still holds the connections of h3's ranks, whose goodbyes cannot reach it: its
+  # keepalive probes go unanswered, and it must drop them and end the job while the link is
+  # still down (--keepalive 5), not hold them until it comes back, or for ever. (The first of the
+  # two to time out is named; the other's socket may then read as closed.)
+  local over=
+  for _ in $(seq 150); do
+    grep -q "job '$job' is over" "$work/hoopd.log" && { over=1; break; }
+    sleep 0.1
+  done
   ip -n "$h3" link set eth0 up
+  if [ -z "$over" ]; then
+    fail "link down: hoopd still held the job 15 s after the link went down; its log:"
+    cat "$work/hoopd.log"
+  elif ! grep -q "job '$job': rank [45] .* stopped answering for 5 s" "$work/hoopd.log"; then
+    fail "link down: hoopd did not say that rank 4 or 5 stopped answering; its log:"
+    cat "$work/hoopd.log"
+  else
+    echo "ok: hoopd dropped the silent host's ranks and ended the job:"
+    grep "job '$job': rank [45] .* stopped answering\|job '$job' is over" "$work/hoopd.log" |
+      sed 's/^/    /'
+  fi
   if [ "$code" = 124 ] || [ "$code" = 137 ]; then
     fail "link down: the job was still running 60 s after it started (hung); its output:"
     cat "$out"

@@ -27,6 +27,7 @@ typedef struct hoopd_args {
   const char *token_file; /* --token-file, or NULL */
   int max_jobs;
   double idle_timeout_s;
+  int keepalive_s;
   int verbose;
 } hoopd_args;
 
@@ -48,6 +49,9 @@ static void usage(FILE *out) {
           "  --max-jobs N         jobs waiting at once (default 1024)\n"
           "  --idle-timeout S     close a connection that sends no complete request within S\n"
           "                       seconds (default 30); ranks that joined wait for their job\n"
+          "  --keepalive S        drop a connection whose host stops answering (TCP keepalive\n"
+          "                       probes) after about S seconds (default 300), and tell the\n"
+          "                       other ranks of its job that the rank was lost\n"
           "  --token-file FILE    admit only ranks (and status queries) that prove they know\n"
           "                       the token in FILE (mode 600); without it HOOP_TOKEN_FILE or\n"
           "                       HOOP_TOKEN is used if set; see hoopd(8) for the trust model\n"
@@ -60,12 +64,22 @@ static void usage(FILE *out) {
           DEFAULT_LISTEN);
 }
 
-enum { OPT_LISTEN = 256, OPT_MAX_JOBS, OPT_IDLE, OPT_STATUS, OPT_TOKEN_FILE, OPT_HELP, OPT_VERSION };
+enum {
+  OPT_LISTEN = 256,
+  OPT_MAX_JOBS,
+  OPT_IDLE,
+  OPT_KEEPALIVE,
+  OPT_STATUS,
+  OPT_TOKEN_FILE,
+  OPT_HELP,
+  OPT_VERSION
+};
 
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, OPT_LISTEN},
     {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
+    {"keepalive", required_argument, NULL, OPT_KEEPALIVE},
     {"status", required_argument, NULL, OPT_STATUS},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"verbose", no_argument, NULL, 'v'},
@@ -76,7 +90,7 @@ static const struct option long_options[] = {
 
 /* 0: go on; 1: exit 0 (--help, --version); -1: exit 2 with the message printed. */
 static int parse_args(int argc, char **argv, hoopd_args *args) {
-  long jobs;
+  long jobs, seconds;
   int opt;
   while ((opt = getopt_long(argc, argv, "v", long_options, NULL)) != -1) {
     switch (opt) {
@@ -96,6 +110,14 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
                 optarg);
         return -1;
       }
+      break;
+    case OPT_KEEPALIVE:
+      if (hoop__parse_int(optarg, 5, 86400, &seconds) != 0) {
+        fprintf(stderr, "hoopd: --keepalive '%s' is not a number of seconds from 5 to 86400\n",
+                optarg);
+        return -1;
+      }
+      args->keepalive_s = (int)seconds;
       break;
     case OPT_STATUS:
       args->status = optarg;
@@ -264,6 +286,7 @@ static int serve(const hoopd_args *args, const char *token) {
   options.listen = args->listen;
   options.max_jobs = args->max_jobs;
   options.idle_timeout_s = args->idle_timeout_s;
+  options.keepalive_s = args->keepalive_s;
   options.token = token;
   options.max_connections = fit_connections();
   char err[512];
@@ -291,7 +314,7 @@ static int serve(const hoopd_args *args, const char *token) {
 }
 
 int main(int argc, char **argv) {
-  hoopd_args args = {DEFAULT_LISTEN, NULL, NULL, 0, 0, 0};
+  hoopd_args args = {DEFAULT_LISTEN, NULL, NULL, 0, 0, 0, 0};
   int rc = parse_args(argc, argv, &args);
   if (rc != 0)
     return rc > 0 ? 0 : 2;

@@ -122,6 +122,20 @@ static void run_scenario(int n, void (*set_env)(int, int, int), int local_per_ho
   ck_assert_msg(bad == 0, "%d of %d ranks failed (see stderr)", bad, n);
 }
 
+/* hoop_init_from_env, with this child's environment, must fail with code and an error that
+ * holds text (and text2, unless NULL); what says so in words. 0 if it does, else 1 and why. */
+static int expect_init_failure(hoop_result code, const char *text, const char *text2,
+                               const char *what) {
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  const char *error = hoop_last_error(comm);
+  int ok = result == code && strstr(error, text) && (!text2 || strstr(error, text2));
+  if (!ok)
+    fprintf(stderr, "expected %s, got %s: %s\n", what, hoop_strerror(result), error);
+  hoop_finalize(comm);
+  return ok ? 0 : 1;
+}
+
 /* ---- torchrun -------------------------------------------------------------------------------- */
 
 static void torchrun_env(int index, int n, int port) {
@@ -191,16 +205,10 @@ static int low_hard_limit_child(int index, int n, void *arg) {
   clear_env();
   torchrun_hoop_rendezvous_env(0, HOSTED_RANKS, *(int *)arg);
   lower_open_files(1);
-  hoop_comm *comm;
-  hoop_result result = hoop_init_from_env(&comm);
-  int ok = result == HOOP_ERR_SYSTEM &&
-           strstr(hoop_last_error(comm), "hosting the rendezvous for 16 ranks needs about 80 open "
-                                         "files, but the limit is 24 and its hard limit 24");
-  if (!ok)
-    fprintf(stderr, "expected a system error naming the open-file limit, got %s: %s\n",
-            hoop_strerror(result), hoop_last_error(comm));
-  hoop_finalize(comm);
-  return ok ? 0 : 1;
+  return expect_init_failure(HOOP_ERR_SYSTEM,
+                             "hosting the rendezvous for 16 ranks needs about 80 open files, but "
+                             "the limit is 24 and its hard limit 24",
+                             NULL, "a system error naming the open-file limit");
 }
 START_TEST(test_hosting_over_hard_limit) {
   int port = free_port_pair();
@@ -240,14 +248,8 @@ static int slurm_job_id_child(int index, int n, void *arg) {
   setenv("SLURM_NTASKS", "2", 1);
   setenv("SLURM_JOB_ID", "812", 1);
   setenv("SLURM_STEP_ID", "3", 1);
-  hoop_comm *comm;
-  hoop_result result = hoop_init_from_env(&comm);
-  int ok = result == HOOP_ERR_TIMEOUT && strstr(hoop_last_error(comm), "'slurm-812.3'");
-  if (!ok)
-    fprintf(stderr, "expected a timeout naming job 'slurm-812.3', got %s: %s\n",
-            hoop_strerror(result), hoop_last_error(comm));
-  hoop_finalize(comm);
-  return ok ? 0 : 1;
+  return expect_init_failure(HOOP_ERR_TIMEOUT, "'slurm-812.3'", NULL,
+                             "a timeout naming job 'slurm-812.3'");
 }
 START_TEST(test_slurm_job_id) {
   int port = procs_free_port();
@@ -261,15 +263,8 @@ static int slurm_no_rendezvous_child(int index, int n, void *arg) {
   clear_env();
   setenv("SLURM_PROCID", "1", 1);
   setenv("SLURM_NTASKS", "2", 1);
-  hoop_comm *comm;
-  hoop_result result = hoop_init_from_env(&comm);
-  int ok = result == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "HOOP_RENDEZVOUS") &&
-           strstr(hoop_last_error(comm), "Slurm");
-  if (!ok)
-    fprintf(stderr, "expected invalid argument naming Slurm and HOOP_RENDEZVOUS, got %s: %s\n",
-            hoop_strerror(result), hoop_last_error(comm));
-  hoop_finalize(comm);
-  return ok ? 0 : 1;
+  return expect_init_failure(HOOP_ERR_INVALID_ARG, "HOOP_RENDEZVOUS", "Slurm",
+                             "invalid argument naming Slurm and HOOP_RENDEZVOUS");
 }
 START_TEST(test_slurm_needs_rendezvous) {
   ck_assert_int_eq(procs_fork_ranks(1, slurm_no_rendezvous_child, NULL, 30), 0);
@@ -282,14 +277,8 @@ static int slurm_bad_rank_child(int index, int n, void *arg) {
   clear_env();
   setenv("SLURM_PROCID", "4", 1);
   setenv("SLURM_NTASKS", "4", 1);
-  hoop_comm *comm;
-  hoop_result result = hoop_init_from_env(&comm);
-  int ok = result == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "SLURM_PROCID");
-  if (!ok)
-    fprintf(stderr, "expected invalid argument naming SLURM_PROCID, got %s: %s\n",
-            hoop_strerror(result), hoop_last_error(comm));
-  hoop_finalize(comm);
-  return ok ? 0 : 1;
+  return expect_init_failure(HOOP_ERR_INVALID_ARG, "SLURM_PROCID", NULL,
+                             "invalid argument naming SLURM_PROCID");
 }
 START_TEST(test_slurm_bad_rank) {
   ck_assert_int_eq(procs_fork_ranks(1, slurm_bad_rank_child, NULL, 30), 0);

@@ -1,7 +1,7 @@
 /* hoop-bench.c - bandwidth and latency sweeps of every collective, in the columns of nccl-tests:
  * size, count, type, op, root, time (us, the slowest rank's average), algbw and busbw (GB/s),
- * #wrong, and the anchors' robust columns: p50 and best (us) over the timed segments, and busbw from
- * p50. Run it under hooprun: `hooprun -np 4 hoop-bench allreduce -b 8 -e 64M -f 2`.
+ * #wrong, and the anchors' robust columns: p50 and best (us) over the timed segments, and busbw
+ * from p50. Run it under hooprun: `hooprun -np 4 hoop-bench allreduce -b 8 -e 64M -f 2`.
  *
  * busbw follows nccl-tests: allreduce algbw * 2(n-1)/n, allgather algbw * (n-1)/n, broadcast algbw,
  * so that the figure compares with the link's bandwidth whatever the rank count.
@@ -18,7 +18,12 @@
 #include "config.h"
 #include "hoop.h"
 
-typedef enum bench_coll { BENCH_ALLREDUCE, BENCH_BROADCAST, BENCH_ALLGATHER, BENCH_BARRIER } bench_coll;
+typedef enum bench_coll {
+  BENCH_ALLREDUCE,
+  BENCH_BROADCAST,
+  BENCH_ALLGATHER,
+  BENCH_BARRIER
+} bench_coll;
 static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
 
 #define BENCH_MAX_SIZES 128
@@ -31,7 +36,7 @@ typedef struct bench_options {
   hoop_op op;
   int root;
   int iters, warmup;
-  double budget_s; /* > 0: iterations chosen as the anchors choose them, for this many seconds */
+  double budget_s;   /* > 0: iterations chosen as the anchors choose them, for this many seconds */
   const char *sizes; /* a comma-separated list instead of the -b/-e/-f sweep, or NULL */
   size_t size_list[BENCH_MAX_SIZES]; /* the sizes to run, from -s or from -b/-e/-f */
   int nsizes;
@@ -100,13 +105,14 @@ static size_t parse_size(const char *text) {
     exit(2);
   }
   switch (*end) {
-  case 'k': case 'K': value *= 1024; break;
-  case 'm': case 'M': value *= 1024 * 1024; break;
-  case 'g': case 'G': value *= 1024.0 * 1024 * 1024; break;
+  case 'k':
+  case 'K': value *= 1024; break;
+  case 'm':
+  case 'M': value *= 1024 * 1024; break;
+  case 'g':
+  case 'G': value *= 1024.0 * 1024 * 1024; break;
   case '\0': break;
-  default:
-    fprintf(stderr, "hoop-bench: bad size suffix in '%s'\n", text);
-    exit(2);
+  default: fprintf(stderr, "hoop-bench: bad size suffix in '%s'\n", text); exit(2);
   }
   return (size_t)value;
 }
@@ -123,16 +129,23 @@ static int parse_coll(const char *name, bench_coll *coll) {
 static void list_sizes(bench_options *opt);
 
 static void parse_options(int argc, char **argv, bench_options *opt) {
-  static const struct option longs[] = {
-      {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'}, {"datatype", required_argument, 0, 'd'},
-      {"op", required_argument, 0, 'o'},       {"root", required_argument, 0, 'r'},
-      {"iters", required_argument, 0, 'n'},    {"warmup", required_argument, 0, 'w'},
-      {"check", required_argument, 0, 'c'},    {"inplace", no_argument, 0, 'i'},
-      {"csv", required_argument, 0, 'C'},      {"help", no_argument, 0, 'h'},
-      {"budget", required_argument, 0, 't'},   {"sizes", required_argument, 0, 's'},
-      {"version", no_argument, 0, 'V'},        {"register", no_argument, 0, 'R'},
-      {0, 0, 0, 0}};
+  static const struct option longs[] = {{"minbytes", required_argument, 0, 'b'},
+                                        {"maxbytes", required_argument, 0, 'e'},
+                                        {"stepfactor", required_argument, 0, 'f'},
+                                        {"datatype", required_argument, 0, 'd'},
+                                        {"op", required_argument, 0, 'o'},
+                                        {"root", required_argument, 0, 'r'},
+                                        {"iters", required_argument, 0, 'n'},
+                                        {"warmup", required_argument, 0, 'w'},
+                                        {"check", required_argument, 0, 'c'},
+                                        {"inplace", no_argument, 0, 'i'},
+                                        {"csv", required_argument, 0, 'C'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {"budget", required_argument, 0, 't'},
+                                        {"sizes", required_argument, 0, 's'},
+                                        {"version", no_argument, 0, 'V'},
+                                        {"register", no_argument, 0, 'R'},
+                                        {0, 0, 0, 0}};
   *opt = (bench_options){.coll = BENCH_ALLREDUCE,
                          .min_bytes = 8,
                          .max_bytes = 64 << 20,
@@ -212,7 +225,7 @@ static void list_sizes(bench_options *opt) {
   free(copy);
 }
 
-/* ---- inputs and checks ------------------------------------------------------------------------ */
+/* ---- inputs and checks ----------------------------------------------------------------------- */
 
 static hoop_op bench_op;
 
@@ -263,8 +276,10 @@ static double expected_reduction(size_t i, hoop_op op, hoop_dtype dtype) {
   double acc = input_value(0, i);
   for (int r = 1; r < nranks; r++) {
     double v = input_value(r, i);
-    acc = op == HOOP_PROD ? acc * v : op == HOOP_MIN ? fmin(acc, v) : op == HOOP_MAX ? fmax(acc, v)
-                                                                                        : acc + v;
+    acc = op == HOOP_PROD  ? acc * v
+          : op == HOOP_MIN ? fmin(acc, v)
+          : op == HOOP_MAX ? fmax(acc, v)
+                           : acc + v;
   }
   if (op == HOOP_AVG)
     acc = dtype <= HOOP_UINT64 ? trunc(acc / nranks) : acc / nranks;
@@ -278,8 +293,8 @@ static long count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op
   long wrong = 0;
   unsigned char cell[8];
   for (size_t i = 0; i < count; i++) {
-    double want = kind == BENCH_ALLREDUCE ? expected_reduction(i, op, dtype)
-                                          : input_value(from_rank, i);
+    double want =
+        kind == BENCH_ALLREDUCE ? expected_reduction(i, op, dtype) : input_value(from_rank, i);
     store(cell, 0, dtype, want);
     if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
         !(kind == BENCH_ALLREDUCE && op == HOOP_AVG && dtype > HOOP_UINT64))
@@ -288,7 +303,7 @@ static long count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op
   return wrong;
 }
 
-/* ---- one row ---------------------------------------------------------------------------------- */
+/* ---- one row --------------------------------------------------------------------------------- */
 
 typedef struct bench_buffers {
   char *send, *recv;
@@ -299,15 +314,13 @@ static hoop_result run_once(const bench_options *opt, bench_buffers *b, size_t c
   case BENCH_ALLREDUCE:
     return hoop_allreduce(comm, opt->in_place ? b->recv : b->send, b->recv, count, opt->dtype,
                           opt->op);
-  case BENCH_BROADCAST:
-    return hoop_broadcast(comm, b->recv, count, opt->dtype, opt->root);
+  case BENCH_BROADCAST: return hoop_broadcast(comm, b->recv, count, opt->dtype, opt->root);
   case BENCH_ALLGATHER: {
     size_t block = count * hoop_dtype_size(opt->dtype);
     return hoop_allgather(comm, opt->in_place ? b->recv + (size_t)rank * block : b->send, b->recv,
                           count, opt->dtype);
   }
-  default:
-    return hoop_barrier(comm);
+  default: return hoop_barrier(comm);
   }
 }
 
@@ -315,9 +328,7 @@ static hoop_result run_once(const bench_options *opt, bench_buffers *b, size_t c
 static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
   size_t esize = hoop_dtype_size(opt->dtype);
   switch (opt->coll) {
-  case BENCH_ALLREDUCE:
-    fill(opt->in_place ? b->recv : b->send, count, opt->dtype, rank);
-    break;
+  case BENCH_ALLREDUCE: fill(opt->in_place ? b->recv : b->send, count, opt->dtype, rank); break;
   case BENCH_BROADCAST:
     if (rank == opt->root)
       fill(b->recv, count, opt->dtype, rank);
@@ -328,8 +339,7 @@ static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
     memset(b->recv, 0, count * esize * (size_t)nranks);
     fill(opt->in_place ? b->recv + (size_t)rank * count * esize : b->send, count, opt->dtype, rank);
     break;
-  default:
-    break;
+  default: break;
   }
 }
 
@@ -337,17 +347,15 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
   size_t block = count * hoop_dtype_size(opt->dtype);
   long wrong = 0;
   switch (opt->coll) {
-  case BENCH_ALLREDUCE:
-    return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0);
+  case BENCH_ALLREDUCE: return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0);
   case BENCH_BROADCAST:
     return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root);
   case BENCH_ALLGATHER:
     for (int r = 0; r < nranks; r++)
-      wrong += count_wrong(b->recv + (size_t)r * block, count, opt->dtype, opt->op,
-                           BENCH_ALLGATHER, r);
+      wrong +=
+          count_wrong(b->recv + (size_t)r * block, count, opt->dtype, opt->op, BENCH_ALLGATHER, r);
     return wrong;
-  default:
-    return 0;
+  default: return 0;
   }
 }
 
@@ -400,8 +408,9 @@ static long choose_iters(const bench_options *opt, bench_buffers *b, size_t coun
       break;
   }
   double iters = opt->budget_s / (per_call > 0 ? per_call : 1e-9);
-  return iters < BENCH_MIN_ITERS ? BENCH_MIN_ITERS
-                                 : iters > BENCH_MAX_ITERS ? BENCH_MAX_ITERS : (long)iters;
+  return iters < BENCH_MIN_ITERS   ? BENCH_MIN_ITERS
+         : iters > BENCH_MAX_ITERS ? BENCH_MAX_ITERS
+                                   : (long)iters;
 }
 
 static int compare_doubles(const void *a, const void *b) {
@@ -460,19 +469,18 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
   return row;
 }
 
-/* ---- the sweep ---------------------------------------------------------------------------------- */
+/* ---- the sweep ------------------------------------------------------------------------------- */
 
 static void print_header(const bench_options *opt) {
-  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, ", coll_names[opt->coll],
-         nranks, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), opt->root,
+  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, ", coll_names[opt->coll], nranks,
+         hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), opt->root,
          opt->in_place ? "in place" : "out of place");
   if (opt->budget_s > 0)
     printf("budget %.2f s per size\n", opt->budget_s);
   else
     printf("iters %d, warmup %d\n", opt->iters, opt->warmup);
-  printf("#\n# %12s %12s %9s %6s %6s %7s %11s %9s %9s %7s %11s %11s %9s\n", "size", "count",
-         "type", "redop", "root", "iters", "time", "algbw", "busbw", "#wrong", "p50", "best",
-         "busbw");
+  printf("#\n# %12s %12s %9s %6s %6s %7s %11s %9s %9s %7s %11s %11s %9s\n", "size", "count", "type",
+         "redop", "root", "iters", "time", "algbw", "busbw", "#wrong", "p50", "best", "busbw");
   printf("# %12s %12s %9s %6s %6s %7s %11s %9s %9s %7s %11s %11s %9s\n", "(B)", "(elements)", "",
          "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "p50");
 }
@@ -511,7 +519,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   size_t esize = hoop_dtype_size(opt.dtype);
-  size_t per_rank_max = opt.coll == BENCH_ALLGATHER ? opt.max_bytes / (size_t)nranks : opt.max_bytes;
+  size_t per_rank_max =
+      opt.coll == BENCH_ALLGATHER ? opt.max_bytes / (size_t)nranks : opt.max_bytes;
   bench_buffers b;
   b.send = malloc(per_rank_max + esize);
   b.recv = malloc(opt.max_bytes + (size_t)nranks * esize);

@@ -93,8 +93,10 @@ int hoop__auth_read_token(const char *path, char *out, size_t cap, char *err, si
     return -1;
   }
   if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    snprintf(err, errlen, "token file %s: other users may read or change it (mode %03o); "
-             "chmod 600 it", path, (unsigned)(st.st_mode & 0777));
+    snprintf(err, errlen,
+             "token file %s: other users may read or change it (mode %03o); "
+             "chmod 600 it",
+             path, (unsigned)(st.st_mode & 0777));
     close(fd);
     return -1;
   }
@@ -116,8 +118,9 @@ int hoop__auth_read_token(const char *path, char *out, size_t cap, char *err, si
     len--;
   if (len >= cap || len == 0 || memchr(out, '\0', len)) {
     snprintf(err, errlen, "token file %s: %s", path,
-             len == 0 ? "empty" : len >= cap ? "longer than a token may be"
-                                              : "holds a NUL byte");
+             len == 0     ? "empty"
+             : len >= cap ? "longer than a token may be"
+                          : "holds a NUL byte");
     hoop__auth_wipe(out, cap);
     return -1;
   }

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HOOP_AUTH_PROOF 32   /* bytes of a proof (an HMAC-SHA256) */
-#define HOOP_MAX_TOKEN 1024  /* bytes of a token */
+#define HOOP_AUTH_PROOF 32  /* bytes of a proof (an HMAC-SHA256) */
+#define HOOP_MAX_TOKEN 1024 /* bytes of a token */
 
 /* What a proof is for; each purpose keys the MAC differently, so that a proof made for one can
  * never be replayed as another. */

@@ -142,8 +142,8 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
                            "start the job with hooprun)");
   const char *job = config->job ? config->job : "default";
   if (!job[0] || strlen(job) > HOOP_WIRE_MAX_JOB)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_init: job id must have 1 to %d bytes", HOOP_WIRE_MAX_JOB);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: job id must have 1 to %d bytes",
+                           HOOP_WIRE_MAX_JOB);
   if (!(config->timeout_s > 0))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: timeout must be positive");
   if (config->tcp_streams < 1 || config->tcp_streams > HOOP_MAX_STREAMS)
@@ -158,8 +158,10 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
                            "hoop_init: both a token and a token file were given (HOOP_TOKEN and "
                            "HOOP_TOKEN_FILE): set one");
   if (config->token && strlen(config->token) > HOOP_MAX_TOKEN)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: the token is longer than %d "
-                           "bytes", HOOP_MAX_TOKEN);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: the token is longer than %d "
+                           "bytes",
+                           HOOP_MAX_TOKEN);
   if (config->rendezvous && strlen(config->rendezvous) >= sizeof comm->rendezvous)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: rendezvous address too long");
   if (config->ifname && strlen(config->ifname) >= sizeof comm->ifname)
@@ -244,8 +246,8 @@ static void derive_data_nonce(hoop_comm *comm) {
  * token too long, with the config's own words). */
 static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
   char err[HOOP_WIRE_MAX_HOST + 256];
-  if (hoop__auth_load_token(config->token, config->token_file, comm->token, sizeof comm->token,
-                            err, sizeof err) != 0)
+  if (hoop__auth_load_token(config->token, config->token_file, comm->token, sizeof comm->token, err,
+                            sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_AUTH, "hoop_init: %s", err);
   return HOOP_OK;
 }
@@ -313,8 +315,8 @@ static void log_effective_config(const hoop_comm *comm) {
             "effective configuration: job=%s size=%d rendezvous=%s transport=%s timeout=%.1fs "
             "tcp_streams=%d ifname=%s",
             comm->job, comm->size, comm->rendezvous[0] ? comm->rendezvous : "(none)",
-            comm->transport ? comm->transport->name : "(none)", comm->timeout_s,
-            comm->tcp_streams, comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
+            comm->transport ? comm->transport->name : "(none)", comm->timeout_s, comm->tcp_streams,
+            comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
 }
 
 /* A new communicator with no job yet: enough for hoop_last_error and hoop_finalize. */
@@ -413,8 +415,8 @@ static hoop_result env_int(hoop_comm *comm, const char *name, long min, long max
   if (!text[0])
     return HOOP_OK;
   if (hoop__parse_int(text, min, max, &value) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s='%s' is not a number in %ld..%ld",
-                           name, text, min, max);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s='%s' is not a number in %ld..%ld", name,
+                           text, min, max);
   *out = (int)value;
   return HOOP_OK;
 }
@@ -433,11 +435,26 @@ static const struct launcher {
   const char *job_prefix;
   const char *job_keys[2]; /* variables that name the job, the first one set wins */
 } launchers[] = {
-    {LAUNCHER_TORCHRUN, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun",
+    {LAUNCHER_TORCHRUN,
+     "torchrun",
+     "RANK",
+     "WORLD_SIZE",
+     "LOCAL_RANK",
+     "torchrun",
      {"TORCHELASTIC_RUN_ID", NULL}},
-    {LAUNCHER_OPEN_MPI, "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-     "OMPI_COMM_WORLD_LOCAL_RANK", "ompi", {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}},
-    {LAUNCHER_SLURM, "Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "slurm",
+    {LAUNCHER_OPEN_MPI,
+     "Open MPI",
+     "OMPI_COMM_WORLD_RANK",
+     "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK",
+     "ompi",
+     {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}},
+    {LAUNCHER_SLURM,
+     "Slurm",
+     "SLURM_PROCID",
+     "SLURM_NTASKS",
+     "SLURM_LOCALID",
+     "slurm",
      {"SLURM_JOB_ID", "SLURM_JOBID"}},
 };
 
@@ -630,7 +647,7 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
   return result;
 }
 
-/* ---- the end ----------------------------------------------------------------------------------- */
+/* ---- the end --------------------------------------------------------------------------------- */
 
 hoop_result hoop__check_abort(hoop_comm *comm) {
   if (atomic_load(&comm->abort_requested) != 1) /* -1: the reason is being written */
@@ -691,8 +708,8 @@ hoop_result hoop_finalize(hoop_comm *comm) {
 
 /* Layout: seq (8 bytes), collective (1), dtype (1), op (1), root (+1, 4 bytes: 0 for none),
  * count (8), 1 reserved byte; integers big-endian. */
-static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast",
-                                               "hoop_allgather", "hoop_barrier"};
+static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast", "hoop_allgather",
+                                               "hoop_barrier"};
 
 static void put_be(uint8_t *out, uint64_t value, int bytes) {
   for (int i = bytes - 1; i >= 0; i--, value >>= 8)
@@ -783,10 +800,9 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
    * the same code. Anything else happened to someone else: say so, and who. */
   if (code == HOOP_ERR_ABORTED || code == HOOP_ERR_MISMATCH)
     return hoop__fail(comm, code, "%s", text);
-  return hoop__fail(comm, code,
-                    "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
-                    comm->call ? comm->call : "hoop", (unsigned long long)comm->seq, origin, peer,
-                    text);
+  return hoop__fail(
+      comm, code, "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
+      comm->call ? comm->call : "hoop", (unsigned long long)comm->seq, origin, peer, text);
 }
 
 /* ---- shared by the collectives --------------------------------------------------------------- */
@@ -806,8 +822,8 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
     hoop__rendezvous_check(comm);
   }
   if (comm->failed)
-    return hoop__set_error(comm, comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED
-                                                                   : HOOP_ERR_FAILED,
+    return hoop__set_error(comm,
+                           comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
                            "%s refused: the communicator failed earlier: %s", call,
                            comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
   if (check_dtype && hoop_dtype_size(dtype) == 0)
@@ -843,8 +859,7 @@ hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
     hoop__flight_end(comm->flight_slot, result);
   comm->call = NULL;
   pthread_mutex_unlock(&comm->call_lock);
-  if (atomic_load(&comm->abort_requested) == 1 &&
-      pthread_mutex_trylock(&comm->call_lock) == 0) {
+  if (atomic_load(&comm->abort_requested) == 1 && pthread_mutex_trylock(&comm->call_lock) == 0) {
     hoop__check_abort(comm);
     pthread_mutex_unlock(&comm->call_lock);
   }

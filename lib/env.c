@@ -9,51 +9,69 @@ static const hoop__env_var env_table[] = {
     {"HOOP_RENDEZVOUS", "", "host:port of the rendezvous server (hoopd, hooprun or rank 0)"},
     {"HOOP_JOB", "default", "job id; ranks with the same id and server form one job"},
     {"HOOP_SIZE", "", "number of ranks in the job"},
-    {"HOOP_RANK", "", "this process's rank; unset lets the server assign ranks, contiguous per host"},
-    {"HOOP_RDZV_SERVE", "0", "1: this process hosts the rendezvous server for its job on the "
-                             "HOOP_RENDEZVOUS port (set it on rank 0 only)"},
-    {"HOOP_HOSTNAME", "", "host name reported to the rendezvous; ranks with the same name are "
-                          "one host (contiguous ranks, local ranks); default: gethostname()"},
+    {"HOOP_RANK", "",
+     "this process's rank; unset lets the server assign ranks, contiguous per host"},
+    {"HOOP_RDZV_SERVE", "0",
+     "1: this process hosts the rendezvous server for its job on the "
+     "HOOP_RENDEZVOUS port (set it on rank 0 only)"},
+    {"HOOP_HOSTNAME", "",
+     "host name reported to the rendezvous; ranks with the same name are "
+     "one host (contiguous ranks, local ranks); default: gethostname()"},
     {"HOOP_TIMEOUT", "300", "seconds any blocking step (rendezvous, connect, collective) may wait"},
-    {"HOOP_TRANSPORT", "auto", "auto|tcp|ibverbs: the data transport; auto uses ibverbs when every "
-                               "rank has an active RDMA port, else tcp"},
-    {"HOOP_IB_DEV", "", "RDMA device for the ibverbs transport (e.g. mlx5_0, rxe0); default: the "
-                        "first with an active port"},
+    {"HOOP_TRANSPORT", "auto",
+     "auto|tcp|ibverbs: the data transport; auto uses ibverbs when every "
+     "rank has an active RDMA port, else tcp"},
+    {"HOOP_IB_DEV", "",
+     "RDMA device for the ibverbs transport (e.g. mlx5_0, rxe0); default: the "
+     "first with an active port"},
     {"HOOP_IB_PORT", "", "port of that device (1, 2...); default: its first active port"},
-    {"HOOP_IB_GID_INDEX", "", "RoCE: GID table index whose IP address the connections use; "
-                              "default: the first IPv4 GID"},
-    {"HOOP_IB_SLOTS", "16", "ibverbs receive slots per peer (2-1024): slots x slot bytes is "
-                            "what may be in flight on one queue pair"},
-    {"HOOP_IB_SLOT_BYTES", "131072", "bytes per ibverbs slot (4096 to 64 MiB); larger messages "
-                                     "are pipelined through several"},
-    {"HOOP_IB_QP_TIMEOUT", "14", "ibverbs ACK timeout exponent: 4.096 us x 2^value, retried 7 "
-                                 "times before the peer is lost"},
-    {"HOOP_IB_ZCOPY_MIN", "262144", "messages of at least this many bytes between buffers "
-                                    "registered with hoop_register go zero-copy over ibverbs "
-                                    "(RDMA write from buffer to buffer); 0: never"},
-    {"HOOP_IB_SPIN_US", "50", "microseconds a wait polls the completion queue before it sleeps "
-                              "on the completion channel; 0 always sleeps"},
-    {"HOOP_IFNAME", "", "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "
-                        "commas, ^ to exclude, = for exact names; default: the interface that "
-                        "routes to the rendezvous server"},
+    {"HOOP_IB_GID_INDEX", "",
+     "RoCE: GID table index whose IP address the connections use; "
+     "default: the first IPv4 GID"},
+    {"HOOP_IB_SLOTS", "16",
+     "ibverbs receive slots per peer (2-1024): slots x slot bytes is "
+     "what may be in flight on one queue pair"},
+    {"HOOP_IB_SLOT_BYTES", "131072",
+     "bytes per ibverbs slot (4096 to 64 MiB); larger messages "
+     "are pipelined through several"},
+    {"HOOP_IB_QP_TIMEOUT", "14",
+     "ibverbs ACK timeout exponent: 4.096 us x 2^value, retried 7 "
+     "times before the peer is lost"},
+    {"HOOP_IB_ZCOPY_MIN", "262144",
+     "messages of at least this many bytes between buffers "
+     "registered with hoop_register go zero-copy over ibverbs "
+     "(RDMA write from buffer to buffer); 0: never"},
+    {"HOOP_IB_SPIN_US", "50",
+     "microseconds a wait polls the completion queue before it sleeps "
+     "on the completion channel; 0 always sleeps"},
+    {"HOOP_IFNAME", "",
+     "interfaces to use, NCCL_SOCKET_IFNAME syntax: prefixes separated by "
+     "commas, ^ to exclude, = for exact names; default: the interface that "
+     "routes to the rendezvous server"},
     {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-8); large messages are striped"},
-    {"HOOP_ALGO", "auto", "auto|ring|rd|hd: force the ring algorithms (allreduce ring, broadcast "
-                          "chain, allgather ring), the log2(n)-round ones (allreduce recursive "
-                          "doubling, broadcast binomial tree, allgather recursive doubling or "
-                          "Bruck) or halving-doubling (allreduce Rabenseifner; the others as rd) "
-                          "for every size"},
-    {"HOOP_CHUNK_BYTES", "1048576", "bytes per pipelined chunk of the ring collectives "
-                                    "(4096 to 2^30)"},
-    {"HOOP_TCP_SPIN_US", "auto", "microseconds a wait polls sockets without sleeping before it "
-                                 "blocks in poll(); 0 always sleeps; auto: 1000, or 50 when this "
-                                 "host's ranks outnumber its CPUs"},
-    {"HOOP_CHECK_CALLS", "1", "1: every message carries its call's fingerprint {seq, collective, "
-                              "count, dtype, op, root} and ranks that call different collectives "
-                              "get HOOP_ERR_MISMATCH; 0 turns the check off"},
-    {"HOOP_STALL_WARN", "60", "seconds a collective may wait before it logs a warning naming "
-                              "the ranks it is still waiting for"},
-    {"HOOP_TOKEN", "", "shared secret that ranks must prove to join (not sent on the wire); "
-                       "hooprun makes a fresh one per job"},
+    {"HOOP_ALGO", "auto",
+     "auto|ring|rd|hd: force the ring algorithms (allreduce ring, broadcast "
+     "chain, allgather ring), the log2(n)-round ones (allreduce recursive "
+     "doubling, broadcast binomial tree, allgather recursive doubling or "
+     "Bruck) or halving-doubling (allreduce Rabenseifner; the others as rd) "
+     "for every size"},
+    {"HOOP_CHUNK_BYTES", "1048576",
+     "bytes per pipelined chunk of the ring collectives "
+     "(4096 to 2^30)"},
+    {"HOOP_TCP_SPIN_US", "auto",
+     "microseconds a wait polls sockets without sleeping before it "
+     "blocks in poll(); 0 always sleeps; auto: 1000, or 50 when this "
+     "host's ranks outnumber its CPUs"},
+    {"HOOP_CHECK_CALLS", "1",
+     "1: every message carries its call's fingerprint {seq, collective, "
+     "count, dtype, op, root} and ranks that call different collectives "
+     "get HOOP_ERR_MISMATCH; 0 turns the check off"},
+    {"HOOP_STALL_WARN", "60",
+     "seconds a collective may wait before it logs a warning naming "
+     "the ranks it is still waiting for"},
+    {"HOOP_TOKEN", "",
+     "shared secret that ranks must prove to join (not sent on the wire); "
+     "hooprun makes a fresh one per job"},
     {"HOOP_TOKEN_FILE", "", "file holding the token (mode 600), instead of HOOP_TOKEN"},
     {"HOOP_DEBUG", "warn", "log level on stderr: none|error|warn|info|trace"},
     {"HOOP_DEBUG_SUBSYS", "all", "subsystems to log: init,coll,net,rdzv,env or all; ^ excludes"},

@@ -23,7 +23,7 @@ extern "C" {
 #define HOOP_VERSION_MINOR 1
 #define HOOP_VERSION_PATCH 0
 
-/* ---- Results ---------------------------------------------------------------------------------- */
+/* ---- Results --------------------------------------------------------------------------------- */
 
 typedef enum hoop_result {
   HOOP_OK = 0,
@@ -42,7 +42,7 @@ typedef enum hoop_result {
 /* A short, static name for a result code ("invalid argument", "peer lost", ...). */
 const char *hoop_strerror(hoop_result result);
 
-/* ---- Data types and reduction operations ------------------------------------------------------ */
+/* ---- Data types and reduction operations ----------------------------------------------------- */
 
 typedef enum hoop_dtype {
   HOOP_INT8 = 0,
@@ -51,7 +51,7 @@ typedef enum hoop_dtype {
   HOOP_UINT32,
   HOOP_INT64,
   HOOP_UINT64,
-  HOOP_FLOAT16, /* IEEE 754 binary16, stored as uint16_t; reduced in float */
+  HOOP_FLOAT16,  /* IEEE 754 binary16, stored as uint16_t; reduced in float */
   HOOP_BFLOAT16, /* bfloat16, stored as uint16_t; reduced in float */
   HOOP_FLOAT32,
   HOOP_FLOAT64,
@@ -76,7 +76,7 @@ const char *hoop_op_name(hoop_op op);
 int hoop_dtype_from_name(const char *name, hoop_dtype *dtype);
 int hoop_op_from_name(const char *name, hoop_op *op);
 
-/* ---- Communicator ----------------------------------------------------------------------------- */
+/* ---- Communicator ---------------------------------------------------------------------------- */
 
 typedef struct hoop_comm hoop_comm;
 
@@ -104,10 +104,12 @@ typedef struct hoop_config {
 void hoop_config_init(hoop_config *config);
 
 /* Join a job. On success *comm is a ready communicator. On failure *comm is still set when memory
- * allowed, so that hoop_last_error(*comm) can explain the failure; release it with hoop_finalize. */
+ * allowed, so that hoop_last_error(*comm) can explain the failure; release it with
+ * hoop_finalize. */
 hoop_result hoop_init(hoop_comm **comm, const hoop_config *config);
 
-/* Like hoop_init, with the configuration read from HOOP_* environment variables (see hoop-env(7)). */
+/* Like hoop_init, with the configuration read from HOOP_* environment variables (see
+ * hoop-env(7)). */
 hoop_result hoop_init_from_env(hoop_comm **comm);
 
 /* Close connections and free the communicator. Safe on NULL and on a failed communicator. */
@@ -127,7 +129,7 @@ int hoop_local_size(const hoop_comm *comm); /* number of ranks on this host */
 /* The detailed message of the last failure on comm ("" if none). Valid until the next call. */
 const char *hoop_last_error(const hoop_comm *comm);
 
-/* ---- Collectives ------------------------------------------------------------------------------ */
+/* ---- Collectives ----------------------------------------------------------------------------- */
 /* All ranks call the same collectives in the same order with matching arguments. count is in
  * elements and may be 0. Buffers must not overlap except as stated. */
 
@@ -146,7 +148,7 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
 /* Return once every rank has entered the barrier. */
 hoop_result hoop_barrier(hoop_comm *comm);
 
-/* ---- Registered buffers ------------------------------------------------------------------------ */
+/* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over
  * ibverbs, collectives whose buffers (every rank's) lie inside registered ranges move large
  * messages zero-copy, RDMA-written straight between the users' buffers; other buffers keep

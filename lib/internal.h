@@ -27,8 +27,8 @@ struct hoop_comm {
   double timeout_s;
   int tcp_streams;
   char ifname[256];
-  hoop__table table;    /* rank -> host, address, local rank */
-  char token[HOOP_MAX_TOKEN + 1]; /* the shared secret, "" for none; wiped at finalize */
+  hoop__table table;                   /* rank -> host, address, local rank */
+  char token[HOOP_MAX_TOKEN + 1];      /* the shared secret, "" for none; wiped at finalize */
   uint8_t data_nonce[HOOP_WIRE_NONCE]; /* what data connections present: the table's nonce, or
                                           with a token a proof derived from it and the token */
 
@@ -38,25 +38,25 @@ struct hoop_comm {
   const struct hoop__transport_ops *offered[2];
   void *offered_state[2];
   int offered_count;
-  char transport_mode[16]; /* HOOP_TRANSPORT: auto, tcp or ibverbs */
+  char transport_mode[16];          /* HOOP_TRANSPORT: auto, tcp or ibverbs */
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rendezvous.h). */
   int rdzv_fd;
-  int rdzv_goodbye; /* ABORT or BYE sent: the server expects nothing more */
+  int rdzv_goodbye;      /* ABORT or BYE sent: the server expects nothing more */
   double rdzv_looked_at; /* when a call last read the connection (hoop__now) */
   size_t rdzv_inlen;
   uint8_t rdzv_in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_NOTICE_PAYLOAD];
 
-  uint64_t seq;          /* collective calls made, for error messages */
-  const char *call;      /* the collective running now, for error messages */
+  uint64_t seq;                                /* collective calls made, for error messages */
+  const char *call;                            /* the collective running now, for error messages */
   uint8_t fingerprint[HOOP_FINGERPRINT_BYTES]; /* the running call's, see hoop__coll_begin */
-  int check_calls;       /* HOOP_CHECK_CALLS: send and compare fingerprints */
-  double stall_warn_s;   /* HOOP_STALL_WARN */
-  double call_started;   /* when the running call began, for the stall warning */
-  int stall_warned;      /* the running call has logged its stall warning */
-  long flight_slot;      /* the running call's entry in the flight recorder */
-  hoop_result failed;    /* sticky: once set, every call is refused */
+  int check_calls;                             /* HOOP_CHECK_CALLS: send and compare fingerprints */
+  double stall_warn_s;                         /* HOOP_STALL_WARN */
+  double call_started; /* when the running call began, for the stall warning */
+  int stall_warned;    /* the running call has logged its stall warning */
+  long flight_slot;    /* the running call's entry in the flight recorder */
+  hoop_result failed;  /* sticky: once set, every call is refused */
   char last_error[1024];
   char fail_reason[1024]; /* the message of the failure that set `failed` */
   int fail_origin;        /* the rank whose failure started it (this one, a lost peer...) */
@@ -77,9 +77,9 @@ struct hoop_comm {
   /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
    * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
   int crowded;
-  size_t *block_offset;  /* size entries each: the ring blocks of the running collective */
+  size_t *block_offset; /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
-  void *scratch;         /* reduction staging, grown on demand */
+  void *scratch; /* reduction staging, grown on demand */
   size_t scratch_bytes;
 
   /* hoop_register's entries, sorted by base address (register.c). */

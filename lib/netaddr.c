@@ -106,8 +106,8 @@ int hoop__ifname_matches(const char *spec, const char *name) {
  * and read its name. */
 static int route_source(const struct sockaddr *toward, struct sockaddr_storage *out,
                         socklen_t *outlen, char *err, size_t errlen) {
-  socklen_t len = toward->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                 : sizeof(struct sockaddr_in);
+  socklen_t len =
+      toward->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
   int fd = socket(toward->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
@@ -135,12 +135,12 @@ static void interface_of(const struct sockaddr_storage *addr, char *name, size_t
   for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
     if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != addr->ss_family)
       continue;
-    int same = addr->ss_family == AF_INET
-                   ? memcmp(&((struct sockaddr_in *)ifa->ifa_addr)->sin_addr,
-                            &((const struct sockaddr_in *)addr)->sin_addr, sizeof(struct in_addr)) == 0
-                   : memcmp(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
-                            &((const struct sockaddr_in6 *)addr)->sin6_addr,
-                            sizeof(struct in6_addr)) == 0;
+    int same =
+        addr->ss_family == AF_INET
+            ? memcmp(&((struct sockaddr_in *)ifa->ifa_addr)->sin_addr,
+                     &((const struct sockaddr_in *)addr)->sin_addr, sizeof(struct in_addr)) == 0
+            : memcmp(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
+                     &((const struct sockaddr_in6 *)addr)->sin6_addr, sizeof(struct in6_addr)) == 0;
     if (same) {
       snprintf(name, namelen, "%s", ifa->ifa_name);
       break;
@@ -187,7 +187,7 @@ static int address_from_spec(const char *spec, struct sockaddr_storage *out, soc
     return -1;
   }
   *outlen = best->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                  : sizeof(struct sockaddr_in6);
+                                                 : sizeof(struct sockaddr_in6);
   memset(out, 0, sizeof *out);
   memcpy(out, best->ifa_addr, *outlen);
   snprintf(chosen, chosenlen, "%s", best->ifa_name);

@@ -55,8 +55,8 @@ struct rdzv_client {
   hoop__hello hello; /* the HELLO, once joined */
   int open_handles;  /* of tcp and timer; freed when both are closed */
   int closing;
-  int replying; /* a reply is on its way; the connection closes once it is written */
-  uint32_t rank; /* a member of a running job: its rank in the table */
+  int replying;     /* a reply is on its way; the connection closes once it is written */
+  uint32_t rank;    /* a member of a running job: its rank in the table */
   int said_goodbye; /* a member sent BYE or ABORT: its connection closing is no loss */
   int unanswered;   /* its host stopped answering keepalive probes */
   int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
@@ -100,7 +100,7 @@ struct hoop__rdzv_server {
   rdzv_client *clients;
   int nclients;
   rdzv_job *jobs, *jobs_tail; /* in order of creation, for the status reply; running ones too */
-  int njobs;    /* waiting, not running */
+  int njobs;                  /* waiting, not running */
   int nrunning;
   int pending_writes;
 };
@@ -752,8 +752,8 @@ static void job_member_left(rdzv_job *job, rdzv_client *client) {
  * (or anything after the BYE) closes it; with no goodbye said, that reads as a loss to the others:
  * a member that breaks the protocol is broken. */
 static void member_refuse(rdzv_client *client, const char *what) {
-  HOOP_WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank,
-            client->job->id, client->peer, what);
+  HOOP_WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank, client->job->id,
+            client->peer, what);
   client_close(client);
 }
 
@@ -820,8 +820,7 @@ static void job_complete(rdzv_job *job) {
   uint32_t count;
   rdzv_client **members = NULL;
   if (shared) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' complete: %u ranks after %s s", id, job->joined,
-              seconds);
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' complete: %u ranks after %s s", id, job->joined, seconds);
     job_start_running(job);
     /* Each send may fail at once and close its member, which then leaves the job's list: send
      * from a copy. Hold a reference while sending, so that such a failure cannot free the table

@@ -299,37 +299,16 @@ void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, 
   if (op != HOOP_AVG || nranks < 1)
     return;
   switch (dtype) {
-  case HOOP_INT8:
-    divide_int8(buf, count, nranks);
-    break;
-  case HOOP_UINT8:
-    divide_uint8(buf, count, nranks);
-    break;
-  case HOOP_INT32:
-    divide_int32(buf, count, nranks);
-    break;
-  case HOOP_UINT32:
-    divide_uint32(buf, count, nranks);
-    break;
-  case HOOP_INT64:
-    divide_int64(buf, count, nranks);
-    break;
-  case HOOP_UINT64:
-    divide_uint64(buf, count, nranks);
-    break;
-  case HOOP_FLOAT16:
-    divide_blocks(buf, count, nranks, load_float16, store_float16);
-    break;
-  case HOOP_BFLOAT16:
-    divide_blocks(buf, count, nranks, load_bfloat16, store_bfloat16);
-    break;
-  case HOOP_FLOAT32:
-    divide_float32(buf, count, nranks);
-    break;
-  case HOOP_FLOAT64:
-    divide_float64(buf, count, nranks);
-    break;
-  default:
-    break;
+  case HOOP_INT8: divide_int8(buf, count, nranks); break;
+  case HOOP_UINT8: divide_uint8(buf, count, nranks); break;
+  case HOOP_INT32: divide_int32(buf, count, nranks); break;
+  case HOOP_UINT32: divide_uint32(buf, count, nranks); break;
+  case HOOP_INT64: divide_int64(buf, count, nranks); break;
+  case HOOP_UINT64: divide_uint64(buf, count, nranks); break;
+  case HOOP_FLOAT16: divide_blocks(buf, count, nranks, load_float16, store_float16); break;
+  case HOOP_BFLOAT16: divide_blocks(buf, count, nranks, load_bfloat16, store_bfloat16); break;
+  case HOOP_FLOAT32: divide_float32(buf, count, nranks); break;
+  case HOOP_FLOAT64: divide_float64(buf, count, nranks); break;
+  default: break;
   }
 }

@@ -76,7 +76,8 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
     goto out;
   size_t at = insert_position(comm, ptr);
   memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
-  comm->regs[at] = (hoop__registration){.base = ptr, .bytes = bytes,
+  comm->regs[at] = (hoop__registration){.base = ptr,
+                                        .bytes = bytes,
                                         .handle = ++comm->reg_last_handle,
                                         .transport_mem = transport_mem};
   comm->reg_count++;

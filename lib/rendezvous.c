@@ -81,7 +81,8 @@ static hoop_result server_error(const hoop__wire_header *header, const uint8_t *
 
 /* The server speaks first: read its CHALLENGE (or the ERROR of a server that refuses us at once)
  * and check that it asks for a proof exactly when we hold a token. A token with a server that asks
- * for none is refused too: whoever set one expects strangers kept out, and this server would not. */
+ * for none is refused too: whoever set one expects strangers kept out, and this server would
+ * not. */
 static hoop_result read_challenge(int fd, double deadline, const char *token, const char *where,
                                   hoop__challenge *challenge, char *err, size_t errlen) {
   hoop__wire_header header;
@@ -104,14 +105,17 @@ static hoop_result read_challenge(int fd, double deadline, const char *token, co
              where, header.type);
     result = HOOP_ERR_PROTOCOL;
   } else if ((challenge->flags & HOOP_CHALLENGE_AUTH) && !token[0]) {
-    snprintf(err, errlen, "rendezvous server %s requires a token: set HOOP_TOKEN or "
+    snprintf(err, errlen,
+             "rendezvous server %s requires a token: set HOOP_TOKEN or "
              "HOOP_TOKEN_FILE to the one it was given (hooprun hands its ranks their job's token)",
              where);
     result = HOOP_ERR_AUTH;
   } else if (!(challenge->flags & HOOP_CHALLENGE_AUTH) && token[0]) {
-    snprintf(err, errlen, "a token is set (HOOP_TOKEN or HOOP_TOKEN_FILE), but the rendezvous "
+    snprintf(err, errlen,
+             "a token is set (HOOP_TOKEN or HOOP_TOKEN_FILE), but the rendezvous "
              "server %s asks for none, so it would admit anyone: not joining (give the server the "
-             "token, e.g. hoopd --token-file, or unset it here)", where);
+             "token, e.g. hoopd --token-file, or unset it here)",
+             where);
     result = HOOP_ERR_AUTH;
   }
   free(payload);
@@ -222,8 +226,10 @@ int hoop__rendezvous_fd(const hoop_comm *comm) {
 
 /* Stop using the connection; aborts then travel on the data connections alone. */
 static void drop_connection(hoop_comm *comm, const char *why) {
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "rendezvous connection: %s; no longer watched (notices of aborts "
-            "still come over the data connections)", why);
+  HOOP_INFO(HOOP_SUBSYS_RDZV,
+            "rendezvous connection: %s; no longer watched (notices of aborts "
+            "still come over the data connections)",
+            why);
   if (close(comm->rdzv_fd) != 0)
     HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
   comm->rdzv_fd = -1;
@@ -254,14 +260,14 @@ static hoop_result take_notice(hoop_comm *comm, const hoop__notice *notice) {
 static hoop_result take_messages(hoop_comm *comm) {
   while (comm->rdzv_fd >= 0) {
     hoop__wire_header header;
-    int rc = hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen,
-                                      HOOP_WIRE_MAX_NOTICE_PAYLOAD, &header);
+    int rc = hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen, HOOP_WIRE_MAX_NOTICE_PAYLOAD,
+                                      &header);
     if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP_WIRE_HEADER_SIZE + header.length))
       return HOOP_OK;
     hoop__notice notice;
     if (rc < 0 || header.type != HOOP_MSG_NOTICE ||
-        hoop__wire_decode_notice(comm->rdzv_in + HOOP_WIRE_HEADER_SIZE, header.length,
-                                 &notice) != 0) {
+        hoop__wire_decode_notice(comm->rdzv_in + HOOP_WIRE_HEADER_SIZE, header.length, &notice) !=
+            0) {
       drop_connection(comm, "the server sent a malformed or unexpected message");
       return HOOP_OK;
     }
@@ -304,8 +310,8 @@ static int send_goodbye(hoop_comm *comm, int encoded, const hoop__wbuf *out, con
     HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot encode the %s for the rendezvous server", what);
     return -1;
   }
-  if (hoop__write_full(comm->rdzv_fd, out->data, out->len,
-                       hoop__now() + RDZV_GOODBYE_WAIT_S) != 0) {
+  if (hoop__write_full(comm->rdzv_fd, out->data, out->len, hoop__now() + RDZV_GOODBYE_WAIT_S) !=
+      0) {
     HOOP_INFO(HOOP_SUBSYS_RDZV, "could not send the %s to the rendezvous server: %s", what,
               strerror(errno));
     return -1;
@@ -349,8 +355,8 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
     return HOOP_ERR_SYSTEM;
   }
   hoop__challenge challenge;
-  hoop_result result = read_challenge(fd, deadline, token ? token : "", where, &challenge, err,
-                                      errlen);
+  hoop_result result =
+      read_challenge(fd, deadline, token ? token : "", where, &challenge, err, errlen);
   if (result != HOOP_OK) {
     close(fd);
     return result;

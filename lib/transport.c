@@ -66,7 +66,7 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
   return result;
 }
 
-/* ---- choosing the transport ------------------------------------------------------------------- */
+/* ---- choosing the transport ------------------------------------------------------------------ */
 
 static const char *const transport_names =
 #ifdef HOOP_HAVE_VERBS
@@ -82,10 +82,9 @@ hoop_result hoop__transport_check(hoop_comm *comm, const char *mode) {
   if (strcmp(mode, "ibverbs") == 0)
     return HOOP_OK;
 #endif
-  return hoop__set_error(comm, strcmp(mode, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED
-                                                            : HOOP_ERR_INVALID_ARG,
-                         "hoop_init: transport '%s' is not available (this build has: %s)", mode,
-                         transport_names);
+  return hoop__set_error(
+      comm, strcmp(mode, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARG,
+      "hoop_init: transport '%s' is not available (this build has: %s)", mode, transport_names);
 }
 
 /* Entries of an address, in the order they are tried: verbs first. */
@@ -97,8 +96,8 @@ static int ops_is_verbs(const hoop__transport_ops *ops) {
   return strcmp(ops->name, "ibverbs") == 0;
 }
 
-hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode,
-                                   const struct sockaddr *toward, char *addr, size_t addrlen) {
+hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
+                                   char *addr, size_t addrlen) {
   const hoop__transport_ops *candidates[2];
   int count = 0, is_auto = strcmp(mode, "auto") == 0;
 #ifdef HOOP_HAVE_VERBS
@@ -129,8 +128,10 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode,
       return result;
     size_t used = strlen(addr);
     if (used + 1 + strlen(entry) >= addrlen)
-      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: transport addresses longer than "
-                             "%zu bytes", addrlen - 1);
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                             "hoop_init: transport addresses longer than "
+                             "%zu bytes",
+                             addrlen - 1);
     snprintf(addr + used, addrlen - used, "%s%s", used ? " " : "", entry);
   }
   return HOOP_OK;
@@ -178,10 +179,12 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
   int verbs = ops_is_verbs(ops);
   if (strcmp(comm->transport_mode, "auto") == 0 && verbs)
     HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA "
-              "port)");
+                               "port)");
   else if (strcmp(comm->transport_mode, "auto") == 0 && missing >= 0)
-    HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs "
-              "address: '%s')", missing, comm->table.peers[missing].addr);
+    HOOP_INFO(HOOP_SUBSYS_NET,
+              "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs "
+              "address: '%s')",
+              missing, comm->table.peers[missing].addr);
   else if (strcmp(comm->transport_mode, "auto") == 0)
     HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
   for (int r = 0; r < comm->size; r++) {
@@ -214,7 +217,7 @@ void hoop__transport_finalize(hoop_comm *comm) {
   comm->transport_state = NULL;
 }
 
-/* ---- the wait loop the transports share ------------------------------------------------------- */
+/* ---- the wait loop the transports share ------------------------------------------------------ */
 
 static void warn_stall(hoop_comm *comm, double now, const hoop__wait_hooks *hooks) {
   char waiting[512] = "";
@@ -224,9 +227,11 @@ static void warn_stall(hoop_comm *comm, double now, const hoop__wait_hooks *hook
     int pending = hooks->pending(comm, p);
     int recv = pending & HOOP__PENDING_RECV, send = pending & HOOP__PENDING_SEND;
     if ((recv || send) && used < sizeof waiting)
-      used += (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%d (%s)",
-                               used ? ", " : "", p,
-                               recv && send ? "send and receive" : recv ? "receive" : "send");
+      used +=
+          (size_t)snprintf(waiting + used, sizeof waiting - used, "%s%d (%s)", used ? ", " : "", p,
+                           recv && send ? "send and receive"
+                           : recv       ? "receive"
+                                        : "send");
   }
   HOOP_WARN(HOOP_SUBSYS_COLL,
             "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
@@ -246,8 +251,11 @@ hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wai
       warn_stall(comm, now, hooks);
     double left = deadline - now;
     int spinning = now < spin_until;
-    hoop_result result = hooks->progress(
-        comm, spinning || left <= 0 ? 0 : left > 0.1 ? 100 : (int)(left * 1000) + 1, &moved);
+    hoop_result result = hooks->progress(comm,
+                                         spinning || left <= 0 ? 0
+                                         : left > 0.1          ? 100
+                                                               : (int)(left * 1000) + 1,
+                                         &moved);
     /* Reading ahead may find a peer's notice after this request's last byte: the request itself
      * still completed; the failure stays recorded for what follows. */
     if (result != HOOP_OK)
@@ -262,7 +270,7 @@ hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wai
   return HOOP_OK;
 }
 
-/* ---- what both transports do alike ------------------------------------------------------------ */
+/* ---- what both transports do alike ----------------------------------------------------------- */
 
 int hoop__wake_open(void) {
   return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -29,7 +29,7 @@ typedef struct hoop__fragment {
 typedef struct hoop__request {
   int peer;
   int is_send;
-  int pending;       /* fragments not finished; 0 when the request is complete */
+  int pending; /* fragments not finished; 0 when the request is complete */
   size_t len;
   /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
    * the sender's on arrival (all zero: not checked). */
@@ -82,8 +82,8 @@ extern const hoop__transport_ops hoop__ibverbs_transport;
  * keeps only the chosen entry. */
 /* HOOP_OK if mode names a transport of this build, else the error recorded. */
 hoop_result hoop__transport_check(hoop_comm *comm, const char *mode);
-hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode,
-                                   const struct sockaddr *toward, char *addr, size_t addrlen);
+hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
+                                   char *addr, size_t addrlen);
 hoop_result hoop__transport_agree(hoop_comm *comm);
 /* Free the chosen transport, or every candidate if none was chosen yet. */
 void hoop__transport_finalize(hoop_comm *comm);

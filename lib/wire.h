@@ -3,9 +3,10 @@
  * Every message is a 12-byte header followed by a payload:
  *   u32 magic ("HOOP" = 0x504f4f48), u16 version, u16 type, u32 payload length
  * All integers are little-endian. A string is u16 length + bytes (no NUL on the wire; an embedded
- * NUL is malformed). A byte blob is u16 length + bytes. Each message type has its own payload bound;
- * the decoders reject anything truncated, oversized, with trailing bytes or out of range, so that
- * both the client (lib/rendezvous.c) and the server (lib/rdzv_server.c) can trust what they get.
+ * NUL is malformed). A byte blob is u16 length + bytes. Each message type has its own payload
+ * bound; the decoders reject anything truncated, oversized, with trailing bytes or out of range, so
+ * that both the client (lib/rendezvous.c) and the server (lib/rdzv_server.c) can trust what they
+ * get.
  */
 #ifndef HOOP_WIRE_H
 #define HOOP_WIRE_H
@@ -17,16 +18,16 @@
 #define HOOP_WIRE_VERSION 2
 #define HOOP_WIRE_HEADER_SIZE 12
 
-#define HOOP_WIRE_MAX_JOB 128     /* bytes of a job id */
-#define HOOP_WIRE_MAX_HOST 255    /* bytes of a host name */
-#define HOOP_WIRE_MAX_ADDR 255    /* bytes of a transport address string */
+#define HOOP_WIRE_MAX_JOB 128      /* bytes of a job id */
+#define HOOP_WIRE_MAX_HOST 255     /* bytes of a host name */
+#define HOOP_WIRE_MAX_ADDR 255     /* bytes of a transport address string */
 #define HOOP_WIRE_MAX_MESSAGE 1024 /* bytes of an error message */
-#define HOOP_WIRE_MAX_PROOF 64    /* bytes of an auth proof */
-#define HOOP_WIRE_NONCE 16        /* bytes of the per-job nonce */
-#define HOOP_WIRE_CHALLENGE 32    /* bytes of the server's per-connection challenge */
-#define HOOP_WIRE_MAX_RANKS 16384 /* ranks in one job */
+#define HOOP_WIRE_MAX_PROOF 64     /* bytes of an auth proof */
+#define HOOP_WIRE_NONCE 16         /* bytes of the per-job nonce */
+#define HOOP_WIRE_CHALLENGE 32     /* bytes of the server's per-connection challenge */
+#define HOOP_WIRE_MAX_RANKS 16384  /* ranks in one job */
 #define HOOP_WIRE_MAX_STATUS_JOBS 256
-#define HOOP_WIRE_MAX_MISSING 64  /* missing ranks listed per job in a status reply */
+#define HOOP_WIRE_MAX_MISSING 64      /* missing ranks listed per job in a status reply */
 #define HOOP_WIRE_MAX_STATUS_HOSTS 16 /* hosts listed per job in a status reply */
 
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
@@ -35,7 +36,8 @@
 /* Largest payload of a NOTICE: what a member accepts on its kept connection. */
 #define HOOP_WIRE_MAX_NOTICE_PAYLOAD (4 + 4 + 2 + HOOP_WIRE_MAX_MESSAGE)
 /* Largest payload of any message (a TABLE for HOOP_WIRE_MAX_RANKS ranks fits). */
-#define HOOP_WIRE_MAX_PAYLOAD (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
+#define HOOP_WIRE_MAX_PAYLOAD                                                                      \
+  (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
 
 /* A connection: the server speaks first with CHALLENGE; the client sends one request (HELLO or
  * STATUS_REQ, carrying a proof when the challenge asks for one). A STATUS_REQ is answered and the
@@ -95,8 +97,8 @@ typedef struct hoop__peer_entry {
 } hoop__peer_entry;
 
 typedef struct hoop__table {
-  uint32_t size;  /* ranks in the job */
-  uint32_t rank;  /* the receiver's rank */
+  uint32_t size; /* ranks in the job */
+  uint32_t rank; /* the receiver's rank */
   uint8_t nonce[HOOP_WIRE_NONCE];
   hoop__peer_entry *peers; /* size entries; owned, free with hoop__table_free */
 } hoop__table;
@@ -119,12 +121,12 @@ typedef struct hoop__notice {
 
 typedef struct hoop__job_status {
   char job[HOOP_WIRE_MAX_JOB + 1];
-  uint32_t size;      /* ranks expected */
-  uint32_t joined;    /* ranks joined so far */
-  uint32_t waited_ms; /* since the first rank joined */
-  uint32_t nmissing;  /* entries in missing[], at most HOOP_WIRE_MAX_MISSING */
+  uint32_t size;                          /* ranks expected */
+  uint32_t joined;                        /* ranks joined so far */
+  uint32_t waited_ms;                     /* since the first rank joined */
+  uint32_t nmissing;                      /* entries in missing[], at most HOOP_WIRE_MAX_MISSING */
   int32_t missing[HOOP_WIRE_MAX_MISSING]; /* requested ranks not yet joined */
-  uint32_t nhosts;    /* entries in hosts[]: the hosts joined, in order of first arrival */
+  uint32_t nhosts; /* entries in hosts[]: the hosts joined, in order of first arrival */
   struct {
     char name[HOOP_WIRE_MAX_HOST + 1];
     uint32_t ranks; /* ranks joined from it */
@@ -163,8 +165,8 @@ int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
                              hoop__wire_header *out);
 
-/* Payload decoders: 0 on success, -1 if the payload is malformed (then *out holds nothing that needs
- * freeing). */
+/* Payload decoders: 0 on success, -1 if the payload is malformed (then *out holds nothing that
+ * needs freeing). */
 int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out);
 int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out);
 int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg *out);

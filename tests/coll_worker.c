@@ -74,7 +74,8 @@ static void unreg(hoop_mem_handle handle) {
 static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_place) {
   size_t esize = hoop_dtype_size(dtype);
   unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op);
-  char *send = xmalloc(count * esize), *recv = xmalloc(count * esize), *copy = xmalloc(count * esize);
+  char *send = xmalloc(count * esize), *recv = xmalloc(count * esize),
+       *copy = xmalloc(count * esize);
   hoop_mem_handle send_handle = reg(send, count * esize), recv_handle = reg(recv, count * esize);
   ref_fill(send, count, dtype, op, rank, seed);
   memcpy(copy, send, count * esize);
@@ -217,8 +218,8 @@ int main(int argc, char **argv) {
   if (per_host <= 0)
     per_host = nranks;
   if (hoop_local_rank(comm) != rank % per_host || hoop_local_size(comm) != per_host)
-    fail("%d ranks per host: expected local rank %d of %d, got %d of %d", per_host,
-         rank % per_host, per_host, hoop_local_rank(comm), hoop_local_size(comm));
+    fail("%d ranks per host: expected local rank %d of %d, got %d of %d", per_host, rank % per_host,
+         per_host, hoop_local_rank(comm), hoop_local_size(comm));
 
   if (register_mode) {
     check_registered(quick);

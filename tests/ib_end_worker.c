@@ -7,10 +7,10 @@
  * disconnects: rank 1 must still receive what rank 0 sent before its bye, and pass it on.
  *
  * ib_end_worker gone SLEEP_S (2 ranks): after one barrier rank 1 leaves at once without finalizing
- * (_exit: the kernel tears its queue pairs down), while rank 0 stays out of the library for SLEEP_S,
- * so that the disconnect waits unread; then rank 0 finalizes, which must not wait for a goodbye
- * that can no longer be delivered: it prints how long its hoop_finalize took, and fails past
- * GONE_FINALIZE_MAX_S (the wait it used to make was min(HOOP_TIMEOUT, 30 s)).
+ * (_exit: the kernel tears its queue pairs down), while rank 0 stays out of the library for
+ * SLEEP_S, so that the disconnect waits unread; then rank 0 finalizes, which must not wait for a
+ * goodbye that can no longer be delivered: it prints how long its hoop_finalize took, and fails
+ * past GONE_FINALIZE_MAX_S (the wait it used to make was min(HOOP_TIMEOUT, 30 s)).
  *
  * ib_end_worker abort SLEEP_S (2 ranks): rank 0 broadcasts 8 MiB (more than the slots hold) and
  * aborts from another thread one second in; rank 1 starts receiving SLEEP_S late, behind a message

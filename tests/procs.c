@@ -80,8 +80,8 @@ int procs_fork_ranks(int n, int (*fn)(int index, int n, void *arg), void *arg, d
   for (int i = 0; i < n && i < 256; i++) {
     int code = pids[i] < 0 ? -1 : procs_wait(pids[i], timeout_s);
     if (code != 0) {
-      fprintf(stderr, "forked rank %d ended with %d (expected 0; -1 means killed at timeout)\n",
-              i, code);
+      fprintf(stderr, "forked rank %d ended with %d (expected 0; -1 means killed at timeout)\n", i,
+              code);
       bad++;
     }
   }

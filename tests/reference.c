@@ -25,7 +25,8 @@ static int is_signed(hoop_dtype dtype) {
 /* The input as a number. Sums use [-3, 3] (or [0, 6] unsigned); products use +-1 and +-2 (1 and 2
  * unsigned), so float results are exact; min and max use a wide spread. */
 static double input_value(hoop_dtype dtype, hoop_op op, int rank, size_t index, unsigned seed) {
-  uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)rank << 32) ^ index ^ ((uint64_t)dtype << 56));
+  uint64_t h =
+      mix(((uint64_t)seed << 40) ^ ((uint64_t)rank << 32) ^ index ^ ((uint64_t)dtype << 56));
   switch (op) {
   case HOOP_PROD: {
     double v = (h & 1) ? 2.0 : 1.0;
@@ -38,8 +39,7 @@ static double input_value(hoop_dtype dtype, hoop_op op, int rank, size_t index, 
     if (dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16)
       return (double)(int)(h % 2001) - 1000; /* rounded to the format by stored() */
     return is_signed(dtype) ? (double)(int64_t)(h % 2000001) - 1000000 : (double)(h % 2000001);
-  default:
-    return is_signed(dtype) ? (double)(int)(h % 7) - 3 : (double)(h % 7);
+  default: return is_signed(dtype) ? (double)(int)(h % 7) - 3 : (double)(h % 7);
   }
 }
 
@@ -155,8 +155,14 @@ static double expected(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsig
     double v = stored(dtype, input_value(dtype, op, r, i, seed));
     switch (op) {
     case HOOP_SUM:
-    case HOOP_AVG: acc += v; bits += (uint64_t)(int64_t)v; break;
-    case HOOP_PROD: acc *= v; bits *= (uint64_t)(int64_t)v; break;
+    case HOOP_AVG:
+      acc += v;
+      bits += (uint64_t)(int64_t)v;
+      break;
+    case HOOP_PROD:
+      acc *= v;
+      bits *= (uint64_t)(int64_t)v;
+      break;
     case HOOP_MIN: acc = v < acc ? v : acc; break;
     case HOOP_MAX: acc = v > acc ? v : acc; break;
     default: break;
@@ -179,8 +185,8 @@ static int close_enough(hoop_dtype dtype, hoop_op op, double want, double got) {
   return fabs(want - got) <= tolerance * (fabs(want) > 1 ? fabs(want) : 1);
 }
 
-size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op,
-                           int nranks, unsigned seed, char *msg, size_t msglen) {
+size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks,
+                           unsigned seed, char *msg, size_t msglen) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; i++) {
     double want = expected(dtype, op, nranks, i, seed), got = load(buf, i, dtype);

@@ -15,8 +15,8 @@ void ref_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank, u
 
 /* Check buf against op over nranks ranks' inputs. Returns the number of wrong elements and
  * describes the first one in msg. */
-size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op,
-                           int nranks, unsigned seed, char *msg, size_t msglen);
+size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks,
+                           unsigned seed, char *msg, size_t msglen);
 
 /* Check that buf equals rank's input exactly (broadcast and allgather blocks). */
 size_t ref_check_equal(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank,

@@ -23,12 +23,12 @@ static hoop_comm *single_rank(void) {
   return comm;
 }
 
-#define ASSERT_INVALID(call, comm)                                                                \
-  do {                                                                                            \
-    hoop_result got_ = (call);                                                                    \
-    ck_assert_msg(got_ == HOOP_ERR_INVALID_ARG, "%s: expected invalid argument, got %s", #call,   \
-                  hoop_strerror(got_));                                                           \
-    ck_assert_msg(strlen(hoop_last_error(comm)) > 0, "%s: no message in hoop_last_error", #call); \
+#define ASSERT_INVALID(call, comm)                                                                 \
+  do {                                                                                             \
+    hoop_result got_ = (call);                                                                     \
+    ck_assert_msg(got_ == HOOP_ERR_INVALID_ARG, "%s: expected invalid argument, got %s", #call,    \
+                  hoop_strerror(got_));                                                            \
+    ck_assert_msg(strlen(hoop_last_error(comm)) > 0, "%s: no message in hoop_last_error", #call);  \
   } while (0)
 
 START_TEST(test_invalid_arguments) {
@@ -256,8 +256,7 @@ static int join_with_token(int index, int n, void *arg) {
     bad = result != HOOP_OK ||
           hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM) != HOOP_OK || value != 1;
   else if (index == 1)
-    bad = result != HOOP_ERR_AUTH ||
-          strstr(hoop_last_error(comm), "authentication failed") == NULL;
+    bad = result != HOOP_ERR_AUTH || strstr(hoop_last_error(comm), "authentication failed") == NULL;
   else
     bad = result != HOOP_ERR_TIMEOUT || strstr(hoop_last_error(comm), "missing ranks: 1") == NULL;
   if (bad)
@@ -275,7 +274,7 @@ START_TEST(test_self_hosted_job_with_token) {
 }
 END_TEST
 
-/* ---- multi-rank failures ---------------------------------------------------------------------- */
+/* ---- multi-rank failures --------------------------------------------------------------------- */
 
 typedef struct join_case {
   int port;
@@ -312,8 +311,8 @@ static int join_and_expect(int index, int n, void *arg) {
 
 START_TEST(test_join_timeout_names_missing) {
   /* Ranks 0 and 1 of a job of 4 start; 2 and 3 never come. */
-  join_case jc = {procs_free_port(), 4, 2.0, {"2 of 4", "missing ranks: 2, 3", NULL},
-                  HOOP_ERR_TIMEOUT};
+  join_case jc = {
+      procs_free_port(), 4, 2.0, {"2 of 4", "missing ranks: 2, 3", NULL}, HOOP_ERR_TIMEOUT};
   ck_assert_int_eq(procs_fork_ranks(2, join_and_expect, &jc, 30), 0);
 }
 END_TEST
@@ -365,8 +364,9 @@ static int abort_then_call(int index, int n, void *arg) {
     bad |= result != HOOP_ERR_ABORTED || strstr(first, "aborted by rank 0: test abort") == NULL;
     bad |= later != HOOP_ERR_ABORTED;
     if (bad)
-      fprintf(stderr, "rank %d after abort: expected HOOP_ERR_ABORTED with the reason, then a "
-                      "refused barrier; got %s: %s; then %s: %s\n",
+      fprintf(stderr,
+              "rank %d after abort: expected HOOP_ERR_ABORTED with the reason, then a "
+              "refused barrier; got %s: %s; then %s: %s\n",
               index, hoop_strerror(result), first, hoop_strerror(later), hoop_last_error(comm));
   }
   hoop_finalize(comm);

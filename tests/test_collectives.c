@@ -21,8 +21,16 @@ static void run_workers_with(int np, int quick, char *const env_add[]) {
   char hooprun[4096], worker[4096];
   snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
   snprintf(worker, sizeof worker, "%s", procs_build_path("tests/coll_worker"));
-  char *argv[] = {hooprun, "-np", np_text, "--timeout", "60", worker, "--barrier-dir", dir,
-                  quick ? "--quick" : NULL, NULL};
+  char *argv[] = {hooprun,
+                  "-np",
+                  np_text,
+                  "--timeout",
+                  "60",
+                  worker,
+                  "--barrier-dir",
+                  dir,
+                  quick ? "--quick" : NULL,
+                  NULL};
   int code = procs_run(argv, env_add, NULL, 480);
   ck_assert_msg(code == 0, "hooprun -np %d coll_worker%s%s: expected exit 0, got %d%s", np,
                 env_add ? " with " : "", env_add ? env_add[0] : "", code,
@@ -36,15 +44,25 @@ static void run_workers(int np, int quick) {
   run_workers_with(np, quick, NULL);
 }
 
-START_TEST(test_hooprun_1) { run_workers(1, 0); }
+START_TEST(test_hooprun_1) {
+  run_workers(1, 0);
+}
 END_TEST
-START_TEST(test_hooprun_2) { run_workers(2, 0); }
+START_TEST(test_hooprun_2) {
+  run_workers(2, 0);
+}
 END_TEST
-START_TEST(test_hooprun_3) { run_workers(3, 0); }
+START_TEST(test_hooprun_3) {
+  run_workers(3, 0);
+}
 END_TEST
-START_TEST(test_hooprun_4) { run_workers(4, 0); }
+START_TEST(test_hooprun_4) {
+  run_workers(4, 0);
+}
 END_TEST
-START_TEST(test_hooprun_7) { run_workers(7, 1); }
+START_TEST(test_hooprun_7) {
+  run_workers(7, 1);
+}
 END_TEST
 
 /* Each algorithm forced for every size, on rank counts that are and are not powers of two
@@ -58,11 +76,17 @@ static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
 static const int ring_ranks[] = {2, 3};
 static const int rd_ranks[] = {2, 3, 4, 6};
 static const int hd_ranks[] = {2, 3, 4, 6};
-START_TEST(test_algo_ring) { run_workers_with(ring_ranks[_i], 1, algo_ring); }
+START_TEST(test_algo_ring) {
+  run_workers_with(ring_ranks[_i], 1, algo_ring);
+}
 END_TEST
-START_TEST(test_algo_rd) { run_workers_with(rd_ranks[_i], 1, algo_rd); }
+START_TEST(test_algo_rd) {
+  run_workers_with(rd_ranks[_i], 1, algo_rd);
+}
 END_TEST
-START_TEST(test_algo_hd) { run_workers_with(hd_ranks[_i], 1, algo_hd); }
+START_TEST(test_algo_hd) {
+  run_workers_with(hd_ranks[_i], 1, algo_hd);
+}
 END_TEST
 
 /* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0. */
@@ -91,8 +115,10 @@ static int bad_algo_rank(int index, int n, void *arg) {
   hoop_result result = hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM);
   int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_ALGO");
   if (bad)
-    fprintf(stderr, "rank %d: HOOP_ALGO=fastest: expected HOOP_ERR_INVALID_ARG naming HOOP_ALGO, "
-            "got %s: %s\n", index, hoop_strerror(result), hoop_last_error(comm));
+    fprintf(stderr,
+            "rank %d: HOOP_ALGO=fastest: expected HOOP_ERR_INVALID_ARG naming HOOP_ALGO, "
+            "got %s: %s\n",
+            index, hoop_strerror(result), hoop_last_error(comm));
   hoop_finalize(comm);
   return bad;
 }
@@ -108,8 +134,10 @@ static int bad_spin_rank(int index, int n, void *arg) {
   hoop_result result = hoop_init(&comm, &config);
   int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_TCP_SPIN_US");
   if (bad)
-    fprintf(stderr, "rank %d: HOOP_TCP_SPIN_US=forever: expected HOOP_ERR_INVALID_ARG naming it, "
-            "got %s: %s\n", index, hoop_strerror(result), hoop_last_error(comm));
+    fprintf(stderr,
+            "rank %d: HOOP_TCP_SPIN_US=forever: expected HOOP_ERR_INVALID_ARG naming it, "
+            "got %s: %s\n",
+            index, hoop_strerror(result), hoop_last_error(comm));
   if (result == HOOP_OK)
     hoop_finalize(comm);
   return bad;
@@ -119,7 +147,8 @@ START_TEST(test_spin_unknown) {
   int port = procs_free_port();
   ck_assert_int_gt(port, 0);
   int bad = procs_fork_ranks(2, bad_spin_rank, &port, 60);
-  ck_assert_msg(bad == 0, "%d of 2 ranks did not reject HOOP_TCP_SPIN_US=forever (see stderr)", bad);
+  ck_assert_msg(bad == 0, "%d of 2 ranks did not reject HOOP_TCP_SPIN_US=forever (see stderr)",
+                bad);
 }
 END_TEST
 
@@ -131,7 +160,7 @@ START_TEST(test_algo_unknown) {
 }
 END_TEST
 
-/* ---- ranks that join by themselves ------------------------------------------------------------ */
+/* ---- ranks that join by themselves ----------------------------------------------------------- */
 
 typedef struct forked_job {
   int port;
@@ -206,13 +235,21 @@ static void run_forked(int n, int request_ranks, const char *host, const char *i
   ck_assert_msg(bad == 0, "%d of %d forked ranks failed (see stderr)", bad, n);
 }
 
-START_TEST(test_rank0_hosts_requested_ranks) { run_forked(3, 1, "127.0.0.1", NULL, 2); }
+START_TEST(test_rank0_hosts_requested_ranks) {
+  run_forked(3, 1, "127.0.0.1", NULL, 2);
+}
 END_TEST
-START_TEST(test_rank0_hosts_assigned_ranks) { run_forked(4, 0, "127.0.0.1", NULL, 1); }
+START_TEST(test_rank0_hosts_assigned_ranks) {
+  run_forked(4, 0, "127.0.0.1", NULL, 1);
+}
 END_TEST
-START_TEST(test_ipv6) { run_forked(3, 1, "[::1]", NULL, 3); }
+START_TEST(test_ipv6) {
+  run_forked(3, 1, "[::1]", NULL, 3);
+}
 END_TEST
-START_TEST(test_ifname_exact) { run_forked(2, 1, "127.0.0.1", "=lo", 8); }
+START_TEST(test_ifname_exact) {
+  run_forked(2, 1, "127.0.0.1", "=lo", 8);
+}
 END_TEST
 
 static Suite *collectives_suite(void) {

@@ -5,12 +5,12 @@
  * plus a bound. */
 #include <check.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <sys/mman.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,12 +74,10 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
                      : hoop_broadcast(comm, buf, 10, HOOP_FLOAT32, 0);
   case DIFFERENT_COUNT:
     return hoop_allreduce(comm, buf, buf, rank == 0 ? 1000 : 10, HOOP_FLOAT32, HOOP_SUM);
-  case DIFFERENT_ROOT:
-    return hoop_broadcast(comm, buf, 10, HOOP_FLOAT32, rank);
+  case DIFFERENT_ROOT: return hoop_broadcast(comm, buf, 10, HOOP_FLOAT32, rank);
   case ZERO_ALLREDUCE:
     return hoop_allreduce(comm, buf, buf, rank == 0 ? 0 : 1000, HOOP_FLOAT32, HOOP_SUM);
-  case ZERO_BROADCAST_ROOT:
-    return hoop_broadcast(comm, buf, rank == 0 ? 0 : 10, HOOP_FLOAT32, 0);
+  case ZERO_BROADCAST_ROOT: return hoop_broadcast(comm, buf, rank == 0 ? 0 : 10, HOOP_FLOAT32, 0);
   case ZERO_BROADCAST_RECEIVER:
     return hoop_broadcast(comm, buf, rank == 0 ? 10 : 0, HOOP_FLOAT32, 0);
   case ZERO_ALLGATHER:
@@ -128,8 +126,9 @@ static int mismatch_rank(int index, int n, void *arg) {
   else
     bad |= strstr(message, "rank 0") == NULL || strstr(message, "rank 1") == NULL;
   if (bad || getenv("HOOP_TEST_VERBOSE"))
-    fprintf(stderr, "rank %d: expected a mismatch naming both sides within %.0f s, got %s after "
-                    "%.1f s: %s\n",
+    fprintf(stderr,
+            "rank %d: expected a mismatch naming both sides within %.0f s, got %s after "
+            "%.1f s: %s\n",
             index, MISMATCH_BOUND_S, hoop_strerror(result), took, message);
   hoop_finalize(comm);
   return bad;
@@ -221,8 +220,9 @@ static int abort_thread_rank(int index, int n, void *arg) {
   bad |= strstr(hoop_last_error(comm), "aborted by rank 0: disk full on the checkpoint thread") ==
          NULL;
   if (bad)
-    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with the reason soon, got %s after %.1f s: "
-                    "%s\n",
+    fprintf(stderr,
+            "rank %d: expected HOOP_ERR_ABORTED with the reason soon, got %s after %.1f s: "
+            "%s\n",
             index, hoop_strerror(result), now_s() - start, hoop_last_error(comm));
   hoop_finalize(comm);
   return bad;
@@ -283,12 +283,12 @@ END_TEST
 #define CUTOFF_TIMEOUT_S 30.0
 
 typedef struct cutoff_shared {
-  atomic_int stopped;  /* the parent saw ranks 1 and 3 stopped */
+  atomic_int stopped; /* the parent saw ranks 1 and 3 stopped */
   atomic_int rank2_done;
-  double abort_at;     /* rank 0: just before hoop_abort (CLOCK_MONOTONIC, shared by processes) */
-  double error_at;     /* rank 2: when its call returned */
-  char message[1024];  /* rank 2's hoop_last_error */
-  int result;          /* rank 2's result */
+  double abort_at;    /* rank 0: just before hoop_abort (CLOCK_MONOTONIC, shared by processes) */
+  double error_at;    /* rank 2: when its call returned */
+  char message[1024]; /* rank 2's hoop_last_error */
+  int result;         /* rank 2's result */
 } cutoff_shared;
 
 typedef struct cutoff_case {
@@ -366,8 +366,8 @@ static int cutoff_rank(int index, cutoff_case *cc) {
 }
 
 static void run_cutoff(int in_call) {
-  cutoff_shared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
-                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  cutoff_shared *shared =
+      mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ck_assert_msg(shared != MAP_FAILED, "mmap: expected shared memory, got an error");
   memset(shared, 0, sizeof *shared);
   cutoff_case cc = {procs_free_port(), in_call, shared, NULL};
@@ -447,8 +447,9 @@ static int connect_wait_rank(int index, int n, void *arg) {
   int bad = result != HOOP_ERR_ABORTED || took > 3 ||
             !strstr(hoop_last_error(comm), "aborted by rank 0: stop before connecting");
   if (bad)
-    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with rank 0's reason within 3 s, got %s "
-                    "after %.1f s: %s\n",
+    fprintf(stderr,
+            "rank %d: expected HOOP_ERR_ABORTED with rank 0's reason within 3 s, got %s "
+            "after %.1f s: %s\n",
             index, hoop_strerror(result), took, hoop_last_error(comm));
   hoop_finalize(comm);
   return bad;
@@ -506,8 +507,9 @@ static int finalize_rank(int index, int n, void *arg) {
   char *log = procs_slurp(log_path);
   int bad = result != HOOP_OK || !log || strstr(log, "WARN") || strstr(log, "ERROR");
   if (bad)
-    fprintf(stdout, "rank %d (finalizing %d of 4): expected no error and no warning, got %s: %s; "
-                    "its stderr:\n%s\n",
+    fprintf(stdout,
+            "rank %d (finalizing %d of 4): expected no error and no warning, got %s: %s; "
+            "its stderr:\n%s\n",
             index, position + 1, hoop_strerror(result), message, log ? log : "(unreadable)");
   free(log);
   unlink(log_path);
@@ -520,8 +522,9 @@ START_TEST(test_finalize_in_any_order) {
     finalize_case fc = {procs_free_port(), {0}};
     memcpy(fc.order, orders[i], sizeof fc.order);
     int failed = procs_fork_ranks(4, finalize_rank, &fc, 40);
-    ck_assert_msg(failed == 0, "finalizing in the order %d %d %d %d: expected every rank clean, "
-                               "%d were not (see above)",
+    ck_assert_msg(failed == 0,
+                  "finalizing in the order %d %d %d %d: expected every rank clean, "
+                  "%d were not (see above)",
                   fc.order[0], fc.order[1], fc.order[2], fc.order[3], failed);
   }
 }
@@ -621,11 +624,10 @@ static int loss_rank(int index, int n, const loss_case *lc) {
     char before[32], after[32];
     snprintf(before, sizeof before, "rank %d ", (lc->victim + n - 1) % n);
     snprintf(after, sizeof after, "rank %d ", (lc->victim + 1) % n);
-    bad |= (result != HOOP_ERR_TIMEOUT && result != HOOP_ERR_PEER_LOST &&
-            result != HOOP_ERR_FAILED) ||
-           (!strstr(message, victim) && !strstr(message, before) && !strstr(message, after));
-  }
-  else
+    bad |=
+        (result != HOOP_ERR_TIMEOUT && result != HOOP_ERR_PEER_LOST && result != HOOP_ERR_FAILED) ||
+        (!strstr(message, victim) && !strstr(message, before) && !strstr(message, after));
+  } else
     bad |= (result != HOOP_ERR_PEER_LOST && result != HOOP_ERR_FAILED) ||
            strstr(message, victim) == NULL;
   /* Later calls are refused with the same story. */

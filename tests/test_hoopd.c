@@ -33,7 +33,8 @@ static void sleep_ms(int ms) {
 
 static int connect_hoopd(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)hoopd_port),
+  struct sockaddr_in addr = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)hoopd_port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
     return fd;
@@ -131,8 +132,7 @@ START_TEST(test_status_and_garbage) {
   start_hoopd();
   /* Garbage, then a header that promises a huge payload, then a truncated header: each closes
    * only its own connection. */
-  const char *garbage[] = {"GET / HTTP/1.0\r\n\r\n", "HOOP\x01\x00\x01\x00\xff\xff\xff\x7f",
-                           "HOO"};
+  const char *garbage[] = {"GET / HTTP/1.0\r\n\r\n", "HOOP\x01\x00\x01\x00\xff\xff\xff\x7f", "HOO"};
   size_t lengths[] = {18, 12, 3};
   for (int i = 0; i < 3; i++) {
     int fd = connect_hoopd();
@@ -251,7 +251,8 @@ START_TEST(test_token_keeps_strangers_out) {
   char *override_argv[] = {hoopd, "--status", hoopd_addr, "--token-file", token_file, NULL};
   char *wrong_env[] = {"HOOP_TOKEN=a job secret 7f3a9d", NULL};
   ck_assert_int_eq(procs_run(override_argv, wrong_env, log, 10), 0);
-  expect_log_has(log, "delta                    1/2", "hoopd --status --token-file over HOOP_TOKEN");
+  expect_log_has(log, "delta                    1/2",
+                 "hoopd --status --token-file over HOOP_TOKEN");
   /* The job goes on: the second rank, with the token given directly, completes it. */
   pid_t second = start_rank_with("delta", 2, 1, NULL, "HOOP_TOKEN=a job secret 7f3a9c");
   ck_assert_int_eq(procs_wait(first, 120), 0);
@@ -483,7 +484,7 @@ START_TEST(test_version_and_help) {
 }
 END_TEST
 
-/* ---- forged aborts ---------------------------------------------------------------------------- */
+/* ---- forged aborts --------------------------------------------------------------------------- */
 
 #define FORGE_TOKEN "forge test token 51c2"
 
@@ -522,8 +523,9 @@ static int forge_rank(int index, int n, void *arg) {
   if (result == HOOP_OK)
     result = hoop_allreduce(comm, buf, buf, 64, HOOP_FLOAT32, HOOP_SUM);
   if (result != HOOP_OK)
-    fprintf(stderr, "rank %d of the job under forged aborts: expected every call to succeed, got "
-                    "%s: %s\n",
+    fprintf(stderr,
+            "rank %d of the job under forged aborts: expected every call to succeed, got "
+            "%s: %s\n",
             index, hoop_strerror(result), hoop_last_error(comm));
   hoop_finalize(comm);
   return result != HOOP_OK;
@@ -609,8 +611,9 @@ START_TEST(test_forged_abort_refused) {
                                  "stayed open 5 s");
   ck_assert_msg(impostor_closed, "an impostor's ABORT after a wrong proof: expected hoopd to close "
                                  "its connection, it stayed open 5 s");
-  ck_assert_msg(code == 0, "the job under forged aborts: expected both ranks to succeed, %d did "
-                           "not (exit %d; see above)",
+  ck_assert_msg(code == 0,
+                "the job under forged aborts: expected both ranks to succeed, %d did "
+                "not (exit %d; see above)",
                 code, code);
 }
 END_TEST

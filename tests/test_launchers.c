@@ -19,13 +19,32 @@
 
 /* Every variable a test may set, cleared in each child first so that the environment the suite
  * runs in (say, under hooprun or Slurm) cannot leak in. */
-static const char *const launcher_vars[] = {
-    "HOOP_RENDEZVOUS", "HOOP_JOB", "HOOP_SIZE", "HOOP_RANK", "HOOP_RDZV_SERVE", "HOOP_HOSTNAME",
-    "HOOP_TIMEOUT", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-    "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID",
-    "SLURM_JOBID", "SLURM_STEP_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_NAMESPACE",
-    "OMPI_MCA_ess_base_jobid", NULL};
+static const char *const launcher_vars[] = {"HOOP_RENDEZVOUS",
+                                            "HOOP_JOB",
+                                            "HOOP_SIZE",
+                                            "HOOP_RANK",
+                                            "HOOP_RDZV_SERVE",
+                                            "HOOP_HOSTNAME",
+                                            "HOOP_TIMEOUT",
+                                            "MASTER_ADDR",
+                                            "MASTER_PORT",
+                                            "RANK",
+                                            "WORLD_SIZE",
+                                            "LOCAL_RANK",
+                                            "TORCHELASTIC_RUN_ID",
+                                            "SLURM_PROCID",
+                                            "SLURM_NTASKS",
+                                            "SLURM_LOCALID",
+                                            "SLURM_JOB_ID",
+                                            "SLURM_JOBID",
+                                            "SLURM_STEP_ID",
+                                            "OMPI_COMM_WORLD_RANK",
+                                            "OMPI_COMM_WORLD_SIZE",
+                                            "OMPI_COMM_WORLD_LOCAL_RANK",
+                                            "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                            "PMIX_NAMESPACE",
+                                            "OMPI_MCA_ess_base_jobid",
+                                            NULL};
 
 static void clear_env(void) {
   for (int i = 0; launcher_vars[i]; i++)
@@ -45,10 +64,11 @@ static int free_port_pair(void) {
   for (int tries = 0; tries < 50; tries++) {
     int port = procs_free_port();
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(port + 1)),
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)(port + 1)),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = fd >= 0 && port > 0 && port < 65534 &&
-             bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    int ok =
+        fd >= 0 && port > 0 && port < 65534 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
     if (fd >= 0)
       close(fd);
     if (ok)
@@ -62,7 +82,8 @@ static int listen_on(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in addr = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 16) != 0) {
     if (fd >= 0)
@@ -169,10 +190,12 @@ static void torchrun_hoop_rendezvous_env(int index, int n, int port) {
   setenv("HOOP_RDZV_SERVE", "1", 1);
   setenv("HOOP_JOB", "own-id", 1);
 }
-START_TEST(test_torchrun_hoop_rendezvous) { run_scenario(3, torchrun_hoop_rendezvous_env, 0); }
+START_TEST(test_torchrun_hoop_rendezvous) {
+  run_scenario(3, torchrun_hoop_rendezvous_env, 0);
+}
 END_TEST
 
-/* ---- the hosting rank's open files ------------------------------------------------------------ */
+/* ---- the hosting rank's open files ----------------------------------------------------------- */
 
 #define HOSTED_RANKS 16
 #define LOW_FILES 24 /* under the 16 connections plus what rank 0 holds itself */
@@ -196,7 +219,9 @@ static void low_soft_limit_env(int index, int n, int port) {
   if (index == 0)
     lower_open_files(0);
 }
-START_TEST(test_hosting_raises_open_files) { run_scenario(HOSTED_RANKS, low_soft_limit_env, 0); }
+START_TEST(test_hosting_raises_open_files) {
+  run_scenario(HOSTED_RANKS, low_soft_limit_env, 0);
+}
 END_TEST
 
 /* A hard limit below it: hoop_init fails at once on rank 0, saying why and what to do. */
@@ -232,7 +257,9 @@ static void slurm_env(int index, int n, int port) {
   setenv("SLURM_STEP_ID", "0", 1);
   setenv("HOOP_HOSTNAME", index < 2 ? "node-a" : "node-b", 1);
 }
-START_TEST(test_slurm_two_nodes) { run_scenario(4, slurm_env, 2); }
+START_TEST(test_slurm_two_nodes) {
+  run_scenario(4, slurm_env, 2);
+}
 END_TEST
 
 /* The job id comes from SLURM_JOB_ID and SLURM_STEP_ID: a job that times out names it. */
@@ -297,7 +324,9 @@ static void ompi_env(int index, int n, int port) {
   set_int("OMPI_COMM_WORLD_LOCAL_RANK", index);
   set_int("OMPI_COMM_WORLD_LOCAL_SIZE", n);
 }
-START_TEST(test_ompi_one_host) { run_scenario(3, ompi_env, 0); }
+START_TEST(test_ompi_one_host) {
+  run_scenario(3, ompi_env, 0);
+}
 END_TEST
 
 /* ---- which variables win --------------------------------------------------------------------- */
@@ -308,7 +337,9 @@ static void torchrun_under_slurm_env(int index, int n, int port) {
   setenv("SLURM_PROCID", "0", 1);
   setenv("SLURM_NTASKS", "1", 1);
 }
-START_TEST(test_torchrun_under_slurm) { run_scenario(2, torchrun_under_slurm_env, 0); }
+START_TEST(test_torchrun_under_slurm) {
+  run_scenario(2, torchrun_under_slurm_env, 0);
+}
 END_TEST
 
 /* HOOP_SIZE set: the HOOP_ variables alone count, whatever else is set. */
@@ -327,7 +358,9 @@ static void hoop_wins_env(int index, int n, int port) {
   setenv("SLURM_PROCID", "5", 1);
   setenv("SLURM_NTASKS", "6", 1);
 }
-START_TEST(test_hoop_variables_win) { run_scenario(2, hoop_wins_env, 0); }
+START_TEST(test_hoop_variables_win) {
+  run_scenario(2, hoop_wins_env, 0);
+}
 END_TEST
 
 static Suite *launchers_suite(void) {

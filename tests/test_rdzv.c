@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hoop.h"
 #include "auth.h"
+#include "hoop.h"
 #include "log.h"
 #include "rdzv_server.h"
 #include "wire.h"
@@ -114,8 +114,8 @@ static int connect_server(void) {
   uint8_t *payload;
   uint32_t len;
   uint16_t type = read_message(fd, &payload, &len, "a new connection", "a CHALLENGE");
-  int rc = type == HOOP_MSG_CHALLENGE ? hoop__wire_decode_challenge(payload, len, &last_challenge)
-                                      : -1;
+  int rc =
+      type == HOOP_MSG_CHALLENGE ? hoop__wire_decode_challenge(payload, len, &last_challenge) : -1;
   free(payload);
   ck_assert_msg(rc == 0, "a new connection: expected a CHALLENGE first, got type %u", type);
   return fd;
@@ -1049,8 +1049,8 @@ static void wait_joined_proven(const char *job, uint32_t joined) {
     hoop__status_free(&status);
     if (now == joined)
       return;
-    ck_assert_msg(now_ms() - start < DEADLINE_MS, "job '%s': expected %u ranks joined, got %u",
-                  job, joined, now);
+    ck_assert_msg(now_ms() - start < DEADLINE_MS, "job '%s': expected %u ranks joined, got %u", job,
+                  joined, now);
     sleep_ms(1);
   }
 }
@@ -1216,8 +1216,8 @@ static void expect_notice(int fd, hoop_result code, uint32_t origin, const char 
   uint16_t type = read_message(fd, &payload, &len, who, "a NOTICE");
   int rc = type == HOOP_MSG_NOTICE ? hoop__wire_decode_notice(payload, len, &notice) : -1;
   free(payload);
-  ck_assert_msg(rc == 0, "%s: expected a NOTICE, got a message of type %u (decoded: %d)", who,
-                type, rc);
+  ck_assert_msg(rc == 0, "%s: expected a NOTICE, got a message of type %u (decoded: %d)", who, type,
+                rc);
   ck_assert_msg(notice.code == (uint32_t)code && notice.origin == origin &&
                     strcmp(notice.message, text) == 0,
                 "%s: expected a NOTICE (%s) from rank %u saying '%s', got (%s) from rank %u "
@@ -1352,7 +1352,8 @@ START_TEST(test_abort_after_failed_proof_refused) {
   if (send(intruder, out.data, out.len, MSG_NOSIGNAL) < 0)
     ck_assert_msg(errno == EPIPE || errno == ECONNRESET,
                   "the intruder's ABORT: expected it sent or refused by a closed connection, "
-                  "got %s", strerror(errno));
+                  "got %s",
+                  strerror(errno));
   hoop__wbuf_free(&out);
   close(intruder);
   int stranger = connect_server();

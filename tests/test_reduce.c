@@ -67,18 +67,10 @@ static uint64_t get_bits(const void *buf, size_t i, size_t size) {
   uint32_t u32;
   uint64_t u64;
   switch (size) {
-  case 1:
-    memcpy(&u8, p, 1);
-    return u8;
-  case 2:
-    memcpy(&u16, p, 2);
-    return u16;
-  case 4:
-    memcpy(&u32, p, 4);
-    return u32;
-  default:
-    memcpy(&u64, p, 8);
-    return u64;
+  case 1: memcpy(&u8, p, 1); return u8;
+  case 2: memcpy(&u16, p, 2); return u16;
+  case 4: memcpy(&u32, p, 4); return u32;
+  default: memcpy(&u64, p, 8); return u64;
   }
 }
 
@@ -88,18 +80,10 @@ static void set_bits(void *buf, size_t i, size_t size, uint64_t bits) {
   uint16_t u16 = (uint16_t)bits;
   uint32_t u32 = (uint32_t)bits;
   switch (size) {
-  case 1:
-    memcpy(p, &u8, 1);
-    break;
-  case 2:
-    memcpy(p, &u16, 2);
-    break;
-  case 4:
-    memcpy(p, &u32, 4);
-    break;
-  default:
-    memcpy(p, &bits, 8);
-    break;
+  case 1: memcpy(p, &u8, 1); break;
+  case 2: memcpy(p, &u16, 2); break;
+  case 4: memcpy(p, &u32, 4); break;
+  default: memcpy(p, &bits, 8); break;
   }
 }
 
@@ -193,14 +177,10 @@ static uint64_t ref_int(hoop_op op, value_kind k, size_t size, uint64_t a, uint6
   int64_t sa = as_signed(a, size), sb = as_signed(b, size);
   int a_less = k == SIGNED ? sa < sb : a < b;
   switch (op) {
-  case HOOP_PROD:
-    return (uint64_t)sa * (uint64_t)sb;
-  case HOOP_MIN:
-    return a_less ? a : b;
-  case HOOP_MAX:
-    return a_less ? b : a;
-  default:
-    return (uint64_t)sa + (uint64_t)sb; /* SUM and AVG */
+  case HOOP_PROD: return (uint64_t)sa * (uint64_t)sb;
+  case HOOP_MIN: return a_less ? a : b;
+  case HOOP_MAX: return a_less ? b : a;
+  default: return (uint64_t)sa + (uint64_t)sb; /* SUM and AVG */
   }
 }
 
@@ -229,8 +209,7 @@ static uint64_t ref_combine(hoop_dtype dtype, hoop_op op, uint64_t a, uint64_t b
     float y = (float)ref_decode(b, exp_bits, mant_bits);
     return ref_encode(REF_FLOAT_OP(op, x, y), exp_bits, mant_bits);
   }
-  default:
-    return ref_int(op, dtypes[dtype].kind, size, a, b) & (~(uint64_t)0 >> (64 - 8 * size));
+  default: return ref_int(op, dtypes[dtype].kind, size, a, b) & (~(uint64_t)0 >> (64 - 8 * size));
   }
 }
 
@@ -241,10 +220,8 @@ static int same_value(hoop_dtype dtype, uint64_t expected, uint64_t got) {
     return expected == got || (isnan(bits_to_float(expected)) && isnan(bits_to_float(got)));
   case FLOAT64:
     return expected == got || (isnan(bits_to_double(expected)) && isnan(bits_to_double(got)));
-  case HALF:
-    return expected == got || (half_is_nan(expected, dtype) && half_is_nan(got, dtype));
-  default:
-    return expected == got;
+  case HALF: return expected == got || (half_is_nan(expected, dtype) && half_is_nan(got, dtype));
+  default: return expected == got;
   }
 }
 
@@ -256,18 +233,10 @@ static const char *describe(hoop_dtype dtype, uint64_t bits) {
   size_t size = dtypes[dtype].size;
   int hex = (int)(2 * size);
   switch (dtypes[dtype].kind) {
-  case SIGNED:
-    snprintf(out, 64, "%" PRId64, as_signed(bits, size));
-    break;
-  case UNSIGNED:
-    snprintf(out, 64, "%" PRIu64, bits);
-    break;
-  case FLOAT32:
-    snprintf(out, 64, "0x%08" PRIx64 " (%.9g)", bits, bits_to_float(bits));
-    break;
-  case FLOAT64:
-    snprintf(out, 64, "0x%016" PRIx64 " (%.17g)", bits, bits_to_double(bits));
-    break;
+  case SIGNED: snprintf(out, 64, "%" PRId64, as_signed(bits, size)); break;
+  case UNSIGNED: snprintf(out, 64, "%" PRIu64, bits); break;
+  case FLOAT32: snprintf(out, 64, "0x%08" PRIx64 " (%.9g)", bits, bits_to_float(bits)); break;
+  case FLOAT64: snprintf(out, 64, "0x%016" PRIx64 " (%.17g)", bits, bits_to_double(bits)); break;
   case HALF:
     snprintf(out, 64, "0x%0*" PRIx64 " (%.9g)", hex, bits,
              ref_decode(bits, dtypes[dtype].exp_bits, dtypes[dtype].mant_bits));
@@ -295,30 +264,21 @@ static double random_real(double large, double tiny) {
   double sign = r & 1 ? -1.0 : 1.0;
   double unit = (double)(rng_next() >> 11) * 0x1p-53; /* [0, 1) */
   switch ((r >> 1) % 16) {
-  case 0:
-    return 0.0;
-  case 1:
-    return -0.0;
-  case 2:
-    return sign * (double)((r >> 8) % 4);
-  case 3:
-    return sign * large * (1 + unit);
-  case 4:
-    return sign * ldexp(tiny * (1 + unit), -(int)((r >> 8) % 40)); /* down to subnormal */
-  case 5:
-    return (r >> 8) % 4 == 0 ? sign * INFINITY : sign * unit;
-  default:
-    return sign * 2000 * unit;
+  case 0: return 0.0;
+  case 1: return -0.0;
+  case 2: return sign * (double)((r >> 8) % 4);
+  case 3: return sign * large * (1 + unit);
+  case 4: return sign * ldexp(tiny * (1 + unit), -(int)((r >> 8) % 40)); /* down to subnormal */
+  case 5: return (r >> 8) % 4 == 0 ? sign * INFINITY : sign * unit;
+  default: return sign * 2000 * unit;
   }
 }
 
 static uint64_t random_element(hoop_dtype dtype) {
   size_t size = dtypes[dtype].size;
   switch (dtypes[dtype].kind) {
-  case FLOAT32:
-    return float_to_bits((float)random_real(1e30, 1e-30));
-  case FLOAT64:
-    return double_to_bits(random_real(1e300, 1e-300));
+  case FLOAT32: return float_to_bits((float)random_real(1e30, 1e-30));
+  case FLOAT64: return double_to_bits(random_real(1e300, 1e-300));
   case HALF: {
     /* Any bit pattern but NaN covers subnormals, infinities and the whole range. */
     uint64_t bits;
@@ -327,8 +287,7 @@ static uint64_t random_element(hoop_dtype dtype) {
     while (half_is_nan(bits, dtype));
     return bits;
   }
-  default:
-    return random_int(size) & (~(uint64_t)0 >> (64 - 8 * size));
+  default: return random_int(size) & (~(uint64_t)0 >> (64 - 8 * size));
   }
 }
 
@@ -374,9 +333,7 @@ static void check_reduce(hoop_dtype dtype, hoop_op op, size_t count, size_t offs
   const unsigned char *x = a, *y = how == DST_IS_BOTH ? a : b;
 
   switch (how) {
-  case APART:
-    hoop__reduce3(dst, a, b, count, dtype, op);
-    break;
+  case APART: hoop__reduce3(dst, a, b, count, dtype, op); break;
   case DST_IS_A:
     memcpy(dst, a, count * size);
     hoop__reduce(dst, b, count, dtype, op);
@@ -820,14 +777,10 @@ static uint64_t ref_average(hoop_dtype dtype, uint64_t bits, int nranks) {
   size_t size = dtypes[dtype].size;
   int exp_bits = dtypes[dtype].exp_bits, mant_bits = dtypes[dtype].mant_bits;
   switch (dtypes[dtype].kind) {
-  case SIGNED:
-    return (uint64_t)(as_signed(bits, size) / nranks);
-  case UNSIGNED:
-    return bits / (uint64_t)nranks;
-  case FLOAT32:
-    return float_to_bits(bits_to_float(bits) / (float)nranks);
-  case FLOAT64:
-    return double_to_bits(bits_to_double(bits) / nranks);
+  case SIGNED: return (uint64_t)(as_signed(bits, size) / nranks);
+  case UNSIGNED: return bits / (uint64_t)nranks;
+  case FLOAT32: return float_to_bits(bits_to_float(bits) / (float)nranks);
+  case FLOAT64: return double_to_bits(bits_to_double(bits) / nranks);
   default:
     return ref_encode((float)ref_decode(bits, exp_bits, mant_bits) / (float)nranks, exp_bits,
                       mant_bits);

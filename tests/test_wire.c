@@ -120,30 +120,21 @@ static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__notice notice;
   int rc = -1;
   switch (type) {
-  case HOOP_MSG_HELLO:
-    rc = hoop__wire_decode_hello(payload, len, &hello);
-    break;
+  case HOOP_MSG_HELLO: rc = hoop__wire_decode_hello(payload, len, &hello); break;
   case HOOP_MSG_TABLE:
     rc = hoop__wire_decode_table(payload, len, &table);
     if (rc == 0)
       hoop__table_free(&table);
     break;
-  case HOOP_MSG_ERROR:
-    rc = hoop__wire_decode_error(payload, len, &error);
-    break;
+  case HOOP_MSG_ERROR: rc = hoop__wire_decode_error(payload, len, &error); break;
   case HOOP_MSG_STATUS:
     rc = hoop__wire_decode_status(payload, len, &status);
     if (rc == 0)
       hoop__status_free(&status);
     break;
-  case HOOP_MSG_ABORT:
-    rc = hoop__wire_decode_abort(payload, len, &abort_msg);
-    break;
-  case HOOP_MSG_NOTICE:
-    rc = hoop__wire_decode_notice(payload, len, &notice);
-    break;
-  default:
-    ck_abort_msg("decode_as: no decoder for type %d", (int)type);
+  case HOOP_MSG_ABORT: rc = hoop__wire_decode_abort(payload, len, &abort_msg); break;
+  case HOOP_MSG_NOTICE: rc = hoop__wire_decode_notice(payload, len, &notice); break;
+  default: ck_abort_msg("decode_as: no decoder for type %d", (int)type);
   }
   return rc;
 }
@@ -184,8 +175,7 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
     sample_notice(&notice);
     rc = hoop__wire_encode_notice(wb, &notice);
     break;
-  default:
-    ck_abort_msg("encode_sample: no sample for type %d", (int)type);
+  default: ck_abort_msg("encode_sample: no sample for type %d", (int)type);
   }
   ck_assert_msg(rc == 0, "encoding the sample of type %d: expected 0, got %d", (int)type, rc);
 }

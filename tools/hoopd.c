@@ -23,7 +23,7 @@
 
 typedef struct hoopd_args {
   const char *listen;
-  const char *status; /* --status ADDR, or NULL to serve */
+  const char *status;     /* --status ADDR, or NULL to serve */
   const char *token_file; /* --token-file, or NULL */
   int max_jobs;
   double idle_timeout_s;
@@ -94,9 +94,7 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
   int opt;
   while ((opt = getopt_long(argc, argv, "v", long_options, NULL)) != -1) {
     switch (opt) {
-    case OPT_LISTEN:
-      args->listen = optarg;
-      break;
+    case OPT_LISTEN: args->listen = optarg; break;
     case OPT_MAX_JOBS:
       if (hoop__parse_int(optarg, 1, 1000000, &jobs) != 0) {
         fprintf(stderr, "hoopd: --max-jobs '%s' is not a number from 1 to 1000000\n", optarg);
@@ -119,24 +117,12 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
       }
       args->keepalive_s = (int)seconds;
       break;
-    case OPT_STATUS:
-      args->status = optarg;
-      break;
-    case OPT_TOKEN_FILE:
-      args->token_file = optarg;
-      break;
-    case 'v':
-      args->verbose = 1;
-      break;
-    case OPT_HELP:
-      usage(stdout);
-      return 1;
-    case OPT_VERSION:
-      printf("hoopd (hoop) %s\n", PACKAGE_VERSION);
-      return 1;
-    default:
-      fprintf(stderr, "Try 'hoopd --help'.\n");
-      return -1;
+    case OPT_STATUS: args->status = optarg; break;
+    case OPT_TOKEN_FILE: args->token_file = optarg; break;
+    case 'v': args->verbose = 1; break;
+    case OPT_HELP: usage(stdout); return 1;
+    case OPT_VERSION: printf("hoopd (hoop) %s\n", PACKAGE_VERSION); return 1;
+    default: fprintf(stderr, "Try 'hoopd --help'.\n"); return -1;
     }
   }
   if (optind < argc) {
@@ -269,7 +255,8 @@ static int fit_connections(void) {
   if (files >= HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES)
     return HOOP_RDZV_MAX_CONNECTIONS;
   int fit = (int)(files > 2 * OWN_FILES ? files - OWN_FILES : files / 2);
-  HOOP_WARN(HOOP_SUBSYS_RDZV, "the open-file limit is %ld (its hard limit %ld): serving at most "
+  HOOP_WARN(HOOP_SUBSYS_RDZV,
+            "the open-file limit is %ld (its hard limit %ld): serving at most "
             "%d connections at once, not %d; raise it (ulimit -Hn, LimitNOFILE=) to serve more",
             files, hard, fit, HOOP_RDZV_MAX_CONNECTIONS);
   return fit;
@@ -299,7 +286,7 @@ static int serve(const hoopd_args *args, const char *token) {
     HOOP_INFO(HOOP_SUBSYS_RDZV, "authentication on: ranks and status queries must prove the token");
   else
     HOOP_WARN(HOOP_SUBSYS_RDZV, "authentication off: anyone who reaches this port may join a job "
-              "(give hoopd --token-file to keep strangers out)");
+                                "(give hoopd --token-file to keep strangers out)");
   if (watch_signal(loop, &daemon.sigterm, SIGTERM, &daemon) != 0 ||
       watch_signal(loop, &daemon.sigint, SIGINT, &daemon) != 0)
     return 1;

@@ -72,14 +72,14 @@ typedef struct hooprun_host {
 
 /* What the command line asked for. */
 typedef struct hooprun_options {
-  int np;               /* 0 until -np is given */
-  hooprun_host *hosts;  /* -H and --hostfile, in order; none: every rank on this host */
+  int np;              /* 0 until -np is given */
+  hooprun_host *hosts; /* -H and --hostfile, in order; none: every rank on this host */
   int nhosts;
   const char *rsh;        /* --rsh: how a rank starts on another host (default "ssh") */
   const char *rendezvous; /* --rendezvous: an external hoopd's host:port, or NULL */
-  const char *timeout;  /* --timeout as given, or NULL */
-  const char *job_id;   /* --job, or NULL for a generated id */
-  const char **exports; /* -x arguments, in order */
+  const char *timeout;    /* --timeout as given, or NULL */
+  const char *job_id;     /* --job, or NULL for a generated id */
+  const char **exports;   /* -x arguments, in order */
   int nexports;
   int tag_output;
   int verbose;
@@ -121,9 +121,9 @@ typedef struct hooprun_job {
                                       whether it copies them */
   hoop__rdzv_server *server;
   char rendezvous[HOOP_WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
-  char token[HOOP_MAX_TOKEN + 1]; /* what the ranks prove to the server; "" for none */
-  hooprun_rank *ranks; /* options.np of them */
-  int running;         /* ranks started and not yet exited */
+  char token[HOOP_MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
+  hooprun_rank *ranks;                      /* options.np of them */
+  int running;                              /* ranks started and not yet exited */
   int outputs_open;
   int stopping; /* the job is being stopped; exit_code says why */
   int finished;
@@ -507,10 +507,8 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
                          HOOP_WIRE_MAX_RANKS);
     options->np = (int)np;
     return 0;
-  case OPT_HOSTS:
-    return parse_host_list(job, value);
-  case OPT_HOSTFILE:
-    return read_hostfile(job, value);
+  case OPT_HOSTS: return parse_host_list(job, value);
+  case OPT_HOSTFILE: return read_hostfile(job, value);
   case OPT_RSH:
     if (strspn(value, " \t") == strlen(value))
       return usage_error(job, "--rsh: the command is empty");
@@ -529,23 +527,16 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
       return usage_error(job, "--timeout: '%s' is not a number of seconds (0.001 to 1e7)", value);
     options->timeout = value;
     return 0;
-  case OPT_EXPORT:
-    return add_export(job, value);
+  case OPT_EXPORT: return add_export(job, value);
   case OPT_JOB:
     if (value[0] == '\0' || strlen(value) > HOOP_WIRE_MAX_JOB)
       return usage_error(job, "--job: the id must have 1 to %d bytes", HOOP_WIRE_MAX_JOB);
     options->job_id = value;
     return 0;
   case OPT_TAG:
-  case OPT_NO_TAG:
-    options->tag_output = id == OPT_TAG;
-    return 0;
-  case OPT_VERBOSE:
-    options->verbose = 1;
-    return 0;
-  case OPT_HELP:
-    sink_write(job, &job->stdout_sink, help_text, strlen(help_text));
-    return 1;
+  case OPT_NO_TAG: options->tag_output = id == OPT_TAG; return 0;
+  case OPT_VERBOSE: options->verbose = 1; return 0;
+  case OPT_HELP: sink_write(job, &job->stdout_sink, help_text, strlen(help_text)); return 1;
   case OPT_VERSION:
     sink_write(job, &job->stdout_sink, "hooprun (hoop) " PACKAGE_VERSION "\n",
                strlen("hooprun (hoop) " PACKAGE_VERSION "\n"));
@@ -708,7 +699,7 @@ static int rsh_uses_shell(const char *rsh) {
 /* word in single quotes for a POSIX shell, unless it needs none. */
 static char *shell_quote(const char *word) {
   if (word[0] && strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-                             "_-+=.,:/@%") == strlen(word))
+                              "_-+=.,:/@%") == strlen(word))
     return xstrdup(word);
   hooprun_text quoted = {0};
   text_append(&quoted, "'", 1);
@@ -1236,8 +1227,10 @@ static int server_address(hooprun_job *job, const hooprun_host *remote, char *ou
     why = "the first interface that is not loopback";
     if (hoop__choose_local_addr("^lo", NULL, &local, &local_len, chosen, sizeof chosen, err,
                                 sizeof err) != 0) {
-      say(job, "cannot choose an address that %s can reach for the rendezvous server: %s (set "
-          "HOOP_IFNAME, or use --rendezvous)", remote->name, err);
+      say(job,
+          "cannot choose an address that %s can reach for the rendezvous server: %s (set "
+          "HOOP_IFNAME, or use --rendezvous)",
+          remote->name, err);
       return -1;
     }
   }
@@ -1331,7 +1324,8 @@ static int fit_open_files(hooprun_job *job) {
   long files = hoop__raise_open_files(want, &hard);
   if (files >= want)
     return 0;
-  say(job, "%d ranks need about %ld open files here (%d each), but the limit is %ld and its hard "
+  say(job,
+      "%d ranks need about %ld open files here (%d each), but the limit is %ld and its hard "
       "limit %ld: raise the hard limit (ulimit -Hn, LimitNOFILE=) or start fewer ranks",
       job->options.np, want, per_rank, files, hard);
   return -1;

@@ -17,10 +17,9 @@ hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
   long chunk;
   if (hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES, HOOP_CHUNK_MAX_BYTES,
                       &chunk) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
-                           comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES,
-                           HOOP_CHUNK_MAX_BYTES);
+    return hoop__set_error(
+        comm, HOOP_ERR_INVALID_ARG, "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
+        comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES, HOOP_CHUNK_MAX_BYTES);
   comm->chunk_bytes = (size_t)chunk;
   const char *text = hoop__env_get("HOOP_ALGO");
   if (strcmp(text, "auto") == 0)

@@ -81,8 +81,8 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
     return hoop__coll_end(comm, HOOP_OK);
   size_t gathered = block * (size_t)comm->size;
   int power_of_two = (comm->size & (comm->size - 1)) == 0;
-  size_t rd_max = comm->local_size == comm->size ? ALLGATHER_RD_MAX_BYTES_ONE_HOST
-                                                 : ALLGATHER_RD_MAX_BYTES;
+  size_t rd_max =
+      comm->local_size == comm->size ? ALLGATHER_RD_MAX_BYTES_ONE_HOST : ALLGATHER_RD_MAX_BYTES;
   if (power_of_two && (algo == HOOP__ALGO_HD || algo == HOOP__ALGO_RD ||
                        (algo == HOOP__ALGO_AUTO && gathered <= rd_max)))
     return hoop__coll_end(comm, recursive_doubling(comm, recvbuf, block));

@@ -83,8 +83,8 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
   while (result == HOOP_OK) {
     while (result == HOOP_OK && posted < taken + HOOP_RING_RECV_DEPTH) {
       size_t k = posted % HOOP_RING_RECV_DEPTH;
-      if (!hoop__ring_cursor_next(comm, &posting, plan->offset, plan->length, 0, esize,
-                                  &steps[k], &ats[k], &lens[k]))
+      if (!hoop__ring_cursor_next(comm, &posting, plan->offset, plan->length, 0, esize, &steps[k],
+                                  &ats[k], &lens[k]))
         break;
       result = hoop__irecv(comm, prev, staging + k * chunk_max, lens[k], &reqs[k]);
       posted++;
@@ -244,16 +244,15 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
     size_t keep_last = round + 1 < plan.rounds ? plan.hi[round + 1] : plan.last;
     size_t give_first = plan.vrank & mask ? plan.lo[round] : keep_last;
     size_t give_last = plan.vrank & mask ? keep_first : plan.hi[round];
-    result = halving_round(comm, arena, peer, src + give_first * esize,
-                           (give_last - give_first) * esize, recvbuf + keep_first * esize,
-                           src + keep_first * esize, (keep_last - keep_first) * esize, staging,
-                           slice, dtype, op);
+    result =
+        halving_round(comm, arena, peer, src + give_first * esize, (give_last - give_first) * esize,
+                      recvbuf + keep_first * esize, src + keep_first * esize,
+                      (keep_last - keep_first) * esize, staging, slice, dtype, op);
     if (result != HOOP_OK)
       return result;
     src = recvbuf;
   }
-  hoop__reduce_finish(recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,
-                      comm->size);
+  hoop__reduce_finish(recvbuf + plan.first * esize, plan.last - plan.first, dtype, op, comm->size);
   result = hoop__doubling_rounds(comm, arena, recvbuf, esize, &plan);
   if (result == HOOP_OK && r < 2 * plan.rem)
     result = hoop__arena_isend(comm, arena, r - 1, recvbuf, bytes);
@@ -265,8 +264,7 @@ static hoop_result check_args(hoop_comm *comm, const void *sendbuf, void *recvbu
   if ((unsigned)op >= HOOP_OP_COUNT)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: unknown op %d", (int)op);
   if (count > 0 && (!sendbuf || !recvbuf))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_allreduce: %s is NULL with count %zu",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: %s is NULL with count %zu",
                            sendbuf ? "recvbuf" : "sendbuf", count);
   return HOOP_OK;
 }

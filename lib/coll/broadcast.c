@@ -98,9 +98,9 @@ hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype 
                                                 "hoop_broadcast: root %d is not in 0..%d", root,
                                                 comm->size - 1));
   if (count > 0 && !buf)
-    return hoop__coll_end(comm, hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                                                "hoop_broadcast: buf is NULL with count %zu",
-                                                count));
+    return hoop__coll_end(comm,
+                          hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                                          "hoop_broadcast: buf is NULL with count %zu", count));
   size_t bytes = count * hoop_dtype_size(dtype);
   if (bytes == 0)
     return hoop__coll_end(comm, hoop__coll_no_data(comm));

@@ -40,8 +40,8 @@ size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_
 
 /* Post the sends of len bytes to peer from the arena, in the chunks hoop__chunk_bytes cuts (a
  * receiver takes them in the same chunks, computed from the same length). */
-hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer,
-                                     const char *buf, size_t len, size_t elem_size);
+hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer, const char *buf,
+                                     size_t len, size_t elem_size);
 
 /* Rank r starts with block (r + shift) % n complete and ends with all n blocks: at each of n-1
  * steps it receives from the previous rank the block that rank completed the step before, and
@@ -66,8 +66,8 @@ typedef struct hoop__ring_cursor {
 
 /* The next chunk: its step, byte offset in the buffer and length; 0 when the pass is over. */
 int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, const size_t *offset,
-                           const size_t *length, int shift, size_t elem_size, int *step,
-                           size_t *at, size_t *len);
+                           const size_t *length, int shift, size_t elem_size, int *step, size_t *at,
+                           size_t *len);
 
 /* End of a call that moves no bytes on this rank (count 0). With HOOP_CHECK_CALLS it still sends
  * its fingerprint to the next rank of the ring and takes the previous rank's, so that ranks whose
@@ -89,10 +89,15 @@ static inline int hoop__ring_prev(const hoop_comm *comm) {
  * broadcast's pipelined chain), the latency-optimal log2(n)-round ones (allreduce's recursive
  * doubling, broadcast's binomial tree), or recursive halving and doubling (below). AUTO lets each
  * collective choose by size. */
-typedef enum hoop__algo { HOOP__ALGO_AUTO, HOOP__ALGO_RING, HOOP__ALGO_RD, HOOP__ALGO_HD } hoop__algo;
+typedef enum hoop__algo {
+  HOOP__ALGO_AUTO,
+  HOOP__ALGO_RING,
+  HOOP__ALGO_RD,
+  HOOP__ALGO_HD
+} hoop__algo;
 
-/* The tuning variables a collective obeys: HOOP_ALGO's value in *algo, and HOOP_CHUNK_BYTES checked.
- * HOOP_ERR_INVALID_ARG (recorded) for a bad value of either. */
+/* The tuning variables a collective obeys: HOOP_ALGO's value in *algo, and HOOP_CHUNK_BYTES
+ * checked. HOOP_ERR_INVALID_ARG (recorded) for a bad value of either. */
 hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *algo);
 
 /* Recursive halving and doubling over count elements. With p the largest power of two <= n and

@@ -80,8 +80,8 @@ void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems) {
   *first = index * base + (index < extra ? index : extra);
 }
 
-hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer,
-                                     const char *buf, size_t len, size_t elem_size) {
+hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer, const char *buf,
+                                     size_t len, size_t elem_size) {
   size_t chunk = hoop__chunk_bytes(comm, len, elem_size);
   for (size_t done = 0; done < len; done += chunk) {
     hoop_result result =
@@ -93,8 +93,8 @@ hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int pe
 }
 
 int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, const size_t *offset,
-                           const size_t *length, int shift, size_t elem_size, int *step,
-                           size_t *at, size_t *len) {
+                           const size_t *length, int shift, size_t elem_size, int *step, size_t *at,
+                           size_t *len) {
   int n = comm->size, r = comm->rank;
   while (cursor->step < n - 1) {
     int block = ((r + shift - cursor->step - 1) % n + n) % n;
@@ -120,8 +120,8 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
   hoop_result result = HOOP_OK;
   if (!own_sent) {
     int own = (r + shift) % n;
-    result = hoop__arena_isend_chunks(comm, arena, next, base + offset[own], length[own],
-                                      elem_size);
+    result =
+        hoop__arena_isend_chunks(comm, arena, next, base + offset[own], length[own], elem_size);
   }
   /* Receives go straight into place, up to HOOP_RING_RECV_DEPTH posted ahead. */
   hoop__request reqs[HOOP_RING_RECV_DEPTH];
@@ -147,4 +147,3 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
       result = hoop__arena_isend(comm, arena, next, base + ats[k], lens[k]);
   }
 }
-

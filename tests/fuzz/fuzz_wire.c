@@ -105,8 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
-  default:
-    break;
+  default: break;
   }
   hoop__wbuf_free(&wb);
   return 0;

@@ -22,8 +22,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   hoop__wbuf wb[10] = {{0}};
-  hoop__hello hello = {.size = 4, .rank = 2, .timeout_ms = 30000, .proof_len = 3,
-                       .proof = {1, 2, 3}};
+  hoop__hello hello = {
+      .size = 4, .rank = 2, .timeout_ms = 30000, .proof_len = 3, .proof = {1, 2, 3}};
   strcpy(hello.job, "job-1");
   strcpy(hello.host, "node7");
   strcpy(hello.addr, "10.0.0.7:41000");
@@ -31,8 +31,8 @@ int main(int argc, char **argv) {
   hoop__table table = {.size = 2, .rank = 1, .nonce = {9, 8, 7}, .peers = peers};
   hoop__error_msg error = {.code = 2};
   strcpy(error.message, "rendezvous timed out: 1 of 2 ranks joined; missing ranks: 1");
-  hoop__job_status job = {.size = 4, .joined = 1, .waited_ms = 1200, .nmissing = 2,
-                          .missing = {1, 3}};
+  hoop__job_status job = {
+      .size = 4, .joined = 1, .waited_ms = 1200, .nmissing = 2, .missing = {1, 3}};
   strcpy(job.job, "waiting");
   job.nhosts = 1;
   strcpy(job.hosts[0].name, "node1");
@@ -44,16 +44,16 @@ int main(int argc, char **argv) {
   strcpy(abort_msg.reason, "loss is NaN");
   hoop__notice notice = {.code = 7, .origin = 2};
   strcpy(notice.message, "aborted by rank 2: loss is NaN");
-  int bad = hoop__wire_encode_hello(&wb[0], &hello) | hoop__wire_encode_table(&wb[1], &table) |
-            hoop__wire_encode_error(&wb[2], &error) |
-            hoop__wire_encode_status_req(&wb[3], &request) |
-            hoop__wire_encode_status(&wb[4], &status) |
-            hoop__wire_encode_status_req(&wb[5], &proven) |
-            hoop__wire_encode_challenge(&wb[6], &challenge) |
-            hoop__wire_encode_abort(&wb[7], &abort_msg) | hoop__wire_encode_bye(&wb[8]) |
-            hoop__wire_encode_notice(&wb[9], &notice);
-  const char *names[10] = {"hello",     "table", "error", "status_req", "status", "status_req_proof",
-                           "challenge", "abort", "bye",   "notice"};
+  int bad =
+      hoop__wire_encode_hello(&wb[0], &hello) | hoop__wire_encode_table(&wb[1], &table) |
+      hoop__wire_encode_error(&wb[2], &error) | hoop__wire_encode_status_req(&wb[3], &request) |
+      hoop__wire_encode_status(&wb[4], &status) | hoop__wire_encode_status_req(&wb[5], &proven) |
+      hoop__wire_encode_challenge(&wb[6], &challenge) |
+      hoop__wire_encode_abort(&wb[7], &abort_msg) | hoop__wire_encode_bye(&wb[8]) |
+      hoop__wire_encode_notice(&wb[9], &notice);
+  const char *names[10] = {
+      "hello",     "table", "error", "status_req", "status", "status_req_proof",
+      "challenge", "abort", "bye",   "notice"};
   for (int i = 0; i < 10 && !bad; i++)
     bad |= save(argv[1], names[i], &wb[i]);
   for (int i = 0; i < 10; i++)

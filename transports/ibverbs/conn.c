@@ -56,7 +56,7 @@ hoop_result hoop__ib_listen_cm(hoop_comm *comm, ib_state *state) {
   return HOOP_OK;
 }
 
-/* ---- the hello in private data ---------------------------------------------------------------- */
+/* ---- the hello in private data --------------------------------------------------------------- */
 
 typedef struct ib_hello {
   uint32_t rank;
@@ -85,7 +85,8 @@ static int decode_hello(hoop_comm *comm, const void *data, size_t len, ib_hello 
       !hoop__auth_equal(in + 8, comm->data_nonce, HOOP_WIRE_NONCE))
     return -1;
   hello->rank = hoop__get_be32(in + 4);
-  hello->addr = (uint64_t)hoop__get_be32(in + 8 + HOOP_WIRE_NONCE) << 32 | hoop__get_be32(in + 12 + HOOP_WIRE_NONCE);
+  hello->addr = (uint64_t)hoop__get_be32(in + 8 + HOOP_WIRE_NONCE) << 32 |
+                hoop__get_be32(in + 12 + HOOP_WIRE_NONCE);
   hello->rkey = hoop__get_be32(in + 16 + HOOP_WIRE_NONCE);
   hello->slots = hoop__get_be32(in + 20 + HOOP_WIRE_NONCE);
   hello->slot_bytes = hoop__get_be32(in + 24 + HOOP_WIRE_NONCE);
@@ -102,7 +103,7 @@ static hoop_result check_geometry(hoop_comm *comm, const ib_hello *hello) {
                     hello->rank, hello->slots, hello->slot_bytes, state->slots, state->slot_bytes);
 }
 
-/* ---- per-connection resources ------------------------------------------------------------------ */
+/* ---- per-connection resources ---------------------------------------------------------------- */
 
 /* Slots, their registrations and the queue pair on id, with every receive posted: the peer may
  * write as soon as the connection is up. */
@@ -130,8 +131,10 @@ static hoop_result setup_connection(hoop_comm *comm, int index, struct rdma_cm_i
     peer->control_mr = ibv_reg_mr(state->pd, peer->control, IB_HEADER_BYTES + IB_NOTICE_MAX,
                                   IBV_ACCESS_LOCAL_WRITE);
   if (!peer->control_mr)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_reg_mr of %zu bytes: %s (is the "
-                      "locked-memory limit, ulimit -l, too low?)", bytes, strerror(errno));
+    return hoop__fail(comm, HOOP_ERR_SYSTEM,
+                      "ibverbs: ibv_reg_mr of %zu bytes: %s (is the "
+                      "locked-memory limit, ulimit -l, too low?)",
+                      bytes, strerror(errno));
   struct ibv_qp_init_attr attr;
   memset(&attr, 0, sizeof attr);
   attr.send_cq = state->cq;
@@ -195,7 +198,7 @@ void hoop__ib_free_cm(ib_state *state) {
   state->events = NULL;
 }
 
-/* ---- connecting ---------------------------------------------------------------------------------- */
+/* ---- connecting ------------------------------------------------------------------------------ */
 
 static hoop_result start_connect(hoop_comm *comm, int index) {
   ib_state *state = ib_state_of(comm);
@@ -275,14 +278,16 @@ static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, co
   if (valid && state->peers[hello.rank].state == IB_PEER_CONNECTING) {
     /* The connector gave up on the request this rank accepted and asks again: the old accept
      * will never complete. */
-    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: rank %u connects again; dropping the accept it gave up "
-              "on", hello.rank);
+    HOOP_INFO(HOOP_SUBSYS_NET,
+              "ibverbs: rank %u connects again; dropping the accept it gave up "
+              "on",
+              hello.rank);
     release_connection(&state->peers[hello.rank]);
     state->peers[hello.rank].state = IB_PEER_NONE;
   }
   if (!valid || state->peers[hello.rank].state != IB_PEER_NONE) {
     HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: refused a connection that did not present this job's "
-              "hello (or came from a rank already connected)");
+                               "hello (or came from a rank already connected)");
     if (rdma_reject(id, NULL, 0) != 0)
       HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: rdma_reject: %s", strerror(errno));
     rdma_destroy_id(id);
@@ -310,8 +315,10 @@ static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, co
   param.rnr_retry_count = 7;
   if (rdma_accept(id, &param) != 0) {
     /* Most likely the connector already gave up on this request; it will ask again. */
-    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: rdma_accept for rank %d: %s; waiting for it to connect "
-              "again", index, strerror(errno));
+    HOOP_INFO(HOOP_SUBSYS_NET,
+              "ibverbs: rdma_accept for rank %d: %s; waiting for it to connect "
+              "again",
+              index, strerror(errno));
     snprintf(peer->last_event, sizeof peer->last_event, "rdma_accept: %s", strerror(errno));
     release_connection(peer);
     peer->state = IB_PEER_NONE;
@@ -358,10 +365,8 @@ static hoop_result handle_event(hoop_comm *comm, enum rdma_cm_event_type type,
       return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, "rdma_resolve_route",
                                  strerror(errno));
     return HOOP_OK;
-  case RDMA_CM_EVENT_ROUTE_RESOLVED:
-    return on_route_resolved(comm, index);
-  case RDMA_CM_EVENT_ESTABLISHED:
-    return on_established(comm, index, data, len);
+  case RDMA_CM_EVENT_ROUTE_RESOLVED: return on_route_resolved(comm, index);
+  case RDMA_CM_EVENT_ESTABLISHED: return on_established(comm, index, data, len);
   case RDMA_CM_EVENT_ADDR_ERROR:
   case RDMA_CM_EVENT_ROUTE_ERROR:
   case RDMA_CM_EVENT_CONNECT_ERROR:
@@ -389,8 +394,7 @@ static hoop_result handle_event(hoop_comm *comm, enum rdma_cm_event_type type,
       return result;
     return hoop__ib_peer_gone(comm, index, "connection", "it disconnected");
   }
-  default:
-    return HOOP_OK;
+  default: return HOOP_OK;
   }
 }
 

@@ -27,7 +27,7 @@
 #define GOODBYE_WAIT_S 0.5
 #define BYE_WAIT_S 10.0
 
-/* ---- errors ------------------------------------------------------------------------------------ */
+/* ---- errors ---------------------------------------------------------------------------------- */
 
 hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
                                 const char *detail) {
@@ -64,7 +64,7 @@ hoop_result hoop__ib_peer_gone(hoop_comm *comm, int index, const char *what, con
   return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, what, text);
 }
 
-/* ---- posting ---------------------------------------------------------------------------------- */
+/* ---- posting --------------------------------------------------------------------------------- */
 
 static uint64_t wr_id(const ib_peer *peer, int index, enum ib_wr_kind kind) {
   return (uint64_t)peer->generation << 32 | (uint64_t)(uint32_t)index << 8 | (uint64_t)kind;
@@ -112,8 +112,7 @@ static hoop_result post_rdma(hoop_comm *comm, int index, const char *local, uint
 }
 
 static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t lkey,
-                              uint32_t bytes, uint64_t remote, uint32_t imm,
-                              enum ib_wr_kind kind) {
+                              uint32_t bytes, uint64_t remote, uint32_t imm, enum ib_wr_kind kind) {
   return post_rdma(comm, index, local, lkey, bytes, remote,
                    ib_state_of(comm)->peers[index].remote_rkey, IBV_WR_RDMA_WRITE_WITH_IMM, imm,
                    kind, "ibv_post_send");
@@ -145,17 +144,17 @@ static uint64_t header_len(const uint8_t *header) {
   return (uint64_t)hoop__get_be32(header + 8) << 32 | hoop__get_be32(header + 12);
 }
 
-/* ---- registrations ------------------------------------------------------------------------------ */
+/* ---- registrations --------------------------------------------------------------------------- */
 
 /* Register [ptr, ptr + bytes) for local access and remote writes; counted for the tests. */
 static struct ibv_mr *reg_mr(hoop_comm *comm, void *ptr, size_t bytes, const char *what) {
   ib_state *state = ib_state_of(comm);
-  struct ibv_mr *mr = ibv_reg_mr(state->pd, ptr, bytes,
-                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  struct ibv_mr *mr =
+      ibv_reg_mr(state->pd, ptr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr) {
     state->reg_calls++;
-    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr #%llu: %zu bytes at %p (%s)",
-               state->reg_calls, bytes, ptr, what);
+    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr #%llu: %zu bytes at %p (%s)", state->reg_calls,
+               bytes, ptr, what);
   }
   return mr;
 }
@@ -178,8 +177,10 @@ static struct ibv_mr *find_mr(hoop_comm *comm, const void *buf, size_t len) {
     if (!state->scratch_mr) {
       /* Not fatal: the staging buffer keeps going through the slots. */
       state->scratch_reg_failed = 1;
-      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr of the %zu-byte staging buffer: %s; it is "
-                "copied through the slots instead", comm->scratch_bytes, strerror(errno));
+      HOOP_INFO(HOOP_SUBSYS_NET,
+                "ibverbs: ibv_reg_mr of the %zu-byte staging buffer: %s; it is "
+                "copied through the slots instead",
+                comm->scratch_bytes, strerror(errno));
     }
   }
   return state->scratch_mr;
@@ -188,10 +189,11 @@ static struct ibv_mr *find_mr(hoop_comm *comm, const void *buf, size_t len) {
 static hoop_result ib_register_mem(hoop_comm *comm, void *ptr, size_t bytes, void **mem) {
   struct ibv_mr *mr = reg_mr(comm, ptr, bytes, "hoop_register");
   if (!mr)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_register: ibv_reg_mr of %zu bytes at %p "
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                           "hoop_register: ibv_reg_mr of %zu bytes at %p "
                            "on %s: %s (is the locked-memory limit, ulimit -l, too low, or the "
-                           "memory read-only?)", bytes, ptr, ib_state_of(comm)->device,
-                           strerror(errno));
+                           "memory read-only?)",
+                           bytes, ptr, ib_state_of(comm)->device, strerror(errno));
   *mem = mr;
   return HOOP_OK;
 }
@@ -218,7 +220,7 @@ static void ib_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
   }
 }
 
-/* ---- sending -------------------------------------------------------------------------------------- */
+/* ---- sending --------------------------------------------------------------------------------- */
 
 /* The slot-path conditions: a free remote slot beyond the one kept for the control message, a
  * free send slot, and room in the send queue. */
@@ -284,8 +286,10 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
       return HOOP_OK;
     peer->cts_seen = 0;
     if (peer->cts_len != frag->len)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d cleared %llu bytes for a "
-                        "%zu-byte message", index, (unsigned long long)peer->cts_len, frag->len);
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                        "ibverbs: rank %d cleared %llu bytes for a "
+                        "%zu-byte message",
+                        index, (unsigned long long)peer->cts_len, frag->len);
     if (!peer->cts_zcopy) {
       state->zcopy_declined++;
       peer->zsend_state = IB_ZSEND_COPY;
@@ -301,9 +305,9 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
          peer->sq_used < state->max_send_wr - 4) {
     size_t left = frag->len - peer->zsend_posted;
     uint32_t piece = (uint32_t)(left < state->zcopy_piece ? left : state->zcopy_piece);
-    hoop_result result = post_zwrite(comm, index, frag->buf + peer->zsend_posted,
-                                     peer->zsend_mr->lkey, piece,
-                                     peer->cts_addr + peer->zsend_posted, peer->cts_rkey);
+    hoop_result result =
+        post_zwrite(comm, index, frag->buf + peer->zsend_posted, peer->zsend_mr->lkey, piece,
+                    peer->cts_addr + peer->zsend_posted, peer->cts_rkey);
     if (result != HOOP_OK)
       return result;
     peer->zsend_posted += piece;
@@ -405,14 +409,15 @@ static hoop_result return_credits(hoop_comm *comm, int index, int force) {
   return result;
 }
 
-/* ---- receiving ---------------------------------------------------------------------------------- */
+/* ---- receiving ------------------------------------------------------------------------------- */
 
 /* A CTS arrived, answering this side's RTS: kept for drive_zsend at once, since slots in front
  * of it may wait for a receive that this side posts only after its send. */
 static hoop_result on_cts(hoop_comm *comm, int index, uint32_t slot, const uint8_t *data,
                           uint32_t bytes) {
   ib_peer *peer = &ib_state_of(comm)->peers[index];
-  if (bytes != IB_CTS_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC || hoop__get_be32(data + 4) != IB_MSG_CTS)
+  if (bytes != IB_CTS_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC ||
+      hoop__get_be32(data + 4) != IB_MSG_CTS)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed CTS", index);
   if (peer->zsend_state != IB_ZSEND_WAIT_CTS || peer->cts_seen)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
@@ -441,8 +446,10 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
   int control = (imm & IB_IMM_CONTROL) != 0;
   imm &= ~IB_IMM_CONTROL;
   if (imm != slot || bytes > state->slot_bytes)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d wrote slot %u (%u bytes) where "
-                      "slot %u was next", index, imm, bytes, slot);
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                      "ibverbs: rank %d wrote slot %u (%u bytes) where "
+                      "slot %u was next",
+                      index, imm, bytes, slot);
   peer->slot_len[slot] = bytes;
   peer->slots_arrived++;
   if (control) /* a notice or bye ends whatever message was arriving */
@@ -460,12 +467,16 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
   uint64_t len = header_len(data);
   if (type == IB_MSG_DATA) {
     if (control)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent data as a control "
-                        "message", index);
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                        "ibverbs: rank %d sent data as a control "
+                        "message",
+                        index);
     uint64_t here = bytes - IB_HEADER_BYTES;
     if (here > len)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a message longer than "
-                        "its header says", index);
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                        "ibverbs: rank %d sent a message longer than "
+                        "its header says",
+                        index);
     peer->slot_kind[slot] = IB_SLOT_HEADER;
     peer->arrival_left = len - here;
   } else if (type == IB_MSG_RTS || type == IB_MSG_ZDONE) {
@@ -485,8 +496,10 @@ static hoop_result on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t
     peer->slot_kind[slot] = IB_SLOT_BYE;
     peer->said_bye = 1;
   } else {
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a message of unknown type "
-                      "%u", index, type);
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                      "ibverbs: rank %d sent a message of unknown type "
+                      "%u",
+                      index, type);
   }
   return HOOP_OK;
 }
@@ -507,8 +520,10 @@ static hoop_result answer_rts(hoop_comm *comm, int index) {
   ib_peer *peer = &ib_state_of(comm)->peers[index];
   hoop__fragment *head = peer->recv_head;
   if (peer->cts_pending || head->done != 0)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent an RTS in the middle of "
-                      "a message", index);
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                      "ibverbs: rank %d sent an RTS in the middle of "
+                      "a message",
+                      index);
   struct ibv_mr *mr = find_mr(comm, head->buf, head->len);
   uint64_t addr = (uint64_t)(uintptr_t)head->buf;
   encode_header(peer->cts_out, IB_MSG_CTS, head->len, NULL);
@@ -553,8 +568,10 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
     }
     if (kind == IB_SLOT_HEADER || kind == IB_SLOT_RTS || kind == IB_SLOT_ZDONE) {
       if (kind == IB_SLOT_ZDONE && (!head || !peer->head_zcopy))
-        return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d finished a zero-copy "
-                          "write that no CTS offered", index);
+        return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                          "ibverbs: rank %d finished a zero-copy "
+                          "write that no CTS offered",
+                          index);
       if (!head) /* parked until its receive is posted; it may already show a mismatch */
         return hoop__mismatch_early(comm, index, data + 16);
       const uint8_t *theirs = data + 16, *ours = head->owner->fingerprint;
@@ -567,8 +584,8 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
       data += IB_HEADER_BYTES;
       bytes -= IB_HEADER_BYTES;
       if (kind != IB_SLOT_HEADER) {
-        hoop_result result = kind == IB_SLOT_RTS ? answer_rts(comm, index)
-                                                 : finish_zcopy(comm, index);
+        hoop_result result =
+            kind == IB_SLOT_RTS ? answer_rts(comm, index) : finish_zcopy(comm, index);
         if (result != HOOP_OK)
           return result;
         peer->slots_consumed++;
@@ -578,13 +595,14 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
       }
       peer->head_zcopy = 0; /* the sender chose the slots after all */
     } else if (kind == IB_SLOT_MORE && (!head || !peer->head_checked)) {
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d continued a message that had "
-                        "no receive", index);
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+                        "ibverbs: rank %d continued a message that had "
+                        "no receive",
+                        index);
     }
     if (kind != IB_SLOT_BYE) {
       if (bytes > head->len - head->done)
-        return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent more than posted",
-                          index);
+        return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent more than posted", index);
       memcpy(head->buf + head->done, data, bytes);
       head->done += bytes;
       if (head->done == head->len)
@@ -597,7 +615,7 @@ static hoop_result drive_recv(hoop_comm *comm, int index, int *moved) {
   return HOOP_OK;
 }
 
-/* ---- completions ------------------------------------------------------------------------------- */
+/* ---- completions ----------------------------------------------------------------------------- */
 
 static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
   ib_state *state = ib_state_of(comm);
@@ -623,7 +641,7 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
     snprintf(detail, sizeof detail, "completion with error status %s (%d, vendor error 0x%x)",
              ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
     return hoop__ib_peer_gone(comm, index,
-                              kind == IB_WR_RECV    ? "receive"
+                              kind == IB_WR_RECV     ? "receive"
                               : kind == IB_WR_DATA   ? "write"
                               : kind == IB_WR_ZWRITE ? "zero-copy write"
                                                      : "send",
@@ -645,18 +663,13 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
       result = hoop__ib_post_recvs(comm, index, 1);
     return result;
   }
-  case IB_WR_DATA:
-    peer->slots_done++;
-    return HOOP_OK;
-  case IB_WR_CONTROL:
-    peer->control_done = 1;
-    return HOOP_OK;
+  case IB_WR_DATA: peer->slots_done++; return HOOP_OK;
+  case IB_WR_CONTROL: peer->control_done = 1; return HOOP_OK;
   case IB_WR_ZWRITE:
     peer->zwrites_inflight--;
     zsend_complete(peer);
     return HOOP_OK;
-  default:
-    return HOOP_OK;
+  default: return HOOP_OK;
   }
 }
 
@@ -679,7 +692,7 @@ hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved) {
   }
 }
 
-/* ---- the progress engine ---------------------------------------------------------------------- */
+/* ---- the progress engine --------------------------------------------------------------------- */
 
 static hoop_result drive_peers(hoop_comm *comm, int *moved) {
   ib_state *state = ib_state_of(comm);
@@ -788,7 +801,7 @@ static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
   return result;
 }
 
-/* ---- the ops ---------------------------------------------------------------------------------- */
+/* ---- the ops --------------------------------------------------------------------------------- */
 
 static hoop_result ensure_peers(hoop_comm *comm) {
   ib_state *state = ib_state_of(comm);
@@ -809,16 +822,18 @@ static hoop_result create_queues(hoop_comm *comm, ib_state *state) {
   state->max_send_wr = state->slots + 8;
   state->max_recv_wr = 2 * state->slots + 8;
   if (state->max_send_wr > attr.max_qp_wr || state->max_recv_wr > attr.max_qp_wr)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "ibverbs: HOOP_IB_SLOTS=%d needs %d work "
-                           "requests per queue; %s allows %d", state->slots, state->max_recv_wr,
-                           state->device, attr.max_qp_wr);
-  long cqe = (long)(comm->size > 1 ? comm->size - 1 : 1) *
-             (state->max_send_wr + state->max_recv_wr);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "ibverbs: HOOP_IB_SLOTS=%d needs %d work "
+                           "requests per queue; %s allows %d",
+                           state->slots, state->max_recv_wr, state->device, attr.max_qp_wr);
+  long cqe =
+      (long)(comm->size > 1 ? comm->size - 1 : 1) * (state->max_send_wr + state->max_recv_wr);
   if (cqe > attr.max_cqe) /* a smaller queue could overrun, which breaks every queue pair */
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "ibverbs: %d ranks with HOOP_IB_SLOTS=%d "
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "ibverbs: %d ranks with HOOP_IB_SLOTS=%d "
                            "need a completion queue of %ld entries; %s allows %d (lower "
-                           "HOOP_IB_SLOTS, or use HOOP_TRANSPORT=tcp)", comm->size, state->slots,
-                           cqe, state->device, attr.max_cqe);
+                           "HOOP_IB_SLOTS, or use HOOP_TRANSPORT=tcp)",
+                           comm->size, state->slots, cqe, state->device, attr.max_cqe);
   if (!(state->pd = ibv_alloc_pd(state->verbs)))
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_alloc_pd(%s): %s", state->device,
                            strerror(errno));
@@ -863,8 +878,10 @@ static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, cha
   char where[80];
   hoop__format_sockaddr((struct sockaddr *)&bound, where, sizeof where);
   snprintf(addr, addrlen, "ib:%s", where);
-  HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: listening on %s (device %s port %d, %d slots of %zu bytes "
-            "per peer)", where, state->device, state->port, state->slots, state->slot_bytes);
+  HOOP_INFO(HOOP_SUBSYS_NET,
+            "ibverbs: listening on %s (device %s port %d, %d slots of %zu bytes "
+            "per peer)",
+            where, state->device, state->port, state->slots, state->slot_bytes);
   return HOOP_OK;
 }
 
@@ -934,8 +951,7 @@ static hoop_result ib_isend(hoop_comm *comm, int peer, const void *buf, size_t l
   return post(comm, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result ib_irecv(hoop_comm *comm, int peer, void *buf, size_t len,
-                            hoop__request *req) {
+static hoop_result ib_irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
   return post(comm, peer, buf, len, req, 0);
 }
 
@@ -957,7 +973,7 @@ static hoop_result ib_wait(hoop_comm *comm, hoop__request *req) {
   return hoop__wait_loop(comm, req, &hooks);
 }
 
-/* ---- the end ---------------------------------------------------------------------------------- */
+/* ---- the end --------------------------------------------------------------------------------- */
 
 /* A notice (after a failure) or a bye (at finalize) into the slot kept for it. */
 static int send_goodbye(hoop_comm *comm, int index) {
@@ -1009,8 +1025,9 @@ static void ib_shutdown(hoop_comm *comm) {
     sent += send_goodbye(comm, p);
   /* The goodbyes go after this rank's last data on each queue pair; their completions say all
    * of it reached the peers. */
-  double wait_s = comm->failed ? GOODBYE_WAIT_S
-                               : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s : BYE_WAIT_S;
+  double wait_s = comm->failed                   ? GOODBYE_WAIT_S
+                  : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s
+                                                 : BYE_WAIT_S;
   double deadline = hoop__now() + wait_s;
   while (sent > 0 && hoop__now() < deadline) {
     int done = 0, moved = 0;
@@ -1043,9 +1060,11 @@ static void ib_finalize(hoop_comm *comm) {
     return;
   ib_shutdown(comm);
   if (state->peers)
-    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: %llu messages went zero-copy, %llu were declined by "
+    HOOP_INFO(HOOP_SUBSYS_NET,
+              "ibverbs: %llu messages went zero-copy, %llu were declined by "
               "receivers without registered buffers; %llu ibv_reg_mr calls for registered "
-              "buffers", state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
+              "buffers",
+              state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
   ib_forget_mem(comm, NULL, 0);
   if (state->cq && ibv_destroy_cq(state->cq) != 0)
     HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));

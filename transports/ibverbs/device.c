@@ -16,8 +16,10 @@
 
 static hoop_result env_long(hoop_comm *comm, const char *name, long min, long max, long *out) {
   if (hoop__parse_int(hoop__env_get(name), min, max, out) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "ibverbs: %s='%s' is not a number in "
-                           "%ld..%ld", name, hoop__env_get(name), min, max);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "ibverbs: %s='%s' is not a number in "
+                           "%ld..%ld",
+                           name, hoop__env_get(name), min, max);
   return HOOP_OK;
 }
 
@@ -101,8 +103,10 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
     union ibv_gid gid;
     if (ibv_query_gid(context, (uint8_t)state->port, index, &gid) != 0) {
       if (wanted >= 0)
-        return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_query_gid(%s port %d index "
-                               "%d): %s", state->device, state->port, index, strerror(errno));
+        return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                               "ibverbs: ibv_query_gid(%s port %d index "
+                               "%d): %s",
+                               state->device, state->port, index, strerror(errno));
       continue;
     }
     if (wanted >= 0 && (gid_is_ipv4(&gid) || gid_is_usable_ipv6(&gid))) {
@@ -125,16 +129,21 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
     }
   }
   if (first_ipv4 >= 0 && have_preferred)
-    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: no GID of %s port %d holds %s (the address TCP would "
-              "use); using GID %d", state->device, state->port, text, first_ipv4);
+    HOOP_INFO(HOOP_SUBSYS_NET,
+              "ibverbs: no GID of %s port %d holds %s (the address TCP would "
+              "use); using GID %d",
+              state->device, state->port, text, first_ipv4);
   if (first_ipv4 >= 0 || fallback >= 0)
     return HOOP_OK;
   if (wanted >= 0)
-    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: GID %ld of %s port %d holds no "
-                           "IP address (HOOP_IB_GID_INDEX)", wanted, state->device, state->port);
-  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: %s port %d has no GID with an IP "
-                         "address (is its network interface up with an address?)", state->device,
-                         state->port);
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "ibverbs: GID %ld of %s port %d holds no "
+                           "IP address (HOOP_IB_GID_INDEX)",
+                           wanted, state->device, state->port);
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                         "ibverbs: %s port %d has no GID with an IP "
+                         "address (is its network interface up with an address?)",
+                         state->device, state->port);
 }
 
 /* The first active port of device (or HOOP_IB_PORT's), with its attributes; 0 if none. */
@@ -206,8 +215,11 @@ hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
                       only_device);
     else
       hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: no active port on %s%s%s",
-                      only_device[0] ? only_device : count ? "any device" : "any device (none found)",
-                      only_port ? " with HOOP_IB_PORT=" : "", only_port ? hoop__env_get("HOOP_IB_PORT") : "");
+                      only_device[0] ? only_device
+                      : count        ? "any device"
+                                     : "any device (none found)",
+                      only_port ? " with HOOP_IB_PORT=" : "",
+                      only_port ? hoop__env_get("HOOP_IB_PORT") : "");
   }
   return result;
 }

@@ -5,8 +5,8 @@
  * Data path: each side of a connection owns `slots` receive slots of `slot_bytes` each, registered
  * for remote write, and as many send slots. A message is copied into send slots and RDMA-written
  * with immediate data into the peer's receive slots, used in ring order; its first slot starts with
- * a header {magic, type, length, the call's fingerprint}. The receiver copies each slot out into the
- * posted receive and returns slots as credits (a zero-byte write with immediate), so at most
+ * a header {magic, type, length, the call's fingerprint}. The receiver copies each slot out into
+ * the posted receive and returns slots as credits (a zero-byte write with immediate), so at most
  * slots * slot_bytes are in flight per queue pair. Big messages are thereby pipelined: the peer
  * copies out the first slots while later ones are on the wire.
  *
@@ -82,8 +82,8 @@ enum ib_zsend_state {
 };
 
 enum ib_peer_state {
-  IB_PEER_NONE = 0,  /* no connection yet */
-  IB_PEER_RESOLVING, /* this rank connects: address and route being resolved */
+  IB_PEER_NONE = 0,   /* no connection yet */
+  IB_PEER_RESOLVING,  /* this rank connects: address and route being resolved */
   IB_PEER_CONNECTING, /* connect (or accept) sent, waiting for ESTABLISHED */
   IB_PEER_UP,
   IB_PEER_CLOSED, /* disconnected, or failed */
@@ -97,36 +97,36 @@ enum ib_peer_state {
 typedef struct ib_peer {
   int state;
   struct rdma_cm_id *id;
-  double retry_at;  /* a refused connect is tried again at this time */
+  double retry_at; /* a refused connect is tried again at this time */
   int attempts;
   char last_event[96]; /* the last connection event that went wrong, for messages */
 
   char *recv_slots, *send_slots;
   struct ibv_mr *recv_mr, *send_mr;
-  char *control;         /* a notice or bye, sent once before closing */
+  char *control; /* a notice or bye, sent once before closing */
   struct ibv_mr *control_mr;
-  uint64_t remote_addr;  /* the peer's receive slots */
+  uint64_t remote_addr; /* the peer's receive slots */
   uint32_t remote_rkey;
-  uint32_t generation;   /* bumped as each queue pair to this peer is destroyed */
-  int posted_recvs;      /* receive work requests outstanding */
-  int sq_used;           /* send work requests not yet completed */
+  uint32_t generation; /* bumped as each queue pair to this peer is destroyed */
+  int posted_recvs;    /* receive work requests outstanding */
+  int sq_used;         /* send work requests not yet completed */
 
   /* Sending. A message occupies whole slots; the last remote slot is kept for the control
    * message, so a notice or bye can always go. */
   hoop__fragment *send_head, *send_tail;
-  uint64_t slots_sent;      /* slots written */
-  uint64_t slots_done;      /* data writes completed (send slots free again) */
-  uint64_t credit_limit;    /* slots the peer has allowed in all */
-  int head_started;         /* the head message's header has gone */
+  uint64_t slots_sent;   /* slots written */
+  uint64_t slots_done;   /* data writes completed (send slots free again) */
+  uint64_t credit_limit; /* slots the peer has allowed in all */
+  int head_started;      /* the head message's header has gone */
   int control_sent, control_done;
   /* Zero-copy sending: the head message's rendezvous, and the message whose last piece is
    * written but not yet completed (its request completes with the last piece). */
-  int zsend_state;          /* enum ib_zsend_state */
-  struct ibv_mr *zsend_mr;  /* the registration the head message's source lies in */
-  size_t zsend_posted;      /* payload bytes whose writes are posted */
-  int zwrites_inflight;     /* posted pieces not yet completed */
+  int zsend_state;         /* enum ib_zsend_state */
+  struct ibv_mr *zsend_mr; /* the registration the head message's source lies in */
+  size_t zsend_posted;     /* payload bytes whose writes are posted */
+  int zwrites_inflight;    /* posted pieces not yet completed */
   hoop__request *zsend_finishing;
-  int cts_seen;             /* the CTS for the head message arrived: */
+  int cts_seen; /* the CTS for the head message arrived: */
   int cts_zcopy;
   uint32_t cts_rkey;
   uint64_t cts_addr, cts_len;
@@ -134,8 +134,8 @@ typedef struct ib_peer {
   /* Receiving: slots arrive in order; arrival parsing marks each, consumption copies out. */
   hoop__fragment *recv_head, *recv_tail;
   uint64_t slots_arrived, slots_consumed;
-  uint32_t *slot_len;  /* bytes in each receive slot */
-  uint8_t *slot_kind;  /* enum ib_slot_kind */
+  uint32_t *slot_len;    /* bytes in each receive slot */
+  uint8_t *slot_kind;    /* enum ib_slot_kind */
   uint64_t arrival_left; /* payload bytes of the arriving message still to come */
   uint64_t consume_left; /* payload bytes of the message being consumed still to come */
   uint32_t credits_owed; /* slots consumed and not yet returned */
@@ -145,7 +145,7 @@ typedef struct ib_peer {
   uint8_t cts_out[IB_CTS_BYTES];
 
   int said_bye;
-  int notice_seen;       /* a notice arrived, perhaps behind data nobody will read */
+  int notice_seen; /* a notice arrived, perhaps behind data nobody will read */
   hoop_result notice_code;
   int notice_origin;
   char notice[IB_NOTICE_MAX + 1];
@@ -189,8 +189,7 @@ static inline ib_state *ib_state_of(hoop_comm *comm) {
 
 /* device.c: choose the device, port and address (HOOP_IB_DEV, HOOP_IB_PORT, HOOP_IB_GID_INDEX)
  * and read the tuning variables. HOOP_ERR_UNSUPPORTED when there is no active port. */
-hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
-                                   const struct sockaddr *toward);
+hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state, const struct sockaddr *toward);
 
 /* conn.c */
 hoop_result hoop__ib_listen_cm(hoop_comm *comm, ib_state *state);

@@ -18,13 +18,13 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -87,7 +87,7 @@ typedef struct tcp_state {
   struct poll_owner {
     int stream;
     int peer;
-  } *pfd_owners; /* pfd_owners[i] is what pfds[i] polls for */
+  } * pfd_owners; /* pfd_owners[i] is what pfds[i] polls for */
   size_t pfd_cap;
 } tcp_state;
 
@@ -95,7 +95,7 @@ static tcp_state *state_of(hoop_comm *comm) {
   return comm->transport_state;
 }
 
-/* ---- errors ------------------------------------------------------------------------------------ */
+/* ---- errors ---------------------------------------------------------------------------------- */
 
 static hoop_result peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
                               int err) {
@@ -108,7 +108,7 @@ static hoop_result peer_error(hoop_comm *comm, int peer, hoop_result code, const
                     entry->addr, entry->host, what, err ? strerror(err) : "connection closed");
 }
 
-/* ---- setting up ---------------------------------------------------------------------------------- */
+/* ---- setting up ------------------------------------------------------------------------------ */
 
 static void tune_socket(int fd) {
   int one = 1;
@@ -131,7 +131,8 @@ static hoop_result tcp_listen(hoop_comm *comm, const struct sockaddr *toward, ch
   if (strcmp(spin, "auto") != 0 && hoop__parse_int(spin, 0, 1000000, &spin_us) != 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "tcp: HOOP_TCP_SPIN_US '%s' is not auto or a number of microseconds "
-                           "(0-1000000)", spin);
+                           "(0-1000000)",
+                           spin);
   state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
 
   struct sockaddr_storage local;
@@ -295,7 +296,7 @@ static hoop_result tcp_connect(hoop_comm *comm, int peer) {
   return HOOP_OK;
 }
 
-/* ---- queues ------------------------------------------------------------------------------------- */
+/* ---- queues ---------------------------------------------------------------------------------- */
 
 /* Cut a message into fragments, one per stream used; returns how many. The parts are len/used
  * rounded up to STRIPE_ALIGN, and the last fragment takes whatever remains, so that every byte is
@@ -336,7 +337,7 @@ static void dequeue_done(hoop__fragment **head, hoop__fragment **tail) {
   frag->owner->pending--;
 }
 
-/* ---- moving bytes ---------------------------------------------------------------------------------- */
+/* ---- moving bytes ---------------------------------------------------------------------------- */
 
 static void encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
   hoop__put_be32(out, FRAME_MAGIC);
@@ -353,8 +354,9 @@ static uint64_t frame_len(const uint8_t *frame) {
   return (uint64_t)hoop__get_be32(frame + 8) << 32 | hoop__get_be32(frame + 12);
 }
 
-/* Each returns 0 when the kernel asks us to wait (or the queue is empty), else an errno; a peer that
- * closed its end reads as ECONNRESET. On stream 0 (framed) each message goes after its header. */
+/* Each returns 0 when the kernel asks us to wait (or the queue is empty), else an errno; a peer
+ * that closed its end reads as ECONNRESET. On stream 0 (framed) each message goes after its
+ * header. */
 static int drive_send(tcp_stream *stream, int framed, int *moved) {
   while (stream->send_head) {
     hoop__fragment *frag = stream->send_head;
@@ -433,7 +435,8 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
   const uint8_t *frame = stream->recv_frame;
   hoop__fragment *head = stream->recv_head;
   uint32_t type = hoop__get_be32(frame + 4);
-  if (hoop__get_be32(frame) != FRAME_MAGIC || (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
+  if (hoop__get_be32(frame) != FRAME_MAGIC ||
+      (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a malformed frame", peer);
   if (type == FRAME_BYE) {
     state_of(comm)->peers[peer].said_bye = 1;
@@ -454,8 +457,8 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
     return HOOP_OK;
   }
   if (type != FRAME_DATA)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u",
-                      peer, type);
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u", peer,
+                      type);
   if (!head)
     return hoop__mismatch_early(comm, peer, frame + 16);
   static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
@@ -664,8 +667,7 @@ static hoop_result progress(hoop_comm *comm, int timeout_ms, int *moved) {
   for (nfds_t i = first_stream; i < n && ready > 0; i++) {
     if (!state->pfds[i].revents)
       continue;
-    result =
-        drive_stream(comm, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1, moved);
+    result = drive_stream(comm, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1, moved);
     if (result != HOOP_OK)
       return result;
   }
@@ -714,8 +716,7 @@ static hoop_result tcp_isend(hoop_comm *comm, int peer, const void *buf, size_t 
   return post(comm, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result tcp_irecv(hoop_comm *comm, int peer, void *buf, size_t len,
-                             hoop__request *req) {
+static hoop_result tcp_irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
   return post(comm, peer, buf, len, req, 0);
 }
 
@@ -777,8 +778,8 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
     double deadline = hoop__now() + GOODBYE_WAIT_S;
     if (hoop__write_full(control->fd, control->send_frame + control->send_frame_done,
                          FRAME_BYTES - control->send_frame_done, deadline) != 0 ||
-        hoop__write_full(control->fd, frag->buf + frag->done, frag->len - frag->done,
-                         deadline) != 0)
+        hoop__write_full(control->fd, frag->buf + frag->done, frag->len - frag->done, deadline) !=
+            0)
       return;
   }
   if (comm->failed) {
@@ -794,8 +795,9 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
   /* A clean goodbye may sit behind this rank's last chunks, which a live peer is still reading
    * (on a loaded host or a slow link that takes more than GOODBYE_WAIT_S); without it the peer
    * would take the close for a crash. So it waits up to BYE_WAIT_S, within the timeout. */
-  double wait_s = comm->failed ? GOODBYE_WAIT_S
-                               : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s : BYE_WAIT_S;
+  double wait_s = comm->failed                   ? GOODBYE_WAIT_S
+                  : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s
+                                                 : BYE_WAIT_S;
   if (hoop__write_full(control->fd, frame, FRAME_BYTES + len, hoop__now() + wait_s) != 0)
     HOOP_TRACE(HOOP_SUBSYS_NET, "could not tell a peer why this rank closes: %s", strerror(errno));
 }

@@ -206,15 +206,21 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
     snprintf(listen, sizeof listen, "%s", comm->rendezvous);
   else
     snprintf(listen, sizeof listen, server->sa_family == AF_INET6 ? "[::]:%d" : ":%d", port);
-  /* A connection per rank while the job runs, beside this rank's own descriptors. */
+  /* A connection per rank while the job runs, beside this rank's own descriptors: below the
+   * connections alone the job cannot start; below the room to spare it may still fit. */
   long hard, want = (long)comm->size + HOSTING_OWN_FILES;
   long files = hoop__raise_open_files(want, &hard);
-  if (files < want)
+  if (files <= comm->size)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM,
                            "hoop_init: hosting the rendezvous for %d ranks needs about %ld open "
                            "files, but the limit is %ld and its hard limit %ld: raise the hard "
                            "limit (ulimit -Hn) or meet at a hoopd",
                            comm->size, want, files, hard);
+  if (files < want)
+    HOOP_WARN(HOOP_SUBSYS_RDZV,
+              "hosting the rendezvous for %d ranks: the open-file limit is %ld (its hard limit "
+              "%ld), under the %ld wanted; ranks may be refused (raise it: ulimit -Hn)",
+              comm->size, files, hard, want);
   hoop__rdzv_options options = {0};
   options.listen = listen;
   if (want > HOOP_RDZV_MAX_CONNECTIONS)

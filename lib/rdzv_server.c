@@ -12,6 +12,7 @@
 #include "rdzv_server.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -34,6 +35,7 @@
 #define DEFAULT_IDLE_TIMEOUT_S 30.0
 #define DEFAULT_KEEPALIVE_S 300
 #define KEEPALIVE_PROBES 4
+#define KEEPALIVE_MAX_S 86400
 #define LISTEN_BACKLOG 511
 #define MISSING_NAMED 16 /* missing ranks named in a timeout message before "and M more" */
 
@@ -59,6 +61,7 @@ struct rdzv_client {
   uint32_t rank;    /* a member of a running job: its rank in the table */
   int said_goodbye; /* a member sent BYE or ABORT: its connection closing is no loss */
   int unanswered;   /* its host stopped answering keepalive probes */
+  int keepalive_s;  /* how long its host may stop answering before it is dropped */
   int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
   uint8_t challenge[HOOP_WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
   char peer[64];
@@ -727,9 +730,9 @@ static void job_member_left(rdzv_job *job, rdzv_client *client) {
     char message[128];
     if (client->unanswered) {
       snprintf(message, sizeof message, "rank %u lost (its host stopped answering for %d s)",
-               client->rank, server->keepalive_s);
+               client->rank, client->keepalive_s);
       HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) stopped answering for %d s", job->id,
-                client->rank, client->peer, server->keepalive_s);
+                client->rank, client->peer, client->keepalive_s);
     } else {
       snprintf(message, sizeof message, "rank %u lost (rendezvous connection closed)",
                client->rank);
@@ -930,6 +933,8 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t
   return 0;
 }
 
+static void keep_alive(rdzv_client *client, int seconds);
+
 static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
   if (!proof_ok(client, hello, hello->proof, hello->proof_len))
     return;
@@ -945,6 +950,10 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
     return;
   }
   uv_timer_stop(&client->timer); /* a member waits for its job, however long that takes */
+  /* Never drop a member sooner than it would give up on its peers itself. */
+  uint32_t own_s = hello->timeout_ms / 1000 + (hello->timeout_ms % 1000 != 0);
+  if (own_s > (uint32_t)client->keepalive_s)
+    keep_alive(client, own_s > KEEPALIVE_MAX_S ? KEEPALIVE_MAX_S : (int)own_s);
   char who[32] = "a rank";
   if (hello->rank >= 0)
     snprintf(who, sizeof who, "rank %d", hello->rank);
@@ -1133,15 +1142,16 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
 
 /* A member's connection is quiet while its job runs, and a host that vanishes (power lost, link
  * down) sends no FIN or RST: probe the connection once it has been idle, so that such a client is
- * dropped after about keepalive_s (idle, then KEEPALIVE_PROBES unanswered probes, or as long with
+ * dropped after about `seconds` (idle, then KEEPALIVE_PROBES unanswered probes, or as long with
  * a reply unacknowledged) instead of held for ever. */
-static void keep_alive(rdzv_client *client) {
-  int total = client->server->keepalive_s, one = 1, probes = KEEPALIVE_PROBES;
-  int every = total / (KEEPALIVE_PROBES + 1) > 0 ? total / (KEEPALIVE_PROBES + 1) : 1;
-  unsigned user_timeout_ms = (unsigned)total * 1000u;
+static void keep_alive(rdzv_client *client, int seconds) {
+  int one = 1, probes = KEEPALIVE_PROBES;
+  int every = seconds / (KEEPALIVE_PROBES + 1) > 0 ? seconds / (KEEPALIVE_PROBES + 1) : 1;
+  unsigned user_timeout_ms = (unsigned)seconds * 1000u;
   uv_os_fd_t fd;
   if (uv_fileno((uv_handle_t *)&client->tcp, &fd) != 0)
     return; /* not open: nothing to probe */
+  client->keepalive_s = seconds;
   if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &every, sizeof every) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &every, sizeof every) != 0 ||
@@ -1182,7 +1192,7 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
     return NULL;
   }
   hoop__format_sockaddr((struct sockaddr *)&addr, client->peer, sizeof client->peer);
-  keep_alive(client);
+  keep_alive(client, server->keepalive_s);
   return client;
 }
 
@@ -1375,9 +1385,12 @@ long hoop__raise_open_files(long want, long *hard) {
     if (raised > lim.rlim_cur && setrlimit(RLIMIT_NOFILE, &next) == 0)
       lim.rlim_cur = raised;
   }
-  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < wanted)
-    *hard = (long)lim.rlim_max;
-  return lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= wanted ? want : (long)lim.rlim_cur;
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= wanted)
+    return want;
+  /* Short of want: the hard limit as it is, even where it was high enough but raising failed. */
+  *hard = lim.rlim_max == RLIM_INFINITY || lim.rlim_max > (rlim_t)LONG_MAX ? LONG_MAX
+                                                                           : (long)lim.rlim_max;
+  return (long)lim.rlim_cur;
 }
 
 int hoop__rdzv_server_port(const hoop__rdzv_server *server) {

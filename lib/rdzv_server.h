@@ -46,9 +46,9 @@ int hoop__rdzv_server_port(const hoop__rdzv_server *server);
 void hoop__rdzv_server_close(hoop__rdzv_server *server);
 
 /* A server holds a descriptor per client, and a soft open-file limit of 1024 is common: raise the
- * soft limit towards want, as far as the hard limit allows. Returns the soft limit then in force,
- * or want when it is at least that (or unlimited); *hard gets the hard limit likewise. A server
- * with fewer descriptors than clients drops those past them at accept(), without a word. */
+ * soft limit towards want, as far as the hard limit allows. Returns want when the soft limit now
+ * reaches it; else the soft limit, with the hard limit in *hard. A server with fewer descriptors
+ * than clients drops those past them at accept(), without a word. */
 long hoop__raise_open_files(long want, long *hard);
 
 /* A server on its own thread and loop (for rank 0 hosting the job). */

@@ -105,9 +105,17 @@ code=$?
 
 # hooprun holds 3 descriptors per rank (its stdout and stderr, its rendezvous connection): under a
 # soft limit of 40, 16 ranks still run, as hooprun raises the limit (before, one rank failed
-# with "Connection reset by peer"); under a hard limit of 40 hooprun says so and starts none.
+# with "Connection reset by peer"); under a hard limit of 40, below the ranks' own 48,
+# hooprun says so and starts none.
 prlimit --nofile=40: "$hooprun" -np 16 "$build/bench/hoop-bench" allreduce -s 8 -n 2 -w 1 -c 1 \
   >"$work/out" 2>&1 || { fail "16 ranks under a soft limit of 40 open files:"; cat "$work/out"; }
+# Under a hard limit of 50, 12 ranks (36 descriptors) still fit: hooprun warns and runs them.
+prlimit --nofile=50:50 "$hooprun" -np 12 "$build/bench/hoop-bench" allreduce -s 8 -n 2 -w 1 -c 1 \
+  >"$work/out" 2>&1 &&
+  grep -q "^hooprun: warning: the open-file limit is 50 (its hard limit 50), under the 52" \
+    "$work/out" ||
+  { fail "12 ranks under a hard limit of 50: expected a warning and a job that runs:"
+    cat "$work/out"; }
 prlimit --nofile=40:40 "$hooprun" -np 16 sh -c 'echo started' >"$work/out" 2>&1
 code=$?
 [ $code = 1 ] && ! grep -q started "$work/out" &&

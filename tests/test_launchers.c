@@ -198,41 +198,54 @@ END_TEST
 /* ---- the hosting rank's open files ----------------------------------------------------------- */
 
 #define HOSTED_RANKS 16
-#define LOW_FILES 24 /* under the 16 connections plus what rank 0 holds itself */
 
-/* Rank 0's open-file limit lowered to LOW_FILES: its soft limit only, or its hard limit too. */
-static void lower_open_files(int hard_too) {
+/* Rank 0's open-file limit lowered to files: its soft limit only, or its hard limit too. */
+static void lower_open_files(rlim_t files, int hard_too) {
   struct rlimit lim;
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0) {
-    lim.rlim_cur = LOW_FILES;
+    lim.rlim_cur = files;
     if (hard_too)
-      lim.rlim_max = LOW_FILES;
+      lim.rlim_max = files;
     if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
       perror("setrlimit");
   }
 }
 
-/* A soft limit below what the server needs: rank 0 raises it, as far as the hard limit allows.
- * Without that, accept() fails for want of a descriptor and libuv drops those ranks at once. */
+/* A soft limit of 24, under the 16 connections plus what rank 0 holds itself: rank 0 raises it,
+ * as far as the hard limit allows. Without that, accept() fails for want of a descriptor and
+ * libuv drops those ranks at once. */
 static void low_soft_limit_env(int index, int n, int port) {
   torchrun_hoop_rendezvous_env(index, n, port);
   if (index == 0)
-    lower_open_files(0);
+    lower_open_files(24, 0);
 }
 START_TEST(test_hosting_raises_open_files) {
   run_scenario(HOSTED_RANKS, low_soft_limit_env, 0);
 }
 END_TEST
 
-/* A hard limit below it: hoop_init fails at once on rank 0, saying why and what to do. */
+/* A hard limit of 48: under the 80 that rank 0 wants with room to spare, but enough for the job,
+ * which runs (rank 0 only warns). */
+static void tight_hard_limit_env(int index, int n, int port) {
+  torchrun_hoop_rendezvous_env(index, n, port);
+  if (index == 0)
+    lower_open_files(48, 1);
+}
+START_TEST(test_hosting_tight_hard_limit) {
+  run_scenario(HOSTED_RANKS, tight_hard_limit_env, 0);
+}
+END_TEST
+
+/* A hard limit of 12, under the connections alone: hoop_init fails at once on rank 0, saying why
+ * and what to do. */
 static int low_hard_limit_child(int index, int n, void *arg) {
   (void)index, (void)n;
   clear_env();
   torchrun_hoop_rendezvous_env(0, HOSTED_RANKS, *(int *)arg);
-  lower_open_files(1);
+  lower_open_files(12, 1);
   return expect_init_failure(HOOP_ERR_SYSTEM,
                              "hosting the rendezvous for 16 ranks needs about 80 open files, but "
-                             "the limit is 24 and its hard limit 24",
+                             "the limit is 12 and its hard limit 12",
                              NULL, "a system error naming the open-file limit");
 }
 START_TEST(test_hosting_over_hard_limit) {
@@ -374,6 +387,7 @@ static Suite *launchers_suite(void) {
   tc = tcase_create("hosting");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_hosting_raises_open_files);
+  tcase_add_test(tc, test_hosting_tight_hard_limit);
   tcase_add_test(tc, test_hosting_over_hard_limit);
   suite_add_tcase(s, tc);
   tc = tcase_create("slurm");

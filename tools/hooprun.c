@@ -1316,18 +1316,27 @@ static int start_server(hooprun_job *job) {
 /* hooprun holds the read ends of each rank's stdout and stderr and, with the embedded server, the
  * rank's rendezvous connection. A soft open-file limit of 1024 is common, and past it a rank
  * could not start ("Too many open files") or its connection was dropped at accept() (the rank
- * then failed with "Connection reset by peer"). Raise the limit as far as the hard limit allows,
- * or stop before anything starts, saying why. */
+ * then failed with "Connection reset by peer"). Raise the limit as far as the hard limit allows;
+ * below the ranks' own share, stop before anything starts, saying why; below the room to spare,
+ * warn and go on (the job may still fit). */
 static int fit_open_files(hooprun_job *job) {
-  int per_rank = job->options.rendezvous ? 2 : 3;
-  long hard, want = (long)job->options.np * per_rank + OWN_FILES;
+  int np = job->options.np, per_rank = job->options.rendezvous ? 2 : 3;
+  long hard, need = (long)np * per_rank, want = need + OWN_FILES;
   long files = hoop__raise_open_files(want, &hard);
   if (files >= want)
     return 0;
+  if (files > need) {
+    say(job,
+        "warning: the open-file limit is %ld (its hard limit %ld), under the %ld that %d "
+        "ranks want here (%d each, and hooprun's own): the job may run short; raise the hard "
+        "limit (ulimit -Hn, LimitNOFILE=)",
+        files, hard, want, np, per_rank);
+    return 0;
+  }
   say(job,
       "%d ranks need about %ld open files here (%d each), but the limit is %ld and its hard "
       "limit %ld: raise the hard limit (ulimit -Hn, LimitNOFILE=) or start fewer ranks",
-      job->options.np, want, per_rank, files, hard);
+      np, want, per_rank, files, hard);
   return -1;
 }
 

@@ -89,16 +89,12 @@ START_TEST(test_algo_hd) {
 }
 END_TEST
 
-/* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0. */
+/* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0 (procs.c's), named
+ * job, with a 30 s timeout. */
 static void forked_config(hoop_config *config, char *rendezvous, size_t len, int port,
                           const char *job, int index, int n) {
-  hoop_config_init(config);
-  snprintf(rendezvous, len, "127.0.0.1:%d", port);
-  config->rendezvous = rendezvous;
+  procs_local_config(config, rendezvous, len, port, index, n);
   config->job = job;
-  config->size = n;
-  config->rank = index;
-  config->serve_rendezvous = index == 0;
   config->timeout_s = 30;
 }
 

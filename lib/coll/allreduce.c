@@ -106,20 +106,23 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
   return result;
 }
 
+/* dst = op(lower rank's part, higher rank's part), whichever of mine and theirs is this rank's:
+ * partners that combine this way compute the same expression, in recursive doubling and in the
+ * halving rounds alike. */
+static void combine(char *dst, const char *mine, const char *theirs, int mine_is_lower,
+                    size_t count, hoop_dtype dtype, hoop_op op) {
+  if (mine_is_lower)
+    hoop__reduce3(dst, mine, theirs, count, dtype, op);
+  else
+    hoop__reduce3(dst, theirs, mine, count, dtype, op);
+}
+
 /* Recursive doubling. With p the largest power of two <= n and rem = n - p, the first 2*rem ranks
  * pair up first: each even one hands its buffer to the odd one above and waits for the result, so
  * p ranks remain. In round k each of them exchanges its partial result with the rank whose virtual
  * number differs in bit k and combines the two. Partners always combine as op(lower rank's part,
  * higher rank's part), so every rank computes the same expression and ends with the same bits,
  * NaNs in min/max and float rounding included. */
-static void rd_combine(char *mine, const char *theirs, int mine_is_lower, size_t count,
-                       hoop_dtype dtype, hoop_op op) {
-  if (mine_is_lower)
-    hoop__reduce3(mine, mine, theirs, count, dtype, op);
-  else
-    hoop__reduce3(mine, theirs, mine, count, dtype, op);
-}
-
 static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, hoop_dtype dtype,
                                       hoop_op op) {
   int r = comm->rank;
@@ -145,14 +148,14 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
       result = hoop__wait(comm, &req);
     if (result != HOOP_OK)
       return result;
-    rd_combine(buf, staging, 0, count, dtype, op);
+    combine(buf, buf, staging, 0, count, dtype, op);
   }
   for (int mask = 1; mask < plan.p; mask <<= 1) {
     int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
     result = hoop__sendrecv(comm, peer, buf, bytes, peer, staging, bytes);
     if (result != HOOP_OK)
       return result;
-    rd_combine(buf, staging, r < peer, count, dtype, op);
+    combine(buf, buf, staging, r < peer, count, dtype, op);
   }
   hoop__reduce_finish(buf, count, dtype, op, comm->size);
   if (r < 2 * plan.rem) {
@@ -198,11 +201,8 @@ static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, 
     if (result != HOOP_OK)
       break;
     size_t at = k * chunk, len = keep_len - at < chunk ? keep_len - at : chunk;
-    const char *theirs = staging + (k % HOOP_RING_RECV_DEPTH) * slice;
-    if (mine_is_lower)
-      hoop__reduce3(dst + at, src + at, theirs, len / esize, dtype, op);
-    else
-      hoop__reduce3(dst + at, theirs, src + at, len / esize, dtype, op);
+    combine(dst + at, src + at, staging + (k % HOOP_RING_RECV_DEPTH) * slice, mine_is_lower,
+            len / esize, dtype, op);
   }
   return result;
 }

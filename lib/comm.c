@@ -81,6 +81,11 @@ double hoop__now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int hoop__host_oversubscribed(const hoop_comm *comm) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && comm->local_size > cpus;
+}
+
 void *hoop__scratch(hoop_comm *comm, size_t bytes) {
   if (bytes <= comm->scratch_bytes)
     return comm->scratch;

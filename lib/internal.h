@@ -137,6 +137,10 @@ double hoop__now(void);
 /* A buffer of at least bytes in comm->scratch; NULL (with the error recorded) if out of memory. */
 void *hoop__scratch(hoop_comm *comm, size_t bytes);
 
+/* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
+ * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */
+int hoop__host_oversubscribed(const hoop_comm *comm);
+
 /* Common argument checks and bookkeeping at the start of every collective: returns HOOP_OK, or an
  * error already recorded. */
 hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,

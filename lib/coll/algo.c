@@ -4,7 +4,6 @@
  * collective; a bad value fails that call and every later one, each with the same message. The
  * same first call notes whether the job is crowded onto one host (comm->crowded). */
 #include <string.h>
-#include <unistd.h>
 
 #include "coll.h"
 #include "env.h"
@@ -35,9 +34,8 @@ hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
                            "%s: HOOP_ALGO '%s' is not one of auto, ring, rd, hd", comm->call, text);
   comm->algo = (int)*out;
   /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
-   * them when all share one host (affinity masks could differ, so they are not consulted). */
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  comm->crowded = comm->local_size == comm->size && cpus > 0 && comm->size > cpus;
+   * them when all share one host. */
+  comm->crowded = comm->local_size == comm->size && hoop__host_oversubscribed(comm);
   comm->tuning_read = 1;
   return HOOP_OK;
 }

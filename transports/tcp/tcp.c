@@ -750,8 +750,7 @@ static hoop_result tcp_timed_out(hoop_comm *comm, const hoop__request *req) {
 #define SPIN_CROWDED_S 50e-6
 
 static double auto_spin_s(const hoop_comm *comm) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && comm->local_size > cpus ? SPIN_CROWDED_S : SPIN_ALONE_S;
+  return hoop__host_oversubscribed(comm) ? SPIN_CROWDED_S : SPIN_ALONE_S;
 }
 
 static hoop_result tcp_wait(hoop_comm *comm, hoop__request *req) {

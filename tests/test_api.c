@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "env.h"
+#include "core/env.h"
 #include "hoop.h"
-#include "netaddr.h"
 #include "procs.h"
+#include "rdzv/auth.h"
+#include "util/netaddr.h"
 
 static hoop_comm *single_rank(void) {
   hoop_config config;
@@ -185,7 +185,8 @@ START_TEST(test_ifname_syntax) {
 }
 END_TEST
 
-/* hoop-env(7) documents every variable of the table in lib/env.c, each as a tagged paragraph. */
+/* hoop-env(7) documents every variable of the table in lib/core/env.c, each as a tagged paragraph.
+ */
 START_TEST(test_env_manual_complete) {
   char path[4096];
   const char *srcdir = getenv("HOOP_SRCDIR");

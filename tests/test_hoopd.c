@@ -20,7 +20,7 @@
 
 #include "hoop.h"
 #include "procs.h"
-#include "wire.h"
+#include "rdzv/wire.h"
 
 static pid_t hoopd_pid;
 static int hoopd_port;

@@ -15,11 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "core/log.h"
 #include "hoop.h"
-#include "log.h"
-#include "rdzv_server.h"
-#include "wire.h"
+#include "rdzv/auth.h"
+#include "rdzv/server.h"
+#include "rdzv/wire.h"
 
 /* Every blocking socket call gives up after this long, so that a server bug fails a test instead
  * of hanging it. */

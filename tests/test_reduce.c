@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "hoop.h"
-#include "reduce.h"
+#include "mem/reduce.h"
 
 /* ---- dtypes as the reference sees them ------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "hoop.h"
-#include "wire.h"
+#include "rdzv/wire.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 

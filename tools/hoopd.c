@@ -10,13 +10,13 @@
 #include <string.h>
 #include <uv.h>
 
-#include "auth.h"
-#include "env.h"
-#include "log.h"
-#include "netaddr.h"
-#include "rdzv_server.h"
-#include "rendezvous.h"
-#include "wire.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "rdzv/auth.h"
+#include "rdzv/client.h"
+#include "rdzv/server.h"
+#include "rdzv/wire.h"
+#include "util/netaddr.h"
 
 #define DEFAULT_LISTEN "0.0.0.0:29400"
 #define STATUS_TIMEOUT_S 10.0

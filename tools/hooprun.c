@@ -19,12 +19,12 @@
 
 #include <uv.h>
 
-#include "auth.h"
-#include "env.h"
-#include "log.h"
-#include "netaddr.h"
-#include "rdzv_server.h"
-#include "wire.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "rdzv/auth.h"
+#include "rdzv/server.h"
+#include "rdzv/wire.h"
+#include "util/netaddr.h"
 
 /* How long ranks get to exit after SIGTERM before they get SIGKILL. */
 #define GRACE_MS 3000
@@ -117,7 +117,7 @@ typedef struct hooprun_job {
   hooprun_options options;
   char id[HOOP_WIRE_MAX_JOB + 1];
   uv_loop_t loop;
-  hoop__rdzv_options rdzv_options; /* kept while the server lives: rdzv_server.h does not say
+  hoop__rdzv_options rdzv_options; /* kept while the server lives: rdzv/server.h does not say
                                       whether it copies them */
   hoop__rdzv_server *server;
   char rendezvous[HOOP_WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */

@@ -5,8 +5,8 @@
  * same first call notes whether the job is crowded onto one host (comm->crowded). */
 #include <string.h>
 
-#include "coll.h"
-#include "env.h"
+#include "coll/coll.h"
+#include "core/env.h"
 
 hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *out) {
   if (comm->tuning_read) {

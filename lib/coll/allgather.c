@@ -4,7 +4,7 @@
  * the rank count is a power of two, else Bruck's algorithm. */
 #include <string.h>
 
-#include "coll.h"
+#include "coll/coll.h"
 
 /* At or below this many gathered bytes Bruck's log2(n) rounds beat the ring's n-1 hops: measured
  * at 4 ranks on loopback, p50 Bruck/ring 54/117 us at 8 B, 70/130 us at 64 KiB, 181/285 us at

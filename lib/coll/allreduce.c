@@ -11,8 +11,8 @@
  */
 #include <string.h>
 
-#include "coll.h"
-#include "reduce.h"
+#include "coll/coll.h"
+#include "mem/reduce.h"
 
 /* The cut-overs, measured with hoop-bench on loopback (p50, median of 3 alternated runs of each
  * algorithm, forced with HOOP_ALGO; 1 MiB chunks):

@@ -1,7 +1,7 @@
 /* barrier.c - hoop_barrier: the dissemination barrier. In round k every rank signals the rank 2^k
  * ahead and waits for the one 2^k behind; after ceil(log2 n) rounds each rank has heard, directly
  * or through others, from every rank. */
-#include "coll.h"
+#include "coll/coll.h"
 
 hoop_result hoop_barrier(hoop_comm *comm) {
   hoop_result result = hoop__coll_begin(comm, "hoop_barrier", 0, HOOP_UINT8, 0);

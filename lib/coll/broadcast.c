@@ -5,7 +5,7 @@
  * move the same bytes through the same kernel copies, and the chain's ranks, taking turns on the
  * cores, pay a wakeup per chunk per hop. 4 ranks on 2 CPUs over loopback, p50 tree/chain:
  * 1 MiB 0.52/0.91 ms, 4 MiB 2.4/3.8 ms, 64 MiB 43/50 ms. */
-#include "coll.h"
+#include "coll/coll.h"
 
 /* Below this many bytes the tree's fewer hops beat the chain's pipelining. */
 #define BCAST_CHAIN_MIN_BYTES (64 * 1024)

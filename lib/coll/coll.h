@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
-#include "internal.h"
-#include "transport.h"
+#include "core/internal.h"
+#include "transport/transport.h"
 
 /* Large transfers move in chunks of HOOP_CHUNK_BYTES (default below), so that a rank forwards (and
  * reduces) the first chunk while later ones are still on the wire. 1 MiB beat 256 KiB by 20-40% at

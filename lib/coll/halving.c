@@ -1,6 +1,6 @@
 /* halving.c - the plan that recursive halving and doubling share (allreduce's Rabenseifner
  * algorithm, allgather's recursive doubling), and the doubling rounds themselves. */
-#include "coll.h"
+#include "coll/coll.h"
 
 int hoop__halving_rank(const hoop__halving *plan, int vrank) {
   return vrank < plan->rem ? 2 * vrank + 1 : vrank + plan->rem;

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "env.h"
+#include "coll/coll.h"
+#include "core/env.h"
 
 #define ARENA_BLOCK_REQUESTS 64
 

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "be32.h"
 #include "ibverbs.h"
-#include "netaddr.h"
-#include "rendezvous.h"
+#include "rdzv/client.h"
+#include "util/be32.h"
+#include "util/netaddr.h"
 
 #define RESOLVE_TIMEOUT_MS 5000
 #define RETRY_FIRST_S 0.05

@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "be32.h"
 #include "ibverbs.h"
-#include "netaddr.h"
-#include "rendezvous.h"
+#include "rdzv/client.h"
+#include "util/be32.h"
+#include "util/netaddr.h"
 
 #define GOODBYE_WAIT_S 0.5
 #define BYE_WAIT_S 10.0

@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "env.h"
+#include "core/env.h"
 #include "ibverbs.h"
-#include "netaddr.h"
+#include "util/netaddr.h"
 
 static hoop_result env_long(hoop_comm *comm, const char *name, long min, long max, long *out) {
   if (hoop__parse_int(hoop__env_get(name), min, max, out) != 0)

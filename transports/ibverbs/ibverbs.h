@@ -27,7 +27,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 #define IB_HEADER_MAGIC 0x48505242u /* "HPRB" */
 #define IB_HEADER_BYTES (16 + HOOP_FINGERPRINT_BYTES)

@@ -29,12 +29,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "be32.h"
-#include "env.h"
-#include "netaddr.h"
-#include "rendezvous.h"
-#include "sockio.h"
-#include "transport.h"
+#include "core/env.h"
+#include "rdzv/client.h"
+#include "transport/transport.h"
+#include "util/be32.h"
+#include "util/netaddr.h"
+#include "util/sockio.h"
 
 #define HANDSHAKE_MAGIC 0x54504f48u /* "HOPT" */
 #define HANDSHAKE_BYTES (16 + HOOP_WIRE_NONCE)

@@ -1,5 +1,5 @@
 /* auth.c - the proofs, randomness and token files of auth.h, on libsodium. */
-#include "auth.h"
+#include "rdzv/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "wire.h"
+#include "rdzv/wire.h"
 
 int hoop__auth_init(void) {
   return sodium_init() < 0 ? -1 : 0;

@@ -1,5 +1,5 @@
 /* env.c - the one table of HOOP_ environment variables, and small parsers for their values. */
-#include "env.h"
+#include "core/env.h"
 
 #include <errno.h>
 #include <stdlib.h>

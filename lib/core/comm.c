@@ -11,17 +11,16 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "env.h"
-#include "flight.h"
-#include "internal.h"
-#include "netaddr.h"
-#include "rdzv_server.h"
-#include "rendezvous.h"
-#include "transport.h"
+#include "core/env.h"
+#include "core/flight.h"
+#include "core/internal.h"
+#include "core/launchers.h"
+#include "rdzv/client.h"
+#include "rdzv/server.h"
+#include "transport/transport.h"
+#include "util/netaddr.h"
 
 #define HOOP_DEFAULT_TIMEOUT_S 300.0
-/* How often a collective, at its start, reads the rendezvous connection for notices. */
-#define RDZV_LOOK_EVERY_S 0.001
 
 /* ---- errors, clocks, scratch --------------------------------------------------------------- */
 
@@ -418,222 +417,6 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
   return HOOP_OK;
 }
 
-/* ---- from the environment -------------------------------------------------------------------- */
-
-static hoop_result env_int(hoop_comm *comm, const char *name, long min, long max, int *out) {
-  long value;
-  const char *text = hoop__env_get(name);
-  if (!text[0])
-    return HOOP_OK;
-  if (hoop__parse_int(text, min, max, &value) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s='%s' is not a number in %ld..%ld", name,
-                           text, min, max);
-  *out = (int)value;
-  return HOOP_OK;
-}
-
-/* ---- other launchers' variables ------------------------------------------------------------- */
-
-/* Where HOOP_SIZE is not set, the rank numbers may come from a launcher that does not know hoop.
- * Ranks started by torchrun are the children of torchrun, which may itself be a Slurm task, and
- * mpirun's daemons may be Slurm tasks too: the launcher nearest to the process comes first. */
-typedef enum launcher_kind { LAUNCHER_TORCHRUN, LAUNCHER_OPEN_MPI, LAUNCHER_SLURM } launcher_kind;
-
-static const struct launcher {
-  launcher_kind kind;
-  const char *name;
-  const char *rank, *size, *local_rank;
-  const char *job_prefix;
-  const char *job_keys[2]; /* variables that name the job, the first one set wins */
-} launchers[] = {
-    {LAUNCHER_TORCHRUN,
-     "torchrun",
-     "RANK",
-     "WORLD_SIZE",
-     "LOCAL_RANK",
-     "torchrun",
-     {"TORCHELASTIC_RUN_ID", NULL}},
-    {LAUNCHER_OPEN_MPI,
-     "Open MPI",
-     "OMPI_COMM_WORLD_RANK",
-     "OMPI_COMM_WORLD_SIZE",
-     "OMPI_COMM_WORLD_LOCAL_RANK",
-     "ompi",
-     {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}},
-    {LAUNCHER_SLURM,
-     "Slurm",
-     "SLURM_PROCID",
-     "SLURM_NTASKS",
-     "SLURM_LOCALID",
-     "slurm",
-     {"SLURM_JOB_ID", "SLURM_JOBID"}},
-};
-
-/* What a launcher told this process; the strings live here until hoop_init has copied them. */
-typedef struct launcher_env {
-  const struct launcher *launcher; /* NULL: none found */
-  int rank, size, local_rank;      /* local_rank -1 when the launcher gave none */
-  char rendezvous[HOOP_WIRE_MAX_HOST + 16];
-  char job[HOOP_WIRE_MAX_JOB + 1];
-} launcher_env;
-
-/* A variable of someone else's, or NULL when unset or empty. */
-static const char *foreign_env(const char *name) {
-  const char *value = getenv(name);
-  return value && value[0] ? value : NULL;
-}
-
-static hoop_result foreign_int(hoop_comm *comm, const char *name, long min, long max, int *out) {
-  long value;
-  const char *text = foreign_env(name);
-  if (!text || hoop__parse_int(text, min, max, &value) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s='%s' is not a number in %ld..%ld", name,
-                           text ? text : "", min, max);
-  *out = (int)value;
-  return HOOP_OK;
-}
-
-/* torchrun's variables need MASTER_ADDR as well: RANK and WORLD_SIZE alone are common names. */
-static int launcher_present(const struct launcher *launcher) {
-  if (!foreign_env(launcher->rank) || !foreign_env(launcher->size))
-    return 0;
-  return launcher->kind != LAUNCHER_TORCHRUN ||
-         (foreign_env("MASTER_ADDR") && foreign_env("MASTER_PORT"));
-}
-
-/* "slurm-812.3", "ompi-762249217", "torchrun-none": the job's own id, so that jobs sharing one
- * hoopd stay apart. Slurm's step id tells apart the steps of one allocation. */
-static void launcher_job_id(const struct launcher *launcher, char *job, size_t joblen) {
-  const char *key = NULL;
-  for (int i = 0; i < 2 && !key; i++)
-    key = launcher->job_keys[i] ? foreign_env(launcher->job_keys[i]) : NULL;
-  const char *step = launcher->kind == LAUNCHER_SLURM ? foreign_env("SLURM_STEP_ID") : NULL;
-  snprintf(job, joblen, "%s%s%s%s%s", launcher->job_prefix, key ? "-" : "", key ? key : "",
-           step ? "." : "", step ? step : "");
-}
-
-/* A port for mpirun's ranks on one host to meet on when nobody named one: derived from the job id
- * so that concurrent jobs differ, and below Linux's ephemeral ports (32768 and up). */
-static int loopback_port(const char *job) {
-  uint32_t hash = 2166136261u; /* FNV-1a */
-  for (const char *c = job; *c; c++)
-    hash = (hash ^ (uint8_t)*c) * 16777619u;
-  return 21000 + (int)(hash % 8000);
-}
-
-/* The rendezvous for a launcher's ranks: HOOP_RENDEZVOUS if set (a hoopd, or rank 0 with
- * HOOP_RDZV_SERVE=1); else MASTER_ADDR and MASTER_PORT + 1, hosted by rank 0 (torchrun's own
- * store, or torch.distributed's, listens on MASTER_PORT itself); else, for mpirun ranks that all
- * run on this host, a loopback port hosted by rank 0. */
-static hoop_result launcher_rendezvous(hoop_comm *comm, launcher_env *found, hoop_config *config) {
-  const char *addr = foreign_env("MASTER_ADDR"), *port_text = foreign_env("MASTER_PORT");
-  int local_size = 0;
-  config->serve_rendezvous = config->serve_rendezvous && found->rank == 0;
-  if (hoop__env_is_set("HOOP_RENDEZVOUS"))
-    return HOOP_OK;
-  if (addr && port_text) {
-    int port;
-    hoop_result result = foreign_int(comm, "MASTER_PORT", 1, 65534, &port);
-    if (result != HOOP_OK)
-      return result;
-    snprintf(found->rendezvous, sizeof found->rendezvous, strchr(addr, ':') ? "[%s]:%d" : "%s:%d",
-             addr, port + 1);
-  } else if (found->launcher->kind == LAUNCHER_OPEN_MPI &&
-             foreign_env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
-             foreign_int(comm, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, HOOP_WIRE_MAX_RANKS, &local_size) ==
-                 HOOP_OK &&
-             local_size == found->size) {
-    snprintf(found->rendezvous, sizeof found->rendezvous, "127.0.0.1:%d",
-             loopback_port(found->job));
-  } else {
-    if (found->size > 1)
-      return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                             "hoop_init: %s started this process as rank %d of %d, but there is "
-                             "no rendezvous address: set HOOP_RENDEZVOUS=host:port (of a hoopd, "
-                             "or with HOOP_RDZV_SERVE=1 for rank 0 to host it), or MASTER_ADDR "
-                             "and MASTER_PORT",
-                             found->launcher->name, found->rank, found->size);
-    return HOOP_OK;
-  }
-  config->rendezvous = found->rendezvous;
-  config->serve_rendezvous = found->rank == 0;
-  return HOOP_OK;
-}
-
-/* Fill config's rank, size, job and rendezvous from the first launcher whose variables are set;
- * found->launcher stays NULL when there is none. */
-static hoop_result config_from_launcher(hoop_comm *comm, hoop_config *config, launcher_env *found) {
-  const struct launcher *launcher = NULL;
-  for (size_t i = 0; i < sizeof launchers / sizeof launchers[0] && !launcher; i++)
-    if (launcher_present(&launchers[i]))
-      launcher = &launchers[i];
-  if (!launcher)
-    return HOOP_OK;
-  found->launcher = launcher;
-  found->local_rank = -1;
-  hoop_result result;
-  if ((result = foreign_int(comm, launcher->size, 1, HOOP_WIRE_MAX_RANKS, &found->size)) !=
-          HOOP_OK ||
-      (result = foreign_int(comm, launcher->rank, 0, found->size - 1, &found->rank)) != HOOP_OK ||
-      (foreign_env(launcher->local_rank) &&
-       (result = foreign_int(comm, launcher->local_rank, 0, found->size - 1, &found->local_rank)) !=
-           HOOP_OK))
-    return result;
-  config->size = found->size;
-  config->rank = found->rank;
-  launcher_job_id(launcher, found->job, sizeof found->job);
-  if (!hoop__env_is_set("HOOP_JOB"))
-    config->job = found->job;
-  if ((result = launcher_rendezvous(comm, found, config)) != HOOP_OK)
-    return result;
-  HOOP_INFO(HOOP_SUBSYS_ENV,
-            "HOOP_SIZE is not set: using %s's variables: rank %d of %d, local rank %d, job '%s', "
-            "rendezvous %s%s",
-            launcher->name, found->rank, found->size, found->local_rank, config->job,
-            config->rendezvous[0] ? config->rendezvous : "(none)",
-            config->serve_rendezvous ? " (hosted by this rank)" : "");
-  return HOOP_OK;
-}
-
-static hoop_result config_from_env(hoop_comm *comm, hoop_config *config, launcher_env *found) {
-  hoop_config_init(config);
-  config->rendezvous = hoop__env_get("HOOP_RENDEZVOUS");
-  config->job = hoop__env_get("HOOP_JOB");
-  config->ifname = hoop__env_get("HOOP_IFNAME");
-  config->transport = hoop__env_get("HOOP_TRANSPORT");
-  config->token = hoop__env_is_set("HOOP_TOKEN") ? hoop__env_get("HOOP_TOKEN") : NULL;
-  config->token_file =
-      hoop__env_is_set("HOOP_TOKEN_FILE") ? hoop__env_get("HOOP_TOKEN_FILE") : NULL;
-  config->hostname = hoop__env_is_set("HOOP_HOSTNAME") ? hoop__env_get("HOOP_HOSTNAME") : NULL;
-  /* Without a launcher's variables a program runs as a job of one rank, as MPI singletons do. */
-  config->size = 1;
-  hoop_result result;
-  if ((result = env_int(comm, "HOOP_SIZE", 1, HOOP_WIRE_MAX_RANKS, &config->size)) != HOOP_OK ||
-      (result = env_int(comm, "HOOP_RANK", 0, HOOP_WIRE_MAX_RANKS - 1, &config->rank)) != HOOP_OK ||
-      (result = env_int(comm, "HOOP_RDZV_SERVE", 0, 1, &config->serve_rendezvous)) != HOOP_OK ||
-      (result = env_int(comm, "HOOP_TCP_STREAMS", 1, HOOP_MAX_STREAMS, &config->tcp_streams)) !=
-          HOOP_OK)
-    return result;
-  const char *timeout = hoop__env_get("HOOP_TIMEOUT");
-  if (hoop__parse_double(timeout, 0.001, 1e7, &config->timeout_s) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "HOOP_TIMEOUT='%s' is not a positive number of seconds", timeout);
-  if (!hoop__env_is_set("HOOP_SIZE"))
-    return config_from_launcher(comm, config, found);
-  return HOOP_OK;
-}
-
-/* A launcher's local rank that differs from the table's means that the hosts' names group the
- * ranks differently from the launcher (set HOOP_HOSTNAME); the table's count. */
-static void check_local_rank(const hoop_comm *comm, const launcher_env *found) {
-  if (found->launcher && found->local_rank >= 0 && found->local_rank != comm->local_rank)
-    HOOP_WARN(HOOP_SUBSYS_ENV,
-              "%s says local rank %d (%s), the rendezvous says %d of %d on this host name; "
-              "hoop_local_rank() returns the latter (HOOP_HOSTNAME sets the name)",
-              found->launcher->name, found->local_rank, found->launcher->local_rank,
-              comm->local_rank, comm->local_size);
-}
-
 hoop_result hoop_init_from_env(hoop_comm **out) {
   if (!out)
     return HOOP_ERR_INVALID_ARG;
@@ -641,9 +424,9 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
   hoop_comm scratch_comm;
   memset(&scratch_comm, 0, sizeof scratch_comm);
   hoop_config config;
-  launcher_env found;
+  hoop__launcher_env found;
   memset(&found, 0, sizeof found);
-  hoop_result result = config_from_env(&scratch_comm, &config, &found);
+  hoop_result result = hoop__config_from_env(&scratch_comm, &config, &found);
   if (result != HOOP_OK) {
     *out = comm_new();
     if (*out) {
@@ -654,7 +437,7 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
   }
   result = hoop_init(out, &config);
   if (result == HOOP_OK)
-    check_local_rank(*out, &found);
+    hoop__launcher_check_local_rank(*out, &found);
   return result;
 }
 
@@ -715,87 +498,6 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   return HOOP_OK;
 }
 
-/* ---- call fingerprints ----------------------------------------------------------------------- */
-
-/* Layout: seq (8 bytes), collective (1), dtype (1), op (1), root (+1, 4 bytes: 0 for none),
- * count (8), 1 reserved byte; integers big-endian. */
-static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast", "hoop_allgather",
-                                               "hoop_barrier"};
-
-static void put_be(uint8_t *out, uint64_t value, int bytes) {
-  for (int i = bytes - 1; i >= 0; i--, value >>= 8)
-    out[i] = (uint8_t)value;
-}
-
-static uint64_t get_be(const uint8_t *in, int bytes) {
-  uint64_t value = 0;
-  for (int i = 0; i < bytes; i++)
-    value = value << 8 | in[i];
-  return value;
-}
-
-static size_t fingerprint_count(const uint8_t *fp) {
-  return (size_t)get_be(fp + 15, 8);
-}
-
-static void fingerprint_encode(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
-                               int op, int root) {
-  uint8_t *fp = comm->fingerprint;
-  int collective = 0;
-  for (int i = 0; i < 4; i++)
-    if (call && strcmp(call, collective_names[i]) == 0)
-      collective = i + 1;
-  put_be(fp, comm->seq, 8);
-  fp[8] = (uint8_t)collective;
-  fp[9] = (uint8_t)dtype;
-  fp[10] = (uint8_t)(op + 1);
-  put_be(fp + 11, (uint64_t)(uint32_t)(root + 1), 4);
-  put_be(fp + 15, count, 8);
-  fp[23] = 0;
-}
-
-/* "hoop_allreduce (call #5, count 1000, float32, sum)", "hoop_broadcast (call #5, count 10,
- * root 0)". */
-static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
-  const char *call = fp[8] >= 1 && fp[8] <= 4 ? collective_names[fp[8] - 1] : "an unknown call";
-  const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
-  const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
-  long root = (long)get_be(fp + 11, 4) - 1;
-  int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)get_be(fp, 8));
-  if (fp[8] != 4 && n >= 0 && (size_t)n < outlen)
-    n += snprintf(out + n, outlen - (size_t)n, ", count %zu, %s", fingerprint_count(fp),
-                  dtype ? dtype : "unknown dtype");
-  if (op && n >= 0 && (size_t)n < outlen)
-    n += snprintf(out + n, outlen - (size_t)n, ", %s", op);
-  if (root >= 0 && n >= 0 && (size_t)n < outlen)
-    n += snprintf(out + n, outlen - (size_t)n, ", root %ld", root);
-  if (n >= 0 && (size_t)n < outlen)
-    snprintf(out + n, outlen - (size_t)n, ")");
-}
-
-hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,
-                           uint64_t len, uint64_t expected_len) {
-  char mine[160], other[160];
-  fingerprint_describe(ours, mine, sizeof mine);
-  fingerprint_describe(theirs, other, sizeof other);
-  if (memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0)
-    return hoop__fail(comm, HOOP_ERR_MISMATCH, "%s on rank %d does not match %s on rank %d", mine,
-                      comm->rank, other, peer);
-  return hoop__fail(comm, HOOP_ERR_MISMATCH,
-                    "%s on rank %d expected a message of %llu bytes from rank %d, which sent %llu",
-                    mine, comm->rank, (unsigned long long)expected_len, peer,
-                    (unsigned long long)len);
-}
-
-hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, const uint8_t *theirs) {
-  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
-  /* A later call's message is the peer running ahead, which is fine. */
-  if (!comm->check_calls || !comm->call || memcmp(theirs, unchecked, sizeof unchecked) == 0 ||
-      get_be(theirs, 8) > comm->seq || memcmp(theirs, comm->fingerprint, sizeof unchecked) == 0)
-    return HOOP_OK;
-  return hoop__mismatch(comm, peer, theirs, comm->fingerprint, 0, 0);
-}
-
 hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int origin,
                               const char *text) {
   if (comm->failed)
@@ -814,65 +516,4 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
   return hoop__fail(
       comm, code, "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
       comm->call ? comm->call : "hoop", (unsigned long long)comm->seq, origin, peer, text);
-}
-
-/* ---- shared by the collectives --------------------------------------------------------------- */
-
-hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
-                             int check_dtype) {
-  if (!comm)
-    return HOOP_ERR_INVALID_ARG;
-  pthread_mutex_lock(&comm->call_lock);
-  hoop__check_abort(comm);
-  /* Another rank's abort or loss that the server told of since the last call fails this one.
-   * Looking costs a system call, which back-to-back small calls would pay every time, so calls
-   * look at most once per RDZV_LOOK_EVERY_S; a call that waits polls the connection anyway. */
-  double now = hoop__now();
-  if (now - comm->rdzv_looked_at >= RDZV_LOOK_EVERY_S) {
-    comm->rdzv_looked_at = now;
-    hoop__rendezvous_check(comm);
-  }
-  if (comm->failed)
-    return hoop__set_error(comm,
-                           comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
-                           "%s refused: the communicator failed earlier: %s", call,
-                           comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
-  if (check_dtype && hoop_dtype_size(dtype) == 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
-  if (check_dtype && count > SIZE_MAX / hoop_dtype_size(dtype) / (size_t)comm->size)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
-  comm->call = call;
-  comm->seq++;
-  comm->call_started = now;
-  comm->stall_warned = 0;
-  fingerprint_encode(comm, call, count, dtype, -1, -1);
-  comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
-                                         check_dtype ? count * hoop_dtype_size(dtype) : 0);
-  return HOOP_OK;
-}
-
-void hoop__coll_describe(hoop_comm *comm, int op, int root) {
-  fingerprint_encode(comm, comm->call, fingerprint_count(comm->fingerprint),
-                     (hoop_dtype)comm->fingerprint[9], op, root);
-}
-
-hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
-  if (!comm)
-    return result;
-  /* A call that failed half way may have left requests of its stack frame queued in the
-   * transport: failing the communicator drops them. Argument errors happen before any post. */
-  if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG && !comm->failed) {
-    char message[sizeof comm->last_error];
-    memcpy(message, comm->last_error, sizeof message);
-    hoop__fail(comm, result, "%s", message);
-  }
-  if (comm->call)
-    hoop__flight_end(comm->flight_slot, result);
-  comm->call = NULL;
-  pthread_mutex_unlock(&comm->call_lock);
-  if (atomic_load(&comm->abort_requested) == 1 && pthread_mutex_trylock(&comm->call_lock) == 0) {
-    hoop__check_abort(comm);
-    pthread_mutex_unlock(&comm->call_lock);
-  }
-  return result;
 }

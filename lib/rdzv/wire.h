@@ -5,8 +5,8 @@
  * All integers are little-endian. A string is u16 length + bytes (no NUL on the wire; an embedded
  * NUL is malformed). A byte blob is u16 length + bytes. Each message type has its own payload
  * bound; the decoders reject anything truncated, oversized, with trailing bytes or out of range, so
- * that both the client (lib/rendezvous.c) and the server (lib/rdzv_server.c) can trust what they
- * get.
+ * that both the client (lib/rdzv/client.c) and the server (lib/rdzv/server.c and its files) can
+ * trust what they get.
  */
 #ifndef HOOP_WIRE_H
 #define HOOP_WIRE_H

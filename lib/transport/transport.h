@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define HOOP_MAX_STREAMS 8
 
@@ -51,7 +51,7 @@ typedef struct hoop__transport_ops {
   /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s.
    * Besides its own descriptors it polls hoop__rendezvous_fd(comm) (when >= 0) and calls
    * hoop__rendezvous_check when that is readable, so that another rank's abort told by the server
-   * ends the wait (rendezvous.h). */
+   * ends the wait (rdzv/client.h). */
   hoop_result (*wait)(hoop_comm *comm, hoop__request *req);
   /* Drop every connection and pending request (after a failure, and at abort), first telling
    * each peer why: {comm->failed, comm->fail_origin, comm->fail_cause}. */

@@ -8,10 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "auth.h"
+#include "core/log.h"
 #include "hoop.h"
-#include "log.h"
-#include "wire.h"
+#include "rdzv/auth.h"
+#include "rdzv/wire.h"
 
 /* A call's fingerprint {seq, collective, count, dtype, op, root}, encoded in network order. The
  * transport carries it as opaque bytes with each message and compares it on arrival. */
@@ -41,7 +41,7 @@ struct hoop_comm {
   char transport_mode[16];          /* HOOP_TRANSPORT: auto, tcp or ibverbs */
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
-   * on it, and NOTICEs of other ranks' aborts and losses come in (see rendezvous.h). */
+   * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */
   int rdzv_fd;
   int rdzv_goodbye;      /* ABORT or BYE sent: the server expects nothing more */
   double rdzv_looked_at; /* when a call last read the connection (hoop__now) */

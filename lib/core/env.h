@@ -1,5 +1,5 @@
-/* env.h - every HOOP_ environment variable, declared once in lib/env.c with its default and help,
- * so that hoop-env(7), --help output and the effective-configuration log line agree. */
+/* env.h - every HOOP_ environment variable, declared once in lib/core/env.c with its default and
+ * help, so that hoop-env(7), --help output and the effective-configuration log line agree. */
 #ifndef HOOP_ENV_H
 #define HOOP_ENV_H
 

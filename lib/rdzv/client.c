@@ -1,8 +1,8 @@
-/* rendezvous.c - client side of the rendezvous: connect to the server (retrying while it starts),
+/* client.c - client side of the rendezvous: connect to the server (retrying while it starts),
  * take its challenge, send HELLO (with a proof of the token when there is one) and wait for the
  * rank table or the server's error; then keep the connection for ABORT, BYE and the server's
  * NOTICEs. */
-#include "rendezvous.h"
+#include "rdzv/client.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "netaddr.h"
-#include "sockio.h"
+#include "util/netaddr.h"
+#include "util/sockio.h"
 
 /* Extra time to wait past our own timeout, so that the server's timeout message (which names the
  * missing ranks) reaches us before we give up on our own. */
@@ -209,7 +209,7 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
     free(payload);
   }
   if (result == HOOP_OK) {
-    comm->rdzv_fd = fd; /* kept: see rendezvous.h */
+    comm->rdzv_fd = fd; /* kept: see rdzv/client.h */
     comm->rdzv_inlen = 0;
     comm->rdzv_goodbye = 0;
   } else {

@@ -18,7 +18,7 @@
  *   BYE         (empty)
  *   NOTICE      u32 code (a hoop_result, not 0), u32 origin rank, str message
  */
-#include "wire.h"
+#include "rdzv/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

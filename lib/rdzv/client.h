@@ -1,4 +1,4 @@
-/* rendezvous.h - the client side of the rendezvous protocol: send HELLO, wait for the rank table,
+/* client.h - the client side of the rendezvous protocol: send HELLO, wait for the rank table,
  * then keep the connection while the communicator lives: ABORT and BYE go out on it, the server's
  * NOTICEs of other ranks' aborts and losses come in. */
 #ifndef HOOP_RENDEZVOUS_H
@@ -6,8 +6,8 @@
 
 #include <sys/socket.h>
 
-#include "internal.h"
-#include "wire.h"
+#include "core/internal.h"
+#include "rdzv/wire.h"
 
 /* Connect to the server at server (retrying while it is not up yet), answer its challenge with
  * comm->token, send hello and wait up to

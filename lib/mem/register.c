@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "log.h"
-#include "transport.h"
+#include "core/internal.h"
+#include "core/log.h"
+#include "transport/transport.h"
 
 /* The entries are kept sorted by base address for the transport's lookups. */
 static size_t insert_position(const hoop_comm *comm, const char *base) {

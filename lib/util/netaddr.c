@@ -1,5 +1,5 @@
 /* netaddr.c - address parsing, resolution and interface selection (see netaddr.h). */
-#include "netaddr.h"
+#include "util/netaddr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

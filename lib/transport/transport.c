@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "log.h"
-#include "netaddr.h"
-#include "transport.h"
+#include "core/log.h"
+#include "transport/transport.h"
+#include "util/netaddr.h"
 
 static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
   req->peer = peer;

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "flight.h"
+#include "core/flight.h"
 
 #define FLIGHT_ENTRIES 64
 

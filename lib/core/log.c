@@ -3,7 +3,7 @@
  * The level and subsystems come from HOOP_DEBUG and HOOP_DEBUG_SUBSYS the first time anything is
  * logged, unless a tool has set them with hoop__log_set.
  */
-#include "log.h"
+#include "core/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <strings.h>
 #include <sys/time.h>
 
-#include "env.h"
+#include "core/env.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static int log_level = HOOP_LOG_WARN;

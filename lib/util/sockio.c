@@ -1,5 +1,5 @@
 /* sockio.c - deadline-bounded socket I/O for setup exchanges (see sockio.h). */
-#include "sockio.h"
+#include "util/sockio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,7 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 int hoop__poll_one(int fd, short events, double deadline) {
   for (;;) {

@@ -1,7 +1,7 @@
 /* reduce.c - the element-wise reduction kernels of reduce.h, the hot loop of the ring allreduce.
  * Each dtype x op is a plain indexed loop over restrict pointers, instantiated by macros, that gcc
  * -O2/-O3 vectorises for the baseline ISA; float16 and bfloat16 go through float in blocks. */
-#include "reduce.h"
+#include "mem/reduce.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* rdzv_server.h - the rendezvous server, on libuv: collects HELLOs per job id and, once a job has
+/* server.h - the rendezvous server, on libuv: collects HELLOs per job id and, once a job has
  * all its ranks, assigns ranks (contiguous per host) and sends every member the rank table.
  *
  * One implementation serves three hosts: the hoopd daemon (tools/hoopd.c), hooprun's embedded

@@ -1,0 +1,86 @@
+/* fingerprint.c - call fingerprints: each message carries {seq, collective, count, dtype, op,
+ * root} of the call that sent it, so that ranks whose calls differ fail with HOOP_ERR_MISMATCH
+ * naming both sides instead of waiting for data that never comes (HOOP_CHECK_CALLS). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/fingerprint.h"
+
+/* Layout: seq (8 bytes), collective (1), dtype (1), op (1), root (+1, 4 bytes: 0 for none),
+ * count (8), 1 reserved byte; integers big-endian. */
+static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast", "hoop_allgather",
+                                               "hoop_barrier"};
+
+static void put_be(uint8_t *out, uint64_t value, int bytes) {
+  for (int i = bytes - 1; i >= 0; i--, value >>= 8)
+    out[i] = (uint8_t)value;
+}
+
+static uint64_t get_be(const uint8_t *in, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; i++)
+    value = value << 8 | in[i];
+  return value;
+}
+
+size_t hoop__fingerprint_count(const uint8_t *fp) {
+  return (size_t)get_be(fp + 15, 8);
+}
+
+void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+                              int op, int root) {
+  uint8_t *fp = comm->fingerprint;
+  int collective = 0;
+  for (int i = 0; i < 4; i++)
+    if (call && strcmp(call, collective_names[i]) == 0)
+      collective = i + 1;
+  put_be(fp, comm->seq, 8);
+  fp[8] = (uint8_t)collective;
+  fp[9] = (uint8_t)dtype;
+  fp[10] = (uint8_t)(op + 1);
+  put_be(fp + 11, (uint64_t)(uint32_t)(root + 1), 4);
+  put_be(fp + 15, count, 8);
+  fp[23] = 0;
+}
+
+/* "hoop_allreduce (call #5, count 1000, float32, sum)", "hoop_broadcast (call #5, count 10,
+ * root 0)". */
+static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
+  const char *call = fp[8] >= 1 && fp[8] <= 4 ? collective_names[fp[8] - 1] : "an unknown call";
+  const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
+  const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
+  long root = (long)get_be(fp + 11, 4) - 1;
+  int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)get_be(fp, 8));
+  if (fp[8] != 4 && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", count %zu, %s", hoop__fingerprint_count(fp),
+                  dtype ? dtype : "unknown dtype");
+  if (op && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", %s", op);
+  if (root >= 0 && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", root %ld", root);
+  if (n >= 0 && (size_t)n < outlen)
+    snprintf(out + n, outlen - (size_t)n, ")");
+}
+
+hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,
+                           uint64_t len, uint64_t expected_len) {
+  char mine[160], other[160];
+  fingerprint_describe(ours, mine, sizeof mine);
+  fingerprint_describe(theirs, other, sizeof other);
+  if (memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0)
+    return hoop__fail(comm, HOOP_ERR_MISMATCH, "%s on rank %d does not match %s on rank %d", mine,
+                      comm->rank, other, peer);
+  return hoop__fail(comm, HOOP_ERR_MISMATCH,
+                    "%s on rank %d expected a message of %llu bytes from rank %d, which sent %llu",
+                    mine, comm->rank, (unsigned long long)expected_len, peer,
+                    (unsigned long long)len);
+}
+
+hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, const uint8_t *theirs) {
+  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
+  /* A later call's message is the peer running ahead, which is fine. */
+  if (!comm->check_calls || !comm->call || memcmp(theirs, unchecked, sizeof unchecked) == 0 ||
+      get_be(theirs, 8) > comm->seq || memcmp(theirs, comm->fingerprint, sizeof unchecked) == 0)
+    return HOOP_OK;
+  return hoop__mismatch(comm, peer, theirs, comm->fingerprint, 0, 0);
+}

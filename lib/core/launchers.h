@@ -1,0 +1,27 @@
+/* launchers.h - a configuration from the environment: hoop's own HOOP_ variables, or, where
+ * HOOP_SIZE is not set, those of a launcher that does not know hoop (torchrun, Open MPI, Slurm). */
+#ifndef HOOP_LAUNCHERS_H
+#define HOOP_LAUNCHERS_H
+
+#include "core/internal.h"
+
+struct hoop__launcher;
+
+/* What a launcher told this process; the strings live here until hoop_init has copied them. */
+typedef struct hoop__launcher_env {
+  const struct hoop__launcher *launcher; /* NULL: none found */
+  int rank, size, local_rank;            /* local_rank -1 when the launcher gave none */
+  char rendezvous[HOOP_WIRE_MAX_HOST + 16];
+  char job[HOOP_WIRE_MAX_JOB + 1];
+} hoop__launcher_env;
+
+/* Fill config from HOOP_ variables, or from the first launcher whose variables are set (found
+ * says which; found->launcher stays NULL when there is none). HOOP_OK, or the error recorded on
+ * comm. */
+hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__launcher_env *found);
+
+/* A launcher's local rank that differs from the rank table's is warned about: the hosts' names
+ * group the ranks differently from the launcher (HOOP_HOSTNAME sets the name). */
+void hoop__launcher_check_local_rank(const hoop_comm *comm, const hoop__launcher_env *found);
+
+#endif /* HOOP_LAUNCHERS_H */

@@ -1,0 +1,288 @@
+/* conn.c - the rendezvous server's client connections: the CHALLENGE that opens each, replies and
+ * their writes, reading, idle deadlines, keepalive, accepting and closing. */
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rdzv/server_impl.h"
+#include "util/netaddr.h"
+
+/* ---- replies --------------------------------------------------------------------------------- */
+
+void hoop__rdzv_shared_table_release(shared_table *shared) {
+  if (--shared->refs == 0) {
+    hoop__wbuf_free(&shared->wire);
+    free(shared);
+  }
+}
+
+void hoop__rdzv_reply_free(rdzv_reply *reply) {
+  hoop__wbuf_free(&reply->message);
+  if (reply->table)
+    hoop__rdzv_shared_table_release(reply->table);
+  free(reply);
+}
+
+void hoop__rdzv_on_written(uv_write_t *req, int status) {
+  rdzv_reply *reply = (rdzv_reply *)req; /* req is its first member */
+  rdzv_client *client = reply->client;
+  hoop__rdzv_server *server = client->server;
+  if (status == UV_ETIMEDOUT)
+    client->unanswered = 1;
+  if (status < 0 && status != UV_ECANCELED && status != UV_ETIMEDOUT)
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s failed: %s", client->peer, uv_strerror(status));
+  int keep_open = reply->keep_open && status == 0;
+  hoop__rdzv_reply_free(reply);
+  server->pending_writes--;
+  if (!keep_open)
+    hoop__rdzv_client_close(client);
+  hoop__rdzv_check_once_done(server);
+}
+
+/* Open the connection with a CHALLENGE: a fresh nonce, and whether requests must prove the token.
+ * -1 if it could not be sent (the client is closed then). */
+static int send_challenge(rdzv_client *client) {
+  hoop__rdzv_server *server = client->server;
+  hoop__challenge challenge = {.flags = server->token[0] ? HOOP_CHALLENGE_AUTH : 0};
+  rdzv_reply *reply = calloc(1, sizeof *reply);
+  if (!reply || hoop__auth_random(challenge.nonce, sizeof challenge.nonce) != 0 ||
+      hoop__wire_encode_challenge(&reply->message, &challenge) != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: out of memory or randomness", client->peer);
+  } else {
+    memcpy(client->challenge, challenge.nonce, sizeof client->challenge);
+    reply->client = client;
+    reply->keep_open = 1;
+    uv_buf_t buf = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
+    int rc = uv_write(&reply->req, (uv_stream_t *)&client->tcp, &buf, 1, hoop__rdzv_on_written);
+    if (rc == 0) {
+      server->pending_writes++;
+      return 0;
+    }
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: %s", client->peer, uv_strerror(rc));
+  }
+  if (reply)
+    hoop__rdzv_reply_free(reply);
+  hoop__rdzv_client_close(client);
+  return -1;
+}
+
+/* Send reply (owned from here on) and close the connection once it is written (unless the reply
+ * keeps it open: a member's TABLE). Until then the client's timer bounds how long a client that
+ * does not read may hold the reply. */
+void hoop__rdzv_client_send(rdzv_client *client, rdzv_reply *reply) {
+  uv_buf_t bufs[2];
+  unsigned nbufs = 1;
+  reply->client = client;
+  if (reply->table) {
+    bufs[0] = uv_buf_init((char *)reply->head, TABLE_HEAD);
+    bufs[1] = uv_buf_init((char *)reply->table->wire.data + TABLE_HEAD,
+                          (unsigned)(reply->table->wire.len - TABLE_HEAD));
+    nbufs = 2;
+  } else {
+    bufs[0] = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
+  }
+  if (!reply->keep_open) {
+    client->replying = 1;
+    uv_read_stop((uv_stream_t *)&client->tcp);
+    uv_timer_start(&client->timer, hoop__rdzv_on_client_timer, client->server->idle_ms, 0);
+  }
+  int rc = uv_write(&reply->req, (uv_stream_t *)&client->tcp, bufs, nbufs, hoop__rdzv_on_written);
+  if (rc != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s: %s", client->peer, uv_strerror(rc));
+    hoop__rdzv_reply_free(reply);
+    hoop__rdzv_client_close(client);
+    return;
+  }
+  client->server->pending_writes++;
+}
+
+/* Reply ERROR {code, message} and close; out of memory, just close. */
+void hoop__rdzv_send_error(rdzv_client *client, hoop_result code, const char *fmt, ...) {
+  hoop__error_msg error;
+  error.code = (uint32_t)code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(error.message, sizeof error.message, fmt, ap);
+  va_end(ap);
+  rdzv_reply *reply = calloc(1, sizeof *reply);
+  if (!reply || hoop__wire_encode_error(&reply->message, &error) != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "out of memory replying to %s", client->peer);
+    if (reply)
+      hoop__rdzv_reply_free(reply);
+    hoop__rdzv_client_close(client);
+    return;
+  }
+  hoop__rdzv_client_send(client, reply);
+}
+
+/* ---- connections ----------------------------------------------------------------------------- */
+
+static void on_client_closed(uv_handle_t *handle) {
+  rdzv_client *client = handle->data;
+  hoop__rdzv_server *server = client->server;
+  if (--client->open_handles == 0)
+    free(client);
+  hoop__rdzv_handle_closed(server);
+}
+
+void hoop__rdzv_client_close(rdzv_client *client) {
+  if (client->closing)
+    return;
+  client->closing = 1;
+  hoop__rdzv_server *server = client->server;
+  HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the connection from %s", client->peer);
+  if (client->job && client->job->running)
+    hoop__rdzv_job_member_left(client->job, client);
+  else if (client->job)
+    hoop__rdzv_job_remove_member(client->job, client);
+  if (client->prev)
+    client->prev->next = client->next;
+  else
+    server->clients = client->next;
+  if (client->next)
+    client->next->prev = client->prev;
+  server->nclients--;
+  uv_close((uv_handle_t *)&client->tcp, on_client_closed);
+  uv_close((uv_handle_t *)&client->timer, on_client_closed);
+}
+
+void hoop__rdzv_on_client_timer(uv_timer_t *timer) {
+  rdzv_client *client = timer->data;
+  char seconds[32];
+  hoop__rdzv_format_seconds(client->server->idle_ms, seconds, sizeof seconds);
+  if (client->replying)
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "closing %s: its reply was not taken within %s s", client->peer,
+              seconds);
+  else
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "closing %s: no complete request within %s s", client->peer,
+              seconds);
+  hoop__rdzv_client_close(client);
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+  rdzv_client *client = handle->data;
+  (void)suggested;
+  *buf = uv_buf_init((char *)client->in + client->inlen,
+                     (unsigned)(sizeof client->in - client->inlen));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  rdzv_client *client = stream->data;
+  (void)buf;
+  if (nread == 0)
+    return;
+  if (nread < 0) {
+    if (nread == UV_ETIMEDOUT)
+      client->unanswered = 1;
+    if (nread != UV_EOF && nread != UV_ETIMEDOUT)
+      HOOP_WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror((int)nread));
+    hoop__rdzv_client_close(client); /* a member leaves its job here */
+    return;
+  }
+  if (client->job && !client->job->running) {
+    hoop__rdzv_refuse_malformed(client, "bytes after its HELLO");
+    return;
+  }
+  client->inlen += (size_t)nread;
+  if (client->job)
+    hoop__rdzv_handle_member_input(client);
+  else
+    hoop__rdzv_handle_input(client);
+}
+
+/* A member's connection is quiet while its job runs, and a host that vanishes (power lost, link
+ * down) sends no FIN or RST: probe the connection once it has been idle, so that such a client is
+ * dropped after about `seconds` (idle, then KEEPALIVE_PROBES unanswered probes, or as long with
+ * a reply unacknowledged) instead of held for ever. */
+void hoop__rdzv_keep_alive(rdzv_client *client, int seconds) {
+  int one = 1, probes = KEEPALIVE_PROBES;
+  int every = seconds / (KEEPALIVE_PROBES + 1) > 0 ? seconds / (KEEPALIVE_PROBES + 1) : 1;
+  unsigned user_timeout_ms = (unsigned)seconds * 1000u;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&client->tcp, &fd) != 0)
+    return; /* not open: nothing to probe */
+  client->keepalive_s = seconds;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &every, sizeof every) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &every, sizeof every) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) != 0)
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "keepalive for %s: %s", client->peer, strerror(errno));
+}
+
+/* Set up a client for the connection waiting on the listener; NULL if that failed. */
+static rdzv_client *client_accept(hoop__rdzv_server *server) {
+  rdzv_client *client = calloc(1, sizeof *client);
+  /* Left unaccepted, the connection stays queued and libuv stops watching the listener until a
+   * later accept: nothing better is possible without memory. */
+  if (!client || uv_tcp_init(server->loop, &client->tcp) != 0) {
+    HOOP_ERROR(HOOP_SUBSYS_RDZV, "out of memory accepting a connection on %s", server->where);
+    free(client);
+    return NULL;
+  }
+  client->server = server;
+  client->tcp.data = client;
+  client->timer.data = client;
+  client->open_handles = 2;
+  server->open_handles += 2;
+  uv_timer_init(server->loop, &client->timer); /* cannot fail on Linux: no system call */
+  client->next = server->clients;
+  if (server->clients)
+    server->clients->prev = client;
+  server->clients = client;
+  server->nclients++;
+  int rc = uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)&client->tcp);
+  struct sockaddr_storage addr;
+  int addrlen = sizeof addr;
+  if (rc == 0)
+    rc = uv_tcp_getpeername(&client->tcp, (struct sockaddr *)&addr, &addrlen);
+  if (rc != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "accepting a connection on %s: %s", server->where, uv_strerror(rc));
+    hoop__rdzv_client_close(client);
+    return NULL;
+  }
+  hoop__format_sockaddr((struct sockaddr *)&addr, client->peer, sizeof client->peer);
+  hoop__rdzv_keep_alive(client, server->keepalive_s);
+  return client;
+}
+
+void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
+  hoop__rdzv_server *server = listener->data;
+  if (status < 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "incoming connection on %s: %s", server->where,
+              uv_strerror(status));
+    return;
+  }
+  int busy = server->nclients >= server->max_connections;
+  rdzv_client *client = client_accept(server);
+  if (!client)
+    return;
+  HOOP_TRACE(HOOP_SUBSYS_RDZV, "connection from %s", client->peer);
+  uv_timer_start(&client->timer, hoop__rdzv_on_client_timer, server->idle_ms, 0);
+  if (busy) {
+    HOOP_INFO(HOOP_SUBSYS_RDZV, "refused %s: %d connections open, the limit", client->peer,
+              server->max_connections);
+    hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM,
+                          "the rendezvous server has %d connections open (its limit); "
+                          "try again later",
+                          server->max_connections);
+    return;
+  }
+  if (send_challenge(client) != 0)
+    return;
+  int rc = uv_read_start((uv_stream_t *)&client->tcp, on_alloc, on_read);
+  if (rc != 0) {
+    HOOP_WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror(rc));
+    hoop__rdzv_client_close(client);
+  }
+}

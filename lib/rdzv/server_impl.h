@@ -1,0 +1,174 @@
+/* server_impl.h - the rendezvous server's own structures and the functions its files share
+ * (server.h is the interface the daemon, the launcher and a hosting rank use). The server is split
+ * by responsibility: jobs.c, table.c, conn.c, requests.c, server.c; thread.c runs it on a thread.
+ */
+#ifndef HOOP_RDZV_SERVER_IMPL_H
+#define HOOP_RDZV_SERVER_IMPL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "core/log.h"
+#include "hoop.h"
+#include "rdzv/auth.h"
+#include "rdzv/server.h"
+#include "rdzv/wire.h"
+
+#define DEFAULT_MAX_JOBS 1024
+#define DEFAULT_IDLE_TIMEOUT_S 30.0
+#define DEFAULT_KEEPALIVE_S 300
+#define KEEPALIVE_PROBES 4
+#define KEEPALIVE_MAX_S 86400
+#define LISTEN_BACKLOG 511
+#define MISSING_NAMED 16 /* missing ranks named in a timeout message before "and M more" */
+
+/* An encoded TABLE differs between members only in its first bytes (header, size, rank, nonce),
+ * and only in the rank, the u32 at payload offset 4 (see the layouts in wire.c). The server encodes
+ * the table once and sends each member its own copy of these first bytes. */
+#define TABLE_HEAD (HOOP_WIRE_HEADER_SIZE + 8 + HOOP_WIRE_NONCE)
+#define TABLE_RANK_AT (HOOP_WIRE_HEADER_SIZE + 4)
+
+typedef struct rdzv_job rdzv_job;
+typedef struct rdzv_client rdzv_client;
+
+struct rdzv_client {
+  uv_tcp_t tcp;
+  uv_timer_t timer; /* the idle deadline; while replying, the deadline for the reply to be taken */
+  hoop__rdzv_server *server;
+  rdzv_client *prev, *next;
+  rdzv_job *job;     /* the job joined and waited for, or NULL */
+  hoop__hello hello; /* the HELLO, once joined */
+  int open_handles;  /* of tcp and timer; freed when both are closed */
+  int closing;
+  int replying;     /* a reply is on its way; the connection closes once it is written */
+  uint32_t rank;    /* a member of a running job: its rank in the table */
+  int said_goodbye; /* a member sent BYE or ABORT: its connection closing is no loss */
+  int unanswered;   /* its host stopped answering keepalive probes */
+  int keepalive_s;  /* how long its host may stop answering before it is dropped */
+  int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
+  uint8_t challenge[HOOP_WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
+  char peer[64];
+  size_t inlen;
+  uint8_t in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_CLIENT_PAYLOAD];
+};
+
+struct rdzv_job {
+  uv_timer_t timer; /* the job's deadline, counted from its first HELLO */
+  hoop__rdzv_server *server;
+  rdzv_job *prev, *next;
+  char id[HOOP_WIRE_MAX_JOB + 1];
+  uint32_t size;
+  uint32_t timeout_ms;
+  uint64_t created_ms;   /* loop time of the first HELLO */
+  rdzv_client **members; /* joined, in order of arrival */
+  uint32_t joined, capacity;
+  uint32_t nrequested; /* members that asked for a rank */
+  uint8_t *taken;      /* bitmap of ranks held by members */
+  int running;         /* the table went out; members listed are those still connected */
+  int forgotten;       /* job_forget ran; freed once its timer has closed */
+};
+
+struct hoop__rdzv_server {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  int listening;
+  int closing;      /* hoop__rdzv_server_close was called */
+  int open_handles; /* libuv handles of the server, its clients and jobs not closed yet */
+  int port;
+  char where[80];
+  int max_jobs, max_connections;
+  uint64_t idle_ms;
+  int keepalive_s;
+  int once, once_over, done_called;
+  char token[HOOP_MAX_TOKEN + 1]; /* "" when requests need no proof */
+  void (*on_done)(void *arg);
+  void *arg;
+  rdzv_client *clients;
+  int nclients;
+  rdzv_job *jobs, *jobs_tail; /* in order of creation, for the status reply; running ones too */
+  int njobs;                  /* waiting, not running */
+  int nrunning;
+  int pending_writes;
+};
+
+/* A reply on its way to one client: a whole message of its own, or the shared TABLE body behind
+ * the member's own TABLE_HEAD bytes. */
+typedef struct shared_table {
+  hoop__wbuf wire;
+  uint32_t refs;
+} shared_table;
+
+typedef struct rdzv_reply {
+  uv_write_t req;
+  rdzv_client *client;
+  int keep_open; /* the CHALLENGE, a member's TABLE or a NOTICE: the connection stays open */
+  hoop__wbuf message;
+  shared_table *table;
+  uint8_t head[TABLE_HEAD];
+} rdzv_reply;
+
+/* A message being built in a fixed buffer: appends that do not fit are cut, never overflow. */
+typedef struct text {
+  char *buf;
+  size_t cap, len;
+} rdzv_text;
+
+/* One member while a job completes or is described: its host, arrival and (assigned) rank. */
+typedef struct member_slot {
+  const char *host;
+  uint32_t arrival;
+  int32_t rank;
+  uint32_t local_rank, local_size;
+} member_slot;
+
+typedef struct host_group {
+  member_slot **first; /* count consecutive entries of the sorted array */
+  uint32_t count;
+  uint32_t arrival; /* the earliest arrival on this host */
+} host_group;
+
+/* ---- jobs.c: grouping members by host, jobs, a job's timeout --------------------------------- */
+int hoop__rdzv_bit_test(const uint8_t *bits, uint32_t i);
+void hoop__rdzv_bit_set(uint8_t *bits, uint32_t i);
+void hoop__rdzv_format_seconds(uint64_t ms, char *out, size_t outlen);
+void hoop__rdzv_text_add(rdzv_text *t, const char *fmt, ...) HOOP__PRINTF(2, 3);
+int hoop__rdzv_by_host_then_arrival(const void *a, const void *b);
+int hoop__rdzv_by_host_then_rank(const void *a, const void *b);
+host_group *hoop__rdzv_group_by_host(member_slot **slots, uint32_t n,
+                                     int (*cmp)(const void *, const void *), uint32_t *ngroups);
+member_slot *hoop__rdzv_job_slots(const rdzv_job *job, member_slot ***pointers);
+void hoop__rdzv_handle_closed(hoop__rdzv_server *server);
+void hoop__rdzv_job_forget(rdzv_job *job);
+rdzv_client **hoop__rdzv_job_take_members(rdzv_job *job, uint32_t *count);
+rdzv_job *hoop__rdzv_job_find(const hoop__rdzv_server *server, const char *id);
+rdzv_job *hoop__rdzv_job_create(hoop__rdzv_server *server, const hoop__hello *hello);
+int hoop__rdzv_job_add_member(rdzv_job *job, rdzv_client *client);
+void hoop__rdzv_job_remove_member(rdzv_job *job, rdzv_client *client);
+uint32_t hoop__rdzv_missing_ranks(const rdzv_job *job, int32_t *out, uint32_t max);
+
+/* ---- table.c: a job's rank table, and its members while it runs ------------------------------ */
+void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client);
+void hoop__rdzv_handle_member_input(rdzv_client *client);
+void hoop__rdzv_job_complete(rdzv_job *job);
+
+/* ---- conn.c: clients' connections and the replies sent on them ------------------------------- */
+void hoop__rdzv_shared_table_release(shared_table *shared);
+void hoop__rdzv_reply_free(rdzv_reply *reply);
+void hoop__rdzv_on_written(uv_write_t *req, int status);
+void hoop__rdzv_client_send(rdzv_client *client, rdzv_reply *reply);
+void hoop__rdzv_send_error(rdzv_client *client, hoop_result code, const char *fmt, ...)
+    HOOP__PRINTF(3, 4);
+void hoop__rdzv_client_close(rdzv_client *client);
+void hoop__rdzv_keep_alive(rdzv_client *client, int seconds);
+void hoop__rdzv_on_connection(uv_stream_t *listener, int status);
+void hoop__rdzv_on_client_timer(uv_timer_t *timer);
+
+/* ---- requests.c: a client's HELLO or STATUS_REQ, and its proof ------------------------------- */
+void hoop__rdzv_refuse_malformed(rdzv_client *client, const char *what);
+void hoop__rdzv_handle_input(rdzv_client *client);
+
+/* ---- server.c: the listener, the server's start and end -------------------------------------- */
+void hoop__rdzv_check_once_done(hoop__rdzv_server *server);
+void hoop__rdzv_server_free(hoop__rdzv_server *server);
+
+#endif /* HOOP_RDZV_SERVER_IMPL_H */

@@ -19,9 +19,20 @@
 extern "C" {
 #endif
 
-#define HOOP_VERSION_MAJOR 0
-#define HOOP_VERSION_MINOR 1
-#define HOOP_VERSION_PATCH 0
+/* HOOP_VERSION_MAJOR, _MINOR, _PATCH, HOOP_VERSION_STRING and HOOP_VERSION_NUMBER
+ * (major * 10000 + minor * 100 + patch), written by configure from its one version number. */
+#include "hoop_version.h"
+
+/* What libhoop exports: these declarations and nothing else. */
+#if defined(__GNUC__) || defined(__clang__)
+#define HOOP_API __attribute__((visibility("default")))
+#else
+#define HOOP_API
+#endif
+
+/* The version of the library this program runs with ("0.1.0"); HOOP_VERSION_STRING is the one it
+ * was built against. */
+HOOP_API const char *hoop_version(void);
 
 /* ---- Results --------------------------------------------------------------------------------- */
 
@@ -40,7 +51,7 @@ typedef enum hoop_result {
 } hoop_result;
 
 /* A short, static name for a result code ("invalid argument", "peer lost", ...). */
-const char *hoop_strerror(hoop_result result);
+HOOP_API const char *hoop_strerror(hoop_result result);
 
 /* ---- Data types and reduction operations ----------------------------------------------------- */
 
@@ -68,21 +79,28 @@ typedef enum hoop_op {
 } hoop_op;
 
 /* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
-size_t hoop_dtype_size(hoop_dtype dtype);
+HOOP_API size_t hoop_dtype_size(hoop_dtype dtype);
 /* "float32", "sum", ...; NULL for unknown values. */
-const char *hoop_dtype_name(hoop_dtype dtype);
-const char *hoop_op_name(hoop_op op);
+HOOP_API const char *hoop_dtype_name(hoop_dtype dtype);
+HOOP_API const char *hoop_op_name(hoop_op op);
 /* Parse a name as printed by the functions above; return 0 on success, -1 if unknown. */
-int hoop_dtype_from_name(const char *name, hoop_dtype *dtype);
-int hoop_op_from_name(const char *name, hoop_op *op);
+HOOP_API int hoop_dtype_from_name(const char *name, hoop_dtype *dtype);
+HOOP_API int hoop_op_from_name(const char *name, hoop_op *op);
 
 /* ---- Communicator ---------------------------------------------------------------------------- */
 
 typedef struct hoop_comm hoop_comm;
 
 /* Everything hoop_init needs. Start from hoop_config_init(), which fills the defaults, then set
- * what you need. String fields are copied by hoop_init. */
+ * what you need. String fields are copied by hoop_init.
+ *
+ * The struct grows at its end from one release to the next. hoop_config_init records in
+ * struct_size the size this program was built with, so that a newer library reads only the fields
+ * the program knows (the rest keep their defaults) and an older library refuses fields it does not
+ * know rather than ignore them. A config that hoop_config_init did not set up is refused. */
 typedef struct hoop_config {
+  size_t struct_size;     /* sizeof(hoop_config) in the program: set by hoop_config_init */
+  unsigned int version;   /* HOOP_VERSION_NUMBER the program was built against: the same */
   const char *rendezvous; /* "host:port" of the rendezvous server (required) */
   const char *job;        /* job id shared by all ranks of one job (default "default") */
   int size;               /* number of ranks in the job (required, >= 1) */
@@ -101,52 +119,58 @@ typedef struct hoop_config {
                              ranks by it (local ranks); NULL: gethostname() */
 } hoop_config;
 
-void hoop_config_init(hoop_config *config);
+/* Fill config (struct_size bytes of it) with the defaults. Call it through hoop_config_init. */
+HOOP_API void hoop_config_init_sized(hoop_config *config, size_t struct_size, unsigned int version);
+
+static inline void hoop_config_init(hoop_config *config) {
+  hoop_config_init_sized(config, sizeof *config, HOOP_VERSION_NUMBER);
+}
 
 /* Join a job. On success *comm is a ready communicator. On failure *comm is still set when memory
  * allowed, so that hoop_last_error(*comm) can explain the failure; release it with
  * hoop_finalize. */
-hoop_result hoop_init(hoop_comm **comm, const hoop_config *config);
+HOOP_API hoop_result hoop_init(hoop_comm **comm, const hoop_config *config);
 
 /* Like hoop_init, with the configuration read from HOOP_* environment variables (see
  * hoop-env(7)). */
-hoop_result hoop_init_from_env(hoop_comm **comm);
+HOOP_API hoop_result hoop_init_from_env(hoop_comm **comm);
 
 /* Close connections and free the communicator. Safe on NULL and on a failed communicator. */
-hoop_result hoop_finalize(hoop_comm *comm);
+HOOP_API hoop_result hoop_finalize(hoop_comm *comm);
 
 /* Mark the communicator as aborted with reason, tell every connected peer (which fails with
  * HOOP_ERR_ABORTED and "aborted by rank R: reason") and close the connections. Callable from any
  * thread: a collective blocked on comm in another thread wakes and returns HOOP_ERR_ABORTED.
  * Every later call on it returns HOOP_ERR_ABORTED. */
-hoop_result hoop_abort(hoop_comm *comm, const char *reason);
+HOOP_API hoop_result hoop_abort(hoop_comm *comm, const char *reason);
 
-int hoop_rank(const hoop_comm *comm);
-int hoop_size(const hoop_comm *comm);
-int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */
-int hoop_local_size(const hoop_comm *comm); /* number of ranks on this host */
+HOOP_API int hoop_rank(const hoop_comm *comm);
+HOOP_API int hoop_size(const hoop_comm *comm);
+HOOP_API int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */
+HOOP_API int hoop_local_size(const hoop_comm *comm); /* number of ranks on this host */
 
 /* The detailed message of the last failure on comm ("" if none). Valid until the next call. */
-const char *hoop_last_error(const hoop_comm *comm);
+HOOP_API const char *hoop_last_error(const hoop_comm *comm);
 
 /* ---- Collectives ----------------------------------------------------------------------------- */
 /* All ranks call the same collectives in the same order with matching arguments. count is in
  * elements and may be 0. Buffers must not overlap except as stated. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i]. In place when sendbuf == recvbuf. */
-hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                           hoop_dtype dtype, hoop_op op);
+HOOP_API hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, hoop_dtype dtype, hoop_op op);
 
 /* Copy root's buf to every rank's buf. */
-hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root);
+HOOP_API hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                    int root);
 
 /* recvbuf holds size * count elements: rank r's sendbuf lands at recvbuf + r * count elements.
  * In place when sendbuf == recvbuf + rank * count elements. */
-hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                           hoop_dtype dtype);
+HOOP_API hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, hoop_dtype dtype);
 
 /* Return once every rank has entered the barrier. */
-hoop_result hoop_barrier(hoop_comm *comm);
+HOOP_API hoop_result hoop_barrier(hoop_comm *comm);
 
 /* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over
@@ -160,11 +184,12 @@ typedef uint64_t hoop_mem_handle; /* 0 is never a valid handle */
 
 /* Register bytes at ptr; *handle names the registration. HOOP_ERR_INVALID_ARG for a NULL ptr or
  * handle or zero bytes; HOOP_ERR_SYSTEM if the device refuses (see hoop_last_error). */
-hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_handle *handle);
+HOOP_API hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes,
+                                   hoop_mem_handle *handle);
 
 /* Release a registration. HOOP_ERR_INVALID_ARG for a handle this communicator did not return or
  * has already released. Never call it while a collective on that buffer runs in another thread. */
-hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle);
+HOOP_API hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle);
 
 #ifdef __cplusplus
 }

@@ -129,6 +129,49 @@ START_TEST(test_invalid_config) {
 }
 END_TEST
 
+/* hoop_config carries its own size: a config hoop_config_init never saw is refused; a program
+ * built against a newer hoop.h (a bigger struct) runs while it leaves the fields unknown here
+ * unset, and is refused, naming the versions, when it sets one; hoop_version is configure's. */
+START_TEST(test_config_size_and_version) {
+  ck_assert_str_eq(hoop_version(), HOOP_VERSION_STRING);
+  ck_assert_int_eq(HOOP_VERSION_NUMBER,
+                   HOOP_VERSION_MAJOR * 10000 + HOOP_VERSION_MINOR * 100 + HOOP_VERSION_PATCH);
+  hoop_config config;
+  memset(&config, 0, sizeof config);
+  config.size = 1;
+  hoop_comm *comm = NULL;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(hoop_last_error(comm), "hoop_config_init") != NULL, "got '%s'",
+                hoop_last_error(comm));
+  hoop_finalize(comm);
+
+  hoop_config_init(&config);
+  ck_assert_uint_eq(config.struct_size, sizeof config);
+  ck_assert_uint_eq(config.version, HOOP_VERSION_NUMBER);
+
+  /* A newer program's config: 32 more bytes that this library does not know. */
+  size_t newer = sizeof(hoop_config) + 32;
+  unsigned char *bytes = calloc(1, newer);
+  ck_assert_ptr_nonnull(bytes);
+  memset(bytes, 0xAB, newer);
+  hoop_config *grown = (hoop_config *)bytes;
+  hoop_config_init_sized(grown, newer, HOOP_VERSION_NUMBER + 100);
+  ck_assert_uint_eq(grown->struct_size, newer);
+  ck_assert_int_eq(bytes[sizeof(hoop_config) + 31], 0); /* the unknown fields are unset */
+  ck_assert_int_eq(grown->tcp_streams, 2);              /* the known ones have defaults */
+  grown->size = 1;
+  ck_assert_int_eq(hoop_init(&comm, grown), HOOP_OK);
+  ck_assert_int_eq(hoop_barrier(comm), HOOP_OK);
+  hoop_finalize(comm);
+  bytes[sizeof(hoop_config) + 5] = 1;
+  ck_assert_int_eq(hoop_init(&comm, grown), HOOP_ERR_UNSUPPORTED);
+  ck_assert_msg(strstr(hoop_last_error(comm), "does not know") != NULL, "got '%s'",
+                hoop_last_error(comm));
+  hoop_finalize(comm);
+  free(bytes);
+}
+END_TEST
+
 START_TEST(test_env_errors) {
   setenv("HOOP_SIZE", "three", 1);
   hoop_comm *comm = NULL;
@@ -417,6 +460,7 @@ static Suite *api_suite(void) {
   TCase *tc = tcase_create("local");
   tcase_add_test(tc, test_invalid_arguments);
   tcase_add_test(tc, test_invalid_config);
+  tcase_add_test(tc, test_config_size_and_version);
   tcase_add_test(tc, test_register_arguments);
   tcase_add_test(tc, test_env_errors);
   tcase_add_test(tc, test_names);

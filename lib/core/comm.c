@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,14 +123,60 @@ const char *hoop_last_error(const hoop_comm *comm) {
 
 /* ---- configuration --------------------------------------------------------------------------- */
 
-void hoop_config_init(hoop_config *config) {
+const char *hoop_version(void) {
+  return PACKAGE_VERSION;
+}
+
+/* The size of the first hoop_config that carried its size: a smaller struct_size is not a
+ * hoop_config_init's. Fields added later go after hostname, and this stays as it is. */
+#define CONFIG_FIRST_SIZE (offsetof(hoop_config, hostname) + sizeof(const char *))
+/* A struct_size past this is not a size at all (memory that hoop_config_init never saw). */
+#define CONFIG_MAX_SIZE 65536
+
+static void config_defaults(hoop_config *config) {
   memset(config, 0, sizeof *config);
+  config->struct_size = sizeof *config;
+  config->version = HOOP_VERSION_NUMBER;
   config->job = "default";
   config->size = 0;
   config->rank = -1;
   config->timeout_s = HOOP_DEFAULT_TIMEOUT_S;
   config->transport = "auto";
   config->tcp_streams = 2;
+}
+
+void hoop_config_init_sized(hoop_config *config, size_t struct_size, unsigned int version) {
+  if (!config || struct_size < CONFIG_FIRST_SIZE || struct_size > CONFIG_MAX_SIZE)
+    return; /* hoop_init refuses it: struct_size stays what it was */
+  hoop_config defaults;
+  config_defaults(&defaults);
+  /* A program built against a newer hoop.h: its fields unknown here stay zero, unset. */
+  memset(config, 0, struct_size);
+  memcpy(config, &defaults, struct_size < sizeof defaults ? struct_size : sizeof defaults);
+  config->struct_size = struct_size;
+  config->version = version;
+}
+
+/* The caller's config as this library's hoop_config: fields of an older program's smaller struct
+ * keep their defaults; a newer program's fields that this library does not know must be unset. */
+static hoop_result config_as_built(hoop_comm *comm, const hoop_config *given, hoop_config *config) {
+  size_t size = given->struct_size;
+  if (size < CONFIG_FIRST_SIZE || size > CONFIG_MAX_SIZE)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: the config was not set up with hoop_config_init (its "
+                           "struct_size is %zu)",
+                           size);
+  config_defaults(config);
+  memcpy(config, given, size < sizeof *config ? size : sizeof *config);
+  for (size_t i = sizeof *config; i < size; i++)
+    if (((const unsigned char *)given)[i] != 0)
+      return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                             "hoop_init: the program set hoop_config fields of hoop %u.%u.%u, "
+                             "which this library (hoop %s) does not know",
+                             given->version / 10000, given->version / 100 % 100,
+                             given->version % 100, PACKAGE_VERSION);
+  config->struct_size = sizeof *config;
+  return HOOP_OK;
 }
 
 static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
@@ -368,7 +415,7 @@ static hoop_result init_failed(hoop_comm *comm, hoop_result result) {
   return result;
 }
 
-hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
+hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   if (!out)
     return HOOP_ERR_INVALID_ARG;
   *out = NULL;
@@ -376,10 +423,14 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *config) {
   if (!comm)
     return HOOP_ERR_SYSTEM;
   *out = comm;
-  if (!config)
+  if (!given)
     return init_failed(comm,
                        hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: config is NULL"));
-  hoop_result result = check_config(comm, config);
+  hoop_config built;
+  const hoop_config *config = &built;
+  hoop_result result = config_as_built(comm, given, &built);
+  if (result == HOOP_OK)
+    result = check_config(comm, config);
   if (result == HOOP_OK)
     result = read_checks(comm);
   if (result == HOOP_OK)

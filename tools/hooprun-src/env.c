@@ -1,0 +1,180 @@
+/* env.c - what a rank starts with: its environment (hooprun's, -x and the HOOP_ variables) and
+ * its command line, with the remote shell and the settings in front for a rank on another host. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hooprun.h"
+
+/* ---- a rank's environment ------------------------------------------------------------------- */
+
+/* An environment being built: owned "NAME=value" strings, ending with NULL. */
+typedef struct hooprun_env {
+  char **entries;
+  size_t count;
+} hooprun_env;
+
+/* 1 if entry's name (up to its '=') is the name that other starts with, followed by '='. */
+static int same_name(const char *entry, const char *other) {
+  size_t len = strcspn(entry, "=");
+  return strncmp(entry, other, len) == 0 && other[len] == '=';
+}
+
+/* Takes entry; it replaces an entry of the same name. */
+static void env_add(hooprun_env *env, char *entry) {
+  for (size_t i = 0; i < env->count; i++) {
+    if (same_name(env->entries[i], entry)) {
+      free(env->entries[i]);
+      env->entries[i] = entry;
+      return;
+    }
+  }
+  env->entries = hooprun_xrealloc(env->entries, (env->count + 2) * sizeof *env->entries);
+  env->entries[env->count++] = entry;
+  env->entries[env->count] = NULL;
+}
+
+/* Takes word and appends it, whatever its name: for lists of words rather than settings. */
+static void env_add_word(hooprun_env *env, char *word) {
+  env->entries = hooprun_xrealloc(env->entries, (env->count + 2) * sizeof *env->entries);
+  env->entries[env->count++] = word;
+  env->entries[env->count] = NULL;
+}
+
+static void env_format(hooprun_env *env, const char *fmt, ...) HOOP__PRINTF(2, 3);
+static void env_format(hooprun_env *env, const char *fmt, ...) {
+  hooprun_text entry = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  hooprun_text_vprintf(&entry, fmt, ap);
+  va_end(ap);
+  env_add(env, entry.data);
+}
+
+void hooprun_env_free(char **entries) {
+  for (char **entry = entries; *entry; entry++)
+    free(*entry);
+  free(entries);
+}
+
+/* The -x settings, then the job's HOOP_ variables, which win: what a rank on another host gets
+ * on its command line, on top of what its remote shell gives it. */
+static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hooprun_env *env_out) {
+  const hooprun_options *options = &job->options;
+  hooprun_env env = *env_out;
+  for (int i = 0; i < options->nexports; i++) {
+    const char *spec = options->exports[i];
+    const char *value;
+    if (strchr(spec, '='))
+      env_add(&env, hooprun_xstrdup(spec));
+    else if ((value = getenv(spec)) != NULL)
+      env_format(&env, "%s=%s", spec, value);
+  }
+  env_format(&env, "HOOP_RENDEZVOUS=%s", job->rendezvous);
+  env_format(&env, "HOOP_JOB=%s", job->id);
+  env_format(&env, "HOOP_SIZE=%d", options->np);
+  env_format(&env, "HOOP_RANK=%d", rank->index);
+  if (options->timeout)
+    env_format(&env, "HOOP_TIMEOUT=%s", options->timeout);
+  /* Ranks on one host of the list share its name: hosts that are network namespaces or containers
+   * of one machine share a kernel host name, and the rendezvous groups local ranks by name. */
+  if (rank->host)
+    env_format(&env, "HOOP_HOSTNAME=%s", rank->host->name);
+  *env_out = env;
+}
+
+/* hooprun's environment, then rank_settings. A rank on another host starts from what its
+ * remote shell gives it instead, with rank_settings on the command line. */
+char **hooprun_rank_environment(const hooprun_job *job, const hooprun_rank *rank) {
+  hooprun_env env = {0};
+  int remote = rank->host && !rank->host->local;
+  for (char **entry = environ; *entry; entry++) {
+    /* A rank told to host the rendezvous would compete with hooprun's server for its port; the
+     * token the job uses is set below, or for a remote rank sent through its stdin. */
+    if (!same_name(*entry, "HOOP_RDZV_SERVE=") &&
+        !(job->token[0] &&
+          (same_name(*entry, "HOOP_TOKEN=") || same_name(*entry, "HOOP_TOKEN_FILE="))))
+      env_add(&env, hooprun_xstrdup(*entry));
+  }
+  if (job->token[0] && !remote)
+    env_format(&env, "HOOP_TOKEN=%s", job->token);
+  rank_settings(job, rank, &env); /* never empty: it holds the HOOP_ variables */
+  return env.entries;
+}
+
+/* ---- a rank's command line ------------------------------------------------------------------ */
+
+/* ssh and rsh join their arguments into one line for the remote shell, so each word is quoted for
+ * it; other commands (`ip netns exec`, `docker exec`) take the words as they are. */
+static int rsh_uses_shell(const char *rsh) {
+  size_t len = strcspn(rsh, " \t");
+  const char *base = rsh;
+  for (const char *c = rsh; c < rsh + len; c++)
+    if (*c == '/')
+      base = c + 1;
+  size_t base_len = (size_t)(rsh + len - base);
+  return (base_len == 3 && (strncmp(base, "ssh", 3) == 0 || strncmp(base, "rsh", 3) == 0));
+}
+
+/* word in single quotes for a POSIX shell, unless it needs none. */
+static char *shell_quote(const char *word) {
+  if (word[0] && strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                              "_-+=.,:/@%") == strlen(word))
+    return hooprun_xstrdup(word);
+  hooprun_text quoted = {0};
+  hooprun_text_append(&quoted, "'", 1);
+  for (const char *c = word; *c; c++) {
+    if (*c == '\'')
+      hooprun_text_append(&quoted, "'\\''", 4);
+    else
+      hooprun_text_append(&quoted, c, 1);
+  }
+  hooprun_text_append(&quoted, "'", 1);
+  return quoted.data;
+}
+
+/* The words to start a rank: prog and its arguments on this host; elsewhere
+ * RSH... HOST env SETTINGS... prog args..., where RSH is --rsh split at blanks. */
+char **hooprun_rank_command(const hooprun_job *job, const hooprun_rank *rank) {
+  const hooprun_options *options = &job->options;
+  hooprun_env words = {0};
+  if (rank->host && !rank->host->local) {
+    const char *rsh = options->rsh ? options->rsh : "ssh";
+    int quote = rsh_uses_shell(rsh);
+    for (const char *c = rsh; *c;) {
+      size_t len = strcspn(c, " \t");
+      if (len > 0) {
+        char *word = hooprun_xrealloc(NULL, len + 1);
+        memcpy(word, c, len);
+        word[len] = '\0';
+        env_add_word(&words, word);
+      }
+      c += len + strspn(c + len, " \t");
+    }
+    env_add_word(&words, hooprun_xstrdup(rank->host->name));
+    env_add_word(&words, hooprun_xstrdup("env"));
+    hooprun_env settings = {0};
+    rank_settings(job, rank, &settings);
+    for (size_t i = 0; i < settings.count; i++)
+      env_add_word(&words,
+                   quote ? shell_quote(settings.entries[i]) : hooprun_xstrdup(settings.entries[i]));
+    if (settings.entries)
+      hooprun_env_free(settings.entries);
+    /* The token would show in `ps` on a command line: the rank reads it from its stdin. */
+    if (job->token[0]) {
+      const char *script = "IFS= read -r HOOP_TOKEN && export HOOP_TOKEN && exec \"$0\" \"$@\"";
+      env_add_word(&words, hooprun_xstrdup("sh"));
+      env_add_word(&words, hooprun_xstrdup("-c"));
+      env_add_word(&words, quote ? shell_quote(script) : hooprun_xstrdup(script));
+    }
+    for (char **arg = options->command; *arg; arg++)
+      env_add_word(&words, quote ? shell_quote(*arg) : hooprun_xstrdup(*arg));
+  } else {
+    for (char **arg = options->command; *arg; arg++)
+      env_add_word(&words, hooprun_xstrdup(*arg));
+  }
+  return words.entries;
+}

@@ -72,10 +72,16 @@ static char *const algo_rd[] = {"HOOP_ALGO=rd", NULL};
 /* Halving-doubling with 64 KiB chunks, so that the big cases cross several chunks per round;
  * at 3 and 6 ranks one and two ranks fold into a partner. */
 static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
+/* HOOP_ALGO per collective, with algorithms the single words never force: Bruck's allgather at a
+ * power-of-two rank count, the chain at 3 ranks. */
+static char *const algo_per_coll[] = {
+    "HOOP_ALGO=allreduce:hd,broadcast:chain,allgather:bruck,barrier:dissemination",
+    "HOOP_CHUNK_BYTES=65536", NULL};
 /* Loop tests: _i picks the rank count. */
 static const int ring_ranks[] = {2, 3};
 static const int rd_ranks[] = {2, 3, 4, 6};
 static const int hd_ranks[] = {2, 3, 4, 6};
+static const int per_coll_ranks[] = {3, 4};
 START_TEST(test_algo_ring) {
   run_workers_with(ring_ranks[_i], 1, algo_ring);
 }
@@ -88,6 +94,10 @@ START_TEST(test_algo_hd) {
   run_workers_with(hd_ranks[_i], 1, algo_hd);
 }
 END_TEST
+START_TEST(test_algo_per_coll) {
+  run_workers_with(per_coll_ranks[_i], 1, algo_per_coll);
+}
+END_TEST
 
 /* A forked rank's config for a job met at 127.0.0.1:port, hosted by rank 0 (procs.c's), named
  * job, with a 30 s timeout. */
@@ -98,12 +108,21 @@ static void forked_config(hoop_config *config, char *rendezvous, size_t len, int
   config->timeout_s = 30;
 }
 
-/* An unknown HOOP_ALGO fails the call with a message instead of picking something. */
+/* An unknown HOOP_ALGO fails the call with a message instead of picking something: an unknown
+ * word, an algorithm the collective lacks, a collective that does not exist, an empty entry. */
+static const char *const bad_algos[] = {"fastest", "allreduce:chain", "bogus:ring", "ring,",
+                                        "allgather:"};
+typedef struct bad_algo_job {
+  int port;
+  const char *value;
+} bad_algo_job;
+
 static int bad_algo_rank(int index, int n, void *arg) {
+  const bad_algo_job *job = arg;
   hoop_config config;
   char rendezvous[64];
-  forked_config(&config, rendezvous, sizeof rendezvous, *(int *)arg, "bad-algo", index, n);
-  setenv("HOOP_ALGO", "fastest", 1);
+  forked_config(&config, rendezvous, sizeof rendezvous, job->port, "bad-algo", index, n);
+  setenv("HOOP_ALGO", job->value, 1);
   hoop_comm *comm;
   if (hoop_init(&comm, &config) != HOOP_OK)
     return 10;
@@ -112,9 +131,9 @@ static int bad_algo_rank(int index, int n, void *arg) {
   int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_ALGO");
   if (bad)
     fprintf(stderr,
-            "rank %d: HOOP_ALGO=fastest: expected HOOP_ERR_INVALID_ARG naming HOOP_ALGO, "
+            "rank %d: HOOP_ALGO=%s: expected HOOP_ERR_INVALID_ARG naming HOOP_ALGO, "
             "got %s: %s\n",
-            index, hoop_strerror(result), hoop_last_error(comm));
+            index, job->value, hoop_strerror(result), hoop_last_error(comm));
   hoop_finalize(comm);
   return bad;
 }
@@ -149,10 +168,10 @@ START_TEST(test_spin_unknown) {
 END_TEST
 
 START_TEST(test_algo_unknown) {
-  int port = procs_free_port();
-  ck_assert_int_gt(port, 0);
-  int bad = procs_fork_ranks(2, bad_algo_rank, &port, 60);
-  ck_assert_msg(bad == 0, "%d of 2 ranks did not reject HOOP_ALGO=fastest (see stderr)", bad);
+  bad_algo_job job = {procs_free_port(), bad_algos[_i]};
+  ck_assert_int_gt(job.port, 0);
+  int bad = procs_fork_ranks(2, bad_algo_rank, &job, 60);
+  ck_assert_msg(bad == 0, "%d of 2 ranks did not reject HOOP_ALGO=%s (see stderr)", bad, job.value);
 }
 END_TEST
 
@@ -263,7 +282,9 @@ static Suite *collectives_suite(void) {
   tcase_add_loop_test(tc, test_algo_ring, 0, (int)(sizeof ring_ranks / sizeof ring_ranks[0]));
   tcase_add_loop_test(tc, test_algo_rd, 0, (int)(sizeof rd_ranks / sizeof rd_ranks[0]));
   tcase_add_loop_test(tc, test_algo_hd, 0, (int)(sizeof hd_ranks / sizeof hd_ranks[0]));
-  tcase_add_test(tc, test_algo_unknown);
+  tcase_add_loop_test(tc, test_algo_per_coll, 0,
+                      (int)(sizeof per_coll_ranks / sizeof per_coll_ranks[0]));
+  tcase_add_loop_test(tc, test_algo_unknown, 0, (int)(sizeof bad_algos / sizeof bad_algos[0]));
   tcase_add_test(tc, test_spin_unknown);
   suite_add_tcase(s, tc);
   tc = tcase_create("self-hosted");

@@ -14,40 +14,6 @@
 #include "coll/coll.h"
 #include "mem/reduce.h"
 
-/* The cut-overs, measured with hoop-bench on loopback (p50, median of 3 alternated runs of each
- * algorithm, forced with HOOP_ALGO; 1 MiB chunks):
- * - 2 ranks: recursive doubling wins up to 128 KiB (60.9 us against the ring's 64.8 at 128 KiB)
- *   and ties at 256 KiB; from 512 KiB the ring, which at 2 ranks is halving-doubling, moves half
- *   the bytes (178 against 233 us).
- * - 4 ranks: halving-doubling wins from 64 KiB (122 us, recursive doubling 140, ring 239) to
- *   4 MiB (6.5 ms, ring 8.3); they tie at 8 MiB, and from 16 MiB the ring's pipelining wins.
- *   That holds on one host. Across hosts each halving or doubling round waits for the last bytes
- *   of the one before, so the links idle at every round's end while the ring's chunks stream on:
- *   on 4 namespace hosts at 1 Gbit/s, busbw as a share of the link, 94.7% against the ring's
- *   95.7% at 1 MiB but 89.4% against 95.6% at 4 MiB. Across hosts it stops at 1 MiB.
- * - 3 ranks (folded halving-doubling; medians of 2 alternated sweeps): it wins from 64 KiB to
- *   256 KiB (206 us, ring 251, recursive doubling 346) and the ring from 512 KiB (385 against
- *   462 us), where the folding rank's whole-buffer transfers cost more than the rounds save. */
-#define RD_MAX_BYTES_2 (256 * 1024)
-#define RD_MAX_BYTES (32 * 1024)
-#define HD_MAX_BYTES (1024 * 1024)
-#define HD_MAX_BYTES_ONE_HOST (4 * 1024 * 1024)
-#define HD_MAX_BYTES_FOLDED (256 * 1024)
-
-static hoop__algo choose(const hoop_comm *comm, hoop__algo forced, size_t bytes) {
-  if (forced != HOOP__ALGO_AUTO)
-    return forced;
-  int n = comm->size;
-  if (n == 2)
-    return bytes <= RD_MAX_BYTES_2 ? HOOP__ALGO_RD : HOOP__ALGO_RING;
-  if (bytes <= RD_MAX_BYTES)
-    return HOOP__ALGO_RD;
-  size_t hd_max = HD_MAX_BYTES_FOLDED;
-  if ((n & (n - 1)) == 0)
-    hd_max = comm->local_size == n ? HD_MAX_BYTES_ONE_HOST : HD_MAX_BYTES;
-  return bytes <= hd_max ? HOOP__ALGO_HD : HOOP__ALGO_RING;
-}
-
 typedef struct ring_plan {
   size_t *offset; /* bytes, per segment */
   size_t *length; /* bytes, per segment */
@@ -64,40 +30,45 @@ static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan
   }
 }
 
+/* The reduce-scatter's chunks, received into HOOP_RING_RECV_DEPTH slices of staging used in turn,
+ * so that the next chunk's receive is posted before this one is reduced. */
+typedef struct staged_ring_pass {
+  const hoop_comm *comm;
+  hoop__ring_cursor cursor;
+  const ring_plan *plan;
+  size_t esize;
+  char *staging;
+  size_t chunk_max;
+} staged_ring_pass;
+
+static int staged_ring_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  staged_ring_pass *pass = arg;
+  if (!hoop__ring_cursor_next(pass->comm, &pass->cursor, pass->plan->offset, pass->plan->length, 0,
+                              pass->esize, &chunk->step, &chunk->at, &chunk->len))
+    return 0;
+  chunk->peer = hoop__ring_prev(pass->comm);
+  chunk->dst = pass->staging + slot * pass->chunk_max;
+  return 1;
+}
+
 static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const char *src, char *dst,
                                   const ring_plan *plan, char *staging, size_t chunk_max,
                                   hoop_dtype dtype, hoop_op op) {
   int n = comm->size, r = comm->rank;
-  int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
+  int next = hoop__ring_next(comm);
   size_t esize = hoop_dtype_size(dtype);
   /* Step 0 sends this rank's own contribution to segment r. */
   hoop_result result =
       hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
-  /* Chunks arrive in staging, HOOP_RING_RECV_DEPTH slices of chunk_max bytes used in turn, so
-   * that the next chunk's receive is posted before this one is reduced. */
-  hoop__request reqs[HOOP_RING_RECV_DEPTH];
-  int steps[HOOP_RING_RECV_DEPTH];
-  size_t ats[HOOP_RING_RECV_DEPTH], lens[HOOP_RING_RECV_DEPTH];
-  hoop__ring_cursor posting = {0, 0};
-  size_t posted = 0, taken = 0;
-  while (result == HOOP_OK) {
-    while (result == HOOP_OK && posted < taken + HOOP_RING_RECV_DEPTH) {
-      size_t k = posted % HOOP_RING_RECV_DEPTH;
-      if (!hoop__ring_cursor_next(comm, &posting, plan->offset, plan->length, 0, esize, &steps[k],
-                                  &ats[k], &lens[k]))
-        break;
-      result = hoop__irecv(comm, prev, staging + k * chunk_max, lens[k], &reqs[k]);
-      posted++;
-    }
-    if (result != HOOP_OK || taken == posted)
-      break;
-    size_t k = taken++ % HOOP_RING_RECV_DEPTH;
-    result = hoop__wait(comm, &reqs[k]);
-    if (result != HOOP_OK)
-      break;
-    size_t at = ats[k], len = lens[k];
-    hoop__reduce3(dst + at, src + at, staging + k * chunk_max, len / esize, dtype, op);
-    if (steps[k] == n - 2)
+  staged_ring_pass pass = {comm, {0, 0}, plan, esize, staging, chunk_max};
+  hoop__recv_ahead ahead;
+  hoop__recv_ahead_init(&ahead, HOOP_RING_RECV_DEPTH, staged_ring_next, &pass);
+  const hoop__chunk *chunk;
+  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
+         chunk) {
+    size_t at = chunk->at, len = chunk->len;
+    hoop__reduce3(dst + at, src + at, chunk->dst, len / esize, dtype, op);
+    if (chunk->step == n - 2)
       hoop__reduce_finish(dst + at, len / esize, dtype, op, n);
     /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
      * finished segment that starts the allgather. */
@@ -175,35 +146,45 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
  * each between two ranks only. Each element is reduced on one rank, so all ranks end with the
  * same bits. */
 
+/* One halving round's receives: the peer's chunks of the kept range, into HOOP_RING_RECV_DEPTH
+ * slices of staging of slice bytes each, cut as the peer cuts its sends (from the same length). */
+typedef struct halving_pass {
+  int peer;
+  size_t keep_len, chunk, done;
+  char *staging;
+  size_t slice;
+} halving_pass;
+
+static int halving_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  halving_pass *pass = arg;
+  if (pass->done >= pass->keep_len)
+    return 0;
+  chunk->peer = pass->peer;
+  chunk->at = pass->done;
+  chunk->len =
+      pass->keep_len - pass->done < pass->chunk ? pass->keep_len - pass->done : pass->chunk;
+  chunk->dst = pass->staging + slot * pass->slice;
+  pass->done += chunk->len;
+  return 1;
+}
+
 /* One round between this rank and peer: send [give, give + give_len) in chunks, receive the
- * peer's chunks of the kept range into staging (HOOP_RING_RECV_DEPTH slices of slice bytes) and
- * reduce each as it lands: dst = op(lower rank's part, higher rank's part), where this rank's part
- * is src. The peer cuts its sends the same way, from the same range lengths. */
+ * peer's chunks of the kept range and reduce each as it lands: dst = op(lower rank's part, higher
+ * rank's part), where this rank's part is src. */
 static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, const char *give,
                                  size_t give_len, char *dst, const char *src, size_t keep_len,
                                  char *staging, size_t slice, hoop_dtype dtype, hoop_op op) {
   size_t esize = hoop_dtype_size(dtype);
   hoop_result result = hoop__arena_isend_chunks(comm, arena, peer, give, give_len, esize);
-  size_t chunk = hoop__chunk_bytes(comm, keep_len, esize);
-  size_t chunks = (keep_len + chunk - 1) / chunk;
-  hoop__request reqs[HOOP_RING_RECV_DEPTH];
-  size_t posted = 0;
+  halving_pass pass = {peer, keep_len, hoop__chunk_bytes(comm, keep_len, esize), 0, staging, slice};
+  hoop__recv_ahead ahead;
+  hoop__recv_ahead_init(&ahead, HOOP_RING_RECV_DEPTH, halving_next, &pass);
   int mine_is_lower = comm->rank < peer;
-  for (size_t k = 0; k < chunks && result == HOOP_OK; k++) {
-    for (; posted < chunks && posted < k + HOOP_RING_RECV_DEPTH && result == HOOP_OK; posted++) {
-      size_t at = posted * chunk;
-      result = hoop__irecv(comm, peer, staging + (posted % HOOP_RING_RECV_DEPTH) * slice,
-                           keep_len - at < chunk ? keep_len - at : chunk,
-                           &reqs[posted % HOOP_RING_RECV_DEPTH]);
-    }
-    if (result == HOOP_OK)
-      result = hoop__wait(comm, &reqs[k % HOOP_RING_RECV_DEPTH]);
-    if (result != HOOP_OK)
-      break;
-    size_t at = k * chunk, len = keep_len - at < chunk ? keep_len - at : chunk;
-    combine(dst + at, src + at, staging + (k % HOOP_RING_RECV_DEPTH) * slice, mine_is_lower,
-            len / esize, dtype, op);
-  }
+  const hoop__chunk *chunk;
+  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
+         chunk)
+    combine(dst + chunk->at, src + chunk->at, chunk->dst, mine_is_lower, chunk->len / esize, dtype,
+            op);
   return result;
 }
 
@@ -259,64 +240,41 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
   return result;
 }
 
-static hoop_result check_args(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                              hoop_op op) {
-  if ((unsigned)op >= HOOP_OP_COUNT)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: unknown op %d", (int)op);
-  if (count > 0 && (!sendbuf || !recvbuf))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: %s is NULL with count %zu",
-                           sendbuf ? "recvbuf" : "sendbuf", count);
-  return HOOP_OK;
-}
+/* ---- the algorithms, as the dispatcher calls them ---------------------------------------------
+ */
 
-hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                           hoop_dtype dtype, hoop_op op) {
-  hoop_result result = hoop__coll_begin(comm, "hoop_allreduce", count, dtype, 1);
-  if (result == HOOP_OK)
-    hoop__coll_describe(comm, (int)op, -1);
-  if (result == HOOP_OK)
-    result = check_args(comm, sendbuf, recvbuf, count, op);
-  if (result != HOOP_OK)
-    return hoop__coll_end(comm, result);
-  if (count == 0)
-    return hoop__coll_end(comm, hoop__coll_no_data(comm));
-  size_t esize = hoop_dtype_size(dtype);
-  if (comm->size == 1) {
-    if (sendbuf != recvbuf)
-      memmove(recvbuf, sendbuf, count * esize);
-    return hoop__coll_end(comm, HOOP_OK);
-  }
-  hoop__algo algo;
-  if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
-    return hoop__coll_end(comm, result);
-  algo = choose(comm, algo, count * esize);
-  if (algo == HOOP__ALGO_HD) {
-    hoop__arena arena = {0};
-    result = halving_doubling(comm, &arena, sendbuf, recvbuf, count, dtype, op);
-    if (result == HOOP_OK)
-      result = hoop__arena_wait_all(comm, &arena);
-    hoop__arena_free(&arena);
-    return hoop__coll_end(comm, result);
-  }
-  if (algo == HOOP__ALGO_RD) {
-    if (sendbuf != recvbuf)
-      memmove(recvbuf, sendbuf, count * esize);
-    return hoop__coll_end(comm, recursive_doubling(comm, recvbuf, count, dtype, op));
-  }
-  ring_plan plan;
-  plan_segments(comm, count, esize, &plan);
-  /* Segment 0 is never smaller than the others, so its chunk is the largest. */
-  size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
-  char *staging = hoop__scratch(comm, HOOP_RING_RECV_DEPTH * chunk_max);
-  if (!staging)
-    return hoop__coll_end(comm, HOOP_ERR_SYSTEM);
-
+hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__arena arena = {0};
-  result = reduce_scatter(comm, &arena, sendbuf, recvbuf, &plan, staging, chunk_max, dtype, op);
-  if (result == HOOP_OK)
-    result = hoop__ring_circulate(comm, &arena, recvbuf, plan.offset, plan.length, 1, esize, 1);
+  hoop_result result = halving_doubling(comm, &arena, args->sendbuf, args->recvbuf, args->count,
+                                        args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);
-  return hoop__coll_end(comm, result);
+  return result;
+}
+
+hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args) {
+  if (args->sendbuf != args->recvbuf)
+    memmove(args->recvbuf, args->sendbuf, args->bytes);
+  return recursive_doubling(comm, args->recvbuf, args->count, args->dtype, args->op);
+}
+
+hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
+  ring_plan plan;
+  plan_segments(comm, args->count, args->esize, &plan);
+  /* Segment 0 is never smaller than the others, so its chunk is the largest. */
+  size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], args->esize);
+  char *staging = hoop__scratch(comm, HOOP_RING_RECV_DEPTH * chunk_max);
+  if (!staging)
+    return HOOP_ERR_SYSTEM;
+  hoop__arena arena = {0};
+  hoop_result result = reduce_scatter(comm, &arena, args->sendbuf, args->recvbuf, &plan, staging,
+                                      chunk_max, args->dtype, args->op);
+  if (result == HOOP_OK)
+    result = hoop__ring_circulate(comm, &arena, args->recvbuf, plan.offset, plan.length, 1,
+                                  args->esize, 1);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
 }

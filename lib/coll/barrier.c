@@ -3,15 +3,14 @@
  * or through others, from every rank. */
 #include "coll/coll.h"
 
-hoop_result hoop_barrier(hoop_comm *comm) {
-  hoop_result result = hoop__coll_begin(comm, "hoop_barrier", 0, HOOP_UINT8, 0);
-  if (result != HOOP_OK)
-    return hoop__coll_end(comm, result);
+hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args) {
+  (void)args;
   int n = comm->size;
+  hoop_result result = HOOP_OK;
   for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
     char token = 1, heard = 0;
     result = hoop__sendrecv(comm, (comm->rank + distance) % n, &token, 1,
                             (comm->rank - distance + n) % n, &heard, 1);
   }
-  return hoop__coll_end(comm, result);
+  return result;
 }

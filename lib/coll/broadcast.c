@@ -1,17 +1,12 @@
-/* broadcast.c - hoop_broadcast: a binomial tree for small messages (log2(n) rounds of latency) and
- * a pipelined chain from the root around the ring for large ones (every link carries the buffer
- * once, so the time approaches bytes / link bandwidth whatever the rank count). A job crowded onto
- * one host (more ranks than CPUs) keeps the tree at every size: there is no link to fill, both
- * move the same bytes through the same kernel copies, and the chain's ranks, taking turns on the
- * cores, pay a wakeup per chunk per hop. 4 ranks on 2 CPUs over loopback, p50 tree/chain:
- * 1 MiB 0.52/0.91 ms, 4 MiB 2.4/3.8 ms, 64 MiB 43/50 ms. */
+/* broadcast.c - hoop_broadcast's algorithms: a binomial tree (log2(n) rounds of latency) and a
+ * pipelined chain from the root around the ring (every link carries the buffer once, so the time
+ * approaches bytes / link bandwidth whatever the rank count). tune.c chooses between them. */
 #include "coll/coll.h"
 
-/* Below this many bytes the tree's fewer hops beat the chain's pipelining. */
-#define BCAST_CHAIN_MIN_BYTES (64 * 1024)
-
-static hoop_result binomial_tree(hoop_comm *comm, char *buf, size_t bytes, int root) {
-  int n = comm->size;
+hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args) {
+  char *buf = args->recvbuf;
+  size_t bytes = args->bytes;
+  int n = comm->size, root = args->root;
   int vrank = (comm->rank - root + n) % n; /* rank relative to the root */
   int mask = 1;
   hoop_result result = HOOP_OK;
@@ -43,9 +38,8 @@ static hoop_result binomial_tree(hoop_comm *comm, char *buf, size_t bytes, int r
 #define CHAIN_RECV_DEPTH 4
 
 /* The last rank of the chain starts receiving n-2 chunk times after the first, so a chunk of
- * bytes/CHAIN_MIN_CHUNKS keeps that fill under a few percent of the whole (measured on 4 namespace
- * hosts at 1 Gbit/s: 16 MiB went from 81% of the link with 1 MiB chunks to 96% with 128 KiB).
- * HOOP_CHUNK_BYTES stays the upper bound; CHAIN_CHUNK_FLOOR keeps per-message costs small. */
+ * bytes/CHAIN_MIN_CHUNKS keeps that fill under a few percent of the whole. HOOP_CHUNK_BYTES stays
+ * the upper bound; CHAIN_CHUNK_FLOOR keeps per-message costs small. */
 #define CHAIN_MIN_CHUNKS 128
 #define CHAIN_CHUNK_FLOOR (64 * 1024)
 
@@ -57,64 +51,51 @@ static size_t chain_chunk_bytes(const hoop_comm *comm, size_t bytes) {
   return chunk < limit ? chunk : limit;
 }
 
-static hoop_result chain(hoop_comm *comm, char *buf, size_t bytes, int root) {
+/* The chain's receives: the buffer in chunks, in place, from the previous rank. */
+typedef struct chain_pass {
+  int prev;
+  char *buf;
+  size_t bytes, chunk, done;
+} chain_pass;
+
+static int chain_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  chain_pass *pass = arg;
+  (void)slot;
+  if (pass->done >= pass->bytes)
+    return 0;
+  chunk->peer = pass->prev;
+  chunk->at = pass->done;
+  chunk->len = pass->bytes - pass->done < pass->chunk ? pass->bytes - pass->done : pass->chunk;
+  chunk->dst = pass->buf + pass->done;
+  pass->done += chunk->len;
+  return 1;
+}
+
+hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args) {
+  char *buf = args->recvbuf;
+  size_t bytes = args->bytes;
   int n = comm->size;
-  int vrank = (comm->rank - root + n) % n;
-  int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
+  int vrank = (comm->rank - args->root + n) % n;
+  int next = hoop__ring_next(comm);
   int forwards = vrank < n - 1; /* the last rank of the chain only receives */
   size_t chunk = chain_chunk_bytes(comm, bytes);
-  size_t chunks = (bytes + chunk - 1) / chunk;
-  hoop__request recvs[CHAIN_RECV_DEPTH];
-  size_t posted = 0; /* chunks whose receive has been posted */
   hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
-  for (size_t k = 0; k < chunks && result == HOOP_OK; k++) {
-    size_t done = k * chunk, len = bytes - done < chunk ? bytes - done : chunk;
-    if (vrank != 0) {
-      for (; posted < chunks && posted < k + CHAIN_RECV_DEPTH && result == HOOP_OK; posted++) {
-        size_t at = posted * chunk;
-        result = hoop__irecv(comm, prev, buf + at, bytes - at < chunk ? bytes - at : chunk,
-                             &recvs[posted % CHAIN_RECV_DEPTH]);
-      }
-      if (result == HOOP_OK)
-        result = hoop__wait(comm, &recvs[k % CHAIN_RECV_DEPTH]);
-    }
-    if (result == HOOP_OK && forwards)
-      result = hoop__arena_isend(comm, &arena, next, buf + done, len);
+  if (vrank == 0) {
+    for (size_t done = 0; done < bytes && result == HOOP_OK; done += chunk)
+      result = hoop__arena_isend(comm, &arena, next, buf + done,
+                                 bytes - done < chunk ? bytes - done : chunk);
+  } else {
+    chain_pass pass = {hoop__ring_prev(comm), buf, bytes, chunk, 0};
+    hoop__recv_ahead ahead;
+    hoop__recv_ahead_init(&ahead, CHAIN_RECV_DEPTH, chain_next, &pass);
+    const hoop__chunk *got;
+    while ((result = hoop__recv_ahead_take(comm, &ahead, &got)) == HOOP_OK && got)
+      if (forwards)
+        result = hoop__arena_isend(comm, &arena, next, got->dst, got->len);
   }
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);
   return result;
-}
-
-hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root) {
-  hoop_result result = hoop__coll_begin(comm, "hoop_broadcast", count, dtype, 1);
-  if (result != HOOP_OK)
-    return hoop__coll_end(comm, result);
-  hoop__coll_describe(comm, -1, root);
-  if (root < 0 || root >= comm->size)
-    return hoop__coll_end(comm, hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                                                "hoop_broadcast: root %d is not in 0..%d", root,
-                                                comm->size - 1));
-  if (count > 0 && !buf)
-    return hoop__coll_end(comm,
-                          hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                                          "hoop_broadcast: buf is NULL with count %zu", count));
-  size_t bytes = count * hoop_dtype_size(dtype);
-  if (bytes == 0)
-    return hoop__coll_end(comm, hoop__coll_no_data(comm));
-  if (comm->size == 1)
-    return hoop__coll_end(comm, HOOP_OK);
-  hoop__algo algo;
-  if ((result = hoop__coll_tuning(comm, &algo)) != HOOP_OK)
-    return hoop__coll_end(comm, result);
-  /* Broadcast has no halving-doubling of its own: HOOP_ALGO=hd gives it the log2(n) rounds. */
-  if (algo == HOOP__ALGO_RD || algo == HOOP__ALGO_HD ||
-      (algo == HOOP__ALGO_AUTO &&
-       (bytes < BCAST_CHAIN_MIN_BYTES || comm->size == 2 || comm->crowded)))
-    result = binomial_tree(comm, buf, bytes, root);
-  else
-    result = chain(comm, buf, bytes, root);
-  return hoop__coll_end(comm, result);
 }

@@ -9,8 +9,8 @@
 #include "transport/transport.h"
 
 /* Large transfers move in chunks of HOOP_CHUNK_BYTES (default below), so that a rank forwards (and
- * reduces) the first chunk while later ones are still on the wire. 1 MiB beat 256 KiB by 20-40% at
- * 1-4 MiB on loopback (each chunk costs a wait), and matched it at 64 MiB. */
+ * reduces) the first chunk while later ones are still on the wire; each chunk costs a wait
+ * (bench/TUNING.md). */
 #define HOOP_CHUNK_BYTES (1024 * 1024)
 #define HOOP_CHUNK_MIN_BYTES 4096
 #define HOOP_CHUNK_MAX_BYTES (1L << 30)
@@ -52,9 +52,7 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
                                  const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent);
 
-/* Receives a ring pass keeps posted ahead of the chunk it waits for: the next chunk's transfer
- * overlaps this one's reduction or forwarding. It matters most for zero-copy transports, where a
- * sender may not start a chunk before its receive is posted. */
+/* Receives a ring pass keeps posted ahead of the chunk it waits for (see hoop__recv_ahead). */
 #define HOOP_RING_RECV_DEPTH 2
 
 /* Walks the chunks a ring pass receives, in order: at each of the n-1 steps, block
@@ -85,20 +83,75 @@ static inline int hoop__ring_prev(const hoop_comm *comm) {
   return (comm->rank + comm->size - 1) % comm->size;
 }
 
-/* The algorithm families HOOP_ALGO can force: the bandwidth-optimal ring (allreduce's ring,
- * broadcast's pipelined chain), the latency-optimal log2(n)-round ones (allreduce's recursive
- * doubling, broadcast's binomial tree), or recursive halving and doubling (below). AUTO lets each
- * collective choose by size. */
-typedef enum hoop__algo {
-  HOOP__ALGO_AUTO,
-  HOOP__ALGO_RING,
-  HOOP__ALGO_RD,
-  HOOP__ALGO_HD
-} hoop__algo;
+/* ---- the dispatcher's view of a call ----------------------------------------------------------
+ */
 
-/* The tuning variables a collective obeys: HOOP_ALGO's value in *algo, and HOOP_CHUNK_BYTES
- * checked. HOOP_ERR_INVALID_ARG (recorded) for a bad value of either. */
-hoop_result hoop__coll_tuning(hoop_comm *comm, hoop__algo *algo);
+/* One call's arguments, as every algorithm of every collective takes them. bytes is the call's
+ * payload per rank: count elements (allgather: this rank's block), 0 for a barrier. */
+typedef struct hoop__coll_args {
+  hoop__coll coll;
+  const void *sendbuf;
+  void *recvbuf; /* broadcast: buf */
+  size_t count;
+  hoop_dtype dtype;
+  hoop_op op; /* allreduce */
+  int root;   /* broadcast */
+  size_t esize, bytes;
+} hoop__coll_args;
+
+typedef hoop_result (*hoop__algo_fn)(hoop_comm *comm, const hoop__coll_args *args);
+
+/* The algorithms (tune.c names each in its table). */
+hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args);
+
+/* tune.c: read HOOP_ALGO and HOOP_CHUNK_BYTES once per communicator (HOOP_ERR_INVALID_ARG,
+ * recorded, for a bad value of either, at this and every later call), then the algorithm for this
+ * call: the one HOOP_ALGO forces, else the first row of the cut-over table that fits. Every input
+ * is the same on every rank, so all ranks choose alike. */
+hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn *algo);
+
+/* ---- receiving chunks ahead -------------------------------------------------------------------
+ */
+
+/* A pass that receives a known sequence of chunks keeps up to depth receives posted ahead of the
+ * chunk it waits for, so that the next chunk's transfer overlaps this one's reduction or
+ * forwarding (for zero-copy transports a sender may not start a chunk before its receive is
+ * posted). next describes the pass's next chunk: its peer, destination and length, given the
+ * slot (0..depth-1) that chunk will hold while in flight; 0 when the pass has no more. */
+#define HOOP__RECV_AHEAD_MAX 4
+
+typedef struct hoop__chunk {
+  int peer;
+  char *dst;
+  size_t len;
+  size_t at;   /* for the pass's own use: where the chunk belongs */
+  int step;    /* for the pass's own use: the ring step it belongs to */
+  size_t slot; /* which of the depth slots it holds */
+} hoop__chunk;
+
+typedef struct hoop__recv_ahead {
+  size_t depth, posted, taken;
+  int (*next)(void *pass, size_t slot, hoop__chunk *chunk);
+  void *pass;
+  int exhausted;
+  hoop__chunk chunks[HOOP__RECV_AHEAD_MAX];
+  hoop__request reqs[HOOP__RECV_AHEAD_MAX];
+} hoop__recv_ahead;
+
+void hoop__recv_ahead_init(hoop__recv_ahead *ahead, size_t depth,
+                           int (*next)(void *pass, size_t slot, hoop__chunk *chunk), void *pass);
+/* Post what the depth allows, then wait for the oldest chunk: *chunk points at it once it has
+ * arrived, or is NULL when the pass is over. */
+hoop_result hoop__recv_ahead_take(hoop_comm *comm, hoop__recv_ahead *ahead,
+                                  const hoop__chunk **chunk);
 
 /* Recursive halving and doubling over count elements. With p the largest power of two <= n and
  * rem = n - p, the first 2*rem ranks pair up and the even one of each pair folds into the odd

@@ -1,6 +1,7 @@
-/* dispatch.c - what every collective does around its algorithm: refuse a call on a failed or
- * aborting communicator, check the arguments, count the call and write its fingerprint, record it
- * in the flight recorder, and at its end mark the communicator failed if the call failed. */
+/* dispatch.c - the one entry every collective goes through: refuse a call on a failed or aborting
+ * communicator, check the arguments, count the call and write its fingerprint, record it in the
+ * flight recorder; settle the trivial cases (no data, one rank); choose the algorithm (tune.c) and
+ * run it; at the end mark the communicator failed if the call failed. */
 #include <stdint.h>
 #include <string.h>
 
@@ -12,8 +13,8 @@
 /* How often a collective, at its start, reads the rendezvous connection for notices. */
 #define RDZV_LOOK_EVERY_S 0.001
 
-hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
-                             int check_dtype) {
+static hoop_result coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+                              int check_dtype) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
   pthread_mutex_lock(&comm->call_lock);
@@ -45,12 +46,12 @@ hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, ho
   return HOOP_OK;
 }
 
-void hoop__coll_describe(hoop_comm *comm, int op, int root) {
+static void coll_describe(hoop_comm *comm, int op, int root) {
   hoop__fingerprint_encode(comm, comm->call, hoop__fingerprint_count(comm->fingerprint),
                            (hoop_dtype)comm->fingerprint[9], op, root);
 }
 
-hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
+static hoop_result coll_end(hoop_comm *comm, hoop_result result) {
   if (!comm)
     return result;
   /* A call that failed half way may have left requests of its stack frame queued in the
@@ -69,4 +70,110 @@ hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result) {
     pthread_mutex_unlock(&comm->call_lock);
   }
   return result;
+}
+
+/* ---- the collectives ------------------------------------------------------------------------ */
+
+/* What sets one collective apart before its algorithm runs. */
+typedef struct collective {
+  const char *call;
+  int has_data; /* count and dtype are checked, and count 0 has its own path */
+  /* Arguments the common checks do not cover; HOOP_OK or the error recorded. */
+  hoop_result (*check)(hoop_comm *comm, const hoop__coll_args *args);
+  /* Run before the algorithm, and as the whole call on one rank (NULL: nothing). */
+  void (*prepare)(hoop_comm *comm, const hoop__coll_args *args);
+} collective;
+
+static hoop_result check_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
+  if ((unsigned)args->op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: unknown op %d",
+                           (int)args->op);
+  if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: %s is NULL with count %zu",
+                           args->sendbuf ? "recvbuf" : "sendbuf", args->count);
+  return HOOP_OK;
+}
+
+static hoop_result check_broadcast(hoop_comm *comm, const hoop__coll_args *args) {
+  if (args->root < 0 || args->root >= comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_broadcast: root %d is not in 0..%d",
+                           args->root, comm->size - 1);
+  if (args->count > 0 && !args->recvbuf)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_broadcast: buf is NULL with count %zu",
+                           args->count);
+  return HOOP_OK;
+}
+
+static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args) {
+  if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allgather: %s is NULL with count %zu",
+                           args->sendbuf ? "recvbuf" : "sendbuf", args->count);
+  return HOOP_OK;
+}
+
+/* Out of place, the result starts as this rank's contribution: on one rank it is the result. The
+ * algorithms with more ranks read sendbuf themselves. */
+static void prepare_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
+  if (comm->size == 1 && args->sendbuf != args->recvbuf)
+    memmove(args->recvbuf, args->sendbuf, args->bytes);
+}
+
+/* Every allgather algorithm starts from this rank's block in place. */
+static void prepare_allgather(hoop_comm *comm, const hoop__coll_args *args) {
+  char *own = (char *)args->recvbuf + (size_t)comm->rank * args->bytes;
+  if (args->sendbuf != own)
+    memmove(own, args->sendbuf, args->bytes);
+}
+
+static const collective collectives[HOOP__COLL_COUNT] = {
+    [HOOP__COLL_ALLREDUCE] = {"hoop_allreduce", 1, check_allreduce, prepare_allreduce},
+    [HOOP__COLL_BROADCAST] = {"hoop_broadcast", 1, check_broadcast, NULL},
+    [HOOP__COLL_ALLGATHER] = {"hoop_allgather", 1, check_allgather, prepare_allgather},
+    [HOOP__COLL_BARRIER] = {"hoop_barrier", 0, NULL, NULL},
+};
+
+/* Validate, settle count 0 and one rank, choose, run. */
+static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
+  const collective *coll = &collectives[args->coll];
+  hoop_result result = coll_begin(comm, coll->call, args->count, args->dtype, coll->has_data);
+  if (result != HOOP_OK)
+    return coll_end(comm, result);
+  coll_describe(comm, args->coll == HOOP__COLL_ALLREDUCE ? (int)args->op : -1,
+                args->coll == HOOP__COLL_BROADCAST ? args->root : -1);
+  if (coll->check && (result = coll->check(comm, args)) != HOOP_OK)
+    return coll_end(comm, result);
+  if (coll->has_data) {
+    args->esize = hoop_dtype_size(args->dtype);
+    args->bytes = args->count * args->esize;
+    if (args->bytes == 0)
+      return coll_end(comm, hoop__coll_no_data(comm));
+  }
+  hoop__algo_fn algo = NULL;
+  if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
+    return coll_end(comm, result);
+  if (coll->prepare)
+    coll->prepare(comm, args);
+  return coll_end(comm, comm->size > 1 ? algo(comm, args) : HOOP_OK);
+}
+
+hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype, hoop_op op) {
+  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
+  return coll_run(comm, &args);
+}
+
+hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root) {
+  hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
+  return coll_run(comm, &args);
+}
+
+hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype) {
+  hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
+  return coll_run(comm, &args);
+}
+
+hoop_result hoop_barrier(hoop_comm *comm) {
+  hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
+  return coll_run(comm, &args);
 }

@@ -112,38 +112,81 @@ int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, con
   return 0;
 }
 
+void hoop__recv_ahead_init(hoop__recv_ahead *ahead, size_t depth,
+                           int (*next)(void *pass, size_t slot, hoop__chunk *chunk), void *pass) {
+  ahead->depth = depth < HOOP__RECV_AHEAD_MAX ? depth : HOOP__RECV_AHEAD_MAX;
+  ahead->posted = ahead->taken = 0;
+  ahead->next = next;
+  ahead->pass = pass;
+  ahead->exhausted = 0;
+}
+
+hoop_result hoop__recv_ahead_take(hoop_comm *comm, hoop__recv_ahead *ahead,
+                                  const hoop__chunk **chunk) {
+  *chunk = NULL;
+  while (!ahead->exhausted && ahead->posted < ahead->taken + ahead->depth) {
+    size_t slot = ahead->posted % ahead->depth;
+    hoop__chunk *next = &ahead->chunks[slot];
+    if (!ahead->next(ahead->pass, slot, next)) {
+      ahead->exhausted = 1;
+      break;
+    }
+    next->slot = slot;
+    hoop_result result = hoop__irecv(comm, next->peer, next->dst, next->len, &ahead->reqs[slot]);
+    ahead->posted++;
+    if (result != HOOP_OK)
+      return result;
+  }
+  if (ahead->taken == ahead->posted)
+    return HOOP_OK;
+  size_t slot = ahead->taken++ % ahead->depth;
+  hoop_result result = hoop__wait(comm, &ahead->reqs[slot]);
+  if (result == HOOP_OK)
+    *chunk = &ahead->chunks[slot];
+  return result;
+}
+
+/* A ring pass's chunks, received in place: base + their offset. */
+typedef struct ring_pass {
+  const hoop_comm *comm;
+  hoop__ring_cursor cursor;
+  const size_t *offset, *length;
+  int shift;
+  size_t elem_size;
+  char *base;
+} ring_pass;
+
+static int ring_pass_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  ring_pass *pass = arg;
+  (void)slot;
+  if (!hoop__ring_cursor_next(pass->comm, &pass->cursor, pass->offset, pass->length, pass->shift,
+                              pass->elem_size, &chunk->step, &chunk->at, &chunk->len))
+    return 0;
+  chunk->peer = hoop__ring_prev(pass->comm);
+  chunk->dst = pass->base + chunk->at;
+  return 1;
+}
+
 hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base,
                                  const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent) {
   int n = comm->size, r = comm->rank;
-  int next = hoop__ring_next(comm), prev = hoop__ring_prev(comm);
+  int next = hoop__ring_next(comm);
   hoop_result result = HOOP_OK;
   if (!own_sent) {
     int own = (r + shift) % n;
     result =
         hoop__arena_isend_chunks(comm, arena, next, base + offset[own], length[own], elem_size);
   }
-  /* Receives go straight into place, up to HOOP_RING_RECV_DEPTH posted ahead. */
-  hoop__request reqs[HOOP_RING_RECV_DEPTH];
-  int steps[HOOP_RING_RECV_DEPTH];
-  size_t ats[HOOP_RING_RECV_DEPTH], lens[HOOP_RING_RECV_DEPTH];
-  hoop__ring_cursor posting = {0, 0};
-  size_t posted = 0, taken = 0;
-  for (;;) {
-    while (result == HOOP_OK && posted < taken + HOOP_RING_RECV_DEPTH) {
-      size_t k = posted % HOOP_RING_RECV_DEPTH;
-      if (!hoop__ring_cursor_next(comm, &posting, offset, length, shift, elem_size, &steps[k],
-                                  &ats[k], &lens[k]))
-        break;
-      result = hoop__irecv(comm, prev, base + ats[k], lens[k], &reqs[k]);
-      posted++;
-    }
-    if (result != HOOP_OK || taken == posted)
-      return result;
-    size_t k = taken++ % HOOP_RING_RECV_DEPTH;
-    result = hoop__wait(comm, &reqs[k]);
+  ring_pass pass = {comm, {0, 0}, offset, length, shift, elem_size, base};
+  hoop__recv_ahead ahead;
+  hoop__recv_ahead_init(&ahead, HOOP_RING_RECV_DEPTH, ring_pass_next, &pass);
+  const hoop__chunk *chunk;
+  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
+         chunk) {
     /* The last step's block has reached everyone once it arrives here. */
-    if (result == HOOP_OK && steps[k] < n - 2)
-      result = hoop__arena_isend(comm, arena, next, base + ats[k], lens[k]);
+    if (chunk->step < n - 2)
+      result = hoop__arena_isend(comm, arena, next, chunk->dst, chunk->len);
   }
+  return result;
 }

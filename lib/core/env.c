@@ -50,11 +50,10 @@ static const hoop__env_var env_table[] = {
      "routes to the rendezvous server"},
     {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-8); large messages are striped"},
     {"HOOP_ALGO", "auto",
-     "auto|ring|rd|hd: force the ring algorithms (allreduce ring, broadcast "
-     "chain, allgather ring), the log2(n)-round ones (allreduce recursive "
-     "doubling, broadcast binomial tree, allgather recursive doubling or "
-     "Bruck) or halving-doubling (allreduce Rabenseifner; the others as rd) "
-     "for every size"},
+     "auto|ring|rd|hd, or per collective 'allreduce:hd,broadcast:chain': "
+     "allreduce ring|rd|hd, broadcast chain|tree, allgather ring|rd|bruck, "
+     "barrier dissemination; ring, rd and hd alone force the ring "
+     "algorithms, the log2(n)-round ones or halving-doubling for every size"},
     {"HOOP_CHUNK_BYTES", "1048576",
      "bytes per pipelined chunk of the ring collectives "
      "(4096 to 2^30)"},

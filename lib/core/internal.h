@@ -17,6 +17,16 @@
  * transport carries it as opaque bytes with each message and compares it on arrival. */
 #define HOOP_FINGERPRINT_BYTES 24
 
+/* The collectives, as the dispatcher (coll/dispatch.c) and the tuning table (coll/tune.c) know
+ * them. */
+typedef enum hoop__coll {
+  HOOP__COLL_ALLREDUCE,
+  HOOP__COLL_BROADCAST,
+  HOOP__COLL_ALLGATHER,
+  HOOP__COLL_BARRIER,
+  HOOP__COLL_COUNT
+} hoop__coll;
+
 struct hoop__transport_ops;
 struct hoop__rdzv_thread;
 
@@ -69,10 +79,11 @@ struct hoop_comm {
   int abort_done;
   char abort_reason[512];
 
-  /* HOOP_CHUNK_BYTES and HOOP_ALGO (a hoop__algo), read at the first collective that accepts
+  /* HOOP_CHUNK_BYTES and HOOP_ALGO (per collective, an index in coll/tune.c's table of algorithms,
+   * or -1 to choose by size), read at the first collective that accepts
    * them: getenv scans the whole environment, which small calls would pay for every time. */
   int tuning_read;
-  int algo;
+  int forced_algo[HOOP__COLL_COUNT];
   size_t chunk_bytes;
   /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
    * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
@@ -140,17 +151,5 @@ void *hoop__scratch(hoop_comm *comm, size_t bytes);
 /* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
  * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */
 int hoop__host_oversubscribed(const hoop_comm *comm);
-
-/* Common argument checks and bookkeeping at the start of every collective: returns HOOP_OK, or an
- * error already recorded. */
-hoop_result hoop__coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
-                             int check_dtype);
-
-/* End every collective, after hoop__coll_begin whatever it returned: a call that failed part way
- * marks the communicator failed (its requests are dropped); the result is returned as is. */
-hoop_result hoop__coll_end(hoop_comm *comm, hoop_result result);
-
-/* Record the running call's op and root in its fingerprint (-1: none). */
-void hoop__coll_describe(hoop_comm *comm, int op, int root);
 
 #endif /* HOOP_INTERNAL_H */

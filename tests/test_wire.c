@@ -88,13 +88,13 @@ static void sample_status(hoop__status *status, hoop__job_status jobs[2]) {
 static const uint8_t *payload_of(const hoop__wbuf *wb, hoop__msg_type type) {
   hoop__wire_header header;
   ck_assert_msg(!wb->failed, "encoder: expected success, the buffer says it failed");
-  int rc = hoop__wire_decode_header(wb->data, wb->len, HOOP_WIRE_MAX_PAYLOAD, &header);
+  int rc = hoop__wire_decode_header(((uint8_t *)wb->data), wb->len, HOOP_WIRE_MAX_PAYLOAD, &header);
   ck_assert_msg(rc == 0, "header of an encoded message: expected 0, got %d", rc);
   ck_assert_msg(header.type == type, "header type: expected %d, got %u", (int)type, header.type);
   ck_assert_msg(header.length == wb->len - HOOP_WIRE_HEADER_SIZE,
                 "header length: expected %zu, got %u", wb->len - HOOP_WIRE_HEADER_SIZE,
                 header.length);
-  return wb->data + HOOP_WIRE_HEADER_SIZE;
+  return ((uint8_t *)wb->data) + HOOP_WIRE_HEADER_SIZE;
 }
 
 static void sample_abort(hoop__abort_msg *msg) {
@@ -356,7 +356,7 @@ START_TEST(test_bye_is_empty) {
   ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE, "BYE: expected %d bytes, got %zu",
                 HOOP_WIRE_HEADER_SIZE, wb.len);
   hoop__wire_header header;
-  ck_assert_int_eq(hoop__wire_decode_header(wb.data, wb.len, 0, &header), 0);
+  ck_assert_int_eq(hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, 0, &header), 0);
   ck_assert_uint_eq(header.type, HOOP_MSG_BYE);
   ck_assert_int_eq(hoop__wire_decode_bye(NULL, 0), 0);
   uint8_t extra = 0;
@@ -410,7 +410,7 @@ START_TEST(test_status_hosts_must_add_up) {
   /* Encode a valid one, then raise the second host's count on the wire. */
   jobs[0].hosts[1].ranks = 1;
   ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
-  uint8_t *payload = wb.data + HOOP_WIRE_HEADER_SIZE;
+  uint8_t *payload = ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE;
   size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
   /* job 0's last field is the second host's count: just before job 1's u16 id length ("beta"). */
   size_t at = 4 + 2 + 5 + 16 + 2 * 4 + 4 + (2 + 6 + 4) + (2 + 6);
@@ -442,7 +442,8 @@ START_TEST(test_encoders_append) {
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
   encode_sample(HOOP_MSG_ERROR, &wb);
   size_t first = HOOP_WIRE_HEADER_SIZE + 2;
-  ck_assert_int_eq(hoop__wire_decode_header(wb.data + first, wb.len - first, 4096, &header), 0);
+  ck_assert_int_eq(
+      hoop__wire_decode_header(((uint8_t *)wb.data) + first, wb.len - first, 4096, &header), 0);
   ck_assert_msg(header.type == HOOP_MSG_ERROR &&
                     header.length == wb.len - first - HOOP_WIRE_HEADER_SIZE,
                 "second message: expected an ERROR of %zu bytes, got type %u of %u bytes",
@@ -490,7 +491,7 @@ START_TEST(test_header_needs_twelve_bytes) {
   hoop__wire_header header;
   encode_sample(HOOP_MSG_HELLO, &wb);
   for (size_t len = 0; len < HOOP_WIRE_HEADER_SIZE; len++) {
-    int rc = hoop__wire_decode_header(wb.data, len, 4096, &header);
+    int rc = hoop__wire_decode_header(((uint8_t *)wb.data), len, 4096, &header);
     ck_assert_msg(rc == 1, "header of %zu bytes: expected 1 (need more), got %d", len, rc);
   }
   hoop__wbuf_free(&wb);
@@ -502,12 +503,13 @@ START_TEST(test_header_rejects_oversized_length) {
   hoop__wire_header header;
   encode_sample(HOOP_MSG_ERROR, &wb);
   uint32_t length = (uint32_t)(wb.len - HOOP_WIRE_HEADER_SIZE);
-  int rc = hoop__wire_decode_header(wb.data, wb.len, length, &header);
+  int rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, length, &header);
   ck_assert_msg(rc == 0, "length equal to the limit: expected 0, got %d", rc);
-  rc = hoop__wire_decode_header(wb.data, wb.len, length - 1, &header);
+  rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, length - 1, &header);
   ck_assert_msg(rc == -1, "length one over the limit: expected -1, got %d", rc);
-  wb.data[8] = wb.data[9] = wb.data[10] = wb.data[11] = 0xff;
-  rc = hoop__wire_decode_header(wb.data, wb.len, HOOP_WIRE_MAX_PAYLOAD, &header);
+  ((uint8_t *)wb.data)[8] = ((uint8_t *)wb.data)[9] = ((uint8_t *)wb.data)[10] =
+      ((uint8_t *)wb.data)[11] = 0xff;
+  rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, HOOP_WIRE_MAX_PAYLOAD, &header);
   ck_assert_msg(rc == -1, "length 0xffffffff: expected -1, got %d", rc);
   hoop__wbuf_free(&wb);
 }
@@ -520,8 +522,8 @@ static void expect_header_refused(size_t offset, size_t width, uint32_t value, c
   hoop__status_req request = {0};
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
   for (size_t i = 0; i < width; i++)
-    wb.data[offset + i] = (uint8_t)(value >> (8 * i));
-  int rc = hoop__wire_decode_header(wb.data, wb.len, 4096, &header);
+    ((uint8_t *)wb.data)[offset + i] = (uint8_t)(value >> (8 * i));
+  int rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, 4096, &header);
   ck_assert_msg(rc == -1, "header with %s: expected -1, got %d", what, rc);
   hoop__wbuf_free(&wb);
 }
@@ -550,7 +552,7 @@ START_TEST(test_every_truncation_is_refused) {
     for (size_t len = 0; len < full; len++) {
       uint8_t *prefix = malloc(len ? len : 1);
       ck_assert_ptr_nonnull(prefix);
-      memcpy(prefix, wb.data + HOOP_WIRE_HEADER_SIZE, len);
+      memcpy(prefix, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE, len);
       int rc = decode_as(decoded_types[t], len ? prefix : NULL, len);
       ck_assert_msg(rc == -1, "type %d cut to %zu of %zu bytes: expected -1, got %d",
                     (int)decoded_types[t], len, full, rc);
@@ -569,7 +571,7 @@ START_TEST(test_trailing_bytes_are_refused) {
     size_t full = wb.len - HOOP_WIRE_HEADER_SIZE;
     uint8_t *longer = malloc(full + 1);
     ck_assert_ptr_nonnull(longer);
-    memcpy(longer, wb.data + HOOP_WIRE_HEADER_SIZE, full);
+    memcpy(longer, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE, full);
     longer[full] = extra;
     int rc = decode_as(decoded_types[t], longer, full + 1);
     ck_assert_msg(rc == -1, "type %d with one trailing byte: expected -1, got %d",
@@ -584,8 +586,8 @@ END_TEST
 static void patch_payload(hoop__wbuf *wb, const char *needle, size_t index, uint8_t value) {
   size_t nlen = strlen(needle);
   for (size_t i = HOOP_WIRE_HEADER_SIZE; i + nlen <= wb->len; i++) {
-    if (memcmp(wb->data + i, needle, nlen) == 0) {
-      wb->data[i + index] = value;
+    if (memcmp(((uint8_t *)wb->data) + i, needle, nlen) == 0) {
+      ((uint8_t *)wb->data)[i + index] = value;
       return;
     }
   }
@@ -603,8 +605,8 @@ START_TEST(test_embedded_nul_is_refused) {
     hoop__wbuf wb = {0};
     encode_sample(cases[c].type, &wb);
     patch_payload(&wb, cases[c].needle, 2, '\0');
-    int rc =
-        decode_as(cases[c].type, wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE);
+    int rc = decode_as(cases[c].type, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
+                       wb.len - HOOP_WIRE_HEADER_SIZE);
     ck_assert_msg(rc == -1, "type %d with a NUL inside '%s': expected -1, got %d",
                   (int)cases[c].type, cases[c].needle, rc);
     hoop__wbuf_free(&wb);
@@ -625,9 +627,9 @@ static int decode_hello_with(size_t offset, uint32_t value) {
   hoop__wbuf wb = {0};
   hoop__hello out;
   encode_sample(HOOP_MSG_HELLO, &wb);
-  put32(wb.data + HOOP_WIRE_HEADER_SIZE + offset, value);
-  int rc = hoop__wire_decode_hello(wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE,
-                                   &out);
+  put32(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE + offset, value);
+  int rc = hoop__wire_decode_hello(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
+                                   wb.len - HOOP_WIRE_HEADER_SIZE, &out);
   hoop__wbuf_free(&wb);
   return rc;
 }
@@ -683,8 +685,8 @@ START_TEST(test_table_ranges) {
     hoop__wbuf wb = {0};
     hoop__table out;
     encode_sample(HOOP_MSG_TABLE, &wb);
-    put32(wb.data + HOOP_WIRE_HEADER_SIZE + cases[c].offset, cases[c].value);
-    int rc = hoop__wire_decode_table(wb.data + HOOP_WIRE_HEADER_SIZE,
+    put32(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE + cases[c].offset, cases[c].value);
+    int rc = hoop__wire_decode_table(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
                                      wb.len - HOOP_WIRE_HEADER_SIZE, &out);
     ck_assert_msg(rc == -1, "TABLE with %s: expected -1, got %d", cases[c].what, rc);
     ck_assert_msg(out.peers == NULL, "TABLE with %s: a refused table still holds peers",
@@ -713,12 +715,12 @@ START_TEST(test_status_ranges) {
     ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
     /* Job 0 ("alpha", size 4) starts at payload offset 4: str (2 + 5), size, joined,
      * waited_ms, nmissing, missing[0]. */
-    uint8_t *job0 = wb.data + HOOP_WIRE_HEADER_SIZE + 4 + 7;
+    uint8_t *job0 = ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE + 4 + 7;
     put32(job0 + 4, cases[c].joined);
     put32(job0 + 12, cases[c].nmissing);
     put32(job0 + 16, (uint32_t)cases[c].missing0);
     hoop__status out;
-    int rc = hoop__wire_decode_status(wb.data + HOOP_WIRE_HEADER_SIZE,
+    int rc = hoop__wire_decode_status(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
                                       wb.len - HOOP_WIRE_HEADER_SIZE, &out);
     ck_assert_msg(rc == -1, "STATUS with %s: expected -1, got %d", cases[c].what, rc);
     hoop__wbuf_free(&wb);
@@ -813,11 +815,11 @@ START_TEST(test_mutated_messages_never_crash) {
     size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
     int flips = 1 + (int)(rng_next() % 4);
     for (int f = 0; f < flips; f++)
-      wb.data[HOOP_WIRE_HEADER_SIZE + rng_next() % len] = (uint8_t)rng_next();
+      ((uint8_t *)wb.data)[HOOP_WIRE_HEADER_SIZE + rng_next() % len] = (uint8_t)rng_next();
     len -= rng_next() % 3 == 0 ? rng_next() % len : 0;
     uint8_t *bytes = malloc(len ? len : 1);
     ck_assert_ptr_nonnull(bytes);
-    memcpy(bytes, wb.data + HOOP_WIRE_HEADER_SIZE, len);
+    memcpy(bytes, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE, len);
     hoop__table table;
     if (type == HOOP_MSG_TABLE && hoop__wire_decode_table(len ? bytes : NULL, len, &table) == 0) {
       ck_assert_msg(table.rank < table.size, "mutated TABLE accepted with rank %u of %u",

@@ -237,13 +237,6 @@ static hoop_result resolve_server(hoop_comm *comm, struct sockaddr_storage *addr
   return HOOP_OK;
 }
 
-static int is_loopback(const struct sockaddr *addr) {
-  if (addr->sa_family == AF_INET)
-    return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
-  return addr->sa_family == AF_INET6 &&
-         IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
-}
-
 /* Descriptors a rank hosting the rendezvous keeps beside the server's connections (its data
  * sockets, the program's own files), with room to spare. */
 #define HOSTING_OWN_FILES 64
@@ -253,7 +246,7 @@ static int is_loopback(const struct sockaddr *addr) {
  * something else here (Debian maps the host name to 127.0.1.1); a loopback address stays exact. */
 static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *server, int port) {
   char listen[sizeof comm->rendezvous];
-  if (is_loopback(server))
+  if (hoop__is_loopback(server))
     snprintf(listen, sizeof listen, "%s", comm->rendezvous);
   else
     snprintf(listen, sizeof listen, server->sa_family == AF_INET6 ? "[::]:%d" : ":%d", port);

@@ -49,7 +49,8 @@ int hoop__auth_hello_proof(const char *token, const uint8_t *challenge, const ho
     return -1;
   }
   hoop__auth_proof(token, strlen(token), HOOP_AUTH_JOIN, challenge, HOOP_WIRE_CHALLENGE,
-                   wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE, out);
+                   (const uint8_t *)wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE,
+                   out);
   hoop__wbuf_free(&wb);
   return 0;
 }

@@ -41,15 +41,6 @@ void hoop__rdzv_format_seconds(uint64_t ms, char *out, size_t outlen) {
     out[len - 1] = '\0';
 }
 
-void hoop__rdzv_text_add(rdzv_text *t, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-  va_end(ap);
-  if (n > 0)
-    t->len = t->len + (size_t)n < t->cap ? t->len + (size_t)n : t->cap - 1;
-}
-
 /* ---- grouping members by host ---------------------------------------------------------------- */
 
 int hoop__rdzv_by_host_then_arrival(const void *a, const void *b) {
@@ -263,21 +254,21 @@ uint32_t hoop__rdzv_missing_ranks(const rdzv_job *job, int32_t *out, uint32_t ma
   return n;
 }
 
-static void describe_missing(const rdzv_job *job, rdzv_text *t) {
+static void describe_missing(const rdzv_job *job, hoop__buf *t) {
   int32_t missing[MISSING_NAMED];
   uint32_t total = job->size - job->joined;
   uint32_t named = hoop__rdzv_missing_ranks(job, missing, MISSING_NAMED);
-  hoop__rdzv_text_add(t, "; missing ranks: ");
+  hoop__buf_printf(t, "; missing ranks: ");
   for (uint32_t i = 0; i < named; i++)
-    hoop__rdzv_text_add(t, "%s%d", i ? ", " : "", missing[i]);
+    hoop__buf_printf(t, "%s%d", i ? ", " : "", missing[i]);
   if (total > named)
-    hoop__rdzv_text_add(t, " and %u more", total - named);
+    hoop__buf_printf(t, " and %u more", total - named);
 }
 
 /* "...; 3 ranks never joined; joined: node-a (2 ranks), node-b (1 rank)": the hosts that did join,
  * as many as fit in the message. */
-static void describe_hosts(const rdzv_job *job, rdzv_text *t) {
-  hoop__rdzv_text_add(t, "; %u ranks never joined", job->size - job->joined);
+static void describe_hosts(const rdzv_job *job, hoop__buf *t) {
+  hoop__buf_printf(t, "; %u ranks never joined", job->size - job->joined);
   member_slot **pointers;
   member_slot *slots = hoop__rdzv_job_slots(job, &pointers);
   uint32_t ngroups = 0;
@@ -288,11 +279,11 @@ static void describe_hosts(const rdzv_job *job, rdzv_text *t) {
     const char *host = groups[g].first[0]->host;
     /* Keep room for this host and for a closing "and N more hosts". */
     if (t->cap - t->len < strlen(host) + 64) {
-      hoop__rdzv_text_add(t, " and %u more hosts", ngroups - g);
+      hoop__buf_printf(t, " and %u more hosts", ngroups - g);
       break;
     }
-    hoop__rdzv_text_add(t, "%s%s (%u rank%s)", g ? ", " : "; joined: ", host, groups[g].count,
-                        groups[g].count == 1 ? "" : "s");
+    hoop__buf_printf(t, "%s%s (%u rank%s)", g ? ", " : "; joined: ", host, groups[g].count,
+                     groups[g].count == 1 ? "" : "s");
   }
   free(groups);
   free(pointers);
@@ -303,14 +294,17 @@ static void on_job_timer(uv_timer_t *timer) {
   rdzv_job *job = timer->data;
   hoop__rdzv_server *server = job->server;
   char message[HOOP_WIRE_MAX_MESSAGE + 1], seconds[32];
-  rdzv_text t = {message, sizeof message, 0};
+  hoop__buf t = {0};
   hoop__rdzv_format_seconds(job->timeout_ms, seconds, sizeof seconds);
-  hoop__rdzv_text_add(&t, "rendezvous for job '%s' timed out after %s s: %u of %u ranks joined",
-                      job->id, seconds, job->joined, job->size);
+  hoop__buf_printf(&t, "rendezvous for job '%s' timed out after %s s: %u of %u ranks joined",
+                   job->id, seconds, job->joined, job->size);
   if (job->nrequested == job->joined)
     describe_missing(job, &t);
   else
     describe_hosts(job, &t);
+  /* Cut to what a message carries; out of memory, the part that fitted. */
+  snprintf(message, sizeof message, "%s", t.data ? t.data : "rendezvous timed out");
+  hoop__buf_free(&t);
   HOOP_INFO(HOOP_SUBSYS_RDZV, "%s", message);
   uint32_t count;
   rdzv_client **members = hoop__rdzv_job_take_members(job, &count);

@@ -107,12 +107,6 @@ typedef struct rdzv_reply {
   uint8_t head[TABLE_HEAD];
 } rdzv_reply;
 
-/* A message being built in a fixed buffer: appends that do not fit are cut, never overflow. */
-typedef struct text {
-  char *buf;
-  size_t cap, len;
-} rdzv_text;
-
 /* One member while a job completes or is described: its host, arrival and (assigned) rank. */
 typedef struct member_slot {
   const char *host;
@@ -131,7 +125,6 @@ typedef struct host_group {
 int hoop__rdzv_bit_test(const uint8_t *bits, uint32_t i);
 void hoop__rdzv_bit_set(uint8_t *bits, uint32_t i);
 void hoop__rdzv_format_seconds(uint64_t ms, char *out, size_t outlen);
-void hoop__rdzv_text_add(rdzv_text *t, const char *fmt, ...) HOOP__PRINTF(2, 3);
 int hoop__rdzv_by_host_then_arrival(const void *a, const void *b);
 int hoop__rdzv_by_host_then_rank(const void *a, const void *b);
 host_group *hoop__rdzv_group_by_host(member_slot **slots, uint32_t n,

@@ -234,8 +234,11 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
     }
     client->said_goodbye = 1;
     char message[HOOP_WIRE_MAX_MESSAGE + 1];
-    rdzv_text t = {message, sizeof message, 0};
-    hoop__rdzv_text_add(&t, "aborted by rank %u: %s", client->rank, abort_msg.reason);
+    hoop__buf text = {0};
+    hoop__buf_printf(&text, "aborted by rank %u: %s", client->rank, abort_msg.reason);
+    /* Cut to what a notice carries. */
+    snprintf(message, sizeof message, "%s", text.data ? text.data : "aborted");
+    hoop__buf_free(&text);
     job_relay(client->job, client, HOOP_ERR_ABORTED, client->rank, message);
   } else {
     member_refuse(client, "a message type that members do not send");

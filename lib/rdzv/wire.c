@@ -25,33 +25,8 @@
 
 /* ---- output buffer --------------------------------------------------------------------------- */
 
-void hoop__wbuf_free(hoop__wbuf *wb) {
-  free(wb->data);
-  memset(wb, 0, sizeof *wb);
-}
-
 static void put_bytes(hoop__wbuf *wb, const void *src, size_t n) {
-  if (wb->failed || n == 0)
-    return;
-  if (n > wb->cap - wb->len) {
-    size_t cap = wb->cap ? wb->cap : 256;
-    while (cap - wb->len < n) {
-      if (cap > SIZE_MAX / 2) {
-        wb->failed = 1;
-        return;
-      }
-      cap *= 2;
-    }
-    uint8_t *data = realloc(wb->data, cap);
-    if (!data) {
-      wb->failed = 1;
-      return;
-    }
-    wb->data = data;
-    wb->cap = cap;
-  }
-  memcpy(wb->data + wb->len, src, n);
-  wb->len += n;
+  hoop__buf_append(wb, src, n);
 }
 
 static void store_u32(uint8_t *at, uint32_t value) {
@@ -99,7 +74,7 @@ static int finish_message(hoop__wbuf *wb, size_t start) {
   if (wb->failed)
     return -1;
   size_t length = wb->len - start - HOOP_WIRE_HEADER_SIZE;
-  store_u32(wb->data + start + 8, (uint32_t)length);
+  store_u32((uint8_t *)wb->data + start + 8, (uint32_t)length);
   return 0;
 }
 

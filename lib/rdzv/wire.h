@@ -11,6 +11,7 @@
 #ifndef HOOP_WIRE_H
 #define HOOP_WIRE_H
 
+#include "util/buf.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -138,15 +139,12 @@ typedef struct hoop__status {
   hoop__job_status *jobs; /* owned, free with hoop__status_free */
 } hoop__status;
 
-/* A growable output buffer. On allocation failure `failed` is set and later appends do nothing. */
-typedef struct hoop__wbuf {
-  uint8_t *data;
-  size_t len;
-  size_t cap;
-  int failed;
-} hoop__wbuf;
+/* Messages are encoded into the growable buffer of util/buf.h. */
+typedef hoop__buf hoop__wbuf;
 
-void hoop__wbuf_free(hoop__wbuf *wb);
+static inline void hoop__wbuf_free(hoop__wbuf *wb) {
+  hoop__buf_free(wb);
+}
 
 /* Encoders append one whole message (header + payload) to wb. They return 0, or -1 if the struct
  * is out of bounds (a string too long, a rank out of range) or memory ran out. */

@@ -61,6 +61,13 @@ int hoop__resolve(const char *host, int port, struct sockaddr_storage *addr, soc
   return 0;
 }
 
+int hoop__is_loopback(const struct sockaddr *addr) {
+  if (addr->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+  return addr->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
+}
+
 void hoop__format_sockaddr(const struct sockaddr *addr, char *out, size_t outlen) {
   char ip[INET6_ADDRSTRLEN] = "?";
   if (addr->sa_family == AF_INET) {

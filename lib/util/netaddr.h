@@ -15,6 +15,9 @@ int hoop__split_hostport(const char *text, char *host, size_t hostlen, int *port
 int hoop__resolve(const char *host, int port, struct sockaddr_storage *addr, socklen_t *addrlen,
                   char *err, size_t errlen);
 
+/* 1 if addr is IPv4 127/8 or IPv6 ::1. */
+int hoop__is_loopback(const struct sockaddr *addr);
+
 /* "1.2.3.4:5" or "[::1]:5". */
 void hoop__format_sockaddr(const struct sockaddr *addr, char *out, size_t outlen);
 

@@ -22,6 +22,7 @@
 #include "rdzv/auth.h"
 #include "rdzv/server.h"
 #include "rdzv/wire.h"
+#include "util/buf.h"
 
 /* Bytes read from a rank's pipe at once, into job->read_buf. */
 #define READ_BYTES 65536
@@ -30,12 +31,9 @@
 #define EXIT_USAGE 2
 #define EXIT_CANNOT_START 127
 
-/* A growable byte buffer, NUL-terminated once it holds anything. */
-typedef struct hooprun_text {
-  char *data;
-  size_t len;
-  size_t cap;
-} hooprun_text;
+/* A growable byte buffer, NUL-terminated once it holds anything: util/buf.h's, which hooprun
+ * treats as fatal to run out of. */
+typedef hoop__buf hooprun_text;
 
 /* hooprun's stdout or stderr. */
 typedef struct hooprun_sink {

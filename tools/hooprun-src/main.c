@@ -99,12 +99,6 @@ static const hooprun_host *first_remote_host(const hooprun_options *options) {
   return NULL;
 }
 
-static int is_loopback(const struct sockaddr_storage *addr) {
-  if (addr->ss_family == AF_INET)
-    return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
-  return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
-}
-
 /* The address at which ranks on other hosts reach the embedded server, as text for host:port:
  * HOOP_IFNAME's interface if set; else this host's address on the route to the first remote host;
  * else (its name does not resolve here, as with network namespaces) the first address of an
@@ -125,7 +119,7 @@ static int server_address(hooprun_job *job, const hooprun_host *remote, char *ou
   } else if (hoop__resolve(remote->name, 1, &toward, &toward_len, err, sizeof err) == 0 &&
              hoop__choose_local_addr(NULL, (struct sockaddr *)&toward, &local, &local_len, chosen,
                                      sizeof chosen, err, sizeof err) == 0 &&
-             !is_loopback(&local)) {
+             !hoop__is_loopback((struct sockaddr *)&local)) {
     why = "the route to the first remote host";
   } else {
     why = "the first interface that is not loopback";

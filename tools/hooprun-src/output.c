@@ -25,13 +25,16 @@
 
 /* ---- memory and text ------------------------------------------------------------------------ */
 
+static void out_of_memory(void) {
+  /* Nothing sensible is left to do; the ranks see their output pipes close. */
+  fputs("hooprun: out of memory\n", stderr);
+  exit(EXIT_FAILURE);
+}
+
 void *hooprun_xrealloc(void *ptr, size_t size) {
   void *grown = realloc(ptr, size);
-  if (!grown) {
-    /* Nothing sensible is left to do; the ranks see their output pipes close. */
-    fputs("hooprun: out of memory\n", stderr);
-    exit(EXIT_FAILURE);
-  }
+  if (!grown)
+    out_of_memory();
   return grown;
 }
 
@@ -40,35 +43,14 @@ char *hooprun_xstrdup(const char *text) {
   return memcpy(hooprun_xrealloc(NULL, size), text, size);
 }
 
-static void text_reserve(hooprun_text *text, size_t more) {
-  if (text->len + more < text->cap)
-    return;
-  size_t cap = text->cap ? text->cap : 256;
-  while (cap <= text->len + more)
-    cap *= 2;
-  text->data = hooprun_xrealloc(text->data, cap);
-  text->cap = cap;
-}
-
 void hooprun_text_append(hooprun_text *text, const char *bytes, size_t len) {
-  if (len == 0)
-    return;
-  text_reserve(text, len);
-  memcpy(text->data + text->len, bytes, len);
-  text->len += len;
-  text->data[text->len] = '\0';
+  if (hoop__buf_append(text, bytes, len) != 0)
+    out_of_memory();
 }
 
 void hooprun_text_vprintf(hooprun_text *text, const char *fmt, va_list ap) {
-  va_list again;
-  va_copy(again, ap);
-  int len = vsnprintf(NULL, 0, fmt, again);
-  va_end(again);
-  if (len <= 0)
-    return;
-  text_reserve(text, (size_t)len);
-  vsnprintf(text->data + text->len, (size_t)len + 1, fmt, ap);
-  text->len += (size_t)len;
+  if (hoop__buf_vprintf(text, fmt, ap) != 0)
+    out_of_memory();
 }
 
 void hooprun_text_printf(hooprun_text *text, const char *fmt, ...) {
@@ -79,8 +61,7 @@ void hooprun_text_printf(hooprun_text *text, const char *fmt, ...) {
 }
 
 void hooprun_text_free(hooprun_text *text) {
-  free(text->data);
-  *text = (hooprun_text){0};
+  hoop__buf_free(text);
 }
 
 /* ---- output and messages -------------------------------------------------------------------- */

@@ -427,7 +427,7 @@ START_TEST(test_hostile_clients_during_a_job) {
     for (size_t b = 0; b < len; b++)
       junk[b] = (uint8_t)rand_r(&seed);
     if (i % 4 == 0) /* a real magic and version, then garbage: deeper into the decoder */
-      memcpy(junk, "HOOP\x02\x00", 6);
+      memcpy(junk, "HOOP\x00\x03", 6);
     open_fds[nopen++] = send_raw(junk, len);
   }
   hoop__hello hello;
@@ -441,7 +441,7 @@ START_TEST(test_hostile_clients_during_a_job) {
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_hello(&wb, &hello), 0);
   int truncated = send_raw(wb.data, wb.len / 2);
-  uint8_t huge[12] = {'H', 'O', 'O', 'P', 2, 0, 1, 0, 0xff, 0xff, 0xff, 0x7f};
+  uint8_t huge[12] = {'H', 'O', 'O', 'P', 0, HOOP_WIRE_VERSION, 0, 1, 0x7f, 0xff, 0xff, 0xff};
   int oversized = send_raw(huge, sizeof huge);
   int deaf = send_raw(NULL, 0); /* never reads its challenge, never sends */
   int slow = send_raw(NULL, 0);

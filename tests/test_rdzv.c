@@ -20,6 +20,7 @@
 #include "rdzv/auth.h"
 #include "rdzv/server.h"
 #include "rdzv/wire.h"
+#include "util/be.h"
 
 /* Every blocking socket call gives up after this long, so that a server bug fails a test instead
  * of hanging it. */
@@ -643,14 +644,10 @@ END_TEST
 
 static size_t header_bytes(uint8_t *out, uint32_t magic, uint16_t version, uint16_t type,
                            uint32_t length) {
-  for (int i = 0; i < 4; i++) {
-    out[i] = (uint8_t)(magic >> (8 * i));
-    out[8 + i] = (uint8_t)(length >> (8 * i));
-  }
-  out[4] = (uint8_t)version;
-  out[5] = (uint8_t)(version >> 8);
-  out[6] = (uint8_t)type;
-  out[7] = (uint8_t)(type >> 8);
+  hoop__put_be32(out, magic);
+  hoop__put_be16(out + 4, version);
+  hoop__put_be16(out + 6, type);
+  hoop__put_be32(out + 8, length);
   return HOOP_WIRE_HEADER_SIZE;
 }
 
@@ -671,8 +668,12 @@ static void fill_bad_requests(bad_request *bad, int *count) {
   bad[n].what = "version 1 (before challenges)";
   bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 1, HOOP_MSG_STATUS_REQ, 0);
   n++;
-  bad[n].what = "version 3";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 3, HOOP_MSG_STATUS_REQ, 2);
+  bad[n].what = "version 2 (little-endian)";
+  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 2, HOOP_MSG_STATUS_REQ, 0);
+  n++;
+  bad[n].what = "a later version";
+  bad[n].len =
+      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION + 1, HOOP_MSG_STATUS_REQ, 2);
   bad[n].len += 2;
   n++;
   bad[n].what = "a length one byte over HOOP_WIRE_MAX_CLIENT_PAYLOAD";

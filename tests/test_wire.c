@@ -8,6 +8,7 @@
 
 #include "hoop.h"
 #include "rdzv/wire.h"
+#include "util/be.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -412,8 +413,9 @@ START_TEST(test_status_hosts_must_add_up) {
   ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
   uint8_t *payload = ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE;
   size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
-  /* job 0's last field is the second host's count: just before job 1's u16 id length ("beta"). */
-  size_t at = 4 + 2 + 5 + 16 + 2 * 4 + 4 + (2 + 6 + 4) + (2 + 6);
+  /* job 0's last field is the second host's count, just before job 1's u16 id length ("beta"):
+   * its low byte, the last of the big-endian u32. */
+  size_t at = 4 + 2 + 5 + 16 + 2 * 4 + 4 + (2 + 6 + 4) + (2 + 6) + 3;
   ck_assert_uint_eq(payload[at], 1);
   payload[at] = 2;
   hoop__status out;
@@ -521,8 +523,8 @@ static void expect_header_refused(size_t offset, size_t width, uint32_t value, c
   hoop__wire_header header;
   hoop__status_req request = {0};
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
-  for (size_t i = 0; i < width; i++)
-    ((uint8_t *)wb.data)[offset + i] = (uint8_t)(value >> (8 * i));
+  for (size_t i = 0; i < width; i++) /* big-endian, like every field */
+    ((uint8_t *)wb.data)[offset + i] = (uint8_t)(value >> (8 * (width - 1 - i)));
   int rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, 4096, &header);
   ck_assert_msg(rc == -1, "header with %s: expected -1, got %d", what, rc);
   hoop__wbuf_free(&wb);
@@ -619,8 +621,7 @@ END_TEST
 #define HELLO_RANK_AT (HELLO_SIZE_AT + 4)
 
 static void put32(uint8_t *at, uint32_t value) {
-  for (int i = 0; i < 4; i++)
-    at[i] = (uint8_t)(value >> (8 * i));
+  hoop__put_be32(at, value);
 }
 
 static int decode_hello_with(size_t offset, uint32_t value) {

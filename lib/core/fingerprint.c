@@ -5,26 +5,15 @@
 #include <string.h>
 
 #include "core/fingerprint.h"
+#include "util/be.h"
 
 /* Layout: seq (8 bytes), collective (1), dtype (1), op (1), root (+1, 4 bytes: 0 for none),
  * count (8), 1 reserved byte; integers big-endian. */
 static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast", "hoop_allgather",
                                                "hoop_barrier"};
 
-static void put_be(uint8_t *out, uint64_t value, int bytes) {
-  for (int i = bytes - 1; i >= 0; i--, value >>= 8)
-    out[i] = (uint8_t)value;
-}
-
-static uint64_t get_be(const uint8_t *in, int bytes) {
-  uint64_t value = 0;
-  for (int i = 0; i < bytes; i++)
-    value = value << 8 | in[i];
-  return value;
-}
-
 size_t hoop__fingerprint_count(const uint8_t *fp) {
-  return (size_t)get_be(fp + 15, 8);
+  return (size_t)hoop__get_be64(fp + 15);
 }
 
 void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
@@ -34,12 +23,12 @@ void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, h
   for (int i = 0; i < 4; i++)
     if (call && strcmp(call, collective_names[i]) == 0)
       collective = i + 1;
-  put_be(fp, comm->seq, 8);
+  hoop__put_be64(fp, comm->seq);
   fp[8] = (uint8_t)collective;
   fp[9] = (uint8_t)dtype;
   fp[10] = (uint8_t)(op + 1);
-  put_be(fp + 11, (uint64_t)(uint32_t)(root + 1), 4);
-  put_be(fp + 15, count, 8);
+  hoop__put_be32(fp + 11, (uint32_t)(root + 1));
+  hoop__put_be64(fp + 15, count);
   fp[23] = 0;
 }
 
@@ -49,8 +38,8 @@ static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
   const char *call = fp[8] >= 1 && fp[8] <= 4 ? collective_names[fp[8] - 1] : "an unknown call";
   const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
   const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
-  long root = (long)get_be(fp + 11, 4) - 1;
-  int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)get_be(fp, 8));
+  long root = (long)hoop__get_be32(fp + 11) - 1;
+  int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)hoop__get_be64(fp));
   if (fp[8] != 4 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", count %zu, %s", hoop__fingerprint_count(fp),
                   dtype ? dtype : "unknown dtype");
@@ -80,7 +69,8 @@ hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, const uint8_t *their
   static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
   /* A later call's message is the peer running ahead, which is fine. */
   if (!comm->check_calls || !comm->call || memcmp(theirs, unchecked, sizeof unchecked) == 0 ||
-      get_be(theirs, 8) > comm->seq || memcmp(theirs, comm->fingerprint, sizeof unchecked) == 0)
+      hoop__get_be64(theirs) > comm->seq ||
+      memcmp(theirs, comm->fingerprint, sizeof unchecked) == 0)
     return HOOP_OK;
   return hoop__mismatch(comm, peer, theirs, comm->fingerprint, 0, 0);
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "rdzv/server_impl.h"
+#include "util/be.h"
 #include "util/netaddr.h"
 
 /* ---- a job's end: the rank table ------------------------------------------------------------- */
@@ -104,8 +105,7 @@ static void send_table(rdzv_client *client, shared_table *shared, uint32_t rank)
     return;
   }
   memcpy(reply->head, shared->wire.data, TABLE_HEAD);
-  for (int i = 0; i < 4; i++)
-    reply->head[TABLE_RANK_AT + i] = (uint8_t)(rank >> (8 * i));
+  hoop__put_be32(reply->head + TABLE_RANK_AT, rank);
   reply->table = shared;
   reply->keep_open = 1;
   shared->refs++;

@@ -1,4 +1,4 @@
-/* wire.c - encode and decode every rendezvous message (see wire.h), byte by byte in little-endian,
+/* wire.c - encode and decode every rendezvous message (see wire.h), byte by byte in big-endian,
  * with bounds checked on both sides so that a decoder is safe on any input at all.
  *
  * Payload layouts (after the 12-byte header; str = u16 length + bytes, blob likewise):
@@ -19,6 +19,7 @@
  *   NOTICE      u32 code (a hoop_result, not 0), u32 origin rank, str message
  */
 #include "rdzv/wire.h"
+#include "util/be.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,21 +30,15 @@ static void put_bytes(hoop__wbuf *wb, const void *src, size_t n) {
   hoop__buf_append(wb, src, n);
 }
 
-static void store_u32(uint8_t *at, uint32_t value) {
-  at[0] = (uint8_t)value;
-  at[1] = (uint8_t)(value >> 8);
-  at[2] = (uint8_t)(value >> 16);
-  at[3] = (uint8_t)(value >> 24);
-}
-
 static void put_u16(hoop__wbuf *wb, uint16_t value) {
-  uint8_t bytes[2] = {(uint8_t)value, (uint8_t)(value >> 8)};
+  uint8_t bytes[2];
+  hoop__put_be16(bytes, value);
   put_bytes(wb, bytes, sizeof bytes);
 }
 
 static void put_u32(hoop__wbuf *wb, uint32_t value) {
   uint8_t bytes[4];
-  store_u32(bytes, value);
+  hoop__put_be32(bytes, value);
   put_bytes(wb, bytes, sizeof bytes);
 }
 
@@ -74,7 +69,7 @@ static int finish_message(hoop__wbuf *wb, size_t start) {
   if (wb->failed)
     return -1;
   size_t length = wb->len - start - HOOP_WIRE_HEADER_SIZE;
-  store_u32((uint8_t *)wb->data + start + 8, (uint32_t)length);
+  hoop__put_be32((uint8_t *)wb->data + start + 8, (uint32_t)length);
   return 0;
 }
 
@@ -249,16 +244,12 @@ static const uint8_t *take(reader *in, size_t n) {
 
 static uint16_t get_u16(reader *in) {
   const uint8_t *b = take(in, 2);
-  return b ? (uint16_t)(b[0] | b[1] << 8) : 0;
-}
-
-static uint32_t load_u32(const uint8_t *b) {
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+  return b ? hoop__get_be16(b) : 0;
 }
 
 static uint32_t get_u32(reader *in) {
   const uint8_t *b = take(in, 4);
-  return b ? load_u32(b) : 0;
+  return b ? hoop__get_be32(b) : 0;
 }
 
 /* Two's complement by arithmetic, so that no implementation-defined conversion is involved. */
@@ -309,10 +300,10 @@ int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
   if (len < HOOP_WIRE_HEADER_SIZE)
     return 1;
   /* Filled even when invalid, so that the caller can log what came. */
-  out->magic = load_u32(buf);
-  out->version = (uint16_t)(buf[4] | buf[5] << 8);
-  out->type = (uint16_t)(buf[6] | buf[7] << 8);
-  out->length = load_u32(buf + 8);
+  out->magic = hoop__get_be32(buf);
+  out->version = hoop__get_be16(buf + 4);
+  out->type = hoop__get_be16(buf + 6);
+  out->length = hoop__get_be32(buf + 8);
   if (out->magic != HOOP_WIRE_MAGIC || out->version != HOOP_WIRE_VERSION ||
       out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_LAST || out->length > max_payload)
     return -1;

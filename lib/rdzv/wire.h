@@ -1,8 +1,9 @@
 /* wire.h - the rendezvous wire protocol: message structs, encoders and bounds-checked decoders.
  *
  * Every message is a 12-byte header followed by a payload:
- *   u32 magic ("HOOP" = 0x504f4f48), u16 version, u16 type, u32 payload length
- * All integers are little-endian. A string is u16 length + bytes (no NUL on the wire; an embedded
+ *   u32 magic ("HOOP" = 0x484f4f50), u16 version, u16 type, u32 payload length
+ * All integers are big-endian, as on every hoop wire (version 3; versions 1 and 2 were
+ * little-endian). A string is u16 length + bytes (no NUL on the wire; an embedded
  * NUL is malformed). A byte blob is u16 length + bytes. Each message type has its own payload
  * bound; the decoders reject anything truncated, oversized, with trailing bytes or out of range, so
  * that both the client (lib/rdzv/client.c) and the server (lib/rdzv/server.c and its files) can
@@ -11,12 +12,13 @@
 #ifndef HOOP_WIRE_H
 #define HOOP_WIRE_H
 
-#include "util/buf.h"
 #include <stddef.h>
 #include <stdint.h>
 
-#define HOOP_WIRE_MAGIC 0x504f4f48u
-#define HOOP_WIRE_VERSION 2
+#include "util/buf.h"
+
+#define HOOP_WIRE_MAGIC 0x484f4f50u
+#define HOOP_WIRE_VERSION 3
 #define HOOP_WIRE_HEADER_SIZE 12
 
 #define HOOP_WIRE_MAX_JOB 128      /* bytes of a job id */

@@ -1,6 +1,7 @@
 /* ibverbs.h - the verbs transport's private state, shared by its files: device.c picks the device,
  * port and address; conn.c sets up RC queue pairs with librdmacm; data.c moves messages through
- * registered slots and implements the transport ops.
+ * registered slots; progress.c handles completions and runs the progress engine; ops.c implements
+ * the transport ops; mr.c registers memory (hoop_register, the staging buffer).
  *
  * Data path: each side of a connection owns `slots` receive slots of `slot_bytes` each, registered
  * for remote write, and as many send slots. A message is copied into send slots and RDMA-written
@@ -10,12 +11,12 @@
  * slots * slot_bytes are in flight per queue pair. Big messages are thereby pipelined: the peer
  * copies out the first slots while later ones are on the wire.
  *
- * Zero-copy (data.c): a message of at least HOOP_IB_ZCOPY_MIN bytes whose source lies in a
- * registered range (hoop_register, or the library's staging buffer) goes as a rendezvous: an RTS
- * header {length, fingerprint} in a slot, in order with the other messages; the receiver checks
- * it like any header against its posted receive and answers with a CTS in a slot outside the
- * message order (immediate flag IB_IMM_CTS), saying either "write to {addr, rkey}" when its
- * buffer is registered too, or "use slots"; the sender then RDMA-writes the payload straight
+ * Zero-copy (data.c, registrations in mr.c): a message of at least HOOP_IB_ZCOPY_MIN bytes whose
+ * source lies in a registered range (hoop_register, or the library's staging buffer) goes as a
+ * rendezvous: an RTS header {length, fingerprint} in a slot, in order with the other messages; the
+ * receiver checks it like any header against its posted receive and answers with a CTS in a slot
+ * outside the message order (immediate flag IB_IMM_CTS), saying either "write to {addr, rkey}" when
+ * its buffer is registered too, or "use slots"; the sender then RDMA-writes the payload straight
  * between the two buffers in pieces (at most as many bytes in flight as the slots allow) and
  * ends with a ZDONE header {length, fingerprint} in a slot, or sends the message as usual. So the
  * sender's registration picks whether a rendezvous happens and the receiver's whether it is
@@ -210,7 +211,31 @@ hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, con
 /* A connection closed or failed: a notice that arrived first names the cause; a peer that said
  * bye with nothing owed is no failure. */
 hoop_result hoop__ib_peer_gone(hoop_comm *comm, int peer, const char *what, const char *detail);
+/* A work request's wr_id (see enum ib_wr_kind). */
+uint64_t hoop__ib_wr_id(const ib_peer *peer, int index, enum ib_wr_kind kind);
+/* A header {magic, type, length, fingerprint (zeros when NULL)} into out[IB_HEADER_BYTES]. */
+void hoop__ib_encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint);
+/* Move peer index's queued sends and arrived slots; return the credits owed (all when force). */
+hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved);
+hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved);
+hoop_result hoop__ib_return_credits(hoop_comm *comm, int index, int force);
+/* A receive completed: a slot arrived with immediate imm and bytes in it. */
+hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t bytes);
+/* A zero-copy write completed: the message whose last piece it was may now complete. */
+void hoop__ib_zsend_complete(ib_peer *peer);
+
+/* progress.c */
 /* Handle every completion waiting in the CQ; *moved set if there was one. */
 hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved);
+/* One round of the progress engine (the hoop__wait_hooks progress hook). */
+hoop_result hoop__ib_progress(hoop_comm *comm, int timeout_ms, int *moved);
+
+/* mr.c */
+/* The registration that covers [buf, buf + len), or NULL: it goes through the slots. */
+struct ibv_mr *hoop__ib_find_mr(hoop_comm *comm, const void *buf, size_t len);
+/* The register_mem, deregister_mem and forget_mem ops. */
+hoop_result hoop__ib_register_mem(hoop_comm *comm, void *ptr, size_t bytes, void **mem);
+void hoop__ib_deregister_mem(hoop_comm *comm, void *mem);
+void hoop__ib_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes);
 
 #endif /* HOOP_IBVERBS_H */

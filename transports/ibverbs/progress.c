@@ -1,0 +1,197 @@
+/* progress.c - the verbs transport's completions and progress engine: one completion queue for
+ * every queue pair, polled while there is work and slept on through its completion channel (with
+ * the connection events and the abort eventfd) when there is none. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ibverbs.h"
+#include "rdzv/client.h"
+
+/* ---- completions ----------------------------------------------------------------------------- */
+
+static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
+  ib_state *state = ib_state_of(comm);
+  int index = (int)((wc->wr_id >> 8) & 0xffffff);
+  enum ib_wr_kind kind = (enum ib_wr_kind)(wc->wr_id & 0xff);
+  if (index < 0 || index >= comm->size)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: a completion for unknown rank %d", index);
+  ib_peer *peer = &state->peers[index];
+  if ((uint32_t)(wc->wr_id >> 32) != peer->generation)
+    return HOOP_OK; /* flushed from a queue pair that an earlier connect attempt tore down */
+  if (kind == IB_WR_RECV)
+    peer->posted_recvs--;
+  else
+    peer->sq_used--;
+  if (wc->status != IBV_WC_SUCCESS) {
+    /* A goodbye that failed or was flushed is finished too: nothing more will come of it, and
+     * shutdown must not wait out BYE_WAIT_S for it. */
+    if (kind == IB_WR_CONTROL)
+      peer->control_done = 1;
+    if (peer->state == IB_PEER_CLOSED || state->closing)
+      return HOOP_OK; /* work flushed from a queue pair that is going away */
+    char detail[160];
+    snprintf(detail, sizeof detail, "completion with error status %s (%d, vendor error 0x%x)",
+             ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
+    return hoop__ib_peer_gone(comm, index,
+                              kind == IB_WR_RECV     ? "receive"
+                              : kind == IB_WR_DATA   ? "write"
+                              : kind == IB_WR_ZWRITE ? "zero-copy write"
+                                                     : "send",
+                              detail);
+  }
+  switch (kind) {
+  case IB_WR_RECV: {
+    uint32_t imm = ntohl(wc->imm_data);
+    hoop_result result = HOOP_OK;
+    if (!(wc->wc_flags & IBV_WC_WITH_IMM))
+      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent without immediate data",
+                        index);
+    if (imm & IB_IMM_CREDIT)
+      peer->credit_limit += imm & ~IB_IMM_CREDIT;
+    else
+      result = hoop__ib_on_arrival(comm, index, imm, wc->byte_len);
+    /* The peer may write before this side has seen ESTABLISHED. */
+    if (result == HOOP_OK && peer->id && peer->state != IB_PEER_CLOSED)
+      result = hoop__ib_post_recvs(comm, index, 1);
+    return result;
+  }
+  case IB_WR_DATA: peer->slots_done++; return HOOP_OK;
+  case IB_WR_CONTROL: peer->control_done = 1; return HOOP_OK;
+  case IB_WR_ZWRITE:
+    peer->zwrites_inflight--;
+    hoop__ib_zsend_complete(peer);
+    return HOOP_OK;
+  default: return HOOP_OK;
+  }
+}
+
+hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  struct ibv_wc wcs[32];
+  for (;;) {
+    int n = ibv_poll_cq(state->cq, 32, wcs);
+    if (n < 0)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_poll_cq failed (%d)", n);
+    for (int i = 0; i < n; i++) {
+      hoop_result result = on_completion(comm, &wcs[i]);
+      if (result != HOOP_OK)
+        return result;
+    }
+    if (n > 0)
+      *moved = 1;
+    if (n < 32)
+      return HOOP_OK;
+  }
+}
+
+/* ---- the progress engine --------------------------------------------------------------------- */
+
+static hoop_result drive_peers(hoop_comm *comm, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  for (int p = 0; p < comm->size; p++) {
+    ib_peer *peer = &state->peers[p];
+    if (peer->state != IB_PEER_UP)
+      continue;
+    hoop_result result = hoop__ib_drive_recv(comm, p, moved);
+    if (result == HOOP_OK)
+      result = hoop__ib_return_credits(comm, p, 0);
+    if (result == HOOP_OK)
+      result = hoop__ib_drive_send(comm, p, moved);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+/* The device's asynchronous events: a queue pair that went fatal loses its peer; the rest are
+ * logged. */
+static hoop_result drain_async(hoop_comm *comm, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  struct ibv_async_event event;
+  while (ibv_get_async_event(state->verbs, &event) == 0) {
+    enum ibv_event_type type = event.event_type;
+    struct ibv_qp *qp = event.element.qp;
+    ibv_ack_async_event(&event);
+    *moved = 1;
+    const char *what = ibv_event_type_str(type);
+    if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+        type == IBV_EVENT_QP_ACCESS_ERR) {
+      for (int p = 0; p < comm->size; p++)
+        if (state->peers[p].id && state->peers[p].id->qp == qp) {
+          char detail[96];
+          snprintf(detail, sizeof detail, "asynchronous event %s", what);
+          hoop_result result = hoop__ib_peer_gone(comm, p, "queue pair", detail);
+          if (result != HOOP_OK)
+            return result;
+        }
+    } else if (type == IBV_EVENT_DEVICE_FATAL || type == IBV_EVENT_CQ_ERR) {
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: device %s: %s", state->device, what);
+    } else {
+      HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: device %s: asynchronous event %s", state->device, what);
+    }
+  }
+  return HOOP_OK;
+}
+
+static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) {
+  ib_state *state = ib_state_of(comm);
+  if (!state->cq_armed) {
+    if (ibv_req_notify_cq(state->cq, 0) != 0)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s", strerror(errno));
+    state->cq_armed = 1;
+    /* What completed before arming raises no event: look once more. */
+    hoop_result result = hoop__ib_poll_cq(comm, moved);
+    if (result != HOOP_OK || *moved)
+      return result;
+  }
+  /* The rendezvous connection too: another rank's abort or loss told by the server. */
+  struct pollfd fds[5] = {{.fd = state->channel->fd, .events = POLLIN},
+                          {.fd = state->events->fd, .events = POLLIN},
+                          {.fd = state->wake_fd, .events = POLLIN},
+                          {.fd = hoop__rendezvous_fd(comm), .events = POLLIN},
+                          {.fd = state->verbs->async_fd, .events = POLLIN}};
+  int ready = poll(fds, 5, timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
+  if (ready > 0 && fds[4].revents) {
+    hoop_result result = drain_async(comm, moved);
+    if (result != HOOP_OK)
+      return result;
+  }
+  if (ready > 0 && fds[0].revents) {
+    struct ibv_cq *cq;
+    void *context;
+    while (ibv_get_cq_event(state->channel, &cq, &context) == 0) {
+      ibv_ack_cq_events(cq, 1);
+      state->cq_armed = 0;
+    }
+  }
+  if (ready > 0 && fds[2].revents) {
+    hoop_result result = hoop__wake_drain(comm, state->wake_fd, "ibverbs");
+    if (result == HOOP_OK)
+      result = hoop__check_abort(comm);
+    if (result != HOOP_OK)
+      return result;
+  }
+  if (ready > 0 && fds[3].revents)
+    return hoop__rendezvous_check(comm);
+  return HOOP_OK;
+}
+
+/* One round: completions, connection events, then every connected peer's queues; with nothing
+ * moved and timeout_ms > 0, sleep until something happens or timeout_ms passes. */
+hoop_result hoop__ib_progress(hoop_comm *comm, int timeout_ms, int *moved) {
+  hoop_result result = hoop__ib_poll_cq(comm, moved);
+  if (result == HOOP_OK)
+    result = hoop__ib_pump_cm(comm, moved);
+  if (result == HOOP_OK)
+    result = hoop__ib_retry_due(comm);
+  if (result == HOOP_OK)
+    result = drive_peers(comm, moved);
+  if (result == HOOP_OK && !*moved && timeout_ms > 0)
+    result = sleep_on_events(comm, timeout_ms, moved);
+  return result;
+}

@@ -15,7 +15,7 @@
 
 #include "ibverbs.h"
 #include "rdzv/client.h"
-#include "util/be32.h"
+#include "util/be.h"
 #include "util/netaddr.h"
 
 #define RESOLVE_TIMEOUT_MS 5000

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "ibverbs.h"
-#include "util/be32.h"
+#include "util/be.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "ibverbs.h"
-#include "util/be32.h"
+#include "util/be.h"
 #include "util/netaddr.h"
 
 #define GOODBYE_WAIT_S 0.5

@@ -1,0 +1,224 @@
+/* conn.c - the TCP transport's connection setup: the listener, and each pair's streams, which the
+ * lower rank connects and the higher one accepts, each opened with a handshake that turns away
+ * strangers and ranks of other jobs. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/env.h"
+#include "rdzv/client.h"
+#include "tcp.h"
+#include "util/netaddr.h"
+#include "util/sockio.h"
+
+#define HANDSHAKE_MAGIC 0x54504f48u /* "HOPT" */
+#define HANDSHAKE_BYTES (16 + HOOP_WIRE_NONCE)
+/* A stranger that connects and says nothing may hold up an accept this long. */
+#define HANDSHAKE_WAIT_S 5.0
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+hoop_result hoop__tcp_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+                                 int err) {
+  const hoop__peer_entry *entry = &comm->table.peers[peer];
+  /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
+  if (!comm->failed && comm->fail_origin < 0)
+    comm->fail_origin = peer;
+  return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): %s: %s",
+                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
+                    entry->addr, entry->host, what, err ? strerror(err) : "connection closed");
+}
+
+/* ---- setting up ------------------------------------------------------------------------------ */
+
+static void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+hoop_result hoop__tcp_listen(hoop_comm *comm, const struct sockaddr *toward, char *addr,
+                             size_t addrlen) {
+  tcp_state *state = calloc(1, sizeof *state);
+  if (!state)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: out of memory");
+  state->listen_fd = -1;
+  state->nstreams = comm->tcp_streams;
+  comm->transport_state = state;
+  state->wake_fd = hoop__wake_open();
+  if (state->wake_fd < 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: eventfd: %s", strerror(errno));
+  const char *spin = hoop__env_get("HOOP_TCP_SPIN_US");
+  long spin_us = -1;
+  if (strcmp(spin, "auto") != 0 && hoop__parse_int(spin, 0, 1000000, &spin_us) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "tcp: HOOP_TCP_SPIN_US '%s' is not auto or a number of microseconds "
+                           "(0-1000000)",
+                           spin);
+  state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
+
+  struct sockaddr_storage local;
+  socklen_t local_len;
+  char chosen[64], err[256];
+  if (hoop__choose_local_addr(comm->ifname, toward, &local, &local_len, chosen, sizeof chosen, err,
+                              sizeof err) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: choosing an interface: %s", err);
+  int fd = socket(local.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: socket: %s", strerror(errno));
+  state->listen_fd = fd;
+  if (bind(fd, (struct sockaddr *)&local, local_len) != 0 || listen(fd, 512) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: bind/listen on interface %s: %s", chosen,
+                           strerror(errno));
+  local_len = sizeof local;
+  if (getsockname(fd, (struct sockaddr *)&local, &local_len) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: getsockname: %s", strerror(errno));
+  hoop__format_sockaddr((struct sockaddr *)&local, addr, addrlen);
+  HOOP_INFO(HOOP_SUBSYS_NET, "listening on %s (interface %s%s)", addr, chosen,
+            comm->ifname[0] ? ", from HOOP_IFNAME" : ", the route to the rendezvous server");
+  return HOOP_OK;
+}
+
+/* Peers are known only after the rendezvous; allocate their slots on first use. */
+static hoop_result ensure_peers(hoop_comm *comm) {
+  tcp_state *state = state_of(comm);
+  if (state->peers)
+    return HOOP_OK;
+  state->peers = calloc((size_t)comm->size, sizeof *state->peers);
+  if (!state->peers)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: out of memory for %d peers", comm->size);
+  for (int p = 0; p < comm->size; p++)
+    for (int s = 0; s < HOOP_MAX_STREAMS; s++)
+      state->peers[p].streams[s].fd = -1;
+  return HOOP_OK;
+}
+
+/* {magic, from rank, stream index, streams per peer} then the job's nonce. Both ends must cut
+ * messages over the same number of streams, so a rank whose HOOP_TCP_STREAMS differs is refused
+ * with a message that says so, instead of exchanging misaligned bytes. */
+static void encode_handshake(uint8_t *out, uint32_t from, uint32_t stream, uint32_t nstreams,
+                             const uint8_t *nonce) {
+  uint32_t words[4] = {htonl(HANDSHAKE_MAGIC), htonl(from), htonl(stream), htonl(nstreams)};
+  memcpy(out, words, 16);
+  memcpy(out + 16, nonce, HOOP_WIRE_NONCE);
+}
+
+static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
+  tcp_state *state = state_of(comm);
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  hoop_result resolved = hoop__peer_sockaddr(comm, peer, "tcp", &addr, &addrlen);
+  if (resolved != HOOP_OK)
+    return resolved;
+  for (int s = 0; s < state->nstreams; s++) {
+    int fd = hoop__connect_deadline((struct sockaddr *)&addr, addrlen, deadline);
+    if (fd < 0)
+      return hoop__tcp_peer_error(
+          comm, peer, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_PEER_LOST, "connect", errno);
+    state->peers[peer].streams[s].fd = fd;
+    uint8_t hello[HANDSHAKE_BYTES];
+    encode_handshake(hello, (uint32_t)comm->rank, (uint32_t)s, (uint32_t)state->nstreams,
+                     comm->data_nonce);
+    if (hoop__write_full(fd, hello, sizeof hello, deadline) != 0)
+      return hoop__tcp_peer_error(comm, peer, HOOP_ERR_PEER_LOST, "handshake", errno);
+  }
+  state->peers[peer].connected = 1;
+  return HOOP_OK;
+}
+
+/* Wait until the listener has a connection to accept: HOOP_OK, HOOP_ERR_TIMEOUT at the deadline,
+ * or the failure that an abort (this process's, or another rank's told by the rendezvous server)
+ * caused meanwhile: a rank that waits for a peer to connect must not miss those for the timeout. */
+static hoop_result wait_for_connection(hoop_comm *comm, double deadline) {
+  tcp_state *state = state_of(comm);
+  for (;;) {
+    struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
+                             {.fd = state->wake_fd, .events = POLLIN},
+                             {.fd = hoop__rendezvous_fd(comm), .events = POLLIN}};
+    double left = deadline - hoop__now();
+    if (left <= 0)
+      return HOOP_ERR_TIMEOUT;
+    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+    hoop_result result = HOOP_OK;
+    if (ready > 0 && pfds[1].revents) {
+      if ((result = hoop__wake_drain(comm, state->wake_fd, "tcp")) != HOOP_OK)
+        return result;
+      result = hoop__check_abort(comm);
+    }
+    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
+      result = hoop__rendezvous_check(comm);
+    if (result != HOOP_OK || comm->failed)
+      return result != HOOP_OK ? result : comm->failed;
+    if (ready > 0 && pfds[0].revents)
+      return HOOP_OK;
+  }
+}
+
+/* Accept one connection and file it under the rank it names; strangers are closed. */
+static hoop_result accept_one(hoop_comm *comm, double deadline) {
+  tcp_state *state = state_of(comm);
+  hoop_result waited = wait_for_connection(comm, deadline);
+  if (waited != HOOP_OK)
+    return waited;
+  int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0)
+    return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
+               ? HOOP_OK
+               : hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: accept: %s", strerror(errno));
+  tune_socket(fd);
+  uint8_t hello[HANDSHAKE_BYTES];
+  double wait_until = hoop__now() + HANDSHAKE_WAIT_S;
+  uint32_t words[4];
+  if (hoop__read_full(fd, hello, sizeof hello, wait_until < deadline ? wait_until : deadline) != 0)
+    goto refuse;
+  memcpy(words, hello, 16);
+  uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
+  if (ntohl(words[0]) != HANDSHAKE_MAGIC ||
+      !hoop__auth_equal(hello + 16, comm->data_nonce, HOOP_WIRE_NONCE) ||
+      from >= (uint32_t)comm->size || (int)from >= comm->rank)
+    goto refuse;
+  if (nstreams != (uint32_t)state->nstreams) {
+    close(fd);
+    return hoop__fail(comm, HOOP_ERR_INVALID_ARG,
+                      "tcp: rank %u uses HOOP_TCP_STREAMS=%u but this rank uses %d; every rank "
+                      "of a job must use the same value",
+                      from, nstreams, state->nstreams);
+  }
+  if (stream >= (uint32_t)state->nstreams || state->peers[from].streams[stream].fd >= 0)
+    goto refuse;
+  tcp_peer *peer = &state->peers[from];
+  peer->streams[stream].fd = fd;
+  if (++peer->streams_up == state->nstreams)
+    peer->connected = 1;
+  return HOOP_OK;
+refuse:
+  HOOP_WARN(HOOP_SUBSYS_NET, "refused a connection that did not present this job's handshake");
+  close(fd);
+  return HOOP_OK;
+}
+
+hoop_result hoop__tcp_connect(hoop_comm *comm, int peer) {
+  hoop_result result = ensure_peers(comm);
+  if (result != HOOP_OK || state_of(comm)->peers[peer].connected)
+    return result;
+  double deadline = hoop__now() + comm->timeout_s;
+  if (comm->rank < peer)
+    return connect_streams(comm, peer, deadline);
+  tcp_state *state = state_of(comm);
+  while (!state->peers[peer].connected) {
+    result = accept_one(comm, deadline);
+    if (result == HOOP_ERR_TIMEOUT)
+      return hoop__tcp_peer_error(comm, peer, HOOP_ERR_TIMEOUT, "waiting for it to connect",
+                                  ETIMEDOUT);
+    if (result != HOOP_OK)
+      return result;
+  }
+  HOOP_TRACE(HOOP_SUBSYS_NET, "connected to rank %d with %d streams", peer, state->nstreams);
+  return HOOP_OK;
+}

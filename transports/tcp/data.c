@@ -1,0 +1,398 @@
+/* data.c - the TCP transport's data path: messages cut into per-stream fragments and queued,
+ * bytes moved with non-blocking sendmsg and recvmsg, frame headers and notices on stream 0, and
+ * the poll()-based progress engine. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "rdzv/client.h"
+#include "tcp.h"
+#include "util/be.h"
+
+/* Messages below this go whole on stream 0: striping them costs more syscalls than it saves. */
+#define STRIPE_MIN_BYTES (256 * 1024)
+#define STRIPE_ALIGN 4096
+
+/* ---- queues ---------------------------------------------------------------------------------- */
+
+/* Cut a message into fragments, one per stream used; returns how many. The parts are len/used
+ * rounded up to STRIPE_ALIGN, and the last fragment takes whatever remains, so that every byte is
+ * in one fragment whatever the length. An empty message is one empty fragment on stream 0: its
+ * frame header, with the call's fingerprint, still travels. */
+int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req) {
+  int used = len < STRIPE_MIN_BYTES ? 1 : state->nstreams;
+  size_t share = (len + (size_t)used - 1) / (size_t)used;
+  size_t part = (share + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+  int n = 0;
+  for (int s = 0; s < used; s++) {
+    size_t begin = (size_t)s * part;
+    if (s > 0 && begin >= len)
+      break;
+    hoop__fragment *frag = &req->frags[n++];
+    frag->owner = req;
+    frag->buf = buf + begin;
+    frag->len = len - begin < part || s == used - 1 ? len - begin : part;
+    frag->done = 0;
+    frag->next = NULL;
+  }
+  return n;
+}
+
+void hoop__tcp_enqueue(hoop__fragment **head, hoop__fragment **tail, hoop__fragment *frag) {
+  if (*tail)
+    (*tail)->next = frag;
+  else
+    *head = frag;
+  *tail = frag;
+}
+
+static void dequeue_done(hoop__fragment **head, hoop__fragment **tail) {
+  hoop__fragment *frag = *head;
+  *head = frag->next;
+  if (!*head)
+    *tail = NULL;
+  frag->owner->pending--;
+}
+
+/* ---- moving bytes ---------------------------------------------------------------------------- */
+
+void hoop__tcp_encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
+  hoop__put_be32(out, FRAME_MAGIC);
+  hoop__put_be32(out + 4, type);
+  hoop__put_be32(out + 8, (uint32_t)(len >> 32));
+  hoop__put_be32(out + 12, (uint32_t)len);
+  if (fingerprint)
+    memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
+  else
+    memset(out + 16, 0, HOOP_FINGERPRINT_BYTES);
+}
+
+static uint64_t frame_len(const uint8_t *frame) {
+  return (uint64_t)hoop__get_be32(frame + 8) << 32 | hoop__get_be32(frame + 12);
+}
+
+/* Each returns 0 when the kernel asks us to wait (or the queue is empty), else an errno; a peer
+ * that closed its end reads as ECONNRESET. On stream 0 (framed) each message goes after its
+ * header. */
+static int drive_send(tcp_stream *stream, int framed, int *moved) {
+  while (stream->send_head) {
+    hoop__fragment *frag = stream->send_head;
+    struct iovec iov[2];
+    int parts = 0;
+    if (framed && !stream->send_framed) {
+      hoop__tcp_encode_frame(stream->send_frame, FRAME_DATA, frag->owner->len,
+                             frag->owner->fingerprint);
+      stream->send_frame_done = 0;
+      stream->send_framed = 1;
+    }
+    size_t header_left = framed ? FRAME_BYTES - stream->send_frame_done : 0;
+    if (header_left)
+      iov[parts++] = (struct iovec){stream->send_frame + stream->send_frame_done, header_left};
+    iov[parts++] = (struct iovec){frag->buf + frag->done, frag->len - frag->done};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)parts};
+    ssize_t n = sendmsg(stream->fd, &msg, MSG_NOSIGNAL);
+    if (n > 0) {
+      *moved = 1;
+      size_t sent = (size_t)n, into_header = sent < header_left ? sent : header_left;
+      stream->send_frame_done += into_header;
+      frag->done += sent - into_header;
+      /* An empty message is done once its header is out. */
+      if (frag->done == frag->len && (!framed || stream->send_frame_done == FRAME_BYTES)) {
+        stream->send_framed = 0;
+        dequeue_done(&stream->send_head, &stream->send_tail);
+      }
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return 0;
+    } else {
+      return n < 0 ? errno : EPIPE;
+    }
+  }
+  return 0;
+}
+
+static int drive_recv(tcp_stream *stream, int *moved) {
+  while (stream->recv_head) {
+    hoop__fragment *frag = stream->recv_head;
+    ssize_t n = recv(stream->fd, frag->buf + frag->done, frag->len - frag->done, 0);
+    if (n > 0) {
+      *moved = 1;
+      frag->done += (size_t)n;
+      if (frag->done == frag->len)
+        dequeue_done(&stream->recv_head, &stream->recv_tail);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return 0;
+    } else {
+      return n < 0 ? errno : ECONNRESET;
+    }
+  }
+  return 0;
+}
+
+static hoop_result frame_closed(hoop_comm *comm, int peer, tcp_stream *stream, int err) {
+  tcp_peer *from = &state_of(comm)->peers[peer];
+  stream->eof = 1;
+  stream->notice[stream->notice_done] = '\0';
+  if (from->said_bye && !stream->recv_head && stream->recv_frame_done == 0)
+    return HOOP_OK;
+  if (stream->notice_len)
+    return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(stream->recv_frame + 16),
+                             (int)hoop__get_be32(stream->recv_frame + 20), stream->notice);
+  return hoop__tcp_peer_error(comm, peer, HOOP_ERR_PEER_LOST,
+                              from->said_bye ? "receive (it had finalized)" : "receive",
+                              err == ECONNRESET ? 0 : err);
+}
+
+/* A complete header: a notice or bye is handled here; a data header is compared with the receive
+ * posted for it, or, with none posted yet, with the running call (hoop__mismatch_early) and parked
+ * until one is. extra bytes of payload came with it into head's buffer. */
+static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, size_t extra) {
+  const uint8_t *frame = stream->recv_frame;
+  hoop__fragment *head = stream->recv_head;
+  uint32_t type = hoop__get_be32(frame + 4);
+  if (hoop__get_be32(frame) != FRAME_MAGIC ||
+      (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a malformed frame", peer);
+  if (type == FRAME_BYE) {
+    state_of(comm)->peers[peer].said_bye = 1;
+    stream->recv_frame_done = 0;
+    return HOOP_OK;
+  }
+  if (type == FRAME_NOTICE) {
+    uint64_t len = frame_len(frame);
+    if (len == 0) { /* nothing more will come for it: act on it now */
+      stream->recv_frame_done = 0;
+      return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(frame + 16),
+                               (int)hoop__get_be32(frame + 20), "(no reason given)");
+    }
+    stream->notice_len = len > NOTICE_MAX ? NOTICE_MAX : (size_t)len;
+    stream->notice_done = extra < stream->notice_len ? extra : stream->notice_len;
+    if (stream->notice_done)
+      memcpy(stream->notice, head->buf, stream->notice_done);
+    return HOOP_OK;
+  }
+  if (type != FRAME_DATA)
+    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u", peer,
+                      type);
+  if (!head)
+    return hoop__mismatch_early(comm, peer, frame + 16);
+  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
+  const uint8_t *theirs = frame + 16, *ours = head->owner->fingerprint;
+  int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
+                memcmp(ours, unchecked, sizeof unchecked) != 0;
+  if ((compare && memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0) ||
+      frame_len(frame) != head->owner->len)
+    return hoop__mismatch(comm, peer, theirs, ours, frame_len(frame), head->owner->len);
+  stream->recv_checked = 1;
+  head->done = extra;
+  return HOOP_OK;
+}
+
+/* The message at the head of stream 0's receive queue is complete: take it off, ready for the
+ * next header. Returns 1 when nothing more is posted: what comes next is read when poll() says it
+ * is there, which saves a system call per message. */
+static int finish_head(tcp_stream *stream) {
+  stream->recv_frame_done = 0;
+  stream->recv_checked = 0;
+  dequeue_done(&stream->recv_head, &stream->recv_tail);
+  return stream->recv_head == NULL;
+}
+
+/* Stream 0's receive side: headers, notices and payloads in turn; reads headers even when nothing
+ * is posted (at most one header ahead). A payload's first bytes ride with its header's read. */
+static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stream, int *moved) {
+  while (!stream->eof) {
+    hoop__fragment *head = stream->recv_head;
+    struct iovec iov[2];
+    int parts = 0;
+    int in_notice = stream->notice_len > 0;
+    if (in_notice) {
+      iov[parts++] = (struct iovec){stream->notice + stream->notice_done,
+                                    stream->notice_len - stream->notice_done};
+    } else if (stream->recv_frame_done < FRAME_BYTES) {
+      iov[parts++] = (struct iovec){stream->recv_frame + stream->recv_frame_done,
+                                    FRAME_BYTES - stream->recv_frame_done};
+      if (head)
+        iov[parts++] = (struct iovec){head->buf, head->len};
+    } else if (!head) {
+      return HOOP_OK; /* a data header waits for its receive to be posted */
+    } else if (!stream->recv_checked) {
+      hoop_result result = take_frame(comm, peer, stream, 0);
+      if (result != HOOP_OK)
+        return result;
+      /* An empty message is complete with its header; there is nothing to read for it. */
+      if (head->len == 0 && finish_head(stream))
+        return HOOP_OK;
+      continue;
+    } else {
+      iov[parts++] = (struct iovec){head->buf + head->done, head->len - head->done};
+    }
+    if (iov[0].iov_len == 0 && in_notice)
+      return frame_closed(comm, peer, stream, 0);
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)parts};
+    ssize_t n = recvmsg(stream->fd, &msg, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return HOOP_OK;
+    if (n <= 0)
+      return frame_closed(comm, peer, stream, n < 0 ? errno : ECONNRESET);
+    *moved = 1;
+    size_t got = (size_t)n;
+    if (in_notice) {
+      stream->notice_done += got;
+    } else if (stream->recv_frame_done < FRAME_BYTES) {
+      size_t header_left = FRAME_BYTES - stream->recv_frame_done;
+      size_t into_header = got < header_left ? got : header_left;
+      stream->recv_frame_done += into_header;
+      if (stream->recv_frame_done == FRAME_BYTES) {
+        hoop_result result = take_frame(comm, peer, stream, got - into_header);
+        if (result != HOOP_OK)
+          return result;
+      }
+    } else {
+      head->done += got;
+    }
+    if (head && stream->recv_checked && head->done == head->len && finish_head(stream))
+      return HOOP_OK;
+  }
+  return stream->recv_head ? frame_closed(comm, peer, stream, 0) : HOOP_OK;
+}
+
+/* Bytes of a message of len that travel on stream 0, as hoop__tcp_cut_message cuts it. */
+static size_t stream0_share(const tcp_state *state, uint64_t len) {
+  int used = len < STRIPE_MIN_BYTES ? 1 : state->nstreams;
+  uint64_t share = (len + (uint64_t)used - 1) / (uint64_t)used;
+  uint64_t part = (share + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+  return (size_t)(used == 1 || len < part ? len : part);
+}
+
+/* Read and drop up to bytes from fd without waiting; 0 when all were there. */
+int hoop__tcp_discard(int fd, size_t bytes) {
+  char sink[65536];
+  while (bytes > 0) {
+    ssize_t n = recv(fd, sink, bytes < sizeof sink ? bytes : sizeof sink, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    bytes -= (size_t)n;
+  }
+  return 0;
+}
+
+/* The connection to peer broke. A peer that failed sent its reason last on stream 0, behind data
+ * this rank may not have asked for yet: read up to it, dropping that data, without waiting. */
+static hoop_result read_last_words(hoop_comm *comm, int peer, int *moved) {
+  tcp_state *state = state_of(comm);
+  tcp_stream *control = &state->peers[peer].streams[0];
+  for (int frames = 0; frames < 4096 && !control->eof; frames++) {
+    hoop_result result = drive_recv_framed(comm, peer, control, moved);
+    if (result != HOOP_OK || comm->failed)
+      return result;
+    /* Stuck unless a data header waits with nothing posted for it. */
+    if (control->recv_frame_done < FRAME_BYTES || control->recv_head || control->notice_len ||
+        control->eof)
+      break;
+    if (hoop__tcp_discard(control->fd, stream0_share(state, frame_len(control->recv_frame))) != 0)
+      break;
+    control->recv_frame_done = 0;
+  }
+  return HOOP_OK;
+}
+
+/* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */
+hoop_result hoop__tcp_drive_stream(hoop_comm *comm, int peer, int index, int reading, int *moved) {
+  tcp_stream *stream = &state_of(comm)->peers[peer].streams[index];
+  tcp_stream *control = &state_of(comm)->peers[peer].streams[0];
+  int err = drive_send(stream, index == 0, moved);
+  hoop_result result = HOOP_OK;
+  if (!err && reading && index == 0)
+    result = drive_recv_framed(comm, peer, stream, moved);
+  else if (!err && reading)
+    err = drive_recv(stream, moved);
+  if (result != HOOP_OK || !err)
+    return result;
+  /* The connection broke: a peer that failed sent its reason first; read it if it is there. */
+  if (!control->eof && (result = read_last_words(comm, peer, moved)) != HOOP_OK)
+    return result;
+  return hoop__tcp_peer_error(comm, peer, HOOP_ERR_PEER_LOST,
+                              stream->send_head ? "send" : "receive",
+                              err == EPIPE || err == ECONNRESET ? 0 : err);
+}
+
+static hoop_result grow_pollset(hoop_comm *comm, size_t need) {
+  tcp_state *state = state_of(comm);
+  if (need <= state->pfd_cap)
+    return HOOP_OK;
+  struct pollfd *pfds = realloc(state->pfds, need * sizeof *pfds);
+  if (pfds)
+    state->pfds = pfds;
+  struct poll_owner *owners = realloc(state->pfd_owners, need * sizeof *owners);
+  if (owners)
+    state->pfd_owners = owners;
+  if (!pfds || !owners)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: out of memory for the poll set");
+  state->pfd_cap = need;
+  return HOOP_OK;
+}
+
+/* One round of the progress engine: poll every stream that has work, for at most timeout_ms, and
+ * move what is ready. *moved tells whether any byte moved. */
+hoop_result hoop__tcp_progress(hoop_comm *comm, int timeout_ms, int *moved) {
+  tcp_state *state = state_of(comm);
+  hoop_result result = grow_pollset(comm, (size_t)comm->size * (size_t)state->nstreams + 2);
+  if (result != HOOP_OK)
+    return result;
+  state->pfds[0] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
+  state->pfd_owners[0] = (struct poll_owner){0, -1};
+  /* The rendezvous connection: other ranks' aborts and losses, told by the server. */
+  int rdzv_fd = hoop__rendezvous_fd(comm);
+  nfds_t n = 1, first_stream = 1;
+  if (rdzv_fd >= 0) {
+    state->pfds[1] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
+    state->pfd_owners[1] = (struct poll_owner){0, -1};
+    n = first_stream = 2;
+  }
+  for (int p = 0; p < comm->size; p++) {
+    for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
+      tcp_stream *stream = &state->peers[p].streams[s];
+      /* Stream 0 listens for notices and closing even with nothing posted. */
+      int reading = stream->recv_head ||
+                    (s == 0 && !stream->eof && stream->recv_frame_done < FRAME_BYTES) ||
+                    (s == 0 && !stream->eof && stream->notice_len);
+      if (!stream->send_head && !reading)
+        continue;
+      state->pfds[n] = (struct pollfd){
+          .fd = stream->fd,
+          .events = (short)((stream->send_head ? POLLOUT : 0) | (reading ? POLLIN : 0))};
+      state->pfd_owners[n++] = (struct poll_owner){s, p};
+    }
+  }
+  int ready = poll(state->pfds, n, timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+  if (ready > 0 && state->pfds[0].revents) {
+    if ((result = hoop__wake_drain(comm, state->wake_fd, "tcp")) != HOOP_OK ||
+        (result = hoop__check_abort(comm)) != HOOP_OK)
+      return result;
+  }
+  if (ready > 0 && first_stream == 2 && state->pfds[1].revents &&
+      (result = hoop__rendezvous_check(comm)) != HOOP_OK)
+    return result;
+  for (nfds_t i = first_stream; i < n && ready > 0; i++) {
+    if (!state->pfds[i].revents)
+      continue;
+    result = hoop__tcp_drive_stream(comm, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1,
+                                    moved);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}

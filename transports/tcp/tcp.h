@@ -1,0 +1,80 @@
+/* tcp.h - the TCP transport's private state, shared by its files: conn.c listens, connects,
+ * accepts and checks handshakes; data.c queues messages and moves their bytes (the progress
+ * engine); tcp.c implements the transport ops. The design is described at the top of tcp.c. */
+#ifndef HOOP_TCP_H
+#define HOOP_TCP_H
+
+#include <poll.h>
+
+#include "transport/transport.h"
+
+#define FRAME_MAGIC 0x464f5048u /* "HOPF" */
+#define FRAME_BYTES (16 + HOOP_FINGERPRINT_BYTES)
+#define NOTICE_MAX 1023
+enum frame_type { FRAME_DATA = 1, FRAME_NOTICE = 2, FRAME_BYE = 3 };
+
+typedef struct tcp_stream {
+  int fd;
+  hoop__fragment *send_head, *send_tail;
+  hoop__fragment *recv_head, *recv_tail;
+  /* Stream 0 only: the frame header of the message at the head of each queue. */
+  uint8_t send_frame[FRAME_BYTES];
+  size_t send_frame_done;
+  int send_framed; /* send_frame holds the head message's header */
+  uint8_t recv_frame[FRAME_BYTES];
+  size_t recv_frame_done;
+  int recv_checked; /* the complete header was compared with the posted receive */
+  char notice[NOTICE_MAX + 1];
+  size_t notice_len, notice_done;
+  int eof;
+  double peeked_at; /* stream 0: when a send last looked for what the peer sent (hoop__now) */
+} tcp_stream;
+
+typedef struct tcp_peer {
+  int connected;
+  int streams_up;
+  int said_bye; /* it finalized: its closing is no failure */
+  tcp_stream streams[HOOP_MAX_STREAMS];
+} tcp_peer;
+
+typedef struct tcp_state {
+  int listen_fd;
+  int wake_fd; /* an eventfd in every poll set, written by hoop_abort from any thread */
+  int nstreams;
+  double spin_s; /* HOOP_TCP_SPIN_US: how long a wait polls without sleeping; < 0: auto */
+  tcp_peer *peers;
+  struct pollfd *pfds;
+  struct poll_owner {
+    int stream;
+    int peer;
+  } * pfd_owners; /* pfd_owners[i] is what pfds[i] polls for */
+  size_t pfd_cap;
+} tcp_state;
+
+static inline tcp_state *state_of(hoop_comm *comm) {
+  return comm->transport_state;
+}
+
+/* conn.c */
+/* The connection to peer is lost (err 0: it closed): fail the call, naming the peer. */
+hoop_result hoop__tcp_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+                                 int err);
+/* The listen and connect ops. */
+hoop_result hoop__tcp_listen(hoop_comm *comm, const struct sockaddr *toward, char *addr,
+                             size_t addrlen);
+hoop_result hoop__tcp_connect(hoop_comm *comm, int peer);
+
+/* data.c */
+/* Cut a message into one fragment per stream used; returns how many. */
+int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req);
+void hoop__tcp_enqueue(hoop__fragment **head, hoop__fragment **tail, hoop__fragment *frag);
+/* A frame header {magic, type, length, fingerprint (zeros when NULL)} into out[FRAME_BYTES]. */
+void hoop__tcp_encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint);
+/* Read and drop up to bytes from fd without waiting; 0 when all were there. */
+int hoop__tcp_discard(int fd, size_t bytes);
+/* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */
+hoop_result hoop__tcp_drive_stream(hoop_comm *comm, int peer, int index, int reading, int *moved);
+/* One round of the progress engine (the hoop__wait_hooks progress hook). */
+hoop_result hoop__tcp_progress(hoop_comm *comm, int timeout_ms, int *moved);
+
+#endif /* HOOP_TCP_H */

@@ -9,6 +9,7 @@
 #include "config.h"
 #include "core/log.h"
 #include "transport/transport.h"
+#include "util/be.h"
 #include "util/netaddr.h"
 
 static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
@@ -288,6 +289,32 @@ hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name) {
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "%s: reading the wake eventfd: %s", name,
                       strerror(errno));
   return HOOP_OK;
+}
+
+void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
+                        const uint8_t *fingerprint) {
+  hoop__put_be32(out, magic);
+  hoop__put_be32(out + 4, type);
+  hoop__put_be64(out + 8, len);
+  if (fingerprint)
+    memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
+  else
+    memset(out + 16, 0, HOOP_FINGERPRINT_BYTES);
+}
+
+uint64_t hoop__frame_length(const uint8_t *frame) {
+  return hoop__get_be64(frame + 8);
+}
+
+hoop_result hoop__peer_failed(hoop_comm *comm, int peer, hoop_result code, const char *what,
+                              const char *detail) {
+  const hoop__peer_entry *entry = &comm->table.peers[peer];
+  /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
+  if (!comm->failed && comm->fail_origin < 0)
+    comm->fail_origin = peer;
+  return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): %s: %s",
+                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
+                    entry->addr, entry->host, what, detail);
 }
 
 hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,

@@ -115,6 +115,19 @@ hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wai
 int hoop__wake_open(void);
 void hoop__wake_signal(int fd, const char *name);
 hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name);
+/* The header both transports put before a message: {u32 magic (the transport's own), u32 type,
+ * u64 length, the call's fingerprint (zeros when NULL)}, big-endian like every wire. */
+#define HOOP__FRAME_BYTES (16 + HOOP_FINGERPRINT_BYTES)
+void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
+                        const uint8_t *fingerprint);
+uint64_t hoop__frame_length(const uint8_t *frame);
+
+/* peer failed this rank's transfer: fail the communicator with "CALL (call #N): lost rank P
+ * (ADDR, host H): WHAT: DETAIL", and count the peer as where the failure began (peers told of
+ * it name it, not this rank). */
+hoop_result hoop__peer_failed(hoop_comm *comm, int peer, hoop_result code, const char *what,
+                              const char *detail);
+
 /* The address peer published in the rank table, resolved; HOOP_ERR_PROTOCOL (recorded) if bad. */
 hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,
                                 struct sockaddr_storage *addr, socklen_t *addrlen);

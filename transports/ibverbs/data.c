@@ -19,12 +19,9 @@
 
 hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
                                 const char *detail) {
-  const hoop__peer_entry *entry = &comm->table.peers[peer];
-  if (!comm->failed && comm->fail_origin < 0)
-    comm->fail_origin = peer;
-  return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): ibverbs %s: %s",
-                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
-                    entry->addr, entry->host, what, detail);
+  char ib_what[160];
+  snprintf(ib_what, sizeof ib_what, "ibverbs %s", what);
+  return hoop__peer_failed(comm, peer, code, ib_what, detail);
 }
 
 hoop_result hoop__ib_peer_gone(hoop_comm *comm, int index, const char *what, const char *detail) {
@@ -115,21 +112,6 @@ static hoop_result post_zwrite(hoop_comm *comm, int index, const char *local, ui
   return result;
 }
 
-void hoop__ib_encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
-  hoop__put_be32(out, IB_HEADER_MAGIC);
-  hoop__put_be32(out + 4, type);
-  hoop__put_be32(out + 8, (uint32_t)(len >> 32));
-  hoop__put_be32(out + 12, (uint32_t)len);
-  if (fingerprint)
-    memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
-  else
-    memset(out + 16, 0, HOOP_FINGERPRINT_BYTES);
-}
-
-static uint64_t header_len(const uint8_t *header) {
-  return (uint64_t)hoop__get_be32(header + 8) << 32 | hoop__get_be32(header + 12);
-}
-
 /* ---- sending --------------------------------------------------------------------------------- */
 
 /* The slot-path conditions: a free remote slot beyond the one kept for the control message, a
@@ -182,7 +164,7 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
       *handled = 0;
       return HOOP_OK;
     }
-    hoop__ib_encode_header(header, IB_MSG_RTS, frag->len, frag->owner->fingerprint);
+    hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_RTS, frag->len, frag->owner->fingerprint);
     hoop_result result = send_small(comm, index, header, IB_HEADER_BYTES, 0);
     if (result != HOOP_OK)
       return result;
@@ -225,7 +207,7 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
   }
   if (peer->zsend_posted < frag->len || !slot_free(state, peer))
     return HOOP_OK;
-  hoop__ib_encode_header(header, IB_MSG_ZDONE, frag->len, frag->owner->fingerprint);
+  hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_ZDONE, frag->len, frag->owner->fingerprint);
   hoop_result result = send_small(comm, index, header, IB_HEADER_BYTES, 0);
   if (result != HOOP_OK)
     return result;
@@ -279,8 +261,8 @@ hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved) {
     char *where = peer->send_slots + (size_t)slot * state->slot_bytes;
     size_t room = state->slot_bytes, used = 0;
     if (!peer->head_started) {
-      hoop__ib_encode_header((uint8_t *)where, IB_MSG_DATA, frag->owner->len,
-                             frag->owner->fingerprint);
+      hoop__frame_encode((uint8_t *)where, IB_HEADER_MAGIC, IB_MSG_DATA, frag->owner->len,
+                         frag->owner->fingerprint);
       used = IB_HEADER_BYTES;
       room = state->slot_bytes - IB_HEADER_BYTES;
     }
@@ -334,7 +316,7 @@ static hoop_result on_cts(hoop_comm *comm, int index, uint32_t slot, const uint8
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
                       index);
   const uint8_t *body = data + IB_HEADER_BYTES;
-  peer->cts_len = header_len(data);
+  peer->cts_len = hoop__frame_length(data);
   peer->cts_zcopy = hoop__get_be32(body) != 0;
   peer->cts_rkey = hoop__get_be32(body + 4);
   peer->cts_addr = (uint64_t)hoop__get_be32(body + 8) << 32 | hoop__get_be32(body + 12);
@@ -375,7 +357,7 @@ hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32
   if (bytes < IB_HEADER_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC)
     return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed header", index);
   uint32_t type = hoop__get_be32(data + 4);
-  uint64_t len = header_len(data);
+  uint64_t len = hoop__frame_length(data);
   if (type == IB_MSG_DATA) {
     if (control)
       return hoop__fail(comm, HOOP_ERR_PROTOCOL,
@@ -437,7 +419,7 @@ static hoop_result answer_rts(hoop_comm *comm, int index) {
                       index);
   struct ibv_mr *mr = hoop__ib_find_mr(comm, head->buf, head->len);
   uint64_t addr = (uint64_t)(uintptr_t)head->buf;
-  hoop__ib_encode_header(peer->cts_out, IB_MSG_CTS, head->len, NULL);
+  hoop__frame_encode(peer->cts_out, IB_HEADER_MAGIC, IB_MSG_CTS, head->len, NULL);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES, mr ? 1 : 0);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 4, mr ? mr->rkey : 0);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 8, (uint32_t)(addr >> 32));
@@ -489,8 +471,9 @@ hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved) {
       int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                     memcmp(ours, unchecked, sizeof unchecked) != 0;
       if ((compare && memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0) ||
-          header_len(data) != head->owner->len)
-        return hoop__mismatch(comm, index, theirs, ours, header_len(data), head->owner->len);
+          hoop__frame_length(data) != head->owner->len)
+        return hoop__mismatch(comm, index, theirs, ours, hoop__frame_length(data),
+                              head->owner->len);
       peer->head_checked = 1;
       data += IB_HEADER_BYTES;
       bytes -= IB_HEADER_BYTES;

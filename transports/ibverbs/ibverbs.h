@@ -31,7 +31,7 @@
 #include "transport/transport.h"
 
 #define IB_HEADER_MAGIC 0x48505242u /* "HPRB" */
-#define IB_HEADER_BYTES (16 + HOOP_FINGERPRINT_BYTES)
+#define IB_HEADER_BYTES HOOP__FRAME_BYTES
 #define IB_NOTICE_MAX 1023
 enum ib_msg_type {
   IB_MSG_DATA = 1,
@@ -213,8 +213,6 @@ hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, con
 hoop_result hoop__ib_peer_gone(hoop_comm *comm, int peer, const char *what, const char *detail);
 /* A work request's wr_id (see enum ib_wr_kind). */
 uint64_t hoop__ib_wr_id(const ib_peer *peer, int index, enum ib_wr_kind kind);
-/* A header {magic, type, length, fingerprint (zeros when NULL)} into out[IB_HEADER_BYTES]. */
-void hoop__ib_encode_header(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint);
 /* Move peer index's queued sends and arrived slots; return the credits owed (all when force). */
 hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved);
 hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved);

@@ -204,12 +204,12 @@ static int send_goodbye(hoop_comm *comm, int index) {
   if (comm->failed) {
     const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
     len = strlen(text) > IB_NOTICE_MAX ? IB_NOTICE_MAX : strlen(text);
-    hoop__ib_encode_header(out, IB_MSG_NOTICE, len, NULL);
+    hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_NOTICE, len, NULL);
     hoop__put_be32(out + 16, (uint32_t)comm->failed);
     hoop__put_be32(out + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
     memcpy(out + IB_HEADER_BYTES, text, len);
   } else {
-    hoop__ib_encode_header(out, IB_MSG_BYE, 0, NULL);
+    hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_BYE, 0, NULL);
   }
   uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)out,

@@ -25,13 +25,7 @@
 
 hoop_result hoop__tcp_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
                                  int err) {
-  const hoop__peer_entry *entry = &comm->table.peers[peer];
-  /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
-  if (!comm->failed && comm->fail_origin < 0)
-    comm->fail_origin = peer;
-  return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): %s: %s",
-                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
-                    entry->addr, entry->host, what, err ? strerror(err) : "connection closed");
+  return hoop__peer_failed(comm, peer, code, what, err ? strerror(err) : "connection closed");
 }
 
 /* ---- setting up ------------------------------------------------------------------------------ */

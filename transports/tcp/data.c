@@ -59,21 +59,6 @@ static void dequeue_done(hoop__fragment **head, hoop__fragment **tail) {
 
 /* ---- moving bytes ---------------------------------------------------------------------------- */
 
-void hoop__tcp_encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint) {
-  hoop__put_be32(out, FRAME_MAGIC);
-  hoop__put_be32(out + 4, type);
-  hoop__put_be32(out + 8, (uint32_t)(len >> 32));
-  hoop__put_be32(out + 12, (uint32_t)len);
-  if (fingerprint)
-    memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
-  else
-    memset(out + 16, 0, HOOP_FINGERPRINT_BYTES);
-}
-
-static uint64_t frame_len(const uint8_t *frame) {
-  return (uint64_t)hoop__get_be32(frame + 8) << 32 | hoop__get_be32(frame + 12);
-}
-
 /* Each returns 0 when the kernel asks us to wait (or the queue is empty), else an errno; a peer
  * that closed its end reads as ECONNRESET. On stream 0 (framed) each message goes after its
  * header. */
@@ -83,8 +68,8 @@ static int drive_send(tcp_stream *stream, int framed, int *moved) {
     struct iovec iov[2];
     int parts = 0;
     if (framed && !stream->send_framed) {
-      hoop__tcp_encode_frame(stream->send_frame, FRAME_DATA, frag->owner->len,
-                             frag->owner->fingerprint);
+      hoop__frame_encode(stream->send_frame, FRAME_MAGIC, FRAME_DATA, frag->owner->len,
+                         frag->owner->fingerprint);
       stream->send_frame_done = 0;
       stream->send_framed = 1;
     }
@@ -165,7 +150,7 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
     return HOOP_OK;
   }
   if (type == FRAME_NOTICE) {
-    uint64_t len = frame_len(frame);
+    uint64_t len = hoop__frame_length(frame);
     if (len == 0) { /* nothing more will come for it: act on it now */
       stream->recv_frame_done = 0;
       return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(frame + 16),
@@ -187,8 +172,8 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
   int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                 memcmp(ours, unchecked, sizeof unchecked) != 0;
   if ((compare && memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0) ||
-      frame_len(frame) != head->owner->len)
-    return hoop__mismatch(comm, peer, theirs, ours, frame_len(frame), head->owner->len);
+      hoop__frame_length(frame) != head->owner->len)
+    return hoop__mismatch(comm, peer, theirs, ours, hoop__frame_length(frame), head->owner->len);
   stream->recv_checked = 1;
   head->done = extra;
   return HOOP_OK;
@@ -300,7 +285,8 @@ static hoop_result read_last_words(hoop_comm *comm, int peer, int *moved) {
     if (control->recv_frame_done < FRAME_BYTES || control->recv_head || control->notice_len ||
         control->eof)
       break;
-    if (hoop__tcp_discard(control->fd, stream0_share(state, frame_len(control->recv_frame))) != 0)
+    if (hoop__tcp_discard(control->fd,
+                          stream0_share(state, hoop__frame_length(control->recv_frame))) != 0)
       break;
     control->recv_frame_done = 0;
   }

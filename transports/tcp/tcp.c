@@ -146,12 +146,12 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
   if (comm->failed) {
     const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
     len = strlen(text) > NOTICE_MAX ? NOTICE_MAX : strlen(text);
-    hoop__tcp_encode_frame(frame, FRAME_NOTICE, len, NULL);
+    hoop__frame_encode(frame, FRAME_MAGIC, FRAME_NOTICE, len, NULL);
     hoop__put_be32(frame + 16, (uint32_t)comm->failed);
     hoop__put_be32(frame + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
     memcpy(frame + FRAME_BYTES, text, len);
   } else {
-    hoop__tcp_encode_frame(frame, FRAME_BYE, 0, NULL);
+    hoop__frame_encode(frame, FRAME_MAGIC, FRAME_BYE, 0, NULL);
   }
   /* A clean goodbye may sit behind this rank's last chunks, which a live peer is still reading
    * (on a loaded host or a slow link that takes more than GOODBYE_WAIT_S); without it the peer

@@ -9,7 +9,7 @@
 #include "transport/transport.h"
 
 #define FRAME_MAGIC 0x464f5048u /* "HOPF" */
-#define FRAME_BYTES (16 + HOOP_FINGERPRINT_BYTES)
+#define FRAME_BYTES HOOP__FRAME_BYTES
 #define NOTICE_MAX 1023
 enum frame_type { FRAME_DATA = 1, FRAME_NOTICE = 2, FRAME_BYE = 3 };
 
@@ -68,8 +68,6 @@ hoop_result hoop__tcp_connect(hoop_comm *comm, int peer);
 /* Cut a message into one fragment per stream used; returns how many. */
 int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req);
 void hoop__tcp_enqueue(hoop__fragment **head, hoop__fragment **tail, hoop__fragment *frag);
-/* A frame header {magic, type, length, fingerprint (zeros when NULL)} into out[FRAME_BYTES]. */
-void hoop__tcp_encode_frame(uint8_t *out, uint32_t type, uint64_t len, const uint8_t *fingerprint);
 /* Read and drop up to bytes from fd without waiting; 0 when all were there. */
 int hoop__tcp_discard(int fd, size_t bytes);
 /* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */

@@ -264,7 +264,7 @@ START_TEST(test_token_config) {
                 "a missing token file: expected its path in the message, got: %s",
                 hoop_last_error(comm));
   hoop_finalize(comm);
-  static char long_token[HOOP_MAX_TOKEN + 2];
+  static char long_token[HOOP__MAX_TOKEN + 2];
   memset(long_token, 'k', sizeof long_token - 1);
   config.token = long_token;
   config.token_file = NULL;

@@ -288,19 +288,19 @@ static int first_message(int fd, char *text, size_t cap) {
   size_t got = 0;
   hoop__wire_header header;
   int rc = 1;
-  while (rc == 1 || (rc == 0 && got < HOOP_WIRE_HEADER_SIZE + header.length)) {
+  while (rc == 1 || (rc == 0 && got < HOOP__WIRE_HEADER_SIZE + header.length)) {
     ssize_t n = recv(fd, buf + got, sizeof buf - got, 0);
     if (n <= 0)
       return -1;
     got += (size_t)n;
     if (rc == 1)
-      rc = hoop__wire_decode_header(buf, got, sizeof buf - HOOP_WIRE_HEADER_SIZE, &header);
+      rc = hoop__wire_decode_header(buf, got, sizeof buf - HOOP__WIRE_HEADER_SIZE, &header);
     if (rc < 0)
       return -1;
   }
   hoop__error_msg error;
   if (header.type == HOOP_MSG_ERROR &&
-      hoop__wire_decode_error(buf + HOOP_WIRE_HEADER_SIZE, header.length, &error) == 0) {
+      hoop__wire_decode_error(buf + HOOP__WIRE_HEADER_SIZE, header.length, &error) == 0) {
     snprintf(text, cap, "%s", error.message);
   }
   return header.type;
@@ -319,7 +319,7 @@ static void expect_connections_served(int count, int served) {
   }
   int challenges = 0;
   for (int i = 0; i < count; i++) {
-    char text[HOOP_WIRE_MAX_MESSAGE + 1];
+    char text[HOOP__WIRE_MAX_MESSAGE + 1];
     int type = first_message(fds[i], text, sizeof text);
     if (type == HOOP_MSG_CHALLENGE) {
       challenges++;
@@ -441,7 +441,7 @@ START_TEST(test_hostile_clients_during_a_job) {
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_hello(&wb, &hello), 0);
   int truncated = send_raw(wb.data, wb.len / 2);
-  uint8_t huge[12] = {'H', 'O', 'O', 'P', 0, HOOP_WIRE_VERSION, 0, 1, 0x7f, 0xff, 0xff, 0xff};
+  uint8_t huge[12] = {'H', 'O', 'O', 'P', 0, HOOP__WIRE_VERSION, 0, 1, 0x7f, 0xff, 0xff, 0xff};
   int oversized = send_raw(huge, sizeof huge);
   int deaf = send_raw(NULL, 0); /* never reads its challenge, never sends */
   int slow = send_raw(NULL, 0);
@@ -545,7 +545,7 @@ static int open_challenged(void) {
                 strerror(errno));
   struct timeval tv = {5, 0};
   ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
-  uint8_t head[HOOP_WIRE_HEADER_SIZE + 1 + HOOP_WIRE_CHALLENGE];
+  uint8_t head[HOOP__WIRE_HEADER_SIZE + 1 + HOOP__WIRE_CHALLENGE];
   ck_assert_msg(recv(fd, head, sizeof head, MSG_WAITALL) == (ssize_t)sizeof head,
                 "a new connection to hoopd: expected its %zu-byte CHALLENGE, got less",
                 sizeof head);

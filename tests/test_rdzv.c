@@ -172,11 +172,11 @@ static void expect_closed(int fd, const char *who) {
 /* Read one whole message; returns its type, with its payload (malloc'ed) and length. */
 static uint16_t read_message(int fd, uint8_t **payload, uint32_t *len, const char *who,
                              const char *expected) {
-  uint8_t head[HOOP_WIRE_HEADER_SIZE];
+  uint8_t head[HOOP__WIRE_HEADER_SIZE];
   hoop__wire_header header;
   ck_assert_msg(read_exact(fd, head, sizeof head) == 0, "%s: expected %s, got %s", who, expected,
                 read_failure());
-  int rc = hoop__wire_decode_header(head, sizeof head, HOOP_WIRE_MAX_PAYLOAD, &header);
+  int rc = hoop__wire_decode_header(head, sizeof head, HOOP__WIRE_MAX_PAYLOAD, &header);
   ck_assert_msg(rc == 0, "%s: expected %s, got a header the decoder refuses (%d)", who, expected,
                 rc);
   *payload = malloc(header.length ? header.length : 1);
@@ -208,7 +208,7 @@ static void describe_reply(uint16_t type, const uint8_t *payload, uint32_t len, 
 static void expect_table(int fd, hoop__table *table, const char *who) {
   uint8_t *payload;
   uint32_t len;
-  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  char got[HOOP__WIRE_MAX_MESSAGE + 64];
   uint16_t type = read_message(fd, &payload, &len, who, "a TABLE");
   int rc = type == HOOP_MSG_TABLE ? hoop__wire_decode_table(payload, len, table) : -1;
   if (rc != 0)
@@ -220,7 +220,7 @@ static void expect_table(int fd, hoop__table *table, const char *who) {
 static void expect_error(int fd, hoop_result code, hoop__error_msg *error, const char *who) {
   uint8_t *payload;
   uint32_t len;
-  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  char got[HOOP__WIRE_MAX_MESSAGE + 64];
   uint16_t type = read_message(fd, &payload, &len, who, "an ERROR");
   int rc = type == HOOP_MSG_ERROR ? hoop__wire_decode_error(payload, len, error) : -1;
   describe_reply(type, payload, len, got, sizeof got);
@@ -254,7 +254,7 @@ static hoop__hello hello_for(const char *job, uint32_t size, int32_t rank, const
 static void send_hello_on(int fd, const hoop__hello *hello, const char *token) {
   hoop__hello sent = *hello;
   if (token) {
-    sent.proof_len = HOOP_AUTH_PROOF;
+    sent.proof_len = HOOP__AUTH_PROOF;
     ck_assert_int_eq(hoop__auth_hello_proof(token, last_challenge.nonce, hello, sent.proof), 0);
   }
   hoop__wbuf wb = {0};
@@ -282,9 +282,9 @@ static int join(const char *job, uint32_t size, int32_t rank, const char *host, 
 static void send_status_req_as(int fd, const char *token) {
   hoop__status_req request = {0};
   if (token) {
-    request.proof_len = HOOP_AUTH_PROOF;
-    hoop__auth_proof(token, strlen(token), HOOP_AUTH_STATUS, last_challenge.nonce,
-                     HOOP_WIRE_CHALLENGE, NULL, 0, request.proof);
+    request.proof_len = HOOP__AUTH_PROOF;
+    hoop__auth_proof(token, strlen(token), HOOP__AUTH_STATUS, last_challenge.nonce,
+                     HOOP__WIRE_CHALLENGE, NULL, 0, request.proof);
   }
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
@@ -302,7 +302,7 @@ static void query_status_as(hoop__status *status, const char *token) {
   send_status_req_as(fd, token);
   uint8_t *payload;
   uint32_t len;
-  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  char got[HOOP__WIRE_MAX_MESSAGE + 64];
   uint16_t type = read_message(fd, &payload, &len, "status query", "a STATUS");
   int rc = type == HOOP_MSG_STATUS ? hoop__wire_decode_status(payload, len, status) : -1;
   if (rc != 0)
@@ -331,7 +331,7 @@ static void expect_no_reply(int fd, const char *who) {
     return;
   uint8_t *payload;
   uint32_t len;
-  char got[HOOP_WIRE_MAX_MESSAGE + 64];
+  char got[HOOP__WIRE_MAX_MESSAGE + 64];
   uint16_t type = read_message(fd, &payload, &len, who, "to wait for its job");
   describe_reply(type, payload, len, got, sizeof got);
   free(payload);
@@ -432,7 +432,7 @@ static void say_bye(int fd, const char *who) {
  * then leaves with a BYE. */
 static void expect_tables(client *clients, uint32_t n, uint8_t *nonce) {
   const client *by_rank[MAX_CLIENTS];
-  uint8_t first[HOOP_WIRE_NONCE];
+  uint8_t first[HOOP__WIRE_NONCE];
   clients_by_rank(clients, n, by_rank);
   for (uint32_t i = 0; i < n; i++) {
     hoop__table table;
@@ -448,7 +448,7 @@ static void expect_tables(client *clients, uint32_t n, uint8_t *nonce) {
   }
   for (uint32_t i = 0; i < n; i++)
     say_bye(clients[i].fd, clients[i].addr);
-  uint8_t zero[HOOP_WIRE_NONCE] = {0};
+  uint8_t zero[HOOP__WIRE_NONCE] = {0};
   ck_assert_msg(memcmp(first, zero, sizeof zero) != 0, "nonce: expected random bytes, got zeros");
   if (nonce)
     memcpy(nonce, first, sizeof first);
@@ -648,7 +648,7 @@ static size_t header_bytes(uint8_t *out, uint32_t magic, uint16_t version, uint1
   hoop__put_be16(out + 4, version);
   hoop__put_be16(out + 6, type);
   hoop__put_be32(out + 8, length);
-  return HOOP_WIRE_HEADER_SIZE;
+  return HOOP__WIRE_HEADER_SIZE;
 }
 
 typedef struct bad_request {
@@ -663,56 +663,56 @@ static void fill_bad_requests(bad_request *bad, int *count) {
   bad[n] = (bad_request){"an HTTP request", {0}, sizeof http - 1};
   memcpy(bad[n++].bytes, http, sizeof http - 1);
   bad[n].what = "a wrong magic";
-  bad[n].len = header_bytes(bad[n].bytes, 0x4f4f4850u, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
+  bad[n].len = header_bytes(bad[n].bytes, 0x4f4f4850u, HOOP__WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
   n++;
   bad[n].what = "version 1 (before challenges)";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 1, HOOP_MSG_STATUS_REQ, 0);
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, 1, HOOP_MSG_STATUS_REQ, 0);
   n++;
   bad[n].what = "version 2 (little-endian)";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, 2, HOOP_MSG_STATUS_REQ, 0);
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, 2, HOOP_MSG_STATUS_REQ, 0);
   n++;
   bad[n].what = "a later version";
   bad[n].len =
-      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION + 1, HOOP_MSG_STATUS_REQ, 2);
+      header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION + 1, HOOP_MSG_STATUS_REQ, 2);
   bad[n].len += 2;
   n++;
   bad[n].what = "a length one byte over HOOP_WIRE_MAX_CLIENT_PAYLOAD";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO,
-                            HOOP_WIRE_MAX_CLIENT_PAYLOAD + 1);
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_HELLO,
+                            HOOP__WIRE_MAX_CLIENT_PAYLOAD + 1);
   n++;
   bad[n].what = "a length of 2 GiB";
   bad[n].len =
-      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO, 0x7fffffffu);
+      header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_HELLO, 0x7fffffffu);
   n++;
   bad[n].what = "a TABLE, which only the server sends";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_TABLE, 0);
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_TABLE, 0);
   n++;
   bad[n].what = "unknown type 99";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, 99, 0);
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, 99, 0);
   n++;
   bad[n].what = "a CHALLENGE, which only the server sends";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_CHALLENGE,
-                            1 + HOOP_WIRE_CHALLENGE);
-  bad[n].len += 1 + HOOP_WIRE_CHALLENGE;
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_CHALLENGE,
+                            1 + HOOP__WIRE_CHALLENGE);
+  bad[n].len += 1 + HOOP__WIRE_CHALLENGE;
   n++;
   bad[n].what = "a STATUS_REQ whose payload does not decode";
   bad[n].len =
-      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 1);
+      header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_STATUS_REQ, 1);
   bad[n].bytes[bad[n].len++] = 'x';
   n++;
   bad[n].what = "a STATUS_REQ with bytes past its proof";
   bad[n].len =
-      header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 3);
+      header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_STATUS_REQ, 3);
   bad[n].len += 3;
   n++;
   bad[n].what = "a HELLO whose payload does not decode";
-  bad[n].len = header_bytes(bad[n].bytes, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_HELLO, 3);
+  bad[n].len = header_bytes(bad[n].bytes, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_HELLO, 3);
   memcpy(bad[n].bytes + bad[n].len, "abc", 3);
   bad[n++].len += 3;
   /* Sent in one write, so that the server reads both at once. */
   bad[n].what = "two STATUS_REQs on one connection";
   for (int i = 0; i < 2; i++) {
-    bad[n].len += header_bytes(bad[n].bytes + bad[n].len, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION,
+    bad[n].len += header_bytes(bad[n].bytes + bad[n].len, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION,
                                HOOP_MSG_STATUS_REQ, 2);
     bad[n].len += 2; /* an empty proof */
   }
@@ -810,12 +810,12 @@ START_TEST(test_two_jobs_at_once) {
   join_in_order("alpha", 2, 0, alpha, 1);
   join_in_order("beta", 3, 0, beta, 2);
   join_in_order("alpha", 2, 1, alpha + 1, 1);
-  uint8_t alpha_nonce[HOOP_WIRE_NONCE], beta_nonce[HOOP_WIRE_NONCE];
+  uint8_t alpha_nonce[HOOP__WIRE_NONCE], beta_nonce[HOOP__WIRE_NONCE];
   expect_tables(alpha, 2, alpha_nonce);
   wait_joined("beta", 2);
   join_in_order("beta", 3, 2, beta + 2, 1);
   expect_tables(beta, 3, beta_nonce);
-  ck_assert_msg(memcmp(alpha_nonce, beta_nonce, HOOP_WIRE_NONCE) != 0,
+  ck_assert_msg(memcmp(alpha_nonce, beta_nonce, HOOP__WIRE_NONCE) != 0,
                 "expected a nonce per job, got the same for 'alpha' and 'beta'");
 }
 END_TEST
@@ -896,8 +896,8 @@ START_TEST(test_idle_connection_closed) {
   uint64_t start = now_ms();
   int silent = connect_server();
   int halting = connect_server();
-  uint8_t header[HOOP_WIRE_HEADER_SIZE];
-  header_bytes(header, HOOP_WIRE_MAGIC, HOOP_WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
+  uint8_t header[HOOP__WIRE_HEADER_SIZE];
+  header_bytes(header, HOOP__WIRE_MAGIC, HOOP__WIRE_VERSION, HOOP_MSG_STATUS_REQ, 0);
   send_bytes(halting, header, 5, "half a header");
   expect_closed(silent, "a silent connection");
   expect_closed(halting, "half a header");
@@ -1086,10 +1086,10 @@ START_TEST(test_challenge_says_whether_a_token_is_needed) {
   close(connect_server());
   first = last_challenge;
   close(connect_server());
-  ck_assert_msg(first.flags == HOOP_CHALLENGE_AUTH && last_challenge.flags == HOOP_CHALLENGE_AUTH,
+  ck_assert_msg(first.flags == HOOP__CHALLENGE_AUTH && last_challenge.flags == HOOP__CHALLENGE_AUTH,
                 "a server with a token: expected the AUTH flag, got %u and %u", first.flags,
                 last_challenge.flags);
-  ck_assert_msg(memcmp(first.nonce, last_challenge.nonce, HOOP_WIRE_CHALLENGE) != 0,
+  ck_assert_msg(memcmp(first.nonce, last_challenge.nonce, HOOP__WIRE_CHALLENGE) != 0,
                 "two connections: expected two different challenges, got the same");
 }
 END_TEST
@@ -1138,7 +1138,7 @@ START_TEST(test_bad_proofs_refused_and_job_unharmed) {
   int tampered = connect_server();
   hoop__hello signed_for = hello_for("guarded", 2, -1, "x", "10.0.0.1:1");
   hoop__hello sent = hello_for("guarded", 2, -1, "x", "10.6.6.6:1");
-  sent.proof_len = HOOP_AUTH_PROOF;
+  sent.proof_len = HOOP__AUTH_PROOF;
   ck_assert_int_eq(hoop__auth_hello_proof(TOKEN, last_challenge.nonce, &signed_for, sent.proof), 0);
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_hello(&wb, &sent), 0);

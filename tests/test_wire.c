@@ -40,7 +40,7 @@ static void sample_table(hoop__table *table, uint32_t size, uint32_t rank) {
   memset(table, 0, sizeof *table);
   table->size = size;
   table->rank = rank;
-  for (int i = 0; i < HOOP_WIRE_NONCE; i++)
+  for (int i = 0; i < HOOP__WIRE_NONCE; i++)
     table->nonce[i] = (uint8_t)(0xa0 + i);
   table->peers = calloc(size, sizeof *table->peers);
   ck_assert_ptr_nonnull(table->peers);
@@ -89,13 +89,14 @@ static void sample_status(hoop__status *status, hoop__job_status jobs[2]) {
 static const uint8_t *payload_of(const hoop__wbuf *wb, hoop__msg_type type) {
   hoop__wire_header header;
   ck_assert_msg(!wb->failed, "encoder: expected success, the buffer says it failed");
-  int rc = hoop__wire_decode_header(((uint8_t *)wb->data), wb->len, HOOP_WIRE_MAX_PAYLOAD, &header);
+  int rc =
+      hoop__wire_decode_header(((uint8_t *)wb->data), wb->len, HOOP__WIRE_MAX_PAYLOAD, &header);
   ck_assert_msg(rc == 0, "header of an encoded message: expected 0, got %d", rc);
   ck_assert_msg(header.type == type, "header type: expected %d, got %u", (int)type, header.type);
-  ck_assert_msg(header.length == wb->len - HOOP_WIRE_HEADER_SIZE,
-                "header length: expected %zu, got %u", wb->len - HOOP_WIRE_HEADER_SIZE,
+  ck_assert_msg(header.length == wb->len - HOOP__WIRE_HEADER_SIZE,
+                "header length: expected %zu, got %u", wb->len - HOOP__WIRE_HEADER_SIZE,
                 header.length);
-  return ((uint8_t *)wb->data) + HOOP_WIRE_HEADER_SIZE;
+  return ((uint8_t *)wb->data) + HOOP__WIRE_HEADER_SIZE;
 }
 
 static void sample_abort(hoop__abort_msg *msg) {
@@ -195,7 +196,7 @@ START_TEST(test_hello_round_trip) {
     sample_hello(&in, ranks[i]);
     ck_assert_int_eq(hoop__wire_encode_hello(&wb, &in), 0);
     const uint8_t *payload = payload_of(&wb, HOOP_MSG_HELLO);
-    int rc = hoop__wire_decode_hello(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+    int rc = hoop__wire_decode_hello(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out);
     ck_assert_msg(rc == 0, "decoding a valid HELLO (rank %d): expected 0, got %d", ranks[i], rc);
     ck_assert_str_eq(out.job, in.job);
     ck_assert_uint_eq(out.size, in.size);
@@ -216,11 +217,11 @@ START_TEST(test_table_round_trip) {
   sample_table(&in, 5, 4);
   ck_assert_int_eq(hoop__wire_encode_table(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_TABLE);
-  int rc = hoop__wire_decode_table(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  int rc = hoop__wire_decode_table(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out);
   ck_assert_msg(rc == 0, "decoding a valid TABLE: expected 0, got %d", rc);
   ck_assert_uint_eq(out.size, 5);
   ck_assert_uint_eq(out.rank, 4);
-  ck_assert_msg(memcmp(out.nonce, in.nonce, HOOP_WIRE_NONCE) == 0, "TABLE nonce differs");
+  ck_assert_msg(memcmp(out.nonce, in.nonce, HOOP__WIRE_NONCE) == 0, "TABLE nonce differs");
   for (uint32_t r = 0; r < 5; r++) {
     ck_assert_str_eq(out.peers[r].host, in.peers[r].host);
     ck_assert_str_eq(out.peers[r].addr, in.peers[r].addr);
@@ -240,7 +241,7 @@ START_TEST(test_error_round_trip) {
   sample_error(&in);
   ck_assert_int_eq(hoop__wire_encode_error(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_ERROR);
-  int rc = hoop__wire_decode_error(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  int rc = hoop__wire_decode_error(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out);
   ck_assert_msg(rc == 0, "decoding a valid ERROR: expected 0, got %d", rc);
   ck_assert_uint_eq(out.code, HOOP_ERR_TIMEOUT);
   ck_assert_str_eq(out.message, in.message);
@@ -254,22 +255,22 @@ START_TEST(test_status_req_round_trip) {
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATUS_REQ);
-  ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE + 2, "STATUS_REQ: expected %d bytes, got %zu",
-                HOOP_WIRE_HEADER_SIZE + 2, wb.len);
+  ck_assert_msg(wb.len == HOOP__WIRE_HEADER_SIZE + 2, "STATUS_REQ: expected %d bytes, got %zu",
+                HOOP__WIRE_HEADER_SIZE + 2, wb.len);
   ck_assert_int_eq(hoop__wire_decode_status_req(payload, 2, &out), 0);
   ck_assert_uint_eq(out.proof_len, 0);
   hoop__wbuf_free(&wb);
-  in.proof_len = HOOP_WIRE_MAX_PROOF;
-  for (int i = 0; i < HOOP_WIRE_MAX_PROOF; i++)
+  in.proof_len = HOOP__WIRE_MAX_PROOF;
+  for (int i = 0; i < HOOP__WIRE_MAX_PROOF; i++)
     in.proof[i] = (uint8_t)(255 - i);
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &in), 0);
   payload = payload_of(&wb, HOOP_MSG_STATUS_REQ);
-  ck_assert_int_eq(hoop__wire_decode_status_req(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out), 0);
+  ck_assert_int_eq(hoop__wire_decode_status_req(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out), 0);
   ck_assert_msg(out.proof_len == in.proof_len && memcmp(out.proof, in.proof, in.proof_len) == 0,
                 "STATUS_REQ proof: expected the %u bytes sent, got %u others", in.proof_len,
                 out.proof_len);
   hoop__wbuf_free(&wb);
-  in.proof_len = HOOP_WIRE_MAX_PROOF + 1;
+  in.proof_len = HOOP__WIRE_MAX_PROOF + 1;
   ck_assert_msg(hoop__wire_encode_status_req(&wb, &in) == -1,
                 "STATUS_REQ with a proof over the limit: expected -1, got 0");
   hoop__wbuf_free(&wb);
@@ -282,21 +283,21 @@ END_TEST
 /* A CHALLENGE carries its flags and all 32 bytes of its nonce; unknown flags and any other
  * length are refused. */
 START_TEST(test_challenge_round_trip) {
-  hoop__challenge in = {.flags = HOOP_CHALLENGE_AUTH}, out;
-  for (int i = 0; i < HOOP_WIRE_CHALLENGE; i++)
+  hoop__challenge in = {.flags = HOOP__CHALLENGE_AUTH}, out;
+  for (int i = 0; i < HOOP__WIRE_CHALLENGE; i++)
     in.nonce[i] = (uint8_t)(i * 13 + 5);
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_challenge(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_CHALLENGE);
-  size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
-  ck_assert_uint_eq(len, 1 + HOOP_WIRE_CHALLENGE);
+  size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
+  ck_assert_uint_eq(len, 1 + HOOP__WIRE_CHALLENGE);
   ck_assert_int_eq(hoop__wire_decode_challenge(payload, len, &out), 0);
   ck_assert_msg(out.flags == in.flags && memcmp(out.nonce, in.nonce, sizeof in.nonce) == 0,
                 "CHALLENGE: expected the flags and nonce sent, got others");
   ck_assert_int_eq(hoop__wire_decode_challenge(payload, len - 1, &out), -1);
-  uint8_t longer[2 + HOOP_WIRE_CHALLENGE] = {0};
+  uint8_t longer[2 + HOOP__WIRE_CHALLENGE] = {0};
   ck_assert_int_eq(hoop__wire_decode_challenge(longer, sizeof longer, &out), -1);
-  uint8_t unknown_flag[1 + HOOP_WIRE_CHALLENGE] = {2};
+  uint8_t unknown_flag[1 + HOOP__WIRE_CHALLENGE] = {2};
   ck_assert_int_eq(hoop__wire_decode_challenge(unknown_flag, sizeof unknown_flag, &out), -1);
   hoop__wbuf_free(&wb);
   in.flags = 0x80;
@@ -306,7 +307,7 @@ START_TEST(test_challenge_round_trip) {
 END_TEST
 
 /* ABORT {rank, reason} and NOTICE {code, origin, message} come back intact; a rank or origin
- * past HOOP_WIRE_MAX_RANKS, a code 0 and an over-long text are refused by encoder and decoder. */
+ * past HOOP__WIRE_MAX_RANKS, a code 0 and an over-long text are refused by encoder and decoder. */
 START_TEST(test_abort_and_notice_round_trip) {
   hoop__abort_msg abort_in, abort_out;
   hoop__notice notice_in, notice_out;
@@ -314,7 +315,7 @@ START_TEST(test_abort_and_notice_round_trip) {
   sample_abort(&abort_in);
   ck_assert_int_eq(hoop__wire_encode_abort(&wb, &abort_in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_ABORT);
-  size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
   ck_assert_int_eq(hoop__wire_decode_abort(payload, len, &abort_out), 0);
   ck_assert_msg(abort_out.rank == 3 && strcmp(abort_out.reason, abort_in.reason) == 0,
                 "ABORT: expected rank 3 and '%s', got rank %u and '%s'", abort_in.reason,
@@ -322,14 +323,14 @@ START_TEST(test_abort_and_notice_round_trip) {
   uint8_t far_rank[6] = {0x00, 0x40, 0, 0, 0, 0}; /* rank 16384, empty reason */
   ck_assert_int_eq(hoop__wire_decode_abort(far_rank, sizeof far_rank, &abort_out), -1);
   hoop__wbuf_free(&wb);
-  abort_in.rank = HOOP_WIRE_MAX_RANKS;
+  abort_in.rank = HOOP__WIRE_MAX_RANKS;
   ck_assert_int_eq(hoop__wire_encode_abort(&wb, &abort_in), -1);
   hoop__wbuf_free(&wb);
 
   sample_notice(&notice_in);
   ck_assert_int_eq(hoop__wire_encode_notice(&wb, &notice_in), 0);
   payload = payload_of(&wb, HOOP_MSG_NOTICE);
-  len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  len = wb.len - HOOP__WIRE_HEADER_SIZE;
   ck_assert_int_eq(hoop__wire_decode_notice(payload, len, &notice_out), 0);
   ck_assert_msg(notice_out.code == HOOP_ERR_ABORTED && notice_out.origin == 3 &&
                     strcmp(notice_out.message, notice_in.message) == 0,
@@ -354,8 +355,8 @@ END_TEST
 START_TEST(test_bye_is_empty) {
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_bye(&wb), 0);
-  ck_assert_msg(wb.len == HOOP_WIRE_HEADER_SIZE, "BYE: expected %d bytes, got %zu",
-                HOOP_WIRE_HEADER_SIZE, wb.len);
+  ck_assert_msg(wb.len == HOOP__WIRE_HEADER_SIZE, "BYE: expected %d bytes, got %zu",
+                HOOP__WIRE_HEADER_SIZE, wb.len);
   hoop__wire_header header;
   ck_assert_int_eq(hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, 0, &header), 0);
   ck_assert_uint_eq(header.type, HOOP_MSG_BYE);
@@ -373,7 +374,7 @@ START_TEST(test_status_round_trip) {
   sample_status(&in, jobs);
   ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATUS);
-  int rc = hoop__wire_decode_status(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  int rc = hoop__wire_decode_status(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out);
   ck_assert_msg(rc == 0, "decoding a valid STATUS: expected 0, got %d", rc);
   ck_assert_uint_eq(out.njobs, 2);
   for (int j = 0; j < 2; j++) {
@@ -411,8 +412,8 @@ START_TEST(test_status_hosts_must_add_up) {
   /* Encode a valid one, then raise the second host's count on the wire. */
   jobs[0].hosts[1].ranks = 1;
   ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
-  uint8_t *payload = ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE;
-  size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+  uint8_t *payload = ((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE;
+  size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
   /* job 0's last field is the second host's count, just before job 1's u16 id length ("beta"):
    * its low byte, the last of the big-endian u32. */
   size_t at = 4 + 2 + 5 + 16 + 2 * 4 + 4 + (2 + 6 + 4) + (2 + 6) + 3;
@@ -429,7 +430,7 @@ START_TEST(test_empty_status_round_trip) {
   hoop__wbuf wb = {0};
   ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATUS);
-  ck_assert_int_eq(hoop__wire_decode_status(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out), 0);
+  ck_assert_int_eq(hoop__wire_decode_status(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out), 0);
   ck_assert_uint_eq(out.njobs, 0);
   hoop__status_free(&out);
   hoop__wbuf_free(&wb);
@@ -443,37 +444,37 @@ START_TEST(test_encoders_append) {
   hoop__status_req request = {0};
   ck_assert_int_eq(hoop__wire_encode_status_req(&wb, &request), 0);
   encode_sample(HOOP_MSG_ERROR, &wb);
-  size_t first = HOOP_WIRE_HEADER_SIZE + 2;
+  size_t first = HOOP__WIRE_HEADER_SIZE + 2;
   ck_assert_int_eq(
       hoop__wire_decode_header(((uint8_t *)wb.data) + first, wb.len - first, 4096, &header), 0);
   ck_assert_msg(header.type == HOOP_MSG_ERROR &&
-                    header.length == wb.len - first - HOOP_WIRE_HEADER_SIZE,
+                    header.length == wb.len - first - HOOP__WIRE_HEADER_SIZE,
                 "second message: expected an ERROR of %zu bytes, got type %u of %u bytes",
-                wb.len - first - HOOP_WIRE_HEADER_SIZE, header.type, header.length);
+                wb.len - first - HOOP__WIRE_HEADER_SIZE, header.type, header.length);
   hoop__wbuf_free(&wb);
 }
 END_TEST
 
-/* The largest job: HOOP_WIRE_MAX_RANKS ranks with the longest host and address fit in
- * HOOP_WIRE_MAX_PAYLOAD and come back intact. */
+/* The largest job: HOOP__WIRE_MAX_RANKS ranks with the longest host and address fit in
+ * HOOP__WIRE_MAX_PAYLOAD and come back intact. */
 START_TEST(test_table_of_max_ranks) {
   hoop__table in, out;
   hoop__wbuf wb = {0};
-  sample_table(&in, HOOP_WIRE_MAX_RANKS, HOOP_WIRE_MAX_RANKS - 1);
+  sample_table(&in, HOOP__WIRE_MAX_RANKS, HOOP__WIRE_MAX_RANKS - 1);
   for (uint32_t r = 0; r < in.size; r++) {
-    memset(in.peers[r].host, 'h', HOOP_WIRE_MAX_HOST);
-    in.peers[r].host[HOOP_WIRE_MAX_HOST] = '\0';
-    memset(in.peers[r].addr, 'a', HOOP_WIRE_MAX_ADDR);
-    in.peers[r].addr[HOOP_WIRE_MAX_ADDR] = '\0';
+    memset(in.peers[r].host, 'h', HOOP__WIRE_MAX_HOST);
+    in.peers[r].host[HOOP__WIRE_MAX_HOST] = '\0';
+    memset(in.peers[r].addr, 'a', HOOP__WIRE_MAX_ADDR);
+    in.peers[r].addr[HOOP__WIRE_MAX_ADDR] = '\0';
     in.peers[r].addr[0] = (char)('0' + r % 10);
   }
   ck_assert_int_eq(hoop__wire_encode_table(&wb, &in), 0);
   const uint8_t *payload = payload_of(&wb, HOOP_MSG_TABLE);
-  int rc = hoop__wire_decode_table(payload, wb.len - HOOP_WIRE_HEADER_SIZE, &out);
-  ck_assert_msg(rc == 0, "decoding a TABLE of %d ranks: expected 0, got %d", HOOP_WIRE_MAX_RANKS,
+  int rc = hoop__wire_decode_table(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out);
+  ck_assert_msg(rc == 0, "decoding a TABLE of %d ranks: expected 0, got %d", HOOP__WIRE_MAX_RANKS,
                 rc);
-  ck_assert_uint_eq(out.size, HOOP_WIRE_MAX_RANKS);
-  ck_assert_uint_eq(out.rank, HOOP_WIRE_MAX_RANKS - 1);
+  ck_assert_uint_eq(out.size, HOOP__WIRE_MAX_RANKS);
+  ck_assert_uint_eq(out.rank, HOOP__WIRE_MAX_RANKS - 1);
   for (uint32_t r = 0; r < out.size; r++) {
     ck_assert_msg(strcmp(out.peers[r].addr, in.peers[r].addr) == 0 &&
                       strcmp(out.peers[r].host, in.peers[r].host) == 0 &&
@@ -492,7 +493,7 @@ START_TEST(test_header_needs_twelve_bytes) {
   hoop__wbuf wb = {0};
   hoop__wire_header header;
   encode_sample(HOOP_MSG_HELLO, &wb);
-  for (size_t len = 0; len < HOOP_WIRE_HEADER_SIZE; len++) {
+  for (size_t len = 0; len < HOOP__WIRE_HEADER_SIZE; len++) {
     int rc = hoop__wire_decode_header(((uint8_t *)wb.data), len, 4096, &header);
     ck_assert_msg(rc == 1, "header of %zu bytes: expected 1 (need more), got %d", len, rc);
   }
@@ -504,14 +505,14 @@ START_TEST(test_header_rejects_oversized_length) {
   hoop__wbuf wb = {0};
   hoop__wire_header header;
   encode_sample(HOOP_MSG_ERROR, &wb);
-  uint32_t length = (uint32_t)(wb.len - HOOP_WIRE_HEADER_SIZE);
+  uint32_t length = (uint32_t)(wb.len - HOOP__WIRE_HEADER_SIZE);
   int rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, length, &header);
   ck_assert_msg(rc == 0, "length equal to the limit: expected 0, got %d", rc);
   rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, length - 1, &header);
   ck_assert_msg(rc == -1, "length one over the limit: expected -1, got %d", rc);
   ((uint8_t *)wb.data)[8] = ((uint8_t *)wb.data)[9] = ((uint8_t *)wb.data)[10] =
       ((uint8_t *)wb.data)[11] = 0xff;
-  rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, HOOP_WIRE_MAX_PAYLOAD, &header);
+  rc = hoop__wire_decode_header(((uint8_t *)wb.data), wb.len, HOOP__WIRE_MAX_PAYLOAD, &header);
   ck_assert_msg(rc == -1, "length 0xffffffff: expected -1, got %d", rc);
   hoop__wbuf_free(&wb);
 }
@@ -534,10 +535,10 @@ START_TEST(test_header_rejects_bad_magic_version_type) {
   expect_header_refused(0, 4, 0x54534f50, "magic 'POST'");
   expect_header_refused(0, 1, 'h', "magic 'hOOP'");
   expect_header_refused(4, 2, 0, "version 0");
-  expect_header_refused(4, 2, HOOP_WIRE_VERSION - 1, "version 1");
-  expect_header_refused(4, 2, HOOP_WIRE_VERSION + 1, "version 3");
+  expect_header_refused(4, 2, HOOP__WIRE_VERSION - 1, "version 1");
+  expect_header_refused(4, 2, HOOP__WIRE_VERSION + 1, "version 3");
   expect_header_refused(6, 2, 0, "type 0");
-  expect_header_refused(6, 2, HOOP_MSG_LAST + 1, "type 10");
+  expect_header_refused(6, 2, HOOP__MSG_LAST + 1, "type 10");
   expect_header_refused(6, 2, 0xffff, "type 65535");
 }
 END_TEST
@@ -550,11 +551,11 @@ START_TEST(test_every_truncation_is_refused) {
   for (size_t t = 0; t < NDECODED; t++) {
     hoop__wbuf wb = {0};
     encode_sample(decoded_types[t], &wb);
-    size_t full = wb.len - HOOP_WIRE_HEADER_SIZE;
+    size_t full = wb.len - HOOP__WIRE_HEADER_SIZE;
     for (size_t len = 0; len < full; len++) {
       uint8_t *prefix = malloc(len ? len : 1);
       ck_assert_ptr_nonnull(prefix);
-      memcpy(prefix, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE, len);
+      memcpy(prefix, ((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE, len);
       int rc = decode_as(decoded_types[t], len ? prefix : NULL, len);
       ck_assert_msg(rc == -1, "type %d cut to %zu of %zu bytes: expected -1, got %d",
                     (int)decoded_types[t], len, full, rc);
@@ -570,10 +571,10 @@ START_TEST(test_trailing_bytes_are_refused) {
     hoop__wbuf wb = {0};
     encode_sample(decoded_types[t], &wb);
     uint8_t extra = 0;
-    size_t full = wb.len - HOOP_WIRE_HEADER_SIZE;
+    size_t full = wb.len - HOOP__WIRE_HEADER_SIZE;
     uint8_t *longer = malloc(full + 1);
     ck_assert_ptr_nonnull(longer);
-    memcpy(longer, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE, full);
+    memcpy(longer, ((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE, full);
     longer[full] = extra;
     int rc = decode_as(decoded_types[t], longer, full + 1);
     ck_assert_msg(rc == -1, "type %d with one trailing byte: expected -1, got %d",
@@ -587,7 +588,7 @@ END_TEST
 /* Find needle in the encoded payload and overwrite its byte at index with value. */
 static void patch_payload(hoop__wbuf *wb, const char *needle, size_t index, uint8_t value) {
   size_t nlen = strlen(needle);
-  for (size_t i = HOOP_WIRE_HEADER_SIZE; i + nlen <= wb->len; i++) {
+  for (size_t i = HOOP__WIRE_HEADER_SIZE; i + nlen <= wb->len; i++) {
     if (memcmp(((uint8_t *)wb->data) + i, needle, nlen) == 0) {
       ((uint8_t *)wb->data)[i + index] = value;
       return;
@@ -607,8 +608,8 @@ START_TEST(test_embedded_nul_is_refused) {
     hoop__wbuf wb = {0};
     encode_sample(cases[c].type, &wb);
     patch_payload(&wb, cases[c].needle, 2, '\0');
-    int rc = decode_as(cases[c].type, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
-                       wb.len - HOOP_WIRE_HEADER_SIZE);
+    int rc = decode_as(cases[c].type, ((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE,
+                       wb.len - HOOP__WIRE_HEADER_SIZE);
     ck_assert_msg(rc == -1, "type %d with a NUL inside '%s': expected -1, got %d",
                   (int)cases[c].type, cases[c].needle, rc);
     hoop__wbuf_free(&wb);
@@ -628,9 +629,9 @@ static int decode_hello_with(size_t offset, uint32_t value) {
   hoop__wbuf wb = {0};
   hoop__hello out;
   encode_sample(HOOP_MSG_HELLO, &wb);
-  put32(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE + offset, value);
-  int rc = hoop__wire_decode_hello(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
-                                   wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+  put32(((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE + offset, value);
+  int rc = hoop__wire_decode_hello(((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE,
+                                   wb.len - HOOP__WIRE_HEADER_SIZE, &out);
   hoop__wbuf_free(&wb);
   return rc;
 }
@@ -649,7 +650,7 @@ START_TEST(test_hello_rank_and_size_ranges) {
       {HELLO_RANK_AT, 0xfffffffeu, -1, "rank -2"},
       {HELLO_RANK_AT, 0x80000000u, -1, "rank INT32_MIN"},
       {HELLO_SIZE_AT, 0, -1, "size 0"},
-      {HELLO_SIZE_AT, HOOP_WIRE_MAX_RANKS + 1, -1, "size over HOOP_WIRE_MAX_RANKS"},
+      {HELLO_SIZE_AT, HOOP__WIRE_MAX_RANKS + 1, -1, "size over HOOP_WIRE_MAX_RANKS"},
       {HELLO_SIZE_AT, 3, -1, "size 3 with rank 3"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -663,7 +664,7 @@ END_TEST
 /* Payload offsets in the sample TABLE (size 5, rank 2); entry 0 is "node-a", "10.0.0.1:40000". */
 #define TABLE_SIZE_AT 0
 #define TABLE_RANK_AT 4
-#define TABLE_LOCAL_RANK0_AT (8 + HOOP_WIRE_NONCE + 2 + 6 + 2 + 14)
+#define TABLE_LOCAL_RANK0_AT (8 + HOOP__WIRE_NONCE + 2 + 6 + 2 + 14)
 #define TABLE_LOCAL_SIZE0_AT (TABLE_LOCAL_RANK0_AT + 4)
 
 START_TEST(test_table_ranges) {
@@ -675,7 +676,7 @@ START_TEST(test_table_ranges) {
       {TABLE_RANK_AT, 5, "rank 5 of 5"},
       {TABLE_RANK_AT, 0xffffffffu, "rank 0xffffffff"},
       {TABLE_SIZE_AT, 0, "size 0"},
-      {TABLE_SIZE_AT, HOOP_WIRE_MAX_RANKS + 1, "size over HOOP_WIRE_MAX_RANKS"},
+      {TABLE_SIZE_AT, HOOP__WIRE_MAX_RANKS + 1, "size over HOOP_WIRE_MAX_RANKS"},
       {TABLE_SIZE_AT, 4, "size 4 with 5 entries"},
       {TABLE_SIZE_AT, 6, "size 6 with 5 entries"},
       {TABLE_LOCAL_RANK0_AT, 3, "local_rank 3 of local_size 3"},
@@ -686,9 +687,9 @@ START_TEST(test_table_ranges) {
     hoop__wbuf wb = {0};
     hoop__table out;
     encode_sample(HOOP_MSG_TABLE, &wb);
-    put32(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE + cases[c].offset, cases[c].value);
-    int rc = hoop__wire_decode_table(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
-                                     wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+    put32(((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE + cases[c].offset, cases[c].value);
+    int rc = hoop__wire_decode_table(((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE,
+                                     wb.len - HOOP__WIRE_HEADER_SIZE, &out);
     ck_assert_msg(rc == -1, "TABLE with %s: expected -1, got %d", cases[c].what, rc);
     ck_assert_msg(out.peers == NULL, "TABLE with %s: a refused table still holds peers",
                   cases[c].what);
@@ -716,13 +717,13 @@ START_TEST(test_status_ranges) {
     ck_assert_int_eq(hoop__wire_encode_status(&wb, &in), 0);
     /* Job 0 ("alpha", size 4) starts at payload offset 4: str (2 + 5), size, joined,
      * waited_ms, nmissing, missing[0]. */
-    uint8_t *job0 = ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE + 4 + 7;
+    uint8_t *job0 = ((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE + 4 + 7;
     put32(job0 + 4, cases[c].joined);
     put32(job0 + 12, cases[c].nmissing);
     put32(job0 + 16, (uint32_t)cases[c].missing0);
     hoop__status out;
-    int rc = hoop__wire_decode_status(((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE,
-                                      wb.len - HOOP_WIRE_HEADER_SIZE, &out);
+    int rc = hoop__wire_decode_status(((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE,
+                                      wb.len - HOOP__WIRE_HEADER_SIZE, &out);
     ck_assert_msg(rc == -1, "STATUS with %s: expected -1, got %d", cases[c].what, rc);
     hoop__wbuf_free(&wb);
   }
@@ -731,11 +732,11 @@ END_TEST
 
 /* Lengths and counts far over the limits, in otherwise well-formed payloads. */
 START_TEST(test_over_limit_lengths_are_refused) {
-  uint8_t hello[4 + HOOP_WIRE_MAX_JOB + 1] = {0};
-  hello[0] = (uint8_t)((HOOP_WIRE_MAX_JOB + 1) & 0xff); /* job id one byte too long */
-  memset(hello + 2, 'j', HOOP_WIRE_MAX_JOB + 1);
+  uint8_t hello[4 + HOOP__WIRE_MAX_JOB + 1] = {0};
+  hello[0] = (uint8_t)((HOOP__WIRE_MAX_JOB + 1) & 0xff); /* job id one byte too long */
+  memset(hello + 2, 'j', HOOP__WIRE_MAX_JOB + 1);
   ck_assert_msg(decode_as(HOOP_MSG_HELLO, hello, sizeof hello) == -1,
-                "HELLO with a %d-byte job id: expected -1", HOOP_WIRE_MAX_JOB + 1);
+                "HELLO with a %d-byte job id: expected -1", HOOP__WIRE_MAX_JOB + 1);
   uint8_t error[4 + 2] = {1, 0, 0, 0, 0xff, 0xff}; /* a 65535-byte message, absent */
   ck_assert_msg(decode_as(HOOP_MSG_ERROR, error, sizeof error) == -1,
                 "ERROR announcing 65535 bytes: expected -1");
@@ -761,9 +762,9 @@ START_TEST(test_encoders_refuse_bad_structs) {
   ck_assert_msg(hoop__wire_encode_hello(&wb, &hello) == -1,
                 "encoding an unterminated job id: expected -1");
   sample_hello(&hello, -1);
-  hello.proof_len = HOOP_WIRE_MAX_PROOF + 1;
+  hello.proof_len = HOOP__WIRE_MAX_PROOF + 1;
   ck_assert_msg(hoop__wire_encode_hello(&wb, &hello) == -1, "encoding a %d-byte proof: expected -1",
-                HOOP_WIRE_MAX_PROOF + 1);
+                HOOP__WIRE_MAX_PROOF + 1);
   hoop__table table;
   sample_table(&table, 3, 1);
   table.peers[1].local_rank = table.peers[1].local_size;
@@ -792,7 +793,7 @@ START_TEST(test_random_bytes_never_crash) {
     for (size_t b = 0; b < len; b++)
       bytes[b] = (uint8_t)rng_next();
     hoop__wire_header header;
-    if (hoop__wire_decode_header(bytes, len, HOOP_WIRE_MAX_PAYLOAD, &header) == 0)
+    if (hoop__wire_decode_header(bytes, len, HOOP__WIRE_MAX_PAYLOAD, &header) == 0)
       accepted++;
     for (size_t t = 0; t < NDECODED; t++)
       accepted += decode_as(decoded_types[t], len ? bytes : NULL, len) == 0;
@@ -813,14 +814,14 @@ START_TEST(test_mutated_messages_never_crash) {
     hoop__msg_type type = decoded_types[i % NDECODED];
     hoop__wbuf wb = {0};
     encode_sample(type, &wb);
-    size_t len = wb.len - HOOP_WIRE_HEADER_SIZE;
+    size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
     int flips = 1 + (int)(rng_next() % 4);
     for (int f = 0; f < flips; f++)
-      ((uint8_t *)wb.data)[HOOP_WIRE_HEADER_SIZE + rng_next() % len] = (uint8_t)rng_next();
+      ((uint8_t *)wb.data)[HOOP__WIRE_HEADER_SIZE + rng_next() % len] = (uint8_t)rng_next();
     len -= rng_next() % 3 == 0 ? rng_next() % len : 0;
     uint8_t *bytes = malloc(len ? len : 1);
     ck_assert_ptr_nonnull(bytes);
-    memcpy(bytes, ((uint8_t *)wb.data) + HOOP_WIRE_HEADER_SIZE, len);
+    memcpy(bytes, ((uint8_t *)wb.data) + HOOP__WIRE_HEADER_SIZE, len);
     hoop__table table;
     if (type == HOOP_MSG_TABLE && hoop__wire_decode_table(len ? bytes : NULL, len, &table) == 0) {
       ck_assert_msg(table.rank < table.size, "mutated TABLE accepted with rank %u of %u",

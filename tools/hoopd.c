@@ -198,7 +198,7 @@ static int load_token(const hoopd_args *args, char *out, size_t cap) {
 }
 
 static int show_status(const char *where, const char *token) {
-  char host[HOOP_WIRE_MAX_HOST + 1], err[512];
+  char host[HOOP__WIRE_MAX_HOST + 1], err[512];
   int port;
   struct sockaddr_storage addr;
   socklen_t addrlen;
@@ -225,7 +225,7 @@ static int show_status(const char *where, const char *token) {
 
 static void on_signal(uv_signal_t *handle, int signum) {
   hoopd_daemon *daemon = handle->data;
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   hoop__rdzv_server_close(daemon->server);
   uv_close((uv_handle_t *)&daemon->sigterm, NULL);
   uv_close((uv_handle_t *)&daemon->sigint, NULL);
@@ -247,18 +247,18 @@ static int watch_signal(uv_loop_t *loop, uv_signal_t *handle, int signum, hoopd_
 #define OWN_FILES 64
 
 /* A running job's ranks hold a connection each, but a soft open-file limit of 1024 is common:
- * raise it towards what HOOP_RDZV_MAX_CONNECTIONS needs, as far as the hard limit allows, and
+ * raise it towards what HOOP__RDZV_MAX_CONNECTIONS needs, as far as the hard limit allows, and
  * return the connections that fit. A client past them is then refused with the reason, instead
  * of accepted and dropped at once when accept() fails for want of a descriptor. */
 static int fit_connections(void) {
-  long hard, files = hoop__raise_open_files(HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES, &hard);
-  if (files >= HOOP_RDZV_MAX_CONNECTIONS + OWN_FILES)
-    return HOOP_RDZV_MAX_CONNECTIONS;
+  long hard, files = hoop__raise_open_files(HOOP__RDZV_MAX_CONNECTIONS + OWN_FILES, &hard);
+  if (files >= HOOP__RDZV_MAX_CONNECTIONS + OWN_FILES)
+    return HOOP__RDZV_MAX_CONNECTIONS;
   int fit = (int)(files > 2 * OWN_FILES ? files - OWN_FILES : files / 2);
-  HOOP_WARN(HOOP_SUBSYS_RDZV,
-            "the open-file limit is %ld (its hard limit %ld): serving at most "
-            "%d connections at once, not %d; raise it (ulimit -Hn, LimitNOFILE=) to serve more",
-            files, hard, fit, HOOP_RDZV_MAX_CONNECTIONS);
+  HOOP__WARN(HOOP_SUBSYS_RDZV,
+             "the open-file limit is %ld (its hard limit %ld): serving at most "
+             "%d connections at once, not %d; raise it (ulimit -Hn, LimitNOFILE=) to serve more",
+             files, hard, fit, HOOP__RDZV_MAX_CONNECTIONS);
   return fit;
 }
 
@@ -283,10 +283,11 @@ static int serve(const hoopd_args *args, const char *token) {
     return 1;
   }
   if (token[0])
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "authentication on: ranks and status queries must prove the token");
+    HOOP__INFO(HOOP_SUBSYS_RDZV,
+               "authentication on: ranks and status queries must prove the token");
   else
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "authentication off: anyone who reaches this port may join a job "
-                                "(give hoopd --token-file to keep strangers out)");
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "authentication off: anyone who reaches this port may join a job "
+                                 "(give hoopd --token-file to keep strangers out)");
   if (watch_signal(loop, &daemon.sigterm, SIGTERM, &daemon) != 0 ||
       watch_signal(loop, &daemon.sigint, SIGINT, &daemon) != 0)
     return 1;
@@ -296,7 +297,7 @@ static int serve(const hoopd_args *args, const char *token) {
     fprintf(stderr, "hoopd: uv_loop_close: %s\n", uv_strerror(rc));
     return 1;
   }
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "stopped");
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "stopped");
   return 0;
 }
 
@@ -305,7 +306,7 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &args);
   if (rc != 0)
     return rc > 0 ? 0 : 2;
-  static char token[HOOP_MAX_TOKEN + 1];
+  static char token[HOOP__MAX_TOKEN + 1];
   if (load_token(&args, token, sizeof token) != 0)
     return 2;
   if (args.status) {

@@ -30,7 +30,7 @@ static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan
   }
 }
 
-/* The reduce-scatter's chunks, received into HOOP_RING_RECV_DEPTH slices of staging used in turn,
+/* The reduce-scatter's chunks, received into HOOP__RING_RECV_DEPTH slices of staging used in turn,
  * so that the next chunk's receive is posted before this one is reduced. */
 typedef struct staged_ring_pass {
   const hoop_comm *comm;
@@ -62,7 +62,7 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
       hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
   staged_ring_pass pass = {comm, {0, 0}, plan, esize, staging, chunk_max};
   hoop__recv_ahead ahead;
-  hoop__recv_ahead_init(&ahead, HOOP_RING_RECV_DEPTH, staged_ring_next, &pass);
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, staged_ring_next, &pass);
   const hoop__chunk *chunk;
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {
@@ -146,7 +146,7 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
  * each between two ranks only. Each element is reduced on one rank, so all ranks end with the
  * same bits. */
 
-/* One halving round's receives: the peer's chunks of the kept range, into HOOP_RING_RECV_DEPTH
+/* One halving round's receives: the peer's chunks of the kept range, into HOOP__RING_RECV_DEPTH
  * slices of staging of slice bytes each, cut as the peer cuts its sends (from the same length). */
 typedef struct halving_pass {
   int peer;
@@ -178,7 +178,7 @@ static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, 
   hoop_result result = hoop__arena_isend_chunks(comm, arena, peer, give, give_len, esize);
   halving_pass pass = {peer, keep_len, hoop__chunk_bytes(comm, keep_len, esize), 0, staging, slice};
   hoop__recv_ahead ahead;
-  hoop__recv_ahead_init(&ahead, HOOP_RING_RECV_DEPTH, halving_next, &pass);
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, halving_next, &pass);
   int mine_is_lower = comm->rank < peer;
   const hoop__chunk *chunk;
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
@@ -197,7 +197,7 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
   size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
   /* Every range a round receives is at most the whole buffer, so its chunks are at most this. */
   size_t slice = hoop__chunk_bytes(comm, bytes, esize);
-  char *staging = hoop__scratch(comm, HOOP_RING_RECV_DEPTH * slice);
+  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * slice);
   if (!staging)
     return HOOP_ERR_SYSTEM;
   hoop__halving plan;
@@ -264,7 +264,7 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
   plan_segments(comm, args->count, args->esize, &plan);
   /* Segment 0 is never smaller than the others, so its chunk is the largest. */
   size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], args->esize);
-  char *staging = hoop__scratch(comm, HOOP_RING_RECV_DEPTH * chunk_max);
+  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
   if (!staging)
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};

@@ -1,7 +1,7 @@
 /* coll.h - pieces the collectives share: argument checks, the request arena that keeps posted
  * sends alive, and the ring circulation used by allreduce's second half and by allgather. */
-#ifndef HOOP_COLL_H
-#define HOOP_COLL_H
+#ifndef HOOP__COLL_H
+#define HOOP__COLL_H
 
 #include <stddef.h>
 
@@ -11,11 +11,11 @@
 /* Large transfers move in chunks of HOOP_CHUNK_BYTES (default below), so that a rank forwards (and
  * reduces) the first chunk while later ones are still on the wire; each chunk costs a wait
  * (bench/TUNING.md). */
-#define HOOP_CHUNK_BYTES (1024 * 1024)
-#define HOOP_CHUNK_MIN_BYTES 4096
-#define HOOP_CHUNK_MAX_BYTES (1L << 30)
+#define HOOP__CHUNK_BYTES (1024 * 1024)
+#define HOOP__CHUNK_MIN_BYTES 4096
+#define HOOP__CHUNK_MAX_BYTES (1L << 30)
 /* Cap on the chunks of one block; past it chunks grow instead, to bound bookkeeping. */
-#define HOOP_MAX_CHUNKS_PER_BLOCK 256
+#define HOOP__MAX_CHUNKS_PER_BLOCK 256
 
 /* Posted requests must not move while the transport holds them, so they live in fixed blocks
  * that are never reallocated. */
@@ -53,7 +53,7 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
                                  size_t elem_size, int own_sent);
 
 /* Receives a ring pass keeps posted ahead of the chunk it waits for (see hoop__recv_ahead). */
-#define HOOP_RING_RECV_DEPTH 2
+#define HOOP__RING_RECV_DEPTH 2
 
 /* Walks the chunks a ring pass receives, in order: at each of the n-1 steps, block
  * (rank + shift - step - 1) mod n, cut by hoop__chunk_bytes. Start from {0, 0}. */
@@ -161,11 +161,11 @@ hoop_result hoop__recv_ahead_take(hoop_comm *comm, hoop__recv_ahead *ahead,
  * m, keeps the other; after log2(p) rounds virtual rank v owns the v-th of p near-equal parts.
  * The doubling rounds run the halving ones backwards, each trading what the rank owns for the
  * other half of the range it owned before the matching halving round. */
-#define HOOP_HALVING_MAX_ROUNDS 30
+#define HOOP__HALVING_MAX_ROUNDS 30
 typedef struct hoop__halving {
   int p, rem, vrank, folded; /* folded: this rank hands its part to rank + 1 and sits out */
   int rounds;                /* log2(p) */
-  size_t lo[HOOP_HALVING_MAX_ROUNDS], hi[HOOP_HALVING_MAX_ROUNDS]; /* owned before each round */
+  size_t lo[HOOP__HALVING_MAX_ROUNDS], hi[HOOP__HALVING_MAX_ROUNDS]; /* owned before each round */
   size_t first, last; /* owned after the last halving round */
 } hoop__halving;
 
@@ -178,4 +178,4 @@ int hoop__halving_rank(const hoop__halving *plan, int vrank);
 hoop_result hoop__doubling_rounds(hoop_comm *comm, hoop__arena *arena, char *buf, size_t esize,
                                   const hoop__halving *plan);
 
-#endif /* HOOP_COLL_H */
+#endif /* HOOP__COLL_H */

@@ -66,9 +66,9 @@ hoop_result hoop__coll_no_data(hoop_comm *comm) {
 }
 
 size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_size) {
-  size_t chunk = comm->chunk_bytes; /* HOOP_CHUNK_BYTES, as hoop__coll_tuning read it */
-  if (block_bytes / chunk >= HOOP_MAX_CHUNKS_PER_BLOCK)
-    chunk = block_bytes / HOOP_MAX_CHUNKS_PER_BLOCK + 1;
+  size_t chunk = comm->chunk_bytes; /* HOOP_CHUNK_BYTES, as tune.c read it */
+  if (block_bytes / chunk >= HOOP__MAX_CHUNKS_PER_BLOCK)
+    chunk = block_bytes / HOOP__MAX_CHUNKS_PER_BLOCK + 1;
   chunk -= chunk % elem_size;
   return chunk < elem_size ? elem_size : chunk;
 }
@@ -180,7 +180,7 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base
   }
   ring_pass pass = {comm, {0, 0}, offset, length, shift, elem_size, base};
   hoop__recv_ahead ahead;
-  hoop__recv_ahead_init(&ahead, HOOP_RING_RECV_DEPTH, ring_pass_next, &pass);
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, ring_pass_next, &pass);
   const hoop__chunk *chunk;
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {

@@ -176,19 +176,20 @@ static hoop_result parse_algo(hoop_comm *comm, const char *text) {
   for (int c = 0; c < HOOP__COLL_COUNT; c++) {
     comm->forced_algo[c] = forced[c] ? (int)(forced[c] - algorithms) : -1;
     if (forced[c])
-      HOOP_INFO(HOOP_SUBSYS_COLL, "HOOP_ALGO=%s: %s runs %s (%s) at every size", text,
-                coll_names[c], forced[c]->name, forced[c]->what);
+      HOOP__INFO(HOOP_SUBSYS_COLL, "HOOP_ALGO=%s: %s runs %s (%s) at every size", text,
+                 coll_names[c], forced[c]->name, forced[c]->what);
   }
   return HOOP_OK;
 }
 
 static hoop_result read_tuning(hoop_comm *comm) {
   long chunk;
-  if (hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES, HOOP_CHUNK_MAX_BYTES,
-                      &chunk) != 0)
-    return hoop__set_error(
-        comm, HOOP_ERR_INVALID_ARG, "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
-        comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP_CHUNK_MIN_BYTES, HOOP_CHUNK_MAX_BYTES);
+  if (hoop__parse_int(hoop__env_get("HOOP_CHUNK_BYTES"), HOOP__CHUNK_MIN_BYTES,
+                      HOOP__CHUNK_MAX_BYTES, &chunk) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
+                           comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP__CHUNK_MIN_BYTES,
+                           HOOP__CHUNK_MAX_BYTES);
   comm->chunk_bytes = (size_t)chunk;
   hoop_result result = parse_algo(comm, hoop__env_get("HOOP_ALGO"));
   if (result != HOOP_OK)

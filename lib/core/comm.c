@@ -21,7 +21,7 @@
 #include "transport/transport.h"
 #include "util/netaddr.h"
 
-#define HOOP_DEFAULT_TIMEOUT_S 300.0
+#define HOOP__DEFAULT_TIMEOUT_S 300.0
 
 /* ---- errors, clocks, scratch --------------------------------------------------------------- */
 
@@ -29,7 +29,7 @@ static hoop_result record(hoop_comm *comm, hoop_result code, const char *fmt, va
   if (!comm)
     return code;
   vsnprintf(comm->last_error, sizeof comm->last_error, fmt, ap);
-  HOOP_INFO(HOOP_SUBSYS_ALL, "%s: %s", hoop_strerror(code), comm->last_error);
+  HOOP__INFO(HOOP_SUBSYS_ALL, "%s: %s", hoop_strerror(code), comm->last_error);
   return code;
 }
 
@@ -51,7 +51,7 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
       va_start(ap, fmt);
       vsnprintf(echo, sizeof echo, fmt, ap);
       va_end(ap);
-      HOOP_TRACE(HOOP_SUBSYS_ALL, "after the failure: %s", echo);
+      HOOP__TRACE(HOOP_SUBSYS_ALL, "after the failure: %s", echo);
     }
     return code;
   }
@@ -68,7 +68,7 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
         comm->fail_origin = comm->rank;
       memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
     }
-    HOOP_WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
+    HOOP__WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
     if (comm->transport)
       comm->transport->shutdown(comm);
   }
@@ -140,7 +140,7 @@ static void config_defaults(hoop_config *config) {
   config->job = "default";
   config->size = 0;
   config->rank = -1;
-  config->timeout_s = HOOP_DEFAULT_TIMEOUT_S;
+  config->timeout_s = HOOP__DEFAULT_TIMEOUT_S;
   config->transport = "auto";
   config->tcp_streams = 2;
 }
@@ -180,9 +180,9 @@ static hoop_result config_as_built(hoop_comm *comm, const hoop_config *given, ho
 }
 
 static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
-  if (config->size < 1 || config->size > HOOP_WIRE_MAX_RANKS)
+  if (config->size < 1 || config->size > HOOP__WIRE_MAX_RANKS)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: size %d is not in 1..%d",
-                           config->size, HOOP_WIRE_MAX_RANKS);
+                           config->size, HOOP__WIRE_MAX_RANKS);
   if (config->rank < -1 || config->rank >= config->size)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: rank %d is not -1 (any) or in 0..%d", config->rank,
@@ -192,14 +192,14 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
                            "hoop_init: no rendezvous address (set HOOP_RENDEZVOUS=host:port, or "
                            "start the job with hooprun)");
   const char *job = config->job ? config->job : "default";
-  if (!job[0] || strlen(job) > HOOP_WIRE_MAX_JOB)
+  if (!job[0] || strlen(job) > HOOP__WIRE_MAX_JOB)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: job id must have 1 to %d bytes",
-                           HOOP_WIRE_MAX_JOB);
+                           HOOP__WIRE_MAX_JOB);
   if (!(config->timeout_s > 0))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: timeout must be positive");
-  if (config->tcp_streams < 1 || config->tcp_streams > HOOP_MAX_STREAMS)
+  if (config->tcp_streams < 1 || config->tcp_streams > HOOP__MAX_STREAMS)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: tcp_streams %d is not in 1..%d",
-                           config->tcp_streams, HOOP_MAX_STREAMS);
+                           config->tcp_streams, HOOP__MAX_STREAMS);
   hoop_result result = hoop__transport_check(
       comm, config->transport && config->transport[0] ? config->transport : "auto");
   if (result != HOOP_OK)
@@ -208,18 +208,18 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: both a token and a token file were given (HOOP_TOKEN and "
                            "HOOP_TOKEN_FILE): set one");
-  if (config->token && strlen(config->token) > HOOP_MAX_TOKEN)
+  if (config->token && strlen(config->token) > HOOP__MAX_TOKEN)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: the token is longer than %d "
                            "bytes",
-                           HOOP_MAX_TOKEN);
+                           HOOP__MAX_TOKEN);
   if (config->rendezvous && strlen(config->rendezvous) >= sizeof comm->rendezvous)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: rendezvous address too long");
   if (config->ifname && strlen(config->ifname) >= sizeof comm->ifname)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: interface list too long");
-  if (config->hostname && (!config->hostname[0] || strlen(config->hostname) > HOOP_WIRE_MAX_HOST))
+  if (config->hostname && (!config->hostname[0] || strlen(config->hostname) > HOOP__WIRE_MAX_HOST))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_init: host name must have 1 to %d bytes", HOOP_WIRE_MAX_HOST);
+                           "hoop_init: host name must have 1 to %d bytes", HOOP__WIRE_MAX_HOST);
   return HOOP_OK;
 }
 
@@ -261,13 +261,13 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
                            "limit (ulimit -Hn) or meet at a hoopd",
                            comm->size, want, files, hard);
   if (files < want)
-    HOOP_WARN(HOOP_SUBSYS_RDZV,
-              "hosting the rendezvous for %d ranks: the open-file limit is %ld (its hard limit "
-              "%ld), under the %ld wanted; ranks may be refused (raise it: ulimit -Hn)",
-              comm->size, files, hard, want);
+    HOOP__WARN(HOOP_SUBSYS_RDZV,
+               "hosting the rendezvous for %d ranks: the open-file limit is %ld (its hard limit "
+               "%ld), under the %ld wanted; ranks may be refused (raise it: ulimit -Hn)",
+               comm->size, files, hard, want);
   hoop__rdzv_options options = {0};
   options.listen = listen;
-  if (want > HOOP_RDZV_MAX_CONNECTIONS)
+  if (want > HOOP__RDZV_MAX_CONNECTIONS)
     options.max_connections = (int)want;
   options.once = 1;
   options.token = comm->token[0] ? comm->token : NULL;
@@ -275,7 +275,7 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
   if (hoop__rdzv_thread_start(&options, &comm->server, err, sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: hosting the rendezvous on %s: %s",
                            comm->rendezvous, err);
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job, listen);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job, listen);
   return HOOP_OK;
 }
 
@@ -283,19 +283,19 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
  * that someone who reads the (unencrypted) rank table on its way still cannot connect to a rank. */
 static void derive_data_nonce(hoop_comm *comm) {
   if (!comm->token[0]) {
-    memcpy(comm->data_nonce, comm->table.nonce, HOOP_WIRE_NONCE);
+    memcpy(comm->data_nonce, comm->table.nonce, HOOP__WIRE_NONCE);
     return;
   }
-  uint8_t proof[HOOP_AUTH_PROOF];
-  hoop__auth_proof(comm->token, strlen(comm->token), HOOP_AUTH_DATA, comm->table.nonce,
-                   HOOP_WIRE_NONCE, NULL, 0, proof);
-  memcpy(comm->data_nonce, proof, HOOP_WIRE_NONCE);
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__auth_proof(comm->token, strlen(comm->token), HOOP__AUTH_DATA, comm->table.nonce,
+                   HOOP__WIRE_NONCE, NULL, 0, proof);
+  memcpy(comm->data_nonce, proof, HOOP__WIRE_NONCE);
 }
 
 /* The token from the config or its file, into comm->token (check_config has refused both, and a
  * token too long, with the config's own words). */
 static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
-  char err[HOOP_WIRE_MAX_HOST + 256];
+  char err[HOOP__WIRE_MAX_HOST + 256];
   if (hoop__auth_load_token(config->token, config->token_file, comm->token, sizeof comm->token, err,
                             sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_AUTH, "hoop_init: %s", err);
@@ -305,7 +305,7 @@ static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
 static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   struct sockaddr_storage server;
   socklen_t server_len;
-  char host[HOOP_WIRE_MAX_HOST + 1];
+  char host[HOOP__WIRE_MAX_HOST + 1];
   int port;
   hoop_result result = resolve_server(comm, &server, &server_len, host, sizeof host, &port);
   if (result != HOOP_OK)
@@ -361,12 +361,12 @@ static hoop_result connect_ring(hoop_comm *comm) {
 static void log_effective_config(const hoop_comm *comm) {
   if (comm->rank != 0 || !hoop__log_enabled(HOOP_LOG_INFO, HOOP_SUBSYS_ENV))
     return;
-  HOOP_INFO(HOOP_SUBSYS_ENV,
-            "effective configuration: job=%s size=%d rendezvous=%s transport=%s timeout=%.1fs "
-            "tcp_streams=%d ifname=%s",
-            comm->job, comm->size, comm->rendezvous[0] ? comm->rendezvous : "(none)",
-            comm->transport ? comm->transport->name : "(none)", comm->timeout_s, comm->tcp_streams,
-            comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
+  HOOP__INFO(HOOP_SUBSYS_ENV,
+             "effective configuration: job=%s size=%d rendezvous=%s transport=%s timeout=%.1fs "
+             "tcp_streams=%d ifname=%s",
+             comm->job, comm->size, comm->rendezvous[0] ? comm->rendezvous : "(none)",
+             comm->transport ? comm->transport->name : "(none)", comm->timeout_s, comm->tcp_streams,
+             comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
 }
 
 /* A new communicator with no job yet: enough for hoop_last_error and hoop_finalize. */

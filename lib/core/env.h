@@ -1,7 +1,7 @@
 /* env.h - every HOOP_ environment variable, declared once in lib/core/env.c with its default and
  * help, so that hoop-env(7), --help output and the effective-configuration log line agree. */
-#ifndef HOOP_ENV_H
-#define HOOP_ENV_H
+#ifndef HOOP__ENV_H
+#define HOOP__ENV_H
 
 typedef struct hoop__env_var {
   const char *name;
@@ -26,4 +26,4 @@ int hoop__parse_double(const char *text, double min, double max, double *out);
 /* "none|error|warn|info|trace" -> 0..4, or -1. */
 int hoop__log_parse_level(const char *text);
 
-#endif /* HOOP_ENV_H */
+#endif /* HOOP__ENV_H */

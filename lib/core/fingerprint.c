@@ -56,7 +56,7 @@ hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, con
   char mine[160], other[160];
   fingerprint_describe(ours, mine, sizeof mine);
   fingerprint_describe(theirs, other, sizeof other);
-  if (memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0)
+  if (memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0)
     return hoop__fail(comm, HOOP_ERR_MISMATCH, "%s on rank %d does not match %s on rank %d", mine,
                       comm->rank, other, peer);
   return hoop__fail(comm, HOOP_ERR_MISMATCH,
@@ -66,7 +66,7 @@ hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, con
 }
 
 hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, const uint8_t *theirs) {
-  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
+  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   /* A later call's message is the peer running ahead, which is fine. */
   if (!comm->check_calls || !comm->call || memcmp(theirs, unchecked, sizeof unchecked) == 0 ||
       hoop__get_be64(theirs) > comm->seq ||

@@ -1,7 +1,7 @@
-/* fingerprint.h - a call's fingerprint (HOOP_FINGERPRINT_BYTES in internal.h): written at the start
- * of every collective, carried opaquely by the transports, compared on arrival. */
-#ifndef HOOP_FINGERPRINT_H
-#define HOOP_FINGERPRINT_H
+/* fingerprint.h - a call's fingerprint (HOOP__FINGERPRINT_BYTES in internal.h): written at the
+ * start of every collective, carried opaquely by the transports, compared on arrival. */
+#ifndef HOOP__FINGERPRINT_H
+#define HOOP__FINGERPRINT_H
 
 #include "core/internal.h"
 
@@ -12,4 +12,4 @@ void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, h
 /* The count a fingerprint carries. */
 size_t hoop__fingerprint_count(const uint8_t *fp);
 
-#endif /* HOOP_FINGERPRINT_H */
+#endif /* HOOP__FINGERPRINT_H */

@@ -1,7 +1,7 @@
 /* flight.h - the flight recorder: a ring of this process's last collective calls, dumped to stderr
  * on SIGUSR1 (installed only where SIGUSR1 still has its default action). */
-#ifndef HOOP_FLIGHT_H
-#define HOOP_FLIGHT_H
+#ifndef HOOP__FLIGHT_H
+#define HOOP__FLIGHT_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -14,4 +14,4 @@ void hoop__flight_install(void);
 long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes);
 void hoop__flight_end(long slot, hoop_result result);
 
-#endif /* HOOP_FLIGHT_H */
+#endif /* HOOP__FLIGHT_H */

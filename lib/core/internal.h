@@ -1,7 +1,7 @@
 /* internal.h - the communicator's private state and the helpers every part of libhoop shares:
  * error recording, deadlines and argument checks. Nothing here is installed. */
-#ifndef HOOP_INTERNAL_H
-#define HOOP_INTERNAL_H
+#ifndef HOOP__INTERNAL_H
+#define HOOP__INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,7 +15,7 @@
 
 /* A call's fingerprint {seq, collective, count, dtype, op, root}, encoded in network order. The
  * transport carries it as opaque bytes with each message and compares it on arrival. */
-#define HOOP_FINGERPRINT_BYTES 24
+#define HOOP__FINGERPRINT_BYTES 24
 
 /* The collectives, as the dispatcher (coll/dispatch.c) and the tuning table (coll/tune.c) know
  * them. */
@@ -32,14 +32,14 @@ struct hoop__rdzv_thread;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
-  char job[HOOP_WIRE_MAX_JOB + 1];
-  char rendezvous[HOOP_WIRE_MAX_HOST + 8];
+  char job[HOOP__WIRE_MAX_JOB + 1];
+  char rendezvous[HOOP__WIRE_MAX_HOST + 8];
   double timeout_s;
   int tcp_streams;
   char ifname[256];
-  hoop__table table;                   /* rank -> host, address, local rank */
-  char token[HOOP_MAX_TOKEN + 1];      /* the shared secret, "" for none; wiped at finalize */
-  uint8_t data_nonce[HOOP_WIRE_NONCE]; /* what data connections present: the table's nonce, or
+  hoop__table table;                    /* rank -> host, address, local rank */
+  char token[HOOP__MAX_TOKEN + 1];      /* the shared secret, "" for none; wiped at finalize */
+  uint8_t data_nonce[HOOP__WIRE_NONCE]; /* what data connections present: the table's nonce, or
                                           with a token a proof derived from it and the token */
 
   const struct hoop__transport_ops *transport;
@@ -56,13 +56,13 @@ struct hoop_comm {
   int rdzv_goodbye;      /* ABORT or BYE sent: the server expects nothing more */
   double rdzv_looked_at; /* when a call last read the connection (hoop__now) */
   size_t rdzv_inlen;
-  uint8_t rdzv_in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_NOTICE_PAYLOAD];
+  uint8_t rdzv_in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_NOTICE_PAYLOAD];
 
-  uint64_t seq;                                /* collective calls made, for error messages */
-  const char *call;                            /* the collective running now, for error messages */
-  uint8_t fingerprint[HOOP_FINGERPRINT_BYTES]; /* the running call's, see hoop__coll_begin */
-  int check_calls;                             /* HOOP_CHECK_CALLS: send and compare fingerprints */
-  double stall_warn_s;                         /* HOOP_STALL_WARN */
+  uint64_t seq;                                 /* collective calls made, for error messages */
+  const char *call;                             /* the collective running now, for error messages */
+  uint8_t fingerprint[HOOP__FINGERPRINT_BYTES]; /* the running call's, see coll/dispatch.c */
+  int check_calls;     /* HOOP_CHECK_CALLS: send and compare fingerprints */
+  double stall_warn_s; /* HOOP_STALL_WARN */
   double call_started; /* when the running call began, for the stall warning */
   int stall_warned;    /* the running call has logged its stall warning */
   long flight_slot;    /* the running call's entry in the flight recorder */
@@ -152,4 +152,4 @@ void *hoop__scratch(hoop_comm *comm, size_t bytes);
  * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */
 int hoop__host_oversubscribed(const hoop_comm *comm);
 
-#endif /* HOOP_INTERNAL_H */
+#endif /* HOOP__INTERNAL_H */

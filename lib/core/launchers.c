@@ -124,8 +124,8 @@ static hoop_result launcher_rendezvous(hoop_comm *comm, hoop__launcher_env *foun
              addr, port + 1);
   } else if (found->launcher->kind == LAUNCHER_OPEN_MPI &&
              foreign_env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
-             foreign_int(comm, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, HOOP_WIRE_MAX_RANKS, &local_size) ==
-                 HOOP_OK &&
+             foreign_int(comm, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, HOOP__WIRE_MAX_RANKS,
+                         &local_size) == HOOP_OK &&
              local_size == found->size) {
     snprintf(found->rendezvous, sizeof found->rendezvous, "127.0.0.1:%d",
              loopback_port(found->job));
@@ -157,7 +157,7 @@ static hoop_result config_from_launcher(hoop_comm *comm, hoop_config *config,
   found->launcher = launcher;
   found->local_rank = -1;
   hoop_result result;
-  if ((result = foreign_int(comm, launcher->size, 1, HOOP_WIRE_MAX_RANKS, &found->size)) !=
+  if ((result = foreign_int(comm, launcher->size, 1, HOOP__WIRE_MAX_RANKS, &found->size)) !=
           HOOP_OK ||
       (result = foreign_int(comm, launcher->rank, 0, found->size - 1, &found->rank)) != HOOP_OK ||
       (foreign_env(launcher->local_rank) &&
@@ -171,12 +171,12 @@ static hoop_result config_from_launcher(hoop_comm *comm, hoop_config *config,
     config->job = found->job;
   if ((result = launcher_rendezvous(comm, found, config)) != HOOP_OK)
     return result;
-  HOOP_INFO(HOOP_SUBSYS_ENV,
-            "HOOP_SIZE is not set: using %s's variables: rank %d of %d, local rank %d, job '%s', "
-            "rendezvous %s%s",
-            launcher->name, found->rank, found->size, found->local_rank, config->job,
-            config->rendezvous[0] ? config->rendezvous : "(none)",
-            config->serve_rendezvous ? " (hosted by this rank)" : "");
+  HOOP__INFO(HOOP_SUBSYS_ENV,
+             "HOOP_SIZE is not set: using %s's variables: rank %d of %d, local rank %d, job '%s', "
+             "rendezvous %s%s",
+             launcher->name, found->rank, found->size, found->local_rank, config->job,
+             config->rendezvous[0] ? config->rendezvous : "(none)",
+             config->serve_rendezvous ? " (hosted by this rank)" : "");
   return HOOP_OK;
 }
 
@@ -193,10 +193,11 @@ hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__la
   /* Without a launcher's variables a program runs as a job of one rank, as MPI singletons do. */
   config->size = 1;
   hoop_result result;
-  if ((result = env_int(comm, "HOOP_SIZE", 1, HOOP_WIRE_MAX_RANKS, &config->size)) != HOOP_OK ||
-      (result = env_int(comm, "HOOP_RANK", 0, HOOP_WIRE_MAX_RANKS - 1, &config->rank)) != HOOP_OK ||
+  if ((result = env_int(comm, "HOOP_SIZE", 1, HOOP__WIRE_MAX_RANKS, &config->size)) != HOOP_OK ||
+      (result = env_int(comm, "HOOP_RANK", 0, HOOP__WIRE_MAX_RANKS - 1, &config->rank)) !=
+          HOOP_OK ||
       (result = env_int(comm, "HOOP_RDZV_SERVE", 0, 1, &config->serve_rendezvous)) != HOOP_OK ||
-      (result = env_int(comm, "HOOP_TCP_STREAMS", 1, HOOP_MAX_STREAMS, &config->tcp_streams)) !=
+      (result = env_int(comm, "HOOP_TCP_STREAMS", 1, HOOP__MAX_STREAMS, &config->tcp_streams)) !=
           HOOP_OK)
     return result;
   const char *timeout = hoop__env_get("HOOP_TIMEOUT");
@@ -211,9 +212,9 @@ hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__la
 /* The table's local rank is the one hoop_local_rank returns. */
 void hoop__launcher_check_local_rank(const hoop_comm *comm, const hoop__launcher_env *found) {
   if (found->launcher && found->local_rank >= 0 && found->local_rank != comm->local_rank)
-    HOOP_WARN(HOOP_SUBSYS_ENV,
-              "%s says local rank %d (%s), the rendezvous says %d of %d on this host name; "
-              "hoop_local_rank() returns the latter (HOOP_HOSTNAME sets the name)",
-              found->launcher->name, found->local_rank, found->launcher->local_rank,
-              comm->local_rank, comm->local_size);
+    HOOP__WARN(HOOP_SUBSYS_ENV,
+               "%s says local rank %d (%s), the rendezvous says %d of %d on this host name; "
+               "hoop_local_rank() returns the latter (HOOP_HOSTNAME sets the name)",
+               found->launcher->name, found->local_rank, found->launcher->local_rank,
+               comm->local_rank, comm->local_size);
 }

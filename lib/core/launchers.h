@@ -1,7 +1,7 @@
 /* launchers.h - a configuration from the environment: hoop's own HOOP_ variables, or, where
  * HOOP_SIZE is not set, those of a launcher that does not know hoop (torchrun, Open MPI, Slurm). */
-#ifndef HOOP_LAUNCHERS_H
-#define HOOP_LAUNCHERS_H
+#ifndef HOOP__LAUNCHERS_H
+#define HOOP__LAUNCHERS_H
 
 #include "core/internal.h"
 
@@ -11,8 +11,8 @@ struct hoop__launcher;
 typedef struct hoop__launcher_env {
   const struct hoop__launcher *launcher; /* NULL: none found */
   int rank, size, local_rank;            /* local_rank -1 when the launcher gave none */
-  char rendezvous[HOOP_WIRE_MAX_HOST + 16];
-  char job[HOOP_WIRE_MAX_JOB + 1];
+  char rendezvous[HOOP__WIRE_MAX_HOST + 16];
+  char job[HOOP__WIRE_MAX_JOB + 1];
 } hoop__launcher_env;
 
 /* Fill config from HOOP_ variables, or from the first launcher whose variables are set (found
@@ -24,4 +24,4 @@ hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__la
  * group the ranks differently from the launcher (HOOP_HOSTNAME sets the name). */
 void hoop__launcher_check_local_rank(const hoop_comm *comm, const hoop__launcher_env *found);
 
-#endif /* HOOP_LAUNCHERS_H */
+#endif /* HOOP__LAUNCHERS_H */

@@ -3,8 +3,8 @@
  * Library code logs only through these calls, so that nothing is printed unless asked for.
  * Tools (hoopd, hooprun) set their own level with hoop__log_set.
  */
-#ifndef HOOP_LOG_H
-#define HOOP_LOG_H
+#ifndef HOOP__LOG_H
+#define HOOP__LOG_H
 
 typedef enum hoop__log_level {
   HOOP_LOG_NONE = 0,
@@ -37,9 +37,9 @@ int hoop__log_enabled(hoop__log_level level, unsigned subsys);
 
 void hoop__log(hoop__log_level level, unsigned subsys, const char *fmt, ...) HOOP__PRINTF(3, 4);
 
-#define HOOP_ERROR(subsys, ...) hoop__log(HOOP_LOG_ERROR, subsys, __VA_ARGS__)
-#define HOOP_WARN(subsys, ...) hoop__log(HOOP_LOG_WARN, subsys, __VA_ARGS__)
-#define HOOP_INFO(subsys, ...) hoop__log(HOOP_LOG_INFO, subsys, __VA_ARGS__)
-#define HOOP_TRACE(subsys, ...) hoop__log(HOOP_LOG_TRACE, subsys, __VA_ARGS__)
+#define HOOP__ERROR(subsys, ...) hoop__log(HOOP_LOG_ERROR, subsys, __VA_ARGS__)
+#define HOOP__WARN(subsys, ...) hoop__log(HOOP_LOG_WARN, subsys, __VA_ARGS__)
+#define HOOP__INFO(subsys, ...) hoop__log(HOOP_LOG_INFO, subsys, __VA_ARGS__)
+#define HOOP__TRACE(subsys, ...) hoop__log(HOOP_LOG_TRACE, subsys, __VA_ARGS__)
 
-#endif /* HOOP_LOG_H */
+#endif /* HOOP__LOG_H */

@@ -9,8 +9,8 @@
  * depending on which operand it is, so where a NaN enters the ring decides whether the result
  * holds it. Sum and prod propagate NaN as IEEE arithmetic does.
  */
-#ifndef HOOP_REDUCE_H
-#define HOOP_REDUCE_H
+#ifndef HOOP__REDUCE_H
+#define HOOP__REDUCE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,4 +34,4 @@ uint16_t hoop__float_to_half(float f);
 float hoop__bf16_to_float(uint16_t b);
 uint16_t hoop__float_to_bf16(float f);
 
-#endif /* HOOP_REDUCE_H */
+#endif /* HOOP__REDUCE_H */

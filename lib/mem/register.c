@@ -82,8 +82,8 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
                                         .transport_mem = transport_mem};
   comm->reg_count++;
   *handle = comm->regs[at].handle;
-  HOOP_TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
-             (unsigned long long)*handle);
+  HOOP__TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
+              (unsigned long long)*handle);
 out:
   pthread_mutex_unlock(&comm->call_lock);
   return result;

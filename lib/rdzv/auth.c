@@ -23,7 +23,7 @@ int hoop__auth_random(void *buf, size_t len) {
 }
 
 void hoop__auth_proof(const char *token, size_t token_len, const char *purpose, const uint8_t *a,
-                      size_t a_len, const uint8_t *b, size_t b_len, uint8_t out[HOOP_AUTH_PROOF]) {
+                      size_t a_len, const uint8_t *b, size_t b_len, uint8_t out[HOOP__AUTH_PROOF]) {
   crypto_auth_hmacsha256_state state;
   crypto_auth_hmacsha256_init(&state, (const unsigned char *)token, token_len);
   crypto_auth_hmacsha256_update(&state, (const unsigned char *)purpose, strlen(purpose) + 1);
@@ -40,7 +40,7 @@ int hoop__auth_equal(const uint8_t *a, const uint8_t *b, size_t len) {
 }
 
 int hoop__auth_hello_proof(const char *token, const uint8_t *challenge, const hoop__hello *hello,
-                           uint8_t out[HOOP_AUTH_PROOF]) {
+                           uint8_t out[HOOP__AUTH_PROOF]) {
   hoop__hello bare = *hello;
   bare.proof_len = 0;
   hoop__wbuf wb = {0};
@@ -48,9 +48,9 @@ int hoop__auth_hello_proof(const char *token, const uint8_t *challenge, const ho
     hoop__wbuf_free(&wb);
     return -1;
   }
-  hoop__auth_proof(token, strlen(token), HOOP_AUTH_JOIN, challenge, HOOP_WIRE_CHALLENGE,
-                   (const uint8_t *)wb.data + HOOP_WIRE_HEADER_SIZE, wb.len - HOOP_WIRE_HEADER_SIZE,
-                   out);
+  hoop__auth_proof(token, strlen(token), HOOP__AUTH_JOIN, challenge, HOOP__WIRE_CHALLENGE,
+                   (const uint8_t *)wb.data + HOOP__WIRE_HEADER_SIZE,
+                   wb.len - HOOP__WIRE_HEADER_SIZE, out);
   hoop__wbuf_free(&wb);
   return 0;
 }
@@ -71,8 +71,8 @@ int hoop__auth_load_token(const char *token, const char *file, char *out, size_t
     return hoop__auth_read_token(file, out, cap, err, errlen);
   if (has_token) {
     size_t len = strlen(token);
-    if (len > HOOP_MAX_TOKEN || len >= cap) {
-      snprintf(err, errlen, "HOOP_TOKEN is longer than %d bytes", HOOP_MAX_TOKEN);
+    if (len > HOOP__MAX_TOKEN || len >= cap) {
+      snprintf(err, errlen, "HOOP_TOKEN is longer than %d bytes", HOOP__MAX_TOKEN);
       return -1;
     }
     memcpy(out, token, len + 1);

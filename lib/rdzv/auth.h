@@ -1,20 +1,20 @@
 /* auth.h - shared-secret authentication: HMAC-SHA256 proofs over a server's challenge, random
  * bytes, constant-time comparison and token files. The primitives are libsodium's; the token
  * itself never crosses the wire. */
-#ifndef HOOP_AUTH_H
-#define HOOP_AUTH_H
+#ifndef HOOP__AUTH_H
+#define HOOP__AUTH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define HOOP_AUTH_PROOF 32  /* bytes of a proof (an HMAC-SHA256) */
-#define HOOP_MAX_TOKEN 1024 /* bytes of a token */
+#define HOOP__AUTH_PROOF 32  /* bytes of a proof (an HMAC-SHA256) */
+#define HOOP__MAX_TOKEN 1024 /* bytes of a token */
 
 /* What a proof is for; each purpose keys the MAC differently, so that a proof made for one can
  * never be replayed as another. */
-#define HOOP_AUTH_JOIN "hoop-join"     /* a HELLO: over the challenge and the HELLO's fields */
-#define HOOP_AUTH_STATUS "hoop-status" /* a STATUS_REQ: over the challenge */
-#define HOOP_AUTH_DATA "hoop-data"     /* the data connections' handshake: over the job's nonce */
+#define HOOP__AUTH_JOIN "hoop-join"     /* a HELLO: over the challenge and the HELLO's fields */
+#define HOOP__AUTH_STATUS "hoop-status" /* a STATUS_REQ: over the challenge */
+#define HOOP__AUTH_DATA "hoop-data"     /* the data connections' handshake: over the job's nonce */
 
 /* 0 once libsodium is ready (idempotent, thread-safe), -1 if it cannot start. */
 int hoop__auth_init(void);
@@ -24,7 +24,7 @@ int hoop__auth_random(void *buf, size_t len);
 
 /* out = HMAC-SHA256 keyed by token, over purpose, its NUL, then a and b (either may be empty). */
 void hoop__auth_proof(const char *token, size_t token_len, const char *purpose, const uint8_t *a,
-                      size_t a_len, const uint8_t *b, size_t b_len, uint8_t out[HOOP_AUTH_PROOF]);
+                      size_t a_len, const uint8_t *b, size_t b_len, uint8_t out[HOOP__AUTH_PROOF]);
 
 /* 1 if the len bytes at a and b are equal, compared in constant time; 0 otherwise. */
 int hoop__auth_equal(const uint8_t *a, const uint8_t *b, size_t len);
@@ -33,7 +33,7 @@ struct hoop__hello;
 /* The proof a HELLO carries: over the challenge and the HELLO's encoding without its proof, so
  * that no field can be changed on the way. 0, or -1 when out of memory. */
 int hoop__auth_hello_proof(const char *token, const uint8_t *challenge,
-                           const struct hoop__hello *hello, uint8_t out[HOOP_AUTH_PROOF]);
+                           const struct hoop__hello *hello, uint8_t out[HOOP__AUTH_PROOF]);
 
 /* Read a token from path into out (cap bytes, NUL-terminated), without its trailing newline.
  * Refuses (-1, message in err) a missing, empty or oversized file, and one that other users may
@@ -42,8 +42,8 @@ int hoop__auth_read_token(const char *path, char *out, size_t cap, char *err, si
 
 /* The token a process proves, as hoopd, hooprun and the ranks all take it: token itself, or the
  * contents of the file named by file (NULL or "" for either: not given), into out (cap bytes, at
- * least HOOP_MAX_TOKEN + 1); "" when neither is given. -1, message in err, when both are given
- * (the caller cannot know which one the user meant), when token is longer than HOOP_MAX_TOKEN,
+ * least HOOP__MAX_TOKEN + 1); "" when neither is given. -1, message in err, when both are given
+ * (the caller cannot know which one the user meant), when token is longer than HOOP__MAX_TOKEN,
  * or when hoop__auth_read_token refuses the file. */
 int hoop__auth_load_token(const char *token, const char *file, char *out, size_t cap, char *err,
                           size_t errlen);
@@ -51,4 +51,4 @@ int hoop__auth_load_token(const char *token, const char *file, char *out, size_t
 /* Wipe a secret from memory in a way the compiler keeps. */
 void hoop__auth_wipe(void *buf, size_t len);
 
-#endif /* HOOP_AUTH_H */
+#endif /* HOOP__AUTH_H */

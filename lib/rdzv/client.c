@@ -43,7 +43,7 @@ static int connect_with_retry(const struct sockaddr *server, socklen_t len, doub
 /* Read one whole message; *payload is malloc'ed (may be NULL for an empty payload). */
 static int read_message(int fd, size_t max_payload, double deadline, hoop__wire_header *header,
                         uint8_t **payload) {
-  uint8_t head[HOOP_WIRE_HEADER_SIZE];
+  uint8_t head[HOOP__WIRE_HEADER_SIZE];
   *payload = NULL;
   if (hoop__read_full(fd, head, sizeof head, deadline) != 0)
     return -1;
@@ -88,7 +88,7 @@ static hoop_result read_challenge(int fd, double deadline, const char *token, co
   hoop__wire_header header;
   uint8_t *payload = NULL;
   hoop_result result = HOOP_OK;
-  if (read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+  if (read_message(fd, HOOP__WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
     int failure = errno; /* before snprintf, which may change it */
     snprintf(err, errlen, "rendezvous: waiting for %s to greet us: %s", where,
              failure == EPROTO ? "malformed message (is it a hoop rendezvous server of this "
@@ -104,13 +104,13 @@ static hoop_result read_challenge(int fd, double deadline, const char *token, co
     snprintf(err, errlen, "rendezvous: %s opened with a malformed or unexpected message (type %u)",
              where, header.type);
     result = HOOP_ERR_PROTOCOL;
-  } else if ((challenge->flags & HOOP_CHALLENGE_AUTH) && !token[0]) {
+  } else if ((challenge->flags & HOOP__CHALLENGE_AUTH) && !token[0]) {
     snprintf(err, errlen,
              "rendezvous server %s requires a token: set HOOP_TOKEN or "
              "HOOP_TOKEN_FILE to the one it was given (hooprun hands its ranks their job's token)",
              where);
     result = HOOP_ERR_AUTH;
-  } else if (!(challenge->flags & HOOP_CHALLENGE_AUTH) && token[0]) {
+  } else if (!(challenge->flags & HOOP__CHALLENGE_AUTH) && token[0]) {
     snprintf(err, errlen,
              "a token is set (HOOP_TOKEN or HOOP_TOKEN_FILE), but the rendezvous "
              "server %s asks for none, so it would admit anyone: not joining (give the server the "
@@ -149,7 +149,7 @@ static hoop_result take_reply(hoop_comm *comm, const hoop__wire_header *header,
     return HOOP_OK;
   }
   if (header->type == HOOP_MSG_ERROR) {
-    char err[HOOP_WIRE_MAX_MESSAGE + 256];
+    char err[HOOP__WIRE_MAX_MESSAGE + 256];
     hoop_result code = server_error(header, payload, where, err, sizeof err);
     return hoop__set_error(comm, code, "%s", err);
   }
@@ -174,17 +174,17 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: connecting to %s: %s", where,
                            strerror(errno));
   }
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "connected to %s; joining job '%s' of %u ranks", where, hello->job,
-            hello->size);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "connected to %s; joining job '%s' of %u ranks", where, hello->job,
+             hello->size);
   hoop__challenge challenge;
-  char err[HOOP_WIRE_MAX_MESSAGE + 256];
+  char err[HOOP__WIRE_MAX_MESSAGE + 256];
   hoop_result result =
       read_challenge(fd, deadline, comm->token, where, &challenge, err, sizeof err);
   hoop__hello signed_hello = *hello;
   if (result != HOOP_OK) {
     hoop__set_error(comm, result, "%s", err);
   } else if (comm->token[0]) {
-    signed_hello.proof_len = HOOP_AUTH_PROOF;
+    signed_hello.proof_len = HOOP__AUTH_PROOF;
     if (hoop__auth_hello_proof(comm->token, challenge.nonce, hello, signed_hello.proof) != 0)
       result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: out of memory");
   }
@@ -193,7 +193,7 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
   if (result == HOOP_OK) {
     hoop__wire_header header;
     uint8_t *payload = NULL;
-    if (read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+    if (read_message(fd, HOOP__WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
       if (errno == ETIMEDOUT)
         result = hoop__set_error(comm, HOOP_ERR_TIMEOUT,
                                  "rendezvous: job '%s' did not complete within %.1f s and the "
@@ -226,12 +226,12 @@ int hoop__rendezvous_fd(const hoop_comm *comm) {
 
 /* Stop using the connection; aborts then travel on the data connections alone. */
 static void drop_connection(hoop_comm *comm, const char *why) {
-  HOOP_INFO(HOOP_SUBSYS_RDZV,
-            "rendezvous connection: %s; no longer watched (notices of aborts "
-            "still come over the data connections)",
-            why);
+  HOOP__INFO(HOOP_SUBSYS_RDZV,
+             "rendezvous connection: %s; no longer watched (notices of aborts "
+             "still come over the data connections)",
+             why);
   if (close(comm->rdzv_fd) != 0)
-    HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
+    HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
   comm->rdzv_fd = -1;
   comm->rdzv_inlen = 0;
 }
@@ -260,18 +260,18 @@ static hoop_result take_notice(hoop_comm *comm, const hoop__notice *notice) {
 static hoop_result take_messages(hoop_comm *comm) {
   while (comm->rdzv_fd >= 0) {
     hoop__wire_header header;
-    int rc = hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen, HOOP_WIRE_MAX_NOTICE_PAYLOAD,
-                                      &header);
-    if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP_WIRE_HEADER_SIZE + header.length))
+    int rc = hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen,
+                                      HOOP__WIRE_MAX_NOTICE_PAYLOAD, &header);
+    if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE + header.length))
       return HOOP_OK;
     hoop__notice notice;
     if (rc < 0 || header.type != HOOP_MSG_NOTICE ||
-        hoop__wire_decode_notice(comm->rdzv_in + HOOP_WIRE_HEADER_SIZE, header.length, &notice) !=
+        hoop__wire_decode_notice(comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, header.length, &notice) !=
             0) {
       drop_connection(comm, "the server sent a malformed or unexpected message");
       return HOOP_OK;
     }
-    size_t total = HOOP_WIRE_HEADER_SIZE + header.length;
+    size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
     memmove(comm->rdzv_in, comm->rdzv_in + total, comm->rdzv_inlen - total);
     comm->rdzv_inlen -= total;
     hoop_result result = take_notice(comm, &notice);
@@ -307,13 +307,13 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
  * (logged) if it could not. */
 static int send_goodbye(hoop_comm *comm, int encoded, const hoop__wbuf *out, const char *what) {
   if (encoded != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot encode the %s for the rendezvous server", what);
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "cannot encode the %s for the rendezvous server", what);
     return -1;
   }
   if (hoop__write_full(comm->rdzv_fd, out->data, out->len, hoop__now() + RDZV_GOODBYE_WAIT_S) !=
       0) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "could not send the %s to the rendezvous server: %s", what,
-              strerror(errno));
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "could not send the %s to the rendezvous server: %s", what,
+               strerror(errno));
     return -1;
   }
   return 0;
@@ -339,7 +339,7 @@ void hoop__rendezvous_leave(hoop_comm *comm) {
     hoop__wbuf_free(&out);
   }
   if (close(comm->rdzv_fd) != 0)
-    HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
+    HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
   comm->rdzv_fd = -1;
 }
 
@@ -363,8 +363,8 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
   }
   hoop__status_req request = {0};
   if (token && token[0]) {
-    request.proof_len = HOOP_AUTH_PROOF;
-    hoop__auth_proof(token, strlen(token), HOOP_AUTH_STATUS, challenge.nonce, HOOP_WIRE_CHALLENGE,
+    request.proof_len = HOOP__AUTH_PROOF;
+    hoop__auth_proof(token, strlen(token), HOOP__AUTH_STATUS, challenge.nonce, HOOP__WIRE_CHALLENGE,
                      NULL, 0, request.proof);
   }
   result = HOOP_ERR_SYSTEM;
@@ -373,7 +373,7 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
   uint8_t *payload = NULL;
   if (hoop__wire_encode_status_req(&out, &request) != 0 ||
       hoop__write_full(fd, out.data, out.len, deadline) != 0 ||
-      read_message(fd, HOOP_WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
+      read_message(fd, HOOP__WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
     snprintf(err, errlen, "status query to %s: %s", where,
              errno == EPROTO ? "malformed reply" : strerror(errno));
   } else if (header.type == HOOP_MSG_ERROR) {

@@ -1,8 +1,8 @@
 /* client.h - the client side of the rendezvous protocol: send HELLO, wait for the rank table,
  * then keep the connection while the communicator lives: ABORT and BYE go out on it, the server's
  * NOTICEs of other ranks' aborts and losses come in. */
-#ifndef HOOP_RENDEZVOUS_H
-#define HOOP_RENDEZVOUS_H
+#ifndef HOOP__RENDEZVOUS_H
+#define HOOP__RENDEZVOUS_H
 
 #include <sys/socket.h>
 
@@ -41,4 +41,4 @@ void hoop__rendezvous_abort(hoop_comm *comm, const char *reason);
 /* At finalize: BYE (unless an ABORT went out), so that closing is no loss; then close. */
 void hoop__rendezvous_leave(hoop_comm *comm);
 
-#endif /* HOOP_RENDEZVOUS_H */
+#endif /* HOOP__RENDEZVOUS_H */

@@ -40,7 +40,7 @@ void hoop__rdzv_on_written(uv_write_t *req, int status) {
   if (status == UV_ETIMEDOUT)
     client->unanswered = 1;
   if (status < 0 && status != UV_ECANCELED && status != UV_ETIMEDOUT)
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s failed: %s", client->peer, uv_strerror(status));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "reply to %s failed: %s", client->peer, uv_strerror(status));
   int keep_open = reply->keep_open && status == 0;
   hoop__rdzv_reply_free(reply);
   server->pending_writes--;
@@ -53,11 +53,11 @@ void hoop__rdzv_on_written(uv_write_t *req, int status) {
  * -1 if it could not be sent (the client is closed then). */
 static int send_challenge(rdzv_client *client) {
   hoop__rdzv_server *server = client->server;
-  hoop__challenge challenge = {.flags = server->token[0] ? HOOP_CHALLENGE_AUTH : 0};
+  hoop__challenge challenge = {.flags = server->token[0] ? HOOP__CHALLENGE_AUTH : 0};
   rdzv_reply *reply = calloc(1, sizeof *reply);
   if (!reply || hoop__auth_random(challenge.nonce, sizeof challenge.nonce) != 0 ||
       hoop__wire_encode_challenge(&reply->message, &challenge) != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: out of memory or randomness", client->peer);
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: out of memory or randomness", client->peer);
   } else {
     memcpy(client->challenge, challenge.nonce, sizeof client->challenge);
     reply->client = client;
@@ -68,7 +68,7 @@ static int send_challenge(rdzv_client *client) {
       server->pending_writes++;
       return 0;
     }
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: %s", client->peer, uv_strerror(rc));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "cannot greet %s: %s", client->peer, uv_strerror(rc));
   }
   if (reply)
     hoop__rdzv_reply_free(reply);
@@ -98,7 +98,7 @@ void hoop__rdzv_client_send(rdzv_client *client, rdzv_reply *reply) {
   }
   int rc = uv_write(&reply->req, (uv_stream_t *)&client->tcp, bufs, nbufs, hoop__rdzv_on_written);
   if (rc != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "reply to %s: %s", client->peer, uv_strerror(rc));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "reply to %s: %s", client->peer, uv_strerror(rc));
     hoop__rdzv_reply_free(reply);
     hoop__rdzv_client_close(client);
     return;
@@ -116,7 +116,7 @@ void hoop__rdzv_send_error(rdzv_client *client, hoop_result code, const char *fm
   va_end(ap);
   rdzv_reply *reply = calloc(1, sizeof *reply);
   if (!reply || hoop__wire_encode_error(&reply->message, &error) != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "out of memory replying to %s", client->peer);
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "out of memory replying to %s", client->peer);
     if (reply)
       hoop__rdzv_reply_free(reply);
     hoop__rdzv_client_close(client);
@@ -140,7 +140,7 @@ void hoop__rdzv_client_close(rdzv_client *client) {
     return;
   client->closing = 1;
   hoop__rdzv_server *server = client->server;
-  HOOP_TRACE(HOOP_SUBSYS_RDZV, "closing the connection from %s", client->peer);
+  HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the connection from %s", client->peer);
   if (client->job && client->job->running)
     hoop__rdzv_job_member_left(client->job, client);
   else if (client->job)
@@ -161,11 +161,11 @@ void hoop__rdzv_on_client_timer(uv_timer_t *timer) {
   char seconds[32];
   hoop__rdzv_format_seconds(client->server->idle_ms, seconds, sizeof seconds);
   if (client->replying)
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "closing %s: its reply was not taken within %s s", client->peer,
-              seconds);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "closing %s: its reply was not taken within %s s", client->peer,
+               seconds);
   else
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "closing %s: no complete request within %s s", client->peer,
-              seconds);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "closing %s: no complete request within %s s", client->peer,
+               seconds);
   hoop__rdzv_client_close(client);
 }
 
@@ -185,7 +185,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     if (nread == UV_ETIMEDOUT)
       client->unanswered = 1;
     if (nread != UV_EOF && nread != UV_ETIMEDOUT)
-      HOOP_WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror((int)nread));
+      HOOP__WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror((int)nread));
     hoop__rdzv_client_close(client); /* a member leaves its job here */
     return;
   }
@@ -217,7 +217,7 @@ void hoop__rdzv_keep_alive(rdzv_client *client, int seconds) {
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &every, sizeof every) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms) != 0)
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "keepalive for %s: %s", client->peer, strerror(errno));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "keepalive for %s: %s", client->peer, strerror(errno));
 }
 
 /* Set up a client for the connection waiting on the listener; NULL if that failed. */
@@ -226,7 +226,7 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
   /* Left unaccepted, the connection stays queued and libuv stops watching the listener until a
    * later accept: nothing better is possible without memory. */
   if (!client || uv_tcp_init(server->loop, &client->tcp) != 0) {
-    HOOP_ERROR(HOOP_SUBSYS_RDZV, "out of memory accepting a connection on %s", server->where);
+    HOOP__ERROR(HOOP_SUBSYS_RDZV, "out of memory accepting a connection on %s", server->where);
     free(client);
     return NULL;
   }
@@ -247,7 +247,8 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
   if (rc == 0)
     rc = uv_tcp_getpeername(&client->tcp, (struct sockaddr *)&addr, &addrlen);
   if (rc != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "accepting a connection on %s: %s", server->where, uv_strerror(rc));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "accepting a connection on %s: %s", server->where,
+               uv_strerror(rc));
     hoop__rdzv_client_close(client);
     return NULL;
   }
@@ -259,19 +260,19 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
 void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
   hoop__rdzv_server *server = listener->data;
   if (status < 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "incoming connection on %s: %s", server->where,
-              uv_strerror(status));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "incoming connection on %s: %s", server->where,
+               uv_strerror(status));
     return;
   }
   int busy = server->nclients >= server->max_connections;
   rdzv_client *client = client_accept(server);
   if (!client)
     return;
-  HOOP_TRACE(HOOP_SUBSYS_RDZV, "connection from %s", client->peer);
+  HOOP__TRACE(HOOP_SUBSYS_RDZV, "connection from %s", client->peer);
   uv_timer_start(&client->timer, hoop__rdzv_on_client_timer, server->idle_ms, 0);
   if (busy) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "refused %s: %d connections open, the limit", client->peer,
-              server->max_connections);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: %d connections open, the limit", client->peer,
+               server->max_connections);
     hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM,
                           "the rendezvous server has %d connections open (its limit); "
                           "try again later",
@@ -282,7 +283,7 @@ void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
     return;
   int rc = uv_read_start((uv_stream_t *)&client->tcp, on_alloc, on_read);
   if (rc != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror(rc));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror(rc));
     hoop__rdzv_client_close(client);
   }
 }

@@ -188,8 +188,8 @@ rdzv_job *hoop__rdzv_job_create(hoop__rdzv_server *server, const hoop__hello *he
   uv_timer_start(&job->timer, on_job_timer, job->timeout_ms, 0);
   char seconds[32];
   hoop__rdzv_format_seconds(job->timeout_ms, seconds, sizeof seconds);
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' created: %u ranks, timeout %s s", job->id, job->size,
-            seconds);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s' created: %u ranks, timeout %s s", job->id, job->size,
+             seconds);
   return job;
 }
 
@@ -230,12 +230,12 @@ void hoop__rdzv_job_remove_member(rdzv_job *job, rdzv_client *client) {
   }
   if (job->server->closing)
     return;
-  HOOP_INFO(HOOP_SUBSYS_RDZV,
-            "job '%s': a rank on host '%s' (%s) left before the job completed; "
-            "%u of %u joined",
-            job->id, client->hello.host, client->peer, job->joined, job->size);
+  HOOP__INFO(HOOP_SUBSYS_RDZV,
+             "job '%s': a rank on host '%s' (%s) left before the job completed; "
+             "%u of %u joined",
+             job->id, client->hello.host, client->peer, job->joined, job->size);
   if (job->joined == 0) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' forgotten: no rank waits for it any more", job->id);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s' forgotten: no rank waits for it any more", job->id);
     hoop__rdzv_job_forget(job);
   }
 }
@@ -293,7 +293,7 @@ static void describe_hosts(const rdzv_job *job, hoop__buf *t) {
 static void on_job_timer(uv_timer_t *timer) {
   rdzv_job *job = timer->data;
   hoop__rdzv_server *server = job->server;
-  char message[HOOP_WIRE_MAX_MESSAGE + 1], seconds[32];
+  char message[HOOP__WIRE_MAX_MESSAGE + 1], seconds[32];
   hoop__buf t = {0};
   hoop__rdzv_format_seconds(job->timeout_ms, seconds, sizeof seconds);
   hoop__buf_printf(&t, "rendezvous for job '%s' timed out after %s s: %u of %u ranks joined",
@@ -305,7 +305,7 @@ static void on_job_timer(uv_timer_t *timer) {
   /* Cut to what a message carries; out of memory, the part that fitted. */
   snprintf(message, sizeof message, "%s", t.data ? t.data : "rendezvous timed out");
   hoop__buf_free(&t);
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "%s", message);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "%s", message);
   uint32_t count;
   rdzv_client **members = hoop__rdzv_job_take_members(job, &count);
   for (uint32_t i = 0; i < count; i++)

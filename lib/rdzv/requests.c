@@ -26,8 +26,8 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
   hoop__rdzv_server *server = client->server;
   rdzv_job *job = hoop__rdzv_job_find(server, hello->job);
   if (!job && server->njobs >= server->max_jobs) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' would exceed the limit of %d jobs",
-              client->peer, hello->job, server->max_jobs);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' would exceed the limit of %d jobs",
+               client->peer, hello->job, server->max_jobs);
     hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM,
                           "the rendezvous server already has %d jobs waiting (its limit); "
                           "job '%s' refused",
@@ -40,8 +40,8 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
     return NULL;
   }
   if (hello->size != job->size) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' has %u ranks, the HELLO says %u",
-              client->peer, job->id, job->size, hello->size);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' has %u ranks, the HELLO says %u",
+               client->peer, job->id, job->size, hello->size);
     hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
                           "job '%s' has %u ranks, but this rank says it has %u "
                           "(is the job size the same on every rank?)",
@@ -49,8 +49,8 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
     return NULL;
   }
   if (hello->rank >= 0 && hoop__rdzv_bit_test(job->taken, (uint32_t)hello->rank)) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "refused %s: rank %d of job '%s' is already taken", client->peer,
-              hello->rank, job->id);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: rank %d of job '%s' is already taken", client->peer,
+               hello->rank, job->id);
     hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
                           "rank %d of job '%s' is already taken by another rank "
                           "(are two ranks started with the same rank number?)",
@@ -67,23 +67,23 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t
   hoop__rdzv_server *server = client->server;
   if (!server->token[0])
     return 1;
-  uint8_t expected[HOOP_AUTH_PROOF];
+  uint8_t expected[HOOP__AUTH_PROOF];
   if (hello) {
     if (hoop__auth_hello_proof(server->token, client->challenge, hello, expected) != 0) {
       hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM, "rendezvous server: out of memory");
       return 0;
     }
   } else {
-    hoop__auth_proof(server->token, strlen(server->token), HOOP_AUTH_STATUS, client->challenge,
+    hoop__auth_proof(server->token, strlen(server->token), HOOP__AUTH_STATUS, client->challenge,
                      sizeof client->challenge, NULL, 0, expected);
   }
-  if (len == HOOP_AUTH_PROOF && hoop__auth_equal(proof, expected, HOOP_AUTH_PROOF))
+  if (len == HOOP__AUTH_PROOF && hoop__auth_equal(proof, expected, HOOP__AUTH_PROOF))
     return 1;
-  char what[HOOP_WIRE_MAX_JOB + HOOP_WIRE_MAX_HOST + 64] = "a status query";
+  char what[HOOP__WIRE_MAX_JOB + HOOP__WIRE_MAX_HOST + 64] = "a status query";
   if (hello)
     snprintf(what, sizeof what, "a rank of job '%s' on host '%s'", hello->job, hello->host);
-  HOOP_WARN(HOOP_SUBSYS_RDZV, "refused %s from %s: %s", what, client->peer,
-            len ? "wrong token" : "no token");
+  HOOP__WARN(HOOP_SUBSYS_RDZV, "refused %s from %s: %s", what, client->peer,
+             len ? "wrong token" : "no token");
   hoop__rdzv_send_error(client, HOOP_ERR_AUTH,
                         "authentication failed: %s; the server admits only holders of its token "
                         "(HOOP_TOKEN or HOOP_TOKEN_FILE)",
@@ -114,8 +114,8 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
   char who[32] = "a rank";
   if (hello->rank >= 0)
     snprintf(who, sizeof who, "rank %d", hello->rank);
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s': %s joined (%u/%u) from host '%s' (%s)", job->id, who,
-            job->joined, job->size, hello->host, client->peer);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s': %s joined (%u/%u) from host '%s' (%s)", job->id, who,
+             job->joined, job->size, hello->host, client->peer);
   if (job->joined == job->size)
     hoop__rdzv_job_complete(job);
 }
@@ -129,7 +129,7 @@ static void status_hosts(const rdzv_job *job, hoop__job_status *out) {
   host_group *groups = slots ? hoop__rdzv_group_by_host(pointers, job->joined,
                                                         hoop__rdzv_by_host_then_arrival, &ngroups)
                              : NULL;
-  for (uint32_t g = 0; groups && g < ngroups && g < HOOP_WIRE_MAX_STATUS_HOSTS; g++) {
+  for (uint32_t g = 0; groups && g < ngroups && g < HOOP__WIRE_MAX_STATUS_HOSTS; g++) {
     snprintf(out->hosts[g].name, sizeof out->hosts[g].name, "%s", groups[g].first[0]->host);
     out->hosts[g].ranks = groups[g].count;
     out->nhosts = g + 1;
@@ -147,7 +147,7 @@ static void fill_job_status(const rdzv_job *job, uint64_t now, hoop__job_status 
   out->size = job->size;
   out->joined = job->joined;
   out->waited_ms = waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
-  out->nmissing = hoop__rdzv_missing_ranks(job, out->missing, HOOP_WIRE_MAX_MISSING);
+  out->nmissing = hoop__rdzv_missing_ranks(job, out->missing, HOOP__WIRE_MAX_MISSING);
   status_hosts(job, out);
 }
 
@@ -155,8 +155,8 @@ static void fill_job_status(const rdzv_job *job, uint64_t now, hoop__job_status 
 static void send_status(rdzv_client *client) {
   hoop__rdzv_server *server = client->server;
   hoop__status status = {0};
-  uint32_t listed = server->njobs < HOOP_WIRE_MAX_STATUS_JOBS ? (uint32_t)server->njobs
-                                                              : HOOP_WIRE_MAX_STATUS_JOBS;
+  uint32_t listed = server->njobs < HOOP__WIRE_MAX_STATUS_JOBS ? (uint32_t)server->njobs
+                                                               : HOOP__WIRE_MAX_STATUS_JOBS;
   rdzv_reply *reply = calloc(1, sizeof *reply);
   status.jobs = calloc(listed ? listed : 1, sizeof *status.jobs);
   uint64_t now = uv_now(server->loop);
@@ -166,19 +166,20 @@ static void send_status(rdzv_client *client) {
   int rc = reply && status.jobs ? hoop__wire_encode_status(&reply->message, &status) : -1;
   hoop__status_free(&status);
   if (rc != 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "out of memory answering the status query of %s", client->peer);
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "out of memory answering the status query of %s", client->peer);
     if (reply)
       hoop__rdzv_reply_free(reply);
     hoop__rdzv_client_close(client);
     return;
   }
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "status query from %s: %d jobs waiting", client->peer, server->njobs);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "status query from %s: %d jobs waiting", client->peer,
+             server->njobs);
   hoop__rdzv_client_send(client, reply);
 }
 
 /* A malformed request closes its own connection and nothing else. */
 void hoop__rdzv_refuse_malformed(rdzv_client *client, const char *what) {
-  HOOP_WARN(HOOP_SUBSYS_RDZV, "closing %s: %s", client->peer, what);
+  HOOP__WARN(HOOP_SUBSYS_RDZV, "closing %s: %s", client->peer, what);
   hoop__rdzv_client_close(client);
 }
 
@@ -186,25 +187,25 @@ void hoop__rdzv_refuse_malformed(rdzv_client *client, const char *what) {
 void hoop__rdzv_handle_input(rdzv_client *client) {
   hoop__wire_header header;
   int rc =
-      hoop__wire_decode_header(client->in, client->inlen, HOOP_WIRE_MAX_CLIENT_PAYLOAD, &header);
+      hoop__wire_decode_header(client->in, client->inlen, HOOP__WIRE_MAX_CLIENT_PAYLOAD, &header);
   if (rc == 1)
     return;
   if (rc < 0) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV,
-              "closing %s: malformed header "
-              "(magic 0x%08x, version %u, type %u, length %u)",
-              client->peer, header.magic, header.version, header.type, header.length);
+    HOOP__WARN(HOOP_SUBSYS_RDZV,
+               "closing %s: malformed header "
+               "(magic 0x%08x, version %u, type %u, length %u)",
+               client->peer, header.magic, header.version, header.type, header.length);
     hoop__rdzv_client_close(client);
     return;
   }
-  size_t total = HOOP_WIRE_HEADER_SIZE + header.length;
+  size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
   if (client->inlen < total)
     return;
   if (client->inlen > total) {
     hoop__rdzv_refuse_malformed(client, "bytes past its request (one request per connection)");
     return;
   }
-  const uint8_t *payload = client->in + HOOP_WIRE_HEADER_SIZE;
+  const uint8_t *payload = client->in + HOOP__WIRE_HEADER_SIZE;
   client->inlen = 0;
   hoop__hello hello;
   hoop__status_req request;

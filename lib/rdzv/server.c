@@ -51,7 +51,7 @@ void hoop__rdzv_check_once_done(hoop__rdzv_server *server) {
   if (!server->once_over || server->done_called || server->closing)
     return;
   if (server->listening) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "served its one job; no longer listening on %s", server->where);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "served its one job; no longer listening on %s", server->where);
     stop_listening(server);
     for (rdzv_client *client = server->clients, *next; client; client = next) {
       next = client->next;
@@ -101,7 +101,7 @@ static int listen_socket(const struct sockaddr_storage *addr, socklen_t addrlen,
 static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *options) {
   server->max_jobs = options->max_jobs > 0 ? options->max_jobs : DEFAULT_MAX_JOBS;
   server->max_connections =
-      options->max_connections > 0 ? options->max_connections : HOOP_RDZV_MAX_CONNECTIONS;
+      options->max_connections > 0 ? options->max_connections : HOOP__RDZV_MAX_CONNECTIONS;
   double idle_s = options->idle_timeout_s > 0 ? options->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
   server->keepalive_s = options->keepalive_s > 0 ? options->keepalive_s : DEFAULT_KEEPALIVE_S;
@@ -143,7 +143,7 @@ static int start_listening(hoop__rdzv_server *server, int fd, char *err, size_t 
 
 int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
                             hoop__rdzv_server **out, char *err, size_t errlen) {
-  char host[HOOP_WIRE_MAX_HOST + 1];
+  char host[HOOP__WIRE_MAX_HOST + 1];
   int port;
   struct sockaddr_storage addr;
   socklen_t addrlen;
@@ -174,7 +174,7 @@ int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
   set_options(server, options);
   if (start_listening(server, fd, err, errlen) != 0)
     return -1;
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "listening on %s", server->where);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "listening on %s", server->where);
   *out = server;
   return 0;
 }

@@ -4,20 +4,20 @@
  * One implementation serves three hosts: the hoopd daemon (tools/hoopd.c), hooprun's embedded
  * server (its own libuv loop), and rank 0 when told to host the job (a thread with its own loop).
  */
-#ifndef HOOP_RDZV_SERVER_H
-#define HOOP_RDZV_SERVER_H
+#ifndef HOOP__RDZV_SERVER_H
+#define HOOP__RDZV_SERVER_H
 
 #include <uv.h>
 
 typedef struct hoop__rdzv_server hoop__rdzv_server;
 
 /* Client connections a server holds at once unless told otherwise. */
-#define HOOP_RDZV_MAX_CONNECTIONS 4096
+#define HOOP__RDZV_MAX_CONNECTIONS 4096
 
 typedef struct hoop__rdzv_options {
   const char *listen;         /* "host:port", "[v6]:port" or ":port"; port 0 picks a free one */
   int max_jobs;               /* jobs waiting at once (0: default 1024) */
-  int max_connections;        /* client connections at once (0: HOOP_RDZV_MAX_CONNECTIONS) */
+  int max_connections;        /* client connections at once (0: HOOP__RDZV_MAX_CONNECTIONS) */
   double idle_timeout_s;      /* close a client that sends no complete message for this long
                                  (0: default 30 s); a client that has joined waits for its job */
   int keepalive_s;            /* a connection whose host stops answering TCP keepalive probes (it
@@ -59,4 +59,4 @@ int hoop__rdzv_thread_port(const hoop__rdzv_thread *thread);
 /* Stop the server and join the thread. Safe on NULL. */
 void hoop__rdzv_thread_stop(hoop__rdzv_thread *thread);
 
-#endif /* HOOP_RDZV_SERVER_H */
+#endif /* HOOP__RDZV_SERVER_H */

@@ -2,8 +2,8 @@
  * (server.h is the interface the daemon, the launcher and a hosting rank use). The server is split
  * by responsibility: jobs.c, table.c, conn.c, requests.c, server.c; thread.c runs it on a thread.
  */
-#ifndef HOOP_RDZV_SERVER_IMPL_H
-#define HOOP_RDZV_SERVER_IMPL_H
+#ifndef HOOP__RDZV_SERVER_IMPL_H
+#define HOOP__RDZV_SERVER_IMPL_H
 
 #include <stdint.h>
 #include <uv.h>
@@ -25,8 +25,8 @@
 /* An encoded TABLE differs between members only in its first bytes (header, size, rank, nonce),
  * and only in the rank, the u32 at payload offset 4 (see the layouts in wire.c). The server encodes
  * the table once and sends each member its own copy of these first bytes. */
-#define TABLE_HEAD (HOOP_WIRE_HEADER_SIZE + 8 + HOOP_WIRE_NONCE)
-#define TABLE_RANK_AT (HOOP_WIRE_HEADER_SIZE + 4)
+#define TABLE_HEAD (HOOP__WIRE_HEADER_SIZE + 8 + HOOP__WIRE_NONCE)
+#define TABLE_RANK_AT (HOOP__WIRE_HEADER_SIZE + 4)
 
 typedef struct rdzv_job rdzv_job;
 typedef struct rdzv_client rdzv_client;
@@ -46,17 +46,17 @@ struct rdzv_client {
   int unanswered;   /* its host stopped answering keepalive probes */
   int keepalive_s;  /* how long its host may stop answering before it is dropped */
   int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
-  uint8_t challenge[HOOP_WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
+  uint8_t challenge[HOOP__WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
   char peer[64];
   size_t inlen;
-  uint8_t in[HOOP_WIRE_HEADER_SIZE + HOOP_WIRE_MAX_CLIENT_PAYLOAD];
+  uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_CLIENT_PAYLOAD];
 };
 
 struct rdzv_job {
   uv_timer_t timer; /* the job's deadline, counted from its first HELLO */
   hoop__rdzv_server *server;
   rdzv_job *prev, *next;
-  char id[HOOP_WIRE_MAX_JOB + 1];
+  char id[HOOP__WIRE_MAX_JOB + 1];
   uint32_t size;
   uint32_t timeout_ms;
   uint64_t created_ms;   /* loop time of the first HELLO */
@@ -80,7 +80,7 @@ struct hoop__rdzv_server {
   uint64_t idle_ms;
   int keepalive_s;
   int once, once_over, done_called;
-  char token[HOOP_MAX_TOKEN + 1]; /* "" when requests need no proof */
+  char token[HOOP__MAX_TOKEN + 1]; /* "" when requests need no proof */
   void (*on_done)(void *arg);
   void *arg;
   rdzv_client *clients;
@@ -164,4 +164,4 @@ void hoop__rdzv_handle_input(rdzv_client *client);
 void hoop__rdzv_check_once_done(hoop__rdzv_server *server);
 void hoop__rdzv_server_free(hoop__rdzv_server *server);
 
-#endif /* HOOP_RDZV_SERVER_IMPL_H */
+#endif /* HOOP__RDZV_SERVER_IMPL_H */

@@ -100,7 +100,7 @@ static shared_table *build_table(rdzv_job *job, uint32_t *ranks) {
 static void send_table(rdzv_client *client, shared_table *shared, uint32_t rank) {
   rdzv_reply *reply = calloc(1, sizeof *reply);
   if (!reply) {
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "out of memory sending the table to %s", client->peer);
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "out of memory sending the table to %s", client->peer);
     hoop__rdzv_client_close(client);
     return;
   }
@@ -152,14 +152,14 @@ static void job_relay(rdzv_job *job, const rdzv_client *from, hoop_result code, 
       }
       why = uv_strerror(rc);
     }
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': cannot tell rank %u (%s): %s", job->id, member->rank,
-              member->peer, why);
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "job '%s': cannot tell rank %u (%s): %s", job->id, member->rank,
+               member->peer, why);
     if (reply)
       hoop__rdzv_reply_free(reply);
     if (failed)
       failed[nfailed++] = member;
   }
-  HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s': told %u members: %s", job->id, told, message);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s': told %u members: %s", job->id, told, message);
   for (uint32_t i = 0; i < nfailed; i++)
     hoop__rdzv_client_close(failed[i]);
   free(failed);
@@ -181,21 +181,21 @@ void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client) {
     if (client->unanswered) {
       snprintf(message, sizeof message, "rank %u lost (its host stopped answering for %d s)",
                client->rank, client->keepalive_s);
-      HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) stopped answering for %d s", job->id,
-                client->rank, client->peer, client->keepalive_s);
+      HOOP__WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) stopped answering for %d s", job->id,
+                 client->rank, client->peer, client->keepalive_s);
     } else {
       snprintf(message, sizeof message, "rank %u lost (rendezvous connection closed)",
                client->rank);
-      HOOP_WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
-                job->id, client->rank, client->peer);
+      HOOP__WARN(HOOP_SUBSYS_RDZV, "job '%s': rank %u (%s) closed its connection without a BYE",
+                 job->id, client->rank, client->peer);
     }
     job_relay(job, client, HOOP_ERR_PEER_LOST, client->rank, message);
   } else {
-    HOOP_TRACE(HOOP_SUBSYS_RDZV, "job '%s': rank %u left; %u still connected", job->id,
-               client->rank, job->joined);
+    HOOP__TRACE(HOOP_SUBSYS_RDZV, "job '%s': rank %u left; %u still connected", job->id,
+                client->rank, job->joined);
   }
   if (job->joined == 0 && !job->forgotten) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' is over: every rank has left", job->id);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s' is over: every rank has left", job->id);
     hoop__rdzv_job_forget(job);
     hoop__rdzv_check_once_done(server);
   }
@@ -205,8 +205,8 @@ void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client) {
  * (or anything after the BYE) closes it; with no goodbye said, that reads as a loss to the others:
  * a member that breaks the protocol is broken. */
 static void member_refuse(rdzv_client *client, const char *what) {
-  HOOP_WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank, client->job->id,
-            client->peer, what);
+  HOOP__WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank,
+             client->job->id, client->peer, what);
   hoop__rdzv_client_close(client);
 }
 
@@ -233,7 +233,7 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
       return;
     }
     client->said_goodbye = 1;
-    char message[HOOP_WIRE_MAX_MESSAGE + 1];
+    char message[HOOP__WIRE_MAX_MESSAGE + 1];
     hoop__buf text = {0};
     hoop__buf_printf(&text, "aborted by rank %u: %s", client->rank, abort_msg.reason);
     /* Cut to what a notice carries. */
@@ -250,17 +250,17 @@ void hoop__rdzv_handle_member_input(rdzv_client *client) {
   while (!client->closing) {
     hoop__wire_header header;
     int rc =
-        hoop__wire_decode_header(client->in, client->inlen, HOOP_WIRE_MAX_CLIENT_PAYLOAD, &header);
+        hoop__wire_decode_header(client->in, client->inlen, HOOP__WIRE_MAX_CLIENT_PAYLOAD, &header);
     if (rc == 1)
       return;
     if (rc < 0) {
       member_refuse(client, "a malformed header");
       return;
     }
-    size_t total = HOOP_WIRE_HEADER_SIZE + header.length;
+    size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
     if (client->inlen < total)
       return;
-    member_message(client, &header, client->in + HOOP_WIRE_HEADER_SIZE);
+    member_message(client, &header, client->in + HOOP__WIRE_HEADER_SIZE);
     memmove(client->in, client->in + total, client->inlen - total);
     client->inlen -= total;
   }
@@ -276,7 +276,8 @@ void hoop__rdzv_job_complete(rdzv_job *job) {
   uint32_t count;
   rdzv_client **members = NULL;
   if (shared) {
-    HOOP_INFO(HOOP_SUBSYS_RDZV, "job '%s' complete: %u ranks after %s s", id, job->joined, seconds);
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s' complete: %u ranks after %s s", id, job->joined,
+               seconds);
     job_start_running(job);
     /* Each send may fail at once and close its member, which then leaves the job's list: send
      * from a copy. Hold a reference while sending, so that such a failure cannot free the table
@@ -291,14 +292,14 @@ void hoop__rdzv_job_complete(rdzv_job *job) {
       for (uint32_t i = 0; i < count; i++)
         send_table(members[i], shared, members[i]->rank);
     } else {
-      HOOP_ERROR(HOOP_SUBSYS_RDZV, "job '%s': out of memory sending the table", id);
+      HOOP__ERROR(HOOP_SUBSYS_RDZV, "job '%s': out of memory sending the table", id);
       while (job->joined > 0 && !server->closing)
         hoop__rdzv_client_close(job->members[0]);
     }
     hoop__rdzv_shared_table_release(shared);
   } else {
     members = hoop__rdzv_job_take_members(job, &count);
-    HOOP_ERROR(HOOP_SUBSYS_RDZV, "job '%s': cannot build the rank table", id);
+    HOOP__ERROR(HOOP_SUBSYS_RDZV, "job '%s': cannot build the rank table", id);
     for (uint32_t i = 0; i < count; i++)
       hoop__rdzv_send_error(members[i], HOOP_ERR_SYSTEM,
                             "rendezvous server: cannot build the rank table of job '%s' "

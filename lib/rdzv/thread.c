@@ -47,7 +47,7 @@ static void thread_abandon(hoop__rdzv_thread *thread, int async_open) {
   uv_run(&thread->loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&thread->loop);
   if (rc != 0)
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "uv_loop_close: %s", uv_strerror(rc));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "uv_loop_close: %s", uv_strerror(rc));
   free(thread);
 }
 
@@ -62,7 +62,7 @@ static int spawn_blocked(hoop__rdzv_thread *thread) {
   rc = pthread_create(&thread->thread, NULL, serve, thread);
   int restored = pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (restored != 0)
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "restoring the signal mask: %s", strerror(restored));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "restoring the signal mask: %s", strerror(restored));
   return rc;
 }
 
@@ -111,12 +111,12 @@ void hoop__rdzv_thread_stop(hoop__rdzv_thread *thread) {
     return;
   int rc = uv_async_send(&thread->stop);
   if (rc != 0)
-    HOOP_ERROR(HOOP_SUBSYS_RDZV, "uv_async_send: %s", uv_strerror(rc));
+    HOOP__ERROR(HOOP_SUBSYS_RDZV, "uv_async_send: %s", uv_strerror(rc));
   rc = pthread_join(thread->thread, NULL);
   if (rc != 0)
-    HOOP_ERROR(HOOP_SUBSYS_RDZV, "pthread_join: %s", strerror(rc));
+    HOOP__ERROR(HOOP_SUBSYS_RDZV, "pthread_join: %s", strerror(rc));
   rc = uv_loop_close(&thread->loop);
   if (rc != 0)
-    HOOP_WARN(HOOP_SUBSYS_RDZV, "uv_loop_close: %s", uv_strerror(rc));
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "uv_loop_close: %s", uv_strerror(rc));
   free(thread);
 }

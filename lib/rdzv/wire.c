@@ -58,8 +58,8 @@ static long field_len(const char *text, size_t cap, size_t max) {
 /* Append a header with a zero length; finish_message patches the length in. */
 static size_t begin_message(hoop__wbuf *wb, hoop__msg_type type) {
   size_t start = wb->len;
-  put_u32(wb, HOOP_WIRE_MAGIC);
-  put_u16(wb, HOOP_WIRE_VERSION);
+  put_u32(wb, HOOP__WIRE_MAGIC);
+  put_u16(wb, HOOP__WIRE_VERSION);
   put_u16(wb, (uint16_t)type);
   put_u32(wb, 0);
   return start;
@@ -68,7 +68,7 @@ static size_t begin_message(hoop__wbuf *wb, hoop__msg_type type) {
 static int finish_message(hoop__wbuf *wb, size_t start) {
   if (wb->failed)
     return -1;
-  size_t length = wb->len - start - HOOP_WIRE_HEADER_SIZE;
+  size_t length = wb->len - start - HOOP__WIRE_HEADER_SIZE;
   hoop__put_be32((uint8_t *)wb->data + start + 8, (uint32_t)length);
   return 0;
 }
@@ -76,12 +76,12 @@ static int finish_message(hoop__wbuf *wb, size_t start) {
 /* ---- encoders -------------------------------------------------------------------------------- */
 
 int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
-  long job = field_len(msg->job, sizeof msg->job, HOOP_WIRE_MAX_JOB);
-  long host = field_len(msg->host, sizeof msg->host, HOOP_WIRE_MAX_HOST);
-  long addr = field_len(msg->addr, sizeof msg->addr, HOOP_WIRE_MAX_ADDR);
-  if (job < 0 || host < 0 || addr < 0 || msg->size == 0 || msg->size > HOOP_WIRE_MAX_RANKS ||
+  long job = field_len(msg->job, sizeof msg->job, HOOP__WIRE_MAX_JOB);
+  long host = field_len(msg->host, sizeof msg->host, HOOP__WIRE_MAX_HOST);
+  long addr = field_len(msg->addr, sizeof msg->addr, HOOP__WIRE_MAX_ADDR);
+  if (job < 0 || host < 0 || addr < 0 || msg->size == 0 || msg->size > HOOP__WIRE_MAX_RANKS ||
       msg->rank < -1 || (msg->rank >= 0 && (uint32_t)msg->rank >= msg->size) ||
-      msg->proof_len > HOOP_WIRE_MAX_PROOF)
+      msg->proof_len > HOOP__WIRE_MAX_PROOF)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_HELLO);
   put_str(wb, msg->job, (size_t)job);
@@ -96,13 +96,13 @@ int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
 }
 
 static int peer_entry_valid(const hoop__peer_entry *peer, uint32_t size) {
-  return field_len(peer->host, sizeof peer->host, HOOP_WIRE_MAX_HOST) >= 0 &&
-         field_len(peer->addr, sizeof peer->addr, HOOP_WIRE_MAX_ADDR) >= 0 &&
+  return field_len(peer->host, sizeof peer->host, HOOP__WIRE_MAX_HOST) >= 0 &&
+         field_len(peer->addr, sizeof peer->addr, HOOP__WIRE_MAX_ADDR) >= 0 &&
          peer->local_rank < peer->local_size && peer->local_size <= size;
 }
 
 int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg) {
-  if (msg->size == 0 || msg->size > HOOP_WIRE_MAX_RANKS || msg->rank >= msg->size || !msg->peers)
+  if (msg->size == 0 || msg->size > HOOP__WIRE_MAX_RANKS || msg->rank >= msg->size || !msg->peers)
     return -1;
   for (uint32_t i = 0; i < msg->size; i++)
     if (!peer_entry_valid(&msg->peers[i], msg->size))
@@ -110,7 +110,7 @@ int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg) {
   size_t start = begin_message(wb, HOOP_MSG_TABLE);
   put_u32(wb, msg->size);
   put_u32(wb, msg->rank);
-  put_bytes(wb, msg->nonce, HOOP_WIRE_NONCE);
+  put_bytes(wb, msg->nonce, HOOP__WIRE_NONCE);
   for (uint32_t i = 0; i < msg->size; i++) {
     const hoop__peer_entry *peer = &msg->peers[i];
     put_str(wb, peer->host, strlen(peer->host));
@@ -122,7 +122,7 @@ int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg) {
 }
 
 int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg) {
-  long message = field_len(msg->message, sizeof msg->message, HOOP_WIRE_MAX_MESSAGE);
+  long message = field_len(msg->message, sizeof msg->message, HOOP__WIRE_MAX_MESSAGE);
   if (message < 0 || msg->code == 0)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_ERROR);
@@ -132,7 +132,7 @@ int hoop__wire_encode_error(hoop__wbuf *wb, const hoop__error_msg *msg) {
 }
 
 int hoop__wire_encode_status_req(hoop__wbuf *wb, const hoop__status_req *msg) {
-  if (msg->proof_len > HOOP_WIRE_MAX_PROOF)
+  if (msg->proof_len > HOOP__WIRE_MAX_PROOF)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_STATUS_REQ);
   put_u16(wb, msg->proof_len);
@@ -141,7 +141,7 @@ int hoop__wire_encode_status_req(hoop__wbuf *wb, const hoop__status_req *msg) {
 }
 
 int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg) {
-  if (msg->flags & ~HOOP_CHALLENGE_AUTH)
+  if (msg->flags & ~HOOP__CHALLENGE_AUTH)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_CHALLENGE);
   put_bytes(wb, &msg->flags, 1);
@@ -150,8 +150,8 @@ int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg) {
 }
 
 int hoop__wire_encode_abort(hoop__wbuf *wb, const hoop__abort_msg *msg) {
-  long reason = field_len(msg->reason, sizeof msg->reason, HOOP_WIRE_MAX_MESSAGE);
-  if (reason < 0 || msg->rank >= HOOP_WIRE_MAX_RANKS)
+  long reason = field_len(msg->reason, sizeof msg->reason, HOOP__WIRE_MAX_MESSAGE);
+  if (reason < 0 || msg->rank >= HOOP__WIRE_MAX_RANKS)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_ABORT);
   put_u32(wb, msg->rank);
@@ -164,8 +164,8 @@ int hoop__wire_encode_bye(hoop__wbuf *wb) {
 }
 
 int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg) {
-  long message = field_len(msg->message, sizeof msg->message, HOOP_WIRE_MAX_MESSAGE);
-  if (message < 0 || msg->code == 0 || msg->origin >= HOOP_WIRE_MAX_RANKS)
+  long message = field_len(msg->message, sizeof msg->message, HOOP__WIRE_MAX_MESSAGE);
+  if (message < 0 || msg->code == 0 || msg->origin >= HOOP__WIRE_MAX_RANKS)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_NOTICE);
   put_u32(wb, msg->code);
@@ -175,18 +175,18 @@ int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg) {
 }
 
 static int job_status_valid(const hoop__job_status *job) {
-  if (field_len(job->job, sizeof job->job, HOOP_WIRE_MAX_JOB) < 0 || job->size == 0 ||
-      job->size > HOOP_WIRE_MAX_RANKS || job->joined > job->size ||
-      job->nmissing > HOOP_WIRE_MAX_MISSING || job->nmissing > job->size - job->joined)
+  if (field_len(job->job, sizeof job->job, HOOP__WIRE_MAX_JOB) < 0 || job->size == 0 ||
+      job->size > HOOP__WIRE_MAX_RANKS || job->joined > job->size ||
+      job->nmissing > HOOP__WIRE_MAX_MISSING || job->nmissing > job->size - job->joined)
     return 0;
   for (uint32_t i = 0; i < job->nmissing; i++)
     if (job->missing[i] < 0 || (uint32_t)job->missing[i] >= job->size)
       return 0;
-  if (job->nhosts > HOOP_WIRE_MAX_STATUS_HOSTS)
+  if (job->nhosts > HOOP__WIRE_MAX_STATUS_HOSTS)
     return 0;
   uint32_t ranks = 0;
   for (uint32_t h = 0; h < job->nhosts; h++) {
-    if (field_len(job->hosts[h].name, sizeof job->hosts[h].name, HOOP_WIRE_MAX_HOST) < 0 ||
+    if (field_len(job->hosts[h].name, sizeof job->hosts[h].name, HOOP__WIRE_MAX_HOST) < 0 ||
         job->hosts[h].ranks == 0 || job->hosts[h].ranks > job->joined - ranks)
       return 0;
     ranks += job->hosts[h].ranks;
@@ -195,7 +195,7 @@ static int job_status_valid(const hoop__job_status *job) {
 }
 
 int hoop__wire_encode_status(hoop__wbuf *wb, const hoop__status *msg) {
-  if (msg->njobs > HOOP_WIRE_MAX_STATUS_JOBS || (msg->njobs > 0 && !msg->jobs))
+  if (msg->njobs > HOOP__WIRE_MAX_STATUS_JOBS || (msg->njobs > 0 && !msg->jobs))
     return -1;
   for (uint32_t i = 0; i < msg->njobs; i++)
     if (!job_status_valid(&msg->jobs[i]))
@@ -274,12 +274,12 @@ static void get_str(reader *in, char *out, size_t max) {
   out[len] = '\0';
 }
 
-/* A proof blob of at most HOOP_WIRE_MAX_PROOF bytes into out; returns its length. */
+/* A proof blob of at most HOOP__WIRE_MAX_PROOF bytes into out; returns its length. */
 static uint16_t get_proof(reader *in, uint8_t *out) {
   uint16_t len = get_u16(in);
   if (in->bad || len == 0)
     return 0;
-  const uint8_t *proof = len <= HOOP_WIRE_MAX_PROOF ? take(in, len) : NULL;
+  const uint8_t *proof = len <= HOOP__WIRE_MAX_PROOF ? take(in, len) : NULL;
   if (!proof) {
     in->bad = 1;
     return 0;
@@ -297,15 +297,15 @@ static int reader_done(const reader *in) {
 
 int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
                              hoop__wire_header *out) {
-  if (len < HOOP_WIRE_HEADER_SIZE)
+  if (len < HOOP__WIRE_HEADER_SIZE)
     return 1;
   /* Filled even when invalid, so that the caller can log what came. */
   out->magic = hoop__get_be32(buf);
   out->version = hoop__get_be16(buf + 4);
   out->type = hoop__get_be16(buf + 6);
   out->length = hoop__get_be32(buf + 8);
-  if (out->magic != HOOP_WIRE_MAGIC || out->version != HOOP_WIRE_VERSION ||
-      out->type < HOOP_MSG_HELLO || out->type > HOOP_MSG_LAST || out->length > max_payload)
+  if (out->magic != HOOP__WIRE_MAGIC || out->version != HOOP__WIRE_VERSION ||
+      out->type < HOOP_MSG_HELLO || out->type > HOOP__MSG_LAST || out->length > max_payload)
     return -1;
   return 0;
 }
@@ -313,14 +313,14 @@ int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
 int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out) {
   reader in = {payload, len, 0};
   memset(out, 0, sizeof *out);
-  get_str(&in, out->job, HOOP_WIRE_MAX_JOB);
+  get_str(&in, out->job, HOOP__WIRE_MAX_JOB);
   out->size = get_u32(&in);
   out->rank = get_i32(&in);
   out->timeout_ms = get_u32(&in);
-  get_str(&in, out->host, HOOP_WIRE_MAX_HOST);
-  get_str(&in, out->addr, HOOP_WIRE_MAX_ADDR);
+  get_str(&in, out->host, HOOP__WIRE_MAX_HOST);
+  get_str(&in, out->addr, HOOP__WIRE_MAX_ADDR);
   out->proof_len = get_proof(&in, out->proof);
-  if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP_WIRE_MAX_RANKS ||
+  if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP__WIRE_MAX_RANKS ||
       out->rank < -1 || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
     return -1;
   return 0;
@@ -330,8 +330,8 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
 #define TABLE_ENTRY_MIN 12
 
 static void get_peer_entry(reader *in, hoop__peer_entry *peer, uint32_t size) {
-  get_str(in, peer->host, HOOP_WIRE_MAX_HOST);
-  get_str(in, peer->addr, HOOP_WIRE_MAX_ADDR);
+  get_str(in, peer->host, HOOP__WIRE_MAX_HOST);
+  get_str(in, peer->addr, HOOP__WIRE_MAX_ADDR);
   peer->local_rank = get_u32(in);
   peer->local_size = get_u32(in);
   if (peer->local_rank >= peer->local_size || peer->local_size > size)
@@ -343,10 +343,10 @@ int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out
   memset(out, 0, sizeof *out);
   uint32_t size = get_u32(&in);
   uint32_t rank = get_u32(&in);
-  const uint8_t *nonce = take(&in, HOOP_WIRE_NONCE);
+  const uint8_t *nonce = take(&in, HOOP__WIRE_NONCE);
   /* Check the entry count against the bytes left before allocating for it, so that a short
    * hostile payload cannot make us allocate megabytes. */
-  if (in.bad || size == 0 || size > HOOP_WIRE_MAX_RANKS || rank >= size ||
+  if (in.bad || size == 0 || size > HOOP__WIRE_MAX_RANKS || rank >= size ||
       in.left / TABLE_ENTRY_MIN < size)
     return -1;
   hoop__peer_entry *peers = calloc(size, sizeof *peers);
@@ -360,7 +360,7 @@ int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out
   }
   out->size = size;
   out->rank = rank;
-  memcpy(out->nonce, nonce, HOOP_WIRE_NONCE);
+  memcpy(out->nonce, nonce, HOOP__WIRE_NONCE);
   out->peers = peers;
   return 0;
 }
@@ -369,7 +369,7 @@ int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg 
   reader in = {payload, len, 0};
   memset(out, 0, sizeof *out);
   out->code = get_u32(&in);
-  get_str(&in, out->message, HOOP_WIRE_MAX_MESSAGE);
+  get_str(&in, out->message, HOOP__WIRE_MAX_MESSAGE);
   return reader_done(&in) != 0 || out->code == 0 ? -1 : 0;
 }
 
@@ -377,13 +377,13 @@ int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg 
 #define STATUS_JOB_MIN 22
 
 static void get_job_status(reader *in, hoop__job_status *job) {
-  get_str(in, job->job, HOOP_WIRE_MAX_JOB);
+  get_str(in, job->job, HOOP__WIRE_MAX_JOB);
   job->size = get_u32(in);
   job->joined = get_u32(in);
   job->waited_ms = get_u32(in);
   job->nmissing = get_u32(in);
-  if (job->size == 0 || job->size > HOOP_WIRE_MAX_RANKS || job->joined > job->size ||
-      job->nmissing > HOOP_WIRE_MAX_MISSING || job->nmissing > job->size - job->joined) {
+  if (job->size == 0 || job->size > HOOP__WIRE_MAX_RANKS || job->joined > job->size ||
+      job->nmissing > HOOP__WIRE_MAX_MISSING || job->nmissing > job->size - job->joined) {
     in->bad = 1;
     return;
   }
@@ -393,13 +393,13 @@ static void get_job_status(reader *in, hoop__job_status *job) {
       in->bad = 1;
   }
   job->nhosts = get_u32(in);
-  if (job->nhosts > HOOP_WIRE_MAX_STATUS_HOSTS) {
+  if (job->nhosts > HOOP__WIRE_MAX_STATUS_HOSTS) {
     in->bad = 1;
     return;
   }
   uint32_t ranks = 0;
   for (uint32_t h = 0; h < job->nhosts && !in->bad; h++) {
-    get_str(in, job->hosts[h].name, HOOP_WIRE_MAX_HOST);
+    get_str(in, job->hosts[h].name, HOOP__WIRE_MAX_HOST);
     job->hosts[h].ranks = get_u32(in);
     if (job->hosts[h].ranks == 0 || job->hosts[h].ranks > job->joined - ranks)
       in->bad = 1;
@@ -411,7 +411,7 @@ int hoop__wire_decode_status(const uint8_t *payload, size_t len, hoop__status *o
   reader in = {payload, len, 0};
   memset(out, 0, sizeof *out);
   uint32_t njobs = get_u32(&in);
-  if (in.bad || njobs > HOOP_WIRE_MAX_STATUS_JOBS || in.left / STATUS_JOB_MIN < njobs)
+  if (in.bad || njobs > HOOP__WIRE_MAX_STATUS_JOBS || in.left / STATUS_JOB_MIN < njobs)
     return -1;
   hoop__job_status *jobs = NULL;
   if (njobs > 0 && !(jobs = calloc(njobs, sizeof *jobs)))
@@ -438,11 +438,11 @@ int hoop__wire_decode_challenge(const uint8_t *payload, size_t len, hoop__challe
   reader in = {payload, len, 0};
   memset(out, 0, sizeof *out);
   const uint8_t *flags = take(&in, 1);
-  const uint8_t *nonce = take(&in, HOOP_WIRE_CHALLENGE);
-  if (reader_done(&in) != 0 || (flags[0] & ~HOOP_CHALLENGE_AUTH))
+  const uint8_t *nonce = take(&in, HOOP__WIRE_CHALLENGE);
+  if (reader_done(&in) != 0 || (flags[0] & ~HOOP__CHALLENGE_AUTH))
     return -1;
   out->flags = flags[0];
-  memcpy(out->nonce, nonce, HOOP_WIRE_CHALLENGE);
+  memcpy(out->nonce, nonce, HOOP__WIRE_CHALLENGE);
   return 0;
 }
 
@@ -450,8 +450,8 @@ int hoop__wire_decode_abort(const uint8_t *payload, size_t len, hoop__abort_msg 
   reader in = {payload, len, 0};
   memset(out, 0, sizeof *out);
   out->rank = get_u32(&in);
-  get_str(&in, out->reason, HOOP_WIRE_MAX_MESSAGE);
-  return reader_done(&in) != 0 || out->rank >= HOOP_WIRE_MAX_RANKS ? -1 : 0;
+  get_str(&in, out->reason, HOOP__WIRE_MAX_MESSAGE);
+  return reader_done(&in) != 0 || out->rank >= HOOP__WIRE_MAX_RANKS ? -1 : 0;
 }
 
 int hoop__wire_decode_bye(const uint8_t *payload, size_t len) {
@@ -464,8 +464,8 @@ int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *o
   memset(out, 0, sizeof *out);
   out->code = get_u32(&in);
   out->origin = get_u32(&in);
-  get_str(&in, out->message, HOOP_WIRE_MAX_MESSAGE);
-  return reader_done(&in) != 0 || out->code == 0 || out->origin >= HOOP_WIRE_MAX_RANKS ? -1 : 0;
+  get_str(&in, out->message, HOOP__WIRE_MAX_MESSAGE);
+  return reader_done(&in) != 0 || out->code == 0 || out->origin >= HOOP__WIRE_MAX_RANKS ? -1 : 0;
 }
 
 void hoop__table_free(hoop__table *table) {

@@ -9,38 +9,38 @@
  * that both the client (lib/rdzv/client.c) and the server (lib/rdzv/server.c and its files) can
  * trust what they get.
  */
-#ifndef HOOP_WIRE_H
-#define HOOP_WIRE_H
+#ifndef HOOP__WIRE_H
+#define HOOP__WIRE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "util/buf.h"
 
-#define HOOP_WIRE_MAGIC 0x484f4f50u
-#define HOOP_WIRE_VERSION 3
-#define HOOP_WIRE_HEADER_SIZE 12
+#define HOOP__WIRE_MAGIC 0x484f4f50u
+#define HOOP__WIRE_VERSION 3
+#define HOOP__WIRE_HEADER_SIZE 12
 
-#define HOOP_WIRE_MAX_JOB 128      /* bytes of a job id */
-#define HOOP_WIRE_MAX_HOST 255     /* bytes of a host name */
-#define HOOP_WIRE_MAX_ADDR 255     /* bytes of a transport address string */
-#define HOOP_WIRE_MAX_MESSAGE 1024 /* bytes of an error message */
-#define HOOP_WIRE_MAX_PROOF 64     /* bytes of an auth proof */
-#define HOOP_WIRE_NONCE 16         /* bytes of the per-job nonce */
-#define HOOP_WIRE_CHALLENGE 32     /* bytes of the server's per-connection challenge */
-#define HOOP_WIRE_MAX_RANKS 16384  /* ranks in one job */
-#define HOOP_WIRE_MAX_STATUS_JOBS 256
-#define HOOP_WIRE_MAX_MISSING 64      /* missing ranks listed per job in a status reply */
-#define HOOP_WIRE_MAX_STATUS_HOSTS 16 /* hosts listed per job in a status reply */
+#define HOOP__WIRE_MAX_JOB 128      /* bytes of a job id */
+#define HOOP__WIRE_MAX_HOST 255     /* bytes of a host name */
+#define HOOP__WIRE_MAX_ADDR 255     /* bytes of a transport address string */
+#define HOOP__WIRE_MAX_MESSAGE 1024 /* bytes of an error message */
+#define HOOP__WIRE_MAX_PROOF 64     /* bytes of an auth proof */
+#define HOOP__WIRE_NONCE 16         /* bytes of the per-job nonce */
+#define HOOP__WIRE_CHALLENGE 32     /* bytes of the server's per-connection challenge */
+#define HOOP__WIRE_MAX_RANKS 16384  /* ranks in one job */
+#define HOOP__WIRE_MAX_STATUS_JOBS 256
+#define HOOP__WIRE_MAX_MISSING 64      /* missing ranks listed per job in a status reply */
+#define HOOP__WIRE_MAX_STATUS_HOSTS 16 /* hosts listed per job in a status reply */
 
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
  * header, before reading them. */
-#define HOOP_WIRE_MAX_CLIENT_PAYLOAD 4096
+#define HOOP__WIRE_MAX_CLIENT_PAYLOAD 4096
 /* Largest payload of a NOTICE: what a member accepts on its kept connection. */
-#define HOOP_WIRE_MAX_NOTICE_PAYLOAD (4 + 4 + 2 + HOOP_WIRE_MAX_MESSAGE)
-/* Largest payload of any message (a TABLE for HOOP_WIRE_MAX_RANKS ranks fits). */
-#define HOOP_WIRE_MAX_PAYLOAD                                                                      \
-  (HOOP_WIRE_MAX_RANKS * (2 + HOOP_WIRE_MAX_HOST + 2 + HOOP_WIRE_MAX_ADDR + 8) + 64)
+#define HOOP__WIRE_MAX_NOTICE_PAYLOAD (4 + 4 + 2 + HOOP__WIRE_MAX_MESSAGE)
+/* Largest payload of any message (a TABLE for HOOP__WIRE_MAX_RANKS ranks fits). */
+#define HOOP__WIRE_MAX_PAYLOAD                                                                     \
+  (HOOP__WIRE_MAX_RANKS * (2 + HOOP__WIRE_MAX_HOST + 2 + HOOP__WIRE_MAX_ADDR + 8) + 64)
 
 /* A connection: the server speaks first with CHALLENGE; the client sends one request (HELLO or
  * STATUS_REQ, carrying a proof when the challenge asks for one). A STATUS_REQ is answered and the
@@ -59,10 +59,10 @@ typedef enum hoop__msg_type {
   HOOP_MSG_BYE = 8,        /* member -> server: it finalized; its connection closing is no loss */
   HOOP_MSG_NOTICE = 9      /* server -> member: another member aborted or was lost */
 } hoop__msg_type;
-#define HOOP_MSG_LAST HOOP_MSG_NOTICE
+#define HOOP__MSG_LAST HOOP_MSG_NOTICE
 
 /* CHALLENGE flags. */
-#define HOOP_CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
+#define HOOP__CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
 
 typedef struct hoop__wire_header {
   uint32_t magic;
@@ -72,29 +72,29 @@ typedef struct hoop__wire_header {
 } hoop__wire_header;
 
 typedef struct hoop__hello {
-  char job[HOOP_WIRE_MAX_JOB + 1];
-  uint32_t size;       /* world size, 1..HOOP_WIRE_MAX_RANKS */
+  char job[HOOP__WIRE_MAX_JOB + 1];
+  uint32_t size;       /* world size, 1..HOOP__WIRE_MAX_RANKS */
   int32_t rank;        /* requested rank in [0, size), or -1 */
   uint32_t timeout_ms; /* how long this rank waits; the server times the job out after it */
-  char host[HOOP_WIRE_MAX_HOST + 1];
-  char addr[HOOP_WIRE_MAX_ADDR + 1]; /* where peers reach this rank's transport */
+  char host[HOOP__WIRE_MAX_HOST + 1];
+  char addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach this rank's transport */
   uint16_t proof_len;
-  uint8_t proof[HOOP_WIRE_MAX_PROOF];
+  uint8_t proof[HOOP__WIRE_MAX_PROOF];
 } hoop__hello;
 
 typedef struct hoop__challenge {
   uint8_t flags; /* HOOP_CHALLENGE_* */
-  uint8_t nonce[HOOP_WIRE_CHALLENGE];
+  uint8_t nonce[HOOP__WIRE_CHALLENGE];
 } hoop__challenge;
 
 typedef struct hoop__status_req {
   uint16_t proof_len;
-  uint8_t proof[HOOP_WIRE_MAX_PROOF];
+  uint8_t proof[HOOP__WIRE_MAX_PROOF];
 } hoop__status_req;
 
 typedef struct hoop__peer_entry {
-  char host[HOOP_WIRE_MAX_HOST + 1];
-  char addr[HOOP_WIRE_MAX_ADDR + 1];
+  char host[HOOP__WIRE_MAX_HOST + 1];
+  char addr[HOOP__WIRE_MAX_ADDR + 1];
   uint32_t local_rank;
   uint32_t local_size;
 } hoop__peer_entry;
@@ -102,38 +102,38 @@ typedef struct hoop__peer_entry {
 typedef struct hoop__table {
   uint32_t size; /* ranks in the job */
   uint32_t rank; /* the receiver's rank */
-  uint8_t nonce[HOOP_WIRE_NONCE];
+  uint8_t nonce[HOOP__WIRE_NONCE];
   hoop__peer_entry *peers; /* size entries; owned, free with hoop__table_free */
 } hoop__table;
 
 typedef struct hoop__error_msg {
   uint32_t code; /* a hoop_result */
-  char message[HOOP_WIRE_MAX_MESSAGE + 1];
+  char message[HOOP__WIRE_MAX_MESSAGE + 1];
 } hoop__error_msg;
 
 typedef struct hoop__abort_msg {
-  uint32_t rank; /* the aborting member's rank, < HOOP_WIRE_MAX_RANKS */
-  char reason[HOOP_WIRE_MAX_MESSAGE + 1];
+  uint32_t rank; /* the aborting member's rank, < HOOP__WIRE_MAX_RANKS */
+  char reason[HOOP__WIRE_MAX_MESSAGE + 1];
 } hoop__abort_msg;
 
 typedef struct hoop__notice {
   uint32_t code;   /* a hoop_result, not 0: HOOP_ERR_ABORTED or HOOP_ERR_PEER_LOST */
-  uint32_t origin; /* the rank that aborted or was lost, < HOOP_WIRE_MAX_RANKS */
-  char message[HOOP_WIRE_MAX_MESSAGE + 1];
+  uint32_t origin; /* the rank that aborted or was lost, < HOOP__WIRE_MAX_RANKS */
+  char message[HOOP__WIRE_MAX_MESSAGE + 1];
 } hoop__notice;
 
 typedef struct hoop__job_status {
-  char job[HOOP_WIRE_MAX_JOB + 1];
-  uint32_t size;                          /* ranks expected */
-  uint32_t joined;                        /* ranks joined so far */
-  uint32_t waited_ms;                     /* since the first rank joined */
-  uint32_t nmissing;                      /* entries in missing[], at most HOOP_WIRE_MAX_MISSING */
-  int32_t missing[HOOP_WIRE_MAX_MISSING]; /* requested ranks not yet joined */
+  char job[HOOP__WIRE_MAX_JOB + 1];
+  uint32_t size;      /* ranks expected */
+  uint32_t joined;    /* ranks joined so far */
+  uint32_t waited_ms; /* since the first rank joined */
+  uint32_t nmissing;  /* entries in missing[], at most HOOP__WIRE_MAX_MISSING */
+  int32_t missing[HOOP__WIRE_MAX_MISSING]; /* requested ranks not yet joined */
   uint32_t nhosts; /* entries in hosts[]: the hosts joined, in order of first arrival */
   struct {
-    char name[HOOP_WIRE_MAX_HOST + 1];
+    char name[HOOP__WIRE_MAX_HOST + 1];
     uint32_t ranks; /* ranks joined from it */
-  } hosts[HOOP_WIRE_MAX_STATUS_HOSTS];
+  } hosts[HOOP__WIRE_MAX_STATUS_HOSTS];
 } hoop__job_status;
 
 typedef struct hoop__status {
@@ -160,7 +160,7 @@ int hoop__wire_encode_abort(hoop__wbuf *wb, const hoop__abort_msg *msg);
 int hoop__wire_encode_bye(hoop__wbuf *wb);
 int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 
-/* Decode the first HOOP_WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
+/* Decode the first HOOP__WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
 int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
                              hoop__wire_header *out);
@@ -180,4 +180,4 @@ int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *o
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);
 
-#endif /* HOOP_WIRE_H */
+#endif /* HOOP__WIRE_H */

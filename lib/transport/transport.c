@@ -109,14 +109,14 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
     candidates[count++] = &hoop__tcp_transport;
   addr[0] = '\0';
   for (int i = 0; i < count; i++) {
-    char entry[HOOP_WIRE_MAX_ADDR + 1];
+    char entry[HOOP__WIRE_MAX_ADDR + 1];
     comm->transport_state = NULL;
     hoop_result result = candidates[i]->listen(comm, toward, entry, sizeof entry);
     void *state = comm->transport_state;
     comm->transport_state = NULL;
     if (result != HOOP_OK && is_auto && ops_is_verbs(candidates[i])) {
-      HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: ibverbs is not usable here (%s); tcp it is",
-                comm->last_error);
+      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: ibverbs is not usable here (%s); tcp it is",
+                 comm->last_error);
       comm->last_error[0] = '\0';
       comm->transport_state = state;
       candidates[i]->finalize(comm);
@@ -158,7 +158,7 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
   int chosen = -1, missing = -1;
   for (int c = 0; c < comm->offered_count && chosen < 0; c++) {
     int verbs = ops_is_verbs(comm->offered[c]);
-    char entry[HOOP_WIRE_MAX_ADDR + 1];
+    char entry[HOOP__WIRE_MAX_ADDR + 1];
     int without = -1;
     for (int r = 0; r < comm->size && without < 0; r++)
       if (find_entry(comm->table.peers[r].addr, verbs, entry, sizeof entry) != 0)
@@ -179,17 +179,17 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
   const hoop__transport_ops *ops = comm->offered[chosen];
   int verbs = ops_is_verbs(ops);
   if (strcmp(comm->transport_mode, "auto") == 0 && verbs)
-    HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA "
-                               "port)");
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA "
+                                "port)");
   else if (strcmp(comm->transport_mode, "auto") == 0 && missing >= 0)
-    HOOP_INFO(HOOP_SUBSYS_NET,
-              "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs "
-              "address: '%s')",
-              missing, comm->table.peers[missing].addr);
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs "
+               "address: '%s')",
+               missing, comm->table.peers[missing].addr);
   else if (strcmp(comm->transport_mode, "auto") == 0)
-    HOOP_INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
   for (int r = 0; r < comm->size; r++) {
-    char entry[HOOP_WIRE_MAX_ADDR + 1];
+    char entry[HOOP__WIRE_MAX_ADDR + 1];
     find_entry(comm->table.peers[r].addr, verbs, entry, sizeof entry);
     snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
   }
@@ -234,10 +234,10 @@ static void warn_stall(hoop_comm *comm, double now, const hoop__wait_hooks *hook
                            : recv       ? "receive"
                                         : "send");
   }
-  HOOP_WARN(HOOP_SUBSYS_COLL,
-            "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
-            comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
-            now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
+  HOOP__WARN(HOOP_SUBSYS_COLL,
+             "%s (call #%llu) has waited %.1f s (HOOP_STALL_WARN=%g): still waiting for rank %s",
+             comm->call ? comm->call : "hoop", (unsigned long long)comm->seq,
+             now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
 }
 
 hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wait_hooks *hooks) {
@@ -280,7 +280,7 @@ int hoop__wake_open(void) {
 void hoop__wake_signal(int fd, const char *name) {
   uint64_t one = 1;
   if (fd >= 0 && write(fd, &one, sizeof one) < 0)
-    HOOP_TRACE(HOOP_SUBSYS_NET, "%s: waking the progress engine: %s", name, strerror(errno));
+    HOOP__TRACE(HOOP_SUBSYS_NET, "%s: waking the progress engine: %s", name, strerror(errno));
 }
 
 hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name) {
@@ -297,9 +297,9 @@ void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t le
   hoop__put_be32(out + 4, type);
   hoop__put_be64(out + 8, len);
   if (fingerprint)
-    memcpy(out + 16, fingerprint, HOOP_FINGERPRINT_BYTES);
+    memcpy(out + 16, fingerprint, HOOP__FINGERPRINT_BYTES);
   else
-    memset(out + 16, 0, HOOP_FINGERPRINT_BYTES);
+    memset(out + 16, 0, HOOP__FINGERPRINT_BYTES);
 }
 
 uint64_t hoop__frame_length(const uint8_t *frame) {
@@ -320,7 +320,7 @@ hoop_result hoop__peer_failed(hoop_comm *comm, int peer, hoop_result code, const
 hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,
                                 struct sockaddr_storage *addr, socklen_t *addrlen) {
   const char *text = comm->table.peers[peer].addr;
-  char host[HOOP_WIRE_MAX_ADDR + 1], err[256];
+  char host[HOOP__WIRE_MAX_ADDR + 1], err[256];
   int port;
   if (hoop__split_hostport(text, host, sizeof host, &port) != 0 ||
       hoop__resolve(host, port, addr, addrlen, err, sizeof err) != 0)

@@ -6,8 +6,8 @@
  * A transport is an ops table (rdma-core's providers, NCCL's net plugins); transports never know
  * which collective is running.
  */
-#ifndef HOOP_TRANSPORT_H
-#define HOOP_TRANSPORT_H
+#ifndef HOOP__TRANSPORT_H
+#define HOOP__TRANSPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -15,7 +15,7 @@
 
 #include "core/internal.h"
 
-#define HOOP_MAX_STREAMS 8
+#define HOOP__MAX_STREAMS 8
 
 /* One piece of a request that travels on one stream (the TCP transport stripes big messages). */
 typedef struct hoop__fragment {
@@ -33,8 +33,8 @@ typedef struct hoop__request {
   size_t len;
   /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
    * the sender's on arrival (all zero: not checked). */
-  uint8_t fingerprint[HOOP_FINGERPRINT_BYTES];
-  hoop__fragment frags[HOOP_MAX_STREAMS];
+  uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
+  hoop__fragment frags[HOOP__MAX_STREAMS];
 } hoop__request;
 
 typedef struct hoop__transport_ops {
@@ -117,7 +117,7 @@ void hoop__wake_signal(int fd, const char *name);
 hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name);
 /* The header both transports put before a message: {u32 magic (the transport's own), u32 type,
  * u64 length, the call's fingerprint (zeros when NULL)}, big-endian like every wire. */
-#define HOOP__FRAME_BYTES (16 + HOOP_FINGERPRINT_BYTES)
+#define HOOP__FRAME_BYTES (16 + HOOP__FINGERPRINT_BYTES)
 void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
                         const uint8_t *fingerprint);
 uint64_t hoop__frame_length(const uint8_t *frame);
@@ -143,4 +143,4 @@ hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t 
  * the call's fingerprint travels, for a call that has no data to carry it. */
 hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from);
 
-#endif /* HOOP_TRANSPORT_H */
+#endif /* HOOP__TRANSPORT_H */

@@ -1,8 +1,8 @@
 /* be.h - big-endian fields in byte buffers, the one byte order of every hoop wire: the rendezvous
  * messages, the transports' frame and handshake headers, the call fingerprints (unaligned-safe:
  * bytes, not casts). */
-#ifndef HOOP_BE_H
-#define HOOP_BE_H
+#ifndef HOOP__BE_H
+#define HOOP__BE_H
 
 #include <stdint.h>
 
@@ -33,4 +33,4 @@ static inline uint64_t hoop__get_be64(const uint8_t *in) {
   return (uint64_t)hoop__get_be32(in) << 32 | hoop__get_be32(in + 4);
 }
 
-#endif /* HOOP_BE_H */
+#endif /* HOOP__BE_H */

@@ -1,8 +1,8 @@
 /* buf.h - the one growable buffer: bytes appended or printed at its end, kept NUL-terminated so
  * that text in it reads as a string. Wire messages, hooprun's lines and the server's messages are
  * built in it. */
-#ifndef HOOP_BUF_H
-#define HOOP_BUF_H
+#ifndef HOOP__BUF_H
+#define HOOP__BUF_H
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,4 +24,4 @@ int hoop__buf_vprintf(hoop__buf *buf, const char *fmt, va_list ap);
 int hoop__buf_printf(hoop__buf *buf, const char *fmt, ...) HOOP__PRINTF(2, 3);
 void hoop__buf_free(hoop__buf *buf);
 
-#endif /* HOOP_BUF_H */
+#endif /* HOOP__BUF_H */

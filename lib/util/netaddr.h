@@ -1,7 +1,7 @@
 /* netaddr.h - "host:port" parsing and formatting for IPv4 and IPv6, and interface selection with
  * NCCL_SOCKET_IFNAME's syntax. Shared by the rendezvous client and server and the TCP transport. */
-#ifndef HOOP_NETADDR_H
-#define HOOP_NETADDR_H
+#ifndef HOOP__NETADDR_H
+#define HOOP__NETADDR_H
 
 #include <stddef.h>
 #include <sys/socket.h>
@@ -34,4 +34,4 @@ int hoop__choose_local_addr(const char *ifname_spec, const struct sockaddr *towa
 /* 1 if name matches the spec (the syntax above). */
 int hoop__ifname_matches(const char *spec, const char *name);
 
-#endif /* HOOP_NETADDR_H */
+#endif /* HOOP__NETADDR_H */

@@ -1,7 +1,7 @@
 /* sockio.h - blocking-with-deadline socket I/O for the short exchanges of setup: the rendezvous
  * HELLO/TABLE and the transport's connection handshake. The data path does not use these. */
-#ifndef HOOP_SOCKIO_H
-#define HOOP_SOCKIO_H
+#ifndef HOOP__SOCKIO_H
+#define HOOP__SOCKIO_H
 
 #include <stddef.h>
 #include <sys/socket.h>
@@ -19,4 +19,4 @@ int hoop__connect_deadline(const struct sockaddr *addr, socklen_t addrlen, doubl
  * deadline. */
 int hoop__poll_one(int fd, short events, double deadline);
 
-#endif /* HOOP_SOCKIO_H */
+#endif /* HOOP__SOCKIO_H */

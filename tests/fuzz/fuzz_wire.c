@@ -17,11 +17,11 @@ static void expect_same(const hoop__wbuf *wb, const uint8_t *data, size_t size) 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   hoop__wire_header header;
-  if (hoop__wire_decode_header(data, size, HOOP_WIRE_MAX_PAYLOAD, &header) != 0)
+  if (hoop__wire_decode_header(data, size, HOOP__WIRE_MAX_PAYLOAD, &header) != 0)
     return 0;
-  if (size != HOOP_WIRE_HEADER_SIZE + (size_t)header.length)
+  if (size != HOOP__WIRE_HEADER_SIZE + (size_t)header.length)
     return 0;
-  const uint8_t *payload = data + HOOP_WIRE_HEADER_SIZE;
+  const uint8_t *payload = data + HOOP__WIRE_HEADER_SIZE;
   hoop__wbuf wb = {0};
   switch (header.type) {
   case HOOP_MSG_HELLO: {

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   job.hosts[0].ranks = 1;
   hoop__status status = {.njobs = 1, .jobs = &job};
   hoop__status_req request = {0}, proven = {.proof_len = 32, .proof = {4, 5, 6}};
-  hoop__challenge challenge = {.flags = HOOP_CHALLENGE_AUTH, .nonce = {7, 7, 7}};
+  hoop__challenge challenge = {.flags = HOOP__CHALLENGE_AUTH, .nonce = {7, 7, 7}};
   hoop__abort_msg abort_msg = {.rank = 2};
   strcpy(abort_msg.reason, "loss is NaN");
   hoop__notice notice = {.code = 7, .origin = 2};

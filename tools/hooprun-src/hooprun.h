@@ -9,8 +9,8 @@
  * command line; spawn.c starts the ranks, here or through the remote shell, and reports their
  * exits; output.c forwards the ranks' output and holds the sinks, the growable text and hooprun's
  * messages; policy.c stops and finishes the job (the grace and drain timers, signals). */
-#ifndef HOOP_HOOPRUN_H
-#define HOOP_HOOPRUN_H
+#ifndef HOOP__HOOPRUN_H
+#define HOOP__HOOPRUN_H
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,15 +94,15 @@ typedef struct hooprun_rank {
 /* The job: its ranks, the rendezvous server and the loop that drives them all. */
 typedef struct hooprun_job {
   hooprun_options options;
-  char id[HOOP_WIRE_MAX_JOB + 1];
+  char id[HOOP__WIRE_MAX_JOB + 1];
   uv_loop_t loop;
   hoop__rdzv_options rdzv_options; /* kept while the server lives: rdzv/server.h does not say
                                       whether it copies them */
   hoop__rdzv_server *server;
-  char rendezvous[HOOP_WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
-  char token[HOOP_MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
-  hooprun_rank *ranks;                      /* options.np of them */
-  int running;                              /* ranks started and not yet exited */
+  char rendezvous[HOOP__WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
+  char token[HOOP__MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
+  hooprun_rank *ranks;                       /* options.np of them */
+  int running;                               /* ranks started and not yet exited */
   int outputs_open;
   int stopping; /* the job is being stopped; exit_code says why */
   int finished;

@@ -173,7 +173,7 @@ static int given_token(hooprun_job *job) {
  * only for a job that needs it. */
 static int max_connections(const hooprun_job *job) {
   int want = job->options.np + OWN_FILES;
-  return want > HOOP_RDZV_MAX_CONNECTIONS ? want : HOOP_RDZV_MAX_CONNECTIONS;
+  return want > HOOP__RDZV_MAX_CONNECTIONS ? want : HOOP__RDZV_MAX_CONNECTIONS;
 }
 
 /* The embedded server: on 127.0.0.1 when every rank runs here; with other hosts, on every address

@@ -151,8 +151,8 @@ static int is_local_host(const char *name) {
 
 static int add_host(hooprun_job *job, const char *name, size_t len, long slots) {
   hooprun_options *options = &job->options;
-  if (len == 0 || len > HOOP_WIRE_MAX_HOST)
-    return usage_error(job, "a host name must have 1 to %d bytes", HOOP_WIRE_MAX_HOST);
+  if (len == 0 || len > HOOP__WIRE_MAX_HOST)
+    return usage_error(job, "a host name must have 1 to %d bytes", HOOP__WIRE_MAX_HOST);
   options->hosts =
       hooprun_xrealloc(options->hosts, (size_t)(options->nhosts + 1) * sizeof *options->hosts);
   hooprun_host *host = &options->hosts[options->nhosts++];
@@ -190,9 +190,9 @@ static int parse_host_list(hooprun_job *job, const char *list) {
       char number[16];
       size_t digits = (size_t)(end - colon - 1);
       snprintf(number, sizeof number, "%.*s", (int)(digits < 15 ? digits : 15), colon + 1);
-      if (digits >= 15 || hoop__parse_int(number, 1, HOOP_WIRE_MAX_RANKS, &slots) != 0)
+      if (digits >= 15 || hoop__parse_int(number, 1, HOOP__WIRE_MAX_RANKS, &slots) != 0)
         return usage_error(job, "-H: '%.*s' does not end in :SLOTS (1 to %d)", (int)len, start,
-                           HOOP_WIRE_MAX_RANKS);
+                           HOOP__WIRE_MAX_RANKS);
     }
     if (add_host(job, item, (size_t)(name_end - item), slots) != 0)
       return -1;
@@ -209,9 +209,9 @@ static int parse_host_line(hooprun_job *job, const char *path, int lineno, char 
   long slots = 1;
   for (char *word; (word = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
     if (strncmp(word, "slots=", 6) != 0 ||
-        hoop__parse_int(word + 6, 1, HOOP_WIRE_MAX_RANKS, &slots) != 0)
+        hoop__parse_int(word + 6, 1, HOOP__WIRE_MAX_RANKS, &slots) != 0)
       return usage_error(job, "%s:%d: '%s' is not slots=N (1 to %d)", path, lineno, word,
-                         HOOP_WIRE_MAX_RANKS);
+                         HOOP__WIRE_MAX_RANKS);
   }
   return add_host(job, name, strlen(name), slots);
 }
@@ -242,9 +242,9 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
   double seconds;
   switch (id) {
   case OPT_NP:
-    if (hoop__parse_int(value, 1, HOOP_WIRE_MAX_RANKS, &np) != 0)
+    if (hoop__parse_int(value, 1, HOOP__WIRE_MAX_RANKS, &np) != 0)
       return usage_error(job, "-np: '%s' is not a number of ranks from 1 to %d", value,
-                         HOOP_WIRE_MAX_RANKS);
+                         HOOP__WIRE_MAX_RANKS);
     options->np = (int)np;
     return 0;
   case OPT_HOSTS: return parse_host_list(job, value);
@@ -255,7 +255,7 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
     options->rsh = value;
     return 0;
   case OPT_RENDEZVOUS: {
-    char host[HOOP_WIRE_MAX_HOST + 1];
+    char host[HOOP__WIRE_MAX_HOST + 1];
     int port;
     if (hoop__split_hostport(value, host, sizeof host, &port) != 0 || port == 0 || !host[0])
       return usage_error(job, "--rendezvous: '%s' is not host:port or [v6]:port", value);
@@ -269,8 +269,8 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
     return 0;
   case OPT_EXPORT: return add_export(job, value);
   case OPT_JOB:
-    if (value[0] == '\0' || strlen(value) > HOOP_WIRE_MAX_JOB)
-      return usage_error(job, "--job: the id must have 1 to %d bytes", HOOP_WIRE_MAX_JOB);
+    if (value[0] == '\0' || strlen(value) > HOOP__WIRE_MAX_JOB)
+      return usage_error(job, "--job: the id must have 1 to %d bytes", HOOP__WIRE_MAX_JOB);
     options->job_id = value;
     return 0;
   case OPT_TAG:
@@ -311,10 +311,10 @@ int hooprun_parse_options(hooprun_job *job, int argc, char **argv) {
       return rc;
   }
   int slots = 0;
-  for (int h = 0; h < job->options.nhosts && slots <= HOOP_WIRE_MAX_RANKS; h++)
+  for (int h = 0; h < job->options.nhosts && slots <= HOOP__WIRE_MAX_RANKS; h++)
     slots += job->options.hosts[h].slots;
   if (job->options.np == 0 && job->options.nhosts > 0)
-    job->options.np = slots < HOOP_WIRE_MAX_RANKS ? slots : HOOP_WIRE_MAX_RANKS;
+    job->options.np = slots < HOOP__WIRE_MAX_RANKS ? slots : HOOP__WIRE_MAX_RANKS;
   if (job->options.np == 0)
     return usage_error(job, "give the number of ranks with -np N");
   if (job->options.nhosts > 0 && job->options.np > slots)

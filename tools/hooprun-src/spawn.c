@@ -51,7 +51,7 @@ static int token_pipe(hooprun_job *job) {
     return -1;
   }
   size_t len = strlen(job->token);
-  char line[HOOP_MAX_TOKEN + 2];
+  char line[HOOP__MAX_TOKEN + 2];
   memcpy(line, job->token, len);
   line[len] = '\n';
   ssize_t n = write(fds[1], line, len + 1);

@@ -60,7 +60,7 @@ hoop_result hoop__ib_listen_cm(hoop_comm *comm, ib_state *state) {
 
 typedef struct ib_hello {
   uint32_t rank;
-  uint8_t nonce[HOOP_WIRE_NONCE];
+  uint8_t nonce[HOOP__WIRE_NONCE];
   uint64_t addr;
   uint32_t rkey, slots, slot_bytes;
 } ib_hello;
@@ -70,26 +70,26 @@ static void encode_hello(hoop_comm *comm, const ib_peer *peer, uint8_t *out) {
   uint64_t addr = (uint64_t)(uintptr_t)peer->recv_slots;
   hoop__put_be32(out, IB_HELLO_MAGIC);
   hoop__put_be32(out + 4, (uint32_t)comm->rank);
-  memcpy(out + 8, comm->data_nonce, HOOP_WIRE_NONCE);
-  hoop__put_be32(out + 8 + HOOP_WIRE_NONCE, (uint32_t)(addr >> 32));
-  hoop__put_be32(out + 12 + HOOP_WIRE_NONCE, (uint32_t)addr);
-  hoop__put_be32(out + 16 + HOOP_WIRE_NONCE, peer->recv_mr->rkey);
-  hoop__put_be32(out + 20 + HOOP_WIRE_NONCE, (uint32_t)state->slots);
-  hoop__put_be32(out + 24 + HOOP_WIRE_NONCE, (uint32_t)state->slot_bytes);
+  memcpy(out + 8, comm->data_nonce, HOOP__WIRE_NONCE);
+  hoop__put_be32(out + 8 + HOOP__WIRE_NONCE, (uint32_t)(addr >> 32));
+  hoop__put_be32(out + 12 + HOOP__WIRE_NONCE, (uint32_t)addr);
+  hoop__put_be32(out + 16 + HOOP__WIRE_NONCE, peer->recv_mr->rkey);
+  hoop__put_be32(out + 20 + HOOP__WIRE_NONCE, (uint32_t)state->slots);
+  hoop__put_be32(out + 24 + HOOP__WIRE_NONCE, (uint32_t)state->slot_bytes);
 }
 
 /* 0 when data holds a hello of this job. */
 static int decode_hello(hoop_comm *comm, const void *data, size_t len, ib_hello *hello) {
   const uint8_t *in = data;
   if (!data || len < IB_HELLO_BYTES || hoop__get_be32(in) != IB_HELLO_MAGIC ||
-      !hoop__auth_equal(in + 8, comm->data_nonce, HOOP_WIRE_NONCE))
+      !hoop__auth_equal(in + 8, comm->data_nonce, HOOP__WIRE_NONCE))
     return -1;
   hello->rank = hoop__get_be32(in + 4);
-  hello->addr = (uint64_t)hoop__get_be32(in + 8 + HOOP_WIRE_NONCE) << 32 |
-                hoop__get_be32(in + 12 + HOOP_WIRE_NONCE);
-  hello->rkey = hoop__get_be32(in + 16 + HOOP_WIRE_NONCE);
-  hello->slots = hoop__get_be32(in + 20 + HOOP_WIRE_NONCE);
-  hello->slot_bytes = hoop__get_be32(in + 24 + HOOP_WIRE_NONCE);
+  hello->addr = (uint64_t)hoop__get_be32(in + 8 + HOOP__WIRE_NONCE) << 32 |
+                hoop__get_be32(in + 12 + HOOP__WIRE_NONCE);
+  hello->rkey = hoop__get_be32(in + 16 + HOOP__WIRE_NONCE);
+  hello->slots = hoop__get_be32(in + 20 + HOOP__WIRE_NONCE);
+  hello->slot_bytes = hoop__get_be32(in + 24 + HOOP__WIRE_NONCE);
   return hello->rank < (uint32_t)comm->size ? 0 : -1;
 }
 
@@ -150,8 +150,8 @@ static hoop_result setup_connection(hoop_comm *comm, int index, struct rdma_cm_i
                       strerror(errno));
   uint8_t timeout = (uint8_t)state->qp_timeout;
   if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout))
-    HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: cannot set the ACK timeout of rank %d's QP: %s", index,
-              strerror(errno));
+    HOOP__INFO(HOOP_SUBSYS_NET, "ibverbs: cannot set the ACK timeout of rank %d's QP: %s", index,
+               strerror(errno));
   peer->credit_limit = (uint64_t)state->slots;
   return hoop__ib_post_recvs(comm, index, state->max_recv_wr);
 }
@@ -278,18 +278,18 @@ static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, co
   if (valid && state->peers[hello.rank].state == IB_PEER_CONNECTING) {
     /* The connector gave up on the request this rank accepted and asks again: the old accept
      * will never complete. */
-    HOOP_INFO(HOOP_SUBSYS_NET,
-              "ibverbs: rank %u connects again; dropping the accept it gave up "
-              "on",
-              hello.rank);
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "ibverbs: rank %u connects again; dropping the accept it gave up "
+               "on",
+               hello.rank);
     release_connection(&state->peers[hello.rank]);
     state->peers[hello.rank].state = IB_PEER_NONE;
   }
   if (!valid || state->peers[hello.rank].state != IB_PEER_NONE) {
-    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: refused a connection that did not present this job's "
-                               "hello (or came from a rank already connected)");
+    HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: refused a connection that did not present this job's "
+                                "hello (or came from a rank already connected)");
     if (rdma_reject(id, NULL, 0) != 0)
-      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: rdma_reject: %s", strerror(errno));
+      HOOP__INFO(HOOP_SUBSYS_NET, "ibverbs: rdma_reject: %s", strerror(errno));
     rdma_destroy_id(id);
     return HOOP_OK;
   }
@@ -315,10 +315,10 @@ static hoop_result on_connect_request(hoop_comm *comm, struct rdma_cm_id *id, co
   param.rnr_retry_count = 7;
   if (rdma_accept(id, &param) != 0) {
     /* Most likely the connector already gave up on this request; it will ask again. */
-    HOOP_INFO(HOOP_SUBSYS_NET,
-              "ibverbs: rdma_accept for rank %d: %s; waiting for it to connect "
-              "again",
-              index, strerror(errno));
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "ibverbs: rdma_accept for rank %d: %s; waiting for it to connect "
+               "again",
+               index, strerror(errno));
     snprintf(peer->last_event, sizeof peer->last_event, "rdma_accept: %s", strerror(errno));
     release_connection(peer);
     peer->state = IB_PEER_NONE;
@@ -342,7 +342,7 @@ static hoop_result on_established(hoop_comm *comm, int index, const void *data, 
     peer->remote_rkey = hello.rkey;
   }
   peer->state = IB_PEER_UP;
-  HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: connected to rank %d", index);
+  HOOP__TRACE(HOOP_SUBSYS_NET, "ibverbs: connected to rank %d", index);
   return HOOP_OK;
 }
 
@@ -422,7 +422,7 @@ hoop_result hoop__ib_pump_cm(hoop_comm *comm, int *moved) {
     if (rdma_ack_cm_event(event) != 0)
       return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: rdma_ack_cm_event: %s", strerror(errno));
     *moved = 1;
-    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: %s (status %d)", rdma_event_str(type), status);
+    HOOP__TRACE(HOOP_SUBSYS_NET, "ibverbs: %s (status %d)", rdma_event_str(type), status);
     hoop_result result = handle_event(comm, type, id, status, len ? data : NULL, len);
     if (result != HOOP_OK)
       return result;

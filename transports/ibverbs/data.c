@@ -442,7 +442,7 @@ static hoop_result finish_zcopy(hoop_comm *comm, int index) {
 hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved) {
   ib_state *state = ib_state_of(comm);
   ib_peer *peer = &state->peers[index];
-  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
+  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   while (peer->slots_consumed < peer->slots_arrived) {
     uint32_t slot = (uint32_t)(peer->slots_consumed % (uint64_t)state->slots);
     const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
@@ -470,7 +470,7 @@ hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved) {
       const uint8_t *theirs = data + 16, *ours = head->owner->fingerprint;
       int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                     memcmp(ours, unchecked, sizeof unchecked) != 0;
-      if ((compare && memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0) ||
+      if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
           hoop__frame_length(data) != head->owner->len)
         return hoop__mismatch(comm, index, theirs, ours, hoop__frame_length(data),
                               head->owner->len);

@@ -115,8 +115,8 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
     }
     if (gid_is_ipv4(&gid) && have_preferred && memcmp(gid.raw + 12, &preferred, 4) == 0) {
       gid_to_sockaddr(&gid, &state->bind_addr);
-      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: %s port %d GID %d holds %s, the address TCP would use",
-                state->device, state->port, index, text);
+      HOOP__INFO(HOOP_SUBSYS_NET, "ibverbs: %s port %d GID %d holds %s, the address TCP would use",
+                 state->device, state->port, index, text);
       return HOOP_OK;
     }
     if (gid_is_ipv4(&gid) && first_ipv4 < 0) {
@@ -129,10 +129,10 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
     }
   }
   if (first_ipv4 >= 0 && have_preferred)
-    HOOP_INFO(HOOP_SUBSYS_NET,
-              "ibverbs: no GID of %s port %d holds %s (the address TCP would "
-              "use); using GID %d",
-              state->device, state->port, text, first_ipv4);
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "ibverbs: no GID of %s port %d holds %s (the address TCP would "
+               "use); using GID %d",
+               state->device, state->port, text, first_ipv4);
   if (first_ipv4 >= 0 || fallback >= 0)
     return HOOP_OK;
   if (wanted >= 0)
@@ -184,7 +184,7 @@ hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
     seen++;
     struct ibv_context *context = ibv_open_device(devices[i]);
     if (!context) {
-      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: cannot open %s: %s", name, strerror(errno));
+      HOOP__INFO(HOOP_SUBSYS_NET, "ibverbs: cannot open %s: %s", name, strerror(errno));
       continue;
     }
     struct ibv_port_attr attr;
@@ -206,7 +206,7 @@ hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
       }
     }
     if (ibv_close_device(context) != 0)
-      HOOP_INFO(HOOP_SUBSYS_NET, "ibverbs: closing %s: %s", name, strerror(errno));
+      HOOP__INFO(HOOP_SUBSYS_NET, "ibverbs: closing %s: %s", name, strerror(errno));
   }
   ibv_free_device_list(devices);
   if (result == HOOP_ERR_UNSUPPORTED && !described) {

@@ -22,8 +22,8 @@
  * sender's registration picks whether a rendezvous happens and the receiver's whether it is
  * zero-copy; neither has to guess the other's.
  */
-#ifndef HOOP_IBVERBS_H
-#define HOOP_IBVERBS_H
+#ifndef HOOP__IBVERBS_H
+#define HOOP__IBVERBS_H
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -93,7 +93,7 @@ enum ib_peer_state {
 /* The handshake carried in librdmacm's private data, both ways: who is connecting, the job's data
  * nonce (as the TCP handshake presents it) and where the sender's receive slots are. */
 #define IB_HELLO_MAGIC 0x48504948u /* "HPIH" */
-#define IB_HELLO_BYTES (4 + 4 + HOOP_WIRE_NONCE + 8 + 4 + 4 + 4)
+#define IB_HELLO_BYTES (4 + 4 + HOOP__WIRE_NONCE + 8 + 4 + 4 + 4)
 
 typedef struct ib_peer {
   int state;
@@ -236,4 +236,4 @@ hoop_result hoop__ib_register_mem(hoop_comm *comm, void *ptr, size_t bytes, void
 void hoop__ib_deregister_mem(hoop_comm *comm, void *mem);
 void hoop__ib_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes);
 
-#endif /* HOOP_IBVERBS_H */
+#endif /* HOOP__IBVERBS_H */

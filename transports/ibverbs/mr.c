@@ -15,8 +15,8 @@ static struct ibv_mr *reg_mr(hoop_comm *comm, void *ptr, size_t bytes, const cha
       ibv_reg_mr(state->pd, ptr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr) {
     state->reg_calls++;
-    HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr #%llu: %zu bytes at %p (%s)", state->reg_calls,
-               bytes, ptr, what);
+    HOOP__TRACE(HOOP_SUBSYS_NET, "ibverbs: ibv_reg_mr #%llu: %zu bytes at %p (%s)",
+                state->reg_calls, bytes, ptr, what);
   }
   return mr;
 }
@@ -39,10 +39,10 @@ struct ibv_mr *hoop__ib_find_mr(hoop_comm *comm, const void *buf, size_t len) {
     if (!state->scratch_mr) {
       /* Not fatal: the staging buffer keeps going through the slots. */
       state->scratch_reg_failed = 1;
-      HOOP_INFO(HOOP_SUBSYS_NET,
-                "ibverbs: ibv_reg_mr of the %zu-byte staging buffer: %s; it is "
-                "copied through the slots instead",
-                comm->scratch_bytes, strerror(errno));
+      HOOP__INFO(HOOP_SUBSYS_NET,
+                 "ibverbs: ibv_reg_mr of the %zu-byte staging buffer: %s; it is "
+                 "copied through the slots instead",
+                 comm->scratch_bytes, strerror(errno));
     }
   }
   return state->scratch_mr;
@@ -63,7 +63,7 @@ hoop_result hoop__ib_register_mem(hoop_comm *comm, void *ptr, size_t bytes, void
 void hoop__ib_deregister_mem(hoop_comm *comm, void *mem) {
   int err = ibv_dereg_mr(mem);
   if (err != 0)
-    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (hoop_deregister): %s", strerror(err));
+    HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (hoop_deregister): %s", strerror(err));
   (void)comm;
 }
 
@@ -74,7 +74,7 @@ void hoop__ib_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
   if (state && state->scratch_mr) {
     int err = ibv_dereg_mr(state->scratch_mr);
     if (err != 0)
-      HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (staging buffer): %s", strerror(err));
+      HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (staging buffer): %s", strerror(err));
   }
   if (state) {
     state->scratch_mr = NULL;

@@ -94,10 +94,10 @@ static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, cha
   char where[80];
   hoop__format_sockaddr((struct sockaddr *)&bound, where, sizeof where);
   snprintf(addr, addrlen, "ib:%s", where);
-  HOOP_INFO(HOOP_SUBSYS_NET,
-            "ibverbs: listening on %s (device %s port %d, %d slots of %zu bytes "
-            "per peer)",
-            where, state->device, state->port, state->slots, state->slot_bytes);
+  HOOP__INFO(HOOP_SUBSYS_NET,
+             "ibverbs: listening on %s (device %s port %d, %d slots of %zu bytes "
+             "per peer)",
+             where, state->device, state->port, state->slots, state->slot_bytes);
   return HOOP_OK;
 }
 
@@ -260,7 +260,7 @@ static void ib_shutdown(hoop_comm *comm) {
   for (int p = 0; p < comm->size; p++) {
     ib_peer *peer = &state->peers[p];
     if (peer->id && peer->state == IB_PEER_UP && rdma_disconnect(peer->id) != 0)
-      HOOP_TRACE(HOOP_SUBSYS_NET, "ibverbs: rdma_disconnect(rank %d): %s", p, strerror(errno));
+      HOOP__TRACE(HOOP_SUBSYS_NET, "ibverbs: rdma_disconnect(rank %d): %s", p, strerror(errno));
     hoop__ib_close_peer(state, peer);
     peer->send_head = peer->send_tail = peer->recv_head = peer->recv_tail = NULL;
     peer->zsend_finishing = NULL;
@@ -277,18 +277,18 @@ static void ib_finalize(hoop_comm *comm) {
     return;
   ib_shutdown(comm);
   if (state->peers)
-    HOOP_INFO(HOOP_SUBSYS_NET,
-              "ibverbs: %llu messages went zero-copy, %llu were declined by "
-              "receivers without registered buffers; %llu ibv_reg_mr calls for registered "
-              "buffers",
-              state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "ibverbs: %llu messages went zero-copy, %llu were declined by "
+               "receivers without registered buffers; %llu ibv_reg_mr calls for registered "
+               "buffers",
+               state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
   hoop__ib_forget_mem(comm, NULL, 0);
   if (state->cq && ibv_destroy_cq(state->cq) != 0)
-    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));
+    HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));
   if (state->channel && ibv_destroy_comp_channel(state->channel) != 0)
-    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_comp_channel: %s", strerror(errno));
+    HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_comp_channel: %s", strerror(errno));
   if (state->pd && ibv_dealloc_pd(state->pd) != 0)
-    HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dealloc_pd: %s", strerror(errno));
+    HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dealloc_pd: %s", strerror(errno));
   hoop__ib_free_cm(state);
   if (state->wake_fd >= 0)
     close(state->wake_fd);

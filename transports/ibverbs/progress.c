@@ -130,7 +130,7 @@ static hoop_result drain_async(hoop_comm *comm, int *moved) {
     } else if (type == IBV_EVENT_DEVICE_FATAL || type == IBV_EVENT_CQ_ERR) {
       return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: device %s: %s", state->device, what);
     } else {
-      HOOP_WARN(HOOP_SUBSYS_NET, "ibverbs: device %s: asynchronous event %s", state->device, what);
+      HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: device %s: asynchronous event %s", state->device, what);
     }
   }
   return HOOP_OK;

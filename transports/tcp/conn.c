@@ -17,7 +17,7 @@
 #include "util/sockio.h"
 
 #define HANDSHAKE_MAGIC 0x54504f48u /* "HOPT" */
-#define HANDSHAKE_BYTES (16 + HOOP_WIRE_NONCE)
+#define HANDSHAKE_BYTES (16 + HOOP__WIRE_NONCE)
 /* A stranger that connects and says nothing may hold up an accept this long. */
 #define HANDSHAKE_WAIT_S 5.0
 
@@ -72,8 +72,8 @@ hoop_result hoop__tcp_listen(hoop_comm *comm, const struct sockaddr *toward, cha
   if (getsockname(fd, (struct sockaddr *)&local, &local_len) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: getsockname: %s", strerror(errno));
   hoop__format_sockaddr((struct sockaddr *)&local, addr, addrlen);
-  HOOP_INFO(HOOP_SUBSYS_NET, "listening on %s (interface %s%s)", addr, chosen,
-            comm->ifname[0] ? ", from HOOP_IFNAME" : ", the route to the rendezvous server");
+  HOOP__INFO(HOOP_SUBSYS_NET, "listening on %s (interface %s%s)", addr, chosen,
+             comm->ifname[0] ? ", from HOOP_IFNAME" : ", the route to the rendezvous server");
   return HOOP_OK;
 }
 
@@ -86,7 +86,7 @@ static hoop_result ensure_peers(hoop_comm *comm) {
   if (!state->peers)
     return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: out of memory for %d peers", comm->size);
   for (int p = 0; p < comm->size; p++)
-    for (int s = 0; s < HOOP_MAX_STREAMS; s++)
+    for (int s = 0; s < HOOP__MAX_STREAMS; s++)
       state->peers[p].streams[s].fd = -1;
   return HOOP_OK;
 }
@@ -98,7 +98,7 @@ static void encode_handshake(uint8_t *out, uint32_t from, uint32_t stream, uint3
                              const uint8_t *nonce) {
   uint32_t words[4] = {htonl(HANDSHAKE_MAGIC), htonl(from), htonl(stream), htonl(nstreams)};
   memcpy(out, words, 16);
-  memcpy(out + 16, nonce, HOOP_WIRE_NONCE);
+  memcpy(out + 16, nonce, HOOP__WIRE_NONCE);
 }
 
 static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
@@ -174,7 +174,7 @@ static hoop_result accept_one(hoop_comm *comm, double deadline) {
   memcpy(words, hello, 16);
   uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
   if (ntohl(words[0]) != HANDSHAKE_MAGIC ||
-      !hoop__auth_equal(hello + 16, comm->data_nonce, HOOP_WIRE_NONCE) ||
+      !hoop__auth_equal(hello + 16, comm->data_nonce, HOOP__WIRE_NONCE) ||
       from >= (uint32_t)comm->size || (int)from >= comm->rank)
     goto refuse;
   if (nstreams != (uint32_t)state->nstreams) {
@@ -192,7 +192,7 @@ static hoop_result accept_one(hoop_comm *comm, double deadline) {
     peer->connected = 1;
   return HOOP_OK;
 refuse:
-  HOOP_WARN(HOOP_SUBSYS_NET, "refused a connection that did not present this job's handshake");
+  HOOP__WARN(HOOP_SUBSYS_NET, "refused a connection that did not present this job's handshake");
   close(fd);
   return HOOP_OK;
 }
@@ -213,6 +213,6 @@ hoop_result hoop__tcp_connect(hoop_comm *comm, int peer) {
     if (result != HOOP_OK)
       return result;
   }
-  HOOP_TRACE(HOOP_SUBSYS_NET, "connected to rank %d with %d streams", peer, state->nstreams);
+  HOOP__TRACE(HOOP_SUBSYS_NET, "connected to rank %d with %d streams", peer, state->nstreams);
   return HOOP_OK;
 }

@@ -167,11 +167,11 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
                       type);
   if (!head)
     return hoop__mismatch_early(comm, peer, frame + 16);
-  static const uint8_t unchecked[HOOP_FINGERPRINT_BYTES];
+  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   const uint8_t *theirs = frame + 16, *ours = head->owner->fingerprint;
   int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                 memcmp(ours, unchecked, sizeof unchecked) != 0;
-  if ((compare && memcmp(theirs, ours, HOOP_FINGERPRINT_BYTES) != 0) ||
+  if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
       hoop__frame_length(frame) != head->owner->len)
     return hoop__mismatch(comm, peer, theirs, ours, hoop__frame_length(frame), head->owner->len);
   stream->recv_checked = 1;

@@ -119,8 +119,8 @@ static hoop_result tcp_wait(hoop_comm *comm, hoop__request *req) {
   tcp_state *state = state_of(comm);
   if (state->spin_s < 0) {
     state->spin_s = auto_spin_s(comm);
-    HOOP_TRACE(HOOP_SUBSYS_NET, "HOOP_TCP_SPIN_US=auto: %.0f us (%d ranks on this host)",
-               state->spin_s * 1e6, comm->local_size);
+    HOOP__TRACE(HOOP_SUBSYS_NET, "HOOP_TCP_SPIN_US=auto: %.0f us (%d ranks on this host)",
+                state->spin_s * 1e6, comm->local_size);
   }
   hoop__wait_hooks hooks = {state->spin_s, hoop__tcp_progress, tcp_pending, tcp_timed_out};
   return hoop__wait_loop(comm, req, &hooks);
@@ -160,7 +160,7 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
                   : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s
                                                  : BYE_WAIT_S;
   if (hoop__write_full(control->fd, frame, FRAME_BYTES + len, hoop__now() + wait_s) != 0)
-    HOOP_TRACE(HOOP_SUBSYS_NET, "could not tell a peer why this rank closes: %s", strerror(errno));
+    HOOP__TRACE(HOOP_SUBSYS_NET, "could not tell a peer why this rank closes: %s", strerror(errno));
 }
 
 /* Closing a socket with unread input resets the connection, and a reset throws away what this
@@ -170,13 +170,13 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
 static void drain_before_close(tcp_state *state, int size) {
   double deadline = hoop__now() + GOODBYE_WAIT_S;
   for (int p = 0; p < size; p++)
-    for (int s = 0; s < HOOP_MAX_STREAMS; s++)
+    for (int s = 0; s < HOOP__MAX_STREAMS; s++)
       if (state->peers[p].streams[s].fd >= 0)
         shutdown(state->peers[p].streams[s].fd, SHUT_WR);
   for (int unsent = 1; unsent && hoop__now() < deadline;) {
     unsent = 0;
     for (int p = 0; p < size; p++) {
-      for (int s = 0; s < HOOP_MAX_STREAMS; s++) {
+      for (int s = 0; s < HOOP__MAX_STREAMS; s++) {
         int fd = state->peers[p].streams[s].fd, queued = 0;
         if (fd < 0)
           continue;
@@ -204,7 +204,7 @@ static void tcp_shutdown(hoop_comm *comm) {
   if (state->peers && comm->failed)
     drain_before_close(state, comm->size);
   for (int p = 0; state->peers && p < comm->size; p++) {
-    for (int s = 0; s < HOOP_MAX_STREAMS; s++) {
+    for (int s = 0; s < HOOP__MAX_STREAMS; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
       if (stream->fd >= 0)
         close(stream->fd);

@@ -1,8 +1,8 @@
 /* tcp.h - the TCP transport's private state, shared by its files: conn.c listens, connects,
  * accepts and checks handshakes; data.c queues messages and moves their bytes (the progress
  * engine); tcp.c implements the transport ops. The design is described at the top of tcp.c. */
-#ifndef HOOP_TCP_H
-#define HOOP_TCP_H
+#ifndef HOOP__TCP_H
+#define HOOP__TCP_H
 
 #include <poll.h>
 
@@ -34,7 +34,7 @@ typedef struct tcp_peer {
   int connected;
   int streams_up;
   int said_bye; /* it finalized: its closing is no failure */
-  tcp_stream streams[HOOP_MAX_STREAMS];
+  tcp_stream streams[HOOP__MAX_STREAMS];
 } tcp_peer;
 
 typedef struct tcp_state {
@@ -75,4 +75,4 @@ hoop_result hoop__tcp_drive_stream(hoop_comm *comm, int peer, int index, int rea
 /* One round of the progress engine (the hoop__wait_hooks progress hook). */
 hoop_result hoop__tcp_progress(hoop_comm *comm, int timeout_ms, int *moved);
 
-#endif /* HOOP_TCP_H */
+#endif /* HOOP__TCP_H */

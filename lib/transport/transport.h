@@ -15,9 +15,14 @@
 
 #include "core/internal.h"
 
+/* TCP connections per peer at most (hoop_config's tcp_streams). */
 #define HOOP__MAX_STREAMS 8
 
-/* One piece of a request that travels on one stream (the TCP transport stripes big messages). */
+/* Bytes of a request that its transport may use as it likes (TCP: a fragment per stream). */
+#define HOOP__REQUEST_STATE_BYTES 320
+
+/* One piece of a request in a transport's queue: the whole of it, or one stripe (the TCP
+ * transport stripes big messages over its streams). */
 typedef struct hoop__fragment {
   struct hoop__request *owner;
   char *buf;
@@ -34,7 +39,9 @@ typedef struct hoop__request {
   /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
    * the sender's on arrival (all zero: not checked). */
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
-  hoop__fragment frags[HOOP__MAX_STREAMS];
+  /* The transport's own per-request state (its fragments), opaque here: each transport lays its
+   * struct over it and checks at compile time that it fits. Requests never allocate. */
+  _Alignas(max_align_t) unsigned char transport_state[HOOP__REQUEST_STATE_BYTES];
 } hoop__request;
 
 typedef struct hoop__transport_ops {

@@ -95,6 +95,17 @@ enum ib_peer_state {
 #define IB_HELLO_MAGIC 0x48504948u /* "HPIH" */
 #define IB_HELLO_BYTES (4 + 4 + HOOP__WIRE_NONCE + 8 + 4 + 4 + 4)
 
+/* What ibverbs keeps in a request: the one fragment its peer's queue links. */
+typedef struct ib_request {
+  hoop__fragment frag;
+} ib_request;
+_Static_assert(sizeof(ib_request) <= HOOP__REQUEST_STATE_BYTES,
+               "a request's transport state holds ibverbs's fragment");
+
+static inline hoop__fragment *ib_frag(hoop__request *req) {
+  return &((ib_request *)(void *)req->transport_state)->frag;
+}
+
 typedef struct ib_peer {
   int state;
   struct rdma_cm_id *id;

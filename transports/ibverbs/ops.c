@@ -137,7 +137,7 @@ static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop_
     return result;
   if (peer->state != IB_PEER_UP && !parked)
     return hoop__ib_peer_gone(comm, index, is_send ? "send" : "receive", "the connection closed");
-  hoop__fragment *frag = &req->frags[0];
+  hoop__fragment *frag = ib_frag(req);
   frag->owner = req;
   frag->buf = buf;
   frag->len = len;

@@ -31,7 +31,7 @@ int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__request
     size_t begin = (size_t)s * part;
     if (s > 0 && begin >= len)
       break;
-    hoop__fragment *frag = &req->frags[n++];
+    hoop__fragment *frag = &tcp_frags(req)[n++];
     frag->owner = req;
     frag->buf = buf + begin;
     frag->len = len - begin < part || s == used - 1 ? len - begin : part;

@@ -55,9 +55,9 @@ static hoop_result post(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
   for (int s = 0; s < n; s++) {
     tcp_stream *stream = &state->peers[peer].streams[s];
     if (is_send)
-      hoop__tcp_enqueue(&stream->send_head, &stream->send_tail, &req->frags[s]);
+      hoop__tcp_enqueue(&stream->send_head, &stream->send_tail, &tcp_frags(req)[s]);
     else
-      hoop__tcp_enqueue(&stream->recv_head, &stream->recv_tail, &req->frags[s]);
+      hoop__tcp_enqueue(&stream->recv_head, &stream->recv_tail, &tcp_frags(req)[s]);
     /* Move what the kernel takes right away: small messages then never wait for a poll. */
     int reading = 1;
     if (is_send && s == 0) {

@@ -13,6 +13,17 @@
 #define NOTICE_MAX 1023
 enum frame_type { FRAME_DATA = 1, FRAME_NOTICE = 2, FRAME_BYE = 3 };
 
+/* What TCP keeps in a request: a fragment per stream it is striped over. */
+typedef struct tcp_request {
+  hoop__fragment frags[HOOP__MAX_STREAMS];
+} tcp_request;
+_Static_assert(sizeof(tcp_request) <= HOOP__REQUEST_STATE_BYTES,
+               "a request's transport state holds TCP's fragments");
+
+static inline hoop__fragment *tcp_frags(hoop__request *req) {
+  return ((tcp_request *)(void *)req->transport_state)->frags;
+}
+
 typedef struct tcp_stream {
   int fd;
   hoop__fragment *send_head, *send_tail;

@@ -9,7 +9,7 @@ trap 'rm -rf "$work"' EXIT
 awk '/^## The API in one example/{f=1} f&&/^```c$/{c=1;next} c&&/^```$/{exit} c{print}' \
   "$src/README.md" >"$work/example.c"
 test -s "$work/example.c" || { echo "FAIL: no C example found in README.md"; exit 1; }
-${HOOP_TEST_CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$src/lib" "$work/example.c" -o "$work/example" \
+${HOOP_TEST_CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$src/lib" -I"$build/lib" "$work/example.c" -o "$work/example" \
   -L"$build/lib/.libs" -Wl,-rpath,"$build/lib/.libs" -lhoop
 "$build/tools/hooprun" -np 3 --timeout 30 "$work/example" >"$work/out" 2>&1 || {
   echo "FAIL: the README example exited non-zero:"; cat "$work/out"; exit 1; }

@@ -69,8 +69,8 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
       memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
     }
     HOOP__WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
-    if (comm->transport)
-      comm->transport->shutdown(comm);
+    if (comm->peer_transport)
+      hoop__transports_shutdown(comm);
   }
   return code;
 }
@@ -95,8 +95,8 @@ void *hoop__scratch(hoop_comm *comm, size_t bytes) {
                     comm->call ? comm->call : "hoop", bytes);
     return NULL;
   }
-  if (comm->scratch && comm->transport && comm->transport->forget_mem)
-    comm->transport->forget_mem(comm, comm->scratch, comm->scratch_bytes);
+  if (comm->scratch && comm->peer_transport)
+    hoop__transports_forget_mem(comm, comm->scratch, comm->scratch_bytes);
   free(comm->scratch);
   comm->scratch = grown;
   comm->scratch_bytes = bytes;
@@ -352,21 +352,22 @@ static hoop_result connect_ring(hoop_comm *comm) {
   /* The lower rank of a pair connects and the higher accepts, so connecting to the higher
    * neighbour first never waits on a peer that is itself waiting to accept. */
   int first = next > prev ? next : prev, second = next > prev ? prev : next;
-  hoop_result result = comm->transport->connect(comm, first);
+  hoop_result result = hoop__transport_connect(comm, first);
   if (result == HOOP_OK && second != first)
-    result = comm->transport->connect(comm, second);
+    result = hoop__transport_connect(comm, second);
   return result;
 }
 
 static void log_effective_config(const hoop_comm *comm) {
   if (comm->rank != 0 || !hoop__log_enabled(HOOP_LOG_INFO, HOOP_SUBSYS_ENV))
     return;
+  char transports[64];
   HOOP__INFO(HOOP_SUBSYS_ENV,
              "effective configuration: job=%s size=%d rendezvous=%s transport=%s timeout=%.1fs "
              "tcp_streams=%d ifname=%s",
              comm->job, comm->size, comm->rendezvous[0] ? comm->rendezvous : "(none)",
-             comm->transport ? comm->transport->name : "(none)", comm->timeout_s, comm->tcp_streams,
-             comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
+             hoop__transport_names(comm, transports, sizeof transports), comm->timeout_s,
+             comm->tcp_streams, comm->ifname[0] ? comm->ifname : "(route to rendezvous)");
 }
 
 /* A new communicator with no job yet: enough for hoop_last_error and hoop_finalize. */
@@ -516,8 +517,8 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   if (pthread_mutex_trylock(&comm->call_lock) == 0) {
     hoop__check_abort(comm);
     pthread_mutex_unlock(&comm->call_lock);
-  } else if (comm->transport && comm->transport->wake) {
-    comm->transport->wake(comm);
+  } else if (comm->peer_transport) {
+    hoop__transports_wake(comm);
   }
   return HOOP_OK;
 }

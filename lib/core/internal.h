@@ -27,7 +27,7 @@ typedef enum hoop__coll {
   HOOP__COLL_COUNT
 } hoop__coll;
 
-struct hoop__transport_ops;
+struct hoop__tctx;
 struct hoop__rdzv_thread;
 
 struct hoop_comm {
@@ -42,13 +42,15 @@ struct hoop_comm {
   uint8_t data_nonce[HOOP__WIRE_NONCE]; /* what data connections present: the table's nonce, or
                                           with a token a proof derived from it and the token */
 
-  const struct hoop__transport_ops *transport;
-  void *transport_state;
-  /* Transports listening until the rank table picks one (see hoop__transport_agree). */
-  const struct hoop__transport_ops *offered[2];
-  void *offered_state[2];
-  int offered_count;
-  char transport_mode[16];          /* HOOP_TRANSPORT: auto, tcp or ibverbs */
+  /* The transports this rank listens on, in priority order, each with its context; after the
+   * rank table, each peer's pair is served by one of them (transport/transport.c). */
+  struct hoop__tctx *transports; /* HOOP__MAX_TRANSPORTS entries, ntransports used */
+  int ntransports;
+  uint8_t *peer_transport; /* size entries: an index in transports (this rank's own: unused) */
+  int ntransports_serving; /* of them, those that serve a peer */
+  double spin_s;           /* how long a wait spins: the most any serving transport asks; -1
+                              until the first wait asks them */
+  char transport_mode[16]; /* HOOP_TRANSPORT: auto, tcp or ibverbs */
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */
@@ -99,13 +101,13 @@ struct hoop_comm {
   uint64_t reg_last_handle; /* handles are never reused */
 };
 
-/* A buffer the user registered: [base, base + bytes), and what the transport made of it (the
- * verbs transport's ibv_mr; NULL for TCP). */
+/* A buffer the user registered: [base, base + bytes), and what each transport made of it (the
+ * verbs transport's ibv_mr; NULL for TCP), by its index in comm->transports. */
 typedef struct hoop__registration {
   void *base;
   size_t bytes;
   uint64_t handle;
-  void *transport_mem;
+  void *transport_mem[4]; /* HOOP__MAX_TRANSPORTS */
 } hoop__registration;
 
 /* The registration that covers all of [ptr, ptr + len), or NULL. */

@@ -44,6 +44,16 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
   return NULL;
 }
 
+/* What the transports made of reg, released. */
+static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
+  for (int t = 0; t < comm->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (reg->transport_mem[t] && ctx->ops->deregister_mem)
+      ctx->ops->deregister_mem(ctx, reg->transport_mem[t]);
+    reg->transport_mem[t] = NULL;
+  }
+}
+
 hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_handle *handle) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
@@ -70,16 +80,20 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
     comm->regs = grown;
     comm->reg_capacity = capacity;
   }
-  void *transport_mem = NULL;
-  if (comm->transport && comm->transport->register_mem &&
-      (result = comm->transport->register_mem(comm, ptr, bytes, &transport_mem)) != HOOP_OK)
+  hoop__registration reg = {.base = ptr, .bytes = bytes};
+  for (int t = 0; t < comm->ntransports && result == HOOP_OK; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (ctx->ops->register_mem)
+      result = ctx->ops->register_mem(ctx, ptr, bytes, &reg.transport_mem[t]);
+  }
+  if (result != HOOP_OK) {
+    release_transport_mem(comm, &reg);
     goto out;
+  }
+  reg.handle = ++comm->reg_last_handle;
   size_t at = insert_position(comm, ptr);
   memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
-  comm->regs[at] = (hoop__registration){.base = ptr,
-                                        .bytes = bytes,
-                                        .handle = ++comm->reg_last_handle,
-                                        .transport_mem = transport_mem};
+  comm->regs[at] = reg;
   comm->reg_count++;
   *handle = comm->regs[at].handle;
   HOOP__TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
@@ -91,8 +105,7 @@ out:
 
 static void release(hoop_comm *comm, size_t index) {
   hoop__registration *reg = &comm->regs[index];
-  if (reg->transport_mem && comm->transport && comm->transport->deregister_mem)
-    comm->transport->deregister_mem(comm, reg->transport_mem);
+  release_transport_mem(comm, reg);
   memmove(reg, reg + 1, (comm->reg_count - index - 1) * sizeof *reg);
   comm->reg_count--;
 }

@@ -1,16 +1,23 @@
-/* transport.c - the calls collectives make, dispatched to the communicator's transport. */
+/* transport.c - the transport layer between the collectives and the transports: choosing a
+ * transport for each peer, posting to it, the wait loop every transport shares, and what the
+ * transports share (the wake eventfd, the frame header, the lost-peer error). */
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "core/log.h"
+#include "rdzv/client.h"
 #include "transport/transport.h"
 #include "util/be.h"
 #include "util/netaddr.h"
+
+/* ---- posting and waiting --------------------------------------------------------------------- */
 
 static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
   req->peer = peer;
@@ -26,16 +33,20 @@ static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, si
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
                         hoop__request *req) {
   stamp(comm, req, peer, 1, len);
-  return len == 0 ? HOOP_OK : comm->transport->isend(comm, peer, buf, len, req);
+  if (len == 0)
+    return HOOP_OK;
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  ctx->watch_fd = hoop__rendezvous_fd(comm); /* a post may connect, and wait for that */
+  return ctx->ops->isend(ctx, peer, buf, len, req);
 }
 
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
   stamp(comm, req, peer, 0, len);
-  return len == 0 ? HOOP_OK : comm->transport->irecv(comm, peer, buf, len, req);
-}
-
-hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
-  return req->pending == 0 ? HOOP_OK : comm->transport->wait(comm, req);
+  if (len == 0)
+    return HOOP_OK;
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  ctx->watch_fd = hoop__rendezvous_fd(comm);
+  return ctx->ops->irecv(ctx, peer, buf, len, req);
 }
 
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
@@ -57,9 +68,11 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
   hoop__request send_req, recv_req;
   stamp(comm, &recv_req, from, 0, 0);
   stamp(comm, &send_req, to, 1, 0);
-  hoop_result result = comm->transport->irecv(comm, from, &none, 0, &recv_req);
+  hoop__tctx *from_ctx = hoop__transport_of(comm, from), *to_ctx = hoop__transport_of(comm, to);
+  from_ctx->watch_fd = to_ctx->watch_fd = hoop__rendezvous_fd(comm);
+  hoop_result result = from_ctx->ops->irecv(from_ctx, from, &none, 0, &recv_req);
   if (result == HOOP_OK)
-    result = comm->transport->isend(comm, to, &none, 0, &send_req);
+    result = to_ctx->ops->isend(to_ctx, to, &none, 0, &send_req);
   if (result == HOOP_OK)
     result = hoop__wait(comm, &recv_req);
   if (result == HOOP_OK)
@@ -67,165 +80,15 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
   return result;
 }
 
-/* ---- choosing the transport ------------------------------------------------------------------ */
-
-static const char *const transport_names =
-#ifdef HOOP_HAVE_VERBS
-    "auto, tcp, ibverbs";
-#else
-    "auto, tcp";
-#endif
-
-hoop_result hoop__transport_check(hoop_comm *comm, const char *mode) {
-  if (strcmp(mode, "auto") == 0 || strcmp(mode, "tcp") == 0)
-    return HOOP_OK;
-#ifdef HOOP_HAVE_VERBS
-  if (strcmp(mode, "ibverbs") == 0)
-    return HOOP_OK;
-#endif
-  return hoop__set_error(
-      comm, strcmp(mode, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARG,
-      "hoop_init: transport '%s' is not available (this build has: %s)", mode, transport_names);
-}
-
-/* Entries of an address, in the order they are tried: verbs first. */
-static int entry_is_verbs(const char *entry) {
-  return strncmp(entry, "ib:", 3) == 0;
-}
-
-static int ops_is_verbs(const hoop__transport_ops *ops) {
-  return strcmp(ops->name, "ibverbs") == 0;
-}
-
-hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
-                                   char *addr, size_t addrlen) {
-  const hoop__transport_ops *candidates[2];
-  int count = 0, is_auto = strcmp(mode, "auto") == 0;
-#ifdef HOOP_HAVE_VERBS
-  if (is_auto || strcmp(mode, "ibverbs") == 0)
-    candidates[count++] = &hoop__ibverbs_transport;
-#endif
-  if (is_auto || strcmp(mode, "tcp") == 0)
-    candidates[count++] = &hoop__tcp_transport;
-  addr[0] = '\0';
-  for (int i = 0; i < count; i++) {
-    char entry[HOOP__WIRE_MAX_ADDR + 1];
-    comm->transport_state = NULL;
-    hoop_result result = candidates[i]->listen(comm, toward, entry, sizeof entry);
-    void *state = comm->transport_state;
-    comm->transport_state = NULL;
-    if (result != HOOP_OK && is_auto && ops_is_verbs(candidates[i])) {
-      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: ibverbs is not usable here (%s); tcp it is",
-                 comm->last_error);
-      comm->last_error[0] = '\0';
-      comm->transport_state = state;
-      candidates[i]->finalize(comm);
-      comm->transport_state = NULL;
-      continue;
-    }
-    comm->offered[comm->offered_count] = candidates[i];
-    comm->offered_state[comm->offered_count++] = state;
-    if (result != HOOP_OK)
-      return result;
-    size_t used = strlen(addr);
-    if (used + 1 + strlen(entry) >= addrlen)
-      return hoop__set_error(comm, HOOP_ERR_SYSTEM,
-                             "hoop_init: transport addresses longer than "
-                             "%zu bytes",
-                             addrlen - 1);
-    snprintf(addr + used, addrlen - used, "%s%s", used ? " " : "", entry);
-  }
-  return HOOP_OK;
-}
-
-/* The entry of kind verbs (or not) in a published address, copied to out without its "ib:"
- * prefix; 0 if found. */
-static int find_entry(const char *addr, int verbs, char *out, size_t outlen) {
-  while (*addr) {
-    size_t len = strcspn(addr, " ");
-    if (len > 0 && entry_is_verbs(addr) == verbs) {
-      size_t skip = verbs ? 3 : 0;
-      snprintf(out, outlen, "%.*s", (int)(len - skip), addr + skip);
-      return 0;
-    }
-    addr += len;
-    addr += strspn(addr, " ");
-  }
-  return -1;
-}
-
-hoop_result hoop__transport_agree(hoop_comm *comm) {
-  int chosen = -1, missing = -1;
-  for (int c = 0; c < comm->offered_count && chosen < 0; c++) {
-    int verbs = ops_is_verbs(comm->offered[c]);
-    char entry[HOOP__WIRE_MAX_ADDR + 1];
-    int without = -1;
-    for (int r = 0; r < comm->size && without < 0; r++)
-      if (find_entry(comm->table.peers[r].addr, verbs, entry, sizeof entry) != 0)
-        without = r;
-    if (without < 0)
-      chosen = c;
-    else if (missing < 0)
-      missing = without;
-  }
-  if (chosen < 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_init: no transport that every rank offers: this rank "
-                           "(HOOP_TRANSPORT=%s) offers '%s' but rank %d offers '%s'; set the same "
-                           "HOOP_TRANSPORT on every rank",
-                           comm->transport_mode, comm->table.peers[comm->rank].addr,
-                           missing < 0 ? 0 : missing,
-                           comm->table.peers[missing < 0 ? 0 : missing].addr);
-  const hoop__transport_ops *ops = comm->offered[chosen];
-  int verbs = ops_is_verbs(ops);
-  if (strcmp(comm->transport_mode, "auto") == 0 && verbs)
-    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA "
-                                "port)");
-  else if (strcmp(comm->transport_mode, "auto") == 0 && missing >= 0)
-    HOOP__INFO(HOOP_SUBSYS_NET,
-               "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs "
-               "address: '%s')",
-               missing, comm->table.peers[missing].addr);
-  else if (strcmp(comm->transport_mode, "auto") == 0)
-    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
-  for (int r = 0; r < comm->size; r++) {
-    char entry[HOOP__WIRE_MAX_ADDR + 1];
-    find_entry(comm->table.peers[r].addr, verbs, entry, sizeof entry);
-    snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
-  }
-  for (int c = 0; c < comm->offered_count; c++) {
-    if (c == chosen)
-      continue;
-    comm->transport_state = comm->offered_state[c];
-    comm->offered[c]->finalize(comm);
-  }
-  comm->transport = ops;
-  comm->transport_state = comm->offered_state[chosen];
-  comm->offered_count = 0;
-  return HOOP_OK;
-}
-
-void hoop__transport_finalize(hoop_comm *comm) {
-  if (comm->transport) {
-    comm->transport->finalize(comm);
-    return;
-  }
-  for (int c = 0; c < comm->offered_count; c++) {
-    comm->transport_state = comm->offered_state[c];
-    comm->offered[c]->finalize(comm);
-  }
-  comm->offered_count = 0;
-  comm->transport_state = NULL;
-}
-
-/* ---- the wait loop the transports share ------------------------------------------------------ */
-
-static void warn_stall(hoop_comm *comm, double now, const hoop__wait_hooks *hooks) {
+static void warn_stall(hoop_comm *comm, double now) {
   char waiting[512] = "";
   size_t used = 0;
   comm->stall_warned = 1;
   for (int p = 0; p < comm->size; p++) {
-    int pending = hooks->pending(comm, p);
+    if (p == comm->rank)
+      continue;
+    hoop__tctx *ctx = hoop__transport_of(comm, p);
+    int pending = ctx->ops->pending(ctx, p);
     int recv = pending & HOOP__PENDING_RECV, send = pending & HOOP__PENDING_SEND;
     if ((recv || send) && used < sizeof waiting)
       used +=
@@ -240,35 +103,347 @@ static void warn_stall(hoop_comm *comm, double now, const hoop__wait_hooks *hook
              now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
 }
 
-hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wait_hooks *hooks) {
+/* One round over the transports that serve peers. With one, it may sleep up to timeout_ms in its
+ * own poll; with several, none may sleep while another has work, so each gets one round without
+ * sleeping and a round that moved nothing naps a millisecond. (Transports handing their
+ * descriptors to one shared poll would let several sleep at once; none needs it yet.) */
+static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
+  for (int t = 0; t < comm->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (!ctx->state)
+      continue;
+    ctx->watch_fd = hoop__rendezvous_fd(comm);
+    hoop_result result =
+        ctx->ops->progress(ctx, comm->ntransports_serving > 1 ? 0 : timeout_ms, moved);
+    if (result != HOOP_OK)
+      return result;
+  }
+  if (comm->ntransports_serving > 1 && timeout_ms > 0 && !*moved)
+    poll(NULL, 0, 1);
+  return HOOP_OK;
+}
+
+/* Asked at the first wait: a transport may decide its spin only once the rank table is known. */
+static double spin_s(hoop_comm *comm) {
+  if (comm->spin_s < 0) {
+    comm->spin_s = 0;
+    for (int t = 0; t < comm->ntransports; t++) {
+      hoop__tctx *ctx = &comm->transports[t];
+      double spin = ctx->state ? ctx->ops->spin_s(ctx) : 0;
+      if (spin > comm->spin_s)
+        comm->spin_s = spin;
+    }
+  }
+  return comm->spin_s;
+}
+
+hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
+  if (req->pending == 0)
+    return HOOP_OK;
+  double spin = spin_s(comm);
   double now = hoop__now();
-  double deadline = now + comm->timeout_s, spin_until = now + hooks->spin_s;
+  double deadline = now + comm->timeout_s, spin_until = now + spin;
   while (req->pending > 0) {
     if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
       return comm->failed;
     int moved = 0;
     now = hoop__now();
     if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
-      warn_stall(comm, now, hooks);
+      warn_stall(comm, now);
     double left = deadline - now;
     int spinning = now < spin_until;
-    hoop_result result = hooks->progress(comm,
-                                         spinning || left <= 0 ? 0
-                                         : left > 0.1          ? 100
-                                                               : (int)(left * 1000) + 1,
-                                         &moved);
+    hoop_result result = progress_all(comm,
+                                      spinning || left <= 0 ? 0
+                                      : left > 0.1          ? 100
+                                                            : (int)(left * 1000) + 1,
+                                      &moved);
     /* Reading ahead may find a peer's notice after this request's last byte: the request itself
      * still completed; the failure stays recorded for what follows. */
     if (result != HOOP_OK)
       return req->pending == 0 ? HOOP_OK : result;
     if (spinning && !moved)
       sched_yield();
-    if (moved)
+    if (moved) {
       deadline = hoop__now() + comm->timeout_s;
-    else if (hoop__now() > deadline)
-      return hooks->timed_out(comm, req);
+    } else if (hoop__now() > deadline) {
+      hoop__tctx *ctx = hoop__transport_of(comm, req->peer);
+      return ctx->ops->timed_out(ctx, req);
+    }
   }
   return HOOP_OK;
+}
+
+/* ---- the core's side, for transports --------------------------------------------------------- */
+
+hoop_result hoop__tctx_watched(hoop__tctx *ctx) {
+  return hoop__rendezvous_check(ctx->comm);
+}
+
+void hoop__tctx_failure(const hoop__tctx *ctx, int *origin, const char **cause) {
+  const hoop_comm *comm = ctx->comm;
+  *origin = comm->fail_origin >= 0 ? comm->fail_origin : comm->rank;
+  *cause = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
+}
+
+void hoop__tctx_staging(const hoop__tctx *ctx, void **ptr, size_t *bytes) {
+  *ptr = ctx->comm->scratch;
+  *bytes = ctx->comm->scratch_bytes;
+}
+
+void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len) {
+  const hoop__registration *reg = hoop__registration_find(ctx->comm, ptr, len);
+  return reg ? reg->transport_mem[ctx->index] : NULL;
+}
+
+/* ---- choosing transports --------------------------------------------------------------------- */
+
+static const char *const transport_names =
+#ifdef HOOP_HAVE_VERBS
+    "auto, tcp, ibverbs";
+#else
+    "auto, tcp";
+#endif
+
+/* Every transport of this build, in priority order. */
+static const hoop__transport_ops *const all_transports[] = {
+#ifdef HOOP_HAVE_VERBS
+    &hoop__ibverbs_transport,
+#endif
+    &hoop__tcp_transport,
+};
+#define ALL_TRANSPORTS (sizeof all_transports / sizeof all_transports[0])
+
+hoop_result hoop__transport_check(hoop_comm *comm, const char *mode) {
+  if (strcmp(mode, "auto") == 0)
+    return HOOP_OK;
+  for (size_t i = 0; i < ALL_TRANSPORTS; i++)
+    if (strcmp(mode, all_transports[i]->name) == 0)
+      return HOOP_OK;
+  return hoop__set_error(
+      comm, strcmp(mode, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARG,
+      "hoop_init: transport '%s' is not available (this build has: %s)", mode, transport_names);
+}
+
+/* The transport of this build whose entries an address entry is: the one whose prefix it starts
+ * with, else the one without a prefix. */
+static const hoop__transport_ops *entry_owner(const char *entry) {
+  const hoop__transport_ops *plain = NULL;
+  for (size_t i = 0; i < ALL_TRANSPORTS; i++) {
+    const char *prefix = all_transports[i]->addr_prefix;
+    if (!prefix[0])
+      plain = all_transports[i];
+    else if (strncmp(entry, prefix, strlen(prefix)) == 0)
+      return all_transports[i];
+  }
+  return plain;
+}
+
+/* ops's entry in a published address, copied to out without its prefix; 0 if found. */
+static int find_entry(const char *addr, const hoop__transport_ops *ops, char *out, size_t outlen) {
+  while (*addr) {
+    size_t len = strcspn(addr, " ");
+    if (len > 0) {
+      char entry[HOOP__WIRE_MAX_ADDR + 1];
+      snprintf(entry, sizeof entry, "%.*s", (int)len, addr);
+      if (entry_owner(entry) == ops) {
+        size_t skip = strlen(ops->addr_prefix);
+        snprintf(out, outlen, "%s", entry + skip);
+        return 0;
+      }
+    }
+    addr += len;
+    addr += strspn(addr, " ");
+  }
+  return -1;
+}
+
+int hoop__tctx_offered(const hoop__tctx *ctx, int rank) {
+  char entry[HOOP__WIRE_MAX_ADDR + 1];
+  return find_entry(ctx->table->peers[rank].addr, ctx->ops, entry, sizeof entry) == 0;
+}
+
+static int is_verbs(const hoop__transport_ops *ops) {
+  return strcmp(ops->name, "ibverbs") == 0;
+}
+
+hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
+                                   char *addr, size_t addrlen) {
+  int is_auto = strcmp(mode, "auto") == 0;
+  comm->transports = calloc(HOOP__MAX_TRANSPORTS, sizeof *comm->transports);
+  if (!comm->transports)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  addr[0] = '\0';
+  for (size_t i = 0; i < ALL_TRANSPORTS && comm->ntransports < HOOP__MAX_TRANSPORTS; i++) {
+    const hoop__transport_ops *ops = all_transports[i];
+    if (!is_auto && strcmp(mode, ops->name) != 0)
+      continue;
+    hoop__tctx *ctx = &comm->transports[comm->ntransports];
+    *ctx = (hoop__tctx){.comm = comm,
+                        .ops = ops,
+                        .index = comm->ntransports,
+                        .rank = comm->rank,
+                        .size = comm->size,
+                        .table = &comm->table,
+                        .timeout_s = comm->timeout_s,
+                        .ifname = comm->ifname,
+                        .tcp_streams = comm->tcp_streams,
+                        .data_nonce = comm->data_nonce,
+                        .failed = &comm->failed,
+                        .watch_fd = -1};
+    char entry[HOOP__WIRE_MAX_ADDR + 1];
+    hoop_result result = ops->listen(ctx, toward, entry, sizeof entry);
+    if (result != HOOP_OK && is_auto && is_verbs(ops)) {
+      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: ibverbs is not usable here (%s); tcp it is",
+                 comm->last_error);
+      comm->last_error[0] = '\0';
+      ops->finalize(ctx);
+      continue;
+    }
+    comm->ntransports++;
+    if (result != HOOP_OK)
+      return result;
+    size_t used = strlen(addr);
+    if (used + 1 + strlen(ops->addr_prefix) + strlen(entry) >= addrlen)
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                             "hoop_init: transport addresses longer than %zu bytes", addrlen - 1);
+    snprintf(addr + used, addrlen - used, "%s%s%s", used ? " " : "", ops->addr_prefix, entry);
+  }
+  return HOOP_OK;
+}
+
+/* The first of this rank's transports that peer offered too and that can reach it; -1 if none. */
+static int choose_for(hoop_comm *comm, int peer) {
+  for (int t = 0; t < comm->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (hoop__tctx_offered(ctx, peer) && (!ctx->ops->can_reach || ctx->ops->can_reach(ctx, peer)))
+      return t;
+  }
+  return -1;
+}
+
+/* Under auto, say what was chosen and why; before agree keeps only the chosen entries. */
+static void log_choice(const hoop_comm *comm, const int *served) {
+  if (strcmp(comm->transport_mode, "auto") != 0)
+    return;
+  const hoop__tctx *verbs = NULL;
+  int serving = 0, verbs_serves = 0;
+  for (int t = 0; t < comm->ntransports; t++) {
+    serving += served[t] > 0;
+    if (is_verbs(comm->transports[t].ops)) {
+      verbs = &comm->transports[t];
+      verbs_serves = served[t] > 0;
+    }
+  }
+  if (serving > 1) {
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using several transports, by peer");
+    return;
+  }
+  if (verbs_serves) {
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA port)");
+    return;
+  }
+  for (int r = 0; verbs && r < comm->size; r++)
+    if (!hoop__tctx_offered(verbs, r)) {
+      HOOP__INFO(HOOP_SUBSYS_NET,
+                 "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs address: '%s')", r,
+                 comm->table.peers[r].addr);
+      return;
+    }
+  HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
+}
+
+hoop_result hoop__transport_agree(hoop_comm *comm) {
+  comm->peer_transport = calloc((size_t)comm->size, sizeof *comm->peer_transport);
+  if (!comm->peer_transport)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  for (int t = 0; t < comm->ntransports; t++) {
+    comm->transports[t].rank = comm->rank;
+    comm->transports[t].local_size = (int)comm->table.peers[comm->rank].local_size;
+  }
+  int served[HOOP__MAX_TRANSPORTS] = {0};
+  for (int r = 0; r < comm->size; r++) {
+    if (r == comm->rank)
+      continue;
+    int t = choose_for(comm, r);
+    if (t < 0)
+      return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                             "hoop_init: no transport that every rank offers: this rank "
+                             "(HOOP_TRANSPORT=%s) offers '%s' but rank %d offers '%s'; set the "
+                             "same HOOP_TRANSPORT on every rank",
+                             comm->transport_mode, comm->table.peers[comm->rank].addr, r,
+                             comm->table.peers[r].addr);
+    comm->peer_transport[r] = (uint8_t)t;
+    served[t]++;
+  }
+  log_choice(comm, served);
+  /* This rank's own entry names the transport of the first pair (it is only logged). */
+  comm->peer_transport[comm->rank] =
+      comm->size > 1 ? comm->peer_transport[(comm->rank + 1) % comm->size] : 0;
+  for (int r = 0; r < comm->size; r++) {
+    char entry[HOOP__WIRE_MAX_ADDR + 1] = "";
+    find_entry(comm->table.peers[r].addr, comm->transports[comm->peer_transport[r]].ops, entry,
+               sizeof entry);
+    snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
+  }
+  comm->ntransports_serving = 0;
+  comm->spin_s = -1;
+  for (int t = 0; t < comm->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (!served[t]) {
+      ctx->ops->finalize(ctx);
+      continue;
+    }
+    comm->ntransports_serving++;
+  }
+  return HOOP_OK;
+}
+
+const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outlen) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int t = 0; t < comm->ntransports && used < outlen; t++)
+    if (comm->transports[t].state)
+      used += (size_t)snprintf(out + used, outlen - used, "%s%s", used ? "+" : "",
+                               comm->transports[t].ops->name);
+  if (!out[0])
+    snprintf(out, outlen, "(none)");
+  return out;
+}
+
+hoop_result hoop__transport_connect(hoop_comm *comm, int peer) {
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  ctx->watch_fd = hoop__rendezvous_fd(comm);
+  return ctx->ops->connect(ctx, peer);
+}
+
+void hoop__transports_shutdown(hoop_comm *comm) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state)
+      comm->transports[t].ops->shutdown(&comm->transports[t]);
+}
+
+void hoop__transports_wake(hoop_comm *comm) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state && comm->transports[t].ops->wake)
+      comm->transports[t].ops->wake(&comm->transports[t]);
+}
+
+void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state && comm->transports[t].ops->forget_mem)
+      comm->transports[t].ops->forget_mem(&comm->transports[t], ptr, bytes);
+}
+
+void hoop__transport_finalize(hoop_comm *comm) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state)
+      comm->transports[t].ops->finalize(&comm->transports[t]);
+  free(comm->transports);
+  free(comm->peer_transport);
+  comm->transports = NULL;
+  comm->peer_transport = NULL;
+  comm->ntransports = 0;
 }
 
 /* ---- what both transports do alike ----------------------------------------------------------- */
@@ -283,10 +458,10 @@ void hoop__wake_signal(int fd, const char *name) {
     HOOP__TRACE(HOOP_SUBSYS_NET, "%s: waking the progress engine: %s", name, strerror(errno));
 }
 
-hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name) {
+hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name) {
   uint64_t count;
   if (read(fd, &count, sizeof count) < 0 && errno != EAGAIN)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "%s: reading the wake eventfd: %s", name,
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: reading the wake eventfd: %s", name,
                       strerror(errno));
   return HOOP_OK;
 }
@@ -306,8 +481,9 @@ uint64_t hoop__frame_length(const uint8_t *frame) {
   return hoop__get_be64(frame + 8);
 }
 
-hoop_result hoop__peer_failed(hoop_comm *comm, int peer, hoop_result code, const char *what,
+hoop_result hoop__peer_failed(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                               const char *detail) {
+  hoop_comm *comm = ctx->comm;
   const hoop__peer_entry *entry = &comm->table.peers[peer];
   /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
   if (!comm->failed && comm->fail_origin < 0)
@@ -317,14 +493,14 @@ hoop_result hoop__peer_failed(hoop_comm *comm, int peer, hoop_result code, const
                     entry->addr, entry->host, what, detail);
 }
 
-hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,
+hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
                                 struct sockaddr_storage *addr, socklen_t *addrlen) {
-  const char *text = comm->table.peers[peer].addr;
+  const char *text = ctx->table->peers[peer].addr;
   char host[HOOP__WIRE_MAX_ADDR + 1], err[256];
   int port;
   if (hoop__split_hostport(text, host, sizeof host, &port) != 0 ||
       hoop__resolve(host, port, addr, addrlen, err, sizeof err) != 0)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "%s: rank %d published a bad address '%s'", name,
-                      peer, text);
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "%s: rank %d published a bad address '%s'",
+                      name, peer, text);
   return HOOP_OK;
 }

@@ -44,36 +44,74 @@ typedef struct hoop__request {
   _Alignas(max_align_t) unsigned char transport_state[HOOP__REQUEST_STATE_BYTES];
 } hoop__request;
 
+#define HOOP__PENDING_RECV 1
+#define HOOP__PENDING_SEND 2
+
+/* Transports one rank can listen on at once. */
+#define HOOP__MAX_TRANSPORTS 4
+
+struct hoop__transport_ops;
+
+/* What a transport sees of the communicator: its rank and the rank table, the settings it needs,
+ * its own state, and an opaque handle that it only hands back to the core's calls (hoop__fail,
+ * hoop__mismatch, hoop__peer_notice, hoop__check_abort, ...). */
+typedef struct hoop__tctx {
+  hoop_comm *comm; /* opaque to the transport */
+  const struct hoop__transport_ops *ops;
+  void *state;                /* the transport's own */
+  int index;                  /* in the communicator's list: registrations keep one handle each */
+  int rank, size, local_size; /* rank and local_size: as the rank table says, once known */
+  const hoop__table *table;   /* filled by the rendezvous */
+  double timeout_s;
+  const char *ifname; /* HOOP_IFNAME, "" for the route to the rendezvous */
+  int tcp_streams;
+  const uint8_t *data_nonce; /* what data connections present (see core/internal.h) */
+  const hoop_result *failed; /* the communicator's failure, HOOP_OK while it works */
+  /* A descriptor the core wants watched while the transport sleeps (the rendezvous connection:
+   * other ranks' aborts and losses), -1 for none. A transport that polls adds it and, when it is
+   * readable, calls hoop__tctx_watched. */
+  int watch_fd;
+} hoop__tctx;
+
 typedef struct hoop__transport_ops {
   const char *name;
+  /* Marks this transport's entry among the published address's ("ib:"); "" for none. */
+  const char *addr_prefix;
   /* Open a listener on the address that routes toward the rendezvous server (or HOOP_IFNAME's) and
    * write the address peers should use into addr. */
-  hoop_result (*listen)(hoop_comm *comm, const struct sockaddr *toward, char *addr, size_t addrlen);
-  /* After the rank table is known: connect to peer now (the ring neighbours at init). Transfers to
-   * other peers connect on demand. */
-  hoop_result (*connect)(hoop_comm *comm, int peer);
+  hoop_result (*listen)(hoop__tctx *ctx, const struct sockaddr *toward, char *addr, size_t addrlen);
+  /* After the rank table is known, for a peer that published an entry of this transport: whether
+   * this transport serves the pair. Both ends must answer alike from the table. NULL: yes. */
+  int (*can_reach)(const hoop__tctx *ctx, int peer);
+  /* Connect to peer now (the ring neighbours at init). Transfers to other peers connect on
+   * demand. */
+  hoop_result (*connect)(hoop__tctx *ctx, int peer);
   /* len may be 0: an empty message, which still carries the request's fingerprint. */
-  hoop_result (*isend)(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
-  hoop_result (*irecv)(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
-  /* Make progress until req completes; HOOP_ERR_TIMEOUT if nothing moves it for comm->timeout_s.
-   * Besides its own descriptors it polls hoop__rendezvous_fd(comm) (when >= 0) and calls
-   * hoop__rendezvous_check when that is readable, so that another rank's abort told by the server
-   * ends the wait (rdzv/client.h). */
-  hoop_result (*wait)(hoop_comm *comm, hoop__request *req);
+  hoop_result (*isend)(hoop__tctx *ctx, int peer, const void *buf, size_t len, hoop__request *req);
+  hoop_result (*irecv)(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req);
+  /* The shared wait loop's hooks. One round: move what is ready, sleeping at most timeout_ms when
+   * nothing is (watching ctx->watch_fd too); *moved says whether any byte moved. */
+  hoop_result (*progress)(hoop__tctx *ctx, int timeout_ms, int *moved);
+  /* What is queued for peer: HOOP__PENDING_RECV and/or HOOP__PENDING_SEND. */
+  int (*pending)(hoop__tctx *ctx, int peer);
+  /* Nothing moved req for HOOP_TIMEOUT: fail, naming the peer. */
+  hoop_result (*timed_out)(hoop__tctx *ctx, const hoop__request *req);
+  /* How long a wait makes progress without sleeping (see hoop__wait). */
+  double (*spin_s)(hoop__tctx *ctx);
   /* Drop every connection and pending request (after a failure, and at abort), first telling
-   * each peer why: {comm->failed, comm->fail_origin, comm->fail_cause}. */
-  void (*shutdown)(hoop_comm *comm);
-  /* Wake a thread blocked in wait; any thread may call it (hoop_abort). */
-  void (*wake)(hoop_comm *comm);
+   * each peer why (hoop__tctx_failure). */
+  void (*shutdown)(hoop__tctx *ctx);
+  /* Wake a thread blocked in progress; any thread may call it (hoop_abort). */
+  void (*wake)(hoop__tctx *ctx);
   /* Free the transport's state. */
-  void (*finalize)(hoop_comm *comm);
+  void (*finalize)(hoop__tctx *ctx);
   /* Optional (NULL: nothing to do). Prepare a buffer of hoop_register for transfers and return
    * the transport's handle for it in *mem; release it. */
-  hoop_result (*register_mem)(hoop_comm *comm, void *ptr, size_t bytes, void **mem);
-  void (*deregister_mem)(hoop_comm *comm, void *mem);
-  /* Optional. The library is about to free or reuse [ptr, ptr + bytes) of its own memory
-   * (comm->scratch): drop whatever the transport keeps for it. */
-  void (*forget_mem)(hoop_comm *comm, const void *ptr, size_t bytes);
+  hoop_result (*register_mem)(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem);
+  void (*deregister_mem)(hoop__tctx *ctx, void *mem);
+  /* Optional. The library is about to free or reuse [ptr, ptr + bytes) of its own memory (its
+   * staging buffer, hoop__tctx_staging): drop whatever the transport keeps for it. */
+  void (*forget_mem)(hoop__tctx *ctx, const void *ptr, size_t bytes);
 } hoop__transport_ops;
 
 extern const hoop__transport_ops hoop__tcp_transport;
@@ -81,47 +119,59 @@ extern const hoop__transport_ops hoop__tcp_transport;
 extern const hoop__transport_ops hoop__ibverbs_transport;
 #endif
 
-/* Choosing the transport (HOOP_TRANSPORT=auto|tcp|ibverbs). Before the rendezvous each candidate
- * listens and the published address lists one entry per candidate, separated by spaces ("ib:"
- * marks the verbs one); under auto a candidate that cannot listen (no active RDMA port) is left
- * out quietly. Once the rank table is known every rank picks the first transport, verbs before
- * TCP, that every rank offered, so all ranks agree; the others are closed and each table address
- * keeps only the chosen entry. */
+/* ---- the core's side, for transports ----------------------------------------------------------
+ */
+
+/* Whether rank published an address entry for this transport (valid until agree keeps only the
+ * chosen entry of each address). */
+int hoop__tctx_offered(const hoop__tctx *ctx, int rank);
+/* The watched descriptor was readable: read it; HOOP_OK, or the failure it told of. */
+hoop_result hoop__tctx_watched(hoop__tctx *ctx);
+/* Why the communicator failed, for the notice a transport sends its peers: the rank where it
+ * began and that rank's message. */
+void hoop__tctx_failure(const hoop__tctx *ctx, int *origin, const char **cause);
+/* The library's staging buffer as it is now (NULL, 0 when none). */
+void hoop__tctx_staging(const hoop__tctx *ctx, void **ptr, size_t *bytes);
+/* The handle this transport made of a registration covering [ptr, ptr + len); NULL if none. */
+void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len);
+
+/* ---- the transport layer, for the core --------------------------------------------------------
+ */
+
+/* Choosing transports (HOOP_TRANSPORT=auto|tcp|ibverbs). Before the rendezvous each candidate, in
+ * priority order (verbs before TCP), listens, and the published address lists one entry per
+ * candidate, separated by spaces, each marked by its transport's prefix; under auto a candidate
+ * that cannot listen (no active RDMA port) is left out quietly. Once the rank table is known each
+ * peer gets the first transport that both ends offered and that can reach it; every rank decides
+ * from the same table, so both ends of a pair agree. Transports that serve nobody are closed. */
 /* HOOP_OK if mode names a transport of this build, else the error recorded. */
 hoop_result hoop__transport_check(hoop_comm *comm, const char *mode);
 hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
                                    char *addr, size_t addrlen);
 hoop_result hoop__transport_agree(hoop_comm *comm);
-/* Free the chosen transport, or every candidate if none was chosen yet. */
+/* The transport of peer's pair (after agree). */
+static inline hoop__tctx *hoop__transport_of(const hoop_comm *comm, int peer) {
+  return &comm->transports[comm->peer_transport[peer]];
+}
+hoop_result hoop__transport_connect(hoop_comm *comm, int peer);
+/* Every transport: shutdown (after a failure), wake (hoop_abort's thread), forget the staging
+ * buffer, finalize (closing them all). */
+void hoop__transports_shutdown(hoop_comm *comm);
+void hoop__transports_wake(hoop_comm *comm);
+void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes);
 void hoop__transport_finalize(hoop_comm *comm);
+/* "tcp", "ibverbs", or "ibverbs+tcp" when pairs differ, for the log. */
+const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outlen);
 
-/* The wait loop both transports share. Being put to sleep and woken costs tens of microseconds on a
- * loaded or virtual machine, several times what a small message takes to cross loopback, so a wait
- * first makes progress without sleeping for spin_s (yielding the CPU between rounds, for ranks
- * that share cores) and only then lets progress sleep. Any movement restarts HOOP_TIMEOUT; past
- * it, timed_out says which peer went silent. Past HOOP_STALL_WARN the peers that still owe or are
- * owed data are named once per call. */
-typedef struct hoop__wait_hooks {
-  double spin_s;
-  /* One round: move what is ready, sleeping at most timeout_ms when nothing is; *moved says
-   * whether any byte moved. */
-  hoop_result (*progress)(hoop_comm *comm, int timeout_ms, int *moved);
-  /* What is queued for peer: HOOP__PENDING_RECV and/or HOOP__PENDING_SEND. */
-  int (*pending)(hoop_comm *comm, int peer);
-  hoop_result (*timed_out)(hoop_comm *comm, const hoop__request *req);
-} hoop__wait_hooks;
-
-#define HOOP__PENDING_RECV 1
-#define HOOP__PENDING_SEND 2
-
-hoop_result hoop__wait_loop(hoop_comm *comm, hoop__request *req, const hoop__wait_hooks *hooks);
+/* ---- shared by the transports -----------------------------------------------------------------
+ */
 
 /* What both transports do alike. The wake eventfd: created non-blocking, written by hoop_abort's
  * thread (wake), and emptied by the waiting thread when poll finds it readable (drain; a read
  * error fails the communicator). name is the transport's, for the messages. */
 int hoop__wake_open(void);
 void hoop__wake_signal(int fd, const char *name);
-hoop_result hoop__wake_drain(hoop_comm *comm, int fd, const char *name);
+hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name);
 /* The header both transports put before a message: {u32 magic (the transport's own), u32 type,
  * u64 length, the call's fingerprint (zeros when NULL)}, big-endian like every wire. */
 #define HOOP__FRAME_BYTES (16 + HOOP__FINGERPRINT_BYTES)
@@ -132,14 +182,24 @@ uint64_t hoop__frame_length(const uint8_t *frame);
 /* peer failed this rank's transfer: fail the communicator with "CALL (call #N): lost rank P
  * (ADDR, host H): WHAT: DETAIL", and count the peer as where the failure began (peers told of
  * it name it, not this rank). */
-hoop_result hoop__peer_failed(hoop_comm *comm, int peer, hoop_result code, const char *what,
+hoop_result hoop__peer_failed(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                               const char *detail);
 
 /* The address peer published in the rank table, resolved; HOOP_ERR_PROTOCOL (recorded) if bad. */
-hoop_result hoop__peer_sockaddr(hoop_comm *comm, int peer, const char *name,
+hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
                                 struct sockaddr_storage *addr, socklen_t *addrlen);
 
-/* Shorthands used by the collectives. Zero-length transfers complete at once. */
+/* ---- what the collectives call ----------------------------------------------------------------
+ */
+
+/* Zero-length transfers complete at once. hoop__wait is the wait loop every transport shares.
+ * Being put to sleep and woken costs tens of microseconds on a loaded or virtual machine, several
+ * times what a small message takes to cross loopback, so a wait first makes progress without
+ * sleeping for the transports' spin_s (yielding the CPU between rounds, for ranks that share
+ * cores) and only then lets progress sleep. Any movement restarts HOOP_TIMEOUT; past it, the
+ * waited-for peer's transport says which peer went silent. Past HOOP_STALL_WARN the peers that
+ * still owe or are owed data are named once per call. The rendezvous connection is watched
+ * throughout: another rank's abort told by the server ends the wait. */
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
 hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);

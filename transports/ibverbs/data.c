@@ -17,34 +17,35 @@
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+hoop_result hoop__ib_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                                 const char *detail) {
   char ib_what[160];
   snprintf(ib_what, sizeof ib_what, "ibverbs %s", what);
-  return hoop__peer_failed(comm, peer, code, ib_what, detail);
+  return hoop__peer_failed(ctx, peer, code, ib_what, detail);
 }
 
-hoop_result hoop__ib_peer_gone(hoop_comm *comm, int index, const char *what, const char *detail) {
-  ib_state *state = ib_state_of(comm);
+hoop_result hoop__ib_peer_gone(hoop__tctx *ctx, int index, const char *what, const char *detail) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
-  if (state->closing || comm->failed)
-    return comm->failed;
+  if (state->closing || *ctx->failed)
+    return *ctx->failed;
   int was_closed = peer->state == IB_PEER_CLOSED;
   peer->state = IB_PEER_CLOSED;
   if (!was_closed && peer->slot_kind) {
     /* What arrived before the end is still in the slots: deliver it, or find the notice. */
     int moved = 0;
-    hoop_result result = hoop__ib_drive_recv(comm, index, &moved);
-    if (result != HOOP_OK || comm->failed)
+    hoop_result result = hoop__ib_drive_recv(ctx, index, &moved);
+    if (result != HOOP_OK || *ctx->failed)
       return result;
   }
   if (peer->notice_seen)
-    return hoop__peer_notice(comm, index, peer->notice_code, peer->notice_origin, peer->notice);
+    return hoop__peer_notice(ctx->comm, index, peer->notice_code, peer->notice_origin,
+                             peer->notice);
   if (peer->said_bye && !peer->recv_head && !peer->send_head)
     return HOOP_OK;
   char text[256];
   snprintf(text, sizeof text, "%s%s", detail, peer->said_bye ? " (it had finalized)" : "");
-  return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, what, text);
+  return hoop__ib_peer_error(ctx, index, HOOP_ERR_PEER_LOST, what, text);
 }
 
 /* ---- posting --------------------------------------------------------------------------------- */
@@ -55,15 +56,15 @@ uint64_t hoop__ib_wr_id(const ib_peer *peer, int index, enum ib_wr_kind kind) {
 
 /* Receives take no buffer: writes with immediate data land in the slots, and only the immediate
  * and the length come with the completion. */
-hoop_result hoop__ib_post_recvs(hoop_comm *comm, int index, int count) {
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
+hoop_result hoop__ib_post_recvs(hoop__tctx *ctx, int index, int count) {
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
   for (int i = 0; i < count; i++) {
     struct ibv_recv_wr wr, *bad;
     memset(&wr, 0, sizeof wr);
     wr.wr_id = hoop__ib_wr_id(peer, index, IB_WR_RECV);
     int err = ibv_post_recv(peer->id->qp, &wr, &bad);
     if (err != 0)
-      return hoop__ib_peer_error(comm, index, HOOP_ERR_SYSTEM, "ibv_post_recv", strerror(err));
+      return hoop__ib_peer_error(ctx, index, HOOP_ERR_SYSTEM, "ibv_post_recv", strerror(err));
     peer->posted_recvs++;
   }
   return HOOP_OK;
@@ -71,11 +72,11 @@ hoop_result hoop__ib_post_recvs(hoop_comm *comm, int index, int count) {
 
 /* One RDMA write of bytes at local (lkey) to remote (rkey) on peer index's queue pair: with the
  * immediate imm (IBV_WR_RDMA_WRITE_WITH_IMM), or plain (IBV_WR_RDMA_WRITE, imm unused). */
-static hoop_result post_rdma(hoop_comm *comm, int index, const char *local, uint32_t lkey,
+static hoop_result post_rdma(hoop__tctx *ctx, int index, const char *local, uint32_t lkey,
                              uint32_t bytes, uint64_t remote, uint32_t rkey,
                              enum ibv_wr_opcode opcode, uint32_t imm, enum ib_wr_kind kind,
                              const char *what) {
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = bytes, .lkey = lkey};
   struct ibv_send_wr wr, *bad;
   memset(&wr, 0, sizeof wr);
@@ -89,26 +90,26 @@ static hoop_result post_rdma(hoop_comm *comm, int index, const char *local, uint
   wr.wr.rdma.rkey = rkey;
   int err = ibv_post_send(peer->id->qp, &wr, &bad);
   if (err != 0)
-    return hoop__ib_peer_gone(comm, index, what, strerror(err));
+    return hoop__ib_peer_gone(ctx, index, what, strerror(err));
   peer->sq_used++;
   return HOOP_OK;
 }
 
-static hoop_result post_write(hoop_comm *comm, int index, char *local, uint32_t lkey,
+static hoop_result post_write(hoop__tctx *ctx, int index, char *local, uint32_t lkey,
                               uint32_t bytes, uint64_t remote, uint32_t imm, enum ib_wr_kind kind) {
-  return post_rdma(comm, index, local, lkey, bytes, remote,
-                   ib_state_of(comm)->peers[index].remote_rkey, IBV_WR_RDMA_WRITE_WITH_IMM, imm,
+  return post_rdma(ctx, index, local, lkey, bytes, remote,
+                   ib_state_of(ctx)->peers[index].remote_rkey, IBV_WR_RDMA_WRITE_WITH_IMM, imm,
                    kind, "ibv_post_send");
 }
 
 /* A piece of a zero-copy payload: a plain RDMA write into the buffer the peer's CTS named; the
  * ZDONE that follows it on the same queue pair lands after it (RC writes are placed in order). */
-static hoop_result post_zwrite(hoop_comm *comm, int index, const char *local, uint32_t lkey,
+static hoop_result post_zwrite(hoop__tctx *ctx, int index, const char *local, uint32_t lkey,
                                uint32_t bytes, uint64_t remote, uint32_t rkey) {
-  hoop_result result = post_rdma(comm, index, local, lkey, bytes, remote, rkey, IBV_WR_RDMA_WRITE,
-                                 0, IB_WR_ZWRITE, "ibv_post_send (zero-copy write)");
+  hoop_result result = post_rdma(ctx, index, local, lkey, bytes, remote, rkey, IBV_WR_RDMA_WRITE, 0,
+                                 IB_WR_ZWRITE, "ibv_post_send (zero-copy write)");
   if (result == HOOP_OK)
-    ib_state_of(comm)->peers[index].zwrites_inflight++;
+    ib_state_of(ctx)->peers[index].zwrites_inflight++;
   return result;
 }
 
@@ -123,14 +124,14 @@ static int slot_free(const ib_state *state, const ib_peer *peer) {
 }
 
 /* Write a small slot (a header, or a CTS) from the next send slot. */
-static hoop_result send_small(hoop_comm *comm, int index, const uint8_t *bytes, uint32_t len,
+static hoop_result send_small(hoop__tctx *ctx, int index, const uint8_t *bytes, uint32_t len,
                               uint32_t imm_flag) {
-  ib_state *state = ib_state_of(comm);
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
   char *where = peer->send_slots + (size_t)slot * state->slot_bytes;
   memcpy(where, bytes, len);
-  hoop_result result = post_write(comm, index, where, peer->send_mr->lkey, len,
+  hoop_result result = post_write(ctx, index, where, peer->send_mr->lkey, len,
                                   peer->remote_addr + (uint64_t)slot * state->slot_bytes,
                                   slot | imm_flag, IB_WR_DATA);
   if (result == HOOP_OK)
@@ -147,8 +148,8 @@ void hoop__ib_zsend_complete(ib_peer *peer) {
 
 /* The head message as a rendezvous. Returns with *handled 0 when the head goes through the slots
  * as usual; otherwise with what could be done now done. */
-static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *moved) {
-  ib_state *state = ib_state_of(comm);
+static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   hoop__fragment *frag = peer->send_head;
   *handled = 0;
@@ -158,14 +159,14 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
   *handled = 1;
   uint8_t header[IB_HEADER_BYTES];
   if (peer->zsend_state == IB_ZSEND_NONE) {
-    peer->zsend_mr = hoop__ib_find_mr(comm, frag->buf, frag->len);
+    peer->zsend_mr = hoop__ib_find_mr(ctx, frag->buf, frag->len);
     if (!peer->zsend_mr) {
       peer->zsend_state = IB_ZSEND_COPY;
       *handled = 0;
       return HOOP_OK;
     }
     hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_RTS, frag->len, frag->owner->fingerprint);
-    hoop_result result = send_small(comm, index, header, IB_HEADER_BYTES, 0);
+    hoop_result result = send_small(ctx, index, header, IB_HEADER_BYTES, 0);
     if (result != HOOP_OK)
       return result;
     peer->zsend_state = IB_ZSEND_WAIT_CTS;
@@ -178,7 +179,7 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
       return HOOP_OK;
     peer->cts_seen = 0;
     if (peer->cts_len != frag->len)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                         "ibverbs: rank %d cleared %llu bytes for a "
                         "%zu-byte message",
                         index, (unsigned long long)peer->cts_len, frag->len);
@@ -198,7 +199,7 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
     size_t left = frag->len - peer->zsend_posted;
     uint32_t piece = (uint32_t)(left < state->zcopy_piece ? left : state->zcopy_piece);
     hoop_result result =
-        post_zwrite(comm, index, frag->buf + peer->zsend_posted, peer->zsend_mr->lkey, piece,
+        post_zwrite(ctx, index, frag->buf + peer->zsend_posted, peer->zsend_mr->lkey, piece,
                     peer->cts_addr + peer->zsend_posted, peer->cts_rkey);
     if (result != HOOP_OK)
       return result;
@@ -208,7 +209,7 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
   if (peer->zsend_posted < frag->len || !slot_free(state, peer))
     return HOOP_OK;
   hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_ZDONE, frag->len, frag->owner->fingerprint);
-  hoop_result result = send_small(comm, index, header, IB_HEADER_BYTES, 0);
+  hoop_result result = send_small(ctx, index, header, IB_HEADER_BYTES, 0);
   if (result != HOOP_OK)
     return result;
   state->zcopy_msgs++;
@@ -225,12 +226,12 @@ static hoop_result drive_zsend(hoop_comm *comm, int index, int *handled, int *mo
 
 /* A CTS owed to the peer goes first, outside the message order, so that it never waits behind
  * this side's own messages (which may themselves wait for the peer). */
-static hoop_result send_cts(hoop_comm *comm, int index, int *moved) {
-  ib_state *state = ib_state_of(comm);
+static hoop_result send_cts(hoop__tctx *ctx, int index, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   if (!peer->cts_pending || !slot_free(state, peer))
     return HOOP_OK;
-  hoop_result result = send_small(comm, index, peer->cts_out, IB_CTS_BYTES, IB_IMM_CTS);
+  hoop_result result = send_small(ctx, index, peer->cts_out, IB_CTS_BYTES, IB_IMM_CTS);
   if (result == HOOP_OK) {
     peer->cts_pending = 0;
     *moved = 1;
@@ -241,15 +242,15 @@ static hoop_result send_cts(hoop_comm *comm, int index, int *moved) {
 /* Copy as much of the queued messages into send slots and write them as credits and the send
  * queue allow; the last remote slot and a few send work requests stay free for the control
  * message and credit returns. A send completes once its last byte is copied. */
-hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved) {
-  ib_state *state = ib_state_of(comm);
+hoop_result hoop__ib_drive_send(hoop__tctx *ctx, int index, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
-  hoop_result result = send_cts(comm, index, moved);
+  hoop_result result = send_cts(ctx, index, moved);
   if (result != HOOP_OK)
     return result;
   while (peer->send_head && slot_free(state, peer)) {
     int handled = 0;
-    if ((result = drive_zsend(comm, index, &handled, moved)) != HOOP_OK)
+    if ((result = drive_zsend(ctx, index, &handled, moved)) != HOOP_OK)
       return result;
     if (handled) {
       if (peer->send_head && peer->zsend_state == IB_ZSEND_NONE)
@@ -268,7 +269,7 @@ hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved) {
     }
     size_t take = frag->len - frag->done < room ? frag->len - frag->done : room;
     memcpy(where + used, frag->buf + frag->done, take);
-    result = post_write(comm, index, where, peer->send_mr->lkey, (uint32_t)(used + take),
+    result = post_write(ctx, index, where, peer->send_mr->lkey, (uint32_t)(used + take),
                         peer->remote_addr + (uint64_t)slot * state->slot_bytes, slot, IB_WR_DATA);
     if (result != HOOP_OK)
       return result;
@@ -288,14 +289,14 @@ hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved) {
   return HOOP_OK;
 }
 
-hoop_result hoop__ib_return_credits(hoop_comm *comm, int index, int force) {
-  ib_state *state = ib_state_of(comm);
+hoop_result hoop__ib_return_credits(hoop__tctx *ctx, int index, int force) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   uint32_t threshold = (uint32_t)(state->slots / 2 > 0 ? state->slots / 2 : 1);
   if (peer->state != IB_PEER_UP || peer->credits_owed == 0 ||
       (!force && peer->credits_owed < threshold) || peer->sq_used >= state->max_send_wr - 1)
     return HOOP_OK;
-  hoop_result result = post_write(comm, index, NULL, 0, 0, peer->remote_addr,
+  hoop_result result = post_write(ctx, index, NULL, 0, 0, peer->remote_addr,
                                   IB_IMM_CREDIT | peer->credits_owed, IB_WR_CREDIT);
   if (result == HOOP_OK)
     peer->credits_owed = 0;
@@ -306,14 +307,14 @@ hoop_result hoop__ib_return_credits(hoop_comm *comm, int index, int force) {
 
 /* A CTS arrived, answering this side's RTS: kept for drive_zsend at once, since slots in front
  * of it may wait for a receive that this side posts only after its send. */
-static hoop_result on_cts(hoop_comm *comm, int index, uint32_t slot, const uint8_t *data,
+static hoop_result on_cts(hoop__tctx *ctx, int index, uint32_t slot, const uint8_t *data,
                           uint32_t bytes) {
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
   if (bytes != IB_CTS_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC ||
       hoop__get_be32(data + 4) != IB_MSG_CTS)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed CTS", index);
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed CTS", index);
   if (peer->zsend_state != IB_ZSEND_WAIT_CTS || peer->cts_seen)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
                       index);
   const uint8_t *body = data + IB_HEADER_BYTES;
   peer->cts_len = hoop__frame_length(data);
@@ -329,17 +330,17 @@ static hoop_result on_cts(hoop_comm *comm, int index, uint32_t slot, const uint8
 
 /* A slot arrived: mark what it holds. A notice is kept aside at once, since data nobody reads may
  * sit in front of it; a bye says the peer finished. */
-hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t bytes) {
-  ib_state *state = ib_state_of(comm);
+hoop_result hoop__ib_on_arrival(hoop__tctx *ctx, int index, uint32_t imm, uint32_t bytes) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   uint32_t slot = (uint32_t)(peer->slots_arrived % (uint64_t)state->slots);
   const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
   if (imm == (slot | IB_IMM_CTS))
-    return on_cts(comm, index, slot, data, bytes);
+    return on_cts(ctx, index, slot, data, bytes);
   int control = (imm & IB_IMM_CONTROL) != 0;
   imm &= ~IB_IMM_CONTROL;
   if (imm != slot || bytes > state->slot_bytes)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                       "ibverbs: rank %d wrote slot %u (%u bytes) where "
                       "slot %u was next",
                       index, imm, bytes, slot);
@@ -349,24 +350,25 @@ hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32
     peer->arrival_left = 0;
   if (peer->arrival_left > 0) {
     if (bytes > peer->arrival_left)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d overran a message", index);
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d overran a message", index);
     peer->slot_kind[slot] = IB_SLOT_MORE;
     peer->arrival_left -= bytes;
     return HOOP_OK;
   }
   if (bytes < IB_HEADER_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed header", index);
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed header",
+                      index);
   uint32_t type = hoop__get_be32(data + 4);
   uint64_t len = hoop__frame_length(data);
   if (type == IB_MSG_DATA) {
     if (control)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                         "ibverbs: rank %d sent data as a control "
                         "message",
                         index);
     uint64_t here = bytes - IB_HEADER_BYTES;
     if (here > len)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                         "ibverbs: rank %d sent a message longer than "
                         "its header says",
                         index);
@@ -374,7 +376,7 @@ hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32
     peer->arrival_left = len - here;
   } else if (type == IB_MSG_RTS || type == IB_MSG_ZDONE) {
     if (bytes != IB_HEADER_BYTES)
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed %s", index,
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed %s", index,
                         type == IB_MSG_RTS ? "RTS" : "ZDONE");
     peer->slot_kind[slot] = type == IB_MSG_RTS ? IB_SLOT_RTS : IB_SLOT_ZDONE;
   } else if (type == IB_MSG_NOTICE) {
@@ -389,7 +391,7 @@ hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32
     peer->slot_kind[slot] = IB_SLOT_BYE;
     peer->said_bye = 1;
   } else {
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                       "ibverbs: rank %d sent a message of unknown type "
                       "%u",
                       index, type);
@@ -409,15 +411,15 @@ static void finish_recv_head(ib_peer *peer) {
 /* An RTS for the head receive (its header already checked against it): offer the buffer when
  * it is registered, else ask for the slots. The payload must come whole, so a receive that has
  * taken bytes already (impossible from a sender that follows the protocol) is refused. */
-static hoop_result answer_rts(hoop_comm *comm, int index) {
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
+static hoop_result answer_rts(hoop__tctx *ctx, int index) {
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
   hoop__fragment *head = peer->recv_head;
   if (peer->cts_pending || head->done != 0)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                       "ibverbs: rank %d sent an RTS in the middle of "
                       "a message",
                       index);
-  struct ibv_mr *mr = hoop__ib_find_mr(comm, head->buf, head->len);
+  struct ibv_mr *mr = hoop__ib_find_mr(ctx, head->buf, head->len);
   uint64_t addr = (uint64_t)(uintptr_t)head->buf;
   hoop__frame_encode(peer->cts_out, IB_HEADER_MAGIC, IB_MSG_CTS, head->len, NULL);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES, mr ? 1 : 0);
@@ -426,12 +428,12 @@ static hoop_result answer_rts(hoop_comm *comm, int index) {
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 12, (uint32_t)addr);
   peer->cts_pending = 1;
   peer->head_zcopy = mr != NULL;
-  return send_cts(comm, index, &(int){0});
+  return send_cts(ctx, index, &(int){0});
 }
 
 /* A ZDONE: the payload is in the head receive's buffer, written before it on this queue pair. */
-static hoop_result finish_zcopy(hoop_comm *comm, int index) {
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
+static hoop_result finish_zcopy(hoop__tctx *ctx, int index) {
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
   peer->recv_head->done = peer->recv_head->len;
   peer->head_zcopy = 0;
   finish_recv_head(peer);
@@ -439,8 +441,8 @@ static hoop_result finish_zcopy(hoop_comm *comm, int index) {
 }
 
 /* Copy arrived slots, in order, into the posted receives. */
-hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved) {
-  ib_state *state = ib_state_of(comm);
+hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   while (peer->slots_consumed < peer->slots_arrived) {
@@ -457,29 +459,30 @@ hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved) {
     }
     if (kind == IB_SLOT_NOTICE) {
       peer->slots_consumed++;
-      return hoop__peer_notice(comm, index, peer->notice_code, peer->notice_origin, peer->notice);
+      return hoop__peer_notice(ctx->comm, index, peer->notice_code, peer->notice_origin,
+                               peer->notice);
     }
     if (kind == IB_SLOT_HEADER || kind == IB_SLOT_RTS || kind == IB_SLOT_ZDONE) {
       if (kind == IB_SLOT_ZDONE && (!head || !peer->head_zcopy))
-        return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+        return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                           "ibverbs: rank %d finished a zero-copy "
                           "write that no CTS offered",
                           index);
       if (!head) /* parked until its receive is posted; it may already show a mismatch */
-        return hoop__mismatch_early(comm, index, data + 16);
+        return hoop__mismatch_early(ctx->comm, index, data + 16);
       const uint8_t *theirs = data + 16, *ours = head->owner->fingerprint;
       int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                     memcmp(ours, unchecked, sizeof unchecked) != 0;
       if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
           hoop__frame_length(data) != head->owner->len)
-        return hoop__mismatch(comm, index, theirs, ours, hoop__frame_length(data),
+        return hoop__mismatch(ctx->comm, index, theirs, ours, hoop__frame_length(data),
                               head->owner->len);
       peer->head_checked = 1;
       data += IB_HEADER_BYTES;
       bytes -= IB_HEADER_BYTES;
       if (kind != IB_SLOT_HEADER) {
         hoop_result result =
-            kind == IB_SLOT_RTS ? answer_rts(comm, index) : finish_zcopy(comm, index);
+            kind == IB_SLOT_RTS ? answer_rts(ctx, index) : finish_zcopy(ctx, index);
         if (result != HOOP_OK)
           return result;
         peer->slots_consumed++;
@@ -489,14 +492,15 @@ hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved) {
       }
       peer->head_zcopy = 0; /* the sender chose the slots after all */
     } else if (kind == IB_SLOT_MORE && (!head || !peer->head_checked)) {
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL,
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                         "ibverbs: rank %d continued a message that had "
                         "no receive",
                         index);
     }
     if (kind != IB_SLOT_BYE) {
       if (bytes > head->len - head->done)
-        return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent more than posted", index);
+        return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent more than posted",
+                          index);
       memcpy(head->buf + head->done, data, bytes);
       head->done += bytes;
       if (head->done == head->len)

@@ -14,23 +14,23 @@
 #include "ibverbs.h"
 #include "util/netaddr.h"
 
-static hoop_result env_long(hoop_comm *comm, const char *name, long min, long max, long *out) {
+static hoop_result env_long(hoop__tctx *ctx, const char *name, long min, long max, long *out) {
   if (hoop__parse_int(hoop__env_get(name), min, max, out) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
                            "ibverbs: %s='%s' is not a number in "
                            "%ld..%ld",
                            name, hoop__env_get(name), min, max);
   return HOOP_OK;
 }
 
-static hoop_result read_tuning(hoop_comm *comm, ib_state *state) {
+static hoop_result read_tuning(hoop__tctx *ctx, ib_state *state) {
   long slots, slot_bytes, timeout, spin_us, zcopy_min;
   hoop_result result;
-  if ((result = env_long(comm, "HOOP_IB_SLOTS", 2, 1024, &slots)) != HOOP_OK ||
-      (result = env_long(comm, "HOOP_IB_SLOT_BYTES", 4096, 64L << 20, &slot_bytes)) != HOOP_OK ||
-      (result = env_long(comm, "HOOP_IB_QP_TIMEOUT", 1, 31, &timeout)) != HOOP_OK ||
-      (result = env_long(comm, "HOOP_IB_SPIN_US", 0, 1000000, &spin_us)) != HOOP_OK ||
-      (result = env_long(comm, "HOOP_IB_ZCOPY_MIN", 0, 1L << 40, &zcopy_min)) != HOOP_OK)
+  if ((result = env_long(ctx, "HOOP_IB_SLOTS", 2, 1024, &slots)) != HOOP_OK ||
+      (result = env_long(ctx, "HOOP_IB_SLOT_BYTES", 4096, 64L << 20, &slot_bytes)) != HOOP_OK ||
+      (result = env_long(ctx, "HOOP_IB_QP_TIMEOUT", 1, 31, &timeout)) != HOOP_OK ||
+      (result = env_long(ctx, "HOOP_IB_SPIN_US", 0, 1000000, &spin_us)) != HOOP_OK ||
+      (result = env_long(ctx, "HOOP_IB_ZCOPY_MIN", 0, 1L << 40, &zcopy_min)) != HOOP_OK)
     return result;
   state->slots = (int)slots;
   state->slot_bytes = (size_t)slot_bytes;
@@ -70,11 +70,11 @@ static void gid_to_sockaddr(const union ibv_gid *gid, struct sockaddr_storage *o
 
 /* The IPv4 address TCP would listen on (HOOP_IFNAME's, or the route to the rendezvous server);
  * 0 if there is none. */
-static int tcp_ipv4(const hoop_comm *comm, const struct sockaddr *toward, struct in_addr *out) {
+static int tcp_ipv4(const hoop__tctx *ctx, const struct sockaddr *toward, struct in_addr *out) {
   struct sockaddr_storage local;
   socklen_t len;
   char chosen[64], err[256];
-  if (hoop__choose_local_addr(comm->ifname, toward, &local, &len, chosen, sizeof chosen, err,
+  if (hoop__choose_local_addr(ctx->ifname, toward, &local, &len, chosen, sizeof chosen, err,
                               sizeof err) != 0 ||
       local.ss_family != AF_INET)
     return 0;
@@ -85,15 +85,15 @@ static int tcp_ipv4(const hoop_comm *comm, const struct sockaddr *toward, struct
 /* RoCE: the address comes from a GID, which is what selects the GID librdmacm uses. A host may
  * hold IPv4 GIDs on several subnets; the one on the interface TCP would use reaches the peers
  * that the rendezvous found, so it comes first. */
-static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_context *context,
+static hoop_result roce_address(hoop__tctx *ctx, ib_state *state, struct ibv_context *context,
                                 const struct ibv_port_attr *attr, const struct sockaddr *toward) {
   long wanted = -1;
   if (hoop__env_is_set("HOOP_IB_GID_INDEX") &&
-      env_long(comm, "HOOP_IB_GID_INDEX", 0, attr->gid_tbl_len - 1, &wanted) != HOOP_OK)
+      env_long(ctx, "HOOP_IB_GID_INDEX", 0, attr->gid_tbl_len - 1, &wanted) != HOOP_OK)
     return HOOP_ERR_INVALID_ARG;
   struct in_addr preferred;
   char text[INET_ADDRSTRLEN] = "";
-  int have_preferred = wanted < 0 && tcp_ipv4(comm, toward, &preferred);
+  int have_preferred = wanted < 0 && tcp_ipv4(ctx, toward, &preferred);
   if (have_preferred)
     inet_ntop(AF_INET, &preferred, text, sizeof text);
   int fallback = -1, first_ipv4 = -1;
@@ -103,7 +103,7 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
     union ibv_gid gid;
     if (ibv_query_gid(context, (uint8_t)state->port, index, &gid) != 0) {
       if (wanted >= 0)
-        return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+        return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM,
                                "ibverbs: ibv_query_gid(%s port %d index "
                                "%d): %s",
                                state->device, state->port, index, strerror(errno));
@@ -136,11 +136,11 @@ static hoop_result roce_address(hoop_comm *comm, ib_state *state, struct ibv_con
   if (first_ipv4 >= 0 || fallback >= 0)
     return HOOP_OK;
   if (wanted >= 0)
-    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
                            "ibverbs: GID %ld of %s port %d holds no "
                            "IP address (HOOP_IB_GID_INDEX)",
                            wanted, state->device, state->port);
-  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+  return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
                          "ibverbs: %s port %d has no GID with an IP "
                          "address (is its network interface up with an address?)",
                          state->device, state->port);
@@ -160,20 +160,20 @@ static int active_port(struct ibv_context *context, long only_port, struct ibv_p
   return 0;
 }
 
-hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
+hoop_result hoop__ib_choose_device(hoop__tctx *ctx, ib_state *state,
                                    const struct sockaddr *toward) {
-  hoop_result result = read_tuning(comm, state);
+  hoop_result result = read_tuning(ctx, state);
   if (result != HOOP_OK)
     return result;
   long only_port = 0;
   if (hoop__env_is_set("HOOP_IB_PORT") &&
-      (result = env_long(comm, "HOOP_IB_PORT", 1, 255, &only_port)) != HOOP_OK)
+      (result = env_long(ctx, "HOOP_IB_PORT", 1, 255, &only_port)) != HOOP_OK)
     return result;
   const char *only_device = hoop__env_get("HOOP_IB_DEV");
   int count = 0;
   struct ibv_device **devices = ibv_get_device_list(&count);
   if (!devices)
-    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: no RDMA devices (%s)",
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED, "ibverbs: no RDMA devices (%s)",
                            strerror(errno));
   result = HOOP_ERR_UNSUPPORTED;
   int seen = 0, described = 0;
@@ -194,14 +194,14 @@ hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
       state->port = port;
       described = 1;
       if (attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
-        result = roce_address(comm, state, context, &attr, toward);
+        result = roce_address(ctx, state, context, &attr, toward);
       } else {
         socklen_t len;
         char chosen[64], err[256];
-        result = hoop__choose_local_addr(comm->ifname, toward, &state->bind_addr, &len, chosen,
+        result = hoop__choose_local_addr(ctx->ifname, toward, &state->bind_addr, &len, chosen,
                                          sizeof chosen, err, sizeof err) == 0
                      ? HOOP_OK
-                     : hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                     : hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
                                        "ibverbs: no IPoIB address for %s: %s", name, err);
       }
     }
@@ -211,10 +211,10 @@ hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state,
   ibv_free_device_list(devices);
   if (result == HOOP_ERR_UNSUPPORTED && !described) {
     if (only_device[0] && !seen)
-      hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: no device named '%s' (HOOP_IB_DEV)",
-                      only_device);
+      hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
+                      "ibverbs: no device named '%s' (HOOP_IB_DEV)", only_device);
     else
-      hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "ibverbs: no active port on %s%s%s",
+      hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED, "ibverbs: no active port on %s%s%s",
                       only_device[0] ? only_device
                       : count        ? "any device"
                                      : "any device (none found)",

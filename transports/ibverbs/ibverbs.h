@@ -187,7 +187,7 @@ typedef struct ib_state {
    * zcopy_depth in flight per queue pair (as many bytes as the slots hold). */
   size_t zcopy_min, zcopy_piece;
   int zcopy_depth;
-  /* The library's staging buffer (comm->scratch), registered on first use as a zero-copy
+  /* The library's staging buffer (hoop__tctx_staging), registered on first use as a zero-copy
    * destination and dropped through forget_mem when hoop__scratch replaces it. */
   struct ibv_mr *scratch_mr;
   int scratch_reg_failed;
@@ -195,56 +195,56 @@ typedef struct ib_state {
   unsigned long long reg_calls, zcopy_msgs, zcopy_declined;
 } ib_state;
 
-static inline ib_state *ib_state_of(hoop_comm *comm) {
-  return comm->transport_state;
+static inline ib_state *ib_state_of(hoop__tctx *ctx) {
+  return ctx->state;
 }
 
 /* device.c: choose the device, port and address (HOOP_IB_DEV, HOOP_IB_PORT, HOOP_IB_GID_INDEX)
  * and read the tuning variables. HOOP_ERR_UNSUPPORTED when there is no active port. */
-hoop_result hoop__ib_choose_device(hoop_comm *comm, ib_state *state, const struct sockaddr *toward);
+hoop_result hoop__ib_choose_device(hoop__tctx *ctx, ib_state *state, const struct sockaddr *toward);
 
 /* conn.c */
-hoop_result hoop__ib_listen_cm(hoop_comm *comm, ib_state *state);
+hoop_result hoop__ib_listen_cm(hoop__tctx *ctx, ib_state *state);
 /* Start connecting to peer (the lower rank of a pair) or wait for it to connect; returns once
  * the connection is up, or the error. */
-hoop_result hoop__ib_connect(hoop_comm *comm, int peer);
+hoop_result hoop__ib_connect(hoop__tctx *ctx, int peer);
 /* Handle every pending connection event without waiting. */
-hoop_result hoop__ib_pump_cm(hoop_comm *comm, int *moved);
+hoop_result hoop__ib_pump_cm(hoop__tctx *ctx, int *moved);
 /* Connections that need a retry whose time has come are started again. */
-hoop_result hoop__ib_retry_due(hoop_comm *comm);
+hoop_result hoop__ib_retry_due(hoop__tctx *ctx);
 void hoop__ib_close_peer(ib_state *state, ib_peer *peer);
 void hoop__ib_free_cm(ib_state *state);
 
 /* data.c */
-hoop_result hoop__ib_post_recvs(hoop_comm *comm, int peer, int count);
-hoop_result hoop__ib_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+hoop_result hoop__ib_post_recvs(hoop__tctx *ctx, int peer, int count);
+hoop_result hoop__ib_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                                 const char *detail);
 /* A connection closed or failed: a notice that arrived first names the cause; a peer that said
  * bye with nothing owed is no failure. */
-hoop_result hoop__ib_peer_gone(hoop_comm *comm, int peer, const char *what, const char *detail);
+hoop_result hoop__ib_peer_gone(hoop__tctx *ctx, int peer, const char *what, const char *detail);
 /* A work request's wr_id (see enum ib_wr_kind). */
 uint64_t hoop__ib_wr_id(const ib_peer *peer, int index, enum ib_wr_kind kind);
 /* Move peer index's queued sends and arrived slots; return the credits owed (all when force). */
-hoop_result hoop__ib_drive_send(hoop_comm *comm, int index, int *moved);
-hoop_result hoop__ib_drive_recv(hoop_comm *comm, int index, int *moved);
-hoop_result hoop__ib_return_credits(hoop_comm *comm, int index, int force);
+hoop_result hoop__ib_drive_send(hoop__tctx *ctx, int index, int *moved);
+hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved);
+hoop_result hoop__ib_return_credits(hoop__tctx *ctx, int index, int force);
 /* A receive completed: a slot arrived with immediate imm and bytes in it. */
-hoop_result hoop__ib_on_arrival(hoop_comm *comm, int index, uint32_t imm, uint32_t bytes);
+hoop_result hoop__ib_on_arrival(hoop__tctx *ctx, int index, uint32_t imm, uint32_t bytes);
 /* A zero-copy write completed: the message whose last piece it was may now complete. */
 void hoop__ib_zsend_complete(ib_peer *peer);
 
 /* progress.c */
 /* Handle every completion waiting in the CQ; *moved set if there was one. */
-hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved);
+hoop_result hoop__ib_poll_cq(hoop__tctx *ctx, int *moved);
 /* One round of the progress engine (the hoop__wait_hooks progress hook). */
-hoop_result hoop__ib_progress(hoop_comm *comm, int timeout_ms, int *moved);
+hoop_result hoop__ib_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 
 /* mr.c */
 /* The registration that covers [buf, buf + len), or NULL: it goes through the slots. */
-struct ibv_mr *hoop__ib_find_mr(hoop_comm *comm, const void *buf, size_t len);
+struct ibv_mr *hoop__ib_find_mr(hoop__tctx *ctx, const void *buf, size_t len);
 /* The register_mem, deregister_mem and forget_mem ops. */
-hoop_result hoop__ib_register_mem(hoop_comm *comm, void *ptr, size_t bytes, void **mem);
-void hoop__ib_deregister_mem(hoop_comm *comm, void *mem);
-void hoop__ib_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes);
+hoop_result hoop__ib_register_mem(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem);
+void hoop__ib_deregister_mem(hoop__tctx *ctx, void *mem);
+void hoop__ib_forget_mem(hoop__tctx *ctx, const void *ptr, size_t bytes);
 
 #endif /* HOOP__IBVERBS_H */

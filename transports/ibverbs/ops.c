@@ -19,71 +19,70 @@
 
 /* ---- the ops --------------------------------------------------------------------------------- */
 
-static hoop_result ensure_peers(hoop_comm *comm) {
-  ib_state *state = ib_state_of(comm);
+static hoop_result ensure_peers(hoop__tctx *ctx) {
+  ib_state *state = ib_state_of(ctx);
   if (state->peers)
     return HOOP_OK;
-  state->peers = calloc((size_t)comm->size, sizeof *state->peers);
+  state->peers = calloc((size_t)ctx->size, sizeof *state->peers);
   if (!state->peers)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory for %d peers", comm->size);
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory for %d peers", ctx->size);
   return HOOP_OK;
 }
 
-static hoop_result create_queues(hoop_comm *comm, ib_state *state) {
+static hoop_result create_queues(hoop__tctx *ctx, ib_state *state) {
   struct ibv_device_attr attr;
   int err = ibv_query_device(state->verbs, &attr);
   if (err != 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_query_device(%s): %s",
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_query_device(%s): %s",
                            state->device, strerror(err));
   state->max_send_wr = state->slots + 8;
   state->max_recv_wr = 2 * state->slots + 8;
   if (state->max_send_wr > attr.max_qp_wr || state->max_recv_wr > attr.max_qp_wr)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
                            "ibverbs: HOOP_IB_SLOTS=%d needs %d work "
                            "requests per queue; %s allows %d",
                            state->slots, state->max_recv_wr, state->device, attr.max_qp_wr);
-  long cqe =
-      (long)(comm->size > 1 ? comm->size - 1 : 1) * (state->max_send_wr + state->max_recv_wr);
+  long cqe = (long)(ctx->size > 1 ? ctx->size - 1 : 1) * (state->max_send_wr + state->max_recv_wr);
   if (cqe > attr.max_cqe) /* a smaller queue could overrun, which breaks every queue pair */
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
                            "ibverbs: %d ranks with HOOP_IB_SLOTS=%d "
                            "need a completion queue of %ld entries; %s allows %d (lower "
                            "HOOP_IB_SLOTS, or use HOOP_TRANSPORT=tcp)",
-                           comm->size, state->slots, cqe, state->device, attr.max_cqe);
+                           ctx->size, state->slots, cqe, state->device, attr.max_cqe);
   if (!(state->pd = ibv_alloc_pd(state->verbs)))
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_alloc_pd(%s): %s", state->device,
-                           strerror(errno));
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_alloc_pd(%s): %s",
+                           state->device, strerror(errno));
   if (!(state->channel = ibv_create_comp_channel(state->verbs)))
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_comp_channel: %s",
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_comp_channel: %s",
                            strerror(errno));
   int flags = fcntl(state->channel->fd, F_GETFL);
   if (flags < 0 || fcntl(state->channel->fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: fcntl on the completion channel: %s",
-                           strerror(errno));
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM,
+                           "ibverbs: fcntl on the completion channel: %s", strerror(errno));
   flags = fcntl(state->verbs->async_fd, F_GETFL);
   if (flags < 0 || fcntl(state->verbs->async_fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: fcntl on the async event fd: %s",
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: fcntl on the async event fd: %s",
                            strerror(errno));
   if (!(state->cq = ibv_create_cq(state->verbs, (int)cqe, NULL, state->channel, 0)))
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_cq(%ld): %s", cqe,
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_create_cq(%ld): %s", cqe,
                            strerror(errno));
   return HOOP_OK;
 }
 
-static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, char *addr,
+static hoop_result ib_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
                              size_t addrlen) {
   ib_state *state = calloc(1, sizeof *state);
   if (!state)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory");
-  comm->transport_state = state;
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: out of memory");
+  ctx->state = state;
   state->wake_fd = hoop__wake_open();
   if (state->wake_fd < 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
-  hoop_result result = hoop__ib_choose_device(comm, state, toward);
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
+  hoop_result result = hoop__ib_choose_device(ctx, state, toward);
   if (result == HOOP_OK)
-    result = hoop__ib_listen_cm(comm, state);
+    result = hoop__ib_listen_cm(ctx, state);
   if (result == HOOP_OK)
-    result = create_queues(comm, state);
+    result = create_queues(ctx, state);
   if (result != HOOP_OK)
     return result;
   struct sockaddr_storage bound = state->bind_addr;
@@ -93,7 +92,7 @@ static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, cha
     ((struct sockaddr_in6 *)&bound)->sin6_port = rdma_get_src_port(state->listen_id);
   char where[80];
   hoop__format_sockaddr((struct sockaddr *)&bound, where, sizeof where);
-  snprintf(addr, addrlen, "ib:%s", where);
+  snprintf(addr, addrlen, "%s", where); /* the core marks it with .addr_prefix */
   HOOP__INFO(HOOP_SUBSYS_NET,
              "ibverbs: listening on %s (device %s port %d, %d slots of %zu bytes "
              "per peer)",
@@ -101,13 +100,13 @@ static hoop_result ib_listen(hoop_comm *comm, const struct sockaddr *toward, cha
   return HOOP_OK;
 }
 
-static hoop_result ib_connect(hoop_comm *comm, int peer) {
-  hoop_result result = ensure_peers(comm);
+static hoop_result ib_connect(hoop__tctx *ctx, int peer) {
+  hoop_result result = ensure_peers(ctx);
   if (result != HOOP_OK)
     return result;
-  if (ib_state_of(comm)->peers[peer].state == IB_PEER_UP)
+  if (ib_state_of(ctx)->peers[peer].state == IB_PEER_UP)
     return HOOP_OK;
-  return hoop__ib_connect(comm, peer);
+  return hoop__ib_connect(ctx, peer);
 }
 
 /* 1 when a peer that said bye and closed still has arrived slots nobody has copied out: as over
@@ -121,22 +120,22 @@ static int parked_after_bye(ib_state *state, const ib_peer *peer) {
   return 0;
 }
 
-static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop__request *req,
+static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop__request *req,
                         int is_send) {
   req->peer = index;
   req->is_send = is_send;
   req->pending = 0;
-  if (comm->failed)
-    return comm->failed;
-  hoop_result result = ensure_peers(comm);
+  if (*ctx->failed)
+    return *ctx->failed;
+  hoop_result result = ensure_peers(ctx);
   if (result != HOOP_OK)
     return result;
-  ib_peer *peer = &ib_state_of(comm)->peers[index];
-  int parked = !is_send && parked_after_bye(ib_state_of(comm), peer);
-  if (!parked && (result = ib_connect(comm, index)) != HOOP_OK)
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
+  int parked = !is_send && parked_after_bye(ib_state_of(ctx), peer);
+  if (!parked && (result = ib_connect(ctx, index)) != HOOP_OK)
     return result;
   if (peer->state != IB_PEER_UP && !parked)
-    return hoop__ib_peer_gone(comm, index, is_send ? "send" : "receive", "the connection closed");
+    return hoop__ib_peer_gone(ctx, index, is_send ? "send" : "receive", "the connection closed");
   hoop__fragment *frag = ib_frag(req);
   frag->owner = req;
   frag->buf = buf;
@@ -153,60 +152,70 @@ static hoop_result post(hoop_comm *comm, int index, void *buf, size_t len, hoop_
   *tail = frag;
   int moved = 0;
   if (is_send)
-    return hoop__ib_drive_send(comm, index, &moved);
-  if ((result = hoop__ib_drive_recv(comm, index, &moved)) != HOOP_OK || !parked ||
-      req->pending == 0)
+    return hoop__ib_drive_send(ctx, index, &moved);
+  if ((result = hoop__ib_drive_recv(ctx, index, &moved)) != HOOP_OK || !parked || req->pending == 0)
     return result;
   /* What the peer sent before its bye did not fill this receive, and nothing more will come. */
-  return hoop__ib_peer_error(comm, index, HOOP_ERR_PEER_LOST, "receive",
+  return hoop__ib_peer_error(ctx, index, HOOP_ERR_PEER_LOST, "receive",
                              "the connection closed (it had finalized)");
 }
 
-static hoop_result ib_isend(hoop_comm *comm, int peer, const void *buf, size_t len,
+static hoop_result ib_isend(hoop__tctx *ctx, int peer, const void *buf, size_t len,
                             hoop__request *req) {
   /* The transport never writes through a send buffer; the cast only shares the fragment type. */
-  return post(comm, peer, (void *)(uintptr_t)buf, len, req, 1);
+  return post(ctx, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result ib_irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
-  return post(comm, peer, buf, len, req, 0);
+static hoop_result ib_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req) {
+  return post(ctx, peer, buf, len, req, 0);
 }
 
 /* What is queued for peer (for the stall warning). */
-static int ib_pending(hoop_comm *comm, int peer) {
-  const ib_peer *p = &ib_state_of(comm)->peers[peer];
+static int ib_pending(hoop__tctx *ctx, int peer) {
+  const ib_peer *p = &ib_state_of(ctx)->peers[peer];
   return (p->recv_head ? HOOP__PENDING_RECV : 0) | (p->send_head ? HOOP__PENDING_SEND : 0);
 }
 
-static hoop_result ib_timed_out(hoop_comm *comm, const hoop__request *req) {
-  return hoop__ib_peer_error(comm, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
+static hoop_result ib_timed_out(hoop__tctx *ctx, const hoop__request *req) {
+  return hoop__ib_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
                              req->is_send ? "no data accepted for HOOP_TIMEOUT"
                                           : "no data received for HOOP_TIMEOUT");
 }
 
-/* Polls without sleeping for HOOP_IB_SPIN_US, then sleeps on the completion channel. */
-static hoop_result ib_wait(hoop_comm *comm, hoop__request *req) {
-  hoop__wait_hooks hooks = {ib_state_of(comm)->spin_s, hoop__ib_progress, ib_pending, ib_timed_out};
-  return hoop__wait_loop(comm, req, &hooks);
+/* A wait polls without sleeping for HOOP_IB_SPIN_US, then sleeps on the completion channel. */
+static double ib_spin_s(hoop__tctx *ctx) {
+  return ib_state_of(ctx)->spin_s;
+}
+
+/* ibverbs serves a job only where every rank can use it, so that HOOP_TRANSPORT=auto falls back
+ * to TCP on every rank alike when one rank has no active RDMA port. */
+static int ib_can_reach(const hoop__tctx *ctx, int peer) {
+  (void)peer;
+  for (int r = 0; r < ctx->size; r++)
+    if (!hoop__tctx_offered(ctx, r))
+      return 0;
+  return 1;
 }
 
 /* ---- the end --------------------------------------------------------------------------------- */
 
 /* A notice (after a failure) or a bye (at finalize) into the slot kept for it. */
-static int send_goodbye(hoop_comm *comm, int index) {
-  ib_state *state = ib_state_of(comm);
+static int send_goodbye(hoop__tctx *ctx, int index) {
+  ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
   if (peer->state != IB_PEER_UP || peer->control_sent || peer->slots_sent >= peer->credit_limit ||
       peer->sq_used >= state->max_send_wr)
     return 0;
   size_t len = 0;
   uint8_t *out = (uint8_t *)peer->control;
-  if (comm->failed) {
-    const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
+  if (*ctx->failed) {
+    int origin;
+    const char *text;
+    hoop__tctx_failure(ctx, &origin, &text);
     len = strlen(text) > IB_NOTICE_MAX ? IB_NOTICE_MAX : strlen(text);
     hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_NOTICE, len, NULL);
-    hoop__put_be32(out + 16, (uint32_t)comm->failed);
-    hoop__put_be32(out + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
+    hoop__put_be32(out + 16, (uint32_t)*ctx->failed);
+    hoop__put_be32(out + 20, (uint32_t)origin);
     memcpy(out + IB_HEADER_BYTES, text, len);
   } else {
     hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_BYE, 0, NULL);
@@ -232,32 +241,32 @@ static int send_goodbye(hoop_comm *comm, int index) {
   return 1;
 }
 
-static void ib_shutdown(hoop_comm *comm) {
-  ib_state *state = ib_state_of(comm);
+static void ib_shutdown(hoop__tctx *ctx) {
+  ib_state *state = ib_state_of(ctx);
   if (!state || !state->peers || state->closing)
     return;
   state->closing = 1;
   int sent = 0;
-  for (int p = 0; p < comm->size; p++)
-    sent += send_goodbye(comm, p);
+  for (int p = 0; p < ctx->size; p++)
+    sent += send_goodbye(ctx, p);
   /* The goodbyes go after this rank's last data on each queue pair; their completions say all
    * of it reached the peers. */
-  double wait_s = comm->failed                   ? GOODBYE_WAIT_S
-                  : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s
-                                                 : BYE_WAIT_S;
+  double wait_s = *ctx->failed                  ? GOODBYE_WAIT_S
+                  : ctx->timeout_s < BYE_WAIT_S ? ctx->timeout_s
+                                                : BYE_WAIT_S;
   double deadline = hoop__now() + wait_s;
   while (sent > 0 && hoop__now() < deadline) {
     int done = 0, moved = 0;
-    for (int p = 0; p < comm->size; p++)
+    for (int p = 0; p < ctx->size; p++)
       done += state->peers[p].control_sent && state->peers[p].control_done;
     /* A peer that disconnected meanwhile flushes its goodbye; its event must be read for that. */
-    if (done == sent || hoop__ib_poll_cq(comm, &moved) != HOOP_OK ||
-        hoop__ib_pump_cm(comm, &moved) != HOOP_OK)
+    if (done == sent || hoop__ib_poll_cq(ctx, &moved) != HOOP_OK ||
+        hoop__ib_pump_cm(ctx, &moved) != HOOP_OK)
       break;
     if (!moved)
       sched_yield();
   }
-  for (int p = 0; p < comm->size; p++) {
+  for (int p = 0; p < ctx->size; p++) {
     ib_peer *peer = &state->peers[p];
     if (peer->id && peer->state == IB_PEER_UP && rdma_disconnect(peer->id) != 0)
       HOOP__TRACE(HOOP_SUBSYS_NET, "ibverbs: rdma_disconnect(rank %d): %s", p, strerror(errno));
@@ -271,18 +280,18 @@ static void ib_shutdown(hoop_comm *comm) {
   state->closing = 0;
 }
 
-static void ib_finalize(hoop_comm *comm) {
-  ib_state *state = ib_state_of(comm);
+static void ib_finalize(hoop__tctx *ctx) {
+  ib_state *state = ib_state_of(ctx);
   if (!state)
     return;
-  ib_shutdown(comm);
+  ib_shutdown(ctx);
   if (state->peers)
     HOOP__INFO(HOOP_SUBSYS_NET,
                "ibverbs: %llu messages went zero-copy, %llu were declined by "
                "receivers without registered buffers; %llu ibv_reg_mr calls for registered "
                "buffers",
                state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
-  hoop__ib_forget_mem(comm, NULL, 0);
+  hoop__ib_forget_mem(ctx, NULL, 0);
   if (state->cq && ibv_destroy_cq(state->cq) != 0)
     HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));
   if (state->channel && ibv_destroy_comp_channel(state->channel) != 0)
@@ -294,22 +303,27 @@ static void ib_finalize(hoop_comm *comm) {
     close(state->wake_fd);
   free(state->peers);
   free(state);
-  comm->transport_state = NULL;
+  ctx->state = NULL;
 }
 
-static void ib_wake(hoop_comm *comm) {
-  ib_state *state = ib_state_of(comm);
+static void ib_wake(hoop__tctx *ctx) {
+  ib_state *state = ib_state_of(ctx);
   if (state)
     hoop__wake_signal(state->wake_fd, "ibverbs");
 }
 
 const hoop__transport_ops hoop__ibverbs_transport = {
     .name = "ibverbs",
+    .addr_prefix = "ib:",
     .listen = ib_listen,
+    .can_reach = ib_can_reach,
     .connect = ib_connect,
     .isend = ib_isend,
     .irecv = ib_irecv,
-    .wait = ib_wait,
+    .progress = hoop__ib_progress,
+    .pending = ib_pending,
+    .timed_out = ib_timed_out,
+    .spin_s = ib_spin_s,
     .shutdown = ib_shutdown,
     .wake = ib_wake,
     .finalize = ib_finalize,

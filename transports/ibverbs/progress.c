@@ -8,16 +8,16 @@
 #include <string.h>
 
 #include "ibverbs.h"
-#include "rdzv/client.h"
 
 /* ---- completions ----------------------------------------------------------------------------- */
 
-static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
-  ib_state *state = ib_state_of(comm);
+static hoop_result on_completion(hoop__tctx *ctx, const struct ibv_wc *wc) {
+  ib_state *state = ib_state_of(ctx);
   int index = (int)((wc->wr_id >> 8) & 0xffffff);
   enum ib_wr_kind kind = (enum ib_wr_kind)(wc->wr_id & 0xff);
-  if (index < 0 || index >= comm->size)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: a completion for unknown rank %d", index);
+  if (index < 0 || index >= ctx->size)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: a completion for unknown rank %d",
+                      index);
   ib_peer *peer = &state->peers[index];
   if ((uint32_t)(wc->wr_id >> 32) != peer->generation)
     return HOOP_OK; /* flushed from a queue pair that an earlier connect attempt tore down */
@@ -35,7 +35,7 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
     char detail[160];
     snprintf(detail, sizeof detail, "completion with error status %s (%d, vendor error 0x%x)",
              ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
-    return hoop__ib_peer_gone(comm, index,
+    return hoop__ib_peer_gone(ctx, index,
                               kind == IB_WR_RECV     ? "receive"
                               : kind == IB_WR_DATA   ? "write"
                               : kind == IB_WR_ZWRITE ? "zero-copy write"
@@ -47,15 +47,15 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
     uint32_t imm = ntohl(wc->imm_data);
     hoop_result result = HOOP_OK;
     if (!(wc->wc_flags & IBV_WC_WITH_IMM))
-      return hoop__fail(comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent without immediate data",
-                        index);
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
+                        "ibverbs: rank %d sent without immediate data", index);
     if (imm & IB_IMM_CREDIT)
       peer->credit_limit += imm & ~IB_IMM_CREDIT;
     else
-      result = hoop__ib_on_arrival(comm, index, imm, wc->byte_len);
+      result = hoop__ib_on_arrival(ctx, index, imm, wc->byte_len);
     /* The peer may write before this side has seen ESTABLISHED. */
     if (result == HOOP_OK && peer->id && peer->state != IB_PEER_CLOSED)
-      result = hoop__ib_post_recvs(comm, index, 1);
+      result = hoop__ib_post_recvs(ctx, index, 1);
     return result;
   }
   case IB_WR_DATA: peer->slots_done++; return HOOP_OK;
@@ -68,15 +68,15 @@ static hoop_result on_completion(hoop_comm *comm, const struct ibv_wc *wc) {
   }
 }
 
-hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved) {
-  ib_state *state = ib_state_of(comm);
+hoop_result hoop__ib_poll_cq(hoop__tctx *ctx, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   struct ibv_wc wcs[32];
   for (;;) {
     int n = ibv_poll_cq(state->cq, 32, wcs);
     if (n < 0)
-      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_poll_cq failed (%d)", n);
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_poll_cq failed (%d)", n);
     for (int i = 0; i < n; i++) {
-      hoop_result result = on_completion(comm, &wcs[i]);
+      hoop_result result = on_completion(ctx, &wcs[i]);
       if (result != HOOP_OK)
         return result;
     }
@@ -89,17 +89,17 @@ hoop_result hoop__ib_poll_cq(hoop_comm *comm, int *moved) {
 
 /* ---- the progress engine --------------------------------------------------------------------- */
 
-static hoop_result drive_peers(hoop_comm *comm, int *moved) {
-  ib_state *state = ib_state_of(comm);
-  for (int p = 0; p < comm->size; p++) {
+static hoop_result drive_peers(hoop__tctx *ctx, int *moved) {
+  ib_state *state = ib_state_of(ctx);
+  for (int p = 0; p < ctx->size; p++) {
     ib_peer *peer = &state->peers[p];
     if (peer->state != IB_PEER_UP)
       continue;
-    hoop_result result = hoop__ib_drive_recv(comm, p, moved);
+    hoop_result result = hoop__ib_drive_recv(ctx, p, moved);
     if (result == HOOP_OK)
-      result = hoop__ib_return_credits(comm, p, 0);
+      result = hoop__ib_return_credits(ctx, p, 0);
     if (result == HOOP_OK)
-      result = hoop__ib_drive_send(comm, p, moved);
+      result = hoop__ib_drive_send(ctx, p, moved);
     if (result != HOOP_OK)
       return result;
   }
@@ -108,8 +108,8 @@ static hoop_result drive_peers(hoop_comm *comm, int *moved) {
 
 /* The device's asynchronous events: a queue pair that went fatal loses its peer; the rest are
  * logged. */
-static hoop_result drain_async(hoop_comm *comm, int *moved) {
-  ib_state *state = ib_state_of(comm);
+static hoop_result drain_async(hoop__tctx *ctx, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   struct ibv_async_event event;
   while (ibv_get_async_event(state->verbs, &event) == 0) {
     enum ibv_event_type type = event.event_type;
@@ -119,16 +119,16 @@ static hoop_result drain_async(hoop_comm *comm, int *moved) {
     const char *what = ibv_event_type_str(type);
     if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
         type == IBV_EVENT_QP_ACCESS_ERR) {
-      for (int p = 0; p < comm->size; p++)
+      for (int p = 0; p < ctx->size; p++)
         if (state->peers[p].id && state->peers[p].id->qp == qp) {
           char detail[96];
           snprintf(detail, sizeof detail, "asynchronous event %s", what);
-          hoop_result result = hoop__ib_peer_gone(comm, p, "queue pair", detail);
+          hoop_result result = hoop__ib_peer_gone(ctx, p, "queue pair", detail);
           if (result != HOOP_OK)
             return result;
         }
     } else if (type == IBV_EVENT_DEVICE_FATAL || type == IBV_EVENT_CQ_ERR) {
-      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: device %s: %s", state->device, what);
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: device %s: %s", state->device, what);
     } else {
       HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: device %s: asynchronous event %s", state->device, what);
     }
@@ -136,14 +136,15 @@ static hoop_result drain_async(hoop_comm *comm, int *moved) {
   return HOOP_OK;
 }
 
-static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) {
-  ib_state *state = ib_state_of(comm);
+static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  ib_state *state = ib_state_of(ctx);
   if (!state->cq_armed) {
     if (ibv_req_notify_cq(state->cq, 0) != 0)
-      return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s", strerror(errno));
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s",
+                        strerror(errno));
     state->cq_armed = 1;
     /* What completed before arming raises no event: look once more. */
-    hoop_result result = hoop__ib_poll_cq(comm, moved);
+    hoop_result result = hoop__ib_poll_cq(ctx, moved);
     if (result != HOOP_OK || *moved)
       return result;
   }
@@ -151,13 +152,13 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
   struct pollfd fds[5] = {{.fd = state->channel->fd, .events = POLLIN},
                           {.fd = state->events->fd, .events = POLLIN},
                           {.fd = state->wake_fd, .events = POLLIN},
-                          {.fd = hoop__rendezvous_fd(comm), .events = POLLIN},
+                          {.fd = ctx->watch_fd, .events = POLLIN},
                           {.fd = state->verbs->async_fd, .events = POLLIN}};
   int ready = poll(fds, 5, timeout_ms);
   if (ready < 0 && errno != EINTR)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
   if (ready > 0 && fds[4].revents) {
-    hoop_result result = drain_async(comm, moved);
+    hoop_result result = drain_async(ctx, moved);
     if (result != HOOP_OK)
       return result;
   }
@@ -170,28 +171,28 @@ static hoop_result sleep_on_events(hoop_comm *comm, int timeout_ms, int *moved) 
     }
   }
   if (ready > 0 && fds[2].revents) {
-    hoop_result result = hoop__wake_drain(comm, state->wake_fd, "ibverbs");
+    hoop_result result = hoop__wake_drain(ctx, state->wake_fd, "ibverbs");
     if (result == HOOP_OK)
-      result = hoop__check_abort(comm);
+      result = hoop__check_abort(ctx->comm);
     if (result != HOOP_OK)
       return result;
   }
   if (ready > 0 && fds[3].revents)
-    return hoop__rendezvous_check(comm);
+    return hoop__tctx_watched(ctx);
   return HOOP_OK;
 }
 
 /* One round: completions, connection events, then every connected peer's queues; with nothing
  * moved and timeout_ms > 0, sleep until something happens or timeout_ms passes. */
-hoop_result hoop__ib_progress(hoop_comm *comm, int timeout_ms, int *moved) {
-  hoop_result result = hoop__ib_poll_cq(comm, moved);
+hoop_result hoop__ib_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  hoop_result result = hoop__ib_poll_cq(ctx, moved);
   if (result == HOOP_OK)
-    result = hoop__ib_pump_cm(comm, moved);
+    result = hoop__ib_pump_cm(ctx, moved);
   if (result == HOOP_OK)
-    result = hoop__ib_retry_due(comm);
+    result = hoop__ib_retry_due(ctx);
   if (result == HOOP_OK)
-    result = drive_peers(comm, moved);
+    result = drive_peers(ctx, moved);
   if (result == HOOP_OK && !*moved && timeout_ms > 0)
-    result = sleep_on_events(comm, timeout_ms, moved);
+    result = sleep_on_events(ctx, timeout_ms, moved);
   return result;
 }

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "core/env.h"
-#include "rdzv/client.h"
 #include "tcp.h"
 #include "util/netaddr.h"
 #include "util/sockio.h"
@@ -23,9 +22,9 @@
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-hoop_result hoop__tcp_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+hoop_result hoop__tcp_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                                  int err) {
-  return hoop__peer_failed(comm, peer, code, what, err ? strerror(err) : "connection closed");
+  return hoop__peer_failed(ctx, peer, code, what, err ? strerror(err) : "connection closed");
 }
 
 /* ---- setting up ------------------------------------------------------------------------------ */
@@ -35,21 +34,21 @@ static void tune_socket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-hoop_result hoop__tcp_listen(hoop_comm *comm, const struct sockaddr *toward, char *addr,
+hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
                              size_t addrlen) {
   tcp_state *state = calloc(1, sizeof *state);
   if (!state)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: out of memory");
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: out of memory");
   state->listen_fd = -1;
-  state->nstreams = comm->tcp_streams;
-  comm->transport_state = state;
+  state->nstreams = ctx->tcp_streams;
+  ctx->state = state;
   state->wake_fd = hoop__wake_open();
   if (state->wake_fd < 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: eventfd: %s", strerror(errno));
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: eventfd: %s", strerror(errno));
   const char *spin = hoop__env_get("HOOP_TCP_SPIN_US");
   long spin_us = -1;
   if (strcmp(spin, "auto") != 0 && hoop__parse_int(spin, 0, 1000000, &spin_us) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
                            "tcp: HOOP_TCP_SPIN_US '%s' is not auto or a number of microseconds "
                            "(0-1000000)",
                            spin);
@@ -58,34 +57,34 @@ hoop_result hoop__tcp_listen(hoop_comm *comm, const struct sockaddr *toward, cha
   struct sockaddr_storage local;
   socklen_t local_len;
   char chosen[64], err[256];
-  if (hoop__choose_local_addr(comm->ifname, toward, &local, &local_len, chosen, sizeof chosen, err,
+  if (hoop__choose_local_addr(ctx->ifname, toward, &local, &local_len, chosen, sizeof chosen, err,
                               sizeof err) != 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: choosing an interface: %s", err);
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: choosing an interface: %s", err);
   int fd = socket(local.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: socket: %s", strerror(errno));
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: socket: %s", strerror(errno));
   state->listen_fd = fd;
   if (bind(fd, (struct sockaddr *)&local, local_len) != 0 || listen(fd, 512) != 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: bind/listen on interface %s: %s", chosen,
-                           strerror(errno));
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: bind/listen on interface %s: %s",
+                           chosen, strerror(errno));
   local_len = sizeof local;
   if (getsockname(fd, (struct sockaddr *)&local, &local_len) != 0)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "tcp: getsockname: %s", strerror(errno));
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: getsockname: %s", strerror(errno));
   hoop__format_sockaddr((struct sockaddr *)&local, addr, addrlen);
   HOOP__INFO(HOOP_SUBSYS_NET, "listening on %s (interface %s%s)", addr, chosen,
-             comm->ifname[0] ? ", from HOOP_IFNAME" : ", the route to the rendezvous server");
+             ctx->ifname[0] ? ", from HOOP_IFNAME" : ", the route to the rendezvous server");
   return HOOP_OK;
 }
 
 /* Peers are known only after the rendezvous; allocate their slots on first use. */
-static hoop_result ensure_peers(hoop_comm *comm) {
-  tcp_state *state = state_of(comm);
+static hoop_result ensure_peers(hoop__tctx *ctx) {
+  tcp_state *state = state_of(ctx);
   if (state->peers)
     return HOOP_OK;
-  state->peers = calloc((size_t)comm->size, sizeof *state->peers);
+  state->peers = calloc((size_t)ctx->size, sizeof *state->peers);
   if (!state->peers)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: out of memory for %d peers", comm->size);
-  for (int p = 0; p < comm->size; p++)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: out of memory for %d peers", ctx->size);
+  for (int p = 0; p < ctx->size; p++)
     for (int s = 0; s < HOOP__MAX_STREAMS; s++)
       state->peers[p].streams[s].fd = -1;
   return HOOP_OK;
@@ -101,24 +100,24 @@ static void encode_handshake(uint8_t *out, uint32_t from, uint32_t stream, uint3
   memcpy(out + 16, nonce, HOOP__WIRE_NONCE);
 }
 
-static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
-  tcp_state *state = state_of(comm);
+static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
+  tcp_state *state = state_of(ctx);
   struct sockaddr_storage addr;
   socklen_t addrlen;
-  hoop_result resolved = hoop__peer_sockaddr(comm, peer, "tcp", &addr, &addrlen);
+  hoop_result resolved = hoop__peer_sockaddr(ctx, peer, "tcp", &addr, &addrlen);
   if (resolved != HOOP_OK)
     return resolved;
   for (int s = 0; s < state->nstreams; s++) {
     int fd = hoop__connect_deadline((struct sockaddr *)&addr, addrlen, deadline);
     if (fd < 0)
       return hoop__tcp_peer_error(
-          comm, peer, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_PEER_LOST, "connect", errno);
+          ctx, peer, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_PEER_LOST, "connect", errno);
     state->peers[peer].streams[s].fd = fd;
     uint8_t hello[HANDSHAKE_BYTES];
-    encode_handshake(hello, (uint32_t)comm->rank, (uint32_t)s, (uint32_t)state->nstreams,
-                     comm->data_nonce);
+    encode_handshake(hello, (uint32_t)ctx->rank, (uint32_t)s, (uint32_t)state->nstreams,
+                     ctx->data_nonce);
     if (hoop__write_full(fd, hello, sizeof hello, deadline) != 0)
-      return hoop__tcp_peer_error(comm, peer, HOOP_ERR_PEER_LOST, "handshake", errno);
+      return hoop__tcp_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "handshake", errno);
   }
   state->peers[peer].connected = 1;
   return HOOP_OK;
@@ -127,44 +126,44 @@ static hoop_result connect_streams(hoop_comm *comm, int peer, double deadline) {
 /* Wait until the listener has a connection to accept: HOOP_OK, HOOP_ERR_TIMEOUT at the deadline,
  * or the failure that an abort (this process's, or another rank's told by the rendezvous server)
  * caused meanwhile: a rank that waits for a peer to connect must not miss those for the timeout. */
-static hoop_result wait_for_connection(hoop_comm *comm, double deadline) {
-  tcp_state *state = state_of(comm);
+static hoop_result wait_for_connection(hoop__tctx *ctx, double deadline) {
+  tcp_state *state = state_of(ctx);
   for (;;) {
     struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
                              {.fd = state->wake_fd, .events = POLLIN},
-                             {.fd = hoop__rendezvous_fd(comm), .events = POLLIN}};
+                             {.fd = ctx->watch_fd, .events = POLLIN}};
     double left = deadline - hoop__now();
     if (left <= 0)
       return HOOP_ERR_TIMEOUT;
     int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
     if (ready < 0 && errno != EINTR)
-      return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
     hoop_result result = HOOP_OK;
     if (ready > 0 && pfds[1].revents) {
-      if ((result = hoop__wake_drain(comm, state->wake_fd, "tcp")) != HOOP_OK)
+      if ((result = hoop__wake_drain(ctx, state->wake_fd, "tcp")) != HOOP_OK)
         return result;
-      result = hoop__check_abort(comm);
+      result = hoop__check_abort(ctx->comm);
     }
     if (result == HOOP_OK && ready > 0 && pfds[2].revents)
-      result = hoop__rendezvous_check(comm);
-    if (result != HOOP_OK || comm->failed)
-      return result != HOOP_OK ? result : comm->failed;
+      result = hoop__tctx_watched(ctx);
+    if (result != HOOP_OK || *ctx->failed)
+      return result != HOOP_OK ? result : *ctx->failed;
     if (ready > 0 && pfds[0].revents)
       return HOOP_OK;
   }
 }
 
 /* Accept one connection and file it under the rank it names; strangers are closed. */
-static hoop_result accept_one(hoop_comm *comm, double deadline) {
-  tcp_state *state = state_of(comm);
-  hoop_result waited = wait_for_connection(comm, deadline);
+static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
+  tcp_state *state = state_of(ctx);
+  hoop_result waited = wait_for_connection(ctx, deadline);
   if (waited != HOOP_OK)
     return waited;
   int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0)
     return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
                ? HOOP_OK
-               : hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: accept: %s", strerror(errno));
+               : hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: accept: %s", strerror(errno));
   tune_socket(fd);
   uint8_t hello[HANDSHAKE_BYTES];
   double wait_until = hoop__now() + HANDSHAKE_WAIT_S;
@@ -174,12 +173,12 @@ static hoop_result accept_one(hoop_comm *comm, double deadline) {
   memcpy(words, hello, 16);
   uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
   if (ntohl(words[0]) != HANDSHAKE_MAGIC ||
-      !hoop__auth_equal(hello + 16, comm->data_nonce, HOOP__WIRE_NONCE) ||
-      from >= (uint32_t)comm->size || (int)from >= comm->rank)
+      !hoop__auth_equal(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE) ||
+      from >= (uint32_t)ctx->size || (int)from >= ctx->rank)
     goto refuse;
   if (nstreams != (uint32_t)state->nstreams) {
     close(fd);
-    return hoop__fail(comm, HOOP_ERR_INVALID_ARG,
+    return hoop__fail(ctx->comm, HOOP_ERR_INVALID_ARG,
                       "tcp: rank %u uses HOOP_TCP_STREAMS=%u but this rank uses %d; every rank "
                       "of a job must use the same value",
                       from, nstreams, state->nstreams);
@@ -197,18 +196,18 @@ refuse:
   return HOOP_OK;
 }
 
-hoop_result hoop__tcp_connect(hoop_comm *comm, int peer) {
-  hoop_result result = ensure_peers(comm);
-  if (result != HOOP_OK || state_of(comm)->peers[peer].connected)
+hoop_result hoop__tcp_connect(hoop__tctx *ctx, int peer) {
+  hoop_result result = ensure_peers(ctx);
+  if (result != HOOP_OK || state_of(ctx)->peers[peer].connected)
     return result;
-  double deadline = hoop__now() + comm->timeout_s;
-  if (comm->rank < peer)
-    return connect_streams(comm, peer, deadline);
-  tcp_state *state = state_of(comm);
+  double deadline = hoop__now() + ctx->timeout_s;
+  if (ctx->rank < peer)
+    return connect_streams(ctx, peer, deadline);
+  tcp_state *state = state_of(ctx);
   while (!state->peers[peer].connected) {
-    result = accept_one(comm, deadline);
+    result = accept_one(ctx, deadline);
     if (result == HOOP_ERR_TIMEOUT)
-      return hoop__tcp_peer_error(comm, peer, HOOP_ERR_TIMEOUT, "waiting for it to connect",
+      return hoop__tcp_peer_error(ctx, peer, HOOP_ERR_TIMEOUT, "waiting for it to connect",
                                   ETIMEDOUT);
     if (result != HOOP_OK)
       return result;

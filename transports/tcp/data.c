@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "rdzv/client.h"
 #include "tcp.h"
 #include "util/be.h"
 
@@ -120,16 +119,16 @@ static int drive_recv(tcp_stream *stream, int *moved) {
   return 0;
 }
 
-static hoop_result frame_closed(hoop_comm *comm, int peer, tcp_stream *stream, int err) {
-  tcp_peer *from = &state_of(comm)->peers[peer];
+static hoop_result frame_closed(hoop__tctx *ctx, int peer, tcp_stream *stream, int err) {
+  tcp_peer *from = &state_of(ctx)->peers[peer];
   stream->eof = 1;
   stream->notice[stream->notice_done] = '\0';
   if (from->said_bye && !stream->recv_head && stream->recv_frame_done == 0)
     return HOOP_OK;
   if (stream->notice_len)
-    return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(stream->recv_frame + 16),
+    return hoop__peer_notice(ctx->comm, peer, (hoop_result)hoop__get_be32(stream->recv_frame + 16),
                              (int)hoop__get_be32(stream->recv_frame + 20), stream->notice);
-  return hoop__tcp_peer_error(comm, peer, HOOP_ERR_PEER_LOST,
+  return hoop__tcp_peer_error(ctx, peer, HOOP_ERR_PEER_LOST,
                               from->said_bye ? "receive (it had finalized)" : "receive",
                               err == ECONNRESET ? 0 : err);
 }
@@ -137,15 +136,15 @@ static hoop_result frame_closed(hoop_comm *comm, int peer, tcp_stream *stream, i
 /* A complete header: a notice or bye is handled here; a data header is compared with the receive
  * posted for it, or, with none posted yet, with the running call (hoop__mismatch_early) and parked
  * until one is. extra bytes of payload came with it into head's buffer. */
-static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, size_t extra) {
+static hoop_result take_frame(hoop__tctx *ctx, int peer, tcp_stream *stream, size_t extra) {
   const uint8_t *frame = stream->recv_frame;
   hoop__fragment *head = stream->recv_head;
   uint32_t type = hoop__get_be32(frame + 4);
   if (hoop__get_be32(frame) != FRAME_MAGIC ||
       (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a malformed frame", peer);
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a malformed frame", peer);
   if (type == FRAME_BYE) {
-    state_of(comm)->peers[peer].said_bye = 1;
+    state_of(ctx)->peers[peer].said_bye = 1;
     stream->recv_frame_done = 0;
     return HOOP_OK;
   }
@@ -153,7 +152,7 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
     uint64_t len = hoop__frame_length(frame);
     if (len == 0) { /* nothing more will come for it: act on it now */
       stream->recv_frame_done = 0;
-      return hoop__peer_notice(comm, peer, (hoop_result)hoop__get_be32(frame + 16),
+      return hoop__peer_notice(ctx->comm, peer, (hoop_result)hoop__get_be32(frame + 16),
                                (int)hoop__get_be32(frame + 20), "(no reason given)");
     }
     stream->notice_len = len > NOTICE_MAX ? NOTICE_MAX : (size_t)len;
@@ -163,17 +162,18 @@ static hoop_result take_frame(hoop_comm *comm, int peer, tcp_stream *stream, siz
     return HOOP_OK;
   }
   if (type != FRAME_DATA)
-    return hoop__fail(comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u", peer,
-                      type);
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u",
+                      peer, type);
   if (!head)
-    return hoop__mismatch_early(comm, peer, frame + 16);
+    return hoop__mismatch_early(ctx->comm, peer, frame + 16);
   static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   const uint8_t *theirs = frame + 16, *ours = head->owner->fingerprint;
   int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                 memcmp(ours, unchecked, sizeof unchecked) != 0;
   if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
       hoop__frame_length(frame) != head->owner->len)
-    return hoop__mismatch(comm, peer, theirs, ours, hoop__frame_length(frame), head->owner->len);
+    return hoop__mismatch(ctx->comm, peer, theirs, ours, hoop__frame_length(frame),
+                          head->owner->len);
   stream->recv_checked = 1;
   head->done = extra;
   return HOOP_OK;
@@ -191,7 +191,7 @@ static int finish_head(tcp_stream *stream) {
 
 /* Stream 0's receive side: headers, notices and payloads in turn; reads headers even when nothing
  * is posted (at most one header ahead). A payload's first bytes ride with its header's read. */
-static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stream, int *moved) {
+static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stream, int *moved) {
   while (!stream->eof) {
     hoop__fragment *head = stream->recv_head;
     struct iovec iov[2];
@@ -208,7 +208,7 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
     } else if (!head) {
       return HOOP_OK; /* a data header waits for its receive to be posted */
     } else if (!stream->recv_checked) {
-      hoop_result result = take_frame(comm, peer, stream, 0);
+      hoop_result result = take_frame(ctx, peer, stream, 0);
       if (result != HOOP_OK)
         return result;
       /* An empty message is complete with its header; there is nothing to read for it. */
@@ -219,7 +219,7 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
       iov[parts++] = (struct iovec){head->buf + head->done, head->len - head->done};
     }
     if (iov[0].iov_len == 0 && in_notice)
-      return frame_closed(comm, peer, stream, 0);
+      return frame_closed(ctx, peer, stream, 0);
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)parts};
     ssize_t n = recvmsg(stream->fd, &msg, 0);
     if (n < 0 && errno == EINTR)
@@ -227,7 +227,7 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return HOOP_OK;
     if (n <= 0)
-      return frame_closed(comm, peer, stream, n < 0 ? errno : ECONNRESET);
+      return frame_closed(ctx, peer, stream, n < 0 ? errno : ECONNRESET);
     *moved = 1;
     size_t got = (size_t)n;
     if (in_notice) {
@@ -237,7 +237,7 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
       size_t into_header = got < header_left ? got : header_left;
       stream->recv_frame_done += into_header;
       if (stream->recv_frame_done == FRAME_BYTES) {
-        hoop_result result = take_frame(comm, peer, stream, got - into_header);
+        hoop_result result = take_frame(ctx, peer, stream, got - into_header);
         if (result != HOOP_OK)
           return result;
       }
@@ -247,7 +247,7 @@ static hoop_result drive_recv_framed(hoop_comm *comm, int peer, tcp_stream *stre
     if (head && stream->recv_checked && head->done == head->len && finish_head(stream))
       return HOOP_OK;
   }
-  return stream->recv_head ? frame_closed(comm, peer, stream, 0) : HOOP_OK;
+  return stream->recv_head ? frame_closed(ctx, peer, stream, 0) : HOOP_OK;
 }
 
 /* Bytes of a message of len that travel on stream 0, as hoop__tcp_cut_message cuts it. */
@@ -274,12 +274,12 @@ int hoop__tcp_discard(int fd, size_t bytes) {
 
 /* The connection to peer broke. A peer that failed sent its reason last on stream 0, behind data
  * this rank may not have asked for yet: read up to it, dropping that data, without waiting. */
-static hoop_result read_last_words(hoop_comm *comm, int peer, int *moved) {
-  tcp_state *state = state_of(comm);
+static hoop_result read_last_words(hoop__tctx *ctx, int peer, int *moved) {
+  tcp_state *state = state_of(ctx);
   tcp_stream *control = &state->peers[peer].streams[0];
   for (int frames = 0; frames < 4096 && !control->eof; frames++) {
-    hoop_result result = drive_recv_framed(comm, peer, control, moved);
-    if (result != HOOP_OK || comm->failed)
+    hoop_result result = drive_recv_framed(ctx, peer, control, moved);
+    if (result != HOOP_OK || *ctx->failed)
       return result;
     /* Stuck unless a data header waits with nothing posted for it. */
     if (control->recv_frame_done < FRAME_BYTES || control->recv_head || control->notice_len ||
@@ -294,27 +294,26 @@ static hoop_result read_last_words(hoop_comm *comm, int peer, int *moved) {
 }
 
 /* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */
-hoop_result hoop__tcp_drive_stream(hoop_comm *comm, int peer, int index, int reading, int *moved) {
-  tcp_stream *stream = &state_of(comm)->peers[peer].streams[index];
-  tcp_stream *control = &state_of(comm)->peers[peer].streams[0];
+hoop_result hoop__tcp_drive_stream(hoop__tctx *ctx, int peer, int index, int reading, int *moved) {
+  tcp_stream *stream = &state_of(ctx)->peers[peer].streams[index];
+  tcp_stream *control = &state_of(ctx)->peers[peer].streams[0];
   int err = drive_send(stream, index == 0, moved);
   hoop_result result = HOOP_OK;
   if (!err && reading && index == 0)
-    result = drive_recv_framed(comm, peer, stream, moved);
+    result = drive_recv_framed(ctx, peer, stream, moved);
   else if (!err && reading)
     err = drive_recv(stream, moved);
   if (result != HOOP_OK || !err)
     return result;
   /* The connection broke: a peer that failed sent its reason first; read it if it is there. */
-  if (!control->eof && (result = read_last_words(comm, peer, moved)) != HOOP_OK)
+  if (!control->eof && (result = read_last_words(ctx, peer, moved)) != HOOP_OK)
     return result;
-  return hoop__tcp_peer_error(comm, peer, HOOP_ERR_PEER_LOST,
-                              stream->send_head ? "send" : "receive",
+  return hoop__tcp_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, stream->send_head ? "send" : "receive",
                               err == EPIPE || err == ECONNRESET ? 0 : err);
 }
 
-static hoop_result grow_pollset(hoop_comm *comm, size_t need) {
-  tcp_state *state = state_of(comm);
+static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {
+  tcp_state *state = state_of(ctx);
   if (need <= state->pfd_cap)
     return HOOP_OK;
   struct pollfd *pfds = realloc(state->pfds, need * sizeof *pfds);
@@ -324,29 +323,29 @@ static hoop_result grow_pollset(hoop_comm *comm, size_t need) {
   if (owners)
     state->pfd_owners = owners;
   if (!pfds || !owners)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: out of memory for the poll set");
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: out of memory for the poll set");
   state->pfd_cap = need;
   return HOOP_OK;
 }
 
 /* One round of the progress engine: poll every stream that has work, for at most timeout_ms, and
  * move what is ready. *moved tells whether any byte moved. */
-hoop_result hoop__tcp_progress(hoop_comm *comm, int timeout_ms, int *moved) {
-  tcp_state *state = state_of(comm);
-  hoop_result result = grow_pollset(comm, (size_t)comm->size * (size_t)state->nstreams + 2);
+hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  tcp_state *state = state_of(ctx);
+  hoop_result result = grow_pollset(ctx, (size_t)ctx->size * (size_t)state->nstreams + 2);
   if (result != HOOP_OK)
     return result;
   state->pfds[0] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
   state->pfd_owners[0] = (struct poll_owner){0, -1};
   /* The rendezvous connection: other ranks' aborts and losses, told by the server. */
-  int rdzv_fd = hoop__rendezvous_fd(comm);
+  int rdzv_fd = ctx->watch_fd;
   nfds_t n = 1, first_stream = 1;
   if (rdzv_fd >= 0) {
     state->pfds[1] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
     state->pfd_owners[1] = (struct poll_owner){0, -1};
     n = first_stream = 2;
   }
-  for (int p = 0; p < comm->size; p++) {
+  for (int p = 0; p < ctx->size; p++) {
     for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
       /* Stream 0 listens for notices and closing even with nothing posted. */
@@ -363,19 +362,19 @@ hoop_result hoop__tcp_progress(hoop_comm *comm, int timeout_ms, int *moved) {
   }
   int ready = poll(state->pfds, n, timeout_ms);
   if (ready < 0 && errno != EINTR)
-    return hoop__fail(comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
   if (ready > 0 && state->pfds[0].revents) {
-    if ((result = hoop__wake_drain(comm, state->wake_fd, "tcp")) != HOOP_OK ||
-        (result = hoop__check_abort(comm)) != HOOP_OK)
+    if ((result = hoop__wake_drain(ctx, state->wake_fd, "tcp")) != HOOP_OK ||
+        (result = hoop__check_abort(ctx->comm)) != HOOP_OK)
       return result;
   }
   if (ready > 0 && first_stream == 2 && state->pfds[1].revents &&
-      (result = hoop__rendezvous_check(comm)) != HOOP_OK)
+      (result = hoop__tctx_watched(ctx)) != HOOP_OK)
     return result;
   for (nfds_t i = first_stream; i < n && ready > 0; i++) {
     if (!state->pfds[i].revents)
       continue;
-    result = hoop__tcp_drive_stream(comm, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1,
+    result = hoop__tcp_drive_stream(ctx, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1,
                                     moved);
     if (result != HOOP_OK)
       return result;

@@ -38,17 +38,17 @@
 
 /* ---- the ops --------------------------------------------------------------------------------- */
 
-static hoop_result post(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req,
+static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
                         int is_send) {
   req->peer = peer;
   req->is_send = is_send;
   req->pending = 0;
-  if (comm->failed)
-    return comm->failed;
-  hoop_result result = hoop__tcp_connect(comm, peer);
+  if (*ctx->failed)
+    return *ctx->failed;
+  hoop_result result = hoop__tcp_connect(ctx, peer);
   if (result != HOOP_OK)
     return result;
-  tcp_state *state = state_of(comm);
+  tcp_state *state = state_of(ctx);
   int n = hoop__tcp_cut_message(state, buf, len, req);
   req->pending = n;
   int moved = 0;
@@ -66,25 +66,25 @@ static hoop_result post(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
       if (reading)
         stream->peeked_at = now;
     }
-    if ((result = hoop__tcp_drive_stream(comm, peer, s, reading, &moved)) != HOOP_OK)
+    if ((result = hoop__tcp_drive_stream(ctx, peer, s, reading, &moved)) != HOOP_OK)
       return result;
   }
   return HOOP_OK;
 }
 
-static hoop_result tcp_isend(hoop_comm *comm, int peer, const void *buf, size_t len,
+static hoop_result tcp_isend(hoop__tctx *ctx, int peer, const void *buf, size_t len,
                              hoop__request *req) {
   /* The transport never writes through a send buffer; the cast only shares the fragment type. */
-  return post(comm, peer, (void *)(uintptr_t)buf, len, req, 1);
+  return post(ctx, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result tcp_irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
-  return post(comm, peer, buf, len, req, 0);
+static hoop_result tcp_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req) {
+  return post(ctx, peer, buf, len, req, 0);
 }
 
 /* What is queued for peer on any of its streams (for the stall warning). */
-static int tcp_pending(hoop_comm *comm, int peer) {
-  tcp_state *state = state_of(comm);
+static int tcp_pending(hoop__tctx *ctx, int peer) {
+  tcp_state *state = state_of(ctx);
   int pending = 0;
   for (int s = 0; s < state->nstreams && state->peers[peer].connected; s++) {
     if (state->peers[peer].streams[s].recv_head)
@@ -95,8 +95,8 @@ static int tcp_pending(hoop_comm *comm, int peer) {
   return pending;
 }
 
-static hoop_result tcp_timed_out(hoop_comm *comm, const hoop__request *req) {
-  return hoop__tcp_peer_error(comm, req->peer, HOOP_ERR_TIMEOUT,
+static hoop_result tcp_timed_out(hoop__tctx *ctx, const hoop__request *req) {
+  return hoop__tcp_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT,
                               req->is_send ? "no data accepted for HOOP_TIMEOUT"
                                            : "no data received for HOOP_TIMEOUT",
                               ETIMEDOUT);
@@ -111,19 +111,18 @@ static hoop_result tcp_timed_out(hoop_comm *comm, const hoop__request *req) {
 #define SPIN_ALONE_S 1e-3
 #define SPIN_CROWDED_S 50e-6
 
-static double auto_spin_s(const hoop_comm *comm) {
-  return hoop__host_oversubscribed(comm) ? SPIN_CROWDED_S : SPIN_ALONE_S;
+static double auto_spin_s(const hoop__tctx *ctx) {
+  return hoop__host_oversubscribed(ctx->comm) ? SPIN_CROWDED_S : SPIN_ALONE_S;
 }
 
-static hoop_result tcp_wait(hoop_comm *comm, hoop__request *req) {
-  tcp_state *state = state_of(comm);
+static double tcp_spin_s(hoop__tctx *ctx) {
+  tcp_state *state = state_of(ctx);
   if (state->spin_s < 0) {
-    state->spin_s = auto_spin_s(comm);
+    state->spin_s = auto_spin_s(ctx);
     HOOP__TRACE(HOOP_SUBSYS_NET, "HOOP_TCP_SPIN_US=auto: %.0f us (%d ranks on this host)",
-                state->spin_s * 1e6, comm->local_size);
+                state->spin_s * 1e6, ctx->local_size);
   }
-  hoop__wait_hooks hooks = {state->spin_s, hoop__tcp_progress, tcp_pending, tcp_timed_out};
-  return hoop__wait_loop(comm, req, &hooks);
+  return state->spin_s;
 }
 
 /* Before closing: a notice of why (after a failure) or a bye (at finalize). A message half sent
@@ -131,7 +130,7 @@ static hoop_result tcp_wait(hoop_comm *comm, hoop__request *req) {
  * within GOODBYE_WAIT_S; else the peer just sees the connection close. */
 #define GOODBYE_WAIT_S 0.5
 #define BYE_WAIT_S 30.0
-static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
+static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
   uint8_t frame[FRAME_BYTES + NOTICE_MAX];
   size_t len = 0;
   if (control->send_framed && (control->send_frame_done > 0 || control->send_head->done > 0)) {
@@ -143,12 +142,14 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
             0)
       return;
   }
-  if (comm->failed) {
-    const char *text = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
+  if (*ctx->failed) {
+    int origin;
+    const char *text;
+    hoop__tctx_failure(ctx, &origin, &text);
     len = strlen(text) > NOTICE_MAX ? NOTICE_MAX : strlen(text);
     hoop__frame_encode(frame, FRAME_MAGIC, FRAME_NOTICE, len, NULL);
-    hoop__put_be32(frame + 16, (uint32_t)comm->failed);
-    hoop__put_be32(frame + 20, (uint32_t)(comm->fail_origin >= 0 ? comm->fail_origin : comm->rank));
+    hoop__put_be32(frame + 16, (uint32_t)*ctx->failed);
+    hoop__put_be32(frame + 20, (uint32_t)origin);
     memcpy(frame + FRAME_BYTES, text, len);
   } else {
     hoop__frame_encode(frame, FRAME_MAGIC, FRAME_BYE, 0, NULL);
@@ -156,9 +157,9 @@ static void say_goodbye(hoop_comm *comm, tcp_stream *control) {
   /* A clean goodbye may sit behind this rank's last chunks, which a live peer is still reading
    * (on a loaded host or a slow link that takes more than GOODBYE_WAIT_S); without it the peer
    * would take the close for a crash. So it waits up to BYE_WAIT_S, within the timeout. */
-  double wait_s = comm->failed                   ? GOODBYE_WAIT_S
-                  : comm->timeout_s < BYE_WAIT_S ? comm->timeout_s
-                                                 : BYE_WAIT_S;
+  double wait_s = *ctx->failed                  ? GOODBYE_WAIT_S
+                  : ctx->timeout_s < BYE_WAIT_S ? ctx->timeout_s
+                                                : BYE_WAIT_S;
   if (hoop__write_full(control->fd, frame, FRAME_BYTES + len, hoop__now() + wait_s) != 0)
     HOOP__TRACE(HOOP_SUBSYS_NET, "could not tell a peer why this rank closes: %s", strerror(errno));
 }
@@ -194,16 +195,16 @@ static void drain_before_close(tcp_state *state, int size) {
   }
 }
 
-static void tcp_shutdown(hoop_comm *comm) {
-  tcp_state *state = state_of(comm);
+static void tcp_shutdown(hoop__tctx *ctx) {
+  tcp_state *state = state_of(ctx);
   if (!state)
     return;
-  for (int p = 0; state->peers && p < comm->size; p++)
+  for (int p = 0; state->peers && p < ctx->size; p++)
     if (state->peers[p].connected && !state->peers[p].streams[0].eof)
-      say_goodbye(comm, &state->peers[p].streams[0]);
-  if (state->peers && comm->failed)
-    drain_before_close(state, comm->size);
-  for (int p = 0; state->peers && p < comm->size; p++) {
+      say_goodbye(ctx, &state->peers[p].streams[0]);
+  if (state->peers && *ctx->failed)
+    drain_before_close(state, ctx->size);
+  for (int p = 0; state->peers && p < ctx->size; p++) {
     for (int s = 0; s < HOOP__MAX_STREAMS; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
       if (stream->fd >= 0)
@@ -219,33 +220,37 @@ static void tcp_shutdown(hoop_comm *comm) {
   state->listen_fd = -1;
 }
 
-static void tcp_finalize(hoop_comm *comm) {
-  tcp_state *state = state_of(comm);
+static void tcp_finalize(hoop__tctx *ctx) {
+  tcp_state *state = state_of(ctx);
   if (!state)
     return;
-  tcp_shutdown(comm);
+  tcp_shutdown(ctx);
   if (state->wake_fd >= 0)
     close(state->wake_fd);
   free(state->pfds);
   free(state->pfd_owners);
   free(state->peers);
   free(state);
-  comm->transport_state = NULL;
+  ctx->state = NULL;
 }
 
-static void tcp_wake(hoop_comm *comm) {
-  tcp_state *state = state_of(comm);
+static void tcp_wake(hoop__tctx *ctx) {
+  tcp_state *state = state_of(ctx);
   if (state)
     hoop__wake_signal(state->wake_fd, "tcp");
 }
 
 const hoop__transport_ops hoop__tcp_transport = {
     .name = "tcp",
+    .addr_prefix = "",
     .listen = hoop__tcp_listen,
     .connect = hoop__tcp_connect,
     .isend = tcp_isend,
     .irecv = tcp_irecv,
-    .wait = tcp_wait,
+    .progress = hoop__tcp_progress,
+    .pending = tcp_pending,
+    .timed_out = tcp_timed_out,
+    .spin_s = tcp_spin_s,
     .shutdown = tcp_shutdown,
     .wake = tcp_wake,
     .finalize = tcp_finalize,

@@ -62,18 +62,18 @@ typedef struct tcp_state {
   size_t pfd_cap;
 } tcp_state;
 
-static inline tcp_state *state_of(hoop_comm *comm) {
-  return comm->transport_state;
+static inline tcp_state *state_of(hoop__tctx *ctx) {
+  return ctx->state;
 }
 
 /* conn.c */
 /* The connection to peer is lost (err 0: it closed): fail the call, naming the peer. */
-hoop_result hoop__tcp_peer_error(hoop_comm *comm, int peer, hoop_result code, const char *what,
+hoop_result hoop__tcp_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                                  int err);
 /* The listen and connect ops. */
-hoop_result hoop__tcp_listen(hoop_comm *comm, const struct sockaddr *toward, char *addr,
+hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
                              size_t addrlen);
-hoop_result hoop__tcp_connect(hoop_comm *comm, int peer);
+hoop_result hoop__tcp_connect(hoop__tctx *ctx, int peer);
 
 /* data.c */
 /* Cut a message into one fragment per stream used; returns how many. */
@@ -82,8 +82,8 @@ void hoop__tcp_enqueue(hoop__fragment **head, hoop__fragment **tail, hoop__fragm
 /* Read and drop up to bytes from fd without waiting; 0 when all were there. */
 int hoop__tcp_discard(int fd, size_t bytes);
 /* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */
-hoop_result hoop__tcp_drive_stream(hoop_comm *comm, int peer, int index, int reading, int *moved);
+hoop_result hoop__tcp_drive_stream(hoop__tctx *ctx, int peer, int index, int reading, int *moved);
 /* One round of the progress engine (the hoop__wait_hooks progress hook). */
-hoop_result hoop__tcp_progress(hoop_comm *comm, int timeout_ms, int *moved);
+hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 
 #endif /* HOOP__TCP_H */

@@ -36,7 +36,6 @@ hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
   if (len == 0)
     return HOOP_OK;
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  ctx->watch_fd = hoop__rendezvous_fd(comm); /* a post may connect, and wait for that */
   return ctx->ops->isend(ctx, peer, buf, len, req);
 }
 
@@ -45,7 +44,6 @@ hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
   if (len == 0)
     return HOOP_OK;
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  ctx->watch_fd = hoop__rendezvous_fd(comm);
   return ctx->ops->irecv(ctx, peer, buf, len, req);
 }
 
@@ -69,7 +67,6 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
   stamp(comm, &recv_req, from, 0, 0);
   stamp(comm, &send_req, to, 1, 0);
   hoop__tctx *from_ctx = hoop__transport_of(comm, from), *to_ctx = hoop__transport_of(comm, to);
-  from_ctx->watch_fd = to_ctx->watch_fd = hoop__rendezvous_fd(comm);
   hoop_result result = from_ctx->ops->irecv(from_ctx, from, &none, 0, &recv_req);
   if (result == HOOP_OK)
     result = to_ctx->ops->isend(to_ctx, to, &none, 0, &send_req);
@@ -112,7 +109,6 @@ static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
     hoop__tctx *ctx = &comm->transports[t];
     if (!ctx->state)
       continue;
-    ctx->watch_fd = hoop__rendezvous_fd(comm);
     hoop_result result =
         ctx->ops->progress(ctx, comm->ntransports_serving > 1 ? 0 : timeout_ms, moved);
     if (result != HOOP_OK)
@@ -289,7 +285,7 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                         .tcp_streams = comm->tcp_streams,
                         .data_nonce = comm->data_nonce,
                         .failed = &comm->failed,
-                        .watch_fd = -1};
+                        .watch_fd = &comm->rdzv_fd};
     char entry[HOOP__WIRE_MAX_ADDR + 1];
     hoop_result result = ops->listen(ctx, toward, entry, sizeof entry);
     if (result != HOOP_OK && is_auto && is_verbs(ops)) {
@@ -413,7 +409,6 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
 
 hoop_result hoop__transport_connect(hoop_comm *comm, int peer) {
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  ctx->watch_fd = hoop__rendezvous_fd(comm);
   return ctx->ops->connect(ctx, peer);
 }
 

@@ -68,9 +68,9 @@ typedef struct hoop__tctx {
   const uint8_t *data_nonce; /* what data connections present (see core/internal.h) */
   const hoop_result *failed; /* the communicator's failure, HOOP_OK while it works */
   /* A descriptor the core wants watched while the transport sleeps (the rendezvous connection:
-   * other ranks' aborts and losses), -1 for none. A transport that polls adds it and, when it is
-   * readable, calls hoop__tctx_watched. */
-  int watch_fd;
+   * other ranks' aborts and losses), -1 for none; read it at each poll, as the core may close it.
+   * A transport that polls adds it and, when it is readable, calls hoop__tctx_watched. */
+  const int *watch_fd;
 } hoop__tctx;
 
 typedef struct hoop__transport_ops {

@@ -457,7 +457,7 @@ hoop_result hoop__ib_connect(hoop__tctx *ctx, int index) {
     }
     struct pollfd fds[3] = {{.fd = state->events->fd, .events = POLLIN},
                             {.fd = state->wake_fd, .events = POLLIN},
-                            {.fd = ctx->watch_fd, .events = POLLIN}};
+                            {.fd = *ctx->watch_fd, .events = POLLIN}};
     if (poll(fds, 3, 20) < 0 && errno != EINTR)
       return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
     /* Another rank's abort or loss told by the rendezvous server ends the wait too. */

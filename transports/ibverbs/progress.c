@@ -152,7 +152,7 @@ static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) 
   struct pollfd fds[5] = {{.fd = state->channel->fd, .events = POLLIN},
                           {.fd = state->events->fd, .events = POLLIN},
                           {.fd = state->wake_fd, .events = POLLIN},
-                          {.fd = ctx->watch_fd, .events = POLLIN},
+                          {.fd = *ctx->watch_fd, .events = POLLIN},
                           {.fd = state->verbs->async_fd, .events = POLLIN}};
   int ready = poll(fds, 5, timeout_ms);
   if (ready < 0 && errno != EINTR)

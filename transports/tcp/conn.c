@@ -131,7 +131,7 @@ static hoop_result wait_for_connection(hoop__tctx *ctx, double deadline) {
   for (;;) {
     struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
                              {.fd = state->wake_fd, .events = POLLIN},
-                             {.fd = ctx->watch_fd, .events = POLLIN}};
+                             {.fd = *ctx->watch_fd, .events = POLLIN}};
     double left = deadline - hoop__now();
     if (left <= 0)
       return HOOP_ERR_TIMEOUT;

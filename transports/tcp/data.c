@@ -338,7 +338,7 @@ hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
   state->pfds[0] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
   state->pfd_owners[0] = (struct poll_owner){0, -1};
   /* The rendezvous connection: other ranks' aborts and losses, told by the server. */
-  int rdzv_fd = ctx->watch_fd;
+  int rdzv_fd = *ctx->watch_fd;
   nfds_t n = 1, first_stream = 1;
   if (rdzv_fd >= 0) {
     state->pfds[1] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};

@@ -476,6 +476,18 @@ uint64_t hoop__frame_length(const uint8_t *frame) {
   return hoop__get_be64(frame + 8);
 }
 
+hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
+                              const hoop__request *req) {
+  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
+  const uint8_t *theirs = frame + 16, *ours = req->fingerprint;
+  int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
+                memcmp(ours, unchecked, sizeof unchecked) != 0;
+  if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
+      hoop__frame_length(frame) != req->len)
+    return hoop__mismatch(ctx->comm, peer, theirs, ours, hoop__frame_length(frame), req->len);
+  return HOOP_OK;
+}
+
 hoop_result hoop__peer_failed(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                               const char *detail) {
   hoop_comm *comm = ctx->comm;

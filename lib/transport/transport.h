@@ -178,6 +178,10 @@ hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name);
 void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
                         const uint8_t *fingerprint);
 uint64_t hoop__frame_length(const uint8_t *frame);
+/* A frame from peer against the receive it arrived for: HOOP_OK when their lengths agree and so
+ * do the fingerprints (where both sides carry one), else HOOP_ERR_MISMATCH naming both calls. */
+hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
+                              const hoop__request *req);
 
 /* peer failed this rank's transfer: fail the communicator with "CALL (call #N): lost rank P
  * (ADDR, host H): WHAT: DETAIL", and count the peer as where the failure began (peers told of

@@ -444,7 +444,6 @@ static hoop_result finish_zcopy(hoop__tctx *ctx, int index) {
 hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
   ib_state *state = ib_state_of(ctx);
   ib_peer *peer = &state->peers[index];
-  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   while (peer->slots_consumed < peer->slots_arrived) {
     uint32_t slot = (uint32_t)(peer->slots_consumed % (uint64_t)state->slots);
     const uint8_t *data = (const uint8_t *)peer->recv_slots + (size_t)slot * state->slot_bytes;
@@ -470,13 +469,9 @@ hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
                           index);
       if (!head) /* parked until its receive is posted; it may already show a mismatch */
         return hoop__mismatch_early(ctx->comm, index, data + 16);
-      const uint8_t *theirs = data + 16, *ours = head->owner->fingerprint;
-      int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
-                    memcmp(ours, unchecked, sizeof unchecked) != 0;
-      if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
-          hoop__frame_length(data) != head->owner->len)
-        return hoop__mismatch(ctx->comm, index, theirs, ours, hoop__frame_length(data),
-                              head->owner->len);
+      hoop_result checked = hoop__frame_check(ctx, index, data, head->owner);
+      if (checked != HOOP_OK)
+        return checked;
       peer->head_checked = 1;
       data += IB_HEADER_BYTES;
       bytes -= IB_HEADER_BYTES;

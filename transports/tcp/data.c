@@ -166,14 +166,9 @@ static hoop_result take_frame(hoop__tctx *ctx, int peer, tcp_stream *stream, siz
                       peer, type);
   if (!head)
     return hoop__mismatch_early(ctx->comm, peer, frame + 16);
-  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
-  const uint8_t *theirs = frame + 16, *ours = head->owner->fingerprint;
-  int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
-                memcmp(ours, unchecked, sizeof unchecked) != 0;
-  if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
-      hoop__frame_length(frame) != head->owner->len)
-    return hoop__mismatch(ctx->comm, peer, theirs, ours, hoop__frame_length(frame),
-                          head->owner->len);
+  hoop_result result = hoop__frame_check(ctx, peer, frame, head->owner);
+  if (result != HOOP_OK)
+    return result;
   stream->recv_checked = 1;
   head->done = extra;
   return HOOP_OK;

@@ -109,7 +109,7 @@ typedef struct hoop_config {
                              rendezvous address for this job (usually rank 0) */
   double timeout_s;       /* deadline for every blocking wait (default 300 s) */
   const char *ifname;     /* interface selection, NCCL_SOCKET_IFNAME syntax (NULL: automatic) */
-  const char *transport;  /* "auto" or "tcp" (default "auto") */
+  const char *transport;  /* "auto", "shm", "tcp" or "ibverbs" (default "auto") */
   int tcp_streams;        /* TCP connections per peer (default 2) */
   const char *token;      /* shared secret: the rendezvous server admits only ranks that prove
                              they know it, and data connections carry a proof derived from it;

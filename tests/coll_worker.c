@@ -3,6 +3,7 @@
  * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
+ *                    [--no-shm-on RANK]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -10,6 +11,9 @@
  *
  * --ranks-per-host N: the job runs N ranks on each host, in order of rank (as hooprun -H fills
  * hosts), so rank r must be local rank r % N of N; without it, all ranks are on one host.
+ *
+ * --no-shm-on RANK: the rank that hooprun starts as RANK sets HOOP_SHM=0, so that its pairs run
+ * over the network transport while the other ranks of the host share memory: a mixed job.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -211,6 +215,11 @@ int main(int argc, char **argv) {
       per_host = atoi(argv[++i]);
     else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
       register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
+    else if (strcmp(argv[i], "--no-shm-on") == 0 && i + 1 < argc) {
+      const char *mine = getenv("HOOP_RANK");
+      if (mine && strcmp(mine, argv[++i]) == 0)
+        setenv("HOOP_SHM", "0", 1);
+    }
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);

@@ -96,6 +96,11 @@ void procs_local_config(struct hoop_config *config, char *rendezvous, size_t len
   config->size = n;
   config->rank = index;
   config->serve_rendezvous = index == 0;
+  /* HOOP_TEST_TRANSPORT runs a suite's forked jobs over one transport (tests/test_failures_tcp.sh):
+   * a config's transport wins over HOOP_TRANSPORT. */
+  const char *transport = getenv("HOOP_TEST_TRANSPORT");
+  if (transport && transport[0])
+    config->transport = transport;
 }
 
 int procs_free_port(void) {

@@ -432,6 +432,7 @@ static int streams_disagree(int index, int n, void *arg) {
   procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, n);
   config.timeout_s = 10;
   config.tcp_streams = index == 0 ? 4 : 2;
+  config.transport = "tcp"; /* streams are TCP's: between ranks of one host too */
   hoop_comm *comm = NULL;
   hoop_result result = hoop_init(&comm, &config);
   /* The connecting rank may finish its init before the other refuses (connections complete in

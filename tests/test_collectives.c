@@ -1,5 +1,6 @@
-/* test_collectives.c - every collective on 1, 2, 3, 4 and 7 real ranks over loopback, checked
- * against reference.c: through hooprun (embedded rendezvous), and through ranks that call hoop_init
+/* test_collectives.c - every collective on 1, 2, 3, 4 and 7 real ranks of this host, over shared
+ * memory (its segment path and its single-copy path) and over TCP loopback, checked against
+ * reference.c: through hooprun (embedded rendezvous), and through ranks that call hoop_init
  * themselves with rank 0 hosting the rendezvous. */
 #include <check.h>
 #include <stdint.h>
@@ -62,6 +63,27 @@ START_TEST(test_hooprun_4) {
 END_TEST
 START_TEST(test_hooprun_7) {
   run_workers(7, 1);
+}
+END_TEST
+
+/* The same over TCP loopback (ranks of one host share memory unless told otherwise). */
+static char *const over_tcp[] = {"HOOP_TRANSPORT=tcp", NULL};
+static const int tcp_ranks[] = {2, 3, 4, 7};
+START_TEST(test_tcp) {
+  run_workers_with(tcp_ranks[_i], tcp_ranks[_i] > 4, over_tcp);
+}
+END_TEST
+
+/* Shared memory with every message going through the segment (no single-copy reads), and with
+ * every message of a byte or more read from the sender (the single-copy path for everything). */
+static char *const shm_slots_only[] = {"HOOP_SHM_CMA_BYTES=0", NULL};
+static char *const shm_cma_all[] = {"HOOP_SHM_CMA_BYTES=1", NULL};
+START_TEST(test_shm_slots_only) {
+  run_workers_with(3, 0, shm_slots_only);
+}
+END_TEST
+START_TEST(test_shm_cma_all) {
+  run_workers_with(3, 0, shm_cma_all);
 }
 END_TEST
 
@@ -183,6 +205,7 @@ typedef struct forked_job {
   const char *host;   /* the rendezvous host: "127.0.0.1" or "[::1]" */
   const char *ifname; /* HOOP_IFNAME for the data connections, or NULL */
   int streams;        /* TCP streams per peer */
+  const char *transport;
 } forked_job;
 
 static int forked_rank(int index, int n, void *arg) {
@@ -194,6 +217,7 @@ static int forked_rank(int index, int n, void *arg) {
   config.rendezvous = rendezvous;
   config.ifname = job->ifname;
   config.tcp_streams = job->streams;
+  config.transport = job->transport;
   config.job = "forked";
   config.size = n;
   config.rank = job->request_ranks ? index : -1;
@@ -242,28 +266,29 @@ static int forked_rank(int index, int n, void *arg) {
   return failures;
 }
 
-static void run_forked(int n, int request_ranks, const char *host, const char *ifname,
-                       int streams) {
-  forked_job job = {procs_free_port(), request_ranks, host, ifname, streams};
+static void run_forked(int n, int request_ranks, const char *host, const char *ifname, int streams,
+                       const char *transport) {
+  forked_job job = {procs_free_port(), request_ranks, host, ifname, streams, transport};
   ck_assert_int_gt(job.port, 0);
   int bad = procs_fork_ranks(n, forked_rank, &job, 60);
   ck_assert_msg(bad == 0, "%d of %d forked ranks failed (see stderr)", bad, n);
 }
 
 START_TEST(test_rank0_hosts_requested_ranks) {
-  run_forked(3, 1, "127.0.0.1", NULL, 2);
+  run_forked(3, 1, "127.0.0.1", NULL, 2, "auto");
 }
 END_TEST
 START_TEST(test_rank0_hosts_assigned_ranks) {
-  run_forked(4, 0, "127.0.0.1", NULL, 1);
+  run_forked(4, 0, "127.0.0.1", NULL, 1, "auto");
 }
 END_TEST
+/* Data connections over IPv6 and over HOOP_IFNAME's interface are TCP's. */
 START_TEST(test_ipv6) {
-  run_forked(3, 1, "[::1]", NULL, 3);
+  run_forked(3, 1, "[::1]", NULL, 3, "tcp");
 }
 END_TEST
 START_TEST(test_ifname_exact) {
-  run_forked(2, 1, "127.0.0.1", "=lo", 8);
+  run_forked(2, 1, "127.0.0.1", "=lo", 8, "tcp");
 }
 END_TEST
 
@@ -276,6 +301,9 @@ static Suite *collectives_suite(void) {
   tcase_add_test(tc, test_hooprun_3);
   tcase_add_test(tc, test_hooprun_4);
   tcase_add_test(tc, test_hooprun_7);
+  tcase_add_loop_test(tc, test_tcp, 0, (int)(sizeof tcp_ranks / sizeof tcp_ranks[0]));
+  tcase_add_test(tc, test_shm_slots_only);
+  tcase_add_test(tc, test_shm_cma_all);
   suite_add_tcase(s, tc);
   tc = tcase_create("forced algorithms");
   tcase_set_timeout(tc, 600);

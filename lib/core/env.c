@@ -19,8 +19,19 @@ static const hoop__env_var env_table[] = {
      "one host (contiguous ranks, local ranks); default: gethostname()"},
     {"HOOP_TIMEOUT", "300", "seconds any blocking step (rendezvous, connect, collective) may wait"},
     {"HOOP_TRANSPORT", "auto",
-     "auto|tcp|ibverbs: the data transport; auto uses ibverbs when every "
-     "rank has an active RDMA port, else tcp"},
+     "auto|shm|tcp|ibverbs: the data transport; auto uses shared memory "
+     "between ranks of one host, and between hosts ibverbs when every "
+     "rank has an active RDMA port, else tcp; a name forces it for every peer"},
+    {"HOOP_SHM", "1",
+     "0: under HOOP_TRANSPORT=auto, ranks of one host talk over the network "
+     "transport instead of shared memory"},
+    {"HOOP_SHM_CMA_BYTES", "262144",
+     "shm messages of at least this many bytes are read by the receiver "
+     "straight from the sender's memory (process_vm_readv, one copy) where "
+     "the kernel allows it; 0: never, every message goes through the segment"},
+    {"HOOP_SHM_SPIN_US", "auto",
+     "microseconds a wait polls the shared-memory queues before it sleeps; "
+     "auto: 1000, or 50 when this host's ranks outnumber its CPUs"},
     {"HOOP_IB_DEV", "",
      "RDMA device for the ibverbs transport (e.g. mlx5_0, rxe0); default: the "
      "first with an active port"},

@@ -195,13 +195,15 @@ void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len) 
 
 static const char *const transport_names =
 #ifdef HOOP_HAVE_VERBS
-    "auto, tcp, ibverbs";
+    "auto, shm, tcp, ibverbs";
 #else
-    "auto, tcp";
+    "auto, shm, tcp";
 #endif
 
-/* Every transport of this build, in priority order. */
+/* Every transport of this build, in priority order: shared memory for the peers on this host,
+ * then verbs, then TCP. */
 static const hoop__transport_ops *const all_transports[] = {
+    &hoop__shm_transport,
 #ifdef HOOP_HAVE_VERBS
     &hoop__ibverbs_transport,
 #endif
@@ -255,11 +257,19 @@ static int find_entry(const char *addr, const hoop__transport_ops *ops, char *ou
 
 int hoop__tctx_offered(const hoop__tctx *ctx, int rank) {
   char entry[HOOP__WIRE_MAX_ADDR + 1];
-  return find_entry(ctx->table->peers[rank].addr, ctx->ops, entry, sizeof entry) == 0;
+  return hoop__tctx_entry(ctx, rank, entry, sizeof entry) == 0;
+}
+
+int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen) {
+  return find_entry(ctx->table->peers[rank].addr, ctx->ops, out, outlen);
 }
 
 static int is_verbs(const hoop__transport_ops *ops) {
   return strcmp(ops->name, "ibverbs") == 0;
+}
+
+static int is_tcp(const hoop__transport_ops *ops) {
+  return strcmp(ops->name, "tcp") == 0;
 }
 
 hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
@@ -288,8 +298,11 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                         .watch_fd = &comm->rdzv_fd};
     char entry[HOOP__WIRE_MAX_ADDR + 1];
     hoop_result result = ops->listen(ctx, toward, entry, sizeof entry);
-    if (result != HOOP_OK && is_auto && is_verbs(ops)) {
-      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: ibverbs is not usable here (%s); tcp it is",
+    /* Under auto, TCP is the one that must work; the others are left out if they cannot (verbs
+     * whatever the reason, as before shm came; shm unless a HOOP_SHM setting is bad). */
+    if (result != HOOP_OK && is_auto && !is_tcp(ops) &&
+        (is_verbs(ops) || result != HOOP_ERR_INVALID_ARG)) {
+      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: %s is not usable here (%s)", ops->name,
                  comm->last_error);
       comm->last_error[0] = '\0';
       ops->finalize(ctx);
@@ -321,20 +334,33 @@ static int choose_for(hoop_comm *comm, int peer) {
 static void log_choice(const hoop_comm *comm, const int *served) {
   if (strcmp(comm->transport_mode, "auto") != 0)
     return;
-  const hoop__tctx *verbs = NULL;
-  int serving = 0, verbs_serves = 0;
+  const hoop__tctx *verbs = NULL, *only = NULL;
+  int serving = 0;
+  char list[256] = "";
+  size_t used = 0;
   for (int t = 0; t < comm->ntransports; t++) {
-    serving += served[t] > 0;
-    if (is_verbs(comm->transports[t].ops)) {
-      verbs = &comm->transports[t];
-      verbs_serves = served[t] > 0;
+    const hoop__tctx *ctx = &comm->transports[t];
+    if (is_verbs(ctx->ops))
+      verbs = ctx;
+    if (served[t] > 0) {
+      serving++;
+      only = ctx;
+      if (used < sizeof list)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s for %d peer%s",
+                                 used ? ", " : "", ctx->ops->name, served[t],
+                                 served[t] == 1 ? "" : "s");
     }
   }
   if (serving > 1) {
-    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using several transports, by peer");
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using several transports, by peer: %s", list);
     return;
   }
-  if (verbs_serves) {
+  if (only && !is_verbs(only->ops) && !is_tcp(only->ops)) {
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using %s (every peer is on this host)",
+               only->ops->name);
+    return;
+  }
+  if (only && is_verbs(only->ops)) {
     HOOP__INFO(HOOP_SUBSYS_NET,
                "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA port)");
     return;

@@ -114,6 +114,7 @@ typedef struct hoop__transport_ops {
   void (*forget_mem)(hoop__tctx *ctx, const void *ptr, size_t bytes);
 } hoop__transport_ops;
 
+extern const hoop__transport_ops hoop__shm_transport;
 extern const hoop__transport_ops hoop__tcp_transport;
 #ifdef HOOP_HAVE_VERBS
 extern const hoop__transport_ops hoop__ibverbs_transport;
@@ -125,6 +126,8 @@ extern const hoop__transport_ops hoop__ibverbs_transport;
 /* Whether rank published an address entry for this transport (valid until agree keeps only the
  * chosen entry of each address). */
 int hoop__tctx_offered(const hoop__tctx *ctx, int rank);
+/* That entry, without the transport's prefix, copied to out; 0 if rank offered one. */
+int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen);
 /* The watched descriptor was readable: read it; HOOP_OK, or the failure it told of. */
 hoop_result hoop__tctx_watched(hoop__tctx *ctx);
 /* Why the communicator failed, for the notice a transport sends its peers: the rank where it
@@ -138,12 +141,13 @@ void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len);
 /* ---- the transport layer, for the core --------------------------------------------------------
  */
 
-/* Choosing transports (HOOP_TRANSPORT=auto|tcp|ibverbs). Before the rendezvous each candidate, in
- * priority order (verbs before TCP), listens, and the published address lists one entry per
+/* Choosing transports (HOOP_TRANSPORT=auto|shm|tcp|ibverbs). Before the rendezvous each candidate,
+ * in priority order (verbs before TCP), listens, and the published address lists one entry per
  * candidate, separated by spaces, each marked by its transport's prefix; under auto a candidate
- * that cannot listen (no active RDMA port) is left out quietly. Once the rank table is known each
- * peer gets the first transport that both ends offered and that can reach it; every rank decides
- * from the same table, so both ends of a pair agree. Transports that serve nobody are closed. */
+ * that cannot listen (no active RDMA port, HOOP_SHM=0) is left out quietly. Once the rank table is
+ * known each peer gets the first transport that both ends offered and that can reach it; every rank
+ * decides from the same table, so both ends of a pair agree. Transports that serve nobody are
+ * closed. */
 /* HOOP_OK if mode names a transport of this build, else the error recorded. */
 hoop_result hoop__transport_check(hoop_comm *comm, const char *mode);
 hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,

@@ -1,0 +1,96 @@
+#!/bin/sh
+# test_shm.sh - the shared-memory transport as a user meets it, on this host: what
+# HOOP_TRANSPORT=auto chooses and logs, a job that mixes shared memory and TCP, HOOP_SHM=0, and
+# what a rank killed in the middle of a transfer leaves: an error naming it on every other rank,
+# and no segment, socket or file behind.
+set -u
+build=${HOOP_BUILDDIR:-.}
+hooprun=$build/tools/hooprun
+worker=$build/tests/coll_worker
+bench=$build/bench/hoop-bench
+work=$(mktemp -d)
+trap '[ -n "${HOOP_TEST_KEEP:-}" ] || rm -rf "$work"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+# count PATTERN FILE: how many lines of FILE hold PATTERN.
+count() {
+  grep -c -- "$1" "$2"
+}
+
+# 1. Every rank of a one-host job takes shared memory and says so, and says which copy path each
+# pair takes.
+HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=net "$hooprun" -np 3 --timeout 60 "$worker" --quick \
+  >"$work/auto.log" 2>&1 || fail "3 ranks over shm: exit $?"
+[ "$(count 'checks, 0 failed' "$work/auto.log")" = 3 ] || fail "3 ranks over shm: checks failed"
+[ "$(count 'HOOP_TRANSPORT=auto: using shm (every peer is on this host)' "$work/auto.log")" = 3 ] ||
+  fail "3 ranks over shm: not every rank logged its choice of shm"
+grep -q "shm: rank . reads rank .'s messages of 262144 bytes and more straight from its memory" \
+  "$work/auto.log" ||
+  grep -q "shm: rank . takes every message of rank . through the segment (two copies): " \
+    "$work/auto.log" || fail "3 ranks over shm: no log line says which copy path a pair takes"
+
+# 2. A mixed job: rank 1 turns shared memory off, so its pairs run over TCP while ranks 0 and 2
+# share memory; every collective must still be right.
+HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=net "$hooprun" -np 3 --timeout 60 "$worker" --quick \
+  --no-shm-on 1 >"$work/mixed.log" 2>&1 || fail "mixed shm+tcp job: exit $?"
+[ "$(count 'checks, 0 failed' "$work/mixed.log")" = 3 ] || fail "mixed shm+tcp job: checks failed"
+[ "$(count 'using several transports, by peer: shm for 1 peer, tcp for 1 peer' "$work/mixed.log")" \
+  = 2 ] || fail "mixed shm+tcp job: ranks 0 and 2 did not log shm for one peer and tcp for one"
+grep -q '^\[1\].*shm is not usable here (shm: turned off by HOOP_SHM=0)' "$work/mixed.log" ||
+  fail "mixed shm+tcp job: rank 1 did not say that HOOP_SHM=0 turned shm off"
+
+# 3. A bad HOOP_SHM value is an error, not a silent fallback.
+HOOP_SHM=maybe "$hooprun" -np 2 --timeout 30 "$bench" barrier -n 1 -w 0 >"$work/bad.log" 2>&1 &&
+  fail "HOOP_SHM=maybe: the job ran"
+grep -q "HOOP_SHM 'maybe'" "$work/bad.log" || fail "HOOP_SHM=maybe: no error naming it"
+
+# 4. A rank killed in the middle of large allreduces: the others fail within the timeout naming
+# it, and nothing is left behind: no /dev/shm entry, no listening socket of the job, no process.
+ls -a /dev/shm >"$work/shm-before" 2>/dev/null
+"$hooprun" -np 3 --timeout 60 sh -c 'echo "pid $HOOP_RANK $$"; exec "$0" "$@"' "$bench" allreduce \
+  -s 16M -n 100000 -w 1 >"$work/kill.log" 2>&1 &
+job=$!
+victim=
+for _ in $(seq 1 100); do
+  victim=$(sed -n 's/^\[2\] pid 2 \([0-9]*\)$/\1/p' "$work/kill.log")
+  [ -n "$victim" ] && grep -q "^\[0\] *[0-9]" "$work/kill.log" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 1
+if [ -z "$victim" ]; then
+  fail "kill: rank 2 never started"
+  kill "$job" 2>/dev/null
+else
+  kill -9 "$victim"
+fi
+started=$(date +%s)
+wait "$job"
+took=$(($(date +%s) - started))
+[ "$took" -le 30 ] || fail "kill: the job took $took s to end after rank 2 was killed"
+for r in 0 1; do
+  grep -q "^\[$r\].*rank 2" "$work/kill.log" || fail "kill: rank $r's error does not name rank 2"
+done
+ls -a /dev/shm >"$work/shm-after" 2>/dev/null
+cmp -s "$work/shm-before" "$work/shm-after" || fail "kill: /dev/shm changed: $(cat "$work/shm-after")"
+pids=$(sed -n 's/^\[[0-9]\] pid [0-9] \([0-9]*\)$/\1/p' "$work/kill.log")
+for pid in $pids; do
+  if kill -0 "$pid" 2>/dev/null; then
+    fail "kill: rank process $pid still runs"
+    kill -9 "$pid"
+  fi
+  if command -v ss >/dev/null && ss -xlp 2>/dev/null | grep -q "hoop-shm-$pid-"; then
+    fail "kill: a listener of process $pid is left"
+  fi
+done
+
+if [ "$failures" -gt 0 ]; then
+  for log in auto mixed bad kill; do
+    echo "---- $log.log"
+    tail -n 30 "$work/$log.log"
+  done
+  exit 1
+fi
+echo "shm: choice, mixed job, bad setting, kill and leftovers: all as expected"

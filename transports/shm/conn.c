@@ -1,0 +1,534 @@
+/* conn.c - the shared-memory transport's setup: the listener (an abstract Unix socket), which
+ * peers share this host, and each pair's segment, which the lower rank creates as a memfd and
+ * hands to the higher one over the socket; the socket stays open as the pair's doorbell and as
+ * the sign of life of the process at its other end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/env.h"
+#include "rdzv/auth.h"
+#include "shm.h"
+#include "util/be.h"
+#include "util/sockio.h"
+
+/* The connecting rank's hello: {magic, version, from, to, nonce, probe address, probe value}. */
+#define HELLO_BYTES (16 + HOOP__WIRE_NONCE + 16)
+/* The accepting rank's answer: {SHM_HELLO, pad[3], magic, from, pad, probe address, value}. */
+#define ANSWER_BYTES (16 + 16)
+/* A stranger that connects and says nothing may hold up an accept this long. */
+#define HELLO_WAIT_S 5.0
+
+hoop_result hoop__shm_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
+                                 const char *detail) {
+  return hoop__peer_failed(ctx, peer, code, what, detail);
+}
+
+void hoop__shm_unmap(shm_peer *peer) {
+  if (peer->seg)
+    munmap(peer->seg, sizeof *peer->seg);
+  peer->seg = NULL;
+  if (peer->fd >= 0)
+    close(peer->fd);
+  peer->fd = -1;
+}
+
+/* ---- which peers share this host ------------------------------------------------------------- */
+
+/* This machine and network namespace: the kernel's boot id and the namespace's inode. Ranks with
+ * the same key run on one kernel and reach each other's abstract sockets, so they can pass a
+ * memfd; a host name says neither. */
+static int host_key(char *out, size_t outlen) {
+  char boot[64] = "";
+  FILE *file = fopen("/proc/sys/kernel/random/boot_id", "re");
+  if (!file)
+    return -1;
+  int ok = fgets(boot, sizeof boot, file) != NULL;
+  fclose(file);
+  boot[strcspn(boot, "\n")] = '\0';
+  struct stat ns;
+  if (!ok || !boot[0] || stat("/proc/self/ns/net", &ns) != 0)
+    return -1;
+  snprintf(out, outlen, "%s/%" PRIx64 ".%" PRIx64, boot, (uint64_t)ns.st_dev, (uint64_t)ns.st_ino);
+  return 0;
+}
+
+/* An entry is "KEY/NAME": everything before the last '/' is the host key. */
+static size_t key_length(const char *entry) {
+  const char *slash = strrchr(entry, '/');
+  return slash ? (size_t)(slash - entry) : 0;
+}
+
+int hoop__shm_can_reach(const hoop__tctx *ctx, int peer) {
+  char mine[HOOP__WIRE_MAX_ADDR + 1], theirs[HOOP__WIRE_MAX_ADDR + 1];
+  if (hoop__tctx_entry(ctx, ctx->rank, mine, sizeof mine) != 0 ||
+      hoop__tctx_entry(ctx, peer, theirs, sizeof theirs) != 0)
+    return 0;
+  size_t len = key_length(mine);
+  return len > 0 && len == key_length(theirs) && memcmp(mine, theirs, len) == 0;
+}
+
+static socklen_t abstract_addr(struct sockaddr_un *addr, const char *name) {
+  memset(addr, 0, sizeof *addr);
+  addr->sun_family = AF_UNIX;
+  size_t len = strlen(name);
+  if (len > sizeof addr->sun_path - 1)
+    len = sizeof addr->sun_path - 1;
+  memcpy(addr->sun_path + 1, name, len);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+}
+
+hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
+                             size_t addrlen) {
+  (void)toward;
+  shm_state *state = calloc(1, sizeof *state);
+  if (!state)
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "shm: out of memory");
+  state->listen_fd = -1;
+  ctx->state = state;
+  state->wake_fd = hoop__wake_open();
+  if (state->wake_fd < 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "shm: eventfd: %s", strerror(errno));
+  const char *onoff = hoop__env_get("HOOP_SHM");
+  if (strcmp(onoff, "0") == 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED, "shm: turned off by HOOP_SHM=0");
+  if (strcmp(onoff, "1") != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
+                           "shm: HOOP_SHM '%s' is not 1 (use shared memory between ranks of one "
+                           "host) or 0 (do not)",
+                           onoff);
+  long cma = 0;
+  const char *cma_text = hoop__env_get("HOOP_SHM_CMA_BYTES");
+  if (hoop__parse_int(cma_text, 0, 1L << 40, &cma) != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
+                           "shm: HOOP_SHM_CMA_BYTES '%s' is not a number of bytes (0: never)",
+                           cma_text);
+  state->cma_min = (size_t)cma;
+  const char *spin = hoop__env_get("HOOP_SHM_SPIN_US");
+  long spin_us = -1;
+  if (strcmp(spin, "auto") != 0 && hoop__parse_int(spin, 0, 1000000, &spin_us) != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
+                           "shm: HOOP_SHM_SPIN_US '%s' is not auto or a number of microseconds "
+                           "(0-1000000)",
+                           spin);
+  state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
+
+  char key[128];
+  if (host_key(key, sizeof key) != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
+                           "shm: cannot tell which host this is (/proc/sys/kernel/random/boot_id "
+                           "or /proc/self/ns/net unreadable)");
+  uint8_t random[8];
+  if (getrandom(random, sizeof random, 0) != (ssize_t)sizeof random ||
+      getrandom(&state->probe, sizeof state->probe, 0) != (ssize_t)sizeof state->probe)
+    return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "shm: getrandom: %s", strerror(errno));
+  snprintf(state->name, sizeof state->name, "hoop-shm-%ld-%016" PRIx64, (long)getpid(),
+           hoop__get_be64(random));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED, "shm: socket: %s", strerror(errno));
+  state->listen_fd = fd;
+  struct sockaddr_un local;
+  socklen_t local_len = abstract_addr(&local, state->name);
+  if (bind(fd, (struct sockaddr *)&local, local_len) != 0 || listen(fd, 512) != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED, "shm: bind/listen on @%s: %s",
+                           state->name, strerror(errno));
+  snprintf(addr, addrlen, "%s/%s", key, state->name);
+  HOOP__TRACE(HOOP_SUBSYS_NET, "shm: listening on @%s (host %s)", state->name, key);
+  return HOOP_OK;
+}
+
+/* ---- connecting ------------------------------------------------------------------------------ */
+
+static hoop_result ensure_peers(hoop__tctx *ctx) {
+  shm_state *state = shm_of(ctx);
+  if (state->peers)
+    return HOOP_OK;
+  state->peers = calloc((size_t)ctx->size, sizeof *state->peers);
+  if (!state->peers)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: out of memory for %d peers", ctx->size);
+  for (int p = 0; p < ctx->size; p++)
+    state->peers[p].fd = -1;
+  return HOOP_OK;
+}
+
+static pid_t peer_pid(int fd) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
+}
+
+/* Whether this rank can read the peer's memory with process_vm_readv: it reads the value the
+ * peer published at addr. Says why not in why. */
+static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_t whylen) {
+  if (pid <= 0) {
+    snprintf(why, whylen, "its process id is not visible here (another pid namespace)");
+    return 0;
+  }
+  uint64_t got = 0;
+  struct iovec local = {&got, sizeof got}, remote = {(void *)(uintptr_t)addr, sizeof got};
+  ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  if (n == (ssize_t)sizeof got && got == expect)
+    return 1;
+  if (n < 0 && errno == EPERM) {
+    char scope[16] = "";
+    FILE *file = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+    if (file) {
+      if (!fgets(scope, sizeof scope, file))
+        scope[0] = '\0';
+      fclose(file);
+    }
+    scope[strcspn(scope, "\n")] = '\0';
+    snprintf(why, whylen,
+             "process_vm_readv is not permitted%s%s%s (ranks must be allowed to ptrace each "
+             "other)",
+             scope[0] ? " (kernel.yama.ptrace_scope=" : "", scope, scope[0] ? ")" : "");
+  } else if (n < 0) {
+    snprintf(why, whylen, "process_vm_readv: %s", strerror(errno));
+  } else {
+    snprintf(why, whylen, "process_vm_readv read another process's memory (pid %ld)", (long)pid);
+  }
+  return 0;
+}
+
+static void decide_cma(hoop__tctx *ctx, int peer, uint64_t addr, uint64_t expect) {
+  shm_state *state = shm_of(ctx);
+  shm_peer *p = &state->peers[peer];
+  char why[256] = "";
+  int can = state->cma_min > 0 && probe_cma(p->pid, addr, expect, why, sizeof why);
+  if (state->cma_min == 0)
+    snprintf(why, sizeof why, "HOOP_SHM_CMA_BYTES=0");
+  atomic_store(&p->seg->can_read[p->side].flag, (uint32_t)can);
+  if (can)
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "shm: rank %d reads rank %d's messages of %zu bytes and more straight from its "
+               "memory (process_vm_readv, one copy); smaller ones through the segment",
+               ctx->rank, peer, state->cma_min);
+  else
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "shm: rank %d takes every message of rank %d through the segment (two copies): "
+               "%s",
+               ctx->rank, peer, why);
+}
+
+/* The lower rank of the pair: create the segment, connect, hand it over with this rank's hello.
+ * It does not wait for the answer: the peer may be busy until it posts a transfer to this rank,
+ * and this rank may place messages in the segment meanwhile. */
+static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
+  shm_state *state = shm_of(ctx);
+  shm_peer *p = &state->peers[peer];
+  const char *entry = ctx->table->peers[peer].addr;
+  const char *name = strrchr(entry, '/');
+  if (!name || !name[1])
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d published a bad address '%s'",
+                      peer, entry);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: socket: %s", strerror(errno));
+  p->fd = fd;
+  struct sockaddr_un addr;
+  socklen_t addr_len = abstract_addr(&addr, name + 1);
+  if (connect(fd, (struct sockaddr *)&addr, addr_len) != 0)
+    return hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "connect", strerror(errno));
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: fcntl: %s", strerror(errno));
+  p->pid = peer_pid(fd);
+
+  int memfd = memfd_create("hoop-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (memfd < 0)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: memfd_create: %s", strerror(errno));
+  void *map = MAP_FAILED;
+  if (ftruncate(memfd, (off_t)sizeof(shm_segment)) == 0 &&
+      fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+    map = mmap(NULL, sizeof(shm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (map == MAP_FAILED) {
+    int err = errno;
+    close(memfd);
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: a %zu-byte segment for rank %d: %s",
+                      sizeof(shm_segment), peer, strerror(err));
+  }
+  p->seg = map;
+  p->side = 0;
+  p->seg->magic = SHM_MAGIC;
+  p->seg->version = SHM_VERSION;
+
+  uint8_t hello[HELLO_BYTES];
+  hoop__put_be32(hello, SHM_MAGIC);
+  hoop__put_be32(hello + 4, SHM_VERSION);
+  hoop__put_be32(hello + 8, (uint32_t)ctx->rank);
+  hoop__put_be32(hello + 12, (uint32_t)peer);
+  memcpy(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE);
+  hoop__put_be64(hello + 16 + HOOP__WIRE_NONCE, (uint64_t)(uintptr_t)&state->probe);
+  hoop__put_be64(hello + 24 + HOOP__WIRE_NONCE, state->probe);
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct iovec iov = {hello, sizeof hello};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+  struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cmsg), &memfd, sizeof memfd);
+  ssize_t sent;
+  do
+    sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  int err = errno;
+  close(memfd);
+  if (sent != (ssize_t)sizeof hello)
+    return hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "handing over the segment",
+                                sent < 0 ? strerror(err) : "short write");
+  HOOP__TRACE(HOOP_SUBSYS_NET, "shm: connected to rank %d (pid %ld), %zu-byte segment", peer,
+              (long)p->pid, sizeof(shm_segment));
+  return HOOP_OK;
+}
+
+/* Wait until the listener has a connection: HOOP_OK, HOOP_ERR_TIMEOUT past the deadline, or the
+ * failure that an abort (this process's, or another rank's told by the server) caused meanwhile. */
+static hoop_result wait_for_connection(hoop__tctx *ctx, double deadline) {
+  shm_state *state = shm_of(ctx);
+  for (;;) {
+    struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
+                             {.fd = state->wake_fd, .events = POLLIN},
+                             {.fd = *ctx->watch_fd, .events = POLLIN}};
+    double left = deadline - hoop__now();
+    if (left <= 0)
+      return HOOP_ERR_TIMEOUT;
+    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: poll: %s", strerror(errno));
+    hoop_result result = HOOP_OK;
+    if (ready > 0 && pfds[1].revents) {
+      if ((result = hoop__wake_drain(ctx, state->wake_fd, "shm")) != HOOP_OK)
+        return result;
+      result = hoop__check_abort(ctx->comm);
+    }
+    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
+      result = hoop__tctx_watched(ctx);
+    if (result != HOOP_OK || *ctx->failed)
+      return result != HOOP_OK ? result : *ctx->failed;
+    if (ready > 0 && pfds[0].revents)
+      return HOOP_OK;
+  }
+}
+
+/* Receive a hello and the segment's descriptor, which comes with its first byte; 0 on success. */
+static int read_hello(int fd, uint8_t *hello, int *memfd, double deadline) {
+  *memfd = -1;
+  size_t got = 0;
+  while (got < HELLO_BYTES) {
+    if (hoop__poll_one(fd, POLLIN, deadline) != 0)
+      return -1;
+    union {
+      char buf[CMSG_SPACE(sizeof(int))];
+      struct cmsghdr align;
+    } control;
+    struct iovec iov = {hello + got, HELLO_BYTES - got};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.buf,
+                         .msg_controllen = sizeof control.buf};
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (n <= 0 || (msg.msg_flags & MSG_CTRUNC))
+      return -1;
+    for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg))
+      if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
+          cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
+        if (*memfd >= 0)
+          close(*memfd);
+        memcpy(memfd, CMSG_DATA(cmsg), sizeof *memfd);
+      }
+    got += (size_t)n;
+  }
+  return *memfd >= 0 ? 0 : -1;
+}
+
+/* Accept one connection, check its hello, map its segment and answer; strangers are closed. */
+static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
+  shm_state *state = shm_of(ctx);
+  hoop_result waited = wait_for_connection(ctx, deadline);
+  if (waited != HOOP_OK)
+    return waited;
+  int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0)
+    return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
+               ? HOOP_OK
+               : hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: accept: %s", strerror(errno));
+  uint8_t hello[HELLO_BYTES];
+  int memfd = -1;
+  double wait_until = hoop__now() + HELLO_WAIT_S;
+  struct stat st;
+  void *map = MAP_FAILED;
+  if (read_hello(fd, hello, &memfd, wait_until < deadline ? wait_until : deadline) != 0)
+    goto refuse;
+  uint32_t from = hoop__get_be32(hello + 8), to = hoop__get_be32(hello + 12);
+  if (hoop__get_be32(hello) != SHM_MAGIC || hoop__get_be32(hello + 4) != SHM_VERSION ||
+      !hoop__auth_equal(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE) ||
+      from >= (uint32_t)ctx->size || (int)from >= ctx->rank || to != (uint32_t)ctx->rank ||
+      state->peers[from].seg)
+    goto refuse;
+  if (fstat(memfd, &st) != 0 || st.st_size != (off_t)sizeof(shm_segment))
+    goto refuse;
+  map = mmap(NULL, sizeof(shm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (map == MAP_FAILED) {
+    int err = errno;
+    close(memfd);
+    close(fd);
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: mapping rank %u's segment: %s", from,
+                      strerror(err));
+  }
+  close(memfd);
+  shm_segment *seg = map;
+  if (seg->magic != SHM_MAGIC || seg->version != SHM_VERSION) {
+    munmap(map, sizeof(shm_segment));
+    goto refuse_closed;
+  }
+  shm_peer *p = &state->peers[from];
+  p->fd = fd;
+  p->seg = seg;
+  p->side = 1;
+  p->pid = peer_pid(fd);
+  p->answered = 1;
+  decide_cma(ctx, (int)from, hoop__get_be64(hello + 16 + HOOP__WIRE_NONCE),
+             hoop__get_be64(hello + 24 + HOOP__WIRE_NONCE));
+  uint8_t answer[ANSWER_BYTES] = {SHM_HELLO};
+  hoop__put_be32(answer + 4, SHM_MAGIC);
+  hoop__put_be32(answer + 8, (uint32_t)ctx->rank);
+  hoop__put_be64(answer + 16, (uint64_t)(uintptr_t)&state->probe);
+  hoop__put_be64(answer + 24, state->probe);
+  /* A peer that already finished (its call failed on its own, a job of one call) has closed its
+   * end after its bye or notice: what it said, or its silence, tells which. */
+  if (send(fd, answer, sizeof answer, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof answer)
+    return hoop__shm_read_socket(ctx, (int)from);
+  HOOP__TRACE(HOOP_SUBSYS_NET, "shm: accepted rank %u (pid %ld)", from, (long)p->pid);
+  return HOOP_OK;
+refuse:
+  if (memfd >= 0)
+    close(memfd);
+refuse_closed:
+  HOOP__WARN(HOOP_SUBSYS_NET, "shm: refused a connection that did not present this job's hello");
+  close(fd);
+  return HOOP_OK;
+}
+
+hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer) {
+  hoop_result result = ensure_peers(ctx);
+  shm_state *state = shm_of(ctx);
+  if (result != HOOP_OK || state->peers[peer].seg)
+    return result;
+  if (ctx->rank < peer)
+    return connect_peer(ctx, peer);
+  double deadline = hoop__now() + ctx->timeout_s;
+  while (!state->peers[peer].seg) {
+    result = accept_one(ctx, deadline);
+    if (result == HOOP_ERR_TIMEOUT)
+      return hoop__shm_peer_error(ctx, peer, HOOP_ERR_TIMEOUT, "waiting for it to connect",
+                                  strerror(ETIMEDOUT));
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+/* ---- the pair's socket ----------------------------------------------------------------------- */
+
+static hoop_result take_answer(hoop__tctx *ctx, int peer, const uint8_t *msg) {
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  if (p->side != 0 || p->answered || hoop__get_be32(msg + 4) != SHM_MAGIC ||
+      hoop__get_be32(msg + 8) != (uint32_t)peer)
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d sent a malformed answer", peer);
+  p->answered = 1;
+  decide_cma(ctx, peer, hoop__get_be64(msg + 16), hoop__get_be64(msg + 24));
+  return HOOP_OK;
+}
+
+/* The control messages at the start of the peer's input: act on each complete one and keep what
+ * is left of an incomplete one. */
+static hoop_result take_control(hoop__tctx *ctx, int peer) {
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  size_t used = 0;
+  hoop_result result = HOOP_OK;
+  while (used < p->in_len && result == HOOP_OK) {
+    const uint8_t *msg = p->in + used;
+    size_t left = p->in_len - used, need;
+    switch (msg[0]) {
+    case SHM_BELL: need = 1; break;
+    case SHM_BYE:
+      need = 1;
+      p->said_bye = 1;
+      break;
+    case SHM_HELLO:
+      need = ANSWER_BYTES;
+      if (left >= need)
+        result = take_answer(ctx, peer, msg);
+      break;
+    case SHM_NOTICE:
+      need = left >= 4 ? SHM_NOTICE_HEAD + hoop__get_be16(msg + 2) : SHM_NOTICE_HEAD;
+      if (need > SHM_NOTICE_HEAD + SHM_NOTICE_MAX)
+        return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d sent a malformed notice",
+                          peer);
+      if (left >= need) {
+        char text[SHM_NOTICE_MAX + 1];
+        memcpy(text, msg + SHM_NOTICE_HEAD, need - SHM_NOTICE_HEAD);
+        text[need - SHM_NOTICE_HEAD] = '\0';
+        result = hoop__peer_notice(ctx->comm, peer, (hoop_result)hoop__get_be32(msg + 4),
+                                   (int)hoop__get_be32(msg + 8), text);
+      }
+      break;
+    default:
+      return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
+                        "shm: rank %d sent an unknown control message (%u)", peer, msg[0]);
+    }
+    if (left < need)
+      break;
+    used += need;
+  }
+  memmove(p->in, p->in + used, p->in_len - used);
+  p->in_len -= used;
+  return result;
+}
+
+hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer) {
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  while (p->fd >= 0 && !p->eof) {
+    ssize_t n = recv(p->fd, p->in + p->in_len, sizeof p->in - p->in_len, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return HOOP_OK;
+    if (n <= 0) {
+      p->eof = 1;
+      if (p->said_bye)
+        return HOOP_OK;
+      return hoop__shm_peer_error(
+          ctx, peer, HOOP_ERR_PEER_LOST, "its end of the pair closed",
+          n < 0 && errno != ECONNRESET ? strerror(errno) : "the process ended without finalizing");
+    }
+    p->in_len += (size_t)n;
+    hoop_result result = take_control(ctx, peer);
+    if (result != HOOP_OK || *ctx->failed)
+      return result != HOOP_OK ? result : *ctx->failed;
+  }
+  return HOOP_OK;
+}

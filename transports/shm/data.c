@@ -1,0 +1,366 @@
+/* data.c - the shared-memory transport's data path: messages placed in the pair's channel slot by
+ * slot and taken out in order, big ones read by the receiver straight from the sender's memory
+ * (process_vm_readv) where that works, and the progress engine that spins over the channels and
+ * sleeps on the pairs' sockets. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "shm.h"
+#include "util/be.h"
+
+/* Spinning rounds between looks at the sockets (a peer's notice or death). */
+#define SOCKET_EVERY 64
+
+/* ---- queues ---------------------------------------------------------------------------------- */
+
+static void enqueue(shm_queue *queue, hoop__request *req) {
+  shm_req(req)->next = NULL;
+  if (queue->tail)
+    shm_req(queue->tail)->next = req;
+  else
+    queue->head = req;
+  queue->tail = req;
+}
+
+static hoop__request *dequeue(shm_queue *queue) {
+  hoop__request *req = queue->head;
+  queue->head = shm_req(req)->next;
+  if (!queue->head)
+    queue->tail = NULL;
+  return req;
+}
+
+static void complete(shm_queue *queue) {
+  dequeue(queue)->pending = 0;
+}
+
+/* ---- bells ----------------------------------------------------------------------------------- */
+
+/* After changing what the peer may wait for (a slot published or freed, a message read): if it
+ * sleeps, wake it. Its sleeping flag was set before it last looked, and the fence orders this
+ * side's change before the look at the flag, so one of the two sees the other. */
+static void ring(shm_peer *p) {
+  atomic_thread_fence(memory_order_seq_cst);
+  _Atomic uint32_t *flag = &p->seg->sleeping[!p->side].flag;
+  if (atomic_load_explicit(flag, memory_order_relaxed) &&
+      atomic_exchange_explicit(flag, 0, memory_order_relaxed)) {
+    char bell = SHM_BELL;
+    /* A full socket already holds bells enough; a closed one is seen by the reader. */
+    if (send(p->fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+      HOOP__TRACE(HOOP_SUBSYS_NET, "shm: ringing a peer: %s", strerror(errno));
+  }
+}
+
+/* ---- sending --------------------------------------------------------------------------------- */
+
+static void encode(shm_slot *slot, uint32_t type, const hoop__request *req) {
+  if (type == SHM_MORE)
+    hoop__put_be32(slot->frame + 4, type);
+  else
+    hoop__frame_encode(slot->frame, SHM_MAGIC, type, req->len, req->fingerprint);
+}
+
+/* Place what fits of the queued sends; returns whether a slot was published. */
+static int drive_sends(shm_state *state, shm_peer *p) {
+  shm_channel *chan = &p->seg->chan[p->side];
+  uint64_t head = atomic_load_explicit(&chan->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&chan->tail, memory_order_acquire);
+  int published = 0;
+  while (p->sends.head) {
+    hoop__request *req = p->sends.head;
+    shm_request *r = shm_req(req);
+    int rndv = !r->started && state->cma_min && req->len >= state->cma_min &&
+               atomic_load_explicit(&p->seg->can_read[!p->side].flag, memory_order_relaxed);
+    while (!r->started || r->done < req->len) {
+      if (head - tail >= SHM_SLOTS) {
+        tail = atomic_load_explicit(&chan->tail, memory_order_acquire);
+        if (head - tail >= SHM_SLOTS)
+          goto full;
+      }
+      shm_slot *slot = &chan->slots[head % SHM_SLOTS];
+      if (rndv) {
+        encode(slot, SHM_RNDV, req);
+        slot->bytes = 0;
+        slot->addr = (uint64_t)(uintptr_t)r->buf;
+        r->done = req->len;
+      } else {
+        size_t n = req->len - r->done < SHM_SLOT_BYTES ? req->len - r->done : SHM_SLOT_BYTES;
+        encode(slot, r->started ? SHM_MORE : SHM_DATA, req);
+        memcpy(slot->data, r->buf + r->done, n);
+        slot->bytes = n;
+        r->done += n;
+      }
+      r->started = 1;
+      atomic_store_explicit(&chan->head, ++head, memory_order_release);
+      published = 1;
+    }
+    dequeue(&p->sends);
+    if (rndv) {
+      r->ticket = ++p->tickets;
+      enqueue(&p->unread, req);
+    } else {
+      req->pending = 0;
+    }
+  }
+full:
+  return published;
+}
+
+/* Sends the peer has read from this rank's memory are complete. */
+static int finish_read(shm_peer *p) {
+  if (!p->unread.head)
+    return 0;
+  uint64_t read = atomic_load_explicit(&p->seg->chan[p->side].read, memory_order_acquire);
+  int moved = 0;
+  while (p->unread.head && shm_req(p->unread.head)->ticket <= read) {
+    complete(&p->unread);
+    moved = 1;
+  }
+  return moved;
+}
+
+/* ---- receiving ------------------------------------------------------------------------------- */
+
+/* Read len bytes at addr in the peer into buf. */
+static hoop_result cma_read(hoop__tctx *ctx, int peer, char *buf, size_t len, uint64_t addr) {
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  size_t done = 0;
+  while (done < len) {
+    struct iovec local = {buf + done, len - done};
+    struct iovec remote = {(void *)(uintptr_t)(addr + done), len - done};
+    ssize_t n = process_vm_readv(p->pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : 0;
+      /* A peer whose call failed may have freed the buffer: its notice says why. */
+      hoop_result told = hoop__shm_read_socket(ctx, peer);
+      if (told != HOOP_OK || *ctx->failed)
+        return told != HOOP_OK ? told : *ctx->failed;
+      return hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "reading its message",
+                                  err ? strerror(err) : "process_vm_readv read nothing");
+    }
+    done += (size_t)n;
+  }
+  /* The sender tells its peers of a failure before its call returns and its buffer may be freed
+   * or reused; with no notice there now, what was read is the message. */
+  return hoop__shm_read_socket(ctx, peer);
+}
+
+/* Take what has arrived for the posted receives. With none posted, a message's header is compared
+ * with the running call once (hoop__mismatch_early), as TCP does. */
+static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  shm_channel *chan = &p->seg->chan[!p->side];
+  uint64_t tail = atomic_load_explicit(&chan->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&chan->head, memory_order_acquire);
+  int freed = 0;
+  hoop_result result = HOOP_OK;
+  while (tail < head) {
+    shm_slot *slot = &chan->slots[tail % SHM_SLOTS];
+    uint32_t type = hoop__get_be32(slot->frame + 4);
+    hoop__request *req = p->recvs.head;
+    if (!req) {
+      if (type != SHM_MORE && p->peeked != tail + 1) {
+        p->peeked = tail + 1;
+        result = hoop__mismatch_early(ctx->comm, peer, slot->frame + 16);
+      }
+      break;
+    }
+    shm_request *r = shm_req(req);
+    if (!r->started) {
+      if ((type != SHM_DATA && type != SHM_RNDV) || hoop__get_be32(slot->frame) != SHM_MAGIC) {
+        result =
+            hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d sent a malformed frame", peer);
+        break;
+      }
+      if ((result = hoop__frame_check(ctx, peer, slot->frame, req)) != HOOP_OK)
+        break;
+      r->started = 1;
+      if (type == SHM_RNDV) {
+        if ((result = cma_read(ctx, peer, r->buf, req->len, slot->addr)) != HOOP_OK)
+          break;
+        atomic_store_explicit(&chan->tail, ++tail, memory_order_release);
+        atomic_fetch_add_explicit(&chan->read, 1, memory_order_release);
+        freed = *moved = 1;
+        complete(&p->recvs);
+        continue;
+      }
+    } else if (type != SHM_MORE) {
+      result =
+          hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d sent a malformed frame", peer);
+      break;
+    }
+    size_t n = slot->bytes;
+    if (n > SHM_SLOT_BYTES || n > req->len - r->done) {
+      result = hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d overran a message", peer);
+      break;
+    }
+    memcpy(r->buf + r->done, slot->data, n);
+    r->done += n;
+    atomic_store_explicit(&chan->tail, ++tail, memory_order_release);
+    freed = *moved = 1;
+    if (r->done == req->len)
+      complete(&p->recvs);
+    if (tail == head)
+      head = atomic_load_explicit(&chan->head, memory_order_acquire);
+  }
+  if (freed)
+    ring(p);
+  return result;
+}
+
+/* One round over one peer: place, finish, take. */
+static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
+  shm_state *state = shm_of(ctx);
+  shm_peer *p = &state->peers[peer];
+  if (!p->seg)
+    return HOOP_OK;
+  if (p->sends.head && drive_sends(state, p)) {
+    *moved = 1;
+    ring(p);
+  }
+  if (finish_read(p))
+    *moved = 1;
+  hoop_result result = drive_recvs(ctx, peer, moved);
+  if (result == HOOP_OK && p->eof && p->recvs.head &&
+      atomic_load_explicit(&p->seg->chan[!p->side].head, memory_order_acquire) ==
+          atomic_load_explicit(&p->seg->chan[!p->side].tail, memory_order_relaxed))
+    result = hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
+                                  "it had finalized before sending what this rank waits for");
+  return result;
+}
+
+hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
+                           int is_send) {
+  req->peer = peer;
+  req->is_send = is_send;
+  req->pending = 0;
+  if (*ctx->failed)
+    return *ctx->failed;
+  hoop_result result = hoop__shm_connect(ctx, peer);
+  if (result != HOOP_OK)
+    return result;
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  shm_request *r = shm_req(req);
+  r->buf = buf;
+  r->done = 0;
+  r->started = 0;
+  r->ticket = 0;
+  req->pending = 1;
+  enqueue(is_send ? &p->sends : &p->recvs, req);
+  int moved = 0;
+  return drive_peer(ctx, peer, &moved);
+}
+
+/* ---- progress -------------------------------------------------------------------------------- */
+
+static hoop_result drive_all(hoop__tctx *ctx, int *moved) {
+  for (int peer = 0; peer < ctx->size; peer++) {
+    hoop_result result = drive_peer(ctx, peer, moved);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+static void set_sleeping(hoop__tctx *ctx, uint32_t value) {
+  shm_state *state = shm_of(ctx);
+  for (int peer = 0; peer < ctx->size; peer++) {
+    shm_peer *p = &state->peers[peer];
+    if (p->seg)
+      atomic_store_explicit(&p->seg->sleeping[p->side].flag, value, memory_order_relaxed);
+  }
+  atomic_thread_fence(memory_order_seq_cst);
+}
+
+static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {
+  shm_state *state = shm_of(ctx);
+  if (need <= state->pfd_cap)
+    return HOOP_OK;
+  struct pollfd *pfds = realloc(state->pfds, need * sizeof *pfds);
+  if (pfds)
+    state->pfds = pfds;
+  int *owners = realloc(state->pfd_peer, need * sizeof *owners);
+  if (owners)
+    state->pfd_peer = owners;
+  if (!pfds || !owners)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: out of memory for the poll set");
+  state->pfd_cap = need;
+  return HOOP_OK;
+}
+
+/* Look at the sockets (and the wake eventfd and the rendezvous connection), waiting up to
+ * timeout_ms for one to be readable. */
+static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms) {
+  shm_state *state = shm_of(ctx);
+  hoop_result result = grow_pollset(ctx, (size_t)ctx->size + 2);
+  if (result != HOOP_OK)
+    return result;
+  nfds_t n = 0;
+  state->pfds[n] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
+  state->pfd_peer[n++] = -1;
+  int rdzv_fd = *ctx->watch_fd;
+  if (rdzv_fd >= 0) {
+    state->pfds[n] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
+    state->pfd_peer[n++] = -2;
+  }
+  for (int peer = 0; state->peers && peer < ctx->size; peer++) {
+    shm_peer *p = &state->peers[peer];
+    if (p->fd < 0 || p->eof)
+      continue;
+    state->pfds[n] = (struct pollfd){.fd = p->fd, .events = POLLIN};
+    state->pfd_peer[n++] = peer;
+  }
+  int ready = poll(state->pfds, n, timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: poll: %s", strerror(errno));
+  for (nfds_t i = 0; i < n && ready > 0; i++) {
+    if (!state->pfds[i].revents)
+      continue;
+    int owner = state->pfd_peer[i];
+    if (owner == -1) {
+      if ((result = hoop__wake_drain(ctx, state->wake_fd, "shm")) == HOOP_OK)
+        result = hoop__check_abort(ctx->comm);
+    } else if (owner == -2) {
+      result = hoop__tctx_watched(ctx);
+    } else {
+      result = hoop__shm_read_socket(ctx, owner);
+    }
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+/* One round: move what is ready on every channel. When nothing moved and the caller allows it,
+ * sleep on the sockets: this rank raises its sleeping flags, looks once more (what a peer did
+ * before seeing the flags is seen here; what it does after rings the bell), then polls. While
+ * spinning, the sockets are looked at every SOCKET_EVERY rounds, so that a notice or a death is
+ * not missed by a rank that keeps finding work. */
+hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  shm_state *state = shm_of(ctx);
+  if (!state->peers)
+    return poll_sockets(ctx, timeout_ms);
+  int here = 0;
+  hoop_result result = drive_all(ctx, &here);
+  if (result != HOOP_OK)
+    return result;
+  if (here || timeout_ms == 0) {
+    if (here)
+      *moved = 1;
+    return ++state->rounds % SOCKET_EVERY != 0 ? HOOP_OK : poll_sockets(ctx, 0);
+  }
+  set_sleeping(ctx, 1);
+  result = drive_all(ctx, &here);
+  if (result == HOOP_OK && !here)
+    result = poll_sockets(ctx, timeout_ms);
+  set_sleeping(ctx, 0);
+  if (result == HOOP_OK && here)
+    *moved = 1;
+  return result;
+}

@@ -1,0 +1,144 @@
+/* shm.h - the shared-memory transport's private state, shared by its files: conn.c opens the
+ * listener, decides which peers share this host, and sets up each pair's segment; data.c moves
+ * messages through the segment (or lets the receiver copy them straight out of the sender with
+ * CMA) and sleeps on the pair's socket; shm.c implements the transport ops. The design is
+ * described at the top of shm.c. */
+#ifndef HOOP__SHM_H
+#define HOOP__SHM_H
+
+#include <poll.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "transport/transport.h"
+
+#define SHM_LINE 64
+/* A pair's segment holds two channels (one per direction) of SHM_SLOTS slots each. */
+#define SHM_SLOTS 16
+#define SHM_SLOT_BYTES (64 * 1024)
+
+#define SHM_MAGIC 0x53504f48u /* "HOPS" */
+#define SHM_VERSION 1u
+enum shm_frame_type {
+  SHM_DATA = 1, /* a message's first slot: its header and first bytes */
+  SHM_MORE = 2, /* the next bytes of the message before it */
+  SHM_RNDV = 3  /* a message the receiver reads from the sender's memory (CMA) */
+};
+
+/* Control messages on a pair's socket (a byte stream: a stream socket queues bells by the
+ * byte, where a datagram socket would refuse the eleventh unread one, and a notice after it). */
+enum shm_control {
+  SHM_BELL = 'D',   /* something changed in the segment while the peer slept */
+  SHM_NOTICE = 'N', /* {N, 0, be16 text length, be32 code, be32 origin rank, text}: this rank
+                       failed or aborted */
+  SHM_BYE = 'B',    /* this rank finalized: its closing is no failure */
+  SHM_HELLO = 'H',  /* the accepting rank's answer to the connecting one */
+};
+
+#define SHM_NOTICE_HEAD 12
+#define SHM_NOTICE_MAX 1000
+
+typedef struct shm_slot {
+  /* The frame (hoop__frame_encode's) for SHM_DATA and SHM_RNDV; the type alone for SHM_MORE. */
+  _Alignas(SHM_LINE) uint8_t frame[HOOP__FRAME_BYTES];
+  uint64_t bytes; /* payload in this slot */
+  uint64_t addr;  /* SHM_RNDV: where the message is in the sender */
+  _Alignas(SHM_LINE) unsigned char data[SHM_SLOT_BYTES];
+} shm_slot;
+
+/* One direction of a pair: a single-producer single-consumer queue of slots. Counters only grow;
+ * each is written by one side, on a cache line of its own. */
+typedef struct shm_channel {
+  _Alignas(SHM_LINE) _Atomic uint64_t head; /* slots published (producer) */
+  _Alignas(SHM_LINE) _Atomic uint64_t tail; /* slots taken (consumer) */
+  _Alignas(SHM_LINE) _Atomic uint64_t read; /* SHM_RNDV messages read (consumer) */
+  _Alignas(SHM_LINE) shm_slot slots[SHM_SLOTS];
+} shm_channel;
+
+/* Side 0 is the lower rank, which creates the segment; channel s carries side s's messages. */
+typedef struct shm_segment {
+  _Alignas(SHM_LINE) uint32_t magic, version;
+  /* sleeping[s]: side s is about to sleep or sleeps in poll(); whoever changes what it waits for
+   * clears it and rings its bell. */
+  struct {
+    _Alignas(SHM_LINE) _Atomic uint32_t flag;
+  } sleeping[2];
+  /* can_read[s]: side s reads the other side's memory with process_vm_readv, so the other side
+   * may send it SHM_RNDV messages. */
+  struct {
+    _Alignas(SHM_LINE) _Atomic uint32_t flag;
+  } can_read[2];
+  shm_channel chan[2];
+} shm_segment;
+
+/* What shm keeps in a request. */
+typedef struct shm_request {
+  struct hoop__request *next;
+  char *buf;
+  size_t done;     /* bytes placed (send) or taken (receive) */
+  int started;     /* send: its first slot is out; receive: its header was checked */
+  uint64_t ticket; /* SHM_RNDV send: complete when the channel's read count passes it */
+} shm_request;
+_Static_assert(sizeof(shm_request) <= HOOP__REQUEST_STATE_BYTES,
+               "a request's transport state holds shm's");
+
+static inline shm_request *shm_req(hoop__request *req) {
+  return (shm_request *)(void *)req->transport_state;
+}
+
+typedef struct shm_queue {
+  hoop__request *head, *tail;
+} shm_queue;
+
+typedef struct shm_peer {
+  int fd; /* the pair's socket: bells, notices, bye; its closing is the peer's death */
+  shm_segment *seg;
+  int side; /* this rank's side of the segment */
+  pid_t pid;
+  int answered;     /* side 0: the peer's hello came (its pid, its probe) */
+  int said_bye;     /* it finalized */
+  int eof;          /* its socket closed */
+  uint64_t peeked;  /* the slot whose header was compared with the running call (+1) */
+  shm_queue sends;  /* not fully placed yet */
+  shm_queue unread; /* SHM_RNDV sends waiting for the peer to read them */
+  shm_queue recvs;
+  uint64_t tickets; /* SHM_RNDV messages sent */
+  uint8_t in[2048]; /* what came on the socket and is not taken yet */
+  size_t in_len;
+} shm_peer;
+
+typedef struct shm_state {
+  int listen_fd;
+  int wake_fd;
+  char name[108]; /* the listener's abstract socket name (without its leading NUL) */
+  double spin_s;
+  size_t cma_min; /* HOOP_SHM_CMA_BYTES: messages this big go by CMA where it works; 0 never */
+  uint64_t probe; /* what a peer must read here to show it can use CMA */
+  shm_peer *peers;
+  struct pollfd *pfds;
+  int *pfd_peer;
+  size_t pfd_cap;
+  unsigned rounds; /* progress rounds since the sockets were last looked at */
+} shm_state;
+
+static inline shm_state *shm_of(hoop__tctx *ctx) {
+  return ctx->state;
+}
+
+/* conn.c */
+hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
+                             size_t addrlen);
+int hoop__shm_can_reach(const hoop__tctx *ctx, int peer);
+hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer);
+/* Read what the peer's socket holds (bells, its hello, a notice, a bye, its closing). */
+hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer);
+hoop_result hoop__shm_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
+                                 const char *detail);
+void hoop__shm_unmap(shm_peer *peer);
+
+/* data.c */
+hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
+                           int is_send);
+hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
+
+#endif /* HOOP__SHM_H */

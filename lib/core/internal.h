@@ -50,7 +50,9 @@ struct hoop_comm {
   int ntransports_serving; /* of them, those that serve a peer */
   double spin_s;           /* how long a wait spins: the most any serving transport asks; -1
                               until the first wait asks them */
-  char transport_mode[16]; /* HOOP_TRANSPORT: auto, tcp or ibverbs */
+  int spin_yields;         /* a spinning wait yields the CPU between empty rounds (this host's
+                              ranks outnumber its CPUs); else it pauses briefly */
+  char transport_mode[16]; /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */

@@ -13,7 +13,7 @@
 #include "util/be.h"
 
 /* Spinning rounds between looks at the sockets (a peer's notice or death). */
-#define SOCKET_EVERY 64
+#define SOCKET_EVERY 256
 
 /* ---- queues ---------------------------------------------------------------------------------- */
 

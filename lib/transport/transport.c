@@ -119,6 +119,9 @@ static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
   return HOOP_OK;
 }
 
+/* The grace after HOOP_TIMEOUT, as a fraction of it (of at most 1 s): see hoop__wait. */
+#define TIMEOUT_GRACE 0.05
+
 /* Between empty rounds of a spinning wait. Ranks that outnumber the CPUs give theirs to the peers
  * they wait for; a rank with a CPU of its own keeps it: sched_yield costs a system call, and a
  * switch to whatever else runs on the host (on a 2-core VM shared with a compiler, yielding made
@@ -159,6 +162,7 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
   double spin = spin_s(comm);
   double now = hoop__now();
   double deadline = now + comm->timeout_s, spin_until = now + spin;
+  int in_grace = 0;
   while (req->pending > 0) {
     if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
       return comm->failed;
@@ -181,9 +185,16 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
       spin_pause(comm);
     if (moved) {
       deadline = hoop__now() + comm->timeout_s;
+      in_grace = 0;
     } else if (hoop__now() > deadline) {
       hoop__tctx *ctx = hoop__transport_of(comm, req->peer);
-      return ctx->ops->timed_out(ctx, req);
+      result = ctx->ops->timed_out(ctx, req, in_grace);
+      if (result != HOOP_OK)
+        return result;
+      /* The transport knows the peer runs: it waits for someone else itself, and its notice
+       * will say for whom (see timed_out in transport.h). */
+      in_grace = 1;
+      deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
   }
   return HOOP_OK;

@@ -94,8 +94,11 @@ typedef struct hoop__transport_ops {
   hoop_result (*progress)(hoop__tctx *ctx, int timeout_ms, int *moved);
   /* What is queued for peer: HOOP__PENDING_RECV and/or HOOP__PENDING_SEND. */
   int (*pending)(hoop__tctx *ctx, int peer);
-  /* Nothing moved req for HOOP_TIMEOUT: fail, naming the peer. */
-  hoop_result (*timed_out)(hoop__tctx *ctx, const hoop__request *req);
+  /* Nothing moved req for HOOP_TIMEOUT: fail, naming the peer. A transport that can tell a peer
+   * that runs (and so waits for another rank itself) from one that is stopped may return HOOP_OK
+   * once (in_grace 0): the wait goes on for a twentieth of the timeout (at most 50 ms), so that
+   * the notice of the rank nearest the stopped one, which times out first, tells the story. */
+  hoop_result (*timed_out)(hoop__tctx *ctx, const hoop__request *req, int in_grace);
   /* How long a wait makes progress without sleeping (see hoop__wait). */
   double (*spin_s)(hoop__tctx *ctx);
   /* Drop every connection and pending request (after a failure, and at abort), first telling

@@ -176,7 +176,8 @@ static int ib_pending(hoop__tctx *ctx, int peer) {
   return (p->recv_head ? HOOP__PENDING_RECV : 0) | (p->send_head ? HOOP__PENDING_SEND : 0);
 }
 
-static hoop_result ib_timed_out(hoop__tctx *ctx, const hoop__request *req) {
+static hoop_result ib_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
+  (void)in_grace;
   return hoop__ib_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
                              req->is_send ? "no data accepted for HOOP_TIMEOUT"
                                           : "no data received for HOOP_TIMEOUT");

@@ -44,6 +44,9 @@ static void complete(shm_queue *queue) {
  * sleeps, wake it. Its sleeping flag was set before it last looked, and the fence orders this
  * side's change before the look at the flag, so one of the two sees the other. */
 static void ring(shm_peer *p) {
+  /* A failure met on the way here (a notice, a mismatch) has shut the pair down already. */
+  if (!p->seg)
+    return;
   atomic_thread_fence(memory_order_seq_cst);
   _Atomic uint32_t *flag = &p->seg->sleeping[!p->side].flag;
   if (atomic_load_explicit(flag, memory_order_relaxed) &&

@@ -29,6 +29,7 @@
  * of a sleeping peer: one byte on the socket.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -59,7 +60,33 @@ static int shm_pending(hoop__tctx *ctx, int peer) {
          (p->sends.head || p->unread.head ? HOOP__PENDING_SEND : 0);
 }
 
-static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__request *req) {
+/* The state letter of process pid (/proc/PID/stat: R, S, D, T for stopped, t for traced), or 0. */
+static char process_state(pid_t pid) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  FILE *file = pid > 0 ? fopen(path, "re") : NULL;
+  if (!file)
+    return 0;
+  size_t n = fread(line, 1, sizeof line - 1, file);
+  fclose(file);
+  line[n] = '\0';
+  const char *close = strrchr(line, ')'); /* the command name may hold anything */
+  return close && close[1] == ' ' ? close[2] : 0;
+}
+
+/* A peer on this host whose process runs is waiting for another rank: over shared memory a
+ * stall reaches every rank of a chain within microseconds, so they all reach the timeout
+ * together, and the grace lets the story come from the rank next to the stopped one. */
+static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
+  shm_state *state = shm_of(ctx);
+  char st = state->peers ? process_state(state->peers[req->peer].pid) : 0;
+  if (st == 'T' || st == 't')
+    return hoop__shm_peer_error(
+        ctx, req->peer, HOOP_ERR_TIMEOUT,
+        req->is_send ? "no data taken for HOOP_TIMEOUT" : "no data received for HOOP_TIMEOUT",
+        st == 'T' ? "its process is stopped (SIGSTOP)" : "its process is stopped by a debugger");
+  if (!in_grace && st)
+    return HOOP_OK;
   return hoop__shm_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT,
                               req->is_send ? "no data taken for HOOP_TIMEOUT"
                                            : "no data received for HOOP_TIMEOUT",

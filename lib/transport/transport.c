@@ -510,6 +510,33 @@ void hoop__wake_signal(int fd, const char *name) {
     HOOP__TRACE(HOOP_SUBSYS_NET, "%s: waking the progress engine: %s", name, strerror(errno));
 }
 
+hoop_result hoop__wait_listener(hoop__tctx *ctx, int listen_fd, int wake_fd, const char *name,
+                                double deadline) {
+  for (;;) {
+    struct pollfd pfds[3] = {{.fd = listen_fd, .events = POLLIN},
+                             {.fd = wake_fd, .events = POLLIN},
+                             {.fd = *ctx->watch_fd, .events = POLLIN}};
+    double left = deadline - hoop__now();
+    if (left <= 0)
+      return HOOP_ERR_TIMEOUT;
+    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: poll: %s", name, strerror(errno));
+    hoop_result result = HOOP_OK;
+    if (ready > 0 && pfds[1].revents) {
+      if ((result = hoop__wake_drain(ctx, wake_fd, name)) != HOOP_OK)
+        return result;
+      result = hoop__check_abort(ctx->comm);
+    }
+    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
+      result = hoop__tctx_watched(ctx);
+    if (result != HOOP_OK || *ctx->failed)
+      return result != HOOP_OK ? result : *ctx->failed;
+    if (ready > 0 && pfds[0].revents)
+      return HOOP_OK;
+  }
+}
+
 hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name) {
   uint64_t count;
   if (read(fd, &count, sizeof count) < 0 && errno != EAGAIN)

@@ -179,6 +179,12 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
 int hoop__wake_open(void);
 void hoop__wake_signal(int fd, const char *name);
 hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name);
+/* Wait until listen_fd has a connection to accept: HOOP_OK, HOOP_ERR_TIMEOUT past the deadline,
+ * or the failure that an abort (this process's, seen on wake_fd, or another rank's told by the
+ * rendezvous server on the watched descriptor) caused meanwhile: a rank that waits for a peer to
+ * connect must not miss those for the timeout. */
+hoop_result hoop__wait_listener(hoop__tctx *ctx, int listen_fd, int wake_fd, const char *name,
+                                double deadline);
 /* The header both transports put before a message: {u32 magic (the transport's own), u32 type,
  * u64 length, the call's fingerprint (zeros when NULL)}, big-endian like every wire. */
 #define HOOP__FRAME_BYTES (16 + HOOP__FINGERPRINT_BYTES)

@@ -31,11 +31,6 @@
 /* A stranger that connects and says nothing may hold up an accept this long. */
 #define HELLO_WAIT_S 5.0
 
-hoop_result hoop__shm_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
-                                 const char *detail) {
-  return hoop__peer_failed(ctx, peer, code, what, detail);
-}
-
 void hoop__shm_unmap(shm_peer *peer) {
   if (peer->seg)
     munmap(peer->seg, sizeof *peer->seg);
@@ -241,7 +236,7 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   struct sockaddr_un addr;
   socklen_t addr_len = abstract_addr(&addr, name + 1);
   if (connect(fd, (struct sockaddr *)&addr, addr_len) != 0)
-    return hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "connect", strerror(errno));
+    return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "connect", strerror(errno));
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
     return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: fcntl: %s", strerror(errno));
@@ -295,40 +290,11 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   int err = errno;
   close(memfd);
   if (sent != (ssize_t)sizeof hello)
-    return hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "handing over the segment",
-                                sent < 0 ? strerror(err) : "short write");
+    return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "handing over the segment",
+                             sent < 0 ? strerror(err) : "short write");
   HOOP__TRACE(HOOP_SUBSYS_NET, "shm: connected to rank %d (pid %ld), %zu-byte segment", peer,
               (long)p->pid, sizeof(shm_segment));
   return HOOP_OK;
-}
-
-/* Wait until the listener has a connection: HOOP_OK, HOOP_ERR_TIMEOUT past the deadline, or the
- * failure that an abort (this process's, or another rank's told by the server) caused meanwhile. */
-static hoop_result wait_for_connection(hoop__tctx *ctx, double deadline) {
-  shm_state *state = shm_of(ctx);
-  for (;;) {
-    struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
-                             {.fd = state->wake_fd, .events = POLLIN},
-                             {.fd = *ctx->watch_fd, .events = POLLIN}};
-    double left = deadline - hoop__now();
-    if (left <= 0)
-      return HOOP_ERR_TIMEOUT;
-    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
-    if (ready < 0 && errno != EINTR)
-      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: poll: %s", strerror(errno));
-    hoop_result result = HOOP_OK;
-    if (ready > 0 && pfds[1].revents) {
-      if ((result = hoop__wake_drain(ctx, state->wake_fd, "shm")) != HOOP_OK)
-        return result;
-      result = hoop__check_abort(ctx->comm);
-    }
-    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
-      result = hoop__tctx_watched(ctx);
-    if (result != HOOP_OK || *ctx->failed)
-      return result != HOOP_OK ? result : *ctx->failed;
-    if (ready > 0 && pfds[0].revents)
-      return HOOP_OK;
-  }
 }
 
 /* Receive a hello and the segment's descriptor, which comes with its first byte; 0 on success. */
@@ -367,7 +333,7 @@ static int read_hello(int fd, uint8_t *hello, int *memfd, double deadline) {
 /* Accept one connection, check its hello, map its segment and answer; strangers are closed. */
 static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   shm_state *state = shm_of(ctx);
-  hoop_result waited = wait_for_connection(ctx, deadline);
+  hoop_result waited = hoop__wait_listener(ctx, state->listen_fd, state->wake_fd, "shm", deadline);
   if (waited != HOOP_OK)
     return waited;
   int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -443,8 +409,8 @@ hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer) {
   while (!state->peers[peer].seg) {
     result = accept_one(ctx, deadline);
     if (result == HOOP_ERR_TIMEOUT)
-      return hoop__shm_peer_error(ctx, peer, HOOP_ERR_TIMEOUT, "waiting for it to connect",
-                                  strerror(ETIMEDOUT));
+      return hoop__peer_failed(ctx, peer, HOOP_ERR_TIMEOUT, "waiting for it to connect",
+                               strerror(ETIMEDOUT));
     if (result != HOOP_OK)
       return result;
   }
@@ -521,7 +487,7 @@ hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer) {
       p->eof = 1;
       if (p->said_bye)
         return HOOP_OK;
-      return hoop__shm_peer_error(
+      return hoop__peer_failed(
           ctx, peer, HOOP_ERR_PEER_LOST, "its end of the pair closed",
           n < 0 && errno != ECONNRESET ? strerror(errno) : "the process ended without finalizing");
     }

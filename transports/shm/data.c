@@ -144,8 +144,8 @@ static hoop_result cma_read(hoop__tctx *ctx, int peer, char *buf, size_t len, ui
       hoop_result told = hoop__shm_read_socket(ctx, peer);
       if (told != HOOP_OK || *ctx->failed)
         return told != HOOP_OK ? told : *ctx->failed;
-      return hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "reading its message",
-                                  err ? strerror(err) : "process_vm_readv read nothing");
+      return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "reading its message",
+                               err ? strerror(err) : "process_vm_readv read nothing");
     }
     done += (size_t)n;
   }
@@ -233,16 +233,13 @@ static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
   if (result == HOOP_OK && p->eof && p->recvs.head &&
       atomic_load_explicit(&p->seg->chan[!p->side].head, memory_order_acquire) ==
           atomic_load_explicit(&p->seg->chan[!p->side].tail, memory_order_relaxed))
-    result = hoop__shm_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
-                                  "it had finalized before sending what this rank waits for");
+    result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
+                               "it had finalized before sending what this rank waits for");
   return result;
 }
 
 hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
                            int is_send) {
-  req->peer = peer;
-  req->is_send = is_send;
-  req->pending = 0;
   if (*ctx->failed)
     return *ctx->failed;
   hoop_result result = hoop__shm_connect(ctx, peer);

@@ -81,17 +81,17 @@ static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__request *req, int 
   shm_state *state = shm_of(ctx);
   char st = state->peers ? process_state(state->peers[req->peer].pid) : 0;
   if (st == 'T' || st == 't')
-    return hoop__shm_peer_error(
+    return hoop__peer_failed(
         ctx, req->peer, HOOP_ERR_TIMEOUT,
         req->is_send ? "no data taken for HOOP_TIMEOUT" : "no data received for HOOP_TIMEOUT",
         st == 'T' ? "its process is stopped (SIGSTOP)" : "its process is stopped by a debugger");
   if (!in_grace && st)
     return HOOP_OK;
-  return hoop__shm_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT,
-                              req->is_send ? "no data taken for HOOP_TIMEOUT"
-                                           : "no data received for HOOP_TIMEOUT",
-                              "its process is alive but does not move (stopped, or busy outside "
-                              "hoop)");
+  return hoop__peer_failed(ctx, req->peer, HOOP_ERR_TIMEOUT,
+                           req->is_send ? "no data taken for HOOP_TIMEOUT"
+                                        : "no data received for HOOP_TIMEOUT",
+                           "its process is alive but does not move (stopped, or busy outside "
+                           "hoop)");
 }
 
 /* HOOP_SHM_SPIN_US=auto: TCP's rule (see tcp.c), decided at the first wait: a rank with a CPU of

@@ -132,8 +132,6 @@ int hoop__shm_can_reach(const hoop__tctx *ctx, int peer);
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer);
 /* Read what the peer's socket holds (bells, its hello, a notice, a bye, its closing). */
 hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer);
-hoop_result hoop__shm_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
-                                 const char *detail);
 void hoop__shm_unmap(shm_peer *peer);
 
 /* data.c */

@@ -123,40 +123,10 @@ static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
   return HOOP_OK;
 }
 
-/* Wait until the listener has a connection to accept: HOOP_OK, HOOP_ERR_TIMEOUT at the deadline,
- * or the failure that an abort (this process's, or another rank's told by the rendezvous server)
- * caused meanwhile: a rank that waits for a peer to connect must not miss those for the timeout. */
-static hoop_result wait_for_connection(hoop__tctx *ctx, double deadline) {
-  tcp_state *state = state_of(ctx);
-  for (;;) {
-    struct pollfd pfds[3] = {{.fd = state->listen_fd, .events = POLLIN},
-                             {.fd = state->wake_fd, .events = POLLIN},
-                             {.fd = *ctx->watch_fd, .events = POLLIN}};
-    double left = deadline - hoop__now();
-    if (left <= 0)
-      return HOOP_ERR_TIMEOUT;
-    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
-    if (ready < 0 && errno != EINTR)
-      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
-    hoop_result result = HOOP_OK;
-    if (ready > 0 && pfds[1].revents) {
-      if ((result = hoop__wake_drain(ctx, state->wake_fd, "tcp")) != HOOP_OK)
-        return result;
-      result = hoop__check_abort(ctx->comm);
-    }
-    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
-      result = hoop__tctx_watched(ctx);
-    if (result != HOOP_OK || *ctx->failed)
-      return result != HOOP_OK ? result : *ctx->failed;
-    if (ready > 0 && pfds[0].revents)
-      return HOOP_OK;
-  }
-}
-
 /* Accept one connection and file it under the rank it names; strangers are closed. */
 static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   tcp_state *state = state_of(ctx);
-  hoop_result waited = wait_for_connection(ctx, deadline);
+  hoop_result waited = hoop__wait_listener(ctx, state->listen_fd, state->wake_fd, "tcp", deadline);
   if (waited != HOOP_OK)
     return waited;
   int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -393,7 +393,12 @@ static int abort_then_call(int index, int n, void *arg) {
   int value = 1;
   /* An invalid call on every rank changes nothing: the next collective still works. */
   bad |= hoop_broadcast(comm, &value, 1, HOOP_INT32, n) != HOOP_ERR_INVALID_ARG;
-  bad |= hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM) != HOOP_OK || value != n;
+  hoop_result before = hoop_allreduce(comm, &value, &value, 1, HOOP_INT32, HOOP_SUM);
+  if (before != HOOP_OK || value != n) {
+    fprintf(stderr, "rank %d before the abort: allreduce gave %s (%d): %s\n", index,
+            hoop_strerror(before), value, hoop_last_error(comm));
+    bad = 1;
+  }
   if (index == 0) {
     bad |= hoop_abort(comm, "test abort") != HOOP_OK;
     bad |= hoop_barrier(comm) != HOOP_ERR_ABORTED;

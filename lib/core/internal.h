@@ -29,6 +29,7 @@ typedef enum hoop__coll {
 
 struct hoop__tctx;
 struct hoop__rdzv_thread;
+struct pollfd;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
@@ -46,8 +47,11 @@ struct hoop_comm {
    * rank table, each peer's pair is served by one of them (transport/transport.c). */
   struct hoop__tctx *transports; /* HOOP__MAX_TRANSPORTS entries, ntransports used */
   int ntransports;
-  uint8_t *peer_transport; /* size entries: an index in transports (this rank's own: unused) */
-  int ntransports_serving; /* of them, those that serve a peer */
+  uint8_t *peer_transport;  /* size entries: an index in transports (this rank's own: unused) */
+  int ntransports_serving;  /* of them, those that serve a peer */
+  struct pollfd *sleep_fds; /* the poll set of a sleep shared by several transports */
+  size_t sleep_cap;
+  int sleep_shared;        /* every serving transport can share a sleep (sleep_prepare) */
   double spin_s;           /* how long a wait spins: the most any serving transport asks; -1
                               until the first wait asks them */
   int spin_yields;         /* a spinning wait yields the CPU between empty rounds (this host's

@@ -100,22 +100,95 @@ static void warn_stall(hoop_comm *comm, double now) {
              now - comm->call_started, comm->stall_warn_s, used ? waiting : "(none)");
 }
 
+/* Several transports sleep in one poll: each readies itself and hands its descriptors over
+ * (sleep_prepare), the watched descriptor is added once, and after the poll each acts on its
+ * part (sleep_done). A transport whose last look found work cancels the sleep. */
+static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
+  struct pollfd *parts[HOOP__MAX_TRANSPORTS] = {NULL};
+  nfds_t counts[HOOP__MAX_TRANSPORTS] = {0};
+  int prepared = 0, found = 0, watched = 0;
+  hoop_result result = HOOP_OK;
+  for (; prepared < comm->ntransports; prepared++) {
+    hoop__tctx *ctx = &comm->transports[prepared];
+    if (ctx->state && (result = ctx->ops->sleep_prepare(ctx, &parts[prepared], &counts[prepared],
+                                                        &found)) != HOOP_OK)
+      break;
+  }
+  size_t total = 1;
+  for (int t = 0; t < prepared; t++)
+    total += counts[t];
+  if (result == HOOP_OK && total > comm->sleep_cap) {
+    struct pollfd *fds = realloc(comm->sleep_fds, total * sizeof *fds);
+    if (fds) {
+      comm->sleep_fds = fds;
+      comm->sleep_cap = total;
+    } else {
+      result = hoop__fail(comm, HOOP_ERR_SYSTEM, "out of memory for the poll set");
+    }
+  }
+  if (result == HOOP_OK && !found) {
+    nfds_t n = 0;
+    for (int t = 0; t < prepared; t++)
+      for (nfds_t i = 0; i < counts[t]; i++)
+        comm->sleep_fds[n++] = parts[t][i];
+    watched = comm->rdzv_fd >= 0;
+    if (watched)
+      comm->sleep_fds[n++] = (struct pollfd){.fd = comm->rdzv_fd, .events = POLLIN};
+    int ready = poll(comm->sleep_fds, n, timeout_ms);
+    if (ready < 0 && errno != EINTR)
+      result = hoop__fail(comm, HOOP_ERR_SYSTEM, "poll: %s", strerror(errno));
+    n = 0;
+    for (int t = 0; t < prepared; t++) {
+      for (nfds_t i = 0; i < counts[t]; i++)
+        parts[t][i].revents = ready > 0 ? comm->sleep_fds[n + i].revents : 0;
+      n += counts[t];
+    }
+    watched = ready > 0 && watched && comm->sleep_fds[n].revents;
+  } else {
+    for (int t = 0; t < prepared; t++)
+      for (nfds_t i = 0; i < counts[t]; i++)
+        parts[t][i].revents = 0;
+  }
+  *moved |= found;
+  /* Every transport that prepared undoes it, whatever happened. */
+  for (int t = 0; t < prepared; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (!ctx->state)
+      continue;
+    hoop_result done = ctx->ops->sleep_done(ctx, moved);
+    if (result == HOOP_OK)
+      result = done;
+  }
+  /* News from the server last, after one more round has taken what the ranks sent before it
+   * (a rank that aborted right after sending this one its last message). */
+  for (int t = 0; t < comm->ntransports && result == HOOP_OK && watched; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (ctx->state)
+      result = ctx->ops->progress(ctx, 0, moved);
+  }
+  if (result == HOOP_OK && watched)
+    result = hoop__rendezvous_check(comm);
+  return result;
+}
+
 /* One round over the transports that serve peers. With one, it may sleep up to timeout_ms in its
- * own poll; with several, none may sleep while another has work, so each gets one round without
- * sleeping and a round that moved nothing naps a millisecond. (Transports handing their
- * descriptors to one shared poll would let several sleep at once; none needs it yet.) */
+ * own poll; with several, each gets one round without sleeping, and when none moved anything they
+ * sleep together (sleep_shared), or, if one cannot share a sleep, nap a millisecond. */
 static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
+  int several = comm->ntransports_serving > 1;
   for (int t = 0; t < comm->ntransports; t++) {
     hoop__tctx *ctx = &comm->transports[t];
     if (!ctx->state)
       continue;
-    hoop_result result =
-        ctx->ops->progress(ctx, comm->ntransports_serving > 1 ? 0 : timeout_ms, moved);
+    hoop_result result = ctx->ops->progress(ctx, several ? 0 : timeout_ms, moved);
     if (result != HOOP_OK)
       return result;
   }
-  if (comm->ntransports_serving > 1 && timeout_ms > 0 && !*moved)
-    poll(NULL, 0, 1);
+  if (!several || timeout_ms <= 0 || *moved)
+    return HOOP_OK;
+  if (comm->sleep_shared)
+    return sleep_shared(comm, timeout_ms, moved);
+  poll(NULL, 0, 1);
   return HOOP_OK;
 }
 
@@ -440,6 +513,7 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
     snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
   }
   comm->ntransports_serving = 0;
+  comm->sleep_shared = 1;
   comm->spin_s = -1;
   for (int t = 0; t < comm->ntransports; t++) {
     hoop__tctx *ctx = &comm->transports[t];
@@ -448,6 +522,8 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
       continue;
     }
     comm->ntransports_serving++;
+    if (!ctx->ops->sleep_prepare || !ctx->ops->sleep_done)
+      comm->sleep_shared = 0;
   }
   return HOOP_OK;
 }
@@ -493,6 +569,9 @@ void hoop__transport_finalize(hoop_comm *comm) {
       comm->transports[t].ops->finalize(&comm->transports[t]);
   free(comm->transports);
   free(comm->peer_transport);
+  free(comm->sleep_fds);
+  comm->sleep_fds = NULL;
+  comm->sleep_cap = 0;
   comm->transports = NULL;
   comm->peer_transport = NULL;
   comm->ntransports = 0;

@@ -9,6 +9,7 @@
 #ifndef HOOP__TRANSPORT_H
 #define HOOP__TRANSPORT_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -92,6 +93,16 @@ typedef struct hoop__transport_ops {
   /* The shared wait loop's hooks. One round: move what is ready, sleeping at most timeout_ms when
    * nothing is (watching ctx->watch_fd too); *moved says whether any byte moved. */
   hoop_result (*progress)(hoop__tctx *ctx, int timeout_ms, int *moved);
+  /* Optional, both or neither: sleeping in one poll with the other transports that serve peers
+   * (a job whose peers are on several transports; without them such a job naps 1 ms when idle).
+   * sleep_prepare readies the transport for the sleep as its own progress would before polling
+   * (raise flags, arm notifications, look once more) and hands back its poll set, an array of its
+   * own, without the watched descriptor (the core polls that once for all); it sets *moved if
+   * looking once more found work, and then nobody sleeps. The core writes the poll's revents back
+   * into the array (zeros when it did not poll) and calls sleep_done, which acts on them and
+   * undoes the preparation, after every sleep_prepare that returned HOOP_OK. */
+  hoop_result (*sleep_prepare)(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
+  hoop_result (*sleep_done)(hoop__tctx *ctx, int *moved);
   /* What is queued for peer: HOOP__PENDING_RECV and/or HOOP__PENDING_SEND. */
   int (*pending)(hoop__tctx *ctx, int peer);
   /* Nothing moved req for HOOP_TIMEOUT: fail, naming the peer. A transport that can tell a peer
@@ -172,6 +183,11 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
 
 /* ---- shared by the transports -----------------------------------------------------------------
  */
+
+/* Owners a transport may give the entries of its poll set besides its connections: its wake
+ * eventfd and the watched descriptor. */
+#define HOOP__POLL_WAKE (-1)
+#define HOOP__POLL_WATCHED (-2)
 
 /* What both transports do alike. The wake eventfd: created non-blocking, written by hoop_abort's
  * thread (wake), and emptied by the waiting thread when poll finds it readable (drain; a read

@@ -294,20 +294,20 @@ static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {
   return HOOP_OK;
 }
 
-/* Look at the sockets (and the wake eventfd and the rendezvous connection), waiting up to
- * timeout_ms for one to be readable. */
-static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms) {
+/* The poll set: the wake eventfd, the watched descriptor when watch is set, and every pair's
+ * socket. */
+static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
   shm_state *state = shm_of(ctx);
   hoop_result result = grow_pollset(ctx, (size_t)ctx->size + 2);
   if (result != HOOP_OK)
     return result;
   nfds_t n = 0;
   state->pfds[n] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
-  state->pfd_peer[n++] = -1;
+  state->pfd_peer[n++] = HOOP__POLL_WAKE;
   int rdzv_fd = *ctx->watch_fd;
-  if (rdzv_fd >= 0) {
+  if (watch && rdzv_fd >= 0) {
     state->pfds[n] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
-    state->pfd_peer[n++] = -2;
+    state->pfd_peer[n++] = HOOP__POLL_WATCHED;
   }
   for (int peer = 0; state->peers && peer < ctx->size; peer++) {
     shm_peer *p = &state->peers[peer];
@@ -316,25 +316,51 @@ static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms) {
     state->pfds[n] = (struct pollfd){.fd = p->fd, .events = POLLIN};
     state->pfd_peer[n++] = peer;
   }
-  int ready = poll(state->pfds, n, timeout_ms);
-  if (ready < 0 && errno != EINTR)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: poll: %s", strerror(errno));
-  for (nfds_t i = 0; i < n && ready > 0; i++) {
+  state->pfd_used = n;
+  return HOOP_OK;
+}
+
+/* Act on what the poll set's revents say is readable. A peer publishes a message before it
+ * rings, sends a notice or aborts through the rendezvous server, and a failure unmaps the
+ * segments: so channels are drained before a socket or the watched descriptor is read, and a
+ * message that came before the news still completes its receive (a peer that aborted right after
+ * sending this rank's last message). */
+static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
+  shm_state *state = shm_of(ctx);
+  hoop_result result = HOOP_OK;
+  int wake = 0, watched = 0;
+  for (nfds_t i = 0; i < state->pfd_used && result == HOOP_OK; i++) {
     if (!state->pfds[i].revents)
       continue;
     int owner = state->pfd_peer[i];
-    if (owner == -1) {
-      if ((result = hoop__wake_drain(ctx, state->wake_fd, "shm")) == HOOP_OK)
-        result = hoop__check_abort(ctx->comm);
-    } else if (owner == -2) {
-      result = hoop__tctx_watched(ctx);
-    } else {
+    if (owner == HOOP__POLL_WAKE)
+      wake = 1;
+    else if (owner == HOOP__POLL_WATCHED)
+      watched = 1;
+    else if ((result = drive_peer(ctx, owner, moved)) == HOOP_OK)
       result = hoop__shm_read_socket(ctx, owner);
-    }
-    if (result != HOOP_OK)
-      return result;
   }
-  return HOOP_OK;
+  if (result == HOOP_OK && wake &&
+      (result = hoop__wake_drain(ctx, state->wake_fd, "shm")) == HOOP_OK)
+    result = hoop__check_abort(ctx->comm);
+  if (result == HOOP_OK && watched && state->peers)
+    result = drive_all(ctx, moved);
+  if (result == HOOP_OK && watched)
+    result = hoop__tctx_watched(ctx);
+  return result;
+}
+
+/* Look at the sockets (and the wake eventfd and the rendezvous connection), waiting up to
+ * timeout_ms for one to be readable. */
+static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  shm_state *state = shm_of(ctx);
+  hoop_result result = build_pollset(ctx, 1);
+  if (result != HOOP_OK)
+    return result;
+  int ready = poll(state->pfds, state->pfd_used, timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: poll: %s", strerror(errno));
+  return ready > 0 ? handle_pollset(ctx, moved) : HOOP_OK;
 }
 
 /* One round: move what is ready on every channel. When nothing moved and the caller allows it,
@@ -345,7 +371,7 @@ static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms) {
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
   shm_state *state = shm_of(ctx);
   if (!state->peers)
-    return poll_sockets(ctx, timeout_ms);
+    return poll_sockets(ctx, timeout_ms, moved);
   int here = 0;
   hoop_result result = drive_all(ctx, &here);
   if (result != HOOP_OK)
@@ -353,14 +379,47 @@ hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
   if (here || timeout_ms == 0) {
     if (here)
       *moved = 1;
-    return ++state->rounds % SOCKET_EVERY != 0 ? HOOP_OK : poll_sockets(ctx, 0);
+    return ++state->rounds % SOCKET_EVERY != 0 ? HOOP_OK : poll_sockets(ctx, 0, moved);
   }
   set_sleeping(ctx, 1);
   result = drive_all(ctx, &here);
   if (result == HOOP_OK && !here)
-    result = poll_sockets(ctx, timeout_ms);
+    result = poll_sockets(ctx, timeout_ms, &here);
   set_sleeping(ctx, 0);
   if (result == HOOP_OK && here)
     *moved = 1;
+  return result;
+}
+
+/* Sleeping in one poll with other transports: as progress does before its own poll, raise the
+ * sleeping flags and look once more; the flags stay up until sleep_done. */
+hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
+  shm_state *state = shm_of(ctx);
+  *fds = state->pfds;
+  *n = 0;
+  state->pfd_used = 0;
+  if (state->peers) {
+    set_sleeping(ctx, 1);
+    state->sleeping = 1;
+    int here = 0;
+    hoop_result result = drive_all(ctx, &here);
+    if (result != HOOP_OK || here) {
+      *moved |= here;
+      return result;
+    }
+  }
+  hoop_result result = build_pollset(ctx, 0);
+  *fds = state->pfds;
+  *n = result == HOOP_OK ? state->pfd_used : 0;
+  return result;
+}
+
+hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved) {
+  shm_state *state = shm_of(ctx);
+  hoop_result result = handle_pollset(ctx, moved);
+  if (state->sleeping) {
+    set_sleeping(ctx, 0);
+    state->sleeping = 0;
+  }
   return result;
 }

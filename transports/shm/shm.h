@@ -116,8 +116,10 @@ typedef struct shm_state {
   uint64_t probe; /* what a peer must read here to show it can use CMA */
   shm_peer *peers;
   struct pollfd *pfds;
-  int *pfd_peer;
+  int *pfd_peer; /* the peer pfds[i] is the socket of, or HOOP__POLL_WAKE, HOOP__POLL_WATCHED */
   size_t pfd_cap;
+  nfds_t pfd_used; /* entries of the last poll set built */
+  int sleeping;    /* the sleeping flags are up for a shared sleep (sleep_prepare) */
   unsigned rounds; /* progress rounds since the sockets were last looked at */
 } shm_state;
 
@@ -138,5 +140,7 @@ void hoop__shm_unmap(shm_peer *peer);
 hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
                            int is_send);
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
+hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
+hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved);
 
 #endif /* HOOP__SHM_H */

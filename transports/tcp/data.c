@@ -323,27 +323,25 @@ static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {
   return HOOP_OK;
 }
 
-/* One round of the progress engine: poll every stream that has work, for at most timeout_ms, and
- * move what is ready. *moved tells whether any byte moved. */
-hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
+/* The poll set: the wake eventfd, the watched descriptor when watch is set, and every stream
+ * that has work (stream 0 listens for notices and closing even with nothing posted). */
+static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
   tcp_state *state = state_of(ctx);
   hoop_result result = grow_pollset(ctx, (size_t)ctx->size * (size_t)state->nstreams + 2);
   if (result != HOOP_OK)
     return result;
-  state->pfds[0] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
-  state->pfd_owners[0] = (struct poll_owner){0, -1};
+  nfds_t n = 0;
+  state->pfds[n] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
+  state->pfd_owners[n++] = (struct poll_owner){0, HOOP__POLL_WAKE};
   /* The rendezvous connection: other ranks' aborts and losses, told by the server. */
   int rdzv_fd = *ctx->watch_fd;
-  nfds_t n = 1, first_stream = 1;
-  if (rdzv_fd >= 0) {
-    state->pfds[1] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
-    state->pfd_owners[1] = (struct poll_owner){0, -1};
-    n = first_stream = 2;
+  if (watch && rdzv_fd >= 0) {
+    state->pfds[n] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
+    state->pfd_owners[n++] = (struct poll_owner){0, HOOP__POLL_WATCHED};
   }
   for (int p = 0; p < ctx->size; p++) {
     for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
-      /* Stream 0 listens for notices and closing even with nothing posted. */
       int reading = stream->recv_head ||
                     (s == 0 && !stream->eof && stream->recv_frame_done < FRAME_BYTES) ||
                     (s == 0 && !stream->eof && stream->notice_len);
@@ -355,24 +353,57 @@ hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
       state->pfd_owners[n++] = (struct poll_owner){s, p};
     }
   }
-  int ready = poll(state->pfds, n, timeout_ms);
-  if (ready < 0 && errno != EINTR)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
-  if (ready > 0 && state->pfds[0].revents) {
-    if ((result = hoop__wake_drain(ctx, state->wake_fd, "tcp")) != HOOP_OK ||
-        (result = hoop__check_abort(ctx->comm)) != HOOP_OK)
-      return result;
-  }
-  if (ready > 0 && first_stream == 2 && state->pfds[1].revents &&
-      (result = hoop__tctx_watched(ctx)) != HOOP_OK)
-    return result;
-  for (nfds_t i = first_stream; i < n && ready > 0; i++) {
+  state->pfd_used = n;
+  return HOOP_OK;
+}
+
+/* Act on what the poll set's revents say is ready: the streams first, so that what a peer sent
+ * before it aborted (through the rendezvous server) still completes its receive. */
+static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
+  tcp_state *state = state_of(ctx);
+  hoop_result result = HOOP_OK;
+  int wake = 0, watched = 0;
+  for (nfds_t i = 0; i < state->pfd_used && result == HOOP_OK; i++) {
     if (!state->pfds[i].revents)
       continue;
-    result = hoop__tcp_drive_stream(ctx, state->pfd_owners[i].peer, state->pfd_owners[i].stream, 1,
-                                    moved);
-    if (result != HOOP_OK)
-      return result;
+    struct poll_owner owner = state->pfd_owners[i];
+    if (owner.peer == HOOP__POLL_WAKE)
+      wake = 1;
+    else if (owner.peer == HOOP__POLL_WATCHED)
+      watched = 1;
+    else
+      result = hoop__tcp_drive_stream(ctx, owner.peer, owner.stream, 1, moved);
   }
-  return HOOP_OK;
+  if (result == HOOP_OK && wake &&
+      (result = hoop__wake_drain(ctx, state->wake_fd, "tcp")) == HOOP_OK)
+    result = hoop__check_abort(ctx->comm);
+  if (result == HOOP_OK && watched)
+    result = hoop__tctx_watched(ctx);
+  return result;
+}
+
+/* One round of the progress engine: poll every stream that has work, for at most timeout_ms, and
+ * move what is ready. *moved tells whether any byte moved. */
+hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  tcp_state *state = state_of(ctx);
+  hoop_result result = build_pollset(ctx, 1);
+  if (result != HOOP_OK)
+    return result;
+  int ready = poll(state->pfds, state->pfd_used, timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
+  return ready > 0 ? handle_pollset(ctx, moved) : HOOP_OK;
+}
+
+hoop_result hoop__tcp_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
+  (void)moved;
+  tcp_state *state = state_of(ctx);
+  hoop_result result = build_pollset(ctx, 0);
+  *fds = state->pfds;
+  *n = result == HOOP_OK ? state->pfd_used : 0;
+  return result;
+}
+
+hoop_result hoop__tcp_sleep_done(hoop__tctx *ctx, int *moved) {
+  return handle_pollset(ctx, moved);
 }

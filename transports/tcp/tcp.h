@@ -57,9 +57,10 @@ typedef struct tcp_state {
   struct pollfd *pfds;
   struct poll_owner {
     int stream;
-    int peer;
+    int peer;     /* or HOOP__POLL_WAKE, HOOP__POLL_WATCHED */
   } * pfd_owners; /* pfd_owners[i] is what pfds[i] polls for */
   size_t pfd_cap;
+  nfds_t pfd_used; /* entries of the last poll set built */
 } tcp_state;
 
 static inline tcp_state *state_of(hoop__tctx *ctx) {
@@ -85,5 +86,7 @@ int hoop__tcp_discard(int fd, size_t bytes);
 hoop_result hoop__tcp_drive_stream(hoop__tctx *ctx, int peer, int index, int reading, int *moved);
 /* One round of the progress engine (the hoop__wait_hooks progress hook). */
 hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
+hoop_result hoop__tcp_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
+hoop_result hoop__tcp_sleep_done(hoop__tctx *ctx, int *moved);
 
 #endif /* HOOP__TCP_H */

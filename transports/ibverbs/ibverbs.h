@@ -175,6 +175,7 @@ typedef struct ib_state {
   struct ibv_comp_channel *channel;
   struct ibv_cq *cq;
   int cq_armed;
+  struct pollfd pfds[5]; /* the poll set of a sleep (progress.c) */
   int closing; /* the shutdown is running: errors from queue pairs going away are expected */
   int slots;
   size_t slot_bytes;
@@ -238,6 +239,8 @@ void hoop__ib_zsend_complete(ib_peer *peer);
 hoop_result hoop__ib_poll_cq(hoop__tctx *ctx, int *moved);
 /* One round of the progress engine (the hoop__wait_hooks progress hook). */
 hoop_result hoop__ib_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
+hoop_result hoop__ib_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
+hoop_result hoop__ib_sleep_done(hoop__tctx *ctx, int *moved);
 
 /* mr.c */
 /* The registration that covers [buf, buf + len), or NULL: it goes through the slots. */

@@ -136,33 +136,38 @@ static hoop_result drain_async(hoop__tctx *ctx, int *moved) {
   return HOOP_OK;
 }
 
-static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) {
+/* Arm the completion queue for an event; what completed before arming raises none, so look once
+ * more: *moved when that found work (then do not sleep). */
+static hoop_result arm(hoop__tctx *ctx, int *moved) {
   ib_state *state = ib_state_of(ctx);
-  if (!state->cq_armed) {
-    if (ibv_req_notify_cq(state->cq, 0) != 0)
-      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s",
-                        strerror(errno));
-    state->cq_armed = 1;
-    /* What completed before arming raises no event: look once more. */
-    hoop_result result = hoop__ib_poll_cq(ctx, moved);
-    if (result != HOOP_OK || *moved)
-      return result;
-  }
-  /* The rendezvous connection too: another rank's abort or loss told by the server. */
-  struct pollfd fds[5] = {{.fd = state->channel->fd, .events = POLLIN},
-                          {.fd = state->events->fd, .events = POLLIN},
-                          {.fd = state->wake_fd, .events = POLLIN},
-                          {.fd = *ctx->watch_fd, .events = POLLIN},
-                          {.fd = state->verbs->async_fd, .events = POLLIN}};
-  int ready = poll(fds, 5, timeout_ms);
-  if (ready < 0 && errno != EINTR)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
-  if (ready > 0 && fds[4].revents) {
-    hoop_result result = drain_async(ctx, moved);
-    if (result != HOOP_OK)
-      return result;
-  }
-  if (ready > 0 && fds[0].revents) {
+  if (state->cq_armed)
+    return HOOP_OK;
+  if (ibv_req_notify_cq(state->cq, 0) != 0)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: ibv_req_notify_cq: %s",
+                      strerror(errno));
+  state->cq_armed = 1;
+  return hoop__ib_poll_cq(ctx, moved);
+}
+
+/* The poll set: the completion channel, the connection events, the wake eventfd, the device's
+ * asynchronous events, and the watched descriptor when watch is set (last). */
+static nfds_t build_pollset(hoop__tctx *ctx, int watch) {
+  ib_state *state = ib_state_of(ctx);
+  state->pfds[0] = (struct pollfd){.fd = state->channel->fd, .events = POLLIN};
+  state->pfds[1] = (struct pollfd){.fd = state->events->fd, .events = POLLIN};
+  state->pfds[2] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
+  state->pfds[3] = (struct pollfd){.fd = state->verbs->async_fd, .events = POLLIN};
+  state->pfds[4] = (struct pollfd){.fd = watch ? *ctx->watch_fd : -1, .events = POLLIN};
+  return watch ? 5 : 4;
+}
+
+/* Act on the poll set's revents (the connection events are read by the next round). */
+static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
+  ib_state *state = ib_state_of(ctx);
+  hoop_result result = HOOP_OK;
+  if (state->pfds[3].revents && (result = drain_async(ctx, moved)) != HOOP_OK)
+    return result;
+  if (state->pfds[0].revents) {
     struct ibv_cq *cq;
     void *context;
     while (ibv_get_cq_event(state->channel, &cq, &context) == 0) {
@@ -170,16 +175,53 @@ static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) 
       state->cq_armed = 0;
     }
   }
-  if (ready > 0 && fds[2].revents) {
-    hoop_result result = hoop__wake_drain(ctx, state->wake_fd, "ibverbs");
+  if (state->pfds[2].revents) {
+    result = hoop__wake_drain(ctx, state->wake_fd, "ibverbs");
     if (result == HOOP_OK)
       result = hoop__check_abort(ctx->comm);
     if (result != HOOP_OK)
       return result;
   }
-  if (ready > 0 && fds[3].revents)
-    return hoop__tctx_watched(ctx);
+  /* What peers sent before the server's news still completes its receives. */
+  if (state->pfds[4].revents && (result = hoop__ib_poll_cq(ctx, moved)) == HOOP_OK &&
+      (result = drive_peers(ctx, moved)) == HOOP_OK)
+    result = hoop__tctx_watched(ctx);
+  return result;
+}
+
+static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) {
+  ib_state *state = ib_state_of(ctx);
+  hoop_result result = arm(ctx, moved);
+  if (result != HOOP_OK || *moved)
+    return result;
+  /* The rendezvous connection too: another rank's abort or loss told by the server. */
+  int ready = poll(state->pfds, build_pollset(ctx, 1), timeout_ms);
+  if (ready < 0 && errno != EINTR)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
+  if (ready <= 0)
+    return HOOP_OK;
+  return handle_pollset(ctx, moved);
+}
+
+hoop_result hoop__ib_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
+  ib_state *state = ib_state_of(ctx);
+  *fds = state->pfds;
+  state->pfds[4].revents = 0;
+  *n = 0;
+  int found = 0;
+  hoop_result result = arm(ctx, &found);
+  if (result != HOOP_OK || found) {
+    for (int i = 0; i < 5; i++)
+      state->pfds[i].revents = 0;
+    *moved |= found;
+    return result;
+  }
+  *n = build_pollset(ctx, 0);
   return HOOP_OK;
+}
+
+hoop_result hoop__ib_sleep_done(hoop__tctx *ctx, int *moved) {
+  return handle_pollset(ctx, moved);
 }
 
 /* One round: completions, connection events, then every connected peer's queues; with nothing

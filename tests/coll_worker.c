@@ -3,6 +3,7 @@
  * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
+ *                    [--fake-hosts N]
  *                    [--no-shm-on RANK]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
@@ -14,6 +15,11 @@
  *
  * --no-shm-on RANK: the rank that hooprun starts as RANK sets HOOP_SHM=0, so that its pairs run
  * over the network transport while the other ranks of the host share memory: a mixed job.
+ *
+ * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
+ * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
+ * table sees them (the host-by-host algorithms); the transports still share memory. Implies
+ * --ranks-per-host N.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -213,7 +219,14 @@ int main(int argc, char **argv) {
       barrier_dir = argv[++i];
     else if (strcmp(argv[i], "--ranks-per-host") == 0 && i + 1 < argc)
       per_host = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
+    else if (strcmp(argv[i], "--fake-hosts") == 0 && i + 1 < argc) {
+      per_host = atoi(argv[++i]);
+      const char *mine = getenv("HOOP_RANK");
+      char name[64];
+      snprintf(name, sizeof name, "fake-host-%d",
+               (mine ? atoi(mine) : 0) / (per_host ? per_host : 1));
+      setenv("HOOP_HOSTNAME", name, 1);
+    } else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
       register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
     else if (strcmp(argv[i], "--no-shm-on") == 0 && i + 1 < argc) {
       const char *mine = getenv("HOOP_RANK");

@@ -14,7 +14,7 @@
 
 /* Run coll_worker on np ranks under hooprun, with env_add ("NAME=value", NULL-ended, or NULL)
  * added to the ranks' environment. */
-static void run_workers_with(int np, int quick, char *const env_add[]) {
+static void run_workers_fake_hosts(int np, int quick, char *const env_add[], char *per_host) {
   char dir[] = "/tmp/hoop-barrier-XXXXXX";
   ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
   char np_text[16];
@@ -30,7 +30,11 @@ static void run_workers_with(int np, int quick, char *const env_add[]) {
                   worker,
                   "--barrier-dir",
                   dir,
-                  quick ? "--quick" : NULL,
+                  per_host ? "--fake-hosts"
+                  : quick  ? "--quick"
+                           : NULL,
+                  per_host ? per_host : NULL,
+                  per_host && quick ? "--quick" : NULL,
                   NULL};
   int code = procs_run(argv, env_add, NULL, 480);
   ck_assert_msg(code == 0, "hooprun -np %d coll_worker%s%s: expected exit 0, got %d%s", np,
@@ -39,6 +43,10 @@ static void run_workers_with(int np, int quick, char *const env_add[]) {
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);
+}
+
+static void run_workers_with(int np, int quick, char *const env_add[]) {
+  run_workers_fake_hosts(np, quick, env_add, NULL);
 }
 
 static void run_workers(int np, int quick) {
@@ -118,6 +126,20 @@ START_TEST(test_algo_hd) {
 END_TEST
 START_TEST(test_algo_per_coll) {
   run_workers_with(per_coll_ranks[_i], 1, algo_per_coll);
+}
+END_TEST
+
+/* Host by host: 4 hosts of 2 ranks and 2 hosts of 3 (as the rank table sees them: the ranks name
+ * their hosts), with the host-by-host allreduce forced at every size, and 3 of 2 under auto (which
+ * takes it for the large cases). */
+static char *const algo_hier[] = {"HOOP_ALGO=allreduce:hier", "HOOP_CHUNK_BYTES=65536", NULL};
+static const struct {
+  int np;
+  char *per_host;
+  char *const *env;
+} hier_jobs[] = {{8, "2", algo_hier}, {6, "3", algo_hier}, {6, "2", NULL}};
+START_TEST(test_hier) {
+  run_workers_fake_hosts(hier_jobs[_i].np, 1, hier_jobs[_i].env, hier_jobs[_i].per_host);
 }
 END_TEST
 
@@ -310,6 +332,7 @@ static Suite *collectives_suite(void) {
   tcase_add_loop_test(tc, test_algo_ring, 0, (int)(sizeof ring_ranks / sizeof ring_ranks[0]));
   tcase_add_loop_test(tc, test_algo_rd, 0, (int)(sizeof rd_ranks / sizeof rd_ranks[0]));
   tcase_add_loop_test(tc, test_algo_hd, 0, (int)(sizeof hd_ranks / sizeof hd_ranks[0]));
+  tcase_add_loop_test(tc, test_hier, 0, (int)(sizeof hier_jobs / sizeof hier_jobs[0]));
   tcase_add_loop_test(tc, test_algo_per_coll, 0,
                       (int)(sizeof per_coll_ranks / sizeof per_coll_ranks[0]));
   tcase_add_loop_test(tc, test_algo_unknown, 0, (int)(sizeof bad_algos / sizeof bad_algos[0]));

@@ -56,7 +56,8 @@ hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args) {
     comm->block_length[i] = args->bytes;
   }
   hoop__arena arena = {0};
-  hoop_result result = hoop__ring_circulate(comm, &arena, args->recvbuf, comm->block_offset,
+  hoop__group whole = hoop__whole(comm);
+  hoop_result result = hoop__ring_circulate(comm, &whole, &arena, args->recvbuf, comm->block_offset,
                                             comm->block_length, 0, args->esize, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);

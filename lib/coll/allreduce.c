@@ -34,6 +34,7 @@ static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan
  * so that the next chunk's receive is posted before this one is reduced. */
 typedef struct staged_ring_pass {
   const hoop_comm *comm;
+  const hoop__group *group;
   hoop__ring_cursor cursor;
   const ring_plan *plan;
   size_t esize;
@@ -43,24 +44,26 @@ typedef struct staged_ring_pass {
 
 static int staged_ring_next(void *arg, size_t slot, hoop__chunk *chunk) {
   staged_ring_pass *pass = arg;
-  if (!hoop__ring_cursor_next(pass->comm, &pass->cursor, pass->plan->offset, pass->plan->length, 0,
-                              pass->esize, &chunk->step, &chunk->at, &chunk->len))
+  if (!hoop__ring_cursor_next(pass->comm, pass->group, &pass->cursor, pass->plan->offset,
+                              pass->plan->length, 0, pass->esize, &chunk->step, &chunk->at,
+                              &chunk->len))
     return 0;
-  chunk->peer = hoop__ring_prev(pass->comm);
+  chunk->peer = hoop__group_prev(pass->group);
   chunk->dst = pass->staging + slot * pass->chunk_max;
   return 1;
 }
 
-static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const char *src, char *dst,
-                                  const ring_plan *plan, char *staging, size_t chunk_max,
-                                  hoop_dtype dtype, hoop_op op) {
-  int n = comm->size, r = comm->rank;
-  int next = hoop__ring_next(comm);
+static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                                  const char *src, char *dst, const ring_plan *plan, char *staging,
+                                  size_t chunk_max, hoop_dtype dtype, hoop_op op, int finish,
+                                  int then_circulate) {
+  int n = group->size, r = group->index;
+  int next = hoop__group_next(group);
   size_t esize = hoop_dtype_size(dtype);
   /* Step 0 sends this rank's own contribution to segment r. */
   hoop_result result =
       hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
-  staged_ring_pass pass = {comm, {0, 0}, plan, esize, staging, chunk_max};
+  staged_ring_pass pass = {comm, group, {0, 0}, plan, esize, staging, chunk_max};
   hoop__recv_ahead ahead;
   hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, staged_ring_next, &pass);
   const hoop__chunk *chunk;
@@ -68,11 +71,12 @@ static hoop_result reduce_scatter(hoop_comm *comm, hoop__arena *arena, const cha
          chunk) {
     size_t at = chunk->at, len = chunk->len;
     hoop__reduce3(dst + at, src + at, chunk->dst, len / esize, dtype, op);
-    if (chunk->step == n - 2)
-      hoop__reduce_finish(dst + at, len / esize, dtype, op, n);
+    if (chunk->step == n - 2 && finish)
+      hoop__reduce_finish(dst + at, len / esize, dtype, op, comm->size);
     /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
      * finished segment that starts the allgather. */
-    result = hoop__arena_isend(comm, arena, next, dst + at, len);
+    if (chunk->step < n - 2 || then_circulate)
+      result = hoop__arena_isend(comm, arena, next, dst + at, len);
   }
   return result;
 }
@@ -268,11 +272,70 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
   if (!staging)
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
-  hoop_result result = reduce_scatter(comm, &arena, args->sendbuf, args->recvbuf, &plan, staging,
-                                      chunk_max, args->dtype, args->op);
+  hoop__group whole = hoop__whole(comm);
+  hoop_result result = reduce_scatter(comm, &whole, &arena, args->sendbuf, args->recvbuf, &plan,
+                                      staging, chunk_max, args->dtype, args->op, 1, 1);
   if (result == HOOP_OK)
-    result = hoop__ring_circulate(comm, &arena, args->recvbuf, plan.offset, plan.length, 1,
+    result = hoop__ring_circulate(comm, &whole, &arena, args->recvbuf, plan.offset, plan.length, 1,
                                   args->esize, 1);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
+}
+
+/* Host by host, for jobs whose hosts each run the same number of ranks, L, on H hosts: a ring
+ * reduce-scatter among the ranks of each host leaves each of them one of L segments summed over
+ * its host; the ranks at the same place on every host then allreduce that segment among
+ * themselves (ring reduce-scatter and allgather over H), L such rings at once; and a ring
+ * allgather on each host spreads the segments. Each host sends and receives 2(H-1)/H of the
+ * buffer over the network, against 2(n-1)/n for the flat ring, and the hops within a host go
+ * through shared memory. Each element is reduced on one rank, so all ranks end with the same
+ * bits. Other jobs run the ring. */
+hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
+  const hoop__hosts *hosts = comm->hosts;
+  if (!hosts || !hosts->even)
+    return hoop__allreduce_ring(comm, args);
+  size_t esize = args->esize;
+  hoop__group local = {hosts->per_host, hosts->local_index, hosts->local};
+  hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
+  ring_plan plan = {comm->block_offset, comm->block_length};
+  for (int i = 0; i < local.size; i++) {
+    size_t first, elems;
+    hoop__segment(args->count, local.size, i, &first, &elems);
+    plan.offset[i] = first * esize;
+    plan.length[i] = elems * esize;
+  }
+  /* After the reduce-scatter, member r holds segment r + 1; it is cut across the hosts. */
+  int own = (local.index + 1) % local.size;
+  ring_plan across = {hosts->offset, hosts->length};
+  for (int i = 0; i < cross.size; i++) {
+    size_t first, elems;
+    hoop__segment(plan.length[own] / esize, cross.size, i, &first, &elems);
+    across.offset[i] = plan.offset[own] + first * esize;
+    across.length[i] = elems * esize;
+  }
+  size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
+  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
+  if (!staging)
+    return HOOP_ERR_SYSTEM;
+  hoop__arena arena = {0};
+  /* Each pass waits for its sends before the next one writes where they read. */
+  hoop_result result = reduce_scatter(comm, &local, &arena, args->sendbuf, args->recvbuf, &plan,
+                                      staging, chunk_max, args->dtype, args->op, 0, 0);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  if (result == HOOP_OK)
+    result = reduce_scatter(comm, &cross, &arena, args->recvbuf, args->recvbuf, &across, staging,
+                            chunk_max, args->dtype, args->op, 1, 1);
+  if (result == HOOP_OK)
+    result = hoop__ring_circulate(comm, &cross, &arena, args->recvbuf, across.offset, across.length,
+                                  1, esize, 1);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  if (result == HOOP_OK)
+    result = hoop__ring_circulate(comm, &local, &arena, args->recvbuf, plan.offset, plan.length, 1,
+                                  esize, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);

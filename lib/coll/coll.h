@@ -43,29 +43,65 @@ size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_
 hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer, const char *buf,
                                      size_t len, size_t elem_size);
 
-/* Rank r starts with block (r + shift) % n complete and ends with all n blocks: at each of n-1
- * steps it receives from the previous rank the block that rank completed the step before, and
- * forwards it to the next. Block i is the bytes [offset[i], offset[i] + length[i]) of base.
- * With own_sent, the caller already posted the sends of its own block (in chunks from
+/* A ring's members: the whole communicator (ranks NULL), or some of its ranks in ring order
+ * (the ranks of one host, or one rank of each host: see hier.c). index is this rank's place. */
+typedef struct hoop__group {
+  int size, index;
+  const int *ranks;
+} hoop__group;
+
+static inline hoop__group hoop__whole(const hoop_comm *comm) {
+  return (hoop__group){comm->size, comm->rank, NULL};
+}
+/* The communicator rank of member i. */
+static inline int hoop__member(const hoop__group *group, int i) {
+  return group->ranks ? group->ranks[i] : i;
+}
+static inline int hoop__group_next(const hoop__group *group) {
+  return hoop__member(group, (group->index + 1) % group->size);
+}
+static inline int hoop__group_prev(const hoop__group *group) {
+  return hoop__member(group, (group->index + group->size - 1) % group->size);
+}
+
+/* The job's hosts (hosts.c), planned at the first collective with data. */
+typedef struct hoop__hosts {
+  int count;               /* hosts in the job */
+  int per_host;            /* ranks on this rank's host */
+  int even;                /* 1: at least 2 hosts, every one with the same per_host, at least 2 */
+  int host_index;          /* this rank's host among them, in order of their lowest rank */
+  int local_index;         /* this rank's place on its host */
+  int *local;              /* per_host entries: the ranks of this host, in rank order */
+  int *cross;              /* count entries: on each host, the rank at local_index (when even) */
+  size_t *offset, *length; /* count entries each: the blocks of a pass across the hosts */
+} hoop__hosts;
+
+/* Fill comm->hosts from the rank table's host names (HOOP_OK, or the error recorded). */
+hoop_result hoop__hosts_plan(hoop_comm *comm);
+
+/* Member r of the group starts with block (r + shift) % n complete and ends with all n blocks: at
+ * each of n-1 steps it receives from the previous rank the block that rank completed the step
+ * before, and forwards it to the next. Block i is the bytes [offset[i], offset[i] + length[i]) of
+ * base. With own_sent, the caller already posted the sends of its own block (in chunks from
  * hoop__chunk_bytes) on arena; otherwise this posts them. */
-hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base,
-                                 const size_t *offset, const size_t *length, int shift,
+hoop_result hoop__ring_circulate(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                                 char *base, const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent);
 
 /* Receives a ring pass keeps posted ahead of the chunk it waits for (see hoop__recv_ahead). */
 #define HOOP__RING_RECV_DEPTH 2
 
-/* Walks the chunks a ring pass receives, in order: at each of the n-1 steps, block
- * (rank + shift - step - 1) mod n, cut by hoop__chunk_bytes. Start from {0, 0}. */
+/* Walks the chunks a ring pass over a group receives, in order: at each of the n-1 steps, block
+ * (index + shift - step - 1) mod n, cut by hoop__chunk_bytes. Start from {0, 0}. */
 typedef struct hoop__ring_cursor {
   int step;
   size_t done; /* bytes of the step's block already handed out */
 } hoop__ring_cursor;
 
 /* The next chunk: its step, byte offset in the buffer and length; 0 when the pass is over. */
-int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, const size_t *offset,
-                           const size_t *length, int shift, size_t elem_size, int *step, size_t *at,
-                           size_t *len);
+int hoop__ring_cursor_next(const hoop_comm *comm, const hoop__group *group,
+                           hoop__ring_cursor *cursor, const size_t *offset, const size_t *length,
+                           int shift, size_t elem_size, int *step, size_t *at, size_t *len);
 
 /* End of a call that moves no bytes on this rank (count 0). With HOOP_CHECK_CALLS it still sends
  * its fingerprint to the next rank of the ring and takes the previous rank's, so that ranks whose
@@ -105,6 +141,7 @@ typedef hoop_result (*hoop__algo_fn)(hoop_comm *comm, const hoop__coll_args *arg
 hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);

@@ -92,10 +92,10 @@ hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int pe
   return HOOP_OK;
 }
 
-int hoop__ring_cursor_next(const hoop_comm *comm, hoop__ring_cursor *cursor, const size_t *offset,
-                           const size_t *length, int shift, size_t elem_size, int *step, size_t *at,
-                           size_t *len) {
-  int n = comm->size, r = comm->rank;
+int hoop__ring_cursor_next(const hoop_comm *comm, const hoop__group *group,
+                           hoop__ring_cursor *cursor, const size_t *offset, const size_t *length,
+                           int shift, size_t elem_size, int *step, size_t *at, size_t *len) {
+  int n = group->size, r = group->index;
   while (cursor->step < n - 1) {
     int block = ((r + shift - cursor->step - 1) % n + n) % n;
     if (cursor->done < length[block]) {
@@ -149,6 +149,7 @@ hoop_result hoop__recv_ahead_take(hoop_comm *comm, hoop__recv_ahead *ahead,
 /* A ring pass's chunks, received in place: base + their offset. */
 typedef struct ring_pass {
   const hoop_comm *comm;
+  const hoop__group *group;
   hoop__ring_cursor cursor;
   const size_t *offset, *length;
   int shift;
@@ -159,26 +160,26 @@ typedef struct ring_pass {
 static int ring_pass_next(void *arg, size_t slot, hoop__chunk *chunk) {
   ring_pass *pass = arg;
   (void)slot;
-  if (!hoop__ring_cursor_next(pass->comm, &pass->cursor, pass->offset, pass->length, pass->shift,
-                              pass->elem_size, &chunk->step, &chunk->at, &chunk->len))
+  if (!hoop__ring_cursor_next(pass->comm, pass->group, &pass->cursor, pass->offset, pass->length,
+                              pass->shift, pass->elem_size, &chunk->step, &chunk->at, &chunk->len))
     return 0;
-  chunk->peer = hoop__ring_prev(pass->comm);
+  chunk->peer = hoop__group_prev(pass->group);
   chunk->dst = pass->base + chunk->at;
   return 1;
 }
 
-hoop_result hoop__ring_circulate(hoop_comm *comm, hoop__arena *arena, char *base,
-                                 const size_t *offset, const size_t *length, int shift,
+hoop_result hoop__ring_circulate(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                                 char *base, const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent) {
-  int n = comm->size, r = comm->rank;
-  int next = hoop__ring_next(comm);
+  int n = group->size, r = group->index;
+  int next = hoop__group_next(group);
   hoop_result result = HOOP_OK;
   if (!own_sent) {
     int own = (r + shift) % n;
     result =
         hoop__arena_isend_chunks(comm, arena, next, base + offset[own], length[own], elem_size);
   }
-  ring_pass pass = {comm, {0, 0}, offset, length, shift, elem_size, base};
+  ring_pass pass = {comm, group, {0, 0}, offset, length, shift, elem_size, base};
   hoop__recv_ahead ahead;
   hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, ring_pass_next, &pass);
   const hoop__chunk *chunk;

@@ -24,6 +24,9 @@ static const algorithm algorithms[] = {
     {HOOP__COLL_ALLREDUCE, "ring", hoop__allreduce_ring, "ring reduce-scatter + ring allgather"},
     {HOOP__COLL_ALLREDUCE, "rd", hoop__allreduce_rd, "recursive doubling"},
     {HOOP__COLL_ALLREDUCE, "hd", hoop__allreduce_hd, "Rabenseifner's halving-doubling"},
+    {HOOP__COLL_ALLREDUCE, "hier", hoop__allreduce_hier,
+     "host by host: reduce-scatter on each host, ring across hosts, allgather on each host (the "
+     "ring where hosts differ in rank count)"},
     {HOOP__COLL_BROADCAST, "chain", hoop__broadcast_chain, "pipelined chain around the ring"},
     {HOOP__COLL_BROADCAST, "tree", hoop__broadcast_tree, "binomial tree"},
     {HOOP__COLL_ALLGATHER, "ring", hoop__allgather_ring, "pipelined ring"},
@@ -58,6 +61,7 @@ static const struct family {
 #define NOT_POW2 4u  /* any other */
 #define ONE_HOST 8u  /* every rank on this host */
 #define CROWDED 16u  /* every rank on this host, and more ranks than its CPUs */
+#define HOSTS 32u    /* several hosts, each with the same number of ranks, at least 2 */
 #define NO_LIMIT SIZE_MAX
 
 typedef struct cutover {
@@ -73,6 +77,10 @@ static const cutover cutovers[] = {
     {HOOP__COLL_ALLREDUCE, TWO_RANKS, 256 * 1024, hoop__allreduce_rd},
     {HOOP__COLL_ALLREDUCE, TWO_RANKS, NO_LIMIT, hoop__allreduce_ring},
     {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, hoop__allreduce_rd},
+    /* Several ranks on each host: the network carries 2(H-1)/H of the buffer per host instead of
+     * the flat ring's 2(n-1)/n, and the hops within hosts share memory. On 4 hosts of 2 ranks at
+     * 1 Gbit/s it beat halving-doubling from 64 KiB and the ring at every size (TUNING.md). */
+    {HOOP__COLL_ALLREDUCE, HOSTS, NO_LIMIT, hoop__allreduce_hier},
     /* Halving-doubling's 2 log2(n) rounds beat the ring's 2(n-1) waits until the ring's pipelining
      * wins; across hosts sooner, as each round's end idles the links while the ring streams; and
      * sooner still when ranks fold, whose whole-buffer transfers cost more than the rounds save. */
@@ -106,6 +114,8 @@ static unsigned job_shape(const hoop_comm *comm) {
     shape |= ONE_HOST;
   if (comm->crowded)
     shape |= CROWDED;
+  if (comm->hosts && comm->hosts->even)
+    shape |= HOSTS;
   return shape;
 }
 
@@ -120,11 +130,12 @@ static const algorithm *find(hoop__coll coll, const char *name, size_t len) {
 /* ---- HOOP_ALGO ------------------------------------------------------------------------------- */
 
 static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) {
-  return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                         "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
-                         "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd; broadcast: "
-                         "chain, tree; allgather: ring, rd, bruck; barrier: dissemination)",
-                         comm->call, text, why);
+  return hoop__set_error(
+      comm, HOOP_ERR_INVALID_ARG,
+      "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
+      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier; broadcast: "
+      "chain, tree; allgather: ring, rd, bruck; barrier: dissemination)",
+      comm->call, text, why);
 }
 
 /* One word of HOOP_ALGO: a family, or coll:algorithm. */
@@ -197,6 +208,8 @@ static hoop_result read_tuning(hoop_comm *comm) {
   /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
    * them when all share one host. */
   comm->crowded = comm->local_size == comm->size && hoop__host_oversubscribed(comm);
+  if (!comm->hosts && (result = hoop__hosts_plan(comm)) != HOOP_OK)
+    return result;
   comm->tuning_read = 1;
   return HOOP_OK;
 }

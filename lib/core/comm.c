@@ -538,6 +538,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   free(comm->scratch);
   free(comm->block_length);
   free(comm->block_offset);
+  free(comm->hosts);
   pthread_mutex_destroy(&comm->call_lock);
   free(comm);
   return HOOP_OK;

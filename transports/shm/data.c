@@ -70,8 +70,6 @@ static void encode(shm_slot *slot, uint32_t type, const hoop__request *req) {
 /* Place what fits of the queued sends; returns whether a slot was published. */
 static int drive_sends(shm_state *state, shm_peer *p) {
   shm_channel *chan = &p->seg->chan[p->side];
-  uint64_t head = atomic_load_explicit(&chan->head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&chan->tail, memory_order_acquire);
   int published = 0;
   while (p->sends.head) {
     hoop__request *req = p->sends.head;
@@ -79,26 +77,27 @@ static int drive_sends(shm_state *state, shm_peer *p) {
     int rndv = !r->started && state->cma_min && req->len >= state->cma_min &&
                atomic_load_explicit(&p->seg->can_read[!p->side].flag, memory_order_relaxed);
     while (!r->started || r->done < req->len) {
-      if (head - tail >= SHM_SLOTS) {
-        tail = atomic_load_explicit(&chan->tail, memory_order_acquire);
-        if (head - tail >= SHM_SLOTS)
+      if (p->head - p->freed >= SHM_SLOTS) {
+        p->freed = atomic_load_explicit(&chan->tail, memory_order_acquire);
+        if (p->head - p->freed >= SHM_SLOTS)
           goto full;
       }
-      shm_slot *slot = &chan->slots[head % SHM_SLOTS];
+      shm_slot *slot = &chan->slots[p->head % SHM_SLOTS];
       if (rndv) {
         encode(slot, SHM_RNDV, req);
+        uint64_t addr = (uint64_t)(uintptr_t)r->buf;
+        memcpy(slot->inline_data, &addr, sizeof addr);
         slot->bytes = 0;
-        slot->addr = (uint64_t)(uintptr_t)r->buf;
         r->done = req->len;
       } else {
         size_t n = req->len - r->done < SHM_SLOT_BYTES ? req->len - r->done : SHM_SLOT_BYTES;
         encode(slot, r->started ? SHM_MORE : SHM_DATA, req);
-        memcpy(slot->data, r->buf + r->done, n);
-        slot->bytes = n;
+        memcpy(n <= SHM_INLINE ? slot->inline_data : slot->data, r->buf + r->done, n);
+        slot->bytes = (uint32_t)n;
         r->done += n;
       }
       r->started = 1;
-      atomic_store_explicit(&chan->head, ++head, memory_order_release);
+      atomic_store_explicit(&slot->seq, ++p->head, memory_order_release);
       published = 1;
     }
     dequeue(&p->sends);
@@ -111,6 +110,17 @@ static int drive_sends(shm_state *state, shm_peer *p) {
   }
 full:
   return published;
+}
+
+/* The peer's next slot, if it has published it. */
+static shm_slot *next_slot(shm_peer *p) {
+  shm_slot *slot = &p->seg->chan[!p->side].slots[p->taken % SHM_SLOTS];
+  return atomic_load_explicit(&slot->seq, memory_order_acquire) == p->taken + 1 ? slot : NULL;
+}
+
+/* Give the slot just read back to the peer. */
+static void take_slot(shm_peer *p) {
+  atomic_store_explicit(&p->seg->chan[!p->side].tail, ++p->taken, memory_order_release);
 }
 
 /* Sends the peer has read from this rank's memory are complete. */
@@ -158,18 +168,15 @@ static hoop_result cma_read(hoop__tctx *ctx, int peer, char *buf, size_t len, ui
  * with the running call once (hoop__mismatch_early), as TCP does. */
 static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
   shm_peer *p = &shm_of(ctx)->peers[peer];
-  shm_channel *chan = &p->seg->chan[!p->side];
-  uint64_t tail = atomic_load_explicit(&chan->tail, memory_order_relaxed);
-  uint64_t head = atomic_load_explicit(&chan->head, memory_order_acquire);
   int freed = 0;
   hoop_result result = HOOP_OK;
-  while (tail < head) {
-    shm_slot *slot = &chan->slots[tail % SHM_SLOTS];
+  shm_slot *slot;
+  while ((slot = next_slot(p)) != NULL) {
     uint32_t type = hoop__get_be32(slot->frame + 4);
     hoop__request *req = p->recvs.head;
     if (!req) {
-      if (type != SHM_MORE && p->peeked != tail + 1) {
-        p->peeked = tail + 1;
+      if (type != SHM_MORE && p->peeked != p->taken + 1) {
+        p->peeked = p->taken + 1;
         result = hoop__mismatch_early(ctx->comm, peer, slot->frame + 16);
       }
       break;
@@ -185,10 +192,12 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
         break;
       r->started = 1;
       if (type == SHM_RNDV) {
-        if ((result = cma_read(ctx, peer, r->buf, req->len, slot->addr)) != HOOP_OK)
+        uint64_t addr;
+        memcpy(&addr, slot->inline_data, sizeof addr);
+        if ((result = cma_read(ctx, peer, r->buf, req->len, addr)) != HOOP_OK)
           break;
-        atomic_store_explicit(&chan->tail, ++tail, memory_order_release);
-        atomic_fetch_add_explicit(&chan->read, 1, memory_order_release);
+        take_slot(p);
+        atomic_fetch_add_explicit(&p->seg->chan[!p->side].read, 1, memory_order_release);
         freed = *moved = 1;
         complete(&p->recvs);
         continue;
@@ -203,14 +212,12 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
       result = hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d overran a message", peer);
       break;
     }
-    memcpy(r->buf + r->done, slot->data, n);
+    memcpy(r->buf + r->done, n <= SHM_INLINE ? slot->inline_data : slot->data, n);
     r->done += n;
-    atomic_store_explicit(&chan->tail, ++tail, memory_order_release);
+    take_slot(p);
     freed = *moved = 1;
     if (r->done == req->len)
       complete(&p->recvs);
-    if (tail == head)
-      head = atomic_load_explicit(&chan->head, memory_order_acquire);
   }
   if (freed)
     ring(p);
@@ -230,9 +237,7 @@ static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
   if (finish_read(p))
     *moved = 1;
   hoop_result result = drive_recvs(ctx, peer, moved);
-  if (result == HOOP_OK && p->eof && p->recvs.head &&
-      atomic_load_explicit(&p->seg->chan[!p->side].head, memory_order_acquire) ==
-          atomic_load_explicit(&p->seg->chan[!p->side].tail, memory_order_relaxed))
+  if (result == HOOP_OK && p->eof && p->recvs.head && p->seg && !next_slot(p))
     result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
                                "it had finalized before sending what this rank waits for");
   return result;

@@ -17,11 +17,13 @@
  *
  * Messages: a message's first slot holds its frame (length and the call's fingerprint, checked
  * against the posted receive as on every transport) and its first bytes; the rest follows slot by
- * slot, the receiver copying out while the sender copies in. From HOOP_SHM_CMA_BYTES up, where the
- * receiver showed at setup that process_vm_readv can read the sender (kernel.yama.ptrace_scope
- * and pid namespaces may forbid it), the slot carries only the message's address and the receiver
- * copies it straight from the sender's buffer: one copy instead of two. The sender's request
- * completes when the receiver says it has read it.
+ * slot, the receiver copying out while the sender copies in. A slot is published by a sequence
+ * number on the same cache line as its frame and, for a message of at most SHM_INLINE bytes, its
+ * payload: the receiver's one cache miss brings the whole message. From HOOP_SHM_CMA_BYTES up,
+ * where the receiver showed at setup that process_vm_readv can read the sender
+ * (kernel.yama.ptrace_scope and pid namespaces may forbid it), the slot carries only the message's
+ * address and the receiver copies it straight from the sender's buffer: one copy instead of two.
+ * The sender's request completes when the receiver says it has read it.
  *
  * Waiting: a wait spins over the channels (HOOP_SHM_SPIN_US; the crowded-host rule of TCP), then
  * raises this rank's sleeping flag in each segment, looks once more, and sleeps in poll() on the

@@ -8,6 +8,7 @@
 
 #include <poll.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "transport/transport.h"
@@ -18,7 +19,7 @@
 #define SHM_SLOT_BYTES (64 * 1024)
 
 #define SHM_MAGIC 0x53504f48u /* "HOPS" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 enum shm_frame_type {
   SHM_DATA = 1, /* a message's first slot: its header and first bytes */
   SHM_MORE = 2, /* the next bytes of the message before it */
@@ -38,18 +39,28 @@ enum shm_control {
 #define SHM_NOTICE_HEAD 12
 #define SHM_NOTICE_MAX 1000
 
+/* A slot's first cache line holds all a small message needs: the receiver waits on seq, and the
+ * line that brings the new seq brings the frame and up to SHM_INLINE bytes of payload with it, so a
+ * small message costs the receiver one cache miss. Bigger payloads go in data. */
+#define SHM_INLINE 8
 typedef struct shm_slot {
+  /* The slot's position in the channel + 1 once its message is published (written last). */
+  _Alignas(SHM_LINE) _Atomic uint64_t seq;
+  uint32_t bytes; /* payload in this slot: in inline_data when at most SHM_INLINE, else in data */
+  uint32_t unused;
   /* The frame (hoop__frame_encode's) for SHM_DATA and SHM_RNDV; the type alone for SHM_MORE. */
-  _Alignas(SHM_LINE) uint8_t frame[HOOP__FRAME_BYTES];
-  uint64_t bytes; /* payload in this slot */
-  uint64_t addr;  /* SHM_RNDV: where the message is in the sender */
+  uint8_t frame[HOOP__FRAME_BYTES];
+  unsigned char inline_data[SHM_INLINE]; /* SHM_RNDV: where the message is in the sender */
   _Alignas(SHM_LINE) unsigned char data[SHM_SLOT_BYTES];
 } shm_slot;
+_Static_assert(offsetof(shm_slot, inline_data) + SHM_INLINE == SHM_LINE,
+               "a slot's header and inline payload fill one cache line");
 
-/* One direction of a pair: a single-producer single-consumer queue of slots. Counters only grow;
- * each is written by one side, on a cache line of its own. */
+/* One direction of a pair: a single-producer single-consumer queue of slots. The producer
+ * publishes a slot by its seq; the consumer frees slots by advancing tail, which the producer
+ * reads only when the queue looks full. Counters only grow; each is written by one side, on a cache
+ * line of its own. */
 typedef struct shm_channel {
-  _Alignas(SHM_LINE) _Atomic uint64_t head; /* slots published (producer) */
   _Alignas(SHM_LINE) _Atomic uint64_t tail; /* slots taken (consumer) */
   _Alignas(SHM_LINE) _Atomic uint64_t read; /* SHM_RNDV messages read (consumer) */
   _Alignas(SHM_LINE) shm_slot slots[SHM_SLOTS];
@@ -103,6 +114,9 @@ typedef struct shm_peer {
   shm_queue unread; /* SHM_RNDV sends waiting for the peer to read them */
   shm_queue recvs;
   uint64_t tickets; /* SHM_RNDV messages sent */
+  uint64_t head;    /* slots this rank published to the peer */
+  uint64_t freed;   /* the peer's tail as last read: slots it has taken */
+  uint64_t taken;   /* slots this rank took from the peer's channel */
   uint8_t in[2048]; /* what came on the socket and is not taken yet */
   size_t in_len;
 } shm_peer;

@@ -129,6 +129,16 @@ START_TEST(test_algo_per_coll) {
 }
 END_TEST
 
+/* Direct (each rank reduces its segment from every peer's part) forced at every size, in 64 KiB
+ * chunks so that the big cases cross several; under auto the jobs of one host above take it for
+ * their large cases. */
+static char *const algo_direct[] = {"HOOP_ALGO=allreduce:direct", "HOOP_CHUNK_BYTES=65536", NULL};
+static const int direct_ranks[] = {2, 3, 5};
+START_TEST(test_algo_direct) {
+  run_workers_with(direct_ranks[_i], 1, algo_direct);
+}
+END_TEST
+
 /* Host by host: 4 hosts of 2 ranks and 2 hosts of 3 (as the rank table sees them: the ranks name
  * their hosts), with the host-by-host allreduce forced at every size, and 3 of 2 under auto (which
  * takes it for the large cases). */
@@ -332,6 +342,7 @@ static Suite *collectives_suite(void) {
   tcase_add_loop_test(tc, test_algo_ring, 0, (int)(sizeof ring_ranks / sizeof ring_ranks[0]));
   tcase_add_loop_test(tc, test_algo_rd, 0, (int)(sizeof rd_ranks / sizeof rd_ranks[0]));
   tcase_add_loop_test(tc, test_algo_hd, 0, (int)(sizeof hd_ranks / sizeof hd_ranks[0]));
+  tcase_add_loop_test(tc, test_algo_direct, 0, (int)(sizeof direct_ranks / sizeof direct_ranks[0]));
   tcase_add_loop_test(tc, test_hier, 0, (int)(sizeof hier_jobs / sizeof hier_jobs[0]));
   tcase_add_loop_test(tc, test_algo_per_coll, 0,
                       (int)(sizeof per_coll_ranks / sizeof per_coll_ranks[0]));

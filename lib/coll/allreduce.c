@@ -341,3 +341,101 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__arena_free(&arena);
   return result;
 }
+
+/* Direct: each rank reduces its own segment straight from every other rank's contribution, then
+ * takes every other finished segment straight from the rank that reduced it; MPI's shared-memory
+ * collectives work this way. It moves the ring's bytes, 2(n-1)/n of the buffer per rank, but each
+ * byte crosses once between its owner and its reducer instead of hopping around the ring: over
+ * shared memory with CMA a peer's chunk is one copy out of its buffer, and a rank depends on no
+ * chain of others, only on each of them once. A segment is combined on the one rank that owns it
+ * (its own part, then the others in rank order), so all ranks end with the same bits. */
+
+/* The chunks of this rank's segment, chunk by chunk, and within each from every peer in rank
+ * order, into HOOP__RING_RECV_DEPTH slices of staging. */
+typedef struct direct_pass {
+  const hoop_comm *comm;
+  size_t first, length, chunk_len; /* this rank's segment, and its chunks */
+  size_t done;                     /* bytes of the segment whose chunks were all handed out */
+  int peer;                        /* next peer for the current chunk */
+  char *staging;
+} direct_pass;
+
+static int direct_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  direct_pass *pass = arg;
+  if (pass->peer == pass->comm->rank)
+    pass->peer++;
+  if (pass->peer >= pass->comm->size) {
+    pass->peer = pass->comm->rank == 0 ? 1 : 0;
+    pass->done += pass->chunk_len;
+  }
+  if (pass->done >= pass->length)
+    return 0;
+  chunk->peer = pass->peer++;
+  chunk->at = pass->first + pass->done;
+  chunk->len =
+      pass->length - pass->done < pass->chunk_len ? pass->length - pass->done : pass->chunk_len;
+  chunk->dst = pass->staging + slot * pass->chunk_len;
+  return 1;
+}
+
+/* acc = op(this rank's own part, then every peer's in rank order): the first peer's chunk is
+ * combined with mine, which acc may be (in place), the others with acc. */
+static void direct_combine(const hoop__coll_args *args, int rank, const hoop__chunk *chunk,
+                           const char *mine, char *acc) {
+  size_t count = chunk->len / args->esize;
+  hoop__reduce3(acc, chunk->peer == (rank == 0 ? 1 : 0) ? mine : acc, chunk->dst, count,
+                args->dtype, args->op);
+}
+
+hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size, r = comm->rank;
+  ring_plan plan;
+  plan_segments(comm, args->count, args->esize, &plan);
+  const char *src = args->sendbuf;
+  char *dst = args->recvbuf;
+  size_t chunk_len = hoop__chunk_bytes(comm, plan.length[r], args->esize);
+  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
+  if (!staging)
+    return HOOP_ERR_SYSTEM;
+  hoop__arena arena = {0};
+  hoop_result result = HOOP_OK;
+  /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first. */
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r + k) % n;
+    result = hoop__arena_isend_chunks(comm, &arena, peer, src + plan.offset[peer],
+                                      plan.length[peer], args->esize);
+  }
+  direct_pass pass = {comm, plan.offset[r], plan.length[r], chunk_len, 0, r == 0 ? 1 : 0, staging};
+  hoop__recv_ahead ahead;
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, direct_next, &pass);
+  const hoop__chunk *chunk;
+  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
+         chunk) {
+    direct_combine(args, r, chunk, src + chunk->at, dst + chunk->at);
+    if (chunk->peer == (r == n - 1 ? n - 2 : n - 1))
+      hoop__reduce_finish(dst + chunk->at, chunk->len / args->esize, args->dtype, args->op, n);
+  }
+  /* The finished segment to every peer, and every other segment from its owner, in place. A
+   * segment this rank sent from an in-place buffer is written here only once its owner has
+   * finished it, after reading all of this rank's part. */
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r + k) % n;
+    result = hoop__arena_isend_chunks(comm, &arena, peer, dst + plan.offset[r], plan.length[r],
+                                      args->esize);
+  }
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r - k + n) % n;
+    size_t cut = hoop__chunk_bytes(comm, plan.length[peer], args->esize);
+    for (size_t done = 0; done < plan.length[peer] && result == HOOP_OK; done += cut) {
+      hoop__request *req = hoop__arena_next(comm, &arena);
+      result =
+          req ? hoop__irecv(comm, peer, dst + plan.offset[peer] + done,
+                            plan.length[peer] - done < cut ? plan.length[peer] - done : cut, req)
+              : HOOP_ERR_SYSTEM;
+    }
+  }
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
+}

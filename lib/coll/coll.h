@@ -142,6 +142,7 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);

@@ -96,6 +96,7 @@ struct hoop_comm {
   /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
    * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
   int crowded;
+  int all_shared;            /* every peer of every rank on shared memory (tune.c) */
   struct hoop__hosts *hosts; /* the job's hosts, for host-by-host algorithms (coll/hosts.c) */
   size_t *block_offset;      /* size entries each: the ring blocks of the running collective */
   size_t *block_length;

@@ -129,10 +129,12 @@ START_TEST(test_algo_per_coll) {
 }
 END_TEST
 
-/* Direct (each rank reduces its segment from every peer's part) forced at every size, in 64 KiB
- * chunks so that the big cases cross several; under auto the jobs of one host above take it for
- * their large cases. */
-static char *const algo_direct[] = {"HOOP_ALGO=allreduce:direct", "HOOP_CHUNK_BYTES=65536", NULL};
+/* The direct algorithms forced at every size: allreduce's (each rank reduces its segment from
+ * every peer's part), in 64 KiB chunks so that the big cases cross several, and allgather's (every
+ * block straight from its owner); under auto the jobs of one host above take allreduce's for their
+ * large cases. */
+static char *const algo_direct[] = {"HOOP_ALGO=allreduce:direct,allgather:direct",
+                                    "HOOP_CHUNK_BYTES=65536", NULL};
 static const int direct_ranks[] = {2, 3, 5};
 START_TEST(test_algo_direct) {
   run_workers_with(direct_ranks[_i], 1, algo_direct);

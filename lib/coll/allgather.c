@@ -64,3 +64,27 @@ hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__arena_free(&arena);
   return result;
 }
+
+/* Direct: every rank sends its block to every other rank and receives each block from its owner,
+ * all at once, in one round: over shared memory each block is one copy out of its owner's buffer
+ * (CMA), and a rank depends on no other's forwarding. Sends start with the next rank and receives
+ * with the previous one, so that no rank is everyone's first. */
+hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size, r = comm->rank;
+  size_t block = args->bytes;
+  char *recvbuf = args->recvbuf;
+  hoop__arena arena = {0};
+  hoop_result result = HOOP_OK;
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int from = (r - k + n) % n;
+    hoop__request *req = hoop__arena_next(comm, &arena);
+    result =
+        req ? hoop__irecv(comm, from, recvbuf + (size_t)from * block, block, req) : HOOP_ERR_SYSTEM;
+  }
+  for (int k = 1; k < n && result == HOOP_OK; k++)
+    result = hoop__arena_isend(comm, &arena, (r + k) % n, recvbuf + (size_t)r * block, block);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
+}

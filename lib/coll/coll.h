@@ -148,6 +148,7 @@ hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args);
 
 /* tune.c: read HOOP_ALGO and HOOP_CHUNK_BYTES once per communicator (HOOP_ERR_INVALID_ARG,

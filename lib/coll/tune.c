@@ -36,6 +36,8 @@ static const algorithm algorithms[] = {
     {HOOP__COLL_ALLGATHER, "rd", hoop__allgather_rd,
      "recursive doubling (Bruck's rounds when the rank count is not a power of two)"},
     {HOOP__COLL_ALLGATHER, "bruck", hoop__allgather_bruck, "Bruck's algorithm"},
+    {HOOP__COLL_ALLGATHER, "direct", hoop__allgather_direct,
+     "every block straight from its owner to every rank, in one round"},
     {HOOP__COLL_BARRIER, "dissemination", hoop__barrier_dissemination, "dissemination"},
 };
 #define ALGORITHMS (sizeof algorithms / sizeof algorithms[0])
@@ -146,7 +148,7 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct; broadcast: "
-      "chain, tree; allgather: ring, rd, bruck; barrier: dissemination)",
+      "chain, tree; allgather: ring, rd, bruck, direct; barrier: dissemination)",
       comm->call, text, why);
 }
 

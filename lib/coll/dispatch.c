@@ -42,7 +42,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, size_t count, h
   comm->stall_warned = 0;
   hoop__fingerprint_encode(comm, call, count, dtype, -1, -1);
   comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
-                                         check_dtype ? count * hoop_dtype_size(dtype) : 0);
+                                         check_dtype ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
 }
 

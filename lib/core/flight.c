@@ -139,7 +139,7 @@ void hoop__flight_install(void) {
   pthread_once(&install_once, install);
 }
 
-long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes) {
+long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes, double now) {
   pthread_mutex_lock(&ring_lock);
   long slot = written;
   flight_entry *entry = &ring[slot % FLIGHT_ENTRIES];
@@ -149,7 +149,7 @@ long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes
   entry->call = call;
   entry->bytes = bytes;
   entry->result = HOOP_OK;
-  entry->start_us = now_us();
+  entry->start_us = (int64_t)(now * 1e6);
   written = (sig_atomic_t)(slot + 1);
   pthread_mutex_unlock(&ring_lock);
   return slot;

@@ -10,8 +10,9 @@
 
 /* Install the SIGUSR1 handler once per process (at the first hoop_init). */
 void hoop__flight_install(void);
-/* Record a call starting; returns its slot for hoop__flight_end. */
-long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes);
+/* Record a call starting at now (hoop__now's clock, which the caller has read already); returns
+ * its slot for hoop__flight_end. */
+long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes, double now);
 void hoop__flight_end(long slot, hoop_result result);
 
 #endif /* HOOP__FLIGHT_H */

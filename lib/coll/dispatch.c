@@ -13,8 +13,9 @@
 /* How often a collective, at its start, reads the rendezvous connection for notices. */
 #define RDZV_LOOK_EVERY_S 0.001
 
-static hoop_result coll_begin(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
-                              int check_dtype) {
+/* op and root: -1 when the call has none (they go into the fingerprint). */
+static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll which, size_t count,
+                              hoop_dtype dtype, int check_dtype, int op, int root) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
   pthread_mutex_lock(&comm->call_lock);
@@ -40,15 +41,10 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, size_t count, h
   comm->seq++;
   comm->call_started = now;
   comm->stall_warned = 0;
-  hoop__fingerprint_encode(comm, call, count, dtype, -1, -1);
+  hoop__fingerprint_encode(comm, which, count, dtype, op, root);
   comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
                                          check_dtype ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
-}
-
-static void coll_describe(hoop_comm *comm, int op, int root) {
-  hoop__fingerprint_encode(comm, comm->call, hoop__fingerprint_count(comm->fingerprint),
-                           (hoop_dtype)comm->fingerprint[9], op, root);
 }
 
 static hoop_result coll_end(hoop_comm *comm, hoop_result result) {
@@ -135,11 +131,12 @@ static const collective collectives[HOOP__COLL_COUNT] = {
 /* Validate, settle count 0 and one rank, choose, run. */
 static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
-  hoop_result result = coll_begin(comm, coll->call, args->count, args->dtype, coll->has_data);
+  hoop_result result =
+      coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
+                 args->coll == HOOP__COLL_ALLREDUCE ? (int)args->op : -1,
+                 args->coll == HOOP__COLL_BROADCAST ? args->root : -1);
   if (result != HOOP_OK)
     return coll_end(comm, result);
-  coll_describe(comm, args->coll == HOOP__COLL_ALLREDUCE ? (int)args->op : -1,
-                args->coll == HOOP__COLL_BROADCAST ? args->root : -1);
   if (coll->check && (result = coll->check(comm, args)) != HOOP_OK)
     return coll_end(comm, result);
   if (coll->has_data) {

@@ -7,24 +7,23 @@
 #include "core/fingerprint.h"
 #include "util/be.h"
 
-/* Layout: seq (8 bytes), collective (1), dtype (1), op (1), root (+1, 4 bytes: 0 for none),
- * count (8), 1 reserved byte; integers big-endian. */
-static const char *const collective_names[] = {"hoop_allreduce", "hoop_broadcast", "hoop_allgather",
-                                               "hoop_barrier"};
+/* Layout: seq (8 bytes), collective (hoop__coll + 1), dtype (1), op (1), root (+1, 4 bytes: 0 for
+ * none), count (8), 1 reserved byte; integers big-endian. */
+static const char *const collective_names[HOOP__COLL_COUNT] = {
+    [HOOP__COLL_ALLREDUCE] = "hoop_allreduce",
+    [HOOP__COLL_BROADCAST] = "hoop_broadcast",
+    [HOOP__COLL_ALLGATHER] = "hoop_allgather",
+    [HOOP__COLL_BARRIER] = "hoop_barrier"};
 
 size_t hoop__fingerprint_count(const uint8_t *fp) {
   return (size_t)hoop__get_be64(fp + 15);
 }
 
-void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, hoop_dtype dtype,
                               int op, int root) {
   uint8_t *fp = comm->fingerprint;
-  int collective = 0;
-  for (int i = 0; i < 4; i++)
-    if (call && strcmp(call, collective_names[i]) == 0)
-      collective = i + 1;
   hoop__put_be64(fp, comm->seq);
-  fp[8] = (uint8_t)collective;
+  fp[8] = (uint8_t)(coll + 1);
   fp[9] = (uint8_t)dtype;
   fp[10] = (uint8_t)(op + 1);
   hoop__put_be32(fp + 11, (uint32_t)(root + 1));
@@ -35,12 +34,13 @@ void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, h
 /* "hoop_allreduce (call #5, count 1000, float32, sum)", "hoop_broadcast (call #5, count 10,
  * root 0)". */
 static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
-  const char *call = fp[8] >= 1 && fp[8] <= 4 ? collective_names[fp[8] - 1] : "an unknown call";
+  const char *call =
+      fp[8] >= 1 && fp[8] <= HOOP__COLL_COUNT ? collective_names[fp[8] - 1] : "an unknown call";
   const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
   const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
   long root = (long)hoop__get_be32(fp + 11) - 1;
   int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)hoop__get_be64(fp));
-  if (fp[8] != 4 && n >= 0 && (size_t)n < outlen)
+  if (fp[8] != HOOP__COLL_BARRIER + 1 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", count %zu, %s", hoop__fingerprint_count(fp),
                   dtype ? dtype : "unknown dtype");
   if (op && n >= 0 && (size_t)n < outlen)

@@ -7,7 +7,7 @@
 
 /* Write comm->fingerprint for the call about to run (comm->seq already counts it); op and root -1
  * when the call has none. */
-void hoop__fingerprint_encode(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, hoop_dtype dtype,
                               int op, int root);
 /* The count a fingerprint carries. */
 size_t hoop__fingerprint_count(const uint8_t *fp);

@@ -4,10 +4,13 @@
  * allreduce, broadcast, allgather and barrier. Every call returns a hoop_result; on failure
  * hoop_last_error() tells which peer, which call and why.
  *
- * Thread safety: one communicator is used by one thread at a time; different communicators may be
- * used concurrently from different threads. hoop_strerror() and hoop_abort() may be called from
+ * Thread safety: a communicator's calls may come from any thread, and the library serializes
+ * them; but the order in which a rank posts its collectives (blocking or not) is the order they
+ * are matched in across ranks, so a program that posts from several threads must order those
+ * posts itself. A request is tested or waited for by one thread at a time, and not after it
+ * completed (hoop_test and hoop_wait free it). hoop_strerror() and hoop_abort() may be called from
  * any thread, hoop_abort() only while the communicator is alive: never concurrently with or after
- * hoop_finalize() on it.
+ * hoop_finalize() on it. hoop_finalize() itself runs when no request is outstanding.
  */
 #ifndef HOOP_H
 #define HOOP_H
@@ -171,6 +174,44 @@ HOOP_API hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *
 
 /* Return once every rank has entered the barrier. */
 HOOP_API hoop_result hoop_barrier(hoop_comm *comm);
+
+/* Allreduce n buffers of one dtype as one transfer: recvbufs[i][j] = op over ranks of
+ * sendbufs[i][j] for j < counts[i] (in place when sendbufs[i] == recvbufs[i]). The buffers are
+ * packed into the library's own buffer piece by piece (HOOP_FUSION_BYTES, default 8 MiB, each
+ * piece one allreduce), so a large set needs no allocation of its total size. All ranks pass the
+ * same n and counts. Horovod's tensor fusion, below the framework. */
+HOOP_API hoop_result hoop_allreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
+                                         void *const *recvbufs, const size_t *counts,
+                                         hoop_dtype dtype, hoop_op op);
+
+/* ---- Non-blocking collectives ---------------------------------------------------------------- */
+/* Each call posts the collective and returns at once with *request set; the collective then runs
+ * on the communicator's progress thread (started by the first non-blocking post, asleep while
+ * there is nothing to do), in the order the rank posted it, while the program computes. Until it
+ * completes, the buffers belong to the library: inputs must not change, outputs must not be read.
+ * Many requests of any collectives may be outstanding at once and completed in any order; a
+ * blocking call is a post and a wait, queued behind the outstanding ones. A failure or an abort
+ * completes every outstanding request with the error (within HOOP_TIMEOUT for a peer that died or
+ * hangs). A post whose arguments are bad returns the error and sets no request. */
+typedef struct hoop_request hoop_request;
+HOOP_API hoop_result hoop_iallreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, hoop_dtype dtype, hoop_op op,
+                                     hoop_request **request);
+HOOP_API hoop_result hoop_ibroadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                     int root, hoop_request **request);
+HOOP_API hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, hoop_dtype dtype, hoop_request **request);
+HOOP_API hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request);
+/* hoop_allreduce_many, posted. The arrays are copied; the buffers they point to are not. */
+HOOP_API hoop_result hoop_iallreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
+                                          void *const *recvbufs, const size_t *counts,
+                                          hoop_dtype dtype, hoop_op op, hoop_request **request);
+/* *done = 0 while the request runs (HOOP_OK). Once it has completed, *done = 1 and the request's
+ * result is returned and the request freed, as MPI_Test does; hoop_last_error then tells why it
+ * failed, if it did. */
+HOOP_API hoop_result hoop_test(hoop_request *request, int *done);
+/* Block until the request completes; return its result and free it. */
+HOOP_API hoop_result hoop_wait(hoop_request *request);
 
 /* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over

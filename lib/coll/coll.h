@@ -137,6 +137,18 @@ typedef struct hoop__coll_args {
 
 typedef hoop_result (*hoop__algo_fn)(hoop_comm *comm, const hoop__coll_args *args);
 
+/* dispatch.c: the checks of a call's arguments, made when it is posted (HOOP_OK, or the error
+ * recorded); running a call, with the communicator's call_lock held (request.c runs the queue);
+ * and the public name of a collective ("hoop_allreduce"). */
+hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
+const char *hoop__coll_call_name(hoop__coll coll);
+
+/* request.c: stop the progress thread and refuse while requests are outstanding (hoop_finalize's
+ * first step: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded); free what the requests' machinery
+ * holds. */
+hoop_result hoop__requests_finalize(hoop_comm *comm);
+
 /* The algorithms (tune.c names each in its table). */
 hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args);

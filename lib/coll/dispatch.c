@@ -16,9 +16,6 @@
 /* op and root: -1 when the call has none (they go into the fingerprint). */
 static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll which, size_t count,
                               hoop_dtype dtype, int check_dtype, int op, int root) {
-  if (!comm)
-    return HOOP_ERR_INVALID_ARG;
-  pthread_mutex_lock(&comm->call_lock);
   hoop__check_abort(comm);
   /* Another rank's abort or loss that the server told of since the last call fails this one.
    * Looking costs a system call, which back-to-back small calls would pay every time, so calls
@@ -48,8 +45,6 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
 }
 
 static hoop_result coll_end(hoop_comm *comm, hoop_result result) {
-  if (!comm)
-    return result;
   /* A call that failed half way may have left requests of its stack frame queued in the
    * transport: failing the communicator drops them. Argument errors happen before any post. */
   if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG && !comm->failed) {
@@ -60,11 +55,6 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result) {
   if (comm->call)
     hoop__flight_end(comm->flight_slot, result);
   comm->call = NULL;
-  pthread_mutex_unlock(&comm->call_lock);
-  if (atomic_load(&comm->abort_requested) == 1 && pthread_mutex_trylock(&comm->call_lock) == 0) {
-    hoop__check_abort(comm);
-    pthread_mutex_unlock(&comm->call_lock);
-  }
   return result;
 }
 
@@ -128,8 +118,25 @@ static const collective collectives[HOOP__COLL_COUNT] = {
     [HOOP__COLL_BARRIER] = {"hoop_barrier", 0, NULL, NULL},
 };
 
-/* Validate, settle count 0 and one rank, choose, run. */
-static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
+/* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); the run
+ * makes them again, in its place in the call's sequence. */
+hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args) {
+  const collective *coll = &collectives[args->coll];
+  if (coll->has_data && hoop_dtype_size(args->dtype) == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", coll->call,
+                           (int)args->dtype);
+  if (coll->has_data && args->count > SIZE_MAX / hoop_dtype_size(args->dtype) / (size_t)comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", coll->call,
+                           args->count);
+  return coll->check ? coll->check(comm, args) : HOOP_OK;
+}
+
+const char *hoop__coll_call_name(hoop__coll coll) {
+  return collectives[coll].call;
+}
+
+/* Validate, settle count 0 and one rank, choose, run. The caller holds call_lock. */
+hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
   hoop_result result =
       coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
@@ -151,26 +158,4 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (coll->prepare)
     coll->prepare(comm, args);
   return coll_end(comm, comm->size > 1 ? algo(comm, args) : HOOP_OK);
-}
-
-hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                           hoop_dtype dtype, hoop_op op) {
-  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
-  return coll_run(comm, &args);
-}
-
-hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root) {
-  hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
-  return coll_run(comm, &args);
-}
-
-hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
-                           hoop_dtype dtype) {
-  hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
-  return coll_run(comm, &args);
-}
-
-hoop_result hoop_barrier(hoop_comm *comm) {
-  hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
-  return coll_run(comm, &args);
 }

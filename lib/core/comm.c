@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coll/coll.h"
 #include "config.h"
 #include "core/env.h"
 #include "core/flight.h"
@@ -382,6 +383,9 @@ static hoop_comm *comm_new(void) {
   comm->rdzv_fd = -1;
   comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
   pthread_mutex_init(&comm->call_lock, NULL);
+  pthread_mutex_init(&comm->queue_lock, NULL);
+  pthread_cond_init(&comm->queue_cond, NULL);
+  pthread_cond_init(&comm->done_cond, NULL);
   atomic_init(&comm->abort_requested, 0);
   return comm;
 }
@@ -526,6 +530,9 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
 hoop_result hoop_finalize(hoop_comm *comm) {
   if (!comm)
     return HOOP_OK;
+  hoop_result result = hoop__requests_finalize(comm);
+  if (result != HOOP_OK)
+    return result;
   hoop__registrations_release(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
@@ -540,6 +547,9 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   free(comm->block_offset);
   free(comm->hosts);
   pthread_mutex_destroy(&comm->call_lock);
+  pthread_mutex_destroy(&comm->queue_lock);
+  pthread_cond_destroy(&comm->queue_cond);
+  pthread_cond_destroy(&comm->done_cond);
   free(comm);
   return HOOP_OK;
 }

@@ -68,6 +68,8 @@ static const hoop__env_var env_table[] = {
     {"HOOP_CHUNK_BYTES", "1048576",
      "bytes per pipelined chunk of the ring collectives "
      "(4096 to 2^30)"},
+    {"HOOP_FUSION_BYTES", "8388608",
+     "bytes hoop_allreduce_many packs into one allreduce (4096 to 2^30)"},
     {"HOOP_TCP_SPIN_US", "auto",
      "microseconds a wait polls sockets without sleeping before it "
      "blocks in poll(); 0 always sleeps; auto: 1000, or 50 when this "

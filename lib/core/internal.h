@@ -103,6 +103,19 @@ struct hoop_comm {
   void *scratch; /* reduction staging, grown on demand */
   size_t scratch_bytes;
 
+  /* Posted calls not yet started, run in order by whoever holds call_lock (coll/request.c): the
+   * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the
+   * requests' completion and the progress thread's state. */
+  pthread_mutex_t queue_lock;
+  pthread_cond_t queue_cond; /* something was posted, or the progress thread must stop */
+  pthread_cond_t done_cond;  /* a request completed */
+  struct hoop_request *queue_head, *queue_tail;
+  size_t outstanding; /* requests posted by the non-blocking calls and not yet freed */
+  pthread_t progress;
+  int progress_started, progress_stop, progress_idle;
+  void *fusion;        /* hoop_allreduce_many's packing buffer, fusion_bytes long */
+  size_t fusion_bytes; /* HOOP_FUSION_BYTES, read at the first fused call */
+
   /* hoop_register's entries, sorted by base address (register.c). */
   struct hoop__registration *regs;
   size_t reg_count, reg_capacity;

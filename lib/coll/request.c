@@ -1,0 +1,487 @@
+/* request.c - every collective as a request: posted to its communicator's queue, run in posting
+ * order by whichever thread holds the communicator's call_lock, completed with its result.
+ *
+ * A blocking call posts a request that lives on its stack and waits for it: with nothing queued
+ * ahead, the waiting thread takes call_lock and runs the call itself, as before requests existed.
+ * A non-blocking call posts a request on the heap and wakes the communicator's progress thread
+ * (started by the first such call), which runs the queue while the program computes, then sleeps
+ * on queue_cond. A thread that waits for a request runs the queue itself when call_lock is free,
+ * else sleeps on done_cond until the runner completes it.
+ *
+ * Order: ranks match calls by the order they run in, which is the order each rank posted them,
+ * since only the holder of call_lock takes calls off the queue and it runs each to its end.
+ *
+ * Failures: a call that fails fails the communicator (dispatch.c), and every call after it is
+ * refused at its start with the same reason, so each queued request completes with the error
+ * soon after; a request keeps its own message for hoop_last_error. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll/coll.h"
+#include "core/env.h"
+
+#define FUSION_DEFAULT_BYTES (8u << 20)
+#define FUSION_MIN_BYTES 4096
+#define FUSION_MAX_BYTES (1L << 30)
+
+struct hoop_request {
+  hoop_comm *comm;
+  hoop__coll_args args;
+  /* hoop_allreduce_many (args.count SIZE_MAX): n buffers, the arrays owned when on the heap */
+  size_t nbufs;
+  const void *const *sendbufs;
+  void *const *recvbufs;
+  const size_t *counts;
+  int on_heap; /* posted by a non-blocking call: freed by hoop_test or hoop_wait */
+  int done;    /* under queue_lock */
+  hoop_result result;
+  char *error; /* the message of its failure (heap requests) */
+  struct hoop_request *next;
+};
+
+/* ---- running the queue ----------------------------------------------------------------------- */
+
+static hoop_result read_fusion(hoop_comm *comm) {
+  long bytes;
+  if (hoop__parse_int(hoop__env_get("HOOP_FUSION_BYTES"), FUSION_MIN_BYTES, FUSION_MAX_BYTES,
+                      &bytes) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_allreduce_many: HOOP_FUSION_BYTES '%s' is not a number of bytes "
+                           "in %d..%ld",
+                           hoop__env_get("HOOP_FUSION_BYTES"), FUSION_MIN_BYTES, FUSION_MAX_BYTES);
+  comm->fusion = malloc((size_t)bytes);
+  if (!comm->fusion)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                           "hoop_allreduce_many: cannot allocate %ld bytes to pack into", bytes);
+  comm->fusion_bytes = (size_t)bytes;
+  return HOOP_OK;
+}
+
+/* The fused allreduce: pack as much as a piece holds (a buffer may span pieces, cut between
+ * elements), allreduce the piece in place, unpack it; every rank cuts the same pieces from the
+ * same counts, so each piece is one matching allreduce. */
+static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
+  hoop_result result = HOOP_OK;
+  size_t esize = hoop_dtype_size(req->args.dtype);
+  if (!comm->fusion && (result = read_fusion(comm)) != HOOP_OK)
+    return result;
+  size_t piece_elems = comm->fusion_bytes / esize;
+  char *piece = comm->fusion;
+  size_t buf = 0, at = 0; /* the next element to pack: buffer buf, element at */
+  while (result == HOOP_OK) {
+    size_t first_buf = buf, first_at = at, filled = 0;
+    while (buf < req->nbufs && filled < piece_elems) {
+      size_t take = req->counts[buf] - at;
+      if (take > piece_elems - filled)
+        take = piece_elems - filled;
+      if (take)
+        memcpy(piece + filled * esize, (const char *)req->sendbufs[buf] + at * esize,
+               take * esize);
+      filled += take;
+      at += take;
+      if (at == req->counts[buf]) {
+        buf++;
+        at = 0;
+      }
+    }
+    if (filled == 0)
+      break;
+    hoop__coll_args args = {
+        HOOP__COLL_ALLREDUCE, piece, piece, filled, req->args.dtype, req->args.op, -1, 0, 0};
+    result = hoop__coll_run(comm, &args);
+    /* Unpack what this piece carried, in the order it was packed. */
+    for (size_t b = first_buf, from = first_at, done = 0; result == HOOP_OK && done < filled; b++) {
+      size_t take = req->counts[b] - from;
+      if (take > filled - done)
+        take = filled - done;
+      if (take)
+        memcpy((char *)req->recvbufs[b] + from * esize, piece + done * esize, take * esize);
+      done += take;
+      from = 0;
+    }
+  }
+  return result;
+}
+
+static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
+  if (result != HOOP_OK && req->on_heap)
+    req->error = strdup(comm->last_error);
+  pthread_mutex_lock(&comm->queue_lock);
+  req->result = result;
+  req->done = 1;
+  pthread_cond_broadcast(&comm->done_cond);
+  pthread_mutex_unlock(&comm->queue_lock);
+}
+
+/* Run queued calls in order until the queue is empty, or until `until` has completed. The caller
+ * holds call_lock. */
+static void run_queue(hoop_comm *comm, const hoop_request *until) {
+  for (;;) {
+    pthread_mutex_lock(&comm->queue_lock);
+    hoop_request *req = comm->queue_head;
+    if (!req || (until && until->done)) {
+      pthread_mutex_unlock(&comm->queue_lock);
+      break;
+    }
+    comm->queue_head = req->next;
+    if (!comm->queue_head)
+      comm->queue_tail = NULL;
+    pthread_mutex_unlock(&comm->queue_lock);
+    complete(comm, req,
+             req->args.count == SIZE_MAX ? run_fused(comm, req) : hoop__coll_run(comm, &req->args));
+  }
+  /* A hoop_abort from another thread that found call_lock taken left its work to the holder. */
+  if (atomic_load(&comm->abort_requested) == 1)
+    hoop__check_abort(comm);
+}
+
+static void *progress_main(void *arg) {
+  hoop_comm *comm = arg;
+  pthread_mutex_lock(&comm->queue_lock);
+  for (;;) {
+    while (!comm->queue_head && !comm->progress_stop) {
+      comm->progress_idle = 1;
+      pthread_cond_wait(&comm->queue_cond, &comm->queue_lock);
+    }
+    comm->progress_idle = 0;
+    if (!comm->queue_head)
+      break;
+    pthread_mutex_unlock(&comm->queue_lock);
+    pthread_mutex_lock(&comm->call_lock);
+    run_queue(comm, NULL);
+    pthread_mutex_unlock(&comm->call_lock);
+    pthread_mutex_lock(&comm->queue_lock);
+  }
+  pthread_mutex_unlock(&comm->queue_lock);
+  return NULL;
+}
+
+/* ---- posting and completing -------------------------------------------------------------------
+ */
+
+/* Queue req (validated); a non-blocking post wakes the progress thread, starting it if need be. */
+static hoop_result post(hoop_comm *comm, hoop_request *req) {
+  req->comm = comm;
+  req->done = 0;
+  req->next = NULL;
+  req->error = NULL;
+  pthread_mutex_lock(&comm->queue_lock);
+  if (req->on_heap && !comm->progress_started) {
+    int err = pthread_create(&comm->progress, NULL, progress_main, comm);
+    if (err != 0) {
+      pthread_mutex_unlock(&comm->queue_lock);
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "cannot start the progress thread: %s",
+                             strerror(err));
+    }
+    comm->progress_started = 1;
+  }
+  if (comm->queue_tail)
+    comm->queue_tail->next = req;
+  else
+    comm->queue_head = req;
+  comm->queue_tail = req;
+  if (req->on_heap) {
+    comm->outstanding++;
+    if (comm->progress_idle)
+      pthread_cond_signal(&comm->queue_cond);
+  }
+  pthread_mutex_unlock(&comm->queue_lock);
+  return HOOP_OK;
+}
+
+static int is_done(hoop_comm *comm, const hoop_request *req) {
+  pthread_mutex_lock(&comm->queue_lock);
+  int done = req->done;
+  pthread_mutex_unlock(&comm->queue_lock);
+  return done;
+}
+
+/* The request's result, its message put back as the communicator's last error, and a heap
+ * request freed. */
+static hoop_result finish(hoop_request *req) {
+  hoop_comm *comm = req->comm;
+  hoop_result result = req->result;
+  if (!req->on_heap)
+    return result;
+  if (req->error) {
+    pthread_mutex_lock(&comm->call_lock);
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", req->error);
+    pthread_mutex_unlock(&comm->call_lock);
+    free(req->error);
+  }
+  pthread_mutex_lock(&comm->queue_lock);
+  comm->outstanding--;
+  pthread_mutex_unlock(&comm->queue_lock);
+  free((void *)req->sendbufs);
+  free((void *)req->recvbufs);
+  free((void *)req->counts);
+  free(req);
+  return result;
+}
+
+/* Run the queue here while call_lock is free; else sleep until the holder completes the request.
+ * The sleep is bounded: call_lock may be held a moment by a thread that does not run the queue
+ * (hoop_register, hoop_abort). */
+static void wait_done(hoop_comm *comm, const hoop_request *req) {
+  while (!is_done(comm, req)) {
+    if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+      run_queue(comm, req);
+      pthread_mutex_unlock(&comm->call_lock);
+      continue;
+    }
+    pthread_mutex_lock(&comm->queue_lock);
+    if (!req->done) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 1000000;
+      if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&comm->done_cond, &comm->queue_lock, &until);
+    }
+    pthread_mutex_unlock(&comm->queue_lock);
+  }
+}
+
+hoop_result hoop_wait(hoop_request *req) {
+  if (!req)
+    return HOOP_ERR_INVALID_ARG;
+  wait_done(req->comm, req);
+  return finish(req);
+}
+
+hoop_result hoop_test(hoop_request *req, int *done) {
+  if (!req || !done)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_comm *comm = req->comm;
+  *done = is_done(comm, req);
+  /* With no progress thread running the queue (it is busy elsewhere, or the program tests in a
+   * loop), testing moves it on, as MPI_Test does. */
+  if (!*done && pthread_mutex_trylock(&comm->call_lock) == 0) {
+    run_queue(comm, req);
+    pthread_mutex_unlock(&comm->call_lock);
+    *done = is_done(comm, req);
+  }
+  return *done ? finish(req) : HOOP_OK;
+}
+
+/* ---- the calls ------------------------------------------------------------------------------- */
+
+/* Validate and post args: blocking (request NULL) waits for it on this thread; non-blocking
+ * returns a heap request. */
+static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_request **request) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (request)
+    *request = NULL;
+  hoop_result result = hoop__coll_validate(comm, args);
+  if (result != HOOP_OK)
+    return result;
+  if (!request) {
+    /* Nothing queued and nobody running: this thread runs the call, as before requests. */
+    if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+      pthread_mutex_lock(&comm->queue_lock);
+      int idle = !comm->queue_head;
+      pthread_mutex_unlock(&comm->queue_lock);
+      if (idle) {
+        hoop__coll_args run = *args;
+        result = hoop__coll_run(comm, &run);
+        if (atomic_load(&comm->abort_requested) == 1)
+          hoop__check_abort(comm);
+        pthread_mutex_unlock(&comm->call_lock);
+        return result;
+      }
+      pthread_mutex_unlock(&comm->call_lock);
+    }
+    hoop_request req = {.args = *args};
+    if ((result = post(comm, &req)) != HOOP_OK)
+      return result;
+    wait_done(comm, &req);
+    return req.result;
+  }
+  hoop_request *req = calloc(1, sizeof *req);
+  if (!req)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for the request",
+                           hoop__coll_call_name(args->coll));
+  req->args = *args;
+  req->on_heap = 1;
+  if ((result = post(comm, req)) != HOOP_OK) {
+    free(req);
+    return result;
+  }
+  *request = req;
+  return HOOP_OK;
+}
+
+hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype, hoop_op op) {
+  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
+  return start(comm, &args, NULL);
+}
+
+hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root) {
+  hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
+  return start(comm, &args, NULL);
+}
+
+hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype) {
+  hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
+  return start(comm, &args, NULL);
+}
+
+hoop_result hoop_barrier(hoop_comm *comm) {
+  hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
+  return start(comm, &args, NULL);
+}
+
+static hoop_result need_request(hoop_comm *comm, hoop_request **request, const char *call) {
+  if (request)
+    return HOOP_OK;
+  return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: request is NULL", call)
+              : HOOP_ERR_INVALID_ARG;
+}
+
+hoop_result hoop_iallreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            hoop_dtype dtype, hoop_op op, hoop_request **request) {
+  hoop_result result = need_request(comm, request, "hoop_iallreduce");
+  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request) : result;
+}
+
+hoop_result hoop_ibroadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root,
+                            hoop_request **request) {
+  hoop_result result = need_request(comm, request, "hoop_ibroadcast");
+  hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request) : result;
+}
+
+hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            hoop_dtype dtype, hoop_request **request) {
+  hoop_result result = need_request(comm, request, "hoop_iallgather");
+  hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request) : result;
+}
+
+hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request) {
+  hoop_result result = need_request(comm, request, "hoop_ibarrier");
+  hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request) : result;
+}
+
+/* ---- fused allreduce ------------------------------------------------------------------------- */
+
+static hoop_result check_many(hoop_comm *comm, const char *call, size_t n,
+                              const void *const *sendbufs, void *const *recvbufs,
+                              const size_t *counts, hoop_dtype dtype, hoop_op op) {
+  if (hoop_dtype_size(dtype) == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
+  if ((unsigned)op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown op %d", call, (int)op);
+  if (n > 0 && (!sendbufs || !recvbufs || !counts))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with %zu buffers", call,
+                           !sendbufs ? "sendbufs" : !recvbufs ? "recvbufs" : "counts", n);
+  for (size_t i = 0; i < n; i++)
+    if (counts[i] > 0 && (!sendbufs[i] || !recvbufs[i]))
+      return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: buffer %zu is NULL with count %zu",
+                             call, i, counts[i]);
+  return HOOP_OK;
+}
+
+static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
+                              const void *const *sendbufs, void *const *recvbufs,
+                              const size_t *counts, hoop_dtype dtype, hoop_op op,
+                              hoop_request **request) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = check_many(comm, call, n, sendbufs, recvbufs, counts, dtype, op);
+  if (result != HOOP_OK)
+    return result;
+  /* SIZE_MAX marks a fused request whose set may be empty (nbufs 0): it still runs in its turn. */
+  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, NULL, NULL, SIZE_MAX, dtype, op, -1, 0, 0};
+  if (!request) {
+    hoop_request req = {.args = args, .nbufs = n};
+    req.sendbufs = sendbufs;
+    req.recvbufs = recvbufs;
+    req.counts = counts;
+    if ((result = post(comm, &req)) != HOOP_OK)
+      return result;
+    wait_done(comm, &req);
+    return req.result;
+  }
+  *request = NULL;
+  hoop_request *req = calloc(1, sizeof *req);
+  const void **sends = malloc((n ? n : 1) * sizeof *sends);
+  void **recvs = malloc((n ? n : 1) * sizeof *recvs);
+  size_t *copied = malloc((n ? n : 1) * sizeof *copied);
+  if (!req || !sends || !recvs || !copied) {
+    free(req);
+    free(sends);
+    free(recvs);
+    free(copied);
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for the request", call);
+  }
+  if (n) {
+    memcpy(sends, sendbufs, n * sizeof *sends);
+    memcpy(recvs, recvbufs, n * sizeof *recvs);
+    memcpy(copied, counts, n * sizeof *copied);
+  }
+  req->args = args;
+  req->nbufs = n;
+  req->sendbufs = sends;
+  req->recvbufs = recvs;
+  req->counts = copied;
+  req->on_heap = 1;
+  if ((result = post(comm, req)) != HOOP_OK) {
+    req->nbufs = 0;
+    finish(req);
+    return result;
+  }
+  *request = req;
+  return HOOP_OK;
+}
+
+hoop_result hoop_allreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
+                                void *const *recvbufs, const size_t *counts, hoop_dtype dtype,
+                                hoop_op op) {
+  return start_many(comm, "hoop_allreduce_many", n, sendbufs, recvbufs, counts, dtype, op, NULL);
+}
+
+hoop_result hoop_iallreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
+                                 void *const *recvbufs, const size_t *counts, hoop_dtype dtype,
+                                 hoop_op op, hoop_request **request) {
+  hoop_result result = need_request(comm, request, "hoop_iallreduce_many");
+  return result == HOOP_OK ? start_many(comm, "hoop_iallreduce_many", n, sendbufs, recvbufs,
+                                        counts, dtype, op, request)
+                           : result;
+}
+
+/* ---- finalize -------------------------------------------------------------------------------- */
+
+hoop_result hoop__requests_finalize(hoop_comm *comm) {
+  pthread_mutex_lock(&comm->queue_lock);
+  size_t outstanding = comm->outstanding;
+  int started = comm->progress_started;
+  if (!outstanding) {
+    comm->progress_stop = 1;
+    pthread_cond_signal(&comm->queue_cond);
+  }
+  pthread_mutex_unlock(&comm->queue_lock);
+  if (outstanding)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_finalize: %zu request%s outstanding: complete %s with hoop_wait "
+                           "or hoop_test first",
+                           outstanding, outstanding == 1 ? " is" : "s are",
+                           outstanding == 1 ? "it" : "them");
+  if (started)
+    pthread_join(comm->progress, NULL);
+  comm->progress_started = 0;
+  free(comm->fusion);
+  comm->fusion = NULL;
+  return HOOP_OK;
+}

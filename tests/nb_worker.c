@@ -1,0 +1,360 @@
+/* nb_worker.c - one rank of the non-blocking test: posts many collectives of every kind at once
+ * (allreduce of every dtype and op, broadcast, allgather, barrier, fused allreduce of many
+ * buffers, some of them large), completes them in an order of its own (scrambled by rank, by
+ * hoop_test loops and hoop_wait), and checks each result against reference.c; then the fused call
+ * blocking, and hoop_finalize refusing while a request is outstanding. Started by hooprun.
+ *
+ * Usage: nb_worker [--quick]
+ *        nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others have requests
+ *                                       outstanding: every request there must complete with an
+ *                                       error naming rank 1, within HOOP_TIMEOUT
+ */
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "reference.h"
+
+static hoop_comm *comm;
+static int rank, nranks;
+static size_t checks, failures;
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "rank %d FAIL: ", rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  failures++;
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "rank %d: out of memory\n", rank);
+    exit(2);
+  }
+  return p;
+}
+
+static void must(hoop_result result, const char *what) {
+  if (result != HOOP_OK) {
+    fprintf(stderr, "rank %d FAIL: %s returned %s: %s\n", rank, what, hoop_strerror(result),
+            hoop_last_error(comm));
+    exit(1);
+  }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+enum kind { ALLREDUCE, BROADCAST, ALLGATHER, BARRIER, FUSED, KINDS };
+#define MAX_BUFS 12
+
+typedef struct item {
+  enum kind kind;
+  hoop_dtype dtype;
+  hoop_op op;
+  size_t count; /* FUSED: unused */
+  int root, in_place;
+  unsigned seed;
+  char *send, *recv;
+  size_t nbufs, counts[MAX_BUFS];
+  char *sends[MAX_BUFS], *recvs[MAX_BUFS];
+  hoop_request *req;
+} item;
+
+static const size_t odd_counts[] = {0, 1, 3, 7, 31, 97, 1031, 4099};
+#define NCOUNTS (sizeof odd_counts / sizeof odd_counts[0])
+
+static void post(item *it, int i, size_t big) {
+  size_t esize = hoop_dtype_size(it->dtype);
+  it->seed = (unsigned)(i * 7919 + 13);
+  switch (it->kind) {
+  case ALLREDUCE:
+    it->send = xmalloc(it->count * esize);
+    it->recv = it->in_place ? it->send : xmalloc(it->count * esize);
+    ref_fill(it->send, it->count, it->dtype, it->op, rank, it->seed);
+    must(hoop_iallreduce(comm, it->send, it->recv, it->count, it->dtype, it->op, &it->req),
+         "hoop_iallreduce");
+    break;
+  case BROADCAST:
+    it->send = xmalloc(it->count * esize);
+    if (rank == it->root)
+      ref_fill(it->send, it->count, it->dtype, HOOP_MIN, it->root, it->seed);
+    else
+      memset(it->send, 0xa5, it->count * esize);
+    must(hoop_ibroadcast(comm, it->send, it->count, it->dtype, it->root, &it->req),
+         "hoop_ibroadcast");
+    break;
+  case ALLGATHER: {
+    size_t block = it->count * esize;
+    it->recv = xmalloc(block * (size_t)nranks);
+    it->send = it->in_place ? it->recv + (size_t)rank * block : xmalloc(block);
+    ref_fill(it->send, it->count, it->dtype, HOOP_MAX, rank, it->seed);
+    must(hoop_iallgather(comm, it->send, it->recv, it->count, it->dtype, &it->req),
+         "hoop_iallgather");
+    break;
+  }
+  case BARRIER:
+    must(hoop_ibarrier(comm, &it->req), "hoop_ibarrier");
+    break;
+  case FUSED:
+    for (size_t b = 0; b < it->nbufs; b++) {
+      it->counts[b] = b == 3 ? big / 7 : odd_counts[(b + (size_t)i) % NCOUNTS];
+      it->sends[b] = xmalloc(it->counts[b] * esize);
+      it->recvs[b] = b % 2 ? it->sends[b] : xmalloc(it->counts[b] * esize);
+      ref_fill(it->sends[b], it->counts[b], it->dtype, it->op, rank, it->seed + (unsigned)b);
+    }
+    must(hoop_iallreduce_many(comm, it->nbufs, (const void *const *)it->sends,
+                              (void *const *)it->recvs, it->counts, it->dtype, it->op, &it->req),
+         "hoop_iallreduce_many");
+    break;
+  default:
+    break;
+  }
+}
+
+static void check(item *it) {
+  char msg[256];
+  switch (it->kind) {
+  case ALLREDUCE:
+    checks++;
+    if (ref_check_allreduce(it->recv, it->count, it->dtype, it->op, nranks, it->seed, msg,
+                            sizeof msg))
+      fail("iallreduce %s %s count %zu: %s", hoop_dtype_name(it->dtype), hoop_op_name(it->op),
+           it->count, msg);
+    break;
+  case BROADCAST:
+    checks++;
+    if (ref_check_equal(it->send, it->count, it->dtype, HOOP_MIN, it->root, it->seed, msg,
+                        sizeof msg))
+      fail("ibroadcast %s count %zu root %d: %s", hoop_dtype_name(it->dtype), it->count, it->root,
+           msg);
+    break;
+  case ALLGATHER: {
+    size_t block = it->count * hoop_dtype_size(it->dtype);
+    for (int r = 0; r < nranks; r++) {
+      checks++;
+      if (ref_check_equal(it->recv + (size_t)r * block, it->count, it->dtype, HOOP_MAX, r,
+                          it->seed, msg, sizeof msg))
+        fail("iallgather %s count %zu, block of rank %d: %s", hoop_dtype_name(it->dtype),
+             it->count, r, msg);
+    }
+    break;
+  }
+  case FUSED:
+    for (size_t b = 0; b < it->nbufs; b++) {
+      checks++;
+      if (ref_check_allreduce(it->recvs[b], it->counts[b], it->dtype, it->op, nranks,
+                              it->seed + (unsigned)b, msg, sizeof msg))
+        fail("iallreduce_many %s %s buffer %zu of %zu (count %zu): %s", hoop_dtype_name(it->dtype),
+             hoop_op_name(it->op), b, it->nbufs, it->counts[b], msg);
+    }
+    break;
+  default:
+    checks++;
+    break;
+  }
+}
+
+static void release(item *it) {
+  if (it->kind == FUSED) {
+    for (size_t b = 0; b < it->nbufs; b++) {
+      if (it->recvs[b] != it->sends[b])
+        free(it->recvs[b]);
+      free(it->sends[b]);
+    }
+    return;
+  }
+  if (it->kind == ALLGATHER) {
+    if (!it->in_place)
+      free(it->send);
+    free(it->recv);
+    return;
+  }
+  if (it->recv != it->send)
+    free(it->recv);
+  free(it->send);
+}
+
+/* Post n items of every kind, then complete them in a rank's own scrambled order: every third by
+ * testing until done, the rest by waiting. */
+static void batch(int n, size_t big) {
+  item *items = calloc((size_t)n, sizeof *items);
+  int *order = xmalloc((size_t)n * sizeof *order);
+  if (!items)
+    exit(2);
+  for (int i = 0; i < n; i++) {
+    item *it = &items[i];
+    it->kind = (enum kind)(i % KINDS);
+    it->dtype = (hoop_dtype)((i / KINDS + i) % HOOP_DTYPE_COUNT);
+    it->op = (hoop_op)((i / 3) % HOOP_OP_COUNT);
+    it->count = i % 11 == 0 ? big : odd_counts[(size_t)i % NCOUNTS];
+    it->root = i % nranks;
+    it->in_place = (i / KINDS) % 2;
+    it->nbufs = 4 + (size_t)i % (MAX_BUFS - 3);
+    post(it, i, big);
+    order[i] = i;
+  }
+  unsigned state = (unsigned)rank * 2654435761u + 1u;
+  for (int i = n - 1; i > 0; i--) {
+    state = state * 1103515245u + 12345u;
+    int j = (int)((state >> 16) % (unsigned)(i + 1));
+    int t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  for (int k = 0; k < n; k++) {
+    item *it = &items[order[k]];
+    if (k % 3 == 0) {
+      int done = 0;
+      while (!done) {
+        must(hoop_test(it->req, &done), "hoop_test");
+        if (!done)
+          sched_yield();
+      }
+    } else {
+      must(hoop_wait(it->req), "hoop_wait");
+    }
+    check(it);
+    release(it);
+  }
+  free(order);
+  free(items);
+}
+
+/* The fused call blocking, on many buffers of odd counts, some in place, some empty. */
+static void fused_blocking(size_t big) {
+  enum { N = 37 };
+  char *sends[N], *recvs[N];
+  size_t counts[N];
+  hoop_dtype dtype = HOOP_FLOAT32;
+  for (int b = 0; b < N; b++) {
+    counts[b] = b == 20 ? big : odd_counts[(size_t)b % NCOUNTS] + (size_t)b;
+    sends[b] = xmalloc(counts[b] * 4);
+    recvs[b] = b % 3 == 0 ? sends[b] : xmalloc(counts[b] * 4);
+    ref_fill(sends[b], counts[b], dtype, HOOP_SUM, rank, 777u + (unsigned)b);
+  }
+  must(hoop_allreduce_many(comm, N, (const void *const *)sends, (void *const *)recvs, counts, dtype,
+                           HOOP_SUM),
+       "hoop_allreduce_many");
+  char msg[256];
+  for (int b = 0; b < N; b++) {
+    checks++;
+    if (ref_check_allreduce(recvs[b], counts[b], dtype, HOOP_SUM, nranks, 777u + (unsigned)b, msg,
+                            sizeof msg))
+      fail("allreduce_many buffer %d (count %zu): %s", b, counts[b], msg);
+    if (recvs[b] != sends[b])
+      free(recvs[b]);
+    free(sends[b]);
+  }
+}
+
+/* hoop_finalize with a request outstanding refuses and leaves the communicator whole. */
+static void finalize_refused(void) {
+  hoop_request *req;
+  must(hoop_ibarrier(comm, &req), "hoop_ibarrier");
+  checks++;
+  hoop_result result = hoop_finalize(comm);
+  if (result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "outstanding"))
+    fail("hoop_finalize with a request outstanding returned %s (%s), expected invalid argument "
+         "naming the outstanding request",
+         hoop_strerror(result), hoop_last_error(comm));
+  must(hoop_wait(req), "hoop_wait after the refused finalize");
+}
+
+/* Rank 1 aborts or dies after a moment; the others post and must see every request fail. */
+static int failing(const char *how) {
+  double timeout = 10;
+  const char *text = getenv("HOOP_TIMEOUT");
+  if (text)
+    timeout = atof(text);
+  /* hooprun ends the job when a rank dies (SIGTERM, then SIGKILL 3 s later): the survivors stay
+   * to report what their requests said. */
+  if (rank != 1)
+    signal(SIGTERM, SIG_IGN);
+  if (rank == 1) {
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    if (strcmp(how, "kill") == 0)
+      raise(SIGKILL);
+    hoop_abort(comm, "nb_worker aborts on purpose");
+    hoop_finalize(comm);
+    return 0;
+  }
+  enum { N = 12 };
+  hoop_request *reqs[N];
+  size_t count = 1 << 20;
+  float *bufs[N];
+  double start = now_s();
+  for (int i = 0; i < N; i++) {
+    bufs[i] = xmalloc(count * sizeof(float));
+    memset(bufs[i], 0, count * sizeof(float));
+    if (i % 4 == 3)
+      must(hoop_ibarrier(comm, &reqs[i]), "hoop_ibarrier");
+    else
+      must(hoop_iallreduce(comm, bufs[i], bufs[i], i % 2 ? count : 7, HOOP_FLOAT32, HOOP_SUM,
+                           &reqs[i]),
+           "hoop_iallreduce");
+  }
+  int bad = 0;
+  for (int i = N - 1; i >= 0; i--) {
+    hoop_result result = hoop_wait(reqs[i]);
+    checks++;
+    if (result == HOOP_OK || !strstr(hoop_last_error(comm), "rank 1")) {
+      fail("request %d completed with %s (%s): expected an error naming rank 1", i,
+           hoop_strerror(result), hoop_last_error(comm));
+      bad = 1;
+    }
+    free(bufs[i]);
+  }
+  double took = now_s() - start;
+  checks++;
+  if (took > timeout + 5)
+    fail("the requests took %.1f s to fail, HOOP_TIMEOUT is %.0f s", took, timeout);
+  if (!bad)
+    printf("nb_worker rank %d: all %d requests failed naming rank 1 (%s) in %.2f s: %s\n", rank, N,
+           how, took, hoop_last_error(comm));
+  checks++;
+  if (hoop_finalize(comm) != HOOP_OK)
+    fail("hoop_finalize after the failure refused");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int quick = 0;
+  const char *how = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--fail") == 0 && i + 1 < argc)
+      how = argv[++i];
+  }
+  must(hoop_init_from_env(&comm), "hoop_init_from_env");
+  rank = hoop_rank(comm);
+  nranks = hoop_size(comm);
+  if (how) {
+    failing(how);
+  } else {
+    size_t big = quick ? 150001 : 1300021;
+    batch(quick ? 25 : 60, big);
+    batch(10, big / 8);
+    fused_blocking(big);
+    finalize_refused();
+    must(hoop_barrier(comm), "hoop_barrier");
+    must(hoop_finalize(comm), "hoop_finalize");
+  }
+  printf("nb_worker rank %d of %d: %zu checks, %zu failed\n", rank, nranks, checks, failures);
+  return failures ? 1 : 0;
+}

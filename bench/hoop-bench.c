@@ -27,6 +27,7 @@ typedef enum bench_coll {
 static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
 
 #define BENCH_MAX_SIZES 128
+#define BENCH_MAX_ASYNC 64 /* -a */
 
 typedef struct bench_options {
   bench_coll coll;
@@ -43,6 +44,8 @@ typedef struct bench_options {
   int check;
   int in_place;
   int register_buffers;
+  int calls; /* calls per timed step, each with a receive buffer of its own (default 1) */
+  int async; /* post the step's calls non-blocking, then wait for them */
   const char *csv_path;
 } bench_options;
 
@@ -91,6 +94,10 @@ static void usage(FILE *out) {
           "  -c, --check 0|1    check every rank's result (default 1)\n"
           "  -i, --inplace      in-place allreduce and allgather\n"
           "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs)\n"
+          "  -k, --calls K      K calls per timed step, each with a receive buffer of its\n"
+          "                     own (default 1); times are per call\n"
+          "  -a, --async        post the step's calls non-blocking (hoop_iallreduce...), then\n"
+          "                     wait for them (-a alone: the cost of post + wait)\n"
           "      --csv FILE     also write the rows to FILE (rank 0)\n"
           "  -h, --help, -V, --version\n"
           "Sizes are total bytes per rank's result: for allgather, the gathered buffer.\n");
@@ -145,6 +152,8 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
                                         {"sizes", required_argument, 0, 's'},
                                         {"version", no_argument, 0, 'V'},
                                         {"register", no_argument, 0, 'R'},
+                                        {"async", no_argument, 0, 'a'},
+                                        {"calls", required_argument, 0, 'k'},
                                         {0, 0, 0, 0}};
   *opt = (bench_options){.coll = BENCH_ALLREDUCE,
                          .min_bytes = 8,
@@ -154,7 +163,8 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
                          .op = HOOP_SUM,
                          .iters = 20,
                          .warmup = 5,
-                         .check = 1};
+                         .check = 1,
+                         .calls = 1};
   if (argc > 1 && argv[1][0] != '-') {
     if (parse_coll(argv[1], &opt->coll) != 0) {
       fprintf(stderr, "hoop-bench: unknown collective '%s'\n", argv[1]);
@@ -166,7 +176,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     argc--;
   }
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:iRhV", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:k:aiRhV", longs, NULL)) != -1) {
     switch (c) {
     case 'b': opt->min_bytes = parse_size(optarg); break;
     case 'e': opt->max_bytes = parse_size(optarg); break;
@@ -191,11 +201,17 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     case 'c': opt->check = atoi(optarg); break;
     case 'i': opt->in_place = 1; break;
     case 'R': opt->register_buffers = 1; break;
+    case 'a': opt->async = 1; break;
+    case 'k': opt->calls = atoi(optarg); break;
     case 'C': opt->csv_path = optarg; break;
     case 'h': usage(stdout); exit(0);
     case 'V': printf("hoop-bench (hoop) %s\n", PACKAGE_VERSION); exit(0);
     default: usage(stderr); exit(2);
     }
+  }
+  if (opt->calls < 1 || opt->calls > BENCH_MAX_ASYNC) {
+    fprintf(stderr, "hoop-bench: --calls takes 1 to %d\n", BENCH_MAX_ASYNC);
+    exit(2);
   }
   if (opt->factor <= 1 || opt->iters < 1 || opt->warmup < 0 || opt->min_bytes > opt->max_bytes) {
     fprintf(stderr, "hoop-bench: need factor > 1, iters >= 1, warmup >= 0, minbytes <= maxbytes\n");
@@ -307,18 +323,63 @@ static long count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op
 
 typedef struct bench_buffers {
   char *send, *recv;
+  char *more[BENCH_MAX_ASYNC]; /* -k K: the receive buffers of calls 1..K-1 (call 0 uses recv) */
 } bench_buffers;
 
+/* -a: the step's calls posted, then waited for; call k receives into its own buffer. */
+static hoop_result run_async(const bench_options *opt, bench_buffers *b, size_t count) {
+  hoop_request *reqs[BENCH_MAX_ASYNC];
+  hoop_result result = HOOP_OK;
+  size_t block = count * hoop_dtype_size(opt->dtype);
+  int posted = 0;
+  for (; posted < opt->calls && result == HOOP_OK; posted++) {
+    char *recv = posted ? b->more[posted] : b->recv;
+    hoop_request **req = &reqs[posted];
+    switch (opt->coll) {
+    case BENCH_ALLREDUCE:
+      result = hoop_iallreduce(comm, opt->in_place ? recv : b->send, recv, count, opt->dtype,
+                               opt->op, req);
+      break;
+    case BENCH_BROADCAST:
+      result = hoop_ibroadcast(comm, recv, count, opt->dtype, opt->root, req);
+      break;
+    case BENCH_ALLGATHER:
+      result = hoop_iallgather(comm, opt->in_place ? recv + (size_t)rank * block : b->send, recv,
+                               count, opt->dtype, req);
+      break;
+    default: result = hoop_ibarrier(comm, req); break;
+    }
+  }
+  if (result != HOOP_OK)
+    posted--;
+  for (int k = 0; k < posted; k++) {
+    hoop_result waited = hoop_wait(reqs[k]);
+    if (result == HOOP_OK)
+      result = waited;
+  }
+  return result;
+}
+
+static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *recv, size_t count);
+
 static hoop_result run_once(const bench_options *opt, bench_buffers *b, size_t count) {
+  if (opt->async)
+    return run_async(opt, b, count);
+  hoop_result result = run_one(opt, b, b->recv, count);
+  for (int k = 1; k < opt->calls && result == HOOP_OK; k++)
+    result = run_one(opt, b, b->more[k], count);
+  return result;
+}
+
+static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *recv, size_t count) {
   switch (opt->coll) {
   case BENCH_ALLREDUCE:
-    return hoop_allreduce(comm, opt->in_place ? b->recv : b->send, b->recv, count, opt->dtype,
-                          opt->op);
-  case BENCH_BROADCAST: return hoop_broadcast(comm, b->recv, count, opt->dtype, opt->root);
+    return hoop_allreduce(comm, opt->in_place ? recv : b->send, recv, count, opt->dtype, opt->op);
+  case BENCH_BROADCAST: return hoop_broadcast(comm, recv, count, opt->dtype, opt->root);
   case BENCH_ALLGATHER: {
     size_t block = count * hoop_dtype_size(opt->dtype);
-    return hoop_allgather(comm, opt->in_place ? b->recv + (size_t)rank * block : b->send, b->recv,
-                          count, opt->dtype);
+    return hoop_allgather(comm, opt->in_place ? recv + (size_t)rank * block : b->send, recv, count,
+                          opt->dtype);
   }
   default: return hoop_barrier(comm);
   }
@@ -438,6 +499,11 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
     total += elapsed;
     seg[s] = elapsed / (double)per_seg;
   }
+  /* -k K: each step ran K calls. */
+  int per_step = opt->calls;
+  for (int s = 0; s < nseg; s++)
+    seg[s] /= per_step;
+  iters *= per_step;
   double elapsed = total / (double)iters;
   /* The row's time is the slowest rank's average, as nccl-tests reports it; p50 and best are the
    * median and fastest segment of the ranks' mean, as the anchors report them. */
@@ -475,6 +541,9 @@ static void print_header(const bench_options *opt) {
   printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, ", coll_names[opt->coll], nranks,
          hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), opt->root,
          opt->in_place ? "in place" : "out of place");
+  if (opt->calls > 1 || opt->async)
+    printf("%d %scall%s per step, ", opt->calls, opt->async ? "non-blocking " : "",
+           opt->calls == 1 ? "" : "s");
   if (opt->budget_s > 0)
     printf("budget %.2f s per size\n", opt->budget_s);
   else
@@ -521,10 +590,14 @@ int main(int argc, char **argv) {
   size_t esize = hoop_dtype_size(opt.dtype);
   size_t per_rank_max =
       opt.coll == BENCH_ALLGATHER ? opt.max_bytes / (size_t)nranks : opt.max_bytes;
-  bench_buffers b;
+  bench_buffers b = {0};
   b.send = malloc(per_rank_max + esize);
   b.recv = malloc(opt.max_bytes + (size_t)nranks * esize);
-  if (!b.send || !b.recv) {
+  int missing = 0;
+  for (int k = 1; k < opt.calls; k++)
+    if ((b.more[k] = calloc(1, opt.max_bytes + (size_t)nranks * esize)) == NULL)
+      missing = 1;
+  if (!b.send || !b.recv || missing) {
     fprintf(stderr, "hoop-bench: cannot allocate %zu bytes\n", opt.max_bytes);
     return 1;
   }
@@ -573,6 +646,8 @@ int main(int argc, char **argv) {
   if (opt.register_buffers && ((result = hoop_deregister(comm, recv_handle)) != HOOP_OK ||
                                (result = hoop_deregister(comm, send_handle)) != HOOP_OK))
     die("hoop_deregister", result);
+  for (int k = 1; k < opt.calls; k++)
+    free(b.more[k]);
   free(b.recv);
   free(b.send);
   hoop_finalize(comm);

@@ -15,6 +15,7 @@
  * refused at its start with the same reason, so each queued request completes with the error
  * soon after; a request keeps its own message for hoop_last_error. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +37,8 @@ struct hoop_request {
   const void *const *sendbufs;
   void *const *recvbufs;
   const size_t *counts;
-  int on_heap; /* posted by a non-blocking call: freed by hoop_test or hoop_wait */
-  int done;    /* under queue_lock */
+  int on_heap;     /* posted by a non-blocking call: freed by hoop_test or hoop_wait */
+  atomic_int done; /* set under queue_lock, read without it */
   hoop_result result;
   char *error; /* the message of its failure (heap requests) */
   struct hoop_request *next;
@@ -79,8 +80,7 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
       if (take > piece_elems - filled)
         take = piece_elems - filled;
       if (take)
-        memcpy(piece + filled * esize, (const char *)req->sendbufs[buf] + at * esize,
-               take * esize);
+        memcpy(piece + filled * esize, (const char *)req->sendbufs[buf] + at * esize, take * esize);
       filled += take;
       at += take;
       if (at == req->counts[buf]) {
@@ -90,8 +90,8 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
     }
     if (filled == 0)
       break;
-    hoop__coll_args args = {
-        HOOP__COLL_ALLREDUCE, piece, piece, filled, req->args.dtype, req->args.op, -1, 0, 0};
+    hoop__coll_args args = {HOOP__COLL_ALLREDUCE, piece, piece, filled, req->args.dtype,
+                            req->args.op,         -1,    0,     0};
     result = hoop__coll_run(comm, &args);
     /* Unpack what this piece carried, in the order it was packed. */
     for (size_t b = first_buf, from = first_at, done = 0; result == HOOP_OK && done < filled; b++) {
@@ -112,7 +112,7 @@ static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
     req->error = strdup(comm->last_error);
   pthread_mutex_lock(&comm->queue_lock);
   req->result = result;
-  req->done = 1;
+  atomic_store(&req->done, 1);
   pthread_cond_broadcast(&comm->done_cond);
   pthread_mutex_unlock(&comm->queue_lock);
 }
@@ -123,7 +123,7 @@ static void run_queue(hoop_comm *comm, const hoop_request *until) {
   for (;;) {
     pthread_mutex_lock(&comm->queue_lock);
     hoop_request *req = comm->queue_head;
-    if (!req || (until && until->done)) {
+    if (!req || (until && atomic_load(&until->done))) {
       pthread_mutex_unlock(&comm->queue_lock);
       break;
     }
@@ -139,6 +139,19 @@ static void run_queue(hoop_comm *comm, const hoop_request *until) {
     hoop__check_abort(comm);
 }
 
+/* A thread that ran the queue for its own request and leaves calls behind hands them to the
+ * progress thread. */
+static void hand_over(hoop_comm *comm) {
+  pthread_mutex_lock(&comm->queue_lock);
+  if (comm->queue_head && comm->progress_idle)
+    pthread_cond_signal(&comm->queue_cond);
+  pthread_mutex_unlock(&comm->queue_lock);
+}
+
+/* The progress thread: asleep while the queue is empty; else it runs the queue, unless another
+ * thread holds call_lock (a waiter running it for its own request, or a blocking call), in which
+ * case it naps and looks again rather than block on the lock, which would make that thread's
+ * every unlock a system call to wake it. */
 static void *progress_main(void *arg) {
   hoop_comm *comm = arg;
   pthread_mutex_lock(&comm->queue_lock);
@@ -151,10 +164,25 @@ static void *progress_main(void *arg) {
     if (!comm->queue_head)
       break;
     pthread_mutex_unlock(&comm->queue_lock);
-    pthread_mutex_lock(&comm->call_lock);
-    run_queue(comm, NULL);
-    pthread_mutex_unlock(&comm->call_lock);
+    int ran = pthread_mutex_trylock(&comm->call_lock) == 0;
+    if (ran) {
+      run_queue(comm, NULL);
+      pthread_mutex_unlock(&comm->call_lock);
+    }
     pthread_mutex_lock(&comm->queue_lock);
+    if (!ran && comm->queue_head && !comm->progress_stop) {
+      /* Whoever holds the lock hands leftovers over (hand_over); the nap bounds the wait should
+       * the holder be one that does not run the queue (hoop_register, hoop_abort). */
+      comm->progress_idle = 1;
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 1000000;
+      if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&comm->queue_cond, &comm->queue_lock, &until);
+    }
   }
   pthread_mutex_unlock(&comm->queue_lock);
   return NULL;
@@ -163,14 +191,29 @@ static void *progress_main(void *arg) {
 /* ---- posting and completing -------------------------------------------------------------------
  */
 
+/* HOOP_ASYNC_PROGRESS, read at the first non-blocking post: 1 (default) runs posted calls on a
+ * progress thread, 0 only inside hoop_test, hoop_wait and blocking calls, as MPI does without
+ * an asynchronous progress thread (no wake per post; no overlap while the program computes). */
+static hoop_result read_progress(hoop_comm *comm) {
+  long value;
+  if (hoop__parse_int(hoop__env_get("HOOP_ASYNC_PROGRESS"), 0, 1, &value) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "HOOP_ASYNC_PROGRESS '%s' is not 0 or 1",
+                           hoop__env_get("HOOP_ASYNC_PROGRESS"));
+  comm->async_progress = (int)value;
+  return HOOP_OK;
+}
+
 /* Queue req (validated); a non-blocking post wakes the progress thread, starting it if need be. */
 static hoop_result post(hoop_comm *comm, hoop_request *req) {
+  hoop_result result;
+  if (req->on_heap && comm->async_progress < 0 && (result = read_progress(comm)) != HOOP_OK)
+    return result;
   req->comm = comm;
-  req->done = 0;
+  atomic_init(&req->done, 0);
   req->next = NULL;
   req->error = NULL;
   pthread_mutex_lock(&comm->queue_lock);
-  if (req->on_heap && !comm->progress_started) {
+  if (req->on_heap && !comm->progress_started && comm->async_progress) {
     int err = pthread_create(&comm->progress, NULL, progress_main, comm);
     if (err != 0) {
       pthread_mutex_unlock(&comm->queue_lock);
@@ -193,11 +236,8 @@ static hoop_result post(hoop_comm *comm, hoop_request *req) {
   return HOOP_OK;
 }
 
-static int is_done(hoop_comm *comm, const hoop_request *req) {
-  pthread_mutex_lock(&comm->queue_lock);
-  int done = req->done;
-  pthread_mutex_unlock(&comm->queue_lock);
-  return done;
+static int is_done(const hoop_request *req) {
+  return atomic_load(&req->done);
 }
 
 /* The request's result, its message put back as the communicator's last error, and a heap
@@ -223,21 +263,36 @@ static hoop_result finish(hoop_request *req) {
   return result;
 }
 
-/* Run the queue here while call_lock is free; else sleep until the holder completes the request.
- * The sleep is bounded: call_lock may be held a moment by a thread that does not run the queue
- * (hoop_register, hoop_abort). */
+/* Run the queue here while call_lock is free; else spin a while (a wake through the condition
+ * variable costs the runner a system call and this thread a scheduling delay), then sleep until
+ * the holder completes the request. The sleep is bounded: call_lock may be held a moment by a
+ * thread that does not run the queue (hoop_register, hoop_abort). */
+#define WAIT_SPIN_S 20e-6
+
 static void wait_done(hoop_comm *comm, const hoop_request *req) {
-  while (!is_done(comm, req)) {
+  double spin_until = -1;
+  while (!is_done(req)) {
     if (pthread_mutex_trylock(&comm->call_lock) == 0) {
       run_queue(comm, req);
       pthread_mutex_unlock(&comm->call_lock);
+      hand_over(comm);
+      continue;
+    }
+    /* A short spin catches a small call about to end; a long one would take the CPU from the
+     * thread running it. */
+    if (spin_until < 0)
+      spin_until = hoop__now() + WAIT_SPIN_S;
+    if (hoop__now() < spin_until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
       continue;
     }
     pthread_mutex_lock(&comm->queue_lock);
-    if (!req->done) {
+    if (!atomic_load(&req->done)) {
       struct timespec until;
       clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += 1000000;
+      until.tv_nsec += 10000000;
       if (until.tv_nsec >= 1000000000) {
         until.tv_sec++;
         until.tv_nsec -= 1000000000;
@@ -259,13 +314,14 @@ hoop_result hoop_test(hoop_request *req, int *done) {
   if (!req || !done)
     return HOOP_ERR_INVALID_ARG;
   hoop_comm *comm = req->comm;
-  *done = is_done(comm, req);
+  *done = is_done(req);
   /* With no progress thread running the queue (it is busy elsewhere, or the program tests in a
    * loop), testing moves it on, as MPI_Test does. */
   if (!*done && pthread_mutex_trylock(&comm->call_lock) == 0) {
     run_queue(comm, req);
     pthread_mutex_unlock(&comm->call_lock);
-    *done = is_done(comm, req);
+    hand_over(comm);
+    *done = is_done(req);
   }
   return *done ? finish(req) : HOOP_OK;
 }
@@ -385,7 +441,10 @@ static hoop_result check_many(hoop_comm *comm, const char *call, size_t n,
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown op %d", call, (int)op);
   if (n > 0 && (!sendbufs || !recvbufs || !counts))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with %zu buffers", call,
-                           !sendbufs ? "sendbufs" : !recvbufs ? "recvbufs" : "counts", n);
+                           !sendbufs   ? "sendbufs"
+                           : !recvbufs ? "recvbufs"
+                                       : "counts",
+                           n);
   for (size_t i = 0; i < n; i++)
     if (counts[i] > 0 && (!sendbufs[i] || !recvbufs[i]))
       return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: buffer %zu is NULL with count %zu",
@@ -456,8 +515,8 @@ hoop_result hoop_iallreduce_many(hoop_comm *comm, size_t n, const void *const *s
                                  void *const *recvbufs, const size_t *counts, hoop_dtype dtype,
                                  hoop_op op, hoop_request **request) {
   hoop_result result = need_request(comm, request, "hoop_iallreduce_many");
-  return result == HOOP_OK ? start_many(comm, "hoop_iallreduce_many", n, sendbufs, recvbufs,
-                                        counts, dtype, op, request)
+  return result == HOOP_OK ? start_many(comm, "hoop_iallreduce_many", n, sendbufs, recvbufs, counts,
+                                        dtype, op, request)
                            : result;
 }
 

@@ -386,6 +386,7 @@ static hoop_comm *comm_new(void) {
   pthread_mutex_init(&comm->queue_lock, NULL);
   pthread_cond_init(&comm->queue_cond, NULL);
   pthread_cond_init(&comm->done_cond, NULL);
+  comm->async_progress = -1;
   atomic_init(&comm->abort_requested, 0);
   return comm;
 }

@@ -113,6 +113,7 @@ struct hoop_comm {
   size_t outstanding; /* requests posted by the non-blocking calls and not yet freed */
   pthread_t progress;
   int progress_started, progress_stop, progress_idle;
+  int async_progress;  /* HOOP_ASYNC_PROGRESS (-1: not read yet) */
   void *fusion;        /* hoop_allreduce_many's packing buffer, fusion_bytes long */
   size_t fusion_bytes; /* HOOP_FUSION_BYTES, read at the first fused call */
 

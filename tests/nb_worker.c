@@ -24,6 +24,7 @@
 static hoop_comm *comm;
 static int rank, nranks;
 static size_t checks, failures;
+static size_t calls; /* collectives this rank called, blocking or not (the trace holds each) */
 
 static void fail(const char *fmt, ...) {
   va_list ap;
@@ -79,6 +80,7 @@ static const size_t odd_counts[] = {0, 1, 3, 7, 31, 97, 1031, 4099};
 
 static void post(item *it, int i, size_t big) {
   size_t esize = hoop_dtype_size(it->dtype);
+  calls++;
   it->seed = (unsigned)(i * 7919 + 13);
   switch (it->kind) {
   case ALLREDUCE:
@@ -106,9 +108,7 @@ static void post(item *it, int i, size_t big) {
          "hoop_iallgather");
     break;
   }
-  case BARRIER:
-    must(hoop_ibarrier(comm, &it->req), "hoop_ibarrier");
-    break;
+  case BARRIER: must(hoop_ibarrier(comm, &it->req), "hoop_ibarrier"); break;
   case FUSED:
     for (size_t b = 0; b < it->nbufs; b++) {
       it->counts[b] = b == 3 ? big / 7 : odd_counts[(b + (size_t)i) % NCOUNTS];
@@ -120,8 +120,7 @@ static void post(item *it, int i, size_t big) {
                               (void *const *)it->recvs, it->counts, it->dtype, it->op, &it->req),
          "hoop_iallreduce_many");
     break;
-  default:
-    break;
+  default: break;
   }
 }
 
@@ -146,10 +145,10 @@ static void check(item *it) {
     size_t block = it->count * hoop_dtype_size(it->dtype);
     for (int r = 0; r < nranks; r++) {
       checks++;
-      if (ref_check_equal(it->recv + (size_t)r * block, it->count, it->dtype, HOOP_MAX, r,
-                          it->seed, msg, sizeof msg))
-        fail("iallgather %s count %zu, block of rank %d: %s", hoop_dtype_name(it->dtype),
-             it->count, r, msg);
+      if (ref_check_equal(it->recv + (size_t)r * block, it->count, it->dtype, HOOP_MAX, r, it->seed,
+                          msg, sizeof msg))
+        fail("iallgather %s count %zu, block of rank %d: %s", hoop_dtype_name(it->dtype), it->count,
+             r, msg);
     }
     break;
   }
@@ -162,9 +161,7 @@ static void check(item *it) {
              hoop_op_name(it->op), b, it->nbufs, it->counts[b], msg);
     }
     break;
-  default:
-    checks++;
-    break;
+  default: checks++; break;
   }
 }
 
@@ -246,6 +243,7 @@ static void fused_blocking(size_t big) {
     recvs[b] = b % 3 == 0 ? sends[b] : xmalloc(counts[b] * 4);
     ref_fill(sends[b], counts[b], dtype, HOOP_SUM, rank, 777u + (unsigned)b);
   }
+  calls++;
   must(hoop_allreduce_many(comm, N, (const void *const *)sends, (void *const *)recvs, counts, dtype,
                            HOOP_SUM),
        "hoop_allreduce_many");
@@ -265,6 +263,7 @@ static void fused_blocking(size_t big) {
 static void finalize_refused(void) {
   hoop_request *req;
   must(hoop_ibarrier(comm, &req), "hoop_ibarrier");
+  calls++;
   checks++;
   hoop_result result = hoop_finalize(comm);
   if (result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "outstanding"))
@@ -353,7 +352,9 @@ int main(int argc, char **argv) {
     fused_blocking(big);
     finalize_refused();
     must(hoop_barrier(comm), "hoop_barrier");
+    calls++;
     must(hoop_finalize(comm), "hoop_finalize");
+    printf("nb_worker rank %d called %zu collectives\n", rank, calls);
   }
   printf("nb_worker rank %d of %d: %zu checks, %zu failed\n", rank, nranks, checks, failures);
   return failures ? 1 : 0;

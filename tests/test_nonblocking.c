@@ -2,8 +2,9 @@
  * memory and over TCP: many mixed requests outstanding at once, completed in scrambled order by
  * hoop_test and hoop_wait and checked against reference.c, the fused allreduce on many buffers of
  * odd counts cut into small pieces, hoop_finalize refusing while a request is outstanding
- * (nb_worker.c); and a rank that aborts or is killed while the others have requests outstanding,
- * which must fail every one of them naming it. */
+ * (nb_worker.c); a rank that aborts or is killed while the others have requests outstanding,
+ * which must fail every one of them naming it; and HOOP_TRACE's files, which must parse as JSON and
+ * hold every call. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,8 @@ static int run_nb(int np, char *const env_add[], const char *arg1, const char *a
   int fd = mkstemp(path);
   ck_assert_msg(fd >= 0, "mkstemp failed");
   close(fd);
-  char *argv[] = {hooprun, "-np", np_text, "--timeout", "10",        worker,
-                  (char *)arg1, (char *)arg2, NULL};
+  char *argv[] = {hooprun, "-np",        np_text,      "--timeout", "10",
+                  worker,  (char *)arg1, (char *)arg2, NULL};
   int code = procs_run(argv, env_add, path, 300);
   *out = procs_slurp(path);
   unlink(path);
@@ -95,12 +96,122 @@ START_TEST(test_kill_tcp) {
 }
 END_TEST
 
+/* ---- HOOP_TRACE --------------------------------------------------------------------------------
+ */
+
+/* A strict JSON reader that only checks: value at *at, moving past it; 0 if malformed. */
+static int json_value(const char **at);
+
+static void json_space(const char **at) {
+  while (**at == ' ' || **at == '\n' || **at == '\t' || **at == '\r')
+    (*at)++;
+}
+
+static int json_string(const char **at) {
+  if (**at != '"')
+    return 0;
+  for ((*at)++; **at != '"'; (*at)++) {
+    if (!**at || (unsigned char)**at < 0x20)
+      return 0;
+    if (**at == '\\' && !*++*at)
+      return 0;
+  }
+  (*at)++;
+  return 1;
+}
+
+static int json_items(const char **at, char close, int keyed) {
+  (*at)++;
+  json_space(at);
+  if (**at == close) {
+    (*at)++;
+    return 1;
+  }
+  for (;;) {
+    json_space(at);
+    if (keyed) {
+      if (!json_string(at))
+        return 0;
+      json_space(at);
+      if (*(*at)++ != ':')
+        return 0;
+    }
+    if (!json_value(at))
+      return 0;
+    json_space(at);
+    if (**at == close) {
+      (*at)++;
+      return 1;
+    }
+    if (*(*at)++ != ',')
+      return 0;
+  }
+}
+
+static int json_value(const char **at) {
+  json_space(at);
+  switch (**at) {
+  case '{': return json_items(at, '}', 1);
+  case '[': return json_items(at, ']', 0);
+  case '"': return json_string(at);
+  default: {
+    char *end;
+    strtod(*at, &end);
+    if (end == *at)
+      return 0;
+    *at = end;
+    return 1;
+  }
+  }
+}
+
+/* Two ranks with HOOP_TRACE: each rank's file is one JSON array that holds a span ("b" and "e")
+ * for every collective the rank called and a run ("X") with its algorithm for each. */
+START_TEST(test_trace) {
+  char dir[] = "/tmp/hoop-trace-XXXXXX";
+  ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
+  char var[4200];
+  snprintf(var, sizeof var, "HOOP_TRACE=%s/timeline", dir);
+  char *env[] = {var, "HOOP_FUSION_BYTES=65536", NULL};
+  char *out;
+  int code = run_nb(2, env, "--quick", NULL, &out);
+  ck_assert_msg(code == 0, "hooprun -np 2 nb_worker with HOOP_TRACE: exit %d\n%s", code, out);
+  for (int r = 0; r < 2; r++) {
+    char needle[64], path[4300];
+    snprintf(needle, sizeof needle, "nb_worker rank %d called ", r);
+    const char *said = strstr(out, needle);
+    ck_assert_msg(said != NULL, "rank %d did not say how many collectives it called", r);
+    int calls = atoi(said + strlen(needle));
+    snprintf(path, sizeof path, "%s/timeline.%d", dir, r);
+    char *text = procs_slurp(path);
+    ck_assert_msg(text != NULL, "no trace file %s", path);
+    const char *at = text;
+    ck_assert_msg(json_value(&at), "%s is not JSON (at byte %ld)", path, (long)(at - text));
+    json_space(&at);
+    ck_assert_msg(*at == '\0', "%s has bytes after its JSON value", path);
+    ck_assert_msg(text[0] == '[', "%s is not a JSON array", path);
+    int posted = count_lines(text, "\"ph\":\"b\""), done = count_lines(text, "\"ph\":\"e\"");
+    int runs = count_lines(text, "\"ph\":\"X\""), algos = count_lines(text, "\"algorithm\":\"");
+    ck_assert_msg(posted == calls && done == calls,
+                  "rank %d called %d collectives; its trace has %d posts and %d completions", r,
+                  calls, posted, done);
+    ck_assert_msg(runs >= calls - 10 && algos == runs,
+                  "rank %d: %d runs (%d with an algorithm) for %d calls", r, runs, algos, calls);
+    free(text);
+  }
+  free(out);
+  snprintf(var, sizeof var, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(var), 0);
+}
+END_TEST
+
 static Suite *nonblocking_suite(void) {
   Suite *s = suite_create("nonblocking");
   TCase *tc = tcase_create("mixed");
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, test_mixed_shm, 0, (int)(sizeof shm_ranks / sizeof shm_ranks[0]));
   tcase_add_loop_test(tc, test_mixed_tcp, 0, (int)(sizeof tcp_ranks / sizeof tcp_ranks[0]));
+  tcase_add_test(tc, test_trace);
   suite_add_tcase(s, tc);
   tc = tcase_create("failures");
   tcase_set_timeout(tc, 120);

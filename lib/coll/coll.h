@@ -143,6 +143,8 @@ typedef hoop_result (*hoop__algo_fn)(hoop_comm *comm, const hoop__coll_args *arg
 hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
 const char *hoop__coll_call_name(hoop__coll coll);
+/* tune.c: an algorithm's name in HOOP_ALGO ("ring"). */
+const char *hoop__coll_algo_name(hoop__algo_fn fn);
 
 /* request.c: stop the progress thread and refuse while requests are outstanding (hoop_finalize's
  * first step: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded); free what the requests' machinery

@@ -8,6 +8,7 @@
 #include "coll/coll.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
+#include "core/trace.h"
 #include "rdzv/client.h"
 
 /* How often a collective, at its start, reads the rendezvous connection for notices. */
@@ -135,8 +136,8 @@ const char *hoop__coll_call_name(hoop__coll coll) {
   return collectives[coll].call;
 }
 
-/* Validate, settle count 0 and one rank, choose, run. The caller holds call_lock. */
-hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args) {
+/* Validate, settle count 0 and one rank, choose, run. */
+static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
   hoop_result result =
       coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
@@ -149,13 +150,30 @@ hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);
     args->bytes = args->count * args->esize;
-    if (args->bytes == 0)
+    if (args->bytes == 0) {
+      comm->algo_name = "no data";
       return coll_end(comm, hoop__coll_no_data(comm));
+    }
   }
   hoop__algo_fn algo = NULL;
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
     return coll_end(comm, result);
+  comm->algo_name = algo ? hoop__coll_algo_name(algo) : "one rank";
   if (coll->prepare)
     coll->prepare(comm, args);
   return coll_end(comm, comm->size > 1 ? algo(comm, args) : HOOP_OK);
+}
+
+/* The caller holds call_lock (request.c runs the queue). */
+hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args) {
+  if (!hoop__tracing(comm))
+    return coll_run(comm, args);
+  double start = hoop__now();
+  comm->algo_name = "refused";
+  hoop_result result = coll_run(comm, args);
+  size_t esize = hoop_dtype_size(args->dtype);
+  hoop__trace_run(comm, collectives[args->coll].call, args->count, args->dtype,
+                  collectives[args->coll].has_data ? args->count * esize : 0, comm->algo_name,
+                  result, start, hoop__now());
+  return result;
 }

@@ -24,6 +24,7 @@
 
 #include "coll/coll.h"
 #include "core/env.h"
+#include "core/trace.h"
 
 #define FUSION_DEFAULT_BYTES (8u << 20)
 #define FUSION_MIN_BYTES 4096
@@ -40,7 +41,9 @@ struct hoop_request {
   int on_heap;     /* posted by a non-blocking call: freed by hoop_test or hoop_wait */
   atomic_int done; /* set under queue_lock, read without it */
   hoop_result result;
-  char *error; /* the message of its failure (heap requests) */
+  char *error;       /* the message of its failure (heap requests) */
+  const char *name;  /* the call that posted it ("hoop_iallreduce"), for the trace */
+  uint64_t trace_id; /* its span in the trace */
   struct hoop_request *next;
 };
 
@@ -107,9 +110,21 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
   return result;
 }
 
+/* Bytes a request moves per rank, for the trace. */
+static size_t request_bytes(const hoop_request *req) {
+  size_t esize = hoop_dtype_size(req->args.dtype), total = 0;
+  if (req->args.count != SIZE_MAX)
+    return req->args.coll == HOOP__COLL_BARRIER ? 0 : req->args.count * esize;
+  for (size_t i = 0; i < req->nbufs; i++)
+    total += req->counts[i] * esize;
+  return total;
+}
+
 static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
   if (result != HOOP_OK && req->on_heap)
     req->error = strdup(comm->last_error);
+  if (hoop__tracing(comm))
+    hoop__trace_done(comm, req->trace_id, req->name, result, hoop__now());
   pthread_mutex_lock(&comm->queue_lock);
   req->result = result;
   atomic_store(&req->done, 1);
@@ -212,6 +227,12 @@ static hoop_result post(hoop_comm *comm, hoop_request *req) {
   atomic_init(&req->done, 0);
   req->next = NULL;
   req->error = NULL;
+  if (!req->name)
+    req->name = hoop__coll_call_name(req->args.coll);
+  if (hoop__tracing(comm)) {
+    req->trace_id = atomic_fetch_add(&comm->trace_ids, 1);
+    hoop__trace_post(comm, req->trace_id, req->name, request_bytes(req), hoop__now());
+  }
   pthread_mutex_lock(&comm->queue_lock);
   if (req->on_heap && !comm->progress_started && comm->async_progress) {
     int err = pthread_create(&comm->progress, NULL, progress_main, comm);
@@ -330,7 +351,8 @@ hoop_result hoop_test(hoop_request *req, int *done) {
 
 /* Validate and post args: blocking (request NULL) waits for it on this thread; non-blocking
  * returns a heap request. */
-static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_request **request) {
+static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_request **request,
+                         const char *name) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
   if (request)
@@ -346,7 +368,18 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
       pthread_mutex_unlock(&comm->queue_lock);
       if (idle) {
         hoop__coll_args run = *args;
+        const char *call = hoop__coll_call_name(args->coll);
+        uint64_t id = 0;
+        if (hoop__tracing(comm)) {
+          id = atomic_fetch_add(&comm->trace_ids, 1);
+          hoop__trace_post(
+              comm, id, call,
+              args->coll == HOOP__COLL_BARRIER ? 0 : args->count * hoop_dtype_size(args->dtype),
+              hoop__now());
+        }
         result = hoop__coll_run(comm, &run);
+        if (hoop__tracing(comm))
+          hoop__trace_done(comm, id, call, result, hoop__now());
         if (atomic_load(&comm->abort_requested) == 1)
           hoop__check_abort(comm);
         pthread_mutex_unlock(&comm->call_lock);
@@ -366,6 +399,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
                            hoop__coll_call_name(args->coll));
   req->args = *args;
   req->on_heap = 1;
+  req->name = name;
   if ((result = post(comm, req)) != HOOP_OK) {
     free(req);
     return result;
@@ -377,23 +411,23 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
 hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                            hoop_dtype dtype, hoop_op op) {
   hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
-  return start(comm, &args, NULL);
+  return start(comm, &args, NULL, NULL);
 }
 
 hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root) {
   hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
-  return start(comm, &args, NULL);
+  return start(comm, &args, NULL, NULL);
 }
 
 hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                            hoop_dtype dtype) {
   hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
-  return start(comm, &args, NULL);
+  return start(comm, &args, NULL, NULL);
 }
 
 hoop_result hoop_barrier(hoop_comm *comm) {
   hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
-  return start(comm, &args, NULL);
+  return start(comm, &args, NULL, NULL);
 }
 
 static hoop_result need_request(hoop_comm *comm, hoop_request **request, const char *call) {
@@ -407,27 +441,27 @@ hoop_result hoop_iallreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                             hoop_dtype dtype, hoop_op op, hoop_request **request) {
   hoop_result result = need_request(comm, request, "hoop_iallreduce");
   hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
-  return result == HOOP_OK ? start(comm, &args, request) : result;
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_iallreduce") : result;
 }
 
 hoop_result hoop_ibroadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root,
                             hoop_request **request) {
   hoop_result result = need_request(comm, request, "hoop_ibroadcast");
   hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
-  return result == HOOP_OK ? start(comm, &args, request) : result;
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_ibroadcast") : result;
 }
 
 hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                             hoop_dtype dtype, hoop_request **request) {
   hoop_result result = need_request(comm, request, "hoop_iallgather");
   hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
-  return result == HOOP_OK ? start(comm, &args, request) : result;
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_iallgather") : result;
 }
 
 hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request) {
   hoop_result result = need_request(comm, request, "hoop_ibarrier");
   hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
-  return result == HOOP_OK ? start(comm, &args, request) : result;
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_ibarrier") : result;
 }
 
 /* ---- fused allreduce ------------------------------------------------------------------------- */
@@ -464,7 +498,7 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   /* SIZE_MAX marks a fused request whose set may be empty (nbufs 0): it still runs in its turn. */
   hoop__coll_args args = {HOOP__COLL_ALLREDUCE, NULL, NULL, SIZE_MAX, dtype, op, -1, 0, 0};
   if (!request) {
-    hoop_request req = {.args = args, .nbufs = n};
+    hoop_request req = {.args = args, .nbufs = n, .name = call};
     req.sendbufs = sendbufs;
     req.recvbufs = recvbufs;
     req.counts = counts;
@@ -496,6 +530,7 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   req->recvbufs = recvs;
   req->counts = copied;
   req->on_heap = 1;
+  req->name = call;
   if ((result = post(comm, req)) != HOOP_OK) {
     req->nbufs = 0;
     finish(req);

@@ -233,6 +233,13 @@ static hoop_result read_tuning(hoop_comm *comm) {
   return HOOP_OK;
 }
 
+const char *hoop__coll_algo_name(hoop__algo_fn fn) {
+  for (size_t i = 0; i < ALGORITHMS; i++)
+    if (algorithms[i].run == fn)
+      return algorithms[i].name;
+  return "?";
+}
+
 hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn *out) {
   hoop_result result;
   if (!comm->tuning_read && (result = read_tuning(comm)) != HOOP_OK)

@@ -17,6 +17,7 @@
 #include "core/flight.h"
 #include "core/internal.h"
 #include "core/launchers.h"
+#include "core/trace.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
 #include "transport/transport.h"
@@ -464,6 +465,8 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   }
   log_effective_config(comm);
   hoop__flight_install();
+  if ((result = hoop__trace_open(comm)) != HOOP_OK)
+    return init_failed(comm, result);
   return HOOP_OK;
 }
 
@@ -534,6 +537,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop_result result = hoop__requests_finalize(comm);
   if (result != HOOP_OK)
     return result;
+  hoop__trace_close(comm);
   hoop__registrations_release(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here

@@ -71,6 +71,9 @@ static const hoop__env_var env_table[] = {
     {"HOOP_ASYNC_PROGRESS", "1",
      "1: non-blocking calls run on a progress thread while the program computes; 0: only "
      "inside hoop_test, hoop_wait and blocking calls"},
+    {"HOOP_TRACE", "",
+     "write this rank's timeline of every call to FILE.<rank> (Chrome trace JSON, for "
+     "Perfetto); empty: none"},
     {"HOOP_FUSION_BYTES", "8388608",
      "bytes hoop_allreduce_many packs into one allreduce (4096 to 2^30)"},
     {"HOOP_TCP_SPIN_US", "auto",

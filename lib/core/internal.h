@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/log.h"
 #include "hoop.h"
@@ -113,9 +114,13 @@ struct hoop_comm {
   size_t outstanding; /* requests posted by the non-blocking calls and not yet freed */
   pthread_t progress;
   int progress_started, progress_stop, progress_idle;
-  int async_progress;  /* HOOP_ASYNC_PROGRESS (-1: not read yet) */
-  void *fusion;        /* hoop_allreduce_many's packing buffer, fusion_bytes long */
-  size_t fusion_bytes; /* HOOP_FUSION_BYTES, read at the first fused call */
+  int async_progress; /* HOOP_ASYNC_PROGRESS (-1: not read yet) */
+  void *fusion;       /* hoop_allreduce_many's packing buffer, fusion_bytes long */
+  FILE *trace;        /* HOOP_TRACE's file (core/trace.c), or NULL */
+  char trace_transport[64];
+  atomic_ullong trace_ids; /* calls posted, numbering their spans in the trace */
+  const char *algo_name;   /* the running collective's algorithm (tune.c), for the trace */
+  size_t fusion_bytes;     /* HOOP_FUSION_BYTES, read at the first fused call */
 
   /* hoop_register's entries, sorted by base address (register.c). */
   struct hoop__registration *regs;

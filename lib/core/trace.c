@@ -1,0 +1,90 @@
+/* trace.c - HOOP_TRACE's timeline (see trace.h). Events go through stdio with a buffer of
+ * TRACE_BUFFER bytes, one fprintf each (stdio locks the stream per call, so the progress thread
+ * and the posting thread never interleave within an event): a few hundred nanoseconds per event,
+ * three or four events per call, and a write to the file every few thousand events. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/env.h"
+#include "core/trace.h"
+#include "transport/transport.h"
+
+#define TRACE_BUFFER (1 << 20)
+
+/* The transports that serve this rank's peers, "shm+tcp"; "none" on one rank. */
+static void transports_in_use(const hoop_comm *comm, char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int t = 0; t < comm->ntransports; t++) {
+    int serves = 0;
+    for (int peer = 0; peer < comm->size && comm->peer_transport; peer++)
+      if (peer != comm->rank && comm->peer_transport[peer] == t)
+        serves = 1;
+    if (serves && used < len)
+      used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "+" : "",
+                               comm->transports[t].ops->name);
+  }
+  if (!out[0])
+    snprintf(out, len, "none");
+}
+
+hoop_result hoop__trace_open(hoop_comm *comm) {
+  const char *path = hoop__env_get("HOOP_TRACE");
+  if (!path[0])
+    return HOOP_OK;
+  char name[4096];
+  snprintf(name, sizeof name, "%s.%d", path, comm->rank);
+  FILE *file = fopen(name, "w");
+  if (!file)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: HOOP_TRACE: cannot write %s: %s",
+                           name, strerror(errno));
+  setvbuf(file, NULL, _IOFBF, TRACE_BUFFER);
+  transports_in_use(comm, comm->trace_transport, sizeof comm->trace_transport);
+  fprintf(file,
+          "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d of "
+          "%d\"}},\n"
+          "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":"
+          "\"collectives\"}}",
+          comm->rank, comm->rank, comm->size, comm->rank);
+  comm->trace = file;
+  HOOP__INFO(HOOP_SUBSYS_INIT, "HOOP_TRACE: writing this rank's timeline to %s", name);
+  return HOOP_OK;
+}
+
+void hoop__trace_close(hoop_comm *comm) {
+  if (!comm->trace)
+    return;
+  fprintf(comm->trace, "\n]\n");
+  fclose(comm->trace);
+  comm->trace = NULL;
+}
+
+void hoop__trace_post(hoop_comm *comm, uint64_t id, const char *call, size_t bytes, double at) {
+  fprintf(comm->trace,
+          ",\n{\"name\":\"%s\",\"cat\":\"request\",\"ph\":\"b\",\"id\":%llu,\"pid\":%d,\"tid\":0,"
+          "\"ts\":%.3f,\"args\":{\"bytes\":%zu}}",
+          call, (unsigned long long)id, comm->rank, at * 1e6, bytes);
+}
+
+void hoop__trace_done(hoop_comm *comm, uint64_t id, const char *call, hoop_result result,
+                      double at) {
+  fprintf(comm->trace,
+          ",\n{\"name\":\"%s\",\"cat\":\"request\",\"ph\":\"e\",\"id\":%llu,\"pid\":%d,\"tid\":0,"
+          "\"ts\":%.3f,\"args\":{\"result\":\"%s\"}}",
+          call, (unsigned long long)id, comm->rank, at * 1e6, hoop_strerror(result));
+}
+
+void hoop__trace_run(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
+                     size_t bytes, const char *algorithm, hoop_result result, double start,
+                     double end) {
+  const char *dtype_name = hoop_dtype_name(dtype);
+  fprintf(comm->trace,
+          ",\n{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,"
+          "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"seq\":%llu,\"count\":%zu,\"dtype\":\"%s\","
+          "\"bytes\":%zu,\"algorithm\":\"%s\",\"transport\":\"%s\",\"result\":\"%s\"}}",
+          call, comm->rank, start * 1e6, (end - start) * 1e6, (unsigned long long)comm->seq,
+          count, dtype_name ? dtype_name : "?", bytes, algorithm, comm->trace_transport,
+          hoop_strerror(result));
+}

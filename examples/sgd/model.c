@@ -155,6 +155,39 @@ double model_train_example(model *m, const float *x, int label) {
   return loss;
 }
 
+double model_backward_top(model *m, const float *const *xs, const int *labels, size_t n,
+                          float *hidden_grads) {
+  double loss = 0;
+  for (size_t e = 0; e < n; e++) {
+    const float *top_in = forward(m, xs[e]);
+    loss += softmax_cross_entropy(m->logits, m->classes, labels[e]);
+    if (m->hidden == 0) {
+      dense_backward(&m->tensors[0], &m->tensors[1], xs[e], m->inputs, m->logits, m->classes, NULL);
+      continue;
+    }
+    float *grad = hidden_grads + e * m->hidden;
+    dense_backward(&m->tensors[2], &m->tensors[3], top_in, m->hidden, m->logits, m->classes, grad);
+    for (size_t j = 0; j < m->hidden; j++) {
+      grad[j] = m->hidden_out[j] > 0 ? grad[j] : 0;
+      m->tensors[1].grad[j] += grad[j];
+    }
+  }
+  return loss;
+}
+
+void model_backward_rows(model *m, const float *const *xs, size_t n, const float *hidden_grads,
+                         size_t first, size_t end) {
+  tensor *w = &m->tensors[0];
+  for (size_t e = 0; e < n; e++) {
+    const float *grad = hidden_grads + e * m->hidden, *x = xs[e];
+    for (size_t o = first; o < end; o++) {
+      float *grad_row = w->grad + o * m->inputs;
+      for (size_t i = 0; i < m->inputs; i++)
+        grad_row[i] += grad[o] * x[i];
+    }
+  }
+}
+
 int model_predict(model *m, const float *x) {
   forward(m, x);
   int best = 0;

@@ -43,6 +43,19 @@ void model_zero_grad(model *m);
  * return the example's cross-entropy loss. */
 double model_train_example(model *m, const float *x, int label);
 
+/* The same forward and backward passes over a batch of n examples (xs[i], labels[i]), split so
+ * that gradients can travel while later ones are computed (sgd --overlap). model_backward_top
+ * runs every example's forward pass and adds the gradients of the output layer and of the hidden
+ * layer's bias (for the softmax classifier: all of them), keeping each example's gradient at the
+ * hidden layer in hidden_grads (n * hidden floats); model_backward_rows then adds the hidden
+ * weights' gradients for rows [first, end) (hidden units). Each gradient element sums the same
+ * terms in the same order as model_train_example's, so the results are the same bits. Returns
+ * the batch's summed loss. */
+double model_backward_top(model *m, const float *const *xs, const int *labels, size_t n,
+                          float *hidden_grads);
+void model_backward_rows(model *m, const float *const *xs, size_t n, const float *hidden_grads,
+                         size_t first, size_t end);
+
 /* The most likely class of x. */
 int model_predict(model *m, const float *x);
 

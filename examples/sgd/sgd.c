@@ -23,6 +23,10 @@
 
 /* ---- options --------------------------------------------------------------------------------- */
 
+/* --overlap-slices: W1's gradient travels in up to this many slices of rows, each slice's
+ * allreduce running while the next slice is computed. */
+#define OVERLAP_MAX_SLICES 64
+
 typedef struct options {
   int epochs;
   size_t batch; /* the global batch: all ranks' examples of one step together */
@@ -32,6 +36,8 @@ typedef struct options {
   uint64_t seed;
   int fp16_allreduce;
   size_t fusion_bytes;
+  int overlap; /* allreduce each layer's gradients while the layers below are computed */
+  int overlap_slices;
   const char *train_images, *train_labels, *test_images, *test_labels;
   size_t synthetic; /* training examples of the synthetic set */
   const char *save_params;
@@ -46,36 +52,47 @@ static const options defaults = {
     .hidden = 64,
     .seed = 1,
     .fusion_bytes = 64 << 20,
+    .overlap = 1,
+    .overlap_slices = 1,
     .synthetic = 8192,
 };
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: sgd [options]     (data-parallel: hooprun -np N sgd [options])\n"
-          "Train a classifier with minibatch SGD; the ranks average gradients with hoop.\n"
-          "  --epochs N            passes over the training set (default %d)\n"
-          "  --batch N             global batch: examples per step over all ranks together; each\n"
-          "                        rank takes N / ranks of them, the first N %% ranks one more\n"
-          "                        (default %zu)\n"
-          "  --lr X                learning rate (default %g)\n"
-          "  --momentum X          momentum, 0 for plain SGD (default %g)\n"
-          "  --hidden N            hidden ReLU units; 0 for a softmax classifier (default %zu)\n"
-          "  --seed N              seed of the data, the weights and the shuffles (default %llu)\n"
-          "  --fp16-allreduce      send gradients as float16, summed in float32 at each hop\n"
-          "  --fusion-bytes N      pack gradient tensors into allreduce buffers of up to N bytes\n"
-          "                        (K, M suffixes; 0: one allreduce per tensor; default 64M)\n"
-          "  --train-images FILE   MNIST IDX files (uncompressed); without them, a synthetic set\n"
-          "  --train-labels FILE\n"
-          "  --test-images FILE    optional, for the test accuracy\n"
-          "  --test-labels FILE\n"
-          "  --synthetic N         training examples of the synthetic set, without IDX files\n"
-          "                        (default %zu; the test set has N / 4)\n"
-          "  --save-params FILE    write the final parameters as raw float32: rank 0 to FILE,\n"
-          "                        rank r > 0 to FILE.rank<r>\n"
-          "  --verbose             every rank prints its lines, not only rank 0\n"
-          "  --help\n",
-          defaults.epochs, defaults.batch, (double)defaults.lr, (double)defaults.momentum,
-          defaults.hidden, (unsigned long long)defaults.seed, defaults.synthetic);
+  fprintf(
+      out,
+      "usage: sgd [options]     (data-parallel: hooprun -np N sgd [options])\n"
+      "Train a classifier with minibatch SGD; the ranks average gradients with hoop.\n"
+      "  --epochs N            passes over the training set (default %d)\n"
+      "  --batch N             global batch: examples per step over all ranks together; each\n"
+      "                        rank takes N / ranks of them, the first N %% ranks one more\n"
+      "                        (default %zu)\n"
+      "  --lr X                learning rate (default %g)\n"
+      "  --momentum X          momentum, 0 for plain SGD (default %g)\n"
+      "  --hidden N            hidden ReLU units; 0 for a softmax classifier (default %zu)\n"
+      "  --seed N              seed of the data, the weights and the shuffles (default %llu)\n"
+      "  --fp16-allreduce      send gradients as float16, summed in float32 at each hop\n"
+      "  --fusion-bytes N      pack gradient tensors into allreduce buffers of up to N bytes\n"
+      "  --overlap, --no-overlap\n"
+      "                        start each layer's allreduce (non-blocking) as soon as backward\n"
+      "                        produces its gradients, while the layers below are computed,\n"
+      "                        and wait before the step (default: on; off with\n"
+      "                        --fp16-allreduce)\n"
+      "  --overlap-slices N    with --overlap, send the hidden weights' gradients in N\n"
+      "                        slices of rows, each posted as soon as it is computed\n"
+      "                        (default 1, at most 64)\n"
+      "                        (K, M suffixes; 0: one allreduce per tensor; default 64M)\n"
+      "  --train-images FILE   MNIST IDX files (uncompressed); without them, a synthetic set\n"
+      "  --train-labels FILE\n"
+      "  --test-images FILE    optional, for the test accuracy\n"
+      "  --test-labels FILE\n"
+      "  --synthetic N         training examples of the synthetic set, without IDX files\n"
+      "                        (default %zu; the test set has N / 4)\n"
+      "  --save-params FILE    write the final parameters as raw float32: rank 0 to FILE,\n"
+      "                        rank r > 0 to FILE.rank<r>\n"
+      "  --verbose             every rank prints its lines, not only rank 0\n"
+      "  --help\n",
+      defaults.epochs, defaults.batch, (double)defaults.lr, (double)defaults.momentum,
+      defaults.hidden, (unsigned long long)defaults.seed, defaults.synthetic);
 }
 
 static void usage_error(const char *message) {
@@ -116,7 +133,8 @@ static void parse_options(int argc, char **argv, options *opt) {
   /* One option per line reads better than the formatter's layout. */
   /* clang-format off */
   enum { EPOCHS = 1, BATCH, LR, MOMENTUM, HIDDEN, SEED, FP16, FUSION, TRAIN_IMAGES, TRAIN_LABELS,
-         TEST_IMAGES, TEST_LABELS, SYNTHETIC, SAVE, VERBOSE, HELP };
+         TEST_IMAGES, TEST_LABELS, SYNTHETIC, SAVE, VERBOSE, OVERLAP, NO_OVERLAP, OVERLAP_SLICES,
+         HELP };
   static const struct option longs[] = {
       {"epochs", required_argument, 0, EPOCHS},
       {"batch", required_argument, 0, BATCH},
@@ -126,6 +144,9 @@ static void parse_options(int argc, char **argv, options *opt) {
       {"seed", required_argument, 0, SEED},
       {"fp16-allreduce", no_argument, 0, FP16},
       {"fusion-bytes", required_argument, 0, FUSION},
+      {"overlap", no_argument, 0, OVERLAP},
+      {"no-overlap", no_argument, 0, NO_OVERLAP},
+      {"overlap-slices", required_argument, 0, OVERLAP_SLICES},
       {"train-images", required_argument, 0, TRAIN_IMAGES},
       {"train-labels", required_argument, 0, TRAIN_LABELS},
       {"test-images", required_argument, 0, TEST_IMAGES},
@@ -148,6 +169,11 @@ static void parse_options(int argc, char **argv, options *opt) {
     case SEED: opt->seed = parse_count(name, optarg, 0, SIZE_MAX); break;
     case FP16: opt->fp16_allreduce = 1; break;
     case FUSION: opt->fusion_bytes = parse_count(name, optarg, 1, SIZE_MAX); break;
+    case OVERLAP: opt->overlap = 1; break;
+    case NO_OVERLAP: opt->overlap = 0; break;
+    case OVERLAP_SLICES:
+      opt->overlap_slices = (int)parse_count(name, optarg, 0, OVERLAP_MAX_SLICES);
+      break;
     case TRAIN_IMAGES: opt->train_images = optarg; break;
     case TRAIN_LABELS: opt->train_labels = optarg; break;
     case TEST_IMAGES: opt->test_images = optarg; break;
@@ -166,6 +192,8 @@ static void parse_options(int argc, char **argv, options *opt) {
   }
   if (opt->epochs < 1 || opt->batch < 1 || opt->synthetic < 1)
     usage_error("--epochs, --batch and --synthetic must be at least 1");
+  if (opt->overlap_slices < 1)
+    usage_error("--overlap-slices must be at least 1");
   if (opt->momentum >= 1)
     usage_error("--momentum must be below 1");
   if (!opt->train_images != !opt->train_labels || !opt->test_images != !opt->test_labels)
@@ -187,6 +215,12 @@ typedef struct trainer {
   model model;
   averager averager;
   double compute_seconds; /* forward, backward and the optimizer step */
+  /* --overlap: the examples of this rank's slice, each one's gradient at the hidden layer, and
+   * the time spent waiting for allreduces that computation did not hide. */
+  const float **xs;
+  int *labels;
+  float *hidden_grads;
+  double wait_seconds;
   size_t steps;
 } trainer;
 
@@ -258,6 +292,18 @@ static void build_model(trainer *t) {
   if (averager_init(&t->averager, t->comm, t->model.tensors, t->model.ntensors, t->opt.fusion_bytes,
                     t->opt.fp16_allreduce) != 0)
     fail(t, "no memory for the fusion buffer");
+  /* float16 gradients travel through the averager's buffer, which --overlap does not use. */
+  if (t->opt.fp16_allreduce)
+    t->opt.overlap = 0;
+  if (t->opt.overlap) {
+    size_t first, most;
+    slice_of(t->opt.batch, t->size, 0, &first, &most); /* rank 0's slice is never smaller */
+    t->xs = malloc(most * sizeof *t->xs);
+    t->labels = malloc(most * sizeof *t->labels);
+    t->hidden_grads = malloc((most * t->model.hidden + 1) * sizeof *t->hidden_grads);
+    if (!t->xs || !t->labels || !t->hidden_grads)
+      fail(t, "no memory for the overlapped backward pass");
+  }
 }
 
 static void print_plan(const trainer *t) {
@@ -279,7 +325,11 @@ static void print_plan(const trainer *t) {
   printf("sgd: gradients: %d allreduce%s of %s per step, %zu bytes in all; ", t->averager.ngroups,
          t->averager.ngroups == 1 ? "" : "s", hoop_dtype_name(t->averager.wire_dtype),
          model_parameter_count(&t->model) * wire_size);
-  if (opt->fusion_bytes)
+  if (opt->overlap)
+    printf("overlapped with backward: the top layers fused, then the hidden weights in %d "
+           "slices, each posted as computed\n",
+           opt->hidden ? opt->overlap_slices : 0);
+  else if (opt->fusion_bytes)
     printf("tensor fusion up to %zu bytes\n", opt->fusion_bytes);
   else
     printf("no tensor fusion\n");
@@ -292,6 +342,66 @@ static void print_plan(const trainer *t) {
  * of the batch; averaging then gives every rank the mean over the whole batch, exactly what one
  * rank computing the whole batch would get, up to the order of float additions.
  * Returns this rank's sum of the examples' losses. */
+static void scale(float *values, size_t count, float by) {
+  for (size_t i = 0; i < count; i++)
+    values[i] *= by;
+}
+
+/* One step with --overlap: the output layer's gradients and the hidden layer's bias go first, as
+ * one fused non-blocking allreduce, then the hidden weights' in slices of rows, each posted as
+ * soon as it is computed; the step waits for all of them. Each rank scales its gradients to its
+ * share of the mean first, as the averager does (average.c). Returns the slice's summed loss. */
+static double overlapped_step(trainer *t, const size_t *mine, size_t count) {
+  model *m = &t->model;
+  const options *opt = &t->opt;
+  float share = 1.0f / (float)opt->batch;
+  double start = now_seconds();
+  model_zero_grad(m);
+  for (size_t i = 0; i < count; i++) {
+    t->xs[i] = t->train.x + mine[i] * t->train.features;
+    t->labels[i] = t->train.label[mine[i]];
+  }
+  double loss = model_backward_top(m, t->xs, t->labels, count, t->hidden_grads);
+  hoop_request *reqs[1 + OVERLAP_MAX_SLICES];
+  int slices = opt->overlap_slices;
+  int posted = 0;
+  /* Softmax: W and b; MLP: b1, W2 and b2 (W1 follows in slices). */
+  const void *sends[MODEL_MAX_TENSORS];
+  void *recvs[MODEL_MAX_TENSORS];
+  size_t counts[MODEL_MAX_TENSORS];
+  size_t n = 0;
+  for (int i = m->hidden ? 1 : 0; i < m->ntensors; i++) {
+    scale(m->tensors[i].grad, m->tensors[i].count, share);
+    sends[n] = recvs[n] = m->tensors[i].grad;
+    counts[n++] = m->tensors[i].count;
+  }
+  check(t,
+        hoop_iallreduce_many(t->comm, n, sends, recvs, counts, HOOP_FLOAT32, HOOP_SUM,
+                             &reqs[posted++]),
+        "posting the top layers' allreduce");
+  for (int s = 0; m->hidden && s < slices; s++) {
+    size_t first = m->hidden * (size_t)s / (size_t)slices,
+           end = m->hidden * (size_t)(s + 1) / (size_t)slices;
+    if (end == first)
+      continue;
+    model_backward_rows(m, t->xs, count, t->hidden_grads, first, end);
+    float *rows = m->tensors[0].grad + first * m->inputs;
+    scale(rows, (end - first) * m->inputs, share);
+    check(t,
+          hoop_iallreduce(t->comm, rows, rows, (end - first) * m->inputs, HOOP_FLOAT32, HOOP_SUM,
+                          &reqs[posted++]),
+          "posting a slice of the hidden layer's allreduce");
+  }
+  double computed = now_seconds();
+  for (int r = 0; r < posted; r++)
+    check(t, hoop_wait(reqs[r]), "averaging gradients");
+  double waited = now_seconds();
+  model_step(m, opt->lr, opt->momentum);
+  t->compute_seconds += (computed - start) + (now_seconds() - waited);
+  t->wait_seconds += waited - computed;
+  return loss;
+}
+
 static double train_epoch(trainer *t, int epoch) {
   const options *opt = &t->opt;
   model *m = &t->model;
@@ -301,6 +411,10 @@ static double train_epoch(trainer *t, int epoch) {
   double loss_sum = 0;
   for (size_t step = 0; step < steps; step++) {
     const size_t *mine = t->order + step * opt->batch + first;
+    if (opt->overlap) {
+      loss_sum += overlapped_step(t, mine, count);
+      continue;
+    }
     double start = now_seconds();
     model_zero_grad(m);
     for (size_t i = 0; i < count; i++) {
@@ -349,6 +463,14 @@ static void report_epoch(trainer *t, int epoch, double loss_sum, double seconds)
 static void report_time(const trainer *t) {
   if (!t->printing)
     return;
+  if (t->opt.overlap) {
+    double compute = t->compute_seconds, wait = t->wait_seconds, total = compute + wait;
+    printf("rank %d: %zu steps, %.2f ms per step: compute %.2f s (%.1f%%), waiting for allreduce "
+           "%.2f s (%.1f%%) after computing (the rest of the communication overlapped)\n",
+           t->rank, t->steps, 1e3 * total / (double)t->steps, compute, 100 * compute / total, wait,
+           100 * wait / total);
+    return;
+  }
   double compute = t->compute_seconds, reduce = t->averager.allreduce_seconds,
          packing = t->averager.packing_seconds, total = compute + reduce + packing;
   printf("rank %d: %zu steps, %.2f ms per step: compute %.2f s (%.1f%%), allreduce %.2f s "
@@ -401,6 +523,9 @@ int main(int argc, char **argv) {
     save_params(&t);
 
   averager_free(&t.averager);
+  free(t.xs);
+  free(t.labels);
+  free(t.hidden_grads);
   model_free(&t.model);
   free(t.order);
   data_free(&t.test);

@@ -84,7 +84,7 @@ void hoop__trace_run(hoop_comm *comm, const char *call, size_t count, hoop_dtype
           ",\n{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,"
           "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"seq\":%llu,\"count\":%zu,\"dtype\":\"%s\","
           "\"bytes\":%zu,\"algorithm\":\"%s\",\"transport\":\"%s\",\"result\":\"%s\"}}",
-          call, comm->rank, start * 1e6, (end - start) * 1e6, (unsigned long long)comm->seq,
-          count, dtype_name ? dtype_name : "?", bytes, algorithm, comm->trace_transport,
+          call, comm->rank, start * 1e6, (end - start) * 1e6, (unsigned long long)comm->seq, count,
+          dtype_name ? dtype_name : "?", bytes, algorithm, comm->trace_transport,
           hoop_strerror(result));
 }

@@ -213,12 +213,13 @@ START_TEST(test_uneven_batch_slices) {
 }
 END_TEST
 
-/* Fusion changes how many allreduce calls carry the gradients, not what they add up. */
+/* Fusion changes how many allreduce calls carry the gradients, not what they add up (fusion is
+ * the blocking path's: --overlap has its own plan). */
 START_TEST(test_fusion_keeps_the_math) {
   run_result fused, split, unfused;
-  run_sgd("fused", 4, &fused, "--fusion-bytes", "64M");
-  run_sgd("split", 4, &split, "--fusion-bytes", "4K"); /* W1 alone; b1, W2, b2 together */
-  run_sgd("unfused", 4, &unfused, "--fusion-bytes", "0");
+  run_sgd("fused", 4, &fused, "--fusion-bytes", "64M", "--no-overlap");
+  run_sgd("split", 4, &split, "--fusion-bytes", "4K", "--no-overlap"); /* W1; b1, W2, b2 */
+  run_sgd("unfused", 4, &unfused, "--fusion-bytes", "0", "--no-overlap");
   ck_assert_msg(strstr(fused.output, "1 allreduce of float32 per step"), "%s", fused.output);
   ck_assert_msg(strstr(split.output, "2 allreduces of float32 per step"), "%s", split.output);
   ck_assert_msg(strstr(unfused.output, "4 allreduces of float32 per step"), "%s", unfused.output);
@@ -227,6 +228,27 @@ START_TEST(test_fusion_keeps_the_math) {
   free_result(&unfused);
   free_result(&split);
   free_result(&fused);
+}
+END_TEST
+
+/* Overlapping the allreduces with the backward pass, in one slice of the hidden weights or in
+ * four, trains the same model as averaging after it; and all ranks still end with the same bits. */
+START_TEST(test_overlap_keeps_the_math) {
+  run_result after, one, four;
+  run_sgd("after", 4, &after, "--no-overlap");
+  run_sgd("overlap1", 4, &one, "--overlap");
+  run_sgd("overlap4", 4, &four, "--overlap", "--overlap-slices", "4");
+  ck_assert_msg(strstr(one.output, "2 allreduces of float32 per step") &&
+                    strstr(one.output, "overlapped with backward"),
+                "%s", one.output);
+  ck_assert_msg(strstr(four.output, "5 allreduces of float32 per step"), "%s", four.output);
+  ck_assert_msg(strstr(four.output, "waiting for allreduce"), "%s", four.output);
+  assert_same_math("after", "overlap1");
+  assert_same_math("after", "overlap4");
+  assert_ranks_identical("overlap4", 4);
+  free_result(&four);
+  free_result(&one);
+  free_result(&after);
 }
 END_TEST
 
@@ -372,6 +394,7 @@ static Suite *sgd_suite(void) {
   tcase_add_test(tc, test_one_rank_equals_four);
   tcase_add_test(tc, test_uneven_batch_slices);
   tcase_add_test(tc, test_fusion_keeps_the_math);
+  tcase_add_test(tc, test_overlap_keeps_the_math);
   tcase_add_test(tc, test_mlp_loss_falls);
   tcase_add_test(tc, test_softmax_loss_falls);
   tcase_add_test(tc, test_fp16_close_to_fp32);

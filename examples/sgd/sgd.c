@@ -322,13 +322,14 @@ static void print_plan(const trainer *t) {
          opt->batch % (size_t)t->size ? " or 1 more" : "", (double)opt->lr, (double)opt->momentum,
          (unsigned long long)opt->seed);
   size_t wire_size = hoop_dtype_size(t->averager.wire_dtype);
-  printf("sgd: gradients: %d allreduce%s of %s per step, %zu bytes in all; ", t->averager.ngroups,
-         t->averager.ngroups == 1 ? "" : "s", hoop_dtype_name(t->averager.wire_dtype),
+  int calls = opt->overlap ? 1 + (opt->hidden ? opt->overlap_slices : 0) : t->averager.ngroups;
+  printf("sgd: gradients: %d allreduce%s of %s per step, %zu bytes in all; ", calls,
+         calls == 1 ? "" : "s", hoop_dtype_name(t->averager.wire_dtype),
          model_parameter_count(&t->model) * wire_size);
   if (opt->overlap)
-    printf("overlapped with backward: the top layers fused, then the hidden weights in %d "
-           "slices, each posted as computed\n",
-           opt->hidden ? opt->overlap_slices : 0);
+    printf("non-blocking, overlapped with backward: the top layers fused, then the hidden "
+           "weights in %d slice%s, each posted as computed\n",
+           opt->hidden ? opt->overlap_slices : 0, opt->overlap_slices == 1 ? "" : "s");
   else if (opt->fusion_bytes)
     printf("tensor fusion up to %zu bytes\n", opt->fusion_bytes);
   else

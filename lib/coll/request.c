@@ -158,24 +158,54 @@ static void run_queue(hoop_comm *comm, const hoop_request *until) {
  * progress thread. */
 static void hand_over(hoop_comm *comm) {
   pthread_mutex_lock(&comm->queue_lock);
-  if (comm->queue_head && comm->progress_idle)
+  if (comm->queue_head && comm->progress_started)
     pthread_cond_signal(&comm->queue_cond);
   pthread_mutex_unlock(&comm->queue_lock);
 }
 
-/* The progress thread: asleep while the queue is empty; else it runs the queue, unless another
- * thread holds call_lock (a waiter running it for its own request, or a blocking call), in which
- * case it naps and looks again rather than block on the lock, which would make that thread's
- * every unlock a system call to wake it. */
+/* Sleep on queue_cond until woken or for at most seconds (posts do not wake the thread unless
+ * progress_idle is set; hand_over and finalize always do). The caller holds queue_lock. */
+static void nap(hoop_comm *comm, double seconds) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  long ns = until.tv_nsec + (long)(seconds * 1e9);
+  until.tv_sec += ns / 1000000000;
+  until.tv_nsec = ns % 1000000000;
+  pthread_cond_timedwait(&comm->queue_cond, &comm->queue_lock, &until);
+}
+
+/* Woken by a post, the thread first lets the posting thread take the call for a moment: a program
+ * that waits at once runs the call itself, with no switch of threads in its way. */
+#define PROGRESS_GRACE_S 20e-6
+/* Having run the queue (or found it taken), the thread lingers, still awake to further posts,
+ * before it sleeps until woken: a burst of posts, or a loop of post and wait, then costs one wake
+ * per linger instead of one per call. */
+#define PROGRESS_LINGER_S 1e-3
+/* The longest the thread waits on call_lock held by a thread that may not run the queue
+ * (hoop_register, hoop_abort): whoever runs the queue hands leftovers over (hand_over). */
+#define PROGRESS_RETRY_S 1e-3
+
+/* The progress thread: asleep while nothing is posted; woken by a post, it runs the queue unless
+ * another thread holds call_lock (a waiter running it for its own request, or a blocking call),
+ * in which case it naps and looks again rather than block on the lock, which would make that
+ * thread's every unlock a system call to wake it. */
 static void *progress_main(void *arg) {
   hoop_comm *comm = arg;
   pthread_mutex_lock(&comm->queue_lock);
   for (;;) {
-    while (!comm->queue_head && !comm->progress_stop) {
-      comm->progress_idle = 1;
-      pthread_cond_wait(&comm->queue_cond, &comm->queue_lock);
+    if (!comm->queue_head && !comm->progress_stop) {
+      comm->progress_idle = 0;
+      nap(comm, PROGRESS_LINGER_S);
+      if (!comm->queue_head && !comm->progress_stop) {
+        comm->progress_idle = 1;
+        while (!comm->queue_head && !comm->progress_stop)
+          pthread_cond_wait(&comm->queue_cond, &comm->queue_lock);
+        comm->progress_idle = 0;
+        if (!comm->progress_stop)
+          nap(comm, PROGRESS_GRACE_S);
+      }
+      continue;
     }
-    comm->progress_idle = 0;
     if (!comm->queue_head)
       break;
     pthread_mutex_unlock(&comm->queue_lock);
@@ -185,19 +215,8 @@ static void *progress_main(void *arg) {
       pthread_mutex_unlock(&comm->call_lock);
     }
     pthread_mutex_lock(&comm->queue_lock);
-    if (!ran && comm->queue_head && !comm->progress_stop) {
-      /* Whoever holds the lock hands leftovers over (hand_over); the nap bounds the wait should
-       * the holder be one that does not run the queue (hoop_register, hoop_abort). */
-      comm->progress_idle = 1;
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += 1000000;
-      if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-      }
-      pthread_cond_timedwait(&comm->queue_cond, &comm->queue_lock, &until);
-    }
+    if (!ran && comm->queue_head && !comm->progress_stop)
+      nap(comm, PROGRESS_RETRY_S);
   }
   pthread_mutex_unlock(&comm->queue_lock);
   return NULL;

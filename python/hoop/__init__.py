@@ -1,0 +1,418 @@
+"""hoop: collective communication for data-parallel training, in Python.
+
+Pure Python over libhoop (ctypes): nothing here is compiled, so the package works with any Python 3
+that can load the library. Start the ranks with hooprun (``hooprun -np 4 /usr/bin/python3 prog.py``)
+and join the job with ``hoop.init()``::
+
+    import array, hoop
+    comm = hoop.init()
+    grads = array.array("f", [1.0, 2.0])
+    comm.allreduce(grads, op="sum")          # in place
+    req = comm.iallreduce(grads, op="avg")   # non-blocking; req.wait() later
+    comm.finalize()
+
+Buffers are objects with the buffer protocol (array.array, bytearray, memoryview, numpy arrays),
+contiguous, or torch tensors on the CPU (contiguous). Every failure raises a subclass of HoopError
+carrying libhoop's message, one class per result code.
+"""
+
+import ctypes
+import os
+
+__all__ = [
+    "Communicator", "Request", "init", "HoopError", "InvalidArgument", "Timeout", "PeerLost",
+    "AuthError", "SystemFailure", "Unsupported", "Aborted", "Mismatch", "ProtocolError",
+    "Failed", "DTYPES", "OPS", "library_version",
+]
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+class HoopError(Exception):
+    """A libhoop call failed: .code is the hoop_result, .message libhoop's explanation."""
+
+    code = -1
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class InvalidArgument(HoopError, ValueError):
+    code = 1
+
+
+class Timeout(HoopError, TimeoutError):
+    code = 2
+
+
+class PeerLost(HoopError, ConnectionError):
+    code = 3
+
+
+class AuthError(HoopError, PermissionError):
+    code = 4
+
+
+class SystemFailure(HoopError, OSError):
+    code = 5
+
+
+class Unsupported(HoopError, NotImplementedError):
+    code = 6
+
+
+class Aborted(HoopError):
+    code = 7
+
+
+class Mismatch(HoopError):
+    code = 8
+
+
+class ProtocolError(HoopError):
+    code = 9
+
+
+class Failed(HoopError):
+    code = 10
+
+
+_ERRORS = {cls.code: cls for cls in (InvalidArgument, Timeout, PeerLost, AuthError, SystemFailure,
+                                     Unsupported, Aborted, Mismatch, ProtocolError, Failed)}
+
+# ---- the library -----------------------------------------------------------------------------
+
+_SONAME = "libhoop.so.1"
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    if os.environ.get("HOOP_LIBRARY"):
+        found.append(os.environ["HOOP_LIBRARY"])
+    # A build tree: python/hoop/ beside lib/.libs/.
+    found.append(os.path.join(here, "..", "..", "lib", ".libs", _SONAME))
+    try:
+        from . import _build
+        found.append(os.path.join(_build.LIBDIR, _SONAME))
+    except ImportError:
+        pass
+    found.append(_SONAME)  # the loader's own search: LD_LIBRARY_PATH, ld.so.cache
+    return found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        try:
+            return ctypes.CDLL(path)
+        except OSError as err:
+            tried.append("%s (%s)" % (path, err))
+    raise ImportError("hoop: cannot load %s; tried: %s. Set HOOP_LIBRARY to its path."
+                      % (_SONAME, "; ".join(tried)))
+
+
+_lib = _load()
+_c = ctypes
+_lib.hoop_version.restype = _c.c_char_p
+_lib.hoop_strerror.restype = _c.c_char_p
+_lib.hoop_last_error.restype = _c.c_char_p
+_lib.hoop_last_error.argtypes = [_c.c_void_p]
+_lib.hoop_init_from_env.argtypes = [_c.POINTER(_c.c_void_p)]
+_lib.hoop_finalize.argtypes = [_c.c_void_p]
+_lib.hoop_abort.argtypes = [_c.c_void_p, _c.c_char_p]
+for _name in ("hoop_rank", "hoop_size", "hoop_local_rank", "hoop_local_size"):
+    getattr(_lib, _name).argtypes = [_c.c_void_p]
+_lib.hoop_allreduce.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int,
+                                _c.c_int]
+_lib.hoop_broadcast.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int, _c.c_int]
+_lib.hoop_allgather.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int]
+_lib.hoop_barrier.argtypes = [_c.c_void_p]
+_REQ = _c.POINTER(_c.c_void_p)
+_lib.hoop_iallreduce.argtypes = _lib.hoop_allreduce.argtypes + [_REQ]
+_lib.hoop_ibroadcast.argtypes = _lib.hoop_broadcast.argtypes + [_REQ]
+_lib.hoop_iallgather.argtypes = _lib.hoop_allgather.argtypes + [_REQ]
+_lib.hoop_ibarrier.argtypes = [_c.c_void_p, _REQ]
+_lib.hoop_test.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int)]
+_lib.hoop_wait.argtypes = [_c.c_void_p]
+
+
+def library_version():
+    """The version of the libhoop this package loaded."""
+    return _lib.hoop_version().decode()
+
+
+# ---- data types and operations ---------------------------------------------------------------
+
+DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
+          "bfloat16": 7, "float32": 8, "float64": 9}
+_DTYPE_SIZES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 2, 8: 4, 9: 8}
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+# memoryview formats (struct codes) and their hoop dtypes, by item size where C types vary.
+_FORMATS = {"b": "int8", "B": "uint8", "e": "float16", "f": "float32", "d": "float64",
+            "c": "uint8"}
+_SIGNED = {1: "int8", 2: None, 4: "int32", 8: "int64"}
+_UNSIGNED = {1: "uint8", 2: None, 4: "uint32", 8: "uint64"}
+_TORCH = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int32": "int32",
+          "torch.int64": "int64", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
+          "torch.float32": "float32", "torch.float64": "float64"}
+
+
+def _dtype_code(name, call):
+    if isinstance(name, int):
+        if name in _DTYPE_SIZES:
+            return name
+    elif name in DTYPES:
+        return DTYPES[name]
+    raise InvalidArgument("%s: unknown dtype %r (one of %s)" % (call, name, ", ".join(DTYPES)))
+
+
+def _op_code(name, call):
+    if isinstance(name, int) and 0 <= name < len(OPS):
+        return name
+    if name in OPS:
+        return OPS[name]
+    raise InvalidArgument("%s: unknown op %r (one of %s)" % (call, name, ", ".join(OPS)))
+
+
+class _Buffer:
+    """A buffer's address, byte length and hoop dtype; keeps the object (and any view) alive."""
+
+    def __init__(self, obj, dtype, call, writable):
+        self.obj = obj
+        if hasattr(obj, "data_ptr") and hasattr(obj, "element_size"):  # a torch tensor
+            if getattr(obj, "is_cuda", False) or str(getattr(obj, "device", "cpu")) != "cpu":
+                raise Unsupported("%s: tensors on %s are not supported yet (CPU tensors are)"
+                                  % (call, obj.device))
+            if not obj.is_contiguous():
+                raise InvalidArgument("%s: the tensor is not contiguous" % call)
+            name = dtype or _TORCH.get(str(obj.dtype))
+            if name is None:
+                raise InvalidArgument("%s: tensors of %s are not supported" % (call, obj.dtype))
+            self.dtype = _dtype_code(name, call)
+            self.address = obj.data_ptr()
+            self.nbytes = obj.numel() * obj.element_size()
+            return
+        try:
+            view = memoryview(obj)
+        except TypeError:
+            raise InvalidArgument("%s: %s has no buffer protocol (use array.array, bytearray, "
+                                  "numpy or torch)" % (call, type(obj).__name__)) from None
+        if not view.c_contiguous:
+            raise InvalidArgument("%s: the buffer is not contiguous" % call)
+        if writable and view.readonly:
+            raise InvalidArgument("%s: the buffer is read-only" % call)
+        self.view = view
+        self.nbytes = view.nbytes
+        if dtype is None:
+            fmt = view.format.lstrip("@=<>!")
+            if fmt in _FORMATS:
+                dtype = _FORMATS[fmt]
+            elif fmt in "hilq":
+                dtype = _SIGNED.get(view.itemsize)
+            elif fmt in "HILQ":
+                dtype = _UNSIGNED.get(view.itemsize)
+            if dtype is None:
+                raise InvalidArgument("%s: buffer format %r has no hoop dtype; pass dtype="
+                                      % (call, view.format))
+        self.dtype = _dtype_code(dtype, call)
+        if self.nbytes == 0:
+            self.address = None
+        elif view.readonly:
+            # ctypes gives no address for a read-only buffer; a copy serves as input.
+            self.copy = ctypes.create_string_buffer(view.tobytes(), self.nbytes)
+            self.address = ctypes.addressof(self.copy)
+        else:
+            holder = (ctypes.c_char * self.nbytes).from_buffer(view.cast("B"))
+            self.holder = holder
+            self.address = ctypes.addressof(holder)
+
+    def count(self, call):
+        size = _DTYPE_SIZES[self.dtype]
+        if self.nbytes % size:
+            raise InvalidArgument("%s: %d bytes are not a whole number of %d-byte elements"
+                                  % (call, self.nbytes, size))
+        return self.nbytes // size
+
+
+# ---- requests --------------------------------------------------------------------------------
+
+
+class Request:
+    """A posted collective. Its buffers belong to hoop until test() says done or wait() returns."""
+
+    def __init__(self, comm, handle, keep, result):
+        self._comm = comm
+        self._handle = handle
+        self._keep = keep  # the buffers, alive until completion
+        self._result = result
+        self._done = False
+
+    def test(self):
+        """True once complete (raising its error if it failed); False while it runs."""
+        if self._done:
+            return True
+        done = ctypes.c_int(0)
+        code = _lib.hoop_test(self._handle, ctypes.byref(done))
+        if not done.value:
+            self._comm._check(code)
+            return False
+        self._finish(code)
+        return True
+
+    def wait(self):
+        """Block until complete; return the result buffer, or raise the collective's error."""
+        if not self._done:
+            self._finish(_lib.hoop_wait(self._handle))
+        return self._result
+
+    def _finish(self, code):
+        self._done = True
+        self._handle = None
+        self._keep = None
+        self._comm._outstanding.discard(self)
+        self._comm._check(code)
+
+
+# ---- the communicator ------------------------------------------------------------------------
+
+
+class Communicator:
+    """A joined job (hoop_init_from_env): started by hooprun, or alone as a job of one rank."""
+
+    def __init__(self):
+        handle = ctypes.c_void_p()
+        code = _lib.hoop_init_from_env(ctypes.byref(handle))
+        self._handle = handle
+        self._outstanding = set()
+        if code != 0:
+            message = self._message(code)
+            _lib.hoop_finalize(handle)
+            self._handle = None
+            raise _ERRORS.get(code, HoopError)(message, code)
+        self.rank = _lib.hoop_rank(handle)
+        self.size = _lib.hoop_size(handle)
+        self.local_rank = _lib.hoop_local_rank(handle)
+        self.local_size = _lib.hoop_local_size(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, trace):
+        if value is not None and self._handle is not None:
+            self.abort("%s: %s" % (kind.__name__, value))
+        self.finalize()
+
+    def _message(self, code):
+        text = _lib.hoop_last_error(self._handle) if self._handle else None
+        text = text.decode(errors="replace") if text else ""
+        return text or _lib.hoop_strerror(code).decode()
+
+    def _check(self, code):
+        if code != 0:
+            raise _ERRORS.get(code, HoopError)(self._message(code), code)
+
+    def _live(self, call):
+        if self._handle is None:
+            raise Failed("%s: the communicator was finalized" % call, Failed.code)
+        return self._handle
+
+    # -- collectives --
+
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None):
+        """recvbuf = op over ranks of sendbuf (in place without recvbuf); returns recvbuf."""
+        return self._allreduce("hoop_allreduce", sendbuf, recvbuf, op, dtype, False)
+
+    def iallreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None):
+        return self._allreduce("hoop_iallreduce", sendbuf, recvbuf, op, dtype, True)
+
+    def _allreduce(self, call, sendbuf, recvbuf, op, dtype, nonblocking):
+        handle = self._live(call)
+        opcode = _op_code(op, call)
+        out = sendbuf if recvbuf is None else recvbuf
+        dst = _Buffer(out, dtype, call, True)
+        src = dst if recvbuf is None else _Buffer(sendbuf, dtype, call, False)
+        if src.dtype != dst.dtype or src.nbytes != dst.nbytes:
+            raise InvalidArgument("%s: sendbuf and recvbuf differ in dtype or size" % call)
+        args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
+        return self._run(call, args, (src, dst), out, nonblocking)
+
+    def broadcast(self, buf, root=0, dtype=None):
+        """Copy root's buf to every rank's buf; returns buf."""
+        return self._broadcast("hoop_broadcast", buf, root, dtype, False)
+
+    def ibroadcast(self, buf, root=0, dtype=None):
+        return self._broadcast("hoop_ibroadcast", buf, root, dtype, True)
+
+    def _broadcast(self, call, buf, root, dtype, nonblocking):
+        handle = self._live(call)
+        b = _Buffer(buf, dtype, call, True)
+        return self._run(call, (handle, b.address, b.count(call), b.dtype, int(root)), (b,), buf,
+                         nonblocking)
+
+    def allgather(self, sendbuf, recvbuf, dtype=None):
+        """recvbuf holds size blocks: rank r's sendbuf lands in block r. Returns recvbuf."""
+        return self._allgather("hoop_allgather", sendbuf, recvbuf, dtype, False)
+
+    def iallgather(self, sendbuf, recvbuf, dtype=None):
+        return self._allgather("hoop_iallgather", sendbuf, recvbuf, dtype, True)
+
+    def _allgather(self, call, sendbuf, recvbuf, dtype, nonblocking):
+        handle = self._live(call)
+        dst = _Buffer(recvbuf, dtype, call, True)
+        src = _Buffer(sendbuf, dtype, call, False)
+        if src.dtype != dst.dtype or src.nbytes * self.size != dst.nbytes:
+            raise InvalidArgument("%s: recvbuf must hold size (%d) times sendbuf's %d bytes of "
+                                  "the same dtype, not %d" % (call, self.size, src.nbytes,
+                                                              dst.nbytes))
+        return self._run(call, (handle, src.address, dst.address, src.count(call), src.dtype),
+                         (src, dst), recvbuf, nonblocking)
+
+    def barrier(self):
+        self._check(_lib.hoop_barrier(self._live("hoop_barrier")))
+
+    def ibarrier(self):
+        return self._run("hoop_ibarrier", (self._live("hoop_ibarrier"),), (), None, True)
+
+    def _run(self, call, args, keep, result, nonblocking):
+        if not nonblocking:
+            self._check(getattr(_lib, call)(*args))
+            return result
+        req = ctypes.c_void_p()
+        self._check(getattr(_lib, call)(*args, ctypes.byref(req)))
+        request = Request(self, req, keep, result)
+        self._outstanding.add(request)
+        return request
+
+    # -- the rest --
+
+    def abort(self, reason="aborted from Python"):
+        """Fail this job on every rank with reason (callable from any thread)."""
+        if self._handle is not None:
+            _lib.hoop_abort(self._handle, str(reason).encode())
+
+    def finalize(self):
+        """Leave the job. Outstanding requests are waited for first (their errors ignored)."""
+        if self._handle is None:
+            return
+        for request in list(self._outstanding):
+            try:
+                request.wait()
+            except HoopError:
+                pass
+        code = _lib.hoop_finalize(self._handle)
+        if code == 0:
+            self._handle = None
+        self._check(code)
+
+    def last_error(self):
+        return self._message(0) if self._handle else ""
+
+
+def init():
+    """Join the job hooprun (or torchrun, Slurm, mpirun) started: a Communicator."""
+    return Communicator()

@@ -1,0 +1,185 @@
+"""One rank of the Python package's test (tests/test_python.sh starts it under hooprun).
+
+Every dtype and op through hoop.Communicator, at odd counts, in place and out of place, blocking
+and non-blocking (posted together, completed in reverse order), broadcast from every root,
+allgather, barrier; each result against a reference computed here in Python; and the errors:
+bad arguments raise InvalidArgument with libhoop's message. Prints one summary line per rank.
+"""
+
+import struct
+import sys
+
+import hoop
+
+comm = hoop.init()
+rank, size = comm.rank, comm.size
+checks = failures = 0
+
+# struct codes; bfloat16 travels as its 16 bits (the top half of a float32).
+CODES = {"int8": "b", "uint8": "B", "int32": "i", "uint32": "I", "int64": "q", "uint64": "Q",
+         "float16": "e", "bfloat16": "H", "float32": "f", "float64": "d"}
+BITS = {"int8": 8, "uint8": 8, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64}
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def fail(what):
+    global failures
+    failures += 1
+    print("rank %d FAIL: %s" % (rank, what), file=sys.stderr)
+
+
+def encode(dtype, values):
+    code = CODES[dtype]
+    if dtype == "bfloat16":
+        values = [struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in values]
+    return bytearray(struct.pack("<%d%s" % (len(values), code), *values))
+
+
+def decode(dtype, data):
+    code = CODES[dtype]
+    n = len(data) // struct.calcsize(code)
+    values = list(struct.unpack("<%d%s" % (n, code), bytes(data)))
+    if dtype == "bfloat16":
+        values = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
+    return values
+
+
+def value(dtype, op, r, i):
+    """Rank r's element i: small, so that sums and products are exact in every dtype."""
+    if op == "prod":
+        pick = (1, 2, 1, -1, 1) if dtype not in ("uint8", "uint32", "uint64") else (1, 2, 1, 1, 3)
+        v = pick[(r + i) % 5]
+    elif dtype.startswith("uint"):
+        v = (r * 7 + i * 3) % 5
+    else:
+        v = (r * 7 + i * 3) % 5 - 2
+    return float(v) if dtype in FLOATS else v
+
+
+def reference(dtype, op, i):
+    vals = [value(dtype, op, r, i) for r in range(size)]
+    if op in ("sum", "avg"):
+        total = sum(vals)
+        if op == "avg":
+            if dtype in FLOATS:
+                return total / size
+            return int(total / size)  # toward zero
+        return total
+    if op == "prod":
+        out = 1
+        for v in vals:
+            out *= v
+        return out
+    return min(vals) if op == "min" else max(vals)
+
+
+def close(dtype, got, want):
+    if dtype in ("float16", "bfloat16"):
+        return abs(got - want) <= 1e-2 * max(1.0, abs(want))
+    if dtype in FLOATS:
+        return abs(got - want) <= 1e-6 * max(1.0, abs(want))
+    return got == want
+
+
+def check_allreduce(dtype, op, count, in_place, blocking=True):
+    global checks
+    send = encode(dtype, [value(dtype, op, rank, i) for i in range(count)])
+    recv = send if in_place else bytearray(len(send))
+    if blocking:
+        comm.allreduce(send, None if in_place else recv, op=op, dtype=dtype)
+        return finish_allreduce(dtype, op, count, recv)
+    req = comm.iallreduce(send, None if in_place else recv, op=op, dtype=dtype)
+    return (req, dtype, op, count, recv)
+
+
+def finish_allreduce(dtype, op, count, recv):
+    global checks
+    got = decode(dtype, recv)
+    checks += 1
+    for i in range(count):
+        want = reference(dtype, op, i)
+        if not close(dtype, got[i], want):
+            fail("allreduce %s %s count %d element %d: got %r, expected %r"
+                 % (dtype, op, count, i, got[i], want))
+            return
+
+
+counts = (0, 1, 7, 1031)
+for dtype in CODES:
+    for op in hoop.OPS:
+        for count in counts:
+            for in_place in (False, True):
+                check_allreduce(dtype, op, count, in_place)
+
+# Non-blocking: a batch posted at once, completed in reverse order (test loops and waits).
+posted = []
+for n, dtype in enumerate(CODES):
+    for op in hoop.OPS:
+        posted.append(check_allreduce(dtype, op, 97 + n, n % 2 == 0, blocking=False))
+for k, (req, dtype, op, count, recv) in enumerate(reversed(posted)):
+    if k % 2:
+        while not req.test():
+            pass
+    else:
+        req.wait()
+    finish_allreduce(dtype, op, count, recv)
+
+# Broadcast from every root, blocking and not.
+for root in range(size):
+    for dtype in ("uint8", "float32", "bfloat16", "int64"):
+        data = encode(dtype, [value(dtype, "sum", root, i) if rank == root else 0
+                              for i in range(33)])
+        if root % 2:
+            comm.ibroadcast(data, root=root, dtype=dtype).wait()
+        else:
+            comm.broadcast(data, root=root, dtype=dtype)
+        checks += 1
+        want = [value(dtype, "sum", root, i) for i in range(33)]
+        if decode(dtype, data) != want:
+            fail("broadcast %s root %d: got %r" % (dtype, root, decode(dtype, data)[:5]))
+
+# Allgather, blocking and not.
+for dtype in ("int8", "float64", "float16"):
+    mine = encode(dtype, [value(dtype, "sum", rank, i) for i in range(5)])
+    every = bytearray(len(mine) * size)
+    comm.allgather(mine, every, dtype=dtype)
+    other = bytearray(len(mine) * size)
+    comm.iallgather(bytes(mine), other, dtype=dtype).wait()  # a read-only sendbuf
+    want = [value(dtype, "sum", r, i) for r in range(size) for i in range(5)]
+    for name, data in (("allgather", every), ("iallgather", other)):
+        checks += 1
+        if decode(dtype, data) != want:
+            fail("%s %s: got %r" % (name, dtype, decode(dtype, data)[:8]))
+
+comm.barrier()
+comm.ibarrier().wait()
+
+# Errors raise the class of their code, with libhoop's message; nothing is lost.
+errors = [
+    (lambda: comm.allreduce(bytearray(8), op="median", dtype="float32"), hoop.InvalidArgument,
+     "unknown op"),
+    (lambda: comm.broadcast(bytearray(4), root=size, dtype="int32"), hoop.InvalidArgument, "root"),
+    (lambda: comm.allgather(bytearray(4), bytearray(4 * size + 1), dtype="uint8"),
+     hoop.InvalidArgument, "recvbuf"),
+    (lambda: comm.allreduce(b"abcd", dtype="uint8"), hoop.InvalidArgument, "read-only"),
+    (lambda: comm.allreduce(object()), hoop.InvalidArgument, "buffer protocol"),
+]
+for call, cls, words in errors:
+    checks += 1
+    try:
+        call()
+        fail("expected %s (%s)" % (cls.__name__, words))
+    except cls as err:
+        if words not in str(err):
+            fail("%s: %r does not say %r" % (cls.__name__, str(err), words))
+# The communicator still works after them.
+data = encode("int32", [rank])
+comm.allreduce(data, dtype="int32")
+checks += 1
+if decode("int32", data) != [size * (size - 1) // 2]:
+    fail("allreduce after the refused calls: %r" % decode("int32", data))
+
+print("python worker rank %d of %d: %d checks, %d failed (libhoop %s)"
+      % (rank, size, checks, failures, hoop.library_version()))
+comm.finalize()
+sys.exit(1 if failures else 0)

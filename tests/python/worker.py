@@ -179,6 +179,45 @@ checks += 1
 if decode("int32", data) != [size * (size - 1) // 2]:
     fail("allreduce after the refused calls: %r" % decode("int32", data))
 
+# CPU torch tensors, where torch is installed (Debian's python3-torch): every dtype torch and hoop
+# share, in place and not, blocking and not; a view that is not contiguous is refused.
+try:
+    import torch
+except ImportError:
+    torch = None
+    if rank == 0:
+        print("python worker: no torch here, its cases skipped")
+if torch is not None:
+    for dt in (torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+               torch.float32, torch.float64):
+        t = torch.arange(11, dtype=dt) + rank
+        want = (torch.arange(11, dtype=torch.float64) * size + size * (size - 1) // 2).to(dt)
+        comm.allreduce(t)
+        checks += 1
+        if not torch.equal(t, want):
+            fail("torch allreduce %s: %s" % (dt, t.tolist()))
+        out = torch.empty_like(t)
+        comm.iallreduce(torch.arange(11, dtype=dt) + rank, out, op="max").wait()
+        checks += 1
+        if not torch.equal(out, (torch.arange(11, dtype=torch.float64) + size - 1).to(dt)):
+            fail("torch iallreduce max %s: %s" % (dt, out.tolist()))
+    b = torch.full((6,), float(rank))
+    comm.broadcast(b, root=size - 1)
+    g = torch.empty(3 * size, dtype=torch.int32)
+    comm.allgather(torch.full((3,), rank, dtype=torch.int32), g)
+    checks += 2
+    if b.tolist() != [float(size - 1)] * 6:
+        fail("torch broadcast: %s" % b.tolist())
+    if g.tolist() != [r for r in range(size) for _ in range(3)]:
+        fail("torch allgather: %s" % g.tolist())
+    checks += 1
+    try:
+        comm.allreduce(torch.zeros(8)[::2])
+        fail("a tensor that is not contiguous was accepted")
+    except hoop.InvalidArgument as err:
+        if "contiguous" not in str(err):
+            fail("non-contiguous tensor: %s" % err)
+
 print("python worker rank %d of %d: %d checks, %d failed (libhoop %s)"
       % (rank, size, checks, failures, hoop.library_version()))
 comm.finalize()

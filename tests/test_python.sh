@@ -7,6 +7,18 @@ set -u
 src=${HOOP_SRCDIR:-.}
 build=${HOOP_BUILDDIR:-.}
 python=${HOOP_PYTHON:-/usr/bin/python3}
+
+# hooprun gives every rank torchrun's variables (unless the user set them): 3 ranks on this host.
+out=$("$build/tools/hooprun" -np 3 sh -c 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $OMP_NUM_THREADS"' 2>&1)
+for r in 0 1 2; do
+  echo "$out" | grep -qE "^\[$r\] $r 3 $r 3 127\.0\.0\.1 [0-9]+ 1\$" || {
+    echo "FAIL: rank $r's torchrun variables:"; echo "$out"; exit 1; }
+done
+out=$(OMP_NUM_THREADS=4 "$build/tools/hooprun" -np 2 -x MASTER_PORT=1234 -x RANK=7 sh -c 'echo "$RANK $MASTER_PORT $OMP_NUM_THREADS"' 2>&1)
+[ "$(echo "$out" | grep -c ' 7 1234 4$')" = 2 ] || {
+  echo "FAIL: variables the user set were overridden:"; echo "$out"; exit 1; }
+echo "hooprun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS, and keeps the user's"
+
 if [ ! -x "$python" ]; then
   echo "SKIP: no $python (Debian: apt-get install python3)"; exit 77
 fi
@@ -27,4 +39,19 @@ for np in 1 2 3 4; do
     status=1
   fi
 done
+# A torch.distributed program written for torchrun runs unchanged under hooprun (backend gloo).
+if [ $status = 0 ] && "$python" -c 'import torch' 2>/dev/null; then
+  out=$("$build/tools/hooprun" -np 2 --timeout 60 "$python" -c '
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(3) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print("gloo", dist.get_rank(), dist.get_world_size(), t.tolist())
+dist.destroy_process_group()' 2>&1)
+  if [ "$(echo "$out" | grep -c 'gloo [01] 2 \[3.0, 3.0, 3.0\]')" != 2 ]; then
+    echo "FAIL: torch.distributed (gloo) under hooprun:"; echo "$out" | tail -20; status=1
+  else
+    echo "torch.distributed with backend gloo ran under hooprun on 2 ranks"
+  fi
+fi
 exit $status

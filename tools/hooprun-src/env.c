@@ -2,9 +2,12 @@
  * its command line, with the remote shell and the settings in front for a rank on another host. */
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "hooprun.h"
@@ -60,6 +63,88 @@ void hooprun_env_free(char **entries) {
   free(entries);
 }
 
+/* ---- what PyTorch programs expect (torchrun's variables) ------------------------------------ */
+
+/* Whether the user gave name: in hooprun's environment, or with -x. */
+static int user_set(const hooprun_options *options, const char *name) {
+  if (getenv(name))
+    return 1;
+  size_t len = strlen(name);
+  for (int i = 0; i < options->nexports; i++)
+    if (strncmp(options->exports[i], name, len) == 0 &&
+        (options->exports[i][len] == '=' || options->exports[i][len] == '\0'))
+      return 1;
+  return 0;
+}
+
+/* A port free on this host now, for rank 0's store (PyTorch binds it; the race with another
+ * program is torchrun's too). 29500, torchrun's default, if none can be had. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0), port = 29500;
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t len = sizeof addr;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+      getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+void hooprun_env_prepare(hooprun_job *job) {
+  if (!job->master_port && !user_set(&job->options, "MASTER_PORT"))
+    job->master_port = free_port();
+}
+
+/* torchrun's variables, unless the user set them: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * MASTER_ADDR (rank 0's host) and MASTER_PORT for torch.distributed's env:// rendezvous, and
+ * OMP_NUM_THREADS=1 when several ranks share a host, so that each rank's intra-op threads do not
+ * fight the others' for its cores. The same program then runs with backend "gloo" or "hoop". */
+static void torch_settings(const hooprun_job *job, const hooprun_rank *rank, hooprun_env *env) {
+  const hooprun_options *options = &job->options;
+  int local_rank = 0, local_size = 0;
+  for (int i = 0; i < options->np; i++)
+    if (job->ranks[i].host == rank->host) {
+      if (i < rank->index)
+        local_rank++;
+      local_size++;
+    }
+  const struct {
+    const char *name;
+    long value;
+  } numbers[] = {{"RANK", rank->index},
+                 {"WORLD_SIZE", options->np},
+                 {"LOCAL_RANK", local_rank},
+                 {"LOCAL_WORLD_SIZE", local_size}};
+  for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+    if (!user_set(options, numbers[i].name))
+      env_format(env, "%s=%ld", numbers[i].name, numbers[i].value);
+  if (!user_set(options, "MASTER_ADDR")) {
+    /* Rank 0's host: loopback for ranks beside it; for the others its name in the host list, or,
+     * when it is this host, the address hooprun gives every rank for its own server. */
+    const hooprun_host *first = job->ranks[0].host;
+    int zero_here = !first || first->local, rank_here = !rank->host || rank->host->local;
+    if (zero_here && rank_here) {
+      env_format(env, "MASTER_ADDR=127.0.0.1");
+    } else if (zero_here && job->server) {
+      const char *colon = strrchr(job->rendezvous, ':');
+      int len = colon ? (int)(colon - job->rendezvous) : (int)strlen(job->rendezvous);
+      const char *host = job->rendezvous;
+      if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
+        host++;
+        len -= 2;
+      }
+      env_format(env, "MASTER_ADDR=%.*s", len, host);
+    } else {
+      env_format(env, "MASTER_ADDR=%s", first ? first->name : "127.0.0.1");
+    }
+  }
+  if (job->master_port)
+    env_format(env, "MASTER_PORT=%d", job->master_port);
+  if (local_size > 1 && !user_set(options, "OMP_NUM_THREADS"))
+    env_format(env, "OMP_NUM_THREADS=1");
+}
+
 /* The -x settings, then the job's HOOP_ variables, which win: what a rank on another host gets
  * on its command line, on top of what its remote shell gives it. */
 static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hooprun_env *env_out) {
@@ -83,6 +168,7 @@ static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hoop
    * of one machine share a kernel host name, and the rendezvous groups local ranks by name. */
   if (rank->host)
     env_format(&env, "HOOP_HOSTNAME=%s", rank->host->name);
+  torch_settings(job, rank, &env);
   *env_out = env;
 }
 

@@ -101,8 +101,9 @@ typedef struct hooprun_job {
   hoop__rdzv_server *server;
   char rendezvous[HOOP__WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
   char token[HOOP__MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
-  hooprun_rank *ranks;                       /* options.np of them */
-  int running;                               /* ranks started and not yet exited */
+  int master_port;     /* MASTER_PORT for PyTorch's env:// store on rank 0 (0: not chosen yet) */
+  hooprun_rank *ranks; /* options.np of them */
+  int running;         /* ranks started and not yet exited */
   int outputs_open;
   int stopping; /* the job is being stopped; exit_code says why */
   int finished;
@@ -139,6 +140,8 @@ int hooprun_parse_options(hooprun_job *job, int argc, char **argv);
 
 /* env.c: a rank's environment and command line, NULL-terminated lists freed by hooprun_env_free. */
 char **hooprun_rank_environment(const hooprun_job *job, const hooprun_rank *rank);
+/* Choose what every rank's environment shares before the first starts (MASTER_PORT). */
+void hooprun_env_prepare(hooprun_job *job);
 char **hooprun_rank_command(const hooprun_job *job, const hooprun_rank *rank);
 void hooprun_env_free(char **entries);
 

@@ -130,6 +130,7 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
 void hooprun_start_ranks(hooprun_job *job) {
   hooprun_verbose(job, "starting %d rank%s of '%s'", job->options.np,
                   job->options.np == 1 ? "" : "s", job->options.command[0]);
+  hooprun_env_prepare(job);
   for (int i = 0; i < job->options.np; i++) {
     int status = spawn_rank(job, &job->ranks[i]);
     if (status != 0) {

@@ -53,5 +53,23 @@ dist.destroy_process_group()' 2>&1)
   else
     echo "torch.distributed with backend gloo ran under hooprun on 2 ranks"
   fi
+  # The same DistributedDataParallel program on gloo and on hoop: the same lines.
+  for backend in gloo hoop; do
+    "$build/tools/hooprun" -np 2 --timeout 60 "$python" "$src/tests/python/ddp.py" $backend \
+      >"${TMPDIR:-/tmp}/hoop-ddp-$backend.$$" 2>&1 || {
+      echo "FAIL: ddp.py on $backend:"; tail -20 "${TMPDIR:-/tmp}/hoop-ddp-$backend.$$"; status=1; }
+  done
+  gloo_lines=$(grep -E '^\[0\] (step|max|params)' "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$")
+  hoop_lines=$(grep -E '^\[0\] (step|max|params)' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$")
+  if [ -z "$gloo_lines" ] || [ "$gloo_lines" != "$hoop_lines" ]; then
+    echo "FAIL: DistributedDataParallel on hoop and on gloo differ:"
+    echo "gloo:"; echo "$gloo_lines"; echo "hoop:"; echo "$hoop_lines"; status=1
+  elif ! grep -q 'unsupported: hoop backend: reduce is not supported' \
+      "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; then
+    echo "FAIL: dist.reduce on hoop did not raise NotImplementedError naming it"; status=1
+  else
+    echo "DistributedDataParallel on the hoop backend: the same 5 losses, collectives and parameters as on gloo"
+  fi
+  rm -f "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$" "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"
 fi
 exit $status

@@ -16,8 +16,10 @@ contiguous, or torch tensors on the CPU (contiguous). Every failure raises a sub
 carrying libhoop's message, one class per result code.
 """
 
+import atexit
 import ctypes
 import os
+import weakref
 
 __all__ = [
     "Communicator", "Request", "init", "HoopError", "InvalidArgument", "Timeout", "PeerLost",
@@ -298,6 +300,7 @@ class Communicator:
         self.size = _lib.hoop_size(handle)
         self.local_rank = _lib.hoop_local_rank(handle)
         self.local_size = _lib.hoop_local_size(handle)
+        _alive.add(self)
 
     def __enter__(self):
         return self
@@ -416,3 +419,17 @@ class Communicator:
 def init():
     """Join the job hooprun (or torchrun, Slurm, mpirun) started: a Communicator."""
     return Communicator()
+
+
+# Communicators the program never finalized leave the job at exit, with a goodbye, rather than
+# vanish (which the other ranks and hooprun would report as a lost rank).
+_alive = weakref.WeakSet()
+
+
+@atexit.register
+def _finalize_at_exit():
+    for comm in list(_alive):
+        try:
+            comm.finalize()
+        except HoopError:
+            pass

@@ -14,6 +14,17 @@
 /* How often a collective, at its start, reads the rendezvous connection for notices. */
 #define RDZV_LOOK_EVERY_S 0.001
 
+/* The dtype is known and count elements of it fit in memory once per rank: checked when a call is
+ * posted (hoop__coll_validate) and again when it runs (coll_begin). */
+static hoop_result check_dtype_count(hoop_comm *comm, const char *call, size_t count,
+                                     hoop_dtype dtype) {
+  if (hoop_dtype_size(dtype) == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
+  if (count > SIZE_MAX / hoop_dtype_size(dtype) / (size_t)comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
+  return HOOP_OK;
+}
+
 /* op and root: -1 when the call has none (they go into the fingerprint). */
 static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll which, size_t count,
                               hoop_dtype dtype, int check_dtype, int op, int root) {
@@ -31,10 +42,9 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
                            comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
                            "%s refused: the communicator failed earlier: %s", call,
                            comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
-  if (check_dtype && hoop_dtype_size(dtype) == 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
-  if (check_dtype && count > SIZE_MAX / hoop_dtype_size(dtype) / (size_t)comm->size)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
+  hoop_result result;
+  if (check_dtype && (result = check_dtype_count(comm, call, count, dtype)) != HOOP_OK)
+    return result;
   comm->call = call;
   comm->seq++;
   comm->call_started = now;
@@ -123,12 +133,10 @@ static const collective collectives[HOOP__COLL_COUNT] = {
  * makes them again, in its place in the call's sequence. */
 hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
-  if (coll->has_data && hoop_dtype_size(args->dtype) == 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", coll->call,
-                           (int)args->dtype);
-  if (coll->has_data && args->count > SIZE_MAX / hoop_dtype_size(args->dtype) / (size_t)comm->size)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", coll->call,
-                           args->count);
+  hoop_result result;
+  if (coll->has_data &&
+      (result = check_dtype_count(comm, coll->call, args->count, args->dtype)) != HOOP_OK)
+    return result;
   return coll->check ? coll->check(comm, args) : HOOP_OK;
 }
 

@@ -26,7 +26,6 @@
 #include "core/env.h"
 #include "core/trace.h"
 
-#define FUSION_DEFAULT_BYTES (8u << 20)
 #define FUSION_MIN_BYTES 4096
 #define FUSION_MAX_BYTES (1L << 30)
 
@@ -163,15 +162,21 @@ static void hand_over(hoop_comm *comm) {
   pthread_mutex_unlock(&comm->queue_lock);
 }
 
-/* Sleep on queue_cond until woken or for at most seconds (posts do not wake the thread unless
- * progress_idle is set; hand_over and finalize always do). The caller holds queue_lock. */
-static void nap(hoop_comm *comm, double seconds) {
+/* Sleep on cond (with queue_lock, which the caller holds) until signalled or for at most seconds.
+ */
+static void timed_wait(hoop_comm *comm, pthread_cond_t *cond, double seconds) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   long ns = until.tv_nsec + (long)(seconds * 1e9);
   until.tv_sec += ns / 1000000000;
   until.tv_nsec = ns % 1000000000;
-  pthread_cond_timedwait(&comm->queue_cond, &comm->queue_lock, &until);
+  pthread_cond_timedwait(cond, &comm->queue_lock, &until);
+}
+
+/* The progress thread sleeps on queue_cond (posts do not wake it unless progress_idle is set;
+ * hand_over and finalize always do). */
+static void nap(hoop_comm *comm, double seconds) {
+  timed_wait(comm, &comm->queue_cond, seconds);
 }
 
 /* Woken by a post, the thread first lets the posting thread take the call for a moment: a program
@@ -237,6 +242,12 @@ static hoop_result read_progress(hoop_comm *comm) {
   return HOOP_OK;
 }
 
+/* Number req and write its post to the trace. */
+static void trace_post(hoop_comm *comm, hoop_request *req) {
+  req->trace_id = atomic_fetch_add(&comm->trace_ids, 1);
+  hoop__trace_post(comm, req->trace_id, req->name, request_bytes(req), hoop__now());
+}
+
 /* Queue req (validated); a non-blocking post wakes the progress thread, starting it if need be. */
 static hoop_result post(hoop_comm *comm, hoop_request *req) {
   hoop_result result;
@@ -248,10 +259,8 @@ static hoop_result post(hoop_comm *comm, hoop_request *req) {
   req->error = NULL;
   if (!req->name)
     req->name = hoop__coll_call_name(req->args.coll);
-  if (hoop__tracing(comm)) {
-    req->trace_id = atomic_fetch_add(&comm->trace_ids, 1);
-    hoop__trace_post(comm, req->trace_id, req->name, request_bytes(req), hoop__now());
-  }
+  if (hoop__tracing(comm))
+    trace_post(comm, req);
   pthread_mutex_lock(&comm->queue_lock);
   if (req->on_heap && !comm->progress_started && comm->async_progress) {
     int err = pthread_create(&comm->progress, NULL, progress_main, comm);
@@ -308,6 +317,7 @@ static hoop_result finish(hoop_request *req) {
  * the holder completes the request. The sleep is bounded: call_lock may be held a moment by a
  * thread that does not run the queue (hoop_register, hoop_abort). */
 #define WAIT_SPIN_S 20e-6
+#define WAIT_SLEEP_S 10e-3
 
 static void wait_done(hoop_comm *comm, const hoop_request *req) {
   double spin_until = -1;
@@ -329,16 +339,8 @@ static void wait_done(hoop_comm *comm, const hoop_request *req) {
       continue;
     }
     pthread_mutex_lock(&comm->queue_lock);
-    if (!atomic_load(&req->done)) {
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += 10000000;
-      if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-      }
-      pthread_cond_timedwait(&comm->done_cond, &comm->queue_lock, &until);
-    }
+    if (!atomic_load(&req->done))
+      timed_wait(comm, &comm->done_cond, WAIT_SLEEP_S);
     pthread_mutex_unlock(&comm->queue_lock);
   }
 }
@@ -380,25 +382,18 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
   if (result != HOOP_OK)
     return result;
   if (!request) {
+    hoop_request req = {.args = *args, .name = hoop__coll_call_name(args->coll)};
     /* Nothing queued and nobody running: this thread runs the call, as before requests. */
     if (pthread_mutex_trylock(&comm->call_lock) == 0) {
       pthread_mutex_lock(&comm->queue_lock);
       int idle = !comm->queue_head;
       pthread_mutex_unlock(&comm->queue_lock);
       if (idle) {
-        hoop__coll_args run = *args;
-        const char *call = hoop__coll_call_name(args->coll);
-        uint64_t id = 0;
-        if (hoop__tracing(comm)) {
-          id = atomic_fetch_add(&comm->trace_ids, 1);
-          hoop__trace_post(
-              comm, id, call,
-              args->coll == HOOP__COLL_BARRIER ? 0 : args->count * hoop_dtype_size(args->dtype),
-              hoop__now());
-        }
-        result = hoop__coll_run(comm, &run);
         if (hoop__tracing(comm))
-          hoop__trace_done(comm, id, call, result, hoop__now());
+          trace_post(comm, &req);
+        result = hoop__coll_run(comm, &req.args);
+        if (hoop__tracing(comm))
+          hoop__trace_done(comm, req.trace_id, req.name, result, hoop__now());
         if (atomic_load(&comm->abort_requested) == 1)
           hoop__check_abort(comm);
         pthread_mutex_unlock(&comm->call_lock);
@@ -406,7 +401,6 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
       }
       pthread_mutex_unlock(&comm->call_lock);
     }
-    hoop_request req = {.args = *args};
     if ((result = post(comm, &req)) != HOOP_OK)
       return result;
     wait_done(comm, &req);

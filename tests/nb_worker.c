@@ -5,9 +5,12 @@
  * blocking, and hoop_finalize refusing while a request is outstanding. Started by hooprun.
  *
  * Usage: nb_worker [--quick]
- *        nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others have requests
- *                                       outstanding: every request there must complete with an
- *                                       error naming rank 1, within HOOP_TIMEOUT
+ *        nb_worker --progress           rank 0 posts a barrier and sleeps 2 s without calling hoop;
+ *                                       the others' blocking barrier must end well before, so its
+ *                                       progress thread took part (fails with
+ * HOOP_ASYNC_PROGRESS=0) nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others
+ * have requests outstanding: every request there must complete with an error naming rank 1, within
+ * HOOP_TIMEOUT
  */
 #include <sched.h>
 #include <signal.h>
@@ -331,12 +334,35 @@ static int failing(const char *how) {
   return 0;
 }
 
+static void progress_without_calls(void) {
+  if (rank == 0) {
+    hoop_request *req;
+    must(hoop_ibarrier(comm, &req), "hoop_ibarrier");
+    struct timespec nap = {2, 0};
+    nanosleep(&nap, NULL);
+    must(hoop_wait(req), "hoop_wait");
+  } else {
+    double start = now_s();
+    must(hoop_barrier(comm), "hoop_barrier");
+    double took = now_s() - start;
+    checks++;
+    if (took > 1.0)
+      fail("the barrier took %.2f s while rank 0 slept 2 s after posting its own: rank 0's "
+           "request did not progress without calls",
+           took);
+    else
+      printf("nb_worker rank %d: barrier done in %.3f s while rank 0 slept\n", rank, took);
+  }
+}
+
 int main(int argc, char **argv) {
-  int quick = 0;
+  int quick = 0, progress = 0;
   const char *how = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
+    else if (strcmp(argv[i], "--progress") == 0)
+      progress = 1;
     else if (strcmp(argv[i], "--fail") == 0 && i + 1 < argc)
       how = argv[++i];
   }
@@ -345,6 +371,9 @@ int main(int argc, char **argv) {
   nranks = hoop_size(comm);
   if (how) {
     failing(how);
+  } else if (progress) {
+    progress_without_calls();
+    must(hoop_finalize(comm), "hoop_finalize");
   } else {
     size_t big = quick ? 150001 : 1300021;
     batch(quick ? 25 : 60, big);

@@ -43,6 +43,8 @@ static int count_lines(const char *text, const char *needle) {
 /* Pieces of 4 KiB, so that fused sets span many pieces and buffers span pieces. */
 static char *const over_shm[] = {"HOOP_FUSION_BYTES=4096", NULL};
 static char *const over_tcp[] = {"HOOP_FUSION_BYTES=4096", "HOOP_TRANSPORT=tcp", NULL};
+/* Without the progress thread, posted calls run inside test and wait only. */
+static char *const no_thread[] = {"HOOP_FUSION_BYTES=4096", "HOOP_ASYNC_PROGRESS=0", NULL};
 
 static void run_ok(int np, char *const env[], int quick) {
   char *out;
@@ -63,6 +65,24 @@ END_TEST
 static const int tcp_ranks[] = {2, 3, 4};
 START_TEST(test_mixed_tcp) {
   run_ok(tcp_ranks[_i], over_tcp, 1);
+}
+END_TEST
+
+START_TEST(test_mixed_without_thread) {
+  run_ok(3, no_thread, 1);
+}
+END_TEST
+
+/* A request advances while its rank computes (here: sleeps) and makes no call: the others'
+ * blocking barrier ends long before rank 0 waits for its posted one. */
+START_TEST(test_progress_without_calls) {
+  char *out;
+  int code = run_nb(3, over_shm, "--progress", NULL, &out);
+  if (code != 0)
+    fprintf(stderr, "%s\n", out);
+  ck_assert_msg(code == 0, "hooprun -np 3 nb_worker --progress: exit %d", code);
+  ck_assert_int_eq(count_lines(out, "barrier done in"), 2);
+  free(out);
 }
 END_TEST
 
@@ -212,6 +232,8 @@ static Suite *nonblocking_suite(void) {
   tcase_add_loop_test(tc, test_mixed_shm, 0, (int)(sizeof shm_ranks / sizeof shm_ranks[0]));
   tcase_add_loop_test(tc, test_mixed_tcp, 0, (int)(sizeof tcp_ranks / sizeof tcp_ranks[0]));
   tcase_add_test(tc, test_trace);
+  tcase_add_test(tc, test_mixed_without_thread);
+  tcase_add_test(tc, test_progress_without_calls);
   suite_add_tcase(s, tc);
   tc = tcase_create("failures");
   tcase_set_timeout(tc, 120);

@@ -19,6 +19,7 @@ carrying libhoop's message, one class per result code.
 import atexit
 import ctypes
 import os
+import sys
 import weakref
 
 __all__ = [
@@ -138,6 +139,10 @@ _lib.hoop_iallreduce.argtypes = _lib.hoop_allreduce.argtypes + [_REQ]
 _lib.hoop_ibroadcast.argtypes = _lib.hoop_broadcast.argtypes + [_REQ]
 _lib.hoop_iallgather.argtypes = _lib.hoop_allgather.argtypes + [_REQ]
 _lib.hoop_ibarrier.argtypes = [_c.c_void_p, _REQ]
+_PTRS = _c.POINTER(_c.c_void_p)
+_lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
+                                     _c.POINTER(_c.c_size_t), _c.c_int, _c.c_int]
+_lib.hoop_iallreduce_many.argtypes = _lib.hoop_allreduce_many.argtypes + [_REQ]
 _lib.hoop_test.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int)]
 _lib.hoop_wait.argtypes = [_c.c_void_p]
 
@@ -344,6 +349,27 @@ class Communicator:
         args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
         return self._run(call, args, (src, dst), out, nonblocking)
 
+    def allreduce_many(self, buffers, op="sum", dtype=None):
+        """Allreduce every buffer of the list in place, as one fused transfer (hoop_allreduce_many:
+        Horovod's tensor fusion). The buffers share one dtype. Returns the list."""
+        return self._allreduce_many("hoop_allreduce_many", buffers, op, dtype, False)
+
+    def iallreduce_many(self, buffers, op="sum", dtype=None):
+        return self._allreduce_many("hoop_iallreduce_many", buffers, op, dtype, True)
+
+    def _allreduce_many(self, call, buffers, op, dtype, nonblocking):
+        handle = self._live(call)
+        opcode = _op_code(op, call)
+        held = [_Buffer(b, dtype, call, True) for b in buffers]
+        if len({b.dtype for b in held}) > 1:
+            raise InvalidArgument("%s: the buffers differ in dtype" % call)
+        n = len(held)
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[b.address for b in held])
+        counts = (ctypes.c_size_t * max(n, 1))(*[b.count(call) for b in held])
+        code = held[0].dtype if held else _dtype_code(dtype or "float32", call)
+        args = (handle, n, ptrs, ptrs, counts, code, opcode)
+        return self._run(call, args, (held, ptrs, counts), buffers, nonblocking)
+
     def broadcast(self, buf, root=0, dtype=None):
         """Copy root's buf to every rank's buf; returns buf."""
         return self._broadcast("hoop_broadcast", buf, root, dtype, False)
@@ -421,9 +447,50 @@ def init():
     return Communicator()
 
 
+_shared = None
+
+
+def _shared_comm():
+    """The one Communicator hoop.torch's Horovod API and its torch.distributed backend share, so
+    that a program using both joins the job once."""
+    global _shared
+    if _shared is None or _shared._handle is None:
+        _shared = Communicator()
+    return _shared
+
+
 # Communicators the program never finalized leave the job at exit, with a goodbye, rather than
 # vanish (which the other ranks and hooprun would report as a lost rank).
 _alive = weakref.WeakSet()
+
+
+def _where(trace):
+    while trace is not None and trace.tb_next is not None:
+        trace = trace.tb_next
+    if trace is None:
+        return ""
+    code = trace.tb_frame.f_code
+    return " (at %s:%d in %s)" % (os.path.basename(code.co_filename), trace.tb_lineno,
+                                  code.co_name)
+
+
+def _abort_on_exception(kind, value, trace):
+    """An exception nothing caught ends this rank: first tell every other rank, which then fails
+    its next (or current) hoop call with "aborted by rank R: ..." instead of waiting for a rank
+    that is gone. Then Python's own report."""
+    # An abort that came from another rank is not passed on again: every rank has it already.
+    cause, seen = value, 0
+    while cause is not None and not isinstance(cause, Aborted) and seen < 8:
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    if _alive and not isinstance(cause, Aborted):
+        reason = "%s: %s%s" % (kind.__name__, value, _where(trace))
+        for comm in list(_alive):
+            comm.abort(reason)
+    _previous_excepthook(kind, value, trace)
+
+
+_previous_excepthook = sys.excepthook
+sys.excepthook = _abort_on_exception
 
 
 @atexit.register

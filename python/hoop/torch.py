@@ -29,6 +29,7 @@ import itertools
 import os
 import pickle
 import warnings
+import weakref
 
 import torch
 
@@ -612,7 +613,9 @@ def _optimizer_entries(optimizer, names=None):
 
 # ---- DistributedOptimizer -------------------------------------------------------------------
 
-_optimizers = []  # the DistributedOptimizers of this process, in creation order (for join)
+# The DistributedOptimizers of this process as they synchronized, latest last (weak references):
+# join() repeats the latest cycle of them.
+_synchronized = []
 
 
 def _bucket_bytes():
@@ -680,7 +683,6 @@ class _DistributedMixin:
         self._synchronized = False
         if self._comm.size > 1:
             self._register_hooks()
-        _optimizers.append(self)
 
     def _make_buckets(self, groups, call):
         """Fixed buckets, the same on every rank: parameters in the reverse of their order (as
@@ -798,6 +800,8 @@ class _DistributedMixin:
         finally:
             self._reset()
         self._synchronized = True
+        _synchronized.append(weakref.ref(self))
+        del _synchronized[:-64]
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -873,7 +877,7 @@ def join(device=-1):
     comm = _live(call)
     if comm.size == 1:
         return comm.rank
-    active = [o for o in _optimizers if o._comm is comm and o._comm.size > 1 and o._buckets]
+    active = _join_cycle(comm)
     rounds = 0
     while True:
         rounds += 1
@@ -888,6 +892,18 @@ def join(device=-1):
     last = torch.tensor([comm.rank if rounds == 1 else -1], dtype=torch.int64)
     comm.allreduce(last, op="max")
     return int(last.item())
+
+
+def _join_cycle(comm):
+    """The optimizers whose steps a joined rank repeats: those that synchronized since the latest
+    one last synchronized before (the loop's cycle; usually one optimizer)."""
+    log = [ref() for ref in _synchronized]
+    log = [o for o in log if o is not None and o._comm is comm and o._buckets]
+    if not log:
+        return []
+    latest = log[-1]
+    earlier = [i for i, o in enumerate(log[:-1]) if o is latest]
+    return log[earlier[-1] + 1:] if earlier else [latest]
 
 
 # What Horovod raises where hoop does too (for `except hvd.HorovodInternalError`).

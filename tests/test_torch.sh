@@ -1,0 +1,93 @@
+#!/bin/sh
+# hoop.torch under hooprun with Debian's /usr/bin/python3 and python3-torch:
+# - tests/python/hvd_worker.py on 1 to 4 ranks: Horovod's API, every dtype and op, both
+#   broadcasts, allgather, objects, DistributedOptimizer against a one-process reference (plain,
+#   fp16, buckets, backward_passes_per_step, a missing gradient), join, and the refusals;
+# - tests/python/fail_worker.py: an exception on one rank, under the Horovod API and under the
+#   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
+#   on every rank within 5 s; a killed rank is PeerLost naming it;
+# - examples/torch, short runs: the Horovod program on 4 ranks ends with the parameters of 1 rank
+#   at the same global batch (1e-5), and the torch.distributed program prints the same loss lines
+#   on gloo and on hoop.
+# Skipped (77) without python3 or torch or Debian's dataset-fashion-mnist (the examples only), and
+# under the sanitizers (an ASan-built libhoop cannot load into a python that is not).
+set -u
+src=${HOOP_SRCDIR:-.}
+build=${HOOP_BUILDDIR:-.}
+python=${HOOP_PYTHON:-/usr/bin/python3}
+if [ ! -x "$python" ] || ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "SKIP: no torch for $python (Debian: apt-get install python3-torch)"; exit 77
+fi
+if [ "${HOOP_SANITIZED:-no}" = yes ]; then
+  echo "SKIP: libhoop is built with the sanitizers, which $python cannot load"; exit 77
+fi
+HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1
+PYTHONPATH=$src/python${PYTHONPATH:+:$PYTHONPATH}
+export HOOP_LIBRARY PYTHONPATH
+hooprun=$build/tools/hooprun
+tmp=${TMPDIR:-/tmp}/hoop-torch.$$
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+for np in 1 2 3 4; do
+  out=$("$hooprun" -np "$np" --timeout 120 "$python" "$src/tests/python/hvd_worker.py" 2>&1)
+  code=$?
+  echo "$out" | grep -E 'checks|FAIL|Error' | head -20
+  good=$(echo "$out" | grep -c ' checks, 0 failed')
+  if [ $code != 0 ] || [ "$good" != "$np" ]; then
+    echo "FAIL: hvd_worker.py on $np ranks: hooprun exited $code, $good of $np ranks passed"
+    echo "$out" | tail -30; status=1
+  fi
+done
+
+# Failures: 3 ranks; the culprit is rank 2 (model: rank 1), the others must say PASS.
+for mode in raise dist model kill; do
+  out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/fail_worker.py" $mode 2>&1)
+  echo "$out" | grep -E '^\[[0-9]\] (PASS|FAIL)' | cut -c1-240
+  want=2; [ $mode = model ] && want=3
+  if [ "$(echo "$out" | grep -c "PASS $mode:")" != $want ] || echo "$out" | grep -q "FAIL $mode:"; then
+    echo "FAIL: failure case '$mode':"; echo "$out" | tail -30; status=1
+  fi
+done
+
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+  echo "SKIP (examples only): no Fashion-MNIST in $data (Debian: apt-get install dataset-fashion-mnist)"
+  exit $status
+fi
+ex=$src/examples/torch
+# The Horovod program: 4 ranks x 16 against 1 rank x 64, 30 steps; fp16 on the wire runs too.
+"$hooprun" -np 4 --timeout 120 "$python" "$ex/horovod_mnist.py" --global-batch 64 --steps 30 \
+  --lr 0.05 --train-limit 4096 --save "$tmp/four.pt" >"$tmp/four.log" 2>&1 || {
+  echo "FAIL: horovod_mnist.py on 4 ranks:"; tail -20 "$tmp/four.log"; status=1; }
+"$hooprun" -np 1 --timeout 120 "$python" "$ex/horovod_mnist.py" --global-batch 64 --steps 30 \
+  --lr 0.05 --train-limit 4096 --save "$tmp/one.pt" >"$tmp/one.log" 2>&1 || {
+  echo "FAIL: horovod_mnist.py on 1 rank:"; tail -20 "$tmp/one.log"; status=1; }
+"$hooprun" -np 2 --timeout 120 "$python" "$ex/horovod_mnist.py" --steps 10 --fp16 \
+  --train-limit 2048 >"$tmp/fp16.log" 2>&1 && grep -q 'test accuracy.*fp16' "$tmp/fp16.log" || {
+  echo "FAIL: horovod_mnist.py --fp16:"; tail -20 "$tmp/fp16.log"; status=1; }
+cat "$tmp/four.log" "$tmp/one.log" "$tmp/fp16.log" | grep 'epoch'
+if [ -f "$tmp/four.pt" ] && [ -f "$tmp/one.pt" ]; then
+  diff=$("$python" -c 'import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+print("%.3g" % max((a[k] - b[k]).abs().max().item() for k in a))' "$tmp/one.pt" "$tmp/four.pt")
+  echo "horovod_mnist.py: 4 ranks and 1 rank differ by $diff after 30 steps"
+  "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
+    echo "FAIL: more than 1e-5"; status=1; }
+fi
+# The torch.distributed program: the same loss lines on gloo and on hoop (2 ranks).
+for backend in gloo hoop; do
+  "$hooprun" -np 2 --timeout 120 "$python" "$ex/dist_mnist.py" --backend $backend --steps 20 \
+    --train-limit 2048 >"$tmp/$backend.log" 2>&1 || {
+    echo "FAIL: dist_mnist.py on $backend:"; tail -20 "$tmp/$backend.log"; status=1; }
+done
+gloo=$(grep -E 'loss' "$tmp/gloo.log" | sort)
+hoop=$(grep -E 'loss' "$tmp/hoop.log" | sort)
+if [ -z "$gloo" ] || [ "$gloo" != "$hoop" ]; then
+  echo "FAIL: dist_mnist.py's loss lines differ:"; echo "gloo:"; echo "$gloo"; echo "hoop:"; echo "$hoop"
+  status=1
+else
+  echo "dist_mnist.py: the same loss lines on gloo and on hoop:"; echo "$hoop"
+fi
+exit $status

@@ -178,7 +178,8 @@ HOOP_API hoop_result hoop_barrier(hoop_comm *comm);
 /* Allreduce n buffers of one dtype as one transfer: recvbufs[i][j] = op over ranks of
  * sendbufs[i][j] for j < counts[i] (in place when sendbufs[i] == recvbufs[i]). The buffers are
  * packed into the library's own buffer piece by piece (HOOP_FUSION_BYTES, default 8 MiB, each
- * piece one allreduce), so a large set needs no allocation of its total size. All ranks pass the
+ * piece one allreduce), so a large set needs no allocation of its total size; a buffer of 512 KiB
+ * or more (or half a piece, if less) is allreduced where it lies, not copied. All ranks pass the
  * same n and counts. Horovod's tensor fusion, below the framework. */
 HOOP_API hoop_result hoop_allreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
                                          void *const *recvbufs, const size_t *counts,

@@ -28,6 +28,8 @@
 
 #define FUSION_MIN_BYTES 4096
 #define FUSION_MAX_BYTES (1L << 30)
+/* A buffer of this many bytes in a fused set is allreduced where it lies, not packed. */
+#define FUSION_DIRECT_BYTES (512L * 1024)
 
 struct hoop_request {
   hoop_comm *comm;
@@ -65,19 +67,39 @@ static hoop_result read_fusion(hoop_comm *comm) {
 }
 
 /* The fused allreduce: pack as much as a piece holds (a buffer may span pieces, cut between
- * elements), allreduce the piece in place, unpack it; every rank cuts the same pieces from the
- * same counts, so each piece is one matching allreduce. */
+ * elements), allreduce the piece in place, unpack it. A buffer large enough that packing would
+ * cost more than a call of its own (half a piece, or FUSION_DIRECT_BYTES) is allreduced where it
+ * lies instead, with no copy. Every rank cuts the same pieces from the same counts, so each piece
+ * is one matching allreduce. */
 static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
   hoop_result result = HOOP_OK;
   size_t esize = hoop_dtype_size(req->args.dtype);
   if (!comm->fusion && (result = read_fusion(comm)) != HOOP_OK)
     return result;
   size_t piece_elems = comm->fusion_bytes / esize;
+  size_t direct_bytes =
+      comm->fusion_bytes / 2 < FUSION_DIRECT_BYTES ? comm->fusion_bytes / 2 : FUSION_DIRECT_BYTES;
   char *piece = comm->fusion;
   size_t buf = 0, at = 0; /* the next element to pack: buffer buf, element at */
   while (result == HOOP_OK) {
+    if (buf < req->nbufs && at == 0 && req->counts[buf] * esize >= direct_bytes) {
+      hoop__coll_args args = {HOOP__COLL_ALLREDUCE,
+                              req->sendbufs[buf],
+                              req->recvbufs[buf],
+                              req->counts[buf],
+                              req->args.dtype,
+                              req->args.op,
+                              -1,
+                              0,
+                              0};
+      result = hoop__coll_run(comm, &args);
+      buf++;
+      continue;
+    }
     size_t first_buf = buf, first_at = at, filled = 0;
     while (buf < req->nbufs && filled < piece_elems) {
+      if (at == 0 && filled > 0 && req->counts[buf] * esize >= direct_bytes)
+        break; /* it goes on its own, next */
       size_t take = req->counts[buf] - at;
       if (take > piece_elems - filled)
         take = piece_elems - filled;

@@ -16,6 +16,8 @@ NotImplementedError naming the call.
 """
 
 import datetime
+import queue
+import threading
 
 import torch
 import torch.distributed as dist
@@ -39,7 +41,11 @@ def _op_name(op, call):
 
 
 class _Work(Work):
-    """One collective of the process group: hoop requests, and what to do once they complete."""
+    """One collective of the process group: hoop requests, and what to do once they complete.
+
+    Its future (get_future, which DistributedDataParallel chains its bucket's work on) completes
+    when the collective does, set by the completer thread; so backward goes on while the
+    collective runs on hoop's progress thread."""
 
     def __init__(self, group, requests, result, then=None):
         super().__init__()
@@ -50,22 +56,34 @@ class _Work(Work):
         self._error = None
         self._done = False
         self._future = None
+        self._lock = threading.Lock()  # one thread at a time completes the requests
 
     def _complete(self):
-        if self._done:
-            return
-        try:
-            for request in self._requests:
-                request.wait()
-            if self._then:
-                self._then()
-        except HoopError as err:
-            self._error = err
-        self._done = True
+        with self._lock:
+            if self._done:
+                return
+            try:
+                for request in self._requests:
+                    request.wait()
+                if self._then:
+                    self._then()
+            except HoopError as err:
+                self._error = err
+            self._done = True
         self._group._forget(self)
 
     def is_completed(self):
-        if not self._done and all(request.test() for request in self._requests):
+        if self._done:
+            return True
+        if not self._lock.acquire(blocking=False):
+            return False  # the completer thread is waiting for it
+        try:
+            ready = all(request.test() for request in self._requests)
+        except HoopError:
+            ready = True  # failed: _complete records the error
+        finally:
+            self._lock.release()
+        if ready:
             self._complete()
         return self._done
 
@@ -89,15 +107,43 @@ class _Work(Work):
         return self._result
 
     def get_future(self):
-        # Completed when returned: DDP and communication hooks take the result from it.
         if self._future is None:
             self._future = torch.futures.Future()
-            try:
-                self.wait()
-                self._future.set_result(self._result)
-            except RuntimeError as err:
-                self._future.set_exception(err)
+            _completer.add(self)
         return self._future
+
+    def _settle(self):
+        """On the completer thread: complete, then set the future."""
+        try:
+            self.wait()
+            self._future.set_result(self._result)
+        except RuntimeError as err:
+            self._future.set_exception(err)
+
+
+class _Completer:
+    """A daemon thread that completes the works whose futures were asked for, in order, blocked in
+    hoop_wait (which ctypes runs without the GIL)."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def add(self, work):
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hoop-futures",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(work)
+
+    def _run(self):
+        while True:
+            self._queue.get()._settle()
+
+
+_completer = _Completer()
 
 
 class ProcessGroupHoop(ProcessGroup):

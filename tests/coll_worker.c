@@ -4,7 +4,7 @@
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
- *                    [--no-shm-on RANK]
+ *                    [--no-shm-on RANK] [--device all|even|mixed]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -15,6 +15,11 @@
  *
  * --no-shm-on RANK: the rank that hooprun starts as RANK sets HOOP_SHM=0, so that its pairs run
  * over the network transport while the other ranks of the host share memory: a mixed job.
+ *
+ * --device all: every buffer in CUDA device memory (devmem.c: the real driver, or the stand-in of
+ * fakecuda.c through HOOP_CUDA_LIBRARY); even: only even ranks' buffers, so host and device ranks
+ * meet in one call; mixed: even ranks send from device memory into host memory, odd ranks from host
+ * into device memory. Inputs are written and results checked on host copies.
  *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
@@ -31,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devmem.h"
 #include "hoop.h"
 #include "reference.h"
 
@@ -81,6 +87,32 @@ static void unreg(hoop_mem_handle handle) {
     must(hoop_deregister(comm, handle), "hoop_deregister");
 }
 
+/* --device: 0 host memory, 1 every rank's buffers on the device, 2 even ranks', 3 mixed. */
+static int device_mode;
+
+/* Whether this rank's send (which 0) or receive (which 1) buffers live on the device. */
+static int on_device(int which) {
+  switch (device_mode) {
+  case 1: return 1;
+  case 2: return rank % 2 == 0;
+  case 3: return (rank % 2 == 0) == (which == 0);
+  default: return 0;
+  }
+}
+
+/* The buffer the collective gets: host itself, or a device copy of it. */
+static void *to_call(void *host, size_t bytes, int which) {
+  return on_device(which) ? devmem_put(host, bytes) : host;
+}
+
+/* After the call: the device buffer's bytes back into host, and the device buffer freed. */
+static void from_call(void *host, void *used, size_t bytes) {
+  if (used != host) {
+    devmem_get(host, used, bytes);
+    devmem_free(used);
+  }
+}
+
 static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_place) {
   size_t esize = hoop_dtype_size(dtype);
   unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op);
@@ -91,7 +123,12 @@ static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_p
   memcpy(copy, send, count * esize);
   memset(recv, 0x5a, count * esize);
   char *out = in_place ? send : recv;
-  must(hoop_allreduce(comm, send, out, count, dtype, op), "hoop_allreduce");
+  void *call_send = to_call(send, count * esize, 0);
+  void *call_out = in_place ? call_send : to_call(recv, count * esize, 1);
+  must(hoop_allreduce(comm, call_send, call_out, count, dtype, op), "hoop_allreduce");
+  if (!in_place)
+    from_call(recv, call_out, count * esize);
+  from_call(send, call_send, count * esize);
   char msg[256];
   checks++;
   if (ref_check_allreduce(out, count, dtype, op, nranks, seed, msg, sizeof msg))
@@ -116,7 +153,9 @@ static void check_broadcast(size_t count, hoop_dtype dtype, int root) {
     ref_fill(buf, count, dtype, HOOP_MIN, root, seed);
   else
     memset(buf, 0xa5, count * esize);
-  must(hoop_broadcast(comm, buf, count, dtype, root), "hoop_broadcast");
+  void *call_buf = to_call(buf, count * esize, rank == root ? 0 : 1);
+  must(hoop_broadcast(comm, call_buf, count, dtype, root), "hoop_broadcast");
+  from_call(buf, call_buf, count * esize);
   char msg[256];
   checks++;
   if (ref_check_equal(buf, count, dtype, HOOP_MIN, root, seed, msg, sizeof msg))
@@ -132,12 +171,15 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
   hoop_mem_handle all_handle = reg(all, block * (size_t)nranks), mine_handle = reg(mine, block);
   memset(all, 0x3c, block * (size_t)nranks);
   ref_fill(mine, count, dtype, HOOP_MAX, rank, seed);
-  const void *send = mine;
-  if (in_place) {
+  if (in_place)
     memcpy(all + (size_t)rank * block, mine, block);
-    send = all + (size_t)rank * block;
-  }
-  must(hoop_allgather(comm, send, all, count, dtype), "hoop_allgather");
+  char *call_all = to_call(all, block * (size_t)nranks, in_place ? 0 : 1);
+  void *call_mine = in_place ? NULL : to_call(mine, block, 0);
+  const void *send = in_place ? call_all + (size_t)rank * block : call_mine;
+  must(hoop_allgather(comm, send, call_all, count, dtype), "hoop_allgather");
+  from_call(all, call_all, block * (size_t)nranks);
+  if (call_mine)
+    from_call(mine, call_mine, block);
   char msg[256];
   for (int r = 0; r < nranks; r++) {
     checks++;
@@ -211,7 +253,7 @@ static void check_registered(int quick) {
 int main(int argc, char **argv) {
   int quick = 0;
   const char *barrier_dir = NULL;
-  int per_host = 0;
+  int per_host = 0, probe_only = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
@@ -228,11 +270,25 @@ int main(int argc, char **argv) {
       setenv("HOOP_HOSTNAME", name, 1);
     } else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
       register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
-    else if (strcmp(argv[i], "--no-shm-on") == 0 && i + 1 < argc) {
+    else if (strcmp(argv[i], "--probe-device") == 0)
+      probe_only = 1; /* with --device: only say (exit 0) whether device memory can be had */
+    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      const char *mode = argv[++i];
+      device_mode = strcmp(mode, "even") == 0 ? 2 : strcmp(mode, "mixed") == 0 ? 3 : 1;
+    } else if (strcmp(argv[i], "--no-shm-on") == 0 && i + 1 < argc) {
       const char *mine = getenv("HOOP_RANK");
       if (mine && strcmp(mine, argv[++i]) == 0)
         setenv("HOOP_SHM", "0", 1);
     }
+  }
+  if (device_mode) {
+    char why[256];
+    if (devmem_init(why, sizeof why) != 0) {
+      fprintf(stderr, "coll_worker: --device: %s\n", why);
+      return 77;
+    }
+    if (probe_only)
+      return 0;
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);

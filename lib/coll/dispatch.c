@@ -1,7 +1,8 @@
 /* dispatch.c - the one entry every collective goes through: refuse a call on a failed or aborting
  * communicator, check the arguments, count the call and write its fingerprint, record it in the
  * flight recorder; settle the trivial cases (no data, one rank); choose the algorithm (tune.c) and
- * run it; at the end mark the communicator failed if the call failed. */
+ * run it, on host copies of device buffers (mem/stage.c); at the end mark the communicator failed
+ * if the call failed. */
 #include <stdint.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "core/fingerprint.h"
 #include "core/flight.h"
 #include "core/trace.h"
+#include "mem/stage.h"
 #include "rdzv/client.h"
 
 /* How often a collective, at its start, reads the rendezvous connection for notices. */
@@ -167,9 +169,16 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
     return coll_end(comm, result);
   comm->algo_name = algo ? hoop__coll_algo_name(algo) : "one rank";
+  /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
+  hoop__stage stage;
+  if (coll->has_data && (result = hoop__stage_in(comm, args, &stage)) != HOOP_OK)
+    return coll_end(comm, result);
   if (coll->prepare)
     coll->prepare(comm, args);
-  return coll_end(comm, comm->size > 1 ? algo(comm, args) : HOOP_OK);
+  result = comm->size > 1 ? algo(comm, args) : HOOP_OK;
+  if (result == HOOP_OK && coll->has_data)
+    result = hoop__stage_out(comm, &stage);
+  return coll_end(comm, result);
 }
 
 /* The caller holds call_lock (request.c runs the queue). */

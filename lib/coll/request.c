@@ -25,6 +25,7 @@
 #include "coll/coll.h"
 #include "core/env.h"
 #include "core/trace.h"
+#include "mem/cuda.h"
 
 #define FUSION_MIN_BYTES 4096
 #define FUSION_MAX_BYTES (1L << 30)
@@ -66,6 +67,14 @@ static hoop_result read_fusion(hoop_comm *comm) {
   return HOOP_OK;
 }
 
+/* Packing and unpacking: memcpy, or the driver for device buffers. */
+static hoop_result pack_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
+  if (hoop__cuda_loaded())
+    return hoop__mem_copy(comm, dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return HOOP_OK;
+}
+
 /* The fused allreduce: pack as much as a piece holds (a buffer may span pieces, cut between
  * elements), allreduce the piece in place, unpack it. A buffer large enough that packing would
  * cost more than a call of its own (half a piece, or FUSION_DIRECT_BYTES) is allreduced where it
@@ -103,8 +112,9 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
       size_t take = req->counts[buf] - at;
       if (take > piece_elems - filled)
         take = piece_elems - filled;
-      if (take)
-        memcpy(piece + filled * esize, (const char *)req->sendbufs[buf] + at * esize, take * esize);
+      if (take && result == HOOP_OK)
+        result = pack_copy(comm, piece + filled * esize,
+                           (const char *)req->sendbufs[buf] + at * esize, take * esize);
       filled += take;
       at += take;
       if (at == req->counts[buf]) {
@@ -112,7 +122,7 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
         at = 0;
       }
     }
-    if (filled == 0)
+    if (filled == 0 || result != HOOP_OK)
       break;
     hoop__coll_args args = {HOOP__COLL_ALLREDUCE, piece, piece, filled, req->args.dtype,
                             req->args.op,         -1,    0,     0};
@@ -123,7 +133,8 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
       if (take > filled - done)
         take = filled - done;
       if (take)
-        memcpy((char *)req->recvbufs[b] + from * esize, piece + done * esize, take * esize);
+        result = pack_copy(comm, (char *)req->recvbufs[b] + from * esize, piece + done * esize,
+                           take * esize);
       done += take;
       from = 0;
     }

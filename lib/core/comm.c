@@ -548,6 +548,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
   free(comm->scratch);
+  free(comm->stage);
   free(comm->block_length);
   free(comm->block_offset);
   free(comm->hosts);

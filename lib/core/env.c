@@ -74,6 +74,9 @@ static const hoop__env_var env_table[] = {
     {"HOOP_TRACE", "",
      "write this rank's timeline of every call to FILE.<rank> (Chrome trace JSON, for "
      "Perfetto); empty: none"},
+    {"HOOP_CUDA_LIBRARY", "libcuda.so.1",
+     "the CUDA driver library loaded (at the first collective) to tell device buffers from "
+     "host ones; empty: none, every buffer is host memory"},
     {"HOOP_FUSION_BYTES", "8388608",
      "bytes hoop_allreduce_many packs into one allreduce (4096 to 2^30)"},
     {"HOOP_TCP_SPIN_US", "auto",

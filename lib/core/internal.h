@@ -103,6 +103,8 @@ struct hoop_comm {
   size_t *block_length;
   void *scratch; /* reduction staging, grown on demand */
   size_t scratch_bytes;
+  void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
+  size_t stage_bytes;
 
   /* Posted calls not yet started, run in order by whoever holds call_lock (coll/request.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the

@@ -1,0 +1,36 @@
+/* cuda.h - CUDA memory as a kind of buffer: is a pointer host or device memory, and copies between
+ * the two. The driver (libcuda.so.1, or HOOP_CUDA_LIBRARY) is loaded at run time at the first
+ * collective that asks, never in hoop_init and never initialised by hoop (cuInit is the program's
+ * business: a program that has not called it has no device memory). libhoop links no CUDA
+ * library: a build with CUDA runs unchanged where there is no driver, every buffer then being host
+ * memory. Without --with-cuda these are stubs that say "host".
+ */
+#ifndef HOOP__MEM_CUDA_H
+#define HOOP__MEM_CUDA_H
+
+#include <stddef.h>
+
+#include "hoop.h"
+
+typedef enum hoop__mem_kind {
+  HOOP__MEM_HOST = 0, /* ordinary or pinned host memory: the CPU reads it */
+  HOOP__MEM_DEVICE,   /* device memory: only the driver reads it */
+  HOOP__MEM_MANAGED,  /* managed memory: the CPU reads it too (pages migrate) */
+} hoop__mem_kind;
+
+/* Whether a usable driver is loaded (loading it on the first call). */
+int hoop__cuda_loaded(void);
+
+/* The kind of memory ptr points to: one driver query, HOST without a driver or when the program
+ * has not initialised CUDA. */
+hoop__mem_kind hoop__mem_kind_of(const void *ptr);
+
+/* Copy bytes from src to dst, either or both of them device memory, synchronously: on return the
+ * data is in dst. HOOP_OK, or HOOP_ERR_SYSTEM with the driver's message recorded on comm. */
+hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+
+/* Copy bytes from src to dst whatever memory each is in: memmove for host memory, the driver for
+ * device memory. */
+hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+
+#endif /* HOOP__MEM_CUDA_H */

@@ -1,0 +1,17 @@
+/* devmem.h - test buffers in CUDA device memory, allocated through the driver that hoop loads
+ * (HOOP_CUDA_LIBRARY: the real libcuda.so.1 on a GPU machine, tests/.libs/libfakecuda.so where
+ * there is none), so that the collectives suites run on device buffers. No CUDA header needed. */
+#ifndef HOOP_TEST_DEVMEM_H
+#define HOOP_TEST_DEVMEM_H
+
+#include <stddef.h>
+
+/* Load the driver, cuInit, make device 0's primary context current. 0, or -1 with why in msg. */
+int devmem_init(char *msg, size_t msglen);
+/* Device memory holding a copy of host's bytes (host may be NULL: contents undefined). */
+void *devmem_put(const void *host, size_t bytes);
+/* Copy bytes of device memory back to host. */
+void devmem_get(void *host, const void *dev, size_t bytes);
+void devmem_free(void *dev);
+
+#endif

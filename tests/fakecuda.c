@@ -1,0 +1,235 @@
+/* fakecuda.c - a stand-in for the CUDA driver (libcuda.so.1) where there is no GPU, so that CI
+ * runs hoop's device-buffer paths: HOOP_CUDA_LIBRARY=tests/.libs/libfakecuda.so.
+ *
+ * Its "device memory" is as out of the CPU's reach as a GPU's: cuMemAlloc reserves address space
+ * that is mapped PROT_NONE, so any read or write of it by hoop on the CPU faults, and keeps the
+ * bytes in a hidden host buffer that only the copy calls reach. As with the real driver, copies need
+ * a current context on the calling thread (each thread has its own stack of them), the pointer
+ * query answers CUDA_ERROR_NOT_INITIALIZED before cuInit and default values (memory type 0) for
+ * pointers it does not know, and entry points are found through cuGetProcAddress_v2.
+ *
+ * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B" to FILE (the test checks that staging
+ * copied what it should).
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define MAX_ALLOCS 4096
+
+typedef struct alloc {
+  char *base;   /* the PROT_NONE reservation: the "device address" */
+  char *shadow; /* where the bytes really are */
+  size_t bytes;
+} alloc;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static alloc allocs[MAX_ALLOCS];
+static int initialized;
+static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
+static __thread int ctx_depth; /* contexts pushed or set current on this thread */
+static unsigned long long copies, copied_bytes;
+
+static alloc *find(const void *ptr, size_t len) {
+  const char *p = ptr;
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (allocs[i].base && p >= allocs[i].base && (size_t)(p - allocs[i].base) <= allocs[i].bytes &&
+        len <= allocs[i].bytes - (size_t)(p - allocs[i].base))
+      return &allocs[i];
+  return NULL;
+}
+
+static CUresult fake_init(unsigned int flags) {
+  (void)flags;
+  initialized = 1;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_device_get(CUdevice *device, int ordinal) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (ordinal != 0)
+    return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_primary_ctx_retain(CUcontext *ctx, CUdevice device) {
+  (void)device;
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  *ctx = the_context;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ctx_set_current(CUcontext ctx) {
+  ctx_depth = ctx ? (ctx_depth ? ctx_depth : 1) : 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ctx_push(CUcontext ctx) {
+  if (ctx != the_context)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_depth++;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ctx_pop(CUcontext *ctx) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_depth--;
+  if (ctx)
+    *ctx = the_context;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_alloc(CUdeviceptr *ptr, size_t bytes) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  size_t span = bytes ? bytes : 1;
+  char *base = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *shadow = malloc(span);
+  if (base == MAP_FAILED || !shadow) {
+    free(shadow);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (!allocs[i].base) {
+      allocs[i] = (alloc){base, shadow, span};
+      pthread_mutex_unlock(&lock);
+      *ptr = (CUdeviceptr)(uintptr_t)base;
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&lock);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fake_mem_free(CUdeviceptr ptr) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  if (!a || a->base != (char *)(uintptr_t)ptr) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  munmap(a->base, a->bytes);
+  free(a->shadow);
+  memset(a, 0, sizeof *a);
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+
+/* Where the bytes at ptr really are: the shadow of device memory, or ptr itself. */
+static char *resolve(CUdeviceptr ptr, size_t bytes) {
+  alloc *a = find((void *)(uintptr_t)ptr, bytes);
+  return a ? a->shadow + ((char *)(uintptr_t)ptr - a->base) : (char *)(uintptr_t)ptr;
+}
+
+static CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  char *to = resolve(dst, bytes), *from = resolve(src, bytes);
+  copies++;
+  copied_bytes += bytes;
+  pthread_mutex_unlock(&lock);
+  memmove(to, from, bytes);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_memcpy_htod(CUdeviceptr dst, const void *src, size_t bytes) {
+  return fake_memcpy(dst, (CUdeviceptr)(uintptr_t)src, bytes);
+}
+
+static CUresult fake_memcpy_dtoh(void *dst, CUdeviceptr src, size_t bytes) {
+  return fake_memcpy((CUdeviceptr)(uintptr_t)dst, src, bytes);
+}
+
+static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute *attrs,
+                                            void **data, CUdeviceptr ptr) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  pthread_mutex_lock(&lock);
+  int device = find((void *)(uintptr_t)ptr, 0) != NULL;
+  pthread_mutex_unlock(&lock);
+  for (unsigned int i = 0; i < n; i++) {
+    switch (attrs[i]) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *(CUmemorytype *)data[i] = device ? CU_MEMORYTYPE_DEVICE : (CUmemorytype)0;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data[i] = 0; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = device ? the_context : NULL; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = device ? 0 : -2; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_get_error_string(CUresult err, const char **text) {
+  switch (err) {
+  case CUDA_SUCCESS: *text = "no error"; break;
+  case CUDA_ERROR_INVALID_VALUE: *text = "invalid argument"; break;
+  case CUDA_ERROR_NOT_INITIALIZED: *text = "initialization error"; break;
+  case CUDA_ERROR_INVALID_CONTEXT: *text = "invalid device context"; break;
+  case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
+  default: *text = "unknown error"; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+static const struct {
+  const char *name;
+  void *fn;
+} table[] = {
+    {"cuInit", (void *)fake_init},
+    {"cuDeviceGet", (void *)fake_device_get},
+    {"cuDevicePrimaryCtxRetain", (void *)fake_primary_ctx_retain},
+    {"cuCtxSetCurrent", (void *)fake_ctx_set_current},
+    {"cuCtxPushCurrent", (void *)fake_ctx_push},
+    {"cuCtxPopCurrent", (void *)fake_ctx_pop},
+    {"cuMemAlloc", (void *)fake_mem_alloc},
+    {"cuMemFree", (void *)fake_mem_free},
+    {"cuMemcpy", (void *)fake_memcpy},
+    {"cuMemcpyHtoD", (void *)fake_memcpy_htod},
+    {"cuMemcpyDtoH", (void *)fake_memcpy_dtoh},
+    {"cuPointerGetAttributes", (void *)fake_pointer_get_attributes},
+    {"cuGetErrorString", (void *)fake_get_error_string},
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status);
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status) {
+  (void)version;
+  (void)flags;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(symbol, table[i].name) == 0) {
+      *pfn = table[i].fn;
+      if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  *pfn = NULL;
+  if (status)
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+__attribute__((destructor)) static void report(void) {
+  const char *path = getenv("FAKECUDA_COUNT");
+  FILE *f = path && copies ? fopen(path, "a") : NULL;
+  if (f) {
+    fprintf(f, "copies %llu bytes %llu\n", copies, copied_bytes);
+    fclose(f);
+  }
+}

@@ -1,0 +1,64 @@
+#!/bin/sh
+# Collectives on CUDA device buffers (tests/coll_worker.c --device): every dtype and op at odd
+# counts, in place and out of place, broadcast from every root, allgather; every rank on the device,
+# even ranks only (host and device ranks in one call), and send and receive buffers of different
+# kinds on one rank; on 1 to 3 ranks, each result against reference.c.
+#
+# Where there is a GPU (the driver loads and cuInit finds a device), on it. Everywhere else on the
+# stand-in driver tests/fakecuda.c, whose device memory faults if the CPU touches it, so every
+# device byte must go through the driver's copies; the stand-in counts them, and the test requires
+# that device buffers were copied. A libhoop built without CUDA skips (77).
+set -u
+build=${HOOP_BUILDDIR:-.}
+worker=$build/tests/coll_worker
+hooprun=$build/tools/hooprun
+if ! grep -q '^#define HOOP_HAVE_CUDA 1' "$build/config.h" 2>/dev/null; then
+  echo "SKIP: libhoop was configured without CUDA (./configure --with-cuda; needs cuda.h)"; exit 77
+fi
+status=0
+run() { # label, np, extra args...
+  label=$1 np=$2; shift 2
+  out=$("$hooprun" -np "$np" --timeout 120 "$worker" --quick "$@" 2>&1)
+  code=$?
+  good=$(echo "$out" | grep -c ' checks, 0 failed')
+  echo "$out" | grep -E 'checks|FAIL' | head -8
+  if [ $code != 0 ] || [ "$good" != "$np" ]; then
+    echo "FAIL: $label on $np ranks: hooprun exited $code, $good of $np ranks passed"
+    echo "$out" | tail -20; status=1
+  fi
+}
+
+# The real thing, where there is one.
+gpu=no
+if HOOP_CUDA_LIBRARY=libcuda.so.1 "$worker" --device all --probe-device >/dev/null 2>&1; then gpu=yes; fi
+if [ $gpu = yes ]; then
+  echo "== a GPU: device buffers on it"
+  for np in 1 2 3; do
+    for mode in all even mixed; do HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device $mode" $np --device $mode; done
+  done
+else
+  echo "== no GPU here: device buffers on the stand-in driver (tests/fakecuda.c)"
+fi
+
+fake=$build/tests/.libs/libfakecuda.so
+[ -f "$fake" ] || { echo "FAIL: $fake was not built"; exit 1; }
+counts=${TMPDIR:-/tmp}/hoop-fakecuda.$$
+trap 'rm -f "$counts"' EXIT
+for np in 1 2 3; do
+  for mode in all even mixed; do
+    rm -f "$counts"
+    HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake --device $mode" $np --device $mode
+    copies=$(awk '{n += $2} END {print n + 0}' "$counts" 2>/dev/null)
+    echo "  --device $mode on $np ranks: $copies copies through the driver"
+    if [ "${copies:-0}" -lt 100 ]; then
+      echo "FAIL: the device buffers were not staged through the driver ($copies copies)"; status=1
+    fi
+  done
+done
+# The stand-in loaded but every buffer on the host: nothing goes through the driver.
+rm -f "$counts"
+HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake, host buffers" 2
+if [ -s "$counts" ]; then
+  echo "FAIL: host buffers went through the driver: $(cat "$counts")"; status=1
+fi
+exit $status

@@ -157,7 +157,9 @@ HOOP_API const char *hoop_last_error(const hoop_comm *comm);
 
 /* ---- Collectives ----------------------------------------------------------------------------- */
 /* All ranks call the same collectives in the same order with matching arguments. count is in
- * elements and may be 0. Buffers must not overlap except as stated. */
+ * elements and may be 0. Buffers must not overlap except as stated. In a build with CUDA, any
+ * buffer may be CUDA device memory (detected per call, staged through host memory; see hoop(3)):
+ * its inputs must be ready when the call is made, and its results are there when it returns. */
 
 /* recvbuf[i] = op over ranks of sendbuf[i]. In place when sendbuf == recvbuf. */
 HOOP_API hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf,

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "devmem.h"
 #include "hoop.h"
 
 typedef enum bench_coll {
@@ -44,8 +45,9 @@ typedef struct bench_options {
   int check;
   int in_place;
   int register_buffers;
-  int calls; /* calls per timed step, each with a receive buffer of its own (default 1) */
-  int async; /* post the step's calls non-blocking, then wait for them */
+  int calls;  /* calls per timed step, each with a receive buffer of its own (default 1) */
+  int async;  /* post the step's calls non-blocking, then wait for them */
+  int device; /* buffers in CUDA device memory */
   const char *csv_path;
 } bench_options;
 
@@ -98,6 +100,9 @@ static void usage(FILE *out) {
           "                     own (default 1); times are per call\n"
           "  -a, --async        post the step's calls non-blocking (hoop_iallreduce...), then\n"
           "                     wait for them (-a alone: the cost of post + wait)\n"
+          "  -D, --device       buffers in CUDA device memory (GPU 0 of the driver that libhoop\n"
+          "                     loads, HOOP_CUDA_LIBRARY); inputs written and results checked\n"
+          "                     through host copies, outside the timing\n"
           "      --csv FILE     also write the rows to FILE (rank 0)\n"
           "  -h, --help, -V, --version\n"
           "Sizes are total bytes per rank's result: for allgather, the gathered buffer.\n");
@@ -153,6 +158,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
                                         {"version", no_argument, 0, 'V'},
                                         {"register", no_argument, 0, 'R'},
                                         {"async", no_argument, 0, 'a'},
+                                        {"device", no_argument, 0, 'D'},
                                         {"calls", required_argument, 0, 'k'},
                                         {0, 0, 0, 0}};
   *opt = (bench_options){.coll = BENCH_ALLREDUCE,
@@ -176,7 +182,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     argc--;
   }
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:k:aiRhV", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:k:aiRDhV", longs, NULL)) != -1) {
     switch (c) {
     case 'b': opt->min_bytes = parse_size(optarg); break;
     case 'e': opt->max_bytes = parse_size(optarg); break;
@@ -202,6 +208,7 @@ static void parse_options(int argc, char **argv, bench_options *opt) {
     case 'i': opt->in_place = 1; break;
     case 'R': opt->register_buffers = 1; break;
     case 'a': opt->async = 1; break;
+    case 'D': opt->device = 1; break;
     case 'k': opt->calls = atoi(optarg); break;
     case 'C': opt->csv_path = optarg; break;
     case 'h': usage(stdout); exit(0);
@@ -322,9 +329,24 @@ static long count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op
 /* ---- one row --------------------------------------------------------------------------------- */
 
 typedef struct bench_buffers {
-  char *send, *recv;
+  char *send, *recv;           /* what the calls get: host memory, or device memory with -D */
   char *more[BENCH_MAX_ASYNC]; /* -k K: the receive buffers of calls 1..K-1 (call 0 uses recv) */
+  char *host_send, *host_recv; /* -D: where inputs are written and results checked */
+  size_t send_bytes, recv_bytes;
 } bench_buffers;
+
+/* -D: the host copies into the device buffers before the checked call, and back after it. */
+static void to_device(const bench_options *opt, bench_buffers *b) {
+  if (!opt->device)
+    return;
+  devmem_upload(b->send, b->host_send, b->send_bytes);
+  devmem_upload(b->recv, b->host_recv, b->recv_bytes);
+}
+
+static void from_device(const bench_options *opt, bench_buffers *b) {
+  if (opt->device)
+    devmem_get(b->host_recv, b->recv, b->recv_bytes);
+}
 
 /* -a: the step's calls posted, then waited for; call k receives into its own buffer. */
 static hoop_result run_async(const bench_options *opt, bench_buffers *b, size_t count) {
@@ -389,16 +411,19 @@ static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *rec
 static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
   size_t esize = hoop_dtype_size(opt->dtype);
   switch (opt->coll) {
-  case BENCH_ALLREDUCE: fill(opt->in_place ? b->recv : b->send, count, opt->dtype, rank); break;
+  case BENCH_ALLREDUCE:
+    fill(opt->in_place ? b->host_recv : b->host_send, count, opt->dtype, rank);
+    break;
   case BENCH_BROADCAST:
     if (rank == opt->root)
-      fill(b->recv, count, opt->dtype, rank);
+      fill(b->host_recv, count, opt->dtype, rank);
     else
-      memset(b->recv, 0, count * esize);
+      memset(b->host_recv, 0, count * esize);
     break;
   case BENCH_ALLGATHER:
-    memset(b->recv, 0, count * esize * (size_t)nranks);
-    fill(opt->in_place ? b->recv + (size_t)rank * count * esize : b->send, count, opt->dtype, rank);
+    memset(b->host_recv, 0, count * esize * (size_t)nranks);
+    fill(opt->in_place ? b->host_recv + (size_t)rank * count * esize : b->host_send, count,
+         opt->dtype, rank);
     break;
   default: break;
   }
@@ -408,13 +433,14 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
   size_t block = count * hoop_dtype_size(opt->dtype);
   long wrong = 0;
   switch (opt->coll) {
-  case BENCH_ALLREDUCE: return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0);
+  case BENCH_ALLREDUCE:
+    return count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0);
   case BENCH_BROADCAST:
-    return count_wrong(b->recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root);
+    return count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root);
   case BENCH_ALLGATHER:
     for (int r = 0; r < nranks; r++)
-      wrong +=
-          count_wrong(b->recv + (size_t)r * block, count, opt->dtype, opt->op, BENCH_ALLGATHER, r);
+      wrong += count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
+                           BENCH_ALLGATHER, r);
     return wrong;
   default: return 0;
   }
@@ -523,8 +549,10 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
       opt->coll == BENCH_BARRIER ? 0 : (double)row.bytes / p50 / 1e9 * bus_factor(opt->coll);
   if (opt->check && opt->coll != BENCH_BARRIER) {
     prepare(opt, b, count);
+    to_device(opt, b);
     if ((result = run_once(opt, b, count)) != HOOP_OK)
       die(coll_names[opt->coll], result);
+    from_device(opt, b);
     int64_t wrong = check_result(opt, b, count);
     if ((result = hoop_allreduce(comm, &wrong, &wrong, 1, HOOP_INT64, HOOP_SUM)) != HOOP_OK)
       die("hoop_allreduce (check)", result);
@@ -581,6 +609,12 @@ int main(int argc, char **argv) {
     die("hoop_init_from_env", result);
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
+  if (opt.device && opt.register_buffers) {
+    if (rank == 0)
+      fprintf(stderr, "hoop-bench: --register is for host buffers; not with --device\n");
+    hoop_finalize(comm);
+    return 2;
+  }
   if (opt.root < 0 || opt.root >= nranks) {
     if (rank == 0)
       fprintf(stderr, "hoop-bench: root %d is not a rank of this %d-rank job\n", opt.root, nranks);
@@ -591,18 +625,34 @@ int main(int argc, char **argv) {
   size_t per_rank_max =
       opt.coll == BENCH_ALLGATHER ? opt.max_bytes / (size_t)nranks : opt.max_bytes;
   bench_buffers b = {0};
-  b.send = malloc(per_rank_max + esize);
-  b.recv = malloc(opt.max_bytes + (size_t)nranks * esize);
-  int missing = 0;
-  for (int k = 1; k < opt.calls; k++)
-    if ((b.more[k] = calloc(1, opt.max_bytes + (size_t)nranks * esize)) == NULL)
-      missing = 1;
-  if (!b.send || !b.recv || missing) {
+  b.send_bytes = per_rank_max + esize;
+  b.recv_bytes = opt.max_bytes + (size_t)nranks * esize;
+  b.host_send = calloc(1, b.send_bytes);
+  b.host_recv = calloc(1, b.recv_bytes);
+  if (!b.host_send || !b.host_recv) {
     fprintf(stderr, "hoop-bench: cannot allocate %zu bytes\n", opt.max_bytes);
     return 1;
   }
-  memset(b.send, 0, per_rank_max + esize);
-  memset(b.recv, 0, opt.max_bytes + (size_t)nranks * esize);
+  if (opt.device) {
+    char why[256];
+    if (devmem_init(why, sizeof why) != 0) {
+      fprintf(stderr, "hoop-bench: --device: %s\n", why);
+      hoop_finalize(comm);
+      return 2;
+    }
+    b.send = devmem_put(b.host_send, b.send_bytes);
+    b.recv = devmem_put(b.host_recv, b.recv_bytes);
+    for (int k = 1; k < opt.calls; k++)
+      b.more[k] = devmem_put(b.host_recv, b.recv_bytes);
+  } else {
+    b.send = b.host_send;
+    b.recv = b.host_recv;
+    for (int k = 1; k < opt.calls; k++)
+      if ((b.more[k] = calloc(1, b.recv_bytes)) == NULL) {
+        fprintf(stderr, "hoop-bench: cannot allocate %zu bytes\n", opt.max_bytes);
+        return 1;
+      }
+  }
   hoop_mem_handle send_handle = 0, recv_handle = 0;
   if (opt.register_buffers &&
       ((result = hoop_register(comm, b.send, per_rank_max + esize, &send_handle)) != HOOP_OK ||
@@ -647,9 +697,13 @@ int main(int argc, char **argv) {
                                (result = hoop_deregister(comm, send_handle)) != HOOP_OK))
     die("hoop_deregister", result);
   for (int k = 1; k < opt.calls; k++)
-    free(b.more[k]);
-  free(b.recv);
-  free(b.send);
+    opt.device ? devmem_free(b.more[k]) : free(b.more[k]);
+  if (opt.device) {
+    devmem_free(b.recv);
+    devmem_free(b.send);
+  }
+  free(b.host_recv);
+  free(b.host_send);
   hoop_finalize(comm);
   return wrong_total ? 1 : 0;
 }

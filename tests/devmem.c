@@ -73,6 +73,11 @@ void *devmem_put(const void *host, size_t bytes) {
   return (void *)(uintptr_t)dev;
 }
 
+void devmem_upload(void *dev, const void *host, size_t bytes) {
+  if (bytes)
+    must(cu_htod((unsigned long long)(uintptr_t)dev, host, bytes), "cuMemcpyHtoD");
+}
+
 void devmem_get(void *host, const void *dev, size_t bytes) {
   if (bytes)
     must(cu_dtoh(host, (unsigned long long)(uintptr_t)dev, bytes), "cuMemcpyDtoH");

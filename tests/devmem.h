@@ -10,6 +10,8 @@
 int devmem_init(char *msg, size_t msglen);
 /* Device memory holding a copy of host's bytes (host may be NULL: contents undefined). */
 void *devmem_put(const void *host, size_t bytes);
+/* Copy bytes of host into device memory. */
+void devmem_upload(void *dev, const void *host, size_t bytes);
 /* Copy bytes of device memory back to host. */
 void devmem_get(void *host, const void *dev, size_t bytes);
 void devmem_free(void *dev);

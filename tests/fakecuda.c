@@ -3,8 +3,8 @@
  *
  * Its "device memory" is as out of the CPU's reach as a GPU's: cuMemAlloc reserves address space
  * that is mapped PROT_NONE, so any read or write of it by hoop on the CPU faults, and keeps the
- * bytes in a hidden host buffer that only the copy calls reach. As with the real driver, copies need
- * a current context on the calling thread (each thread has its own stack of them), the pointer
+ * bytes in a hidden host buffer that only the copy calls reach. As with the real driver, copies
+ * need a current context on the calling thread (each thread has its own stack of them), the pointer
  * query answers CUDA_ERROR_NOT_INITIALIZED before cuInit and default values (memory type 0) for
  * pointers it does not know, and entry points are found through cuGetProcAddress_v2.
  *
@@ -153,8 +153,8 @@ static CUresult fake_memcpy_dtoh(void *dst, CUdeviceptr src, size_t bytes) {
   return fake_memcpy((CUdeviceptr)(uintptr_t)dst, src, bytes);
 }
 
-static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute *attrs,
-                                            void **data, CUdeviceptr ptr) {
+static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                            CUdeviceptr ptr) {
   if (!initialized)
     return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&lock);

@@ -88,8 +88,10 @@ static void load(void) {
   }
   get_proc_fn get_proc = (get_proc_fn)dlsym(drv.lib, "cuGetProcAddress_v2");
   if (!get_proc) {
-    HOOP__INFO(HOOP_SUBSYS_INIT, "cuda: %s has no cuGetProcAddress_v2 (a driver older than CUDA "
-               "12); device buffers are not supported", path);
+    HOOP__INFO(HOOP_SUBSYS_INIT,
+               "cuda: %s has no cuGetProcAddress_v2 (a driver older than CUDA "
+               "12); device buffers are not supported",
+               path);
     return;
   }
   if (resolve(get_proc, "cuPointerGetAttributes", (void **)&drv.pointer_get_attributes) ||

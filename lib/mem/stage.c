@@ -41,8 +41,9 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__stage *
   if (!hoop__cuda_loaded() || args->bytes == 0)
     return HOOP_OK;
   int send_dev = hoop__mem_kind_of(args->sendbuf) == HOOP__MEM_DEVICE;
-  int recv_dev = args->recvbuf == args->sendbuf ? send_dev
-                                                : hoop__mem_kind_of(args->recvbuf) == HOOP__MEM_DEVICE;
+  int recv_dev = args->recvbuf == args->sendbuf
+                     ? send_dev
+                     : hoop__mem_kind_of(args->recvbuf) == HOOP__MEM_DEVICE;
   if (!send_dev && !recv_dev)
     return HOOP_OK;
   size_t bytes = args->bytes;

@@ -152,6 +152,11 @@ HOOP_API int hoop_size(const hoop_comm *comm);
 HOOP_API int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */
 HOOP_API int hoop_local_size(const hoop_comm *comm); /* number of ranks on this host */
 
+/* 1 when collectives accept CUDA device buffers: this libhoop was built with CUDA and the driver
+ * (HOOP_CUDA_LIBRARY) loads, which this call does if no collective has yet; it never initialises
+ * CUDA. 0 otherwise: every buffer is taken for host memory. */
+HOOP_API int hoop_cuda_supported(void);
+
 /* The detailed message of the last failure on comm ("" if none). Valid until the next call. */
 HOOP_API const char *hoop_last_error(const hoop_comm *comm);
 

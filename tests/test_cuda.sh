@@ -55,6 +55,27 @@ for np in 1 2 3; do
     fi
   done
 done
+# The Python package sees whether libhoop takes CUDA buffers.
+python=${HOOP_PYTHON:-/usr/bin/python3}
+if [ -x "$python" ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then
+  src=${HOOP_SRCDIR:-.}
+  said=$(HOOP_CUDA_LIBRARY=$fake PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
+    "$python" -c 'import hoop; print(hoop.cuda_supported())' 2>&1)
+  [ "$said" = True ] || { echo "FAIL: hoop.cuda_supported() with the stand-in: $said"; status=1; }
+  said=$(HOOP_CUDA_LIBRARY=/nonexistent/libcuda.so.1 PYTHONPATH=$src/python \
+    HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 "$python" -c 'import hoop; print(hoop.cuda_supported())' 2>&1)
+  [ "$said" = False ] || { echo "FAIL: hoop.cuda_supported() without a driver: $said"; status=1; }
+  # Tensors on a GPU, where torch has CUDA and there is a GPU.
+  if [ $gpu = yes ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    for np in 1 2 3; do
+      out=$(PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
+        "$hooprun" -np $np --timeout 300 "$python" "$src/tests/python/cuda_worker.py" 2>&1)
+      echo "$out" | grep -E 'checks|FAIL' | head -8
+      [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] || {
+        echo "FAIL: CUDA tensors on $np ranks"; echo "$out" | tail -20; status=1; }
+    done
+  fi
+fi
 # The stand-in loaded but every buffer on the host: nothing goes through the driver.
 rm -f "$counts"
 HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake, host buffers" 2

@@ -11,12 +11,17 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/env.h"
 #include "core/internal.h"
 #include "core/log.h"
 #include "mem/cuda.h"
+
+int hoop_cuda_supported(void) {
+  return hoop__cuda_loaded();
+}
 
 #ifndef HOOP_HAVE_CUDA
 
@@ -43,6 +48,22 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
   return HOOP_OK;
 }
 
+int hoop__cuda_kernels_built(void) {
+  return 0;
+}
+
+hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
+                               size_t count, hoop_dtype dtype, hoop_op op) {
+  (void)dst, (void)a, (void)b, (void)count, (void)dtype, (void)op;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
+hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                     hoop_op op, int nranks) {
+  (void)buf, (void)count, (void)dtype, (void)op, (void)nranks;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
 #else /* HOOP_HAVE_CUDA */
 
 #include <cuda.h>
@@ -58,6 +79,13 @@ static struct {
   CUresult (*ctx_pop)(CUcontext *);
   CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*get_error_string)(CUresult, const char **);
+  /* The kernels' calls: NULL where the driver lacks them (the stand-in of the tests). */
+  CUresult (*module_load_data)(CUmodule *, const void *);
+  CUresult (*module_get_function)(CUfunction *, CUmodule, const char *);
+  CUresult (*launch_kernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                            unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+  CUresult (*stream_create)(CUstream *, unsigned int);
+  CUresult (*stream_synchronize)(CUstream);
 } drv;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -100,6 +128,18 @@ static void load(void) {
       resolve(get_proc, "cuMemcpy", (void **)&drv.memcpy) ||
       resolve(get_proc, "cuGetErrorString", (void **)&drv.get_error_string))
     return;
+  /* Optional: without them, device buffers work and only the GPU kernels are missing. */
+  CUdriverProcAddressQueryResult status;
+  get_proc("cuModuleLoadData", (void **)&drv.module_load_data, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuModuleGetFunction", (void **)&drv.module_get_function, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuLaunchKernel", (void **)&drv.launch_kernel, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuStreamCreate", (void **)&drv.stream_create, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuStreamSynchronize", (void **)&drv.stream_synchronize, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
   drv.usable = 1;
   HOOP__TRACE(HOOP_SUBSYS_INIT, "cuda: driver %s loaded: device buffers are detected", path);
 }
@@ -169,6 +209,147 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
     return HOOP_OK;
   }
   return hoop__cuda_copy(comm, dst, src, bytes);
+}
+
+/* ---- the reduction kernels ---------------------------------------------------------------- */
+
+#ifdef HOOP_HAVE_CUDA_KERNELS
+#include "mem/kernels_fatbin.h" /* hoop_cuda_fatbin: lib/mem/kernels.cu, built by nvcc */
+#endif
+
+#define MAX_CONTEXTS 16
+#define THREADS 256
+#define MAX_BLOCKS 32768
+
+static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
+    [HOOP_INT8] = "int8",       [HOOP_UINT8] = "uint8",       [HOOP_INT32] = "int32",
+    [HOOP_UINT32] = "uint32",   [HOOP_INT64] = "int64",       [HOOP_UINT64] = "uint64",
+    [HOOP_FLOAT16] = "float16", [HOOP_BFLOAT16] = "bfloat16", [HOOP_FLOAT32] = "float32",
+    [HOOP_FLOAT64] = "float64"};
+static const char *const op_names[HOOP_OP_COUNT] = {[HOOP_SUM] = "sum",
+                                                    [HOOP_PROD] = "prod",
+                                                    [HOOP_MIN] = "min",
+                                                    [HOOP_MAX] = "max",
+                                                    [HOOP_AVG] = "sum"};
+
+/* The module loaded in one context, its functions, and a stream of hoop's own there. */
+typedef struct kernel_set {
+  CUcontext context;
+  CUstream stream;
+  CUfunction reduce[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
+  CUfunction divide[HOOP_DTYPE_COUNT];
+} kernel_set;
+
+static kernel_set sets[MAX_CONTEXTS];
+static int nsets;
+static pthread_mutex_t sets_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int hoop__cuda_kernels_built(void) {
+#ifdef HOOP_HAVE_CUDA_KERNELS
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+/* The kernels of context (current on this thread), loaded on first use. */
+static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **out) {
+#ifndef HOOP_HAVE_CUDA_KERNELS
+  (void)context;
+  *out = NULL;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                         "cuda: this libhoop has no GPU kernels (nvcc was not found at build)");
+#else
+  hoop_result result = HOOP_OK;
+  pthread_mutex_lock(&sets_lock);
+  for (int i = 0; i < nsets; i++)
+    if (sets[i].context == context) {
+      *out = &sets[i];
+      pthread_mutex_unlock(&sets_lock);
+      return HOOP_OK;
+    }
+  CUmodule module;
+  CUresult err;
+  if (!drv.module_load_data || !drv.module_get_function || !drv.launch_kernel ||
+      !drv.stream_create || !drv.stream_synchronize)
+    result = hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                             "cuda: the driver cannot load kernels (no cuModuleLoadData)");
+  else if (nsets == MAX_CONTEXTS)
+    result =
+        hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "cuda: more than %d contexts", MAX_CONTEXTS);
+  else if ((err = drv.module_load_data(&module, hoop_cuda_fatbin)) != CUDA_SUCCESS)
+    result = driver_error(comm, "cuModuleLoadData (hoop's kernels)", err);
+  else {
+    kernel_set *set = &sets[nsets];
+    memset(set, 0, sizeof *set);
+    set->context = context;
+    if ((err = drv.stream_create(&set->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+      result = driver_error(comm, "cuStreamCreate", err);
+    char name[64];
+    for (int d = 0; d < HOOP_DTYPE_COUNT && result == HOOP_OK; d++) {
+      for (int o = 0; o < HOOP_OP_COUNT && result == HOOP_OK; o++) {
+        snprintf(name, sizeof name, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
+        if ((err = drv.module_get_function(&set->reduce[d][o], module, name)) != CUDA_SUCCESS)
+          result = driver_error(comm, name, err);
+      }
+      snprintf(name, sizeof name, "hoop_divide_%s", dtype_names[d]);
+      if (result == HOOP_OK &&
+          (err = drv.module_get_function(&set->divide[d], module, name)) != CUDA_SUCCESS)
+        result = driver_error(comm, name, err);
+    }
+    if (result == HOOP_OK)
+      *out = &sets[nsets++];
+  }
+  pthread_mutex_unlock(&sets_lock);
+  return result;
+#endif
+}
+
+/* Run f over count elements in ptr's context on hoop's stream there, and wait for it. */
+static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, size_t count,
+                          void **params) {
+  CUcontext context = NULL;
+  if (kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", ptr);
+  CUresult err = drv.ctx_push(context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  kernel_set *set = NULL;
+  hoop_result result = kernels_for(comm, context, &set);
+  if (result == HOOP_OK) {
+    CUfunction f = op >= 0 ? set->reduce[dtype][op] : set->divide[dtype];
+    size_t per = 16 / hoop_dtype_size((hoop_dtype)dtype);
+    size_t blocks = (count / per + THREADS - 1) / THREADS;
+    blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
+    if ((err = drv.launch_kernel(f, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0, set->stream, params,
+                                 NULL)) != CUDA_SUCCESS)
+      result = driver_error(comm, "cuLaunchKernel", err);
+    else if ((err = drv.stream_synchronize(set->stream)) != CUDA_SUCCESS)
+      result = driver_error(comm, "cuStreamSynchronize", err);
+  }
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return result;
+}
+
+hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
+                               size_t count, hoop_dtype dtype, hoop_op op) {
+  if (count == 0)
+    return HOOP_OK;
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype or op");
+  void *params[] = {&dst, &a, &b, &count};
+  return launch(comm, dst, dtype, op, count, params);
+}
+
+hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                     hoop_op op, int nranks) {
+  if (op != HOOP_AVG || count == 0 || nranks < 1)
+    return HOOP_OK;
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype");
+  void *params[] = {&buf, &count, &nranks};
+  return launch(comm, buf, dtype, -1, count, params);
 }
 
 #endif /* HOOP_HAVE_CUDA */

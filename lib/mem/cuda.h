@@ -33,4 +33,14 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
  * device memory. */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
+/* The reduction kernels of reduce.h on the GPU (lib/mem/kernels.cu), bit for bit the same
+ * results: dst = a op b over count elements, all three in the device memory of one context
+ * (dst may be a or b); and AVG's final division. Synchronous: done on return. HOOP_ERR_UNSUPPORTED
+ * when this build has no kernels (nvcc was not found) or the driver cannot load them. */
+int hoop__cuda_kernels_built(void);
+hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
+                               size_t count, hoop_dtype dtype, hoop_op op);
+hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                     hoop_op op, int nranks);
+
 #endif /* HOOP__MEM_CUDA_H */

@@ -12,7 +12,8 @@ and join the job with ``hoop.init()``::
     comm.finalize()
 
 Buffers are objects with the buffer protocol (array.array, bytearray, memoryview, numpy arrays),
-contiguous, or torch tensors on the CPU (contiguous). Every failure raises a subclass of HoopError
+contiguous, or contiguous torch tensors on the CPU or, where libhoop takes CUDA buffers
+(hoop.cuda_supported()), on a GPU. Every failure raises a subclass of HoopError
 carrying libhoop's message, one class per result code.
 """
 
@@ -25,7 +26,7 @@ import weakref
 __all__ = [
     "Communicator", "Request", "init", "HoopError", "InvalidArgument", "Timeout", "PeerLost",
     "AuthError", "SystemFailure", "Unsupported", "Aborted", "Mismatch", "ProtocolError",
-    "Failed", "DTYPES", "OPS", "library_version",
+    "Failed", "DTYPES", "OPS", "library_version", "cuda_supported",
 ]
 
 # ---- errors ----------------------------------------------------------------------------------
@@ -121,6 +122,7 @@ def _load():
 _lib = _load()
 _c = ctypes
 _lib.hoop_version.restype = _c.c_char_p
+_lib.hoop_cuda_supported.argtypes = []
 _lib.hoop_strerror.restype = _c.c_char_p
 _lib.hoop_last_error.restype = _c.c_char_p
 _lib.hoop_last_error.argtypes = [_c.c_void_p]
@@ -145,6 +147,11 @@ _lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
 _lib.hoop_iallreduce_many.argtypes = _lib.hoop_allreduce_many.argtypes + [_REQ]
 _lib.hoop_test.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int)]
 _lib.hoop_wait.argtypes = [_c.c_void_p]
+
+
+def cuda_supported():
+    """Whether this libhoop takes CUDA device buffers (torch tensors on a GPU)."""
+    return bool(_lib.hoop_cuda_supported())
 
 
 def library_version():
@@ -192,9 +199,17 @@ class _Buffer:
     def __init__(self, obj, dtype, call, writable):
         self.obj = obj
         if hasattr(obj, "data_ptr") and hasattr(obj, "element_size"):  # a torch tensor
-            if getattr(obj, "is_cuda", False) or str(getattr(obj, "device", "cpu")) != "cpu":
-                raise Unsupported("%s: tensors on %s are not supported yet (CPU tensors are)"
-                                  % (call, obj.device))
+            if getattr(obj, "is_cuda", False):
+                if not _lib.hoop_cuda_supported():
+                    raise Unsupported("%s: a tensor on %s, but this libhoop takes no CUDA "
+                                      "buffers (built without CUDA, or no driver loads)"
+                                      % (call, obj.device), Unsupported.code)
+                # hoop reads inputs when the call runs: what torch queued must be done by then.
+                import torch
+                torch.cuda.current_stream(obj.device).synchronize()
+            elif str(getattr(obj, "device", "cpu")) != "cpu":
+                raise Unsupported("%s: tensors on %s are not supported (CPU and CUDA are)"
+                                  % (call, obj.device), Unsupported.code)
             if not obj.is_contiguous():
                 raise InvalidArgument("%s: the tensor is not contiguous" % call)
             name = dtype or _TORCH.get(str(obj.dtype))

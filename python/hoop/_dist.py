@@ -11,7 +11,7 @@ torch.distributed runs on hoop by naming it:
 
 Nothing here is compiled against torch: the process group is a Python subclass of torch's
 ProcessGroup, over hoop's non-blocking calls (so the same file serves Debian's torch 1.13 and
-torch 2.x). Tensors live on the CPU for now. Calls the backend does not have raise
+torch 2.x). Tensors live on the CPU, or on a GPU where libhoop takes CUDA buffers. Calls the backend does not have raise
 NotImplementedError naming the call.
 """
 
@@ -192,7 +192,8 @@ class ProcessGroupHoop(ProcessGroup):
             if len(outputs) != self.size():
                 raise ValueError("hoop backend: all_gather needs %d output tensors, got %d"
                                  % (self.size(), len(outputs)))
-            flat = torch.empty((self.size(),) + tuple(tensor.shape), dtype=tensor.dtype)
+            flat = torch.empty((self.size(),) + tuple(tensor.shape), dtype=tensor.dtype,
+                               device=tensor.device)
             requests.append(self._comm.iallgather(tensor.contiguous(), flat))
             copies.append((outputs, flat))
 

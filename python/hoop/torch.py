@@ -13,8 +13,9 @@ and is started with hooprun (``hooprun -np 4 /usr/bin/python3 main.py``). Import
 also registers the torch.distributed backend "hoop" (``dist.init_process_group("hoop")``).
 
 Everything runs over hoop's non-blocking collectives: an ``*_async`` call returns a handle at once
-and the collective runs on hoop's progress thread while Python computes. Tensors live on the CPU
-for now. What Horovod has and hoop does not (Adasum, process sets, elastic training, alltoall,
+and the collective runs on hoop's progress thread while Python computes. Tensors live on the CPU,
+or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(); staged through host memory
+for now). What Horovod has and hoop does not (Adasum, process sets, elastic training, alltoall,
 reducescatter) raises an error naming it.
 
 Failing well: ``broadcast_parameters``, ``broadcast_optimizer_state`` and ``DistributedOptimizer``
@@ -284,11 +285,11 @@ def synchronize(handle):
 # ---- tensors --------------------------------------------------------------------------------
 
 
-def _cpu(tensor, call):
+def _checked(tensor, call):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s: expected a torch.Tensor, got %s" % (call, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise Unsupported("%s: tensors on %s are not supported yet (CPU tensors are)"
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise Unsupported("%s: tensors on %s are not supported (CPU and CUDA tensors are)"
                           % (call, tensor.device), Unsupported.code)
     if tensor.is_sparse:
         raise Unsupported("%s: sparse tensors are not supported (use .to_dense(), or "
@@ -311,7 +312,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     op = _op(average, op, call)
     _process_set(process_set, call)
     comm = _live(call)
-    _cpu(tensor, call)
+    _checked(tensor, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     _scaled(buf, prescale_factor)
     request = comm.iallreduce(buf, op=op)
@@ -328,7 +329,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Start an allreduce into a new tensor; synchronize(handle) returns it."""
-    _cpu(tensor, "hvd.allreduce_async")
+    _checked(tensor, "hvd.allreduce_async")
     return allreduce_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
                             average, name, op, prescale_factor, postscale_factor, process_set)
 
@@ -356,7 +357,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     op = _op(average, op, call)
     _process_set(process_set, call)
     comm = _live(call)
-    bufs = [_cpu(t, call) if t.is_contiguous() else t.contiguous() for t in tensors]
+    bufs = [_checked(t, call) if t.is_contiguous() else t.contiguous() for t in tensors]
     for b in bufs:
         _scaled(b, prescale_factor)
     request = comm.iallreduce_many(bufs, op=op)
@@ -373,7 +374,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    copies = [_cpu(t, "hvd.grouped_allreduce_async").detach().clone(
+    copies = [_checked(t, "hvd.grouped_allreduce_async").detach().clone(
         memory_format=torch.contiguous_format) for t in tensors]
     return grouped_allreduce_async_(copies, average, name, op, prescale_factor, postscale_factor,
                                     process_set)
@@ -398,7 +399,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     call = "hvd.broadcast_async_"
     _process_set(process_set, call)
     comm = _live(call)
-    _cpu(tensor, call)
+    _checked(tensor, call)
     _root(root_rank, comm, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     request = comm.ibroadcast(buf, root=root_rank)
@@ -412,7 +413,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    _cpu(tensor, "hvd.broadcast_async")
+    _checked(tensor, "hvd.broadcast_async")
     return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
                             root_rank, name, process_set)
 
@@ -452,7 +453,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     call = "hvd.allgather_async"
     _process_set(process_set, call)
     comm = _live(call)
-    _cpu(tensor, call)
+    _checked(tensor, call)
     src = tensor.detach().contiguous()
     if src.dim() == 0:
         src = src.reshape(1)
@@ -763,7 +764,7 @@ class _DistributedMixin:
                 p.grad = p.grad.to_dense()
             elif not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
-            _cpu(p.grad, "hvd.DistributedOptimizer")
+            _checked(p.grad, "hvd.DistributedOptimizer")
             wire, ctx = self._compression.compress(p.grad)
             if wire is p.grad:
                 _scaled(wire, self._prescale)

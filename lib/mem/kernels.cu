@@ -1,0 +1,261 @@
+/* kernels.cu - the reduction kernels of reduce.h on the GPU, bit for bit the same results.
+ *
+ * Built by nvcc into a fatbin (sm_80, sm_90, and PTX for newer GPUs) that is embedded in libhoop
+ * and loaded with cuModuleLoadData (lib/mem/cuda.c): no CUDA runtime, no C++ runtime. Every kernel
+ * is extern "C" with a name of the form hoop_reduce_<dtype>_<op> or hoop_divide_<dtype>.
+ *
+ * To match lib/mem/reduce.c exactly: the same operand order (dst = a op b), MIN and MAX as
+ * `a < b ? a : b` (not fminf, which treats NaN and zeros otherwise), integer arithmetic in the
+ * unsigned twin type (wraparound), float16 and bfloat16 through float with the same integer
+ * conversion code (round to nearest even, subnormals kept: no -ftz, no fast math), and AVG as a
+ * sum followed by one IEEE division. Loads are 16 bytes wide where all three pointers allow it.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- combining two elements (as reduce.c's COMBINE_*) ---------------------------------------- */
+
+struct op_sum {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return (T)((U)x + (U)y);
+  }
+};
+struct op_prod {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return (T)((U)x * (U)y);
+  }
+};
+struct op_min {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return x < y ? x : y;
+  }
+};
+struct op_max {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return x > y ? x : y;
+  }
+};
+
+/* ---- float16 and bfloat16 through float (reduce.c's conversions, unchanged) -------------------- */
+
+__device__ static inline uint32_t float_bits(float f) {
+  return __float_as_uint(f);
+}
+
+__device__ static inline float bits_float(uint32_t bits) {
+  return __uint_as_float(bits);
+}
+
+__device__ static inline float half_to_float(uint16_t half) {
+  float subnormal = __fmul_rn((float)(half & 0x3ff), 0x1p-24f);
+  uint32_t sign = (uint32_t)(half & 0x8000) << 16;
+  int32_t mag = half & 0x7fff;
+  uint32_t bits = ((uint32_t)mag << 13) + ((uint32_t)(127 - 15) << 23);
+  bits = mag > 0x7bff ? bits + ((uint32_t)(128 - 16) << 23) : bits;
+  return bits_float((mag < 0x0400 ? float_bits(subnormal) : bits) | sign);
+}
+
+__device__ static inline uint16_t float_to_half(float f) {
+  float magnitude = bits_float(float_bits(f) & 0x7fffffff);
+  uint16_t subnormal = (uint16_t)(float_bits(__fadd_rn(magnitude, 0.5f)) - float_bits(0.5f));
+  uint32_t bits = float_bits(f);
+  uint32_t sign = (bits >> 16) & 0x8000;
+  int32_t mag = (int32_t)(bits & 0x7fffffff);
+  uint32_t normal = (bits & 0x7fffffff) - ((uint32_t)(127 - 15) << 23);
+  normal = (normal + 0xfff + ((normal >> 13) & 1)) >> 13;
+  uint32_t special = mag > 0x7f800000 ? 0x7e00 | ((bits >> 13) & 0x3ff) : 0x7c00;
+  uint32_t result = mag > 0x477fffff ? special : mag < 0x38800000 ? subnormal : normal;
+  return (uint16_t)(result | sign);
+}
+
+__device__ static inline float bf16_to_float(uint16_t bf16) {
+  return bits_float((uint32_t)bf16 << 16);
+}
+
+__device__ static inline uint16_t float_to_bf16(float f) {
+  uint32_t bits = float_bits(f);
+  uint32_t rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
+  uint32_t nan = (bits >> 16) | 0x40;
+  return (uint16_t)((int32_t)(bits & 0x7fffffff) > 0x7f800000 ? nan : rounded);
+}
+
+/* An element type, the type its arithmetic happens in, and how it reaches and leaves it. */
+template <typename T, typename U> struct plain {
+  typedef T elem;
+  template <typename Op> __device__ static T combine(T x, T y) {
+    return Op::template apply<T, U>(x, y);
+  }
+  /* C division in the element's own type: signed types truncate toward zero. */
+  __device__ static T divide(T x, int nranks) {
+    return (T)(x / (T)nranks);
+  }
+};
+
+/* int8 and uint8 divide in int, so that a rank count above 127 is not truncated first. */
+template <typename T> struct small_int {
+  typedef T elem;
+  template <typename Op> __device__ static T combine(T x, T y) {
+    return Op::template apply<T, uint8_t>(x, y);
+  }
+  __device__ static T divide(T x, int nranks) {
+    return (T)((int)x / nranks);
+  }
+};
+
+struct half16 {
+  typedef uint16_t elem;
+  template <typename Op> __device__ static uint16_t combine(uint16_t x, uint16_t y) {
+    return float_to_half(Op::template apply<float, float>(half_to_float(x), half_to_float(y)));
+  }
+  __device__ static uint16_t divide(uint16_t x, int nranks) {
+    return float_to_half(__fdiv_rn(half_to_float(x), (float)nranks));
+  }
+};
+
+struct bfloat16 {
+  typedef uint16_t elem;
+  template <typename Op> __device__ static uint16_t combine(uint16_t x, uint16_t y) {
+    return float_to_bf16(Op::template apply<float, float>(bf16_to_float(x), bf16_to_float(y)));
+  }
+  __device__ static uint16_t divide(uint16_t x, int nranks) {
+    return float_to_bf16(__fdiv_rn(bf16_to_float(x), (float)nranks));
+  }
+};
+
+/* float sum and prod with the IEEE round-to-nearest intrinsics, so that no -fmad contraction or
+ * flag can change them; min and max compare. */
+struct op_fsum {
+  template <typename T, typename U> __device__ static T apply(T x, T y);
+};
+template <> __device__ float op_fsum::apply<float, float>(float x, float y) {
+  return __fadd_rn(x, y);
+}
+template <> __device__ double op_fsum::apply<double, double>(double x, double y) {
+  return __dadd_rn(x, y);
+}
+struct op_fprod {
+  template <typename T, typename U> __device__ static T apply(T x, T y);
+};
+template <> __device__ float op_fprod::apply<float, float>(float x, float y) {
+  return __fmul_rn(x, y);
+}
+template <> __device__ double op_fprod::apply<double, double>(double x, double y) {
+  return __dmul_rn(x, y);
+}
+
+template <typename T> struct floating {
+  typedef T elem;
+  template <typename Op> __device__ static T combine(T x, T y) {
+    return Op::template apply<T, T>(x, y);
+  }
+  __device__ static T divide(T x, int nranks);
+};
+template <> __device__ float floating<float>::divide(float x, int nranks) {
+  return __fdiv_rn(x, (float)nranks);
+}
+template <> __device__ double floating<double>::divide(double x, int nranks) {
+  return __ddiv_rn(x, (double)nranks);
+}
+
+/* ---- the loops ----------------------------------------------------------------------------------- */
+
+/* dst[i] = a[i] op b[i]; dst may be a or b. Threads stride over 16-byte vectors when the three
+ * pointers are 16-byte aligned, and over elements for the rest. */
+template <typename K, typename Op>
+__device__ static void reduce_loop(typename K::elem *dst, const typename K::elem *a,
+                                   const typename K::elem *b, size_t n) {
+  typedef typename K::elem T;
+  const size_t per = 16 / sizeof(T);
+  size_t start = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t done = 0;
+  if ((((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) & 15) == 0) {
+    size_t vectors = n / per;
+    for (size_t v = start; v < vectors; v += stride) {
+      uint4 x = ((const uint4 *)a)[v], y = ((const uint4 *)b)[v], out;
+      const T *xs = (const T *)&x, *ys = (const T *)&y;
+      T *os = (T *)&out;
+#pragma unroll
+      for (size_t k = 0; k < per; k++)
+        os[k] = K::template combine<Op>(xs[k], ys[k]);
+      ((uint4 *)dst)[v] = out;
+    }
+    done = vectors * per;
+  }
+  for (size_t i = done + start; i < n; i += stride)
+    dst[i] = K::template combine<Op>(a[i], b[i]);
+}
+
+template <typename K>
+__device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    buf[i] = K::divide(buf[i], nranks);
+}
+
+#define DEFINE_REDUCE(name, K, OP)                                                                  \
+  extern "C" __global__ void hoop_reduce_##name##_##OP(void *dst, const void *a, const void *b,  \
+                                                       size_t n) {                                \
+    reduce_loop<K, op_##OP>((K::elem *)dst, (const K::elem *)a, (const K::elem *)b, n);          \
+  }
+
+#define DEFINE_FLOAT_REDUCE(name, K, OP, FOP)                                                       \
+  extern "C" __global__ void hoop_reduce_##name##_##OP(void *dst, const void *a, const void *b,  \
+                                                       size_t n) {                                \
+    reduce_loop<K, FOP>((K::elem *)dst, (const K::elem *)a, (const K::elem *)b, n);              \
+  }
+
+#define DEFINE_DIVIDE(name, K)                                                                      \
+  extern "C" __global__ void hoop_divide_##name(void *buf, size_t n, int nranks) {               \
+    divide_loop<K>((K::elem *)buf, n, nranks);                                                    \
+  }
+
+#define DEFINE_INTS(name, K)                                                                        \
+  DEFINE_REDUCE(name, K, sum)                                                                       \
+  DEFINE_REDUCE(name, K, prod)                                                                      \
+  DEFINE_REDUCE(name, K, min)                                                                       \
+  DEFINE_REDUCE(name, K, max)                                                                       \
+  DEFINE_DIVIDE(name, K)
+
+#define DEFINE_FLOATS(name, K)                                                                      \
+  DEFINE_FLOAT_REDUCE(name, K, sum, op_fsum)                                                        \
+  DEFINE_FLOAT_REDUCE(name, K, prod, op_fprod)                                                      \
+  DEFINE_FLOAT_REDUCE(name, K, min, op_min)                                                         \
+  DEFINE_FLOAT_REDUCE(name, K, max, op_max)                                                         \
+  DEFINE_DIVIDE(name, K)
+
+/* The half types combine in float with the float ops. */
+#define DEFINE_HALVES(name, K)                                                                      \
+  extern "C" __global__ void hoop_reduce_##name##_sum(void *dst, const void *a, const void *b,    \
+                                                      size_t n) {                                 \
+    reduce_loop<K, op_fsum>((uint16_t *)dst, (const uint16_t *)a, (const uint16_t *)b, n);       \
+  }                                                                                                \
+  extern "C" __global__ void hoop_reduce_##name##_prod(void *dst, const void *a, const void *b,   \
+                                                       size_t n) {                                \
+    reduce_loop<K, op_fprod>((uint16_t *)dst, (const uint16_t *)a, (const uint16_t *)b, n);      \
+  }                                                                                                \
+  extern "C" __global__ void hoop_reduce_##name##_min(void *dst, const void *a, const void *b,    \
+                                                      size_t n) {                                 \
+    reduce_loop<K, op_min>((uint16_t *)dst, (const uint16_t *)a, (const uint16_t *)b, n);        \
+  }                                                                                                \
+  extern "C" __global__ void hoop_reduce_##name##_max(void *dst, const void *a, const void *b,    \
+                                                      size_t n) {                                 \
+    reduce_loop<K, op_max>((uint16_t *)dst, (const uint16_t *)a, (const uint16_t *)b, n);        \
+  }                                                                                                \
+  DEFINE_DIVIDE(name, K)
+
+typedef plain<int32_t, uint32_t> k_int32;
+typedef plain<uint32_t, uint32_t> k_uint32;
+typedef plain<int64_t, uint64_t> k_int64;
+typedef plain<uint64_t, uint64_t> k_uint64;
+
+DEFINE_INTS(int8, small_int<int8_t>)
+DEFINE_INTS(uint8, small_int<uint8_t>)
+DEFINE_INTS(int32, k_int32)
+DEFINE_INTS(uint32, k_uint32)
+DEFINE_INTS(int64, k_int64)
+DEFINE_INTS(uint64, k_uint64)
+DEFINE_HALVES(float16, half16)
+DEFINE_HALVES(bfloat16, bfloat16)
+DEFINE_FLOATS(float32, floating<float>)
+DEFINE_FLOATS(float64, floating<double>)

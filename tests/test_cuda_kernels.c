@@ -1,0 +1,179 @@
+/* test_cuda_kernels.c - the GPU reduction kernels (lib/mem/kernels.cu) against the host's
+ * (lib/mem/reduce.c), element by element, for every dtype and op and AVG's division: random bit
+ * patterns (NaN, infinities, subnormals and signed zeros among them for the floating types;
+ * wraparound for the integers), the values where float16 and bfloat16 rounding ties, aligned
+ * buffers (16-byte vector loads) and misaligned ones (the scalar path), out of place and in place
+ * on either operand.
+ *
+ * Results must be the same bits, with one exception the GPU imposes: a NaN that sum, prod or the
+ * division produces is the GPU's canonical NaN, not the host's propagated payload, so there both
+ * must be NaN. Needs a GPU: exits 77 (skipped) where there is none, or in a build without kernels.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "devmem.h"
+#include "mem/cuda.h"
+#include "mem/reduce.h"
+
+static size_t checks, failures;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t next_random(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static int is_nan(const void *p, hoop_dtype dtype) {
+  uint64_t bits = 0;
+  switch (dtype) {
+  case HOOP_FLOAT16: memcpy(&bits, p, 2); return (bits & 0x7c00) == 0x7c00 && (bits & 0x3ff);
+  case HOOP_BFLOAT16: memcpy(&bits, p, 2); return (bits & 0x7f80) == 0x7f80 && (bits & 0x7f);
+  case HOOP_FLOAT32: {
+    float f;
+    memcpy(&f, p, 4);
+    return isnan(f);
+  }
+  case HOOP_FLOAT64: {
+    double d;
+    memcpy(&d, p, 8);
+    return isnan(d);
+  }
+  default: return 0;
+  }
+}
+
+/* Inputs: random bits, with every 8th element a value of interest for the dtype. */
+static void fill(unsigned char *buf, size_t n, hoop_dtype dtype, int which) {
+  size_t esize = hoop_dtype_size(dtype);
+  static const uint16_t half_specials[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400,
+                                           0x7bff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x3c00,
+                                           0x3c01, 0xbc00, 0x0200, 0x5bff};
+  static const uint16_t bf16_specials[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x0080, 0x7f7f,
+                                           0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x3f80, 0x3f81,
+                                           0xbf80, 0x4b00, 0x3401, 0x7f00};
+  static const float float_specials[] = {
+      0.0f, -0.0f, 1e-45f, -1e-45f,       1.17e-38f, INFINITY, -INFINITY, NAN,
+      -NAN, 1.0f,  -1.0f,  3.4028235e38f, 0.5f,      16777217, 1e-40f,    2.0f};
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = next_random();
+    unsigned char *cell = buf + i * esize;
+    memcpy(cell, &r, esize);
+    if (i % 8 != 0)
+      continue;
+    size_t k = (i / 8 + (size_t)which * 5) % 16;
+    switch (dtype) {
+    case HOOP_FLOAT16: memcpy(cell, &half_specials[k], 2); break;
+    case HOOP_BFLOAT16: memcpy(cell, &bf16_specials[k], 2); break;
+    case HOOP_FLOAT32: memcpy(cell, &float_specials[k], 4); break;
+    case HOOP_FLOAT64: {
+      double d = (double)float_specials[k] * (k % 3 ? 1.0 : 1e-300);
+      memcpy(cell, &d, 8);
+      break;
+    }
+    default: /* the extremes, for wraparound */
+      memset(cell, k % 2 ? 0xff : 0x00, esize);
+      cell[esize - 1] = k % 4 < 2 ? 0x7f : 0x80;
+    }
+  }
+}
+
+static int same(const unsigned char *host, const unsigned char *dev, size_t n, hoop_dtype dtype,
+                hoop_op op, size_t *where) {
+  size_t esize = hoop_dtype_size(dtype);
+  int nan_relaxed = op == HOOP_SUM || op == HOOP_PROD || op == HOOP_AVG;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *h = host + i * esize, *d = dev + i * esize;
+    if (memcmp(h, d, esize) == 0)
+      continue;
+    if (nan_relaxed && is_nan(h, dtype) && is_nan(d, dtype))
+      continue;
+    *where = i;
+    return 0;
+  }
+  return 1;
+}
+
+static void hex(char *out, const unsigned char *cell, size_t esize) {
+  for (size_t b = esize; b-- > 0;)
+    out += sprintf(out, "%02x", cell[b]);
+}
+
+/* One case: n elements from element off of each buffer (1: misaligned for the vector loads);
+ * alias 0 writes a third buffer, 1 writes over a, 2 over b. */
+static void run_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, size_t off,
+                     int alias) {
+  size_t esize = hoop_dtype_size(dtype), bytes = (n + 2) * esize;
+  unsigned char *a = calloc(1, bytes), *b = calloc(1, bytes), *host = calloc(1, bytes),
+                *back = calloc(1, bytes);
+  fill(a + off * esize, n, dtype, 0);
+  fill(b + off * esize, n, dtype, 1);
+  unsigned char *da = devmem_put(a, bytes), *db = devmem_put(b, bytes);
+  unsigned char *ddst = alias ? NULL : devmem_put(NULL, bytes);
+  unsigned char *ha = a + off * esize, *hb = b + off * esize;
+  /* The host's answer (elementwise, so the same whatever the aliasing). */
+  unsigned char *hdst = host + off * esize;
+  hoop__reduce3(hdst, ha, hb, n, dtype, op);
+  unsigned char *dst = alias == 1 ? da : alias == 2 ? db : ddst;
+  hoop_result result =
+      hoop__cuda_reduce3(comm, dst + off * esize, da + off * esize, db + off * esize, n, dtype, op);
+  if (result == HOOP_OK && op == HOOP_AVG) {
+    hoop__reduce_finish(hdst, n, dtype, op, 3);
+    result = hoop__cuda_reduce_finish(comm, dst + off * esize, n, dtype, op, 3);
+  }
+  checks++;
+  if (result != HOOP_OK) {
+    failures++;
+    printf("FAIL: %s %s n %zu: %s\n", hoop_dtype_name(dtype), hoop_op_name(op), n,
+           hoop_last_error(comm));
+  } else {
+    devmem_get(back, dst, bytes);
+    size_t where = 0;
+    if (!same(hdst, back + off * esize, n, dtype, op, &where)) {
+      failures++;
+      char hs[20], ds[20], as[20], bs[20];
+      hex(hs, hdst + where * esize, esize);
+      hex(ds, back + (off + where) * esize, esize);
+      hex(as, ha + where * esize, esize);
+      hex(bs, hb + where * esize, esize);
+      printf("FAIL: %s %s n %zu offset %zu alias %d: element %zu: %s op %s: host %s, GPU %s\n",
+             hoop_dtype_name(dtype), hoop_op_name(op), n, off, alias, where, as, bs, hs, ds);
+    }
+  }
+  devmem_free(da);
+  devmem_free(db);
+  if (ddst)
+    devmem_free(ddst);
+  free(a);
+  free(b);
+  free(host);
+  free(back);
+}
+
+int main(void) {
+  char why[256];
+  if (!hoop__cuda_kernels_built()) {
+    printf("SKIP: this libhoop has no GPU kernels (configure found no nvcc)\n");
+    return 77;
+  }
+  if (devmem_init(why, sizeof why) != 0) {
+    printf("SKIP: no GPU: %s\n", why);
+    return 77;
+  }
+  hoop_comm *comm = calloc(1, sizeof *comm);
+  static const size_t sizes[] = {1, 7, 64, 1031, 65537, 1 << 20};
+  for (int d = 0; d < HOOP_DTYPE_COUNT; d++)
+    for (int o = 0; o < HOOP_OP_COUNT; o++)
+      for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int alias = 0; alias < 3; alias++)
+          run_case(comm, (hoop_dtype)d, (hoop_op)o, sizes[s], s % 2, alias);
+  printf("test_cuda_kernels: %zu cases, %zu failed\n", checks, failures);
+  free(comm);
+  return failures ? 1 : 0;
+}

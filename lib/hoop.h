@@ -221,6 +221,23 @@ HOOP_API hoop_result hoop_test(hoop_request *request, int *done);
 /* Block until the request completes; return its result and free it. */
 HOOP_API hoop_result hoop_wait(hoop_request *request);
 
+/* ---- Stream-ordered collectives (CUDA) ---------------------------------------------------------
+ */
+/* hoop_allreduce, hoop_broadcast and hoop_allgather ordered on a CUDA stream (a CUstream or
+ * cudaStream_t, passed as void * so that this header needs no CUDA header; NULL: the legacy default
+ * stream of the buffers' context): the collective reads its inputs after the work queued on stream
+ * before the call, and work queued on stream after the call sees its results. Today the call waits
+ * for the stream, runs the collective and returns with the results in place (the calling thread
+ * blocks meanwhile); these rules also allow a later release to enqueue it instead. A stream given
+ * to a libhoop that takes no CUDA buffers (hoop_cuda_supported() == 0) is HOOP_ERR_UNSUPPORTED. */
+HOOP_API hoop_result hoop_allreduce_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count, hoop_dtype dtype, hoop_op op,
+                                           void *stream);
+HOOP_API hoop_result hoop_broadcast_stream(hoop_comm *comm, void *buf, size_t count,
+                                           hoop_dtype dtype, int root, void *stream);
+HOOP_API hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                           size_t count, hoop_dtype dtype, void *stream);
+
 /* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over
  * ibverbs, collectives whose buffers (every rank's) lie inside registered ranges move large

@@ -4,7 +4,7 @@
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
- *                    [--no-shm-on RANK] [--device all|even|mixed]
+ *                    [--no-shm-on RANK] [--device all|even|mixed [--stream]]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -19,7 +19,8 @@
  * --device all: every buffer in CUDA device memory (devmem.c: the real driver, or the stand-in of
  * fakecuda.c through HOOP_CUDA_LIBRARY); even: only even ranks' buffers, so host and device ranks
  * meet in one call; mixed: even ranks send from device memory into host memory, odd ranks from host
- * into device memory. Inputs are written and results checked on host copies.
+ * into device memory. Inputs are written and results checked on host copies. --stream: the calls
+ * are the stream-ordered variants (hoop_allreduce_stream...) on a stream of the device.
  *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
@@ -89,6 +90,7 @@ static void unreg(hoop_mem_handle handle) {
 
 /* --device: 0 host memory, 1 every rank's buffers on the device, 2 even ranks', 3 mixed. */
 static int device_mode;
+static void *stream; /* --stream: the stream of the stream-ordered calls */
 
 /* Whether this rank's send (which 0) or receive (which 1) buffers live on the device. */
 static int on_device(int which) {
@@ -125,7 +127,9 @@ static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_p
   char *out = in_place ? send : recv;
   void *call_send = to_call(send, count * esize, 0);
   void *call_out = in_place ? call_send : to_call(recv, count * esize, 1);
-  must(hoop_allreduce(comm, call_send, call_out, count, dtype, op), "hoop_allreduce");
+  must(stream ? hoop_allreduce_stream(comm, call_send, call_out, count, dtype, op, stream)
+              : hoop_allreduce(comm, call_send, call_out, count, dtype, op),
+       "hoop_allreduce");
   if (!in_place)
     from_call(recv, call_out, count * esize);
   from_call(send, call_send, count * esize);
@@ -154,7 +158,9 @@ static void check_broadcast(size_t count, hoop_dtype dtype, int root) {
   else
     memset(buf, 0xa5, count * esize);
   void *call_buf = to_call(buf, count * esize, rank == root ? 0 : 1);
-  must(hoop_broadcast(comm, call_buf, count, dtype, root), "hoop_broadcast");
+  must(stream ? hoop_broadcast_stream(comm, call_buf, count, dtype, root, stream)
+              : hoop_broadcast(comm, call_buf, count, dtype, root),
+       "hoop_broadcast");
   from_call(buf, call_buf, count * esize);
   char msg[256];
   checks++;
@@ -176,7 +182,9 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
   char *call_all = to_call(all, block * (size_t)nranks, in_place ? 0 : 1);
   void *call_mine = in_place ? NULL : to_call(mine, block, 0);
   const void *send = in_place ? call_all + (size_t)rank * block : call_mine;
-  must(hoop_allgather(comm, send, call_all, count, dtype), "hoop_allgather");
+  must(stream ? hoop_allgather_stream(comm, send, call_all, count, dtype, stream)
+              : hoop_allgather(comm, send, call_all, count, dtype),
+       "hoop_allgather");
   from_call(all, call_all, block * (size_t)nranks);
   if (call_mine)
     from_call(mine, call_mine, block);
@@ -253,7 +261,7 @@ static void check_registered(int quick) {
 int main(int argc, char **argv) {
   int quick = 0;
   const char *barrier_dir = NULL;
-  int per_host = 0, probe_only = 0;
+  int per_host = 0, probe_only = 0, want_stream = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
@@ -270,6 +278,8 @@ int main(int argc, char **argv) {
       setenv("HOOP_HOSTNAME", name, 1);
     } else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
       register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
+    else if (strcmp(argv[i], "--stream") == 0)
+      want_stream = 1;
     else if (strcmp(argv[i], "--probe-device") == 0)
       probe_only = 1; /* with --device: only say (exit 0) whether device memory can be had */
     else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
@@ -289,6 +299,8 @@ int main(int argc, char **argv) {
     }
     if (probe_only)
       return 0;
+    if (want_stream)
+      stream = devmem_stream();
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);

@@ -15,6 +15,7 @@ static int (*cu_mem_alloc)(unsigned long long *, size_t);
 static int (*cu_mem_free)(unsigned long long);
 static int (*cu_htod)(unsigned long long, const void *, size_t);
 static int (*cu_dtoh)(void *, unsigned long long, size_t);
+static int (*cu_stream_create)(void **, unsigned int);
 
 static void must(int err, const char *what) {
   if (err != 0) {
@@ -47,7 +48,8 @@ int devmem_init(char *msg, size_t msglen) {
               {"cuMemAlloc", (void **)&cu_mem_alloc},
               {"cuMemFree", (void **)&cu_mem_free},
               {"cuMemcpyHtoD", (void **)&cu_htod},
-              {"cuMemcpyDtoH", (void **)&cu_dtoh}};
+              {"cuMemcpyDtoH", (void **)&cu_dtoh},
+              {"cuStreamCreate", (void **)&cu_stream_create}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     int status = 0;
     if (get_proc(want[i].name, want[i].fn, 12000, 0, &status) != 0 || !*want[i].fn) {
@@ -81,6 +83,12 @@ void devmem_upload(void *dev, const void *host, size_t bytes) {
 void devmem_get(void *host, const void *dev, size_t bytes) {
   if (bytes)
     must(cu_dtoh(host, (unsigned long long)(uintptr_t)dev, bytes), "cuMemcpyDtoH");
+}
+
+void *devmem_stream(void) {
+  void *stream = NULL;
+  must(cu_stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+  return stream;
 }
 
 void devmem_free(void *dev) {

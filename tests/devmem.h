@@ -15,5 +15,7 @@ void devmem_upload(void *dev, const void *host, size_t bytes);
 /* Copy bytes of device memory back to host. */
 void devmem_get(void *host, const void *dev, size_t bytes);
 void devmem_free(void *dev);
+/* A stream of the context (cuStreamCreate), for the stream-ordered calls. */
+void *devmem_stream(void);
 
 #endif

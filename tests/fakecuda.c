@@ -8,8 +8,9 @@
  * query answers CUDA_ERROR_NOT_INITIALIZED before cuInit and default values (memory type 0) for
  * pointers it does not know, and entry points are found through cuGetProcAddress_v2.
  *
- * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B" to FILE (the test checks that staging
- * copied what it should).
+ * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B stream_syncs S" to FILE (the test checks
+ * that staging copied what it should, and that the stream variants waited for their stream).
+ * cuModuleLoadData and cuLaunchKernel are missing, as kernels cannot run here.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -32,7 +33,8 @@ static alloc allocs[MAX_ALLOCS];
 static int initialized;
 static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
-static unsigned long long copies, copied_bytes;
+static unsigned long long copies, copied_bytes, stream_syncs;
+static struct CUstream_st *const the_stream = (struct CUstream_st *)0x2;
 
 static alloc *find(const void *ptr, size_t len) {
   const char *p = ptr;
@@ -153,6 +155,32 @@ static CUresult fake_memcpy_dtoh(void *dst, CUdeviceptr src, size_t bytes) {
   return fake_memcpy((CUdeviceptr)(uintptr_t)dst, src, bytes);
 }
 
+static CUresult fake_stream_create(CUstream *stream, unsigned int flags) {
+  (void)flags;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  *stream = the_stream;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_stream_synchronize(CUstream stream) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (stream != NULL && stream != the_stream)
+    return CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&lock);
+  stream_syncs++;
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_stream_get_ctx(CUstream stream, CUcontext *ctx) {
+  if (stream != the_stream)
+    return CUDA_ERROR_INVALID_HANDLE;
+  *ctx = the_context;
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                             CUdeviceptr ptr) {
   if (!initialized)
@@ -181,6 +209,7 @@ static CUresult fake_get_error_string(CUresult err, const char **text) {
   case CUDA_ERROR_NOT_INITIALIZED: *text = "initialization error"; break;
   case CUDA_ERROR_INVALID_CONTEXT: *text = "invalid device context"; break;
   case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
+  case CUDA_ERROR_INVALID_HANDLE: *text = "invalid resource handle"; break;
   default: *text = "unknown error"; break;
   }
   return CUDA_SUCCESS;
@@ -203,6 +232,9 @@ static const struct {
     {"cuMemcpyDtoH", (void *)fake_memcpy_dtoh},
     {"cuPointerGetAttributes", (void *)fake_pointer_get_attributes},
     {"cuGetErrorString", (void *)fake_get_error_string},
+    {"cuStreamCreate", (void *)fake_stream_create},
+    {"cuStreamSynchronize", (void *)fake_stream_synchronize},
+    {"cuStreamGetCtx", (void *)fake_stream_get_ctx},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -229,7 +261,7 @@ __attribute__((destructor)) static void report(void) {
   const char *path = getenv("FAKECUDA_COUNT");
   FILE *f = path && copies ? fopen(path, "a") : NULL;
   if (f) {
-    fprintf(f, "copies %llu bytes %llu\n", copies, copied_bytes);
+    fprintf(f, "copies %llu bytes %llu stream_syncs %llu\n", copies, copied_bytes, stream_syncs);
     fclose(f);
   }
 }

@@ -52,6 +52,19 @@ START_TEST(test_invalid_arguments) {
   ck_assert_int_eq(hoop_allreduce(comm, x, y, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_OK);
   ck_assert(y[0] == 1 && y[3] == 4);
   ck_assert_int_eq(hoop_barrier(comm), HOOP_OK);
+  /* The stream variants: with no stream and host buffers, the plain call; a stream where no CUDA
+   * driver loads is refused, naming the call, and loses nothing. */
+  ck_assert_int_eq(hoop_allreduce_stream(comm, x, y, 4, HOOP_FLOAT32, HOOP_MAX, NULL), HOOP_OK);
+  ck_assert(y[0] == 1 && y[3] == 4);
+  ck_assert_int_eq(hoop_broadcast_stream(comm, y, 4, HOOP_FLOAT32, 0, NULL), HOOP_OK);
+  ck_assert_int_eq(hoop_allgather_stream(comm, x, y, 4, HOOP_FLOAT32, NULL), HOOP_OK);
+  if (!hoop_cuda_supported()) {
+    int not_a_stream;
+    ck_assert_int_eq(hoop_allreduce_stream(comm, x, y, 4, HOOP_FLOAT32, HOOP_SUM, &not_a_stream),
+                     HOOP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "hoop_allreduce_stream"));
+    ck_assert_int_eq(hoop_allreduce(comm, x, y, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_OK);
+  }
   hoop_finalize(comm);
 }
 END_TEST

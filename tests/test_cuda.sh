@@ -35,6 +35,7 @@ if [ $gpu = yes ]; then
   echo "== a GPU: device buffers on it"
   for np in 1 2 3; do
     for mode in all even mixed; do HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device $mode" $np --device $mode; done
+    HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device all --stream" $np --device all --stream
   done
 else
   echo "== no GPU here: device buffers on the stand-in driver (tests/fakecuda.c)"
@@ -55,6 +56,13 @@ for np in 1 2 3; do
     fi
   done
 done
+# The stream-ordered variants: each call waits for the stream first.
+rm -f "$counts"
+HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake --device all --stream" 2 --device all --stream
+syncs=$(awk '{n += $6} END {print n + 0}' "$counts" 2>/dev/null)
+echo "  --device all --stream on 2 ranks: $syncs stream waits"
+[ "${syncs:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not wait for their stream"; status=1; }
+
 # The Python package sees whether libhoop takes CUDA buffers.
 python=${HOOP_PYTHON:-/usr/bin/python3}
 if [ -x "$python" ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then

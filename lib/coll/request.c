@@ -471,6 +471,31 @@ hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, 
   return start(comm, &args, NULL, NULL);
 }
 
+/* The stream variants: the stream's queued work done first, then the blocking call. */
+hoop_result hoop_allreduce_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, hoop_op op, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_allreduce_stream", stream, recvbuf);
+  return result == HOOP_OK ? hoop_allreduce(comm, sendbuf, recvbuf, count, dtype, op) : result;
+}
+
+hoop_result hoop_broadcast_stream(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                  int root, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_broadcast_stream", stream, buf);
+  return result == HOOP_OK ? hoop_broadcast(comm, buf, count, dtype, root) : result;
+}
+
+hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_allgather_stream", stream, recvbuf);
+  return result == HOOP_OK ? hoop_allgather(comm, sendbuf, recvbuf, count, dtype) : result;
+}
+
 hoop_result hoop_barrier(hoop_comm *comm) {
   hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
   return start(comm, &args, NULL, NULL);

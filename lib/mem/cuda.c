@@ -52,6 +52,15 @@ int hoop__cuda_kernels_built(void) {
   return 0;
 }
 
+hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stream,
+                                   const void *buf) {
+  (void)buf;
+  if (!stream)
+    return HOOP_OK;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                         "%s: a CUDA stream, but this libhoop was built without CUDA", call);
+}
+
 hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
                                size_t count, hoop_dtype dtype, hoop_op op) {
   (void)dst, (void)a, (void)b, (void)count, (void)dtype, (void)op;
@@ -86,6 +95,7 @@ static struct {
                             unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
   CUresult (*stream_create)(CUstream *, unsigned int);
   CUresult (*stream_synchronize)(CUstream);
+  CUresult (*stream_get_ctx)(CUstream, CUcontext *);
 } drv;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -139,6 +149,8 @@ static void load(void) {
   get_proc("cuStreamCreate", (void **)&drv.stream_create, HOOP_CUDA_API_VERSION,
            CU_GET_PROC_ADDRESS_DEFAULT, &status);
   get_proc("cuStreamSynchronize", (void **)&drv.stream_synchronize, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuStreamGetCtx", (void **)&drv.stream_get_ctx, HOOP_CUDA_API_VERSION,
            CU_GET_PROC_ADDRESS_DEFAULT, &status);
   drv.usable = 1;
   HOOP__TRACE(HOOP_SUBSYS_INIT, "cuda: driver %s loaded: device buffers are detected", path);
@@ -209,6 +221,36 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
     return HOOP_OK;
   }
   return hoop__cuda_copy(comm, dst, src, bytes);
+}
+
+hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stream,
+                                   const void *buf) {
+  if (!hoop__cuda_loaded())
+    return stream ? hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                                    "%s: a CUDA stream, but no CUDA driver loads (%s)", call,
+                                    hoop__env_get("HOOP_CUDA_LIBRARY"))
+                  : HOOP_OK;
+  if (!drv.stream_synchronize)
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "%s: the driver has no cuStreamSynchronize",
+                           call);
+  CUcontext context = NULL;
+  if (stream && drv.stream_get_ctx)
+    drv.stream_get_ctx((CUstream)stream, &context);
+  if (!context)
+    kind_and_context(buf, &context);
+  if (!context) {
+    if (!stream)
+      return HOOP_OK; /* host buffers on the default stream: nothing queued to wait for */
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: cannot tell the context of stream %p",
+                           call, stream);
+  }
+  CUresult err = drv.ctx_push(context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  err = drv.stream_synchronize((CUstream)stream);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
 }
 
 /* ---- the reduction kernels ---------------------------------------------------------------- */

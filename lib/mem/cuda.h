@@ -33,6 +33,12 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
  * device memory. */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
+/* Wait until the work queued on stream (a CUstream; NULL: the legacy default stream of buf's
+ * context, or nothing to wait for if buf is host memory) is done. HOOP_ERR_UNSUPPORTED for a stream
+ * without CUDA support; call names the public call in messages. */
+hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stream,
+                                   const void *buf);
+
 /* The reduction kernels of reduce.h on the GPU (lib/mem/kernels.cu), bit for bit the same
  * results: dst = a op b over count elements, all three in the device memory of one context
  * (dst may be a or b); and AVG's final division. Synchronous: done on return. HOOP_ERR_UNSUPPORTED

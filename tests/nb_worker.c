@@ -11,6 +11,9 @@
  * HOOP_ASYNC_PROGRESS=0) nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others
  * have requests outstanding: every request there must complete with an error naming rank 1, within
  * HOOP_TIMEOUT
+ *        nb_worker --idle S | --busy S  say "ready", then for S seconds make no call (idle) or
+ *                                       allreduce in a loop (busy), then finalize: the ranks whose
+ *                                       launcher test_launcher.sh kills
  */
 #include <sched.h>
 #include <signal.h>
@@ -357,6 +360,7 @@ static void progress_without_calls(void) {
 
 int main(int argc, char **argv) {
   int quick = 0, progress = 0;
+  double idle = 0, busy = 0;
   const char *how = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
@@ -365,11 +369,27 @@ int main(int argc, char **argv) {
       progress = 1;
     else if (strcmp(argv[i], "--fail") == 0 && i + 1 < argc)
       how = argv[++i];
+    else if (strcmp(argv[i], "--idle") == 0 && i + 1 < argc)
+      idle = atof(argv[++i]);
+    else if (strcmp(argv[i], "--busy") == 0 && i + 1 < argc)
+      busy = atof(argv[++i]);
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
-  if (how) {
+  if (idle > 0 || busy > 0) {
+    printf("nb_worker rank %d ready\n", rank);
+    fflush(stdout);
+    double until = now_s() + idle + busy;
+    float x = 1;
+    while (now_s() < until) {
+      if (busy > 0)
+        must(hoop_allreduce(comm, &x, &x, 1, HOOP_FLOAT32, HOOP_MAX), "hoop_allreduce");
+      else
+        usleep(10000);
+    }
+    must(hoop_finalize(comm), "hoop_finalize");
+  } else if (how) {
     failing(how);
   } else if (progress) {
     progress_without_calls();

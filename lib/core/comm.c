@@ -18,6 +18,7 @@
 #include "core/internal.h"
 #include "core/launchers.h"
 #include "core/trace.h"
+#include "core/watch.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
 #include "transport/transport.h"
@@ -467,6 +468,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   hoop__flight_install();
   if ((result = hoop__trace_open(comm)) != HOOP_OK)
     return init_failed(comm, result);
+  hoop__launcher_watch_start(comm);
   return HOOP_OK;
 }
 
@@ -537,6 +539,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop_result result = hoop__requests_finalize(comm);
   if (result != HOOP_OK)
     return result;
+  hoop__launcher_watch_stop(comm);
   hoop__trace_close(comm);
   hoop__registrations_release(comm);
   hoop__transport_finalize(comm);

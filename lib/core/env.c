@@ -14,6 +14,12 @@ static const hoop__env_var env_table[] = {
     {"HOOP_RDZV_SERVE", "0",
      "1: this process hosts the rendezvous server for its job on the "
      "HOOP_RENDEZVOUS port (set it on rank 0 only)"},
+    {"HOOP_LAUNCHER", "",
+     "set by hooprun: its PID:START_TIME:BOOT_ID, so that the rank ends when hooprun does; "
+     "empty: not watched"},
+    {"HOOP_LAUNCHER_RDZV", "0",
+     "set by hooprun: 1 when the rendezvous server is hooprun's own, so that the connection "
+     "to it closing means hooprun is gone"},
     {"HOOP_HOSTNAME", "",
      "host name reported to the rendezvous; ranks with the same name are "
      "one host (contiguous ranks, local ranks); default: gethostname()"},

@@ -103,6 +103,8 @@ struct hoop_comm {
   size_t *block_length;
   void *scratch; /* reduction staging, grown on demand */
   size_t scratch_bytes;
+  struct hoop__watch *watch; /* the launcher watch (core/watch.c), or NULL */
+  int watch_running;
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
 

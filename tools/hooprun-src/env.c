@@ -162,6 +162,11 @@ static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hoop
   env_format(&env, "HOOP_JOB=%s", job->id);
   env_format(&env, "HOOP_SIZE=%d", options->np);
   env_format(&env, "HOOP_RANK=%d", rank->index);
+  /* The ranks end when hooprun does (lib/core/watch.c): on this machine they watch its process;
+   * anywhere, the connection to its rendezvous server (not to a hoopd, which may restart). */
+  env_format(&env, "HOOP_LAUNCHER=%s", job->launcher);
+  if (job->server)
+    env_format(&env, "HOOP_LAUNCHER_RDZV=1");
   if (options->timeout)
     env_format(&env, "HOOP_TIMEOUT=%s", options->timeout);
   /* Ranks on one host of the list share its name: hosts that are network namespaces or containers

@@ -101,6 +101,7 @@ typedef struct hooprun_job {
   hoop__rdzv_server *server;
   char rendezvous[HOOP__WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
   char token[HOOP__MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
+  char launcher[128];  /* HOOP_LAUNCHER: who this hooprun is, so that its ranks end with it */
   int master_port;     /* MASTER_PORT for PyTorch's env:// store on rank 0 (0: not chosen yet) */
   hooprun_rank *ranks; /* options.np of them */
   int running;         /* ranks started and not yet exited */

@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "core/log.h"
+#include "core/watch.h"
 #include "hooprun.h"
 #include "rdzv/auth.h"
 #include "rdzv/server.h"
@@ -303,6 +304,7 @@ int main(int argc, char **argv) {
   memset(job, 0, sizeof *job);
   job->stdout_sink = (hooprun_sink){.fd = STDOUT_FILENO, .name = "standard output"};
   job->stderr_sink = (hooprun_sink){.fd = STDERR_FILENO, .name = "standard error"};
+  hoop__launcher_identity(job->launcher, sizeof job->launcher);
   int status = run(job, argc, argv);
   free(job->ranks);
   for (int h = 0; h < job->options.nhosts; h++)

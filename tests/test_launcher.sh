@@ -1,0 +1,53 @@
+#!/bin/sh
+# A job ends when its launcher does (issue: orphaned ranks after hooprun is SIGKILLed). hooprun -np 3
+# starts ranks (tests/nb_worker) that either make no call for 60 s (idle) or allreduce in a loop
+# (busy); once all three are ready, hooprun is killed with SIGKILL, and every rank must be gone
+# within 5 s, each saying why on its stderr (kept in a file: hooprun's pipes die with it). Then the
+# same job left alone must run to its end: the watch kills nothing while hooprun lives.
+set -u
+build=${HOOP_BUILDDIR:-.}
+worker=$build/tests/nb_worker
+hooprun=$build/tools/hooprun
+work=$(mktemp -d)
+trap 'pkill -9 -f "$work/tag" 2>/dev/null; rm -rf "$work"' EXIT
+status=0
+now() { date +%s.%N; }
+alive() { pgrep -f "$work/tag-$1" >/dev/null 2>&1; }
+
+for mode in idle busy; do
+  # The tag in the command line names this test's ranks for pgrep.
+  "$hooprun" -np 3 --timeout 30 sh -c "exec \"$worker\" --$mode 60 \"$work/tag-$mode\" 2>\"$work/err-$mode.\$HOOP_RANK\"" \
+    >"$work/out-$mode" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 200); do
+    [ "$(grep -c ready "$work/out-$mode" 2>/dev/null)" = 3 ] && break
+    sleep 0.1
+  done
+  if [ "$(grep -c ready "$work/out-$mode" 2>/dev/null)" != 3 ]; then
+    echo "FAIL: $mode: the ranks did not start"; cat "$work/out-$mode"; status=1; kill -9 $launcher; continue
+  fi
+  kill -9 $launcher
+  start=$(now)
+  for _ in $(seq 1 100); do alive $mode || break; sleep 0.1; done
+  took=$(awk -v a="$start" -v b="$(now)" 'BEGIN {printf "%.2f", b - a}')
+  if alive $mode; then
+    echo "FAIL: $mode: ranks still running $took s after hooprun was killed:"
+    pgrep -af "$work/tag-$mode"; status=1
+  else
+    echo "$mode ranks: all gone $took s after hooprun was SIGKILLed"
+    awk -v t="$took" 'BEGIN {exit !(t <= 5)}' || { echo "FAIL: more than 5 s"; status=1; }
+  fi
+  said=$(grep -l "launcher hooprun (pid $launcher) is gone" "$work"/err-$mode.* 2>/dev/null | wc -l)
+  echo "  $said of 3 ranks said: $(grep -h 'is gone' "$work"/err-$mode.* | head -1)"
+  [ "$said" -ge 1 ] || { echo "FAIL: no rank said that its launcher is gone"; status=1; }
+done
+
+# No false alarm: a job whose launcher lives runs to its end (idle 3 s, then finalize).
+out=$("$hooprun" -np 3 --timeout 30 "$worker" --idle 3 "$work/tag-live" 2>&1)
+code=$?
+if [ $code != 0 ] || echo "$out" | grep -q "is gone"; then
+  echo "FAIL: a job with its launcher alive was ended (exit $code):"; echo "$out"; status=1
+else
+  echo "a job whose launcher lives ran to its end"
+fi
+exit $status

@@ -8,8 +8,9 @@
  * query answers CUDA_ERROR_NOT_INITIALIZED before cuInit and default values (memory type 0) for
  * pointers it does not know, and entry points are found through cuGetProcAddress_v2.
  *
- * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B stream_syncs S" to FILE (the test checks
- * that staging copied what it should, and that the stream variants waited for their stream).
+ * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B stream_syncs S pinned P" to FILE (the test
+ * checks that staging copied what it should through page-locked memory, and that the stream
+ * variants waited for their stream).
  * cuModuleLoadData and cuLaunchKernel are missing, as kernels cannot run here.
  */
 #include <cuda.h>
@@ -33,7 +34,7 @@ static alloc allocs[MAX_ALLOCS];
 static int initialized;
 static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
-static unsigned long long copies, copied_bytes, stream_syncs;
+static unsigned long long copies, copied_bytes, stream_syncs, pinned;
 static struct CUstream_st *const the_stream = (struct CUstream_st *)0x2;
 
 static alloc *find(const void *ptr, size_t len) {
@@ -181,6 +182,23 @@ static CUresult fake_stream_get_ctx(CUstream stream, CUcontext *ctx) {
   return CUDA_SUCCESS;
 }
 
+static CUresult fake_mem_host_alloc(void **ptr, size_t bytes, unsigned int flags) {
+  (void)flags;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (posix_memalign(ptr, 4096, bytes ? bytes : 1) != 0)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&lock);
+  pinned++;
+  pthread_mutex_unlock(&lock);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_free_host(void *ptr) {
+  free(ptr);
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                             CUdeviceptr ptr) {
   if (!initialized)
@@ -235,6 +253,8 @@ static const struct {
     {"cuStreamCreate", (void *)fake_stream_create},
     {"cuStreamSynchronize", (void *)fake_stream_synchronize},
     {"cuStreamGetCtx", (void *)fake_stream_get_ctx},
+    {"cuMemHostAlloc", (void *)fake_mem_host_alloc},
+    {"cuMemFreeHost", (void *)fake_mem_free_host},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -261,7 +281,8 @@ __attribute__((destructor)) static void report(void) {
   const char *path = getenv("FAKECUDA_COUNT");
   FILE *f = path && copies ? fopen(path, "a") : NULL;
   if (f) {
-    fprintf(f, "copies %llu bytes %llu stream_syncs %llu\n", copies, copied_bytes, stream_syncs);
+    fprintf(f, "copies %llu bytes %llu stream_syncs %llu pinned %llu\n", copies, copied_bytes,
+            stream_syncs, pinned);
     fclose(f);
   }
 }

@@ -50,9 +50,13 @@ for np in 1 2 3; do
     rm -f "$counts"
     HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake --device $mode" $np --device $mode
     copies=$(awk '{n += $2} END {print n + 0}' "$counts" 2>/dev/null)
-    echo "  --device $mode on $np ranks: $copies copies through the driver"
+    pinned=$(awk '{n += $8} END {print n + 0}' "$counts" 2>/dev/null)
+    echo "  --device $mode on $np ranks: $copies copies through the driver, $pinned page-locked stages"
     if [ "${copies:-0}" -lt 100 ]; then
       echo "FAIL: the device buffers were not staged through the driver ($copies copies)"; status=1
+    fi
+    if [ "$mode" = all ] && [ "${pinned:-0}" -lt 1 ]; then
+      echo "FAIL: no stage was page-locked"; status=1
     fi
   done
 done

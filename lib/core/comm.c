@@ -19,6 +19,7 @@
 #include "core/launchers.h"
 #include "core/trace.h"
 #include "core/watch.h"
+#include "mem/stage.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
 #include "transport/transport.h"
@@ -542,6 +543,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__launcher_watch_stop(comm);
   hoop__trace_close(comm);
   hoop__registrations_release(comm);
+  hoop__stage_free(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous
@@ -551,7 +553,6 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
   free(comm->scratch);
-  free(comm->stage);
   free(comm->block_length);
   free(comm->block_offset);
   free(comm->hosts);

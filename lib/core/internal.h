@@ -107,6 +107,7 @@ struct hoop_comm {
   int watch_running;
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
+  int stage_pinned; /* stage is page-locked memory from the driver */
 
   /* Posted calls not yet started, run in order by whoever holds call_lock (coll/request.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the

@@ -52,6 +52,15 @@ int hoop__cuda_kernels_built(void) {
   return 0;
 }
 
+void *hoop__cuda_host_alloc(size_t bytes, const void *near) {
+  (void)bytes, (void)near;
+  return NULL;
+}
+
+void hoop__cuda_host_free(void *ptr) {
+  (void)ptr;
+}
+
 hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stream,
                                    const void *buf) {
   (void)buf;
@@ -96,6 +105,9 @@ static struct {
   CUresult (*stream_create)(CUstream *, unsigned int);
   CUresult (*stream_synchronize)(CUstream);
   CUresult (*stream_get_ctx)(CUstream, CUcontext *);
+  CUresult (*mem_host_alloc)(void **, size_t, unsigned int);
+  CUresult (*mem_free_host)(void *);
+  CUcontext host_context; /* where the staging memory was allocated, to free it there */
 } drv;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -151,6 +163,10 @@ static void load(void) {
   get_proc("cuStreamSynchronize", (void **)&drv.stream_synchronize, HOOP_CUDA_API_VERSION,
            CU_GET_PROC_ADDRESS_DEFAULT, &status);
   get_proc("cuStreamGetCtx", (void **)&drv.stream_get_ctx, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuMemHostAlloc", (void **)&drv.mem_host_alloc, HOOP_CUDA_API_VERSION,
+           CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  get_proc("cuMemFreeHost", (void **)&drv.mem_free_host, HOOP_CUDA_API_VERSION,
            CU_GET_PROC_ADDRESS_DEFAULT, &status);
   drv.usable = 1;
   HOOP__TRACE(HOOP_SUBSYS_INIT, "cuda: driver %s loaded: device buffers are detected", path);
@@ -221,6 +237,40 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
     return HOOP_OK;
   }
   return hoop__cuda_copy(comm, dst, src, bytes);
+}
+
+void *hoop__cuda_host_alloc(size_t bytes, const void *near) {
+  CUcontext context = NULL;
+  if (!drv.mem_host_alloc || !drv.mem_free_host ||
+      kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
+    return NULL;
+  void *ptr = NULL;
+  if (drv.ctx_push(context) != CUDA_SUCCESS)
+    return NULL;
+  CUresult err = drv.mem_host_alloc(&ptr, bytes, CU_MEMHOSTALLOC_PORTABLE);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  if (err != CUDA_SUCCESS) {
+    HOOP__INFO(HOOP_SUBSYS_COLL,
+               "cuda: cannot page-lock %zu bytes to stage through (%d); "
+               "staging through ordinary memory",
+               bytes, (int)err);
+    return NULL;
+  }
+  drv.host_context = context;
+  return ptr;
+}
+
+void hoop__cuda_host_free(void *ptr) {
+  if (!ptr || !drv.mem_free_host)
+    return;
+  if (drv.host_context && drv.ctx_push(drv.host_context) == CUDA_SUCCESS) {
+    drv.mem_free_host(ptr);
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  } else {
+    drv.mem_free_host(ptr);
+  }
 }
 
 hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stream,

@@ -33,6 +33,13 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
  * device memory. */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
+/* Page-locked host memory for staging (cuMemHostAlloc, portable to every context), allocated in the
+ * context of the device memory at near, so that copies to and from device memory run at the bus's
+ * speed; NULL where the driver cannot (the caller then uses ordinary memory). Freed with
+ * hoop__cuda_host_free. */
+void *hoop__cuda_host_alloc(size_t bytes, const void *near);
+void hoop__cuda_host_free(void *ptr);
+
 /* Wait until the work queued on stream (a CUstream; NULL: the legacy default stream of buf's
  * context, or nothing to wait for if buf is host memory) is done. HOOP_ERR_UNSUPPORTED for a stream
  * without CUDA support; call names the public call in messages. */

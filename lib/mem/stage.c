@@ -13,16 +13,19 @@
 #include "mem/stage.h"
 #include "transport/transport.h"
 
-static void *stage_buffer(hoop_comm *comm, size_t bytes) {
+/* A stage of at least bytes: page-locked memory where the driver gives it (near: a device buffer of
+ * the call, for its context), else ordinary memory. */
+static void *stage_buffer(hoop_comm *comm, size_t bytes, const void *near) {
   if (bytes <= comm->stage_bytes)
     return comm->stage;
-  void *grown = NULL;
-  if (posix_memalign(&grown, 64, bytes) != 0) {
+  hoop__stage_free(comm);
+  void *grown = hoop__cuda_host_alloc(bytes, near);
+  comm->stage_pinned = grown != NULL;
+  if (!grown && posix_memalign(&grown, 64, bytes) != 0) {
     hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes to stage device memory",
                     comm->call ? comm->call : "hoop", bytes);
     return NULL;
   }
-  hoop__stage_free(comm);
   comm->stage = grown;
   comm->stage_bytes = bytes;
   return grown;
@@ -31,9 +34,13 @@ static void *stage_buffer(hoop_comm *comm, size_t bytes) {
 void hoop__stage_free(hoop_comm *comm) {
   if (comm->stage && comm->peer_transport)
     hoop__transports_forget_mem(comm, comm->stage, comm->stage_bytes);
-  free(comm->stage);
+  if (comm->stage_pinned)
+    hoop__cuda_host_free(comm->stage);
+  else
+    free(comm->stage);
   comm->stage = NULL;
   comm->stage_bytes = 0;
+  comm->stage_pinned = 0;
 }
 
 hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__stage *stage) {
@@ -48,7 +55,7 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__stage *
     return HOOP_OK;
   size_t bytes = args->bytes;
   size_t total = args->coll == HOOP__COLL_ALLGATHER ? bytes * (size_t)comm->size : bytes;
-  char *host = recv_dev ? stage_buffer(comm, total) : args->recvbuf;
+  char *host = recv_dev ? stage_buffer(comm, total, args->recvbuf) : args->recvbuf;
   if (!host)
     return HOOP_ERR_SYSTEM;
   hoop_result result = HOOP_OK;

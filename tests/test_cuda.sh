@@ -33,7 +33,7 @@ gpu=no
 if HOOP_CUDA_LIBRARY=libcuda.so.1 "$worker" --device all --probe-device >/dev/null 2>&1; then gpu=yes; fi
 if [ $gpu = yes ]; then
   echo "== a GPU: device buffers on it"
-  for np in 1 2 3; do
+  for np in ${HOOP_CUDA_NP:-1 2 3}; do
     for mode in all even mixed; do HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device $mode" $np --device $mode; done
     HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device all --stream" $np --device all --stream
   done
@@ -79,7 +79,7 @@ if [ -x "$python" ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then
   [ "$said" = False ] || { echo "FAIL: hoop.cuda_supported() without a driver: $said"; status=1; }
   # Tensors on a GPU, where torch has CUDA and there is a GPU.
   if [ $gpu = yes ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    for np in 1 2 3; do
+    for np in ${HOOP_CUDA_NP:-1 2 3}; do
       out=$(PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
         "$hooprun" -np $np --timeout 300 "$python" "$src/tests/python/cuda_worker.py" 2>&1)
       echo "$out" | grep -E 'checks|FAIL' | head -8

@@ -3,7 +3,8 @@
 # switch namespace, so nothing of the machine's own network changes): hoopd runs in h1 and hooprun
 # starts coll_worker across the hosts with `--rsh 'ip netns exec'`, at 1 and 2 ranks per host,
 # through hoopd and through hooprun's embedded server; then one remote rank is killed and hooprun
-# must say which; then one host's link goes down under a running job (no FIN, no RST) and every
+# must say which; then hooprun itself is killed and every rank on every host must end on its own;
+# then one host's link goes down under a running job (no FIN, no RST) and every
 # rank elsewhere must fail within HOOP_TIMEOUT plus a bound, saying why, and hoopd must drop
 # that host's silent connections within its --keepalive. Needs root and working
 # `ip netns`; skipped (exit 77) otherwise.
@@ -152,6 +153,35 @@ for ns in $hosts; do
   [ -z "$(ip netns pids "$ns")" ] || [ "$ns" = "$h1" ] ||
     fail "killed rank: processes left in $ns after hooprun exited: $(ip netns pids "$ns")"
 done
+
+# hooprun itself (on h1, serving the rendezvous) killed by SIGKILL, its ranks on the four hosts
+# making no call: each must end on its own within 5 s (lib/core/watch.c), leaving nothing behind.
+out=$work/launcher.out
+ip netns exec "$h1" "$hooprun" --rsh 'ip netns exec' -H "$h1:1,$h2:1,$h3:1,$h4:1" \
+  "$build/tests/nb_worker" --idle 60.5 >"$out" 2>&1 &
+hooprun_pid=$!
+for _ in $(seq 100); do
+  [ "$(grep -c ready "$out")" = 4 ] && break
+  sleep 0.1
+done
+if [ "$(grep -c ready "$out")" != 4 ]; then
+  fail "killed hooprun: the ranks did not all start:"; cat "$out"
+else
+  kill -KILL "$hooprun_pid"
+  start=$SECONDS
+  left=
+  for _ in $(seq 60); do
+    left=$(pgrep -f "nb_worker --idle 60.5")
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  if [ -n "$left" ]; then
+    fail "killed hooprun: ranks still running on the hosts 6 s later"
+  else
+    echo "ok: hooprun SIGKILLed: its ranks on the other hosts ended within $((SECONDS - start)) s"
+  fi
+fi
+wait "$hooprun_pid" 2>/dev/null
 
 # A host's link goes down in the middle of a job, so that no FIN or RST ever comes: every rank
 # that waits on one of that host's ranks must stop within HOOP_TIMEOUT plus a bound, with an error

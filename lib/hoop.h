@@ -147,6 +147,24 @@ HOOP_API hoop_result hoop_finalize(hoop_comm *comm);
  * Every later call on it returns HOOP_ERR_ABORTED. */
 HOOP_API hoop_result hoop_abort(hoop_comm *comm, const char *reason);
 
+/* Go on without the ranks that failed. After a call on comm failed because a peer was lost, hung
+ * or aborted, every surviving rank calls this; they agree through the rendezvous server on who
+ * survived and *newcomm becomes a communicator of the survivors alone, ranked 0..n-1 in their old
+ * order, ready for collectives at once (its connections made and checked with a barrier). The
+ * server waits for every rank still connected to it, up to comm's timeout, so that a rank slow to
+ * notice the failure is not cut off by a race; a rank that some survivor names as failed (the one
+ * it lost or timed out on) is waited for only a short grace (2 s). Ranks that did not ask in time
+ * are left out: their communicator fails ("left out of generation G"). A failure while the new
+ * communicator connects is handled the same way inside this call, which then tries again.
+ *
+ * comm itself stays failed (calls on it keep returning its error); finalize it as usual. It may
+ * be called on a communicator that has not failed: comm then fails first, which its peers notice.
+ * The rendezvous server must survive: a job whose server was hosted by a lost rank
+ * (HOOP_RDZV_SERVE) cannot shrink (HOOP_ERR_UNSUPPORTED). A program that shrinks must also reset
+ * what its ranks hold: re-broadcast its state from a survivor, re-divide its data by the new size
+ * (see hooprun(1), --min-np). Not callable concurrently with another call on comm. */
+HOOP_API hoop_result hoop_comm_shrink(hoop_comm *comm, hoop_comm **newcomm);
+
 HOOP_API int hoop_rank(const hoop_comm *comm);
 HOOP_API int hoop_size(const hoop_comm *comm);
 HOOP_API int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */

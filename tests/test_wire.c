@@ -112,6 +112,17 @@ static void sample_notice(hoop__notice *msg) {
   snprintf(msg->message, sizeof msg->message, "aborted by rank 3: loss is NaN at step 812");
 }
 
+static void sample_shrink(hoop__shrink_msg *msg) {
+  memset(msg, 0, sizeof *msg);
+  msg->generation = 2;
+  msg->rank = 5;
+  msg->timeout_ms = 30000;
+  snprintf(msg->addr, sizeof msg->addr, "tcp=10.0.0.7:41000");
+  msg->naccused = 2;
+  msg->accused[0] = 3;
+  msg->accused[1] = 6;
+}
+
 /* Decode payload as type; 0 or -1 as the decoder says, with anything allocated freed. */
 static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__hello hello;
@@ -120,6 +131,7 @@ static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__status status;
   hoop__abort_msg abort_msg;
   hoop__notice notice;
+  hoop__shrink_msg shrink;
   int rc = -1;
   switch (type) {
   case HOOP_MSG_HELLO: rc = hoop__wire_decode_hello(payload, len, &hello); break;
@@ -136,6 +148,7 @@ static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
     break;
   case HOOP_MSG_ABORT: rc = hoop__wire_decode_abort(payload, len, &abort_msg); break;
   case HOOP_MSG_NOTICE: rc = hoop__wire_decode_notice(payload, len, &notice); break;
+  case HOOP_MSG_SHRINK: rc = hoop__wire_decode_shrink(payload, len, &shrink); break;
   default: ck_abort_msg("decode_as: no decoder for type %d", (int)type);
   }
   return rc;
@@ -150,6 +163,7 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
   hoop__job_status jobs[2];
   hoop__abort_msg abort_msg;
   hoop__notice notice;
+  hoop__shrink_msg shrink;
   int rc = -1;
   switch (type) {
   case HOOP_MSG_HELLO:
@@ -177,13 +191,18 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
     sample_notice(&notice);
     rc = hoop__wire_encode_notice(wb, &notice);
     break;
+  case HOOP_MSG_SHRINK:
+    sample_shrink(&shrink);
+    rc = hoop__wire_encode_shrink(wb, &shrink);
+    break;
   default: ck_abort_msg("encode_sample: no sample for type %d", (int)type);
   }
   ck_assert_msg(rc == 0, "encoding the sample of type %d: expected 0, got %d", (int)type, rc);
 }
 
 static const hoop__msg_type decoded_types[] = {HOOP_MSG_HELLO,  HOOP_MSG_TABLE, HOOP_MSG_ERROR,
-                                               HOOP_MSG_STATUS, HOOP_MSG_ABORT, HOOP_MSG_NOTICE};
+                                               HOOP_MSG_STATUS, HOOP_MSG_ABORT, HOOP_MSG_NOTICE,
+                                               HOOP_MSG_SHRINK};
 #define NDECODED (sizeof decoded_types / sizeof decoded_types[0])
 
 /* ---- round trips ----------------------------------------------------------------------------- */
@@ -302,6 +321,47 @@ START_TEST(test_challenge_round_trip) {
   hoop__wbuf_free(&wb);
   in.flags = 0x80;
   ck_assert_int_eq(hoop__wire_encode_challenge(&wb, &in), -1);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* SHRINK {generation, rank, timeout, flags, address, accused ranks} comes back intact; unknown
+ * flags, too many accused ranks and ranks past HOOP__WIRE_MAX_RANKS are refused both ways. */
+START_TEST(test_shrink_round_trip) {
+  hoop__shrink_msg in, out;
+  hoop__wbuf wb = {0};
+  sample_shrink(&in);
+  ck_assert_int_eq(hoop__wire_encode_shrink(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_SHRINK);
+  size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
+  ck_assert_int_eq(hoop__wire_decode_shrink(payload, len, &out), 0);
+  ck_assert_msg(out.generation == 2 && out.rank == 5 && out.timeout_ms == 30000 && out.flags == 0 &&
+                    strcmp(out.addr, in.addr) == 0 && out.naccused == 2 && out.accused[0] == 3 &&
+                    out.accused[1] == 6,
+                "SHRINK: fields changed on the way (generation %u rank %u addr '%s' naccused %u)",
+                out.generation, out.rank, out.addr, out.naccused);
+  /* One byte short, one byte more. */
+  ck_assert_int_eq(hoop__wire_decode_shrink(payload, len - 1, &out), -1);
+  uint8_t longer[HOOP__WIRE_MAX_CLIENT_PAYLOAD];
+  memcpy(longer, payload, len);
+  longer[len] = 0;
+  ck_assert_int_eq(hoop__wire_decode_shrink(longer, len + 1, &out), -1);
+  hoop__wbuf_free(&wb);
+  /* An accused rank out of range, in the payload and in the struct. */
+  memcpy(longer, payload, len);
+  longer[len - 4] = 0x7f; /* the last accused rank becomes huge */
+  ck_assert_int_eq(hoop__wire_decode_shrink(longer, len, &out), -1);
+  in.accused[1] = HOOP__WIRE_MAX_RANKS;
+  ck_assert_int_eq(hoop__wire_encode_shrink(&wb, &in), -1);
+  hoop__wbuf_free(&wb);
+  /* A count of accused ranks past the limit, with the bytes for them. */
+  sample_shrink(&in);
+  in.naccused = HOOP__WIRE_MAX_ACCUSED + 1;
+  ck_assert_int_eq(hoop__wire_encode_shrink(&wb, &in), -1);
+  hoop__wbuf_free(&wb);
+  sample_shrink(&in);
+  in.flags = 1;
+  ck_assert_int_eq(hoop__wire_encode_shrink(&wb, &in), -1);
   hoop__wbuf_free(&wb);
 }
 END_TEST
@@ -851,6 +911,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_status_req_round_trip);
   tcase_add_test(round, test_challenge_round_trip);
   tcase_add_test(round, test_abort_and_notice_round_trip);
+  tcase_add_test(round, test_shrink_round_trip);
   tcase_add_test(round, test_bye_is_empty);
   tcase_add_test(round, test_status_round_trip);
   tcase_add_test(round, test_status_hosts_must_add_up);

@@ -229,8 +229,8 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
 
 /* ---- joining the job ------------------------------------------------------------------------- */
 
-static hoop_result resolve_server(hoop_comm *comm, struct sockaddr_storage *addr,
-                                  socklen_t *addrlen, char *host, size_t hostlen, int *port) {
+hoop_result hoop__comm_resolve_server(hoop_comm *comm, struct sockaddr_storage *addr,
+                                      socklen_t *addrlen, char *host, size_t hostlen, int *port) {
   char err[256];
   if (hoop__split_hostport(comm->rendezvous, host, hostlen, port) != 0 || *port == 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
@@ -285,7 +285,7 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
 
 /* With a token, data connections present a proof keyed by it instead of the table's nonce, so
  * that someone who reads the (unencrypted) rank table on its way still cannot connect to a rank. */
-static void derive_data_nonce(hoop_comm *comm) {
+void hoop__comm_derive_nonce(hoop_comm *comm) {
   if (!comm->token[0]) {
     memcpy(comm->data_nonce, comm->table.nonce, HOOP__WIRE_NONCE);
     return;
@@ -311,7 +311,8 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   socklen_t server_len;
   char host[HOOP__WIRE_MAX_HOST + 1];
   int port;
-  hoop_result result = resolve_server(comm, &server, &server_len, host, sizeof host, &port);
+  hoop_result result =
+      hoop__comm_resolve_server(comm, &server, &server_len, host, sizeof host, &port);
   if (result != HOOP_OK)
     return result;
   if (config->serve_rendezvous &&
@@ -336,7 +337,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
                                  comm->timeout_s, &comm->table);
   if (result != HOOP_OK)
     return result;
-  derive_data_nonce(comm);
+  hoop__comm_derive_nonce(comm);
   if ((int)comm->table.size != config->size ||
       (config->rank >= 0 && (int)comm->table.rank != config->rank))
     return hoop__set_error(comm, HOOP_ERR_PROTOCOL,
@@ -350,7 +351,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   return HOOP_OK;
 }
 
-static hoop_result connect_ring(hoop_comm *comm) {
+hoop_result hoop__comm_connect_ring(hoop_comm *comm) {
   int next = (comm->rank + 1) % comm->size;
   int prev = (comm->rank + comm->size - 1) % comm->size;
   /* The lower rank of a pair connects and the higher accepts, so connecting to the higher
@@ -362,7 +363,7 @@ static hoop_result connect_ring(hoop_comm *comm) {
   return result;
 }
 
-static void log_effective_config(const hoop_comm *comm) {
+void hoop__comm_log_config(const hoop_comm *comm) {
   if (comm->rank != 0 || !hoop__log_enabled(HOOP_LOG_INFO, HOOP_SUBSYS_ENV))
     return;
   char transports[64];
@@ -375,7 +376,7 @@ static void log_effective_config(const hoop_comm *comm) {
 }
 
 /* A new communicator with no job yet: enough for hoop_last_error and hoop_finalize. */
-static hoop_comm *comm_new(void) {
+hoop_comm *hoop__comm_new(void) {
   hoop_comm *comm = calloc(1, sizeof *comm);
   if (!comm)
     return NULL;
@@ -395,7 +396,7 @@ static hoop_comm *comm_new(void) {
 }
 
 /* HOOP_CHECK_CALLS and HOOP_STALL_WARN, which hoop_config does not carry. */
-static hoop_result read_checks(hoop_comm *comm) {
+hoop_result hoop__comm_read_checks(hoop_comm *comm) {
   long check;
   if (hoop__parse_int(hoop__env_get("HOOP_CHECK_CALLS"), 0, 1, &check) != 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
@@ -421,7 +422,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   if (!out)
     return HOOP_ERR_INVALID_ARG;
   *out = NULL;
-  hoop_comm *comm = comm_new();
+  hoop_comm *comm = hoop__comm_new();
   if (!comm)
     return HOOP_ERR_SYSTEM;
   *out = comm;
@@ -434,7 +435,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   if (result == HOOP_OK)
     result = check_config(comm, config);
   if (result == HOOP_OK)
-    result = read_checks(comm);
+    result = hoop__comm_read_checks(comm);
   if (result == HOOP_OK)
     result = load_token(comm, config);
   if (result != HOOP_OK)
@@ -460,12 +461,12 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
       char prefix[32];
       snprintf(prefix, sizeof prefix, "hoop rank %d", comm->rank);
       hoop__log_set_prefix(prefix);
-      result = connect_ring(comm);
+      result = hoop__comm_connect_ring(comm);
     }
     if (result != HOOP_OK)
       return init_failed(comm, result);
   }
-  log_effective_config(comm);
+  hoop__comm_log_config(comm);
   hoop__flight_install();
   if ((result = hoop__trace_open(comm)) != HOOP_OK)
     return init_failed(comm, result);
@@ -484,7 +485,7 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
   memset(&found, 0, sizeof found);
   hoop_result result = hoop__config_from_env(&scratch_comm, &config, &found);
   if (result != HOOP_OK) {
-    *out = comm_new();
+    *out = hoop__comm_new();
     if (*out) {
       memcpy((*out)->last_error, scratch_comm.last_error, sizeof scratch_comm.last_error);
       (*out)->failed = result;

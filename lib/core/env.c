@@ -23,6 +23,9 @@ static const hoop__env_var env_table[] = {
     {"HOOP_HOSTNAME", "",
      "host name reported to the rendezvous; ranks with the same name are "
      "one host (contiguous ranks, local ranks); default: gethostname()"},
+    {"HOOP_FAULT", "",
+     "testing aid: shrink-connect makes this rank die (SIGKILL) inside hoop_comm_shrink, right "
+     "after the new generation's table comes and before it connects; empty: no fault"},
     {"HOOP_TIMEOUT", "300", "seconds any blocking step (rendezvous, connect, collective) may wait"},
     {"HOOP_TRANSPORT", "auto",
      "auto|shm|tcp|ibverbs: the data transport; auto uses shared memory "

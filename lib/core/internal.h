@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include "core/log.h"
 #include "hoop.h"
@@ -34,6 +35,7 @@ struct pollfd;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
+  uint32_t generation; /* shrinks since the job's first table (hoop_comm_shrink) */
   char job[HOOP__WIRE_MAX_JOB + 1];
   char rendezvous[HOOP__WIRE_MAX_HOST + 8];
   double timeout_s;
@@ -185,5 +187,14 @@ void *hoop__scratch(hoop_comm *comm, size_t bytes);
 /* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
  * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */
 int hoop__host_oversubscribed(const hoop_comm *comm);
+
+/* comm.c's steps of hoop_init, which hoop_comm_shrink (core/shrink.c) takes again. */
+hoop_comm *hoop__comm_new(void);
+hoop_result hoop__comm_read_checks(hoop_comm *comm);
+hoop_result hoop__comm_resolve_server(hoop_comm *comm, struct sockaddr_storage *addr,
+                                      socklen_t *addrlen, char *host, size_t hostlen, int *port);
+void hoop__comm_derive_nonce(hoop_comm *comm);
+hoop_result hoop__comm_connect_ring(hoop_comm *comm);
+void hoop__comm_log_config(const hoop_comm *comm);
 
 #endif /* HOOP__INTERNAL_H */

@@ -35,7 +35,11 @@ hoop_result hoop__trace_open(hoop_comm *comm) {
   if (!path[0])
     return HOOP_OK;
   char name[4096];
-  snprintf(name, sizeof name, "%s.%d", path, comm->rank);
+  /* A shrunken job's ranks are renumbered: each generation writes files of its own. */
+  if (comm->generation)
+    snprintf(name, sizeof name, "%s.g%u.%d", path, comm->generation, comm->rank);
+  else
+    snprintf(name, sizeof name, "%s.%d", path, comm->rank);
   FILE *file = fopen(name, "w");
   if (!file)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: HOOP_TRACE: cannot write %s: %s",

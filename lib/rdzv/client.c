@@ -265,6 +265,16 @@ static hoop_result take_messages(hoop_comm *comm) {
     if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE + header.length))
       return HOOP_OK;
     hoop__notice notice;
+    if (rc == 0 && header.type == HOOP_MSG_ERROR) {
+      /* Left out of a shrink by the other ranks: this communicator is over. */
+      char err[HOOP__WIRE_MAX_MESSAGE + 256];
+      hoop_result code = server_error(&header, comm->rdzv_in + HOOP__WIRE_HEADER_SIZE,
+                                      comm->rendezvous, err, sizeof err);
+      drop_connection(comm, "the server left this rank out");
+      if (comm->failed)
+        return comm->failed;
+      return hoop__fail(comm, code, "%s: %s", comm->call ? comm->call : "hoop", err);
+    }
     if (rc < 0 || header.type != HOOP_MSG_NOTICE ||
         hoop__wire_decode_notice(comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, header.length, &notice) !=
             0) {
@@ -301,6 +311,94 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
       return result;
   }
   return HOOP_OK;
+}
+
+/* Read one whole message from the kept connection, taking first what rdzv_in already holds;
+ * *payload is malloc'ed (NULL for an empty payload). 0, or -1 with errno set. */
+static int read_kept_message(hoop_comm *comm, double deadline, hoop__wire_header *header,
+                             uint8_t **payload) {
+  *payload = NULL;
+  if (comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE &&
+      hoop__read_full(comm->rdzv_fd, comm->rdzv_in + comm->rdzv_inlen,
+                      HOOP__WIRE_HEADER_SIZE - comm->rdzv_inlen, deadline) != 0)
+    return -1;
+  if (comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE)
+    comm->rdzv_inlen = HOOP__WIRE_HEADER_SIZE;
+  if (hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen, HOOP__WIRE_MAX_PAYLOAD, header) !=
+      0) {
+    errno = EPROTO;
+    return -1;
+  }
+  size_t held = comm->rdzv_inlen - HOOP__WIRE_HEADER_SIZE;
+  size_t from_held = held < header->length ? held : header->length;
+  if (header->length > 0 && !(*payload = malloc(header->length)))
+    return -1;
+  if (from_held)
+    memcpy(*payload, comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, from_held);
+  size_t used = HOOP__WIRE_HEADER_SIZE + from_held;
+  memmove(comm->rdzv_in, comm->rdzv_in + used, comm->rdzv_inlen - used);
+  comm->rdzv_inlen -= used;
+  if (header->length > from_held && hoop__read_full(comm->rdzv_fd, *payload + from_held,
+                                                    header->length - from_held, deadline) != 0) {
+    int saved = errno;
+    free(*payload);
+    *payload = NULL;
+    errno = saved;
+    return -1;
+  }
+  return 0;
+}
+
+hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg, double deadline,
+                                    hoop__table *table) {
+  if (comm->rdzv_fd < 0 || comm->rdzv_goodbye)
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "hoop_comm_shrink: this rank's rendezvous connection is gone (%s), and "
+                           "the survivors agree through it",
+                           comm->rdzv_goodbye ? "it aborted" : "the server closed it or was lost");
+  hoop__wbuf out = {0};
+  int rc = hoop__wire_encode_shrink(&out, msg);
+  if (rc == 0)
+    rc = hoop__write_full(comm->rdzv_fd, out.data, out.len, deadline);
+  int saved = errno;
+  hoop__wbuf_free(&out);
+  if (rc != 0) {
+    drop_connection(comm, "sending SHRINK failed");
+    return hoop__set_error(comm, HOOP_ERR_PEER_LOST,
+                           "hoop_comm_shrink: cannot ask the rendezvous server: %s",
+                           strerror(saved));
+  }
+  for (;;) {
+    hoop__wire_header header;
+    uint8_t *payload = NULL;
+    if (read_kept_message(comm, deadline, &header, &payload) != 0) {
+      int failure = errno;
+      hoop_result code = failure == ETIMEDOUT ? HOOP_ERR_TIMEOUT
+                         : failure == EPROTO  ? HOOP_ERR_PROTOCOL
+                                              : HOOP_ERR_PEER_LOST;
+      if (failure != ETIMEDOUT)
+        drop_connection(comm, "lost while shrinking");
+      return hoop__set_error(
+          comm, code, "hoop_comm_shrink: waiting for the rendezvous server's new table: %s",
+          failure == ETIMEDOUT ? "no answer within the timeout"
+          : failure == EPROTO  ? "malformed message"
+          : failure == ECONNRESET
+              ? "the server closed the connection (a server of an older version of hoop?)"
+              : strerror(failure));
+    }
+    hoop_result result = HOOP_OK;
+    if (header.type == HOOP_MSG_NOTICE) { /* about the old generation: known already */
+      free(payload);
+      continue;
+    }
+    result = take_reply(comm, &header, payload, comm->rendezvous, table);
+    free(payload);
+    if (result != HOOP_OK)
+      drop_connection(comm, header.type == HOOP_MSG_ERROR
+                                ? "the server refused the shrink"
+                                : "an unexpected message while shrinking");
+    return result;
+  }
 }
 
 /* Write one message (encoded: 0 from its encoder) to the server within RDZV_GOODBYE_WAIT_S; -1

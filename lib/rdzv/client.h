@@ -38,6 +38,14 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm);
  * reason}, written within a bounded time (the server may be gone or stuck); best effort. */
 void hoop__rendezvous_abort(hoop_comm *comm, const char *reason);
 
+/* hoop_comm_shrink's exchange: send msg (SHRINK) on the kept connection and wait until deadline
+ * for the next generation's TABLE, passing over the server's NOTICEs about the old one. HOOP_OK
+ * with *table filled (owned by the caller); else the error is recorded on comm: the server's
+ * ERROR (this rank was left out, the server ran out of memory), a connection closed or broken
+ * (then dropped), or the deadline. */
+hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg, double deadline,
+                                    hoop__table *table);
+
 /* At finalize: BYE (unless an ABORT went out), so that closing is no loss; then close. */
 void hoop__rendezvous_leave(hoop_comm *comm);
 

@@ -113,6 +113,7 @@ static void on_job_closed(uv_handle_t *handle) {
   hoop__rdzv_server *server = job->server;
   free(job->members);
   free(job->taken);
+  free(job->accused);
   free(job);
   hoop__rdzv_handle_closed(server);
 }

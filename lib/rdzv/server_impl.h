@@ -46,7 +46,9 @@ struct rdzv_client {
   int unanswered;   /* its host stopped answering keepalive probes */
   int keepalive_s;  /* how long its host may stop answering before it is dropped */
   int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
-  uint8_t challenge[HOOP__WIRE_CHALLENGE]; /* sent first; a request's proof is over it */
+  int shrink_asked; /* it sent SHRINK for the job's current generation (rdzv/shrink.c) */
+  char shrink_addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach it in the next generation */
+  uint8_t challenge[HOOP__WIRE_CHALLENGE];   /* sent first; a request's proof is over it */
   char peer[64];
   size_t inlen;
   uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_CLIENT_PAYLOAD];
@@ -62,10 +64,15 @@ struct rdzv_job {
   uint64_t created_ms;   /* loop time of the first HELLO */
   rdzv_client **members; /* joined, in order of arrival */
   uint32_t joined, capacity;
-  uint32_t nrequested; /* members that asked for a rank */
-  uint8_t *taken;      /* bitmap of ranks held by members */
-  int running;         /* the table went out; members listed are those still connected */
-  int forgotten;       /* job_forget ran; freed once its timer has closed */
+  uint32_t nrequested;    /* members that asked for a rank */
+  uint8_t *taken;         /* bitmap of ranks held by members */
+  int running;            /* the table went out; members listed are those still connected */
+  uint32_t generation;    /* tables sent since the first (each shrink makes one) */
+  int shrinking;          /* a member asked to shrink; the next generation is being gathered */
+  int shrink_grace_over;  /* members named as failed are no longer waited for */
+  uint64_t shrink_due_ms; /* loop time at which members still silent are left out */
+  uint8_t *accused;       /* size bits: ranks some SHRINK named as failed */
+  int forgotten;          /* job_forget ran; freed once its timer has closed */
 };
 
 struct hoop__rdzv_server {
@@ -143,6 +150,18 @@ uint32_t hoop__rdzv_missing_ranks(const rdzv_job *job, int32_t *out, uint32_t ma
 void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client);
 void hoop__rdzv_handle_member_input(rdzv_client *client);
 void hoop__rdzv_job_complete(rdzv_job *job);
+
+/* Used by shrink.c too. */
+int hoop__rdzv_assign_local_ranks(member_slot **pointers, uint32_t n);
+void hoop__rdzv_send_table(rdzv_client *client, shared_table *shared, uint32_t rank);
+/* Close a member that broke the protocol (its connection closing reads as a loss). */
+void hoop__rdzv_member_refuse(rdzv_client *client, const char *what);
+
+/* ---- shrink.c: the next generation of a running job's survivors ------------------------------ */
+/* A member's SHRINK (decoded; rank and generation not yet checked). */
+void hoop__rdzv_shrink_request(rdzv_client *client, const hoop__shrink_msg *msg);
+/* A member left a running job that is gathering its next generation: look again. */
+void hoop__rdzv_shrink_member_left(rdzv_job *job);
 
 /* ---- conn.c: clients' connections and the replies sent on them ------------------------------- */
 void hoop__rdzv_shared_table_release(shared_table *shared);

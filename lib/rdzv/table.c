@@ -50,7 +50,7 @@ static int assign_ranks(rdzv_job *job, member_slot *slots) {
 }
 
 /* local_rank: position among the members on the same host, by rank; local_size: their count. */
-static int assign_local_ranks(member_slot **pointers, uint32_t n) {
+int hoop__rdzv_assign_local_ranks(member_slot **pointers, uint32_t n) {
   uint32_t ngroups;
   host_group *groups =
       hoop__rdzv_group_by_host(pointers, n, hoop__rdzv_by_host_then_rank, &ngroups);
@@ -75,7 +75,7 @@ static shared_table *build_table(rdzv_job *job, uint32_t *ranks) {
   shared_table *shared = calloc(1, sizeof *shared);
   table.peers = calloc(job->size, sizeof *table.peers);
   int ok = slots && shared && table.peers && assign_ranks(job, slots) == 0 &&
-           assign_local_ranks(pointers, job->joined) == 0 &&
+           hoop__rdzv_assign_local_ranks(pointers, job->joined) == 0 &&
            uv_random(NULL, NULL, table.nonce, sizeof table.nonce, 0, NULL) == 0;
   for (uint32_t i = 0; ok && i < job->joined; i++) {
     hoop__peer_entry *peer = &table.peers[slots[i].rank];
@@ -97,7 +97,7 @@ static shared_table *build_table(rdzv_job *job, uint32_t *ranks) {
   return ok ? shared : NULL;
 }
 
-static void send_table(rdzv_client *client, shared_table *shared, uint32_t rank) {
+void hoop__rdzv_send_table(rdzv_client *client, shared_table *shared, uint32_t rank) {
   rdzv_reply *reply = calloc(1, sizeof *reply);
   if (!reply) {
     HOOP__WARN(HOOP_SUBSYS_RDZV, "out of memory sending the table to %s", client->peer);
@@ -198,13 +198,15 @@ void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client) {
     HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s' is over: every rank has left", job->id);
     hoop__rdzv_job_forget(job);
     hoop__rdzv_check_once_done(server);
+  } else if (job->shrinking) {
+    hoop__rdzv_shrink_member_left(job);
   }
 }
 
-/* A member's connection carries nothing but an ABORT for its own rank and a BYE. Anything else
- * (or anything after the BYE) closes it; with no goodbye said, that reads as a loss to the others:
- * a member that breaks the protocol is broken. */
-static void member_refuse(rdzv_client *client, const char *what) {
+/* A member's connection carries nothing but an ABORT for its own rank, a SHRINK and a BYE. Anything
+ * else (or anything after the BYE) closes it; with no goodbye said, that reads as a loss to the
+ * others: a member that breaks the protocol is broken. */
+void hoop__rdzv_member_refuse(rdzv_client *client, const char *what) {
   HOOP__WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank,
              client->job->id, client->peer, what);
   hoop__rdzv_client_close(client);
@@ -213,23 +215,26 @@ static void member_refuse(rdzv_client *client, const char *what) {
 static void member_message(rdzv_client *client, const hoop__wire_header *header,
                            const uint8_t *payload) {
   hoop__abort_msg abort_msg;
+  hoop__shrink_msg shrink_msg;
   if (client->said_goodbye) {
-    member_refuse(client, "a message after its BYE or ABORT");
+    hoop__rdzv_member_refuse(client, "a message after its BYE or ABORT");
   } else if (header->type == HOOP_MSG_BYE) {
     if (hoop__wire_decode_bye(payload, header->length) != 0) {
-      member_refuse(client, "a malformed BYE");
+      hoop__rdzv_member_refuse(client, "a malformed BYE");
       return;
     }
     client->said_goodbye = 1;
+    if (client->job->shrinking)
+      hoop__rdzv_shrink_member_left(client->job);
   } else if (header->type == HOOP_MSG_ABORT) {
     if (hoop__wire_decode_abort(payload, header->length, &abort_msg) != 0) {
-      member_refuse(client, "a malformed ABORT");
+      hoop__rdzv_member_refuse(client, "a malformed ABORT");
       return;
     }
     if (abort_msg.rank != client->rank) {
       char what[96];
       snprintf(what, sizeof what, "an ABORT in the name of rank %u, not its own", abort_msg.rank);
-      member_refuse(client, what);
+      hoop__rdzv_member_refuse(client, what);
       return;
     }
     client->said_goodbye = 1;
@@ -240,8 +245,15 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
     snprintf(message, sizeof message, "%s", text.data ? text.data : "aborted");
     hoop__buf_free(&text);
     job_relay(client->job, client, HOOP_ERR_ABORTED, client->rank, message);
+    if (client->job && client->job->shrinking)
+      hoop__rdzv_shrink_member_left(client->job);
+  } else if (header->type == HOOP_MSG_SHRINK) {
+    if (hoop__wire_decode_shrink(payload, header->length, &shrink_msg) != 0)
+      hoop__rdzv_member_refuse(client, "a malformed SHRINK");
+    else
+      hoop__rdzv_shrink_request(client, &shrink_msg);
   } else {
-    member_refuse(client, "a message type that members do not send");
+    hoop__rdzv_member_refuse(client, "a message type that members do not send");
   }
 }
 
@@ -254,7 +266,7 @@ void hoop__rdzv_handle_member_input(rdzv_client *client) {
     if (rc == 1)
       return;
     if (rc < 0) {
-      member_refuse(client, "a malformed header");
+      hoop__rdzv_member_refuse(client, "a malformed header");
       return;
     }
     size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
@@ -290,7 +302,7 @@ void hoop__rdzv_job_complete(rdzv_job *job) {
       for (uint32_t i = 0; i < count; i++)
         members[i]->rank = ranks[i];
       for (uint32_t i = 0; i < count; i++)
-        send_table(members[i], shared, members[i]->rank);
+        hoop__rdzv_send_table(members[i], shared, members[i]->rank);
     } else {
       HOOP__ERROR(HOOP_SUBSYS_RDZV, "job '%s': out of memory sending the table", id);
       while (job->joined > 0 && !server->closing)

@@ -17,6 +17,8 @@
  *   ABORT       u32 rank, str reason
  *   BYE         (empty)
  *   NOTICE      u32 code (a hoop_result, not 0), u32 origin rank, str message
+ *   SHRINK      u32 generation, u32 rank, u32 timeout_ms, u32 flags, str addr,
+ *               u32 naccused, naccused x u32 rank
  */
 #include "rdzv/wire.h"
 #include "util/be.h"
@@ -171,6 +173,32 @@ int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg) {
   put_u32(wb, msg->code);
   put_u32(wb, msg->origin);
   put_str(wb, msg->message, (size_t)message);
+  return finish_message(wb, start);
+}
+
+static int shrink_valid(const hoop__shrink_msg *msg) {
+  if (msg->rank >= HOOP__WIRE_MAX_RANKS || (msg->flags & ~HOOP__SHRINK_FLAGS) ||
+      msg->naccused > HOOP__WIRE_MAX_ACCUSED)
+    return 0;
+  for (uint32_t i = 0; i < msg->naccused; i++)
+    if (msg->accused[i] >= HOOP__WIRE_MAX_RANKS)
+      return 0;
+  return 1;
+}
+
+int hoop__wire_encode_shrink(hoop__wbuf *wb, const hoop__shrink_msg *msg) {
+  long addr = field_len(msg->addr, sizeof msg->addr, HOOP__WIRE_MAX_ADDR);
+  if (addr < 0 || !shrink_valid(msg))
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_SHRINK);
+  put_u32(wb, msg->generation);
+  put_u32(wb, msg->rank);
+  put_u32(wb, msg->timeout_ms);
+  put_u32(wb, msg->flags);
+  put_str(wb, msg->addr, (size_t)addr);
+  put_u32(wb, msg->naccused);
+  for (uint32_t i = 0; i < msg->naccused; i++)
+    put_u32(wb, msg->accused[i]);
   return finish_message(wb, start);
 }
 
@@ -466,6 +494,22 @@ int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *o
   out->origin = get_u32(&in);
   get_str(&in, out->message, HOOP__WIRE_MAX_MESSAGE);
   return reader_done(&in) != 0 || out->code == 0 || out->origin >= HOOP__WIRE_MAX_RANKS ? -1 : 0;
+}
+
+int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_msg *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  out->generation = get_u32(&in);
+  out->rank = get_u32(&in);
+  out->timeout_ms = get_u32(&in);
+  out->flags = get_u32(&in);
+  get_str(&in, out->addr, HOOP__WIRE_MAX_ADDR);
+  out->naccused = get_u32(&in);
+  if (in.bad || out->naccused > HOOP__WIRE_MAX_ACCUSED)
+    return -1;
+  for (uint32_t i = 0; i < out->naccused; i++)
+    out->accused[i] = get_u32(&in);
+  return reader_done(&in) != 0 || !shrink_valid(out) ? -1 : 0;
 }
 
 void hoop__table_free(hoop__table *table) {

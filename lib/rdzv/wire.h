@@ -32,6 +32,7 @@
 #define HOOP__WIRE_MAX_STATUS_JOBS 256
 #define HOOP__WIRE_MAX_MISSING 64      /* missing ranks listed per job in a status reply */
 #define HOOP__WIRE_MAX_STATUS_HOSTS 16 /* hosts listed per job in a status reply */
+#define HOOP__WIRE_MAX_ACCUSED 64      /* ranks a SHRINK names as failed */
 
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
  * header, before reading them. */
@@ -47,7 +48,14 @@
  * connection closed. A HELLO is answered with the TABLE (or an ERROR, and closed); the member then
  * keeps the connection for the communicator's life, the join having authenticated it: it may send
  * ABORT, and sends BYE when it finalizes; the server relays a member's ABORT, or the loss of a
- * member's connection without a BYE, to the job's other members as a NOTICE. */
+ * member's connection without a BYE, to the job's other members as a NOTICE.
+ *
+ * After a failure, the survivors of a running job may each send SHRINK on their kept connection
+ * (hoop_comm_shrink): the server waits for every member still connected that has said no goodbye
+ * (a member some SHRINK names as failed only for a short grace, anyone at most for the timeout
+ * the SHRINKs carry), then sends each member that asked a TABLE of the next generation: the
+ * askers only, dense ranks in their old order, their new addresses. Members left out get an
+ * ERROR and are closed; the others keep their connections, now members of the new generation. */
 typedef enum hoop__msg_type {
   HOOP_MSG_HELLO = 1,      /* client -> server: join a job */
   HOOP_MSG_TABLE = 2,      /* server -> client: the job is complete; here is the rank table */
@@ -57,9 +65,10 @@ typedef enum hoop__msg_type {
   HOOP_MSG_CHALLENGE = 6,  /* server -> client, first on every connection: flags and a nonce */
   HOOP_MSG_ABORT = 7,      /* member -> server, after its TABLE: it aborts, tell the others */
   HOOP_MSG_BYE = 8,        /* member -> server: it finalized; its connection closing is no loss */
-  HOOP_MSG_NOTICE = 9      /* server -> member: another member aborted or was lost */
+  HOOP_MSG_NOTICE = 9,     /* server -> member: another member aborted or was lost */
+  HOOP_MSG_SHRINK = 10     /* member -> server: join the next generation of the job's survivors */
 } hoop__msg_type;
-#define HOOP__MSG_LAST HOOP_MSG_NOTICE
+#define HOOP__MSG_LAST HOOP_MSG_SHRINK
 
 /* CHALLENGE flags. */
 #define HOOP__CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
@@ -122,6 +131,19 @@ typedef struct hoop__notice {
   char message[HOOP__WIRE_MAX_MESSAGE + 1];
 } hoop__notice;
 
+/* SHRINK flags: none yet (a later version may admit newcomers). */
+#define HOOP__SHRINK_FLAGS 0u
+
+typedef struct hoop__shrink_msg {
+  uint32_t generation; /* the generation the member belongs to (0: the job's first table) */
+  uint32_t rank;       /* its rank in that generation, < HOOP__WIRE_MAX_RANKS */
+  uint32_t timeout_ms; /* how long it waits for the others to ask */
+  uint32_t flags;      /* HOOP__SHRINK_FLAGS */
+  char addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach its transport in the new generation */
+  uint32_t naccused;                  /* entries in accused[] */
+  uint32_t accused[HOOP__WIRE_MAX_ACCUSED]; /* ranks it takes for failed, < HOOP__WIRE_MAX_RANKS */
+} hoop__shrink_msg;
+
 typedef struct hoop__job_status {
   char job[HOOP__WIRE_MAX_JOB + 1];
   uint32_t size;      /* ranks expected */
@@ -159,6 +181,7 @@ int hoop__wire_encode_challenge(hoop__wbuf *wb, const hoop__challenge *msg);
 int hoop__wire_encode_abort(hoop__wbuf *wb, const hoop__abort_msg *msg);
 int hoop__wire_encode_bye(hoop__wbuf *wb);
 int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
+int hoop__wire_encode_shrink(hoop__wbuf *wb, const hoop__shrink_msg *msg);
 
 /* Decode the first HOOP__WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -176,6 +199,7 @@ int hoop__wire_decode_challenge(const uint8_t *payload, size_t len, hoop__challe
 int hoop__wire_decode_abort(const uint8_t *payload, size_t len, hoop__abort_msg *out);
 int hoop__wire_decode_bye(const uint8_t *payload, size_t len); /* a BYE's payload is empty */
 int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *out);
+int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_msg *out);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

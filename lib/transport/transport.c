@@ -487,8 +487,10 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
   comm->peer_transport = calloc((size_t)comm->size, sizeof *comm->peer_transport);
   if (!comm->peer_transport)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  /* A shrunken job's transports listened before its size was known (core/shrink.c). */
   for (int t = 0; t < comm->ntransports; t++) {
     comm->transports[t].rank = comm->rank;
+    comm->transports[t].size = comm->size;
     comm->transports[t].local_size = (int)comm->table.peers[comm->rank].local_size;
   }
   int served[HOOP__MAX_TRANSPORTS] = {0};

@@ -105,6 +105,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
+  case HOOP_MSG_SHRINK: {
+    hoop__shrink_msg shrink;
+    if (hoop__wire_decode_shrink(payload, header.length, &shrink) == 0) {
+      if (hoop__wire_encode_shrink(&wb, &shrink) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
   default: break;
   }
   hoop__wbuf_free(&wb);

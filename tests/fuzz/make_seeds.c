@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: make_seeds DIR\n");
     return 2;
   }
-  hoop__wbuf wb[10] = {{0}};
+  hoop__wbuf wb[11] = {{0}};
   hoop__hello hello = {
       .size = 4, .rank = 2, .timeout_ms = 30000, .proof_len = 3, .proof = {1, 2, 3}};
   strcpy(hello.job, "job-1");
@@ -44,19 +44,22 @@ int main(int argc, char **argv) {
   strcpy(abort_msg.reason, "loss is NaN");
   hoop__notice notice = {.code = 7, .origin = 2};
   strcpy(notice.message, "aborted by rank 2: loss is NaN");
+  hoop__shrink_msg shrink = {
+      .generation = 1, .rank = 2, .timeout_ms = 5000, .naccused = 1, .accused = {3}};
+  strcpy(shrink.addr, "tcp=10.0.0.7:41000");
   int bad =
       hoop__wire_encode_hello(&wb[0], &hello) | hoop__wire_encode_table(&wb[1], &table) |
       hoop__wire_encode_error(&wb[2], &error) | hoop__wire_encode_status_req(&wb[3], &request) |
       hoop__wire_encode_status(&wb[4], &status) | hoop__wire_encode_status_req(&wb[5], &proven) |
       hoop__wire_encode_challenge(&wb[6], &challenge) |
       hoop__wire_encode_abort(&wb[7], &abort_msg) | hoop__wire_encode_bye(&wb[8]) |
-      hoop__wire_encode_notice(&wb[9], &notice);
-  const char *names[10] = {
+      hoop__wire_encode_notice(&wb[9], &notice) | hoop__wire_encode_shrink(&wb[10], &shrink);
+  const char *names[11] = {
       "hello",     "table", "error", "status_req", "status", "status_req_proof",
-      "challenge", "abort", "bye",   "notice"};
-  for (int i = 0; i < 10 && !bad; i++)
+      "challenge", "abort", "bye",   "notice",     "shrink"};
+  for (int i = 0; i < 11 && !bad; i++)
     bad |= save(argv[1], names[i], &wb[i]);
-  for (int i = 0; i < 10; i++)
+  for (int i = 0; i < 11; i++)
     hoop__wbuf_free(&wb[i]);
   return bad ? 1 : 0;
 }

@@ -1,0 +1,219 @@
+/* shrink.c - hoop_comm_shrink: the survivors of a failure agree through the rendezvous server on
+ * who is left (rdzv/shrink.c decides) and go on as a new communicator.
+ *
+ * The rendezvous connection carries the job's generations: it passes from comm to each attempt,
+ * and the attempt that gets a table owns it from then on (with the server thread, when this rank
+ * hosts it). If the new communicator fails while it connects (another rank lost meanwhile), that
+ * attempt asks for the next generation in turn, naming whom it lost, until one connects or the
+ * timeout passes. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "coll/coll.h"
+#include "core/env.h"
+#include "core/internal.h"
+#include "core/trace.h"
+#include "core/watch.h"
+#include "rdzv/client.h"
+#include "transport/transport.h"
+
+/* What a new generation keeps of its communicator's configuration. */
+static void copy_settings(hoop_comm *to, const hoop_comm *from) {
+  memcpy(to->job, from->job, sizeof to->job);
+  memcpy(to->rendezvous, from->rendezvous, sizeof to->rendezvous);
+  memcpy(to->ifname, from->ifname, sizeof to->ifname);
+  memcpy(to->transport_mode, from->transport_mode, sizeof to->transport_mode);
+  memcpy(to->token, from->token, sizeof to->token);
+  to->timeout_s = from->timeout_s;
+  to->tcp_streams = from->tcp_streams;
+  to->check_calls = from->check_calls;
+  to->stall_warn_s = from->stall_warn_s;
+}
+
+/* The rendezvous connection (and the server hosted here, if any) pass from one to the other. */
+static void take_connection(hoop_comm *to, hoop_comm *from) {
+  to->rdzv_fd = from->rdzv_fd;
+  to->rdzv_inlen = from->rdzv_inlen;
+  memcpy(to->rdzv_in, from->rdzv_in, from->rdzv_inlen);
+  to->server = from->server;
+  from->rdzv_fd = -1;
+  from->rdzv_inlen = 0;
+  from->server = NULL;
+}
+
+/* Record result on comm as a failure of its own (hoop_init's rule: a communicator that could not
+ * be made refuses every call). */
+static hoop_result attempt_failed(hoop_comm *comm, hoop_result result) {
+  if (!comm->failed) {
+    comm->failed = result;
+    memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
+  }
+  return result;
+}
+
+/* Make the communicator of the next generation once its table is in: ranks, transports, the
+ * connections of the ring, and a barrier that says every member got this far. */
+static hoop_result connect_generation(hoop_comm *next) {
+  next->size = (int)next->table.size;
+  next->rank = (int)next->table.rank;
+  next->local_rank = (int)next->table.peers[next->rank].local_rank;
+  next->local_size = (int)next->table.peers[next->rank].local_size;
+  next->block_offset = calloc((size_t)next->size, sizeof(size_t));
+  next->block_length = calloc((size_t)next->size, sizeof(size_t));
+  if (!next->block_offset || !next->block_length)
+    return hoop__set_error(next, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
+  hoop__comm_derive_nonce(next);
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "hoop rank %d", next->rank);
+  hoop__log_set_prefix(prefix);
+  if (strcmp(hoop__env_get("HOOP_FAULT"), "shrink-connect") == 0) {
+    HOOP__WARN(HOOP_SUBSYS_INIT, "HOOP_FAULT=shrink-connect: dying in the middle of the shrink");
+    raise(SIGKILL);
+  }
+  if (next->size == 1)
+    return HOOP_OK;
+  hoop_result result = hoop__transport_agree(next);
+  if (result == HOOP_OK)
+    result = hoop__comm_connect_ring(next);
+  if (result == HOOP_OK)
+    result = hoop_barrier(next);
+  return result;
+}
+
+/* One attempt from cur (which holds the rendezvous connection): HOOP_OK with *next ready; or an
+ * error recorded on cur (no table came: *next NULL) or on *next (the table came and *next, now
+ * holding the connection, failed to connect). */
+static hoop_result attempt(const hoop_comm *base, hoop_comm *cur, double deadline,
+                           hoop_comm **next) {
+  *next = NULL;
+  hoop_comm *n = hoop__comm_new();
+  if (!n)
+    return hoop__set_error(cur, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
+  copy_settings(n, base);
+  n->generation = cur->generation + 1;
+  /* The transports size their queues by the job at listen: the old size bounds the new one. */
+  n->size = cur->size;
+  n->rank = cur->rank;
+  struct sockaddr_storage server;
+  socklen_t server_len;
+  char host[HOOP__WIRE_MAX_HOST + 1];
+  int port;
+  hoop__shrink_msg msg;
+  memset(&msg, 0, sizeof msg);
+  hoop_result result = hoop__comm_resolve_server(n, &server, &server_len, host, sizeof host, &port);
+  if (result == HOOP_OK)
+    result = hoop__transport_listen(n, n->transport_mode, (struct sockaddr *)&server, msg.addr,
+                                    sizeof msg.addr);
+  if (result != HOOP_OK) {
+    hoop__set_error(cur, result, "%s", n->last_error);
+    hoop_finalize(n);
+    return result;
+  }
+  double left = deadline - hoop__now();
+  msg.generation = cur->generation;
+  msg.rank = (uint32_t)cur->rank;
+  msg.timeout_ms = left > 1e-3 ? (uint32_t)(left * 1000) : 1;
+  if (cur->fail_origin >= 0 && cur->fail_origin != cur->rank && cur->fail_origin < cur->size)
+    msg.accused[msg.naccused++] = (uint32_t)cur->fail_origin;
+  HOOP__INFO(HOOP_SUBSYS_INIT, "asking to go on without the failed ranks (generation %u -> %u%s)",
+             cur->generation, n->generation, msg.naccused ? ", naming the rank lost" : "");
+  /* The server answers within the timeout it was given; the margin lets its answer come first. */
+  result = hoop__rendezvous_shrink(cur, &msg, deadline + 2.0, &n->table);
+  if (result != HOOP_OK) {
+    hoop_finalize(n);
+    return result;
+  }
+  take_connection(n, cur);
+  *next = n;
+  result = connect_generation(n);
+  if (result != HOOP_OK)
+    return attempt_failed(n, result);
+  HOOP__INFO(HOOP_SUBSYS_INIT, "generation %u: rank %d of %d", n->generation, n->rank, n->size);
+  return HOOP_OK;
+}
+
+/* A job of one rank has nobody to lose: its next generation is itself again. */
+static hoop_result shrink_alone(hoop_comm *comm, hoop_comm **newcomm) {
+  hoop_comm *n = hoop__comm_new();
+  if (n) {
+    copy_settings(n, comm);
+    n->generation = comm->generation + 1;
+    n->block_offset = calloc(1, sizeof(size_t));
+    n->block_length = calloc(1, sizeof(size_t));
+  }
+  if (!n || !n->block_offset || !n->block_length) {
+    hoop_finalize(n);
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
+  }
+  *newcomm = n;
+  return HOOP_OK;
+}
+
+static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm) {
+  if (comm->size == 1 && comm->rdzv_fd < 0)
+    return shrink_alone(comm, newcomm);
+  if (comm->rdzv_fd < 0)
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "hoop_comm_shrink: this rank has no rendezvous connection left (the "
+                           "server closed it, was lost with the rank hosting it, or a shrink "
+                           "already took it), and the survivors agree through it");
+  if (!comm->failed)
+    hoop__fail(comm, HOOP_ERR_ABORTED,
+               "hoop_comm_shrink: rank %d retired this communicator to go on without failed "
+               "ranks",
+               comm->rank);
+  double deadline = hoop__now() + comm->timeout_s;
+  hoop_comm *cur = comm;
+  hoop_result result;
+  for (;;) {
+    hoop_comm *next = NULL;
+    result = attempt(comm, cur, deadline, &next);
+    if (result == HOOP_OK) {
+      if (cur != comm)
+        hoop_finalize(cur);
+      *newcomm = next;
+      break;
+    }
+    hoop_comm *failed = next ? next : cur;
+    if (failed != comm)
+      hoop__set_error(comm, result, "%s", failed->last_error);
+    if (!next || hoop__now() >= deadline) {
+      if (next) {
+        HOOP__WARN(HOOP_SUBSYS_INIT, "hoop_comm_shrink: giving up: %s", next->last_error);
+        hoop_finalize(next);
+      }
+      if (cur != comm)
+        hoop_finalize(cur);
+      break;
+    }
+    /* Lost someone while connecting the new generation: go on from it to the next. */
+    HOOP__WARN(HOOP_SUBSYS_INIT, "generation %u failed while connecting (%s); asking again",
+               next->generation, next->last_error);
+    if (cur != comm)
+      hoop_finalize(cur);
+    cur = next;
+  }
+  if (result == HOOP_OK) {
+    hoop__launcher_watch_stop(comm);
+    hoop__comm_log_config(*newcomm);
+    if (hoop__trace_open(*newcomm) != HOOP_OK)
+      HOOP__WARN(HOOP_SUBSYS_INIT, "hoop_comm_shrink: %s", (*newcomm)->last_error);
+    hoop__launcher_watch_start(*newcomm);
+  }
+  return result;
+}
+
+hoop_result hoop_comm_shrink(hoop_comm *comm, hoop_comm **newcomm) {
+  if (!newcomm)
+    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_comm_shrink: newcomm is NULL")
+                : HOOP_ERR_INVALID_ARG;
+  *newcomm = NULL;
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  pthread_mutex_lock(&comm->call_lock);
+  hoop_result result = shrink_locked(comm, newcomm);
+  pthread_mutex_unlock(&comm->call_lock);
+  return result;
+}

@@ -1,0 +1,221 @@
+/* shrink.c - a running job's next generation. After a failure the survivors each send SHRINK on
+ * their kept connection; the server gathers them and answers with a new TABLE of the askers only.
+ *
+ * Who is waited for: every member still connected that has said no goodbye, for up to the timeout
+ * the first SHRINK carries (the job's HOOP_TIMEOUT), so that a rank slow to notice the failure is
+ * not cut off by a race; a member that some SHRINK names as failed (the rank a survivor timed out
+ * on, or lost) only for a short grace, so that a stopped process costs seconds, not the timeout.
+ * A member that closes its connection meanwhile is not waited for. Members that did not ask in
+ * time are left out: told with an ERROR and closed, their closing no loss to the others. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv/server_impl.h"
+
+/* How long a member named as failed may still ask to stay (at most the timeout itself). */
+#define SHRINK_GRACE_MS 2000
+
+static int accused(const rdzv_job *job, uint32_t rank) {
+  return job->accused && rank < job->size && hoop__rdzv_bit_test(job->accused, rank);
+}
+
+/* 1 once no member is left to wait for. */
+static int shrink_ready(const rdzv_job *job, uint64_t now) {
+  if (now >= job->shrink_due_ms)
+    return 1;
+  for (uint32_t i = 0; i < job->joined; i++) {
+    const rdzv_client *member = job->members[i];
+    if (member->shrink_asked || member->said_goodbye || member->closing)
+      continue;
+    if (job->shrink_grace_over && accused(job, member->rank))
+      continue;
+    return 0;
+  }
+  return 1;
+}
+
+static int by_rank(const void *a, const void *b) {
+  const rdzv_client *x = *(rdzv_client *const *)a, *y = *(rdzv_client *const *)b;
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static void shrink_end(rdzv_job *job) {
+  job->shrinking = 0;
+  job->shrink_grace_over = 0;
+  free(job->accused);
+  job->accused = NULL;
+  uv_timer_stop(&job->timer);
+}
+
+/* The table of the askers (in[0..n), sorted by their old ranks), encoded once; NULL when out of
+ * memory or randomness. */
+static shared_table *next_table(rdzv_client **in, uint32_t n) {
+  member_slot *slots = calloc(n, sizeof *slots);
+  member_slot **pointers = calloc(n, sizeof *pointers);
+  hoop__table table = {.size = n, .rank = 0};
+  table.peers = calloc(n, sizeof *table.peers);
+  shared_table *shared = calloc(1, sizeof *shared);
+  int ok = slots && pointers && table.peers && shared &&
+           uv_random(NULL, NULL, table.nonce, sizeof table.nonce, 0, NULL) == 0;
+  for (uint32_t i = 0; ok && i < n; i++) {
+    slots[i] = (member_slot){in[i]->hello.host, i, (int32_t)i, 0, 0};
+    pointers[i] = &slots[i];
+  }
+  ok = ok && hoop__rdzv_assign_local_ranks(pointers, n) == 0;
+  for (uint32_t i = 0; ok && i < n; i++) {
+    snprintf(table.peers[i].host, sizeof table.peers[i].host, "%s", in[i]->hello.host);
+    snprintf(table.peers[i].addr, sizeof table.peers[i].addr, "%s", in[i]->shrink_addr);
+    table.peers[i].local_rank = slots[i].local_rank;
+    table.peers[i].local_size = slots[i].local_size;
+  }
+  ok = ok && hoop__wire_encode_table(&shared->wire, &table) == 0;
+  free(table.peers);
+  free(pointers);
+  free(slots);
+  if (!ok && shared) {
+    hoop__wbuf_free(&shared->wire);
+    free(shared);
+    shared = NULL;
+  }
+  return shared;
+}
+
+/* Describe the ranks of out[0..n) in text: "2, 5". */
+static void list_ranks(rdzv_client **out, uint32_t n, char *text, size_t len) {
+  size_t used = 0;
+  text[0] = '\0';
+  for (uint32_t i = 0; i < n && used + 16 < len; i++)
+    used += (size_t)snprintf(text + used, len - used, "%s%u", i ? ", " : "", out[i]->rank);
+  if (n == 0)
+    snprintf(text, len, "none");
+}
+
+static void shrink_complete(rdzv_job *job) {
+  hoop__rdzv_server *server = job->server;
+  uint32_t count = job->joined, nin = 0, nout = 0;
+  rdzv_client **in = malloc((count ? count : 1) * sizeof *in);
+  rdzv_client **out = malloc((count ? count : 1) * sizeof *out);
+  for (uint32_t i = 0; in && out && i < count; i++) {
+    if (job->members[i]->shrink_asked)
+      in[nin++] = job->members[i];
+    else
+      out[nout++] = job->members[i];
+  }
+  uint32_t old_size = job->size, generation = job->generation + 1;
+  shrink_end(job);
+  if (nin == 0) { /* everyone who asked has gone: nothing to build */
+    free(in);
+    free(out);
+    return;
+  }
+  qsort(in, nin, sizeof *in, by_rank);
+  shared_table *shared = in && out ? next_table(in, nin) : NULL;
+  if (!shared) {
+    HOOP__ERROR(HOOP_SUBSYS_RDZV, "job '%s': out of memory building generation %u", job->id,
+                generation);
+    for (uint32_t i = 0; i < nin; i++)
+      hoop__rdzv_send_error(in[i], HOOP_ERR_SYSTEM,
+                            "rendezvous server: cannot build generation %u of job '%s' (out of "
+                            "memory or randomness)",
+                            generation, job->id);
+    free(in);
+    free(out);
+    return;
+  }
+  char left_out[256];
+  list_ranks(out, nout, left_out, sizeof left_out);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s': generation %u has %u of %u ranks; left out: %s", job->id,
+             generation, nin, old_size, left_out);
+  /* Those left out leave the job first, so that their closing reads as no loss. */
+  for (uint32_t i = 0; i < nout; i++) {
+    rdzv_client *member = out[i];
+    uint32_t k = 0;
+    while (k < job->joined && job->members[k] != member)
+      k++;
+    job->members[k] = job->members[--job->joined];
+    member->job = NULL;
+    if (member->said_goodbye || member->closing)
+      hoop__rdzv_client_close(member);
+    else
+      hoop__rdzv_send_error(member, HOOP_ERR_PEER_LOST,
+                            "job '%s': rank %u was left out of generation %u: the other ranks "
+                            "took it for failed and it did not ask to go on with them in time",
+                            job->id, member->rank, generation);
+  }
+  job->generation = generation;
+  job->size = nin;
+  shared->refs = 1;
+  for (uint32_t i = 0; i < nin; i++) {
+    in[i]->rank = i;
+    in[i]->shrink_asked = 0;
+    snprintf(in[i]->hello.addr, sizeof in[i]->hello.addr, "%s", in[i]->shrink_addr);
+  }
+  for (uint32_t i = 0; i < nin; i++)
+    hoop__rdzv_send_table(in[i], shared, i);
+  hoop__rdzv_shared_table_release(shared);
+  free(in);
+  free(out);
+  hoop__rdzv_check_once_done(server);
+}
+
+static void shrink_consider(rdzv_job *job) {
+  if (job->shrinking && shrink_ready(job, uv_now(job->server->loop)))
+    shrink_complete(job);
+}
+
+static void on_shrink_timer(uv_timer_t *timer) {
+  rdzv_job *job = timer->data;
+  uint64_t now = uv_now(job->server->loop);
+  if (!job->shrink_grace_over) {
+    job->shrink_grace_over = 1;
+    if (job->shrinking && !shrink_ready(job, now)) {
+      uv_timer_start(&job->timer, on_shrink_timer,
+                     job->shrink_due_ms > now ? job->shrink_due_ms - now : 0, 0);
+      return;
+    }
+  }
+  shrink_consider(job);
+}
+
+void hoop__rdzv_shrink_request(rdzv_client *client, const hoop__shrink_msg *msg) {
+  rdzv_job *job = client->job;
+  char what[128];
+  if (msg->rank != client->rank) {
+    snprintf(what, sizeof what, "a SHRINK in the name of rank %u, not its own", msg->rank);
+    hoop__rdzv_member_refuse(client, what);
+    return;
+  }
+  if (msg->generation != job->generation || client->shrink_asked) {
+    snprintf(what, sizeof what, "a SHRINK for generation %u, %s %u", msg->generation,
+             client->shrink_asked ? "twice in generation" : "while the job is at generation",
+             job->generation);
+    hoop__rdzv_member_refuse(client, what);
+    return;
+  }
+  if (!job->shrinking) {
+    job->accused = calloc((job->size + 7) / 8, 1);
+    if (!job->accused) {
+      hoop__rdzv_member_refuse(client, "its SHRINK: the server is out of memory");
+      return;
+    }
+    uint64_t now = uv_now(job->server->loop);
+    job->shrinking = 1;
+    job->shrink_grace_over = 0;
+    job->shrink_due_ms = now + msg->timeout_ms;
+    uint64_t grace = msg->timeout_ms < SHRINK_GRACE_MS ? msg->timeout_ms : SHRINK_GRACE_MS;
+    uv_timer_start(&job->timer, on_shrink_timer, grace, 0);
+  }
+  client->shrink_asked = 1;
+  snprintf(client->shrink_addr, sizeof client->shrink_addr, "%s", msg->addr);
+  for (uint32_t i = 0; i < msg->naccused; i++)
+    if (msg->accused[i] < job->size && msg->accused[i] != client->rank)
+      hoop__rdzv_bit_set(job->accused, msg->accused[i]);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s': rank %u asks to go on in generation %u%s", job->id,
+             client->rank, job->generation + 1, msg->naccused ? " (naming failed ranks)" : "");
+  shrink_consider(job);
+}
+
+void hoop__rdzv_shrink_member_left(rdzv_job *job) {
+  shrink_consider(job);
+}

@@ -1,0 +1,310 @@
+/* test_shrink.c - survivors go on: after ranks of a job are killed (SIGKILL) or stopped (SIGSTOP)
+ * in the middle of allreduces, every survivor's call fails, hoop_comm_shrink gives each a
+ * communicator of the survivors alone (dense ranks in the old order), and an allreduce on it gives
+ * the sum over exactly the survivors. Cases: one loss, two at once, a second loss in the shrunken
+ * job (two shrinks), a rank dying inside the shrink itself, a survivor slow to notice (not cut
+ * off), a stopped rank (left out after the grace, told so when it resumes), and the rank hosting
+ * the rendezvous lost (the shrink fails clearly, nobody hangs). Real processes, real sockets. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hoop.h"
+#include "procs.h"
+
+#define MAX_RANKS 8
+/* Iterations before a victim dies: the job is well under way. */
+#define KILL_AT 20
+/* Elements per allreduce: odd, and big enough to take several messages. */
+#define COUNT 100003
+
+typedef struct shrink_case {
+  int port;
+  int n;
+  double timeout_s;
+  int victim[MAX_RANKS]; /* 1: dies (SIGKILL to itself) at iteration KILL_AT */
+  int stopper;           /* this rank stops itself (SIGSTOP) at KILL_AT instead; -1: none */
+  int dies_in_shrink;    /* this rank dies inside hoop_comm_shrink (HOOP_FAULT); -1: none */
+  int slow;              /* this rank waits slow_s after its failure before shrinking; -1 */
+  double slow_s;
+  int second_victim;      /* this rank dies in the shrunken job, which shrinks again; -1 */
+  int expect_unsupported; /* the shrink must fail (the server was lost with its host) */
+} shrink_case;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Allreduce (index + 1) over comm until a call fails; die at KILL_AT when told to. Returns the
+ * failed call's result (HOOP_OK never: the loop only ends on a failure). */
+static hoop_result run_until_failure(hoop_comm *comm, int index, int die, int stop, int32_t *buf) {
+  for (int i = 0;; i++) {
+    if (i == KILL_AT && die)
+      raise(SIGKILL);
+    if (i == KILL_AT && stop)
+      raise(SIGSTOP);
+    for (size_t k = 0; k < COUNT; k++)
+      buf[k] = index + 1;
+    hoop_result result = hoop_allreduce(comm, buf, buf, COUNT, HOOP_INT32, HOOP_SUM);
+    if (result != HOOP_OK)
+      return result;
+  }
+}
+
+/* After a shrink: comm must hold exactly the ranks alive[] (old indices), this one at its
+ * position among them, and sum their (index + 1). 0 when so. */
+static int check_generation(hoop_comm *comm, int index, const int *alive, int n, int32_t *buf) {
+  int size = 0, position = -1;
+  int32_t sum = 0;
+  for (int i = 0; i < n; i++) {
+    if (!alive[i])
+      continue;
+    if (i == index)
+      position = size;
+    size++;
+    sum += i + 1;
+  }
+  if (hoop_size(comm) != size || hoop_rank(comm) != position) {
+    fprintf(stderr, "rank %d: new communicator is rank %d of %d, expected %d of %d\n", index,
+            hoop_rank(comm), hoop_size(comm), position, size);
+    return 1;
+  }
+  for (size_t k = 0; k < COUNT; k++)
+    buf[k] = index + 1;
+  hoop_result result = hoop_allreduce(comm, buf, buf, COUNT, HOOP_INT32, HOOP_SUM);
+  if (result != HOOP_OK) {
+    fprintf(stderr, "rank %d: allreduce after the shrink: %s\n", index, hoop_last_error(comm));
+    return 1;
+  }
+  for (size_t k = 0; k < COUNT; k++)
+    if (buf[k] != sum) {
+      fprintf(stderr, "rank %d: element %zu is %d, expected %d\n", index, k, buf[k], sum);
+      return 1;
+    }
+  return 0;
+}
+
+/* The stopped rank, once resumed: its communicator fails, and it cannot shrink back in. */
+static int resumed_rank(hoop_comm *comm, int index) {
+  hoop_comm *newcomm = NULL;
+  hoop_result result = hoop_comm_shrink(comm, &newcomm);
+  const char *message = hoop_last_error(comm);
+  int bad = result == HOOP_OK ||
+            (!strstr(message, "left out") && !strstr(message, "no rendezvous connection"));
+  if (bad || getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "rank %d (resumed): shrink %s: %s\n", index, hoop_strerror(result), message);
+  hoop_finalize(newcomm);
+  return bad;
+}
+
+static int shrink_rank(int index, const shrink_case *sc) {
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, sc->port, index, sc->n);
+  config.timeout_s = sc->timeout_s;
+  hoop_comm *comm = NULL;
+  if (hoop_init(&comm, &config) != HOOP_OK) {
+    fprintf(stderr, "rank %d: hoop_init: %s\n", index, hoop_last_error(comm));
+    hoop_finalize(comm);
+    return 10;
+  }
+  int32_t *buf = malloc(COUNT * sizeof *buf);
+  if (!buf)
+    return 11;
+  hoop_result failed = run_until_failure(comm, index, sc->victim[index], sc->stopper == index, buf);
+  if (sc->stopper == index) { /* resumed after the others went on */
+    int bad = resumed_rank(comm, index);
+    hoop_finalize(comm);
+    free(buf);
+    return bad ? 12 : 0;
+  }
+  double failed_at = now_s();
+  if (getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "rank %d: %s: %s\n", index, hoop_strerror(failed), hoop_last_error(comm));
+  if (sc->slow == index) {
+    struct timespec pause = {(time_t)sc->slow_s, (long)((sc->slow_s - (time_t)sc->slow_s) * 1e9)};
+    nanosleep(&pause, NULL);
+  }
+  if (sc->dies_in_shrink == index)
+    setenv("HOOP_FAULT", "shrink-connect", 1);
+  hoop_comm *newcomm = NULL;
+  hoop_result result = hoop_comm_shrink(comm, &newcomm);
+  if (sc->expect_unsupported) {
+    int bad = result == HOOP_OK || newcomm != NULL;
+    if (bad || getenv("HOOP_TEST_VERBOSE"))
+      fprintf(stderr, "rank %d: shrink without the server: %s: %s\n", index, hoop_strerror(result),
+              hoop_last_error(comm));
+    hoop_finalize(newcomm);
+    hoop_finalize(comm);
+    free(buf);
+    return bad ? 13 : 0;
+  }
+  if (result != HOOP_OK) {
+    fprintf(stderr, "rank %d: hoop_comm_shrink: %s: %s\n", index, hoop_strerror(result),
+            hoop_last_error(comm));
+    hoop_finalize(comm);
+    return 14;
+  }
+  int alive[MAX_RANKS];
+  for (int i = 0; i < sc->n; i++)
+    alive[i] = !sc->victim[i] && sc->stopper != i && sc->dies_in_shrink != i;
+  int bad = check_generation(newcomm, index, alive, sc->n, buf);
+  double first_call = now_s() - failed_at;
+  /* Calls on the old communicator keep failing. */
+  if (hoop_barrier(comm) == HOOP_OK) {
+    fprintf(stderr, "rank %d: the old communicator still works after the shrink\n", index);
+    bad = 1;
+  }
+  if (getenv("HOOP_TEST_VERBOSE"))
+    fprintf(stderr, "rank %d: first allreduce of the new communicator %.3f s after the failure\n",
+            index, first_call);
+  if (!bad && sc->second_victim >= 0) {
+    /* Again in the shrunken job: one more loss, one more shrink. */
+    hoop_comm *third = NULL;
+    run_until_failure(newcomm, index, sc->second_victim == index, 0, buf);
+    if (hoop_comm_shrink(newcomm, &third) != HOOP_OK) {
+      fprintf(stderr, "rank %d: second shrink: %s\n", index, hoop_last_error(newcomm));
+      bad = 1;
+    } else {
+      alive[sc->second_victim] = 0;
+      bad = check_generation(third, index, alive, sc->n, buf);
+    }
+    hoop_finalize(third);
+  }
+  hoop_finalize(newcomm);
+  hoop_finalize(comm);
+  free(buf);
+  return bad ? 15 : 0;
+}
+
+/* Start the ranks, resume the stopped one once the others are done, and check every exit: the
+ * killed ranks by SIGKILL, everyone else 0. */
+static void run_case(shrink_case *sc) {
+  sc->port = procs_free_port();
+  pid_t pids[MAX_RANKS];
+  fflush(NULL);
+  for (int i = 0; i < sc->n; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0)
+      _exit(shrink_rank(i, sc));
+  }
+  double limit = 4 * sc->timeout_s + 30;
+  int bad = 0;
+  for (int i = 0; i < sc->n; i++) {
+    if (i == sc->stopper)
+      continue;
+    int code = procs_wait(pids[i], limit);
+    int killed = sc->victim[i] || sc->dies_in_shrink == i || sc->second_victim == i;
+    if (code != (killed ? 128 + SIGKILL : 0)) {
+      fprintf(stderr, "rank %d ended with %d, expected %d\n", i, code, killed ? 137 : 0);
+      bad++;
+    }
+  }
+  if (sc->stopper >= 0) {
+    kill(pids[sc->stopper], SIGCONT);
+    int code = procs_wait(pids[sc->stopper], limit);
+    if (code != 0) {
+      fprintf(stderr, "stopped rank %d ended with %d after it was resumed\n", sc->stopper, code);
+      bad++;
+    }
+  }
+  ck_assert_int_eq(bad, 0);
+}
+
+static shrink_case new_case(int n, double timeout_s) {
+  shrink_case sc;
+  memset(&sc, 0, sizeof sc);
+  sc.n = n;
+  sc.timeout_s = timeout_s;
+  sc.stopper = sc.dies_in_shrink = sc.slow = sc.second_victim = -1;
+  return sc;
+}
+
+START_TEST(test_shrink_after_one_loss) {
+  shrink_case sc = new_case(4, 10);
+  sc.victim[2] = 1;
+  run_case(&sc);
+}
+END_TEST
+
+START_TEST(test_shrink_after_two_losses_at_once) {
+  shrink_case sc = new_case(5, 10);
+  sc.victim[1] = sc.victim[3] = 1;
+  run_case(&sc);
+}
+END_TEST
+
+START_TEST(test_shrink_twice) {
+  shrink_case sc = new_case(4, 10);
+  sc.victim[1] = 1;
+  sc.second_victim = 3;
+  run_case(&sc);
+}
+END_TEST
+
+START_TEST(test_loss_during_shrink) {
+  shrink_case sc = new_case(4, 10);
+  sc.victim[3] = 1;
+  sc.dies_in_shrink = 1;
+  run_case(&sc);
+}
+END_TEST
+
+/* A survivor that notices late (3 s, past the 2 s grace) is still waited for: nobody names it. */
+START_TEST(test_slow_survivor_not_cut_off) {
+  shrink_case sc = new_case(4, 10);
+  sc.victim[1] = 1;
+  sc.slow = 3;
+  sc.slow_s = 3.0;
+  run_case(&sc);
+}
+END_TEST
+
+/* A stopped rank: its neighbours time out on it and name it; the grace over, the others go on
+ * without it; resumed, it finds itself left out. */
+START_TEST(test_stopped_rank_left_out) {
+  shrink_case sc = new_case(4, 2);
+  sc.stopper = 2;
+  run_case(&sc);
+}
+END_TEST
+
+/* Rank 0 hosts the rendezvous here: with it gone, the survivors cannot agree, and say so. */
+START_TEST(test_server_lost_with_its_host) {
+  shrink_case sc = new_case(3, 5);
+  sc.victim[0] = 1;
+  sc.expect_unsupported = 1;
+  run_case(&sc);
+}
+END_TEST
+
+static Suite *shrink_suite(void) {
+  Suite *s = suite_create("shrink");
+  TCase *tc = tcase_create("shrink");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_shrink_after_one_loss);
+  tcase_add_test(tc, test_shrink_after_two_losses_at_once);
+  tcase_add_test(tc, test_shrink_twice);
+  tcase_add_test(tc, test_loss_during_shrink);
+  tcase_add_test(tc, test_slow_survivor_not_cut_off);
+  tcase_add_test(tc, test_stopped_rank_left_out);
+  tcase_add_test(tc, test_server_lost_with_its_host);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *runner = srunner_create(shrink_suite());
+  srunner_run_all(runner, CK_NORMAL);
+  int failed = srunner_ntests_failed(runner);
+  srunner_free(runner);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

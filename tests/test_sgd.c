@@ -56,8 +56,9 @@ typedef struct run_result {
   char *output; /* everything the ranks printed, tagged by hooprun */
 } run_result;
 
-/* Run `hooprun -np np sgd args... --save-params WORKDIR/name`; the args end with NULL. Return the
- * exit status and fill *result (free it with free_result). */
+/* Run `hooprun -np np sgd args... --save-params WORKDIR/name`; the args end with NULL (a leading
+ * "--min-np", "N" goes to hooprun). Return the exit status and fill *result (free it with
+ * free_result). */
 static int run_sgd_status(const char *name, int np, run_result *result, const char *const *args) {
   char hooprun[4096], sgd[4096], np_text[16], params[256], out[sizeof params + 8];
   snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
@@ -65,9 +66,16 @@ static int run_sgd_status(const char *name, int np, run_result *result, const ch
   snprintf(np_text, sizeof np_text, "%d", np);
   snprintf(params, sizeof params, "%s", work_path(name));
   snprintf(out, sizeof out, "%s.out", params);
-  char *argv[64] = {hooprun, "-np", np_text, "--timeout", "60", sgd, "--save-params", params};
-  int argc = 8;
-  for (int i = 0; args[i] && argc < 63; i++)
+  char *argv[64] = {hooprun, "-np", np_text, "--timeout", "60"};
+  int argc = 5, i = 0;
+  if (args[0] && strcmp(args[0], "--min-np") == 0 && args[1]) {
+    argv[argc++] = (char *)args[i++];
+    argv[argc++] = (char *)args[i++];
+  }
+  argv[argc++] = sgd;
+  argv[argc++] = "--save-params";
+  argv[argc++] = params;
+  for (; args[i] && argc < 63; i++)
     argv[argc++] = (char *)args[i];
   argv[argc] = NULL;
 
@@ -365,6 +373,41 @@ START_TEST(test_idx_files) {
 }
 END_TEST
 
+/* ---- (g) --elastic: the survivors of a lost rank finish the run --------------------------------
+ */
+
+/* Rank 2 of 4 kills itself in the second epoch (global step 100 of 4 x 64); hooprun --min-np 2
+ * lets the job go on; the other three shrink, take rank 0's state and finish every epoch with
+ * bit-identical replicas, the loss falling on as in the run that lost nobody. */
+START_TEST(test_elastic_goes_on_without_a_lost_rank) {
+  run_result whole, elastic;
+  run_sgd("whole", 4, &whole, "--elastic");
+  int code = run_sgd_status("elastic", 4, &elastic,
+                            (const char *const[]){"--min-np", "2", SMALL_RUN, "--elastic",
+                                                  "--fail-rank", "2", "--fail-step", "100", NULL});
+  ck_assert_msg(code == 0, "elastic sgd: expected exit 0, got %d; output:\n%s", code,
+                elastic.output);
+  ck_assert_msg(strstr(elastic.output, "the job goes on with 3 ranks (--min-np 2)") &&
+                    strstr(elastic.output, "lost 1 rank") &&
+                    strstr(elastic.output, "going on with 3 from epoch 2, step 35"),
+                "expected hooprun and rank 0 to report the loss and the place it resumed:\n%s",
+                elastic.output);
+  ck_assert_msg(elastic.epochs == whole.epochs, "expected %d epoch lines, got %d:\n%s",
+                whole.epochs, elastic.epochs, elastic.output);
+  for (int e = 1; e < elastic.epochs; e++)
+    ck_assert_msg(elastic.loss[e] < elastic.loss[e - 1],
+                  "expected the loss to keep falling: epoch %d %g, epoch %d %g", e,
+                  elastic.loss[e - 1], e + 1, elastic.loss[e]);
+  int last = whole.epochs - 1;
+  ck_assert_msg(fabs(elastic.loss[last] - whole.loss[last]) < 0.02,
+                "expected the final loss near the unbroken run's %g, got %g", whole.loss[last],
+                elastic.loss[last]);
+  assert_ranks_identical("elastic", 3);
+  free_result(&whole);
+  free_result(&elastic);
+}
+END_TEST
+
 START_TEST(test_idx_truncated_is_refused) {
   write_quadrants("train", 40, 1);
   uint8_t labels[39] = {0};
@@ -400,6 +443,7 @@ static Suite *sgd_suite(void) {
   tcase_add_test(tc, test_fp16_close_to_fp32);
   tcase_add_test(tc, test_idx_files);
   tcase_add_test(tc, test_idx_truncated_is_refused);
+  tcase_add_test(tc, test_elastic_goes_on_without_a_lost_rank);
   suite_add_tcase(s, tc);
   return s;
 }

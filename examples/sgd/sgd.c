@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,9 @@ typedef struct options {
   size_t synthetic; /* training examples of the synthetic set */
   const char *save_params;
   int verbose;
+  int elastic;      /* a lost rank does not end the run: the survivors shrink and go on */
+  int fail_rank;    /* --fail-rank: this rank kills itself (SIGKILL) ... (-1: none) */
+  size_t fail_step; /* ... before this global step (counted from 1 over all epochs) */
 } options;
 
 static const options defaults = {
@@ -55,6 +59,7 @@ static const options defaults = {
     .overlap = 1,
     .overlap_slices = 1,
     .synthetic = 8192,
+    .fail_rank = -1,
 };
 
 static void usage(FILE *out) {
@@ -72,6 +77,7 @@ static void usage(FILE *out) {
       "  --seed N              seed of the data, the weights and the shuffles (default %llu)\n"
       "  --fp16-allreduce      send gradients as float16, summed in float32 at each hop\n"
       "  --fusion-bytes N      pack gradient tensors into allreduce buffers of up to N bytes\n"
+      "                        (K, M suffixes; 0: one allreduce per tensor; default 64M)\n"
       "  --overlap, --no-overlap\n"
       "                        start each layer's allreduce (non-blocking) as soon as backward\n"
       "                        produces its gradients, while the layers below are computed,\n"
@@ -80,7 +86,6 @@ static void usage(FILE *out) {
       "  --overlap-slices N    with --overlap, send the hidden weights' gradients in N\n"
       "                        slices of rows, each posted as soon as it is computed\n"
       "                        (default 1, at most 64)\n"
-      "                        (K, M suffixes; 0: one allreduce per tensor; default 64M)\n"
       "  --train-images FILE   MNIST IDX files (uncompressed); without them, a synthetic set\n"
       "  --train-labels FILE\n"
       "  --test-images FILE    optional, for the test accuracy\n"
@@ -90,6 +95,13 @@ static void usage(FILE *out) {
       "  --save-params FILE    write the final parameters as raw float32: rank 0 to FILE,\n"
       "                        rank r > 0 to FILE.rank<r>\n"
       "  --verbose             every rank prints its lines, not only rank 0\n"
+      "  --elastic             when a rank is lost, the others go on without it (run under\n"
+      "                        hooprun --min-np): they shrink the job (hoop_comm_shrink),\n"
+      "                        take rank 0's parameters, momentum and place in the run, and\n"
+      "                        divide each global batch among the ranks left\n"
+      "  --fail-rank R --fail-step N\n"
+      "                        to try --elastic: rank R kills itself (SIGKILL) before global\n"
+      "                        step N (counted from 1 over all epochs)\n"
       "  --help\n",
       defaults.epochs, defaults.batch, (double)defaults.lr, (double)defaults.momentum,
       defaults.hidden, (unsigned long long)defaults.seed, defaults.synthetic);
@@ -134,7 +146,7 @@ static void parse_options(int argc, char **argv, options *opt) {
   /* clang-format off */
   enum { EPOCHS = 1, BATCH, LR, MOMENTUM, HIDDEN, SEED, FP16, FUSION, TRAIN_IMAGES, TRAIN_LABELS,
          TEST_IMAGES, TEST_LABELS, SYNTHETIC, SAVE, VERBOSE, OVERLAP, NO_OVERLAP, OVERLAP_SLICES,
-         HELP };
+         ELASTIC, FAIL_RANK, FAIL_STEP, HELP };
   static const struct option longs[] = {
       {"epochs", required_argument, 0, EPOCHS},
       {"batch", required_argument, 0, BATCH},
@@ -154,6 +166,9 @@ static void parse_options(int argc, char **argv, options *opt) {
       {"synthetic", required_argument, 0, SYNTHETIC},
       {"save-params", required_argument, 0, SAVE},
       {"verbose", no_argument, 0, VERBOSE},
+      {"elastic", no_argument, 0, ELASTIC},
+      {"fail-rank", required_argument, 0, FAIL_RANK},
+      {"fail-step", required_argument, 0, FAIL_STEP},
       {"help", no_argument, 0, HELP},
       {0, 0, 0, 0}};
   *opt = defaults;
@@ -181,6 +196,9 @@ static void parse_options(int argc, char **argv, options *opt) {
     case SYNTHETIC: opt->synthetic = parse_count(name, optarg, 0, 1 << 24); break;
     case SAVE: opt->save_params = optarg; break;
     case VERBOSE: opt->verbose = 1; break;
+    case ELASTIC: opt->elastic = 1; break;
+    case FAIL_RANK: opt->fail_rank = (int)parse_count(name, optarg, 0, 1 << 20); break;
+    case FAIL_STEP: opt->fail_step = parse_count(name, optarg, 0, SIZE_MAX); break;
     case HELP: usage(stdout); exit(0);
     default: usage(stderr); exit(2);
     }
@@ -194,6 +212,8 @@ static void parse_options(int argc, char **argv, options *opt) {
     usage_error("--epochs, --batch and --synthetic must be at least 1");
   if (opt->overlap_slices < 1)
     usage_error("--overlap-slices must be at least 1");
+  if ((opt->fail_rank >= 0) != (opt->fail_step > 0))
+    usage_error("give --fail-rank and --fail-step (at least 1) together");
   if (opt->momentum >= 1)
     usage_error("--momentum must be below 1");
   if (!opt->train_images != !opt->train_labels || !opt->test_images != !opt->test_labels)
@@ -222,6 +242,8 @@ typedef struct trainer {
   float *hidden_grads;
   double wait_seconds;
   size_t steps;
+  size_t examples; /* examples this rank trained on in the running epoch */
+  int shrunk;      /* --elastic: the job has lost ranks and gone on */
 } trainer;
 
 /* A collective failed: say where, and abort the communicator so that the other ranks stop waiting
@@ -277,6 +299,22 @@ static void load_data(trainer *t) {
     fail(t, "no memory for the shuffle");
 }
 
+/* --overlap's room for this rank's slice of a batch, which grows when the job shrinks. */
+static void size_overlap_buffers(trainer *t) {
+  if (!t->opt.overlap)
+    return;
+  size_t first, most;
+  slice_of(t->opt.batch, t->size, 0, &first, &most); /* rank 0's slice is never smaller */
+  free(t->xs);
+  free(t->labels);
+  free(t->hidden_grads);
+  t->xs = malloc(most * sizeof *t->xs);
+  t->labels = malloc(most * sizeof *t->labels);
+  t->hidden_grads = malloc((most * t->model.hidden + 1) * sizeof *t->hidden_grads);
+  if (!t->xs || !t->labels || !t->hidden_grads)
+    fail(t, "no memory for the overlapped backward pass");
+}
+
 /* Each rank draws its own initial weights (model_init seeds them with the rank); broadcasting rank
  * 0's makes every replica start from the same point. From then on identical averaged gradients
  * keep them identical, so this is the only time parameters travel. */
@@ -295,15 +333,7 @@ static void build_model(trainer *t) {
   /* float16 gradients travel through the averager's buffer, which --overlap does not use. */
   if (t->opt.fp16_allreduce)
     t->opt.overlap = 0;
-  if (t->opt.overlap) {
-    size_t first, most;
-    slice_of(t->opt.batch, t->size, 0, &first, &most); /* rank 0's slice is never smaller */
-    t->xs = malloc(most * sizeof *t->xs);
-    t->labels = malloc(most * sizeof *t->labels);
-    t->hidden_grads = malloc((most * t->model.hidden + 1) * sizeof *t->hidden_grads);
-    if (!t->xs || !t->labels || !t->hidden_grads)
-      fail(t, "no memory for the overlapped backward pass");
-  }
+  size_overlap_buffers(t);
 }
 
 static void print_plan(const trainer *t) {
@@ -352,7 +382,7 @@ static void scale(float *values, size_t count, float by) {
  * one fused non-blocking allreduce, then the hidden weights' in slices of rows, each posted as
  * soon as it is computed; the step waits for all of them. Each rank scales its gradients to its
  * share of the mean first, as the averager does (average.c). Returns the slice's summed loss. */
-static double overlapped_step(trainer *t, const size_t *mine, size_t count) {
+static hoop_result overlapped_step(trainer *t, const size_t *mine, size_t count, double *loss) {
   model *m = &t->model;
   const options *opt = &t->opt;
   float share = 1.0f / (float)opt->batch;
@@ -362,7 +392,7 @@ static double overlapped_step(trainer *t, const size_t *mine, size_t count) {
     t->xs[i] = t->train.x + mine[i] * t->train.features;
     t->labels[i] = t->train.label[mine[i]];
   }
-  double loss = model_backward_top(m, t->xs, t->labels, count, t->hidden_grads);
+  *loss = model_backward_top(m, t->xs, t->labels, count, t->hidden_grads);
   hoop_request *reqs[1 + OVERLAP_MAX_SLICES];
   int slices = opt->overlap_slices;
   int posted = 0;
@@ -376,11 +406,10 @@ static double overlapped_step(trainer *t, const size_t *mine, size_t count) {
     sends[n] = recvs[n] = m->tensors[i].grad;
     counts[n++] = m->tensors[i].count;
   }
-  check(t,
-        hoop_iallreduce_many(t->comm, n, sends, recvs, counts, HOOP_FLOAT32, HOOP_SUM,
-                             &reqs[posted++]),
-        "posting the top layers' allreduce");
-  for (int s = 0; m->hidden && s < slices; s++) {
+  hoop_result result =
+      hoop_iallreduce_many(t->comm, n, sends, recvs, counts, HOOP_FLOAT32, HOOP_SUM, &reqs[posted]);
+  posted += result == HOOP_OK;
+  for (int s = 0; m->hidden && s < slices && result == HOOP_OK; s++) {
     size_t first = m->hidden * (size_t)s / (size_t)slices,
            end = m->hidden * (size_t)(s + 1) / (size_t)slices;
     if (end == first)
@@ -388,51 +417,66 @@ static double overlapped_step(trainer *t, const size_t *mine, size_t count) {
     model_backward_rows(m, t->xs, count, t->hidden_grads, first, end);
     float *rows = m->tensors[0].grad + first * m->inputs;
     scale(rows, (end - first) * m->inputs, share);
-    check(t,
-          hoop_iallreduce(t->comm, rows, rows, (end - first) * m->inputs, HOOP_FLOAT32, HOOP_SUM,
-                          &reqs[posted++]),
-          "posting a slice of the hidden layer's allreduce");
+    result = hoop_iallreduce(t->comm, rows, rows, (end - first) * m->inputs, HOOP_FLOAT32, HOOP_SUM,
+                             &reqs[posted]);
+    posted += result == HOOP_OK;
   }
   double computed = now_seconds();
-  for (int r = 0; r < posted; r++)
-    check(t, hoop_wait(reqs[r]), "averaging gradients");
+  /* Every posted request is waited for (and freed), even after a failure. */
+  for (int r = 0; r < posted; r++) {
+    hoop_result waited = hoop_wait(reqs[r]);
+    if (result == HOOP_OK)
+      result = waited;
+  }
+  if (result != HOOP_OK)
+    return result;
   double waited = now_seconds();
   model_step(m, opt->lr, opt->momentum);
   t->compute_seconds += (computed - start) + (now_seconds() - waited);
   t->wait_seconds += waited - computed;
-  return loss;
+  return HOOP_OK;
 }
 
-static double train_epoch(trainer *t, int epoch) {
+/* Run the epoch's steps from *step on, adding this rank's losses to *loss_sum. On a failure
+ * *step is the step that failed, which did not change the model. */
+static hoop_result train_epoch(trainer *t, int epoch, size_t *step, double *loss_sum) {
   const options *opt = &t->opt;
   model *m = &t->model;
   data_shuffle(t->order, t->train.count, opt->seed, epoch);
   size_t steps = t->train.count / opt->batch, first, count;
   slice_of(opt->batch, t->size, t->rank, &first, &count);
-  double loss_sum = 0;
-  for (size_t step = 0; step < steps; step++) {
-    const size_t *mine = t->order + step * opt->batch + first;
+  for (; *step < steps; (*step)++) {
+    if (!t->shrunk && t->rank == opt->fail_rank &&
+        (size_t)(epoch - 1) * steps + *step + 1 == opt->fail_step)
+      raise(SIGKILL);
+    const size_t *mine = t->order + *step * opt->batch + first;
+    hoop_result result = HOOP_OK;
+    double loss = 0;
     if (opt->overlap) {
-      loss_sum += overlapped_step(t, mine, count);
-      continue;
+      result = overlapped_step(t, mine, count, &loss);
+    } else {
+      double start = now_seconds();
+      model_zero_grad(m);
+      for (size_t i = 0; i < count; i++) {
+        size_t example = mine[i];
+        loss += model_train_example(m, t->train.x + example * t->train.features,
+                                    t->train.label[example]);
+      }
+      t->compute_seconds += now_seconds() - start;
+      result = averager_run(&t->averager, m->tensors, opt->batch);
+      if (result == HOOP_OK) {
+        start = now_seconds();
+        model_step(m, opt->lr, opt->momentum);
+        t->compute_seconds += now_seconds() - start;
+      }
     }
-    double start = now_seconds();
-    model_zero_grad(m);
-    for (size_t i = 0; i < count; i++) {
-      size_t example = mine[i];
-      loss_sum +=
-          model_train_example(m, t->train.x + example * t->train.features, t->train.label[example]);
-    }
-    t->compute_seconds += now_seconds() - start;
-
-    check(t, averager_run(&t->averager, m->tensors, opt->batch), "averaging gradients");
-
-    start = now_seconds();
-    model_step(m, opt->lr, opt->momentum);
-    t->compute_seconds += now_seconds() - start;
+    if (result != HOOP_OK)
+      return result;
+    *loss_sum += loss;
+    t->examples += count;
+    t->steps++;
   }
-  t->steps += steps;
-  return loss_sum;
+  return HOOP_OK;
 }
 
 /* Correct predictions on this rank's slice of the test set. */
@@ -447,16 +491,74 @@ static size_t count_correct(trainer *t) {
 
 /* The epoch's figures are sums over ranks too: one allreduce gives every rank the mean training
  * loss and the test accuracy, so every rank prints the same numbers. */
-static void report_epoch(trainer *t, int epoch, double loss_sum, double seconds) {
-  double totals[2] = {loss_sum, (double)count_correct(t)};
-  check(t, hoop_allreduce(t->comm, totals, totals, 2, HOOP_FLOAT64, HOOP_SUM), "summing the loss");
-  if (!t->printing)
-    return;
-  size_t examples = t->train.count / t->opt.batch * t->opt.batch;
-  printf("rank %d, epoch %d: loss %.4f", t->rank, epoch, totals[0] / (double)examples);
+static hoop_result report_epoch(trainer *t, int epoch, double loss_sum, double seconds) {
+  double totals[3] = {loss_sum, (double)count_correct(t), (double)t->examples};
+  hoop_result result = hoop_allreduce(t->comm, totals, totals, 3, HOOP_FLOAT64, HOOP_SUM);
+  if (result != HOOP_OK || !t->printing)
+    return result;
+  printf("rank %d, epoch %d: loss %.4f", t->rank, epoch,
+         totals[2] > 0 ? totals[0] / totals[2] : 0.0);
   if (t->test.count)
     printf(", test accuracy %.1f%%", 100.0 * totals[1] / (double)t->test.count);
   printf(", %.2f s\n", now_seconds() - seconds);
+  return HOOP_OK;
+}
+
+/* --elastic, after the shrink: every rank takes rank 0's place in the run (the next step to
+ * run: ranks that failed in different calls may stand a step apart), its parameters and its
+ * momentum, so that the replicas are identical again. */
+static hoop_result share_state(trainer *t, int *epoch, size_t *step) {
+  int64_t place[2] = {*epoch, (int64_t)*step};
+  hoop_result result = hoop_broadcast(t->comm, place, 2, HOOP_INT64, 0);
+  for (int i = 0; i < t->model.ntensors && result == HOOP_OK; i++) {
+    tensor *p = &t->model.tensors[i];
+    result = hoop_broadcast(t->comm, p->value, p->count, HOOP_FLOAT32, 0);
+    if (result == HOOP_OK)
+      result = hoop_broadcast(t->comm, p->velocity, p->count, HOOP_FLOAT32, 0);
+  }
+  if (result == HOOP_OK) {
+    *epoch = (int)place[0];
+    *step = (size_t)place[1];
+  }
+  return result;
+}
+
+/* A call of the run failed (what, result). Without --elastic that ends this rank (and hooprun
+ * ends the job). With it, the survivors shrink the job to themselves, take rank 0's state and go
+ * on from its place (*epoch, *step): each global batch is then divided among fewer ranks, so the
+ * run trains the model that the full job would have, up to the lost step. */
+static void recover(trainer *t, hoop_result result, const char *what, int *epoch, size_t *step) {
+  if (!t->opt.elastic)
+    check(t, result, what);
+  char story[1024];
+  snprintf(story, sizeof story, "%s", hoop_last_error(t->comm));
+  int was = t->size;
+  do {
+    hoop_comm *next = NULL;
+    hoop_result shrunk = hoop_comm_shrink(t->comm, &next);
+    if (shrunk != HOOP_OK) {
+      fprintf(stderr,
+              "sgd rank %d: %s failed (%s), and going on without the lost ranks failed too: "
+              "%s: %s\n",
+              t->rank, what, story, hoop_strerror(shrunk), hoop_last_error(t->comm));
+      hoop_finalize(t->comm);
+      exit(1);
+    }
+    hoop_finalize(t->comm);
+    t->comm = next;
+    t->averager.comm = next;
+    t->rank = hoop_rank(next);
+    t->size = hoop_size(next);
+    t->printing = t->rank == 0 || t->opt.verbose;
+    t->shrunk = 1;
+    size_overlap_buffers(t);
+    what = "taking rank 0's state";
+  } while ((result = share_state(t, epoch, step)) != HOOP_OK);
+  if (t->printing)
+    printf("rank %d: lost %d rank%s (%s); going on with %d from epoch %d, step %zu, each batch "
+           "of %zu divided among them\n",
+           t->rank, was - t->size, was - t->size == 1 ? "" : "s", story, t->size, *epoch, *step,
+           t->opt.batch);
 }
 
 /* Where a step's time went on this rank. The time in allreduce includes waiting for the slowest
@@ -514,10 +616,31 @@ int main(int argc, char **argv) {
   if (t.rank == 0)
     print_plan(&t);
 
-  for (int epoch = 1; epoch <= t.opt.epochs; epoch++) {
-    double start = now_seconds();
-    double loss_sum = train_epoch(&t, epoch);
-    report_epoch(&t, epoch, loss_sum, start);
+  int epoch = 1;
+  size_t step = 0;
+  double loss_sum = 0, start = now_seconds();
+  while (epoch <= t.opt.epochs) {
+    hoop_result done = train_epoch(&t, epoch, &step, &loss_sum);
+    int trained = done == HOOP_OK;
+    if (trained)
+      done = report_epoch(&t, epoch, loss_sum, start);
+    if (done == HOOP_OK) {
+      epoch++;
+      step = 0;
+    } else {
+      /* This rank's place: the step that failed, or the next epoch if only the report did. */
+      int at = trained ? epoch + 1 : epoch;
+      step = trained ? 0 : step;
+      recover(&t, done, trained ? "summing the loss" : "averaging gradients", &at, &step);
+      if (at == epoch)
+        continue; /* the epoch goes on, and its figures keep what was counted before */
+      if (t.printing && at > epoch && at - 1 <= t.opt.epochs)
+        printf("rank %d, epoch %d: its figures were lost with the failure\n", t.rank, at - 1);
+      epoch = at;
+    }
+    loss_sum = 0;
+    t.examples = 0;
+    start = now_seconds();
   }
   report_time(&t);
   if (t.opt.save_params)

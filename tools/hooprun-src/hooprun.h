@@ -57,6 +57,7 @@ typedef struct hooprun_options {
   const char *rsh;        /* --rsh: how a rank starts on another host (default "ssh") */
   const char *rendezvous; /* --rendezvous: an external hoopd's host:port, or NULL */
   const char *timeout;    /* --timeout as given, or NULL */
+  int min_np;             /* --min-np: the job goes on while this many ranks run (0: np) */
   const char *job_id;     /* --job, or NULL for a generated id */
   const char **exports;   /* -x arguments, in order */
   int nexports;
@@ -109,6 +110,8 @@ typedef struct hooprun_job {
   int stopping; /* the job is being stopped; exit_code says why */
   int finished;
   int exit_code;
+  int lost;               /* ranks that failed while the job went on (--min-np) */
+  hooprun_text lost_list; /* "rank 2 (pid 812) was killed by signal 9", "; "-separated */
   uv_signal_t sigint;
   uv_signal_t sigterm;
   uv_timer_t grace_timer;

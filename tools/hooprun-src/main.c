@@ -295,6 +295,10 @@ static int run(hooprun_job *job, int argc, char **argv) {
   job_run(job);
   if (loop_close(job) != 0)
     return EXIT_FAILURE;
+  if (job->lost > 0 && !job->stopping)
+    hooprun_say(job, "the job finished without %d rank%s: %s", job->lost, job->lost == 1 ? "" : "s",
+                job->lost_list.data);
+  hooprun_text_free(&job->lost_list);
   hooprun_verbose(job, "exit status %d", job->exit_code);
   return job->exit_code;
 }

@@ -33,6 +33,9 @@ static const char help_text[] =
     "  --rendezvous H:P     use the hoopd at H:P instead of serving the rendezvous itself;\n"
     "                       ranks prove hooprun's HOOP_TOKEN or HOOP_TOKEN_FILE to it, if set\n"
     "  --timeout S          seconds any blocking step of a rank may take (HOOP_TIMEOUT)\n"
+    "  --min-np N           elastic: a rank that fails does not stop the job while at least N\n"
+    "                       ranks still run (the survivors go on, e.g. with hoop_comm_shrink);\n"
+    "                       default: N = -np, every failure stops the job\n"
     "  -x VAR               pass VAR on to the ranks (on this host they get it anyway)\n"
     "  -x VAR=VALUE         set VAR to VALUE for the ranks\n"
     "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
@@ -48,9 +51,12 @@ static const char help_text[] =
     "remote shell gives them, plus -x and the HOOP_ variables). With other hosts, the embedded\n"
     "server listens on every address and ranks get the one that routes to the first remote host\n"
     "(HOOP_IFNAME picks the interface instead). On a rank's failure, or on SIGINT or SIGTERM, the\n"
-    "other ranks (or their remote shells) get SIGTERM, and SIGKILL 3 s later.\n"
+    "other ranks (or their remote shells) get SIGTERM, and SIGKILL 3 s later; with --min-np, only\n"
+    "once fewer than N ranks are left.\n"
     "\n"
-    "Exit status: 0 if every rank exited with 0; else the status of the first rank that failed\n"
+    "Exit status: 0 if every rank exited with 0 (with --min-np: every rank that the job did not "
+    "go\n"
+    "on without); else the status of the first rank that failed\n"
     "(128+N if signal N killed it); 128+N if hooprun got signal N; 127 if prog cannot be started;\n"
     "2 for a usage error; 1 for any other error of hooprun's.\n";
 
@@ -61,6 +67,7 @@ typedef enum option_id {
   OPT_RSH,
   OPT_RENDEZVOUS,
   OPT_TIMEOUT,
+  OPT_MIN_NP,
   OPT_EXPORT,
   OPT_JOB,
   OPT_TAG,
@@ -81,6 +88,7 @@ static const struct {
     {{"--rsh"}, 1, OPT_RSH},
     {{"--rendezvous"}, 1, OPT_RENDEZVOUS},
     {{"--timeout"}, 1, OPT_TIMEOUT},
+    {{"--min-np"}, 1, OPT_MIN_NP},
     {{"-x"}, 1, OPT_EXPORT},
     {{"--job"}, 1, OPT_JOB},
     {{"--tag-output"}, 0, OPT_TAG},
@@ -267,6 +275,12 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
       return usage_error(job, "--timeout: '%s' is not a number of seconds (0.001 to 1e7)", value);
     options->timeout = value;
     return 0;
+  case OPT_MIN_NP:
+    if (hoop__parse_int(value, 1, HOOP__WIRE_MAX_RANKS, &np) != 0)
+      return usage_error(job, "--min-np: '%s' is not a number of ranks from 1 to %d", value,
+                         HOOP__WIRE_MAX_RANKS);
+    options->min_np = (int)np;
+    return 0;
   case OPT_EXPORT: return add_export(job, value);
   case OPT_JOB:
     if (value[0] == '\0' || strlen(value) > HOOP__WIRE_MAX_JOB)
@@ -320,6 +334,9 @@ int hooprun_parse_options(hooprun_job *job, int argc, char **argv) {
   if (job->options.nhosts > 0 && job->options.np > slots)
     return usage_error(job, "-np %d is more than the %d slot%s of the hosts listed",
                        job->options.np, slots, slots == 1 ? "" : "s");
+  if (job->options.min_np > job->options.np)
+    return usage_error(job, "--min-np %d is more than the %d rank%s of the job",
+                       job->options.min_np, job->options.np, job->options.np == 1 ? "" : "s");
   if (i >= argc)
     return usage_error(job, "no program to run");
   job->options.command = argv + i;

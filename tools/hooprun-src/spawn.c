@@ -170,8 +170,18 @@ static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_statu
   describe_exit(&how, exit_status, term_signal);
   if (job->stopping) {
     hooprun_verbose(job, "%s: stopped by hooprun", how.data);
+  } else if (status != 0 && job->options.min_np > 0 && job->running >= job->options.min_np) {
+    /* Elastic: the survivors go on while enough of them are left. */
+    hooprun_say(job, "%s; the job goes on with %d rank%s (--min-np %d)", how.data, job->running,
+                job->running == 1 ? "" : "s", job->options.min_np);
+    hooprun_text_printf(&job->lost_list, "%s%s", job->lost ? "; " : "", how.data);
+    job->lost++;
   } else if (status != 0) {
-    hooprun_say(job, "%s", how.data);
+    if (job->options.min_np > 0)
+      hooprun_say(job, "%s; %d rank%s left, fewer than --min-np %d: stopping the job", how.data,
+                  job->running, job->running == 1 ? "" : "s", job->options.min_np);
+    else
+      hooprun_say(job, "%s", how.data);
     hooprun_job_stop(job, status);
   } else {
     hooprun_verbose(job, "%s", how.data);

@@ -120,6 +120,9 @@ typedef struct hoop_config {
   const char *token_file; /* read the token from this file (mode 600) instead; NULL: none */
   const char *hostname;   /* the host name this rank reports to the rendezvous, which groups
                              ranks by it (local ranks); NULL: gethostname() */
+  int join_running;       /* 1: a newcomer: join the job that runs under this id at its next
+                             generation (hoop_comm_grow); size is then only a bound and rank
+                             is ignored */
 } hoop_config;
 
 /* Fill config (struct_size bytes of it) with the defaults. Call it through hoop_config_init. */
@@ -164,6 +167,23 @@ HOOP_API hoop_result hoop_abort(hoop_comm *comm, const char *reason);
  * what its ranks hold: re-broadcast its state from a survivor, re-divide its data by the new size
  * (see hooprun(1), --min-np). Not callable concurrently with another call on comm. */
 HOOP_API hoop_result hoop_comm_shrink(hoop_comm *comm, hoop_comm **newcomm);
+
+/* Take in newcomers: processes that joined the running job with join_running (HOOP_JOIN=1, as
+ * hooprun --max-np starts replacements) wait at the rendezvous server until the members make a
+ * new generation. Every member of comm calls this at a point they agreed on (a newcomer is seen
+ * by each rank at its own moment: agree first, e.g. allreduce hoop_comm_newcomers with HOOP_MAX);
+ * *newcomm holds the members, in their order, then the newcomers that were waiting, whose
+ * hoop_init returns it at the same time. Calls on comm fail afterwards; finalize it. A member
+ * lost meanwhile is handled as hoop_comm_shrink does (they are the same exchange). */
+HOOP_API hoop_result hoop_comm_grow(hoop_comm *comm, hoop_comm **newcomm);
+
+/* How many newcomers wait to join comm's job, as the rendezvous server last told this rank
+ * (taken when a call on comm runs, or by this call itself). */
+HOOP_API int hoop_comm_newcomers(hoop_comm *comm);
+
+/* The generation of comm's job: 0 for the job as it started, one more for each shrink or growth.
+ * A newcomer's communicator starts at the generation it joined. */
+HOOP_API unsigned int hoop_comm_generation(const hoop_comm *comm);
 
 HOOP_API int hoop_rank(const hoop_comm *comm);
 HOOP_API int hoop_size(const hoop_comm *comm);

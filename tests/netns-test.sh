@@ -22,54 +22,27 @@ skip() {
 [ "$(id -u)" = 0 ] || skip "needs root to make network namespaces (run 'make check' as root)"
 command -v ip >/dev/null 2>&1 || skip "'ip' not found (Debian: apt-get install iproute2)"
 
-# Unique names, so that runs in parallel do not collide; interface names stay under 16 bytes.
-tag=hp$$
-hosts="${tag}h1 ${tag}h2 ${tag}h3 ${tag}h4"
-switch=${tag}sw
+# Unique names, so that runs in parallel do not collide.
+. "$(cd "$(dirname "$0")" && pwd)/netns-lib.sh"
+netns_hosts= netns_switch=
 work=$(mktemp -d)
 hoopd_pid=
 
 cleanup() {
   [ -n "$hoopd_pid" ] && kill "$hoopd_pid" 2>/dev/null
   # Whatever still runs in our namespaces is ours: stop it before the namespaces go.
-  for ns in $hosts $switch; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
+  netns_remove
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-ip netns add "$switch" 2>"$work/err" || skip "'ip netns add' does not work here: $(cat "$work/err")"
-setup() {
-  ip -n "$switch" link add br0 type bridge || return 1
-  ip -n "$switch" link set br0 up || return 1
-  local i=0 ns
-  for ns in $hosts; do
-    i=$((i + 1))
-    ip netns add "$ns" || return 1
-    ip link add "${tag}v$i" type veth peer name "${tag}p$i" || return 1
-    ip link set "${tag}v$i" netns "$ns" || return 1
-    ip link set "${tag}p$i" netns "$switch" || return 1
-    ip -n "$ns" link set "${tag}v$i" name eth0 || return 1
-    ip -n "$ns" addr add "10.77.0.$i/24" dev eth0 || return 1
-    ip -n "$ns" link set eth0 up || return 1
-    ip -n "$ns" link set lo up || return 1
-    ip -n "$switch" link set "${tag}p$i" master br0 up || return 1
-  done
-}
-setup 2>"$work/err" || skip "cannot build the namespaces (veth, bridge): $(cat "$work/err")"
+netns_make hp$$ 2>"$work/err" || skip "cannot build the namespaces (ip netns, veth, bridge): $(cat "$work/err")"
+hosts=$netns_hosts
+tag=hp$$
 set -- $hosts
 h1=$1 h2=$2 h3=$3 h4=$4
-# The bridge (no STP) forwards as soon as its ports are up: wait until all four say so, without
-# ping, which a minimal Debian lacks.
-for _ in $(seq 50); do
-  [ "$(bridge -n "$switch" link show 2>/dev/null | grep -c 'state forwarding')" -ge 4 ] && break
-  sleep 0.1
-done
 
 failures=0
 fail() {

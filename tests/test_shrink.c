@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -295,6 +296,172 @@ START_TEST(test_server_lost_with_its_host) {
 }
 END_TEST
 
+/* ---- growing back: a newcomer joins the survivors ---------------------------------------------
+ */
+
+typedef struct grow_case {
+  int port;
+  volatile int *shrunk; /* shared: survivors that have shrunk */
+} grow_case;
+
+/* The members' and the newcomer's check after the growth: 3 ranks, the newcomer last, and the sum
+ * of (old index + 1) over ranks 0 and 2 plus the newcomer's 100. */
+static int check_grown(hoop_comm *comm, int value, int expect_rank) {
+  int32_t v[3] = {value, value, value};
+  hoop_result result = hoop_allreduce(comm, v, v, 3, HOOP_INT32, HOOP_SUM);
+  if (result != HOOP_OK || hoop_size(comm) != 3 || hoop_rank(comm) != expect_rank ||
+      hoop_comm_generation(comm) != 2 || v[0] != 104 || v[2] != 104) {
+    fprintf(stderr,
+            "after the growth: %s, rank %d of %d (expected %d of 3), generation %u (expected 2), "
+            "sum %d (expected 104): %s\n",
+            hoop_strerror(result), hoop_rank(comm), hoop_size(comm), expect_rank,
+            hoop_comm_generation(comm), v[0], hoop_last_error(comm));
+    return 1;
+  }
+  return 0;
+}
+
+static hoop_comm *join_hoopd(const grow_case *gc, int index, int n, int newcomer) {
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, gc->port, index, n);
+  config.serve_rendezvous = 0; /* hoopd serves it */
+  config.timeout_s = 10;
+  if (newcomer) {
+    config.join_running = 1;
+    config.rank = -1;
+  }
+  hoop_comm *comm = NULL;
+  if (hoop_init(&comm, &config) != HOOP_OK) {
+    fprintf(stderr, "%s %d: hoop_init: %s\n", newcomer ? "newcomer" : "rank", index,
+            hoop_last_error(comm));
+    hoop_finalize(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+/* Ranks 0-2 of a job at hoopd; rank 1 dies; 0 and 2 shrink, then poll for newcomers between
+ * allreduces, agree with a MAX allreduce, and grow. */
+static int grow_member(int index, const grow_case *gc) {
+  hoop_comm *comm = join_hoopd(gc, index, 3, 0);
+  if (!comm)
+    return 20;
+  int32_t *buf = malloc(COUNT * sizeof *buf);
+  run_until_failure(comm, index, index == 1, 0, buf);
+  hoop_comm *shrunk = NULL, *grown = NULL;
+  if (hoop_comm_shrink(comm, &shrunk) != HOOP_OK) {
+    fprintf(stderr, "rank %d: shrink: %s\n", index, hoop_last_error(comm));
+    return 21;
+  }
+  hoop_finalize(comm);
+  __atomic_add_fetch(gc->shrunk, 1, __ATOMIC_SEQ_CST);
+  int bad = 1;
+  double give_up = now_s() + 20;
+  while (now_s() < give_up) {
+    int32_t waiting = hoop_comm_newcomers(shrunk);
+    if (hoop_allreduce(shrunk, &waiting, &waiting, 1, HOOP_INT32, HOOP_MAX) != HOOP_OK) {
+      fprintf(stderr, "rank %d: allreduce before the growth: %s\n", index, hoop_last_error(shrunk));
+      break;
+    }
+    if (waiting > 0) {
+      if (hoop_comm_grow(shrunk, &grown) != HOOP_OK)
+        fprintf(stderr, "rank %d: grow: %s\n", index, hoop_last_error(shrunk));
+      else
+        bad = check_grown(grown, index + 1, index == 0 ? 0 : 1);
+      break;
+    }
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  hoop_finalize(grown);
+  hoop_finalize(shrunk);
+  free(buf);
+  return bad ? 22 : 0;
+}
+
+static int grow_newcomer(const grow_case *gc) {
+  hoop_comm *comm = join_hoopd(gc, 0, 3, 1);
+  if (!comm)
+    return 30;
+  int bad = check_grown(comm, 100, 2);
+  hoop_finalize(comm);
+  return bad ? 31 : 0;
+}
+
+START_TEST(test_newcomer_joins_survivors) {
+  grow_case gc = {procs_free_port(), NULL};
+  gc.shrunk = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert(gc.shrunk != MAP_FAILED);
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", gc.port);
+  char hoopd[4096];
+  snprintf(hoopd, sizeof hoopd, "%s", procs_build_path("tools/hoopd"));
+  char *hoopd_argv[] = {hoopd, "--listen", listen, NULL};
+  pid_t server = procs_start(hoopd_argv, NULL, NULL);
+  ck_assert_int_gt(server, 0);
+  pid_t pids[4];
+  fflush(NULL);
+  for (int i = 0; i < 3; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0)
+      _exit(grow_member(i, &gc));
+  }
+  /* The newcomer comes once the survivors run as two. */
+  double give_up = now_s() + 30;
+  while (*gc.shrunk < 2 && now_s() < give_up) {
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  pids[3] = fork();
+  ck_assert_int_ge(pids[3], 0);
+  if (pids[3] == 0)
+    _exit(grow_newcomer(&gc));
+  int expected[4] = {0, 128 + SIGKILL, 0, 0}, bad = 0;
+  for (int i = 0; i < 4; i++) {
+    int code = procs_wait(pids[i], 60);
+    if (code != expected[i]) {
+      fprintf(stderr, "%s %d ended with %d, expected %d\n", i == 3 ? "newcomer" : "rank", i, code,
+              expected[i]);
+      bad++;
+    }
+  }
+  kill(server, SIGTERM);
+  procs_wait(server, 10);
+  munmap((void *)gc.shrunk, sizeof(int));
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* A newcomer for a job that does not run is refused at once, with a reason. */
+START_TEST(test_newcomer_without_a_job) {
+  grow_case gc = {procs_free_port(), NULL};
+  char listen[64], hoopd[4096];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", gc.port);
+  snprintf(hoopd, sizeof hoopd, "%s", procs_build_path("tools/hoopd"));
+  char *hoopd_argv[] = {hoopd, "--listen", listen, NULL};
+  pid_t server = procs_start(hoopd_argv, NULL, NULL);
+  ck_assert_int_gt(server, 0);
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, gc.port, 0, 2);
+  config.serve_rendezvous = 0;
+  config.join_running = 1;
+  config.timeout_s = 10;
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  const char *message = hoop_last_error(comm);
+  int refused = result == HOOP_ERR_INVALID_ARG && strstr(message, "no job 'default' is running");
+  if (!refused)
+    fprintf(stderr, "newcomer without a job: %s: %s\n", hoop_strerror(result), message);
+  hoop_finalize(comm);
+  kill(server, SIGTERM);
+  procs_wait(server, 10);
+  ck_assert(refused);
+}
+END_TEST
+
 static Suite *shrink_suite(void) {
   Suite *s = suite_create("shrink");
   TCase *tc = tcase_create("shrink");
@@ -307,6 +474,8 @@ static Suite *shrink_suite(void) {
   tcase_add_test(tc, test_slow_survivor_not_cut_off);
   tcase_add_test(tc, test_stopped_rank_left_out);
   tcase_add_test(tc, test_server_lost_with_its_host);
+  tcase_add_test(tc, test_newcomer_joins_survivors);
+  tcase_add_test(tc, test_newcomer_without_a_job);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -121,6 +121,9 @@ int hoop_local_rank(const hoop_comm *comm) {
 int hoop_local_size(const hoop_comm *comm) {
   return comm ? comm->local_size : -1;
 }
+unsigned int hoop_comm_generation(const hoop_comm *comm) {
+  return comm ? comm->generation : 0;
+}
 const char *hoop_last_error(const hoop_comm *comm) {
   return comm ? comm->last_error : "no communicator (hoop_init failed before allocating one)";
 }
@@ -191,7 +194,11 @@ static hoop_result check_config(hoop_comm *comm, const hoop_config *config) {
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: rank %d is not -1 (any) or in 0..%d", config->rank,
                            config->size - 1);
-  if (config->size > 1 && (!config->rendezvous || !config->rendezvous[0]))
+  if (config->join_running && config->serve_rendezvous)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: a newcomer (join_running, HOOP_JOIN=1) cannot host the "
+                           "rendezvous of the job it joins");
+  if ((config->size > 1 || config->join_running) && (!config->rendezvous || !config->rendezvous[0]))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: no rendezvous address (set HOOP_RENDEZVOUS=host:port, or "
                            "start the job with hooprun)");
@@ -322,8 +329,8 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   hoop__hello hello;
   memset(&hello, 0, sizeof hello);
   snprintf(hello.job, sizeof hello.job, "%s", comm->job);
-  hello.size = (uint32_t)config->size;
-  hello.rank = config->rank;
+  hello.size = config->join_running ? 1 : (uint32_t)config->size;
+  hello.rank = config->join_running ? HOOP__HELLO_NEWCOMER : config->rank;
   hello.timeout_ms = (uint32_t)(comm->timeout_s * 1000 > 4e9 ? 4e9 : comm->timeout_s * 1000);
   if (config->hostname)
     snprintf(hello.host, sizeof hello.host, "%s", config->hostname);
@@ -338,8 +345,20 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   if (result != HOOP_OK)
     return result;
   hoop__comm_derive_nonce(comm);
-  if ((int)comm->table.size != config->size ||
-      (config->rank >= 0 && (int)comm->table.rank != config->rank))
+  comm->generation = comm->table.generation;
+  if (config->join_running) {
+    /* A newcomer learns the job's size from its table. */
+    comm->size = (int)comm->table.size;
+    size_t *offsets = realloc(comm->block_offset, (size_t)comm->size * sizeof(size_t));
+    if (offsets)
+      comm->block_offset = offsets;
+    size_t *lengths = realloc(comm->block_length, (size_t)comm->size * sizeof(size_t));
+    if (lengths)
+      comm->block_length = lengths;
+    if (!offsets || !lengths)
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  } else if ((int)comm->table.size != config->size ||
+             (config->rank >= 0 && (int)comm->table.rank != config->rank))
     return hoop__set_error(comm, HOOP_ERR_PROTOCOL,
                            "rendezvous: the table says rank %u of %u, expected %d of %d",
                            comm->table.rank, comm->table.size, config->rank, config->size);
@@ -454,14 +473,17 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   if (!comm->block_offset || !comm->block_length)
     return init_failed(comm, hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory"));
 
-  /* A job of one rank needs nobody: no server, no transport. */
-  if (comm->size > 1) {
+  /* A job of one rank needs nobody: no server, no transport. A newcomer always joins one. */
+  if (comm->size > 1 || config->join_running) {
     result = join_job(comm, config);
     if (result == HOOP_OK) {
       char prefix[32];
       snprintf(prefix, sizeof prefix, "hoop rank %d", comm->rank);
       hoop__log_set_prefix(prefix);
       result = hoop__comm_connect_ring(comm);
+      /* A newcomer's generation is checked with a barrier, as its members' (core/shrink.c). */
+      if (result == HOOP_OK && comm->generation > 0)
+        result = hoop_barrier(comm);
     }
     if (result != HOOP_OK)
       return init_failed(comm, result);

@@ -11,6 +11,9 @@ static const hoop__env_var env_table[] = {
     {"HOOP_SIZE", "", "number of ranks in the job"},
     {"HOOP_RANK", "",
      "this process's rank; unset lets the server assign ranks, contiguous per host"},
+    {"HOOP_JOIN", "0",
+     "1: this process is a newcomer: it joins the running job HOOP_JOB at the job's next "
+     "generation (hoop_comm_grow), as hooprun --max-np starts replacements; HOOP_RANK is ignored"},
     {"HOOP_RDZV_SERVE", "0",
      "1: this process hosts the rendezvous server for its job on the "
      "HOOP_RENDEZVOUS port (set it on rank 0 only)"},

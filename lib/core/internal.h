@@ -35,7 +35,8 @@ struct pollfd;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
-  uint32_t generation; /* shrinks since the job's first table (hoop_comm_shrink) */
+  uint32_t generation;  /* shrinks since the job's first table (hoop_comm_shrink) */
+  atomic_int newcomers; /* newcomers waiting, as the rendezvous server last said (PENDING) */
   char job[HOOP__WIRE_MAX_JOB + 1];
   char rendezvous[HOOP__WIRE_MAX_HOST + 8];
   double timeout_s;

@@ -197,6 +197,7 @@ hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__la
       (result = env_int(comm, "HOOP_RANK", 0, HOOP__WIRE_MAX_RANKS - 1, &config->rank)) !=
           HOOP_OK ||
       (result = env_int(comm, "HOOP_RDZV_SERVE", 0, 1, &config->serve_rendezvous)) != HOOP_OK ||
+      (result = env_int(comm, "HOOP_JOIN", 0, 1, &config->join_running)) != HOOP_OK ||
       (result = env_int(comm, "HOOP_TCP_STREAMS", 1, HOOP__MAX_STREAMS, &config->tcp_streams)) !=
           HOOP_OK)
     return result;

@@ -93,8 +93,11 @@ static hoop_result attempt(const hoop_comm *base, hoop_comm *cur, double deadlin
     return hoop__set_error(cur, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
   copy_settings(n, base);
   n->generation = cur->generation + 1;
-  /* The transports size their queues by the job at listen: the old size bounds the new one. */
-  n->size = cur->size;
+  /* The transports size their queues by the job at listen: the old size and the newcomers known
+   * to wait bound the new one. */
+  n->size = cur->size + atomic_load(&cur->newcomers);
+  if (n->size > HOOP__WIRE_MAX_RANKS)
+    n->size = HOOP__WIRE_MAX_RANKS;
   n->rank = cur->rank;
   struct sockaddr_storage server;
   socklen_t server_len;
@@ -151,19 +154,18 @@ static hoop_result shrink_alone(hoop_comm *comm, hoop_comm **newcomm) {
   return HOOP_OK;
 }
 
-static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm) {
+static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm, const char *call, int grow) {
   if (comm->size == 1 && comm->rdzv_fd < 0)
     return shrink_alone(comm, newcomm);
   if (comm->rdzv_fd < 0)
     return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
-                           "hoop_comm_shrink: this rank has no rendezvous connection left (the "
-                           "server closed it, was lost with the rank hosting it, or a shrink "
-                           "already took it), and the survivors agree through it");
+                           "%s: this rank has no rendezvous connection left (the server closed "
+                           "it, was lost with the rank hosting it, or a shrink already took it), "
+                           "and the ranks agree through it",
+                           call);
   if (!comm->failed)
-    hoop__fail(comm, HOOP_ERR_ABORTED,
-               "hoop_comm_shrink: rank %d retired this communicator to go on without failed "
-               "ranks",
-               comm->rank);
+    hoop__fail(comm, HOOP_ERR_ABORTED, "%s: rank %d retired this communicator to %s", call,
+               comm->rank, grow ? "take in newcomers" : "go on without failed ranks");
   double deadline = hoop__now() + comm->timeout_s;
   hoop_comm *cur = comm;
   hoop_result result;
@@ -181,7 +183,7 @@ static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm) {
       hoop__set_error(comm, result, "%s", failed->last_error);
     if (!next || hoop__now() >= deadline) {
       if (next) {
-        HOOP__WARN(HOOP_SUBSYS_INIT, "hoop_comm_shrink: giving up: %s", next->last_error);
+        HOOP__WARN(HOOP_SUBSYS_INIT, "%s: giving up: %s", call, next->last_error);
         hoop_finalize(next);
       }
       if (cur != comm)
@@ -205,15 +207,36 @@ static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm) {
   return result;
 }
 
-hoop_result hoop_comm_shrink(hoop_comm *comm, hoop_comm **newcomm) {
+static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const char *call,
+                                   int grow) {
   if (!newcomm)
-    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_comm_shrink: newcomm is NULL")
+    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: newcomm is NULL", call)
                 : HOOP_ERR_INVALID_ARG;
   *newcomm = NULL;
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
   pthread_mutex_lock(&comm->call_lock);
-  hoop_result result = shrink_locked(comm, newcomm);
+  hoop_result result = shrink_locked(comm, newcomm, call, grow);
   pthread_mutex_unlock(&comm->call_lock);
   return result;
+}
+
+hoop_result hoop_comm_shrink(hoop_comm *comm, hoop_comm **newcomm) {
+  return next_generation(comm, newcomm, "hoop_comm_shrink", 0);
+}
+
+hoop_result hoop_comm_grow(hoop_comm *comm, hoop_comm **newcomm) {
+  return next_generation(comm, newcomm, "hoop_comm_grow", 1);
+}
+
+int hoop_comm_newcomers(hoop_comm *comm) {
+  if (!comm)
+    return 0;
+  /* Read what the server sent, unless a call is running (it reads it itself). */
+  if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+    if (!comm->failed)
+      hoop__rendezvous_check(comm);
+    pthread_mutex_unlock(&comm->call_lock);
+  }
+  return atomic_load(&comm->newcomers);
 }

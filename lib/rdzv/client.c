@@ -265,6 +265,16 @@ static hoop_result take_messages(hoop_comm *comm) {
     if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE + header.length))
       return HOOP_OK;
     hoop__notice notice;
+    uint32_t newcomers;
+    if (rc == 0 && header.type == HOOP_MSG_PENDING &&
+        hoop__wire_decode_pending(comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, header.length,
+                                  &newcomers) == 0) {
+      atomic_store(&comm->newcomers, newcomers > INT32_MAX ? INT32_MAX : (int)newcomers);
+      size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
+      memmove(comm->rdzv_in, comm->rdzv_in + total, comm->rdzv_inlen - total);
+      comm->rdzv_inlen -= total;
+      continue;
+    }
     if (rc == 0 && header.type == HOOP_MSG_ERROR) {
       /* Left out of a shrink by the other ranks: this communicator is over. */
       char err[HOOP__WIRE_MAX_MESSAGE + 256];
@@ -387,7 +397,8 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
               : strerror(failure));
     }
     hoop_result result = HOOP_OK;
-    if (header.type == HOOP_MSG_NOTICE) { /* about the old generation: known already */
+    /* NOTICEs are about the old generation, known already; PENDING counts are taken in. */
+    if (header.type == HOOP_MSG_NOTICE || header.type == HOOP_MSG_PENDING) {
       free(payload);
       continue;
     }

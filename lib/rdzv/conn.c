@@ -141,6 +141,8 @@ void hoop__rdzv_client_close(rdzv_client *client) {
   client->closing = 1;
   hoop__rdzv_server *server = client->server;
   HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the connection from %s", client->peer);
+  if (client->pending_job)
+    hoop__rdzv_newcomer_left(client);
   if (client->job && client->job->running)
     hoop__rdzv_job_member_left(client->job, client);
   else if (client->job)
@@ -189,7 +191,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     hoop__rdzv_client_close(client); /* a member leaves its job here */
     return;
   }
-  if (client->job && !client->job->running) {
+  if ((client->job && !client->job->running) || client->pending_job) {
     hoop__rdzv_refuse_malformed(client, "bytes after its HELLO");
     return;
   }

@@ -114,6 +114,7 @@ static void on_job_closed(uv_handle_t *handle) {
   free(job->members);
   free(job->taken);
   free(job->accused);
+  free(job->newcomers);
   free(job);
   hoop__rdzv_handle_closed(server);
 }
@@ -124,6 +125,7 @@ void hoop__rdzv_job_forget(rdzv_job *job) {
   if (job->forgotten)
     return;
   job->forgotten = 1;
+  hoop__rdzv_newcomers_drop(job);
   for (uint32_t i = 0; i < job->joined; i++)
     job->members[i]->job = NULL;
   job->joined = 0;

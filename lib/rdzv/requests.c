@@ -95,6 +95,17 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t
 static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
   if (!proof_ok(client, hello, hello->proof, hello->proof_len))
     return;
+  if (hello->rank == HOOP__HELLO_NEWCOMER) {
+    hoop__rdzv_newcomer_hello(client, hello);
+    return;
+  }
+  if (client->server->once_over) {
+    hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
+                          "this rendezvous server served its one job and takes only newcomers "
+                          "to it now; job '%s' refused",
+                          hello->job);
+    return;
+  }
   rdzv_job *job = job_for_hello(client, hello);
   if (!job)
     return;

@@ -50,7 +50,7 @@ static void stop_listening(hoop__rdzv_server *server) {
 void hoop__rdzv_check_once_done(hoop__rdzv_server *server) {
   if (!server->once_over || server->done_called || server->closing)
     return;
-  if (server->listening) {
+  if (server->listening && !(server->elastic && server->nrunning > 0)) {
     HOOP__INFO(HOOP_SUBSYS_RDZV, "served its one job; no longer listening on %s", server->where);
     stop_listening(server);
     for (rdzv_client *client = server->clients, *next; client; client = next) {
@@ -106,6 +106,7 @@ static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *opt
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
   server->keepalive_s = options->keepalive_s > 0 ? options->keepalive_s : DEFAULT_KEEPALIVE_S;
   server->once = options->once;
+  server->elastic = options->elastic;
   snprintf(server->token, sizeof server->token, "%s", options->token ? options->token : "");
   server->on_done = options->on_done;
   server->arg = options->arg;

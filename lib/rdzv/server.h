@@ -27,6 +27,8 @@ typedef struct hoop__rdzv_options {
   const char *token;          /* NULL or "": admit anyone; else every request must prove it
                                  (HMAC-SHA256 over a per-connection challenge). Copied. */
   int once;                   /* 1: stop listening after the first job completes or fails */
+  int elastic;                /* with once: go on listening while that job runs, for newcomers
+                                 to it alone (HOOP__HELLO_NEWCOMER) */
   void (*on_done)(void *arg); /* with once: called when that job is over and its replies flushed */
   void *arg;
 } hoop__rdzv_options;

@@ -40,13 +40,14 @@ struct rdzv_client {
   hoop__hello hello; /* the HELLO, once joined */
   int open_handles;  /* of tcp and timer; freed when both are closed */
   int closing;
-  int replying;     /* a reply is on its way; the connection closes once it is written */
-  uint32_t rank;    /* a member of a running job: its rank in the table */
-  int said_goodbye; /* a member sent BYE or ABORT: its connection closing is no loss */
-  int unanswered;   /* its host stopped answering keepalive probes */
-  int keepalive_s;  /* how long its host may stop answering before it is dropped */
-  int has_table;    /* its TABLE is on its way: NOTICEs may follow it */
-  int shrink_asked; /* it sent SHRINK for the job's current generation (rdzv/shrink.c) */
+  int replying;          /* a reply is on its way; the connection closes once it is written */
+  uint32_t rank;         /* a member of a running job: its rank in the table */
+  int said_goodbye;      /* a member sent BYE or ABORT: its connection closing is no loss */
+  int unanswered;        /* its host stopped answering keepalive probes */
+  int keepalive_s;       /* how long its host may stop answering before it is dropped */
+  int has_table;         /* its TABLE is on its way: NOTICEs may follow it */
+  int shrink_asked;      /* it sent SHRINK for the job's current generation (rdzv/shrink.c) */
+  rdzv_job *pending_job; /* a newcomer: the running job it waits to join */
   char shrink_addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach it in the next generation */
   uint8_t challenge[HOOP__WIRE_CHALLENGE];   /* sent first; a request's proof is over it */
   char peer[64];
@@ -64,15 +65,17 @@ struct rdzv_job {
   uint64_t created_ms;   /* loop time of the first HELLO */
   rdzv_client **members; /* joined, in order of arrival */
   uint32_t joined, capacity;
-  uint32_t nrequested;    /* members that asked for a rank */
-  uint8_t *taken;         /* bitmap of ranks held by members */
-  int running;            /* the table went out; members listed are those still connected */
-  uint32_t generation;    /* tables sent since the first (each shrink makes one) */
-  int shrinking;          /* a member asked to shrink; the next generation is being gathered */
-  int shrink_grace_over;  /* members named as failed are no longer waited for */
-  uint64_t shrink_due_ms; /* loop time at which members still silent are left out */
-  uint8_t *accused;       /* size bits: ranks some SHRINK named as failed */
-  int forgotten;          /* job_forget ran; freed once its timer has closed */
+  uint32_t nrequested;     /* members that asked for a rank */
+  uint8_t *taken;          /* bitmap of ranks held by members */
+  int running;             /* the table went out; members listed are those still connected */
+  uint32_t generation;     /* tables sent since the first (each shrink makes one) */
+  int shrinking;           /* a member asked to shrink; the next generation is being gathered */
+  int shrink_grace_over;   /* members named as failed are no longer waited for */
+  uint64_t shrink_due_ms;  /* loop time at which members still silent are left out */
+  uint8_t *accused;        /* size bits: ranks some SHRINK named as failed */
+  rdzv_client **newcomers; /* waiting to join the next generation, in order of arrival */
+  uint32_t nnewcomers, newcomers_capacity;
+  int forgotten; /* job_forget ran; freed once its timer has closed */
 };
 
 struct hoop__rdzv_server {
@@ -87,6 +90,7 @@ struct hoop__rdzv_server {
   uint64_t idle_ms;
   int keepalive_s;
   int once, once_over, done_called;
+  int elastic;                     /* with once: newcomers to the running job are still taken */
   char token[HOOP__MAX_TOKEN + 1]; /* "" when requests need no proof */
   void (*on_done)(void *arg);
   void *arg;
@@ -162,6 +166,12 @@ void hoop__rdzv_member_refuse(rdzv_client *client, const char *what);
 void hoop__rdzv_shrink_request(rdzv_client *client, const hoop__shrink_msg *msg);
 /* A member left a running job that is gathering its next generation: look again. */
 void hoop__rdzv_shrink_member_left(rdzv_job *job);
+/* A HELLO with HOOP__HELLO_NEWCOMER (its proof checked): wait for the running job's next
+ * generation. */
+void hoop__rdzv_newcomer_hello(rdzv_client *client, const hoop__hello *hello);
+/* A waiting newcomer's connection closes, or its job is forgotten (the newcomer is told). */
+void hoop__rdzv_newcomer_left(rdzv_client *client);
+void hoop__rdzv_newcomers_drop(rdzv_job *job);
 
 /* ---- conn.c: clients' connections and the replies sent on them ------------------------------- */
 void hoop__rdzv_shared_table_release(shared_table *shared);

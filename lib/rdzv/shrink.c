@@ -6,7 +6,12 @@
  * not cut off by a race; a member that some SHRINK names as failed (the rank a survivor timed out
  * on, or lost) only for a short grace, so that a stopped process costs seconds, not the timeout.
  * A member that closes its connection meanwhile is not waited for. Members that did not ask in
- * time are left out: told with an ERROR and closed, their closing no loss to the others. */
+ * time are left out: told with an ERROR and closed, their closing no loss to the others.
+ *
+ * Newcomers (a HELLO with HOOP__HELLO_NEWCOMER, for a job that runs) wait here; every member is
+ * told how many wait (PENDING), and the next generation takes them after the members, in order of
+ * arrival: the members make one with hoop_comm_grow when they see newcomers, or a shrink takes
+ * them along. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +55,10 @@ static void shrink_end(rdzv_job *job) {
 
 /* The table of the askers (in[0..n), sorted by their old ranks), encoded once; NULL when out of
  * memory or randomness. */
-static shared_table *next_table(rdzv_client **in, uint32_t n) {
+static shared_table *next_table(rdzv_client **in, uint32_t n, uint32_t generation) {
   member_slot *slots = calloc(n, sizeof *slots);
   member_slot **pointers = calloc(n, sizeof *pointers);
-  hoop__table table = {.size = n, .rank = 0};
+  hoop__table table = {.size = n, .rank = 0, .generation = generation};
   table.peers = calloc(n, sizeof *table.peers);
   shared_table *shared = calloc(1, sizeof *shared);
   int ok = slots && pointers && table.peers && shared &&
@@ -91,10 +96,127 @@ static void list_ranks(rdzv_client **out, uint32_t n, char *text, size_t len) {
     snprintf(text, len, "none");
 }
 
+/* Write msg to a member on its kept connection; -1 if the write could not start. */
+static int send_kept(rdzv_client *member, const hoop__wbuf *msg) {
+  rdzv_reply *reply = calloc(1, sizeof *reply);
+  if (!reply)
+    return -1;
+  hoop__buf_append(&reply->message, msg->data, msg->len);
+  if (reply->message.failed) {
+    hoop__rdzv_reply_free(reply);
+    return -1;
+  }
+  reply->client = member;
+  reply->keep_open = 1;
+  uv_buf_t buf = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
+  if (uv_write(&reply->req, (uv_stream_t *)&member->tcp, &buf, 1, hoop__rdzv_on_written) != 0) {
+    hoop__rdzv_reply_free(reply);
+    return -1;
+  }
+  member->server->pending_writes++;
+  return 0;
+}
+
+/* Tell every member how many newcomers wait. A member whose write fails is closed afterwards. */
+static void tell_pending(rdzv_job *job) {
+  hoop__wbuf msg = {0};
+  uint32_t count = job->joined, nfailed = 0;
+  rdzv_client **failed = malloc((count ? count : 1) * sizeof *failed);
+  if (!failed || hoop__wire_encode_pending(&msg, job->nnewcomers) != 0) {
+    HOOP__WARN(HOOP_SUBSYS_RDZV, "job '%s': out of memory telling of newcomers", job->id);
+    free(failed);
+    hoop__wbuf_free(&msg);
+    return;
+  }
+  for (uint32_t i = 0; i < count; i++) {
+    rdzv_client *member = job->members[i];
+    if (member->said_goodbye || !member->has_table || member->closing)
+      continue;
+    if (send_kept(member, &msg) != 0)
+      failed[nfailed++] = member;
+  }
+  hoop__wbuf_free(&msg);
+  for (uint32_t i = 0; i < nfailed; i++)
+    hoop__rdzv_client_close(failed[i]);
+  free(failed);
+}
+
+static rdzv_job *running_job(const hoop__rdzv_server *server, const char *id) {
+  for (rdzv_job *job = server->jobs; job; job = job->next)
+    if (job->running && !job->forgotten && strcmp(job->id, id) == 0)
+      return job;
+  return NULL;
+}
+
+void hoop__rdzv_newcomer_hello(rdzv_client *client, const hoop__hello *hello) {
+  rdzv_job *job = running_job(client->server, hello->job);
+  if (!job) {
+    hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
+                          "no job '%s' is running here for a newcomer to join (newcomers join a "
+                          "running job at its next generation: hoop_comm_grow, hooprun --max-np)",
+                          hello->job);
+    return;
+  }
+  if (job->nnewcomers == job->newcomers_capacity) {
+    uint32_t capacity = job->newcomers_capacity ? 2 * job->newcomers_capacity : 4;
+    rdzv_client **grown = realloc(job->newcomers, capacity * sizeof *grown);
+    if (!grown) {
+      hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM, "rendezvous server: out of memory");
+      return;
+    }
+    job->newcomers = grown;
+    job->newcomers_capacity = capacity;
+  }
+  job->newcomers[job->nnewcomers++] = client;
+  client->pending_job = job;
+  client->hello = *hello;
+  snprintf(client->shrink_addr, sizeof client->shrink_addr, "%s", hello->addr);
+  uv_timer_stop(&client->timer); /* it waits for the members, however long that takes */
+  uint32_t own_s = hello->timeout_ms / 1000 + (hello->timeout_ms % 1000 != 0);
+  if (own_s > (uint32_t)client->keepalive_s)
+    hoop__rdzv_keep_alive(client, own_s > KEEPALIVE_MAX_S ? KEEPALIVE_MAX_S : (int)own_s);
+  HOOP__INFO(HOOP_SUBSYS_RDZV,
+             "job '%s': a newcomer from host '%s' (%s) waits for generation %u (%u waiting)",
+             job->id, hello->host, client->peer, job->generation + 1, job->nnewcomers);
+  tell_pending(job);
+}
+
+void hoop__rdzv_newcomer_left(rdzv_client *client) {
+  rdzv_job *job = client->pending_job;
+  client->pending_job = NULL;
+  uint32_t i = 0;
+  while (i < job->nnewcomers && job->newcomers[i] != client)
+    i++;
+  if (i == job->nnewcomers)
+    return;
+  memmove(&job->newcomers[i], &job->newcomers[i + 1],
+          (job->nnewcomers - i - 1) * sizeof *job->newcomers);
+  job->nnewcomers--;
+  if (job->server->closing || job->forgotten)
+    return;
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s': a newcomer (%s) left before it was taken", job->id,
+             client->peer);
+  tell_pending(job);
+}
+
+void hoop__rdzv_newcomers_drop(rdzv_job *job) {
+  uint32_t count = job->nnewcomers;
+  rdzv_client **newcomers = job->newcomers;
+  job->newcomers = NULL;
+  job->nnewcomers = job->newcomers_capacity = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    newcomers[i]->pending_job = NULL;
+    if (!job->server->closing)
+      hoop__rdzv_send_error(newcomers[i], HOOP_ERR_PEER_LOST,
+                            "job '%s' ended before it took its newcomers", job->id);
+  }
+  free(newcomers);
+}
+
 static void shrink_complete(rdzv_job *job) {
   hoop__rdzv_server *server = job->server;
-  uint32_t count = job->joined, nin = 0, nout = 0;
-  rdzv_client **in = malloc((count ? count : 1) * sizeof *in);
+  uint32_t count = job->joined, nin = 0, nout = 0, nnew = job->nnewcomers;
+  rdzv_client **in = malloc((count + nnew ? count + nnew : 1) * sizeof *in);
   rdzv_client **out = malloc((count ? count : 1) * sizeof *out);
   for (uint32_t i = 0; in && out && i < count; i++) {
     if (job->members[i]->shrink_asked)
@@ -110,10 +232,21 @@ static void shrink_complete(rdzv_job *job) {
     return;
   }
   qsort(in, nin, sizeof *in, by_rank);
-  shared_table *shared = in && out ? next_table(in, nin) : NULL;
+  uint32_t nmembers = nin;
+  rdzv_client **members = realloc(job->members, (count + nnew) * sizeof *members);
+  if (members) {
+    job->members = members;
+    job->capacity = count + nnew;
+    for (uint32_t i = 0; i < nnew; i++) /* newcomers go after the members */
+      in[nin++] = job->newcomers[i];
+  } else {
+    nnew = 0;
+  }
+  shared_table *shared = in && out ? next_table(in, nin, generation) : NULL;
   if (!shared) {
     HOOP__ERROR(HOOP_SUBSYS_RDZV, "job '%s': out of memory building generation %u", job->id,
                 generation);
+    nin = nmembers; /* the newcomers wait on */
     for (uint32_t i = 0; i < nin; i++)
       hoop__rdzv_send_error(in[i], HOOP_ERR_SYSTEM,
                             "rendezvous server: cannot build generation %u of job '%s' (out of "
@@ -125,8 +258,9 @@ static void shrink_complete(rdzv_job *job) {
   }
   char left_out[256];
   list_ranks(out, nout, left_out, sizeof left_out);
-  HOOP__INFO(HOOP_SUBSYS_RDZV, "job '%s': generation %u has %u of %u ranks; left out: %s", job->id,
-             generation, nin, old_size, left_out);
+  HOOP__INFO(HOOP_SUBSYS_RDZV,
+             "job '%s': generation %u has %u ranks: %u of %u members, %u newcomers; left out: %s",
+             job->id, generation, nin, nmembers, old_size, nnew, left_out);
   /* Those left out leave the job first, so that their closing reads as no loss. */
   for (uint32_t i = 0; i < nout; i++) {
     rdzv_client *member = out[i];
@@ -142,6 +276,16 @@ static void shrink_complete(rdzv_job *job) {
                             "job '%s': rank %u was left out of generation %u: the other ranks "
                             "took it for failed and it did not ask to go on with them in time",
                             job->id, member->rank, generation);
+  }
+  /* The newcomers taken become members. */
+  for (uint32_t i = nmembers; i < nin; i++) {
+    in[i]->pending_job = NULL;
+    in[i]->job = job;
+    job->members[job->joined++] = in[i];
+  }
+  if (nnew) {
+    memmove(job->newcomers, job->newcomers + nnew, (job->nnewcomers - nnew) * sizeof *in);
+    job->nnewcomers -= nnew;
   }
   job->generation = generation;
   job->size = nin;

@@ -2,10 +2,11 @@
  * with bounds checked on both sides so that a decoder is safe on any input at all.
  *
  * Payload layouts (after the 12-byte header; str = u16 length + bytes, blob likewise):
- *   HELLO       str job, u32 size, i32 rank (-1: any), u32 timeout_ms, str host, str addr,
- *               blob proof
+ *   HELLO       str job, u32 size, i32 rank (-1: any, -2: a newcomer), u32 timeout_ms, str host,
+ *               str addr, blob proof
  *   TABLE       u32 size, u32 rank, u8 nonce[16],
- *               then size x {str host, str addr, u32 local_rank, u32 local_size}
+ *               then size x {str host, str addr, u32 local_rank, u32 local_size},
+ *               then u32 generation when it is not 0 (a table after a shrink or growth)
  *               (the receiver's rank is the u32 at payload offset 4: the server encodes the table
  *               once and patches that field per member)
  *   ERROR       u32 code (a hoop_result, not 0), str message
@@ -19,6 +20,7 @@
  *   NOTICE      u32 code (a hoop_result, not 0), u32 origin rank, str message
  *   SHRINK      u32 generation, u32 rank, u32 timeout_ms, u32 flags, str addr,
  *               u32 naccused, naccused x u32 rank
+ *   PENDING     u32 newcomers waiting
  */
 #include "rdzv/wire.h"
 #include "util/be.h"
@@ -82,7 +84,7 @@ int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
   long host = field_len(msg->host, sizeof msg->host, HOOP__WIRE_MAX_HOST);
   long addr = field_len(msg->addr, sizeof msg->addr, HOOP__WIRE_MAX_ADDR);
   if (job < 0 || host < 0 || addr < 0 || msg->size == 0 || msg->size > HOOP__WIRE_MAX_RANKS ||
-      msg->rank < -1 || (msg->rank >= 0 && (uint32_t)msg->rank >= msg->size) ||
+      msg->rank < HOOP__HELLO_NEWCOMER || (msg->rank >= 0 && (uint32_t)msg->rank >= msg->size) ||
       msg->proof_len > HOOP__WIRE_MAX_PROOF)
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_HELLO);
@@ -120,6 +122,8 @@ int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg) {
     put_u32(wb, peer->local_rank);
     put_u32(wb, peer->local_size);
   }
+  if (msg->generation)
+    put_u32(wb, msg->generation);
   return finish_message(wb, start);
 }
 
@@ -349,7 +353,7 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
   get_str(&in, out->addr, HOOP__WIRE_MAX_ADDR);
   out->proof_len = get_proof(&in, out->proof);
   if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP__WIRE_MAX_RANKS ||
-      out->rank < -1 || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
+      out->rank < HOOP__HELLO_NEWCOMER || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
     return -1;
   return 0;
 }
@@ -382,7 +386,10 @@ int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out
     return -1;
   for (uint32_t i = 0; i < size && !in.bad; i++)
     get_peer_entry(&in, &peers[i], size);
-  if (reader_done(&in) != 0) {
+  /* A generation is sent only when it is not 0, so a 0 there is malformed. */
+  int has_generation = !in.bad && in.left == 4;
+  uint32_t generation = has_generation ? get_u32(&in) : 0;
+  if (reader_done(&in) != 0 || (has_generation && generation == 0)) {
     free(peers);
     return -1;
   }
@@ -390,6 +397,7 @@ int hoop__wire_decode_table(const uint8_t *payload, size_t len, hoop__table *out
   out->rank = rank;
   memcpy(out->nonce, nonce, HOOP__WIRE_NONCE);
   out->peers = peers;
+  out->generation = generation;
   return 0;
 }
 
@@ -510,6 +518,18 @@ int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_ms
   for (uint32_t i = 0; i < out->naccused; i++)
     out->accused[i] = get_u32(&in);
   return reader_done(&in) != 0 || !shrink_valid(out) ? -1 : 0;
+}
+
+int hoop__wire_encode_pending(hoop__wbuf *wb, uint32_t newcomers) {
+  size_t start = begin_message(wb, HOOP_MSG_PENDING);
+  put_u32(wb, newcomers);
+  return finish_message(wb, start);
+}
+
+int hoop__wire_decode_pending(const uint8_t *payload, size_t len, uint32_t *newcomers) {
+  reader in = {payload, len, 0};
+  *newcomers = get_u32(&in);
+  return reader_done(&in);
 }
 
 void hoop__table_free(hoop__table *table) {

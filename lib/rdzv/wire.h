@@ -55,7 +55,12 @@
  * (a member some SHRINK names as failed only for a short grace, anyone at most for the timeout
  * the SHRINKs carry), then sends each member that asked a TABLE of the next generation: the
  * askers only, dense ranks in their old order, their new addresses. Members left out get an
- * ERROR and are closed; the others keep their connections, now members of the new generation. */
+ * ERROR and are closed; the others keep their connections, now members of the new generation.
+ *
+ * A newcomer (a HELLO with rank HOOP__HELLO_NEWCOMER) joins a job that is running: the server
+ * holds it, tells the members how many newcomers wait (PENDING), and puts it in the next
+ * generation, after the members (hoop_comm_grow, or a shrink). A table after the first carries
+ * its generation number at its end. */
 typedef enum hoop__msg_type {
   HOOP_MSG_HELLO = 1,      /* client -> server: join a job */
   HOOP_MSG_TABLE = 2,      /* server -> client: the job is complete; here is the rank table */
@@ -66,9 +71,10 @@ typedef enum hoop__msg_type {
   HOOP_MSG_ABORT = 7,      /* member -> server, after its TABLE: it aborts, tell the others */
   HOOP_MSG_BYE = 8,        /* member -> server: it finalized; its connection closing is no loss */
   HOOP_MSG_NOTICE = 9,     /* server -> member: another member aborted or was lost */
-  HOOP_MSG_SHRINK = 10     /* member -> server: join the next generation of the job's survivors */
+  HOOP_MSG_SHRINK = 10,    /* member -> server: join the next generation of the job's survivors */
+  HOOP_MSG_PENDING = 11    /* server -> member: newcomers wait to join the next generation */
 } hoop__msg_type;
-#define HOOP__MSG_LAST HOOP_MSG_SHRINK
+#define HOOP__MSG_LAST HOOP_MSG_PENDING
 
 /* CHALLENGE flags. */
 #define HOOP__CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
@@ -80,10 +86,13 @@ typedef struct hoop__wire_header {
   uint32_t length;
 } hoop__wire_header;
 
+/* hello.rank of a newcomer to a running job (its size is ignored: send 1). */
+#define HOOP__HELLO_NEWCOMER (-2)
+
 typedef struct hoop__hello {
   char job[HOOP__WIRE_MAX_JOB + 1];
   uint32_t size;       /* world size, 1..HOOP__WIRE_MAX_RANKS */
-  int32_t rank;        /* requested rank in [0, size), or -1 */
+  int32_t rank;        /* requested rank in [0, size), -1, or HOOP__HELLO_NEWCOMER */
   uint32_t timeout_ms; /* how long this rank waits; the server times the job out after it */
   char host[HOOP__WIRE_MAX_HOST + 1];
   char addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach this rank's transport */
@@ -113,6 +122,7 @@ typedef struct hoop__table {
   uint32_t rank; /* the receiver's rank */
   uint8_t nonce[HOOP__WIRE_NONCE];
   hoop__peer_entry *peers; /* size entries; owned, free with hoop__table_free */
+  uint32_t generation;     /* 0 for the job's first table; sent only when not 0 */
 } hoop__table;
 
 typedef struct hoop__error_msg {
@@ -182,6 +192,7 @@ int hoop__wire_encode_abort(hoop__wbuf *wb, const hoop__abort_msg *msg);
 int hoop__wire_encode_bye(hoop__wbuf *wb);
 int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 int hoop__wire_encode_shrink(hoop__wbuf *wb, const hoop__shrink_msg *msg);
+int hoop__wire_encode_pending(hoop__wbuf *wb, uint32_t newcomers);
 
 /* Decode the first HOOP__WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -200,6 +211,7 @@ int hoop__wire_decode_abort(const uint8_t *payload, size_t len, hoop__abort_msg 
 int hoop__wire_decode_bye(const uint8_t *payload, size_t len); /* a BYE's payload is empty */
 int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *out);
 int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_msg *out);
+int hoop__wire_decode_pending(const uint8_t *payload, size_t len, uint32_t *newcomers);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

@@ -56,9 +56,9 @@ typedef struct run_result {
   char *output; /* everything the ranks printed, tagged by hooprun */
 } run_result;
 
-/* Run `hooprun -np np sgd args... --save-params WORKDIR/name`; the args end with NULL (a leading
- * "--min-np", "N" goes to hooprun). Return the exit status and fill *result (free it with
- * free_result). */
+/* Run `hooprun -np np sgd args... --save-params WORKDIR/name`; the args end with NULL (leading
+ * "--min-np", "N" and "--max-np", "M" go to hooprun). Return the exit status and fill *result (free
+ * it with free_result). */
 static int run_sgd_status(const char *name, int np, run_result *result, const char *const *args) {
   char hooprun[4096], sgd[4096], np_text[16], params[256], out[sizeof params + 8];
   snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
@@ -68,7 +68,8 @@ static int run_sgd_status(const char *name, int np, run_result *result, const ch
   snprintf(out, sizeof out, "%s.out", params);
   char *argv[64] = {hooprun, "-np", np_text, "--timeout", "60"};
   int argc = 5, i = 0;
-  if (args[0] && strcmp(args[0], "--min-np") == 0 && args[1]) {
+  while (args[i] && (strcmp(args[i], "--min-np") == 0 || strcmp(args[i], "--max-np") == 0) &&
+         args[i + 1]) {
     argv[argc++] = (char *)args[i++];
     argv[argc++] = (char *)args[i++];
   }
@@ -388,8 +389,8 @@ START_TEST(test_elastic_goes_on_without_a_lost_rank) {
   ck_assert_msg(code == 0, "elastic sgd: expected exit 0, got %d; output:\n%s", code,
                 elastic.output);
   ck_assert_msg(strstr(elastic.output, "the job goes on with 3 ranks (--min-np 2)") &&
-                    strstr(elastic.output, "lost 1 rank") &&
-                    strstr(elastic.output, "going on with 3 from epoch 2, step 35"),
+                    strstr(elastic.output, "lost a rank") &&
+                    strstr(elastic.output, "going on with 3 of 4 from epoch 2, step 35"),
                 "expected hooprun and rank 0 to report the loss and the place it resumed:\n%s",
                 elastic.output);
   ck_assert_msg(elastic.epochs == whole.epochs, "expected %d epoch lines, got %d:\n%s",
@@ -405,6 +406,28 @@ START_TEST(test_elastic_goes_on_without_a_lost_rank) {
   assert_ranks_identical("elastic", 3);
   free_result(&whole);
   free_result(&elastic);
+}
+END_TEST
+
+/* The same with a replacement (hooprun --max-np 4): it joins the survivors between two epochs, and
+ * the run ends with four bit-identical replicas again. */
+START_TEST(test_elastic_takes_in_a_replacement) {
+  run_result run;
+  int code =
+      run_sgd_status("grown", 4, &run,
+                     (const char *const[]){"--min-np", "2", "--max-np", "4", "--synthetic", "4096",
+                                           "--epochs", "8", "--hidden", "32", "--elastic",
+                                           "--fail-rank", "2", "--fail-step", "100", NULL});
+  ck_assert_msg(code == 0, "elastic sgd with a replacement: expected exit 0, got %d; output:\n%s",
+                code, run.output);
+  ck_assert_msg(strstr(run.output, "started a replacement for rank 2") &&
+                    (strstr(run.output, "took in 1 newcomer: going on with 4 ranks") ||
+                     strstr(run.output, "going on with 4 of 4")),
+                "expected the replacement to be started and taken in:\n%s", run.output);
+  ck_assert_int_eq(run.epochs, 8);
+  assert_learns(&run, 0.40, 80.0);
+  assert_ranks_identical("grown", 4);
+  free_result(&run);
 }
 END_TEST
 
@@ -444,6 +467,7 @@ static Suite *sgd_suite(void) {
   tcase_add_test(tc, test_idx_files);
   tcase_add_test(tc, test_idx_truncated_is_refused);
   tcase_add_test(tc, test_elastic_goes_on_without_a_lost_rank);
+  tcase_add_test(tc, test_elastic_takes_in_a_replacement);
   suite_add_tcase(s, tc);
   return s;
 }

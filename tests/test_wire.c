@@ -254,6 +254,59 @@ START_TEST(test_table_round_trip) {
 }
 END_TEST
 
+/* A table after a shrink or growth carries its generation at its end (4 bytes more); the first
+ * table has none, as before; a generation of 0 written out is malformed. PENDING {newcomers} and a
+ * newcomer's HELLO (rank -2) come back intact; rank -3 does not. */
+START_TEST(test_generation_pending_newcomer) {
+  hoop__table in, out;
+  hoop__wbuf plain = {0}, later = {0};
+  sample_table(&in, 3, 1);
+  ck_assert_int_eq(hoop__wire_encode_table(&plain, &in), 0);
+  in.generation = 7;
+  ck_assert_int_eq(hoop__wire_encode_table(&later, &in), 0);
+  ck_assert_uint_eq(later.len, plain.len + 4);
+  const uint8_t *payload = payload_of(&later, HOOP_MSG_TABLE);
+  size_t len = later.len - HOOP__WIRE_HEADER_SIZE;
+  ck_assert_int_eq(hoop__wire_decode_table(payload, len, &out), 0);
+  ck_assert_uint_eq(out.generation, 7);
+  hoop__table_free(&out);
+  ck_assert_int_eq(hoop__wire_decode_table(payload_of(&plain, HOOP_MSG_TABLE),
+                                           plain.len - HOOP__WIRE_HEADER_SIZE, &out),
+                   0);
+  ck_assert_uint_eq(out.generation, 0);
+  hoop__table_free(&out);
+  uint8_t zeroed[4096];
+  ck_assert_uint_le(len, sizeof zeroed);
+  memcpy(zeroed, payload, len);
+  memset(zeroed + len - 4, 0, 4);
+  ck_assert_int_eq(hoop__wire_decode_table(zeroed, len, &out), -1);
+  ck_assert_int_eq(hoop__wire_decode_table(payload, len - 2, &out), -1); /* half a generation */
+  free(in.peers);
+  hoop__wbuf_free(&plain);
+  hoop__wbuf_free(&later);
+
+  hoop__wbuf wb = {0};
+  uint32_t newcomers = 0;
+  ck_assert_int_eq(hoop__wire_encode_pending(&wb, 3), 0);
+  payload = payload_of(&wb, HOOP_MSG_PENDING);
+  ck_assert_int_eq(hoop__wire_decode_pending(payload, 4, &newcomers), 0);
+  ck_assert_uint_eq(newcomers, 3);
+  ck_assert_int_eq(hoop__wire_decode_pending(payload, 3, &newcomers), -1);
+  hoop__wbuf_free(&wb);
+
+  hoop__hello hello, back;
+  sample_hello(&hello, HOOP__HELLO_NEWCOMER);
+  ck_assert_int_eq(hoop__wire_encode_hello(&wb, &hello), 0);
+  payload = payload_of(&wb, HOOP_MSG_HELLO);
+  ck_assert_int_eq(hoop__wire_decode_hello(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &back), 0);
+  ck_assert_int_eq(back.rank, HOOP__HELLO_NEWCOMER);
+  hoop__wbuf_free(&wb);
+  hello.rank = -3;
+  ck_assert_int_eq(hoop__wire_encode_hello(&wb, &hello), -1);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
 START_TEST(test_error_round_trip) {
   hoop__error_msg in, out;
   hoop__wbuf wb = {0};
@@ -707,7 +760,8 @@ START_TEST(test_hello_rank_and_size_ranges) {
       {HELLO_RANK_AT, 7, 0, "rank 7 of 8"},
       {HELLO_RANK_AT, 0xffffffffu, 0, "rank -1 (any)"},
       {HELLO_RANK_AT, 8, -1, "rank 8 of 8"},
-      {HELLO_RANK_AT, 0xfffffffeu, -1, "rank -2"},
+      {HELLO_RANK_AT, 0xfffffffeu, 0, "rank -2 (a newcomer)"},
+      {HELLO_RANK_AT, 0xfffffffdu, -1, "rank -3"},
       {HELLO_RANK_AT, 0x80000000u, -1, "rank INT32_MIN"},
       {HELLO_SIZE_AT, 0, -1, "size 0"},
       {HELLO_SIZE_AT, HOOP__WIRE_MAX_RANKS + 1, -1, "size over HOOP_WIRE_MAX_RANKS"},
@@ -912,6 +966,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_challenge_round_trip);
   tcase_add_test(round, test_abort_and_notice_round_trip);
   tcase_add_test(round, test_shrink_round_trip);
+  tcase_add_test(round, test_generation_pending_newcomer);
   tcase_add_test(round, test_bye_is_empty);
   tcase_add_test(round, test_status_round_trip);
   tcase_add_test(round, test_status_hosts_must_add_up);

@@ -318,11 +318,12 @@ static void size_overlap_buffers(trainer *t) {
 /* Each rank draws its own initial weights (model_init seeds them with the rank); broadcasting rank
  * 0's makes every replica start from the same point. From then on identical averaged gradients
  * keep them identical, so this is the only time parameters travel. */
-static void build_model(trainer *t) {
+static void build_model(trainer *t, int newcomer) {
   if (model_init(&t->model, t->train.features, t->opt.hidden, (size_t)t->classes, t->opt.seed,
                  t->rank) != 0)
     fail(t, "no memory for the model");
-  for (int i = 0; i < t->model.ntensors; i++) {
+  /* A newcomer takes the running job's state instead (share_state). */
+  for (int i = 0; i < t->model.ntensors && !newcomer; i++) {
     tensor *p = &t->model.tensors[i];
     check(t, hoop_broadcast(t->comm, p->value, p->count, HOOP_FLOAT32, 0),
           "broadcasting parameters");
@@ -491,9 +492,14 @@ static size_t count_correct(trainer *t) {
 
 /* The epoch's figures are sums over ranks too: one allreduce gives every rank the mean training
  * loss and the test accuracy, so every rank prints the same numbers. */
-static hoop_result report_epoch(trainer *t, int epoch, double loss_sum, double seconds) {
-  double totals[3] = {loss_sum, (double)count_correct(t), (double)t->examples};
-  hoop_result result = hoop_allreduce(t->comm, totals, totals, 3, HOOP_FLOAT64, HOOP_SUM);
+/* With --elastic the same allreduce also counts the newcomers that each rank has heard of, so that
+ * all agree (*newcomers > 0) on taking them in after this epoch. */
+static hoop_result report_epoch(trainer *t, int epoch, double loss_sum, double seconds,
+                                int *newcomers) {
+  double totals[4] = {loss_sum, (double)count_correct(t), (double)t->examples,
+                      t->opt.elastic ? (double)hoop_comm_newcomers(t->comm) : 0.0};
+  hoop_result result = hoop_allreduce(t->comm, totals, totals, 4, HOOP_FLOAT64, HOOP_SUM);
+  *newcomers = result == HOOP_OK && totals[3] > 0;
   if (result != HOOP_OK || !t->printing)
     return result;
   printf("rank %d, epoch %d: loss %.4f", t->rank, epoch,
@@ -527,6 +533,18 @@ static hoop_result share_state(trainer *t, int *epoch, size_t *step) {
  * ends the job). With it, the survivors shrink the job to themselves, take rank 0's state and go
  * on from its place (*epoch, *step): each global batch is then divided among fewer ranks, so the
  * run trains the model that the full job would have, up to the lost step. */
+/* The communicator of the job's next generation replaces the old one. */
+static void adopt(trainer *t, hoop_comm *next) {
+  hoop_finalize(t->comm);
+  t->comm = next;
+  t->averager.comm = next;
+  t->rank = hoop_rank(next);
+  t->size = hoop_size(next);
+  t->printing = t->rank == 0 || t->opt.verbose;
+  t->shrunk = 1;
+  size_overlap_buffers(t);
+}
+
 static void recover(trainer *t, hoop_result result, const char *what, int *epoch, size_t *step) {
   if (!t->opt.elastic)
     check(t, result, what);
@@ -544,21 +562,33 @@ static void recover(trainer *t, hoop_result result, const char *what, int *epoch
       hoop_finalize(t->comm);
       exit(1);
     }
-    hoop_finalize(t->comm);
-    t->comm = next;
-    t->averager.comm = next;
-    t->rank = hoop_rank(next);
-    t->size = hoop_size(next);
-    t->printing = t->rank == 0 || t->opt.verbose;
-    t->shrunk = 1;
-    size_overlap_buffers(t);
+    adopt(t, next);
     what = "taking rank 0's state";
   } while ((result = share_state(t, epoch, step)) != HOOP_OK);
   if (t->printing)
-    printf("rank %d: lost %d rank%s (%s); going on with %d from epoch %d, step %zu, each batch "
-           "of %zu divided among them\n",
-           t->rank, was - t->size, was - t->size == 1 ? "" : "s", story, t->size, *epoch, *step,
-           t->opt.batch);
+    printf("rank %d: lost a rank (%s); going on with %d of %d from epoch %d, step %zu, each "
+           "batch of %zu divided among them\n",
+           t->rank, story, t->size, was, *epoch, *step, t->opt.batch);
+}
+
+/* --elastic, at the end of an epoch in which every rank heard of newcomers (replacements that
+ * hooprun --max-np started): make room for them, and give them rank 0's state and place. */
+static void take_newcomers(trainer *t, int *epoch, size_t *step) {
+  int was = t->size;
+  hoop_comm *next = NULL;
+  hoop_result result = hoop_comm_grow(t->comm, &next);
+  if (result != HOOP_OK) {
+    recover(t, result, "taking in newcomers", epoch, step);
+    return;
+  }
+  adopt(t, next);
+  if ((result = share_state(t, epoch, step)) != HOOP_OK) {
+    recover(t, result, "giving newcomers rank 0's state", epoch, step);
+    return;
+  }
+  if (t->printing)
+    printf("rank %d: took in %d newcomer%s: going on with %d ranks from epoch %d\n", t->rank,
+           t->size - was, t->size - was == 1 ? "" : "s", t->size, *epoch);
 }
 
 /* Where a step's time went on this rank. The time in allreduce includes waiting for the slowest
@@ -602,6 +632,13 @@ int main(int argc, char **argv) {
 
   /* Join the job that hooprun started (or a job of one, when started alone). */
   hoop_result result = hoop_init_from_env(&t.comm);
+  const char *join = getenv("HOOP_JOIN");
+  if (result == HOOP_ERR_PEER_LOST && join && strcmp(join, "1") == 0) {
+    /* A replacement that came after the run's last chance to take it in. */
+    printf("sgd: the run ended before it took in this newcomer: %s\n", hoop_last_error(t.comm));
+    hoop_finalize(t.comm);
+    return 0;
+  }
   if (result != HOOP_OK) {
     fprintf(stderr, "sgd: hoop_init: %s: %s\n", hoop_strerror(result), hoop_last_error(t.comm));
     hoop_finalize(t.comm);
@@ -611,22 +648,34 @@ int main(int argc, char **argv) {
   t.size = hoop_size(t.comm);
   t.printing = t.rank == 0 || t.opt.verbose;
 
+  /* A replacement started by hooprun --max-np joins a running job (its generation is not 0). */
+  int newcomer = hoop_comm_generation(t.comm) > 0;
   load_data(&t);
-  build_model(&t);
-  if (t.rank == 0)
+  build_model(&t, newcomer);
+  if (t.rank == 0 && !newcomer)
     print_plan(&t);
 
   int epoch = 1;
   size_t step = 0;
   double loss_sum = 0, start = now_seconds();
+  if (newcomer) {
+    t.shrunk = 1;
+    hoop_result shared = share_state(&t, &epoch, &step);
+    if (shared != HOOP_OK)
+      recover(&t, shared, "taking rank 0's state as a newcomer", &epoch, &step);
+    if (t.opt.verbose)
+      printf("rank %d: joined as a newcomer at epoch %d, step %zu\n", t.rank, epoch, step);
+  }
   while (epoch <= t.opt.epochs) {
     hoop_result done = train_epoch(&t, epoch, &step, &loss_sum);
-    int trained = done == HOOP_OK;
+    int trained = done == HOOP_OK, newcomers = 0;
     if (trained)
-      done = report_epoch(&t, epoch, loss_sum, start);
+      done = report_epoch(&t, epoch, loss_sum, start, &newcomers);
     if (done == HOOP_OK) {
       epoch++;
       step = 0;
+      if (newcomers && epoch <= t.opt.epochs)
+        take_newcomers(&t, &epoch, &step);
     } else {
       /* This rank's place: the step that failed, or the next epoch if only the report did. */
       int at = trained ? epoch + 1 : epoch;

@@ -58,6 +58,7 @@ typedef struct hooprun_options {
   const char *rendezvous; /* --rendezvous: an external hoopd's host:port, or NULL */
   const char *timeout;    /* --timeout as given, or NULL */
   int min_np;             /* --min-np: the job goes on while this many ranks run (0: np) */
+  int max_np;             /* --max-np: replacements start while fewer ranks run (0: none) */
   const char *job_id;     /* --job, or NULL for a generated id */
   const char **exports;   /* -x arguments, in order */
   int nexports;
@@ -86,6 +87,7 @@ typedef struct hooprun_rank {
   const hooprun_host *host; /* NULL without a host list */
   int pid;                  /* of the rank, or of the remote shell that runs it elsewhere */
   int running;
+  int newcomer; /* a replacement: it joins the running job (HOOP_JOIN=1) */
   char tag[24]; /* "[3] ", or "" with --no-tag-output */
   uv_process_t process;
   hooprun_output out;
@@ -102,10 +104,11 @@ typedef struct hooprun_job {
   hoop__rdzv_server *server;
   char rendezvous[HOOP__WIRE_MAX_HOST + 16]; /* host:port, as the ranks get it */
   char token[HOOP__MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
-  char launcher[128];  /* HOOP_LAUNCHER: who this hooprun is, so that its ranks end with it */
-  int master_port;     /* MASTER_PORT for PyTorch's env:// store on rank 0 (0: not chosen yet) */
-  hooprun_rank *ranks; /* options.np of them */
-  int running;         /* ranks started and not yet exited */
+  char launcher[128];   /* HOOP_LAUNCHER: who this hooprun is, so that its ranks end with it */
+  int master_port;      /* MASTER_PORT for PyTorch's env:// store on rank 0 (0: not chosen yet) */
+  hooprun_rank *ranks;  /* nslots of them used: options.np, then the replacements */
+  int nslots, capacity; /* capacity: options.np, twice that with --max-np */
+  int running;          /* ranks started and not yet exited */
   int outputs_open;
   int stopping; /* the job is being stopped; exit_code says why */
   int finished;
@@ -151,6 +154,8 @@ void hooprun_env_free(char **entries);
 
 /* spawn.c: starting the ranks. */
 void hooprun_start_ranks(hooprun_job *job);
+/* main.c: a rank's slot set up (index, host, tag, outputs). */
+void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host);
 
 /* policy.c: stopping and finishing the job. */
 void hooprun_job_stop(hooprun_job *job, int exit_code);

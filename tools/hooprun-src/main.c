@@ -54,19 +54,26 @@ static const hooprun_host *host_of_rank(const hooprun_options *options, int inde
   return NULL;
 }
 
+void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host) {
+  hooprun_rank *rank = &job->ranks[index];
+  memset(rank, 0, sizeof *rank);
+  rank->job = job;
+  rank->index = index;
+  rank->host = host;
+  if (job->options.tag_output)
+    snprintf(rank->tag, sizeof rank->tag, "[%d] ", index);
+  rank->out = (hooprun_output){.rank = rank, .sink = &job->stdout_sink, .name = "stdout"};
+  rank->err = (hooprun_output){.rank = rank, .sink = &job->stderr_sink, .name = "stderr"};
+}
+
+/* The slots never move (libuv holds their handles): room for the replacements is made now. */
 static void init_ranks(hooprun_job *job) {
-  job->ranks = hooprun_xrealloc(NULL, (size_t)job->options.np * sizeof *job->ranks);
-  memset(job->ranks, 0, (size_t)job->options.np * sizeof *job->ranks);
-  for (int i = 0; i < job->options.np; i++) {
-    hooprun_rank *rank = &job->ranks[i];
-    rank->job = job;
-    rank->index = i;
-    rank->host = host_of_rank(&job->options, i);
-    if (job->options.tag_output)
-      snprintf(rank->tag, sizeof rank->tag, "[%d] ", i);
-    rank->out = (hooprun_output){.rank = rank, .sink = &job->stdout_sink, .name = "stdout"};
-    rank->err = (hooprun_output){.rank = rank, .sink = &job->stderr_sink, .name = "stderr"};
-  }
+  job->capacity = job->options.max_np ? 2 * job->options.np : job->options.np;
+  job->ranks = hooprun_xrealloc(NULL, (size_t)job->capacity * sizeof *job->ranks);
+  memset(job->ranks, 0, (size_t)job->capacity * sizeof *job->ranks);
+  job->nslots = job->options.np;
+  for (int i = 0; i < job->options.np; i++)
+    hooprun_init_rank(job, i, host_of_rank(&job->options, i));
 }
 
 static int init_handles(hooprun_job *job) {
@@ -201,6 +208,7 @@ static int start_server(hooprun_job *job) {
                                            .token = job->token,
                                            .max_connections = max_connections(job),
                                            .once = 1,
+                                           .elastic = job->options.max_np > 0,
                                            .on_done = on_rendezvous_done,
                                            .arg = job};
   if (hoop__rdzv_server_start(&job->loop, &job->rdzv_options, &job->server, err, sizeof err) != 0) {

@@ -36,6 +36,10 @@ static const char help_text[] =
     "  --min-np N           elastic: a rank that fails does not stop the job while at least N\n"
     "                       ranks still run (the survivors go on, e.g. with hoop_comm_shrink);\n"
     "                       default: N = -np, every failure stops the job\n"
+    "  --max-np M           with --min-np: start a replacement on the host of a rank that\n"
+    "                       failed while fewer than M ranks run (at most -np replacements);\n"
+    "                       it joins the running job (HOOP_JOIN=1) when the others make\n"
+    "                       room for it with hoop_comm_grow\n"
     "  -x VAR               pass VAR on to the ranks (on this host they get it anyway)\n"
     "  -x VAR=VALUE         set VAR to VALUE for the ranks\n"
     "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
@@ -68,6 +72,7 @@ typedef enum option_id {
   OPT_RENDEZVOUS,
   OPT_TIMEOUT,
   OPT_MIN_NP,
+  OPT_MAX_NP,
   OPT_EXPORT,
   OPT_JOB,
   OPT_TAG,
@@ -89,6 +94,7 @@ static const struct {
     {{"--rendezvous"}, 1, OPT_RENDEZVOUS},
     {{"--timeout"}, 1, OPT_TIMEOUT},
     {{"--min-np"}, 1, OPT_MIN_NP},
+    {{"--max-np"}, 1, OPT_MAX_NP},
     {{"-x"}, 1, OPT_EXPORT},
     {{"--job"}, 1, OPT_JOB},
     {{"--tag-output"}, 0, OPT_TAG},
@@ -281,6 +287,12 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
                          HOOP__WIRE_MAX_RANKS);
     options->min_np = (int)np;
     return 0;
+  case OPT_MAX_NP:
+    if (hoop__parse_int(value, 1, HOOP__WIRE_MAX_RANKS, &np) != 0)
+      return usage_error(job, "--max-np: '%s' is not a number of ranks from 1 to %d", value,
+                         HOOP__WIRE_MAX_RANKS);
+    options->max_np = (int)np;
+    return 0;
   case OPT_EXPORT: return add_export(job, value);
   case OPT_JOB:
     if (value[0] == '\0' || strlen(value) > HOOP__WIRE_MAX_JOB)
@@ -337,6 +349,11 @@ int hooprun_parse_options(hooprun_job *job, int argc, char **argv) {
   if (job->options.min_np > job->options.np)
     return usage_error(job, "--min-np %d is more than the %d rank%s of the job",
                        job->options.min_np, job->options.np, job->options.np == 1 ? "" : "s");
+  if (job->options.max_np && !job->options.min_np)
+    return usage_error(job, "--max-np needs --min-np: without it, a failure stops the job");
+  if (job->options.max_np && job->options.max_np < job->options.np)
+    return usage_error(job, "--max-np %d is less than -np %d", job->options.max_np,
+                       job->options.np);
   if (i >= argc)
     return usage_error(job, "no program to run");
   job->options.command = argv + i;

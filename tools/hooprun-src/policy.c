@@ -20,7 +20,7 @@
 /* ---- stopping and finishing the job -------------------------------------------------------- */
 
 static void signal_ranks(hooprun_job *job, int signum) {
-  for (int i = 0; i < job->options.np; i++) {
+  for (int i = 0; i < job->nslots; i++) {
     hooprun_rank *rank = &job->ranks[i];
     if (!rank->running)
       continue;
@@ -55,7 +55,7 @@ void hooprun_job_stop(hooprun_job *job, int exit_code) {
 
 static void on_drain_over(uv_timer_t *timer) {
   hooprun_job *job = timer->data;
-  for (int i = 0; i < job->options.np; i++) {
+  for (int i = 0; i < job->nslots; i++) {
     hooprun_output *outputs[2] = {&job->ranks[i].out, &job->ranks[i].err};
     for (int k = 0; k < 2; k++) {
       if (!outputs[k]->open)

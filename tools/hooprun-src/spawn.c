@@ -160,6 +160,31 @@ static void describe_rank(hooprun_text *text, const hooprun_rank *rank) {
     hooprun_text_printf(text, "rank %d (pid %d)", rank->index, rank->pid);
 }
 
+static int spawn_rank(hooprun_job *job, hooprun_rank *rank);
+
+/* --max-np: a replacement for the rank that failed, on its host, in a slot of its own; it joins
+ * the running job at the survivors' next generation (hoop_comm_grow). */
+static void start_replacement(hooprun_job *job, const hooprun_rank *failed) {
+  if (job->nslots == job->capacity) {
+    hooprun_say(job, "no replacement for rank %d: %d replacements started, the most for -np %d",
+                failed->index, job->capacity - job->options.np, job->options.np);
+    return;
+  }
+  int index = job->nslots++;
+  hooprun_init_rank(job, index, failed->host);
+  hooprun_rank *rank = &job->ranks[index];
+  rank->newcomer = 1;
+  if (spawn_rank(job, rank) != 0) {
+    hooprun_say(job, "could not start a replacement for rank %d", failed->index);
+    return;
+  }
+  hooprun_say(job,
+              "started a replacement for rank %d as [%d] (pid %d)%s%s; it joins at the "
+              "others' next growth",
+              failed->index, index, rank->pid, rank->host ? " on " : "",
+              rank->host ? rank->host->name : "");
+}
+
 /* The first rank to fail is the cause, and the job stops; what exits after that was stopped. */
 static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_status,
                         int term_signal) {
@@ -176,6 +201,8 @@ static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_statu
                 job->running == 1 ? "" : "s", job->options.min_np);
     hooprun_text_printf(&job->lost_list, "%s%s", job->lost ? "; " : "", how.data);
     job->lost++;
+    if (job->options.max_np > 0 && job->running < job->options.max_np)
+      start_replacement(job, rank);
   } else if (status != 0) {
     if (job->options.min_np > 0)
       hooprun_say(job, "%s; %d rank%s left, fewer than --min-np %d: stopping the job", how.data,

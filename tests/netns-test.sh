@@ -6,7 +6,8 @@
 # must say which; then hooprun itself is killed and every rank on every host must end on its own;
 # then one host's link goes down under a running job (no FIN, no RST) and every
 # rank elsewhere must fail within HOOP_TIMEOUT plus a bound, saying why, and hoopd must drop
-# that host's silent connections within its --keepalive. Needs root and working
+# that host's silent connections within its --keepalive; last, an elastic sgd run loses a rank on
+# one host, goes on, and takes in its replacement. Needs root and working
 # `ip netns`; skipped (exit 77) otherwise.
 set -u
 build=$(cd "${HOOP_BUILDDIR:-.}" && pwd)
@@ -244,6 +245,35 @@ link_down() {
   done
 }
 link_down
+
+# An elastic run across the hosts (TCP between them, shared memory within): rank 5 (on h3) kills
+# itself in the second epoch; hooprun --min-np 4 --max-np 8 lets the others go on and starts a
+# replacement on h3, which joins between two epochs; the run ends with eight bit-identical ranks.
+elastic() {
+  local out=$work/elastic.out params=$work/elastic.params
+  timeout 120 ip netns exec "$h1" "$hooprun" --rsh 'ip netns exec' \
+    -H "$h1:2,$h2:2,$h3:2,$h4:2" --min-np 4 --max-np 8 --timeout 20 \
+    "$build/examples/sgd/sgd" --synthetic 4096 --epochs 8 --hidden 32 --elastic \
+    --fail-rank 5 --fail-step 100 --save-params "$params" >"$out" 2>&1
+  local code=$? r bad=
+  for r in 1 2 3 4 5 6 7; do
+    cmp -s "$params" "$params.rank$r" || bad="$bad $r"
+  done
+  if [ $code != 0 ]; then
+    fail "elastic: hooprun exited with $code; its output:"
+    cat "$out"
+  elif ! grep -q "going on with 7 of 8\|going on with 8 of 8" "$out" ||
+    ! grep -q "started a replacement for rank 5 as \[8\] (pid [0-9]*) on $h3" "$out" ||
+    [ "$(grep -c "rank 0, epoch " "$out")" != 8 ] || [ -n "$bad" ]; then
+    fail "elastic: expected the loss, the replacement on $h3, 8 epochs and 8 identical" \
+      "replicas (differing:${bad:- none}); the output:"
+    cat "$out"
+  else
+    echo "ok: elastic sgd lost rank 5 on $h3, took in its replacement, ended with 8 identical ranks:"
+    grep -E "going on|took in|replacement|epoch 8" "$out" | sed 's/^/    /'
+  fi
+}
+elastic
 
 if [ $failures != 0 ]; then
   echo "hoopd's log:"

@@ -8,10 +8,16 @@
  * query answers CUDA_ERROR_NOT_INITIALIZED before cuInit and default values (memory type 0) for
  * pointers it does not know, and entry points are found through cuGetProcAddress_v2.
  *
- * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B stream_syncs S pinned P" to FILE (the test
- * checks that staging copied what it should through page-locked memory, and that the stream
- * variants waited for their stream).
+ * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B stream_syncs S pinned P async A" to FILE
+ * (the test checks that staging copied what it should through page-locked memory, that the stream
+ * variants waited for their stream, and that the pipelined ring copied asynchronously).
  * cuModuleLoadData and cuLaunchKernel are missing, as kernels cannot run here.
+ *
+ * Asynchronous copies (cuMemcpyAsync) and events really are asynchronous: a worker thread carries
+ * out each stream's queue in order, FAKECUDA_ASYNC_DELAY_US microseconds per operation (default
+ * 200), so that a caller that reads a copy's destination before waiting for its event or stream
+ * reads stale bytes, and the tests catch it. cuEventSynchronize and cuStreamSynchronize wait for
+ * the worker.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -20,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define MAX_ALLOCS 4096
 
@@ -36,6 +43,86 @@ static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
 static unsigned long long copies, copied_bytes, stream_syncs, pinned;
 static struct CUstream_st *const the_stream = (struct CUstream_st *)0x2;
+
+/* ---- the asynchronous queue: one for every stream (copies keep their order across streams) */
+typedef struct async_op {
+  char *to;
+  const char *from; /* NULL: an event's marker */
+  size_t bytes;
+  unsigned long long seq;
+  struct async_op *next;
+} async_op;
+
+struct CUevent_st {
+  unsigned long long seq; /* the marker recorded last; 0: never recorded */
+};
+
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER; /* work queued, or work done */
+static async_op *queue_head, *queue_tail;
+static unsigned long long queued_seq, done_seq;
+static pthread_t worker;
+static int worker_started;
+static long delay_us = -1;
+static unsigned long long async_copies;
+
+static void *worker_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&queue_lock);
+  for (;;) {
+    while (!queue_head)
+      pthread_cond_wait(&queue_cond, &queue_lock);
+    async_op *op = queue_head;
+    pthread_mutex_unlock(&queue_lock);
+    if (delay_us > 0)
+      usleep((useconds_t)delay_us);
+    if (op->from)
+      memmove(op->to, op->from, op->bytes);
+    pthread_mutex_lock(&queue_lock);
+    queue_head = op->next;
+    if (!queue_head)
+      queue_tail = NULL;
+    done_seq = op->seq;
+    free(op);
+    pthread_cond_broadcast(&queue_cond);
+  }
+  return NULL;
+}
+
+/* Queue an operation; its sequence number, or 0 when out of memory. */
+static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
+  async_op *op = calloc(1, sizeof *op);
+  if (!op)
+    return 0;
+  pthread_mutex_lock(&queue_lock);
+  if (!worker_started) {
+    const char *text = getenv("FAKECUDA_ASYNC_DELAY_US");
+    delay_us = text ? atol(text) : 200;
+    if (pthread_create(&worker, NULL, worker_main, NULL) != 0) {
+      pthread_mutex_unlock(&queue_lock);
+      free(op);
+      return 0;
+    }
+    pthread_detach(worker);
+    worker_started = 1;
+  }
+  *op = (async_op){to, from, bytes, ++queued_seq, NULL};
+  if (queue_tail)
+    queue_tail->next = op;
+  else
+    queue_head = op;
+  queue_tail = op;
+  pthread_cond_broadcast(&queue_cond);
+  pthread_mutex_unlock(&queue_lock);
+  return op->seq;
+}
+
+static void wait_done(unsigned long long seq) {
+  pthread_mutex_lock(&queue_lock);
+  while (done_seq < seq)
+    pthread_cond_wait(&queue_cond, &queue_lock);
+  pthread_mutex_unlock(&queue_lock);
+}
 
 static alloc *find(const void *ptr, size_t len) {
   const char *p = ptr;
@@ -156,6 +243,58 @@ static CUresult fake_memcpy_dtoh(void *dst, CUdeviceptr src, size_t bytes) {
   return fake_memcpy((CUdeviceptr)(uintptr_t)dst, src, bytes);
 }
 
+static CUresult fake_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (stream != NULL && stream != the_stream)
+    return CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&lock);
+  char *to = resolve(dst, bytes), *from = resolve(src, bytes);
+  copies++;
+  async_copies++;
+  copied_bytes += bytes;
+  pthread_mutex_unlock(&lock);
+  return enqueue(to, from, bytes) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fake_event_create(CUevent *event, unsigned int flags) {
+  (void)flags;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  *event = calloc(1, sizeof **event);
+  return *event ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fake_event_destroy(CUevent event) {
+  free(event);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_record(CUevent event, CUstream stream) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!event || (stream != NULL && stream != the_stream))
+    return CUDA_ERROR_INVALID_HANDLE;
+  unsigned long long seq = enqueue(NULL, NULL, 0);
+  if (!seq)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  event->seq = seq;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_synchronize(CUevent event) {
+  if (!event)
+    return CUDA_ERROR_INVALID_HANDLE;
+  wait_done(event->seq);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_stream_destroy(CUstream stream) {
+  return stream == the_stream ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 static CUresult fake_stream_create(CUstream *stream, unsigned int flags) {
   (void)flags;
   if (ctx_depth == 0)
@@ -172,6 +311,10 @@ static CUresult fake_stream_synchronize(CUstream stream) {
   pthread_mutex_lock(&lock);
   stream_syncs++;
   pthread_mutex_unlock(&lock);
+  pthread_mutex_lock(&queue_lock);
+  unsigned long long last = queued_seq;
+  pthread_mutex_unlock(&queue_lock);
+  wait_done(last);
   return CUDA_SUCCESS;
 }
 
@@ -255,6 +398,12 @@ static const struct {
     {"cuStreamGetCtx", (void *)fake_stream_get_ctx},
     {"cuMemHostAlloc", (void *)fake_mem_host_alloc},
     {"cuMemFreeHost", (void *)fake_mem_free_host},
+    {"cuMemcpyAsync", (void *)fake_memcpy_async},
+    {"cuEventCreate", (void *)fake_event_create},
+    {"cuEventDestroy", (void *)fake_event_destroy},
+    {"cuEventRecord", (void *)fake_event_record},
+    {"cuEventSynchronize", (void *)fake_event_synchronize},
+    {"cuStreamDestroy", (void *)fake_stream_destroy},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -281,8 +430,8 @@ __attribute__((destructor)) static void report(void) {
   const char *path = getenv("FAKECUDA_COUNT");
   FILE *f = path && copies ? fopen(path, "a") : NULL;
   if (f) {
-    fprintf(f, "copies %llu bytes %llu stream_syncs %llu pinned %llu\n", copies, copied_bytes,
-            stream_syncs, pinned);
+    fprintf(f, "copies %llu bytes %llu stream_syncs %llu pinned %llu async %llu\n", copies,
+            copied_bytes, stream_syncs, pinned, async_copies);
     fclose(f);
   }
 }

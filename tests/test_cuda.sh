@@ -60,6 +60,27 @@ for np in 1 2 3; do
     fi
   done
 done
+# The pipelined ring (mem/stage.c): every allreduce on the ring, pipelined at every size, while
+# the stand-in carries out asynchronous copies late (FAKECUDA_ASYNC_DELAY_US): a segment read
+# before its copy in is waited for, or a result not copied back, fails the checks.
+for np in 2 3 4; do
+  for mode in all mixed; do
+    rm -f "$counts"
+    HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=200 \
+      HOOP_ALGO=allreduce:ring HOOP_CUDA_PIPELINE_BYTES=0 \
+      run "fake --device $mode, pipelined ring" $np --device $mode
+    async=$(awk '{n += $10} END {print n + 0}' "$counts" 2>/dev/null)
+    echo "  --device $mode on $np ranks, pipelined ring: $async asynchronous copies"
+    [ "${async:-0}" -ge 100 ] || { echo "FAIL: the ring's copies were not pipelined"; status=1; }
+  done
+done
+if [ $gpu = yes ]; then
+  for np in ${HOOP_CUDA_NP:-2 3}; do
+    HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_ALGO=allreduce:ring HOOP_CUDA_PIPELINE_BYTES=0 \
+      run "GPU --device all, pipelined ring" $np --device all
+  done
+fi
+
 # The stream-ordered variants: each call waits for the stream first.
 rm -f "$counts"
 HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake --device all --stream" 2 --device all --stream

@@ -13,6 +13,7 @@
 
 #include "coll/coll.h"
 #include "mem/reduce.h"
+#include "mem/stage.h"
 
 typedef struct ring_plan {
   size_t *offset; /* bytes, per segment */
@@ -60,9 +61,12 @@ static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoo
   int n = group->size, r = group->index;
   int next = hoop__group_next(group);
   size_t esize = hoop_dtype_size(dtype);
-  /* Step 0 sends this rank's own contribution to segment r. */
-  hoop_result result =
-      hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
+  /* Step 0 sends this rank's own contribution to segment r. A device input being copied in
+   * (mem/stage.c) is waited for segment by segment, as the ring reads it. */
+  hoop_result result = hoop__stage_need(comm, src + plan->offset[r], plan->length[r]);
+  if (result == HOOP_OK)
+    result =
+        hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
   staged_ring_pass pass = {comm, group, {0, 0}, plan, esize, staging, chunk_max};
   hoop__recv_ahead ahead;
   hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, staged_ring_next, &pass);
@@ -70,9 +74,13 @@ static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoo
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {
     size_t at = chunk->at, len = chunk->len;
+    if ((result = hoop__stage_need(comm, src + at, len)) != HOOP_OK)
+      break;
     hoop__reduce3(dst + at, src + at, chunk->dst, len / esize, dtype, op);
-    if (chunk->step == n - 2 && finish)
+    if (chunk->step == n - 2 && finish) {
       hoop__reduce_finish(dst + at, len / esize, dtype, op, comm->size);
+      hoop__stage_done(comm, dst + at, len); /* final: on its way back to the device */
+    }
     /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
      * finished segment that starts the allgather. */
     if (chunk->step < n - 2 || then_circulate)

@@ -171,13 +171,13 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   comm->algo_name = algo ? hoop__coll_algo_name(algo) : "one rank";
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;
-  if (coll->has_data && (result = hoop__stage_in(comm, args, &stage)) != HOOP_OK)
+  if (coll->has_data && (result = hoop__stage_in(comm, args, algo, &stage)) != HOOP_OK)
     return coll_end(comm, result);
   if (coll->prepare)
     coll->prepare(comm, args);
   result = comm->size > 1 ? algo(comm, args) : HOOP_OK;
-  if (result == HOOP_OK && coll->has_data)
-    result = hoop__stage_out(comm, &stage);
+  if (coll->has_data)
+    result = hoop__stage_out(comm, &stage, result);
   return coll_end(comm, result);
 }
 

@@ -5,6 +5,7 @@
 
 #include "coll/coll.h"
 #include "core/env.h"
+#include "mem/stage.h"
 
 #define ARENA_BLOCK_REQUESTS 64
 
@@ -188,6 +189,7 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, const hoop__group *group, hoop
     /* The last step's block has reached everyone once it arrives here. */
     if (chunk->step < n - 2)
       result = hoop__arena_isend(comm, arena, next, chunk->dst, chunk->len);
+    hoop__stage_done(comm, chunk->dst, chunk->len);
   }
   return result;
 }

@@ -567,6 +567,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__trace_close(comm);
   hoop__registrations_release(comm);
   hoop__stage_free(comm);
+  hoop__cuda_pipe_free(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous

@@ -26,6 +26,10 @@ static const hoop__env_var env_table[] = {
     {"HOOP_HOSTNAME", "",
      "host name reported to the rendezvous; ranks with the same name are "
      "one host (contiguous ranks, local ranks); default: gethostname()"},
+    {"HOOP_CUDA_PIPELINE_BYTES", "1048576",
+     "a ring allreduce of at least this many bytes from device memory copies its input in and "
+     "its result out segment by segment on a stream of hoop's own, overlapped with the ring, "
+     "where the driver has asynchronous copies; smaller ones are staged whole (0: every size)"},
     {"HOOP_FAULT", "",
      "testing aid: shrink-connect makes this rank die (SIGKILL) inside hoop_comm_shrink, right "
      "after the new generation's table comes and before it connects; empty: no fault"},

@@ -111,6 +111,10 @@ struct hoop_comm {
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
   int stage_pinned; /* stage is page-locked memory from the driver */
+  void *cuda_pipe;  /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
+  struct hoop__stage *stage_pipe; /* the call's pipelined stage while its algorithm runs */
+  int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
+  size_t pipeline_bytes;
 
   /* Posted calls not yet started, run in order by whoever holds call_lock (coll/request.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/env.h"
@@ -76,6 +77,31 @@ hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const 
   return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
 }
 
+hoop__cuda_pipe *hoop__cuda_pipe_get(hoop_comm *comm, const void *ptr, int nevents) {
+  (void)comm, (void)ptr, (void)nevents;
+  return NULL;
+}
+
+hoop_result hoop__cuda_pipe_copy(hoop_comm *comm, hoop__cuda_pipe *pipe, void *dst, const void *src,
+                                 size_t bytes, int event) {
+  (void)pipe, (void)dst, (void)src, (void)bytes, (void)event;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
+hoop_result hoop__cuda_pipe_wait(hoop_comm *comm, hoop__cuda_pipe *pipe, int event) {
+  (void)pipe, (void)event;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
+hoop_result hoop__cuda_pipe_drain(hoop_comm *comm, hoop__cuda_pipe *pipe) {
+  (void)pipe;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
+void hoop__cuda_pipe_free(hoop_comm *comm) {
+  (void)comm;
+}
+
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                                      hoop_op op, int nranks) {
   (void)buf, (void)count, (void)dtype, (void)op, (void)nranks;
@@ -107,6 +133,13 @@ static struct {
   CUresult (*stream_get_ctx)(CUstream, CUcontext *);
   CUresult (*mem_host_alloc)(void **, size_t, unsigned int);
   CUresult (*mem_free_host)(void *);
+  /* The pipelined ring's: NULL where the driver lacks them. */
+  CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*event_create)(CUevent *, unsigned int);
+  CUresult (*event_destroy)(CUevent);
+  CUresult (*event_record)(CUevent, CUstream);
+  CUresult (*event_synchronize)(CUevent);
+  CUresult (*stream_destroy)(CUstream);
   CUcontext host_context; /* where the staging memory was allocated, to free it there */
 } drv;
 
@@ -168,6 +201,20 @@ static void load(void) {
            CU_GET_PROC_ADDRESS_DEFAULT, &status);
   get_proc("cuMemFreeHost", (void **)&drv.mem_free_host, HOOP_CUDA_API_VERSION,
            CU_GET_PROC_ADDRESS_DEFAULT, &status);
+  const struct {
+    const char *name;
+    void **fn;
+  } pipe_calls[] = {{"cuMemcpyAsync", (void **)&drv.memcpy_async},
+                    {"cuEventCreate", (void **)&drv.event_create},
+                    {"cuEventDestroy", (void **)&drv.event_destroy},
+                    {"cuEventRecord", (void **)&drv.event_record},
+                    {"cuEventSynchronize", (void **)&drv.event_synchronize},
+                    {"cuStreamDestroy", (void **)&drv.stream_destroy}};
+  for (size_t i = 0; i < sizeof pipe_calls / sizeof pipe_calls[0]; i++)
+    if (get_proc(pipe_calls[i].name, pipe_calls[i].fn, HOOP_CUDA_API_VERSION,
+                 CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
+        status != CU_GET_PROC_ADDRESS_SUCCESS)
+      *pipe_calls[i].fn = NULL;
   drv.usable = 1;
   HOOP__TRACE(HOOP_SUBSYS_INIT, "cuda: driver %s loaded: device buffers are detected", path);
 }
@@ -298,6 +345,112 @@ hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stre
   if (err != CUDA_SUCCESS)
     return driver_error(comm, "cuCtxPushCurrent", err);
   err = drv.stream_synchronize((CUstream)stream);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
+}
+
+/* ---- copies that overlap a collective ----------------------------------------------------- */
+
+struct hoop__cuda_pipe {
+  CUcontext context;
+  CUstream stream;
+  CUevent *events;
+  int nevents;
+};
+
+void hoop__cuda_pipe_free(hoop_comm *comm) {
+  hoop__cuda_pipe *pipe = comm->cuda_pipe;
+  if (!pipe)
+    return;
+  comm->cuda_pipe = NULL;
+  if (drv.ctx_push(pipe->context) == CUDA_SUCCESS) {
+    for (int i = 0; i < pipe->nevents; i++)
+      drv.event_destroy(pipe->events[i]);
+    if (pipe->stream)
+      drv.stream_destroy(pipe->stream);
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  }
+  free(pipe->events);
+  free(pipe);
+}
+
+hoop__cuda_pipe *hoop__cuda_pipe_get(hoop_comm *comm, const void *ptr, int nevents) {
+  CUcontext context = NULL;
+  if (!drv.memcpy_async || !drv.event_create || !drv.event_destroy || !drv.event_record ||
+      !drv.event_synchronize || !drv.stream_destroy || !drv.stream_create ||
+      !drv.stream_synchronize || kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context)
+    return NULL;
+  hoop__cuda_pipe *pipe = comm->cuda_pipe;
+  if (pipe && pipe->context != context)
+    hoop__cuda_pipe_free(comm);
+  if (!(pipe = comm->cuda_pipe)) {
+    if (!(pipe = calloc(1, sizeof *pipe)))
+      return NULL;
+    pipe->context = context;
+    comm->cuda_pipe = pipe;
+  }
+  if (drv.ctx_push(context) != CUDA_SUCCESS)
+    return NULL;
+  CUresult err = CUDA_SUCCESS;
+  if (!pipe->stream)
+    err = drv.stream_create(&pipe->stream, CU_STREAM_NON_BLOCKING);
+  if (err == CUDA_SUCCESS && pipe->nevents < nevents) {
+    CUevent *grown = realloc(pipe->events, (size_t)nevents * sizeof *grown);
+    if (grown) {
+      pipe->events = grown;
+      while (pipe->nevents < nevents &&
+             (err = drv.event_create(&pipe->events[pipe->nevents], CU_EVENT_DISABLE_TIMING)) ==
+                 CUDA_SUCCESS)
+        pipe->nevents++;
+    } else {
+      err = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  if (err != CUDA_SUCCESS || pipe->nevents < nevents) {
+    HOOP__INFO(HOOP_SUBSYS_COLL, "cuda: no stream or events to overlap copies (%d); staging whole",
+               (int)err);
+    return NULL;
+  }
+  return pipe;
+}
+
+hoop_result hoop__cuda_pipe_copy(hoop_comm *comm, hoop__cuda_pipe *pipe, void *dst, const void *src,
+                                 size_t bytes, int event) {
+  CUresult err = drv.ctx_push(pipe->context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  if (bytes)
+    err = drv.memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                           pipe->stream);
+  const char *what = "cuMemcpyAsync";
+  if (err == CUDA_SUCCESS && event >= 0) {
+    what = "cuEventRecord";
+    err = drv.event_record(pipe->events[event], pipe->stream);
+  }
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, what, err);
+}
+
+hoop_result hoop__cuda_pipe_wait(hoop_comm *comm, hoop__cuda_pipe *pipe, int event) {
+  CUresult err = drv.ctx_push(pipe->context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  err = drv.event_synchronize(pipe->events[event]);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuEventSynchronize", err);
+}
+
+hoop_result hoop__cuda_pipe_drain(hoop_comm *comm, hoop__cuda_pipe *pipe) {
+  CUresult err = drv.ctx_push(pipe->context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  err = drv.stream_synchronize(pipe->stream);
   CUcontext popped;
   drv.ctx_pop(&popped);
   return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);

@@ -46,6 +46,23 @@ void hoop__cuda_host_free(void *ptr);
 hoop_result hoop__cuda_stream_wait(hoop_comm *comm, const char *call, void *stream,
                                    const void *buf);
 
+/* Copies that overlap a collective (mem/stage.c's pipelined ring): a stream of hoop's own in the
+ * context of a device buffer, and events recorded after copies on it. One pipe per communicator,
+ * made again when a call's device memory is in another context. */
+typedef struct hoop__cuda_pipe hoop__cuda_pipe;
+/* comm's pipe for the device memory at ptr, with at least nevents events; NULL (nothing recorded)
+ * where the driver has no asynchronous copies or events, or they fail: stage synchronously then. */
+hoop__cuda_pipe *hoop__cuda_pipe_get(hoop_comm *comm, const void *ptr, int nevents);
+/* Queue a copy of bytes from src to dst, then record event (unless it is -1). */
+hoop_result hoop__cuda_pipe_copy(hoop_comm *comm, hoop__cuda_pipe *pipe, void *dst, const void *src,
+                                 size_t bytes, int event);
+/* Wait for event: the copies queued before it are done. */
+hoop_result hoop__cuda_pipe_wait(hoop_comm *comm, hoop__cuda_pipe *pipe, int event);
+/* Wait for everything queued on the pipe. */
+hoop_result hoop__cuda_pipe_drain(hoop_comm *comm, hoop__cuda_pipe *pipe);
+/* Release comm's pipe (hoop_finalize). */
+void hoop__cuda_pipe_free(hoop_comm *comm);
+
 /* The reduction kernels of reduce.h on the GPU (lib/mem/kernels.cu), bit for bit the same
  * results: dst = a op b over count elements, all three in the device memory of one context
  * (dst may be a or b); and AVG's final division. Synchronous: done on return. HOOP_ERR_UNSUPPORTED

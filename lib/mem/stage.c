@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/internal.h"
 #include "mem/cuda.h"
 #include "mem/stage.h"
@@ -43,8 +44,111 @@ void hoop__stage_free(hoop_comm *comm) {
   comm->stage_pinned = 0;
 }
 
-hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__stage *stage) {
+/* Below this many bytes a device allreduce stages whole: the ring's segments would be too small
+ * for their copies to overlap anything. */
+#define PIPELINE_DEFAULT_BYTES (1 << 20)
+
+static size_t pipeline_bytes(hoop_comm *comm) {
+  if (!comm->pipeline_read) {
+    long bytes = PIPELINE_DEFAULT_BYTES;
+    const char *text = hoop__env_get("HOOP_CUDA_PIPELINE_BYTES");
+    if (hoop__parse_int(text, 0, (long)1 << 50, &bytes) != 0) {
+      HOOP__WARN(HOOP_SUBSYS_COLL,
+                 "HOOP_CUDA_PIPELINE_BYTES '%s' is not a number of bytes; using %d", text,
+                 PIPELINE_DEFAULT_BYTES);
+      bytes = PIPELINE_DEFAULT_BYTES;
+    }
+    comm->pipeline_bytes = (size_t)bytes;
+    comm->pipeline_read = 1;
+  }
+  return comm->pipeline_bytes;
+}
+
+static void pipe_release(hoop_comm *comm, hoop__stage *stage) {
+  free(stage->offset);
+  free(stage->waited);
+  stage->offset = NULL;
+  stage->waited = NULL;
+  stage->pipe = NULL;
+  comm->stage_pipe = NULL;
+}
+
+/* The ring allreduce with device input: queue the copies in, segment by segment in the order the
+ * ring reads them (this rank's own first, then r-1, r-2...), each followed by its event. 1 when
+ * the pipeline is set up (args then point at host), 0 to stage whole, or -1 on a failure
+ * (recorded). */
+static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int recv_dev,
+                       hoop__stage *stage) {
+  int n = comm->size;
+  hoop__cuda_pipe *pipe = hoop__cuda_pipe_get(comm, args->sendbuf, n);
+  if (!pipe)
+    return 0;
+  memset(stage, 0, sizeof *stage);
+  stage->offset = malloc(((size_t)n + 1) * sizeof *stage->offset);
+  stage->waited = calloc((size_t)n, 1);
+  if (!stage->offset || !stage->waited) {
+    pipe_release(comm, stage);
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    size_t first, elems;
+    hoop__segment(args->count, n, i, &first, &elems);
+    stage->offset[i] = first * args->esize;
+  }
+  stage->offset[n] = args->bytes;
+  stage->pipe = pipe;
+  stage->host = host;
+  stage->bytes = args->bytes;
+  stage->nsegments = n;
+  stage->copy_back = recv_dev;
+  stage->user_recv = args->recvbuf;
+  const char *src = args->sendbuf;
+  for (int k = 0; k < n; k++) {
+    int s = ((comm->rank - k) % n + n) % n;
+    size_t at = stage->offset[s], len = stage->offset[s + 1] - at;
+    if (hoop__cuda_pipe_copy(comm, pipe, host + at, src + at, len, s) != HOOP_OK) {
+      hoop__cuda_pipe_drain(comm, pipe);
+      pipe_release(comm, stage);
+      return -1;
+    }
+  }
+  args->sendbuf = args->recvbuf = host;
+  comm->stage_pipe = stage;
+  return 1;
+}
+
+hoop_result hoop__stage_need_slow(hoop_comm *comm, const void *ptr, size_t len) {
+  hoop__stage *stage = comm->stage_pipe;
+  const char *p = ptr;
+  if (p < stage->host || p >= stage->host + stage->bytes || len == 0)
+    return HOOP_OK;
+  size_t at = (size_t)(p - stage->host), end = at + len;
+  for (int s = 0; s < stage->nsegments; s++) {
+    if (stage->waited[s] || stage->offset[s + 1] <= at || stage->offset[s] >= end)
+      continue;
+    hoop_result result = hoop__cuda_pipe_wait(comm, stage->pipe, s);
+    if (result != HOOP_OK)
+      return result;
+    stage->waited[s] = 1;
+  }
+  return HOOP_OK;
+}
+
+void hoop__stage_done_slow(hoop_comm *comm, const void *ptr, size_t len) {
+  hoop__stage *stage = comm->stage_pipe;
+  const char *p = ptr;
+  if (!stage->copy_back || stage->copy_result != HOOP_OK || p < stage->host ||
+      p >= stage->host + stage->bytes || len == 0)
+    return;
+  size_t at = (size_t)(p - stage->host);
+  stage->copy_result =
+      hoop__cuda_pipe_copy(comm, stage->pipe, (char *)stage->user_recv + at, p, len, -1);
+}
+
+hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn algo,
+                           hoop__stage *stage) {
   stage->active = 0;
+  stage->pipe = NULL;
   if (!hoop__cuda_loaded() || args->bytes == 0)
     return HOOP_OK;
   int send_dev = hoop__mem_kind_of(args->sendbuf) == HOOP__MEM_DEVICE;
@@ -58,6 +162,12 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__stage *
   char *host = recv_dev ? stage_buffer(comm, total, args->recvbuf) : args->recvbuf;
   if (!host)
     return HOOP_ERR_SYSTEM;
+  if (args->coll == HOOP__COLL_ALLREDUCE && algo == hoop__allreduce_ring && send_dev &&
+      comm->size > 1 && bytes >= pipeline_bytes(comm)) {
+    int piped = pipeline_in(comm, args, host, recv_dev, stage);
+    if (piped != 0)
+      return piped > 0 ? HOOP_OK : HOOP_ERR_SYSTEM;
+  }
   hoop_result result = HOOP_OK;
   switch (args->coll) {
   case HOOP__COLL_ALLREDUCE: /* in place on the host copy of this rank's input */
@@ -87,8 +197,16 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__stage *
   return HOOP_OK;
 }
 
-hoop_result hoop__stage_out(hoop_comm *comm, const hoop__stage *stage) {
-  if (!stage->active)
-    return HOOP_OK;
+hoop_result hoop__stage_out(hoop_comm *comm, hoop__stage *stage, hoop_result result) {
+  if (stage->pipe) {
+    /* Copies still queued read or write the stage: they end before it is used again. */
+    hoop_result drained = hoop__cuda_pipe_drain(comm, stage->pipe);
+    if (result == HOOP_OK)
+      result = stage->copy_result != HOOP_OK ? stage->copy_result : drained;
+    pipe_release(comm, stage);
+    return result;
+  }
+  if (!stage->active || result != HOOP_OK)
+    return result;
   return hoop__cuda_copy(comm, stage->user_recv, stage->out_from, stage->out_bytes);
 }

@@ -39,6 +39,16 @@ for np in 1 2 3 4; do
     status=1
   fi
 done
+# A job that loses a rank and goes on: Communicator.shrink() under hooprun --min-np.
+out=$("$build/tools/hooprun" -np 3 --min-np 2 --timeout 30 "$python" \
+  "$src/tests/python/elastic_worker.py" 2>&1)
+code=$?
+if [ $code != 0 ] || [ "$(echo "$out" | grep -c 'elastic ok')" != 2 ]; then
+  echo "FAIL: shrink from Python: hooprun exited $code; its output:"; echo "$out" | tail -20
+  status=1
+else
+  echo "$out" | grep 'elastic ok'
+fi
 # A torch.distributed program written for torchrun runs unchanged under hooprun (backend gloo).
 if [ $status = 0 ] && "$python" -c 'import torch' 2>/dev/null; then
   out=$("$build/tools/hooprun" -np 2 --timeout 60 "$python" -c '

@@ -145,6 +145,11 @@ _PTRS = _c.POINTER(_c.c_void_p)
 _lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
                                      _c.POINTER(_c.c_size_t), _c.c_int, _c.c_int]
 _lib.hoop_iallreduce_many.argtypes = _lib.hoop_allreduce_many.argtypes + [_REQ]
+_lib.hoop_comm_shrink.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
+_lib.hoop_comm_grow.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
+_lib.hoop_comm_newcomers.argtypes = [_c.c_void_p]
+_lib.hoop_comm_generation.argtypes = [_c.c_void_p]
+_lib.hoop_comm_generation.restype = _c.c_uint
 _lib.hoop_test.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int)]
 _lib.hoop_wait.argtypes = [_c.c_void_p]
 
@@ -306,16 +311,20 @@ class Request:
 class Communicator:
     """A joined job (hoop_init_from_env): started by hooprun, or alone as a job of one rank."""
 
-    def __init__(self):
-        handle = ctypes.c_void_p()
-        code = _lib.hoop_init_from_env(ctypes.byref(handle))
+    def __init__(self, _handle=None):
+        handle = _handle
+        if handle is None:
+            handle = ctypes.c_void_p()
+            code = _lib.hoop_init_from_env(ctypes.byref(handle))
+            self._handle = handle
+            self._outstanding = set()
+            if code != 0:
+                message = self._message(code)
+                _lib.hoop_finalize(handle)
+                self._handle = None
+                raise _ERRORS.get(code, HoopError)(message, code)
         self._handle = handle
         self._outstanding = set()
-        if code != 0:
-            message = self._message(code)
-            _lib.hoop_finalize(handle)
-            self._handle = None
-            raise _ERRORS.get(code, HoopError)(message, code)
         self.rank = _lib.hoop_rank(handle)
         self.size = _lib.hoop_size(handle)
         self.local_rank = _lib.hoop_local_rank(handle)
@@ -433,6 +442,33 @@ class Communicator:
         return request
 
     # -- the rest --
+
+    # -- a job that loses ranks, or takes in newcomers --
+
+    def _next_generation(self, call, fn):
+        handle = ctypes.c_void_p()
+        self._check(fn(self._live(call), ctypes.byref(handle)))
+        return Communicator(_handle=handle)
+
+    def shrink(self):
+        """After a call failed because a rank was lost: a new Communicator of the ranks that
+        survive, ranked in their old order (hoop_comm_shrink; every survivor calls it). This one
+        stays failed: finalize it, then re-broadcast the program's state from the new rank 0."""
+        return self._next_generation("shrink", _lib.hoop_comm_shrink)
+
+    def grow(self):
+        """Take in the newcomers that wait to join (hoop_comm_grow; every rank calls it at a point
+        they agreed on): a new Communicator of these ranks, then the newcomers."""
+        return self._next_generation("grow", _lib.hoop_comm_grow)
+
+    def newcomers(self):
+        """How many newcomers wait to join, as the rendezvous server last told this rank."""
+        return _lib.hoop_comm_newcomers(self._live("newcomers"))
+
+    @property
+    def generation(self):
+        """0 for the job as started, one more per shrink or growth."""
+        return _lib.hoop_comm_generation(self._live("generation"))
 
     def abort(self, reason="aborted from Python"):
         """Fail this job on every rank with reason (callable from any thread)."""

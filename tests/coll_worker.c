@@ -120,16 +120,20 @@ static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_p
   unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op);
   char *send = xmalloc(count * esize), *recv = xmalloc(count * esize),
        *copy = xmalloc(count * esize);
-  hoop_mem_handle send_handle = reg(send, count * esize), recv_handle = reg(recv, count * esize);
   ref_fill(send, count, dtype, op, rank, seed);
   memcpy(copy, send, count * esize);
   memset(recv, 0x5a, count * esize);
   char *out = in_place ? send : recv;
   void *call_send = to_call(send, count * esize, 0);
   void *call_out = in_place ? call_send : to_call(recv, count * esize, 1);
+  /* The buffers the call gets are the ones registered: device memory with --device. */
+  hoop_mem_handle send_handle = reg(call_send, count * esize),
+                  recv_handle = in_place ? 0 : reg(call_out, count * esize);
   must(stream ? hoop_allreduce_stream(comm, call_send, call_out, count, dtype, op, stream)
               : hoop_allreduce(comm, call_send, call_out, count, dtype, op),
        "hoop_allreduce");
+  unreg(recv_handle);
+  unreg(send_handle);
   if (!in_place)
     from_call(recv, call_out, count * esize);
   from_call(send, call_send, count * esize);
@@ -141,8 +145,6 @@ static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_p
   if (!in_place && memcmp(send, copy, count * esize) != 0)
     fail("allreduce %s %s count %zu changed sendbuf", hoop_dtype_name(dtype), hoop_op_name(op),
          count);
-  unreg(recv_handle);
-  unreg(send_handle);
   free(copy);
   free(recv);
   free(send);
@@ -152,21 +154,21 @@ static void check_broadcast(size_t count, hoop_dtype dtype, int root) {
   size_t esize = hoop_dtype_size(dtype);
   unsigned seed = (unsigned)(count * 17 + (size_t)root);
   char *buf = xmalloc(count * esize);
-  hoop_mem_handle handle = reg(buf, count * esize);
   if (rank == root)
     ref_fill(buf, count, dtype, HOOP_MIN, root, seed);
   else
     memset(buf, 0xa5, count * esize);
   void *call_buf = to_call(buf, count * esize, rank == root ? 0 : 1);
+  hoop_mem_handle handle = reg(call_buf, count * esize);
   must(stream ? hoop_broadcast_stream(comm, call_buf, count, dtype, root, stream)
               : hoop_broadcast(comm, call_buf, count, dtype, root),
        "hoop_broadcast");
+  unreg(handle);
   from_call(buf, call_buf, count * esize);
   char msg[256];
   checks++;
   if (ref_check_equal(buf, count, dtype, HOOP_MIN, root, seed, msg, sizeof msg))
     fail("broadcast %s count %zu root %d: %s", hoop_dtype_name(dtype), count, root, msg);
-  unreg(handle);
   free(buf);
 }
 
@@ -174,7 +176,6 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
   size_t esize = hoop_dtype_size(dtype), block = count * esize;
   unsigned seed = (unsigned)(count * 13 + (size_t)dtype);
   char *all = xmalloc(block * (size_t)nranks), *mine = xmalloc(block);
-  hoop_mem_handle all_handle = reg(all, block * (size_t)nranks), mine_handle = reg(mine, block);
   memset(all, 0x3c, block * (size_t)nranks);
   ref_fill(mine, count, dtype, HOOP_MAX, rank, seed);
   if (in_place)
@@ -182,9 +183,13 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
   char *call_all = to_call(all, block * (size_t)nranks, in_place ? 0 : 1);
   void *call_mine = in_place ? NULL : to_call(mine, block, 0);
   const void *send = in_place ? call_all + (size_t)rank * block : call_mine;
+  hoop_mem_handle all_handle = reg(call_all, block * (size_t)nranks),
+                  mine_handle = call_mine ? reg(call_mine, block) : 0;
   must(stream ? hoop_allgather_stream(comm, send, call_all, count, dtype, stream)
               : hoop_allgather(comm, send, call_all, count, dtype),
        "hoop_allgather");
+  unreg(mine_handle);
+  unreg(all_handle);
   from_call(all, call_all, block * (size_t)nranks);
   if (call_mine)
     from_call(mine, call_mine, block);
@@ -195,8 +200,6 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
       fail("allgather %s count %zu %s, block of rank %d: %s", hoop_dtype_name(dtype), count,
            in_place ? "in place" : "out of place", r, msg);
   }
-  unreg(mine_handle);
-  unreg(all_handle);
   free(mine);
   free(all);
 }

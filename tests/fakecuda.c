@@ -291,6 +291,43 @@ static CUresult fake_event_synchronize(CUevent event) {
   return CUDA_SUCCESS;
 }
 
+/* GPUDirect RDMA's questions: the device says it exports dma-buf unless FAKECUDA_DMABUF=0, and the
+ * export is an fd of the range's size (no RDMA device here can take it: soft-RoCE's rxe answers
+ * EOPNOTSUPP, which is what hoop must then handle). */
+static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, CUdevice device) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (device != 0)
+    return CUDA_ERROR_INVALID_DEVICE;
+  const char *dmabuf = getenv("FAKECUDA_DMABUF");
+  *value =
+      attr == CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED ? !(dmabuf && strcmp(dmabuf, "0") == 0) : 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_get_handle_for_range(void *handle, CUdeviceptr ptr, size_t bytes,
+                                          CUmemRangeHandleType type, unsigned long long flags) {
+  (void)flags;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  /* The range in whole pages of one allocation (its last page counts whole, as a GPU's would). */
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  int inside =
+      a && (size_t)((char *)(uintptr_t)ptr - a->base) + bytes <= (a->bytes + 4095) / 4096 * 4096;
+  pthread_mutex_unlock(&lock);
+  if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || !inside || (ptr & 4095) || (bytes & 4095))
+    return CUDA_ERROR_INVALID_VALUE;
+  int fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *(int *)handle = fd;
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_stream_destroy(CUstream stream) {
   return stream == the_stream ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -404,6 +441,8 @@ static const struct {
     {"cuEventRecord", (void *)fake_event_record},
     {"cuEventSynchronize", (void *)fake_event_synchronize},
     {"cuStreamDestroy", (void *)fake_stream_destroy},
+    {"cuDeviceGetAttribute", (void *)fake_device_get_attribute},
+    {"cuMemGetHandleForAddressRange", (void *)fake_get_handle_for_range},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

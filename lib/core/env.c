@@ -11,6 +11,9 @@ static const hoop__env_var env_table[] = {
     {"HOOP_SIZE", "", "number of ranks in the job"},
     {"HOOP_RANK", "",
      "this process's rank; unset lets the server assign ranks, contiguous per host"},
+    {"HOOP_GDR", "auto",
+     "auto|0|1: GPUDirect RDMA for device buffers given to hoop_register over ibverbs (dma-buf, "
+     "then nvidia-peermem); 0: never; 1: hoop_register fails where it cannot be had"},
     {"HOOP_JOIN", "0",
      "1: this process is a newcomer: it joins the running job HOOP_JOB at the job's next "
      "generation (hoop_comm_grow), as hooprun --max-np starts replacements; HOOP_RANK is ignored"},

@@ -102,6 +102,17 @@ void hoop__cuda_pipe_free(hoop_comm *comm) {
   (void)comm;
 }
 
+int hoop__cuda_dmabuf_supported(const void *ptr) {
+  (void)ptr;
+  return -1;
+}
+
+int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_t whylen) {
+  (void)base, (void)len, (void)fd;
+  snprintf(why, whylen, "this libhoop was built without CUDA");
+  return -1;
+}
+
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                                      hoop_op op, int nranks) {
   (void)buf, (void)count, (void)dtype, (void)op, (void)nranks;
@@ -140,6 +151,11 @@ static struct {
   CUresult (*event_record)(CUevent, CUstream);
   CUresult (*event_synchronize)(CUevent);
   CUresult (*stream_destroy)(CUstream);
+  /* GPUDirect RDMA's: NULL where the driver lacks them. */
+  CUresult (*device_get)(CUdevice *, int);
+  CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*get_handle_for_range)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+                                   unsigned long long);
   CUcontext host_context; /* where the staging memory was allocated, to free it there */
 } drv;
 
@@ -209,7 +225,10 @@ static void load(void) {
                     {"cuEventDestroy", (void **)&drv.event_destroy},
                     {"cuEventRecord", (void **)&drv.event_record},
                     {"cuEventSynchronize", (void **)&drv.event_synchronize},
-                    {"cuStreamDestroy", (void **)&drv.stream_destroy}};
+                    {"cuStreamDestroy", (void **)&drv.stream_destroy},
+                    {"cuDeviceGet", (void **)&drv.device_get},
+                    {"cuDeviceGetAttribute", (void **)&drv.device_get_attribute},
+                    {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range}};
   for (size_t i = 0; i < sizeof pipe_calls / sizeof pipe_calls[0]; i++)
     if (get_proc(pipe_calls[i].name, pipe_calls[i].fn, HOOP_CUDA_API_VERSION,
                  CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
@@ -454,6 +473,49 @@ hoop_result hoop__cuda_pipe_drain(hoop_comm *comm, hoop__cuda_pipe *pipe) {
   CUcontext popped;
   drv.ctx_pop(&popped);
   return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
+}
+
+/* ---- GPUDirect RDMA's questions ------------------------------------------------------------ */
+
+int hoop__cuda_dmabuf_supported(const void *ptr) {
+  int ordinal = -1, value = 0;
+  CUdevice device;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+  void *data = &ordinal;
+  if (!hoop__cuda_loaded() || !drv.device_get || !drv.device_get_attribute ||
+      drv.pointer_get_attributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+      ordinal < 0 || drv.device_get(&device, ordinal) != CUDA_SUCCESS ||
+      drv.device_get_attribute(&value, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device) !=
+          CUDA_SUCCESS)
+    return -1;
+  return value != 0;
+}
+
+int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_t whylen) {
+  CUcontext context = NULL;
+  if (!drv.get_handle_for_range) {
+    snprintf(why, whylen, "the driver has no cuMemGetHandleForAddressRange");
+    return -1;
+  }
+  if (kind_and_context(base, &context) != HOOP__MEM_DEVICE || !context) {
+    snprintf(why, whylen, "%p is not device memory of a live context", base);
+    return -1;
+  }
+  CUresult err = drv.ctx_push(context);
+  if (err == CUDA_SUCCESS) {
+    err = drv.get_handle_for_range(fd, (CUdeviceptr)(uintptr_t)base, len,
+                                   CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  }
+  if (err != CUDA_SUCCESS) {
+    const char *text = NULL;
+    if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
+      text = "unknown error";
+    snprintf(why, whylen, "cuMemGetHandleForAddressRange: %s (%d)", text, (int)err);
+    return -1;
+  }
+  return 0;
 }
 
 /* ---- the reduction kernels ---------------------------------------------------------------- */

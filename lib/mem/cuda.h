@@ -63,6 +63,12 @@ hoop_result hoop__cuda_pipe_drain(hoop_comm *comm, hoop__cuda_pipe *pipe);
 /* Release comm's pipe (hoop_finalize). */
 void hoop__cuda_pipe_free(hoop_comm *comm);
 
+/* For GPUDirect RDMA (mem/gdr.h): the dma-buf attribute of the device that holds ptr (1, 0, or -1
+ * when the driver cannot say), and a dma-buf fd for device memory [base, base + len), page
+ * aligned (0, or -1 with why). */
+int hoop__cuda_dmabuf_supported(const void *ptr);
+int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_t whylen);
+
 /* The reduction kernels of reduce.h on the GPU (lib/mem/kernels.cu), bit for bit the same
  * results: dst = a op b over count elements, all three in the device memory of one context
  * (dst may be a or b); and AVG's final division. Synchronous: done on return. HOOP_ERR_UNSUPPORTED

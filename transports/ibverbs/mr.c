@@ -3,8 +3,11 @@
  * or the library's staging buffer, registered on first use). */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ibverbs.h"
+#include "mem/cuda.h"
+#include "mem/gdr.h"
 
 /* ---- registrations --------------------------------------------------------------------------- */
 
@@ -51,7 +54,75 @@ struct ibv_mr *hoop__ib_find_mr(hoop__tctx *ctx, const void *buf, size_t len) {
   return state->scratch_mr;
 }
 
+/* ---- GPUDirect RDMA: mem/gdr.c's questions, asked of the driver and of this device ----------- */
+
+#define GDR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+static int gdr_dmabuf_supported(void *arg, const void *ptr) {
+  (void)arg;
+  return hoop__cuda_dmabuf_supported(ptr);
+}
+
+static int gdr_dmabuf_fd(void *arg, const void *base, size_t len, int *fd, char *why,
+                         size_t whylen) {
+  (void)arg;
+  return hoop__cuda_dmabuf_fd(base, len, fd, why, whylen);
+}
+
+static void *gdr_reg_dmabuf(void *arg, int fd, uint64_t offset, size_t len, uint64_t iova,
+                            int *err) {
+  ib_state *state = ib_state_of(arg);
+  struct ibv_mr *mr = ibv_reg_dmabuf_mr(state->pd, offset, len, iova, fd, GDR_ACCESS);
+  *err = mr ? 0 : errno;
+  return mr;
+}
+
+static int gdr_peermem_loaded(void *arg) {
+  (void)arg;
+  return access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0 ||
+         access("/sys/module/nvidia_peermem", F_OK) == 0;
+}
+
+static void *gdr_reg_mr(void *arg, void *ptr, size_t len, int *err) {
+  ib_state *state = ib_state_of(arg);
+  struct ibv_mr *mr = ibv_reg_mr(state->pd, ptr, len, GDR_ACCESS);
+  *err = mr ? 0 : errno;
+  return mr;
+}
+
+static void gdr_close_fd(void *arg, int fd) {
+  (void)arg;
+  close(fd);
+}
+
+/* hoop_register of device memory: registered for GPUDirect RDMA where the device can (kept, for
+ * the direct path), else nothing (the collectives stage such a buffer through host memory, whose
+ * own registration is the staging buffer's); HOOP_GDR=1 makes that an error. */
+static hoop_result register_device(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem) {
+  char why[512] = "";
+  int setting = hoop__gdr_setting(why, sizeof why);
+  if (setting == -2)
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG, "hoop_register: %s", why);
+  hoop__gdr_ops ops = {
+      ctx,        gdr_dmabuf_supported, gdr_dmabuf_fd, gdr_reg_dmabuf, gdr_peermem_loaded,
+      gdr_reg_mr, gdr_close_fd};
+  long page = sysconf(_SC_PAGESIZE);
+  hoop__gdr_kind kind = hoop__gdr_decide(&ops, setting, ptr, bytes, page > 0 ? (size_t)page : 4096,
+                                         mem, why, sizeof why);
+  HOOP__INFO(HOOP_SUBSYS_NET, "ibverbs (%s): %s", ib_state_of(ctx)->device, why);
+  if (kind == HOOP__GDR_NONE && setting == 1)
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
+                           "hoop_register: HOOP_GDR=1, but %s on %s", why,
+                           ib_state_of(ctx)->device);
+  if (*mem)
+    ib_state_of(ctx)->reg_calls++;
+  return HOOP_OK;
+}
+
 hoop_result hoop__ib_register_mem(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem) {
+  *mem = NULL;
+  if (hoop__mem_kind_of(ptr) == HOOP__MEM_DEVICE)
+    return register_device(ctx, ptr, bytes, mem);
   struct ibv_mr *mr = reg_mr(ctx, ptr, bytes, "hoop_register");
   if (!mr)
     return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM,

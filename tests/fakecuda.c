@@ -106,7 +106,8 @@ static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
     pthread_detach(worker);
     worker_started = 1;
   }
-  *op = (async_op){to, from, bytes, ++queued_seq, NULL};
+  unsigned long long seq = ++queued_seq;
+  *op = (async_op){to, from, bytes, seq, NULL};
   if (queue_tail)
     queue_tail->next = op;
   else
@@ -114,7 +115,7 @@ static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
   queue_tail = op;
   pthread_cond_broadcast(&queue_cond);
   pthread_mutex_unlock(&queue_lock);
-  return op->seq;
+  return seq; /* not op->seq: the worker may have done and freed op by now */
 }
 
 static void wait_done(unsigned long long seq) {

@@ -24,6 +24,8 @@ run() { # label, np, extra args...
   echo "$out" | grep -E 'checks|FAIL' | head -8
   if [ $code != 0 ] || [ "$good" != "$np" ]; then
     echo "FAIL: $label on $np ranks: hooprun exited $code, $good of $np ranks passed"
+    # A sanitizer's report starts with its first line: show that, not only the end of the legend.
+    echo "$out" | grep -A25 -m1 -E 'ERROR: (Address|Leak)Sanitizer|runtime error' || true
     echo "$out" | tail -20; status=1
   fi
 }

@@ -3,7 +3,9 @@
 # starts ranks (tests/nb_worker) that either make no call for 60 s (idle) or allreduce in a loop
 # (busy); once all three are ready, hooprun is killed with SIGKILL, and every rank must be gone
 # within 5 s, each saying why on its stderr (kept in a file: hooprun's pipes die with it). Then the
-# same job left alone must run to its end: the watch kills nothing while hooprun lives.
+# same job left alone must run to its end: the watch kills nothing while hooprun lives. Last, a
+# rank left out of an elastic job while hooprun lives says so instead of ending as if it were gone,
+# and one stopped for good is stopped by hooprun once the others have finished.
 set -u
 build=${HOOP_BUILDDIR:-.}
 worker=$build/tests/nb_worker
@@ -49,5 +51,66 @@ if [ $code != 0 ] || echo "$out" | grep -q "is gone"; then
   echo "FAIL: a job with its launcher alive was ended (exit $code):"; echo "$out"; status=1
 else
   echo "a job whose launcher lives ran to its end"
+fi
+
+# Left out while hooprun lives: rank 2 of an elastic sgd run is stopped (SIGSTOP); the others
+# time out on it, shrink without it after the grace and go on; resumed, rank 2 finds itself left
+# out (its next call fails saying so, or its launcher watch sees the server close its connection
+# while hooprun runs on): it must not take that for hooprun's death, and it fails on its own;
+# hooprun --min-np 2 reports it and the run ends well.
+sgd=$build/examples/sgd/sgd
+"$hooprun" -np 3 --min-np 2 --timeout 3 "$sgd" --synthetic 60000 --epochs 4 --hidden 32 \
+  --elastic >"$work/out-left" 2>&1 &
+launcher=$!
+victim=
+for _ in $(seq 1 200); do
+  victim=$(pgrep -P $launcher | sed -n 3p)
+  grep -q "epoch 1:" "$work/out-left" && [ -n "$victim" ] && break
+  sleep 0.1
+done
+if [ -z "$victim" ]; then
+  echo "FAIL: left out: the run did not start"; cat "$work/out-left"; status=1
+else
+  kill -STOP "$victim"
+  for _ in $(seq 1 200); do grep -q "going on with 2 of 3" "$work/out-left" && break; sleep 0.1; done
+  kill -CONT "$victim"
+  wait $launcher
+  code=$?
+  if [ $code != 0 ] || ! grep -q "going on with 2 of 3" "$work/out-left" ||
+    ! grep -qE "this rank is out of the job|rank 2 was left out of generation" "$work/out-left" ||
+    grep -q "is gone" "$work/out-left"; then
+    echo "FAIL: left out: hooprun exited $code; its output:"; cat "$work/out-left"; status=1
+  else
+    echo "left out while hooprun lives: $(grep -m1 -oE 'the rendezvous server closed.*|rank 2 was left out of generation.*' "$work/out-left")"
+  fi
+fi
+
+# The same rank stopped for good: the others finish, and hooprun, instead of waiting for ever,
+# stops it HOOP_TIMEOUT + 1 s after the first of them ended; the job ends with 0.
+"$hooprun" -np 3 --min-np 2 --timeout 3 "$sgd" --synthetic 60000 --epochs 6 --hidden 32 \
+  --elastic >"$work/out-stopped" 2>&1 &
+launcher=$!
+victim=
+for _ in $(seq 1 200); do
+  victim=$(pgrep -P $launcher | sed -n 3p)
+  grep -q "epoch 1:" "$work/out-stopped" && [ -n "$victim" ] && break
+  sleep 0.1
+done
+if [ -z "$victim" ]; then
+  echo "FAIL: stopped for good: the run did not start"; cat "$work/out-stopped"; status=1
+else
+  kill -STOP "$victim"
+  ( sleep 90; kill -9 $launcher 2>/dev/null ) &
+  guard=$!
+  wait $launcher
+  code=$?
+  kill $guard 2>/dev/null
+  if [ $code != 0 ] || ! grep -q "still running long after the others finished" "$work/out-stopped" ||
+    kill -0 "$victim" 2>/dev/null; then
+    echo "FAIL: stopped for good: hooprun exited $code; its output:"; cat "$work/out-stopped"
+    kill -9 "$victim" 2>/dev/null; status=1
+  else
+    echo "stopped for good: $(grep -m1 -o 'hooprun: 1 rank still running.*' "$work/out-stopped")"
+  fi
 fi
 exit $status

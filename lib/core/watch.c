@@ -19,6 +19,8 @@
 #include "core/watch.h"
 #include "rdzv/client.h"
 
+/* How long the launcher's pidfd may lag behind its rendezvous connection's closing. */
+#define LEFT_OUT_WAIT_MS 2000
 /* How long the rank has after its SIGTERM before it sends itself SIGKILL. */
 #define TERM_GRACE_S 3
 
@@ -102,6 +104,17 @@ static void *watch_main(void *arg) {
       return NULL;
     }
     if (fds[2].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+      /* On the launcher's machine its process tells whether it is gone: a server that closes
+       * the connection of a live hooprun has left this rank out of the job (an elastic job's
+       * next generation), which the rank's own calls report; the program decides then. A dying
+       * process closes its sockets before its pidfd fires, so the pidfd gets a moment. */
+      if (w->pidfd >= 0 && poll(&fds[1], 1, LEFT_OUT_WAIT_MS) == 0) {
+        HOOP__WARN(HOOP_SUBSYS_INIT,
+                   "the rendezvous server closed this rank's connection while hooprun (pid %ld) "
+                   "runs on: this rank is out of the job (left out of its next generation?)",
+                   w->pid);
+        return NULL;
+      }
       launcher_gone(comm, w->pid, "its rendezvous server closed the connection");
       return NULL;
     }

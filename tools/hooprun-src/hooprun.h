@@ -114,11 +114,13 @@ typedef struct hooprun_job {
   int finished;
   int exit_code;
   int lost;               /* ranks that failed while the job went on (--min-np) */
+  int succeeded;          /* ranks that exited with 0 */
   hooprun_text lost_list; /* "rank 2 (pid 812) was killed by signal 9", "; "-separated */
   uv_signal_t sigint;
   uv_signal_t sigterm;
   uv_timer_t grace_timer;
   uv_timer_t drain_timer;
+  uv_timer_t linger_timer; /* --min-np: ranks still running long after the job finished */
   hooprun_sink stdout_sink;
   hooprun_sink stderr_sink;
   hooprun_text lines; /* tagged lines on their way to a sink */
@@ -159,6 +161,7 @@ void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host);
 
 /* policy.c: stopping and finishing the job. */
 void hooprun_job_stop(hooprun_job *job, int exit_code);
+void hooprun_job_finished_by_some(hooprun_job *job);
 void hooprun_job_progress(hooprun_job *job);
 void hooprun_job_finish(hooprun_job *job);
 void hooprun_on_signal(uv_signal_t *handle, int signum);

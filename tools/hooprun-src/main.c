@@ -80,12 +80,13 @@ static int init_handles(hooprun_job *job) {
   int err;
   if ((err = uv_timer_init(&job->loop, &job->grace_timer)) != 0 ||
       (err = uv_timer_init(&job->loop, &job->drain_timer)) != 0 ||
+      (err = uv_timer_init(&job->loop, &job->linger_timer)) != 0 ||
       (err = uv_signal_init(&job->loop, &job->sigint)) != 0 ||
       (err = uv_signal_init(&job->loop, &job->sigterm)) != 0) {
     hooprun_say(job, "cannot set up the event loop: %s", hooprun_error_text(err));
     return -1;
   }
-  job->grace_timer.data = job->drain_timer.data = job;
+  job->grace_timer.data = job->drain_timer.data = job->linger_timer.data = job;
   job->sigint.data = job->sigterm.data = job;
   if ((err = uv_signal_start(&job->sigint, hooprun_on_signal, SIGINT)) != 0 ||
       (err = uv_signal_start(&job->sigterm, hooprun_on_signal, SIGTERM)) != 0) {

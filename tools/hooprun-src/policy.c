@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <uv.h>
 
@@ -53,6 +54,29 @@ void hooprun_job_stop(hooprun_job *job, int exit_code) {
   uv_timer_start(&job->grace_timer, on_grace_over, GRACE_MS, 0);
 }
 
+static void on_linger_over(uv_timer_t *timer) {
+  hooprun_job *job = timer->data;
+  if (job->stopping || job->running == 0)
+    return;
+  hooprun_say(job,
+              "%d rank%s still running long after the others finished the job (left out of it, "
+              "stopped or hung?): stopping %s",
+              job->running, job->running == 1 ? "" : "s", job->running == 1 ? "it" : "them");
+  hooprun_job_stop(job, job->exit_code);
+}
+
+/* --min-np: a rank has finished the job well. Ranks the job went on without (a rank left out of
+ * its next generation, perhaps stopped: hooprun never saw it fail) may never end by themselves:
+ * they get the job's timeout (HOOP_TIMEOUT, --timeout) and a second, then are stopped, so that
+ * hooprun never waits for ever. Ranks of a job that went well end within moments of each other. */
+void hooprun_job_finished_by_some(hooprun_job *job) {
+  if (job->options.min_np == 0 || job->running == 0 || job->stopping ||
+      uv_is_active((uv_handle_t *)&job->linger_timer))
+    return;
+  double seconds = job->options.timeout ? strtod(job->options.timeout, NULL) : 300.0;
+  uv_timer_start(&job->linger_timer, on_linger_over, (uint64_t)(seconds * 1000) + 1000, 0);
+}
+
 static void on_drain_over(uv_timer_t *timer) {
   hooprun_job *job = timer->data;
   for (int i = 0; i < job->nslots; i++) {
@@ -75,6 +99,7 @@ void hooprun_job_finish(hooprun_job *job) {
   job->finished = 1;
   uv_timer_stop(&job->grace_timer);
   uv_timer_stop(&job->drain_timer);
+  uv_timer_stop(&job->linger_timer);
   uv_signal_stop(&job->sigint);
   uv_signal_stop(&job->sigterm);
   if (job->server) {

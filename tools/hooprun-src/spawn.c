@@ -195,10 +195,16 @@ static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_statu
   describe_exit(&how, exit_status, term_signal);
   if (job->stopping) {
     hooprun_verbose(job, "%s: stopped by hooprun", how.data);
-  } else if (status != 0 && job->options.min_np > 0 && job->running >= job->options.min_np) {
-    /* Elastic: the survivors go on while enough of them are left. */
-    hooprun_say(job, "%s; the job goes on with %d rank%s (--min-np %d)", how.data, job->running,
-                job->running == 1 ? "" : "s", job->options.min_np);
+  } else if (status != 0 && job->options.min_np > 0 &&
+             job->running + job->succeeded >= job->options.min_np) {
+    /* Elastic: the survivors go on while enough of them are left (or they have finished: a rank
+     * left out of the job may fail after the others ended well). */
+    if (job->running > 0)
+      hooprun_say(job, "%s; the job goes on with %d rank%s (--min-np %d)", how.data, job->running,
+                  job->running == 1 ? "" : "s", job->options.min_np);
+    else
+      hooprun_say(job, "%s, after %d rank%s had finished the job", how.data, job->succeeded,
+                  job->succeeded == 1 ? "" : "s");
     hooprun_text_printf(&job->lost_list, "%s%s", job->lost ? "; " : "", how.data);
     job->lost++;
     if (job->options.max_np > 0 && job->running < job->options.max_np)
@@ -211,7 +217,9 @@ static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_statu
       hooprun_say(job, "%s", how.data);
     hooprun_job_stop(job, status);
   } else {
+    job->succeeded++;
     hooprun_verbose(job, "%s", how.data);
+    hooprun_job_finished_by_some(job);
   }
   hooprun_text_free(&how);
 }

@@ -4,7 +4,9 @@
  * the sum over exactly the survivors. Cases: one loss, two at once, a second loss in the shrunken
  * job (two shrinks), a rank dying inside the shrink itself, a survivor slow to notice (not cut
  * off), a stopped rank (left out after the grace, told so when it resumes), and the rank hosting
- * the rendezvous lost (the shrink fails clearly, nobody hangs). Real processes, real sockets. */
+ * the rendezvous lost (the shrink fails clearly, nobody hangs); and a rank that grows a healthy
+ * communicator neither fails a call the others are still finishing nor lets a later one hang.
+ * Real processes, real sockets. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -462,6 +464,158 @@ START_TEST(test_newcomer_without_a_job) {
 }
 END_TEST
 
+/* ---- retiring on purpose: a growth of a communicator that has not failed ---------------------
+ */
+
+#define RETIRE_RANKS 3
+#define RETIRE_ROOT 1
+#define RETIRE_BYTES (8u << 20)
+#define RETIRE_GENERATIONS 8
+
+static hoop_comm *retire_init(int port, int index, const char *transport) {
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, RETIRE_RANKS);
+  config.timeout_s = 10;
+  if (transport)
+    config.transport = transport;
+  hoop_comm *comm = NULL;
+  if (hoop_init(&comm, &config) != HOOP_OK) {
+    fprintf(stderr, "rank %d: hoop_init: %s\n", index, hoop_last_error(comm));
+    hoop_finalize(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+/* Grow comm into the next generation (no newcomers: the same ranks), finalizing the old one. */
+static hoop_comm *regrow(hoop_comm *comm, int index) {
+  hoop_comm *next = NULL;
+  if (hoop_comm_grow(comm, &next) != HOOP_OK) {
+    fprintf(stderr, "rank %d: hoop_comm_grow: %s\n", index, hoop_last_error(comm));
+    hoop_finalize(comm);
+    return NULL;
+  }
+  if (hoop_barrier(comm) == HOOP_OK) {
+    fprintf(stderr, "rank %d: the retired communicator still works\n", index);
+    hoop_finalize(next);
+    next = NULL;
+  }
+  hoop_finalize(comm);
+  if (next && (hoop_size(next) != RETIRE_RANKS || hoop_rank(next) != index)) {
+    fprintf(stderr, "rank %d: grown into rank %d of %d\n", index, hoop_rank(next), hoop_size(next));
+    hoop_finalize(next);
+    next = NULL;
+  }
+  return next;
+}
+
+/* A pipelined broadcast from RETIRE_ROOT: the root is done once its neighbour has read the last
+ * chunk, while the rank after that still waits for it. The root grows at once, which must not
+ * fail the broadcast the others are still finishing; then they grow too. Generation after
+ * generation. */
+static int finish_after_retirement_rank(int port, int index, const char *transport) {
+  hoop_comm *comm = retire_init(port, index, transport);
+  unsigned char *buf = malloc(RETIRE_BYTES);
+  int bad = !comm || !buf;
+  for (int g = 0; g < RETIRE_GENERATIONS && !bad; g++) {
+    for (size_t k = 0; k < RETIRE_BYTES; k++)
+      buf[k] = index == RETIRE_ROOT ? (unsigned char)(k * 7 + (size_t)g) : 0;
+    hoop_result result = hoop_broadcast(comm, buf, RETIRE_BYTES, HOOP_UINT8, RETIRE_ROOT);
+    if (result != HOOP_OK) {
+      fprintf(stderr, "rank %d, generation %d: the broadcast failed: %s\n", index, g,
+              hoop_last_error(comm));
+      bad = 1;
+      break;
+    }
+    for (size_t k = 0; k < RETIRE_BYTES && !bad; k++)
+      if (buf[k] != (unsigned char)(k * 7 + (size_t)g)) {
+        fprintf(stderr, "rank %d, generation %d: byte %zu wrong\n", index, g, k);
+        bad = 1;
+      }
+    if (!bad && !(comm = regrow(comm, index)))
+      bad = 1;
+  }
+  hoop_finalize(comm);
+  free(buf);
+  return bad;
+}
+
+/* RETIRE_ROOT grows at once; the others call an allreduce on the old communicator first, which
+ * must fail long before the timeout, naming the rank that left; then they grow as well. */
+static int call_after_retirement_rank(int port, int index, const char *transport) {
+  hoop_comm *comm = retire_init(port, index, transport);
+  if (!comm || hoop_barrier(comm) != HOOP_OK)
+    return 1;
+  int bad = 0;
+  if (index != RETIRE_ROOT) {
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    int32_t v = 1;
+    double start = now_s();
+    hoop_result result = hoop_allreduce(comm, &v, &v, 1, HOOP_INT32, HOOP_SUM);
+    double took = now_s() - start;
+    const char *message = hoop_last_error(comm);
+    char named[32];
+    snprintf(named, sizeof named, "rank %d", RETIRE_ROOT);
+    bad = result == HOOP_OK || took > 3.0 || !strstr(message, named);
+    if (bad || getenv("HOOP_TEST_VERBOSE"))
+      fprintf(stderr, "rank %d: allreduce after rank %d retired: %s after %.2f s: %s\n", index,
+              RETIRE_ROOT, hoop_strerror(result), took, message);
+  }
+  if (!(comm = regrow(comm, index)))
+    return 1;
+  int32_t v = index + 1;
+  if (hoop_allreduce(comm, &v, &v, 1, HOOP_INT32, HOOP_SUM) != HOOP_OK || v != 6) {
+    fprintf(stderr, "rank %d: allreduce after the growth: %d: %s\n", index, v,
+            hoop_last_error(comm));
+    bad = 1;
+  }
+  hoop_finalize(comm);
+  return bad;
+}
+
+static void run_retire_case(int (*rank_main)(int, int, const char *), const char *transport) {
+  int port = procs_free_port();
+  pid_t pids[RETIRE_RANKS];
+  fflush(NULL);
+  for (int i = 0; i < RETIRE_RANKS; i++) {
+    pids[i] = fork();
+    ck_assert_int_ge(pids[i], 0);
+    if (pids[i] == 0)
+      _exit(rank_main(port, i, transport));
+  }
+  int bad = 0;
+  for (int i = 0; i < RETIRE_RANKS; i++) {
+    int code = procs_wait(pids[i], 60);
+    if (code != 0) {
+      fprintf(stderr, "rank %d ended with %d\n", i, code);
+      bad++;
+    }
+  }
+  ck_assert_int_eq(bad, 0);
+}
+
+START_TEST(test_retirement_lets_others_finish) {
+  run_retire_case(finish_after_retirement_rank, NULL);
+}
+END_TEST
+
+START_TEST(test_retirement_lets_others_finish_tcp) {
+  run_retire_case(finish_after_retirement_rank, "tcp");
+}
+END_TEST
+
+START_TEST(test_call_after_retirement_fails_fast) {
+  run_retire_case(call_after_retirement_rank, NULL);
+}
+END_TEST
+
+START_TEST(test_call_after_retirement_fails_fast_tcp) {
+  run_retire_case(call_after_retirement_rank, "tcp");
+}
+END_TEST
+
 static Suite *shrink_suite(void) {
   Suite *s = suite_create("shrink");
   TCase *tc = tcase_create("shrink");
@@ -476,6 +630,10 @@ static Suite *shrink_suite(void) {
   tcase_add_test(tc, test_server_lost_with_its_host);
   tcase_add_test(tc, test_newcomer_joins_survivors);
   tcase_add_test(tc, test_newcomer_without_a_job);
+  tcase_add_test(tc, test_retirement_lets_others_finish);
+  tcase_add_test(tc, test_retirement_lets_others_finish_tcp);
+  tcase_add_test(tc, test_call_after_retirement_fails_fast);
+  tcase_add_test(tc, test_call_after_retirement_fails_fast_tcp);
   suite_add_tcase(s, tc);
   return s;
 }

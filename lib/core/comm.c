@@ -45,6 +45,18 @@ hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, 
   return code;
 }
 
+/* From now on every call on comm is refused with the last error recorded. */
+static void mark_failed(hoop_comm *comm, hoop_result code) {
+  comm->failed = code;
+  memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
+  /* A failure of this rank's own (not a peer's notice): peers are told it started here. */
+  if (!comm->fail_cause[0]) {
+    if (comm->fail_origin < 0)
+      comm->fail_origin = comm->rank;
+    memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
+  }
+}
+
 hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
   /* Once failed, what goes wrong next (connections closing after the shutdown) is a consequence:
    * the first story stays in hoop_last_error, or the call that failed would report the echo. */
@@ -63,19 +75,26 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
   va_start(ap, fmt);
   record(comm, code, fmt, ap);
   va_end(ap);
-  if (comm && !comm->failed) {
-    comm->failed = code;
-    memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
-    /* A failure of this rank's own (not a peer's notice): peers are told it started here. */
-    if (!comm->fail_cause[0]) {
-      if (comm->fail_origin < 0)
-        comm->fail_origin = comm->rank;
-      memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
-    }
+  if (comm) {
+    mark_failed(comm, code);
     HOOP__WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
     if (comm->peer_transport)
       hoop__transports_shutdown(comm);
   }
+  return code;
+}
+
+hoop_result hoop__retire(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
+  if (comm->failed)
+    return comm->failed;
+  /* Not failed yet, the transports say goodbye (as at finalize), after what this rank sent. */
+  if (comm->peer_transport)
+    hoop__transports_shutdown(comm);
+  va_list ap;
+  va_start(ap, fmt);
+  record(comm, code, fmt, ap);
+  va_end(ap);
+  mark_failed(comm, code);
   return code;
 }
 

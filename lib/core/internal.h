@@ -163,6 +163,13 @@ hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, 
  * drops its connections so that peers notice at once rather than at their timeout. */
 hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) HOOP__PRINTF(3, 4);
 
+/* Leave comm on purpose (a shrink or growth of a communicator that has not failed): the peers are
+ * told goodbye, as at finalize, not of a failure, so that a peer still finishing a call this rank
+ * has finished gets what this rank sent it, and only a wait for more from this rank fails; this
+ * rank's later calls are refused with the message. */
+hoop_result hoop__retire(hoop_comm *comm, hoop_result code, const char *fmt, ...)
+    HOOP__PRINTF(3, 4);
+
 /* Called by the transport. A message from peer carried fingerprint theirs (and len bytes where
  * ours expected expected_len): fail with HOOP_ERR_MISMATCH naming both sides. */
 hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,

@@ -164,8 +164,8 @@ static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm, const cha
                            "and the ranks agree through it",
                            call);
   if (!comm->failed)
-    hoop__fail(comm, HOOP_ERR_ABORTED, "%s: rank %d retired this communicator to %s", call,
-               comm->rank, grow ? "take in newcomers" : "go on without failed ranks");
+    hoop__retire(comm, HOOP_ERR_ABORTED, "%s: rank %d retired this communicator to %s", call,
+                 comm->rank, grow ? "take in newcomers" : "go on without failed ranks");
   double deadline = hoop__now() + comm->timeout_s;
   hoop_comm *cur = comm;
   hoop_result result;

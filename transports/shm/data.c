@@ -237,9 +237,17 @@ static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
   if (finish_read(p))
     *moved = 1;
   hoop_result result = drive_recvs(ctx, peer, moved);
-  if (result == HOOP_OK && p->eof && p->recvs.head && p->seg && !next_slot(p))
-    result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
-                               "it had finalized before sending what this rank waits for");
+  /* Its goodbye came after everything it sent and read: nothing more will come or go. */
+  if (result == HOOP_OK && (p->eof || p->said_bye) && p->seg) {
+    if (p->recvs.head && !next_slot(p))
+      result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
+                                 "it had left the communicator (finalized, or retired it in a "
+                                 "shrink or growth) before sending what this rank waits for");
+    else if (p->sends.head || p->unread.head)
+      result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "send",
+                                 "it had left the communicator (finalized, or retired it in a "
+                                 "shrink or growth) before taking what this rank sends it");
+  }
   return result;
 }
 

@@ -13,6 +13,9 @@
  * variants waited for their stream, and that the pipelined ring copied asynchronously).
  * cuModuleLoadData and cuLaunchKernel are missing, as kernels cannot run here.
  *
+ * FAKECUDA_FAIL_AFTER=N: every copy after the first N fails (CUDA_ERROR_ILLEGAL_ADDRESS, as a
+ * device fault makes the real driver's calls fail), to see what hoop does when the driver does.
+ *
  * Asynchronous copies (cuMemcpyAsync) and events really are asynchronous: a worker thread carries
  * out each stream's queue in order, FAKECUDA_ASYNC_DELAY_US microseconds per operation (default
  * 200), so that a caller that reads a copy's destination before waiting for its event or stream
@@ -43,6 +46,20 @@ static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
 static unsigned long long copies, copied_bytes, stream_syncs, pinned;
 static struct CUstream_st *const the_stream = (struct CUstream_st *)0x2;
+static long long fail_after = -2; /* FAKECUDA_FAIL_AFTER, read at the first copy; -1: never */
+
+/* Count a copy (under lock): CUDA_SUCCESS, or the failure FAKECUDA_FAIL_AFTER asks for. */
+static CUresult count_copy(size_t bytes) {
+  if (fail_after == -2) {
+    const char *text = getenv("FAKECUDA_FAIL_AFTER");
+    fail_after = text && *text ? atoll(text) : -1;
+  }
+  if (fail_after >= 0 && copies >= (unsigned long long)fail_after)
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  copies++;
+  copied_bytes += bytes;
+  return CUDA_SUCCESS;
+}
 
 /* ---- the asynchronous queue: one for every stream (copies keep their order across streams) */
 typedef struct async_op {
@@ -229,11 +246,11 @@ static CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
     return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&lock);
   char *to = resolve(dst, bytes), *from = resolve(src, bytes);
-  copies++;
-  copied_bytes += bytes;
+  CUresult counted = count_copy(bytes);
   pthread_mutex_unlock(&lock);
-  memmove(to, from, bytes);
-  return CUDA_SUCCESS;
+  if (counted == CUDA_SUCCESS)
+    memmove(to, from, bytes);
+  return counted;
 }
 
 static CUresult fake_memcpy_htod(CUdeviceptr dst, const void *src, size_t bytes) {
@@ -253,10 +270,11 @@ static CUresult fake_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes
     return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&lock);
   char *to = resolve(dst, bytes), *from = resolve(src, bytes);
-  copies++;
-  async_copies++;
-  copied_bytes += bytes;
+  CUresult counted = count_copy(bytes);
+  async_copies += counted == CUDA_SUCCESS;
   pthread_mutex_unlock(&lock);
+  if (counted != CUDA_SUCCESS)
+    return counted;
   return enqueue(to, from, bytes) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -409,6 +427,7 @@ static CUresult fake_get_error_string(CUresult err, const char **text) {
   case CUDA_ERROR_INVALID_CONTEXT: *text = "invalid device context"; break;
   case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
   case CUDA_ERROR_INVALID_HANDLE: *text = "invalid resource handle"; break;
+  case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "an illegal memory access was encountered"; break;
   default: *text = "unknown error"; break;
   }
   return CUDA_SUCCESS;

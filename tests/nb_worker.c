@@ -11,6 +11,11 @@
  * HOOP_ASYNC_PROGRESS=0) nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others
  * have requests outstanding: every request there must complete with an error naming rank 1, within
  * HOOP_TIMEOUT
+ *        nb_worker --fail pack          rank 1's buffers of a fused allreduce are on the device
+ *                                       (HOOP_CUDA_LIBRARY) and the driver fails its copies in the
+ *                                       middle of packing (FAKECUDA_FAIL_AFTER, the stand-in's):
+ *                                       rank 1 gets the driver's error, the others one naming
+ *                                       rank 1, long before HOOP_TIMEOUT
  *        nb_worker --idle S | --busy S  say "ready", then for S seconds make no call (idle) or
  *                                       allreduce in a loop (busy), then finalize: the ranks whose
  *                                       launcher test_launcher.sh kills
@@ -24,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devmem.h"
 #include "hoop.h"
 #include "reference.h"
 
@@ -337,6 +343,59 @@ static int failing(const char *how) {
   return 0;
 }
 
+static void failing_pack(void) {
+  enum { N = 6, COUNT = 1001 };
+  float host[COUNT];
+  for (int i = 0; i < COUNT; i++)
+    host[i] = (float)i;
+  void *sends[N], *recvs[N];
+  size_t counts[N];
+  if (rank == 1) {
+    /* The stand-in counts every copy: N uploads, then two packing copies go through. */
+    char env[16], msg[256];
+    snprintf(env, sizeof env, "%d", N + 2);
+    setenv("FAKECUDA_FAIL_AFTER", env, 1);
+    if (devmem_init(msg, sizeof msg) != 0) {
+      fail("--fail pack needs a driver: %s", msg);
+      return;
+    }
+  }
+  for (int b = 0; b < N; b++) {
+    sends[b] = rank == 1 ? devmem_put(host, sizeof host) : xmalloc(sizeof host);
+    if (rank != 1)
+      memcpy(sends[b], host, sizeof host);
+    recvs[b] = sends[b];
+    counts[b] = COUNT;
+  }
+  /* Every rank past its start before rank 1 fails. */
+  must(hoop_barrier(comm), "hoop_barrier");
+  double start = now_s();
+  hoop_result result = hoop_allreduce_many(comm, N, (const void *const *)sends, recvs, counts,
+                                           HOOP_FLOAT32, HOOP_SUM);
+  double took = now_s() - start;
+  const char *message = hoop_last_error(comm);
+  const char *expect = rank == 1 ? "illegal memory access" : "rank 1";
+  checks++;
+  if (result == HOOP_OK || !strstr(message, expect) || took > 3.0)
+    fail("the fused allreduce returned %s after %.2f s (%s): expected an error saying '%s' within "
+         "3 s",
+         hoop_strerror(result), took, message, expect);
+  else
+    printf("nb_worker rank %d: the fused allreduce failed in %.2f s: %s\n", rank, took, message);
+  /* Rank 1 goes on living (as a program that caught the error would) rather than finalize at
+   * once: the others must have been told, not learn it from its goodbye. */
+  if (rank == 1) {
+    struct timespec linger = {4, 0};
+    nanosleep(&linger, NULL);
+  }
+  for (int b = 0; b < N; b++)
+    if (rank == 1)
+      devmem_free(sends[b]);
+    else
+      free(sends[b]);
+  hoop_finalize(comm);
+}
+
 static void progress_without_calls(void) {
   if (rank == 0) {
     hoop_request *req;
@@ -389,6 +448,8 @@ int main(int argc, char **argv) {
         usleep(10000);
     }
     must(hoop_finalize(comm), "hoop_finalize");
+  } else if (how && strcmp(how, "pack") == 0) {
+    failing_pack();
   } else if (how) {
     failing(how);
   } else if (progress) {

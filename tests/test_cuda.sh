@@ -90,6 +90,16 @@ syncs=$(awk '{n += $6} END {print n + 0}' "$counts" 2>/dev/null)
 echo "  --device all --stream on 2 ranks: $syncs stream waits"
 [ "${syncs:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not wait for their stream"; status=1; }
 
+# The driver failing a copy while rank 1 packs its device buffers into a fused allreduce: rank 1
+# reports the driver's error, and the others an error naming rank 1 at once, not at the timeout.
+out=$(HOOP_CUDA_LIBRARY=$fake "$hooprun" -np 3 --timeout 10 "$build/tests/nb_worker" --fail pack 2>&1)
+code=$?
+echo "$out" | grep -E 'failed in|FAIL' | cut -c1-160
+if [ $code != 0 ] || [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 3 ]; then
+  echo "FAIL: a driver failure in a fused allreduce (hooprun exited $code)"
+  echo "$out" | tail -20; status=1
+fi
+
 # The Python package sees whether libhoop takes CUDA buffers.
 python=${HOOP_PYTHON:-/usr/bin/python3}
 if [ -x "$python" ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then

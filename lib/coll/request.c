@@ -67,12 +67,17 @@ static hoop_result read_fusion(hoop_comm *comm) {
   return HOOP_OK;
 }
 
-/* Packing and unpacking: memcpy, or the driver for device buffers. */
-static hoop_result pack_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
-  if (hoop__cuda_loaded())
-    return hoop__mem_copy(comm, dst, src, bytes);
-  memcpy(dst, src, bytes);
-  return HOOP_OK;
+/* Packing and unpacking: memcpy, or the driver for device buffers (its errors name the call). */
+static hoop_result pack_copy(hoop_comm *comm, const hoop_request *req, void *dst, const void *src,
+                             size_t bytes) {
+  if (!hoop__cuda_loaded()) {
+    memcpy(dst, src, bytes);
+    return HOOP_OK;
+  }
+  comm->call = req->name;
+  hoop_result result = hoop__mem_copy(comm, dst, src, bytes);
+  comm->call = NULL;
+  return result;
 }
 
 /* The fused allreduce: pack as much as a piece holds (a buffer may span pieces, cut between
@@ -113,7 +118,7 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
       if (take > piece_elems - filled)
         take = piece_elems - filled;
       if (take && result == HOOP_OK)
-        result = pack_copy(comm, piece + filled * esize,
+        result = pack_copy(comm, req, piece + filled * esize,
                            (const char *)req->sendbufs[buf] + at * esize, take * esize);
       filled += take;
       at += take;
@@ -133,11 +138,18 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *req) {
       if (take > filled - done)
         take = filled - done;
       if (take)
-        result = pack_copy(comm, (char *)req->recvbufs[b] + from * esize, piece + done * esize,
+        result = pack_copy(comm, req, (char *)req->recvbufs[b] + from * esize, piece + done * esize,
                            take * esize);
       done += take;
       from = 0;
     }
+  }
+  /* A copy that failed (through the driver) left the other ranks waiting for this rank's piece:
+   * failing the communicator tells them at once, as a failed collective does (dispatch.c). */
+  if (result != HOOP_OK && !comm->failed) {
+    char message[sizeof comm->last_error];
+    memcpy(message, comm->last_error, sizeof message);
+    hoop__fail(comm, result, "%s", message);
   }
   return result;
 }

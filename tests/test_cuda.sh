@@ -62,24 +62,31 @@ for np in 1 2 3; do
     fi
   done
 done
-# The pipelined ring (mem/stage.c): every allreduce on the ring, pipelined at every size, while
-# the stand-in carries out asynchronous copies late (FAKECUDA_ASYNC_DELAY_US): a segment read
-# before its copy in is waited for, or a result not copied back, fails the checks.
-for np in 2 3 4; do
-  for mode in all mixed; do
-    rm -f "$counts"
-    HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=200 \
-      HOOP_ALGO=allreduce:ring HOOP_CUDA_PIPELINE_BYTES=0 \
-      run "fake --device $mode, pipelined ring" $np --device $mode
-    async=$(awk '{n += $10} END {print n + 0}' "$counts" 2>/dev/null)
-    echo "  --device $mode on $np ranks, pipelined ring: $async asynchronous copies"
-    [ "${async:-0}" -ge 100 ] || { echo "FAIL: the ring's copies were not pipelined"; status=1; }
+# The pipelined ring and direct allreduces (mem/stage.c): every allreduce on one of them,
+# pipelined at every size, while the stand-in carries out asynchronous copies late
+# (FAKECUDA_ASYNC_DELAY_US): a segment read before its copy in is waited for, or a result not
+# copied back, fails the checks.
+for algo in ring direct; do
+  for np in 2 3 4; do
+    [ $algo = direct ] && [ $np = 2 ] && continue
+    for mode in all mixed; do
+      rm -f "$counts"
+      HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=200 \
+        HOOP_ALGO=allreduce:$algo HOOP_CUDA_PIPELINE_BYTES=0 \
+        run "fake --device $mode, pipelined $algo" $np --device $mode
+      async=$(awk '{n += $10} END {print n + 0}' "$counts" 2>/dev/null)
+      echo "  --device $mode on $np ranks, pipelined $algo: $async asynchronous copies"
+      [ "${async:-0}" -ge 100 ] || { echo "FAIL: the $algo's copies were not pipelined"; status=1; }
+    done
   done
 done
 if [ $gpu = yes ]; then
   for np in ${HOOP_CUDA_NP:-2 3}; do
-    HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_ALGO=allreduce:ring HOOP_CUDA_PIPELINE_BYTES=0 \
-      run "GPU --device all, pipelined ring" $np --device all
+    for algo in ring direct; do
+      [ $algo = direct ] && [ $np -lt 3 ] && continue
+      HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_ALGO=allreduce:$algo HOOP_CUDA_PIPELINE_BYTES=0 \
+        run "GPU --device all, pipelined $algo" $np --device all
+    done
   done
 fi
 

@@ -9,6 +9,7 @@
  * out-of-place case needs no initial copy), and forwards the sum at once. After n-1 steps rank r
  * holds the full result of segment r+1, which the allgather circulates.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
@@ -403,16 +404,27 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
   char *dst = args->recvbuf;
   size_t chunk_len = hoop__chunk_bytes(comm, plan.length[r], args->esize);
   char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
-  if (!staging)
-    return HOOP_ERR_SYSTEM;
+  /* The receives of each other segment apart (indexed by its owner), to wait for them segment by
+   * segment: a device result goes back as each one lands (mem/stage.c). */
+  hoop__arena *landing = calloc((size_t)n, sizeof *landing);
+  if (!staging || !landing) {
+    free(landing);
+    return staging ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call)
+                   : HOOP_ERR_SYSTEM;
+  }
   hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
-  /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first. */
+  /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first.
+   * A device input being copied in is waited for segment by segment, in this order. */
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int peer = (r + k) % n;
-    result = hoop__arena_isend_chunks(comm, &arena, peer, src + plan.offset[peer],
-                                      plan.length[peer], args->esize);
+    result = hoop__stage_need(comm, src + plan.offset[peer], plan.length[peer]);
+    if (result == HOOP_OK)
+      result = hoop__arena_isend_chunks(comm, &arena, peer, src + plan.offset[peer],
+                                        plan.length[peer], args->esize);
   }
+  if (result == HOOP_OK)
+    result = hoop__stage_need(comm, src + plan.offset[r], plan.length[r]);
   direct_pass pass = {comm, plan.offset[r], plan.length[r], chunk_len, 0, r == 0 ? 1 : 0, staging};
   hoop__recv_ahead ahead;
   hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, direct_next, &pass);
@@ -420,8 +432,10 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {
     direct_combine(args, r, chunk, src + chunk->at, dst + chunk->at);
-    if (chunk->peer == (r == n - 1 ? n - 2 : n - 1))
+    if (chunk->peer == (r == n - 1 ? n - 2 : n - 1)) {
       hoop__reduce_finish(dst + chunk->at, chunk->len / args->esize, args->dtype, args->op, n);
+      hoop__stage_done(comm, dst + chunk->at, chunk->len);
+    }
   }
   /* The finished segment to every peer, and every other segment from its owner, in place. A
    * segment this rank sent from an in-place buffer is written here only once its owner has
@@ -435,15 +449,24 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
     int peer = (r - k + n) % n;
     size_t cut = hoop__chunk_bytes(comm, plan.length[peer], args->esize);
     for (size_t done = 0; done < plan.length[peer] && result == HOOP_OK; done += cut) {
-      hoop__request *req = hoop__arena_next(comm, &arena);
+      hoop__request *req = hoop__arena_next(comm, &landing[peer]);
       result =
           req ? hoop__irecv(comm, peer, dst + plan.offset[peer] + done,
                             plan.length[peer] - done < cut ? plan.length[peer] - done : cut, req)
               : HOOP_ERR_SYSTEM;
     }
   }
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r - k + n) % n;
+    result = hoop__arena_wait_all(comm, &landing[peer]);
+    if (result == HOOP_OK)
+      hoop__stage_done(comm, dst + plan.offset[peer], plan.length[peer]);
+  }
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
+  for (int k = 0; k < n; k++)
+    hoop__arena_free(&landing[k]);
+  free(landing);
   hoop__arena_free(&arena);
   return result;
 }

@@ -73,11 +73,11 @@ static void pipe_release(hoop_comm *comm, hoop__stage *stage) {
   comm->stage_pipe = NULL;
 }
 
-/* The ring allreduce with device input: queue the copies in, segment by segment in the order the
- * ring reads them (this rank's own first, then r-1, r-2...), each followed by its event. 1 when
- * the pipeline is set up (args then point at host), 0 to stage whole, or -1 on a failure
- * (recorded). */
-static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int recv_dev,
+/* The ring or direct allreduce with device input: queue the copies in, segment by segment in the
+ * order the algorithm reads them (the ring: this rank's own first, then r-1, r-2...; direct: the
+ * peers' r+1, r+2... that it sends them, then its own), each followed by its event. 1 when the
+ * pipeline is set up (args then point at host), 0 to stage whole, or -1 on a failure (recorded). */
+static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int recv_dev, int direct,
                        hoop__stage *stage) {
   int n = comm->size;
   hoop__cuda_pipe *pipe = hoop__cuda_pipe_get(comm, args->sendbuf, n);
@@ -104,7 +104,7 @@ static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int r
   stage->user_recv = args->recvbuf;
   const char *src = args->sendbuf;
   for (int k = 0; k < n; k++) {
-    int s = ((comm->rank - k) % n + n) % n;
+    int s = direct ? (comm->rank + k + 1) % n : ((comm->rank - k) % n + n) % n;
     size_t at = stage->offset[s], len = stage->offset[s + 1] - at;
     if (hoop__cuda_pipe_copy(comm, pipe, host + at, src + at, len, s) != HOOP_OK) {
       hoop__cuda_pipe_drain(comm, pipe);
@@ -162,9 +162,10 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn
   char *host = recv_dev ? stage_buffer(comm, total, args->recvbuf) : args->recvbuf;
   if (!host)
     return HOOP_ERR_SYSTEM;
-  if (args->coll == HOOP__COLL_ALLREDUCE && algo == hoop__allreduce_ring && send_dev &&
+  int direct = algo == hoop__allreduce_direct;
+  if (args->coll == HOOP__COLL_ALLREDUCE && (algo == hoop__allreduce_ring || direct) && send_dev &&
       comm->size > 1 && bytes >= pipeline_bytes(comm)) {
-    int piped = pipeline_in(comm, args, host, recv_dev, stage);
+    int piped = pipeline_in(comm, args, host, recv_dev, direct, stage);
     if (piped != 0)
       return piped > 0 ? HOOP_OK : HOOP_ERR_SYSTEM;
   }

@@ -4,11 +4,11 @@
  * accelerator support do). Each rank decides alone: ranks on host and on device memory mix in one
  * call, and so do send and receive buffers of different kinds.
  *
- * The ring allreduce, which large buffers take, does better where the driver has asynchronous
- * copies: the input is copied in segment by segment on a stream of hoop's own, in the order the
- * ring reads the segments, and the ring waits for a segment only when it first reads it; each
- * segment of the result goes back as soon as it is final, while the ring moves the others. The
- * copies then hide behind the network instead of adding to it (HOOP_CUDA_PIPELINE_BYTES).
+ * The ring and direct allreduces, which large buffers take, do better where the driver has
+ * asynchronous copies: the input is copied in segment by segment on a stream of hoop's own, in the
+ * order the algorithm reads the segments, and it waits for a segment only when it first reads it;
+ * each piece of the result goes back as soon as it is final, while the others move. The copies
+ * then hide behind the transfers instead of adding to them (HOOP_CUDA_PIPELINE_BYTES).
  */
 #ifndef HOOP__MEM_STAGE_H
 #define HOOP__MEM_STAGE_H
@@ -42,8 +42,8 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn
  * if result is HOOP_OK), copies still queued waited for, the stage released for the next call. */
 hoop_result hoop__stage_out(hoop_comm *comm, hoop__stage *stage, hoop_result result);
 
-/* The ring's hooks (no-ops unless a pipelined stage is active): it is about to read [ptr, ptr +
- * len) of its input, or [ptr, ptr + len) of its result is final. */
+/* The algorithms' hooks (no-ops unless a pipelined stage is active): one is about to read [ptr,
+ * ptr + len) of its input, or [ptr, ptr + len) of its result is final. */
 hoop_result hoop__stage_need_slow(hoop_comm *comm, const void *ptr, size_t len);
 void hoop__stage_done_slow(hoop_comm *comm, const void *ptr, size_t len);
 static inline hoop_result hoop__stage_need(hoop_comm *comm, const void *ptr, size_t len) {

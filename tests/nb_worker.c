@@ -440,13 +440,15 @@ int main(int argc, char **argv) {
     printf("nb_worker rank %d ready\n", rank);
     fflush(stdout);
     double until = now_s() + idle + busy;
-    float x = 1;
-    while (now_s() < until) {
-      if (busy > 0)
-        must(hoop_allreduce(comm, &x, &x, 1, HOOP_FLOAT32, HOOP_MAX), "hoop_allreduce");
-      else
-        usleep(10000);
+    if (busy > 0) {
+      /* The ranks stop together: once one's time is up (the allreduce's MAX), all are. */
+      for (float over = 0; over == 0;) {
+        over = now_s() >= until;
+        must(hoop_allreduce(comm, &over, &over, 1, HOOP_FLOAT32, HOOP_MAX), "hoop_allreduce");
+      }
     }
+    while (now_s() < until)
+      usleep(10000);
     must(hoop_finalize(comm), "hoop_finalize");
   } else if (how && strcmp(how, "pack") == 0) {
     failing_pack();

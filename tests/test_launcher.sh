@@ -3,7 +3,8 @@
 # starts ranks (tests/nb_worker) that either make no call for 60 s (idle) or allreduce in a loop
 # (busy); once all three are ready, hooprun is killed with SIGKILL, and every rank must be gone
 # within 5 s, each saying why on its stderr (kept in a file: hooprun's pipes die with it). Then the
-# same job left alone must run to its end: the watch kills nothing while hooprun lives. Last, a
+# same job left alone must run to its end: the watch kills nothing while hooprun lives; so must a
+# job whose hoopd (its rendezvous) is killed and started again. Last, a
 # rank left out of an elastic job while hooprun lives says so instead of ending as if it were gone,
 # and one stopped for good is stopped by hooprun once the others have finished.
 set -u
@@ -51,6 +52,39 @@ if [ $code != 0 ] || echo "$out" | grep -q "is gone"; then
   echo "FAIL: a job with its launcher alive was ended (exit $code):"; echo "$out"; status=1
 else
   echo "a job whose launcher lives ran to its end"
+fi
+
+# A job whose rendezvous runs in hoopd outlives a restart of hoopd: only hooprun's process is
+# watched there. hoopd is killed (SIGKILL) and started again on its port while the ranks allreduce
+# in a loop; the job must run to its end, and no rank may say that its launcher is gone.
+hoopd=$build/tools/hoopd
+"$hoopd" --listen 127.0.0.1:0 >"$work/hoopd.1" 2>&1 &
+hoopd_pid=$!
+port=
+for _ in $(seq 1 50); do
+  port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/hoopd.1")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+"$hooprun" -np 3 --timeout 10 --rendezvous 127.0.0.1:$port \
+  sh -c "exec \"$worker\" --busy 4 \"$work/tag-hoopd\"" >"$work/out-hoopd" 2>&1 &
+launcher=$!
+for _ in $(seq 1 200); do
+  [ "$(grep -c ready "$work/out-hoopd" 2>/dev/null)" = 3 ] && break
+  sleep 0.1
+done
+kill -9 $hoopd_pid
+wait $hoopd_pid 2>/dev/null
+"$hoopd" --listen 127.0.0.1:$port >"$work/hoopd.2" 2>&1 &
+hoopd_pid=$!
+wait $launcher
+code=$?
+kill $hoopd_pid 2>/dev/null
+if [ "$(grep -c ready "$work/out-hoopd")" != 3 ] || [ $code != 0 ] || grep -q "is gone" "$work/out-hoopd"; then
+  echo "FAIL: a job at a restarted hoopd: hooprun exited $code; its output:"
+  cat "$work/out-hoopd"; status=1
+else
+  echo "a job whose hoopd was killed and started again ran to its end"
 fi
 
 # Left out while hooprun lives: rank 2 of an elastic sgd run is stopped (SIGSTOP); the others

@@ -103,6 +103,22 @@ void procs_local_config(struct hoop_config *config, char *rendezvous, size_t len
     config->transport = transport;
 }
 
+hoop_comm *procs_join(int port, int index, int n, double timeout_s, const char *transport) {
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, n);
+  config.timeout_s = timeout_s;
+  if (transport)
+    config.transport = transport;
+  hoop_comm *comm = NULL;
+  if (hoop_init(&comm, &config) != HOOP_OK) {
+    fprintf(stderr, "rank %d: hoop_init: %s\n", index, hoop_last_error(comm));
+    hoop_finalize(comm);
+    return NULL;
+  }
+  return comm;
+}
+
 int procs_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

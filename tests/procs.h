@@ -31,6 +31,11 @@ struct hoop_config;
 void procs_local_config(struct hoop_config *config, char *rendezvous, size_t len, int port,
                         int index, int n);
 
+/* hoop_init for rank index of such a job, with timeout_s and a transport (NULL: the default);
+ * NULL after saying why on stderr. */
+struct hoop_comm;
+struct hoop_comm *procs_join(int port, int index, int n, double timeout_s, const char *transport);
+
 /* A free TCP port on 127.0.0.1 (bound and released; good enough for tests). */
 int procs_free_port(void);
 

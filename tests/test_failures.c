@@ -29,20 +29,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static hoop_comm *join(int port, int index, int n, double timeout_s) {
-  char rendezvous[64];
-  hoop_config config;
-  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, n);
-  config.timeout_s = timeout_s;
-  hoop_comm *comm = NULL;
-  if (hoop_init(&comm, &config) != HOOP_OK) {
-    fprintf(stderr, "rank %d: hoop_init: %s\n", index, hoop_last_error(comm));
-    hoop_finalize(comm);
-    return NULL;
-  }
-  return comm;
-}
-
 /* ---- mismatched calls ------------------------------------------------------------------------ */
 
 /* With 2 ranks unless said otherwise. The ZERO_ kinds have one side call with count 0, which sends
@@ -92,7 +78,7 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
  * rank 1, or, at 4 ranks, whichever pair noticed, one of them the count-0 rank 3. */
 static int mismatch_rank(int index, int n, void *arg) {
   const mismatch_case *mc = arg;
-  hoop_comm *comm = join(mc->port, index, n, MISMATCH_TIMEOUT_S);
+  hoop_comm *comm = procs_join(mc->port, index, n, MISMATCH_TIMEOUT_S, NULL);
   if (!comm)
     return 10;
   float buf[1000] = {0};
@@ -197,7 +183,7 @@ static void *abort_later(void *arg) {
 }
 
 static int abort_thread_rank(int index, int n, void *arg) {
-  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  hoop_comm *comm = procs_join(*(int *)arg, index, n, 30, NULL);
   if (!comm)
     return 10;
   float buf[256] = {0};
@@ -237,7 +223,7 @@ static void *abort_large_later(void *arg) {
 }
 
 static int abort_large_rank(int index, int n, void *arg) {
-  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  hoop_comm *comm = procs_join(*(int *)arg, index, n, 30, NULL);
   if (!comm)
     return 10;
   size_t count = 4u << 20;
@@ -322,7 +308,7 @@ static void *cutoff_abort_later(void *arg) {
 
 static int cutoff_rank(int index, cutoff_case *cc) {
   setenv("HOOP_ALGO", "ring", 1); /* rank 2's data peers are ranks 1 and 3 only */
-  hoop_comm *comm = join(cc->port, index, 4, CUTOFF_TIMEOUT_S);
+  hoop_comm *comm = procs_join(cc->port, index, 4, CUTOFF_TIMEOUT_S, NULL);
   if (!comm)
     return 10;
   cc->comm = comm;
@@ -430,7 +416,7 @@ END_TEST
  * wait for a connection, not at the timeout. */
 static int connect_wait_rank(int index, int n, void *arg) {
   setenv("HOOP_ALGO", "rd", 1);
-  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  hoop_comm *comm = procs_join(*(int *)arg, index, n, 30, NULL);
   if (!comm)
     return 10;
   if (index == 0) {
@@ -485,7 +471,7 @@ static int finalize_rank(int index, int n, void *arg) {
   int position = 0;
   while (fc->order[position] != index)
     position++;
-  hoop_comm *comm = join(fc->port, index, n, 30);
+  hoop_comm *comm = procs_join(fc->port, index, n, 30, NULL);
   if (!comm)
     return 10;
   size_t count = 8u << 20;
@@ -547,7 +533,7 @@ static int stall_rank(int index, int n, void *arg) {
   if (!freopen(log_path, "w", stderr))
     return 20;
   setenv("HOOP_STALL_WARN", "0.5", 1);
-  hoop_comm *comm = join(*(int *)arg, index, n, 30);
+  hoop_comm *comm = procs_join(*(int *)arg, index, n, 30, NULL);
   if (!comm)
     return 10;
   if (index == 1)
@@ -597,7 +583,7 @@ typedef struct loss_case {
 /* Allreduce 16 MiB until something fails; exit 0 only for an error that names the victim (or,
  * for a stopped rank, a timeout or its cascade). */
 static int loss_rank(int index, int n, const loss_case *lc) {
-  hoop_comm *comm = join(lc->port, index, n, lc->timeout_s);
+  hoop_comm *comm = procs_join(lc->port, index, n, lc->timeout_s, NULL);
   if (!comm)
     return 10;
   size_t count = 4u << 20;

@@ -472,22 +472,6 @@ END_TEST
 #define RETIRE_BYTES (8u << 20)
 #define RETIRE_GENERATIONS 8
 
-static hoop_comm *retire_init(int port, int index, const char *transport) {
-  char rendezvous[64];
-  hoop_config config;
-  procs_local_config(&config, rendezvous, sizeof rendezvous, port, index, RETIRE_RANKS);
-  config.timeout_s = 10;
-  if (transport)
-    config.transport = transport;
-  hoop_comm *comm = NULL;
-  if (hoop_init(&comm, &config) != HOOP_OK) {
-    fprintf(stderr, "rank %d: hoop_init: %s\n", index, hoop_last_error(comm));
-    hoop_finalize(comm);
-    return NULL;
-  }
-  return comm;
-}
-
 /* Grow comm into the next generation (no newcomers: the same ranks), finalizing the old one. */
 static hoop_comm *regrow(hoop_comm *comm, int index) {
   hoop_comm *next = NULL;
@@ -515,7 +499,7 @@ static hoop_comm *regrow(hoop_comm *comm, int index) {
  * fail the broadcast the others are still finishing; then they grow too. Generation after
  * generation. */
 static int finish_after_retirement_rank(int port, int index, const char *transport) {
-  hoop_comm *comm = retire_init(port, index, transport);
+  hoop_comm *comm = procs_join(port, index, RETIRE_RANKS, 10, transport);
   unsigned char *buf = malloc(RETIRE_BYTES);
   int bad = !comm || !buf;
   for (int g = 0; g < RETIRE_GENERATIONS && !bad; g++) {
@@ -544,7 +528,7 @@ static int finish_after_retirement_rank(int port, int index, const char *transpo
 /* RETIRE_ROOT grows at once; the others call an allreduce on the old communicator first, which
  * must fail long before the timeout, naming the rank that left; then they grow as well. */
 static int call_after_retirement_rank(int port, int index, const char *transport) {
-  hoop_comm *comm = retire_init(port, index, transport);
+  hoop_comm *comm = procs_join(port, index, RETIRE_RANKS, 10, transport);
   if (!comm || hoop_barrier(comm) != HOOP_OK)
     return 1;
   int bad = 0;

@@ -3,7 +3,8 @@
 # starts ranks (tests/nb_worker) that either make no call for 60 s (idle) or allreduce in a loop
 # (busy); once all three are ready, hooprun is killed with SIGKILL, and every rank must be gone
 # within 5 s, each saying why on its stderr (kept in a file: hooprun's pipes die with it). Then the
-# same job left alone must run to its end: the watch kills nothing while hooprun lives; so must a
+# same job left alone must run to its end: the watch kills nothing while hooprun lives; a rank
+# killed in a job leaves the others the moment to report it before hooprun stops them; a
 # job whose hoopd (its rendezvous) is killed and started again. Last, a
 # rank left out of an elastic job while hooprun lives says so instead of ending as if it were gone,
 # and one stopped for good is stopped by hooprun once the others have finished.
@@ -52,6 +53,29 @@ if [ $code != 0 ] || echo "$out" | grep -q "is gone"; then
   echo "FAIL: a job with its launcher alive was ended (exit $code):"; echo "$out"; status=1
 else
   echo "a job whose launcher lives ran to its end"
+fi
+
+# A rank killed in the middle of a job: before hooprun stops the others, each gets the moment to
+# report the loss itself (the ranks here do not ignore SIGTERM), naming the rank.
+"$hooprun" -np 3 --timeout 30 sh -c "echo pid \$HOOP_RANK \$\$; exec \"$worker\" --busy 60 \"$work/tag-report\"" \
+  >"$work/out-report" 2>&1 &
+launcher=$!
+for _ in $(seq 1 200); do
+  [ "$(grep -c ready "$work/out-report" 2>/dev/null)" = 3 ] && break
+  sleep 0.1
+done
+victim=$(sed -n 's/^\[1\] pid 1 \([0-9]*\)$/\1/p' "$work/out-report")
+kill -9 "$victim"
+start=$(now)
+wait $launcher
+code=$?
+took=$(awk -v a="$start" -v b="$(now)" 'BEGIN {printf "%.2f", b - a}')
+reported=$(grep -cE "^\[[02]\] rank [02] FAIL: hoop_allreduce returned .*rank 1" "$work/out-report")
+if [ $code = 0 ] || [ "$reported" != 2 ] || ! awk -v t="$took" 'BEGIN {exit !(t <= 5)}'; then
+  echo "FAIL: a killed rank: hooprun exited $code after $took s, $reported of 2 ranks reported it:"
+  cat "$work/out-report"; status=1
+else
+  echo "a killed rank: both others reported it, and the job ended $took s after the kill"
 fi
 
 # A job whose rendezvous runs in hoopd outlives a restart of hoopd: only hooprun's process is

@@ -161,6 +161,9 @@ void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host);
 
 /* policy.c: stopping and finishing the job. */
 void hooprun_job_stop(hooprun_job *job, int exit_code);
+/* A rank failed: the others get a moment to end on their own (each reporting the failure), then
+ * are stopped as by hooprun_job_stop. */
+void hooprun_job_stop_after_failure(hooprun_job *job, int exit_code);
 void hooprun_job_finished_by_some(hooprun_job *job);
 void hooprun_job_progress(hooprun_job *job);
 void hooprun_job_finish(hooprun_job *job);

@@ -1,6 +1,7 @@
 /* policy.c - the failure policy: the first failure (a rank's, hooprun's, or a signal) stops the
- * job with SIGTERM and SIGKILL after a grace period; the job finishes once every rank has exited
- * and its output is out, or the drain period is over. */
+ * job with SIGTERM and SIGKILL after a grace period (after a rank's failure, the others first get
+ * a moment to end on their own and say what they saw); the job finishes once every rank has
+ * exited and its output is out, or the drain period is over. */
 #include "config.h"
 
 #include <signal.h>
@@ -13,6 +14,9 @@
 
 /* How long ranks get to exit after SIGTERM before they get SIGKILL. */
 #define GRACE_MS 3000
+/* After a rank's failure, how long the others get to end on their own before SIGTERM: hoop tells
+ * them of the failure at once, and each then reports it (naming the rank) and exits. */
+#define REPORT_MS 1000
 /* A rank's own output is read as soon as it exits; a pipe still open this long after the last
  * rank's exit is held by a process a rank left behind, and hooprun stops reading it (which
  * also ends a writer that keeps going, by EPIPE). */
@@ -52,6 +56,25 @@ void hooprun_job_stop(hooprun_job *job, int exit_code) {
                   job->running == 1 ? "" : "s");
   signal_ranks(job, SIGTERM);
   uv_timer_start(&job->grace_timer, on_grace_over, GRACE_MS, 0);
+}
+
+static void on_report_over(uv_timer_t *timer) {
+  hooprun_job *job = timer->data;
+  if (job->running == 0)
+    return;
+  hooprun_verbose(job, "%d rank%s still running %d s after the failure; stopping with SIGTERM",
+                  job->running, job->running == 1 ? "" : "s", REPORT_MS / 1000);
+  signal_ranks(job, SIGTERM);
+  uv_timer_start(&job->grace_timer, on_grace_over, GRACE_MS, 0);
+}
+
+void hooprun_job_stop_after_failure(hooprun_job *job, int exit_code) {
+  if (job->stopping)
+    return;
+  job->stopping = 1;
+  job->exit_code = exit_code;
+  if (job->running > 0)
+    uv_timer_start(&job->grace_timer, on_report_over, REPORT_MS, 0);
 }
 
 static void on_linger_over(uv_timer_t *timer) {

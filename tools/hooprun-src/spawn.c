@@ -215,7 +215,7 @@ static void report_exit(hooprun_job *job, hooprun_rank *rank, int64_t exit_statu
                   job->running, job->running == 1 ? "" : "s", job->options.min_np);
     else
       hooprun_say(job, "%s", how.data);
-    hooprun_job_stop(job, status);
+    hooprun_job_stop_after_failure(job, status);
   } else {
     job->succeeded++;
     hooprun_verbose(job, "%s", how.data);

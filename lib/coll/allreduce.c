@@ -404,14 +404,13 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
   char *dst = args->recvbuf;
   size_t chunk_len = hoop__chunk_bytes(comm, plan.length[r], args->esize);
   char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
+  if (!staging)
+    return HOOP_ERR_SYSTEM;
   /* The receives of each other segment apart (indexed by its owner), to wait for them segment by
    * segment: a device result goes back as each one lands (mem/stage.c). */
   hoop__arena *landing = calloc((size_t)n, sizeof *landing);
-  if (!staging || !landing) {
-    free(landing);
-    return staging ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call)
-                   : HOOP_ERR_SYSTEM;
-  }
+  if (!landing)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests", comm->call);
   hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
   /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first.

@@ -44,13 +44,18 @@ static void on_grace_over(uv_timer_t *timer) {
   signal_ranks(job, SIGKILL);
 }
 
-/* Stop the job, which then ends with exit_code; only the first cause counts. */
-void hooprun_job_stop(hooprun_job *job, int exit_code) {
+/* The first cause of a stop sets the job's exit code; 1 when ranks are left to stop. */
+static int begin_stop(hooprun_job *job, int exit_code) {
   if (job->stopping)
-    return;
+    return 0;
   job->stopping = 1;
   job->exit_code = exit_code;
-  if (job->running == 0)
+  return job->running > 0;
+}
+
+/* Stop the job, which then ends with exit_code; only the first cause counts. */
+void hooprun_job_stop(hooprun_job *job, int exit_code) {
+  if (!begin_stop(job, exit_code))
     return;
   hooprun_verbose(job, "stopping %d running rank%s with SIGTERM", job->running,
                   job->running == 1 ? "" : "s");
@@ -69,11 +74,7 @@ static void on_report_over(uv_timer_t *timer) {
 }
 
 void hooprun_job_stop_after_failure(hooprun_job *job, int exit_code) {
-  if (job->stopping)
-    return;
-  job->stopping = 1;
-  job->exit_code = exit_code;
-  if (job->running > 0)
+  if (begin_stop(job, exit_code))
     uv_timer_start(&job->grace_timer, on_report_over, REPORT_MS, 0);
 }
 

@@ -242,14 +242,21 @@ static void check_registered(int quick) {
   check_broadcast(big / 4 + 1, HOOP_FLOAT32, nranks - 1);
   check_allgather(big / 4, HOOP_FLOAT32, 0);
   check_allgather(big / 2 + 1, HOOP_UINT8, 1);
-  /* The same registered buffers for several calls in a row. */
+  /* The same registered buffers for several calls in a row (on the device under --device, where
+   * peers map them once: CUDA IPC's cache). */
   size_t count = big / 2 + 3, bytes = count * sizeof(float);
   float *send = xmalloc(bytes), *recv = xmalloc(bytes);
-  hoop_mem_handle send_handle = reg(send, bytes), recv_handle = reg(recv, bytes);
+  float *call_send = to_call(send, bytes, 0), *call_recv = to_call(recv, bytes, 1);
+  hoop_mem_handle send_handle = reg(call_send, bytes), recv_handle = reg(call_recv, bytes);
   for (int round = 0; round < 4; round++) {
     unsigned seed = (unsigned)(round * 101 + 7);
     ref_fill(send, count, HOOP_FLOAT32, HOOP_SUM, rank, seed);
-    must(hoop_allreduce(comm, send, recv, count, HOOP_FLOAT32, HOOP_SUM), "hoop_allreduce");
+    if (call_send != send)
+      devmem_upload(call_send, send, bytes);
+    must(hoop_allreduce(comm, call_send, call_recv, count, HOOP_FLOAT32, HOOP_SUM),
+         "hoop_allreduce");
+    if (call_recv != recv)
+      devmem_get(recv, call_recv, bytes);
     char msg[256];
     checks++;
     if (ref_check_allreduce(recv, count, HOOP_FLOAT32, HOOP_SUM, nranks, seed, msg, sizeof msg))
@@ -257,6 +264,10 @@ static void check_registered(int quick) {
   }
   unreg(recv_handle);
   unreg(send_handle);
+  if (call_recv != recv)
+    devmem_free(call_recv);
+  if (call_send != send)
+    devmem_free(call_send);
   free(recv);
   free(send);
 }

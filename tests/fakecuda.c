@@ -11,7 +11,18 @@
  * FAKECUDA_COUNT=FILE: at exit, append "copies N bytes B stream_syncs S pinned P async A" to FILE
  * (the test checks that staging copied what it should through page-locked memory, that the stream
  * variants waited for their stream, and that the pipelined ring copied asynchronously).
- * cuModuleLoadData and cuLaunchKernel are missing, as kernels cannot run here.
+ *
+ * Kernels: cuModuleLoadData takes any image and cuModuleGetFunction knows hoop's reduction kernels
+ * by name (hoop_reduce_<dtype>_<op>, hoop_divide_<dtype>); cuLaunchKernel queues them on the stream
+ * like a copy and carries them out with lib/mem/reduce.c, on the CPU, later. They test how hoop
+ * orders and waits for its kernels, not the kernels themselves (test_cuda_kernels does, on a GPU).
+ * FAKECUDA_KERNELS=0: no module calls, as a driver that cannot load hoop's kernels.
+ *
+ * CUDA IPC between processes: every allocation's bytes are in a memfd, cuIpcGetMemHandle names it
+ * (process and descriptor), and cuIpcOpenMemHandle in another process maps it through
+ * /proc/PID/fd behind an address range of its own, again PROT_NONE to the CPU. As with the real
+ * driver, a handle does not open in the process that exported it. FAKECUDA_IPC=0: every open
+ * fails (CUDA_ERROR_NOT_SUPPORTED), for the fallback. The count file adds "kernels K ipc_opens O".
  *
  * FAKECUDA_FAIL_AFTER=N: every copy after the first N fails (CUDA_ERROR_ILLEGAL_ADDRESS, as a
  * device fault makes the real driver's calls fail), to see what hoop does when the driver does.
@@ -23,6 +34,7 @@
  * the worker.
  */
 #include <cuda.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,12 +43,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "mem/reduce.h"
+
 #define MAX_ALLOCS 4096
 
 typedef struct alloc {
   char *base;   /* the PROT_NONE reservation: the "device address" */
-  char *shadow; /* where the bytes really are */
+  char *shadow; /* where the bytes really are: a shared mapping of fd */
   size_t bytes;
+  int fd;                /* the memfd; -1 for a peer's allocation opened by IPC */
+  unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
 } alloc;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,7 +60,8 @@ static alloc allocs[MAX_ALLOCS];
 static int initialized;
 static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
-static unsigned long long copies, copied_bytes, stream_syncs, pinned;
+static unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens;
+static unsigned long long next_id;
 static struct CUstream_st *const the_stream = (struct CUstream_st *)0x2;
 static long long fail_after = -2; /* FAKECUDA_FAIL_AFTER, read at the first copy; -1: never */
 
@@ -64,10 +81,14 @@ static CUresult count_copy(size_t bytes) {
 /* ---- the asynchronous queue: one for every stream (copies keep their order across streams) */
 typedef struct async_op {
   char *to;
-  const char *from; /* NULL: an event's marker */
+  const char *from; /* NULL: an event's marker (or a kernel) */
   size_t bytes;
   unsigned long long seq;
   struct async_op *next;
+  /* A kernel (kernel 1): to = from op b over count elements, or (b NULL) AVG's division. */
+  int kernel, dtype, op, nranks;
+  const char *b;
+  size_t count;
 } async_op;
 
 struct CUevent_st {
@@ -93,7 +114,11 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&queue_lock);
     if (delay_us > 0)
       usleep((useconds_t)delay_us);
-    if (op->from)
+    if (op->kernel && op->b)
+      hoop__reduce3(op->to, op->from, op->b, op->count, (hoop_dtype)op->dtype, (hoop_op)op->op);
+    else if (op->kernel)
+      hoop__reduce_finish(op->to, op->count, (hoop_dtype)op->dtype, HOOP_AVG, op->nranks);
+    else if (op->from)
       memmove(op->to, op->from, op->bytes);
     pthread_mutex_lock(&queue_lock);
     queue_head = op->next;
@@ -106,8 +131,10 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Queue an operation; its sequence number, or 0 when out of memory. */
-static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
+/* Queue an operation (a copy, a marker, or like *kernel); its sequence number, or 0 when out of
+ * memory. */
+static unsigned long long enqueue_op(char *to, const char *from, size_t bytes,
+                                     const async_op *kernel) {
   async_op *op = calloc(1, sizeof *op);
   if (!op)
     return 0;
@@ -124,7 +151,9 @@ static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
     worker_started = 1;
   }
   unsigned long long seq = ++queued_seq;
-  *op = (async_op){to, from, bytes, seq, NULL};
+  if (kernel)
+    *op = *kernel;
+  op->to = to, op->from = from, op->bytes = bytes, op->seq = seq, op->next = NULL;
   if (queue_tail)
     queue_tail->next = op;
   else
@@ -133,6 +162,10 @@ static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
   pthread_cond_broadcast(&queue_cond);
   pthread_mutex_unlock(&queue_lock);
   return seq; /* not op->seq: the worker may have done and freed op by now */
+}
+
+static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
+  return enqueue_op(to, from, bytes, NULL);
 }
 
 static void wait_done(unsigned long long seq) {
@@ -202,33 +235,50 @@ static CUresult fake_mem_alloc(CUdeviceptr *ptr, size_t bytes) {
     return CUDA_ERROR_INVALID_CONTEXT;
   size_t span = bytes ? bytes : 1;
   char *base = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  char *shadow = malloc(span);
-  if (base == MAP_FAILED || !shadow) {
-    free(shadow);
+  int fd = memfd_create("fakecuda-device", MFD_CLOEXEC);
+  char *shadow = fd >= 0 && ftruncate(fd, (off_t)span) == 0
+                     ? mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                     : MAP_FAILED;
+  if (base == MAP_FAILED || shadow == MAP_FAILED) {
+    if (base != MAP_FAILED)
+      munmap(base, span);
+    if (shadow != MAP_FAILED)
+      munmap(shadow, span);
+    if (fd >= 0)
+      close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCS; i++)
     if (!allocs[i].base) {
-      allocs[i] = (alloc){base, shadow, span};
+      allocs[i] = (alloc){base, shadow, span, fd, ++next_id};
       pthread_mutex_unlock(&lock);
       *ptr = (CUdeviceptr)(uintptr_t)base;
       return CUDA_SUCCESS;
     }
   pthread_mutex_unlock(&lock);
+  munmap(base, span);
+  munmap(shadow, span);
+  close(fd);
   return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void drop(alloc *a) {
+  munmap(a->base, a->bytes);
+  munmap(a->shadow, a->bytes);
+  if (a->fd >= 0)
+    close(a->fd);
+  memset(a, 0, sizeof *a);
 }
 
 static CUresult fake_mem_free(CUdeviceptr ptr) {
   pthread_mutex_lock(&lock);
   alloc *a = find((void *)(uintptr_t)ptr, 0);
-  if (!a || a->base != (char *)(uintptr_t)ptr) {
+  if (!a || a->base != (char *)(uintptr_t)ptr || a->fd < 0) {
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  munmap(a->base, a->bytes);
-  free(a->shadow);
-  memset(a, 0, sizeof *a);
+  drop(a);
   pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
 }
@@ -403,7 +453,9 @@ static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute 
   if (!initialized)
     return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&lock);
-  int device = find((void *)(uintptr_t)ptr, 0) != NULL;
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  int device = a != NULL;
+  alloc found = device ? *a : (alloc){0};
   pthread_mutex_unlock(&lock);
   for (unsigned int i = 0; i < n; i++) {
     switch (attrs[i]) {
@@ -413,6 +465,11 @@ static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute 
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data[i] = 0; break;
     case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = device ? the_context : NULL; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = device ? 0 : -2; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data[i] = found.id; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *(CUdeviceptr *)data[i] = (CUdeviceptr)(uintptr_t)found.base;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = found.bytes; break;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -428,8 +485,192 @@ static CUresult fake_get_error_string(CUresult err, const char **text) {
   case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
   case CUDA_ERROR_INVALID_HANDLE: *text = "invalid resource handle"; break;
   case CUDA_ERROR_ILLEGAL_ADDRESS: *text = "an illegal memory access was encountered"; break;
+  case CUDA_ERROR_NOT_SUPPORTED: *text = "operation not supported"; break;
+  case CUDA_ERROR_NOT_FOUND: *text = "named symbol not found"; break;
   default: *text = "unknown error"; break;
   }
+  return CUDA_SUCCESS;
+}
+
+/* ---- kernels: hoop's reduction kernels, carried out on the CPU by the queue's worker */
+
+struct CUmod_st {
+  int unused;
+};
+static struct CUmod_st the_module;
+
+struct CUfunc_st {
+  int dtype, op; /* op -1: hoop_divide_<dtype> */
+};
+
+static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
+    [HOOP_INT8] = "int8",       [HOOP_UINT8] = "uint8",       [HOOP_INT32] = "int32",
+    [HOOP_UINT32] = "uint32",   [HOOP_INT64] = "int64",       [HOOP_UINT64] = "uint64",
+    [HOOP_FLOAT16] = "float16", [HOOP_BFLOAT16] = "bfloat16", [HOOP_FLOAT32] = "float32",
+    [HOOP_FLOAT64] = "float64"};
+static const char *const op_names[] = {"sum", "prod", "min", "max"};
+static struct CUfunc_st functions[HOOP_DTYPE_COUNT][5]; /* [dtype][op], [dtype][4]: divide */
+
+static CUresult fake_module_load_data(CUmodule *module, const void *image) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!image)
+    return CUDA_ERROR_INVALID_VALUE;
+  *module = &the_module;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const char *name) {
+  if (module != &the_module)
+    return CUDA_ERROR_INVALID_HANDLE;
+  char want[64];
+  for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
+    for (int o = 0; o < 4; o++) {
+      snprintf(want, sizeof want, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
+      if (strcmp(name, want) == 0) {
+        functions[d][o] = (struct CUfunc_st){d, o};
+        *f = &functions[d][o];
+        return CUDA_SUCCESS;
+      }
+    }
+    snprintf(want, sizeof want, "hoop_divide_%s", dtype_names[d]);
+    if (strcmp(name, want) == 0) {
+      functions[d][4] = (struct CUfunc_st){d, -1};
+      *f = &functions[d][4];
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+/* The parameters are hoop's: (dst, a, b, count) for a reduction, (buf, count, nranks) for the
+ * division; every pointer must be device memory of this process (its own or mapped by IPC), as a
+ * kernel cannot read host memory that is not mapped for it. */
+static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shared, CUstream stream, void **params,
+                                   void **extra) {
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)extra;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!f || !params || (stream != NULL && stream != the_stream))
+    return CUDA_ERROR_INVALID_HANDLE;
+  async_op k = {0};
+  k.kernel = 1, k.dtype = f->dtype, k.op = f->op;
+  static const size_t esizes[HOOP_DTYPE_COUNT] = {
+      [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,  [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
+      [HOOP_INT64] = 8,   [HOOP_UINT64] = 8, [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
+      [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8};
+  size_t esize = esizes[f->dtype];
+  char *to, *from = NULL, *b = NULL;
+  pthread_mutex_lock(&lock);
+  if (f->op >= 0) {
+    k.count = *(size_t *)params[3];
+    size_t bytes = k.count * esize;
+    alloc *ad = find(*(void **)params[0], bytes), *aa = find(*(void **)params[1], bytes),
+          *ab = find(*(void **)params[2], bytes);
+    if (!ad || !aa || !ab) {
+      pthread_mutex_unlock(&lock);
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    to = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], bytes);
+    from = resolve((CUdeviceptr)(uintptr_t) * (void **)params[1], bytes);
+    b = resolve((CUdeviceptr)(uintptr_t) * (void **)params[2], bytes);
+  } else {
+    k.count = *(size_t *)params[1];
+    k.nranks = *(int *)params[2];
+    if (!find(*(void **)params[0], k.count * esize)) {
+      pthread_mutex_unlock(&lock);
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    to = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], k.count * esize);
+  }
+  kernels++;
+  pthread_mutex_unlock(&lock);
+  k.b = b;
+  if (!k.b && f->op >= 0)
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  return enqueue_op(to, from, 0, &k) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* ---- CUDA IPC between processes ----------------------------------------------------------- */
+
+typedef struct fake_ipc_handle {
+  char magic[8]; /* "fakecuda" */
+  int32_t pid, fd;
+  uint64_t bytes, id;
+} fake_ipc_handle;
+
+static CUresult fake_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr ptr) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  if (!a || a->base != (char *)(uintptr_t)ptr || a->fd < 0) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  fake_ipc_handle h = {
+      {'f', 'a', 'k', 'e', 'c', 'u', 'd', 'a'}, (int32_t)getpid(), a->fd, a->bytes, a->id};
+  pthread_mutex_unlock(&lock);
+  memset(handle, 0, sizeof *handle);
+  memcpy(handle->reserved, &h, sizeof h);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ipc_open_mem_handle(CUdeviceptr *ptr, CUipcMemHandle handle,
+                                         unsigned int flags) {
+  (void)flags;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  const char *ipc = getenv("FAKECUDA_IPC");
+  if (ipc && strcmp(ipc, "0") == 0)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  fake_ipc_handle h;
+  memcpy(&h, handle.reserved, sizeof h);
+  if (memcmp(h.magic, "fakecuda", 8) != 0 || h.bytes == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (h.pid == (int32_t)getpid())
+    return CUDA_ERROR_INVALID_CONTEXT; /* the real driver's answer within one process */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  char *base = mmap(NULL, h.bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *shadow = mmap(NULL, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED || shadow == MAP_FAILED) {
+    if (base != MAP_FAILED)
+      munmap(base, h.bytes);
+    if (shadow != MAP_FAILED)
+      munmap(shadow, h.bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (!allocs[i].base) {
+      allocs[i] = (alloc){base, shadow, h.bytes, -1, ++next_id};
+      ipc_opens++;
+      pthread_mutex_unlock(&lock);
+      *ptr = (CUdeviceptr)(uintptr_t)base;
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&lock);
+  munmap(base, h.bytes);
+  munmap(shadow, h.bytes);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fake_ipc_close_mem_handle(CUdeviceptr ptr) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  if (!a || a->base != (char *)(uintptr_t)ptr || a->fd >= 0) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  drop(a);
+  pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
 }
 
@@ -463,6 +704,12 @@ static const struct {
     {"cuStreamDestroy", (void *)fake_stream_destroy},
     {"cuDeviceGetAttribute", (void *)fake_device_get_attribute},
     {"cuMemGetHandleForAddressRange", (void *)fake_get_handle_for_range},
+    {"cuIpcGetMemHandle", (void *)fake_ipc_get_mem_handle},
+    {"cuIpcOpenMemHandle", (void *)fake_ipc_open_mem_handle},
+    {"cuIpcCloseMemHandle", (void *)fake_ipc_close_mem_handle},
+    {"cuModuleLoadData", (void *)fake_module_load_data},
+    {"cuModuleGetFunction", (void *)fake_module_get_function},
+    {"cuLaunchKernel", (void *)fake_launch_kernel},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -472,8 +719,12 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
                              CUdriverProcAddressQueryResult *status) {
   (void)version;
   (void)flags;
+  const char *kernels_env = getenv("FAKECUDA_KERNELS");
+  int no_kernels = kernels_env && strcmp(kernels_env, "0") == 0;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(symbol, table[i].name) == 0) {
+    if (strcmp(symbol, table[i].name) == 0 &&
+        !(no_kernels &&
+          (strncmp(symbol, "cuModule", 8) == 0 || strcmp(symbol, "cuLaunchKernel") == 0))) {
       *pfn = table[i].fn;
       if (status)
         *status = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -487,10 +738,12 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint
 
 __attribute__((destructor)) static void report(void) {
   const char *path = getenv("FAKECUDA_COUNT");
-  FILE *f = path && copies ? fopen(path, "a") : NULL;
+  FILE *f = path && (copies || kernels) ? fopen(path, "a") : NULL;
   if (f) {
-    fprintf(f, "copies %llu bytes %llu stream_syncs %llu pinned %llu async %llu\n", copies,
-            copied_bytes, stream_syncs, pinned, async_copies);
+    fprintf(f,
+            "copies %llu bytes %llu stream_syncs %llu pinned %llu async %llu kernels %llu "
+            "ipc_opens %llu\n",
+            copies, copied_bytes, stream_syncs, pinned, async_copies, kernels, ipc_opens);
     fclose(f);
   }
 }

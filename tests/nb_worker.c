@@ -11,6 +11,12 @@
  * HOOP_ASYNC_PROGRESS=0) nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others
  * have requests outstanding: every request there must complete with an error naming rank 1, within
  * HOOP_TIMEOUT
+ *        nb_worker --fail kill-device   the same with every buffer in device memory
+ (HOOP_CUDA_LIBRARY):
+ *                                       rank 1 posts the first four requests, sees two through and
+ *                                       dies with the others in flight (they may complete or fail
+ *                                       naming rank 1); the last eight must fail
+
  *        nb_worker --fail pack          rank 1's buffers of a fused allreduce are on the device
  *                                       (HOOP_CUDA_LIBRARY) and the driver fails its copies in the
  *                                       middle of packing (FAKECUDA_FAIL_AFTER, the stand-in's):
@@ -285,8 +291,17 @@ static void finalize_refused(void) {
   must(hoop_wait(req), "hoop_wait after the refused finalize");
 }
 
-/* Rank 1 aborts or dies after a moment; the others post and must see every request fail. */
+/* Rank 1 aborts or dies after a moment; the others post and must see every request fail (with
+ * kill-device, every request after the first two, in which rank 1 took part). */
 static int failing(const char *how) {
+  int device = strcmp(how, "kill-device") == 0, first_failing = device ? 4 : 0;
+  if (device) {
+    char msg[256];
+    if (devmem_init(msg, sizeof msg) != 0) {
+      fail("--fail kill-device needs a driver: %s", msg);
+      return 1;
+    }
+  }
   double timeout = 10;
   const char *text = getenv("HOOP_TIMEOUT");
   if (text)
@@ -295,6 +310,26 @@ static int failing(const char *how) {
    * to report what their requests said. */
   if (rank != 1)
     signal(SIGTERM, SIG_IGN);
+  enum { N = 12 };
+  hoop_request *reqs[N];
+  size_t count = 1 << 20;
+  float *bufs[N];
+  if (rank == 1 && device) {
+    /* Post what the others post first, see two through, die with two more in flight. */
+    float *zeros = calloc(count, sizeof(float));
+    for (int i = 0; i < first_failing; i++) {
+      bufs[i] = devmem_put(zeros, count * sizeof(float));
+      if (i % 4 == 3)
+        must(hoop_ibarrier(comm, &reqs[i]), "hoop_ibarrier");
+      else
+        must(hoop_iallreduce(comm, bufs[i], bufs[i], i % 2 ? count : 7, HOOP_FLOAT32, HOOP_SUM,
+                             &reqs[i]),
+             "hoop_iallreduce");
+    }
+    must(hoop_wait(reqs[0]), "hoop_wait");
+    must(hoop_wait(reqs[1]), "hoop_wait");
+    raise(SIGKILL);
+  }
   if (rank == 1) {
     struct timespec pause = {0, 300 * 1000 * 1000};
     nanosleep(&pause, NULL);
@@ -304,14 +339,15 @@ static int failing(const char *how) {
     hoop_finalize(comm);
     return 0;
   }
-  enum { N = 12 };
-  hoop_request *reqs[N];
-  size_t count = 1 << 20;
-  float *bufs[N];
   double start = now_s();
+  float *zeros = device ? calloc(count, sizeof(float)) : NULL;
   for (int i = 0; i < N; i++) {
-    bufs[i] = xmalloc(count * sizeof(float));
-    memset(bufs[i], 0, count * sizeof(float));
+    if (device) {
+      bufs[i] = devmem_put(zeros, count * sizeof(float));
+    } else {
+      bufs[i] = xmalloc(count * sizeof(float));
+      memset(bufs[i], 0, count * sizeof(float));
+    }
     if (i % 4 == 3)
       must(hoop_ibarrier(comm, &reqs[i]), "hoop_ibarrier");
     else
@@ -323,20 +359,29 @@ static int failing(const char *how) {
   for (int i = N - 1; i >= 0; i--) {
     hoop_result result = hoop_wait(reqs[i]);
     checks++;
-    if (result == HOOP_OK || !strstr(hoop_last_error(comm), "rank 1")) {
+    if (device && i < 2) {
+      if (result != HOOP_OK)
+        fail("request %d, which rank 1 saw through, failed: %s", i, hoop_last_error(comm));
+    } else if (i < first_failing && result == HOOP_OK) {
+      /* rank 1's progress thread may have seen it through before the kill */
+    } else if (result == HOOP_OK || !strstr(hoop_last_error(comm), "rank 1")) {
       fail("request %d completed with %s (%s): expected an error naming rank 1", i,
            hoop_strerror(result), hoop_last_error(comm));
       bad = 1;
     }
-    free(bufs[i]);
+    if (device)
+      devmem_free(bufs[i]);
+    else
+      free(bufs[i]);
   }
+  free(zeros);
   double took = now_s() - start;
   checks++;
   if (took > timeout + 5)
     fail("the requests took %.1f s to fail, HOOP_TIMEOUT is %.0f s", took, timeout);
   if (!bad)
-    printf("nb_worker rank %d: all %d requests failed naming rank 1 (%s) in %.2f s: %s\n", rank, N,
-           how, took, hoop_last_error(comm));
+    printf("nb_worker rank %d: all %d requests failed naming rank 1 (%s) in %.2f s: %s\n", rank,
+           N - first_failing, how, took, hoop_last_error(comm));
   checks++;
   if (hoop_finalize(comm) != HOOP_OK)
     fail("hoop_finalize after the failure refused");

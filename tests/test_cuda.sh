@@ -72,7 +72,7 @@ for algo in ring direct; do
     for mode in all mixed; do
       rm -f "$counts"
       HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=200 \
-        HOOP_ALGO=allreduce:$algo HOOP_CUDA_PIPELINE_BYTES=0 \
+        HOOP_ALGO=allreduce:$algo HOOP_CUDA_PIPELINE_BYTES=0 HOOP_CUDA_IPC=0 \
         run "fake --device $mode, pipelined $algo" $np --device $mode
       async=$(awk '{n += $10} END {print n + 0}' "$counts" 2>/dev/null)
       echo "  --device $mode on $np ranks, pipelined $algo: $async asynchronous copies"
@@ -96,6 +96,52 @@ HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts run "fake --device all --stream" 
 syncs=$(awk '{n += $6} END {print n + 0}' "$counts" 2>/dev/null)
 echo "  --device all --stream on 2 ranks: $syncs stream waits"
 [ "${syncs:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not wait for their stream"; status=1; }
+
+# CUDA IPC (coll/ipc.c): every call of every size (HOOP_CUDA_IPC_MIN_BYTES=0) on ranks whose
+# buffers are all on the device reads the peers' buffers through the stand-in's IPC mappings, with
+# its reduction kernels carried out late (FAKECUDA_ASYNC_DELAY_US): a block read before its
+# reduction is waited for, or a result copied before its owner finished, fails the checks. Also
+# registered buffers reused call after call (mapped once), and the stream variants.
+ipc_run() { # label, np, extra args...: requires kernels and IPC mappings
+  label=$1 np=$2; shift 2
+  rm -f "$counts"
+  HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=50 HOOP_CUDA_IPC_MIN_BYTES=0 \
+    run "$label" $np "$@"
+  kernels=$(awk '{n += $12} END {print n + 0}' "$counts" 2>/dev/null)
+  opens=$(awk '{n += $14} END {print n + 0}' "$counts" 2>/dev/null)
+  echo "  $label on $np ranks: $kernels kernels, $opens IPC mappings"
+}
+for np in 2 3 4; do
+  ipc_run "IPC --device all" $np --device all
+  [ "${kernels:-0}" -ge 100 ] && [ "${opens:-0}" -ge 100 ] || {
+    echo "FAIL: the collectives did not go by CUDA IPC"; status=1; }
+done
+ipc_run "IPC --device all --register all" 3 --device all --register all
+[ "${kernels:-0}" -ge 10 ] || { echo "FAIL: registered buffers did not go by CUDA IPC"; status=1; }
+ipc_run "IPC --device all --stream" 2 --device all --stream
+[ "${kernels:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not go by CUDA IPC"; status=1; }
+# A host buffer on any rank: every rank stages, alike.
+ipc_run "IPC --device mixed" 3 --device mixed
+[ "${kernels:-0}" = 0 ] || { echo "FAIL: mixed buffers went by CUDA IPC"; status=1; }
+# IPC refused by the driver: staged, and HOOP_DEBUG=info says why.
+out=$(HOOP_CUDA_LIBRARY=$fake FAKECUDA_IPC=0 HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=info \
+  HOOP_DEBUG_SUBSYS=coll "$hooprun" -np 2 --timeout 120 "$worker" --quick --device all 2>&1)
+if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 2 ] ||
+  ! echo "$out" | grep -q "staged through host memory: rank [0-9]*'s buffer: cuIpcOpenMemHandle"; then
+  echo "FAIL: IPC refused: not staged, or not said why"; echo "$out" | tail -20; status=1
+fi
+# No kernels in the driver: allreduce staged, broadcast and allgather (copies) still by IPC.
+export FAKECUDA_KERNELS=0
+ipc_run "IPC without kernels" 2 --device all
+unset FAKECUDA_KERNELS
+[ "${opens:-0}" -ge 10 ] || { echo "FAIL: broadcast and allgather not by IPC without kernels"; status=1; }
+# A rank killed while requests on device buffers are in flight: an error naming it on the others.
+out=$(HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 "$hooprun" -np 3 --timeout 10 \
+  "$build/tests/nb_worker" --fail kill-device 2>&1)
+echo "$out" | grep -E 'failed naming|FAIL' | cut -c1-160
+if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 2 ]; then
+  echo "FAIL: a rank killed during IPC collectives"; echo "$out" | tail -20; status=1
+fi
 
 # The driver failing a copy while rank 1 packs its device buffers into a fused allreduce: rank 1
 # reports the driver's error, and the others an error naming rank 1 at once, not at the timeout.

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/ipc.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
 #include "core/trace.h"
@@ -169,6 +170,9 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
     return coll_end(comm, result);
   comm->algo_name = algo ? hoop__coll_algo_name(algo) : "one rank";
+  /* Device buffers of ranks on one host: read directly from each other by CUDA IPC if all can. */
+  if (coll->has_data && comm->size > 1 && hoop__ipc_run(comm, args, &result))
+    return coll_end(comm, result);
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;
   if (coll->has_data && (result = hoop__stage_in(comm, args, algo, &stage)) != HOOP_OK)

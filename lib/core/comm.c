@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/ipc.h"
 #include "config.h"
 #include "core/env.h"
 #include "core/flight.h"
@@ -587,6 +588,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__registrations_release(comm);
   hoop__stage_free(comm);
   hoop__cuda_pipe_free(comm);
+  hoop__ipc_free(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous

@@ -33,6 +33,14 @@ static const hoop__env_var env_table[] = {
      "a ring allreduce of at least this many bytes from device memory copies its input in and "
      "its result out segment by segment on a stream of hoop's own, overlapped with the ring, "
      "where the driver has asynchronous copies; smaller ones are staged whole (0: every size)"},
+    {"HOOP_CUDA_IPC", "1",
+     "1: when every rank of a communicator is on one host (shared memory) and a call's buffers "
+     "are device memory on every rank, ranks read each other's buffers directly by CUDA IPC "
+     "(reductions on the GPU), falling back to staging through host memory where a rank cannot "
+     "(HOOP_DEBUG=info says why); 0: always staged"},
+    {"HOOP_CUDA_IPC_MIN_BYTES", "65536",
+     "calls of fewer bytes (an allgather's whole result) are staged without asking whether "
+     "CUDA IPC could serve them; 0: every size"},
     {"HOOP_FAULT", "",
      "testing aid: shrink-connect makes this rank die (SIGKILL) inside hoop_comm_shrink, right "
      "after the new generation's table comes and before it connects; empty: no fault"},

@@ -110,8 +110,9 @@ struct hoop_comm {
   int watch_running;
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
-  int stage_pinned; /* stage is page-locked memory from the driver */
-  void *cuda_pipe;  /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
+  int stage_pinned;      /* stage is page-locked memory from the driver */
+  void *cuda_pipe;       /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
+  struct hoop__ipc *ipc; /* CUDA IPC's descriptors and mappings of peers' memory (coll/ipc.c) */
   struct hoop__stage *stage_pipe; /* the call's pipelined stage while its algorithm runs */
   int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
   size_t pipeline_bytes;

@@ -119,6 +119,56 @@ hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, h
   return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
 }
 
+int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen) {
+  (void)ptr, (void)out;
+  snprintf(why, whylen, "this libhoop was built without CUDA");
+  return -1;
+}
+
+int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
+                        size_t whylen) {
+  (void)near, (void)export, (void)base;
+  snprintf(why, whylen, "this libhoop was built without CUDA");
+  return -1;
+}
+
+void hoop__cuda_ipc_close(void *base) {
+  (void)base;
+}
+
+hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, const void *b,
+                                     size_t count, hoop_dtype dtype, hoop_op op) {
+  return hoop__cuda_reduce3(comm, dst, a, b, count, dtype, op);
+}
+
+hoop_result hoop__cuda_finish_async(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                    hoop_op op, int nranks) {
+  return hoop__cuda_reduce_finish(comm, buf, count, dtype, op, nranks);
+}
+
+hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
+  return hoop__cuda_copy(comm, dst, src, bytes);
+}
+
+hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near) {
+  (void)near;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
+void *hoop__cuda_alloc(size_t bytes, const void *near) {
+  (void)bytes, (void)near;
+  return NULL;
+}
+
+hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near) {
+  (void)near;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
+void hoop__cuda_free(void *ptr) {
+  (void)ptr;
+}
+
 #else /* HOOP_HAVE_CUDA */
 
 #include <cuda.h>
@@ -156,6 +206,12 @@ static struct {
   CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
   CUresult (*get_handle_for_range)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
                                    unsigned long long);
+  /* CUDA IPC's and the IPC allreduce's scratch: NULL where the driver lacks them. */
+  CUresult (*ipc_get_mem_handle)(CUipcMemHandle *, CUdeviceptr);
+  CUresult (*ipc_open_mem_handle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+  CUresult (*ipc_close_mem_handle)(CUdeviceptr);
+  CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+  CUresult (*mem_free)(CUdeviceptr);
   CUcontext host_context; /* where the staging memory was allocated, to free it there */
 } drv;
 
@@ -228,7 +284,12 @@ static void load(void) {
                     {"cuStreamDestroy", (void **)&drv.stream_destroy},
                     {"cuDeviceGet", (void **)&drv.device_get},
                     {"cuDeviceGetAttribute", (void **)&drv.device_get_attribute},
-                    {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range}};
+                    {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range},
+                    {"cuIpcGetMemHandle", (void **)&drv.ipc_get_mem_handle},
+                    {"cuIpcOpenMemHandle", (void **)&drv.ipc_open_mem_handle},
+                    {"cuIpcCloseMemHandle", (void **)&drv.ipc_close_mem_handle},
+                    {"cuMemAlloc", (void **)&drv.mem_alloc},
+                    {"cuMemFree", (void **)&drv.mem_free}};
   for (size_t i = 0; i < sizeof pipe_calls / sizeof pipe_calls[0]; i++)
     if (get_proc(pipe_calls[i].name, pipe_calls[i].fn, HOOP_CUDA_API_VERSION,
                  CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
@@ -545,6 +606,7 @@ typedef struct kernel_set {
   CUstream stream;
   CUfunction reduce[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   CUfunction divide[HOOP_DTYPE_COUNT];
+  int loaded; /* the functions are there */
 } kernel_set;
 
 static kernel_set sets[MAX_CONTEXTS];
@@ -559,39 +621,46 @@ int hoop__cuda_kernels_built(void) {
 #endif
 }
 
-/* The kernels of context (current on this thread), loaded on first use. */
-static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **out) {
-#ifndef HOOP_HAVE_CUDA_KERNELS
-  (void)context;
-  *out = NULL;
-  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
-                         "cuda: this libhoop has no GPU kernels (nvcc was not found at build)");
-#else
+/* The stream of hoop's own in context (current on this thread) and, if need_kernels, the kernels
+ * loaded there: both made on first use. A driver or build that cannot load the kernels still has
+ * the stream, for copies. */
+static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **out,
+                               int need_kernels) {
   hoop_result result = HOOP_OK;
-  pthread_mutex_lock(&sets_lock);
-  for (int i = 0; i < nsets; i++)
-    if (sets[i].context == context) {
-      *out = &sets[i];
-      pthread_mutex_unlock(&sets_lock);
-      return HOOP_OK;
-    }
-  CUmodule module;
   CUresult err;
-  if (!drv.module_load_data || !drv.module_get_function || !drv.launch_kernel ||
-      !drv.stream_create || !drv.stream_synchronize)
+  *out = NULL;
+  pthread_mutex_lock(&sets_lock);
+  kernel_set *set = NULL;
+  for (int i = 0; i < nsets && !set; i++)
+    if (sets[i].context == context)
+      set = &sets[i];
+  if (!set) {
+    if (!drv.stream_create || !drv.stream_synchronize)
+      result = hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "cuda: the driver has no streams");
+    else if (nsets == MAX_CONTEXTS)
+      result =
+          hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "cuda: more than %d contexts", MAX_CONTEXTS);
+    else {
+      kernel_set *fresh = &sets[nsets];
+      memset(fresh, 0, sizeof *fresh);
+      fresh->context = context;
+      if ((err = drv.stream_create(&fresh->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+        result = driver_error(comm, "cuStreamCreate", err);
+      else
+        set = &sets[nsets++];
+    }
+  }
+  if (result == HOOP_OK && need_kernels && !set->loaded) {
+#ifndef HOOP_HAVE_CUDA_KERNELS
     result = hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
-                             "cuda: the driver cannot load kernels (no cuModuleLoadData)");
-  else if (nsets == MAX_CONTEXTS)
-    result =
-        hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "cuda: more than %d contexts", MAX_CONTEXTS);
-  else if ((err = drv.module_load_data(&module, hoop_cuda_fatbin)) != CUDA_SUCCESS)
-    result = driver_error(comm, "cuModuleLoadData (hoop's kernels)", err);
-  else {
-    kernel_set *set = &sets[nsets];
-    memset(set, 0, sizeof *set);
-    set->context = context;
-    if ((err = drv.stream_create(&set->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
-      result = driver_error(comm, "cuStreamCreate", err);
+                             "cuda: this libhoop has no GPU kernels (nvcc was not found at build)");
+#else
+    CUmodule module;
+    if (!drv.module_load_data || !drv.module_get_function || !drv.launch_kernel)
+      result = hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                               "cuda: the driver cannot load kernels (no cuModuleLoadData)");
+    else if ((err = drv.module_load_data(&module, hoop_cuda_fatbin)) != CUDA_SUCCESS)
+      result = driver_error(comm, "cuModuleLoadData (hoop's kernels)", err);
     char name[64];
     for (int d = 0; d < HOOP_DTYPE_COUNT && result == HOOP_OK; d++) {
       for (int o = 0; o < HOOP_OP_COUNT && result == HOOP_OK; o++) {
@@ -605,16 +674,18 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
         result = driver_error(comm, name, err);
     }
     if (result == HOOP_OK)
-      *out = &sets[nsets++];
+      set->loaded = 1;
+#endif
   }
+  if (result == HOOP_OK)
+    *out = set;
   pthread_mutex_unlock(&sets_lock);
   return result;
-#endif
 }
 
-/* Run f over count elements in ptr's context on hoop's stream there, and wait for it. */
+/* Run f over count elements in ptr's context on hoop's stream there, and wait for it if wait. */
 static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, size_t count,
-                          void **params) {
+                          void **params, int wait) {
   CUcontext context = NULL;
   if (kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", ptr);
@@ -622,7 +693,7 @@ static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, s
   if (err != CUDA_SUCCESS)
     return driver_error(comm, "cuCtxPushCurrent", err);
   kernel_set *set = NULL;
-  hoop_result result = kernels_for(comm, context, &set);
+  hoop_result result = kernels_for(comm, context, &set, 1);
   if (result == HOOP_OK) {
     CUfunction f = op >= 0 ? set->reduce[dtype][op] : set->divide[dtype];
     size_t per = 16 / hoop_dtype_size((hoop_dtype)dtype);
@@ -631,7 +702,7 @@ static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, s
     if ((err = drv.launch_kernel(f, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0, set->stream, params,
                                  NULL)) != CUDA_SUCCESS)
       result = driver_error(comm, "cuLaunchKernel", err);
-    else if ((err = drv.stream_synchronize(set->stream)) != CUDA_SUCCESS)
+    else if (wait && (err = drv.stream_synchronize(set->stream)) != CUDA_SUCCESS)
       result = driver_error(comm, "cuStreamSynchronize", err);
   }
   CUcontext popped;
@@ -646,7 +717,17 @@ hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const 
   if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype or op");
   void *params[] = {&dst, &a, &b, &count};
-  return launch(comm, dst, dtype, op, count, params);
+  return launch(comm, dst, dtype, op, count, params, 1);
+}
+
+hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, const void *b,
+                                     size_t count, hoop_dtype dtype, hoop_op op) {
+  if (count == 0)
+    return HOOP_OK;
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype or op");
+  void *params[] = {&dst, &a, &b, &count};
+  return launch(comm, dst, dtype, op, count, params, 0);
 }
 
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
@@ -656,7 +737,201 @@ hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, h
   if ((unsigned)dtype >= HOOP_DTYPE_COUNT)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype");
   void *params[] = {&buf, &count, &nranks};
-  return launch(comm, buf, dtype, -1, count, params);
+  return launch(comm, buf, dtype, -1, count, params, 1);
+}
+
+hoop_result hoop__cuda_finish_async(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                    hoop_op op, int nranks) {
+  if (op != HOOP_AVG || count == 0 || nranks < 1)
+    return HOOP_OK;
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype");
+  void *params[] = {&buf, &count, &nranks};
+  return launch(comm, buf, dtype, -1, count, params, 0);
+}
+
+/* The kernel set of near's context, current on this thread for the caller (pop it after). */
+static hoop_result enter_set(hoop_comm *comm, const void *near, kernel_set **set) {
+  CUcontext context = NULL;
+  if (kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", near);
+  CUresult err = drv.ctx_push(context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  hoop_result result = kernels_for(comm, context, set, 0);
+  if (result != HOOP_OK) {
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  }
+  return result;
+}
+
+hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
+  if (bytes == 0)
+    return HOOP_OK;
+  if (!drv.memcpy_async)
+    return hoop__cuda_copy(comm, dst, src, bytes);
+  kernel_set *set = NULL;
+  hoop_result result = enter_set(comm, dst, &set);
+  if (result != HOOP_OK)
+    return result;
+  CUresult err = drv.memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                                  set->stream);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuMemcpyAsync", err);
+}
+
+hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near) {
+  CUcontext context = NULL;
+  if (kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", near);
+  CUresult err = drv.ctx_push(context);
+  if (err != CUDA_SUCCESS)
+    return driver_error(comm, "cuCtxPushCurrent", err);
+  kernel_set *set = NULL;
+  hoop_result result = kernels_for(comm, context, &set, 1);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return result;
+}
+
+hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near) {
+  kernel_set *set = NULL;
+  hoop_result result = enter_set(comm, near, &set);
+  if (result != HOOP_OK)
+    return result;
+  CUresult err = drv.stream_synchronize(set->stream);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
+}
+
+void *hoop__cuda_alloc(size_t bytes, const void *near) {
+  CUcontext context = NULL;
+  CUdeviceptr ptr = 0;
+  if (!drv.mem_alloc || !drv.mem_free || kind_and_context(near, &context) != HOOP__MEM_DEVICE ||
+      !context || drv.ctx_push(context) != CUDA_SUCCESS)
+    return NULL;
+  CUresult err = drv.mem_alloc(&ptr, bytes ? bytes : 1);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? (void *)(uintptr_t)ptr : NULL;
+}
+
+void hoop__cuda_free(void *ptr) {
+  CUcontext context = NULL;
+  if (!ptr || kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context ||
+      drv.ctx_push(context) != CUDA_SUCCESS)
+    return;
+  drv.mem_free((CUdeviceptr)(uintptr_t)ptr);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+}
+
+/* ---- CUDA IPC ---------------------------------------------------------------------------------
+ */
+
+/* This process's exports, by buffer id: cuIpcGetMemHandle is a driver round trip. */
+#define MAX_EXPORTS 64
+static hoop__cuda_export exports[MAX_EXPORTS];
+static int nexports, next_export;
+static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen) {
+  if (!hoop__cuda_loaded() || !drv.ipc_get_mem_handle || !drv.ipc_open_mem_handle ||
+      !drv.ipc_close_mem_handle) {
+    snprintf(why, whylen, "the driver has no CUDA IPC (cuIpcGetMemHandle)");
+    return -1;
+  }
+  CUmemorytype type = (CUmemorytype)0;
+  unsigned int managed = 0;
+  CUcontext context = NULL;
+  unsigned long long id = 0;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUpointer_attribute attrs[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_CONTEXT,          CU_POINTER_ATTRIBUTE_BUFFER_ID,
+      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *data[] = {&type, &managed, &context, &id, &start, &size};
+  CUresult err = drv.pointer_get_attributes(6, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
+  if (err != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || managed || !context || !start) {
+    snprintf(why, whylen, "%p is not device memory the driver can describe (%d)", ptr, (int)err);
+    return -1;
+  }
+  pthread_mutex_lock(&exports_lock);
+  for (int i = 0; i < nexports; i++)
+    if (exports[i].buffer_id == id && exports[i].base == (uint64_t)start) {
+      *out = exports[i];
+      pthread_mutex_unlock(&exports_lock);
+      out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
+      return 0;
+    }
+  pthread_mutex_unlock(&exports_lock);
+  CUipcMemHandle handle;
+  if ((err = drv.ctx_push(context)) == CUDA_SUCCESS) {
+    err = drv.ipc_get_mem_handle(&handle, start);
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  }
+  if (err != CUDA_SUCCESS) {
+    const char *text = NULL;
+    if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
+      text = "unknown error";
+    snprintf(why, whylen, "cuIpcGetMemHandle: %s (%d)", text, (int)err);
+    return -1;
+  }
+  memset(out, 0, sizeof *out);
+  memcpy(out->handle, handle.reserved, sizeof out->handle);
+  out->base = (uint64_t)start;
+  out->size = (uint64_t)size;
+  out->buffer_id = id;
+  pthread_mutex_lock(&exports_lock);
+  exports[next_export] = *out;
+  next_export = (next_export + 1) % MAX_EXPORTS;
+  if (nexports < MAX_EXPORTS)
+    nexports++;
+  pthread_mutex_unlock(&exports_lock);
+  out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
+  return 0;
+}
+
+int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
+                        size_t whylen) {
+  CUcontext context = NULL;
+  if (kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context) {
+    snprintf(why, whylen, "%p is not device memory of a live context", near);
+    return -1;
+  }
+  CUipcMemHandle handle;
+  memcpy(handle.reserved, export->handle, sizeof handle.reserved);
+  CUdeviceptr mapped = 0;
+  CUresult err = drv.ctx_push(context);
+  if (err == CUDA_SUCCESS) {
+    err = drv.ipc_open_mem_handle(&mapped, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  }
+  if (err != CUDA_SUCCESS) {
+    const char *text = NULL;
+    if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
+      text = "unknown error";
+    snprintf(why, whylen, "cuIpcOpenMemHandle: %s (%d)", text, (int)err);
+    return -1;
+  }
+  *base = (void *)(uintptr_t)mapped;
+  return 0;
+}
+
+void hoop__cuda_ipc_close(void *base) {
+  CUcontext context = NULL;
+  if (!base || !drv.ipc_close_mem_handle || kind_and_context(base, &context) != HOOP__MEM_DEVICE ||
+      !context || drv.ctx_push(context) != CUDA_SUCCESS)
+    return;
+  drv.ipc_close_mem_handle((CUdeviceptr)(uintptr_t)base);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
 }
 
 #endif /* HOOP_HAVE_CUDA */

@@ -9,6 +9,7 @@
 #define HOOP__MEM_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hoop.h"
 
@@ -78,5 +79,47 @@ hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const 
                                size_t count, hoop_dtype dtype, hoop_op op);
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                                      hoop_op op, int nranks);
+
+/* ---- CUDA IPC between ranks of one host (coll/ipc.c) ------------------------------------------
+ */
+
+#define HOOP__CUDA_IPC_HANDLE_BYTES 64
+
+/* What a peer needs to map a device buffer of this process: the IPC handle of the allocation that
+ * holds it, where the buffer lies in it, and the allocation's identity (its base address here and
+ * the driver's buffer id, which changes when memory is freed and allocated again). */
+typedef struct hoop__cuda_export {
+  unsigned char handle[HOOP__CUDA_IPC_HANDLE_BYTES];
+  uint64_t base;      /* the allocation's address in the exporting process */
+  uint64_t size;      /* the allocation's bytes */
+  uint64_t offset;    /* of the buffer in the allocation */
+  uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+} hoop__cuda_export;
+
+/* Fill out for the device memory at ptr (0), or say why it cannot be exported (-1). Exports are
+ * cached by buffer id: a buffer exported before costs one pointer query. */
+int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen);
+/* Map a peer's allocation into the context of the device memory at near: its base here (0), or
+ * why not (-1). Closed with hoop__cuda_ipc_close. */
+int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
+                        size_t whylen);
+void hoop__cuda_ipc_close(void *base);
+
+/* Work queued on the kernel stream of hoop's own in the context of the device memory at its first
+ * pointer, in order, not waited for: the reduction kernels (dst = a op b; AVG's division), a copy
+ * between any two device addresses of that context (peers' mapped memory included). a, b and src
+ * may be peers' memory mapped by hoop__cuda_ipc_open. hoop__cuda_sync waits for all of it. */
+hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, const void *b,
+                                     size_t count, hoop_dtype dtype, hoop_op op);
+hoop_result hoop__cuda_finish_async(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                    hoop_op op, int nranks);
+hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
+/* Load the kernels in near's context now: HOOP_OK, or why they cannot run (recorded on comm). */
+hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near);
+
+/* Device memory of bytes in the context of near (scratch for the IPC allreduce), or NULL. */
+void *hoop__cuda_alloc(size_t bytes, const void *near);
+void hoop__cuda_free(void *ptr);
 
 #endif /* HOOP__MEM_CUDA_H */

@@ -1,8 +1,8 @@
 /* ipc.c - collectives on device buffers of ranks that share one host, by CUDA IPC: each rank maps
- * its peers' device buffers into its own context (once per peer and buffer: the mappings are
- * cached) and reads them with the GPU, so no byte crosses to the host and back. The CPU side
- * synchronises over the shared-memory transport; no kernel ever waits for another process, so
- * ranks sharing one GPU cannot deadlock.
+ * its peers' device buffers into its own context (once per peer and allocation: the mappings are
+ * cached for the process) and reads them with the GPU, so no byte crosses to the host and back.
+ * The CPU side synchronises over the shared-memory transport; no kernel ever waits for another
+ * process, so ranks sharing one GPU cannot deadlock.
  *
  * Allreduce: rank r reduces block r of every rank's input, in rank order, with the reduction
  * kernels (the same results as reduce.c) into block r of its own result; after a barrier it copies
@@ -21,6 +21,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,9 @@
 #include "core/log.h"
 #include "mem/cuda.h"
 
-/* Mappings of peers' allocations kept per communicator; the least recently used one is closed to
- * make room. */
+/* Mappings of peers' allocations, kept for the process (communicators of one job map the same
+ * peers' memory, and the driver maps an allocation once per context); the least recently used one
+ * that no call is using is closed to make room. */
 #define MAX_MAPS 64
 
 typedef struct ipc_desc {
@@ -45,21 +47,29 @@ typedef struct ipc_desc {
 } ipc_desc;
 
 typedef struct mapping {
-  int peer;
-  hoop__cuda_export from; /* the peer's export (offset unused) */
-  void *base;             /* the allocation mapped here */
+  uint64_t process; /* the exporting process (ipc_desc.process) */
+  void *context;    /* the context it is mapped into */
+  hoop__cuda_export from;
+  void *base; /* the allocation mapped here */
   uint64_t used;
+  int busy;  /* calls reading it now */
+  int stale; /* the exporter's range holds another allocation now: closed once idle */
+  struct mapping *next;
 } mapping;
+
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+static mapping *maps;
+static int nmaps;
+static uint64_t maps_clock;
 
 struct hoop__ipc {
   int drivers; /* 0: not yet asked whether any rank loads a driver; 1: some rank does; -1: none */
   int enabled;
   size_t min_bytes;
-  ipc_desc *descs; /* size entries: the call's descriptors */
+  ipc_desc *descs;       /* size entries: the call's descriptors */
   char **sends, **recvs; /* size entries: where each rank's buffers are readable here */
-  mapping maps[MAX_MAPS];
-  int nmaps;
-  uint64_t clock;
+  mapping **held;        /* 2 x size entries: the mappings the running call reads */
+  int nheld;
   void *scratch; /* device memory for the in-place allreduce's partial result */
   size_t scratch_bytes;
   int told_used, told_why;
@@ -97,10 +107,12 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   if (!(ipc = calloc(1, sizeof *ipc)) ||
       !(ipc->descs = calloc((size_t)comm->size, sizeof *ipc->descs)) ||
       !(ipc->sends = calloc((size_t)comm->size, sizeof *ipc->sends)) ||
-      !(ipc->recvs = calloc((size_t)comm->size, sizeof *ipc->recvs))) {
+      !(ipc->recvs = calloc((size_t)comm->size, sizeof *ipc->recvs)) ||
+      !(ipc->held = calloc(2 * (size_t)comm->size, sizeof *ipc->held))) {
     if (ipc) {
       free(ipc->descs);
       free(ipc->sends);
+      free(ipc->recvs);
     }
     free(ipc);
     return NULL;
@@ -117,73 +129,104 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   return ipc;
 }
 
+/* Close and forget map (maps_lock held). */
 static void unmap(mapping *map) {
+  for (mapping **at = &maps; *at; at = &(*at)->next)
+    if (*at == map) {
+      *at = map->next;
+      break;
+    }
+  nmaps--;
   hoop__cuda_ipc_close(map->base);
-  map->base = NULL;
+  free(map);
+}
+
+/* The running call is done with its mappings. */
+static void release(struct hoop__ipc *ipc) {
+  pthread_mutex_lock(&maps_lock);
+  for (int i = 0; i < ipc->nheld; i++) {
+    mapping *map = ipc->held[i];
+    if (--map->busy == 0 && map->stale)
+      unmap(map);
+  }
+  ipc->nheld = 0;
+  pthread_mutex_unlock(&maps_lock);
 }
 
 void hoop__ipc_free(hoop_comm *comm) {
   struct hoop__ipc *ipc = comm->ipc;
   if (!ipc)
     return;
-  for (int i = 0; i < ipc->nmaps; i++)
-    unmap(&ipc->maps[i]);
+  release(ipc);
   hoop__cuda_free(ipc->scratch);
   free(ipc->descs);
   free(ipc->sends);
   free(ipc->recvs);
+  free(ipc->held);
   free(ipc);
   comm->ipc = NULL;
 }
 
 /* Where a peer's exported buffer is readable here: its own pointer within one process, else its
- * allocation mapped (from the cache, or now); NULL with why. near: this rank's device memory. */
+ * allocation mapped (from the cache, or now), held for the running call; NULL with why. near:
+ * this rank's device memory. */
 static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
                       const hoop__cuda_export *from, const void *near, char *why, size_t whylen) {
   if (desc->process == this_process())
     return (char *)(uintptr_t)from->base + from->offset;
+  void *context = hoop__cuda_context_of(near);
+  pthread_mutex_lock(&maps_lock);
   mapping *hit = NULL;
-  for (int i = 0; i < ipc->nmaps && !hit; i++) {
-    mapping *map = &ipc->maps[i];
-    if (map->peer == peer && map->from.base == from->base &&
-        map->from.buffer_id == from->buffer_id &&
+  for (mapping *map = maps; map && !hit; map = map->next)
+    if (!map->stale && map->process == desc->process && map->context == context &&
+        map->from.base == from->base && map->from.buffer_id == from->buffer_id &&
         memcmp(map->from.handle, from->handle, sizeof from->handle) == 0)
       hit = map;
-  }
   if (!hit) {
-    /* A mapping of the peer's memory in this range that is not this allocation: the peer freed
-     * it since, and the range now holds another. */
-    for (int i = 0; i < ipc->nmaps;) {
-      mapping *map = &ipc->maps[i];
-      if (map->peer == peer && map->from.base < from->base + from->size &&
+    /* A mapping of the exporter's memory in this range that is not this allocation: the exporter
+     * freed it since, and the range now holds another. */
+    for (mapping *map = maps, *next; map; map = next) {
+      next = map->next;
+      if (map->process == desc->process && map->from.base < from->base + from->size &&
           from->base < map->from.base + map->from.size) {
-        unmap(map);
-        *map = ipc->maps[--ipc->nmaps];
-      } else {
-        i++;
+        map->stale = 1;
+        if (!map->busy)
+          unmap(map);
       }
     }
-    if (ipc->nmaps == MAX_MAPS) {
-      int oldest = 0;
-      for (int i = 1; i < ipc->nmaps; i++)
-        if (ipc->maps[i].used < ipc->maps[oldest].used)
-          oldest = i;
-      unmap(&ipc->maps[oldest]);
-      ipc->maps[oldest] = ipc->maps[--ipc->nmaps];
+    while (nmaps >= MAX_MAPS) {
+      mapping *oldest = NULL;
+      for (mapping *map = maps; map; map = map->next)
+        if (!map->busy && (!oldest || map->used < oldest->used))
+          oldest = map;
+      if (!oldest)
+        break; /* every one in use: grow past the bound for now */
+      unmap(oldest);
     }
     void *base = NULL;
     char detail[160];
-    if (hoop__cuda_ipc_open(near, from, &base, detail, sizeof detail) != 0) {
+    if (!(hit = calloc(1, sizeof *hit))) {
+      snprintf(why, whylen, "out of memory");
+    } else if (hoop__cuda_ipc_open(near, from, &base, detail, sizeof detail) != 0) {
       snprintf(why, whylen, "rank %d's buffer: %s", peer, detail);
-      return NULL;
+      free(hit);
+      hit = NULL;
+    } else {
+      *hit = (mapping){desc->process, context, *from, base, 0, 0, 0, maps};
+      maps = hit;
+      nmaps++;
+      HOOP__TRACE(HOOP_SUBSYS_COLL,
+                  "ipc: mapped rank %d's allocation of %llu bytes (id %llu) at %p", peer,
+                  (unsigned long long)from->size, (unsigned long long)from->buffer_id, base);
     }
-    hit = &ipc->maps[ipc->nmaps++];
-    *hit = (mapping){peer, *from, base, 0};
-    HOOP__TRACE(HOOP_SUBSYS_COLL, "ipc: mapped rank %d's allocation of %llu bytes (id %llu) at %p",
-                peer, (unsigned long long)from->size, (unsigned long long)from->buffer_id, base);
   }
-  hit->used = ++ipc->clock;
-  return (char *)hit->base + from->offset;
+  if (hit) {
+    hit->used = ++maps_clock;
+    hit->busy++;
+    ipc->held[ipc->nheld++] = hit;
+  }
+  pthread_mutex_unlock(&maps_lock);
+  return hit ? (char *)hit->base + from->offset : NULL;
 }
 
 /* This rank's descriptor: ok only if its call's buffers are device memory it can export (and, for
@@ -223,8 +266,8 @@ static void block_of(size_t count, int n, int q, size_t *first, size_t *len) {
   *len = base + ((size_t)q < extra);
 }
 
-static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
-                                 char **sends, char **recvs) {
+static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc,
+                                 const hoop__coll_args *args, char **sends, char **recvs) {
   int n = comm->size, r = comm->rank;
   size_t esize = args->esize, first, len;
   char *recv = args->recvbuf;
@@ -265,8 +308,8 @@ static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc, const h
   for (int q = 0; q < n && result == HOOP_OK; q++) {
     block_of(args->count, n, q, &first, &len);
     if (q != r && len)
-      result = hoop__cuda_copy_async(comm, recv + first * esize, recvs[q] + first * esize,
-                                     len * esize);
+      result =
+          hoop__cuda_copy_async(comm, recv + first * esize, recvs[q] + first * esize, len * esize);
   }
   if (result == HOOP_OK)
     result = hoop__cuda_sync(comm, recv);
@@ -360,20 +403,22 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
           !(recvs[q] = peer_ptr(ipc, q, &descs[q], &descs[q].recv, near, why, sizeof why)))
         mapped = 0;
     }
-    if ((*result = agree(comm, &mapped, 0)) != HOOP_OK)
+    if ((*result = agree(comm, &mapped, 0)) != HOOP_OK) {
+      release(ipc);
       return 1;
+    }
     if (!mapped && !why[0])
       snprintf(why, sizeof why, "another rank could not map its peers' buffers");
     ok = mapped;
   }
   if (!ok) {
+    release(ipc);
     if (descs[comm->rank].ok || comm->rank == 0) {
       if (!ipc->told_why++)
         HOOP__INFO(HOOP_SUBSYS_COLL, "ipc: %s of %zu bytes is staged through host memory: %s",
                    comm->call, bytes, why);
       else
-        HOOP__TRACE(HOOP_SUBSYS_COLL, "ipc: %s of %zu bytes is staged: %s", comm->call, bytes,
-                    why);
+        HOOP__TRACE(HOOP_SUBSYS_COLL, "ipc: %s of %zu bytes is staged: %s", comm->call, bytes, why);
     }
     return 0;
   }
@@ -387,5 +432,6 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
   /* No rank leaves (and its buffers change) while another may still read them. */
   if (*result == HOOP_OK)
     *result = barrier(comm);
+  release(ipc);
   return 1;
 }

@@ -136,6 +136,11 @@ void hoop__cuda_ipc_close(void *base) {
   (void)base;
 }
 
+void *hoop__cuda_context_of(const void *ptr) {
+  (void)ptr;
+  return NULL;
+}
+
 hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, const void *b,
                                      size_t count, hoop_dtype dtype, hoop_op op) {
   return hoop__cuda_reduce3(comm, dst, a, b, count, dtype, op);
@@ -922,6 +927,11 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
   }
   *base = (void *)(uintptr_t)mapped;
   return 0;
+}
+
+void *hoop__cuda_context_of(const void *ptr) {
+  CUcontext context = NULL;
+  return kind_and_context(ptr, &context) == HOOP__MEM_DEVICE ? (void *)context : NULL;
 }
 
 void hoop__cuda_ipc_close(void *base) {

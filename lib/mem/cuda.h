@@ -104,6 +104,8 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
 int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
                         size_t whylen);
 void hoop__cuda_ipc_close(void *base);
+/* The context of the device memory at ptr (a CUcontext), or NULL for other memory. */
+void *hoop__cuda_context_of(const void *ptr);
 
 /* Work queued on the kernel stream of hoop's own in the context of the device memory at its first
  * pointer, in order, not waited for: the reduction kernels (dst = a op b; AVG's division), a copy

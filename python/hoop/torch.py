@@ -14,8 +14,8 @@ also registers the torch.distributed backend "hoop" (``dist.init_process_group("
 
 Everything runs over hoop's non-blocking collectives: an ``*_async`` call returns a handle at once
 and the collective runs on hoop's progress thread while Python computes. Tensors live on the CPU,
-or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(); staged through host memory
-for now). What Horovod has and hoop does not (Adasum, process sets, elastic training, alltoall,
+or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(): ranks of one host read each
+other's GPU memory by CUDA IPC, other ranks stage through host memory). What Horovod has and hoop does not (Adasum, process sets, elastic training, alltoall,
 reducescatter) raises an error naming it.
 
 Failing well: ``broadcast_parameters``, ``broadcast_optimizer_state`` and ``DistributedOptimizer``

@@ -16,6 +16,8 @@ static int (*cu_mem_free)(unsigned long long);
 static int (*cu_htod)(unsigned long long, const void *, size_t);
 static int (*cu_dtoh)(void *, unsigned long long, size_t);
 static int (*cu_stream_create)(void **, unsigned int);
+static int (*cu_dtod)(unsigned long long, unsigned long long, size_t);
+static int (*cu_ctx_synchronize)(void);
 
 static void must(int err, const char *what) {
   if (err != 0) {
@@ -49,7 +51,9 @@ int devmem_init(char *msg, size_t msglen) {
               {"cuMemFree", (void **)&cu_mem_free},
               {"cuMemcpyHtoD", (void **)&cu_htod},
               {"cuMemcpyDtoH", (void **)&cu_dtoh},
-              {"cuStreamCreate", (void **)&cu_stream_create}};
+              {"cuStreamCreate", (void **)&cu_stream_create},
+              {"cuMemcpyDtoD", (void **)&cu_dtod},
+              {"cuCtxSynchronize", (void **)&cu_ctx_synchronize}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     int status = 0;
     if (get_proc(want[i].name, want[i].fn, 12000, 0, &status) != 0 || !*want[i].fn) {
@@ -89,6 +93,16 @@ void *devmem_stream(void) {
   void *stream = NULL;
   must(cu_stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
   return stream;
+}
+
+void devmem_copy(void *dst, const void *src, size_t bytes) {
+  if (bytes)
+    must(cu_dtod((unsigned long long)(uintptr_t)dst, (unsigned long long)(uintptr_t)src, bytes),
+         "cuMemcpyDtoD");
+}
+
+void devmem_sync(void) {
+  must(cu_ctx_synchronize(), "cuCtxSynchronize");
 }
 
 void devmem_free(void *dev) {

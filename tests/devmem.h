@@ -15,6 +15,10 @@ void devmem_upload(void *dev, const void *host, size_t bytes);
 /* Copy bytes of device memory back to host. */
 void devmem_get(void *host, const void *dev, size_t bytes);
 void devmem_free(void *dev);
+/* Queue a device-to-device copy (it may run after the call returns), and wait for all the
+ * context's work. */
+void devmem_copy(void *dst, const void *src, size_t bytes);
+void devmem_sync(void);
 /* A stream of the context (cuStreamCreate), for the stream-ordered calls. */
 void *devmem_stream(void);
 

@@ -424,6 +424,16 @@ static CUresult fake_stream_synchronize(CUstream stream) {
   return CUDA_SUCCESS;
 }
 
+static CUresult fake_ctx_synchronize(void) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&queue_lock);
+  unsigned long long last = queued_seq;
+  pthread_mutex_unlock(&queue_lock);
+  wait_done(last);
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_stream_get_ctx(CUstream stream, CUcontext *ctx) {
   if (stream != the_stream)
     return CUDA_ERROR_INVALID_HANDLE;
@@ -689,6 +699,8 @@ static const struct {
     {"cuMemcpy", (void *)fake_memcpy},
     {"cuMemcpyHtoD", (void *)fake_memcpy_htod},
     {"cuMemcpyDtoH", (void *)fake_memcpy_dtoh},
+    {"cuMemcpyDtoD", (void *)fake_memcpy},
+    {"cuCtxSynchronize", (void *)fake_ctx_synchronize},
     {"cuPointerGetAttributes", (void *)fake_pointer_get_attributes},
     {"cuGetErrorString", (void *)fake_get_error_string},
     {"cuStreamCreate", (void *)fake_stream_create},

@@ -1,0 +1,103 @@
+/* cuda-kernel-bw.c - the GPU reduction kernels' bandwidth against the device's own copy bandwidth,
+ * measured in one run (issue 21's goal: sum at 64 MiB and up reaches 80% of the copy's).
+ *
+ * A copy moves each byte twice (one read, one write); the kernel dst = a + b three times (two
+ * reads, one write): each bandwidth counts the bytes it moves. Kernels are queued back to back on
+ * hoop's stream and waited for once, as the CUDA IPC allreduce queues them; copies likewise on
+ * the context's default stream. Runs on the driver hoop loads (HOOP_CUDA_LIBRARY): on a GPU; on
+ * the stand-in driver of the tests it runs too, but its figures mean nothing.
+ *
+ * Usage: cuda-kernel-bw [-n ITERS] [SIZE...]   (sizes in bytes, K/M/G suffixes; default 64M 256M
+ *        1G); prints one row per size and dtype: copy GB/s, kernel GB/s, ratio.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "devmem.h"
+#include "mem/cuda.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t parse_size(const char *text) {
+  char *end;
+  double value = strtod(text, &end);
+  switch (*end) {
+  case 'G': case 'g': value *= 1024; /* fall through */
+  case 'M': case 'm': value *= 1024; /* fall through */
+  case 'K': case 'k': value *= 1024; break;
+  default: break;
+  }
+  return (size_t)value;
+}
+
+int main(int argc, char **argv) {
+  int iters = 20, first = 1;
+  if (argc > 2 && strcmp(argv[1], "-n") == 0) {
+    iters = atoi(argv[2]);
+    first = 3;
+  }
+  size_t sizes[16];
+  int nsizes = 0;
+  for (int i = first; i < argc && nsizes < 16; i++)
+    sizes[nsizes++] = parse_size(argv[i]);
+  if (nsizes == 0) {
+    sizes[0] = (size_t)64 << 20, sizes[1] = (size_t)256 << 20, sizes[2] = (size_t)1 << 30;
+    nsizes = 3;
+  }
+  char why[256];
+  if (!hoop__cuda_kernels_built()) {
+    printf("cuda-kernel-bw: this libhoop has no GPU kernels (configure found no nvcc)\n");
+    return 77;
+  }
+  if (devmem_init(why, sizeof why) != 0) {
+    printf("cuda-kernel-bw: no GPU: %s\n", why);
+    return 77;
+  }
+  hoop_comm *comm = calloc(1, sizeof *comm);
+  static const hoop_dtype dtypes[] = {HOOP_FLOAT32, HOOP_BFLOAT16, HOOP_FLOAT64, HOOP_INT32};
+  printf("# %12s %9s %10s %11s %7s\n", "bytes", "dtype", "copy GB/s", "sum GB/s", "ratio");
+  int status = 0;
+  for (int s = 0; s < nsizes; s++) {
+    size_t bytes = sizes[s];
+    void *a = devmem_put(NULL, bytes), *b = devmem_put(NULL, bytes), *dst = devmem_put(NULL, bytes);
+    /* The copy, warmed up once. */
+    devmem_copy(dst, a, bytes);
+    devmem_sync();
+    double start = now_s();
+    for (int i = 0; i < iters; i++)
+      devmem_copy(dst, a, bytes);
+    devmem_sync();
+    double copy_bw = 2.0 * (double)bytes * iters / (now_s() - start) / 1e9;
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+      size_t count = bytes / hoop_dtype_size(dtypes[d]);
+      hoop_result result = hoop__cuda_reduce3_async(comm, dst, a, b, count, dtypes[d], HOOP_SUM);
+      if (result == HOOP_OK)
+        result = hoop__cuda_sync(comm, dst);
+      start = now_s();
+      for (int i = 0; i < iters && result == HOOP_OK; i++)
+        result = hoop__cuda_reduce3_async(comm, dst, a, b, count, dtypes[d], HOOP_SUM);
+      if (result == HOOP_OK)
+        result = hoop__cuda_sync(comm, dst);
+      if (result != HOOP_OK) {
+        printf("cuda-kernel-bw: %s\n", hoop_last_error(comm));
+        status = 1;
+        break;
+      }
+      double sum_bw = 3.0 * (double)bytes * iters / (now_s() - start) / 1e9;
+      printf("  %12zu %9s %10.1f %11.1f %7.2f\n", bytes, hoop_dtype_name(dtypes[d]), copy_bw,
+             sum_bw, sum_bw / copy_bw);
+    }
+    devmem_free(a);
+    devmem_free(b);
+    devmem_free(dst);
+  }
+  free(comm);
+  return status;
+}

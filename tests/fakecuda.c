@@ -271,7 +271,17 @@ static void drop(alloc *a) {
   memset(a, 0, sizeof *a);
 }
 
+/* Every queued operation carried out (the real cuMemFree synchronises the same way, so the worker
+ * never runs on memory that is gone). */
+static void drain(void) {
+  pthread_mutex_lock(&queue_lock);
+  unsigned long long last = queued_seq;
+  pthread_mutex_unlock(&queue_lock);
+  wait_done(last);
+}
+
 static CUresult fake_mem_free(CUdeviceptr ptr) {
+  drain();
   pthread_mutex_lock(&lock);
   alloc *a = find((void *)(uintptr_t)ptr, 0);
   if (!a || a->base != (char *)(uintptr_t)ptr || a->fd < 0) {
@@ -427,10 +437,7 @@ static CUresult fake_stream_synchronize(CUstream stream) {
 static CUresult fake_ctx_synchronize(void) {
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  pthread_mutex_lock(&queue_lock);
-  unsigned long long last = queued_seq;
-  pthread_mutex_unlock(&queue_lock);
-  wait_done(last);
+  drain();
   return CUDA_SUCCESS;
 }
 
@@ -598,8 +605,6 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
   kernels++;
   pthread_mutex_unlock(&lock);
   k.b = b;
-  if (!k.b && f->op >= 0)
-    return CUDA_ERROR_ILLEGAL_ADDRESS;
   return enqueue_op(to, from, 0, &k) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -673,6 +678,7 @@ static CUresult fake_ipc_open_mem_handle(CUdeviceptr *ptr, CUipcMemHandle handle
 }
 
 static CUresult fake_ipc_close_mem_handle(CUdeviceptr ptr) {
+  drain();
   pthread_mutex_lock(&lock);
   alloc *a = find((void *)(uintptr_t)ptr, 0);
   if (!a || a->base != (char *)(uintptr_t)ptr || a->fd >= 0) {

@@ -8,15 +8,15 @@
  *        nb_worker --progress           rank 0 posts a barrier and sleeps 2 s without calling hoop;
  *                                       the others' blocking barrier must end well before, so its
  *                                       progress thread took part (fails with
- * HOOP_ASYNC_PROGRESS=0) nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others
- * have requests outstanding: every request there must complete with an error naming rank 1, within
- * HOOP_TIMEOUT
+ *                                       HOOP_ASYNC_PROGRESS=0)
+ *        nb_worker --fail abort|kill    rank 1 aborts (or dies) while the others have requests
+ *                                       outstanding: every request there must complete with an
+ *                                       error naming rank 1, within HOOP_TIMEOUT
  *        nb_worker --fail kill-device   the same with every buffer in device memory
- (HOOP_CUDA_LIBRARY):
- *                                       rank 1 posts the first four requests, sees two through and
- *                                       dies with the others in flight (they may complete or fail
- *                                       naming rank 1); the last eight must fail
-
+ *                                       (HOOP_CUDA_LIBRARY): rank 1 posts the first four requests,
+ *                                       sees two through and dies with the others in flight (they
+ *                                       may complete or fail naming rank 1); the last eight must
+ *                                       fail
  *        nb_worker --fail pack          rank 1's buffers of a fused allreduce are on the device
  *                                       (HOOP_CUDA_LIBRARY) and the driver fails its copies in the
  *                                       middle of packing (FAKECUDA_FAIL_AFTER, the stand-in's):
@@ -316,7 +316,8 @@ static int failing(const char *how) {
   float *bufs[N];
   if (rank == 1 && device) {
     /* Post what the others post first, see two through, die with two more in flight. */
-    float *zeros = calloc(count, sizeof(float));
+    float *zeros = xmalloc(count * sizeof(float));
+    memset(zeros, 0, count * sizeof(float));
     for (int i = 0; i < first_failing; i++) {
       bufs[i] = devmem_put(zeros, count * sizeof(float));
       if (i % 4 == 3)
@@ -340,7 +341,9 @@ static int failing(const char *how) {
     return 0;
   }
   double start = now_s();
-  float *zeros = device ? calloc(count, sizeof(float)) : NULL;
+  float *zeros = device ? xmalloc(count * sizeof(float)) : NULL;
+  if (zeros)
+    memset(zeros, 0, count * sizeof(float));
   for (int i = 0; i < N; i++) {
     if (device) {
       bufs[i] = devmem_put(zeros, count * sizeof(float));

@@ -17,7 +17,18 @@
  * and then every rank could map its peers', does the call run here; otherwise every rank runs it
  * the usual way (staged through host memory where its buffers are on the device), and
  * HOOP_DEBUG=info says why. A communicator none of whose ranks can load a CUDA driver agrees so
- * once and skips the exchange from then on.
+ * once and skips the exchange from then on. HOOP_CUDA_IPC and HOOP_CUDA_IPC_MIN_BYTES must be alike
+ * on every rank, as HOOP_ALGO must.
+ *
+ * Inputs: the plain calls' rule is that inputs are ready at the call. As the staged path's copies
+ * did (they run on the legacy default stream), a rank first waits for the work queued on the
+ * legacy default stream of its buffers' context before it offers them: its peers read them as
+ * soon as the descriptors are exchanged.
+ *
+ * A mapping keeps the peer's allocation alive in the driver after the peer frees it, until it is
+ * closed: mappings are closed when the peer's range turns out to hold another allocation, when
+ * the cache is full (least recently used first), and for a communicator's peers at its
+ * hoop_finalize or failure.
  */
 #include "config.h"
 
@@ -27,12 +38,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "coll/coll.h"
 #include "coll/ipc.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "mem/cuda.h"
+
+#ifdef HOOP_HAVE_CUDA
 
 /* Mappings of peers' allocations, kept for the process (communicators of one job map the same
  * peers' memory, and the driver maps an allocation once per context); the least recently used one
@@ -41,6 +55,7 @@
 
 typedef struct ipc_desc {
   uint64_t process; /* a random number of this process: ranks in one process share pointers */
+  uint64_t context; /* the buffers' context: within one process, pointers are shared only in it */
   int32_t ok;       /* 1: every buffer of this rank's call is device memory it exported */
   int32_t pad;
   hoop__cuda_export send, recv;
@@ -72,14 +87,22 @@ struct hoop__ipc {
   int nheld;
   void *scratch; /* device memory for the in-place allreduce's partial result */
   size_t scratch_bytes;
+  void *scratch_context;
   int told_used, told_why;
 };
 
+static uint64_t process_id;
+static pthread_once_t process_once = PTHREAD_ONCE_INIT;
+
+static void pick_process_id(void) {
+  if (getrandom(&process_id, sizeof process_id, GRND_NONBLOCK) != (ssize_t)sizeof process_id)
+    process_id = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
+  process_id |= 1; /* never 0 */
+}
+
 static uint64_t this_process(void) {
-  static uint64_t id;
-  while (!id && getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
-    ;
-  return id;
+  pthread_once(&process_once, pick_process_id);
+  return process_id;
 }
 
 /* Every rank's flag combined (OR when any, else AND) by the dissemination pattern: after
@@ -96,8 +119,7 @@ static hoop_result agree(hoop_comm *comm, int *flag, int any) {
 }
 
 static hoop_result barrier(hoop_comm *comm) {
-  int flag = 1;
-  return agree(comm, &flag, 0);
+  return hoop__barrier_dissemination(comm, NULL);
 }
 
 static struct hoop__ipc *ipc_state(hoop_comm *comm) {
@@ -158,6 +180,20 @@ void hoop__ipc_free(hoop_comm *comm) {
   if (!ipc)
     return;
   release(ipc);
+  /* The peers' memory this communicator mapped: closed (once idle), so that what they free is
+   * not kept alive here. */
+  pthread_mutex_lock(&maps_lock);
+  for (mapping *map = maps, *next; map; map = next) {
+    next = map->next;
+    for (int q = 0; q < comm->size; q++)
+      if (q != comm->rank && ipc->descs[q].process == map->process) {
+        map->stale = 1;
+        if (!map->busy)
+          unmap(map);
+        break;
+      }
+  }
+  pthread_mutex_unlock(&maps_lock);
   hoop__cuda_free(ipc->scratch);
   free(ipc->descs);
   free(ipc->sends);
@@ -172,9 +208,14 @@ void hoop__ipc_free(hoop_comm *comm) {
  * this rank's device memory. */
 static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
                       const hoop__cuda_export *from, const void *near, char *why, size_t whylen) {
-  if (desc->process == this_process())
-    return (char *)(uintptr_t)from->base + from->offset;
   void *context = hoop__cuda_context_of(near);
+  if (desc->process == this_process()) {
+    if (desc->context == (uint64_t)(uintptr_t)context)
+      return (char *)(uintptr_t)from->base + from->offset;
+    snprintf(why, whylen, "rank %d is a thread of this process with buffers in another context",
+             peer);
+    return NULL;
+  }
   pthread_mutex_lock(&maps_lock);
   mapping *hit = NULL;
   for (mapping *map = maps; map && !hit; map = map->next)
@@ -187,7 +228,8 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
      * freed it since, and the range now holds another. */
     for (mapping *map = maps, *next; map; map = next) {
       next = map->next;
-      if (map->process == desc->process && map->from.base < from->base + from->size &&
+      if (map->process == desc->process && map->context == context &&
+          map->from.base < from->base + from->size &&
           from->base < map->from.base + map->from.size) {
         map->stale = 1;
         if (!map->busy)
@@ -212,7 +254,8 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
       free(hit);
       hit = NULL;
     } else {
-      *hit = (mapping){desc->process, context, *from, base, 0, 0, 0, maps};
+      *hit = (mapping){
+          .process = desc->process, .context = context, .from = *from, .base = base, .next = maps};
       maps = hit;
       nmaps++;
       HOOP__TRACE(HOOP_SUBSYS_COLL,
@@ -229,10 +272,67 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
   return hit ? (char *)hit->base + from->offset : NULL;
 }
 
-/* This rank's descriptor: ok only if its call's buffers are device memory it can export (and, for
- * an allreduce, the kernels load). */
-static void describe(hoop_comm *comm, const hoop__coll_args *args, ipc_desc *desc, char *why,
-                     size_t whylen) {
+/* Block q of count elements split over n ranks: [*first, *first + *len). */
+static void block_of(size_t count, int n, int q, size_t *first, size_t *len) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n;
+  *first = (size_t)q * base + ((size_t)q < extra ? (size_t)q : extra);
+  *len = base + ((size_t)q < extra);
+}
+
+/* The in-place allreduce's device scratch for len bytes in the context of near: 0, or -1. */
+static int ensure_scratch(struct hoop__ipc *ipc, size_t len, const void *near) {
+  void *context = hoop__cuda_context_of(near);
+  if (ipc->scratch && ipc->scratch_bytes >= len && ipc->scratch_context == context)
+    return 0;
+  hoop__cuda_free(ipc->scratch);
+  ipc->scratch_bytes = 0;
+  if (!(ipc->scratch = hoop__cuda_alloc(len, near)))
+    return -1;
+  ipc->scratch_bytes = len;
+  ipc->scratch_context = context;
+  return 0;
+}
+
+/* Whether this rank can take its part (0, or -1 with why): its buffers are device memory of one
+ * context, ready (the legacy default stream's work on them done), exported; hoop's stream is
+ * there, and for an allreduce its kernels and the scratch it may need. Probing is not the call's
+ * error: comm's last error is left as it was. */
+static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
+                   ipc_desc *desc, char *why, size_t whylen) {
+  const void *send = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : args->sendbuf;
+  void *context = hoop__cuda_context_of(send);
+  if (!context || hoop__cuda_context_of(args->recvbuf) != context) {
+    snprintf(why, whylen, "rank %d's buffers are not all device memory of one context", comm->rank);
+    return -1;
+  }
+  desc->context = (uint64_t)(uintptr_t)context;
+  if (hoop__cuda_ipc_export(send, &desc->send, why, whylen) != 0 ||
+      (args->coll == HOOP__COLL_ALLREDUCE &&
+       hoop__cuda_ipc_export(args->recvbuf, &desc->recv, why, whylen) != 0))
+    return -1;
+  char saved[sizeof comm->last_error];
+  memcpy(saved, comm->last_error, sizeof saved);
+  int ok = 1;
+  size_t first, len;
+  block_of(args->count, comm->size, comm->rank, &first, &len);
+  if (hoop__cuda_stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
+      (args->coll == HOOP__COLL_ALLREDUCE && hoop__cuda_kernels_load(comm, send) != HOOP_OK) ||
+      hoop__cuda_sync(comm, send) != HOOP_OK) {
+    snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
+    ok = 0;
+  } else if (args->coll == HOOP__COLL_ALLREDUCE && args->sendbuf == args->recvbuf &&
+             comm->rank >= 2 && len && ensure_scratch(ipc, len * args->esize, send) != 0) {
+    snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
+             len * args->esize);
+    ok = 0;
+  }
+  memcpy(comm->last_error, saved, sizeof saved);
+  return ok ? 0 : -1;
+}
+
+/* This rank's descriptor: ok only if prepare found it can take part. */
+static void describe(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
+                     ipc_desc *desc, char *why, size_t whylen) {
   memset(desc, 0, sizeof *desc);
   desc->process = this_process();
   const void *send = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : args->sendbuf;
@@ -241,29 +341,7 @@ static void describe(hoop_comm *comm, const hoop__coll_args *args, ipc_desc *des
     snprintf(why, whylen, "rank %d's buffers are not all device memory", comm->rank);
     return;
   }
-  if (hoop__cuda_ipc_export(send, &desc->send, why, whylen) != 0 ||
-      (args->coll == HOOP__COLL_ALLREDUCE &&
-       hoop__cuda_ipc_export(args->recvbuf, &desc->recv, why, whylen) != 0))
-    return;
-  if (args->coll == HOOP__COLL_ALLREDUCE) {
-    /* The kernels load now, or the call cannot run here (a build without nvcc, a driver that
-     * cannot load them); a failure to load is not the call's error. */
-    char saved[sizeof comm->last_error];
-    memcpy(saved, comm->last_error, sizeof saved);
-    if (hoop__cuda_kernels_load(comm, args->recvbuf) != HOOP_OK) {
-      snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
-      memcpy(comm->last_error, saved, sizeof saved);
-      return;
-    }
-  }
-  desc->ok = 1;
-}
-
-/* Block q of count elements split over n ranks: [*first, *first + *len). */
-static void block_of(size_t count, int n, int q, size_t *first, size_t *len) {
-  size_t base = count / (size_t)n, extra = count % (size_t)n;
-  *first = (size_t)q * base + ((size_t)q < extra ? (size_t)q : extra);
-  *len = base + ((size_t)q < extra);
+  desc->ok = prepare(comm, ipc, args, desc, why, whylen) == 0;
 }
 
 static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc,
@@ -278,18 +356,8 @@ static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc,
     /* In place, block r of this rank's input is the result's: rank order would overwrite it
      * before its turn unless r is 0 or 1, so the partial result goes to scratch then. */
     char *acc = dst;
-    if (args->sendbuf == args->recvbuf && r >= 2) {
-      if (ipc->scratch_bytes < len * esize) {
-        hoop__cuda_free(ipc->scratch);
-        ipc->scratch_bytes = 0;
-        if (!(ipc->scratch = hoop__cuda_alloc(len * esize, recv)))
-          return hoop__set_error(comm, HOOP_ERR_SYSTEM,
-                                 "%s: cuda: cannot allocate %zu bytes of device scratch",
-                                 comm->call, len * esize);
-        ipc->scratch_bytes = len * esize;
-      }
-      acc = ipc->scratch;
-    }
+    if (args->sendbuf == args->recvbuf && r >= 2)
+      acc = ipc->scratch; /* made ready by prepare */
     size_t at = first * esize;
     result = hoop__cuda_reduce3_async(comm, acc, sends[0] + at, sends[1] + at, len, args->dtype,
                                       args->op);
@@ -334,27 +402,13 @@ static hoop_result run_copies(hoop_comm *comm, const hoop__coll_args *args, char
   return result;
 }
 
-int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *result) {
-  *result = HOOP_OK;
-#ifndef HOOP_HAVE_CUDA
-  (void)peer_ptr, (void)describe, (void)run_allreduce, (void)run_copies;
-  return 0;
-#endif
-  if (comm->size < 2 || !comm->all_shared || args->coll == HOOP__COLL_BARRIER)
-    return 0;
-  struct hoop__ipc *ipc = ipc_state(comm);
-  if (!ipc) {
-    HOOP__WARN(HOOP_SUBSYS_COLL, "ipc: out of memory; collectives on device buffers are staged");
-    return 0;
-  }
-  size_t bytes =
-      args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
-  if (!ipc->enabled || bytes < ipc->min_bytes || ipc->drivers < 0)
-    return 0;
+/* Settle once per communicator, alike on every rank, whether any rank loads a CUDA driver: 1 if
+ * one does, 0 if none (never ask again), -1 if the exchange failed (*result). */
+static int any_driver(hoop_comm *comm, struct hoop__ipc *ipc, hoop_result *result) {
   if (ipc->drivers == 0) {
     int any = hoop__cuda_loaded();
     if ((*result = agree(comm, &any, 1)) != HOOP_OK)
-      return 1;
+      return -1;
     ipc->drivers = any ? 1 : -1;
     if (any)
       HOOP__INFO(HOOP_SUBSYS_COLL,
@@ -363,18 +417,41 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
                  ipc->min_bytes);
     else
       HOOP__INFO(HOOP_SUBSYS_COLL, "ipc: no rank loads a CUDA driver: no call goes by CUDA IPC");
-    if (!any)
-      return 0;
   }
+  return ipc->drivers > 0;
+}
+
+/* Where every rank's buffers are readable here (ipc->sends, ipc->recvs): 0, or -1 with why. */
+static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, char *why,
+                     size_t whylen) {
+  const ipc_desc *descs = ipc->descs;
+  for (int q = 0; q < comm->size; q++) {
+    if (q == comm->rank) {
+      ipc->sends[q] = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : (char *)args->sendbuf;
+      ipc->recvs[q] = args->recvbuf;
+      continue;
+    }
+    ipc->sends[q] = ipc->recvs[q] = NULL;
+    if ((args->coll != HOOP__COLL_BROADCAST || q == args->root) &&
+        !(ipc->sends[q] = peer_ptr(ipc, q, &descs[q], &descs[q].send, args->recvbuf, why, whylen)))
+      return -1;
+    if (args->coll == HOOP__COLL_ALLREDUCE &&
+        !(ipc->recvs[q] = peer_ptr(ipc, q, &descs[q], &descs[q].recv, args->recvbuf, why, whylen)))
+      return -1;
+  }
+  return 0;
+}
+
+/* Exchange the descriptors and map the peers' buffers: 1 when every rank can go by IPC, 0 when
+ * every rank stages (logged), -1 when an exchange failed (*result). */
+static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, size_t bytes,
+                  hoop_result *result) {
   char why[256] = "";
   ipc_desc *descs = ipc->descs;
-  describe(comm, args, &descs[comm->rank], why, sizeof why);
-  hoop__coll_args gather = {0};
-  gather.coll = HOOP__COLL_ALLGATHER;
-  gather.recvbuf = descs;
-  gather.bytes = sizeof *descs;
+  describe(comm, ipc, args, &descs[comm->rank], why, sizeof why);
+  hoop__coll_args gather = {.coll = HOOP__COLL_ALLGATHER, .recvbuf = descs, .bytes = sizeof *descs};
   if ((*result = hoop__allgather_bruck(comm, &gather)) != HOOP_OK)
-    return 1;
+    return -1;
   int ok = 1;
   for (int q = 0; q < comm->size && ok; q++)
     if (!descs[q].ok) {
@@ -383,29 +460,12 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
         snprintf(why, sizeof why, "rank %d cannot (its buffers are host memory, or not exported)",
                  q);
     }
-  char **sends = ipc->sends, **recvs = ipc->recvs;
   if (ok) {
-    /* Map the peers' buffers; every rank must have managed before any reads. */
-    int mapped = 1;
-    const void *near = args->recvbuf;
-    for (int q = 0; q < comm->size && mapped; q++) {
-      if (q == comm->rank) {
-        sends[q] = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : (char *)args->sendbuf;
-        recvs[q] = args->recvbuf;
-        continue;
-      }
-      int wanted = args->coll != HOOP__COLL_BROADCAST || q == args->root;
-      sends[q] = recvs[q] = NULL;
-      if (wanted &&
-          !(sends[q] = peer_ptr(ipc, q, &descs[q], &descs[q].send, near, why, sizeof why)))
-        mapped = 0;
-      if (mapped && args->coll == HOOP__COLL_ALLREDUCE &&
-          !(recvs[q] = peer_ptr(ipc, q, &descs[q], &descs[q].recv, near, why, sizeof why)))
-        mapped = 0;
-    }
+    /* Every rank must have mapped its peers' buffers before any reads. */
+    int mapped = map_peers(comm, ipc, args, why, sizeof why) == 0;
     if ((*result = agree(comm, &mapped, 0)) != HOOP_OK) {
       release(ipc);
-      return 1;
+      return -1;
     }
     if (!mapped && !why[0])
       snprintf(why, sizeof why, "another rank could not map its peers' buffers");
@@ -414,24 +474,77 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
   if (!ok) {
     release(ipc);
     if (descs[comm->rank].ok || comm->rank == 0) {
-      if (!ipc->told_why++)
+      if (!ipc->told_why)
         HOOP__INFO(HOOP_SUBSYS_COLL, "ipc: %s of %zu bytes is staged through host memory: %s",
                    comm->call, bytes, why);
       else
         HOOP__TRACE(HOOP_SUBSYS_COLL, "ipc: %s of %zu bytes is staged: %s", comm->call, bytes, why);
+      ipc->told_why = 1;
     }
     return 0;
   }
-  if (!ipc->told_used++)
+  if (!ipc->told_used)
     HOOP__INFO(HOOP_SUBSYS_COLL,
                "ipc: %s of %zu bytes reads the peers' device buffers directly (CUDA IPC)",
                comm->call, bytes);
+  ipc->told_used = 1;
+  return 1;
+}
+
+int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *result) {
+  *result = HOOP_OK;
+  if (comm->size < 2 || !comm->all_shared || args->coll == HOOP__COLL_BARRIER)
+    return 0;
+  struct hoop__ipc *ipc = ipc_state(comm);
+  if (!ipc) {
+    /* Every other rank may be about to exchange descriptors: fail, not stage alone. */
+    *result =
+        hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory (CUDA IPC's state)", comm->call);
+    return 1;
+  }
+  size_t bytes =
+      args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
+  if (!ipc->enabled || bytes < ipc->min_bytes)
+    return 0;
+  int go = any_driver(comm, ipc, result);
+  if (go > 0)
+    go = settle(comm, ipc, args, bytes, result);
+  if (go == 0)
+    return 0;
+  if (go < 0)
+    return 1;
   comm->algo_name = "ipc";
-  *result = args->coll == HOOP__COLL_ALLREDUCE ? run_allreduce(comm, ipc, args, sends, recvs)
-                                               : run_copies(comm, args, sends);
-  /* No rank leaves (and its buffers change) while another may still read them. */
-  if (*result == HOOP_OK)
+  *result = args->coll == HOOP__COLL_ALLREDUCE
+                ? run_allreduce(comm, ipc, args, ipc->sends, ipc->recvs)
+                : run_copies(comm, args, ipc->sends);
+  if (*result != HOOP_OK) {
+    /* Nothing of this call may still run on the GPU once it returns, and its mappings are
+     * released: wait for what was queued, keeping the first error. The peers wait in a barrier
+     * for this rank; a failure the communicator does not survive tells them. */
+    char saved[sizeof comm->last_error];
+    memcpy(saved, comm->last_error, sizeof saved);
+    hoop__cuda_sync(comm, args->recvbuf);
+    memcpy(comm->last_error, saved, sizeof saved);
+    if (*result == HOOP_ERR_INVALID_ARG)
+      *result = HOOP_ERR_SYSTEM;
+  } else {
+    /* No rank leaves (and its buffers change) while another may still read them. */
     *result = barrier(comm);
+  }
   release(ipc);
   return 1;
 }
+
+#else /* HOOP_HAVE_CUDA: device buffers are host memory, always staged (never, that is) */
+
+int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *result) {
+  (void)comm, (void)args;
+  *result = HOOP_OK;
+  return 0;
+}
+
+void hoop__ipc_free(hoop_comm *comm) {
+  (void)comm;
+}
+
+#endif /* HOOP_HAVE_CUDA */

@@ -332,10 +332,21 @@ hoop__mem_kind hoop__mem_kind_of(const void *ptr) {
   return kind_and_context(ptr, &context);
 }
 
-static hoop_result driver_error(hoop_comm *comm, const char *what, CUresult err) {
+/* The driver's words for err. */
+static const char *error_text(CUresult err) {
   const char *text = NULL;
   if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
     text = "unknown error";
+  return text;
+}
+
+/* "what: the driver's words (err)" into why, for the callers that explain rather than fail. */
+static void say_why(char *why, size_t whylen, const char *what, CUresult err) {
+  snprintf(why, whylen, "%s: %s (%d)", what, error_text(err), (int)err);
+}
+
+static hoop_result driver_error(hoop_comm *comm, const char *what, CUresult err) {
+  const char *text = error_text(err);
   return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cuda: %s failed: %s (%d)",
                          comm->call ? comm->call : "hoop", what, text, (int)err);
 }
@@ -575,10 +586,7 @@ int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_
     drv.ctx_pop(&popped);
   }
   if (err != CUDA_SUCCESS) {
-    const char *text = NULL;
-    if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
-      text = "unknown error";
-    snprintf(why, whylen, "cuMemGetHandleForAddressRange: %s (%d)", text, (int)err);
+    say_why(why, whylen, "cuMemGetHandleForAddressRange", err);
     return -1;
   }
   return 0;
@@ -611,7 +619,9 @@ typedef struct kernel_set {
   CUstream stream;
   CUfunction reduce[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   CUfunction divide[HOOP_DTYPE_COUNT];
-  int loaded; /* the functions are there */
+  int loaded;              /* the functions are there */
+  hoop_result load_failed; /* the kernels could not be loaded here (not tried again), and why */
+  char load_why[160];
 } kernel_set;
 
 static kernel_set sets[MAX_CONTEXTS];
@@ -655,7 +665,9 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
         set = &sets[nsets++];
     }
   }
-  if (result == HOOP_OK && need_kernels && !set->loaded) {
+  if (result == HOOP_OK && need_kernels && set->load_failed) {
+    result = hoop__set_error(comm, set->load_failed, "%s", set->load_why);
+  } else if (result == HOOP_OK && need_kernels && !set->loaded) {
 #ifndef HOOP_HAVE_CUDA_KERNELS
     result = hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
                              "cuda: this libhoop has no GPU kernels (nvcc was not found at build)");
@@ -678,8 +690,12 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
           (err = drv.module_get_function(&set->divide[d], module, name)) != CUDA_SUCCESS)
         result = driver_error(comm, name, err);
     }
-    if (result == HOOP_OK)
+    if (result == HOOP_OK) {
       set->loaded = 1;
+    } else {
+      set->load_failed = result;
+      snprintf(set->load_why, sizeof set->load_why, "%.150s", comm->last_error);
+    }
 #endif
   }
   if (result == HOOP_OK)
@@ -845,8 +861,8 @@ static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen) {
   if (!hoop__cuda_loaded() || !drv.ipc_get_mem_handle || !drv.ipc_open_mem_handle ||
-      !drv.ipc_close_mem_handle) {
-    snprintf(why, whylen, "the driver has no CUDA IPC (cuIpcGetMemHandle)");
+      !drv.ipc_close_mem_handle || !drv.memcpy_async) {
+    snprintf(why, whylen, "the driver has no CUDA IPC (cuIpcGetMemHandle) or cuMemcpyAsync");
     return -1;
   }
   CUmemorytype type = (CUmemorytype)0;
@@ -881,10 +897,7 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
     drv.ctx_pop(&popped);
   }
   if (err != CUDA_SUCCESS) {
-    const char *text = NULL;
-    if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
-      text = "unknown error";
-    snprintf(why, whylen, "cuIpcGetMemHandle: %s (%d)", text, (int)err);
+    say_why(why, whylen, "cuIpcGetMemHandle", err);
     return -1;
   }
   memset(out, 0, sizeof *out);
@@ -919,10 +932,7 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
     drv.ctx_pop(&popped);
   }
   if (err != CUDA_SUCCESS) {
-    const char *text = NULL;
-    if (drv.get_error_string(err, &text) != CUDA_SUCCESS || !text)
-      text = "unknown error";
-    snprintf(why, whylen, "cuIpcOpenMemHandle: %s (%d)", text, (int)err);
+    say_why(why, whylen, "cuIpcOpenMemHandle", err);
     return -1;
   }
   *base = (void *)(uintptr_t)mapped;

@@ -29,9 +29,12 @@ static size_t parse_size(const char *text) {
   char *end;
   double value = strtod(text, &end);
   switch (*end) {
-  case 'G': case 'g': value *= 1024; /* fall through */
-  case 'M': case 'm': value *= 1024; /* fall through */
-  case 'K': case 'k': value *= 1024; break;
+  case 'G':
+  case 'g': value *= 1024; /* fall through */
+  case 'M':
+  case 'm': value *= 1024; /* fall through */
+  case 'K':
+  case 'k': value *= 1024; break;
   default: break;
   }
   return (size_t)value;

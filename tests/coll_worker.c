@@ -4,7 +4,7 @@
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
- *                    [--no-shm-on RANK] [--device all|even|mixed [--stream]]
+ *                    [--no-shm-on RANK] [--device all|even|mixed [--stream | --late-input]]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -21,6 +21,9 @@
  * meet in one call; mixed: even ranks send from device memory into host memory, odd ranks from host
  * into device memory. Inputs are written and results checked on host copies. --stream: the calls
  * are the stream-ordered variants (hoop_allreduce_stream...) on a stream of the device.
+ * --late-input: device buffers are filled by copies queued on the legacy default stream and not
+ * waited for, as a program's kernels may still be writing its inputs when it calls: hoop must
+ * order its reads after them (the stand-in driver carries such copies out late).
  *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
@@ -103,8 +106,12 @@ static int on_device(int which) {
 }
 
 /* The buffer the collective gets: host itself, or a device copy of it. */
+static int late_input; /* --late-input: device buffers filled on the legacy stream, unwaited */
+
 static void *to_call(void *host, size_t bytes, int which) {
-  return on_device(which) ? devmem_put(host, bytes) : host;
+  if (!on_device(which))
+    return host;
+  return late_input ? devmem_put_late(host, bytes) : devmem_put(host, bytes);
 }
 
 /* After the call: the device buffer's bytes back into host, and the device buffer freed. */
@@ -294,6 +301,8 @@ int main(int argc, char **argv) {
       register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
     else if (strcmp(argv[i], "--stream") == 0)
       want_stream = 1;
+    else if (strcmp(argv[i], "--late-input") == 0)
+      late_input = 1;
     else if (strcmp(argv[i], "--probe-device") == 0)
       probe_only = 1; /* with --device: only say (exit 0) whether device memory can be had */
     else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {

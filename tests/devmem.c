@@ -17,6 +17,7 @@ static int (*cu_htod)(unsigned long long, const void *, size_t);
 static int (*cu_dtoh)(void *, unsigned long long, size_t);
 static int (*cu_stream_create)(void **, unsigned int);
 static int (*cu_dtod)(unsigned long long, unsigned long long, size_t);
+static int (*cu_htod_async)(unsigned long long, const void *, size_t, void *);
 static int (*cu_ctx_synchronize)(void);
 
 static void must(int err, const char *what) {
@@ -53,6 +54,7 @@ int devmem_init(char *msg, size_t msglen) {
               {"cuMemcpyDtoH", (void **)&cu_dtoh},
               {"cuStreamCreate", (void **)&cu_stream_create},
               {"cuMemcpyDtoD", (void **)&cu_dtod},
+              {"cuMemcpyHtoDAsync", (void **)&cu_htod_async},
               {"cuCtxSynchronize", (void **)&cu_ctx_synchronize}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     int status = 0;
@@ -76,6 +78,14 @@ void *devmem_put(const void *host, size_t bytes) {
   must(cu_mem_alloc(&dev, bytes ? bytes : 1), "cuMemAlloc");
   if (host && bytes)
     must(cu_htod(dev, host, bytes), "cuMemcpyHtoD");
+  return (void *)(uintptr_t)dev;
+}
+
+void *devmem_put_late(const void *host, size_t bytes) {
+  unsigned long long dev = 0;
+  must(cu_mem_alloc(&dev, bytes ? bytes : 1), "cuMemAlloc");
+  if (host && bytes)
+    must(cu_htod_async(dev, host, bytes, NULL), "cuMemcpyHtoDAsync");
   return (void *)(uintptr_t)dev;
 }
 

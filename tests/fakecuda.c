@@ -31,7 +31,9 @@
  * out each stream's queue in order, FAKECUDA_ASYNC_DELAY_US microseconds per operation (default
  * 200), so that a caller that reads a copy's destination before waiting for its event or stream
  * reads stale bytes, and the tests catch it. cuEventSynchronize and cuStreamSynchronize wait for
- * the worker.
+ * the worker. The legacy default stream (NULL) has a queue of its own, which the synchronous
+ * copies wait for, as the real ones do; the streams created (non-blocking, as hoop makes its own)
+ * share the other, and are not ordered after the legacy stream's work.
  */
 #include <cuda.h>
 #include <fcntl.h>
@@ -78,7 +80,9 @@ static CUresult count_copy(size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-/* ---- the asynchronous queue: one for every stream (copies keep their order across streams) */
+/* ---- the asynchronous queues: one for the legacy default stream (NULL), one for every stream
+ * created (they share one handle), each carried out in order by a worker thread of its own, so
+ * that work on one is not ordered after work on the other unless the caller waits for it */
 typedef struct async_op {
   char *to;
   const char *from; /* NULL: an event's marker (or a kernel) */
@@ -91,26 +95,35 @@ typedef struct async_op {
   size_t count;
 } async_op;
 
+typedef struct queue {
+  async_op *head, *tail;
+  unsigned long long queued, done; /* sequence numbers of this queue */
+  pthread_t worker;
+  int started;
+} queue;
+
 struct CUevent_st {
+  int queue;              /* where it was recorded */
   unsigned long long seq; /* the marker recorded last; 0: never recorded */
 };
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER; /* work queued, or work done */
-static async_op *queue_head, *queue_tail;
-static unsigned long long queued_seq, done_seq;
-static pthread_t worker;
-static int worker_started;
+static queue queues[2]; /* [0]: the legacy default stream; [1]: the streams created */
 static long delay_us = -1;
 static unsigned long long async_copies;
 
+static int queue_of(CUstream stream) {
+  return stream == NULL ? 0 : 1;
+}
+
 static void *worker_main(void *arg) {
-  (void)arg;
+  queue *q = arg;
   pthread_mutex_lock(&queue_lock);
   for (;;) {
-    while (!queue_head)
+    while (!q->head)
       pthread_cond_wait(&queue_cond, &queue_lock);
-    async_op *op = queue_head;
+    async_op *op = q->head;
     pthread_mutex_unlock(&queue_lock);
     if (delay_us > 0)
       usleep((useconds_t)delay_us);
@@ -121,64 +134,73 @@ static void *worker_main(void *arg) {
     else if (op->from)
       memmove(op->to, op->from, op->bytes);
     pthread_mutex_lock(&queue_lock);
-    queue_head = op->next;
-    if (!queue_head)
-      queue_tail = NULL;
-    done_seq = op->seq;
+    q->head = op->next;
+    if (!q->head)
+      q->tail = NULL;
+    q->done = op->seq;
     free(op);
     pthread_cond_broadcast(&queue_cond);
   }
   return NULL;
 }
 
-/* Queue an operation (a copy, a marker, or like *kernel); its sequence number, or 0 when out of
- * memory. */
-static unsigned long long enqueue_op(char *to, const char *from, size_t bytes,
+/* Queue an operation (a copy, a marker, or like *kernel) on queue qi; its sequence number there,
+ * or 0 when out of memory. */
+static unsigned long long enqueue_op(int qi, char *to, const char *from, size_t bytes,
                                      const async_op *kernel) {
   async_op *op = calloc(1, sizeof *op);
   if (!op)
     return 0;
+  queue *q = &queues[qi];
   pthread_mutex_lock(&queue_lock);
-  if (!worker_started) {
+  if (delay_us < 0) {
     const char *text = getenv("FAKECUDA_ASYNC_DELAY_US");
     delay_us = text ? atol(text) : 200;
-    if (pthread_create(&worker, NULL, worker_main, NULL) != 0) {
+  }
+  if (!q->started) {
+    if (pthread_create(&q->worker, NULL, worker_main, q) != 0) {
       pthread_mutex_unlock(&queue_lock);
       free(op);
       return 0;
     }
-    pthread_detach(worker);
-    worker_started = 1;
+    pthread_detach(q->worker);
+    q->started = 1;
   }
-  unsigned long long seq = ++queued_seq;
+  unsigned long long seq = ++q->queued;
   if (kernel)
     *op = *kernel;
   op->to = to, op->from = from, op->bytes = bytes, op->seq = seq, op->next = NULL;
-  if (queue_tail)
-    queue_tail->next = op;
+  if (q->tail)
+    q->tail->next = op;
   else
-    queue_head = op;
-  queue_tail = op;
+    q->head = op;
+  q->tail = op;
   pthread_cond_broadcast(&queue_cond);
   pthread_mutex_unlock(&queue_lock);
   return seq; /* not op->seq: the worker may have done and freed op by now */
 }
 
-static unsigned long long enqueue(char *to, const char *from, size_t bytes) {
-  return enqueue_op(to, from, bytes, NULL);
+static unsigned long long enqueue(int qi, char *to, const char *from, size_t bytes) {
+  return enqueue_op(qi, to, from, bytes, NULL);
 }
 
-static void wait_done(unsigned long long seq) {
+/* Wait until queue qi has carried out seq (0: everything queued there so far). */
+static void wait_done(int qi, unsigned long long seq) {
+  queue *q = &queues[qi];
   pthread_mutex_lock(&queue_lock);
-  while (done_seq < seq)
+  if (seq == 0)
+    seq = q->queued;
+  while (q->done < seq)
     pthread_cond_wait(&queue_cond, &queue_lock);
   pthread_mutex_unlock(&queue_lock);
 }
 
+/* The allocation that holds [ptr, ptr + len): ptr inside it (not one past its end, which may be
+ * where the next allocation starts: reservations are often adjacent). */
 static alloc *find(const void *ptr, size_t len) {
   const char *p = ptr;
   for (int i = 0; i < MAX_ALLOCS; i++)
-    if (allocs[i].base && p >= allocs[i].base && (size_t)(p - allocs[i].base) <= allocs[i].bytes &&
+    if (allocs[i].base && p >= allocs[i].base && (size_t)(p - allocs[i].base) < allocs[i].bytes &&
         len <= allocs[i].bytes - (size_t)(p - allocs[i].base))
       return &allocs[i];
   return NULL;
@@ -274,10 +296,8 @@ static void drop(alloc *a) {
 /* Every queued operation carried out (the real cuMemFree synchronises the same way, so the worker
  * never runs on memory that is gone). */
 static void drain(void) {
-  pthread_mutex_lock(&queue_lock);
-  unsigned long long last = queued_seq;
-  pthread_mutex_unlock(&queue_lock);
-  wait_done(last);
+  wait_done(0, 0);
+  wait_done(1, 0);
 }
 
 static CUresult fake_mem_free(CUdeviceptr ptr) {
@@ -304,6 +324,8 @@ static CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
     return CUDA_ERROR_NOT_INITIALIZED;
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
+  /* A synchronous copy runs on the legacy default stream: after what was queued there. */
+  wait_done(0, 0);
   pthread_mutex_lock(&lock);
   char *to = resolve(dst, bytes), *from = resolve(src, bytes);
   CUresult counted = count_copy(bytes);
@@ -335,7 +357,12 @@ static CUresult fake_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes
   pthread_mutex_unlock(&lock);
   if (counted != CUDA_SUCCESS)
     return counted;
-  return enqueue(to, from, bytes) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return enqueue(queue_of(stream), to, from, bytes) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fake_memcpy_htod_async(CUdeviceptr dst, const void *src, size_t bytes,
+                                       CUstream stream) {
+  return fake_memcpy_async(dst, (CUdeviceptr)(uintptr_t)src, bytes, stream);
 }
 
 static CUresult fake_event_create(CUevent *event, unsigned int flags) {
@@ -356,9 +383,10 @@ static CUresult fake_event_record(CUevent event, CUstream stream) {
     return CUDA_ERROR_INVALID_CONTEXT;
   if (!event || (stream != NULL && stream != the_stream))
     return CUDA_ERROR_INVALID_HANDLE;
-  unsigned long long seq = enqueue(NULL, NULL, 0);
+  unsigned long long seq = enqueue(queue_of(stream), NULL, NULL, 0);
   if (!seq)
     return CUDA_ERROR_OUT_OF_MEMORY;
+  event->queue = queue_of(stream);
   event->seq = seq;
   return CUDA_SUCCESS;
 }
@@ -366,7 +394,8 @@ static CUresult fake_event_record(CUevent event, CUstream stream) {
 static CUresult fake_event_synchronize(CUevent event) {
   if (!event)
     return CUDA_ERROR_INVALID_HANDLE;
-  wait_done(event->seq);
+  if (event->seq)
+    wait_done(event->queue, event->seq);
   return CUDA_SUCCESS;
 }
 
@@ -427,10 +456,7 @@ static CUresult fake_stream_synchronize(CUstream stream) {
   pthread_mutex_lock(&lock);
   stream_syncs++;
   pthread_mutex_unlock(&lock);
-  pthread_mutex_lock(&queue_lock);
-  unsigned long long last = queued_seq;
-  pthread_mutex_unlock(&queue_lock);
-  wait_done(last);
+  wait_done(queue_of(stream), 0);
   return CUDA_SUCCESS;
 }
 
@@ -605,7 +631,7 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
   kernels++;
   pthread_mutex_unlock(&lock);
   k.b = b;
-  return enqueue_op(to, from, 0, &k) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return enqueue_op(queue_of(stream), to, from, 0, &k) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* ---- CUDA IPC between processes ----------------------------------------------------------- */
@@ -715,6 +741,7 @@ static const struct {
     {"cuMemHostAlloc", (void *)fake_mem_host_alloc},
     {"cuMemFreeHost", (void *)fake_mem_free_host},
     {"cuMemcpyAsync", (void *)fake_memcpy_async},
+    {"cuMemcpyHtoDAsync", (void *)fake_memcpy_htod_async},
     {"cuEventCreate", (void *)fake_event_create},
     {"cuEventDestroy", (void *)fake_event_destroy},
     {"cuEventRecord", (void *)fake_event_record},

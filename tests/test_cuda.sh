@@ -118,6 +118,9 @@ for np in 2 3 4; do
 done
 ipc_run "IPC --device all --register all" 3 --device all --register all
 [ "${kernels:-0}" -ge 10 ] || { echo "FAIL: registered buffers did not go by CUDA IPC"; status=1; }
+ipc_run "IPC --device all --late-input" 3 --device all --late-input
+[ "${kernels:-0}" -ge 100 ] || { echo "FAIL: late inputs did not go by CUDA IPC"; status=1; }
+HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC=0 run "staged --device all --late-input" 2 --device all --late-input
 ipc_run "IPC --device all --stream" 2 --device all --stream
 [ "${kernels:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not go by CUDA IPC"; status=1; }
 # A host buffer on any rank: every rank stages, alike.

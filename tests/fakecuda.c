@@ -89,11 +89,34 @@ typedef struct async_op {
   size_t bytes;
   unsigned long long seq;
   struct async_op *next;
-  /* A kernel (kernel 1): to = from op b over count elements, or (b NULL) AVG's division. */
-  int kernel, dtype, op, nranks;
+  /* A kernel (kernel 1): to = from op b over count elements, or (b NULL) AVG's division; or
+   * (many sources) to = srcs[0] op srcs[1] ... divided by nranks unless it is 0. */
+  int kernel, dtype, op, nranks, many;
   const char *b;
+  const char *srcs[8];
   size_t count;
 } async_op;
+
+static const size_t esizes[HOOP_DTYPE_COUNT] = {
+    [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,  [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
+    [HOOP_INT64] = 8,   [HOOP_UINT64] = 8, [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
+    [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8};
+
+/* What the many-source kernel computes, element by element (so to may be one of the sources):
+ * through a buffer of its own. */
+static void many_on_cpu(const async_op *op) {
+  size_t esize = esizes[op->dtype], bytes = op->count * esize;
+  char *acc = malloc(bytes ? bytes : 1);
+  if (!acc)
+    abort();
+  memcpy(acc, op->srcs[0], bytes);
+  for (int j = 1; j < op->many; j++)
+    hoop__reduce(acc, op->srcs[j], op->count, (hoop_dtype)op->dtype, (hoop_op)op->op);
+  if (op->nranks)
+    hoop__reduce_finish(acc, op->count, (hoop_dtype)op->dtype, HOOP_AVG, op->nranks);
+  memcpy(op->to, acc, bytes);
+  free(acc);
+}
 
 typedef struct queue {
   async_op *head, *tail;
@@ -127,7 +150,9 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&queue_lock);
     if (delay_us > 0)
       usleep((useconds_t)delay_us);
-    if (op->kernel && op->b)
+    if (op->kernel && op->many)
+      many_on_cpu(op);
+    else if (op->kernel && op->b)
       hoop__reduce3(op->to, op->from, op->b, op->count, (hoop_dtype)op->dtype, (hoop_op)op->op);
     else if (op->kernel)
       hoop__reduce_finish(op->to, op->count, (hoop_dtype)op->dtype, HOOP_AVG, op->nranks);
@@ -544,6 +569,13 @@ static struct CUmod_st the_module;
 
 struct CUfunc_st {
   int dtype, op; /* op -1: hoop_divide_<dtype> */
+  int many;      /* hoop_many_<dtype>_<op> */
+};
+
+#define MANY_MAX 8
+struct many_sources { /* lib/mem/kernels.cu's, passed by value */
+  const void *src[MANY_MAX];
+  int n;
 };
 
 static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
@@ -552,7 +584,8 @@ static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
     [HOOP_FLOAT16] = "float16", [HOOP_BFLOAT16] = "bfloat16", [HOOP_FLOAT32] = "float32",
     [HOOP_FLOAT64] = "float64"};
 static const char *const op_names[] = {"sum", "prod", "min", "max"};
-static struct CUfunc_st functions[HOOP_DTYPE_COUNT][5]; /* [dtype][op], [dtype][4]: divide */
+/* [dtype][op]: hoop_reduce_, [dtype][4]: hoop_divide_, [dtype][5 + op]: hoop_many_ */
+static struct CUfunc_st functions[HOOP_DTYPE_COUNT][9];
 
 static CUresult fake_module_load_data(CUmodule *module, const void *image) {
   if (ctx_depth == 0)
@@ -571,14 +604,20 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
     for (int o = 0; o < 4; o++) {
       snprintf(want, sizeof want, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
       if (strcmp(name, want) == 0) {
-        functions[d][o] = (struct CUfunc_st){d, o};
+        functions[d][o] = (struct CUfunc_st){d, o, 0};
         *f = &functions[d][o];
+        return CUDA_SUCCESS;
+      }
+      snprintf(want, sizeof want, "hoop_many_%s_%s", dtype_names[d], op_names[o]);
+      if (strcmp(name, want) == 0) {
+        functions[d][5 + o] = (struct CUfunc_st){d, o, 1};
+        *f = &functions[d][5 + o];
         return CUDA_SUCCESS;
       }
     }
     snprintf(want, sizeof want, "hoop_divide_%s", dtype_names[d]);
     if (strcmp(name, want) == 0) {
-      functions[d][4] = (struct CUfunc_st){d, -1};
+      functions[d][4] = (struct CUfunc_st){d, -1, 0};
       *f = &functions[d][4];
       return CUDA_SUCCESS;
     }
@@ -587,8 +626,9 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
 }
 
 /* The parameters are hoop's: (dst, a, b, count) for a reduction, (buf, count, nranks) for the
- * division; every pointer must be device memory of this process (its own or mapped by IPC), as a
- * kernel cannot read host memory that is not mapped for it. */
+ * division, (dst, sources, count, divide) for the many-source reduction; every pointer must be
+ * device memory of this process (its own or mapped by IPC), as a kernel cannot read host memory
+ * that is not mapped for it. */
 static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                    unsigned int bx, unsigned int by, unsigned int bz,
                                    unsigned int shared, CUstream stream, void **params,
@@ -600,14 +640,27 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
     return CUDA_ERROR_INVALID_HANDLE;
   async_op k = {0};
   k.kernel = 1, k.dtype = f->dtype, k.op = f->op;
-  static const size_t esizes[HOOP_DTYPE_COUNT] = {
-      [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,  [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
-      [HOOP_INT64] = 8,   [HOOP_UINT64] = 8, [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
-      [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8};
   size_t esize = esizes[f->dtype];
   char *to, *from = NULL, *b = NULL;
   pthread_mutex_lock(&lock);
-  if (f->op >= 0) {
+  if (f->many) {
+    const struct many_sources *sources = params[1];
+    k.count = *(size_t *)params[2];
+    k.nranks = *(int *)params[3]; /* the division, 0: none */
+    size_t bytes = k.count * esize;
+    int bad = !find(*(void **)params[0], bytes) || sources->n < 1 || sources->n > MANY_MAX;
+    for (int j = 0; !bad && j < sources->n; j++)
+      if (!find(sources->src[j], bytes))
+        bad = 1;
+      else
+        k.srcs[j] = resolve((CUdeviceptr)(uintptr_t)sources->src[j], bytes);
+    if (bad) {
+      pthread_mutex_unlock(&lock);
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    k.many = sources->n;
+    to = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], bytes);
+  } else if (f->op >= 0) {
     k.count = *(size_t *)params[3];
     size_t bytes = k.count * esize;
     alloc *ad = find(*(void **)params[0], bytes), *aa = find(*(void **)params[1], bytes),

@@ -116,6 +116,10 @@ for np in 2 3 4; do
   [ "${kernels:-0}" -ge 100 ] && [ "${opens:-0}" -ge 100 ] || {
     echo "FAIL: the collectives did not go by CUDA IPC"; status=1; }
 done
+# 10 ranks: more sources than one pass of the many-source kernel takes (8), so two passes, and
+# in place the ranks past 8 reduce into scratch.
+ipc_run "IPC --device all" 10 --device all
+[ "${kernels:-0}" -ge 1000 ] || { echo "FAIL: 10 ranks did not go by CUDA IPC"; status=1; }
 ipc_run "IPC --device all --register all" 3 --device all --register all
 [ "${kernels:-0}" -ge 10 ] || { echo "FAIL: registered buffers did not go by CUDA IPC"; status=1; }
 ipc_run "IPC --device all --late-input" 3 --device all --late-input

@@ -4,11 +4,11 @@
  * The CPU side synchronises over the shared-memory transport; no kernel ever waits for another
  * process, so ranks sharing one GPU cannot deadlock.
  *
- * Allreduce: rank r reduces block r of every rank's input, in rank order, with the reduction
- * kernels (the same results as reduce.c) into block r of its own result; after a barrier it copies
- * every other block from its owner's result; a second barrier keeps each result buffer unchanged
- * until every peer has read it. Broadcast: every rank copies the root's buffer, then a barrier.
- * Allgather: every rank copies each peer's block, then a barrier.
+ * Allreduce: rank r reduces block r of every rank's input, in rank order, in one pass of the
+ * many-source reduction kernel (the same results as reduce.c's chain) into block r of its own
+ * result; after a barrier it copies every other block from its owner's result; a second barrier
+ * keeps each result buffer unchanged until every peer has read it. Broadcast: every rank copies the
+ * root's buffer, then a barrier. Allgather: every rank copies each peer's block, then a barrier.
  *
  * Whether a call goes this way is settled alike on every rank, as every algorithm choice must be:
  * on a communicator whose every pair of ranks talks over shared memory, a call of at least
@@ -321,7 +321,8 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
     snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
     ok = 0;
   } else if (args->coll == HOOP__COLL_ALLREDUCE && args->sendbuf == args->recvbuf &&
-             comm->rank >= 2 && len && ensure_scratch(ipc, len * args->esize, send) != 0) {
+             comm->rank >= HOOP__CUDA_MANY_MAX && len &&
+             ensure_scratch(ipc, len * args->esize, send) != 0) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
              len * args->esize);
     ok = 0;
@@ -353,18 +354,24 @@ static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc,
   hoop_result result = HOOP_OK;
   if (len) {
     char *dst = recv + first * esize;
-    /* In place, block r of this rank's input is the result's: rank order would overwrite it
-     * before its turn unless r is 0 or 1, so the partial result goes to scratch then. */
+    /* In rank order, up to HOOP__CUDA_MANY_MAX sources a pass, the next pass starting from the
+     * partial result. In place, block r of this rank's input is the result's: a first pass that
+     * does not read it would overwrite it before its turn, so the partial result goes to scratch
+     * then. */
     char *acc = dst;
-    if (args->sendbuf == args->recvbuf && r >= 2)
+    if (args->sendbuf == args->recvbuf && r >= HOOP__CUDA_MANY_MAX)
       acc = ipc->scratch; /* made ready by prepare */
     size_t at = first * esize;
-    result = hoop__cuda_reduce3_async(comm, acc, sends[0] + at, sends[1] + at, len, args->dtype,
-                                      args->op);
-    for (int q = 2; q < n && result == HOOP_OK; q++)
-      result = hoop__cuda_reduce3_async(comm, acc, acc, sends[q] + at, len, args->dtype, args->op);
-    if (result == HOOP_OK)
-      result = hoop__cuda_finish_async(comm, acc, len, args->dtype, args->op, n);
+    const void *srcs[HOOP__CUDA_MANY_MAX];
+    for (int q = 0; q < n && result == HOOP_OK;) {
+      int k = 0;
+      if (q > 0)
+        srcs[k++] = acc;
+      while (k < HOOP__CUDA_MANY_MAX && q < n)
+        srcs[k++] = sends[q++] + at;
+      int divide = q == n && args->op == HOOP_AVG ? n : 0;
+      result = hoop__cuda_reduce_many_async(comm, acc, srcs, k, len, args->dtype, args->op, divide);
+    }
     if (result == HOOP_OK && acc != dst)
       result = hoop__cuda_copy_async(comm, dst, acc, len * esize);
     if (result == HOOP_OK)

@@ -151,6 +151,13 @@ hoop_result hoop__cuda_finish_async(hoop_comm *comm, void *buf, size_t count, ho
   return hoop__cuda_reduce_finish(comm, buf, count, dtype, op, nranks);
 }
 
+hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide) {
+  (void)dst, (void)srcs, (void)nsrcs, (void)count, (void)dtype, (void)op, (void)divide;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
   return hoop__cuda_copy(comm, dst, src, bytes);
 }
@@ -619,6 +626,7 @@ typedef struct kernel_set {
   CUstream stream;
   CUfunction reduce[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   CUfunction divide[HOOP_DTYPE_COUNT];
+  CUfunction many[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   int loaded;              /* the functions are there */
   hoop_result load_failed; /* the kernels could not be loaded here (not tried again), and why */
   char load_why[160];
@@ -684,6 +692,10 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
         snprintf(name, sizeof name, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
         if ((err = drv.module_get_function(&set->reduce[d][o], module, name)) != CUDA_SUCCESS)
           result = driver_error(comm, name, err);
+        snprintf(name, sizeof name, "hoop_many_%s_%s", dtype_names[d], op_names[o]);
+        if (result == HOOP_OK &&
+            (err = drv.module_get_function(&set->many[d][o], module, name)) != CUDA_SUCCESS)
+          result = driver_error(comm, name, err);
       }
       snprintf(name, sizeof name, "hoop_divide_%s", dtype_names[d]);
       if (result == HOOP_OK &&
@@ -704,7 +716,9 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
   return result;
 }
 
-/* Run f over count elements in ptr's context on hoop's stream there, and wait for it if wait. */
+/* Run a kernel over count elements in ptr's context on hoop's stream there, and wait for it if
+ * wait: op >= 0 the reduction of dtype and op, -1 the division, -2 - op the many-source reduction
+ * of op. */
 static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, size_t count,
                           void **params, int wait) {
   CUcontext context = NULL;
@@ -716,7 +730,9 @@ static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, s
   kernel_set *set = NULL;
   hoop_result result = kernels_for(comm, context, &set, 1);
   if (result == HOOP_OK) {
-    CUfunction f = op >= 0 ? set->reduce[dtype][op] : set->divide[dtype];
+    CUfunction f = op >= 0    ? set->reduce[dtype][op]
+                   : op == -1 ? set->divide[dtype]
+                              : set->many[dtype][-2 - op];
     size_t per = 16 / hoop_dtype_size((hoop_dtype)dtype);
     size_t blocks = (count / per + THREADS - 1) / THREADS;
     blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
@@ -769,6 +785,27 @@ hoop_result hoop__cuda_finish_async(hoop_comm *comm, void *buf, size_t count, ho
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype");
   void *params[] = {&buf, &count, &nranks};
   return launch(comm, buf, dtype, -1, count, params, 0);
+}
+
+/* The parameter the many-source kernels take by value (kernels.cu's many_sources). */
+typedef struct many_sources {
+  const void *src[HOOP__CUDA_MANY_MAX];
+  int n;
+} many_sources;
+
+hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide) {
+  if (count == 0)
+    return HOOP_OK;
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT || nsrcs < 1 ||
+      nsrcs > HOOP__CUDA_MANY_MAX)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype, op or source count");
+  many_sources sources = {.n = nsrcs};
+  for (int j = 0; j < nsrcs; j++)
+    sources.src[j] = srcs[j];
+  void *params[] = {&dst, &sources, &count, &divide};
+  return launch(comm, dst, dtype, -2 - (int)op, count, params, 0);
 }
 
 /* The kernel set of near's context, current on this thread for the caller (pop it after). */

@@ -116,6 +116,13 @@ hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, 
 hoop_result hoop__cuda_finish_async(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                                     hoop_op op, int nranks);
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+/* dst = ((srcs[0] op srcs[1]) op srcs[2]) ... over count elements in one pass (each step rounded as
+ * reduce3's chain would be), then divided by divide unless it is 0 (AVG: the rank count); 1 to
+ * HOOP__CUDA_MANY_MAX sources; dst may be one of them. */
+#define HOOP__CUDA_MANY_MAX 8
+hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide);
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
 /* Load the kernels in near's context now: HOOP_OK, or why they cannot run (recorded on comm). */
 hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near);

@@ -9,6 +9,11 @@
  * unsigned twin type (wraparound), float16 and bfloat16 through float with the same integer
  * conversion code (round to nearest even, subnormals kept: no -ftz, no fast math), and AVG as a
  * sum followed by one IEEE division. Loads are 16 bytes wide where all three pointers allow it.
+ *
+ * hoop_many_<dtype>_<op> reduces up to HOOP_MANY_MAX sources in one pass (the CUDA IPC allreduce's
+ * block of every rank's input): dst = ((s0 op s1) op s2) ..., each step rounded to the element
+ * type as the chain of two-operand kernels would, then divided by `divide` when it is not 0 (AVG).
+ * Each element is read from every source before it is written, so dst may be one of them.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -186,6 +191,55 @@ __device__ static void reduce_loop(typename K::elem *dst, const typename K::elem
     dst[i] = K::template combine<Op>(a[i], b[i]);
 }
 
+#define HOOP_MANY_MAX 8 /* as in lib/mem/cuda.c */
+
+struct many_sources {
+  const void *src[HOOP_MANY_MAX];
+  int n;
+};
+
+/* dst[i] = src[0][i] op src[1][i] op ... (left to right), divided by divide unless it is 0. */
+template <typename K, typename Op>
+__device__ static void many_loop(typename K::elem *dst, const many_sources &s, size_t n,
+                                 int divide) {
+  typedef typename K::elem T;
+  const size_t per = 16 / sizeof(T);
+  size_t start = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t done = 0;
+  uintptr_t bits = (uintptr_t)dst;
+  for (int j = 0; j < s.n; j++)
+    bits |= (uintptr_t)s.src[j];
+  if ((bits & 15) == 0) {
+    size_t vectors = n / per;
+    for (size_t v = start; v < vectors; v += stride) {
+      uint4 acc = ((const uint4 *)s.src[0])[v];
+      T *as = (T *)&acc;
+      for (int j = 1; j < s.n; j++) {
+        uint4 y = ((const uint4 *)s.src[j])[v];
+        const T *ys = (const T *)&y;
+#pragma unroll
+        for (size_t k = 0; k < per; k++)
+          as[k] = K::template combine<Op>(as[k], ys[k]);
+      }
+      if (divide)
+#pragma unroll
+        for (size_t k = 0; k < per; k++)
+          as[k] = K::divide(as[k], divide);
+      ((uint4 *)dst)[v] = acc;
+    }
+    done = vectors * per;
+  }
+  for (size_t i = done + start; i < n; i += stride) {
+    T acc = ((const T *)s.src[0])[i];
+    for (int j = 1; j < s.n; j++)
+      acc = K::template combine<Op>(acc, ((const T *)s.src[j])[i]);
+    if (divide)
+      acc = K::divide(acc, divide);
+    dst[i] = acc;
+  }
+}
+
 template <typename K>
 __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -205,6 +259,12 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
     reduce_loop<K, FOP>((K::elem *)dst, (const K::elem *)a, (const K::elem *)b, n);              \
   }
 
+#define DEFINE_MANY(name, K, OP, FOP)                                                               \
+  extern "C" __global__ void hoop_many_##name##_##OP(void *dst, many_sources s, size_t n,        \
+                                                     int divide) {                               \
+    many_loop<K, FOP>((K::elem *)dst, s, n, divide);                                              \
+  }
+
 #define DEFINE_DIVIDE(name, K)                                                                      \
   extern "C" __global__ void hoop_divide_##name(void *buf, size_t n, int nranks) {               \
     divide_loop<K>((K::elem *)buf, n, nranks);                                                    \
@@ -215,6 +275,10 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_REDUCE(name, K, prod)                                                                      \
   DEFINE_REDUCE(name, K, min)                                                                       \
   DEFINE_REDUCE(name, K, max)                                                                       \
+  DEFINE_MANY(name, K, sum, op_sum)                                                                 \
+  DEFINE_MANY(name, K, prod, op_prod)                                                               \
+  DEFINE_MANY(name, K, min, op_min)                                                                 \
+  DEFINE_MANY(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
 #define DEFINE_FLOATS(name, K)                                                                      \
@@ -222,6 +286,10 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_FLOAT_REDUCE(name, K, prod, op_fprod)                                                      \
   DEFINE_FLOAT_REDUCE(name, K, min, op_min)                                                         \
   DEFINE_FLOAT_REDUCE(name, K, max, op_max)                                                         \
+  DEFINE_MANY(name, K, sum, op_fsum)                                                                \
+  DEFINE_MANY(name, K, prod, op_fprod)                                                              \
+  DEFINE_MANY(name, K, min, op_min)                                                                 \
+  DEFINE_MANY(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
 /* The half types combine in float with the float ops. */
@@ -242,6 +310,10 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
                                                       size_t n) {                                 \
     reduce_loop<K, op_max>((uint16_t *)dst, (const uint16_t *)a, (const uint16_t *)b, n);        \
   }                                                                                                \
+  DEFINE_MANY(name, K, sum, op_fsum)                                                                \
+  DEFINE_MANY(name, K, prod, op_fprod)                                                              \
+  DEFINE_MANY(name, K, min, op_min)                                                                 \
+  DEFINE_MANY(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
 typedef plain<int32_t, uint32_t> k_int32;

@@ -1,9 +1,9 @@
 /* test_cuda_kernels.c - the GPU reduction kernels (lib/mem/kernels.cu) against the host's
- * (lib/mem/reduce.c), element by element, for every dtype and op and AVG's division: random bit
- * patterns (NaN, infinities, subnormals and signed zeros among them for the floating types;
- * wraparound for the integers), the values where float16 and bfloat16 rounding ties, aligned
- * buffers (16-byte vector loads) and misaligned ones (the scalar path), out of place and in place
- * on either operand.
+ * (lib/mem/reduce.c), element by element, for every dtype and op and AVG's division, and the
+ * many-source kernel against reduce.c's chain on 1 to 8 sources: random bit patterns (NaN,
+ * infinities, subnormals and signed zeros among them for the floating types; wraparound for the
+ * integers), the values where float16 and bfloat16 rounding ties, aligned buffers (16-byte vector
+ * loads) and misaligned ones (the scalar path), out of place and in place on either operand.
  *
  * Results must be the same bits, with one exception the GPU imposes: a NaN that sum, prod or the
  * division produces is the GPU's canonical NaN, not the host's propagated payload, so there both
@@ -156,6 +156,60 @@ static void run_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, si
   free(back);
 }
 
+/* The many-source kernel: nsrcs inputs of n elements from element off, reduced in order (AVG
+ * divided by nsrcs in the same pass) into a buffer of its own (alias 0) or over input 1 (alias 1),
+ * against the host's chain of reduce.c calls. */
+static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, size_t off,
+                          int nsrcs, int alias) {
+  size_t esize = hoop_dtype_size(dtype), bytes = (n + 2) * esize;
+  unsigned char *in[HOOP__CUDA_MANY_MAX], *din[HOOP__CUDA_MANY_MAX];
+  const void *srcs[HOOP__CUDA_MANY_MAX];
+  unsigned char *host = calloc(1, bytes), *back = calloc(1, bytes);
+  for (int j = 0; j < nsrcs; j++) {
+    in[j] = calloc(1, bytes);
+    fill(in[j] + off * esize, n, dtype, j);
+    din[j] = devmem_put(in[j], bytes);
+    srcs[j] = din[j] + off * esize;
+  }
+  unsigned char *hdst = host + off * esize;
+  memcpy(hdst, in[0] + off * esize, n * esize);
+  for (int j = 1; j < nsrcs; j++)
+    hoop__reduce(hdst, in[j] + off * esize, n, dtype, op);
+  hoop__reduce_finish(hdst, n, dtype, op, nsrcs);
+  unsigned char *ddst = alias && nsrcs > 1 ? NULL : devmem_put(NULL, bytes);
+  unsigned char *dst = ddst ? ddst : din[1];
+  hoop_result result = hoop__cuda_reduce_many_async(comm, dst + off * esize, srcs, nsrcs, n, dtype,
+                                                    op, op == HOOP_AVG ? nsrcs : 0);
+  if (result == HOOP_OK)
+    result = hoop__cuda_sync(comm, dst);
+  checks++;
+  size_t where = 0;
+  if (result != HOOP_OK) {
+    failures++;
+    printf("FAIL: many %s %s n %zu: %s\n", hoop_dtype_name(dtype), hoop_op_name(op), n,
+           hoop_last_error(comm));
+  } else {
+    devmem_get(back, dst, bytes);
+    if (!same(hdst, back + off * esize, n, dtype, op, &where)) {
+      failures++;
+      char hs[20], ds[20];
+      hex(hs, hdst + where * esize, esize);
+      hex(ds, back + (off + where) * esize, esize);
+      printf("FAIL: many %s %s, %d sources, n %zu offset %zu alias %d: element %zu: host %s, "
+             "GPU %s\n",
+             hoop_dtype_name(dtype), hoop_op_name(op), nsrcs, n, off, alias, where, hs, ds);
+    }
+  }
+  for (int j = 0; j < nsrcs; j++) {
+    devmem_free(din[j]);
+    free(in[j]);
+  }
+  if (ddst)
+    devmem_free(ddst);
+  free(host);
+  free(back);
+}
+
 int main(void) {
   char why[256];
   if (!hoop__cuda_kernels_built()) {
@@ -173,6 +227,12 @@ int main(void) {
       for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int alias = 0; alias < 3; alias++)
           run_case(comm, (hoop_dtype)d, (hoop_op)o, sizes[s], s % 2, alias);
+  /* The many-source kernel: 1 to 8 sources, aligned and not, in place and not. */
+  for (int d = 0; d < HOOP_DTYPE_COUNT; d++)
+    for (int o = 0; o < HOOP_OP_COUNT; o++)
+      for (int nsrcs = 1; nsrcs <= HOOP__CUDA_MANY_MAX; nsrcs++)
+        run_many_case(comm, (hoop_dtype)d, (hoop_op)o, nsrcs % 2 ? 65537 : 1031,
+                      (size_t)(nsrcs / 3) % 2, nsrcs, nsrcs % 2);
   printf("test_cuda_kernels: %zu cases, %zu failed\n", checks, failures);
   free(comm);
   return failures ? 1 : 0;

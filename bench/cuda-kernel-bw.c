@@ -8,7 +8,8 @@
  * the stand-in driver of the tests it runs too, but its figures mean nothing.
  *
  * Usage: cuda-kernel-bw [-n ITERS] [SIZE...]   (sizes in bytes, K/M/G suffixes; default 64M 256M
- *        1G); prints one row per size and dtype: copy GB/s, kernel GB/s, ratio.
+ *        1G); prints one row per size and dtype: copy GB/s, kernel GB/s, ratio; and a row for the
+ *        many-source kernel of the CUDA IPC allreduce on 4 float32 inputs (five buffers' bytes).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,29 @@ int main(int argc, char **argv) {
       printf("  %12zu %9s %10.1f %11.1f %7.2f\n", bytes, hoop_dtype_name(dtypes[d]), copy_bw,
              sum_bw, sum_bw / copy_bw);
     }
+    /* The many-source kernel on 4 inputs: a, b, dst and c, in place over dst as the IPC
+     * allreduce's rank 2 would. */
+    void *c = devmem_put(NULL, bytes);
+    const void *srcs[4] = {a, b, dst, c};
+    size_t count = bytes / 4;
+    hoop_result result =
+        hoop__cuda_reduce_many_async(comm, dst, srcs, 4, count, HOOP_FLOAT32, HOOP_SUM, 0);
+    if (result == HOOP_OK)
+      result = hoop__cuda_sync(comm, dst);
+    start = now_s();
+    for (int i = 0; i < iters && result == HOOP_OK; i++)
+      result = hoop__cuda_reduce_many_async(comm, dst, srcs, 4, count, HOOP_FLOAT32, HOOP_SUM, 0);
+    if (result == HOOP_OK)
+      result = hoop__cuda_sync(comm, dst);
+    double many_bw = 5.0 * (double)bytes * iters / (now_s() - start) / 1e9;
+    if (result == HOOP_OK) {
+      printf("  %12zu %9s %10.1f %11.1f %7.2f\n", bytes, "f32 x4", copy_bw, many_bw,
+             many_bw / copy_bw);
+    } else {
+      printf("cuda-kernel-bw: %s\n", hoop_last_error(comm));
+      status = 1;
+    }
+    devmem_free(c);
     devmem_free(a);
     devmem_free(b);
     devmem_free(dst);

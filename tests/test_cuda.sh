@@ -80,6 +80,20 @@ for algo in ring direct; do
     done
   done
 done
+# The chain broadcast and the ring allgather pipelined the same way (the root's buffer in segment
+# by segment, received pieces back as they arrive); allreduce on rd, which stages whole, so that
+# every asynchronous copy counted is theirs.
+for np in 2 3; do
+  for mode in all even mixed; do
+    rm -f "$counts"
+    HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=200 \
+      HOOP_ALGO=allreduce:rd,broadcast:chain,allgather:ring HOOP_CUDA_PIPELINE_BYTES=0 \
+      HOOP_CUDA_IPC=0 run "fake --device $mode, pipelined chain and ring" $np --device $mode
+    async=$(awk '{n += $10} END {print n + 0}' "$counts" 2>/dev/null)
+    echo "  --device $mode on $np ranks, pipelined broadcast and allgather: $async asynchronous copies"
+    [ "${async:-0}" -ge 100 ] || { echo "FAIL: broadcast and allgather were not pipelined"; status=1; }
+  done
+done
 if [ $gpu = yes ]; then
   for np in ${HOOP_CUDA_NP:-2 3}; do
     for algo in ring direct; do

@@ -30,9 +30,10 @@ static const hoop__env_var env_table[] = {
      "host name reported to the rendezvous; ranks with the same name are "
      "one host (contiguous ranks, local ranks); default: gethostname()"},
     {"HOOP_CUDA_PIPELINE_BYTES", "1048576",
-     "a ring allreduce of at least this many bytes from device memory copies its input in and "
-     "its result out segment by segment on a stream of hoop's own, overlapped with the ring, "
-     "where the driver has asynchronous copies; smaller ones are staged whole (0: every size)"},
+     "a ring or direct allreduce, chain broadcast or ring allgather of at least this many bytes "
+     "on device memory copies its input in and its result out piece by piece on a stream of "
+     "hoop's own, overlapped with the transfers, where the driver has asynchronous copies; "
+     "smaller ones are staged whole (0: every size)"},
     {"HOOP_CUDA_IPC", "1",
      "1: when every rank of a communicator is on one host (shared memory) and a call's buffers "
      "are device memory on every rank, ranks read each other's buffers directly by CUDA IPC "

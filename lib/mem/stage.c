@@ -117,6 +117,66 @@ static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int r
   return 1;
 }
 
+/* Segments of a pipelined broadcast's copy in: enough for the copies to overlap the chain. */
+#define BROADCAST_SEGMENTS 16
+
+/* The chain broadcast and the ring allgather on device memory: the root's buffer copied in
+ * segment by segment, each waited for when the chain first sends from it; received pieces copied
+ * back as they arrive (the allgather's own block at once). 1 when set up (args then point at
+ * host), 0 to stage whole, -1 on a failure (recorded). */
+static int pipeline_spread(hoop_comm *comm, hoop__coll_args *args, char *host, int send_dev,
+                           int recv_dev, hoop__stage *stage) {
+  int allgather = args->coll == HOOP__COLL_ALLGATHER;
+  int root = !allgather && comm->rank == args->root;
+  int nsegments = root && send_dev ? BROADCAST_SEGMENTS : 0;
+  int copy_back = allgather ? recv_dev : !root && recv_dev;
+  if (!nsegments && !copy_back)
+    return 0;
+  hoop__cuda_pipe *pipe = hoop__cuda_pipe_get(comm, args->recvbuf, nsegments);
+  if (!pipe)
+    return 0;
+  memset(stage, 0, sizeof *stage);
+  stage->offset = malloc(((size_t)nsegments + 1) * sizeof *stage->offset);
+  stage->waited = calloc((size_t)nsegments + 1, 1);
+  if (!stage->offset || !stage->waited) {
+    pipe_release(comm, stage);
+    return 0;
+  }
+  size_t total = allgather ? args->bytes * (size_t)comm->size : args->bytes;
+  for (int s = 0; s <= nsegments; s++)
+    stage->offset[s] = nsegments ? total / (size_t)nsegments * (size_t)s : 0;
+  if (nsegments)
+    stage->offset[nsegments] = total;
+  stage->pipe = pipe;
+  stage->host = host;
+  stage->bytes = total;
+  stage->nsegments = nsegments;
+  stage->copy_back = copy_back;
+  stage->user_recv = args->recvbuf;
+  hoop_result result = HOOP_OK;
+  for (int s = 0; s < nsegments && result == HOOP_OK; s++)
+    result = hoop__cuda_pipe_copy(comm, pipe, host + stage->offset[s],
+                                  (const char *)args->sendbuf + stage->offset[s],
+                                  stage->offset[s + 1] - stage->offset[s], s);
+  char *own = host + (allgather ? (size_t)comm->rank * args->bytes : 0);
+  if (result == HOOP_OK && allgather)
+    result = hoop__mem_copy(comm, own, args->sendbuf, args->bytes);
+  if (result != HOOP_OK) {
+    hoop__cuda_pipe_drain(comm, pipe);
+    pipe_release(comm, stage);
+    return -1;
+  }
+  comm->stage_pipe = stage;
+  if (allgather) {
+    hoop__stage_done(comm, own, args->bytes); /* this rank's block: final already */
+    args->sendbuf = own;
+  } else {
+    args->sendbuf = host;
+  }
+  args->recvbuf = host;
+  return 1;
+}
+
 hoop_result hoop__stage_need_slow(hoop_comm *comm, const void *ptr, size_t len) {
   hoop__stage *stage = comm->stage_pipe;
   const char *p = ptr;
@@ -166,6 +226,13 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn
   if (args->coll == HOOP__COLL_ALLREDUCE && (algo == hoop__allreduce_ring || direct) && send_dev &&
       comm->size > 1 && bytes >= pipeline_bytes(comm)) {
     int piped = pipeline_in(comm, args, host, recv_dev, direct, stage);
+    if (piped != 0)
+      return piped > 0 ? HOOP_OK : HOOP_ERR_SYSTEM;
+  }
+  if (((args->coll == HOOP__COLL_BROADCAST && algo == hoop__broadcast_chain) ||
+       (args->coll == HOOP__COLL_ALLGATHER && algo == hoop__allgather_ring)) &&
+      comm->size > 1 && total >= pipeline_bytes(comm)) {
+    int piped = pipeline_spread(comm, args, host, send_dev, recv_dev, stage);
     if (piped != 0)
       return piped > 0 ? HOOP_OK : HOOP_ERR_SYSTEM;
   }

@@ -4,10 +4,11 @@
  * accelerator support do). Each rank decides alone: ranks on host and on device memory mix in one
  * call, and so do send and receive buffers of different kinds.
  *
- * The ring and direct allreduces, which large buffers take, do better where the driver has
- * asynchronous copies: the input is copied in segment by segment on a stream of hoop's own, in the
- * order the algorithm reads the segments, and it waits for a segment only when it first reads it;
- * each piece of the result goes back as soon as it is final, while the others move. The copies
+ * The ring and direct allreduces, the chain broadcast and the ring allgather, which large buffers
+ * take, do better where the driver has asynchronous copies: the input is copied in segment by
+ * segment on a stream of hoop's own, in the order the algorithm reads the segments, and it waits
+ * for a segment only when it first reads it; each piece of the result goes back as soon as it is
+ * final, while the others move. The copies
  * then hide behind the transfers instead of adding to them (HOOP_CUDA_PIPELINE_BYTES).
  */
 #ifndef HOOP__MEM_STAGE_H

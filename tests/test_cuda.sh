@@ -94,6 +94,11 @@ for np in 2 3; do
     [ "${async:-0}" -ge 100 ] || { echo "FAIL: broadcast and allgather were not pipelined"; status=1; }
   done
 done
+# Inputs still being written on the legacy default stream at the call, every pipelined algorithm.
+for algos in allreduce:ring,broadcast:chain,allgather:ring allreduce:direct; do
+  HOOP_CUDA_LIBRARY=$fake FAKECUDA_ASYNC_DELAY_US=200 HOOP_ALGO=$algos HOOP_CUDA_PIPELINE_BYTES=0 \
+    HOOP_CUDA_IPC=0 run "fake --device all --late-input, pipelined $algos" 3 --device all --late-input
+done
 if [ $gpu = yes ]; then
   for np in ${HOOP_CUDA_NP:-2 3}; do
     for algo in ring direct; do

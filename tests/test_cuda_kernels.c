@@ -8,6 +8,8 @@
  * Results must be the same bits, with one exception the GPU imposes: a NaN that sum, prod or the
  * division produces is the GPU's canonical NaN, not the host's propagated payload, so there both
  * must be NaN. Needs a GPU: exits 77 (skipped) where there is none, or in a build without kernels.
+ * Given the stand-in driver (HOOP_CUDA_LIBRARY=tests/.libs/libfakecuda.so) it runs, but checks only
+ * itself there: the stand-in computes its "kernels" with reduce.c.
  */
 #include <math.h>
 #include <stdint.h>
@@ -157,13 +159,16 @@ static void run_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, si
 }
 
 /* The many-source kernel: nsrcs inputs of n elements from element off, reduced in order (AVG
- * divided by nsrcs in the same pass) into a buffer of its own (alias 0) or over input 1 (alias 1),
- * against the host's chain of reduce.c calls. */
+ * divided by the rank count in the last pass) into a buffer of its own (over -1) or over input
+ * `over`, against the host's chain of reduce.c calls. split > 0 reduces them as the CUDA IPC
+ * allreduce does past HOOP__CUDA_MANY_MAX ranks: the first split inputs in one pass, then the
+ * partial result and the rest in a second. */
 static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, size_t off,
-                          int nsrcs, int alias) {
+                          int nsrcs, int over, int split) {
+  enum { MAXSRC = 2 * HOOP__CUDA_MANY_MAX };
   size_t esize = hoop_dtype_size(dtype), bytes = (n + 2) * esize;
-  unsigned char *in[HOOP__CUDA_MANY_MAX], *din[HOOP__CUDA_MANY_MAX];
-  const void *srcs[HOOP__CUDA_MANY_MAX];
+  unsigned char *in[MAXSRC], *din[MAXSRC];
+  const void *srcs[MAXSRC];
   unsigned char *host = calloc(1, bytes), *back = calloc(1, bytes);
   for (int j = 0; j < nsrcs; j++) {
     in[j] = calloc(1, bytes);
@@ -176,10 +181,22 @@ static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t 
   for (int j = 1; j < nsrcs; j++)
     hoop__reduce(hdst, in[j] + off * esize, n, dtype, op);
   hoop__reduce_finish(hdst, n, dtype, op, nsrcs);
-  unsigned char *ddst = alias && nsrcs > 1 ? NULL : devmem_put(NULL, bytes);
-  unsigned char *dst = ddst ? ddst : din[1];
-  hoop_result result = hoop__cuda_reduce_many_async(comm, dst + off * esize, srcs, nsrcs, n, dtype,
-                                                    op, op == HOOP_AVG ? nsrcs : 0);
+  unsigned char *ddst = over < 0 ? devmem_put(NULL, bytes) : NULL;
+  unsigned char *dst = ddst ? ddst : din[over];
+  int divide = op == HOOP_AVG ? nsrcs : 0;
+  hoop_result result;
+  if (split > 0) {
+    result = hoop__cuda_reduce_many_async(comm, dst + off * esize, srcs, split, n, dtype, op, 0);
+    const void *rest[HOOP__CUDA_MANY_MAX] = {dst + off * esize};
+    for (int j = split; j < nsrcs; j++)
+      rest[1 + j - split] = srcs[j];
+    if (result == HOOP_OK)
+      result = hoop__cuda_reduce_many_async(comm, dst + off * esize, rest, 1 + nsrcs - split, n,
+                                            dtype, op, divide);
+  } else {
+    result =
+        hoop__cuda_reduce_many_async(comm, dst + off * esize, srcs, nsrcs, n, dtype, op, divide);
+  }
   if (result == HOOP_OK)
     result = hoop__cuda_sync(comm, dst);
   checks++;
@@ -195,9 +212,9 @@ static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t 
       char hs[20], ds[20];
       hex(hs, hdst + where * esize, esize);
       hex(ds, back + (off + where) * esize, esize);
-      printf("FAIL: many %s %s, %d sources, n %zu offset %zu alias %d: element %zu: host %s, "
-             "GPU %s\n",
-             hoop_dtype_name(dtype), hoop_op_name(op), nsrcs, n, off, alias, where, hs, ds);
+      printf("FAIL: many %s %s, %d sources (split %d), n %zu offset %zu over %d: element %zu: "
+             "host %s, GPU %s\n",
+             hoop_dtype_name(dtype), hoop_op_name(op), nsrcs, split, n, off, over, where, hs, ds);
     }
   }
   for (int j = 0; j < nsrcs; j++) {
@@ -227,12 +244,21 @@ int main(void) {
       for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int alias = 0; alias < 3; alias++)
           run_case(comm, (hoop_dtype)d, (hoop_op)o, sizes[s], s % 2, alias);
-  /* The many-source kernel: 1 to 8 sources, aligned and not, in place and not. */
+  /* The many-source kernel: 1 to 8 sources, aligned and not, into a buffer of its own or over
+   * the first, a middle or the last source; and 10 sources in two passes (8, then the partial
+   * result and 2), as the IPC allreduce of 10 ranks, in place over source 0 and over source 7 (past
+   * 8 the allreduce reduces into scratch). */
   for (int d = 0; d < HOOP_DTYPE_COUNT; d++)
-    for (int o = 0; o < HOOP_OP_COUNT; o++)
-      for (int nsrcs = 1; nsrcs <= HOOP__CUDA_MANY_MAX; nsrcs++)
-        run_many_case(comm, (hoop_dtype)d, (hoop_op)o, nsrcs % 2 ? 65537 : 1031,
-                      (size_t)(nsrcs / 3) % 2, nsrcs, nsrcs % 2);
+    for (int o = 0; o < HOOP_OP_COUNT; o++) {
+      for (int nsrcs = 1; nsrcs <= HOOP__CUDA_MANY_MAX; nsrcs++) {
+        const int overs[] = {-1, 0, nsrcs / 2, nsrcs - 1};
+        for (size_t v = 0; v < sizeof overs / sizeof overs[0]; v++)
+          run_many_case(comm, (hoop_dtype)d, (hoop_op)o, (nsrcs + v) % 2 ? 65537 : 1031,
+                        (size_t)(nsrcs + v / 2) % 2, nsrcs, overs[v], 0);
+      }
+      run_many_case(comm, (hoop_dtype)d, (hoop_op)o, 65537, 0, 10, 0, HOOP__CUDA_MANY_MAX);
+      run_many_case(comm, (hoop_dtype)d, (hoop_op)o, 1031, 1, 10, 7, HOOP__CUDA_MANY_MAX);
+    }
   printf("test_cuda_kernels: %zu cases, %zu failed\n", checks, failures);
   free(comm);
   return failures ? 1 : 0;

@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -792,6 +793,9 @@ typedef struct many_sources {
   const void *src[HOOP__CUDA_MANY_MAX];
   int n;
 } many_sources;
+/* kernels.cu's parameter is .align 8, 72 bytes: 8 pointers, the count, padding. */
+_Static_assert(sizeof(many_sources) == 72 && offsetof(many_sources, n) == 64,
+               "many_sources must match lib/mem/kernels.cu");
 
 hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,

@@ -207,15 +207,22 @@ __device__ static void many_loop(typename K::elem *dst, const many_sources &s, s
   size_t start = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   size_t stride = (size_t)gridDim.x * blockDim.x;
   size_t done = 0;
+  /* Loops to the fixed HOOP_MANY_MAX, unrolled, so that the sources stay in registers rather than
+   * being indexed in a local copy of the parameter. */
   uintptr_t bits = (uintptr_t)dst;
-  for (int j = 0; j < s.n; j++)
-    bits |= (uintptr_t)s.src[j];
+#pragma unroll
+  for (int j = 0; j < HOOP_MANY_MAX; j++)
+    if (j < s.n)
+      bits |= (uintptr_t)s.src[j];
   if ((bits & 15) == 0) {
     size_t vectors = n / per;
     for (size_t v = start; v < vectors; v += stride) {
       uint4 acc = ((const uint4 *)s.src[0])[v];
       T *as = (T *)&acc;
-      for (int j = 1; j < s.n; j++) {
+#pragma unroll
+      for (int j = 1; j < HOOP_MANY_MAX; j++) {
+        if (j >= s.n)
+          break;
         uint4 y = ((const uint4 *)s.src[j])[v];
         const T *ys = (const T *)&y;
 #pragma unroll
@@ -232,8 +239,12 @@ __device__ static void many_loop(typename K::elem *dst, const many_sources &s, s
   }
   for (size_t i = done + start; i < n; i += stride) {
     T acc = ((const T *)s.src[0])[i];
-    for (int j = 1; j < s.n; j++)
+#pragma unroll
+    for (int j = 1; j < HOOP_MANY_MAX; j++) {
+      if (j >= s.n)
+        break;
       acc = K::template combine<Op>(acc, ((const T *)s.src[j])[i]);
+    }
     if (divide)
       acc = K::divide(acc, divide);
     dst[i] = acc;

@@ -223,16 +223,20 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn
   if (!host)
     return HOOP_ERR_SYSTEM;
   int direct = algo == hoop__allreduce_direct;
-  if (args->coll == HOOP__COLL_ALLREDUCE && (algo == hoop__allreduce_ring || direct) && send_dev &&
-      comm->size > 1 && bytes >= pipeline_bytes(comm)) {
-    int piped = pipeline_in(comm, args, host, recv_dev, direct, stage);
-    if (piped != 0)
-      return piped > 0 ? HOOP_OK : HOOP_ERR_SYSTEM;
-  }
-  if (((args->coll == HOOP__COLL_BROADCAST && algo == hoop__broadcast_chain) ||
-       (args->coll == HOOP__COLL_ALLGATHER && algo == hoop__allgather_ring)) &&
-      comm->size > 1 && total >= pipeline_bytes(comm)) {
-    int piped = pipeline_spread(comm, args, host, send_dev, recv_dev, stage);
+  int ring_in = args->coll == HOOP__COLL_ALLREDUCE && (algo == hoop__allreduce_ring || direct) &&
+                send_dev && bytes >= pipeline_bytes(comm);
+  int spread = ((args->coll == HOOP__COLL_BROADCAST && algo == hoop__broadcast_chain) ||
+                (args->coll == HOOP__COLL_ALLGATHER && algo == hoop__allgather_ring)) &&
+               total >= pipeline_bytes(comm);
+  if ((ring_in || spread) && comm->size > 1) {
+    /* The pipe's stream is hoop's own, not ordered after the legacy default stream as the whole
+     * stage's synchronous copies are: the work the program queued there on its buffers first. */
+    hoop_result result =
+        hoop__cuda_stream_wait(comm, comm->call, NULL, send_dev ? args->sendbuf : args->recvbuf);
+    if (result != HOOP_OK)
+      return result;
+    int piped = ring_in ? pipeline_in(comm, args, host, recv_dev, direct, stage)
+                        : pipeline_spread(comm, args, host, send_dev, recv_dev, stage);
     if (piped != 0)
       return piped > 0 ? HOOP_OK : HOOP_ERR_SYSTEM;
   }

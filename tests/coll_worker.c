@@ -4,7 +4,7 @@
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
- *                    [--no-shm-on RANK] [--device all|even|mixed [--stream | --late-input]]
+ *                    [--no-shm-on RANK] [--device all|even|mixed|host0 [--stream | --late-input]]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -19,7 +19,8 @@
  * --device all: every buffer in CUDA device memory (devmem.c: the real driver, or the stand-in of
  * fakecuda.c through HOOP_CUDA_LIBRARY); even: only even ranks' buffers, so host and device ranks
  * meet in one call; mixed: even ranks send from device memory into host memory, odd ranks from host
- * into device memory. Inputs are written and results checked on host copies. --stream: the calls
+ * into device memory; host0: the ranks of the first host (--fake-hosts) on the device, the others
+ * on the host. Inputs are written and results checked on host copies. --stream: the calls
  * are the stream-ordered variants (hoop_allreduce_stream...) on a stream of the device.
  * --late-input: device buffers are filled by copies queued on the legacy default stream and not
  * waited for, as a program's kernels may still be writing its inputs when it calls: hoop must
@@ -93,6 +94,7 @@ static void unreg(hoop_mem_handle handle) {
 
 /* --device: 0 host memory, 1 every rank's buffers on the device, 2 even ranks', 3 mixed. */
 static int device_mode;
+static int per_host; /* ranks per host (--ranks-per-host, --fake-hosts; 0 until known: all) */
 static void *stream; /* --stream: the stream of the stream-ordered calls */
 
 /* Whether this rank's send (which 0) or receive (which 1) buffers live on the device. */
@@ -101,6 +103,7 @@ static int on_device(int which) {
   case 1: return 1;
   case 2: return rank % 2 == 0;
   case 3: return (rank % 2 == 0) == (which == 0);
+  case 4: return rank < per_host; /* the first host's ranks only */
   default: return 0;
   }
 }
@@ -282,7 +285,7 @@ static void check_registered(int quick) {
 int main(int argc, char **argv) {
   int quick = 0;
   const char *barrier_dir = NULL;
-  int per_host = 0, probe_only = 0, want_stream = 0;
+  int probe_only = 0, want_stream = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
@@ -307,7 +310,10 @@ int main(int argc, char **argv) {
       probe_only = 1; /* with --device: only say (exit 0) whether device memory can be had */
     else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
       const char *mode = argv[++i];
-      device_mode = strcmp(mode, "even") == 0 ? 2 : strcmp(mode, "mixed") == 0 ? 3 : 1;
+      device_mode = strcmp(mode, "even") == 0    ? 2
+                    : strcmp(mode, "mixed") == 0 ? 3
+                    : strcmp(mode, "host0") == 0 ? 4
+                                                 : 1;
     } else if (strcmp(argv[i], "--no-shm-on") == 0 && i + 1 < argc) {
       const char *mine = getenv("HOOP_RANK");
       if (mine && strcmp(mine, argv[++i]) == 0)

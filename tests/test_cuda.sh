@@ -139,6 +139,16 @@ done
 # in place the ranks past 8 reduce into scratch.
 ipc_run "IPC --device all" 10 --device all
 [ "${kernels:-0}" -ge 1000 ] || { echo "FAIL: 10 ranks did not go by CUDA IPC"; status=1; }
+# Host by host (--fake-hosts: several hosts as the rank table sees them): the allreduce that
+# takes hier reduces on each host by IPC and crosses hosts as hier does, so a host whose ranks
+# cannot (host0: only the first host's buffers are on the device) stages and runs hier itself.
+export HOOP_ALGO=allreduce:hier
+ipc_run "IPC host by host, 2 hosts" 4 --device all --fake-hosts 2
+[ "${kernels:-0}" -ge 100 ] || { echo "FAIL: host by host did not go by CUDA IPC"; status=1; }
+ipc_run "IPC host by host, the first of 2 hosts only" 6 --device host0 --fake-hosts 3
+[ "${kernels:-0}" -ge 100 ] || { echo "FAIL: the first host did not go by CUDA IPC"; status=1; }
+unset HOOP_ALGO
+ipc_run "IPC host by host, algorithms by size" 8 --device all --fake-hosts 4
 ipc_run "IPC --device all --register all" 3 --device all --register all
 [ "${kernels:-0}" -ge 10 ] || { echo "FAIL: registered buffers did not go by CUDA IPC"; status=1; }
 ipc_run "IPC --device all --late-input" 3 --device all --late-input

@@ -293,6 +293,31 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
   return result;
 }
 
+hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, char *buf,
+                                  size_t count, hoop_dtype dtype, hoop_op op) {
+  size_t esize = hoop_dtype_size(dtype);
+  ring_plan plan = {comm->hosts->offset, comm->hosts->length};
+  for (int i = 0; i < group->size; i++) {
+    size_t first, elems;
+    hoop__segment(count, group->size, i, &first, &elems);
+    plan.offset[i] = first * esize;
+    plan.length[i] = elems * esize;
+  }
+  size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
+  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
+  if (!staging)
+    return HOOP_ERR_SYSTEM;
+  hoop__arena arena = {0};
+  hoop_result result =
+      reduce_scatter(comm, group, &arena, buf, buf, &plan, staging, chunk_max, dtype, op, 1, 1);
+  if (result == HOOP_OK)
+    result = hoop__ring_circulate(comm, group, &arena, buf, plan.offset, plan.length, 1, esize, 1);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
+}
+
 /* Host by host, for jobs whose hosts each run the same number of ranks, L, on H hosts: a ring
  * reduce-scatter among the ranks of each host leaves each of them one of L segments summed over
  * its host; the ranks at the same place on every host then allreduce that segment among

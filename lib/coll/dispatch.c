@@ -171,7 +171,7 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
     return coll_end(comm, result);
   comm->algo_name = algo ? hoop__coll_algo_name(algo) : "one rank";
   /* Device buffers of ranks on one host: read directly from each other by CUDA IPC if all can. */
-  if (coll->has_data && comm->size > 1 && hoop__ipc_run(comm, args, &result))
+  if (coll->has_data && comm->size > 1 && hoop__ipc_run(comm, args, algo, &result))
     return coll_end(comm, result);
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;

@@ -10,8 +10,17 @@
  * keeps each result buffer unchanged until every peer has read it. Broadcast: every rank copies the
  * root's buffer, then a barrier. Allgather: every rank copies each peer's block, then a barrier.
  *
- * Whether a call goes this way is settled alike on every rank, as every algorithm choice must be:
- * on a communicator whose every pair of ranks talks over shared memory, a call of at least
+ * Host by host: on a job of several hosts with as many ranks on each, an allreduce for which
+ * tune.c chooses hoop__allreduce_hier runs that algorithm's shape with the steps within a host by
+ * IPC: the ranks of a host reduce their blocks on the GPU (each the block hier's ring
+ * reduce-scatter would leave with it), allreduce them with the ranks at the same place on the
+ * other hosts through host memory (hoop__allreduce_group: hier's step between hosts, message for
+ * message), and copy the other blocks from their owners. Each host settles for itself: a host
+ * whose ranks cannot go by IPC stages and runs hier, and meets the others in that step.
+ *
+ * Whether a call goes this way is settled alike on every rank (host by host: on every rank of a
+ * host), as every algorithm choice must be: on a communicator whose every pair of ranks (of a
+ * host) talks over shared memory, a call of at least
  * HOOP_CUDA_IPC_MIN_BYTES starts with an exchange of a small descriptor per rank (its buffers'
  * kinds and IPC handles). Only when every rank's buffers are device memory that it could export,
  * and then every rank could map its peers', does the call run here; otherwise every rank runs it
@@ -88,6 +97,11 @@ struct hoop__ipc {
   void *scratch; /* device memory for the in-place allreduce's partial result */
   size_t scratch_bytes;
   void *scratch_context;
+  hoop__group group; /* the running call's: the whole communicator, or this host's ranks */
+  int by_host;       /* the running call goes host by host (hoop__allreduce_group between) */
+  void *host;        /* host memory for the step between hosts, page-locked where it can be */
+  size_t host_bytes;
+  int host_pinned;
   int told_used, told_why;
 };
 
@@ -105,21 +119,29 @@ static uint64_t this_process(void) {
   return process_id;
 }
 
-/* Every rank's flag combined (OR when any, else AND) by the dissemination pattern: after
- * ceil(log2 n) rounds each rank has heard, directly or through others, from every rank. */
-static hoop_result agree(hoop_comm *comm, int *flag, int any) {
-  int n = comm->size, r = comm->rank;
+/* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
+ * ceil(log2 n) rounds each member has heard, directly or through others, from every member. */
+static hoop_result group_agree(hoop_comm *comm, const hoop__group *group, int *flag, int any) {
+  int n = group->size, r = group->index;
   hoop_result result = HOOP_OK;
   for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
     char mine = (char)(*flag != 0), heard = 0;
-    result = hoop__sendrecv(comm, (r + distance) % n, &mine, 1, (r - distance + n) % n, &heard, 1);
+    result = hoop__sendrecv(comm, hoop__member(group, (r + distance) % n), &mine, 1,
+                            hoop__member(group, (r - distance + n) % n), &heard, 1);
     *flag = any ? (*flag || heard) : (*flag && heard);
   }
   return result;
 }
 
-static hoop_result barrier(hoop_comm *comm) {
-  return hoop__barrier_dissemination(comm, NULL);
+static hoop_result agree(hoop_comm *comm, int *flag, int any) {
+  hoop__group whole = hoop__whole(comm);
+  return group_agree(comm, &whole, flag, any);
+}
+
+static hoop_result barrier(hoop_comm *comm, const hoop__group *group) {
+  int flag = 1;
+  return group->ranks ? group_agree(comm, group, &flag, 0)
+                      : hoop__barrier_dissemination(comm, NULL);
 }
 
 static struct hoop__ipc *ipc_state(hoop_comm *comm) {
@@ -195,6 +217,10 @@ void hoop__ipc_free(hoop_comm *comm) {
   }
   pthread_mutex_unlock(&maps_lock);
   hoop__cuda_free(ipc->scratch);
+  if (ipc->host_pinned)
+    hoop__cuda_host_free(ipc->host);
+  else
+    free(ipc->host);
   free(ipc->descs);
   free(ipc->sends);
   free(ipc->recvs);
@@ -272,11 +298,17 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
   return hit ? (char *)hit->base + from->offset : NULL;
 }
 
-/* Block q of count elements split over n ranks: [*first, *first + *len). */
-static void block_of(size_t count, int n, int q, size_t *first, size_t *len) {
-  size_t base = count / (size_t)n, extra = count % (size_t)n;
-  *first = (size_t)q * base + ((size_t)q < extra ? (size_t)q : extra);
-  *len = base + ((size_t)q < extra);
+/* The block of the group's inputs this rank reduces: its own place, or host by host the one
+ * hoop__allreduce_hier's ring reduce-scatter leaves with it (place + 1), so that the step between
+ * hosts is that algorithm's, message for message, and a host that stages runs hier itself. */
+static int own_block(const struct hoop__ipc *ipc) {
+  return ipc->by_host ? (ipc->group.index + 1) % ipc->group.size : ipc->group.index;
+}
+
+/* The member that reduces block q. */
+static int block_owner(const struct hoop__ipc *ipc, int q) {
+  int n = ipc->group.size;
+  return hoop__member(&ipc->group, ipc->by_host ? (q - 1 + n) % n : q);
 }
 
 /* The in-place allreduce's device scratch for len bytes in the context of near: 0, or -1. */
@@ -290,6 +322,24 @@ static int ensure_scratch(struct hoop__ipc *ipc, size_t len, const void *near) {
     return -1;
   ipc->scratch_bytes = len;
   ipc->scratch_context = context;
+  return 0;
+}
+
+/* Host memory of len bytes for the step between hosts: 0, or -1. */
+static int ensure_host(struct hoop__ipc *ipc, size_t len, const void *near) {
+  if (ipc->host && ipc->host_bytes >= len)
+    return 0;
+  if (ipc->host_pinned)
+    hoop__cuda_host_free(ipc->host);
+  else
+    free(ipc->host);
+  ipc->host_bytes = 0;
+  ipc->host_pinned = (ipc->host = hoop__cuda_host_alloc(len, near)) != NULL;
+  if (!ipc->host && posix_memalign(&ipc->host, 64, len) != 0) {
+    ipc->host = NULL;
+    return -1;
+  }
+  ipc->host_bytes = len;
   return 0;
 }
 
@@ -314,16 +364,21 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   memcpy(saved, comm->last_error, sizeof saved);
   int ok = 1;
   size_t first, len;
-  block_of(args->count, comm->size, comm->rank, &first, &len);
+  const hoop__group *group = &ipc->group;
+  hoop__segment(args->count, group->size, own_block(ipc), &first, &len);
   if (hoop__cuda_stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
       (args->coll == HOOP__COLL_ALLREDUCE && hoop__cuda_kernels_load(comm, send) != HOOP_OK) ||
       hoop__cuda_sync(comm, send) != HOOP_OK) {
     snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
     ok = 0;
   } else if (args->coll == HOOP__COLL_ALLREDUCE && args->sendbuf == args->recvbuf &&
-             comm->rank >= HOOP__CUDA_MANY_MAX && len &&
+             group->index >= HOOP__CUDA_MANY_MAX && len &&
              ensure_scratch(ipc, len * args->esize, send) != 0) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
+             len * args->esize);
+    ok = 0;
+  } else if (ipc->by_host && len && ensure_host(ipc, len * args->esize, send) != 0) {
+    snprintf(why, whylen, "rank %d cannot allocate %zu bytes of host memory", comm->rank,
              len * args->esize);
     ok = 0;
   }
@@ -342,49 +397,81 @@ static void describe(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_ar
     snprintf(why, whylen, "rank %d's buffers are not all device memory", comm->rank);
     return;
   }
+  const hoop__group *group = &ipc->group;
+  for (int i = 0; i < group->size; i++) {
+    int peer = hoop__member(group, i);
+    if (peer != comm->rank && strcmp(hoop__transport_of(comm, peer)->ops->name, "shm") != 0) {
+      snprintf(why, whylen, "rank %d talks to rank %d of its host over %s, not shared memory",
+               comm->rank, peer, hoop__transport_of(comm, peer)->ops->name);
+      return;
+    }
+  }
   desc->ok = prepare(comm, ipc, args, desc, why, whylen) == 0;
 }
 
+/* Block r of the group's inputs, reduced on the GPU into block r of this rank's result: in member
+ * order, up to HOOP__CUDA_MANY_MAX sources a pass, the next pass starting from the partial
+ * result; divided by the rank count at the end unless the step between hosts does it. */
+static hoop_result reduce_block(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
+                                char *dst, size_t at, size_t len) {
+  const hoop__group *group = &ipc->group;
+  int n = group->size;
+  /* In place, block r of this rank's input is the result's: a first pass that does not read it
+   * would overwrite it before its turn, so the partial result goes to scratch then. */
+  char *acc = dst;
+  if (args->sendbuf == args->recvbuf && group->index >= HOOP__CUDA_MANY_MAX)
+    acc = ipc->scratch; /* made ready by prepare */
+  const void *srcs[HOOP__CUDA_MANY_MAX];
+  hoop_result result = HOOP_OK;
+  for (int q = 0; q < n && result == HOOP_OK;) {
+    int k = 0;
+    if (q > 0)
+      srcs[k++] = acc;
+    while (k < HOOP__CUDA_MANY_MAX && q < n)
+      srcs[k++] = ipc->sends[hoop__member(group, q++)] + at;
+    int divide = q == n && args->op == HOOP_AVG && !ipc->by_host ? comm->size : 0;
+    result = hoop__cuda_reduce_many_async(comm, acc, srcs, k, len, args->dtype, args->op, divide);
+  }
+  if (result == HOOP_OK && acc != dst)
+    result = hoop__cuda_copy_async(comm, dst, acc, len * args->esize);
+  if (result == HOOP_OK)
+    result = hoop__cuda_sync(comm, dst);
+  return result;
+}
+
+/* Allreduce: this rank's block of the group's inputs reduced (then, host by host, allreduced
+ * with the ranks at the same place on the other hosts through host memory), a barrier, the other
+ * blocks copied from their owners. */
 static hoop_result run_allreduce(hoop_comm *comm, struct hoop__ipc *ipc,
-                                 const hoop__coll_args *args, char **sends, char **recvs) {
-  int n = comm->size, r = comm->rank;
+                                 const hoop__coll_args *args) {
+  const hoop__group *group = &ipc->group;
+  int n = group->size, own = own_block(ipc);
   size_t esize = args->esize, first, len;
   char *recv = args->recvbuf;
-  block_of(args->count, n, r, &first, &len);
+  hoop__segment(args->count, n, own, &first, &len);
   hoop_result result = HOOP_OK;
-  if (len) {
-    char *dst = recv + first * esize;
-    /* In rank order, up to HOOP__CUDA_MANY_MAX sources a pass, the next pass starting from the
-     * partial result. In place, block r of this rank's input is the result's: a first pass that
-     * does not read it would overwrite it before its turn, so the partial result goes to scratch
-     * then. */
-    char *acc = dst;
-    if (args->sendbuf == args->recvbuf && r >= HOOP__CUDA_MANY_MAX)
-      acc = ipc->scratch; /* made ready by prepare */
-    size_t at = first * esize;
-    const void *srcs[HOOP__CUDA_MANY_MAX];
-    for (int q = 0; q < n && result == HOOP_OK;) {
-      int k = 0;
-      if (q > 0)
-        srcs[k++] = acc;
-      while (k < HOOP__CUDA_MANY_MAX && q < n)
-        srcs[k++] = sends[q++] + at;
-      int divide = q == n && args->op == HOOP_AVG ? n : 0;
-      result = hoop__cuda_reduce_many_async(comm, acc, srcs, k, len, args->dtype, args->op, divide);
-    }
-    if (result == HOOP_OK && acc != dst)
-      result = hoop__cuda_copy_async(comm, dst, acc, len * esize);
+  if (len)
+    result = reduce_block(comm, ipc, args, recv + first * esize, first * esize, len);
+  if (ipc->by_host && result == HOOP_OK) {
+    /* Every rank takes part in the ring between hosts, with or without a block (count < n). */
+    const hoop__hosts *hosts = comm->hosts;
+    hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
+    static char none[16]; /* the host memory of an empty block */
+    char *host = len ? ipc->host : none;
+    result = hoop__cuda_copy(comm, host, recv + first * esize, len * esize);
     if (result == HOOP_OK)
-      result = hoop__cuda_sync(comm, recv);
+      result = hoop__allreduce_group(comm, &cross, host, len, args->dtype, args->op);
+    if (result == HOOP_OK)
+      result = hoop__cuda_copy(comm, recv + first * esize, host, len * esize);
   }
-  /* Every block is reduced (and every input read) before any rank copies them. */
+  /* Every block is final (and every input read) before any rank copies them. */
   if (result == HOOP_OK)
-    result = barrier(comm);
+    result = barrier(comm, group);
   for (int q = 0; q < n && result == HOOP_OK; q++) {
-    block_of(args->count, n, q, &first, &len);
-    if (q != r && len)
-      result =
-          hoop__cuda_copy_async(comm, recv + first * esize, recvs[q] + first * esize, len * esize);
+    hoop__segment(args->count, n, q, &first, &len);
+    if (q != own && len)
+      result = hoop__cuda_copy_async(comm, recv + first * esize,
+                                     ipc->recvs[block_owner(ipc, q)] + first * esize, len * esize);
   }
   if (result == HOOP_OK)
     result = hoop__cuda_sync(comm, recv);
@@ -432,7 +519,8 @@ static int any_driver(hoop_comm *comm, struct hoop__ipc *ipc, hoop_result *resul
 static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, char *why,
                      size_t whylen) {
   const ipc_desc *descs = ipc->descs;
-  for (int q = 0; q < comm->size; q++) {
+  for (int i = 0; i < ipc->group.size; i++) {
+    int q = hoop__member(&ipc->group, i);
     if (q == comm->rank) {
       ipc->sends[q] = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : (char *)args->sendbuf;
       ipc->recvs[q] = args->recvbuf;
@@ -449,33 +537,56 @@ static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_ar
   return 0;
 }
 
+/* Every member's descriptor to every member (descs is indexed by communicator rank): Bruck's
+ * log2(n) rounds for the whole communicator, a ring among the few ranks of one host. */
+static hoop_result exchange(hoop_comm *comm, const hoop__group *group, ipc_desc *descs) {
+  if (!group->ranks) {
+    hoop__coll_args gather = {
+        .coll = HOOP__COLL_ALLGATHER, .recvbuf = descs, .bytes = sizeof *descs};
+    return hoop__allgather_bruck(comm, &gather);
+  }
+  int n = group->size, i = group->index;
+  hoop_result result = HOOP_OK;
+  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
+    int out = hoop__member(group, (i - step + n) % n);
+    int in = hoop__member(group, (i - step - 1 + n) % n);
+    result = hoop__sendrecv(comm, hoop__group_next(group), &descs[out], sizeof *descs,
+                            hoop__group_prev(group), &descs[in], sizeof *descs);
+  }
+  return result;
+}
+
 /* Exchange the descriptors and map the peers' buffers: 1 when every rank can go by IPC, 0 when
  * every rank stages (logged), -1 when an exchange failed (*result). */
 static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, size_t bytes,
                   hoop_result *result) {
   char why[256] = "";
   ipc_desc *descs = ipc->descs;
+  const hoop__group *group = &ipc->group;
   describe(comm, ipc, args, &descs[comm->rank], why, sizeof why);
-  hoop__coll_args gather = {.coll = HOOP__COLL_ALLGATHER, .recvbuf = descs, .bytes = sizeof *descs};
-  if ((*result = hoop__allgather_bruck(comm, &gather)) != HOOP_OK)
+  if ((*result = exchange(comm, group, descs)) != HOOP_OK)
     return -1;
   int ok = 1;
-  for (int q = 0; q < comm->size && ok; q++)
+  for (int i = 0; i < group->size && ok; i++) {
+    int q = hoop__member(group, i);
     if (!descs[q].ok) {
       ok = 0;
       if (q != comm->rank)
         snprintf(why, sizeof why, "rank %d cannot (its buffers are host memory, or not exported)",
                  q);
     }
+  }
   if (ok) {
-    /* Every rank must have mapped its peers' buffers before any reads. */
+    /* Every member must have mapped its peers' buffers before any reads. Host by host, each
+     * host decides for itself: one that stages runs hier, whose step between hosts is this
+     * path's. */
     int mapped = map_peers(comm, ipc, args, why, sizeof why) == 0;
-    if ((*result = agree(comm, &mapped, 0)) != HOOP_OK) {
+    if ((*result = group_agree(comm, group, &mapped, 0)) != HOOP_OK) {
       release(ipc);
       return -1;
     }
     if (!mapped && !why[0])
-      snprintf(why, sizeof why, "another rank could not map its peers' buffers");
+      snprintf(why, sizeof why, "another rank could not take part (its buffers, or mapping)");
     ok = mapped;
   }
   if (!ok) {
@@ -498,9 +609,19 @@ static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args 
   return 1;
 }
 
-int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *result) {
+int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn algo,
+                  hoop_result *result) {
   *result = HOOP_OK;
-  if (comm->size < 2 || !comm->all_shared || args->coll == HOOP__COLL_BARRIER)
+  const hoop__hosts *hosts = comm->hosts;
+  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER || !hosts)
+    return 0;
+  /* All on one host: among all ranks. On several hosts with as many ranks each, an allreduce
+   * that takes hier goes host by host. Both alike on every rank (the rank table's hosts,
+   * all_shared, the algorithm chosen). */
+  int flat = hosts->count == 1 && comm->all_shared;
+  int by_host =
+      !flat && hosts->even && args->coll == HOOP__COLL_ALLREDUCE && algo == hoop__allreduce_hier;
+  if (!flat && !by_host)
     return 0;
   struct hoop__ipc *ipc = ipc_state(comm);
   if (!ipc) {
@@ -513,6 +634,9 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
       args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
   if (!ipc->enabled || bytes < ipc->min_bytes)
     return 0;
+  ipc->by_host = by_host;
+  ipc->group = by_host ? (hoop__group){hosts->per_host, hosts->local_index, hosts->local}
+                       : hoop__whole(comm);
   int go = any_driver(comm, ipc, result);
   if (go > 0)
     go = settle(comm, ipc, args, bytes, result);
@@ -521,9 +645,8 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
   if (go < 0)
     return 1;
   comm->algo_name = "ipc";
-  *result = args->coll == HOOP__COLL_ALLREDUCE
-                ? run_allreduce(comm, ipc, args, ipc->sends, ipc->recvs)
-                : run_copies(comm, args, ipc->sends);
+  *result = args->coll == HOOP__COLL_ALLREDUCE ? run_allreduce(comm, ipc, args)
+                                               : run_copies(comm, args, ipc->sends);
   if (*result != HOOP_OK) {
     /* Nothing of this call may still run on the GPU once it returns, and its mappings are
      * released: wait for what was queued, keeping the first error. The peers wait in a barrier
@@ -536,7 +659,7 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
       *result = HOOP_ERR_SYSTEM;
   } else {
     /* No rank leaves (and its buffers change) while another may still read them. */
-    *result = barrier(comm);
+    *result = barrier(comm, &ipc->group);
   }
   release(ipc);
   return 1;
@@ -544,8 +667,9 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *res
 
 #else /* HOOP_HAVE_CUDA: device buffers are host memory, always staged (never, that is) */
 
-int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop_result *result) {
-  (void)comm, (void)args;
+int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn algo,
+                  hoop_result *result) {
+  (void)comm, (void)args, (void)algo;
   *result = HOOP_OK;
   return 0;
 }

@@ -367,8 +367,7 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   const hoop__group *group = &ipc->group;
   hoop__segment(args->count, group->size, own_block(ipc), &first, &len);
   if (hoop__cuda_stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
-      (args->coll == HOOP__COLL_ALLREDUCE && hoop__cuda_kernels_load(comm, send) != HOOP_OK) ||
-      hoop__cuda_sync(comm, send) != HOOP_OK) {
+      hoop__cuda_ready(comm, send, args->coll == HOOP__COLL_ALLREDUCE) != HOOP_OK) {
     snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
     ok = 0;
   } else if (args->coll == HOOP__COLL_ALLREDUCE && args->sendbuf == args->recvbuf &&

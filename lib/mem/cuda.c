@@ -173,8 +173,8 @@ void *hoop__cuda_alloc(size_t bytes, const void *near) {
   return NULL;
 }
 
-hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near) {
-  (void)near;
+hoop_result hoop__cuda_ready(hoop_comm *comm, const void *near, int kernels) {
+  (void)near, (void)kernels;
   return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
 }
 
@@ -844,7 +844,7 @@ hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, s
   return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuMemcpyAsync", err);
 }
 
-hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near) {
+hoop_result hoop__cuda_ready(hoop_comm *comm, const void *near, int kernels) {
   CUcontext context = NULL;
   if (kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", near);
@@ -852,7 +852,7 @@ hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near) {
   if (err != CUDA_SUCCESS)
     return driver_error(comm, "cuCtxPushCurrent", err);
   kernel_set *set = NULL;
-  hoop_result result = kernels_for(comm, context, &set, 1);
+  hoop_result result = kernels_for(comm, context, &set, kernels);
   CUcontext popped;
   drv.ctx_pop(&popped);
   return result;

@@ -124,8 +124,9 @@ hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void 
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
                                          int divide);
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
-/* Load the kernels in near's context now: HOOP_OK, or why they cannot run (recorded on comm). */
-hoop_result hoop__cuda_kernels_load(hoop_comm *comm, const void *near);
+/* Make hoop's stream in near's context, and load the kernels there if kernels, now (no waiting):
+ * HOOP_OK, or why they cannot be had (recorded on comm). */
+hoop_result hoop__cuda_ready(hoop_comm *comm, const void *near, int kernels);
 
 /* Device memory of bytes in the context of near (scratch for the IPC allreduce), or NULL. */
 void *hoop__cuda_alloc(size_t bytes, const void *near);

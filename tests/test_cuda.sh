@@ -145,8 +145,11 @@ ipc_run "IPC --device all" 10 --device all
 export HOOP_ALGO=allreduce:hier
 ipc_run "IPC host by host, 2 hosts" 4 --device all --fake-hosts 2
 [ "${kernels:-0}" -ge 100 ] || { echo "FAIL: host by host did not go by CUDA IPC"; status=1; }
+# Small chunks: the step between hosts in many messages, cut alike by both kinds of host.
+export HOOP_CHUNK_BYTES=4096
 ipc_run "IPC host by host, the first of 2 hosts only" 6 --device host0 --fake-hosts 3
 [ "${kernels:-0}" -ge 100 ] || { echo "FAIL: the first host did not go by CUDA IPC"; status=1; }
+unset HOOP_CHUNK_BYTES
 unset HOOP_ALGO
 ipc_run "IPC host by host, algorithms by size" 8 --device all --fake-hosts 4
 ipc_run "IPC --device all --register all" 3 --device all --register all

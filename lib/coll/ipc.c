@@ -643,7 +643,7 @@ int hoop__ipc_run(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn al
     return 0;
   if (go < 0)
     return 1;
-  comm->algo_name = "ipc";
+  comm->algo_name = by_host ? "ipc+hier" : "ipc";
   *result = args->coll == HOOP__COLL_ALLREDUCE ? run_allreduce(comm, ipc, args)
                                                : run_copies(comm, args, ipc->sends);
   if (*result != HOOP_OK) {

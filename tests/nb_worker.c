@@ -4,7 +4,8 @@
  * hoop_test loops and hoop_wait), and checks each result against reference.c; then the fused call
  * blocking, and hoop_finalize refusing while a request is outstanding. Started by hooprun.
  *
- * Usage: nb_worker [--quick]
+ * Usage: nb_worker [--quick] [--device]  (--device: allreduce, broadcast and allgather on device
+ *                                       buffers, HOOP_CUDA_LIBRARY's)
  *        nb_worker --progress           rank 0 posts a barrier and sleeps 2 s without calling hoop;
  *                                       the others' blocking barrier must end well before, so its
  *                                       progress thread took part (fails with
@@ -88,6 +89,7 @@ typedef struct item {
   int root, in_place;
   unsigned seed;
   char *send, *recv;
+  char *dsend, *drecv; /* --device: the device copies the call gets (NULL: it gets send, recv) */
   size_t nbufs, counts[MAX_BUFS];
   char *sends[MAX_BUFS], *recvs[MAX_BUFS];
   hoop_request *req;
@@ -95,6 +97,13 @@ typedef struct item {
 
 static const size_t odd_counts[] = {0, 1, 3, 7, 31, 97, 1031, 4099};
 #define NCOUNTS (sizeof odd_counts / sizeof odd_counts[0])
+
+static int device_buffers; /* --device: allreduce, broadcast and allgather on device buffers */
+
+/* The device copy of bytes of host (--device), or host itself. */
+static char *on_device(char *host, size_t bytes) {
+  return device_buffers ? devmem_put(host, bytes) : host;
+}
 
 static void post(item *it, int i, size_t big) {
   size_t esize = hoop_dtype_size(it->dtype);
@@ -105,7 +114,9 @@ static void post(item *it, int i, size_t big) {
     it->send = xmalloc(it->count * esize);
     it->recv = it->in_place ? it->send : xmalloc(it->count * esize);
     ref_fill(it->send, it->count, it->dtype, it->op, rank, it->seed);
-    must(hoop_iallreduce(comm, it->send, it->recv, it->count, it->dtype, it->op, &it->req),
+    it->dsend = on_device(it->send, it->count * esize);
+    it->drecv = it->in_place ? it->dsend : on_device(it->recv, it->count * esize);
+    must(hoop_iallreduce(comm, it->dsend, it->drecv, it->count, it->dtype, it->op, &it->req),
          "hoop_iallreduce");
     break;
   case BROADCAST:
@@ -114,7 +125,8 @@ static void post(item *it, int i, size_t big) {
       ref_fill(it->send, it->count, it->dtype, HOOP_MIN, it->root, it->seed);
     else
       memset(it->send, 0xa5, it->count * esize);
-    must(hoop_ibroadcast(comm, it->send, it->count, it->dtype, it->root, &it->req),
+    it->dsend = it->drecv = on_device(it->send, it->count * esize);
+    must(hoop_ibroadcast(comm, it->dsend, it->count, it->dtype, it->root, &it->req),
          "hoop_ibroadcast");
     break;
   case ALLGATHER: {
@@ -122,7 +134,9 @@ static void post(item *it, int i, size_t big) {
     it->recv = xmalloc(block * (size_t)nranks);
     it->send = it->in_place ? it->recv + (size_t)rank * block : xmalloc(block);
     ref_fill(it->send, it->count, it->dtype, HOOP_MAX, rank, it->seed);
-    must(hoop_iallgather(comm, it->send, it->recv, it->count, it->dtype, &it->req),
+    it->drecv = on_device(it->recv, block * (size_t)nranks);
+    it->dsend = it->in_place ? it->drecv + (size_t)rank * block : on_device(it->send, block);
+    must(hoop_iallgather(comm, it->dsend, it->drecv, it->count, it->dtype, &it->req),
          "hoop_iallgather");
     break;
   }
@@ -142,8 +156,22 @@ static void post(item *it, int i, size_t big) {
   }
 }
 
+/* --device: the result back into the host copy, the device copies freed. */
+static void from_device(item *it) {
+  if (!device_buffers || !it->drecv)
+    return;
+  size_t esize = hoop_dtype_size(it->dtype);
+  size_t bytes = it->kind == ALLGATHER ? it->count * esize * (size_t)nranks : it->count * esize;
+  devmem_get(it->kind == BROADCAST ? it->send : it->recv, it->drecv, bytes);
+  if (it->kind == ALLGATHER ? !it->in_place : it->dsend != it->drecv)
+    devmem_free(it->dsend);
+  devmem_free(it->drecv);
+  it->dsend = it->drecv = NULL;
+}
+
 static void check(item *it) {
   char msg[256];
+  from_device(it);
   switch (it->kind) {
   case ALLREDUCE:
     checks++;
@@ -483,6 +511,13 @@ int main(int argc, char **argv) {
       idle = atof(argv[++i]);
     else if (strcmp(argv[i], "--busy") == 0 && i + 1 < argc)
       busy = atof(argv[++i]);
+    else if (strcmp(argv[i], "--device") == 0)
+      device_buffers = 1;
+  }
+  char why[256];
+  if (device_buffers && devmem_init(why, sizeof why) != 0) {
+    fprintf(stderr, "nb_worker: --device: %s\n", why);
+    return 77;
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);

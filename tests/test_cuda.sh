@@ -175,6 +175,14 @@ ipc_run "IPC without kernels" 2 --device all
 unset FAKECUDA_KERNELS
 [ "${opens:-0}" -ge 10 ] && [ "${kernels:-1}" = 0 ] || {
   echo "FAIL: without kernels, broadcast and allgather not by IPC, or kernels launched"; status=1; }
+# Many non-blocking calls on device buffers outstanding at once, completed in scrambled order,
+# by CUDA IPC on hoop's progress thread.
+out=$(HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 FAKECUDA_ASYNC_DELAY_US=20 "$hooprun" -np 3 \
+  --timeout 200 "$build/tests/nb_worker" --quick --device 2>&1)
+echo "$out" | grep -E 'checks|FAIL' | head -4
+if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 3 ]; then
+  echo "FAIL: non-blocking calls on device buffers"; echo "$out" | tail -20; status=1
+fi
 # A rank killed while requests on device buffers are in flight: an error naming it on the others.
 out=$(HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 "$hooprun" -np 3 --timeout 10 \
   "$build/tests/nb_worker" --fail kill-device 2>&1)

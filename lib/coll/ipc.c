@@ -105,18 +105,23 @@ struct hoop__ipc {
   int told_used, told_why;
 };
 
+/* A random number of this process, drawn again in a child after fork (which inherits it). */
+static pthread_mutex_t process_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t process_id;
-static pthread_once_t process_once = PTHREAD_ONCE_INIT;
-
-static void pick_process_id(void) {
-  if (getrandom(&process_id, sizeof process_id, GRND_NONBLOCK) != (ssize_t)sizeof process_id)
-    process_id = ((uint64_t)getpid() << 32) ^ (uint64_t)(hoop__now() * 1e9);
-  process_id |= 1; /* never 0 */
-}
+static pid_t process_pid;
 
 static uint64_t this_process(void) {
-  pthread_once(&process_once, pick_process_id);
-  return process_id;
+  pthread_mutex_lock(&process_lock);
+  pid_t pid = getpid();
+  if (process_pid != pid) {
+    if (getrandom(&process_id, sizeof process_id, GRND_NONBLOCK) != (ssize_t)sizeof process_id)
+      process_id = ((uint64_t)pid << 32) ^ (uint64_t)(hoop__now() * 1e9);
+    process_id |= 1; /* never 0 */
+    process_pid = pid;
+  }
+  uint64_t id = process_id;
+  pthread_mutex_unlock(&process_lock);
+  return id;
 }
 
 /* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after

@@ -4,7 +4,7 @@
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
- *                    [--no-shm-on RANK] [--device all|even|mixed|host0 [--stream | --late-input]]
+ *                    [--no-shm-on RANK] [--device all|even|mixed|host0 [--stream] [--late-input]]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -22,9 +22,10 @@
  * into device memory; host0: the ranks of the first host (--fake-hosts) on the device, the others
  * on the host. Inputs are written and results checked on host copies. --stream: the calls
  * are the stream-ordered variants (hoop_allreduce_stream...) on a stream of the device.
- * --late-input: device buffers are filled by copies queued on the legacy default stream and not
- * waited for, as a program's kernels may still be writing its inputs when it calls: hoop must
- * order its reads after them (the stand-in driver carries such copies out late).
+ * --late-input: device buffers are filled by copies queued on the legacy default stream (with
+ * --stream, on the calls' stream) and not waited for, as a program's kernels may still be writing
+ * its inputs when it calls: hoop must order its reads after them (the stand-in driver carries
+ * such copies out late, each stream on its own).
  *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
@@ -114,7 +115,7 @@ static int late_input; /* --late-input: device buffers filled on the legacy stre
 static void *to_call(void *host, size_t bytes, int which) {
   if (!on_device(which))
     return host;
-  return late_input ? devmem_put_late(host, bytes) : devmem_put(host, bytes);
+  return late_input ? devmem_put_late(host, bytes, stream) : devmem_put(host, bytes);
 }
 
 /* After the call: the device buffer's bytes back into host, and the device buffer freed. */

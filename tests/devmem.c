@@ -81,11 +81,11 @@ void *devmem_put(const void *host, size_t bytes) {
   return (void *)(uintptr_t)dev;
 }
 
-void *devmem_put_late(const void *host, size_t bytes) {
+void *devmem_put_late(const void *host, size_t bytes, void *stream) {
   unsigned long long dev = 0;
   must(cu_mem_alloc(&dev, bytes ? bytes : 1), "cuMemAlloc");
   if (host && bytes)
-    must(cu_htod_async(dev, host, bytes, NULL), "cuMemcpyHtoDAsync");
+    must(cu_htod_async(dev, host, bytes, stream), "cuMemcpyHtoDAsync");
   return (void *)(uintptr_t)dev;
 }
 

@@ -10,9 +10,10 @@
 int devmem_init(char *msg, size_t msglen);
 /* Device memory holding a copy of host's bytes (host may be NULL: contents undefined). */
 void *devmem_put(const void *host, size_t bytes);
-/* The same, the copy queued on the legacy default stream and not waited for: a program's GPU
- * work still writing a collective's input when it calls (host must stay unchanged until then). */
-void *devmem_put_late(const void *host, size_t bytes);
+/* The same, the copy queued on stream (NULL: the legacy default stream) and not waited for: a
+ * program's GPU work still writing a collective's input when it calls (host must stay unchanged
+ * until then). */
+void *devmem_put_late(const void *host, size_t bytes, void *stream);
 /* Copy bytes of host into device memory. */
 void devmem_upload(void *dev, const void *host, size_t bytes);
 /* Copy bytes of device memory back to host. */

@@ -31,9 +31,9 @@
  * out each stream's queue in order, FAKECUDA_ASYNC_DELAY_US microseconds per operation (default
  * 200), so that a caller that reads a copy's destination before waiting for its event or stream
  * reads stale bytes, and the tests catch it. cuEventSynchronize and cuStreamSynchronize wait for
- * the worker. The legacy default stream (NULL) has a queue of its own, which the synchronous
- * copies wait for, as the real ones do; the streams created (non-blocking, as hoop makes its own)
- * share the other, and are not ordered after the legacy stream's work.
+ * the worker. Every stream has a queue and a worker of its own: the legacy default stream (NULL),
+ * which the synchronous copies wait for, as the real ones do, and each stream created
+ * (non-blocking, as hoop makes its own), not ordered after any other stream's work.
  */
 #include <cuda.h>
 #include <fcntl.h>
@@ -64,7 +64,14 @@ static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
 static unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens;
 static unsigned long long next_id;
-static struct CUstream_st *const the_stream = (struct CUstream_st *)0x2;
+/* Streams: each one created has a queue of its own (queues[index]); NULL is the legacy default
+ * stream, queues[0]. */
+#define MAX_STREAMS 64
+struct CUstream_st {
+  int index;
+};
+static struct CUstream_st streams[MAX_STREAMS];
+static int nstreams = 1;          /* streams[0] stands for the legacy default stream */
 static long long fail_after = -2; /* FAKECUDA_FAIL_AFTER, read at the first copy; -1: never */
 
 /* Count a copy (under lock): CUDA_SUCCESS, or the failure FAKECUDA_FAIL_AFTER asks for. */
@@ -80,9 +87,9 @@ static CUresult count_copy(size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-/* ---- the asynchronous queues: one for the legacy default stream (NULL), one for every stream
- * created (they share one handle), each carried out in order by a worker thread of its own, so
- * that work on one is not ordered after work on the other unless the caller waits for it */
+/* ---- the asynchronous queues: one for the legacy default stream (NULL) and one for each stream
+ * created, each carried out in order by a worker thread of its own, so that work on one is not
+ * ordered after work on another unless the caller waits for it */
 typedef struct async_op {
   char *to;
   const char *from; /* NULL: an event's marker (or a kernel) */
@@ -132,12 +139,18 @@ struct CUevent_st {
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER; /* work queued, or work done */
-static queue queues[2]; /* [0]: the legacy default stream; [1]: the streams created */
+static queue queues[MAX_STREAMS]; /* [0]: the legacy default stream; then one per stream */
 static long delay_us = -1;
 static unsigned long long async_copies;
 
 static int queue_of(CUstream stream) {
-  return stream == NULL ? 0 : 1;
+  return stream == NULL ? 0 : stream->index;
+}
+
+/* Whether stream is NULL or one this stand-in made. */
+static int known_stream(CUstream stream) {
+  return stream == NULL || (stream >= &streams[1] && stream < &streams[MAX_STREAMS] &&
+                            stream->index == (int)(stream - streams));
 }
 
 static void *worker_main(void *arg) {
@@ -321,8 +334,8 @@ static void drop(alloc *a) {
 /* Every queued operation carried out (the real cuMemFree synchronises the same way, so the worker
  * never runs on memory that is gone). */
 static void drain(void) {
-  wait_done(0, 0);
-  wait_done(1, 0);
+  for (int i = 0; i < MAX_STREAMS; i++)
+    wait_done(i, 0);
 }
 
 static CUresult fake_mem_free(CUdeviceptr ptr) {
@@ -373,7 +386,7 @@ static CUresult fake_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes
     return CUDA_ERROR_NOT_INITIALIZED;
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  if (stream != NULL && stream != the_stream)
+  if (!known_stream(stream))
     return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&lock);
   char *to = resolve(dst, bytes), *from = resolve(src, bytes);
@@ -406,7 +419,7 @@ static CUresult fake_event_destroy(CUevent event) {
 static CUresult fake_event_record(CUevent event, CUstream stream) {
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  if (!event || (stream != NULL && stream != the_stream))
+  if (!event || !known_stream(stream))
     return CUDA_ERROR_INVALID_HANDLE;
   unsigned long long seq = enqueue(queue_of(stream), NULL, NULL, 0);
   if (!seq)
@@ -462,21 +475,33 @@ static CUresult fake_get_handle_for_range(void *handle, CUdeviceptr ptr, size_t 
 }
 
 static CUresult fake_stream_destroy(CUstream stream) {
-  return stream == the_stream ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (stream == NULL || !known_stream(stream))
+    return CUDA_ERROR_INVALID_HANDLE;
+  wait_done(stream->index, 0); /* its work still runs to its end, as the driver's does */
+  return CUDA_SUCCESS;
 }
 
+/* A stream with a queue of its own, not ordered after any other (hoop's are non-blocking); its
+ * slot is not reused. */
 static CUresult fake_stream_create(CUstream *stream, unsigned int flags) {
   (void)flags;
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  *stream = the_stream;
+  pthread_mutex_lock(&queue_lock);
+  if (nstreams == MAX_STREAMS) {
+    pthread_mutex_unlock(&queue_lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  streams[nstreams].index = nstreams;
+  *stream = &streams[nstreams++];
+  pthread_mutex_unlock(&queue_lock);
   return CUDA_SUCCESS;
 }
 
 static CUresult fake_stream_synchronize(CUstream stream) {
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  if (stream != NULL && stream != the_stream)
+  if (!known_stream(stream))
     return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&lock);
   stream_syncs++;
@@ -493,7 +518,7 @@ static CUresult fake_ctx_synchronize(void) {
 }
 
 static CUresult fake_stream_get_ctx(CUstream stream, CUcontext *ctx) {
-  if (stream != the_stream)
+  if (stream == NULL || !known_stream(stream))
     return CUDA_ERROR_INVALID_HANDLE;
   *ctx = the_context;
   return CUDA_SUCCESS;
@@ -636,7 +661,7 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
   (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)extra;
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  if (!f || !params || (stream != NULL && stream != the_stream))
+  if (!f || !params || !known_stream(stream))
     return CUDA_ERROR_INVALID_HANDLE;
   async_op k = {0};
   k.kernel = 1, k.dtype = f->dtype, k.op = f->op;

@@ -158,6 +158,10 @@ ipc_run "IPC --device all --late-input" 3 --device all --late-input
 [ "${kernels:-0}" -ge 100 ] || { echo "FAIL: late inputs did not go by CUDA IPC"; status=1; }
 HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC=0 run "staged --device all --late-input" 2 --device all --late-input
 ipc_run "IPC --device all --stream" 2 --device all --stream
+# Inputs written late on the calls' own stream: the stream variants wait for it.
+ipc_run "IPC --device all --stream --late-input" 3 --device all --stream --late-input
+HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC=0 FAKECUDA_ASYNC_DELAY_US=50 \
+  run "staged --device all --stream --late-input" 2 --device all --stream --late-input
 [ "${kernels:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not go by CUDA IPC"; status=1; }
 # A host buffer on any rank: every rank stages, alike.
 ipc_run "IPC --device mixed" 3 --device mixed

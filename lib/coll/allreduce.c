@@ -340,15 +340,8 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
     plan.offset[i] = first * esize;
     plan.length[i] = elems * esize;
   }
-  /* After the reduce-scatter, member r holds segment r + 1; it is cut across the hosts. */
+  /* After the reduce-scatter, member r holds segment r + 1; it is allreduced across the hosts. */
   int own = (local.index + 1) % local.size;
-  ring_plan across = {hosts->offset, hosts->length};
-  for (int i = 0; i < cross.size; i++) {
-    size_t first, elems;
-    hoop__segment(plan.length[own] / esize, cross.size, i, &first, &elems);
-    across.offset[i] = plan.offset[own] + first * esize;
-    across.length[i] = elems * esize;
-  }
   size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
   char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
   if (!staging)
@@ -360,13 +353,8 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   if (result == HOOP_OK)
-    result = reduce_scatter(comm, &cross, &arena, args->recvbuf, args->recvbuf, &across, staging,
-                            chunk_max, args->dtype, args->op, 1, 1);
-  if (result == HOOP_OK)
-    result = hoop__ring_circulate(comm, &cross, &arena, args->recvbuf, across.offset, across.length,
-                                  1, esize, 1);
-  if (result == HOOP_OK)
-    result = hoop__arena_wait_all(comm, &arena);
+    result = hoop__allreduce_group(comm, &cross, (char *)args->recvbuf + plan.offset[own],
+                                   plan.length[own] / esize, args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, &local, &arena, args->recvbuf, plan.offset, plan.length, 1,
                                   esize, 0);

@@ -163,8 +163,9 @@ hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args);
 /* A ring allreduce in place on host memory among the members of group, one rank of each host
- * (comm->hosts->cross), AVG divided by the communicator's size: the step between hosts of the
- * host-by-host CUDA IPC allreduce (ipc.c). Its plan uses comm->hosts' offset and length. */
+ * (comm->hosts->cross), AVG divided by the communicator's size: the step between hosts of hier
+ * and of the host-by-host CUDA IPC allreduce (ipc.c), which therefore meet message for message.
+ * Its plan uses comm->hosts' offset and length. */
 hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, char *buf,
                                   size_t count, hoop_dtype dtype, hoop_op op);
 hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args);

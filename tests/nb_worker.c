@@ -319,6 +319,28 @@ static void finalize_refused(void) {
   must(hoop_wait(req), "hoop_wait after the refused finalize");
 }
 
+/* Post the failure cases' first n requests on zeroed buffers of count floats (on the device with
+ * device): every fourth a barrier, the others in-place allreduces of count or 7 elements. */
+static void post_zeros(int n, float **bufs, hoop_request **reqs, size_t count, int device) {
+  float *zeros = xmalloc(count * sizeof(float));
+  memset(zeros, 0, count * sizeof(float));
+  for (int i = 0; i < n; i++) {
+    if (device) {
+      bufs[i] = devmem_put(zeros, count * sizeof(float));
+    } else {
+      bufs[i] = xmalloc(count * sizeof(float));
+      memcpy(bufs[i], zeros, count * sizeof(float));
+    }
+    if (i % 4 == 3)
+      must(hoop_ibarrier(comm, &reqs[i]), "hoop_ibarrier");
+    else
+      must(hoop_iallreduce(comm, bufs[i], bufs[i], i % 2 ? count : 7, HOOP_FLOAT32, HOOP_SUM,
+                           &reqs[i]),
+           "hoop_iallreduce");
+  }
+  free(zeros);
+}
+
 /* Rank 1 aborts or dies after a moment; the others post and must see every request fail (with
  * kill-device, every request after the first two, in which rank 1 took part). */
 static int failing(const char *how) {
@@ -344,17 +366,7 @@ static int failing(const char *how) {
   float *bufs[N];
   if (rank == 1 && device) {
     /* Post what the others post first, see two through, die with two more in flight. */
-    float *zeros = xmalloc(count * sizeof(float));
-    memset(zeros, 0, count * sizeof(float));
-    for (int i = 0; i < first_failing; i++) {
-      bufs[i] = devmem_put(zeros, count * sizeof(float));
-      if (i % 4 == 3)
-        must(hoop_ibarrier(comm, &reqs[i]), "hoop_ibarrier");
-      else
-        must(hoop_iallreduce(comm, bufs[i], bufs[i], i % 2 ? count : 7, HOOP_FLOAT32, HOOP_SUM,
-                             &reqs[i]),
-             "hoop_iallreduce");
-    }
+    post_zeros(first_failing, bufs, reqs, count, 1);
     must(hoop_wait(reqs[0]), "hoop_wait");
     must(hoop_wait(reqs[1]), "hoop_wait");
     raise(SIGKILL);
@@ -369,23 +381,7 @@ static int failing(const char *how) {
     return 0;
   }
   double start = now_s();
-  float *zeros = device ? xmalloc(count * sizeof(float)) : NULL;
-  if (zeros)
-    memset(zeros, 0, count * sizeof(float));
-  for (int i = 0; i < N; i++) {
-    if (device) {
-      bufs[i] = devmem_put(zeros, count * sizeof(float));
-    } else {
-      bufs[i] = xmalloc(count * sizeof(float));
-      memset(bufs[i], 0, count * sizeof(float));
-    }
-    if (i % 4 == 3)
-      must(hoop_ibarrier(comm, &reqs[i]), "hoop_ibarrier");
-    else
-      must(hoop_iallreduce(comm, bufs[i], bufs[i], i % 2 ? count : 7, HOOP_FLOAT32, HOOP_SUM,
-                           &reqs[i]),
-           "hoop_iallreduce");
-  }
+  post_zeros(N, bufs, reqs, count, device);
   int bad = 0;
   for (int i = N - 1; i >= 0; i--) {
     hoop_result result = hoop_wait(reqs[i]);
@@ -405,7 +401,6 @@ static int failing(const char *how) {
     else
       free(bufs[i]);
   }
-  free(zeros);
   double took = now_s() - start;
   checks++;
   if (took > timeout + 5)

@@ -202,6 +202,16 @@ static void release(struct hoop__ipc *ipc) {
   pthread_mutex_unlock(&maps_lock);
 }
 
+/* Release the host memory of the step between hosts; the transports forget it first (they may
+ * keep registrations of what they sent from, as of the stage). */
+static void free_host(hoop_comm *comm, struct hoop__ipc *ipc) {
+  if (ipc->host && comm->peer_transport)
+    hoop__transports_forget_mem(comm, ipc->host, ipc->host_bytes);
+  hoop__host_stage_free(ipc->host, ipc->host_pinned);
+  ipc->host = NULL;
+  ipc->host_bytes = 0;
+}
+
 void hoop__ipc_free(hoop_comm *comm) {
   struct hoop__ipc *ipc = comm->ipc;
   if (!ipc)
@@ -222,10 +232,7 @@ void hoop__ipc_free(hoop_comm *comm) {
   }
   pthread_mutex_unlock(&maps_lock);
   hoop__cuda_free(ipc->scratch);
-  if (ipc->host_pinned)
-    hoop__cuda_host_free(ipc->host);
-  else
-    free(ipc->host);
+  free_host(comm, ipc);
   free(ipc->descs);
   free(ipc->sends);
   free(ipc->recvs);
@@ -331,19 +338,12 @@ static int ensure_scratch(struct hoop__ipc *ipc, size_t len, const void *near) {
 }
 
 /* Host memory of len bytes for the step between hosts: 0, or -1. */
-static int ensure_host(struct hoop__ipc *ipc, size_t len, const void *near) {
+static int ensure_host(hoop_comm *comm, struct hoop__ipc *ipc, size_t len, const void *near) {
   if (ipc->host && ipc->host_bytes >= len)
     return 0;
-  if (ipc->host_pinned)
-    hoop__cuda_host_free(ipc->host);
-  else
-    free(ipc->host);
-  ipc->host_bytes = 0;
-  ipc->host_pinned = (ipc->host = hoop__cuda_host_alloc(len, near)) != NULL;
-  if (!ipc->host && posix_memalign(&ipc->host, 64, len) != 0) {
-    ipc->host = NULL;
+  free_host(comm, ipc);
+  if (!(ipc->host = hoop__host_stage_alloc(len, near, &ipc->host_pinned)))
     return -1;
-  }
   ipc->host_bytes = len;
   return 0;
 }
@@ -381,7 +381,7 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
              len * args->esize);
     ok = 0;
-  } else if (ipc->by_host && len && ensure_host(ipc, len * args->esize, send) != 0) {
+  } else if (ipc->by_host && len && ensure_host(comm, ipc, len * args->esize, send) != 0) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of host memory", comm->rank,
              len * args->esize);
     ok = 0;

@@ -25,6 +25,21 @@ int hoop_cuda_supported(void) {
   return hoop__cuda_loaded();
 }
 
+void *hoop__host_stage_alloc(size_t bytes, const void *near, int *pinned) {
+  void *ptr = hoop__cuda_host_alloc(bytes, near);
+  *pinned = ptr != NULL;
+  if (!ptr && posix_memalign(&ptr, 64, bytes) != 0)
+    return NULL;
+  return ptr;
+}
+
+void hoop__host_stage_free(void *ptr, int pinned) {
+  if (pinned)
+    hoop__cuda_host_free(ptr);
+  else
+    free(ptr);
+}
+
 #ifndef HOOP_HAVE_CUDA
 
 int hoop__cuda_loaded(void) {
@@ -353,6 +368,21 @@ static void say_why(char *why, size_t whylen, const char *what, CUresult err) {
   snprintf(why, whylen, "%s: %s (%d)", what, error_text(err), (int)err);
 }
 
+/* Make the context of the device memory at ptr current (pop it after): 0, or -1 with why. */
+static int push_context_of(const void *ptr, char *why, size_t whylen) {
+  CUcontext context = NULL;
+  if (kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context) {
+    snprintf(why, whylen, "%p is not device memory of a live context", ptr);
+    return -1;
+  }
+  CUresult err = drv.ctx_push(context);
+  if (err != CUDA_SUCCESS) {
+    say_why(why, whylen, "cuCtxPushCurrent", err);
+    return -1;
+  }
+  return 0;
+}
+
 static hoop_result driver_error(hoop_comm *comm, const char *what, CUresult err) {
   const char *text = error_text(err);
   return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cuda: %s failed: %s (%d)",
@@ -577,22 +607,16 @@ int hoop__cuda_dmabuf_supported(const void *ptr) {
 }
 
 int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_t whylen) {
-  CUcontext context = NULL;
   if (!drv.get_handle_for_range) {
     snprintf(why, whylen, "the driver has no cuMemGetHandleForAddressRange");
     return -1;
   }
-  if (kind_and_context(base, &context) != HOOP__MEM_DEVICE || !context) {
-    snprintf(why, whylen, "%p is not device memory of a live context", base);
+  if (push_context_of(base, why, whylen) != 0)
     return -1;
-  }
-  CUresult err = drv.ctx_push(context);
-  if (err == CUDA_SUCCESS) {
-    err = drv.get_handle_for_range(fd, (CUdeviceptr)(uintptr_t)base, len,
-                                   CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-    CUcontext popped;
-    drv.ctx_pop(&popped);
-  }
+  CUresult err = drv.get_handle_for_range(fd, (CUdeviceptr)(uintptr_t)base, len,
+                                          CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
   if (err != CUDA_SUCCESS) {
     say_why(why, whylen, "cuMemGetHandleForAddressRange", err);
     return -1;
@@ -958,20 +982,14 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
 
 int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
                         size_t whylen) {
-  CUcontext context = NULL;
-  if (kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context) {
-    snprintf(why, whylen, "%p is not device memory of a live context", near);
+  if (push_context_of(near, why, whylen) != 0)
     return -1;
-  }
   CUipcMemHandle handle;
   memcpy(handle.reserved, export->handle, sizeof handle.reserved);
   CUdeviceptr mapped = 0;
-  CUresult err = drv.ctx_push(context);
-  if (err == CUDA_SUCCESS) {
-    err = drv.ipc_open_mem_handle(&mapped, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-    CUcontext popped;
-    drv.ctx_pop(&popped);
-  }
+  CUresult err = drv.ipc_open_mem_handle(&mapped, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
   if (err != CUDA_SUCCESS) {
     say_why(why, whylen, "cuIpcOpenMemHandle", err);
     return -1;

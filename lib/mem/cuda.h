@@ -40,6 +40,10 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
  * hoop__cuda_host_free. */
 void *hoop__cuda_host_alloc(size_t bytes, const void *near);
 void hoop__cuda_host_free(void *ptr);
+/* Host memory to stage through: page-locked as above where the driver gives it, else ordinary
+ * (64-byte aligned); *pinned says which. NULL when neither can be had. */
+void *hoop__host_stage_alloc(size_t bytes, const void *near, int *pinned);
+void hoop__host_stage_free(void *ptr, int pinned);
 
 /* Wait until the work queued on stream (a CUstream; NULL: the legacy default stream of buf's
  * context, or nothing to wait for if buf is host memory) is done. HOOP_ERR_UNSUPPORTED for a stream

@@ -20,9 +20,8 @@ static void *stage_buffer(hoop_comm *comm, size_t bytes, const void *near) {
   if (bytes <= comm->stage_bytes)
     return comm->stage;
   hoop__stage_free(comm);
-  void *grown = hoop__cuda_host_alloc(bytes, near);
-  comm->stage_pinned = grown != NULL;
-  if (!grown && posix_memalign(&grown, 64, bytes) != 0) {
+  void *grown = hoop__host_stage_alloc(bytes, near, &comm->stage_pinned);
+  if (!grown) {
     hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes to stage device memory",
                     comm->call ? comm->call : "hoop", bytes);
     return NULL;
@@ -35,10 +34,7 @@ static void *stage_buffer(hoop_comm *comm, size_t bytes, const void *near) {
 void hoop__stage_free(hoop_comm *comm) {
   if (comm->stage && comm->peer_transport)
     hoop__transports_forget_mem(comm, comm->stage, comm->stage_bytes);
-  if (comm->stage_pinned)
-    hoop__cuda_host_free(comm->stage);
-  else
-    free(comm->stage);
+  hoop__host_stage_free(comm->stage, comm->stage_pinned);
   comm->stage = NULL;
   comm->stage_bytes = 0;
   comm->stage_pinned = 0;

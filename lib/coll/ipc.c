@@ -390,17 +390,12 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   return ok ? 0 : -1;
 }
 
-/* This rank's descriptor: ok only if prepare found it can take part. */
+/* This rank's descriptor: ok only if its host's ranks talk over shared memory and prepare found
+ * it can take part (its first question, the buffers' context, also tells host memory). */
 static void describe(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
                      ipc_desc *desc, char *why, size_t whylen) {
   memset(desc, 0, sizeof *desc);
   desc->process = this_process();
-  const void *send = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : args->sendbuf;
-  if (hoop__mem_kind_of(send) != HOOP__MEM_DEVICE ||
-      hoop__mem_kind_of(args->recvbuf) != HOOP__MEM_DEVICE) {
-    snprintf(why, whylen, "rank %d's buffers are not all device memory", comm->rank);
-    return;
-  }
   const hoop__group *group = &ipc->group;
   for (int i = 0; i < group->size; i++) {
     int peer = hoop__member(group, i);

@@ -56,6 +56,10 @@ static hoop_result run_until_failure(hoop_comm *comm, int index, int die, int st
     for (size_t k = 0; k < COUNT; k++)
       buf[k] = index + 1;
     hoop_result result = hoop_allreduce(comm, buf, buf, COUNT, HOOP_INT32, HOOP_SUM);
+    /* A victim dies whatever happens: with two, the first may die while the other is still
+     * finishing the call before KILL_AT, and the failure reaches the other there. */
+    if (result != HOOP_OK && die)
+      raise(SIGKILL);
     if (result != HOOP_OK)
       return result;
   }

@@ -8,7 +8,8 @@
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
- * meet unregistered receivers and the other way round.
+ * meet unregistered receivers and the other way round. --register every: every case, every
+ * rank's buffers registered (with --device: GPUDirect RDMA over ibverbs where it can).
  *
  * --ranks-per-host N: the job runs N ranks on each host, in order of rank (as hooprun -H fills
  * hosts), so rank r must be local rank r % N of N; without it, all ranks are on one host.
@@ -78,12 +79,12 @@ static void must(hoop_result result, const char *what) {
   }
 }
 
-/* --register: 0 none, 1 every rank, 2 even ranks only. */
+/* --register: 0 none, 1 every rank, 2 even ranks only, 3 every rank and every case. */
 static int register_mode;
 
 static hoop_mem_handle reg(void *buf, size_t bytes) {
   hoop_mem_handle handle = 0;
-  if (register_mode == 1 || (register_mode == 2 && rank % 2 == 0))
+  if (register_mode == 1 || register_mode == 3 || (register_mode == 2 && rank % 2 == 0))
     must(hoop_register(comm, buf, bytes ? bytes : 1, &handle), "hoop_register");
   return handle;
 }
@@ -302,7 +303,7 @@ int main(int argc, char **argv) {
                (mine ? atoi(mine) : 0) / (per_host ? per_host : 1));
       setenv("HOOP_HOSTNAME", name, 1);
     } else if (strcmp(argv[i], "--register") == 0 && i + 1 < argc)
-      register_mode = strcmp(argv[++i], "even") == 0 ? 2 : 1;
+      register_mode = strcmp(argv[++i], "even") == 0 ? 2 : strcmp(argv[i], "every") == 0 ? 3 : 1;
     else if (strcmp(argv[i], "--stream") == 0)
       want_stream = 1;
     else if (strcmp(argv[i], "--late-input") == 0)
@@ -341,7 +342,7 @@ int main(int argc, char **argv) {
     fail("%d ranks per host: expected local rank %d of %d, got %d of %d", per_host, rank % per_host,
          per_host, hoop_local_rank(comm), hoop_local_size(comm));
 
-  if (register_mode) {
+  if (register_mode == 1 || register_mode == 2) {
     check_registered(quick);
     printf("coll_worker rank %d of %d: %zu checks, %zu failed\n", rank, nranks, checks, failures);
     hoop_finalize(comm);
@@ -379,6 +380,8 @@ int main(int argc, char **argv) {
   check_allgather(big / 4, HOOP_FLOAT64, 0);
   check_allgather(big / 2 + 1, HOOP_UINT8, 1);
 
+  if (register_mode == 3)
+    check_registered(quick);
   for (int round = 0; barrier_dir && round < 3; round++)
     check_barrier(barrier_dir, round);
   must(hoop_barrier(comm), "hoop_barrier");

@@ -24,6 +24,14 @@
  * driver, a handle does not open in the process that exported it. FAKECUDA_IPC=0: every open
  * fails (CUDA_ERROR_NOT_SUPPORTED), for the fallback. The count file adds "kernels K ipc_opens O".
  *
+ * GPUDirect RDMA (tests/rdma-vm/suite): the GPU says it exports dma-buf unless FAKECUDA_DMABUF=0;
+ * it answers CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING with FAKECUDA_GDR_ORDERING
+ * (default 0: received data must be flushed) and offers cuFlushGPUDirectRDMAWrites, counted
+ * ("flushes F" in the count file), unless FAKECUDA_GDR_FLUSH=0. FAKECUDA_HOST_VISIBLE=1 maps device
+ * memory readable and writable at its device address, as the bytes' second mapping, so that
+ * soft-RoCE can register it as nvidia-peermem registers GPU memory (ibv_reg_mr on the device
+ * pointer); hoop's own CPU accesses then no longer fault, which the other tests check.
+ *
  * FAKECUDA_FAIL_AFTER=N: every copy after the first N fails (CUDA_ERROR_ILLEGAL_ADDRESS, as a
  * device fault makes the real driver's calls fail), to see what hoop does when the driver does.
  *
@@ -62,7 +70,7 @@ static alloc allocs[MAX_ALLOCS];
 static int initialized;
 static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
-static unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens;
+static unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens, flushes;
 static unsigned long long next_id;
 /* Streams: each one created has a queue of its own (queues[index]); NULL is the legacy default
  * stream, queues[0]. */
@@ -294,11 +302,14 @@ static CUresult fake_mem_alloc(CUdeviceptr *ptr, size_t bytes) {
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
   size_t span = bytes ? bytes : 1;
-  char *base = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   int fd = memfd_create("fakecuda-device", MFD_CLOEXEC);
   char *shadow = fd >= 0 && ftruncate(fd, (off_t)span) == 0
                      ? mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                      : MAP_FAILED;
+  const char *visible = getenv("FAKECUDA_HOST_VISIBLE");
+  char *base = visible && strcmp(visible, "1") == 0 && shadow != MAP_FAILED
+                   ? mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                   : mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED || shadow == MAP_FAILED) {
     if (base != MAP_FAILED)
       munmap(base, span);
@@ -445,9 +456,16 @@ static CUresult fake_device_get_attribute(int *value, CUdevice_attribute attr, C
     return CUDA_ERROR_NOT_INITIALIZED;
   if (device != 0)
     return CUDA_ERROR_INVALID_DEVICE;
-  const char *dmabuf = getenv("FAKECUDA_DMABUF");
-  *value =
-      attr == CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED ? !(dmabuf && strcmp(dmabuf, "0") == 0) : 0;
+  const char *dmabuf = getenv("FAKECUDA_DMABUF"), *ordering = getenv("FAKECUDA_GDR_ORDERING"),
+             *flush = getenv("FAKECUDA_GDR_FLUSH");
+  if (attr == CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+    *value = !(dmabuf && strcmp(dmabuf, "0") == 0);
+  else if (attr == CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING)
+    *value = ordering ? atoi(ordering) : CU_GPU_DIRECT_RDMA_WRITES_ORDERING_NONE;
+  else if (attr == CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS)
+    *value = flush && strcmp(flush, "0") == 0 ? 0 : CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST;
+  else
+    *value = 0;
   return CUDA_SUCCESS;
 }
 
@@ -471,6 +489,20 @@ static CUresult fake_get_handle_for_range(void *handle, CUdeviceptr ptr, size_t 
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   *(int *)handle = fd;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_flush_rdma_writes(CUflushGPUDirectRDMAWritesTarget target,
+                                       CUflushGPUDirectRDMAWritesScope scope) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (target != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
+      (scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER &&
+       scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES))
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  flushes++;
+  pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
 }
 
@@ -827,6 +859,7 @@ static const struct {
     {"cuStreamDestroy", (void *)fake_stream_destroy},
     {"cuDeviceGetAttribute", (void *)fake_device_get_attribute},
     {"cuMemGetHandleForAddressRange", (void *)fake_get_handle_for_range},
+    {"cuFlushGPUDirectRDMAWrites", (void *)fake_flush_rdma_writes},
     {"cuIpcGetMemHandle", (void *)fake_ipc_get_mem_handle},
     {"cuIpcOpenMemHandle", (void *)fake_ipc_open_mem_handle},
     {"cuIpcCloseMemHandle", (void *)fake_ipc_close_mem_handle},
@@ -865,8 +898,8 @@ __attribute__((destructor)) static void report(void) {
   if (f) {
     fprintf(f,
             "copies %llu bytes %llu stream_syncs %llu pinned %llu async %llu kernels %llu "
-            "ipc_opens %llu\n",
-            copies, copied_bytes, stream_syncs, pinned, async_copies, kernels, ipc_opens);
+            "ipc_opens %llu flushes %llu\n",
+            copies, copied_bytes, stream_syncs, pinned, async_copies, kernels, ipc_opens, flushes);
     fclose(f);
   }
 }

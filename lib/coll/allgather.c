@@ -18,8 +18,7 @@ hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args) 
   char *staging = hoop__scratch(comm, (size_t)n * block);
   if (!staging)
     return HOOP_ERR_SYSTEM;
-  memcpy(staging, own, block);
-  hoop_result result = HOOP_OK;
+  hoop_result result = hoop__coll_copy(comm, staging, own, block);
   size_t have = 1;
   for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
     size_t blocks = (size_t)(distance < n - distance ? distance : n - distance);
@@ -28,7 +27,8 @@ hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args) 
     have += blocks;
   }
   for (int i = 0; i < n && result == HOOP_OK; i++)
-    memcpy(recvbuf + (size_t)((r + i) % n) * block, staging + (size_t)i * block, block);
+    result = hoop__coll_copy(comm, recvbuf + (size_t)((r + i) % n) * block,
+                             staging + (size_t)i * block, block);
   return result;
 }
 

@@ -75,11 +75,14 @@ static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoo
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {
     size_t at = chunk->at, len = chunk->len;
-    if ((result = hoop__stage_need(comm, src + at, len)) != HOOP_OK)
+    if ((result = hoop__stage_need(comm, src + at, len)) != HOOP_OK ||
+        (result = hoop__coll_reduce3(comm, dst + at, src + at, chunk->dst, len / esize, dtype,
+                                     op)) != HOOP_OK)
       break;
-    hoop__reduce3(dst + at, src + at, chunk->dst, len / esize, dtype, op);
     if (chunk->step == n - 2 && finish) {
-      hoop__reduce_finish(dst + at, len / esize, dtype, op, comm->size);
+      if ((result = hoop__coll_finish(comm, dst + at, len / esize, dtype, op, comm->size)) !=
+          HOOP_OK)
+        break;
       hoop__stage_done(comm, dst + at, len); /* final: on its way back to the device */
     }
     /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
@@ -93,12 +96,10 @@ static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoo
 /* dst = op(lower rank's part, higher rank's part), whichever of mine and theirs is this rank's:
  * partners that combine this way compute the same expression, in recursive doubling and in the
  * halving rounds alike. */
-static void combine(char *dst, const char *mine, const char *theirs, int mine_is_lower,
-                    size_t count, hoop_dtype dtype, hoop_op op) {
-  if (mine_is_lower)
-    hoop__reduce3(dst, mine, theirs, count, dtype, op);
-  else
-    hoop__reduce3(dst, theirs, mine, count, dtype, op);
+static hoop_result combine(hoop_comm *comm, char *dst, const char *mine, const char *theirs,
+                           int mine_is_lower, size_t count, hoop_dtype dtype, hoop_op op) {
+  return mine_is_lower ? hoop__coll_reduce3(comm, dst, mine, theirs, count, dtype, op)
+                       : hoop__coll_reduce3(comm, dst, theirs, mine, count, dtype, op);
 }
 
 /* Recursive doubling. With p the largest power of two <= n and rem = n - p, the first 2*rem ranks
@@ -130,18 +131,21 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
     result = hoop__irecv(comm, r - 1, staging, bytes, &req);
     if (result == HOOP_OK)
       result = hoop__wait(comm, &req);
+    if (result == HOOP_OK)
+      result = combine(comm, buf, buf, staging, 0, count, dtype, op);
     if (result != HOOP_OK)
       return result;
-    combine(buf, buf, staging, 0, count, dtype, op);
   }
   for (int mask = 1; mask < plan.p; mask <<= 1) {
     int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
     result = hoop__sendrecv(comm, peer, buf, bytes, peer, staging, bytes);
+    if (result == HOOP_OK)
+      result = combine(comm, buf, buf, staging, r < peer, count, dtype, op);
     if (result != HOOP_OK)
       return result;
-    combine(buf, buf, staging, r < peer, count, dtype, op);
   }
-  hoop__reduce_finish(buf, count, dtype, op, comm->size);
+  if ((result = hoop__coll_finish(comm, buf, count, dtype, op, comm->size)) != HOOP_OK)
+    return result;
   if (r < 2 * plan.rem) {
     result = hoop__isend(comm, r - 1, buf, bytes, &req);
     if (result == HOOP_OK)
@@ -196,8 +200,8 @@ static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, 
   const hoop__chunk *chunk;
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk)
-    combine(dst + chunk->at, src + chunk->at, chunk->dst, mine_is_lower, chunk->len / esize, dtype,
-            op);
+    result = combine(comm, dst + chunk->at, src + chunk->at, chunk->dst, mine_is_lower,
+                     chunk->len / esize, dtype, op);
   return result;
 }
 
@@ -246,8 +250,10 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
       return result;
     src = recvbuf;
   }
-  hoop__reduce_finish(recvbuf + plan.first * esize, plan.last - plan.first, dtype, op, comm->size);
-  result = hoop__doubling_rounds(comm, arena, recvbuf, esize, &plan);
+  result = hoop__coll_finish(comm, recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,
+                             comm->size);
+  if (result == HOOP_OK)
+    result = hoop__doubling_rounds(comm, arena, recvbuf, esize, &plan);
   if (result == HOOP_OK && r < 2 * plan.rem)
     result = hoop__arena_isend(comm, arena, r - 1, recvbuf, bytes);
   return result;
@@ -267,8 +273,10 @@ hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args) {
 }
 
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args) {
-  if (args->sendbuf != args->recvbuf)
-    memmove(args->recvbuf, args->sendbuf, args->bytes);
+  hoop_result result = HOOP_OK;
+  if (args->sendbuf != args->recvbuf &&
+      (result = hoop__coll_copy(comm, args->recvbuf, args->sendbuf, args->bytes)) != HOOP_OK)
+    return result;
   return recursive_doubling(comm, args->recvbuf, args->count, args->dtype, args->op);
 }
 
@@ -402,11 +410,11 @@ static int direct_next(void *arg, size_t slot, hoop__chunk *chunk) {
 
 /* acc = op(this rank's own part, then every peer's in rank order): the first peer's chunk is
  * combined with mine, which acc may be (in place), the others with acc. */
-static void direct_combine(const hoop__coll_args *args, int rank, const hoop__chunk *chunk,
-                           const char *mine, char *acc) {
+static hoop_result direct_combine(hoop_comm *comm, const hoop__coll_args *args,
+                                  const hoop__chunk *chunk, const char *mine, char *acc) {
   size_t count = chunk->len / args->esize;
-  hoop__reduce3(acc, chunk->peer == (rank == 0 ? 1 : 0) ? mine : acc, chunk->dst, count,
-                args->dtype, args->op);
+  return hoop__coll_reduce3(comm, acc, chunk->peer == (comm->rank == 0 ? 1 : 0) ? mine : acc,
+                            chunk->dst, count, args->dtype, args->op);
 }
 
 hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args) {
@@ -443,9 +451,13 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
   const hoop__chunk *chunk;
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {
-    direct_combine(args, r, chunk, src + chunk->at, dst + chunk->at);
+    if ((result = direct_combine(comm, args, chunk, src + chunk->at, dst + chunk->at)) != HOOP_OK)
+      break;
     if (chunk->peer == (r == n - 1 ? n - 2 : n - 1)) {
-      hoop__reduce_finish(dst + chunk->at, chunk->len / args->esize, args->dtype, args->op, n);
+      result = hoop__coll_finish(comm, dst + chunk->at, chunk->len / args->esize, args->dtype,
+                                 args->op, n);
+      if (result != HOOP_OK)
+        break;
       hoop__stage_done(comm, dst + chunk->at, chunk->len);
     }
   }

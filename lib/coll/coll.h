@@ -4,8 +4,10 @@
 #define HOOP__COLL_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "core/internal.h"
+#include "mem/reduce.h"
 #include "transport/transport.h"
 
 /* Large transfers move in chunks of HOOP_CHUNK_BYTES (default below), so that a rank forwards (and
@@ -119,6 +121,43 @@ static inline int hoop__ring_prev(const hoop_comm *comm) {
   return (comm->rank + comm->size - 1) % comm->size;
 }
 
+/* ---- the algorithms' memory operations ---------------------------------------------------------
+ */
+
+/* dst = a op b, AVG's final division, and a copy, on the CPU; or on the GPU while the call runs on
+ * device memory straight over the network (comm->gdr_active: coll/gpudirect.c), then done on
+ * return, after the flush that makes what the RDMA device wrote visible to the kernels. HOOP_OK,
+ * or the error recorded. */
+hoop_result hoop__gdr_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
+                              size_t count, hoop_dtype dtype, hoop_op op);
+hoop_result hoop__gdr_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, hoop_op op,
+                             int nranks);
+hoop_result hoop__gdr_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+
+static inline hoop_result hoop__coll_reduce3(hoop_comm *comm, void *dst, const void *a,
+                                             const void *b, size_t count, hoop_dtype dtype,
+                                             hoop_op op) {
+  if (comm->gdr_active)
+    return hoop__gdr_reduce3(comm, dst, a, b, count, dtype, op);
+  hoop__reduce3(dst, a, b, count, dtype, op);
+  return HOOP_OK;
+}
+static inline hoop_result hoop__coll_finish(hoop_comm *comm, void *buf, size_t count,
+                                            hoop_dtype dtype, hoop_op op, int nranks) {
+  if (comm->gdr_active)
+    return hoop__gdr_finish(comm, buf, count, dtype, op, nranks);
+  hoop__reduce_finish(buf, count, dtype, op, nranks);
+  return HOOP_OK;
+}
+static inline hoop_result hoop__coll_copy(hoop_comm *comm, void *dst, const void *src,
+                                          size_t bytes) {
+  if (comm->gdr_active)
+    return hoop__gdr_copy(comm, dst, src, bytes);
+  if (bytes && dst != src)
+    memmove(dst, src, bytes);
+  return HOOP_OK;
+}
+
 /* ---- the dispatcher's view of a call ----------------------------------------------------------
  */
 
@@ -170,6 +209,10 @@ hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, cha
                                   size_t count, hoop_dtype dtype, hoop_op op);
 hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args);
+/* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
+ * ceil(log2 n) rounds of one byte each member has heard, directly or through others, from every
+ * member (barrier.c). */
+hoop_result hoop__group_agree(hoop_comm *comm, const hoop__group *group, int *flag, int any);
 
 /* tune.c: read HOOP_ALGO and HOOP_CHUNK_BYTES once per communicator (HOOP_ERR_INVALID_ARG,
  * recorded, for a bad value of either, at this and every later call), then the algorithm for this

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/gpudirect.h"
 #include "coll/ipc.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
@@ -81,7 +82,7 @@ typedef struct collective {
   /* Arguments the common checks do not cover; HOOP_OK or the error recorded. */
   hoop_result (*check)(hoop_comm *comm, const hoop__coll_args *args);
   /* Run before the algorithm, and as the whole call on one rank (NULL: nothing). */
-  void (*prepare)(hoop_comm *comm, const hoop__coll_args *args);
+  hoop_result (*prepare)(hoop_comm *comm, const hoop__coll_args *args);
 } collective;
 
 static hoop_result check_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
@@ -113,16 +114,15 @@ static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args)
 
 /* Out of place, the result starts as this rank's contribution: on one rank it is the result. The
  * algorithms with more ranks read sendbuf themselves. */
-static void prepare_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
-  if (comm->size == 1 && args->sendbuf != args->recvbuf)
-    memmove(args->recvbuf, args->sendbuf, args->bytes);
+static hoop_result prepare_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
+  return comm->size == 1 ? hoop__coll_copy(comm, args->recvbuf, args->sendbuf, args->bytes)
+                         : HOOP_OK;
 }
 
 /* Every allgather algorithm starts from this rank's block in place. */
-static void prepare_allgather(hoop_comm *comm, const hoop__coll_args *args) {
+static hoop_result prepare_allgather(hoop_comm *comm, const hoop__coll_args *args) {
   char *own = (char *)args->recvbuf + (size_t)comm->rank * args->bytes;
-  if (args->sendbuf != own)
-    memmove(own, args->sendbuf, args->bytes);
+  return hoop__coll_copy(comm, own, args->sendbuf, args->bytes);
 }
 
 static const collective collectives[HOOP__COLL_COUNT] = {
@@ -173,13 +173,19 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   /* Device buffers of ranks on one host: read directly from each other by CUDA IPC if all can. */
   if (coll->has_data && comm->size > 1 && hoop__ipc_run(comm, args, algo, &result))
     return coll_end(comm, result);
+  /* Registered device buffers of ranks whose peers are all on verbs: straight between the GPUs
+   * and the network (GPUDirect RDMA) if all can. */
+  if (coll->has_data && comm->size > 1 &&
+      hoop__gdr_run(comm, args, algo, collectives[args->coll].prepare, &result))
+    return coll_end(comm, result);
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;
   if (coll->has_data && (result = hoop__stage_in(comm, args, algo, &stage)) != HOOP_OK)
     return coll_end(comm, result);
   if (coll->prepare)
-    coll->prepare(comm, args);
-  result = comm->size > 1 ? algo(comm, args) : HOOP_OK;
+    result = coll->prepare(comm, args);
+  if (result == HOOP_OK && comm->size > 1)
+    result = algo(comm, args);
   if (coll->has_data)
     result = hoop__stage_out(comm, &stage, result);
   return coll_end(comm, result);

@@ -124,28 +124,14 @@ static uint64_t this_process(void) {
   return id;
 }
 
-/* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
- * ceil(log2 n) rounds each member has heard, directly or through others, from every member. */
-static hoop_result group_agree(hoop_comm *comm, const hoop__group *group, int *flag, int any) {
-  int n = group->size, r = group->index;
-  hoop_result result = HOOP_OK;
-  for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
-    char mine = (char)(*flag != 0), heard = 0;
-    result = hoop__sendrecv(comm, hoop__member(group, (r + distance) % n), &mine, 1,
-                            hoop__member(group, (r - distance + n) % n), &heard, 1);
-    *flag = any ? (*flag || heard) : (*flag && heard);
-  }
-  return result;
-}
-
 static hoop_result agree(hoop_comm *comm, int *flag, int any) {
   hoop__group whole = hoop__whole(comm);
-  return group_agree(comm, &whole, flag, any);
+  return hoop__group_agree(comm, &whole, flag, any);
 }
 
 static hoop_result barrier(hoop_comm *comm, const hoop__group *group) {
   int flag = 1;
-  return group->ranks ? group_agree(comm, group, &flag, 0)
+  return group->ranks ? hoop__group_agree(comm, group, &flag, 0)
                       : hoop__barrier_dissemination(comm, NULL);
 }
 
@@ -580,7 +566,7 @@ static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args 
      * host decides for itself: one that stages runs hier, whose step between hosts is this
      * path's. */
     int mapped = map_peers(comm, ipc, args, why, sizeof why) == 0;
-    if ((*result = group_agree(comm, group, &mapped, 0)) != HOOP_OK) {
+    if ((*result = hoop__group_agree(comm, group, &mapped, 0)) != HOOP_OK) {
       release(ipc);
       return -1;
     }

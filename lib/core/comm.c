@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/gpudirect.h"
 #include "coll/ipc.h"
 #include "config.h"
 #include "core/env.h"
@@ -111,6 +112,8 @@ int hoop__host_oversubscribed(const hoop_comm *comm) {
 }
 
 void *hoop__scratch(hoop_comm *comm, size_t bytes) {
+  if (comm->gdr_active)
+    return hoop__gdr_scratch(comm, bytes);
   if (bytes <= comm->scratch_bytes)
     return comm->scratch;
   void *grown = NULL;
@@ -589,6 +592,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__stage_free(comm);
   hoop__cuda_pipe_free(comm);
   hoop__ipc_free(comm);
+  hoop__gdr_free(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous

@@ -113,6 +113,10 @@ struct hoop_comm {
   int stage_pinned;      /* stage is page-locked memory from the driver */
   void *cuda_pipe;       /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
   struct hoop__ipc *ipc; /* CUDA IPC's descriptors and mappings of peers' memory (coll/ipc.c) */
+  struct hoop__gdr *gdr; /* GPUDirect RDMA's settings and device scratch (coll/gpudirect.c) */
+  /* The running call's algorithm works on device memory straight over the verbs transport: its
+   * scratch is device memory, its reductions and copies run on the GPU (coll/gpudirect.c). */
+  int gdr_active;
   struct hoop__stage *stage_pipe; /* the call's pipelined stage while its algorithm runs */
   int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
   size_t pipeline_bytes;
@@ -155,6 +159,11 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
                                                   size_t len);
 /* Deregister everything left (hoop_finalize, before the transport goes). */
 void hoop__registrations_release(hoop_comm *comm);
+/* A registration of the library's own memory (the GPUDirect path's device scratch), made with
+ * call_lock held, under handle 0, which hoop_deregister refuses: HOOP_OK, or the error recorded.
+ * Dropped by hoop__deregister_internal (nothing if there is none at ptr) or at finalize. */
+hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes);
+void hoop__deregister_internal(hoop_comm *comm, const void *ptr);
 
 /* Record a failure on comm and return code. Does not mark the communicator failed. */
 hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, ...)
@@ -194,8 +203,10 @@ hoop_result hoop__check_abort(hoop_comm *comm);
 /* Seconds on a monotonic clock. */
 double hoop__now(void);
 
-/* A buffer of at least bytes in comm->scratch; NULL (with the error recorded) if out of memory. */
+/* A buffer of at least bytes in comm->scratch; NULL (with the error recorded) if out of memory.
+ * While gdr_active, device memory registered for GPUDirect RDMA (hoop__gdr_scratch). */
 void *hoop__scratch(hoop_comm *comm, size_t bytes);
+void *hoop__gdr_scratch(hoop_comm *comm, size_t bytes);
 
 /* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
  * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */

@@ -234,6 +234,7 @@ static struct {
   CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
   CUresult (*get_handle_for_range)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
                                    unsigned long long);
+  CUresult (*flush_rdma_writes)(CUflushGPUDirectRDMAWritesTarget, CUflushGPUDirectRDMAWritesScope);
   /* CUDA IPC's and the IPC allreduce's scratch: NULL where the driver lacks them. */
   CUresult (*ipc_get_mem_handle)(CUipcMemHandle *, CUdeviceptr);
   CUresult (*ipc_open_mem_handle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
@@ -313,6 +314,7 @@ static void load(void) {
                     {"cuDeviceGet", (void **)&drv.device_get},
                     {"cuDeviceGetAttribute", (void **)&drv.device_get_attribute},
                     {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range},
+                    {"cuFlushGPUDirectRDMAWrites", (void **)&drv.flush_rdma_writes},
                     {"cuIpcGetMemHandle", (void **)&drv.ipc_get_mem_handle},
                     {"cuIpcOpenMemHandle", (void **)&drv.ipc_open_mem_handle},
                     {"cuIpcCloseMemHandle", (void **)&drv.ipc_close_mem_handle},
@@ -592,18 +594,53 @@ hoop_result hoop__cuda_pipe_drain(hoop_comm *comm, hoop__cuda_pipe *pipe) {
 
 /* ---- GPUDirect RDMA's questions ------------------------------------------------------------ */
 
-int hoop__cuda_dmabuf_supported(const void *ptr) {
-  int ordinal = -1, value = 0;
+/* An attribute of the device that holds ptr: 0, or -1 when the driver cannot say. */
+static int device_attribute(const void *ptr, CUdevice_attribute which, int *value) {
+  int ordinal = -1;
   CUdevice device;
   CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
   void *data = &ordinal;
   if (!hoop__cuda_loaded() || !drv.device_get || !drv.device_get_attribute ||
       drv.pointer_get_attributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
       ordinal < 0 || drv.device_get(&device, ordinal) != CUDA_SUCCESS ||
-      drv.device_get_attribute(&value, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device) !=
-          CUDA_SUCCESS)
+      drv.device_get_attribute(value, which, device) != CUDA_SUCCESS)
+    return -1;
+  return 0;
+}
+
+int hoop__cuda_dmabuf_supported(const void *ptr) {
+  int value = 0;
+  if (device_attribute(ptr, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, &value) != 0)
     return -1;
   return value != 0;
+}
+
+int hoop__cuda_gdr_flush_mode(const void *ptr, char *why, size_t whylen) {
+  int ordering = 0, options = 0;
+  if (device_attribute(ptr, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, &ordering) == 0 &&
+      ordering >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER)
+    return 0;
+  if (drv.flush_rdma_writes &&
+      device_attribute(ptr, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, &options) ==
+          0 &&
+      (options & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST))
+    return 1;
+  snprintf(why, whylen,
+           "the GPU does not order GPUDirect RDMA writes before its kernels' reads, and the "
+           "driver offers no flush (cuFlushGPUDirectRDMAWrites)");
+  return -1;
+}
+
+hoop_result hoop__cuda_gdr_flush(hoop_comm *comm, const void *near) {
+  char why[160];
+  if (push_context_of(near, why, sizeof why) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cuda: %s", comm->call ? comm->call : "hoop",
+                           why);
+  CUresult err = drv.flush_rdma_writes(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                       CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuFlushGPUDirectRDMAWrites", err);
 }
 
 int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_t whylen) {

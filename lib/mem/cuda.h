@@ -73,6 +73,11 @@ void hoop__cuda_pipe_free(hoop_comm *comm);
  * aligned (0, or -1 with why). */
 int hoop__cuda_dmabuf_supported(const void *ptr);
 int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_t whylen);
+/* Whether data the RDMA device wrote into the device memory at ptr must be flushed before a kernel
+ * reads it: 0 (the GPU orders such writes itself), 1 (hoop__cuda_gdr_flush after each arrival), -1
+ * when it must but the driver cannot (why says so). */
+int hoop__cuda_gdr_flush_mode(const void *ptr, char *why, size_t whylen);
+hoop_result hoop__cuda_gdr_flush(hoop_comm *comm, const void *near);
 
 /* The reduction kernels of reduce.h on the GPU (lib/mem/kernels.cu), bit for bit the same
  * results: dst = a op b over count elements, all three in the device memory of one context

@@ -54,6 +54,34 @@ static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
   }
 }
 
+/* Add [ptr, ptr + bytes) with handle (call_lock held): HOOP_OK, or the error recorded. */
+static hoop_result add(hoop_comm *comm, void *ptr, size_t bytes, uint64_t handle) {
+  if (comm->reg_count == comm->reg_capacity) {
+    size_t capacity = comm->reg_capacity ? 2 * comm->reg_capacity : 8;
+    hoop__registration *grown = realloc(comm->regs, capacity * sizeof *grown);
+    if (!grown)
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
+    comm->regs = grown;
+    comm->reg_capacity = capacity;
+  }
+  hoop__registration reg = {.base = ptr, .bytes = bytes, .handle = handle};
+  hoop_result result = HOOP_OK;
+  for (int t = 0; t < comm->ntransports && result == HOOP_OK; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (ctx->ops->register_mem)
+      result = ctx->ops->register_mem(ctx, ptr, bytes, &reg.transport_mem[t]);
+  }
+  if (result != HOOP_OK) {
+    release_transport_mem(comm, &reg);
+    return result;
+  }
+  size_t at = insert_position(comm, ptr);
+  memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
+  comm->regs[at] = reg;
+  comm->reg_count++;
+  return HOOP_OK;
+}
+
 hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_handle *handle) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
@@ -69,36 +97,12 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
                            "hoop_register: %zu bytes at %p wrap around the address space", bytes,
                            ptr);
   pthread_mutex_lock(&comm->call_lock);
-  hoop_result result = HOOP_OK;
-  if (comm->reg_count == comm->reg_capacity) {
-    size_t capacity = comm->reg_capacity ? 2 * comm->reg_capacity : 8;
-    hoop__registration *grown = realloc(comm->regs, capacity * sizeof *grown);
-    if (!grown) {
-      result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
-      goto out;
-    }
-    comm->regs = grown;
-    comm->reg_capacity = capacity;
+  hoop_result result = add(comm, ptr, bytes, comm->reg_last_handle + 1);
+  if (result == HOOP_OK) {
+    *handle = ++comm->reg_last_handle;
+    HOOP__TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
+                (unsigned long long)*handle);
   }
-  hoop__registration reg = {.base = ptr, .bytes = bytes};
-  for (int t = 0; t < comm->ntransports && result == HOOP_OK; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
-    if (ctx->ops->register_mem)
-      result = ctx->ops->register_mem(ctx, ptr, bytes, &reg.transport_mem[t]);
-  }
-  if (result != HOOP_OK) {
-    release_transport_mem(comm, &reg);
-    goto out;
-  }
-  reg.handle = ++comm->reg_last_handle;
-  size_t at = insert_position(comm, ptr);
-  memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
-  comm->regs[at] = reg;
-  comm->reg_count++;
-  *handle = comm->regs[at].handle;
-  HOOP__TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
-              (unsigned long long)*handle);
-out:
   pthread_mutex_unlock(&comm->call_lock);
   return result;
 }
@@ -128,6 +132,18 @@ hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
     release(comm, i);
   pthread_mutex_unlock(&comm->call_lock);
   return result;
+}
+
+hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes) {
+  return add(comm, ptr, bytes, 0);
+}
+
+void hoop__deregister_internal(hoop_comm *comm, const void *ptr) {
+  for (size_t i = 0; i < comm->reg_count; i++)
+    if (comm->regs[i].handle == 0 && comm->regs[i].base == ptr) {
+      release(comm, i);
+      return;
+    }
 }
 
 void hoop__registrations_release(hoop_comm *comm) {

@@ -153,14 +153,17 @@ static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *mo
   ib_peer *peer = &state->peers[index];
   hoop__fragment *frag = peer->send_head;
   *handled = 0;
-  if (peer->zsend_state == IB_ZSEND_COPY || peer->head_started || state->zcopy_min == 0 ||
-      frag->len < state->zcopy_min)
+  /* Below HOOP_IB_ZCOPY_MIN only a message from GPU memory goes as a rendezvous (it must: the
+   * slots are host memory); an empty message never needs one. */
+  int small = state->zcopy_min == 0 || frag->len < state->zcopy_min;
+  if (peer->zsend_state == IB_ZSEND_COPY || peer->head_started ||
+      (small && (state->ndevice_mrs == 0 || frag->len == 0)))
     return HOOP_OK;
   *handled = 1;
   uint8_t header[IB_HEADER_BYTES];
   if (peer->zsend_state == IB_ZSEND_NONE) {
     peer->zsend_mr = hoop__ib_find_mr(ctx, frag->buf, frag->len);
-    if (!peer->zsend_mr) {
+    if (!peer->zsend_mr || (small && !hoop__ib_mr_is_device(state, peer->zsend_mr))) {
       peer->zsend_state = IB_ZSEND_COPY;
       *handled = 0;
       return HOOP_OK;
@@ -184,6 +187,11 @@ static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *mo
                         "%zu-byte message",
                         index, (unsigned long long)peer->cts_len, frag->len);
     if (!peer->cts_zcopy) {
+      if (hoop__ib_mr_is_device(state, peer->zsend_mr))
+        return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
+                          "ibverbs: rank %d has no registered buffer for a %zu-byte message from "
+                          "GPU memory, which cannot go through host slots",
+                          index, frag->len);
       state->zcopy_declined++;
       peer->zsend_state = IB_ZSEND_COPY;
       *handled = 0;
@@ -213,6 +221,8 @@ static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *mo
   if (result != HOOP_OK)
     return result;
   state->zcopy_msgs++;
+  if (hoop__ib_mr_is_device(state, peer->zsend_mr))
+    state->device_msgs++;
   peer->send_head = frag->next;
   if (!peer->send_head)
     peer->send_tail = NULL;
@@ -486,6 +496,11 @@ hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
         continue;
       }
       peer->head_zcopy = 0; /* the sender chose the slots after all */
+      if (head->len > 0 && hoop__ib_is_device(ctx, head->buf, head->len))
+        return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
+                          "ibverbs: rank %d sent a %zu-byte message for GPU memory through host "
+                          "slots instead of writing it there",
+                          index, head->len);
     } else if (kind == IB_SLOT_MORE && (!head || !peer->head_checked)) {
       return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                         "ibverbs: rank %d continued a message that had "

@@ -192,8 +192,12 @@ typedef struct ib_state {
    * destination and dropped through forget_mem when hoop__scratch replaces it. */
   struct ibv_mr *scratch_mr;
   int scratch_reg_failed;
+  /* The registrations of device memory (GPUDirect RDMA): every message from them goes as a
+   * rendezvous, whatever its size, and nothing of them through the slots. */
+  struct ibv_mr **device_mrs;
+  int ndevice_mrs, device_mrs_capacity;
   /* Counters for the log at finalize (HOOP_DEBUG=info) and the guest tests. */
-  unsigned long long reg_calls, zcopy_msgs, zcopy_declined;
+  unsigned long long reg_calls, zcopy_msgs, zcopy_declined, device_msgs;
 } ib_state;
 
 static inline ib_state *ib_state_of(hoop__tctx *ctx) {
@@ -249,5 +253,10 @@ struct ibv_mr *hoop__ib_find_mr(hoop__tctx *ctx, const void *buf, size_t len);
 hoop_result hoop__ib_register_mem(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem);
 void hoop__ib_deregister_mem(hoop__tctx *ctx, void *mem);
 void hoop__ib_forget_mem(hoop__tctx *ctx, const void *ptr, size_t bytes);
+/* Whether mr is a registration of device memory; whether [buf, buf + len) lies in one (only ever
+ * 1 where a device registration exists). */
+int hoop__ib_mr_is_device(const ib_state *state, const struct ibv_mr *mr);
+int hoop__ib_is_device(hoop__tctx *ctx, const void *buf, size_t len);
+void hoop__ib_free_device_mrs(ib_state *state);
 
 #endif /* HOOP__IBVERBS_H */

@@ -2,6 +2,7 @@
  * and the lookup that tells the data path whether a buffer can go zero-copy (a user's registration,
  * or the library's staging buffer, registered on first use). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -114,9 +115,41 @@ static hoop_result register_device(hoop__tctx *ctx, void *ptr, size_t bytes, voi
     return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
                            "hoop_register: HOOP_GDR=1, but %s on %s", why,
                            ib_state_of(ctx)->device);
-  if (*mem)
-    ib_state_of(ctx)->reg_calls++;
+  if (!*mem)
+    return HOOP_OK;
+  ib_state *state = ib_state_of(ctx);
+  if (state->ndevice_mrs == state->device_mrs_capacity) {
+    int capacity = state->device_mrs_capacity ? 2 * state->device_mrs_capacity : 8;
+    struct ibv_mr **grown = realloc(state->device_mrs, (size_t)capacity * sizeof *grown);
+    if (!grown) {
+      ibv_dereg_mr(*mem);
+      *mem = NULL;
+      return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
+    }
+    state->device_mrs = grown;
+    state->device_mrs_capacity = capacity;
+  }
+  state->device_mrs[state->ndevice_mrs++] = *mem;
+  state->reg_calls++;
   return HOOP_OK;
+}
+
+int hoop__ib_mr_is_device(const ib_state *state, const struct ibv_mr *mr) {
+  for (int i = 0; mr && i < state->ndevice_mrs; i++)
+    if (state->device_mrs[i] == mr)
+      return 1;
+  return 0;
+}
+
+int hoop__ib_is_device(hoop__tctx *ctx, const void *buf, size_t len) {
+  ib_state *state = ib_state_of(ctx);
+  return state->ndevice_mrs > 0 && hoop__ib_mr_is_device(state, hoop__ib_find_mr(ctx, buf, len));
+}
+
+void hoop__ib_free_device_mrs(ib_state *state) {
+  free(state->device_mrs);
+  state->device_mrs = NULL;
+  state->ndevice_mrs = state->device_mrs_capacity = 0;
 }
 
 hoop_result hoop__ib_register_mem(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem) {
@@ -135,10 +168,15 @@ hoop_result hoop__ib_register_mem(hoop__tctx *ctx, void *ptr, size_t bytes, void
 }
 
 void hoop__ib_deregister_mem(hoop__tctx *ctx, void *mem) {
+  ib_state *state = ib_state_of(ctx);
+  for (int i = 0; i < state->ndevice_mrs; i++)
+    if (state->device_mrs[i] == mem) {
+      state->device_mrs[i] = state->device_mrs[--state->ndevice_mrs];
+      break;
+    }
   int err = ibv_dereg_mr(mem);
   if (err != 0)
     HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (hoop_deregister): %s", strerror(err));
-  (void)ctx;
 }
 
 void hoop__ib_forget_mem(hoop__tctx *ctx, const void *ptr, size_t bytes) {

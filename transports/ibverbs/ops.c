@@ -288,10 +288,10 @@ static void ib_finalize(hoop__tctx *ctx) {
   ib_shutdown(ctx);
   if (state->peers)
     HOOP__INFO(HOOP_SUBSYS_NET,
-               "ibverbs: %llu messages went zero-copy, %llu were declined by "
-               "receivers without registered buffers; %llu ibv_reg_mr calls for registered "
-               "buffers",
-               state->zcopy_msgs, state->zcopy_declined, state->reg_calls);
+               "ibverbs: %llu messages went zero-copy (%llu of them from GPU memory), %llu were "
+               "declined by receivers without registered buffers; %llu ibv_reg_mr calls for "
+               "registered buffers",
+               state->zcopy_msgs, state->device_msgs, state->zcopy_declined, state->reg_calls);
   hoop__ib_forget_mem(ctx, NULL, 0);
   if (state->cq && ibv_destroy_cq(state->cq) != 0)
     HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_destroy_cq: %s", strerror(errno));
@@ -302,6 +302,7 @@ static void ib_finalize(hoop__tctx *ctx) {
   hoop__ib_free_cm(state);
   if (state->wake_fd >= 0)
     close(state->wake_fd);
+  hoop__ib_free_device_mrs(state);
   free(state->peers);
   free(state);
   ctx->state = NULL;

@@ -95,7 +95,8 @@ static void usage(FILE *out) {
           "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
           "  -c, --check 0|1    check every rank's result (default 1)\n"
           "  -i, --inplace      in-place allreduce and allgather\n"
-          "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs)\n"
+          "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs;\n"
+          "                     with -D, GPUDirect RDMA where the GPU and device allow)\n"
           "  -k, --calls K      K calls per timed step, each with a receive buffer of its\n"
           "                     own (default 1); times are per call\n"
           "  -a, --async        post the step's calls non-blocking (hoop_iallreduce...), then\n"
@@ -609,12 +610,6 @@ int main(int argc, char **argv) {
     die("hoop_init_from_env", result);
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
-  if (opt.device && opt.register_buffers) {
-    if (rank == 0)
-      fprintf(stderr, "hoop-bench: --register is for host buffers; not with --device\n");
-    hoop_finalize(comm);
-    return 2;
-  }
   if (opt.root < 0 || opt.root >= nranks) {
     if (rank == 0)
       fprintf(stderr, "hoop-bench: root %d is not a rank of this %d-rank job\n", opt.root, nranks);
@@ -653,12 +648,15 @@ int main(int argc, char **argv) {
         return 1;
       }
   }
-  hoop_mem_handle send_handle = 0, recv_handle = 0;
+  hoop_mem_handle send_handle = 0, recv_handle = 0, more_handle[BENCH_MAX_ASYNC] = {0};
   if (opt.register_buffers &&
       ((result = hoop_register(comm, b.send, per_rank_max + esize, &send_handle)) != HOOP_OK ||
        (result = hoop_register(comm, b.recv, opt.max_bytes + (size_t)nranks * esize,
                                &recv_handle)) != HOOP_OK))
     die("hoop_register", result);
+  for (int k = 1; opt.register_buffers && k < opt.calls; k++)
+    if ((result = hoop_register(comm, b.more[k], b.recv_bytes, &more_handle[k])) != HOOP_OK)
+      die("hoop_register", result);
   FILE *csv = NULL;
   if (rank == 0 && opt.csv_path) {
     csv = fopen(opt.csv_path, "w");
@@ -696,6 +694,9 @@ int main(int argc, char **argv) {
   if (opt.register_buffers && ((result = hoop_deregister(comm, recv_handle)) != HOOP_OK ||
                                (result = hoop_deregister(comm, send_handle)) != HOOP_OK))
     die("hoop_deregister", result);
+  for (int k = 1; opt.register_buffers && k < opt.calls; k++)
+    if ((result = hoop_deregister(comm, more_handle[k])) != HOOP_OK)
+      die("hoop_deregister", result);
   for (int k = 1; k < opt.calls; k++)
     opt.device ? devmem_free(b.more[k]) : free(b.more[k]);
   if (opt.device) {

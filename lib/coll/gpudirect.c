@@ -257,8 +257,8 @@ static int prepare(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args
 
 /* Every rank's answer: 1 when all can, 0 when every rank stages (logged), -1 when the exchange
  * failed (*result). */
-static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args *args,
-                  size_t bytes, hoop_result *result) {
+static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args *args, size_t bytes,
+                  hoop_result *result) {
   char why[256] = "";
   int mine = prepare(comm, gdr, args, why, sizeof why) == 0, all = mine;
   hoop__group whole = hoop__whole(comm);
@@ -266,8 +266,9 @@ static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args 
     return -1;
   if (!all) {
     if (mine)
-      snprintf(why, sizeof why, "another rank cannot (its buffers are not registered device "
-                                "memory, or its GPU cannot take GPUDirect RDMA)");
+      snprintf(why, sizeof why,
+               "another rank cannot (its buffers are not registered device "
+               "memory, or its GPU cannot take GPUDirect RDMA)");
     if (!gdr->told_why)
       HOOP__INFO(HOOP_SUBSYS_COLL, "gpudirect: %s of %zu bytes is staged through host memory: %s",
                  comm->call, bytes, why);
@@ -281,7 +282,8 @@ static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args 
     HOOP__INFO(HOOP_SUBSYS_COLL,
                "gpudirect: %s of %zu bytes goes between the GPUs and the network directly "
                "(GPUDirect RDMA%s)",
-               comm->call, bytes, gdr->flush ? ", received data flushed before kernels read it" : "");
+               comm->call, bytes,
+               gdr->flush ? ", received data flushed before kernels read it" : "");
   gdr->told_used = 1;
   return 1;
 }

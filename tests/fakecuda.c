@@ -542,6 +542,18 @@ static CUresult fake_stream_synchronize(CUstream stream) {
   return CUDA_SUCCESS;
 }
 
+static CUresult fake_stream_query(CUstream stream) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!known_stream(stream))
+    return CUDA_ERROR_INVALID_HANDLE;
+  queue *q = &queues[queue_of(stream)];
+  pthread_mutex_lock(&queue_lock);
+  int done = q->done >= q->queued;
+  pthread_mutex_unlock(&queue_lock);
+  return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 static CUresult fake_ctx_synchronize(void) {
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
@@ -847,6 +859,7 @@ static const struct {
     {"cuGetErrorString", (void *)fake_get_error_string},
     {"cuStreamCreate", (void *)fake_stream_create},
     {"cuStreamSynchronize", (void *)fake_stream_synchronize},
+    {"cuStreamQuery", (void *)fake_stream_query},
     {"cuStreamGetCtx", (void *)fake_stream_get_ctx},
     {"cuMemHostAlloc", (void *)fake_mem_host_alloc},
     {"cuMemFreeHost", (void *)fake_mem_free_host},

@@ -15,14 +15,22 @@ hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *
   return result;
 }
 
-hoop_result hoop__group_agree(hoop_comm *comm, const hoop__group *group, int *flag, int any) {
+hoop_result hoop__group_agree_bits(hoop_comm *comm, const hoop__group *group, unsigned *bits,
+                                   unsigned any_mask) {
   int n = group->size, r = group->index;
   hoop_result result = HOOP_OK;
   for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
-    char mine = (char)(*flag != 0), heard = 0;
+    unsigned char mine = (unsigned char)*bits, heard = 0;
     result = hoop__sendrecv(comm, hoop__member(group, (r + distance) % n), &mine, 1,
                             hoop__member(group, (r - distance + n) % n), &heard, 1);
-    *flag = any ? (*flag || heard) : (*flag && heard);
+    *bits = ((*bits | heard) & any_mask) | (*bits & heard & ~any_mask);
   }
+  return result;
+}
+
+hoop_result hoop__group_agree(hoop_comm *comm, const hoop__group *group, int *flag, int any) {
+  unsigned bits = *flag != 0;
+  hoop_result result = hoop__group_agree_bits(comm, group, &bits, any ? 1u : 0u);
+  *flag = (int)bits;
   return result;
 }

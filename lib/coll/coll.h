@@ -213,6 +213,10 @@ hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *
  * ceil(log2 n) rounds of one byte each member has heard, directly or through others, from every
  * member (barrier.c). */
 hoop_result hoop__group_agree(hoop_comm *comm, const hoop__group *group, int *flag, int any);
+/* The same for up to 8 flags at once, in one byte: OR for the bits of any_mask, AND for the rest.
+ */
+hoop_result hoop__group_agree_bits(hoop_comm *comm, const hoop__group *group, unsigned *bits,
+                                   unsigned any_mask);
 
 /* tune.c: read HOOP_ALGO and HOOP_CHUNK_BYTES once per communicator (HOOP_ERR_INVALID_ARG,
  * recorded, for a bad value of either, at this and every later call), then the algorithm for this

@@ -5,15 +5,19 @@
  * When. Every peer of every rank is on the verbs transport (HOOP_TRANSPORT=ibverbs, or one rank
  * per host), and every rank's buffers of the call are device memory inside hoop_register
  * registrations that the verbs transport made for GPUDirect RDMA (mem/gdr.h: dma-buf or
- * nvidia-peermem). Each rank checks its own side; a one-byte agreement (hoop__group_agree) makes
- * the choice alike on every rank, and where any rank cannot every rank stages (mem/stage.c), saying
- * why at HOOP_DEBUG=info. Calls smaller than HOOP_GDR_MIN_BYTES are staged without asking, and a
- * communicator where no rank loads a CUDA driver asks once and never again.
+ * nvidia-peermem). Each rank checks its own side; a one-byte agreement (hoop__group_agree_bits)
+ * makes the choice alike on every rank, and where any rank cannot every rank stages (mem/stage.c),
+ * saying why at HOOP_DEBUG=info. Calls smaller than HOOP_GDR_MIN_BYTES are staged without asking,
+ * a communicator where no rank loads a CUDA driver asks once and never again, and while no rank
+ * has registered device memory the agreement is made only every 1, 2, 4, ... up to 64 calls (a
+ * registration made meanwhile is seen at the next one), so that host-buffer calls hardly pay it.
  *
  * How. While the algorithm runs, comm->gdr_active turns its scratch into device memory registered
  * the same way (an internal registration, so that peers write received chunks straight into it)
  * and its reductions and copies into hoop's kernels and device copies (coll.h's hoop__coll_*),
- * each done before the algorithm goes on, so that what it sends next is final. The verbs
+ * each done before the algorithm goes on, so that what it sends next is final; while one runs the
+ * rank keeps its transports moving (answering peers' RTS, taking arrivals), so that the pipeline
+ * of chunks does not stall behind the kernel. The verbs
  * transport sends every message from GPU memory as a rendezvous (RTS, CTS, RDMA write, ZDONE),
  * whatever its size: nothing of GPU memory ever passes through its host slots.
  *
@@ -42,10 +46,15 @@
 
 #ifdef HOOP_HAVE_CUDA
 
+#define GDR_BACKOFF_MAX 64
+
 struct hoop__gdr {
-  int setting;          /* HOOP_GDR: -1 auto, 0 off, 1 on; -2 (invalid) counts as off */
-  size_t min_bytes;     /* HOOP_GDR_MIN_BYTES */
-  int drivers;          /* 0: not asked yet; 1: some rank loads a CUDA driver; -1: none does */
+  int setting;      /* HOOP_GDR: -1 auto, 0 off, 1 on; -2 (invalid) counts as off */
+  size_t min_bytes; /* HOOP_GDR_MIN_BYTES */
+  int drivers;      /* 0: not asked yet; 1: some rank loads a CUDA driver; -1: none does */
+  /* While no rank has registered device memory, calls skip the agreement: skip more calls, after
+   * agreements that found none, backoff of them, doubling up to GDR_BACKOFF_MAX. */
+  int skip, backoff;
   char *scratch;        /* device memory of the running call's context, registered */
   size_t scratch_bytes; /* 0 when there is none */
   const void *near;     /* the running call's device memory */
@@ -80,6 +89,8 @@ static struct hoop__gdr *gdr_state(hoop_comm *comm) {
  * every rank's, unless shared memory took pairs on some host: not when HOOP_TRANSPORT=ibverbs
  * (which must be alike on every rank), nor when every host runs one rank. The verbs transport is
  * the only one that registers memory. */
+/* So the IPC path (coll/ipc.c), which runs first, declines alike on every rank whenever this
+ * holds: with no pair on shared memory anywhere, no host's ranks can go by IPC. */
 static int all_pairs_direct(const hoop_comm *comm) {
   if (strcmp(comm->transport_mode, "ibverbs") != 0 &&
       (!comm->hosts || comm->hosts->count != comm->size))
@@ -155,7 +166,7 @@ hoop_result hoop__gdr_reduce3(hoop_comm *comm, void *dst, const void *a, const v
   hoop_result result = count ? flushed(comm) : HOOP_OK;
   if (count && result == HOOP_OK &&
       (result = hoop__cuda_reduce3_async(comm, dst, a, b, count, dtype, op)) == HOOP_OK)
-    result = hoop__cuda_sync(comm, dst);
+    result = hoop__cuda_sync_busy(comm, dst, hoop__progress_once);
   return result;
 }
 
@@ -164,7 +175,7 @@ hoop_result hoop__gdr_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtyp
   if (op != HOOP_AVG || count == 0)
     return HOOP_OK;
   hoop_result result = hoop__cuda_finish_async(comm, buf, count, dtype, op, nranks);
-  return result == HOOP_OK ? hoop__cuda_sync(comm, buf) : result;
+  return result == HOOP_OK ? hoop__cuda_sync_busy(comm, buf, hoop__progress_once) : result;
 }
 
 hoop_result hoop__gdr_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
@@ -172,7 +183,7 @@ hoop_result hoop__gdr_copy(hoop_comm *comm, void *dst, const void *src, size_t b
     return HOOP_OK;
   hoop_result result = flushed(comm);
   if (result == HOOP_OK && (result = hoop__cuda_copy_async(comm, dst, src, bytes)) == HOOP_OK)
-    result = hoop__cuda_sync(comm, dst);
+    result = hoop__cuda_sync_busy(comm, dst, hoop__progress_once);
   return result;
 }
 
@@ -215,7 +226,7 @@ static int buffers_direct(hoop_comm *comm, const hoop__coll_args *args, char *wh
                what);
       return -1;
     }
-    if (hoop__mem_kind_of(bufs[i]) != HOOP__MEM_DEVICE) {
+    if (!hoop__registration_find(comm, bufs[i], lens[i])->device) {
       snprintf(why, whylen, "its %s is not device memory", what);
       return -1;
     }
@@ -227,10 +238,23 @@ static int buffers_direct(hoop_comm *comm, const hoop__coll_args *args, char *wh
   return 0;
 }
 
+/* Device scratch enough for whatever algo takes with hoop__scratch, so that it never has to grow
+ * (and perhaps fail to register) once every rank has agreed: the pipelined passes take
+ * HOOP__RING_RECV_DEPTH chunks of a block no larger than the call, chunk_bytes growing with the
+ * block; recursive doubling and Bruck's allgather the whole call. */
+static size_t scratch_need(const hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn algo,
+                           size_t total) {
+  size_t need = HOOP__RING_RECV_DEPTH * hoop__chunk_bytes(comm, total, args->esize);
+  if ((algo == hoop__allreduce_rd || algo == hoop__allgather_bruck || algo == hoop__allgather_rd) &&
+      need < total)
+    need = total;
+  return need;
+}
+
 /* Whether this rank can take its part (0, or -1 with why): its buffers, the flush, hoop's stream
- * and kernels, and device scratch for the algorithm's first needs (it may grow during the call). */
-static int prepare(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args *args, char *why,
-                   size_t whylen) {
+ * and kernels, and device scratch for all the algorithm's needs. */
+static int prepare(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args *args,
+                   hoop__algo_fn algo, char *why, size_t whylen) {
   if (buffers_direct(comm, args, why, whylen) != 0)
     return -1;
   gdr->near = args->recvbuf;
@@ -245,7 +269,7 @@ static int prepare(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args
   }
   size_t total =
       args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
-  size_t want = HOOP__RING_RECV_DEPTH * hoop__chunk_bytes(comm, total, args->esize);
+  size_t want = scratch_need(comm, args, algo, total);
   if (gdr->scratch && hoop__cuda_context_of(gdr->scratch) != hoop__cuda_context_of(gdr->near))
     drop_scratch(comm, gdr);
   if (!hoop__gdr_scratch(comm, want)) {
@@ -257,13 +281,37 @@ static int prepare(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args
 
 /* Every rank's answer: 1 when all can, 0 when every rank stages (logged), -1 when the exchange
  * failed (*result). */
-static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args *args, size_t bytes,
-                  hoop_result *result) {
+static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args *args,
+                  hoop__algo_fn algo, size_t bytes, hoop_result *result) {
   char why[256] = "";
-  int mine = prepare(comm, gdr, args, why, sizeof why) == 0, all = mine;
+  /* What prepare recorded on the way to "cannot" is why, not this call's error: the call goes on,
+   * staged. */
+  char saved[sizeof comm->last_error];
+  memcpy(saved, comm->last_error, sizeof saved);
+  int mine = comm->device_regs > 0 && prepare(comm, gdr, args, algo, why, sizeof why) == 0;
+  memcpy(comm->last_error, saved, sizeof saved);
+  if (comm->device_regs == 0)
+    snprintf(why, sizeof why, "it has no device memory registered");
+  /* Bit 0: this rank can (AND); bit 1: this rank has device memory registered (OR). */
+  unsigned bits = (mine ? 1u : 0u) | (comm->device_regs > 0 ? 2u : 0u);
   hoop__group whole = hoop__whole(comm);
-  if ((*result = hoop__group_agree(comm, &whole, &all, 0)) != HOOP_OK)
+  if ((*result = hoop__group_agree_bits(comm, &whole, &bits, 2u)) != HOOP_OK)
     return -1;
+  int all = (bits & 1u) != 0;
+  if (bits & 2u) {
+    gdr->backoff = 0;
+  } else {
+    /* Nobody can until some rank registers device memory, which only a later agreement tells. */
+    gdr->backoff = gdr->backoff ? 2 * gdr->backoff : 1;
+    if (gdr->backoff > GDR_BACKOFF_MAX)
+      gdr->backoff = GDR_BACKOFF_MAX;
+    gdr->skip = gdr->backoff;
+    HOOP__TRACE(HOOP_SUBSYS_COLL,
+                "gpudirect: no rank has device memory registered: the next %d "
+                "calls are staged without asking",
+                gdr->skip);
+    return 0;
+  }
   if (!all) {
     if (mine)
       snprintf(why, sizeof why,
@@ -306,8 +354,12 @@ int hoop__gdr_run(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn al
   if (gdr->setting == 0 || bytes < gdr->min_bytes)
     return 0;
   int go = any_driver(comm, gdr, result);
+  if (go > 0 && gdr->skip > 0) {
+    gdr->skip--; /* alike on every rank: each counts the same calls */
+    return 0;
+  }
   if (go > 0)
-    go = settle(comm, gdr, args, bytes, result);
+    go = settle(comm, gdr, args, algo, bytes, result);
   if (go == 0)
     return 0;
   if (go < 0)

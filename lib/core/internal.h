@@ -143,6 +143,7 @@ struct hoop_comm {
   struct hoop__registration *regs;
   size_t reg_count, reg_capacity;
   uint64_t reg_last_handle; /* handles are never reused */
+  size_t device_regs;       /* the user's registrations of device memory (coll/gpudirect.c) */
 };
 
 /* A buffer the user registered: [base, base + bytes), and what each transport made of it (the
@@ -151,6 +152,7 @@ typedef struct hoop__registration {
   void *base;
   size_t bytes;
   uint64_t handle;
+  int device;             /* a user's registration of device memory */
   void *transport_mem[4]; /* HOOP__MAX_TRANSPORTS */
 } hoop__registration;
 

@@ -183,6 +183,12 @@ hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near) {
   return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
 }
 
+hoop_result hoop__cuda_sync_busy(hoop_comm *comm, const void *near,
+                                 hoop_result (*meanwhile)(hoop_comm *comm)) {
+  (void)near, (void)meanwhile;
+  return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
+}
+
 void *hoop__cuda_alloc(size_t bytes, const void *near) {
   (void)bytes, (void)near;
   return NULL;
@@ -219,6 +225,7 @@ static struct {
                             unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
   CUresult (*stream_create)(CUstream *, unsigned int);
   CUresult (*stream_synchronize)(CUstream);
+  CUresult (*stream_query)(CUstream); /* NULL where the driver lacks it */
   CUresult (*stream_get_ctx)(CUstream, CUcontext *);
   CUresult (*mem_host_alloc)(void **, size_t, unsigned int);
   CUresult (*mem_free_host)(void *);
@@ -315,6 +322,7 @@ static void load(void) {
                     {"cuDeviceGetAttribute", (void **)&drv.device_get_attribute},
                     {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range},
                     {"cuFlushGPUDirectRDMAWrites", (void **)&drv.flush_rdma_writes},
+                    {"cuStreamQuery", (void **)&drv.stream_query},
                     {"cuIpcGetMemHandle", (void **)&drv.ipc_get_mem_handle},
                     {"cuIpcOpenMemHandle", (void **)&drv.ipc_open_mem_handle},
                     {"cuIpcCloseMemHandle", (void **)&drv.ipc_close_mem_handle},
@@ -927,6 +935,27 @@ hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near) {
   CUresult err = drv.stream_synchronize(set->stream);
   CUcontext popped;
   drv.ctx_pop(&popped);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
+}
+
+hoop_result hoop__cuda_sync_busy(hoop_comm *comm, const void *near,
+                                 hoop_result (*meanwhile)(hoop_comm *comm)) {
+  kernel_set *set = NULL;
+  hoop_result result = enter_set(comm, near, &set);
+  if (result != HOOP_OK)
+    return result;
+  CUresult err = CUDA_ERROR_NOT_READY;
+  while (drv.stream_query && (err = drv.stream_query(set->stream)) == CUDA_ERROR_NOT_READY &&
+         (result = meanwhile(comm)) == HOOP_OK)
+    ;
+  /* Leaving on the other's failure, or without the query, still waits: nothing of the call may
+   * run on the GPU once it returns. */
+  if (err != CUDA_SUCCESS)
+    err = drv.stream_synchronize(set->stream);
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  if (result != HOOP_OK)
+    return result;
   return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
 }
 

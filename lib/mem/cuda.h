@@ -133,6 +133,11 @@ hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void 
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
                                          int divide);
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
+/* The same, calling meanwhile(comm) between looks at the stream (the GPUDirect path moves the
+ * transports' messages while its kernels run); its failure ends the wait early and is returned,
+ * once the queued work is done all the same. */
+hoop_result hoop__cuda_sync_busy(hoop_comm *comm, const void *near,
+                                 hoop_result (*meanwhile)(hoop_comm *comm));
 /* Make hoop's stream in near's context, and load the kernels there if kernels, now (no waiting):
  * HOOP_OK, or why they cannot be had (recorded on comm). */
 hoop_result hoop__cuda_ready(hoop_comm *comm, const void *near, int kernels);

@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "core/log.h"
+#include "mem/cuda.h"
 #include "transport/transport.h"
 
 /* The entries are kept sorted by base address for the transport's lookups. */
@@ -75,6 +76,8 @@ static hoop_result add(hoop_comm *comm, void *ptr, size_t bytes, uint64_t handle
     release_transport_mem(comm, &reg);
     return result;
   }
+  reg.device = handle != 0 && hoop__mem_kind_of(ptr) == HOOP__MEM_DEVICE;
+  comm->device_regs += (size_t)reg.device;
   size_t at = insert_position(comm, ptr);
   memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
   comm->regs[at] = reg;
@@ -110,6 +113,7 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
 static void release(hoop_comm *comm, size_t index) {
   hoop__registration *reg = &comm->regs[index];
   release_transport_mem(comm, reg);
+  comm->device_regs -= (size_t)reg->device;
   memmove(reg, reg + 1, (comm->reg_count - index - 1) * sizeof *reg);
   comm->reg_count--;
 }

@@ -192,6 +192,13 @@ static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
   return HOOP_OK;
 }
 
+hoop_result hoop__progress_once(hoop_comm *comm) {
+  if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
+    return comm->failed;
+  int moved = 0;
+  return progress_all(comm, 0, &moved);
+}
+
 /* The grace after HOOP_TIMEOUT, as a fraction of it (of at most 1 s): see hoop__wait. */
 #define TIMEOUT_GRACE 0.05
 

@@ -236,6 +236,9 @@ hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
 hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
+/* One round of every transport's progress without sleeping (the communicator's failure, if any):
+ * what a rank busy with something else calls so that its peers' transfers go on. */
+hoop_result hoop__progress_once(hoop_comm *comm);
 /* Send to one peer and receive from another at the same time, then wait for both. */
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
                            void *recvbuf, size_t recvlen);

@@ -162,8 +162,9 @@ static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *mo
   *handled = 1;
   uint8_t header[IB_HEADER_BYTES];
   if (peer->zsend_state == IB_ZSEND_NONE) {
-    peer->zsend_mr = hoop__ib_find_mr(ctx, frag->buf, frag->len);
-    if (!peer->zsend_mr || (small && !hoop__ib_mr_is_device(state, peer->zsend_mr))) {
+    peer->zsend_mr = small ? hoop__ib_device_mr(state, frag->buf, frag->len)
+                           : hoop__ib_find_mr(ctx, frag->buf, frag->len);
+    if (!peer->zsend_mr) {
       peer->zsend_state = IB_ZSEND_COPY;
       *handled = 0;
       return HOOP_OK;
@@ -496,7 +497,8 @@ hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
         continue;
       }
       peer->head_zcopy = 0; /* the sender chose the slots after all */
-      if (head->len > 0 && hoop__ib_is_device(ctx, head->buf, head->len))
+      if (state->ndevice_mrs > 0 && head->len > 0 &&
+          hoop__ib_device_mr(state, head->buf, head->len))
         return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
                           "ibverbs: rank %d sent a %zu-byte message for GPU memory through host "
                           "slots instead of writing it there",

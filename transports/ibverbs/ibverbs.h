@@ -253,10 +253,10 @@ struct ibv_mr *hoop__ib_find_mr(hoop__tctx *ctx, const void *buf, size_t len);
 hoop_result hoop__ib_register_mem(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem);
 void hoop__ib_deregister_mem(hoop__tctx *ctx, void *mem);
 void hoop__ib_forget_mem(hoop__tctx *ctx, const void *ptr, size_t bytes);
-/* Whether mr is a registration of device memory; whether [buf, buf + len) lies in one (only ever
- * 1 where a device registration exists). */
+/* Whether mr is a registration of device memory; the one that covers [buf, buf + len), or NULL (a
+ * walk over the few device registrations: the small-message path asks it). */
 int hoop__ib_mr_is_device(const ib_state *state, const struct ibv_mr *mr);
-int hoop__ib_is_device(hoop__tctx *ctx, const void *buf, size_t len);
+struct ibv_mr *hoop__ib_device_mr(const ib_state *state, const void *buf, size_t len);
 void hoop__ib_free_device_mrs(ib_state *state);
 
 #endif /* HOOP__IBVERBS_H */

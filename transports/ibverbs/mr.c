@@ -141,9 +141,15 @@ int hoop__ib_mr_is_device(const ib_state *state, const struct ibv_mr *mr) {
   return 0;
 }
 
-int hoop__ib_is_device(hoop__tctx *ctx, const void *buf, size_t len) {
-  ib_state *state = ib_state_of(ctx);
-  return state->ndevice_mrs > 0 && hoop__ib_mr_is_device(state, hoop__ib_find_mr(ctx, buf, len));
+struct ibv_mr *hoop__ib_device_mr(const ib_state *state, const void *buf, size_t len) {
+  uintptr_t start = (uintptr_t)buf;
+  for (int i = 0; i < state->ndevice_mrs; i++) {
+    const struct ibv_mr *mr = state->device_mrs[i];
+    uintptr_t base = (uintptr_t)mr->addr; /* registered with the buffer's own address as iova */
+    if (start >= base && start - base <= mr->length && len <= mr->length - (start - base))
+      return state->device_mrs[i];
+  }
+  return NULL;
 }
 
 void hoop__ib_free_device_mrs(ib_state *state) {

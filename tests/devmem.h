@@ -1,6 +1,7 @@
 /* devmem.h - test buffers in CUDA device memory, allocated through the driver that hoop loads
  * (HOOP_CUDA_LIBRARY: the real libcuda.so.1 on a GPU machine, tests/.libs/libfakecuda.so where
- * there is none), so that the collectives suites run on device buffers. No CUDA header needed. */
+ * there is none), so that the collectives suites run on device buffers. No CUDA header needed.
+ * DEVMEM_VMM=1 (or noexport) allocates through the virtual memory management API (devmem.c). */
 #ifndef HOOP_TEST_DEVMEM_H
 #define HOOP_TEST_DEVMEM_H
 

@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mem/reduce.h"
@@ -61,16 +62,37 @@ typedef struct alloc {
   char *base;   /* the PROT_NONE reservation: the "device address" */
   char *shadow; /* where the bytes really are: a shared mapping of fd */
   size_t bytes;
-  int fd;                /* the memfd; -1 for a peer's allocation opened by IPC */
+  int fd;                /* the memfd; -1 for a peer's allocation opened by IPC, or a VMM mapping */
   unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  int phys;              /* a VMM mapping (cuMemMap): its physical allocation's index + 1 */
 } alloc;
+
+/* The virtual memory management API's physical allocations (cuMemCreate, or imported from a file
+ * descriptor): a memfd each, a CUmemGenericAllocationHandle being the index + 1. */
+#define MAX_PHYS 1024
+#define VMM_GRANULARITY (2u << 20)
+typedef struct phys_alloc {
+  int fd; /* -1: free */
+  size_t bytes;
+  int refs; /* the handle's own, and one per mapping */
+  CUmemAllocationHandleType types;
+} phys_alloc;
+static phys_alloc phys[MAX_PHYS];
+/* Reserved address ranges (cuMemAddressReserve), each with a shadow range of its size where the
+ * mappings' bytes are mapped at the same offsets. */
+#define MAX_RESERVES 4096
+static struct {
+  char *base, *shadow;
+  size_t bytes;
+} reserves[MAX_RESERVES];
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc allocs[MAX_ALLOCS];
 static int initialized;
 static struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 static __thread int ctx_depth; /* contexts pushed or set current on this thread */
-static unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens, flushes;
+static unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens, flushes,
+    vmm_imports;
 static unsigned long long next_id;
 /* Streams: each one created has a queue of its own (queues[index]); NULL is the legacy default
  * stream, queues[0]. */
@@ -243,12 +265,30 @@ static void wait_done(int qi, unsigned long long seq) {
 
 /* The allocation that holds [ptr, ptr + len): ptr inside it (not one past its end, which may be
  * where the next allocation starts: reservations are often adjacent). */
+static alloc *mapping_at(const char *base) {
+  for (int i = 0; i < MAX_ALLOCS; i++)
+    if (allocs[i].base == base && allocs[i].phys)
+      return &allocs[i];
+  return NULL;
+}
+
+/* A range may go on into the VMM mappings that follow its own in one reserved range: their
+ * bytes lie one after the other in the reservation's shadow too, as the GPU's do in its address
+ * space. */
 static alloc *find(const void *ptr, size_t len) {
   const char *p = ptr;
   for (int i = 0; i < MAX_ALLOCS; i++)
-    if (allocs[i].base && p >= allocs[i].base && (size_t)(p - allocs[i].base) < allocs[i].bytes &&
-        len <= allocs[i].bytes - (size_t)(p - allocs[i].base))
-      return &allocs[i];
+    if (allocs[i].base && p >= allocs[i].base && (size_t)(p - allocs[i].base) < allocs[i].bytes) {
+      size_t covered = allocs[i].bytes - (size_t)(p - allocs[i].base);
+      const alloc *last = &allocs[i], *next;
+      while (covered < len && last->phys && (next = mapping_at(last->base + last->bytes)) &&
+             next->shadow == last->shadow + last->bytes) {
+        covered += next->bytes;
+        last = next;
+      }
+      if (len <= covered)
+        return &allocs[i];
+    }
   return NULL;
 }
 
@@ -322,7 +362,7 @@ static CUresult fake_mem_alloc(CUdeviceptr *ptr, size_t bytes) {
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCS; i++)
     if (!allocs[i].base) {
-      allocs[i] = (alloc){base, shadow, span, fd, ++next_id};
+      allocs[i] = (alloc){base, shadow, span, fd, ++next_id, 0};
       pthread_mutex_unlock(&lock);
       *ptr = (CUdeviceptr)(uintptr_t)base;
       return CUDA_SUCCESS;
@@ -764,6 +804,270 @@ typedef struct fake_ipc_handle {
   uint64_t bytes, id;
 } fake_ipc_handle;
 
+/* ---- the virtual memory management API (cuMemCreate and kin) ------------------------------ */
+
+static phys_alloc *phys_of(CUmemGenericAllocationHandle handle) {
+  return handle >= 1 && handle <= MAX_PHYS && phys[handle - 1].fd >= 0 && phys[handle - 1].refs > 0
+             ? &phys[handle - 1]
+             : NULL;
+}
+
+/* A new physical allocation on fd (taken), under lock: its handle, or 0. */
+static CUmemGenericAllocationHandle phys_add(int fd, size_t bytes,
+                                             CUmemAllocationHandleType types) {
+  for (int i = 0; i < MAX_PHYS; i++)
+    if (phys[i].refs == 0) {
+      phys[i] = (phys_alloc){fd, bytes, 1, types};
+      return (CUmemGenericAllocationHandle)i + 1;
+    }
+  return 0;
+}
+
+static void phys_unref(phys_alloc *p) {
+  if (--p->refs == 0) {
+    close(p->fd);
+    p->fd = -1;
+  }
+}
+
+static CUresult fake_mem_get_granularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                         CUmemAllocationGranularity_flags option) {
+  (void)prop, (void)option;
+  *granularity = VMM_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_create(CUmemGenericAllocationHandle *handle, size_t bytes,
+                                const CUmemAllocationProp *prop, unsigned long long flags) {
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  if (!prop || flags || bytes == 0 || bytes % VMM_GRANULARITY ||
+      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_lock(&lock);
+  *handle = phys_add(fd, bytes, prop->requestedHandleTypes);
+  pthread_mutex_unlock(&lock);
+  if (*handle == 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_release(CUmemGenericAllocationHandle handle) {
+  pthread_mutex_lock(&lock);
+  phys_alloc *p = phys_of(handle);
+  if (p)
+    phys_unref(p);
+  pthread_mutex_unlock(&lock);
+  return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_mem_address_reserve(CUdeviceptr *ptr, size_t bytes, size_t alignment,
+                                         CUdeviceptr addr, unsigned long long flags) {
+  (void)alignment, (void)addr;
+  if (!initialized)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (bytes == 0 || bytes % VMM_GRANULARITY || flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  int flags_none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  char *range = mmap(NULL, bytes, PROT_NONE, flags_none, -1, 0);
+  char *shadow = range == MAP_FAILED ? MAP_FAILED : mmap(NULL, bytes, PROT_NONE, flags_none, -1, 0);
+  pthread_mutex_lock(&lock);
+  int slot = -1;
+  for (int i = 0; i < MAX_RESERVES && slot < 0 && shadow != MAP_FAILED; i++)
+    if (!reserves[i].base)
+      slot = i;
+  if (slot >= 0) {
+    reserves[slot].base = range;
+    reserves[slot].shadow = shadow;
+    reserves[slot].bytes = bytes;
+  }
+  pthread_mutex_unlock(&lock);
+  if (slot < 0) {
+    if (range != MAP_FAILED)
+      munmap(range, bytes);
+    if (shadow != MAP_FAILED)
+      munmap(shadow, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *ptr = (CUdeviceptr)(uintptr_t)range;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_address_free(CUdeviceptr ptr, size_t bytes) {
+  pthread_mutex_lock(&lock);
+  int found = 0;
+  for (int i = 0; i < MAX_RESERVES && !found; i++)
+    if (reserves[i].base == (char *)(uintptr_t)ptr && reserves[i].bytes == bytes) {
+      munmap(reserves[i].base, bytes);
+      munmap(reserves[i].shadow, bytes);
+      memset(&reserves[i], 0, sizeof reserves[i]);
+      found = 1;
+    }
+  pthread_mutex_unlock(&lock);
+  return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Where in a reservation's shadow [ptr, ptr + bytes) lies (under lock), or NULL. */
+static char *shadow_of(CUdeviceptr ptr, size_t bytes) {
+  char *p = (char *)(uintptr_t)ptr;
+  for (int i = 0; i < MAX_RESERVES; i++)
+    if (reserves[i].base && p >= reserves[i].base &&
+        (size_t)(p - reserves[i].base) + bytes <= reserves[i].bytes)
+      return reserves[i].shadow + (p - reserves[i].base);
+  return NULL;
+}
+
+/* Map a physical allocation at ptr, inside a reserved range: an allocation of its own, as the real
+ * driver's pointer queries see it, whose bytes are the memfd's. */
+static CUresult fake_mem_map(CUdeviceptr ptr, size_t bytes, size_t offset,
+                             CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (offset || flags || bytes == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  phys_alloc *p = phys_of(handle);
+  char *at = shadow_of(ptr, bytes);
+  CUresult err = !p || p->bytes != bytes || !at    ? CUDA_ERROR_INVALID_VALUE
+                 : find((void *)(uintptr_t)ptr, 0) ? CUDA_ERROR_ALREADY_MAPPED
+                                                   : CUDA_SUCCESS;
+  char *shadow = err == CUDA_SUCCESS
+                     ? mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd, 0)
+                     : MAP_FAILED;
+  const char *visible = getenv("FAKECUDA_HOST_VISIBLE");
+  int none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
+  if (shadow != MAP_FAILED && visible && strcmp(visible, "1") == 0 &&
+      mmap((void *)(uintptr_t)ptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd,
+           0) == MAP_FAILED) {
+    mmap(shadow, bytes, PROT_NONE, none, -1, 0);
+    shadow = MAP_FAILED;
+  }
+  if (err == CUDA_SUCCESS && shadow == MAP_FAILED)
+    err = CUDA_ERROR_OUT_OF_MEMORY;
+  int slot = -1;
+  for (int i = 0; err == CUDA_SUCCESS && i < MAX_ALLOCS && slot < 0; i++)
+    if (!allocs[i].base)
+      slot = i;
+  if (err == CUDA_SUCCESS && slot < 0) {
+    mmap(shadow, bytes, PROT_NONE, none, -1, 0);
+    err = CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (err == CUDA_SUCCESS) {
+    allocs[slot] =
+        (alloc){(char *)(uintptr_t)ptr, shadow, bytes, -1, ++next_id, (int)(p - phys) + 1};
+    p->refs++;
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+static CUresult fake_mem_unmap(CUdeviceptr ptr, size_t bytes) {
+  drain();
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  CUresult err = !a || !a->phys || a->base != (char *)(uintptr_t)ptr || a->bytes != bytes
+                     ? CUDA_ERROR_INVALID_VALUE
+                     : CUDA_SUCCESS;
+  if (err == CUDA_SUCCESS) {
+    /* The range and its shadow stay reserved, out of the CPU's reach again. */
+    int none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
+    mmap(a->shadow, a->bytes, PROT_NONE, none, -1, 0);
+    mmap(a->base, a->bytes, PROT_NONE, none, -1, 0);
+    phys_unref(&phys[a->phys - 1]);
+    memset(a, 0, sizeof *a);
+  }
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+static CUresult fake_mem_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc *desc,
+                                    size_t count) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  int mapped = a && a->phys && a->base == (char *)(uintptr_t)ptr && a->bytes == bytes;
+  pthread_mutex_unlock(&lock);
+  if (!mapped || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      desc->location.id != 0 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_retain_allocation_handle(CUmemGenericAllocationHandle *handle,
+                                                  void *addr) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find(addr, 0);
+  int index = a && a->phys ? a->phys : 0;
+  if (index)
+    phys[index - 1].refs++;
+  pthread_mutex_unlock(&lock);
+  *handle = (CUmemGenericAllocationHandle)index;
+  return index ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_mem_get_allocation_properties(CUmemAllocationProp *prop,
+                                                   CUmemGenericAllocationHandle handle) {
+  pthread_mutex_lock(&lock);
+  phys_alloc *p = phys_of(handle);
+  CUmemAllocationHandleType types = p ? p->types : CU_MEM_HANDLE_TYPE_NONE;
+  pthread_mutex_unlock(&lock);
+  if (!p)
+    return CUDA_ERROR_INVALID_VALUE;
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->requestedHandleTypes = types;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_export(void *shareable, CUmemGenericAllocationHandle handle,
+                                CUmemAllocationHandleType type, unsigned long long flags) {
+  pthread_mutex_lock(&lock);
+  phys_alloc *p = phys_of(handle);
+  int fd = p && !flags && type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR &&
+                   (p->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+               ? fcntl(p->fd, F_DUPFD_CLOEXEC, 0)
+               : -2;
+  pthread_mutex_unlock(&lock);
+  if (fd == -2)
+    return p ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_INVALID_VALUE;
+  if (fd < 0)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *(int *)shareable = fd;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_import(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                CUmemAllocationHandleType type) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return CUDA_ERROR_INVALID_VALUE;
+  struct stat st;
+  int given = (int)(intptr_t)os_handle;
+  if (fstat(given, &st) != 0 || st.st_size <= 0 || (size_t)st.st_size % VMM_GRANULARITY)
+    return CUDA_ERROR_INVALID_VALUE;
+  int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&lock);
+  *handle = phys_add(fd, (size_t)st.st_size, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  vmm_imports += *handle != 0;
+  pthread_mutex_unlock(&lock);
+  if (*handle == 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr ptr) {
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
@@ -813,7 +1117,7 @@ static CUresult fake_ipc_open_mem_handle(CUdeviceptr *ptr, CUipcMemHandle handle
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCS; i++)
     if (!allocs[i].base) {
-      allocs[i] = (alloc){base, shadow, h.bytes, -1, ++next_id};
+      allocs[i] = (alloc){base, shadow, h.bytes, -1, ++next_id, 0};
       ipc_opens++;
       pthread_mutex_unlock(&lock);
       *ptr = (CUdeviceptr)(uintptr_t)base;
@@ -879,6 +1183,18 @@ static const struct {
     {"cuModuleLoadData", (void *)fake_module_load_data},
     {"cuModuleGetFunction", (void *)fake_module_get_function},
     {"cuLaunchKernel", (void *)fake_launch_kernel},
+    {"cuMemGetAllocationGranularity", (void *)fake_mem_get_granularity},
+    {"cuMemCreate", (void *)fake_mem_create},
+    {"cuMemRelease", (void *)fake_mem_release},
+    {"cuMemAddressReserve", (void *)fake_mem_address_reserve},
+    {"cuMemAddressFree", (void *)fake_mem_address_free},
+    {"cuMemMap", (void *)fake_mem_map},
+    {"cuMemUnmap", (void *)fake_mem_unmap},
+    {"cuMemSetAccess", (void *)fake_mem_set_access},
+    {"cuMemRetainAllocationHandle", (void *)fake_mem_retain_allocation_handle},
+    {"cuMemGetAllocationPropertiesFromHandle", (void *)fake_mem_get_allocation_properties},
+    {"cuMemExportToShareableHandle", (void *)fake_mem_export},
+    {"cuMemImportFromShareableHandle", (void *)fake_mem_import},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
@@ -911,8 +1227,9 @@ __attribute__((destructor)) static void report(void) {
   if (f) {
     fprintf(f,
             "copies %llu bytes %llu stream_syncs %llu pinned %llu async %llu kernels %llu "
-            "ipc_opens %llu flushes %llu\n",
-            copies, copied_bytes, stream_syncs, pinned, async_copies, kernels, ipc_opens, flushes);
+            "ipc_opens %llu flushes %llu vmm_imports %llu\n",
+            copies, copied_bytes, stream_syncs, pinned, async_copies, kernels, ipc_opens, flushes,
+            vmm_imports);
     fclose(f);
   }
 }

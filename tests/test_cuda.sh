@@ -179,6 +179,34 @@ ipc_run "IPC without kernels" 2 --device all
 unset FAKECUDA_KERNELS
 [ "${opens:-0}" -ge 10 ] && [ "${kernels:-1}" = 0 ] || {
   echo "FAIL: without kernels, broadcast and allgather not by IPC, or kernels launched"; status=1; }
+# Buffers of the virtual memory management API (cuMemCreate, cuMemMap: PyTorch's expandable
+# segments), exportable as file descriptors: mapped by the peers through pidfd_getfd and
+# cuMemImportFromShareableHandle, not legacy handles.
+for np in 2 3; do
+  DEVMEM_VMM=1 ipc_run "IPC of VMM memory --device all" $np --device all
+  vmm=$(awk '{n += $18} END {print n + 0}' "$counts" 2>/dev/null)
+  echo "  VMM imports: $vmm"
+  [ "${kernels:-0}" -ge 100 ] && [ "${vmm:-0}" -ge 100 ] && [ "${opens:-1}" = 0 ] || {
+    echo "FAIL: VMM memory did not go by CUDA IPC through file descriptors"; status=1; }
+done
+# Not exportable (requestedHandleTypes without POSIX file descriptors): staged, saying why.
+out=$(DEVMEM_VMM=noexport HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=info \
+  HOOP_DEBUG_SUBSYS=coll "$hooprun" -np 2 --timeout 120 "$worker" --quick --device all 2>&1)
+if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 2 ] ||
+  ! echo "$out" | grep -q "staged through host memory: .*was not made exportable as a file descriptor"; then
+  echo "FAIL: unexportable VMM memory: not staged, or not said why"; echo "$out" | tail -20; status=1
+fi
+# A buffer across two physical allocations mapped one after the other (an expandable segment that
+# grew): a peer maps one allocation, so such calls stage; the others still go by IPC.
+out=$(DEVMEM_VMM=split HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=trace \
+  HOOP_DEBUG_SUBSYS=coll "$hooprun" -np 2 --timeout 120 "$build/bench/hoop-bench" allreduce -D \
+  -s 1M,4M -n 2 -w 1 -c 1 2>&1)
+echo "$out" | grep -E '^\[0\] +[0-9]'
+if ! echo "$out" | grep -q 'Out of bounds values : 0 OK' ||
+  ! echo "$out" | grep -q "of 4194304 bytes is staged: rank [01]'s buffer lies across more than one allocation" ||
+  ! echo "$out" | grep -q 'of 1048576 bytes reads the peers'"'"' device buffers directly'; then
+  echo "FAIL: VMM buffers across two allocations"; echo "$out" | grep -v TRACE | tail -20; status=1
+fi
 # Many non-blocking calls on device buffers outstanding at once, completed in scrambled order,
 # by CUDA IPC on hoop's progress thread.
 out=$(HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 FAKECUDA_ASYNC_DELAY_US=20 "$hooprun" -np 3 \

@@ -172,7 +172,7 @@ static void unmap(mapping *map) {
       break;
     }
   nmaps--;
-  hoop__cuda_ipc_close(map->base);
+  hoop__cuda_ipc_close(map->base, &map->from);
   free(map);
 }
 
@@ -351,6 +351,13 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
       (args->coll == HOOP__COLL_ALLREDUCE &&
        hoop__cuda_ipc_export(args->recvbuf, &desc->recv, why, whylen) != 0))
     return -1;
+  /* A peer maps one allocation: VMM memory mapped piece by piece (PyTorch's expandable segments)
+   * may hold a buffer across two. */
+  if (desc->send.offset + args->bytes > desc->send.size ||
+      (args->coll == HOOP__COLL_ALLREDUCE && desc->recv.offset + args->bytes > desc->recv.size)) {
+    snprintf(why, whylen, "rank %d's buffer lies across more than one allocation", comm->rank);
+    return -1;
+  }
   char saved[sizeof comm->last_error];
   memcpy(saved, comm->last_error, sizeof saved);
   int ok = 1;

@@ -9,12 +9,15 @@
 #include "config.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/env.h"
 #include "core/internal.h"
@@ -148,8 +151,8 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
   return -1;
 }
 
-void hoop__cuda_ipc_close(void *base) {
-  (void)base;
+void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export) {
+  (void)base, (void)export;
 }
 
 void *hoop__cuda_context_of(const void *ptr) {
@@ -248,6 +251,19 @@ static struct {
   CUresult (*ipc_close_mem_handle)(CUdeviceptr);
   CUresult (*mem_alloc)(CUdeviceptr *, size_t);
   CUresult (*mem_free)(CUdeviceptr);
+  /* CUDA IPC of VMM memory's: NULL where the driver lacks them. */
+  CUresult (*mem_retain_allocation_handle)(CUmemGenericAllocationHandle *, void *);
+  CUresult (*mem_get_allocation_properties)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+  CUresult (*mem_export)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                         unsigned long long);
+  CUresult (*mem_import)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+  CUresult (*mem_release)(CUmemGenericAllocationHandle);
+  CUresult (*mem_address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*mem_address_free)(CUdeviceptr, size_t);
+  CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                      unsigned long long);
+  CUresult (*mem_unmap)(CUdeviceptr, size_t);
+  CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
   CUcontext host_context; /* where the staging memory was allocated, to free it there */
 } drv;
 
@@ -312,22 +328,33 @@ static void load(void) {
   const struct {
     const char *name;
     void **fn;
-  } pipe_calls[] = {{"cuMemcpyAsync", (void **)&drv.memcpy_async},
-                    {"cuEventCreate", (void **)&drv.event_create},
-                    {"cuEventDestroy", (void **)&drv.event_destroy},
-                    {"cuEventRecord", (void **)&drv.event_record},
-                    {"cuEventSynchronize", (void **)&drv.event_synchronize},
-                    {"cuStreamDestroy", (void **)&drv.stream_destroy},
-                    {"cuDeviceGet", (void **)&drv.device_get},
-                    {"cuDeviceGetAttribute", (void **)&drv.device_get_attribute},
-                    {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range},
-                    {"cuFlushGPUDirectRDMAWrites", (void **)&drv.flush_rdma_writes},
-                    {"cuStreamQuery", (void **)&drv.stream_query},
-                    {"cuIpcGetMemHandle", (void **)&drv.ipc_get_mem_handle},
-                    {"cuIpcOpenMemHandle", (void **)&drv.ipc_open_mem_handle},
-                    {"cuIpcCloseMemHandle", (void **)&drv.ipc_close_mem_handle},
-                    {"cuMemAlloc", (void **)&drv.mem_alloc},
-                    {"cuMemFree", (void **)&drv.mem_free}};
+  } pipe_calls[] = {
+      {"cuMemcpyAsync", (void **)&drv.memcpy_async},
+      {"cuEventCreate", (void **)&drv.event_create},
+      {"cuEventDestroy", (void **)&drv.event_destroy},
+      {"cuEventRecord", (void **)&drv.event_record},
+      {"cuEventSynchronize", (void **)&drv.event_synchronize},
+      {"cuStreamDestroy", (void **)&drv.stream_destroy},
+      {"cuDeviceGet", (void **)&drv.device_get},
+      {"cuDeviceGetAttribute", (void **)&drv.device_get_attribute},
+      {"cuMemGetHandleForAddressRange", (void **)&drv.get_handle_for_range},
+      {"cuFlushGPUDirectRDMAWrites", (void **)&drv.flush_rdma_writes},
+      {"cuStreamQuery", (void **)&drv.stream_query},
+      {"cuIpcGetMemHandle", (void **)&drv.ipc_get_mem_handle},
+      {"cuIpcOpenMemHandle", (void **)&drv.ipc_open_mem_handle},
+      {"cuIpcCloseMemHandle", (void **)&drv.ipc_close_mem_handle},
+      {"cuMemAlloc", (void **)&drv.mem_alloc},
+      {"cuMemFree", (void **)&drv.mem_free},
+      {"cuMemRetainAllocationHandle", (void **)&drv.mem_retain_allocation_handle},
+      {"cuMemGetAllocationPropertiesFromHandle", (void **)&drv.mem_get_allocation_properties},
+      {"cuMemExportToShareableHandle", (void **)&drv.mem_export},
+      {"cuMemImportFromShareableHandle", (void **)&drv.mem_import},
+      {"cuMemRelease", (void **)&drv.mem_release},
+      {"cuMemAddressReserve", (void **)&drv.mem_address_reserve},
+      {"cuMemAddressFree", (void **)&drv.mem_address_free},
+      {"cuMemMap", (void **)&drv.mem_map},
+      {"cuMemUnmap", (void **)&drv.mem_unmap},
+      {"cuMemSetAccess", (void **)&drv.mem_set_access}};
   for (size_t i = 0; i < sizeof pipe_calls / sizeof pipe_calls[0]; i++)
     if (get_proc(pipe_calls[i].name, pipe_calls[i].fn, HOOP_CUDA_API_VERSION,
                  CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
@@ -984,11 +1011,111 @@ void hoop__cuda_free(void *ptr) {
 /* ---- CUDA IPC ---------------------------------------------------------------------------------
  */
 
-/* This process's exports, by buffer id: cuIpcGetMemHandle is a driver round trip. */
+/* This process's exports, by buffer id: cuIpcGetMemHandle is a driver round trip. A VMM export's
+ * descriptor stays open while its entry is kept: peers take their copies of it during the call
+ * that sent it, and a call exports two buffers at most, so an entry lives past its call. */
 #define MAX_EXPORTS 64
 static hoop__cuda_export exports[MAX_EXPORTS];
 static int nexports, next_export;
 static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int vmm_calls(void) {
+  return drv.mem_retain_allocation_handle && drv.mem_get_allocation_properties && drv.mem_export &&
+         drv.mem_import && drv.mem_release && drv.mem_address_reserve && drv.mem_address_free &&
+         drv.mem_map && drv.mem_unmap && drv.mem_set_access;
+}
+
+/* The VMM allocation mapped at start (its context current), exported as a file descriptor into
+ * out: 0, or -1 with why. */
+static int vmm_export(CUdeviceptr start, hoop__cuda_export *out, char *why, size_t whylen) {
+  if (!vmm_calls()) {
+    snprintf(why, whylen, "the driver has no virtual memory management calls");
+    return -1;
+  }
+  CUmemGenericAllocationHandle handle;
+  CUresult err = drv.mem_retain_allocation_handle(&handle, (void *)(uintptr_t)start);
+  if (err != CUDA_SUCCESS) {
+    say_why(why, whylen, "cuMemRetainAllocationHandle", err);
+    return -1;
+  }
+  CUmemAllocationProp prop;
+  int fd = -1;
+  if ((err = drv.mem_get_allocation_properties(&prop, handle)) != CUDA_SUCCESS)
+    say_why(why, whylen, "cuMemGetAllocationPropertiesFromHandle", err);
+  else if (!(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    snprintf(why, whylen,
+             "its allocation (cuMemCreate) was not made exportable as a file descriptor "
+             "(requestedHandleTypes lacks CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)");
+  else if ((err = drv.mem_export(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) !=
+           CUDA_SUCCESS)
+    say_why(why, whylen, "cuMemExportToShareableHandle", err);
+  drv.mem_release(handle);
+  if (fd < 0)
+    return -1;
+  out->kind = HOOP__CUDA_EXPORT_VMM;
+  out->fd = fd;
+  out->pid = (uint64_t)getpid();
+  return 0;
+}
+
+/* Map a peer's VMM allocation into the current context (that of near): 0, or -1 with why. */
+static int vmm_open(const void *near, const hoop__cuda_export *export, CUdeviceptr *mapped,
+                    char *why, size_t whylen) {
+  if (!vmm_calls()) {
+    snprintf(why, whylen, "the driver has no virtual memory management calls");
+    return -1;
+  }
+  int ordinal = -1;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+  void *data = &ordinal;
+  if (drv.pointer_get_attributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)near) != CUDA_SUCCESS ||
+      ordinal < 0) {
+    snprintf(why, whylen, "the device of %p is unknown", near);
+    return -1;
+  }
+  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t) export->pid, 0);
+  int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, export->fd, 0);
+  if (fd < 0) {
+    snprintf(why, whylen,
+             "taking its VMM allocation's descriptor (pidfd_getfd from pid %llu): %s (ranks on "
+             "one host must be allowed to ptrace each other)",
+             (unsigned long long)export->pid, strerror(errno));
+    if (pidfd >= 0)
+      close(pidfd);
+    return -1;
+  }
+  close(pidfd);
+  CUmemGenericAllocationHandle handle;
+  CUresult err =
+      drv.mem_import(&handle, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  close(fd);
+  if (err != CUDA_SUCCESS) {
+    say_why(why, whylen, "cuMemImportFromShareableHandle", err);
+    return -1;
+  }
+  const char *what = "cuMemAddressReserve";
+  *mapped = 0;
+  err = drv.mem_address_reserve(mapped, export->size, 0, 0, 0);
+  if (err == CUDA_SUCCESS) {
+    what = "cuMemMap";
+    err = drv.mem_map(*mapped, export->size, 0, handle, 0);
+    if (err == CUDA_SUCCESS) {
+      CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, ordinal},
+                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      what = "cuMemSetAccess";
+      if ((err = drv.mem_set_access(*mapped, export->size, &access, 1)) != CUDA_SUCCESS)
+        drv.mem_unmap(*mapped, export->size);
+    }
+    if (err != CUDA_SUCCESS)
+      drv.mem_address_free(*mapped, export->size);
+  }
+  drv.mem_release(handle); /* the mapping holds the allocation from here */
+  if (err != CUDA_SUCCESS) {
+    say_why(why, whylen, what, err);
+    return -1;
+  }
+  return 0;
+}
 
 int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen) {
   if (!hoop__cuda_loaded() || !drv.ipc_get_mem_handle || !drv.ipc_open_mem_handle ||
@@ -1022,21 +1149,32 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
     }
   pthread_mutex_unlock(&exports_lock);
   CUipcMemHandle handle;
+  memset(out, 0, sizeof *out);
+  out->fd = -1;
   if ((err = drv.ctx_push(context)) == CUDA_SUCCESS) {
     err = drv.ipc_get_mem_handle(&handle, start);
+    char vmm_why[200] = "";
+    /* Not cudaMalloc's memory: perhaps the virtual memory management API's. */
+    if (err != CUDA_SUCCESS && vmm_export(start, out, vmm_why, sizeof vmm_why) == 0)
+      err = CUDA_SUCCESS;
+    else if (err != CUDA_SUCCESS)
+      snprintf(why, whylen, "cuIpcGetMemHandle: %s (%d); as VMM memory: %s", error_text(err),
+               (int)err, vmm_why);
+    else
+      memcpy(out->handle, handle.reserved, sizeof out->handle);
     CUcontext popped;
     drv.ctx_pop(&popped);
+  } else {
+    say_why(why, whylen, "cuCtxPushCurrent", err);
   }
-  if (err != CUDA_SUCCESS) {
-    say_why(why, whylen, "cuIpcGetMemHandle", err);
+  if (err != CUDA_SUCCESS)
     return -1;
-  }
-  memset(out, 0, sizeof *out);
-  memcpy(out->handle, handle.reserved, sizeof out->handle);
   out->base = (uint64_t)start;
   out->size = (uint64_t)size;
   out->buffer_id = id;
   pthread_mutex_lock(&exports_lock);
+  if (nexports == MAX_EXPORTS && exports[next_export].kind == HOOP__CUDA_EXPORT_VMM)
+    close(exports[next_export].fd);
   exports[next_export] = *out;
   next_export = (next_export + 1) % MAX_EXPORTS;
   if (nexports < MAX_EXPORTS)
@@ -1050,11 +1188,19 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
                         size_t whylen) {
   if (push_context_of(near, why, whylen) != 0)
     return -1;
+  CUdeviceptr mapped = 0;
+  CUcontext popped;
+  if (export->kind == HOOP__CUDA_EXPORT_VMM) {
+    int failed = vmm_open(near, export, &mapped, why, whylen);
+    drv.ctx_pop(&popped);
+    if (failed)
+      return -1;
+    *base = (void *)(uintptr_t)mapped;
+    return 0;
+  }
   CUipcMemHandle handle;
   memcpy(handle.reserved, export->handle, sizeof handle.reserved);
-  CUdeviceptr mapped = 0;
   CUresult err = drv.ipc_open_mem_handle(&mapped, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-  CUcontext popped;
   drv.ctx_pop(&popped);
   if (err != CUDA_SUCCESS) {
     say_why(why, whylen, "cuIpcOpenMemHandle", err);
@@ -1069,12 +1215,17 @@ void *hoop__cuda_context_of(const void *ptr) {
   return kind_and_context(ptr, &context) == HOOP__MEM_DEVICE ? (void *)context : NULL;
 }
 
-void hoop__cuda_ipc_close(void *base) {
+void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export) {
   CUcontext context = NULL;
   if (!base || !drv.ipc_close_mem_handle || kind_and_context(base, &context) != HOOP__MEM_DEVICE ||
       !context || drv.ctx_push(context) != CUDA_SUCCESS)
     return;
-  drv.ipc_close_mem_handle((CUdeviceptr)(uintptr_t)base);
+  if (export->kind == HOOP__CUDA_EXPORT_VMM) {
+    drv.mem_unmap((CUdeviceptr)(uintptr_t)base, export->size);
+    drv.mem_address_free((CUdeviceptr)(uintptr_t)base, export->size);
+  } else {
+    drv.ipc_close_mem_handle((CUdeviceptr)(uintptr_t)base);
+  }
   CUcontext popped;
   drv.ctx_pop(&popped);
 }

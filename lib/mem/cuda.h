@@ -98,21 +98,33 @@ hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, h
  * holds it, where the buffer lies in it, and the allocation's identity (its base address here and
  * the driver's buffer id, which changes when memory is freed and allocated again). */
 typedef struct hoop__cuda_export {
-  unsigned char handle[HOOP__CUDA_IPC_HANDLE_BYTES];
+  unsigned char handle[HOOP__CUDA_IPC_HANDLE_BYTES]; /* legacy: the IPC handle */
   uint64_t base;      /* the allocation's address in the exporting process */
   uint64_t size;      /* the allocation's bytes */
   uint64_t offset;    /* of the buffer in the allocation */
   uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  uint32_t kind;      /* HOOP__CUDA_EXPORT_LEGACY or HOOP__CUDA_EXPORT_VMM */
+  int32_t fd;         /* VMM: the exporting process's file descriptor of the allocation */
+  uint64_t pid;       /* VMM: the exporting process */
 } hoop__cuda_export;
 
-/* Fill out for the device memory at ptr (0), or say why it cannot be exported (-1). Exports are
- * cached by buffer id: a buffer exported before costs one pointer query. */
+#define HOOP__CUDA_EXPORT_LEGACY 0u /* cudaMalloc's memory: a legacy IPC handle */
+/* Memory of the virtual memory management API (cuMemCreate and cuMemMap: PyTorch's expandable
+ * segments, for one), whose allocations were created exportable as POSIX file descriptors: the
+ * exporter keeps such a descriptor open and the importer takes its own copy with pidfd_getfd
+ * (ranks on one host must be allowed to ptrace each other, as shared memory's single copy asks
+ * too), imports it, reserves address space, maps and enables access. */
+#define HOOP__CUDA_EXPORT_VMM 1u
+
+/* Fill out for the device memory at ptr (0), or say why it cannot be exported (-1): a legacy IPC
+ * handle where the driver gives one, else a VMM file descriptor. Exports are cached by buffer id:
+ * a buffer exported before costs one pointer query. */
 int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen);
 /* Map a peer's allocation into the context of the device memory at near: its base here (0), or
  * why not (-1). Closed with hoop__cuda_ipc_close. */
 int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
                         size_t whylen);
-void hoop__cuda_ipc_close(void *base);
+void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export);
 /* The context of the device memory at ptr (a CUcontext), or NULL for other memory. */
 void *hoop__cuda_context_of(const void *ptr);
 

@@ -38,6 +38,9 @@ if [ $gpu = yes ]; then
   for np in ${HOOP_CUDA_NP:-1 2 3}; do
     for mode in all even mixed; do HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device $mode" $np --device $mode; done
     HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device all --stream" $np --device all --stream
+    # cuMemCreate's memory, exportable as file descriptors: CUDA IPC through them.
+    [ "$np" -ge 2 ] && DEVMEM_VMM=1 HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_CUDA_IPC_MIN_BYTES=0 \
+      run "GPU --device all, VMM memory" $np --device all
   done
 else
   echo "== no GPU here: device buffers on the stand-in driver (tests/fakecuda.c)"

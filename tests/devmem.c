@@ -24,9 +24,8 @@ static int (*cu_ctx_synchronize)(void);
 /* DEVMEM_VMM=1: buffers from the virtual memory management API instead of cuMemAlloc (as
  * PyTorch's expandable segments make them), exportable as file descriptors: a physical allocation
  * of whole granules (cuMemCreate) mapped into reserved address space. DEVMEM_VMM=noexport: the
- * same, not exportable; DEVMEM_VMM=split: a buffer of more than one granule is two physical
- * allocations mapped one after the other (the first granule, the rest), as an expandable segment
- * grows. The driver's structures as
+ * same, not exportable; DEVMEM_VMM=split: a buffer is one physical allocation per granule, mapped
+ * one after the other, as an expandable segment grows. The driver's structures as
  * cuda.h lays them out, without the header. */
 typedef struct {
   int type, id;
@@ -59,7 +58,7 @@ static int (*cu_set_access)(unsigned long long, size_t, const mem_access *, size
 #define MAX_VMM 4096
 static struct {
   unsigned long long ptr;
-  size_t span, first; /* first: the first physical allocation's bytes (span unless split) */
+  size_t span, piece; /* piece: each physical allocation's bytes (span unless split) */
 } vmm_bufs[MAX_VMM];
 
 static void must(int err, const char *what);
@@ -168,16 +167,15 @@ static unsigned long long dev_alloc(size_t bytes) {
   size_t span = (bytes + granule - (bytes ? 1 : 0)) / granule * granule;
   if (span == 0)
     span = granule;
-  size_t first = vmm == 3 && span > granule ? granule : span;
+  size_t piece = vmm == 3 ? granule : span;
   must(cu_reserve(&dev, span, 0, 0, 0), "cuMemAddressReserve");
-  vmm_piece(dev, first);
-  if (first < span)
-    vmm_piece(dev + first, span - first);
+  for (size_t at = 0; at < span; at += piece)
+    vmm_piece(dev + at, piece);
   for (int i = 0; i < MAX_VMM; i++)
     if (!vmm_bufs[i].ptr) {
       vmm_bufs[i].ptr = dev;
       vmm_bufs[i].span = span;
-      vmm_bufs[i].first = first;
+      vmm_bufs[i].piece = piece;
       return dev;
     }
   fprintf(stderr, "devmem: more than %d VMM buffers at once\n", MAX_VMM);
@@ -229,9 +227,8 @@ void devmem_free(void *dev) {
   for (int i = 0; vmm && i < MAX_VMM; i++)
     if (vmm_bufs[i].ptr == ptr) {
       must(cu_ctx_synchronize(), "cuCtxSynchronize");
-      must(cu_unmap(ptr, vmm_bufs[i].first), "cuMemUnmap");
-      if (vmm_bufs[i].first < vmm_bufs[i].span)
-        must(cu_unmap(ptr + vmm_bufs[i].first, vmm_bufs[i].span - vmm_bufs[i].first), "cuMemUnmap");
+      for (size_t at = 0; at < vmm_bufs[i].span; at += vmm_bufs[i].piece)
+        must(cu_unmap(ptr + at, vmm_bufs[i].piece), "cuMemUnmap");
       must(cu_address_free(ptr, vmm_bufs[i].span), "cuMemAddressFree");
       vmm_bufs[i].ptr = 0;
       return;

@@ -244,8 +244,7 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
   mapping *hit = NULL;
   for (mapping *map = maps; map && !hit; map = map->next)
     if (!map->stale && map->process == desc->process && map->context == context &&
-        map->from.base == from->base && map->from.buffer_id == from->buffer_id &&
-        memcmp(map->from.handle, from->handle, sizeof from->handle) == 0)
+        hoop__cuda_export_same(&map->from, from))
       hit = map;
   if (!hit) {
     /* A mapping of the exporter's memory in this range that is not this allocation: the exporter
@@ -253,8 +252,7 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
     for (mapping *map = maps, *next; map; map = next) {
       next = map->next;
       if (map->process == desc->process && map->context == context &&
-          map->from.base < from->base + from->size &&
-          from->base < map->from.base + map->from.size) {
+          hoop__cuda_export_conflict(&map->from, from)) {
         map->stale = 1;
         if (!map->busy)
           unmap(map);
@@ -347,15 +345,16 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
     return -1;
   }
   desc->context = (uint64_t)(uintptr_t)context;
-  if (hoop__cuda_ipc_export(send, &desc->send, why, whylen) != 0 ||
+  if (hoop__cuda_ipc_export(send, args->bytes, &desc->send, why, whylen) != 0 ||
       (args->coll == HOOP__COLL_ALLREDUCE &&
-       hoop__cuda_ipc_export(args->recvbuf, &desc->recv, why, whylen) != 0))
+       hoop__cuda_ipc_export(args->recvbuf, args->bytes, &desc->recv, why, whylen) != 0))
     return -1;
-  /* A peer maps one allocation: VMM memory mapped piece by piece (PyTorch's expandable segments)
-   * may hold a buffer across two. */
+  /* A peer maps what was exported: the buffer must lie inside it (a cudaMalloc buffer always
+   * does; VMM memory is exported piece after piece up to its end). */
   if (desc->send.offset + args->bytes > desc->send.size ||
       (args->coll == HOOP__COLL_ALLREDUCE && desc->recv.offset + args->bytes > desc->recv.size)) {
-    snprintf(why, whylen, "rank %d's buffer lies across more than one allocation", comm->rank);
+    snprintf(why, whylen, "rank %d's buffer goes on past the allocation that holds its start",
+             comm->rank);
     return -1;
   }
   char saved[sizeof comm->last_error];

@@ -138,8 +138,9 @@ hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, h
   return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
 }
 
-int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen) {
-  (void)ptr, (void)out;
+int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, char *why,
+                          size_t whylen) {
+  (void)ptr, (void)len, (void)out;
   snprintf(why, whylen, "this libhoop was built without CUDA");
   return -1;
 }
@@ -153,6 +154,15 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
 
 void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export) {
   (void)base, (void)export;
+}
+
+int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *b) {
+  return memcmp(a, b, sizeof *a) == 0;
+}
+
+int hoop__cuda_export_conflict(const hoop__cuda_export *a, const hoop__cuda_export *b) {
+  (void)a, (void)b;
+  return 0;
 }
 
 void *hoop__cuda_context_of(const void *ptr) {
@@ -1026,8 +1036,8 @@ static int vmm_calls(void) {
 }
 
 /* The VMM allocation mapped at start (its context current), exported as a file descriptor into
- * out: 0, or -1 with why. */
-static int vmm_export(CUdeviceptr start, hoop__cuda_export *out, char *why, size_t whylen) {
+ * *fd: 0, or -1 with why. */
+static int vmm_export_piece(CUdeviceptr start, int *fd, char *why, size_t whylen) {
   if (!vmm_calls()) {
     snprintf(why, whylen, "the driver has no virtual memory management calls");
     return -1;
@@ -1039,42 +1049,109 @@ static int vmm_export(CUdeviceptr start, hoop__cuda_export *out, char *why, size
     return -1;
   }
   CUmemAllocationProp prop;
-  int fd = -1;
+  *fd = -1;
   if ((err = drv.mem_get_allocation_properties(&prop, handle)) != CUDA_SUCCESS)
     say_why(why, whylen, "cuMemGetAllocationPropertiesFromHandle", err);
   else if (!(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
     snprintf(why, whylen,
              "its allocation (cuMemCreate) was not made exportable as a file descriptor "
              "(requestedHandleTypes lacks CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)");
-  else if ((err = drv.mem_export(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) !=
+  else if ((err = drv.mem_export(fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) !=
            CUDA_SUCCESS)
     say_why(why, whylen, "cuMemExportToShareableHandle", err);
   drv.mem_release(handle);
-  if (fd < 0)
-    return -1;
+  return *fd >= 0 ? 0 : -1;
+}
+
+static void close_pieces(hoop__cuda_export *export) {
+  for (int i = 0; export->kind == HOOP__CUDA_EXPORT_VMM && i < export->npieces; i++)
+    if (export->piece[i].fd >= 0)
+      close(export->piece[i].fd);
+}
+
+/* The VMM allocations that hold [ptr, ptr + len), mapped one after the other from start (the
+ * first, of size bytes and buffer id), each exported (their context current): 0, or -1 with why. */
+static int vmm_export(CUdeviceptr start, size_t size, unsigned long long id, const void *ptr,
+                      size_t len, hoop__cuda_export *out, char *why, size_t whylen) {
   out->kind = HOOP__CUDA_EXPORT_VMM;
-  out->fd = fd;
   out->pid = (uint64_t)getpid();
+  out->npieces = 0;
+  uint64_t end = (uint64_t)(uintptr_t)ptr + len, at = (uint64_t)start;
+  while (1) {
+    hoop__cuda_vmm_piece *piece = &out->piece[out->npieces];
+    *piece = (hoop__cuda_vmm_piece){at, size, id, -1, 0};
+    if (vmm_export_piece((CUdeviceptr)at, &piece->fd, why, whylen) != 0)
+      break;
+    out->npieces++;
+    at += size;
+    if (at >= end)
+      return 0;
+    if (out->npieces == HOOP__CUDA_VMM_PIECES) {
+      snprintf(why, whylen, "the buffer lies across more than %d VMM allocations",
+               HOOP__CUDA_VMM_PIECES);
+      break;
+    }
+    /* The next piece must begin where this one ends, in device memory. */
+    CUmemorytype type = (CUmemorytype)0;
+    CUdeviceptr next = 0;
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[] = {&type, &id, &next, &size};
+    if (drv.pointer_get_attributes(4, attrs, data, (CUdeviceptr)at) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE || next != (CUdeviceptr)at || size == 0) {
+      snprintf(why, whylen, "the buffer goes on past its VMM allocation into other memory");
+      break;
+    }
+  }
+  close_pieces(out);
+  return -1;
+}
+
+int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *b) {
+  if (a->kind != b->kind || a->base != b->base || a->size != b->size ||
+      a->buffer_id != b->buffer_id)
+    return 0;
+  if (a->kind != HOOP__CUDA_EXPORT_VMM)
+    return memcmp(a->handle, b->handle, sizeof a->handle) == 0;
+  if (a->npieces != b->npieces)
+    return 0;
+  for (int i = 0; i < a->npieces; i++)
+    if (a->piece[i].start != b->piece[i].start || a->piece[i].size != b->piece[i].size ||
+        a->piece[i].buffer_id != b->piece[i].buffer_id)
+      return 0;
+  return 1;
+}
+
+int hoop__cuda_export_conflict(const hoop__cuda_export *a, const hoop__cuda_export *b) {
+  if (a->base >= b->base + b->size || b->base >= a->base + a->size || hoop__cuda_export_same(a, b))
+    return 0;
+  if (a->kind != HOOP__CUDA_EXPORT_VMM || b->kind != HOOP__CUDA_EXPORT_VMM)
+    return 1; /* live allocations never overlap */
+  /* Two spans of VMM pieces may overlap and both be right; not if a piece changed. */
+  for (int i = 0; i < a->npieces; i++)
+    for (int j = 0; j < b->npieces; j++) {
+      const hoop__cuda_vmm_piece *p = &a->piece[i], *q = &b->piece[j];
+      if (p->start < q->start + q->size && q->start < p->start + p->size &&
+          (p->start != q->start || p->size != q->size || p->buffer_id != q->buffer_id))
+        return 1;
+    }
   return 0;
 }
 
-/* Map a peer's VMM allocation into the current context (that of near): 0, or -1 with why. */
-static int vmm_open(const void *near, const hoop__cuda_export *export, CUdeviceptr *mapped,
-                    char *why, size_t whylen) {
-  if (!vmm_calls()) {
-    snprintf(why, whylen, "the driver has no virtual memory management calls");
-    return -1;
-  }
-  int ordinal = -1;
-  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
-  void *data = &ordinal;
-  if (drv.pointer_get_attributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)near) != CUDA_SUCCESS ||
-      ordinal < 0) {
-    snprintf(why, whylen, "the device of %p is unknown", near);
-    return -1;
-  }
+/* Unmap the first n pieces of a VMM export mapped at base, and free the range. */
+static void vmm_unmap(CUdeviceptr base, const hoop__cuda_export *export, int n) {
+  for (int i = 0; i < n; i++)
+    drv.mem_unmap(base + (export->piece[i].start - export->base), export->piece[i].size);
+  drv.mem_address_free(base, export->size);
+}
+
+/* Map one piece of a peer's VMM export at va (the current context's, on device ordinal): 0, or -1
+ * with why. */
+static int vmm_map_piece(const hoop__cuda_export *export, const hoop__cuda_vmm_piece *piece,
+                         CUdeviceptr va, int ordinal, char *why, size_t whylen) {
   int pidfd = (int)syscall(SYS_pidfd_open, (pid_t) export->pid, 0);
-  int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, export->fd, 0);
+  int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, piece->fd, 0);
   if (fd < 0) {
     snprintf(why, whylen,
              "taking its VMM allocation's descriptor (pidfd_getfd from pid %llu): %s (ranks on "
@@ -1093,21 +1170,13 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
     say_why(why, whylen, "cuMemImportFromShareableHandle", err);
     return -1;
   }
-  const char *what = "cuMemAddressReserve";
-  *mapped = 0;
-  err = drv.mem_address_reserve(mapped, export->size, 0, 0, 0);
-  if (err == CUDA_SUCCESS) {
-    what = "cuMemMap";
-    err = drv.mem_map(*mapped, export->size, 0, handle, 0);
-    if (err == CUDA_SUCCESS) {
-      CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, ordinal},
-                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-      what = "cuMemSetAccess";
-      if ((err = drv.mem_set_access(*mapped, export->size, &access, 1)) != CUDA_SUCCESS)
-        drv.mem_unmap(*mapped, export->size);
-    }
-    if (err != CUDA_SUCCESS)
-      drv.mem_address_free(*mapped, export->size);
+  const char *what = "cuMemMap";
+  if ((err = drv.mem_map(va, piece->size, 0, handle, 0)) == CUDA_SUCCESS) {
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, ordinal},
+                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    what = "cuMemSetAccess";
+    if ((err = drv.mem_set_access(va, piece->size, &access, 1)) != CUDA_SUCCESS)
+      drv.mem_unmap(va, piece->size);
   }
   drv.mem_release(handle); /* the mapping holds the allocation from here */
   if (err != CUDA_SUCCESS) {
@@ -1117,7 +1186,42 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
   return 0;
 }
 
-int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen) {
+/* Map a peer's VMM export into the current context (that of near), its pieces one after the
+ * other as in the exporter: 0, or -1 with why. */
+static int vmm_open(const void *near, const hoop__cuda_export *export, CUdeviceptr *mapped,
+                    char *why, size_t whylen) {
+  if (!vmm_calls()) {
+    snprintf(why, whylen, "the driver has no virtual memory management calls");
+    return -1;
+  }
+  int ordinal = -1;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+  void *data = &ordinal;
+  if (drv.pointer_get_attributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)near) != CUDA_SUCCESS ||
+      ordinal < 0) {
+    snprintf(why, whylen, "the device of %p is unknown", near);
+    return -1;
+  }
+  if (export->npieces < 1 || export->npieces > HOOP__CUDA_VMM_PIECES) {
+    snprintf(why, whylen, "a VMM export of %d pieces", export->npieces);
+    return -1;
+  }
+  CUresult err = drv.mem_address_reserve(mapped, export->size, 0, 0, 0);
+  if (err != CUDA_SUCCESS) {
+    say_why(why, whylen, "cuMemAddressReserve", err);
+    return -1;
+  }
+  for (int i = 0; i < export->npieces; i++)
+    if (vmm_map_piece(export, &export->piece[i], *mapped + (export->piece[i].start - export->base),
+                      ordinal, why, whylen) != 0) {
+      vmm_unmap(*mapped, export, i);
+      return -1;
+    }
+  return 0;
+}
+
+int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, char *why,
+                          size_t whylen) {
   if (!hoop__cuda_loaded() || !drv.ipc_get_mem_handle || !drv.ipc_open_mem_handle ||
       !drv.ipc_close_mem_handle || !drv.memcpy_async) {
     snprintf(why, whylen, "the driver has no CUDA IPC (cuIpcGetMemHandle) or cuMemcpyAsync");
@@ -1139,9 +1243,11 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
     snprintf(why, whylen, "%p is not device memory the driver can describe (%d)", ptr, (int)err);
     return -1;
   }
+  uint64_t end = (uint64_t)(uintptr_t)ptr + len;
   pthread_mutex_lock(&exports_lock);
   for (int i = 0; i < nexports; i++)
-    if (exports[i].buffer_id == id && exports[i].base == (uint64_t)start) {
+    if (exports[i].buffer_id == id && exports[i].base == (uint64_t)start &&
+        exports[i].base + exports[i].size >= end) {
       *out = exports[i];
       pthread_mutex_unlock(&exports_lock);
       out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
@@ -1150,12 +1256,12 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
   pthread_mutex_unlock(&exports_lock);
   CUipcMemHandle handle;
   memset(out, 0, sizeof *out);
-  out->fd = -1;
   if ((err = drv.ctx_push(context)) == CUDA_SUCCESS) {
     err = drv.ipc_get_mem_handle(&handle, start);
     char vmm_why[200] = "";
     /* Not cudaMalloc's memory: perhaps the virtual memory management API's. */
-    if (err != CUDA_SUCCESS && vmm_export(start, out, vmm_why, sizeof vmm_why) == 0)
+    if (err != CUDA_SUCCESS &&
+        vmm_export(start, size, id, ptr, len, out, vmm_why, sizeof vmm_why) == 0)
       err = CUDA_SUCCESS;
     else if (err != CUDA_SUCCESS)
       snprintf(why, whylen, "cuIpcGetMemHandle: %s (%d); as VMM memory: %s", error_text(err),
@@ -1171,10 +1277,12 @@ int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, si
     return -1;
   out->base = (uint64_t)start;
   out->size = (uint64_t)size;
-  out->buffer_id = id;
+  out->buffer_id = out->kind == HOOP__CUDA_EXPORT_VMM ? out->piece[0].buffer_id : id;
+  if (out->kind == HOOP__CUDA_EXPORT_VMM)
+    out->size = out->piece[out->npieces - 1].start + out->piece[out->npieces - 1].size - out->base;
   pthread_mutex_lock(&exports_lock);
-  if (nexports == MAX_EXPORTS && exports[next_export].kind == HOOP__CUDA_EXPORT_VMM)
-    close(exports[next_export].fd);
+  if (nexports == MAX_EXPORTS)
+    close_pieces(&exports[next_export]);
   exports[next_export] = *out;
   next_export = (next_export + 1) % MAX_EXPORTS;
   if (nexports < MAX_EXPORTS)
@@ -1221,8 +1329,7 @@ void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export) {
       !context || drv.ctx_push(context) != CUDA_SUCCESS)
     return;
   if (export->kind == HOOP__CUDA_EXPORT_VMM) {
-    drv.mem_unmap((CUdeviceptr)(uintptr_t)base, export->size);
-    drv.mem_address_free((CUdeviceptr)(uintptr_t)base, export->size);
+    vmm_unmap((CUdeviceptr)(uintptr_t)base, export, export->npieces);
   } else {
     drv.ipc_close_mem_handle((CUdeviceptr)(uintptr_t)base);
   }

@@ -97,15 +97,26 @@ hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, h
 /* What a peer needs to map a device buffer of this process: the IPC handle of the allocation that
  * holds it, where the buffer lies in it, and the allocation's identity (its base address here and
  * the driver's buffer id, which changes when memory is freed and allocated again). */
+/* VMM allocations one buffer may lie across (an expandable segment's physical pieces). */
+#define HOOP__CUDA_VMM_PIECES 16
+
+typedef struct hoop__cuda_vmm_piece {
+  uint64_t start, size; /* where it is mapped in the exporting process */
+  uint64_t buffer_id;
+  int32_t fd; /* the exporting process's file descriptor of it */
+  int32_t pad;
+} hoop__cuda_vmm_piece;
+
 typedef struct hoop__cuda_export {
   unsigned char handle[HOOP__CUDA_IPC_HANDLE_BYTES]; /* legacy: the IPC handle */
-  uint64_t base;      /* the allocation's address in the exporting process */
-  uint64_t size;      /* the allocation's bytes */
+  uint64_t base;      /* the allocation's address in the exporting process (VMM: the first's) */
+  uint64_t size;      /* the allocation's bytes (VMM: all the pieces', one after the other) */
   uint64_t offset;    /* of the buffer in the allocation */
-  uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+  uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID (VMM: the first piece's) */
   uint32_t kind;      /* HOOP__CUDA_EXPORT_LEGACY or HOOP__CUDA_EXPORT_VMM */
-  int32_t fd;         /* VMM: the exporting process's file descriptor of the allocation */
+  int32_t npieces;    /* VMM: the allocations mapped one after the other from base */
   uint64_t pid;       /* VMM: the exporting process */
+  hoop__cuda_vmm_piece piece[HOOP__CUDA_VMM_PIECES];
 } hoop__cuda_export;
 
 #define HOOP__CUDA_EXPORT_LEGACY 0u /* cudaMalloc's memory: a legacy IPC handle */
@@ -113,13 +124,21 @@ typedef struct hoop__cuda_export {
  * segments, for one), whose allocations were created exportable as POSIX file descriptors: the
  * exporter keeps such a descriptor open and the importer takes its own copy with pidfd_getfd
  * (ranks on one host must be allowed to ptrace each other, as shared memory's single copy asks
- * too), imports it, reserves address space, maps and enables access. */
+ * too), imports it, reserves address space, maps and enables access. A buffer across several
+ * allocations mapped one after the other (up to HOOP__CUDA_VMM_PIECES) is mapped the same way
+ * here, piece after piece. */
 #define HOOP__CUDA_EXPORT_VMM 1u
 
-/* Fill out for the device memory at ptr (0), or say why it cannot be exported (-1): a legacy IPC
- * handle where the driver gives one, else a VMM file descriptor. Exports are cached by buffer id:
- * a buffer exported before costs one pointer query. */
-int hoop__cuda_ipc_export(const void *ptr, hoop__cuda_export *out, char *why, size_t whylen);
+/* Fill out for the len bytes of device memory at ptr (0), or say why they cannot be exported (-1):
+ * a legacy IPC handle where the driver gives one, else VMM file descriptors. Exports are cached
+ * by buffer id: a buffer exported before costs one pointer query. */
+int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, char *why,
+                          size_t whylen);
+/* Whether two exports name the same memory, piece for piece (a mapping of one serves the other);
+ * whether they overlap without being the same (the exporter freed one since: its mapping is
+ * stale). */
+int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *b);
+int hoop__cuda_export_conflict(const hoop__cuda_export *a, const hoop__cuda_export *b);
 /* Map a peer's allocation into the context of the device memory at near: its base here (0), or
  * why not (-1). Closed with hoop__cuda_ipc_close. */
 int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,

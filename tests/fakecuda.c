@@ -81,10 +81,11 @@ static phys_alloc phys[MAX_PHYS];
 /* Reserved address ranges (cuMemAddressReserve), each with a shadow range of its size where the
  * mappings' bytes are mapped at the same offsets. */
 #define MAX_RESERVES 4096
-static struct {
+struct reserve {
   char *base, *shadow;
   size_t bytes;
-} reserves[MAX_RESERVES];
+};
+static struct reserve reserves[MAX_RESERVES];
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc allocs[MAX_ALLOCS];
@@ -633,6 +634,11 @@ static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute 
   alloc *a = find((void *)(uintptr_t)ptr, 0);
   int device = a != NULL;
   alloc found = device ? *a : (alloc){0};
+  struct reserve range = {0};
+  for (int i = 0; found.phys && i < MAX_RESERVES; i++)
+    if (reserves[i].base && found.base >= reserves[i].base &&
+        found.base < reserves[i].base + reserves[i].bytes)
+      range = reserves[i];
   pthread_mutex_unlock(&lock);
   for (unsigned int i = 0; i < n; i++) {
     switch (attrs[i]) {
@@ -640,13 +646,21 @@ static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute 
       *(CUmemorytype *)data[i] = device ? CU_MEMORYTYPE_DEVICE : (CUmemorytype)0;
       break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data[i] = 0; break;
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = device ? the_context : NULL; break;
+    /* As the real driver's: VMM mappings belong to no context, their range is the reservation. */
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *(CUcontext *)data[i] = device && !found.phys ? the_context : NULL;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *(unsigned int *)data[i] = device && found.fd >= 0;
+      break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = device ? 0 : -2; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data[i] = found.id; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-      *(CUdeviceptr *)data[i] = (CUdeviceptr)(uintptr_t)found.base;
+      *(CUdeviceptr *)data[i] = (CUdeviceptr)(uintptr_t)(found.phys ? range.base : found.base);
       break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = found.bytes; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *(size_t *)data[i] = found.phys ? range.bytes : found.bytes;
+      break;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -872,15 +886,29 @@ static CUresult fake_mem_release(CUmemGenericAllocationHandle handle) {
   return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* bytes of PROT_NONE address space aligned to align (a power of two), or MAP_FAILED. */
+static char *reserve_aligned(size_t bytes, size_t align) {
+  int none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  char *raw = mmap(NULL, bytes + align, PROT_NONE, none, -1, 0);
+  if (raw == MAP_FAILED)
+    return MAP_FAILED;
+  char *aligned = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  if (aligned > raw)
+    munmap(raw, (size_t)(aligned - raw));
+  if (raw + bytes + align > aligned + bytes)
+    munmap(aligned + bytes, (size_t)(raw + bytes + align - (aligned + bytes)));
+  return aligned;
+}
+
 static CUresult fake_mem_address_reserve(CUdeviceptr *ptr, size_t bytes, size_t alignment,
                                          CUdeviceptr addr, unsigned long long flags) {
-  (void)alignment, (void)addr;
+  (void)addr;
   if (!initialized)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (bytes == 0 || bytes % VMM_GRANULARITY || flags)
+  if (bytes == 0 || bytes % VMM_GRANULARITY || flags || (alignment & (alignment - 1)))
     return CUDA_ERROR_INVALID_VALUE;
   int flags_none = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-  char *range = mmap(NULL, bytes, PROT_NONE, flags_none, -1, 0);
+  char *range = reserve_aligned(bytes, alignment > VMM_GRANULARITY ? alignment : VMM_GRANULARITY);
   char *shadow = range == MAP_FAILED ? MAP_FAILED : mmap(NULL, bytes, PROT_NONE, flags_none, -1, 0);
   pthread_mutex_lock(&lock);
   int slot = -1;
@@ -937,9 +965,9 @@ static CUresult fake_mem_map(CUdeviceptr ptr, size_t bytes, size_t offset,
   pthread_mutex_lock(&lock);
   phys_alloc *p = phys_of(handle);
   char *at = shadow_of(ptr, bytes);
-  CUresult err = !p || p->bytes != bytes || !at    ? CUDA_ERROR_INVALID_VALUE
-                 : find((void *)(uintptr_t)ptr, 0) ? CUDA_ERROR_ALREADY_MAPPED
-                                                   : CUDA_SUCCESS;
+  CUresult err = !p || p->bytes != bytes || !at || ptr % VMM_GRANULARITY ? CUDA_ERROR_INVALID_VALUE
+                 : find((void *)(uintptr_t)ptr, 0)                       ? CUDA_ERROR_ALREADY_MAPPED
+                                                                         : CUDA_SUCCESS;
   char *shadow = err == CUDA_SUCCESS
                      ? mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd, 0)
                      : MAP_FAILED;
@@ -987,6 +1015,20 @@ static CUresult fake_mem_unmap(CUdeviceptr ptr, size_t bytes) {
   }
   pthread_mutex_unlock(&lock);
   return err;
+}
+
+/* The mapped region (VMM: one mapping, not the reservation) that holds ptr. */
+static CUresult fake_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  pthread_mutex_lock(&lock);
+  alloc *a = find((void *)(uintptr_t)ptr, 0);
+  if (a) {
+    if (base)
+      *base = (CUdeviceptr)(uintptr_t)a->base;
+    if (size)
+      *size = a->bytes;
+  }
+  pthread_mutex_unlock(&lock);
+  return a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 static CUresult fake_mem_set_access(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc *desc,
@@ -1191,6 +1233,7 @@ static const struct {
     {"cuMemMap", (void *)fake_mem_map},
     {"cuMemUnmap", (void *)fake_mem_unmap},
     {"cuMemSetAccess", (void *)fake_mem_set_access},
+    {"cuMemGetAddressRange", (void *)fake_mem_get_address_range},
     {"cuMemRetainAllocationHandle", (void *)fake_mem_retain_allocation_handle},
     {"cuMemGetAllocationPropertiesFromHandle", (void *)fake_mem_get_allocation_properties},
     {"cuMemExportToShareableHandle", (void *)fake_mem_export},

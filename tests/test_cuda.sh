@@ -39,8 +39,13 @@ if [ $gpu = yes ]; then
     for mode in all even mixed; do HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device $mode" $np --device $mode; done
     HOOP_CUDA_LIBRARY=libcuda.so.1 run "GPU --device all --stream" $np --device all --stream
     # cuMemCreate's memory, exportable as file descriptors: CUDA IPC through them.
-    [ "$np" -ge 2 ] && DEVMEM_VMM=1 HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_CUDA_IPC_MIN_BYTES=0 \
-      run "GPU --device all, VMM memory" $np --device all
+    if [ "$np" -ge 2 ]; then
+      DEVMEM_VMM=1 HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=info \
+        HOOP_DEBUG_SUBSYS=coll run "GPU --device all, VMM memory" $np --device all
+      echo "$out" | grep -m 2 'ipc: .*\(directly\|staged\)' | cut -c1-200
+      echo "$out" | grep -q "reads the peers' device buffers directly" || {
+        echo "FAIL: VMM memory did not go by CUDA IPC on the GPU"; status=1; }
+    fi
   done
 else
   echo "== no GPU here: device buffers on the stand-in driver (tests/fakecuda.c)"

@@ -274,6 +274,10 @@ static struct {
                       unsigned long long);
   CUresult (*mem_unmap)(CUdeviceptr, size_t);
   CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+  /* Memory that belongs to no context (stream-ordered allocations, VMM mappings) runs in its
+   * device's primary context: NULL where the driver lacks the call. */
+  CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
   CUcontext host_context; /* where the staging memory was allocated, to free it there */
 } drv;
 
@@ -364,7 +368,9 @@ static void load(void) {
       {"cuMemAddressFree", (void **)&drv.mem_address_free},
       {"cuMemMap", (void **)&drv.mem_map},
       {"cuMemUnmap", (void **)&drv.mem_unmap},
-      {"cuMemSetAccess", (void **)&drv.mem_set_access}};
+      {"cuMemSetAccess", (void **)&drv.mem_set_access},
+      {"cuMemGetAddressRange", (void **)&drv.mem_get_address_range},
+      {"cuDevicePrimaryCtxRetain", (void **)&drv.primary_ctx_retain}};
   for (size_t i = 0; i < sizeof pipe_calls / sizeof pipe_calls[0]; i++)
     if (get_proc(pipe_calls[i].name, pipe_calls[i].fn, HOOP_CUDA_API_VERSION,
                  CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
@@ -380,6 +386,31 @@ int hoop__cuda_loaded(void) {
 }
 
 /* The kind of ptr and, for device memory, its context. */
+/* The primary context of the device that holds ptr, retained once per device for the process
+ * (PyTorch and the runtime API work in it); NULL if the driver cannot say. */
+#define MAX_DEVICES 64
+static CUcontext primary_context_of(const void *ptr) {
+  static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+  static CUcontext primary[MAX_DEVICES];
+  int ordinal = -1;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+  void *data = &ordinal;
+  if (!drv.device_get || !drv.primary_ctx_retain ||
+      drv.pointer_get_attributes(1, &attr, &data, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+      ordinal < 0 || ordinal >= MAX_DEVICES)
+    return NULL;
+  pthread_mutex_lock(&primary_lock);
+  CUdevice device;
+  if (!primary[ordinal] && drv.device_get(&device, ordinal) == CUDA_SUCCESS &&
+      drv.primary_ctx_retain(&primary[ordinal], device) != CUDA_SUCCESS)
+    primary[ordinal] = NULL;
+  CUcontext context = primary[ordinal];
+  pthread_mutex_unlock(&primary_lock);
+  return context;
+}
+
+/* Stream-ordered allocations (cudaMallocAsync) and VMM mappings (cuMemMap) belong to no context:
+ * the pointer query answers NULL, and the device's primary context serves them. */
 static hoop__mem_kind kind_and_context(const void *ptr, CUcontext *context) {
   *context = NULL;
   if (!ptr || !hoop__cuda_loaded())
@@ -394,7 +425,11 @@ static hoop__mem_kind kind_and_context(const void *ptr, CUcontext *context) {
     return HOOP__MEM_HOST;
   if (managed)
     return HOOP__MEM_MANAGED;
-  return type == CU_MEMORYTYPE_DEVICE ? HOOP__MEM_DEVICE : HOOP__MEM_HOST;
+  if (type != CU_MEMORYTYPE_DEVICE)
+    return HOOP__MEM_HOST;
+  if (!*context)
+    *context = primary_context_of(ptr);
+  return HOOP__MEM_DEVICE;
 }
 
 hoop__mem_kind hoop__mem_kind_of(const void *ptr) {
@@ -1032,12 +1067,12 @@ static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
 static int vmm_calls(void) {
   return drv.mem_retain_allocation_handle && drv.mem_get_allocation_properties && drv.mem_export &&
          drv.mem_import && drv.mem_release && drv.mem_address_reserve && drv.mem_address_free &&
-         drv.mem_map && drv.mem_unmap && drv.mem_set_access;
+         drv.mem_map && drv.mem_unmap && drv.mem_set_access && drv.mem_get_address_range;
 }
 
 /* The VMM allocation mapped at start (its context current), exported as a file descriptor into
  * *fd: 0, or -1 with why. */
-static int vmm_export_piece(CUdeviceptr start, int *fd, char *why, size_t whylen) {
+static int vmm_export_piece(CUdeviceptr start, int *fd, uint64_t *id, char *why, size_t whylen) {
   if (!vmm_calls()) {
     snprintf(why, whylen, "the driver has no virtual memory management calls");
     return -1;
@@ -1050,6 +1085,7 @@ static int vmm_export_piece(CUdeviceptr start, int *fd, char *why, size_t whylen
   }
   CUmemAllocationProp prop;
   *fd = -1;
+  *id = (uint64_t)handle; /* the handle mapped there: the allocation's identity */
   if ((err = drv.mem_get_allocation_properties(&prop, handle)) != CUDA_SUCCESS)
     say_why(why, whylen, "cuMemGetAllocationPropertiesFromHandle", err);
   else if (!(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
@@ -1063,49 +1099,87 @@ static int vmm_export_piece(CUdeviceptr start, int *fd, char *why, size_t whylen
   return *fd >= 0 ? 0 : -1;
 }
 
+/* The buffer id of the memory at ptr (0 if the driver cannot say). */
+static uint64_t buffer_id_at(CUdeviceptr ptr) {
+  unsigned long long id = 0;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+  void *data = &id;
+  if (drv.pointer_get_attributes(1, &attr, &data, ptr) != CUDA_SUCCESS)
+    return 0;
+  return id;
+}
+
+/* A peer's piece count, which nothing has checked yet. */
+static int pieces_of(const hoop__cuda_export *export) {
+  return export->npieces < 0                       ? 0
+         : export->npieces > HOOP__CUDA_VMM_PIECES ? HOOP__CUDA_VMM_PIECES
+                                                   : export->npieces;
+}
+
 static void close_pieces(hoop__cuda_export *export) {
-  for (int i = 0; export->kind == HOOP__CUDA_EXPORT_VMM && i < export->npieces; i++)
+  for (int i = 0; export->kind == HOOP__CUDA_EXPORT_VMM && i < pieces_of(export); i++)
     if (export->piece[i].fd >= 0)
       close(export->piece[i].fd);
 }
 
-/* The VMM allocations that hold [ptr, ptr + len), mapped one after the other from start (the
- * first, of size bytes and buffer id), each exported (their context current): 0, or -1 with why. */
-static int vmm_export(CUdeviceptr start, size_t size, unsigned long long id, const void *ptr,
-                      size_t len, hoop__cuda_export *out, char *why, size_t whylen) {
+/* The VMM allocations that hold [ptr, ptr + len), mapped one after the other (cuMemGetAddressRange
+ * gives each mapped region; the pointer attributes give the whole reserved range), each exported
+ * (their context current): 0, or -1 with why. */
+static int vmm_export(const void *ptr, size_t len, hoop__cuda_export *out, char *why,
+                      size_t whylen) {
+  memset(out, 0, sizeof *out);
   out->kind = HOOP__CUDA_EXPORT_VMM;
   out->pid = (uint64_t)getpid();
-  out->npieces = 0;
-  uint64_t end = (uint64_t)(uintptr_t)ptr + len, at = (uint64_t)start;
-  while (1) {
-    hoop__cuda_vmm_piece *piece = &out->piece[out->npieces];
-    *piece = (hoop__cuda_vmm_piece){at, size, id, -1, 0};
-    if (vmm_export_piece((CUdeviceptr)at, &piece->fd, why, whylen) != 0)
-      break;
-    out->npieces++;
-    at += size;
-    if (at >= end)
-      return 0;
+  uint64_t end = (uint64_t)(uintptr_t)ptr + len, at = (uint64_t)(uintptr_t)ptr;
+  do {
     if (out->npieces == HOOP__CUDA_VMM_PIECES) {
       snprintf(why, whylen, "the buffer lies across more than %d VMM allocations",
                HOOP__CUDA_VMM_PIECES);
       break;
     }
-    /* The next piece must begin where this one ends, in device memory. */
-    CUmemorytype type = (CUmemorytype)0;
-    CUdeviceptr next = 0;
-    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    void *data[] = {&type, &id, &next, &size};
-    if (drv.pointer_get_attributes(4, attrs, data, (CUdeviceptr)at) != CUDA_SUCCESS ||
-        type != CU_MEMORYTYPE_DEVICE || next != (CUdeviceptr)at || size == 0) {
-      snprintf(why, whylen, "the buffer goes on past its VMM allocation into other memory");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult err = drv.mem_get_address_range(&base, &size, (CUdeviceptr)at);
+    if (err != CUDA_SUCCESS || size == 0 || (out->npieces > 0 && base != (CUdeviceptr)at)) {
+      snprintf(why, whylen, "%s",
+               out->npieces ? "the buffer goes on past its VMM allocation into other memory"
+                            : "cuMemGetAddressRange failed on it");
       break;
     }
+    hoop__cuda_vmm_piece *piece = &out->piece[out->npieces];
+    *piece = (hoop__cuda_vmm_piece){(uint64_t)base, (uint64_t)size, 0, 0, -1, 0};
+    if (vmm_export_piece(base, &piece->fd, &piece->handle, why, whylen) != 0)
+      break;
+    piece->buffer_id = buffer_id_at(base);
+    out->npieces++;
+    at = (uint64_t)base + size;
+  } while (at < end);
+  if (out->npieces > 0 && at >= end) {
+    out->base = out->piece[0].start;
+    out->size = at - out->base;
+    out->buffer_id = out->piece[0].buffer_id;
+    return 0;
   }
   close_pieces(out);
   return -1;
+}
+
+/* Whether every piece of a cached VMM export is still the allocation mapped there. */
+static int vmm_still_mapped(const hoop__cuda_export *export) {
+  for (int i = 0; i < pieces_of(export); i++) {
+    const hoop__cuda_vmm_piece *piece = &export->piece[i];
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUmemGenericAllocationHandle handle;
+    if (drv.mem_get_address_range(&base, &size, (CUdeviceptr)piece->start) != CUDA_SUCCESS ||
+        base != (CUdeviceptr)piece->start || size != piece->size ||
+        drv.mem_retain_allocation_handle(&handle, (void *)(uintptr_t)piece->start) != CUDA_SUCCESS)
+      return 0;
+    drv.mem_release(handle);
+    if ((uint64_t)handle != piece->handle || buffer_id_at(base) != piece->buffer_id)
+      return 0;
+  }
+  return 1;
 }
 
 int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *b) {
@@ -1114,11 +1188,11 @@ int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *
     return 0;
   if (a->kind != HOOP__CUDA_EXPORT_VMM)
     return memcmp(a->handle, b->handle, sizeof a->handle) == 0;
-  if (a->npieces != b->npieces)
+  if (a->npieces != b->npieces || pieces_of(a) != a->npieces)
     return 0;
   for (int i = 0; i < a->npieces; i++)
     if (a->piece[i].start != b->piece[i].start || a->piece[i].size != b->piece[i].size ||
-        a->piece[i].buffer_id != b->piece[i].buffer_id)
+        a->piece[i].buffer_id != b->piece[i].buffer_id || a->piece[i].handle != b->piece[i].handle)
       return 0;
   return 1;
 }
@@ -1129,11 +1203,12 @@ int hoop__cuda_export_conflict(const hoop__cuda_export *a, const hoop__cuda_expo
   if (a->kind != HOOP__CUDA_EXPORT_VMM || b->kind != HOOP__CUDA_EXPORT_VMM)
     return 1; /* live allocations never overlap */
   /* Two spans of VMM pieces may overlap and both be right; not if a piece changed. */
-  for (int i = 0; i < a->npieces; i++)
-    for (int j = 0; j < b->npieces; j++) {
+  for (int i = 0; i < pieces_of(a); i++)
+    for (int j = 0; j < pieces_of(b); j++) {
       const hoop__cuda_vmm_piece *p = &a->piece[i], *q = &b->piece[j];
       if (p->start < q->start + q->size && q->start < p->start + p->size &&
-          (p->start != q->start || p->size != q->size || p->buffer_id != q->buffer_id))
+          (p->start != q->start || p->size != q->size || p->buffer_id != q->buffer_id ||
+           p->handle != q->handle))
         return 1;
     }
   return 0;
@@ -1206,7 +1281,13 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
     snprintf(why, whylen, "a VMM export of %d pieces", export->npieces);
     return -1;
   }
-  CUresult err = drv.mem_address_reserve(mapped, export->size, 0, 0, 0);
+  /* Aligned as the exporter's pieces are to one another: each starts at a multiple of the
+   * granularity from the first, whose own alignment is at least the largest power of two that
+   * divides its address there. */
+  uint64_t align = export->base & (~export->base + 1);
+  if (align > ((uint64_t)1 << 30))
+    align = (uint64_t)1 << 30;
+  CUresult err = drv.mem_address_reserve(mapped, export->size, (size_t)align, 0, 0);
   if (err != CUDA_SUCCESS) {
     say_why(why, whylen, "cuMemAddressReserve", err);
     return -1;
@@ -1220,66 +1301,8 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
   return 0;
 }
 
-int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, char *why,
-                          size_t whylen) {
-  if (!hoop__cuda_loaded() || !drv.ipc_get_mem_handle || !drv.ipc_open_mem_handle ||
-      !drv.ipc_close_mem_handle || !drv.memcpy_async) {
-    snprintf(why, whylen, "the driver has no CUDA IPC (cuIpcGetMemHandle) or cuMemcpyAsync");
-    return -1;
-  }
-  CUmemorytype type = (CUmemorytype)0;
-  unsigned int managed = 0;
-  CUcontext context = NULL;
-  unsigned long long id = 0;
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  CUpointer_attribute attrs[] = {
-      CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_IS_MANAGED,
-      CU_POINTER_ATTRIBUTE_CONTEXT,          CU_POINTER_ATTRIBUTE_BUFFER_ID,
-      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-  void *data[] = {&type, &managed, &context, &id, &start, &size};
-  CUresult err = drv.pointer_get_attributes(6, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
-  if (err != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || managed || !context || !start) {
-    snprintf(why, whylen, "%p is not device memory the driver can describe (%d)", ptr, (int)err);
-    return -1;
-  }
-  uint64_t end = (uint64_t)(uintptr_t)ptr + len;
-  pthread_mutex_lock(&exports_lock);
-  for (int i = 0; i < nexports; i++)
-    if (exports[i].buffer_id == id && exports[i].base == (uint64_t)start &&
-        exports[i].base + exports[i].size >= end) {
-      *out = exports[i];
-      pthread_mutex_unlock(&exports_lock);
-      out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
-      return 0;
-    }
-  pthread_mutex_unlock(&exports_lock);
-  CUipcMemHandle handle;
-  memset(out, 0, sizeof *out);
-  if ((err = drv.ctx_push(context)) == CUDA_SUCCESS) {
-    err = drv.ipc_get_mem_handle(&handle, start);
-    char vmm_why[200] = "";
-    /* Not cudaMalloc's memory: perhaps the virtual memory management API's. */
-    if (err != CUDA_SUCCESS &&
-        vmm_export(start, size, id, ptr, len, out, vmm_why, sizeof vmm_why) == 0)
-      err = CUDA_SUCCESS;
-    else if (err != CUDA_SUCCESS)
-      snprintf(why, whylen, "cuIpcGetMemHandle: %s (%d); as VMM memory: %s", error_text(err),
-               (int)err, vmm_why);
-    else
-      memcpy(out->handle, handle.reserved, sizeof out->handle);
-    CUcontext popped;
-    drv.ctx_pop(&popped);
-  } else {
-    say_why(why, whylen, "cuCtxPushCurrent", err);
-  }
-  if (err != CUDA_SUCCESS)
-    return -1;
-  out->base = (uint64_t)start;
-  out->size = (uint64_t)size;
-  out->buffer_id = out->kind == HOOP__CUDA_EXPORT_VMM ? out->piece[0].buffer_id : id;
-  if (out->kind == HOOP__CUDA_EXPORT_VMM)
-    out->size = out->piece[out->npieces - 1].start + out->piece[out->npieces - 1].size - out->base;
+/* Keep out in the export cache (the slot it replaces gives its descriptors back). */
+static void remember(const hoop__cuda_export *out) {
   pthread_mutex_lock(&exports_lock);
   if (nexports == MAX_EXPORTS)
     close_pieces(&exports[next_export]);
@@ -1288,6 +1311,111 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
   if (nexports < MAX_EXPORTS)
     nexports++;
   pthread_mutex_unlock(&exports_lock);
+}
+
+/* A cached VMM export that covers [ptr, end) and is still what is mapped there (0), or -1. An
+ * entry whose pieces changed is dropped, its descriptors given back. */
+static int vmm_cached(const void *ptr, uint64_t end, hoop__cuda_export *out) {
+  uint64_t at = (uint64_t)(uintptr_t)ptr;
+  int found = -1;
+  pthread_mutex_lock(&exports_lock);
+  for (int i = 0; i < nexports && found < 0; i++) {
+    hoop__cuda_export *e = &exports[i];
+    if (e->kind != HOOP__CUDA_EXPORT_VMM || e->npieces == 0 || at < e->base ||
+        end > e->base + e->size)
+      continue;
+    if (vmm_still_mapped(e)) {
+      *out = *e;
+      found = i;
+    } else {
+      close_pieces(e);
+      e->npieces = 0;
+    }
+  }
+  pthread_mutex_unlock(&exports_lock);
+  if (found < 0)
+    return -1;
+  out->pid = (uint64_t)getpid(); /* a forked child's own copies of the descriptors */
+  out->offset = at - out->base;
+  return 0;
+}
+
+int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, char *why,
+                          size_t whylen) {
+  if (!hoop__cuda_loaded() || !drv.ipc_get_mem_handle || !drv.ipc_open_mem_handle ||
+      !drv.ipc_close_mem_handle || !drv.memcpy_async) {
+    snprintf(why, whylen, "the driver has no CUDA IPC (cuIpcGetMemHandle) or cuMemcpyAsync");
+    return -1;
+  }
+  CUmemorytype type = (CUmemorytype)0;
+  unsigned int managed = 0, legacy = 0;
+  unsigned long long id = 0;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUpointer_attribute attrs[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_BUFFER_ID,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+      CU_POINTER_ATTRIBUTE_RANGE_SIZE,  CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+  void *data[] = {&type, &managed, &id, &start, &size, &legacy};
+  CUresult err = drv.pointer_get_attributes(6, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
+  CUcontext context = NULL;
+  if (err != CUDA_SUCCESS || type != CU_MEMORYTYPE_DEVICE || managed || !start ||
+      kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context) {
+    snprintf(why, whylen, "%p is not device memory the driver can describe (%d)", ptr, (int)err);
+    return -1;
+  }
+  uint64_t end = (uint64_t)(uintptr_t)ptr + len;
+  if (!legacy) {
+    /* The virtual memory management API's memory: its allocations' file descriptors. */
+    if (vmm_cached(ptr, end, out) == 0)
+      return 0;
+    char vmm_why[200] = "";
+    int failed = 1;
+    if (!vmm_calls())
+      snprintf(vmm_why, sizeof vmm_why, "the driver has no virtual memory management calls");
+    else if ((err = drv.ctx_push(context)) != CUDA_SUCCESS)
+      say_why(vmm_why, sizeof vmm_why, "cuCtxPushCurrent", err);
+    else {
+      failed = vmm_export(ptr, len, out, vmm_why, sizeof vmm_why);
+      CUcontext popped;
+      drv.ctx_pop(&popped);
+    }
+    if (failed) {
+      snprintf(why, whylen, "not memory of cudaMalloc (no legacy IPC handle); as VMM memory: %s",
+               vmm_why);
+      return -1;
+    }
+    remember(out);
+    out->offset = (uint64_t)((uintptr_t)ptr) - out->base;
+    return 0;
+  }
+  pthread_mutex_lock(&exports_lock);
+  for (int i = 0; i < nexports; i++)
+    if (exports[i].kind == HOOP__CUDA_EXPORT_LEGACY && exports[i].buffer_id == id &&
+        exports[i].base == (uint64_t)start) {
+      *out = exports[i];
+      pthread_mutex_unlock(&exports_lock);
+      out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
+      return 0;
+    }
+  pthread_mutex_unlock(&exports_lock);
+  CUipcMemHandle handle;
+  if ((err = drv.ctx_push(context)) == CUDA_SUCCESS) {
+    err = drv.ipc_get_mem_handle(&handle, start);
+    CUcontext popped;
+    drv.ctx_pop(&popped);
+  }
+  if (err != CUDA_SUCCESS) {
+    say_why(why, whylen, "cuIpcGetMemHandle", err);
+    return -1;
+  }
+  memset(out, 0, sizeof *out);
+  memcpy(out->handle, handle.reserved, sizeof out->handle);
+  out->kind = HOOP__CUDA_EXPORT_LEGACY;
+  out->base = (uint64_t)start;
+  out->size = (uint64_t)size;
+  out->buffer_id = id;
+  remember(out);
   out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
   return 0;
 }

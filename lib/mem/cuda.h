@@ -102,7 +102,9 @@ hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, h
 
 typedef struct hoop__cuda_vmm_piece {
   uint64_t start, size; /* where it is mapped in the exporting process */
-  uint64_t buffer_id;
+  /* Its identity: the buffer id there and the allocation handle mapped there (either may be
+   * reused once freed; both at once, at the same address and size, hardly). */
+  uint64_t buffer_id, handle;
   int32_t fd; /* the exporting process's file descriptor of it */
   int32_t pad;
 } hoop__cuda_vmm_piece;

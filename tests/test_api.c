@@ -258,6 +258,33 @@ START_TEST(test_env_manual_complete) {
 }
 END_TEST
 
+/* Every variable the library reads through env.h is in the table: a name missing there reads as
+ * empty (no default: a byte count then warns on every communicator), and hoop-env(7), --help and
+ * the configuration log line miss it. The sources are searched for the calls. */
+START_TEST(test_env_names_in_table) {
+  const char *srcdir = getenv("HOOP_SRCDIR");
+  char command[4096];
+  snprintf(command, sizeof command,
+           "cd '%s' && grep -rhoE 'hoop__env_(get|bytes|is_set)\\(\"HOOP_[A-Z0-9_]+\"' lib "
+           "transports tools --include='*.c' | grep -oE 'HOOP_[A-Z0-9_]+' | sort -u",
+           srcdir && srcdir[0] ? srcdir : ".");
+  FILE *names = popen(command, "r");
+  ck_assert_msg(names != NULL, "cannot run: %s", command);
+  char name[128];
+  int seen = 0;
+  while (fgets(name, sizeof name, names)) {
+    name[strcspn(name, "\n")] = '\0';
+    int found = 0;
+    for (const hoop__env_var *var = hoop__env_table(); var->name && !found; var++)
+      found = strcmp(var->name, name) == 0;
+    ck_assert_msg(found, "%s is read through env.h but is not in lib/core/env.c's table", name);
+    seen++;
+  }
+  ck_assert_int_eq(pclose(names), 0);
+  ck_assert_msg(seen >= 20, "found only %d variables in the sources (%s)", seen, command);
+}
+END_TEST
+
 /* A token and a token file at once, an overlong token and an unreadable token file are refused
  * with a message; a job of one rank with a token needs no server and works. */
 START_TEST(test_token_config) {
@@ -484,6 +511,7 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_env_errors);
   tcase_add_test(tc, test_names);
   tcase_add_test(tc, test_env_manual_complete);
+  tcase_add_test(tc, test_env_names_in_table);
   tcase_add_test(tc, test_ifname_syntax);
   tcase_add_test(tc, test_token_config);
   tcase_add_test(tc, test_self_hosted_job_with_token);

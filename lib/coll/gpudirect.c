@@ -73,13 +73,7 @@ static struct hoop__gdr *gdr_state(hoop_comm *comm) {
   gdr->setting = hoop__gdr_setting(why, sizeof why);
   if (gdr->setting == -2)
     gdr->setting = 0; /* hoop_register of device memory says why */
-  long min;
-  if (hoop__parse_int(hoop__env_get("HOOP_GDR_MIN_BYTES"), 0, 1L << 40, &min) != 0) {
-    HOOP__WARN(HOOP_SUBSYS_COLL, "HOOP_GDR_MIN_BYTES '%s' is not a number of bytes; 65536",
-               hoop__env_get("HOOP_GDR_MIN_BYTES"));
-    min = 65536;
-  }
-  gdr->min_bytes = (size_t)min;
+  gdr->min_bytes = hoop__env_bytes("HOOP_GDR_MIN_BYTES", 1L << 40);
   comm->gdr = gdr;
   return gdr;
 }

@@ -153,13 +153,7 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
     return NULL;
   }
   ipc->enabled = strcmp(hoop__env_get("HOOP_CUDA_IPC"), "0") != 0;
-  long min;
-  if (hoop__parse_int(hoop__env_get("HOOP_CUDA_IPC_MIN_BYTES"), 0, 1L << 40, &min) != 0) {
-    HOOP__WARN(HOOP_SUBSYS_COLL, "HOOP_CUDA_IPC_MIN_BYTES '%s' is not a number of bytes; 65536",
-               hoop__env_get("HOOP_CUDA_IPC_MIN_BYTES"));
-    min = 65536;
-  }
-  ipc->min_bytes = (size_t)min;
+  ipc->min_bytes = hoop__env_bytes("HOOP_CUDA_IPC_MIN_BYTES", 1L << 40);
   comm->ipc = ipc;
   return ipc;
 }

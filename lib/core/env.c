@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
+
 static const hoop__env_var env_table[] = {
     {"HOOP_RENDEZVOUS", "", "host:port of the rendezvous server (hoopd, hooprun or rank 0)"},
     {"HOOP_JOB", "default", "job id; ranks with the same id and server form one job"},
@@ -42,6 +44,9 @@ static const hoop__env_var env_table[] = {
     {"HOOP_CUDA_IPC_MIN_BYTES", "65536",
      "calls of fewer bytes (an allgather's whole result) are staged without asking whether "
      "CUDA IPC could serve them; 0: every size"},
+    {"HOOP_GDR_MIN_BYTES", "65536",
+     "calls of fewer bytes (an allgather's whole result) are staged without asking whether "
+     "GPUDirect RDMA could serve them; 0: every size"},
     {"HOOP_FAULT", "",
      "testing aid: shrink-connect makes this rank die (SIGKILL) inside hoop_comm_shrink, right "
      "after the new generation's table comes and before it connects; empty: no fault"},
@@ -149,6 +154,17 @@ const char *hoop__env_get(const char *name) {
     return value;
   const hoop__env_var *var = env_find(name);
   return var ? var->fallback : "";
+}
+
+size_t hoop__env_bytes(const char *name, long max) {
+  const char *text = hoop__env_get(name);
+  long bytes = 0;
+  if (hoop__parse_int(text, 0, max, &bytes) == 0)
+    return (size_t)bytes;
+  const hoop__env_var *var = env_find(name);
+  const char *fallback = var ? var->fallback : "0";
+  HOOP__WARN(HOOP_SUBSYS_ENV, "%s '%s' is not a number of bytes; using %s", name, text, fallback);
+  return hoop__parse_int(fallback, 0, max, &bytes) == 0 ? (size_t)bytes : 0;
 }
 
 int hoop__parse_int(const char *text, long min, long max, long *out) {

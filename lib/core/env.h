@@ -3,6 +3,8 @@
 #ifndef HOOP__ENV_H
 #define HOOP__ENV_H
 
+#include <stddef.h>
+
 typedef struct hoop__env_var {
   const char *name;
   const char *fallback; /* the default, as text ("" when there is none) */
@@ -18,6 +20,10 @@ const char *hoop__env_get(const char *name);
 
 /* 1 if name is set (non-empty) in the environment. */
 int hoop__env_is_set(const char *name);
+
+/* The variable as a byte count in [0, max]; where it is not one, a warning and the table's
+ * default. */
+size_t hoop__env_bytes(const char *name, long max);
 
 /* Parse helpers: 0 on success, -1 if the text is not a valid number in [min, max]. */
 int hoop__parse_int(const char *text, long min, long max, long *out);

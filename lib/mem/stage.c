@@ -40,21 +40,11 @@ void hoop__stage_free(hoop_comm *comm) {
   comm->stage_pinned = 0;
 }
 
-/* Below this many bytes a device allreduce stages whole: the ring's segments would be too small
- * for their copies to overlap anything. */
-#define PIPELINE_DEFAULT_BYTES (1 << 20)
-
+/* Below HOOP_CUDA_PIPELINE_BYTES (1 MiB by default) a device allreduce stages whole: the ring's
+ * segments would be too small for their copies to overlap anything. */
 static size_t pipeline_bytes(hoop_comm *comm) {
   if (!comm->pipeline_read) {
-    long bytes = PIPELINE_DEFAULT_BYTES;
-    const char *text = hoop__env_get("HOOP_CUDA_PIPELINE_BYTES");
-    if (hoop__parse_int(text, 0, (long)1 << 50, &bytes) != 0) {
-      HOOP__WARN(HOOP_SUBSYS_COLL,
-                 "HOOP_CUDA_PIPELINE_BYTES '%s' is not a number of bytes; using %d", text,
-                 PIPELINE_DEFAULT_BYTES);
-      bytes = PIPELINE_DEFAULT_BYTES;
-    }
-    comm->pipeline_bytes = (size_t)bytes;
+    comm->pipeline_bytes = hoop__env_bytes("HOOP_CUDA_PIPELINE_BYTES", (long)1 << 50);
     comm->pipeline_read = 1;
   }
   return comm->pipeline_bytes;

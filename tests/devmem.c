@@ -81,6 +81,24 @@ static void must(int err, const char *what) {
   }
 }
 
+typedef struct entry_point {
+  const char *name;
+  void **fn;
+} entry_point;
+
+/* Resolve n entry points: 0, or -1 with which one is missing in msg (after note). */
+static int resolve_all(get_proc_fn get_proc, const entry_point *want, size_t n, const char *path,
+                       const char *note, char *msg, size_t msglen) {
+  for (size_t i = 0; i < n; i++) {
+    int status = 0;
+    if (get_proc(want[i].name, want[i].fn, 12000, 0, &status) != 0 || !*want[i].fn) {
+      snprintf(msg, msglen, "%s: no %s%s", path, want[i].name, note);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int devmem_init(char *msg, size_t msglen) {
   const char *path = getenv("HOOP_CUDA_LIBRARY");
   if (!path || !*path)
@@ -95,52 +113,36 @@ int devmem_init(char *msg, size_t msglen) {
     snprintf(msg, msglen, "%s has no cuGetProcAddress_v2", path);
     return -1;
   }
-  struct {
-    const char *name;
-    void **fn;
-  } want[] = {{"cuInit", (void **)&cu_init},
-              {"cuDeviceGet", (void **)&cu_device_get},
-              {"cuDevicePrimaryCtxRetain", (void **)&cu_primary_retain},
-              {"cuCtxSetCurrent", (void **)&cu_ctx_set_current},
-              {"cuMemAlloc", (void **)&cu_mem_alloc},
-              {"cuMemFree", (void **)&cu_mem_free},
-              {"cuMemcpyHtoD", (void **)&cu_htod},
-              {"cuMemcpyDtoH", (void **)&cu_dtoh},
-              {"cuStreamCreate", (void **)&cu_stream_create},
-              {"cuMemcpyDtoD", (void **)&cu_dtod},
-              {"cuMemcpyHtoDAsync", (void **)&cu_htod_async},
-              {"cuCtxSynchronize", (void **)&cu_ctx_synchronize}};
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    int status = 0;
-    if (get_proc(want[i].name, want[i].fn, 12000, 0, &status) != 0 || !*want[i].fn) {
-      snprintf(msg, msglen, "%s: no %s", path, want[i].name);
-      return -1;
-    }
-  }
+  entry_point want[] = {{"cuInit", (void **)&cu_init},
+                        {"cuDeviceGet", (void **)&cu_device_get},
+                        {"cuDevicePrimaryCtxRetain", (void **)&cu_primary_retain},
+                        {"cuCtxSetCurrent", (void **)&cu_ctx_set_current},
+                        {"cuMemAlloc", (void **)&cu_mem_alloc},
+                        {"cuMemFree", (void **)&cu_mem_free},
+                        {"cuMemcpyHtoD", (void **)&cu_htod},
+                        {"cuMemcpyDtoH", (void **)&cu_dtoh},
+                        {"cuStreamCreate", (void **)&cu_stream_create},
+                        {"cuMemcpyDtoD", (void **)&cu_dtod},
+                        {"cuMemcpyHtoDAsync", (void **)&cu_htod_async},
+                        {"cuCtxSynchronize", (void **)&cu_ctx_synchronize}};
+  if (resolve_all(get_proc, want, sizeof want / sizeof want[0], path, "", msg, msglen) != 0)
+    return -1;
   const char *want_vmm = getenv("DEVMEM_VMM");
   vmm = !want_vmm || !*want_vmm || strcmp(want_vmm, "0") == 0 ? 0
         : strcmp(want_vmm, "noexport") == 0                   ? 2
         : strcmp(want_vmm, "split") == 0                      ? 3
                                                               : 1;
-  struct {
-    const char *name;
-    void **fn;
-  } want_vmm_calls[] = {{"cuMemGetAllocationGranularity", (void **)&cu_granularity},
-                        {"cuMemCreate", (void **)&cu_create},
-                        {"cuMemRelease", (void **)&cu_release},
-                        {"cuMemAddressReserve", (void **)&cu_reserve},
-                        {"cuMemAddressFree", (void **)&cu_address_free},
-                        {"cuMemMap", (void **)&cu_map},
-                        {"cuMemUnmap", (void **)&cu_unmap},
-                        {"cuMemSetAccess", (void **)&cu_set_access}};
-  for (size_t i = 0; vmm && i < sizeof want_vmm_calls / sizeof want_vmm_calls[0]; i++) {
-    int status = 0;
-    if (get_proc(want_vmm_calls[i].name, want_vmm_calls[i].fn, 12000, 0, &status) != 0 ||
-        !*want_vmm_calls[i].fn) {
-      snprintf(msg, msglen, "%s: no %s (DEVMEM_VMM=1)", path, want_vmm_calls[i].name);
-      return -1;
-    }
-  }
+  entry_point want_vmm_calls[] = {{"cuMemGetAllocationGranularity", (void **)&cu_granularity},
+                                  {"cuMemCreate", (void **)&cu_create},
+                                  {"cuMemRelease", (void **)&cu_release},
+                                  {"cuMemAddressReserve", (void **)&cu_reserve},
+                                  {"cuMemAddressFree", (void **)&cu_address_free},
+                                  {"cuMemMap", (void **)&cu_map},
+                                  {"cuMemUnmap", (void **)&cu_unmap},
+                                  {"cuMemSetAccess", (void **)&cu_set_access}};
+  if (vmm && resolve_all(get_proc, want_vmm_calls, sizeof want_vmm_calls / sizeof want_vmm_calls[0],
+                         path, " (DEVMEM_VMM)", msg, msglen) != 0)
+    return -1;
   int err = cu_init(0), device = 0;
   void *ctx = NULL;
   if (err != 0 || (err = cu_device_get(&device, 0)) != 0 ||

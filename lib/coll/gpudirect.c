@@ -95,16 +95,15 @@ static int all_pairs_direct(const hoop_comm *comm) {
   return 1;
 }
 
-/* [ptr, ptr + len) lies in one registration that every peer's transport made (for device memory:
- * one that mem/gdr.c found a way to register for GPUDirect RDMA). */
-static int registered_for_peers(const hoop_comm *comm, const void *ptr, size_t len) {
+/* The registration that holds all of [ptr, ptr + len) if every peer's transport made something of
+ * it (for device memory: mem/gdr.c found a way to register it for GPUDirect RDMA), else NULL. */
+static const hoop__registration *registered_for_peers(const hoop_comm *comm, const void *ptr,
+                                                      size_t len) {
   const hoop__registration *reg = hoop__registration_find(comm, ptr, len);
-  if (!reg)
-    return 0;
-  for (int p = 0; p < comm->size; p++)
+  for (int p = 0; reg && p < comm->size; p++)
     if (p != comm->rank && !reg->transport_mem[comm->peer_transport[p]])
-      return 0;
-  return 1;
+      reg = NULL;
+  return reg;
 }
 
 static void drop_scratch(hoop_comm *comm, struct hoop__gdr *gdr) {
@@ -215,12 +214,13 @@ static int buffers_direct(hoop_comm *comm, const hoop__coll_args *args, char *wh
     if (!bufs[i])
       continue;
     const char *what = i == 0 ? "receive buffer" : "send buffer";
-    if (!registered_for_peers(comm, bufs[i], lens[i])) {
+    const hoop__registration *reg = registered_for_peers(comm, bufs[i], lens[i]);
+    if (!reg) {
       snprintf(why, whylen, "its %s is not inside a hoop_register registration made for ibverbs",
                what);
       return -1;
     }
-    if (!hoop__registration_find(comm, bufs[i], lens[i])->device) {
+    if (!reg->device) {
       snprintf(why, whylen, "its %s is not device memory", what);
       return -1;
     }
@@ -378,8 +378,7 @@ void hoop__gdr_free(hoop_comm *comm) {
   if (!gdr)
     return;
   /* The registration went with the others (hoop__registrations_release) if it was still there. */
-  hoop__deregister_internal(comm, gdr->scratch);
-  hoop__cuda_free(gdr->scratch);
+  drop_scratch(comm, gdr);
   free(gdr);
   comm->gdr = NULL;
 }

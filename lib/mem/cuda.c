@@ -889,24 +889,25 @@ static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, s
   return result;
 }
 
-hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
-                               size_t count, hoop_dtype dtype, hoop_op op) {
+/* dst = a op b on hoop's stream; done on return if wait. */
+static hoop_result reduce3(hoop_comm *comm, void *dst, const void *a, const void *b, size_t count,
+                           hoop_dtype dtype, hoop_op op, int wait) {
   if (count == 0)
     return HOOP_OK;
   if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype or op");
   void *params[] = {&dst, &a, &b, &count};
-  return launch(comm, dst, dtype, op, count, params, 1);
+  return launch(comm, dst, dtype, op, count, params, wait);
+}
+
+hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
+                               size_t count, hoop_dtype dtype, hoop_op op) {
+  return reduce3(comm, dst, a, b, count, dtype, op, 1);
 }
 
 hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, const void *b,
                                      size_t count, hoop_dtype dtype, hoop_op op) {
-  if (count == 0)
-    return HOOP_OK;
-  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype or op");
-  void *params[] = {&dst, &a, &b, &count};
-  return launch(comm, dst, dtype, op, count, params, 0);
+  return reduce3(comm, dst, a, b, count, dtype, op, 0);
 }
 
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
@@ -1000,14 +1001,7 @@ hoop_result hoop__cuda_ready(hoop_comm *comm, const void *near, int kernels) {
 }
 
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near) {
-  kernel_set *set = NULL;
-  hoop_result result = enter_set(comm, near, &set);
-  if (result != HOOP_OK)
-    return result;
-  CUresult err = drv.stream_synchronize(set->stream);
-  CUcontext popped;
-  drv.ctx_pop(&popped);
-  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuStreamSynchronize", err);
+  return hoop__cuda_sync_busy(comm, near, NULL);
 }
 
 hoop_result hoop__cuda_sync_busy(hoop_comm *comm, const void *near,
@@ -1017,7 +1011,8 @@ hoop_result hoop__cuda_sync_busy(hoop_comm *comm, const void *near,
   if (result != HOOP_OK)
     return result;
   CUresult err = CUDA_ERROR_NOT_READY;
-  while (drv.stream_query && (err = drv.stream_query(set->stream)) == CUDA_ERROR_NOT_READY &&
+  while (meanwhile && drv.stream_query &&
+         (err = drv.stream_query(set->stream)) == CUDA_ERROR_NOT_READY &&
          (result = meanwhile(comm)) == HOOP_OK)
     ;
   /* Leaving on the other's failure, or without the query, still waits: nothing of the call may
@@ -1224,19 +1219,15 @@ static void vmm_unmap(CUdeviceptr base, const hoop__cuda_export *export, int n) 
 /* Map one piece of a peer's VMM export at va (the current context's, on device ordinal): 0, or -1
  * with why. */
 static int vmm_map_piece(const hoop__cuda_export *export, const hoop__cuda_vmm_piece *piece,
-                         CUdeviceptr va, int ordinal, char *why, size_t whylen) {
-  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t) export->pid, 0);
-  int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, piece->fd, 0);
+                         int pidfd, CUdeviceptr va, int ordinal, char *why, size_t whylen) {
+  int fd = (int)syscall(SYS_pidfd_getfd, pidfd, piece->fd, 0);
   if (fd < 0) {
     snprintf(why, whylen,
              "taking its VMM allocation's descriptor (pidfd_getfd from pid %llu): %s (ranks on "
              "one host must be allowed to ptrace each other)",
              (unsigned long long)export->pid, strerror(errno));
-    if (pidfd >= 0)
-      close(pidfd);
     return -1;
   }
-  close(pidfd);
   CUmemGenericAllocationHandle handle;
   CUresult err =
       drv.mem_import(&handle, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -1287,18 +1278,25 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
   uint64_t align = export->base & (~export->base + 1);
   if (align > ((uint64_t)1 << 30))
     align = (uint64_t)1 << 30;
-  CUresult err = drv.mem_address_reserve(mapped, export->size, (size_t)align, 0, 0);
-  if (err != CUDA_SUCCESS) {
-    say_why(why, whylen, "cuMemAddressReserve", err);
+  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t) export->pid, 0);
+  if (pidfd < 0) {
+    snprintf(why, whylen, "pidfd_open of pid %llu, whose VMM allocation it is: %s",
+             (unsigned long long)export->pid, strerror(errno));
     return -1;
   }
-  for (int i = 0; i < export->npieces; i++)
-    if (vmm_map_piece(export, &export->piece[i], *mapped + (export->piece[i].start - export->base),
-                      ordinal, why, whylen) != 0) {
+  CUresult err = drv.mem_address_reserve(mapped, export->size, (size_t)align, 0, 0);
+  int failed = err != CUDA_SUCCESS;
+  if (failed)
+    say_why(why, whylen, "cuMemAddressReserve", err);
+  for (int i = 0; !failed && i < export->npieces; i++)
+    if (vmm_map_piece(export, &export->piece[i], pidfd,
+                      *mapped + (export->piece[i].start - export->base), ordinal, why,
+                      whylen) != 0) {
       vmm_unmap(*mapped, export, i);
-      return -1;
+      failed = 1;
     }
-  return 0;
+  close(pidfd);
+  return failed ? -1 : 0;
 }
 
 /* Keep out in the export cache (the slot it replaces gives its descriptors back). */

@@ -55,6 +55,7 @@ struct hoop__gdr {
   /* While no rank has registered device memory, calls skip the agreement: skip more calls, after
    * agreements that found none, backoff of them, doubling up to GDR_BACKOFF_MAX. */
   int skip, backoff;
+  int pairs_direct;     /* all_pairs_direct, which the transports fixed at hoop_init */
   char *scratch;        /* device memory of the running call's context, registered */
   size_t scratch_bytes; /* 0 when there is none */
   const void *near;     /* the running call's device memory */
@@ -62,6 +63,24 @@ struct hoop__gdr {
   int told_why, told_used;
   char name[32]; /* the algorithm's name for the trace and the log: "ring+gdr" */
 };
+
+/* Alike on every rank: every pair of the job is on the verbs transport. Verbs serves a pair only
+ * where every rank offered it (ib_can_reach), so this rank's peers all being on it says the same of
+ * every rank's, unless shared memory took pairs on some host: not when HOOP_TRANSPORT=ibverbs
+ * (which must be alike on every rank), nor when every host runs one rank. The verbs transport is
+ * the only one that registers memory. And so the IPC path (coll/ipc.c), which runs first,
+ * declines alike on every rank whenever this holds: with no pair on shared memory anywhere, no
+ * host's ranks can go by IPC. Asked once per communicator: the transports are fixed at hoop_init.
+ */
+static int all_pairs_direct(const hoop_comm *comm) {
+  if (strcmp(comm->transport_mode, "ibverbs") != 0 &&
+      (!comm->hosts || comm->hosts->count != comm->size))
+    return 0;
+  for (int p = 0; p < comm->size; p++)
+    if (p != comm->rank && !hoop__transport_of(comm, p)->ops->register_mem)
+      return 0;
+  return 1;
+}
 
 static struct hoop__gdr *gdr_state(hoop_comm *comm) {
   if (comm->gdr)
@@ -74,25 +93,9 @@ static struct hoop__gdr *gdr_state(hoop_comm *comm) {
   if (gdr->setting == -2)
     gdr->setting = 0; /* hoop_register of device memory says why */
   gdr->min_bytes = hoop__env_bytes("HOOP_GDR_MIN_BYTES", 1L << 40);
+  gdr->pairs_direct = all_pairs_direct(comm);
   comm->gdr = gdr;
   return gdr;
-}
-
-/* Alike on every rank: every pair of the job is on the verbs transport. Verbs serves a pair only
- * where every rank offered it (ib_can_reach), so this rank's peers all being on it says the same of
- * every rank's, unless shared memory took pairs on some host: not when HOOP_TRANSPORT=ibverbs
- * (which must be alike on every rank), nor when every host runs one rank. The verbs transport is
- * the only one that registers memory. */
-/* So the IPC path (coll/ipc.c), which runs first, declines alike on every rank whenever this
- * holds: with no pair on shared memory anywhere, no host's ranks can go by IPC. */
-static int all_pairs_direct(const hoop_comm *comm) {
-  if (strcmp(comm->transport_mode, "ibverbs") != 0 &&
-      (!comm->hosts || comm->hosts->count != comm->size))
-    return 0;
-  for (int p = 0; p < comm->size; p++)
-    if (p != comm->rank && !hoop__transport_of(comm, p)->ops->register_mem)
-      return 0;
-  return 1;
 }
 
 /* The registration that holds all of [ptr, ptr + len) if every peer's transport made something of
@@ -334,7 +337,7 @@ int hoop__gdr_run(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn al
                   hoop_result (*prepare_coll)(hoop_comm *comm, const hoop__coll_args *args),
                   hoop_result *result) {
   *result = HOOP_OK;
-  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER || !all_pairs_direct(comm))
+  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER)
     return 0;
   struct hoop__gdr *gdr = gdr_state(comm);
   if (!gdr) {
@@ -343,6 +346,8 @@ int hoop__gdr_run(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn al
                               comm->call);
     return 1;
   }
+  if (!gdr->pairs_direct)
+    return 0;
   size_t bytes =
       args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
   if (gdr->setting == 0 || bytes < gdr->min_bytes)

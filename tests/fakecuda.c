@@ -13,9 +13,12 @@
  * variants waited for their stream, and that the pipelined ring copied asynchronously).
  *
  * Kernels: cuModuleLoadData takes any image and cuModuleGetFunction knows hoop's reduction kernels
- * by name (hoop_reduce_<dtype>_<op>, hoop_divide_<dtype>); cuLaunchKernel queues them on the stream
- * like a copy and carries them out with lib/mem/reduce.c, on the CPU, later. They test how hoop
- * orders and waits for its kernels, not the kernels themselves (test_cuda_kernels does, on a GPU).
+ * by name (hoop_reduce_<dtype>_<op>, hoop_many_<dtype>_<op>, hoop_divide_<dtype>): they are
+ * lib/mem/kernels.cu's own code compiled for the CPU (tests/kernels_host.cc). cuLaunchKernel
+ * checks the launch's shape as the driver does, queues it on the stream like a copy, and the
+ * stream's worker runs every thread of the grid it was given, one after the other, later. So the
+ * tests check how hoop orders, waits for and launches its kernels, and the kernels' code too; only
+ * the GPU's own arithmetic is left to test_cuda_kernels on a GPU.
  * FAKECUDA_KERNELS=0: no module calls, as a driver that cannot load hoop's kernels.
  *
  * CUDA IPC between processes: every allocation's bytes are in a memfd, cuIpcGetMemHandle names it
@@ -54,7 +57,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mem/reduce.h"
+#include "hoop.h"
+#include "kernels_host.h"
 
 #define MAX_ALLOCS 4096
 
@@ -127,34 +131,12 @@ typedef struct async_op {
   size_t bytes;
   unsigned long long seq;
   struct async_op *next;
-  /* A kernel (kernel 1): to = from op b over count elements, or (b NULL) AVG's division; or
-   * (many sources) to = srcs[0] op srcs[1] ... divided by nranks unless it is 0. */
-  int kernel, dtype, op, nranks, many;
-  const char *b;
-  const char *srcs[8];
-  size_t count;
+  /* A kernel (kernel 1): kernels.cu's own code, compiled for the CPU (kernels_host.cc), run over
+   * the grid it was launched with. */
+  int kernel;
+  fakecuda_kernel k;
+  unsigned grid[3], block[3];
 } async_op;
-
-static const size_t esizes[HOOP_DTYPE_COUNT] = {
-    [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,  [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
-    [HOOP_INT64] = 8,   [HOOP_UINT64] = 8, [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
-    [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8};
-
-/* What the many-source kernel computes, element by element (so to may be one of the sources):
- * through a buffer of its own. */
-static void many_on_cpu(const async_op *op) {
-  size_t esize = esizes[op->dtype], bytes = op->count * esize;
-  char *acc = malloc(bytes ? bytes : 1);
-  if (!acc)
-    abort();
-  memcpy(acc, op->srcs[0], bytes);
-  for (int j = 1; j < op->many; j++)
-    hoop__reduce(acc, op->srcs[j], op->count, (hoop_dtype)op->dtype, (hoop_op)op->op);
-  if (op->nranks)
-    hoop__reduce_finish(acc, op->count, (hoop_dtype)op->dtype, HOOP_AVG, op->nranks);
-  memcpy(op->to, acc, bytes);
-  free(acc);
-}
 
 typedef struct queue {
   async_op *head, *tail;
@@ -194,12 +176,8 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&queue_lock);
     if (delay_us > 0)
       usleep((useconds_t)delay_us);
-    if (op->kernel && op->many)
-      many_on_cpu(op);
-    else if (op->kernel && op->b)
-      hoop__reduce3(op->to, op->from, op->b, op->count, (hoop_dtype)op->dtype, (hoop_op)op->op);
-    else if (op->kernel)
-      hoop__reduce_finish(op->to, op->count, (hoop_dtype)op->dtype, HOOP_AVG, op->nranks);
+    if (op->kernel)
+      fakecuda_launch(&op->k, op->grid, op->block);
     else if (op->from)
       memmove(op->to, op->from, op->bytes);
     pthread_mutex_lock(&queue_lock);
@@ -683,7 +661,8 @@ static CUresult fake_get_error_string(CUresult err, const char **text) {
   return CUDA_SUCCESS;
 }
 
-/* ---- kernels: hoop's reduction kernels, carried out on the CPU by the queue's worker */
+/* ---- kernels: hoop's reduction kernels, lib/mem/kernels.cu compiled for the CPU
+ * (kernels_host.cc), carried out by the queue's worker over the grid they were launched with */
 
 struct CUmod_st {
   int unused;
@@ -691,8 +670,9 @@ struct CUmod_st {
 static struct CUmod_st the_module;
 
 struct CUfunc_st {
-  int dtype, op; /* op -1: hoop_divide_<dtype> */
-  int many;      /* hoop_many_<dtype>_<op> */
+  void *fn;  /* kernels.cu's function */
+  int kind;  /* FAKECUDA_REDUCE, _DIVIDE or _MANY */
+  int dtype; /* for the element size */
 };
 
 #define MANY_MAX 8
@@ -700,6 +680,11 @@ struct many_sources { /* lib/mem/kernels.cu's, passed by value */
   const void *src[MANY_MAX];
   int n;
 };
+
+static const size_t esizes[HOOP_DTYPE_COUNT] = {
+    [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,  [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
+    [HOOP_INT64] = 8,   [HOOP_UINT64] = 8, [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
+    [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8};
 
 static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
     [HOOP_INT8] = "int8",       [HOOP_UINT8] = "uint8",       [HOOP_INT32] = "int32",
@@ -719,6 +704,17 @@ static CUresult fake_module_load_data(CUmodule *module, const void *image) {
   return CUDA_SUCCESS;
 }
 
+/* Only hoop's kernels, each found in kernels_host.cc by its name. */
+static CUresult function_named(CUfunction *f, struct CUfunc_st *slot, const char *name, int kind,
+                               int dtype) {
+  void *fn = fakecuda_kernel_named(name);
+  if (!fn)
+    return CUDA_ERROR_NOT_FOUND;
+  *slot = (struct CUfunc_st){fn, kind, dtype};
+  *f = slot;
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const char *name) {
   if (module != &the_module)
     return CUDA_ERROR_INVALID_HANDLE;
@@ -726,88 +722,75 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
   for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
     for (int o = 0; o < 4; o++) {
       snprintf(want, sizeof want, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
-      if (strcmp(name, want) == 0) {
-        functions[d][o] = (struct CUfunc_st){d, o, 0};
-        *f = &functions[d][o];
-        return CUDA_SUCCESS;
-      }
+      if (strcmp(name, want) == 0)
+        return function_named(f, &functions[d][o], name, FAKECUDA_REDUCE, d);
       snprintf(want, sizeof want, "hoop_many_%s_%s", dtype_names[d], op_names[o]);
-      if (strcmp(name, want) == 0) {
-        functions[d][5 + o] = (struct CUfunc_st){d, o, 1};
-        *f = &functions[d][5 + o];
-        return CUDA_SUCCESS;
-      }
+      if (strcmp(name, want) == 0)
+        return function_named(f, &functions[d][5 + o], name, FAKECUDA_MANY, d);
     }
     snprintf(want, sizeof want, "hoop_divide_%s", dtype_names[d]);
-    if (strcmp(name, want) == 0) {
-      functions[d][4] = (struct CUfunc_st){d, -1, 0};
-      *f = &functions[d][4];
-      return CUDA_SUCCESS;
-    }
+    if (strcmp(name, want) == 0)
+      return function_named(f, &functions[d][4], name, FAKECUDA_DIVIDE, d);
   }
   return CUDA_ERROR_NOT_FOUND;
 }
 
-/* The parameters are hoop's: (dst, a, b, count) for a reduction, (buf, count, nranks) for the
- * division, (dst, sources, count, divide) for the many-source reduction; every pointer must be
+/* The parameters are kernels.cu's: (dst, a, b, count) for a reduction, (buf, count, nranks) for
+ * the division, (dst, sources, count, divide) for the many-source reduction; every pointer must be
  * device memory of this process (its own or mapped by IPC), as a kernel cannot read host memory
- * that is not mapped for it. */
+ * that is not mapped for it. The launch's shape is checked as the driver does (at most 1024
+ * threads a block, a grid's y and z below 65536) and the grid is run as it is. */
 static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                    unsigned int bx, unsigned int by, unsigned int bz,
                                    unsigned int shared, CUstream stream, void **params,
                                    void **extra) {
-  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)extra;
+  (void)shared, (void)extra;
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
   if (!f || !params || !known_stream(stream))
     return CUDA_ERROR_INVALID_HANDLE;
-  async_op k = {0};
-  k.kernel = 1, k.dtype = f->dtype, k.op = f->op;
+  if (!gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
+      bz > 64 || (unsigned long long)bx * by * bz > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  async_op op = {.kernel = 1, .grid = {gx, gy, gz}, .block = {bx, by, bz}};
+  fakecuda_kernel *k = &op.k;
+  k->fn = f->fn, k->kind = f->kind;
   size_t esize = esizes[f->dtype];
-  char *to, *from = NULL, *b = NULL;
+  int bad = 0;
   pthread_mutex_lock(&lock);
-  if (f->many) {
+  if (f->kind == FAKECUDA_MANY) {
     const struct many_sources *sources = params[1];
-    k.count = *(size_t *)params[2];
-    k.nranks = *(int *)params[3]; /* the division, 0: none */
-    size_t bytes = k.count * esize;
-    int bad = !find(*(void **)params[0], bytes) || sources->n < 1 || sources->n > MANY_MAX;
+    k->count = *(size_t *)params[2];
+    k->divide = *(int *)params[3]; /* the division, 0: none */
+    size_t bytes = k->count * esize;
+    bad = sources->n < 1 || sources->n > MANY_MAX;
     for (int j = 0; !bad && j < sources->n; j++)
       if (!find(sources->src[j], bytes))
         bad = 1;
       else
-        k.srcs[j] = resolve((CUdeviceptr)(uintptr_t)sources->src[j], bytes);
-    if (bad) {
-      pthread_mutex_unlock(&lock);
-      return CUDA_ERROR_ILLEGAL_ADDRESS;
+        k->srcs[j] = resolve((CUdeviceptr)(uintptr_t)sources->src[j], bytes);
+    k->nsrcs = sources->n;
+  } else if (f->kind == FAKECUDA_REDUCE) {
+    k->count = *(size_t *)params[3];
+    size_t bytes = k->count * esize;
+    bad = !find(*(void **)params[1], bytes) || !find(*(void **)params[2], bytes);
+    if (!bad) {
+      k->a = resolve((CUdeviceptr)(uintptr_t) * (void **)params[1], bytes);
+      k->b = resolve((CUdeviceptr)(uintptr_t) * (void **)params[2], bytes);
     }
-    k.many = sources->n;
-    to = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], bytes);
-  } else if (f->op >= 0) {
-    k.count = *(size_t *)params[3];
-    size_t bytes = k.count * esize;
-    alloc *ad = find(*(void **)params[0], bytes), *aa = find(*(void **)params[1], bytes),
-          *ab = find(*(void **)params[2], bytes);
-    if (!ad || !aa || !ab) {
-      pthread_mutex_unlock(&lock);
-      return CUDA_ERROR_ILLEGAL_ADDRESS;
-    }
-    to = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], bytes);
-    from = resolve((CUdeviceptr)(uintptr_t) * (void **)params[1], bytes);
-    b = resolve((CUdeviceptr)(uintptr_t) * (void **)params[2], bytes);
   } else {
-    k.count = *(size_t *)params[1];
-    k.nranks = *(int *)params[2];
-    if (!find(*(void **)params[0], k.count * esize)) {
-      pthread_mutex_unlock(&lock);
-      return CUDA_ERROR_ILLEGAL_ADDRESS;
-    }
-    to = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], k.count * esize);
+    k->count = *(size_t *)params[1];
+    k->divide = *(int *)params[2];
   }
+  size_t bytes = k->count * esize;
+  if (bad || !find(*(void **)params[0], bytes)) {
+    pthread_mutex_unlock(&lock);
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
+  k->dst = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], bytes);
   kernels++;
   pthread_mutex_unlock(&lock);
-  k.b = b;
-  return enqueue_op(queue_of(stream), to, from, 0, &k) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return enqueue_op(queue_of(stream), NULL, NULL, 0, &op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* ---- CUDA IPC between processes ----------------------------------------------------------- */

@@ -55,6 +55,16 @@ fake=$build/tests/.libs/libfakecuda.so
 [ -f "$fake" ] || { echo "FAIL: $fake was not built"; exit 1; }
 counts=${TMPDIR:-/tmp}/hoop-fakecuda.$$
 trap 'rm -f "$counts"' EXIT
+
+# The kernels' own code (lib/mem/kernels.cu, which the stand-in runs compiled for the CPU, grid and
+# all) against reduce.c: every dtype and op, NaN, zeros, subnormals, wraparound, half rounding,
+# aligned and not, in place. 77: a build without kernels (no nvcc).
+out=$(HOOP_CUDA_LIBRARY=$fake FAKECUDA_ASYNC_DELAY_US=0 "$build/tests/test_cuda_kernels" 2>&1)
+code=$?
+echo "$out" | grep -E '^(FAIL|SKIP|test_cuda_kernels)' | head -8 | sed 's/^/  stand-in kernels: /'
+if [ $code != 0 ] && [ $code != 77 ]; then
+  echo "FAIL: kernels.cu on the stand-in (exit $code)"; echo "$out" | tail -10; status=1
+fi
 for np in 1 2 3; do
   for mode in all even mixed; do
     rm -f "$counts"

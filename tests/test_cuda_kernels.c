@@ -7,9 +7,10 @@
  *
  * Results must be the same bits, with one exception the GPU imposes: a NaN that sum, prod or the
  * division produces is the GPU's canonical NaN, not the host's propagated payload, so there both
- * must be NaN. Needs a GPU: exits 77 (skipped) where there is none, or in a build without kernels.
- * Given the stand-in driver (HOOP_CUDA_LIBRARY=tests/.libs/libfakecuda.so) it runs, but checks only
- * itself there: the stand-in computes its "kernels" with reduce.c.
+ * must be NaN. On a GPU by default; exits 77 (skipped) where there is none, or in a build without
+ * kernels. Given the stand-in driver (HOOP_CUDA_LIBRARY=tests/.libs/libfakecuda.so, as
+ * tests/test_cuda.sh runs it in CI) it checks kernels.cu's own code compiled for the CPU
+ * (tests/kernels_host.cc), launched as hoop launches it: everything but the GPU's arithmetic.
  */
 #include <math.h>
 #include <stdint.h>

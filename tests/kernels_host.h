@@ -1,0 +1,30 @@
+/* kernels_host.h - lib/mem/kernels.cu compiled for the CPU (tests/kernels_host.cc), as the stand-in
+ * driver (tests/fakecuda.c) launches it. */
+#ifndef HOOP_TESTS_KERNELS_HOST_H
+#define HOOP_TESTS_KERNELS_HOST_H
+
+#include <stddef.h>
+
+enum { FAKECUDA_REDUCE, FAKECUDA_DIVIDE, FAKECUDA_MANY };
+
+/* One launch, its pointers already where the CPU reads the bytes: hoop_reduce_* (dst, a, b,
+ * count), hoop_divide_* (dst, count, divide) or hoop_many_* (dst, srcs[0..nsrcs), count, divide).
+ */
+typedef struct fakecuda_kernel {
+  void *fn; /* the kernel, from fakecuda_kernel_named */
+  int kind;
+  void *dst;
+  const void *a, *b;
+  const void *srcs[8];
+  int nsrcs;
+  size_t count;
+  int divide;
+} fakecuda_kernel;
+
+/* The kernel of that name (hoop_reduce_float32_sum, ...), or NULL. */
+void *fakecuda_kernel_named(const char *name);
+
+/* Runs every thread of the grid, one after the other. */
+void fakecuda_launch(const fakecuda_kernel *k, const unsigned grid[3], const unsigned block[3]);
+
+#endif

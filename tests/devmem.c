@@ -15,10 +15,12 @@ static int (*cu_ctx_set_current)(void *);
 static int (*cu_mem_alloc)(unsigned long long *, size_t);
 static int (*cu_mem_free)(unsigned long long);
 static int (*cu_htod)(unsigned long long, const void *, size_t);
-static int (*cu_dtoh)(void *, unsigned long long, size_t);
 static int (*cu_stream_create)(void **, unsigned int);
 static int (*cu_dtod)(unsigned long long, unsigned long long, size_t);
 static int (*cu_htod_async)(unsigned long long, const void *, size_t, void *);
+static int (*cu_memcpy_async)(unsigned long long, unsigned long long, size_t, void *);
+static int (*cu_stream_synchronize)(void *);
+static void *reader; /* devmem_get's stream */
 static int (*cu_ctx_synchronize)(void);
 
 /* DEVMEM_VMM=1: buffers from the virtual memory management API instead of cuMemAlloc (as
@@ -120,10 +122,11 @@ int devmem_init(char *msg, size_t msglen) {
                         {"cuMemAlloc", (void **)&cu_mem_alloc},
                         {"cuMemFree", (void **)&cu_mem_free},
                         {"cuMemcpyHtoD", (void **)&cu_htod},
-                        {"cuMemcpyDtoH", (void **)&cu_dtoh},
                         {"cuStreamCreate", (void **)&cu_stream_create},
                         {"cuMemcpyDtoD", (void **)&cu_dtod},
                         {"cuMemcpyHtoDAsync", (void **)&cu_htod_async},
+                        {"cuMemcpyAsync", (void **)&cu_memcpy_async},
+                        {"cuStreamSynchronize", (void **)&cu_stream_synchronize},
                         {"cuCtxSynchronize", (void **)&cu_ctx_synchronize}};
   if (resolve_all(get_proc, want, sizeof want / sizeof want[0], path, "", msg, msglen) != 0)
     return -1;
@@ -204,8 +207,14 @@ void devmem_upload(void *dev, const void *host, size_t bytes) {
 }
 
 void devmem_get(void *host, const void *dev, size_t bytes) {
-  if (bytes)
-    must(cu_dtoh(host, (unsigned long long)(uintptr_t)dev, bytes), "cuMemcpyDtoH");
+  if (!bytes)
+    return;
+  if (!reader)
+    must(cu_stream_create(&reader, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+  must(cu_memcpy_async((unsigned long long)(uintptr_t)host, (unsigned long long)(uintptr_t)dev,
+                       bytes, reader),
+       "cuMemcpyAsync");
+  must(cu_stream_synchronize(reader), "cuStreamSynchronize");
 }
 
 void *devmem_stream(void) {

@@ -17,7 +17,9 @@ void *devmem_put(const void *host, size_t bytes);
 void *devmem_put_late(const void *host, size_t bytes, void *stream);
 /* Copy bytes of host into device memory. */
 void devmem_upload(void *dev, const void *host, size_t bytes);
-/* Copy bytes of device memory back to host. */
+/* Copy bytes of device memory back to host, through a non-blocking stream of its own that waits
+ * for nothing else: the bytes a plain collective left there must be complete when it returned,
+ * whatever stream the program reads them with. */
 void devmem_get(void *host, const void *dev, size_t bytes);
 void devmem_free(void *dev);
 /* Queue a device-to-device copy (it may run after the call returns), and wait for all the

@@ -44,7 +44,14 @@
  * reads stale bytes, and the tests catch it. cuEventSynchronize and cuStreamSynchronize wait for
  * the worker. Every stream has a queue and a worker of its own: the legacy default stream (NULL),
  * which the synchronous copies wait for, as the real ones do, and each stream created
- * (non-blocking, as hoop makes its own), not ordered after any other stream's work.
+ * (non-blocking, as hoop makes its own), not ordered after any other stream's work. The
+ * synchronous copies keep the driver's documented exceptions: device to device, and from pageable
+ * host memory to the device, they return with the copy still queued on the legacy default stream.
+ *
+ * Races: work queued on a stream that touches bytes that work still queued on another stream
+ * writes (or writes bytes it reads) aborts the process with both described, since nothing but the
+ * caller waiting orders two streams (hoop records no cross-stream waits): a GPU may or may not
+ * lose such a race, the check catches it whenever both are queued at once, whatever the timing.
  */
 #include <cuda.h>
 #include <fcntl.h>
@@ -91,6 +98,13 @@ struct reserve {
 };
 static struct reserve reserves[MAX_RESERVES];
 
+/* Page-locked host memory (cuMemHostAlloc), which the synchronous copies treat otherwise. */
+#define MAX_PINNED 1024
+static struct pinned_range {
+  char *base;
+  size_t bytes;
+} pinned_at[MAX_PINNED];
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc allocs[MAX_ALLOCS];
 static int initialized;
@@ -133,6 +147,7 @@ typedef struct async_op {
   struct async_op *next;
   /* A kernel (kernel 1): kernels.cu's own code, compiled for the CPU (kernels_host.cc), run over
    * the grid it was launched with. */
+  char *owned; /* freed once done: a pageable source's staged copy */
   int kernel;
   fakecuda_kernel k;
   unsigned grid[3], block[3];
@@ -185,10 +200,75 @@ static void *worker_main(void *arg) {
     if (!q->head)
       q->tail = NULL;
     q->done = op->seq;
+    free(op->owned);
     free(op);
     pthread_cond_broadcast(&queue_cond);
   }
   return NULL;
+}
+
+/* The bytes an operation writes, and those it reads (up to 9 ranges), where they really are. */
+static int ranges_of(const async_op *op, const char **w, const char *r[9], size_t *bytes) {
+  int n = 0;
+  *bytes = op->bytes;
+  if (op->kernel) {
+    *w = op->k.dst;
+    if (op->k.kind == FAKECUDA_DIVIDE)
+      r[n++] = op->k.dst;
+    if (op->k.kind == FAKECUDA_REDUCE)
+      r[n++] = op->k.a, r[n++] = op->k.b;
+    for (int j = 0; op->k.kind == FAKECUDA_MANY && j < op->k.nsrcs && j < 8; j++)
+      r[n++] = op->k.srcs[j];
+  } else {
+    *w = op->from ? op->to : NULL;
+    if (op->from)
+      r[n++] = op->from;
+  }
+  return n;
+}
+
+static int overlap(const char *a, size_t an, const char *b, size_t bn) {
+  return a && b && an && bn && a < b + bn && b < a + an;
+}
+
+/* Whether x and y touch the same bytes and one of them writes them. */
+static int conflict(const async_op *x, const async_op *y) {
+  const char *xw, *yw, *xr[9], *yr[9];
+  size_t xb, yb;
+  int xn = ranges_of(x, &xw, xr, &xb), yn = ranges_of(y, &yw, yr, &yb);
+  if (overlap(xw, xb, yw, yb))
+    return 1;
+  for (int i = 0; i < yn; i++)
+    if (overlap(xw, xb, yr[i], yb))
+      return 1;
+  for (int i = 0; i < xn; i++)
+    if (overlap(yw, yb, xr[i], xb))
+      return 1;
+  return 0;
+}
+
+/* The race check (queue_lock held): op, about to be queued on queue qi (-1: a synchronous copy,
+ * which has waited for the legacy default stream), against the work still queued on the other
+ * streams. Nothing orders work on two streams but the caller waiting for one of them (hoop
+ * records no cross-stream waits), so touching the same bytes, one of the two writing, is a race
+ * that a GPU may or may not lose: abort with what it was, whatever the timing here. */
+static void check_race(int qi, const async_op *op) {
+  for (int j = 0; j < MAX_STREAMS; j++) {
+    if (j == qi || (qi < 0 && j == 0))
+      continue;
+    for (const async_op *p = queues[j].head; p; p = p->next)
+      if (conflict(op, p)) {
+        fprintf(stderr,
+                "fakecuda: race: a %s on stream %d (to %p from %p, %zu bytes) and a %s still "
+                "queued on stream %d (to %p from %p, %zu bytes) touch the same bytes, one of them "
+                "writing, with nothing ordering them\n",
+                op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
+                (const void *)(op->kernel ? op->k.a : op->from), op->bytes,
+                p->kernel ? "kernel" : "copy", j, (void *)(p->kernel ? p->k.dst : p->to),
+                (const void *)(p->kernel ? p->k.a : p->from), p->bytes);
+        abort();
+      }
+  }
 }
 
 /* Queue an operation (a copy, a marker, or like *kernel) on queue qi; its sequence number there,
@@ -217,6 +297,7 @@ static unsigned long long enqueue_op(int qi, char *to, const char *from, size_t 
   if (kernel)
     *op = *kernel;
   op->to = to, op->from = from, op->bytes = bytes, op->seq = seq, op->next = NULL;
+  check_race(qi, op);
   if (q->tail)
     q->tail->next = op;
   else
@@ -387,19 +468,55 @@ static char *resolve(CUdeviceptr ptr, size_t bytes) {
   return a ? a->shadow + ((char *)(uintptr_t)ptr - a->base) : (char *)(uintptr_t)ptr;
 }
 
+/* Whether [ptr, ptr + bytes) lies in page-locked memory of cuMemHostAlloc's (lock held). */
+static int is_pinned(const void *ptr, size_t bytes) {
+  for (int i = 0; i < MAX_PINNED; i++)
+    if (pinned_at[i].base && (const char *)ptr >= pinned_at[i].base &&
+        (const char *)ptr + bytes <= pinned_at[i].base + pinned_at[i].bytes)
+      return 1;
+  return 0;
+}
+
+/* cuMemcpy and its typed twins, as the driver documents them ("API synchronization behavior"):
+ * they run on the legacy default stream, after what was queued there; to host memory, and from
+ * page-locked host memory, they return once the copy is done; device to device they return at
+ * once, the copy queued; from pageable host memory to the device they return once the source is
+ * copied to a staging buffer, the rest queued. So a caller that needs the destination complete
+ * (for another stream, or another process) must wait for the legacy default stream. */
 static CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   if (!initialized)
     return CUDA_ERROR_NOT_INITIALIZED;
   if (ctx_depth == 0)
     return CUDA_ERROR_INVALID_CONTEXT;
-  /* A synchronous copy runs on the legacy default stream: after what was queued there. */
-  wait_done(0, 0);
   pthread_mutex_lock(&lock);
+  int to_device = find((void *)(uintptr_t)dst, bytes) != NULL;
+  int from_device = find((void *)(uintptr_t)src, bytes) != NULL;
+  int pageable = !from_device && !is_pinned((void *)(uintptr_t)src, bytes);
   char *to = resolve(dst, bytes), *from = resolve(src, bytes);
   CUresult counted = count_copy(bytes);
   pthread_mutex_unlock(&lock);
-  if (counted == CUDA_SUCCESS)
-    memmove(to, from, bytes);
+  if (counted != CUDA_SUCCESS)
+    return counted;
+  if (to_device && (from_device || pageable)) {
+    char *staged = NULL;
+    if (pageable) {
+      if (!(staged = malloc(bytes ? bytes : 1)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      memcpy(staged, from, bytes);
+    }
+    async_op op = {.owned = staged};
+    if (!enqueue_op(0, to, staged ? staged : from, bytes, &op)) {
+      free(staged);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+  }
+  wait_done(0, 0);
+  async_op sync = {.to = to, .from = from, .bytes = bytes};
+  pthread_mutex_lock(&queue_lock);
+  check_race(-1, &sync);
+  pthread_mutex_unlock(&queue_lock);
+  memmove(to, from, bytes);
   return counted;
 }
 
@@ -595,11 +712,21 @@ static CUresult fake_mem_host_alloc(void **ptr, size_t bytes, unsigned int flags
     return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&lock);
   pinned++;
+  for (int i = 0; i < MAX_PINNED; i++)
+    if (!pinned_at[i].base) {
+      pinned_at[i] = (struct pinned_range){*ptr, bytes};
+      break;
+    }
   pthread_mutex_unlock(&lock);
   return CUDA_SUCCESS;
 }
 
 static CUresult fake_mem_free_host(void *ptr) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; ptr && i < MAX_PINNED; i++)
+    if (pinned_at[i].base == ptr)
+      pinned_at[i] = (struct pinned_range){NULL, 0};
+  pthread_mutex_unlock(&lock);
   free(ptr);
   return CUDA_SUCCESS;
 }
@@ -790,7 +917,8 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
   k->dst = resolve((CUdeviceptr)(uintptr_t) * (void **)params[0], bytes);
   kernels++;
   pthread_mutex_unlock(&lock);
-  return enqueue_op(queue_of(stream), NULL, NULL, 0, &op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return enqueue_op(queue_of(stream), NULL, NULL, bytes, &op) ? CUDA_SUCCESS
+                                                              : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* ---- CUDA IPC between processes ----------------------------------------------------------- */

@@ -124,6 +124,9 @@ static void run_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, si
   unsigned char *hdst = host + off * esize;
   hoop__reduce3(hdst, ha, hb, n, dtype, op);
   unsigned char *dst = alias == 1 ? da : alias == 2 ? db : ddst;
+  /* The kernels run on hoop's stream, which waits for nothing of the legacy default stream, where
+   * the uploads may still be going on (the collectives wait for it before they launch). */
+  devmem_sync();
   hoop_result result =
       hoop__cuda_reduce3(comm, dst + off * esize, da + off * esize, db + off * esize, n, dtype, op);
   if (result == HOOP_OK && op == HOOP_AVG) {
@@ -183,6 +186,7 @@ static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t 
     hoop__reduce(hdst, in[j] + off * esize, n, dtype, op);
   hoop__reduce_finish(hdst, n, dtype, op, nsrcs);
   unsigned char *ddst = over < 0 ? devmem_put(NULL, bytes) : NULL;
+  devmem_sync();
   unsigned char *dst = ddst ? ddst : din[over];
   int divide = op == HOOP_AVG ? nsrcs : 0;
   hoop_result result;

@@ -5,7 +5,8 @@
  * blocking, and hoop_finalize refusing while a request is outstanding. Started by hooprun.
  *
  * Usage: nb_worker [--quick] [--device]  (--device: allreduce, broadcast and allgather on device
- *                                       buffers, HOOP_CUDA_LIBRARY's)
+ *                                       buffers, HOOP_CUDA_LIBRARY's, and the fused allreduce's
+ *                                       buffers on the device one in two, host and device mixed)
  *        nb_worker --progress           rank 0 posts a barrier and sleeps 2 s without calling hoop;
  *                                       the others' blocking barrier must end well before, so its
  *                                       progress thread took part (fails with
@@ -92,6 +93,7 @@ typedef struct item {
   char *dsend, *drecv; /* --device: the device copies the call gets (NULL: it gets send, recv) */
   size_t nbufs, counts[MAX_BUFS];
   char *sends[MAX_BUFS], *recvs[MAX_BUFS];
+  char *dsends[MAX_BUFS], *drecvs[MAX_BUFS]; /* --device: those on the device (NULL: on the host) */
   hoop_request *req;
 } item;
 
@@ -147,9 +149,18 @@ static void post(item *it, int i, size_t big) {
       it->sends[b] = xmalloc(it->counts[b] * esize);
       it->recvs[b] = b % 2 ? it->sends[b] : xmalloc(it->counts[b] * esize);
       ref_fill(it->sends[b], it->counts[b], it->dtype, it->op, rank, it->seed + (unsigned)b);
+      if (device_buffers && (b + (size_t)i) % 2 == 0 && it->counts[b]) {
+        it->dsends[b] = devmem_put(it->sends[b], it->counts[b] * esize);
+        it->drecvs[b] = b % 2 ? it->dsends[b] : devmem_put(NULL, it->counts[b] * esize);
+      }
     }
-    must(hoop_iallreduce_many(comm, it->nbufs, (const void *const *)it->sends,
-                              (void *const *)it->recvs, it->counts, it->dtype, it->op, &it->req),
+    char *sends[MAX_BUFS], *recvs[MAX_BUFS];
+    for (size_t b = 0; b < it->nbufs; b++) {
+      sends[b] = it->dsends[b] ? it->dsends[b] : it->sends[b];
+      recvs[b] = it->drecvs[b] ? it->drecvs[b] : it->recvs[b];
+    }
+    must(hoop_iallreduce_many(comm, it->nbufs, (const void *const *)sends, (void *const *)recvs,
+                              it->counts, it->dtype, it->op, &it->req),
          "hoop_iallreduce_many");
     break;
   default: break;
@@ -158,9 +169,18 @@ static void post(item *it, int i, size_t big) {
 
 /* --device: the result back into the host copy, the device copies freed. */
 static void from_device(item *it) {
+  size_t esize = hoop_dtype_size(it->dtype);
+  for (size_t b = 0; it->kind == FUSED && b < it->nbufs; b++) {
+    if (!it->drecvs[b])
+      continue;
+    devmem_get(it->recvs[b], it->drecvs[b], it->counts[b] * esize);
+    if (it->drecvs[b] != it->dsends[b])
+      devmem_free(it->drecvs[b]);
+    devmem_free(it->dsends[b]);
+    it->dsends[b] = it->drecvs[b] = NULL;
+  }
   if (!device_buffers || !it->drecv)
     return;
-  size_t esize = hoop_dtype_size(it->dtype);
   size_t bytes = it->kind == ALLGATHER ? it->count * esize * (size_t)nranks : it->count * esize;
   devmem_get(it->kind == BROADCAST ? it->send : it->recv, it->drecv, bytes);
   if (it->kind == ALLGATHER ? !it->in_place : it->dsend != it->drecv)

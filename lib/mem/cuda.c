@@ -474,9 +474,10 @@ static hoop_result driver_error(hoop_comm *comm, const char *what, CUresult err)
 hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
   if (bytes == 0)
     return HOOP_OK;
-  CUcontext context = NULL;
+  CUcontext context = NULL, dst_context = NULL;
+  int to_device = kind_and_context(dst, &dst_context) == HOOP__MEM_DEVICE;
   if (kind_and_context(src, &context) != HOOP__MEM_DEVICE || !context)
-    kind_and_context(dst, &context);
+    context = dst_context;
   if (!context)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "%s: cuda: neither %p nor %p is device memory of a live context",
@@ -484,12 +485,20 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
   CUresult err = drv.ctx_push(context);
   if (err != CUDA_SUCCESS)
     return driver_error(comm, "cuCtxPushCurrent", err);
-  /* Unified addressing: the driver tells host from device by the addresses. cuMemcpy returns once
-   * the data is in dst. */
+  /* Unified addressing: the driver tells host from device by the addresses. cuMemcpy runs on the
+   * legacy default stream and returns once the data is in host memory, or once it left page-locked
+   * host memory; but device to device, or from pageable host memory, it may return before the
+   * bytes are in device memory (the driver's "API synchronization behavior"). Whoever reads them
+   * next may be another stream or another process: wait for them. */
+  const char *what = "cuMemcpy";
   err = drv.memcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes);
+  if (err == CUDA_SUCCESS && to_device) {
+    what = "cuStreamSynchronize (after cuMemcpy)";
+    err = drv.stream_synchronize(NULL);
+  }
   CUcontext popped;
   drv.ctx_pop(&popped);
-  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, "cuMemcpy", err);
+  return err == CUDA_SUCCESS ? HOOP_OK : driver_error(comm, what, err);
 }
 
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes) {

@@ -1128,8 +1128,11 @@ static CUresult fake_mem_unmap(CUdeviceptr ptr, size_t bytes) {
   return err;
 }
 
-/* The mapped region (VMM: one mapping, not the reservation) that holds ptr. */
+/* The mapped region (VMM: one mapping, not the reservation) that holds ptr; as the driver's, it
+ * wants a current context. */
 static CUresult fake_mem_get_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  if (ctx_depth == 0)
+    return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&lock);
   alloc *a = find((void *)(uintptr_t)ptr, 0);
   if (a) {

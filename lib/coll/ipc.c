@@ -166,7 +166,7 @@ static void unmap(mapping *map) {
       break;
     }
   nmaps--;
-  hoop__cuda_ipc_close(map->base, &map->from);
+  hoop__cuda_ipc_close(map->context, map->base, &map->from);
   free(map);
 }
 

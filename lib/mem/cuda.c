@@ -152,8 +152,8 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
   return -1;
 }
 
-void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export) {
-  (void)base, (void)export;
+void hoop__cuda_ipc_close(void *context, void *base, const hoop__cuda_export *export) {
+  (void)context, (void)base, (void)export;
 }
 
 int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *b) {
@@ -1373,20 +1373,22 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
   }
   uint64_t end = (uint64_t)(uintptr_t)ptr + len;
   if (!legacy) {
-    /* The virtual memory management API's memory: its allocations' file descriptors. */
-    if (vmm_cached(ptr, end, out) == 0)
-      return 0;
+    /* The virtual memory management API's memory: its allocations' file descriptors. The cache's
+     * check asks cuMemGetAddressRange, which wants a current context too. */
     char vmm_why[200] = "";
-    int failed = 1;
+    int failed = 1, cached = 0;
     if (!vmm_calls())
       snprintf(vmm_why, sizeof vmm_why, "the driver has no virtual memory management calls");
     else if ((err = drv.ctx_push(context)) != CUDA_SUCCESS)
       say_why(vmm_why, sizeof vmm_why, "cuCtxPushCurrent", err);
     else {
-      failed = vmm_export(ptr, len, out, vmm_why, sizeof vmm_why);
+      cached = vmm_cached(ptr, end, out) == 0;
+      failed = cached ? 0 : vmm_export(ptr, len, out, vmm_why, sizeof vmm_why);
       CUcontext popped;
       drv.ctx_pop(&popped);
     }
+    if (cached)
+      return 0;
     if (failed) {
       snprintf(why, whylen, "not memory of cudaMalloc (no legacy IPC handle); as VMM memory: %s",
                vmm_why);
@@ -1458,10 +1460,9 @@ void *hoop__cuda_context_of(const void *ptr) {
   return kind_and_context(ptr, &context) == HOOP__MEM_DEVICE ? (void *)context : NULL;
 }
 
-void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export) {
-  CUcontext context = NULL;
-  if (!base || !drv.ipc_close_mem_handle || kind_and_context(base, &context) != HOOP__MEM_DEVICE ||
-      !context || drv.ctx_push(context) != CUDA_SUCCESS)
+void hoop__cuda_ipc_close(void *context, void *base, const hoop__cuda_export *export) {
+  if (!base || !context || !drv.ipc_close_mem_handle ||
+      drv.ctx_push((CUcontext)context) != CUDA_SUCCESS)
     return;
   if (export->kind == HOOP__CUDA_EXPORT_VMM) {
     vmm_unmap((CUdeviceptr)(uintptr_t)base, export, export->npieces);

@@ -142,10 +142,11 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
 int hoop__cuda_export_same(const hoop__cuda_export *a, const hoop__cuda_export *b);
 int hoop__cuda_export_conflict(const hoop__cuda_export *a, const hoop__cuda_export *b);
 /* Map a peer's allocation into the context of the device memory at near: its base here (0), or
- * why not (-1). Closed with hoop__cuda_ipc_close. */
+ * why not (-1). Closed with hoop__cuda_ipc_close, in that context (hoop__cuda_context_of(near)):
+ * the mapping's own pointer attributes may name the exporter's device. */
 int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void **base, char *why,
                         size_t whylen);
-void hoop__cuda_ipc_close(void *base, const hoop__cuda_export *export);
+void hoop__cuda_ipc_close(void *context, void *base, const hoop__cuda_export *export);
 /* The context of the device memory at ptr (a CUcontext), or NULL for other memory. */
 void *hoop__cuda_context_of(const void *ptr);
 

@@ -35,6 +35,9 @@
  * soft-RoCE can register it as nvidia-peermem registers GPU memory (ibv_reg_mr on the device
  * pointer); hoop's own CPU accesses then no longer fault, which the other tests check.
  *
+ * FAKECUDA_LEGACY_ATTR=0: CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says 0 for cuMemAlloc's
+ * memory as well, as some drivers have (cuIpcGetMemHandle still works on it).
+ *
  * FAKECUDA_FAIL_AFTER=N: every copy after the first N fails (CUDA_ERROR_ILLEGAL_ADDRESS, as a
  * device fault makes the real driver's calls fail), to see what hoop does when the driver does.
  *
@@ -755,9 +758,12 @@ static CUresult fake_pointer_get_attributes(unsigned int n, CUpointer_attribute 
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       *(CUcontext *)data[i] = device && !found.phys ? the_context : NULL;
       break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      *(unsigned int *)data[i] = device && found.fd >= 0;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: {
+      /* FAKECUDA_LEGACY_ATTR=0: 0 for cuMemAlloc's memory too, as some drivers have said. */
+      const char *attr = getenv("FAKECUDA_LEGACY_ATTR");
+      *(unsigned int *)data[i] = device && found.fd >= 0 && !(attr && strcmp(attr, "0") == 0);
       break;
+    }
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = device ? 0 : -2; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data[i] = found.id; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:

@@ -153,6 +153,10 @@ for np in 2 3 4; do
   [ "${kernels:-0}" -ge 100 ] && [ "${opens:-0}" -ge 100 ] || {
     echo "FAIL: the collectives did not go by CUDA IPC"; status=1; }
 done
+# A driver whose pointer query says cudaMalloc's memory cannot go by legacy IPC (some have): its
+# handles are asked for anyway once the VMM export finds no VMM allocation there.
+FAKECUDA_LEGACY_ATTR=0 ipc_run "IPC --device all, legacy attribute 0" 2 --device all
+[ "${opens:-0}" -ge 100 ] || { echo "FAIL: legacy IPC was not tried despite the attribute"; status=1; }
 # 10 ranks: more sources than one pass of the many-source kernel takes (8), so two passes, and
 # in place the ranks past 8 reduce into scratch.
 ipc_run "IPC --device all" 10 --device all

@@ -1372,10 +1372,10 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
     return -1;
   }
   uint64_t end = (uint64_t)(uintptr_t)ptr + len;
+  char vmm_why[200] = "";
   if (!legacy) {
     /* The virtual memory management API's memory: its allocations' file descriptors. The cache's
      * check asks cuMemGetAddressRange, which wants a current context too. */
-    char vmm_why[200] = "";
     int failed = 1, cached = 0;
     if (!vmm_calls())
       snprintf(vmm_why, sizeof vmm_why, "the driver has no virtual memory management calls");
@@ -1389,14 +1389,14 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
     }
     if (cached)
       return 0;
-    if (failed) {
-      snprintf(why, whylen, "not memory of cudaMalloc (no legacy IPC handle); as VMM memory: %s",
-               vmm_why);
-      return -1;
+    if (!failed) {
+      remember(out);
+      out->offset = (uint64_t)((uintptr_t)ptr) - out->base;
+      return 0;
     }
-    remember(out);
-    out->offset = (uint64_t)((uintptr_t)ptr) - out->base;
-    return 0;
+    /* Not VMM memory that can go as descriptors: a legacy handle after all, as drivers have been
+     * known to say 0 for cudaMalloc's memory (UCX works around it); for stream-ordered memory
+     * (cudaMallocAsync) the driver refuses it too, and both reasons are told. */
   }
   pthread_mutex_lock(&exports_lock);
   for (int i = 0; i < nexports; i++)
@@ -1414,8 +1414,14 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
     CUcontext popped;
     drv.ctx_pop(&popped);
   }
-  if (err != CUDA_SUCCESS) {
+  if (err != CUDA_SUCCESS && legacy) {
     say_why(why, whylen, "cuIpcGetMemHandle", err);
+    return -1;
+  }
+  if (err != CUDA_SUCCESS) {
+    snprintf(why, whylen,
+             "not memory of cudaMalloc (no legacy IPC handle: %s (%d)); as VMM memory: %s",
+             error_text(err), (int)err, vmm_why);
     return -1;
   }
   memset(out, 0, sizeof *out);

@@ -5,6 +5,7 @@
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
  *                    [--no-shm-on RANK] [--device all|even|mixed|host0 [--stream] [--late-input]]
+ *                    [--no-ptrace]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -28,6 +29,10 @@
  * its inputs when it calls: hoop must order its reads after them (the stand-in driver carries
  * such copies out late, each stream on its own).
  *
+ * --no-ptrace: each rank makes itself not dumpable, so that (unless root) no other process may
+ * ptrace it, as Yama's default on Ubuntu refuses it between sibling processes: whatever needs that
+ * permission (process_vm_readv, pidfd_getfd) must do without it or fall back.
+ *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
  * table sees them (the host-by-host algorithms); the transports still share memory. Implies
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -316,6 +322,9 @@ int main(int argc, char **argv) {
                     : strcmp(mode, "mixed") == 0 ? 3
                     : strcmp(mode, "host0") == 0 ? 4
                                                  : 1;
+    } else if (strcmp(argv[i], "--no-ptrace") == 0) {
+      if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        perror("coll_worker: prctl(PR_SET_DUMPABLE)");
     } else if (strcmp(argv[i], "--no-shm-on") == 0 && i + 1 < argc) {
       const char *mine = getenv("HOOP_RANK");
       if (mine && strcmp(mine, argv[++i]) == 0)

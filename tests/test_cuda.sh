@@ -202,8 +202,8 @@ unset FAKECUDA_KERNELS
 [ "${opens:-0}" -ge 10 ] && [ "${kernels:-1}" = 0 ] || {
   echo "FAIL: without kernels, broadcast and allgather not by IPC, or kernels launched"; status=1; }
 # Buffers of the virtual memory management API (cuMemCreate, cuMemMap: PyTorch's expandable
-# segments), exportable as file descriptors: mapped by the peers through pidfd_getfd and
-# cuMemImportFromShareableHandle, not legacy handles.
+# segments), exportable as file descriptors: each exporter's descriptor server passes them over a
+# Unix socket, the peers map them (cuMemImportFromShareableHandle), not legacy handles.
 for np in 2 3; do
   DEVMEM_VMM=1 ipc_run "IPC of VMM memory --device all" $np --device all
   vmm=$(awk '{n += $18} END {print n + 0}' "$counts" 2>/dev/null)
@@ -211,6 +211,23 @@ for np in 2 3; do
   [ "${kernels:-0}" -ge 100 ] && [ "${vmm:-0}" -ge 100 ] && [ "${opens:-1}" = 0 ] || {
     echo "FAIL: VMM memory did not go by CUDA IPC through file descriptors"; status=1; }
 done
+# The same where no rank may ptrace another (--no-ptrace: not dumpable; as Ubuntu's Yama default
+# has it between sibling processes): the descriptors need no such permission. Only root can run
+# the job as an ordinary user (nobody), and only if the build tree is readable to it.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
+  setpriv --reuid=nobody --regid=nogroup --clear-groups test -x "$worker" 2>/dev/null; then
+  rm -f "$counts"; : >"$counts"; chmod 666 "$counts"
+  out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/tmp DEVMEM_VMM=1 \
+    HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts HOOP_CUDA_IPC_MIN_BYTES=0 \
+    "$hooprun" -np 2 --timeout 120 "$worker" --quick --device all --no-ptrace 2>&1)
+  vmm=$(awk '{n += $18} END {print n + 0}' "$counts" 2>/dev/null)
+  echo "  VMM memory, no rank may ptrace another (as nobody): $vmm VMM imports"
+  if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 2 ] || [ "${vmm:-0}" -lt 100 ]; then
+    echo "FAIL: VMM memory without ptrace permission"; echo "$out" | tail -20; status=1
+  fi
+else
+  echo "  (VMM memory without ptrace permission: not run; it needs root and a build tree nobody can read)"
+fi
 # Not exportable (requestedHandleTypes without POSIX file descriptors): staged, saying why.
 out=$(DEVMEM_VMM=noexport HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=info \
   HOOP_DEBUG_SUBSYS=coll "$hooprun" -np 2 --timeout 120 "$worker" --quick --device all 2>&1)

@@ -11,12 +11,16 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/env.h"
@@ -1060,9 +1064,8 @@ void hoop__cuda_free(void *ptr) {
 /* ---- CUDA IPC ---------------------------------------------------------------------------------
  */
 
-/* This process's exports, by buffer id: cuIpcGetMemHandle is a driver round trip. A VMM export's
- * descriptor stays open while its entry is kept: peers take their copies of it during the call
- * that sent it, and a call exports two buffers at most, so an entry lives past its call. */
+/* This process's exports, by buffer id: cuIpcGetMemHandle is a driver round trip. A VMM export
+ * holds no descriptor: the descriptor server below exports the allocation when a peer asks. */
 #define MAX_EXPORTS 64
 static hoop__cuda_export exports[MAX_EXPORTS];
 static int nexports, next_export;
@@ -1075,8 +1078,9 @@ static int vmm_calls(void) {
 }
 
 /* The VMM allocation mapped at start (its context current), exported as a file descriptor into
- * *fd: 0, or -1 with why. */
+ * *fd, its handle (its identity) into *id: 0, or -1 with why. */
 static int vmm_export_piece(CUdeviceptr start, int *fd, uint64_t *id, char *why, size_t whylen) {
+  *fd = -1;
   if (!vmm_calls()) {
     snprintf(why, whylen, "the driver has no virtual memory management calls");
     return -1;
@@ -1088,7 +1092,6 @@ static int vmm_export_piece(CUdeviceptr start, int *fd, uint64_t *id, char *why,
     return -1;
   }
   CUmemAllocationProp prop;
-  *fd = -1;
   *id = (uint64_t)handle; /* the handle mapped there: the allocation's identity */
   if ((err = drv.mem_get_allocation_properties(&prop, handle)) != CUDA_SUCCESS)
     say_why(why, whylen, "cuMemGetAllocationPropertiesFromHandle", err);
@@ -1120,10 +1123,244 @@ static int pieces_of(const hoop__cuda_export *export) {
                                                    : export->npieces;
 }
 
-static void close_pieces(hoop__cuda_export *export) {
-  for (int i = 0; export->kind == HOOP__CUDA_EXPORT_VMM && i < pieces_of(export); i++)
-    if (export->piece[i].fd >= 0)
-      close(export->piece[i].fd);
+/* ---- VMM descriptors, passed over a Unix socket
+ *
+ * A process that exports VMM memory serves its allocations' file descriptors from a thread of its
+ * own, started at its first VMM export, on an abstract Unix socket "hoop-vmm-PID-NONCE" (NONCE
+ * random, told to the peers in the export). An importer connects, asks for each piece by its
+ * identity (address, allocation handle, buffer id); the server exports the allocation if it is
+ * still the one mapped there, sends the descriptor (SCM_RIGHTS) and closes its own. Each end checks
+ * that the other is a process of the same user (SO_PEERCRED), the importer that it is the
+ * exporting process. So no descriptor stays open here between calls (an open one holds its
+ * allocation's memory after the program frees it), and nothing needs the permission to ptrace the
+ * exporter (pidfd_getfd's, which Yama's default on Ubuntu refuses between sibling processes). Ranks
+ * of one host must share a network namespace (abstract sockets live in one). */
+
+#define VMM_ASK_MAGIC 0x686f6f702d766d6dull /* "hoop-vmm" */
+typedef struct vmm_ask {
+  uint64_t magic, start, handle, buffer_id;
+} vmm_ask;
+typedef struct vmm_answer {
+  int32_t status; /* 0: the descriptor comes with it */
+  char why[124];
+} vmm_answer;
+
+static struct {
+  pthread_mutex_t lock;
+  pid_t pid; /* the process whose server it is (a forked child starts its own) */
+  uint64_t nonce;
+  int fd; /* the listening socket */
+} fd_server = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1};
+
+static socklen_t server_address(struct sockaddr_un *sa, uint64_t pid, uint64_t nonce) {
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "hoop-vmm-%llu-%016llx",
+                   (unsigned long long)pid, (unsigned long long)nonce);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Whether the other end of socket fd is a process of this user (and pid, when pid > 0). */
+static int peer_is(int fd, pid_t pid) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid() &&
+         (pid <= 0 || cred.pid == pid);
+}
+
+static void socket_timeouts(int fd, int seconds) {
+  struct timeval tv = {seconds, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* The descriptor of the allocation an importer asks for, if it is still the one mapped at its
+ * address here: >= 0, or -1 with why. */
+static int serve_piece(const vmm_ask *ask, char *why, size_t whylen) {
+  CUcontext context = NULL;
+  const void *at = (const void *)(uintptr_t)ask->start;
+  if (kind_and_context(at, &context) != HOOP__MEM_DEVICE || !context ||
+      drv.ctx_push(context) != CUDA_SUCCESS) {
+    snprintf(why, whylen, "no device memory at 0x%llx any more", (unsigned long long)ask->start);
+    return -1;
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  uint64_t handle = 0;
+  int fd = -1;
+  if (drv.mem_get_address_range(&base, &size, (CUdeviceptr)ask->start) != CUDA_SUCCESS ||
+      base != (CUdeviceptr)ask->start || buffer_id_at(base) != ask->buffer_id ||
+      (vmm_export_piece(base, &fd, &handle, why, whylen) == 0 && handle != ask->handle)) {
+    if (fd >= 0)
+      close(fd);
+    fd = -1;
+    snprintf(why, whylen, "the allocation at 0x%llx was freed or replaced",
+             (unsigned long long)ask->start);
+  }
+  CUcontext popped;
+  drv.ctx_pop(&popped);
+  return fd;
+}
+
+/* Send answer, with descriptor fd when it is >= 0: 0, or -1. */
+static int send_answer(int conn, const vmm_answer *answer, int fd) {
+  struct iovec iov = {(void *)answer, sizeof *answer};
+  union {
+    struct cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(int))];
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    msg.msg_control = control.bytes;
+    msg.msg_controllen = sizeof control.bytes;
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  }
+  return sendmsg(conn, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof *answer ? 0 : -1;
+}
+
+static void *fd_server_main(void *arg) {
+  int listener = (int)(intptr_t)arg;
+  for (;;) {
+    int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    if (conn < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        usleep(10000); /* out of descriptors or memory for a while: the importer waits */
+        continue;
+      }
+      HOOP__WARN(HOOP_SUBSYS_COLL, "cuda: the VMM descriptor server stops: accept: %s",
+                 strerror(errno));
+      return NULL;
+    }
+    socket_timeouts(conn, 5); /* an importer that says nothing is not waited for long */
+    vmm_ask ask;
+    while (peer_is(conn, 0) && recv(conn, &ask, sizeof ask, 0) == (ssize_t)sizeof ask &&
+           ask.magic == VMM_ASK_MAGIC) {
+      vmm_answer answer = {0};
+      int fd = serve_piece(&ask, answer.why, sizeof answer.why);
+      answer.status = fd >= 0 ? 0 : -1;
+      int sent = send_answer(conn, &answer, fd);
+      if (fd >= 0)
+        close(fd);
+      if (sent != 0)
+        break;
+    }
+    close(conn);
+  }
+}
+
+/* This process's descriptor server, started if need be: 0 with its nonce, or -1 with why. */
+static int fd_server_start(uint64_t *nonce, char *why, size_t whylen) {
+  pthread_mutex_lock(&fd_server.lock);
+  int result = 0;
+  if (fd_server.pid != getpid()) {
+    if (fd_server.fd >= 0)
+      close(fd_server.fd); /* a forked child's copy of its parent's */
+    fd_server.fd = -1, fd_server.pid = 0;
+    uint64_t n = 0;
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    const char *what = "socket";
+    if (fd >= 0 && getrandom(&n, sizeof n, 0) != (ssize_t)sizeof n)
+      what = "getrandom";
+    else if (fd >= 0 &&
+             bind(fd, (struct sockaddr *)&sa, server_address(&sa, (uint64_t)getpid(), n)) != 0)
+      what = "bind";
+    else if (fd >= 0 && listen(fd, 128) != 0)
+      what = "listen";
+    else if (fd >= 0)
+      what = NULL;
+    pthread_t thread;
+    sigset_t all, old;
+    sigfillset(&all);
+    if (!what) {
+      pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes none of the program's signals */
+      int err = pthread_create(&thread, NULL, fd_server_main, (void *)(intptr_t)fd);
+      pthread_sigmask(SIG_SETMASK, &old, NULL);
+      if (err == 0)
+        pthread_detach(thread);
+      else
+        what = "pthread_create", errno = err;
+    }
+    if (what) {
+      snprintf(why, whylen, "cannot serve its VMM descriptors: %s: %s", what, strerror(errno));
+      if (fd >= 0)
+        close(fd);
+      result = -1;
+    } else {
+      fd_server.fd = fd, fd_server.pid = getpid(), fd_server.nonce = n;
+    }
+  }
+  *nonce = fd_server.nonce;
+  pthread_mutex_unlock(&fd_server.lock);
+  return result;
+}
+
+/* A connection to the descriptor server of export's process: >= 0, or -1 with why. */
+static int fd_server_connect(const hoop__cuda_export *export, char *why, size_t whylen) {
+  struct sockaddr_un sa;
+  socklen_t len = server_address(&sa, export->pid, export->server);
+  const char *what;
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    what = strerror(errno);
+  } else {
+    socket_timeouts(fd, 10);
+    if (connect(fd, (struct sockaddr *)&sa, len) != 0)
+      what = strerror(errno);
+    else if (!peer_is(fd, (pid_t) export->pid))
+      what = "the socket is not that process's, or it is another user's";
+    else
+      return fd;
+    close(fd);
+  }
+  snprintf(why, whylen,
+           "connecting to pid %llu's VMM descriptor server (an abstract Unix socket: ranks on one "
+           "host must share a network namespace): %s",
+           (unsigned long long)export->pid, what);
+  return -1;
+}
+
+/* The descriptor of one piece, from the server at sock: >= 0, or -1 with why. */
+static int fd_server_ask(int sock, const hoop__cuda_export *export,
+                         const hoop__cuda_vmm_piece *piece, char *why, size_t whylen) {
+  vmm_ask ask = {VMM_ASK_MAGIC, piece->start, piece->handle, piece->buffer_id};
+  vmm_answer answer;
+  union {
+    struct cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct iovec iov = {&answer, sizeof answer};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.bytes,
+                       .msg_controllen = sizeof control.bytes};
+  ssize_t got = -1;
+  if (send(sock, &ask, sizeof ask, MSG_NOSIGNAL) == (ssize_t)sizeof ask)
+    got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  int fd = -1;
+  struct cmsghdr *cmsg = got == (ssize_t)sizeof answer ? CMSG_FIRSTHDR(&msg) : NULL;
+  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
+      cmsg->cmsg_len == CMSG_LEN(sizeof(int)))
+    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+  if (fd >= 0 && answer.status == 0)
+    return fd;
+  if (fd >= 0)
+    close(fd);
+  answer.why[sizeof answer.why - 1] = '\0';
+  if (got == (ssize_t)sizeof answer && answer.status != 0)
+    snprintf(why, whylen, "pid %llu: %s", (unsigned long long)export->pid, answer.why);
+  else
+    snprintf(why, whylen, "no descriptor from pid %llu's VMM descriptor server: %s",
+             (unsigned long long)export->pid,
+             got < 0 ? strerror(errno) : "a short or empty answer");
+  return -1;
 }
 
 /* The VMM allocations that hold [ptr, ptr + len), mapped one after the other (cuMemGetAddressRange
@@ -1151,9 +1388,13 @@ static int vmm_export(const void *ptr, size_t len, hoop__cuda_export *out, char 
       break;
     }
     hoop__cuda_vmm_piece *piece = &out->piece[out->npieces];
-    *piece = (hoop__cuda_vmm_piece){(uint64_t)base, (uint64_t)size, 0, 0, -1, 0};
-    if (vmm_export_piece(base, &piece->fd, &piece->handle, why, whylen) != 0)
+    *piece = (hoop__cuda_vmm_piece){(uint64_t)base, (uint64_t)size, 0, 0};
+    /* Exported once here, so that an allocation the driver will not export is staged before any
+     * peer asks; the server exports it again for each importer. */
+    int fd = -1;
+    if (vmm_export_piece(base, &fd, &piece->handle, why, whylen) != 0)
       break;
+    close(fd);
     piece->buffer_id = buffer_id_at(base);
     out->npieces++;
     at = (uint64_t)base + size;
@@ -1164,7 +1405,6 @@ static int vmm_export(const void *ptr, size_t len, hoop__cuda_export *out, char 
     out->buffer_id = out->piece[0].buffer_id;
     return 0;
   }
-  close_pieces(out);
   return -1;
 }
 
@@ -1228,15 +1468,10 @@ static void vmm_unmap(CUdeviceptr base, const hoop__cuda_export *export, int n) 
 /* Map one piece of a peer's VMM export at va (the current context's, on device ordinal): 0, or -1
  * with why. */
 static int vmm_map_piece(const hoop__cuda_export *export, const hoop__cuda_vmm_piece *piece,
-                         int pidfd, CUdeviceptr va, int ordinal, char *why, size_t whylen) {
-  int fd = (int)syscall(SYS_pidfd_getfd, pidfd, piece->fd, 0);
-  if (fd < 0) {
-    snprintf(why, whylen,
-             "taking its VMM allocation's descriptor (pidfd_getfd from pid %llu): %s (ranks on "
-             "one host must be allowed to ptrace each other)",
-             (unsigned long long)export->pid, strerror(errno));
+                         int sock, CUdeviceptr va, int ordinal, char *why, size_t whylen) {
+  int fd = fd_server_ask(sock, export, piece, why, whylen);
+  if (fd < 0)
     return -1;
-  }
   CUmemGenericAllocationHandle handle;
   CUresult err =
       drv.mem_import(&handle, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -1287,32 +1522,27 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
   uint64_t align = export->base & (~export->base + 1);
   if (align > ((uint64_t)1 << 30))
     align = (uint64_t)1 << 30;
-  int pidfd = (int)syscall(SYS_pidfd_open, (pid_t) export->pid, 0);
-  if (pidfd < 0) {
-    snprintf(why, whylen, "pidfd_open of pid %llu, whose VMM allocation it is: %s",
-             (unsigned long long)export->pid, strerror(errno));
+  int sock = fd_server_connect(export, why, whylen);
+  if (sock < 0)
     return -1;
-  }
   CUresult err = drv.mem_address_reserve(mapped, export->size, (size_t)align, 0, 0);
   int failed = err != CUDA_SUCCESS;
   if (failed)
     say_why(why, whylen, "cuMemAddressReserve", err);
   for (int i = 0; !failed && i < export->npieces; i++)
-    if (vmm_map_piece(export, &export->piece[i], pidfd,
+    if (vmm_map_piece(export, &export->piece[i], sock,
                       *mapped + (export->piece[i].start - export->base), ordinal, why,
                       whylen) != 0) {
       vmm_unmap(*mapped, export, i);
       failed = 1;
     }
-  close(pidfd);
+  close(sock);
   return failed ? -1 : 0;
 }
 
-/* Keep out in the export cache (the slot it replaces gives its descriptors back). */
+/* Keep out in the export cache. */
 static void remember(const hoop__cuda_export *out) {
   pthread_mutex_lock(&exports_lock);
-  if (nexports == MAX_EXPORTS)
-    close_pieces(&exports[next_export]);
   exports[next_export] = *out;
   next_export = (next_export + 1) % MAX_EXPORTS;
   if (nexports < MAX_EXPORTS)
@@ -1321,7 +1551,7 @@ static void remember(const hoop__cuda_export *out) {
 }
 
 /* A cached VMM export that covers [ptr, end) and is still what is mapped there (0), or -1. An
- * entry whose pieces changed is dropped, its descriptors given back. */
+ * entry whose pieces changed is dropped. */
 static int vmm_cached(const void *ptr, uint64_t end, hoop__cuda_export *out) {
   uint64_t at = (uint64_t)(uintptr_t)ptr;
   int found = -1;
@@ -1335,14 +1565,12 @@ static int vmm_cached(const void *ptr, uint64_t end, hoop__cuda_export *out) {
       *out = *e;
       found = i;
     } else {
-      close_pieces(e);
       e->npieces = 0;
     }
   }
   pthread_mutex_unlock(&exports_lock);
   if (found < 0)
     return -1;
-  out->pid = (uint64_t)getpid(); /* a forked child's own copies of the descriptors */
   out->offset = at - out->base;
   return 0;
 }
@@ -1377,8 +1605,11 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
     /* The virtual memory management API's memory: its allocations' file descriptors. The cache's
      * check asks cuMemGetAddressRange, which wants a current context too. */
     int failed = 1, cached = 0;
+    uint64_t server = 0;
     if (!vmm_calls())
       snprintf(vmm_why, sizeof vmm_why, "the driver has no virtual memory management calls");
+    else if (fd_server_start(&server, vmm_why, sizeof vmm_why) != 0)
+      ; /* why said */
     else if ((err = drv.ctx_push(context)) != CUDA_SUCCESS)
       say_why(vmm_why, sizeof vmm_why, "cuCtxPushCurrent", err);
     else {
@@ -1387,10 +1618,11 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
       CUcontext popped;
       drv.ctx_pop(&popped);
     }
-    if (cached)
-      return 0;
-    if (!failed) {
-      remember(out);
+    if (cached || !failed) {
+      if (!cached)
+        remember(out);
+      /* This process's server (a forked child has its own), whether the entry was cached or not. */
+      out->pid = (uint64_t)getpid(), out->server = server;
       out->offset = (uint64_t)((uintptr_t)ptr) - out->base;
       return 0;
     }

@@ -105,8 +105,6 @@ typedef struct hoop__cuda_vmm_piece {
   /* Its identity: the buffer id there and the allocation handle mapped there (either may be
    * reused once freed; both at once, at the same address and size, hardly). */
   uint64_t buffer_id, handle;
-  int32_t fd; /* the exporting process's file descriptor of it */
-  int32_t pad;
 } hoop__cuda_vmm_piece;
 
 typedef struct hoop__cuda_export {
@@ -118,15 +116,15 @@ typedef struct hoop__cuda_export {
   uint32_t kind;      /* HOOP__CUDA_EXPORT_LEGACY or HOOP__CUDA_EXPORT_VMM */
   int32_t npieces;    /* VMM: the allocations mapped one after the other from base */
   uint64_t pid;       /* VMM: the exporting process */
+  uint64_t server;    /* VMM: the nonce that names its descriptor server (cuda.c) */
   hoop__cuda_vmm_piece piece[HOOP__CUDA_VMM_PIECES];
 } hoop__cuda_export;
 
 #define HOOP__CUDA_EXPORT_LEGACY 0u /* cudaMalloc's memory: a legacy IPC handle */
 /* Memory of the virtual memory management API (cuMemCreate and cuMemMap: PyTorch's expandable
  * segments, for one), whose allocations were created exportable as POSIX file descriptors: the
- * exporter keeps such a descriptor open and the importer takes its own copy with pidfd_getfd
- * (ranks on one host must be allowed to ptrace each other, as shared memory's single copy asks
- * too), imports it, reserves address space, maps and enables access. A buffer across several
+ * importer asks the exporting process's descriptor server (a Unix socket) for each allocation's
+ * descriptor, imports it, reserves address space, maps and enables access. A buffer across several
  * allocations mapped one after the other (up to HOOP__CUDA_VMM_PIECES) is mapped the same way
  * here, piece after piece. */
 #define HOOP__CUDA_EXPORT_VMM 1u

@@ -5,7 +5,7 @@
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
  *                    [--no-shm-on RANK] [--device all|even|mixed|host0 [--stream] [--late-input]]
- *                    [--no-ptrace]
+ *                    [--no-ptrace] [--hostile-vmm]
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -33,6 +33,12 @@
  * ptrace it, as Yama's default on Ubuntu refuses it between sibling processes: whatever needs that
  * permission (process_vm_readv, pidfd_getfd) must do without it or fall back.
  *
+ * --hostile-vmm (with --device and DEVMEM_VMM=1): at the end, rank 1 plays a process of the same
+ * user that found the other ranks' VMM descriptor servers (lib/mem/cuda.c) in /proc/net/unix: to
+ * each it sends bytes of the wrong size (the connection must close), then a well-formed ask
+ * without the export's token (it must be refused, with a reason); then every rank allreduces
+ * fresh device buffers again, which must still go through those servers.
+ *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
  * table sees them (the host-by-host algorithms); the transports still share memory. Implies
@@ -45,7 +51,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -290,10 +299,72 @@ static void check_registered(int quick) {
   free(send);
 }
 
+/* --hostile-vmm: the asks lib/mem/cuda.c's descriptor servers take (its wire format), wrong. */
+static void hostile_vmm(void) {
+  FILE *f = fopen("/proc/net/unix", "r");
+  char line[512], mine[64];
+  snprintf(mine, sizeof mine, "@hoop-vmm-%d-", (int)getpid());
+  int servers = 0, refused = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    char *name = strstr(line, "@hoop-vmm-");
+    if (!name || strncmp(name, mine, strlen(mine)) == 0)
+      continue;
+    name[strcspn(name, " \n")] = '\0';
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(name);
+    memcpy(sa.sun_path + 1, name + 1, n - 1); /* abstract: a NUL, then the name */
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    struct timeval tv = {5, 0};
+    servers++;
+    for (int round = 0; round < 2; round++) {
+      int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len) != 0) {
+        fail("--hostile-vmm: connecting to %s: %s", name + 1, strerror(errno));
+        if (fd >= 0)
+          close(fd);
+        break;
+      }
+      char answer[128] = {0};
+      if (round == 0) { /* five bytes: not an ask */
+        ssize_t got =
+            send(fd, "hoop!", 5, MSG_NOSIGNAL) == 5 ? recv(fd, answer, sizeof answer, 0) : -2;
+        if (got != 0)
+          fail("--hostile-vmm: %s answered bytes of the wrong size (%zd)", name + 1, got);
+        else
+          refused++;
+      } else { /* a well-formed ask, its token made up */
+        uint64_t ask[6] = {0x686f6f702d766d6dull, 12345, 67890, 0x7f0000000000ull, 1, 1};
+        ssize_t got = send(fd, ask, sizeof ask, MSG_NOSIGNAL) == (ssize_t)sizeof ask
+                          ? recv(fd, answer, sizeof answer, 0)
+                          : -2;
+        int32_t status = 0;
+        memcpy(&status, answer, sizeof status);
+        answer[sizeof answer - 1] = '\0';
+        if (got != (ssize_t)sizeof answer || status == 0 || !strstr(answer + 4, "token"))
+          fail("--hostile-vmm: %s did not refuse an ask without the token (%zd, %d)", name + 1, got,
+               (int)status);
+        else {
+          refused++;
+          printf("coll_worker rank %d: a server refused a made-up ask: %s\n", rank, answer + 4);
+        }
+      }
+      close(fd);
+    }
+  }
+  if (f)
+    fclose(f);
+  checks++;
+  if (servers == 0)
+    fail("--hostile-vmm: no other rank's VMM descriptor server in /proc/net/unix");
+  printf("coll_worker rank %d: %d of %d hostile asks to %d servers refused\n", rank, refused,
+         2 * servers, servers);
+}
+
 int main(int argc, char **argv) {
   int quick = 0;
   const char *barrier_dir = NULL;
-  int probe_only = 0, want_stream = 0;
+  int probe_only = 0, want_stream = 0, hostile = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
@@ -322,6 +393,8 @@ int main(int argc, char **argv) {
                     : strcmp(mode, "mixed") == 0 ? 3
                     : strcmp(mode, "host0") == 0 ? 4
                                                  : 1;
+    } else if (strcmp(argv[i], "--hostile-vmm") == 0) {
+      hostile = 1;
     } else if (strcmp(argv[i], "--no-ptrace") == 0) {
       if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
         perror("coll_worker: prctl(PR_SET_DUMPABLE)");
@@ -391,6 +464,13 @@ int main(int argc, char **argv) {
 
   if (register_mode == 3)
     check_registered(quick);
+  if (hostile && device_mode) {
+    must(hoop_barrier(comm), "hoop_barrier");
+    if (rank == 1)
+      hostile_vmm();
+    must(hoop_barrier(comm), "hoop_barrier");
+    check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0); /* the servers serve on */
+  }
   for (int round = 0; barrier_dir && round < 3; round++)
     check_barrier(barrier_dir, round);
   must(hoop_barrier(comm), "hoop_barrier");

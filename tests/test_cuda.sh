@@ -211,6 +211,12 @@ for np in 2 3; do
   [ "${kernels:-0}" -ge 100 ] && [ "${vmm:-0}" -ge 100 ] && [ "${opens:-1}" = 0 ] || {
     echo "FAIL: VMM memory did not go by CUDA IPC through file descriptors"; status=1; }
 done
+# A process of the same user that finds the descriptor servers and asks them wrong (bytes of the
+# wrong size; an ask without the export's token) gets nothing, and the servers serve on.
+DEVMEM_VMM=1 ipc_run "IPC of VMM memory, hostile asks" 3 --device all --hostile-vmm
+echo "$out" | grep -E 'hostile asks' | sed 's/^/  /'
+echo "$out" | grep -q '4 of 4 hostile asks to 2 servers refused' || {
+  echo "FAIL: the VMM descriptor servers and hostile asks"; status=1; }
 # The same where no rank may ptrace another (--no-ptrace: not dumpable; as Ubuntu's Yama default
 # has it between sibling processes): the descriptors need no such permission. Only root can run
 # the job as an ordinary user (nobody), and only if the build tree is readable to it.

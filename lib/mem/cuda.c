@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/env.h"
@@ -497,8 +499,21 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
   const char *what = "cuMemcpy";
   err = drv.memcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes);
   if (err == CUDA_SUCCESS && to_device) {
-    what = "cuStreamSynchronize (after cuMemcpy)";
-    err = drv.stream_synchronize(NULL);
+    /* An event after the copy, not the whole stream: work other threads queue there after it is
+     * not waited for. */
+    CUevent copied = NULL;
+    if (drv.event_create && drv.event_record && drv.event_synchronize && drv.event_destroy &&
+        drv.event_create(&copied, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+      what = "cuEventRecord (after cuMemcpy)";
+      if ((err = drv.event_record(copied, NULL)) == CUDA_SUCCESS) {
+        what = "cuEventSynchronize (after cuMemcpy)";
+        err = drv.event_synchronize(copied);
+      }
+      drv.event_destroy(copied);
+    } else {
+      what = "cuStreamSynchronize (after cuMemcpy)";
+      err = drv.stream_synchronize(NULL);
+    }
   }
   CUcontext popped;
   drv.ctx_pop(&popped);
@@ -1069,6 +1084,15 @@ void hoop__cuda_free(void *ptr) {
 #define MAX_EXPORTS 64
 static hoop__cuda_export exports[MAX_EXPORTS];
 static int nexports, next_export;
+/* Buffers that could not be exported (by buffer id, address and length), and why: asked once. */
+#define MAX_REFUSED 16
+static struct refusal {
+  uint64_t id;
+  uintptr_t ptr;
+  size_t len;
+  char why[256];
+} refused[MAX_REFUSED];
+static int next_refused;
 static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int vmm_calls(void) {
@@ -1125,20 +1149,25 @@ static int pieces_of(const hoop__cuda_export *export) {
 
 /* ---- VMM descriptors, passed over a Unix socket
  *
- * A process that exports VMM memory serves its allocations' file descriptors from a thread of its
- * own, started at its first VMM export, on an abstract Unix socket "hoop-vmm-PID-NONCE" (NONCE
- * random, told to the peers in the export). An importer connects, asks for each piece by its
- * identity (address, allocation handle, buffer id); the server exports the allocation if it is
- * still the one mapped there, sends the descriptor (SCM_RIGHTS) and closes its own. Each end checks
- * that the other is a process of the same user (SO_PEERCRED), the importer that it is the
+ * A process that exports VMM memory serves its allocations' file descriptors on an abstract Unix
+ * socket "hoop-vmm-PID-NONCE" (NONCE random, told to the peers in the export), from a thread of
+ * its own started at its first VMM export, and a short-lived thread per connection. An importer
+ * connects, asks for each piece of an export by its identity (address, allocation handle, buffer
+ * id) and the export's token (random, told only to the peers of the call that sent it); the server
+ * answers only for pieces of an export of its cache with that token whose allocation is still the
+ * one mapped there: it exports it, sends the descriptor (SCM_RIGHTS) and closes its own. Each end
+ * checks that the other is a process of the same user (SO_PEERCRED), the importer that it is the
  * exporting process. So no descriptor stays open here between calls (an open one holds its
  * allocation's memory after the program frees it), and nothing needs the permission to ptrace the
- * exporter (pidfd_getfd's, which Yama's default on Ubuntu refuses between sibling processes). Ranks
- * of one host must share a network namespace (abstract sockets live in one). */
+ * exporter (pidfd_getfd's, which Yama's default on Ubuntu refuses between sibling processes).
+ * Ranks of one host must share a network namespace (abstract sockets live in one). */
 
 #define VMM_ASK_MAGIC 0x686f6f702d766d6dull /* "hoop-vmm" */
+#define VMM_SERVER_CONNS 32                 /* connections served at once; more are closed */
+#define VMM_IDLE_SECONDS 2                  /* an importer that says nothing is not waited for */
+#define VMM_ANSWER_SECONDS 10               /* what an importer waits for the server, at most */
 typedef struct vmm_ask {
-  uint64_t magic, start, handle, buffer_id;
+  uint64_t magic, token[2], start, handle, buffer_id;
 } vmm_ask;
 typedef struct vmm_answer {
   int32_t status; /* 0: the descriptor comes with it */
@@ -1149,8 +1178,9 @@ static struct {
   pthread_mutex_t lock;
   pid_t pid; /* the process whose server it is (a forked child starts its own) */
   uint64_t nonce;
-  int fd; /* the listening socket */
-} fd_server = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1};
+  int fd;    /* the listening socket */
+  int conns; /* connections being served */
+} fd_server = {PTHREAD_MUTEX_INITIALIZER, 0, 0, -1, 0};
 
 static socklen_t server_address(struct sockaddr_un *sa, uint64_t pid, uint64_t nonce) {
   memset(sa, 0, sizeof *sa);
@@ -1160,23 +1190,83 @@ static socklen_t server_address(struct sockaddr_un *sa, uint64_t pid, uint64_t n
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-/* Whether the other end of socket fd is a process of this user (and pid, when pid > 0). */
+/* Whether the other end of socket fd runs as this process's user (and is pid, when pid > 0). */
 static int peer_is(int fd, pid_t pid) {
   struct ucred cred;
   socklen_t len = sizeof cred;
-  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid() &&
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid() &&
          (pid <= 0 || cred.pid == pid);
 }
 
-static void socket_timeouts(int fd, int seconds) {
-  struct timeval tv = {seconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The descriptor of the allocation an importer asks for, if it is still the one mapped at its
- * address here: >= 0, or -1 with why. */
+/* Wait until fd is ready for events or the deadline passes: 0, or -1 (errno ETIMEDOUT). Signals
+ * do not cut it short. */
+static int wait_ready(int fd, short events, double deadline) {
+  for (;;) {
+    double left = deadline - seconds_now();
+    if (left <= 0) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    struct pollfd pfd = {fd, events, 0};
+    int n = poll(&pfd, 1, (int)(left * 1000) + 1);
+    if (n > 0)
+      return 0;
+    if (n < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+/* Close every descriptor an SCM_RIGHTS message brought, but the first if keep; that one, or -1. */
+static int take_descriptors(struct msghdr *msg, int keep) {
+  int first = -1;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (keep && first < 0)
+        first = fd;
+      else
+        close(fd);
+    }
+  }
+  return first;
+}
+
+/* Whether a piece with ask's identity belongs to an export of this process's cache made with ask's
+ * token (the peers of the call that sent it know it; nobody else does). */
+static int asked_for_export(const vmm_ask *ask) {
+  int found = 0;
+  pthread_mutex_lock(&exports_lock);
+  for (int i = 0; i < nexports && !found; i++) {
+    const hoop__cuda_export *e = &exports[i];
+    if (e->kind != HOOP__CUDA_EXPORT_VMM || e->token[0] != ask->token[0] ||
+        e->token[1] != ask->token[1])
+      continue;
+    for (int p = 0; p < pieces_of(e) && !found; p++)
+      found = e->piece[p].start == ask->start && e->piece[p].handle == ask->handle &&
+              e->piece[p].buffer_id == ask->buffer_id;
+  }
+  pthread_mutex_unlock(&exports_lock);
+  return found;
+}
+
+/* The descriptor of the allocation an importer asks for, if this process exported it to that
+ * importer's call and it is still the one mapped at its address here: >= 0, or -1 with why. */
 static int serve_piece(const vmm_ask *ask, char *why, size_t whylen) {
+  if (!asked_for_export(ask)) {
+    snprintf(why, whylen, "no export of 0x%llx with that token here (freed, or forgotten)",
+             (unsigned long long)ask->start);
+    return -1;
+  }
   CUcontext context = NULL;
   const void *at = (const void *)(uintptr_t)ask->start;
   if (kind_and_context(at, &context) != HOOP__MEM_DEVICE || !context ||
@@ -1220,7 +1310,45 @@ static int send_answer(int conn, const vmm_answer *answer, int fd) {
     cmsg->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
   }
-  return sendmsg(conn, &msg, MSG_NOSIGNAL) == (ssize_t)sizeof *answer ? 0 : -1;
+  ssize_t sent;
+  do
+    sent = sendmsg(conn, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  return sent == (ssize_t)sizeof *answer ? 0 : -1;
+}
+
+/* One importer's connection: its asks answered until it closes, errs or idles. */
+static void *fd_server_conn(void *arg) {
+  int conn = (int)(intptr_t)arg;
+  struct timeval idle = {VMM_IDLE_SECONDS, 0};
+  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+  setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof idle);
+  vmm_ask ask;
+  char control[CMSG_SPACE(sizeof(int) * 4)];
+  struct iovec iov = {&ask, sizeof ask};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  for (;;) {
+    msg.msg_control = control, msg.msg_controllen = sizeof control;
+    ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+    if (got < 0 && errno == EINTR)
+      continue;
+    take_descriptors(&msg, 0); /* an importer sends none */
+    if (got != (ssize_t)sizeof ask || ask.magic != VMM_ASK_MAGIC)
+      break;
+    vmm_answer answer = {0};
+    int fd = serve_piece(&ask, answer.why, sizeof answer.why);
+    answer.status = fd >= 0 ? 0 : -1;
+    int sent = send_answer(conn, &answer, fd);
+    if (fd >= 0)
+      close(fd);
+    if (sent != 0)
+      break;
+  }
+  close(conn);
+  pthread_mutex_lock(&fd_server.lock);
+  fd_server.conns--;
+  pthread_mutex_unlock(&fd_server.lock);
+  return NULL;
 }
 
 static void *fd_server_main(void *arg) {
@@ -1234,25 +1362,28 @@ static void *fd_server_main(void *arg) {
         usleep(10000); /* out of descriptors or memory for a while: the importer waits */
         continue;
       }
-      HOOP__WARN(HOOP_SUBSYS_COLL, "cuda: the VMM descriptor server stops: accept: %s",
-                 strerror(errno));
-      return NULL;
+      break;
     }
-    socket_timeouts(conn, 5); /* an importer that says nothing is not waited for long */
-    vmm_ask ask;
-    while (peer_is(conn, 0) && recv(conn, &ask, sizeof ask, 0) == (ssize_t)sizeof ask &&
-           ask.magic == VMM_ASK_MAGIC) {
-      vmm_answer answer = {0};
-      int fd = serve_piece(&ask, answer.why, sizeof answer.why);
-      answer.status = fd >= 0 ? 0 : -1;
-      int sent = send_answer(conn, &answer, fd);
-      if (fd >= 0)
-        close(fd);
-      if (sent != 0)
-        break;
+    pthread_mutex_lock(&fd_server.lock);
+    int room = fd_server.conns < VMM_SERVER_CONNS && peer_is(conn, 0);
+    pthread_t thread;
+    if (room && pthread_create(&thread, NULL, fd_server_conn, (void *)(intptr_t)conn) == 0) {
+      fd_server.conns++;
+      pthread_detach(thread);
+    } else {
+      close(conn); /* another user's, or too many at once: the importer stages */
     }
-    close(conn);
+    pthread_mutex_unlock(&fd_server.lock);
   }
+  /* Whatever stopped it, the next export starts a server anew rather than name a dead one. */
+  HOOP__WARN(HOOP_SUBSYS_COLL, "cuda: the VMM descriptor server stops: accept: %s",
+             strerror(errno));
+  pthread_mutex_lock(&fd_server.lock);
+  if (fd_server.fd == listener && fd_server.pid == getpid())
+    fd_server.fd = -1, fd_server.pid = 0;
+  pthread_mutex_unlock(&fd_server.lock);
+  close(listener);
+  return NULL;
 }
 
 /* This process's descriptor server, started if need be: 0 with its nonce, or -1 with why. */
@@ -1262,7 +1393,7 @@ static int fd_server_start(uint64_t *nonce, char *why, size_t whylen) {
   if (fd_server.pid != getpid()) {
     if (fd_server.fd >= 0)
       close(fd_server.fd); /* a forked child's copy of its parent's */
-    fd_server.fd = -1, fd_server.pid = 0;
+    fd_server.fd = -1, fd_server.pid = 0, fd_server.conns = 0;
     uint64_t n = 0;
     struct sockaddr_un sa;
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -1280,7 +1411,8 @@ static int fd_server_start(uint64_t *nonce, char *why, size_t whylen) {
     sigset_t all, old;
     sigfillset(&all);
     if (!what) {
-      pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes none of the program's signals */
+      /* Its threads take none of the program's signals. */
+      pthread_sigmask(SIG_SETMASK, &all, &old);
       int err = pthread_create(&thread, NULL, fd_server_main, (void *)(intptr_t)fd);
       pthread_sigmask(SIG_SETMASK, &old, NULL);
       if (err == 0)
@@ -1306,20 +1438,28 @@ static int fd_server_start(uint64_t *nonce, char *why, size_t whylen) {
 static int fd_server_connect(const hoop__cuda_export *export, char *why, size_t whylen) {
   struct sockaddr_un sa;
   socklen_t len = server_address(&sa, export->pid, export->server);
-  const char *what;
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  const char *what = NULL;
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     what = strerror(errno);
+  } else if (connect(fd, (struct sockaddr *)&sa, len) != 0 && errno != EINPROGRESS &&
+             errno != EAGAIN && errno != EINTR) {
+    what = strerror(errno);
   } else {
-    socket_timeouts(fd, 10);
-    if (connect(fd, (struct sockaddr *)&sa, len) != 0)
+    /* A full backlog, or a signal: the connection goes on; wait for it, within a deadline. */
+    int err = 0;
+    socklen_t errlen = sizeof err;
+    if (wait_ready(fd, POLLOUT, seconds_now() + VMM_ANSWER_SECONDS) != 0)
       what = strerror(errno);
+    else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0 || err != 0)
+      what = strerror(err ? err : errno);
     else if (!peer_is(fd, (pid_t) export->pid))
       what = "the socket is not that process's, or it is another user's";
     else
       return fd;
-    close(fd);
   }
+  if (fd >= 0)
+    close(fd);
   snprintf(why, whylen,
            "connecting to pid %llu's VMM descriptor server (an abstract Unix socket: ranks on one "
            "host must share a network namespace): %s",
@@ -1327,39 +1467,52 @@ static int fd_server_connect(const hoop__cuda_export *export, char *why, size_t 
   return -1;
 }
 
-/* The descriptor of one piece, from the server at sock: >= 0, or -1 with why. */
+/* The descriptor of one piece, from the server at sock (non-blocking): >= 0, or -1 with why. */
 static int fd_server_ask(int sock, const hoop__cuda_export *export,
                          const hoop__cuda_vmm_piece *piece, char *why, size_t whylen) {
-  vmm_ask ask = {VMM_ASK_MAGIC, piece->start, piece->handle, piece->buffer_id};
-  vmm_answer answer;
-  union {
-    struct cmsghdr align;
-    char bytes[CMSG_SPACE(sizeof(int))];
-  } control;
+  vmm_ask ask = {VMM_ASK_MAGIC,
+                 {export->token[0], export->token[1]},
+                 piece->start,
+                 piece->handle,
+                 piece->buffer_id};
+  vmm_answer answer = {0};
+  char control[CMSG_SPACE(sizeof(int) * 4)];
   struct iovec iov = {&answer, sizeof answer};
-  struct msghdr msg = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = control.bytes,
-                       .msg_controllen = sizeof control.bytes};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  double deadline = seconds_now() + VMM_ANSWER_SECONDS;
   ssize_t got = -1;
-  if (send(sock, &ask, sizeof ask, MSG_NOSIGNAL) == (ssize_t)sizeof ask)
+  for (;;) { /* asks are small: a SEQPACKET socket takes one whole or not at all */
+    ssize_t sent = send(sock, &ask, sizeof ask, MSG_NOSIGNAL);
+    if (sent == (ssize_t)sizeof ask)
+      break;
+    if ((sent >= 0 || (errno != EAGAIN && errno != EINTR)) ||
+        wait_ready(sock, POLLOUT, deadline) != 0)
+      goto failed;
+  }
+  for (;;) {
+    msg.msg_control = control, msg.msg_controllen = sizeof control;
     got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  int fd = -1;
-  struct cmsghdr *cmsg = got == (ssize_t)sizeof answer ? CMSG_FIRSTHDR(&msg) : NULL;
-  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
-      cmsg->cmsg_len == CMSG_LEN(sizeof(int)))
-    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
-  if (fd >= 0 && answer.status == 0)
-    return fd;
-  if (fd >= 0)
-    close(fd);
-  answer.why[sizeof answer.why - 1] = '\0';
-  if (got == (ssize_t)sizeof answer && answer.status != 0)
-    snprintf(why, whylen, "pid %llu: %s", (unsigned long long)export->pid, answer.why);
-  else
-    snprintf(why, whylen, "no descriptor from pid %llu's VMM descriptor server: %s",
-             (unsigned long long)export->pid,
-             got < 0 ? strerror(errno) : "a short or empty answer");
+    if (got >= 0 || (errno != EAGAIN && errno != EINTR) || wait_ready(sock, POLLIN, deadline) != 0)
+      break;
+  }
+  if (got >= 0) {
+    int fd = take_descriptors(&msg, 1);
+    if (got == (ssize_t)sizeof answer && answer.status == 0 && fd >= 0 &&
+        !(msg.msg_flags & MSG_CTRUNC))
+      return fd;
+    if (fd >= 0)
+      close(fd);
+    answer.why[sizeof answer.why - 1] = '\0';
+    if (got == (ssize_t)sizeof answer && answer.status != 0) {
+      snprintf(why, whylen, "pid %llu: %s", (unsigned long long)export->pid, answer.why);
+      return -1;
+    }
+    errno = EPROTO;
+  }
+failed:
+  snprintf(why, whylen, "no descriptor from pid %llu's VMM descriptor server: %s",
+           (unsigned long long)export->pid,
+           got == 0 ? "it closed the connection" : strerror(errno));
   return -1;
 }
 
@@ -1371,6 +1524,10 @@ static int vmm_export(const void *ptr, size_t len, hoop__cuda_export *out, char 
   memset(out, 0, sizeof *out);
   out->kind = HOOP__CUDA_EXPORT_VMM;
   out->pid = (uint64_t)getpid();
+  if (getrandom(out->token, sizeof out->token, 0) != (ssize_t)sizeof out->token) {
+    snprintf(why, whylen, "getrandom: %s", strerror(errno));
+    return -1;
+  }
   uint64_t end = (uint64_t)(uintptr_t)ptr + len, at = (uint64_t)(uintptr_t)ptr;
   do {
     if (out->npieces == HOOP__CUDA_VMM_PIECES) {
@@ -1465,13 +1622,10 @@ static void vmm_unmap(CUdeviceptr base, const hoop__cuda_export *export, int n) 
   drv.mem_address_free(base, export->size);
 }
 
-/* Map one piece of a peer's VMM export at va (the current context's, on device ordinal): 0, or -1
- * with why. */
-static int vmm_map_piece(const hoop__cuda_export *export, const hoop__cuda_vmm_piece *piece,
-                         int sock, CUdeviceptr va, int ordinal, char *why, size_t whylen) {
-  int fd = fd_server_ask(sock, export, piece, why, whylen);
-  if (fd < 0)
-    return -1;
+/* Map one piece of a peer's VMM export at va (the current context's, on device ordinal) from its
+ * descriptor fd (closed): 0, or -1 with why. */
+static int vmm_map_piece(const hoop__cuda_vmm_piece *piece, int fd, CUdeviceptr va, int ordinal,
+                         char *why, size_t whylen) {
   CUmemGenericAllocationHandle handle;
   CUresult err =
       drv.mem_import(&handle, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
@@ -1522,21 +1676,32 @@ static int vmm_open(const void *near, const hoop__cuda_export *export, CUdevicep
   uint64_t align = export->base & (~export->base + 1);
   if (align > ((uint64_t)1 << 30))
     align = (uint64_t)1 << 30;
+  /* Every descriptor first, so that the exporter's server is not held while this maps. */
+  int fds[HOOP__CUDA_VMM_PIECES], got = 0;
   int sock = fd_server_connect(export, why, whylen);
   if (sock < 0)
     return -1;
-  CUresult err = drv.mem_address_reserve(mapped, export->size, (size_t)align, 0, 0);
-  int failed = err != CUDA_SUCCESS;
-  if (failed)
+  while (got < export->npieces &&
+         (fds[got] = fd_server_ask(sock, export, &export->piece[got], why, whylen)) >= 0)
+    got++;
+  close(sock);
+  int failed = got < export->npieces;
+  CUresult err = CUDA_SUCCESS;
+  if (!failed &&
+      (err = drv.mem_address_reserve(mapped, export->size, (size_t)align, 0, 0)) != CUDA_SUCCESS) {
     say_why(why, whylen, "cuMemAddressReserve", err);
-  for (int i = 0; !failed && i < export->npieces; i++)
-    if (vmm_map_piece(export, &export->piece[i], sock,
-                      *mapped + (export->piece[i].start - export->base), ordinal, why,
-                      whylen) != 0) {
+    failed = 1;
+  }
+  int i = 0;
+  for (; !failed && i < export->npieces; i++)
+    if (vmm_map_piece(&export->piece[i], fds[i], *mapped + (export->piece[i].start - export->base),
+                      ordinal, why, whylen) != 0) {
       vmm_unmap(*mapped, export, i);
       failed = 1;
+      i++; /* that one's descriptor is closed */
     }
-  close(sock);
+  for (; i < got; i++)
+    close(fds[i]);
   return failed ? -1 : 0;
 }
 
@@ -1600,6 +1765,25 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
     return -1;
   }
   uint64_t end = (uint64_t)(uintptr_t)ptr + len;
+  /* A legacy export of this allocation, cached (also where the pointer query said it could not
+   * have one); or a refusal of these very bytes (buffer ids are never reused): at once. */
+  pthread_mutex_lock(&exports_lock);
+  for (int i = 0; i < nexports; i++)
+    if (exports[i].kind == HOOP__CUDA_EXPORT_LEGACY && exports[i].buffer_id == id &&
+        exports[i].base == (uint64_t)start) {
+      *out = exports[i];
+      pthread_mutex_unlock(&exports_lock);
+      out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
+      return 0;
+    }
+  for (int i = 0; i < MAX_REFUSED; i++)
+    if (refused[i].id == id && refused[i].ptr == (uintptr_t)ptr && refused[i].len == len &&
+        refused[i].id) {
+      snprintf(why, whylen, "%s", refused[i].why);
+      pthread_mutex_unlock(&exports_lock);
+      return -1;
+    }
+  pthread_mutex_unlock(&exports_lock);
   char vmm_why[200] = "";
   if (!legacy) {
     /* The virtual memory management API's memory: its allocations' file descriptors. The cache's
@@ -1608,8 +1792,6 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
     uint64_t server = 0;
     if (!vmm_calls())
       snprintf(vmm_why, sizeof vmm_why, "the driver has no virtual memory management calls");
-    else if (fd_server_start(&server, vmm_why, sizeof vmm_why) != 0)
-      ; /* why said */
     else if ((err = drv.ctx_push(context)) != CUDA_SUCCESS)
       say_why(vmm_why, sizeof vmm_why, "cuCtxPushCurrent", err);
     else {
@@ -1618,7 +1800,7 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
       CUcontext popped;
       drv.ctx_pop(&popped);
     }
-    if (cached || !failed) {
+    if ((cached || !failed) && fd_server_start(&server, vmm_why, sizeof vmm_why) == 0) {
       if (!cached)
         remember(out);
       /* This process's server (a forked child has its own), whether the entry was cached or not. */
@@ -1630,30 +1812,24 @@ int hoop__cuda_ipc_export(const void *ptr, size_t len, hoop__cuda_export *out, c
      * known to say 0 for cudaMalloc's memory (UCX works around it); for stream-ordered memory
      * (cudaMallocAsync) the driver refuses it too, and both reasons are told. */
   }
-  pthread_mutex_lock(&exports_lock);
-  for (int i = 0; i < nexports; i++)
-    if (exports[i].kind == HOOP__CUDA_EXPORT_LEGACY && exports[i].buffer_id == id &&
-        exports[i].base == (uint64_t)start) {
-      *out = exports[i];
-      pthread_mutex_unlock(&exports_lock);
-      out->offset = (uint64_t)((uintptr_t)ptr - (uintptr_t)start);
-      return 0;
-    }
-  pthread_mutex_unlock(&exports_lock);
   CUipcMemHandle handle;
   if ((err = drv.ctx_push(context)) == CUDA_SUCCESS) {
     err = drv.ipc_get_mem_handle(&handle, start);
     CUcontext popped;
     drv.ctx_pop(&popped);
   }
-  if (err != CUDA_SUCCESS && legacy) {
-    say_why(why, whylen, "cuIpcGetMemHandle", err);
-    return -1;
-  }
   if (err != CUDA_SUCCESS) {
-    snprintf(why, whylen,
-             "not memory of cudaMalloc (no legacy IPC handle: %s (%d)); as VMM memory: %s",
-             error_text(err), (int)err, vmm_why);
+    if (legacy)
+      say_why(why, whylen, "cuIpcGetMemHandle", err);
+    else
+      snprintf(why, whylen,
+               "not memory of cudaMalloc (no legacy IPC handle: %s (%d)); as VMM memory: %s",
+               error_text(err), (int)err, vmm_why);
+    pthread_mutex_lock(&exports_lock);
+    refused[next_refused] = (struct refusal){id, (uintptr_t)ptr, len, ""};
+    snprintf(refused[next_refused].why, sizeof refused[next_refused].why, "%s", why);
+    next_refused = (next_refused + 1) % MAX_REFUSED;
+    pthread_mutex_unlock(&exports_lock);
     return -1;
   }
   memset(out, 0, sizeof *out);

@@ -117,6 +117,7 @@ typedef struct hoop__cuda_export {
   int32_t npieces;    /* VMM: the allocations mapped one after the other from base */
   uint64_t pid;       /* VMM: the exporting process */
   uint64_t server;    /* VMM: the nonce that names its descriptor server (cuda.c) */
+  uint64_t token[2];  /* VMM: random, what a peer shows that server to be given descriptors */
   hoop__cuda_vmm_piece piece[HOOP__CUDA_VMM_PIECES];
 } hoop__cuda_export;
 

@@ -51,10 +51,12 @@
  * synchronous copies keep the driver's documented exceptions: device to device, and from pageable
  * host memory to the device, they return with the copy still queued on the legacy default stream.
  *
- * Races: work queued on a stream that touches bytes that work still queued on another stream
- * writes (or writes bytes it reads) aborts the process with both described, since nothing but the
- * caller waiting orders two streams (hoop records no cross-stream waits): a GPU may or may not
- * lose such a race, the check catches it whenever both are queued at once, whatever the timing.
+ * Races: work queued on a stream that touches bytes that work on another stream writes (or writes
+ * bytes it reads) aborts the process with both described, if that other work is still queued or
+ * done but never waited for by the host (a stream or context synchronised, an event waited for, a
+ * query that found the stream idle): nothing but the caller waiting orders two streams (hoop
+ * records no cross-stream waits), so a GPU may or may not lose such a race, and the check catches
+ * it whatever the timing here.
  */
 #include <cuda.h>
 #include <fcntl.h>
@@ -151,14 +153,21 @@ typedef struct async_op {
   /* A kernel (kernel 1): kernels.cu's own code, compiled for the CPU (kernels_host.cc), run over
    * the grid it was launched with. */
   char *owned; /* freed once done: a pageable source's staged copy */
+  int staged;  /* from is (was) owned: no one else's bytes */
   int kernel;
   fakecuda_kernel k;
   unsigned grid[3], block[3];
 } async_op;
 
+#define MAX_UNSEEN 4096
 typedef struct queue {
   async_op *head, *tail;
   unsigned long long queued, done; /* sequence numbers of this queue */
+  /* Done, but the host has not waited for them yet (a GPU may not have run them): the race check
+   * looks at these too, whatever the timing here. */
+  async_op *unseen_head, *unseen_tail;
+  unsigned long long observed; /* what the host waited for */
+  int nunseen;
   pthread_t worker;
   int started;
 } queue;
@@ -204,7 +213,22 @@ static void *worker_main(void *arg) {
       q->tail = NULL;
     q->done = op->seq;
     free(op->owned);
-    free(op);
+    op->owned = NULL, op->next = NULL;
+    if (op->seq > q->observed && (op->kernel || op->from)) {
+      if (q->unseen_tail)
+        q->unseen_tail->next = op;
+      else
+        q->unseen_head = op;
+      q->unseen_tail = op;
+      if (++q->nunseen > MAX_UNSEEN) { /* a bound on what is remembered: the oldest goes */
+        async_op *old = q->unseen_head;
+        q->unseen_head = old->next;
+        free(old);
+        q->nunseen--;
+      }
+    } else {
+      free(op);
+    }
     pthread_cond_broadcast(&queue_cond);
   }
   return NULL;
@@ -224,7 +248,7 @@ static int ranges_of(const async_op *op, const char **w, const char *r[9], size_
       r[n++] = op->k.srcs[j];
   } else {
     *w = op->from ? op->to : NULL;
-    if (op->from)
+    if (op->from && !op->staged)
       r[n++] = op->from;
   }
   return n;
@@ -251,26 +275,30 @@ static int conflict(const async_op *x, const async_op *y) {
 }
 
 /* The race check (queue_lock held): op, about to be queued on queue qi (-1: a synchronous copy,
- * which has waited for the legacy default stream), against the work still queued on the other
- * streams. Nothing orders work on two streams but the caller waiting for one of them (hoop
- * records no cross-stream waits), so touching the same bytes, one of the two writing, is a race
- * that a GPU may or may not lose: abort with what it was, whatever the timing here. */
+ * which has waited for the legacy default stream), against the work on the other streams that the
+ * host has not waited for, queued or done. Nothing orders work on two streams but the caller
+ * waiting for one of them (hoop records no cross-stream waits), so touching the same bytes, one of
+ * the two writing, is a race that a GPU may or may not lose: abort with what it was, whatever the
+ * timing here. */
 static void check_race(int qi, const async_op *op) {
   for (int j = 0; j < MAX_STREAMS; j++) {
     if (j == qi || (qi < 0 && j == 0))
       continue;
-    for (const async_op *p = queues[j].head; p; p = p->next)
-      if (conflict(op, p)) {
-        fprintf(stderr,
-                "fakecuda: race: a %s on stream %d (to %p from %p, %zu bytes) and a %s still "
-                "queued on stream %d (to %p from %p, %zu bytes) touch the same bytes, one of them "
-                "writing, with nothing ordering them\n",
-                op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
-                (const void *)(op->kernel ? op->k.a : op->from), op->bytes,
-                p->kernel ? "kernel" : "copy", j, (void *)(p->kernel ? p->k.dst : p->to),
-                (const void *)(p->kernel ? p->k.a : p->from), p->bytes);
-        abort();
-      }
+    for (int list = 0; list < 2; list++)
+      for (const async_op *p = list ? queues[j].unseen_head : queues[j].head; p; p = p->next)
+        if (conflict(op, p)) {
+          fprintf(stderr,
+                  "fakecuda: race: a %s on stream %d (to %p from %p, %zu bytes) and a %s %s on "
+                  "stream %d (to %p from %p, %zu bytes) touch the same bytes, one of them "
+                  "writing, with nothing ordering them\n",
+                  op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
+                  (const void *)(op->kernel ? op->k.a : op->from), op->bytes,
+                  p->kernel ? "kernel" : "copy",
+                  list ? "done but never waited for" : "still queued", j,
+                  (void *)(p->kernel ? p->k.dst : p->to),
+                  (const void *)(p->kernel ? p->k.a : p->from), p->bytes);
+          abort();
+        }
   }
 }
 
@@ -315,6 +343,30 @@ static unsigned long long enqueue(int qi, char *to, const char *from, size_t byt
   return enqueue_op(qi, to, from, bytes, NULL);
 }
 
+/* The host knows queue q has carried out seq (queue_lock held): what it did is ordered before
+ * whatever the host queues next. */
+static void observe(queue *q, unsigned long long seq) {
+  if (seq > q->observed)
+    q->observed = seq;
+  while (q->unseen_head && q->unseen_head->seq <= q->observed) {
+    async_op *op = q->unseen_head;
+    q->unseen_head = op->next;
+    free(op);
+    q->nunseen--;
+  }
+  if (!q->unseen_head)
+    q->unseen_tail = NULL;
+}
+
+/* Memory is going away, its addresses free for others: forget the done work that touched
+ * addresses (work still queued on it would be a bug of the caller's). */
+static void forget_done(void) {
+  pthread_mutex_lock(&queue_lock);
+  for (int i = 0; i < MAX_STREAMS; i++)
+    observe(&queues[i], queues[i].done);
+  pthread_mutex_unlock(&queue_lock);
+}
+
 /* Wait until queue qi has carried out seq (0: everything queued there so far). */
 static void wait_done(int qi, unsigned long long seq) {
   queue *q = &queues[qi];
@@ -323,6 +375,7 @@ static void wait_done(int qi, unsigned long long seq) {
     seq = q->queued;
   while (q->done < seq)
     pthread_cond_wait(&queue_cond, &queue_lock);
+  observe(q, seq);
   pthread_mutex_unlock(&queue_lock);
 }
 
@@ -507,7 +560,7 @@ static CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
         return CUDA_ERROR_OUT_OF_MEMORY;
       memcpy(staged, from, bytes);
     }
-    async_op op = {.owned = staged};
+    async_op op = {.owned = staged, .staged = staged != NULL};
     if (!enqueue_op(0, to, staged ? staged : from, bytes, &op)) {
       free(staged);
       return CUDA_ERROR_OUT_OF_MEMORY;
@@ -689,6 +742,8 @@ static CUresult fake_stream_query(CUstream stream) {
   queue *q = &queues[queue_of(stream)];
   pthread_mutex_lock(&queue_lock);
   int done = q->done >= q->queued;
+  if (done)
+    observe(q, q->done);
   pthread_mutex_unlock(&queue_lock);
   return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -725,6 +780,7 @@ static CUresult fake_mem_host_alloc(void **ptr, size_t bytes, unsigned int flags
 }
 
 static CUresult fake_mem_free_host(void *ptr) {
+  forget_done();
   pthread_mutex_lock(&lock);
   for (int i = 0; ptr && i < MAX_PINNED; i++)
     if (pinned_at[i].base == ptr)
@@ -1050,6 +1106,7 @@ static CUresult fake_mem_address_reserve(CUdeviceptr *ptr, size_t bytes, size_t 
 }
 
 static CUresult fake_mem_address_free(CUdeviceptr ptr, size_t bytes) {
+  forget_done();
   pthread_mutex_lock(&lock);
   int found = 0;
   for (int i = 0; i < MAX_RESERVES && !found; i++)
@@ -1116,6 +1173,7 @@ static CUresult fake_mem_map(CUdeviceptr ptr, size_t bytes, size_t offset,
 }
 
 static CUresult fake_mem_unmap(CUdeviceptr ptr, size_t bytes) {
+  forget_done();
   drain();
   pthread_mutex_lock(&lock);
   alloc *a = find((void *)(uintptr_t)ptr, 0);
@@ -1292,6 +1350,7 @@ static CUresult fake_ipc_open_mem_handle(CUdeviceptr *ptr, CUipcMemHandle handle
 }
 
 static CUresult fake_ipc_close_mem_handle(CUdeviceptr ptr) {
+  forget_done();
   drain();
   pthread_mutex_lock(&lock);
   alloc *a = find((void *)(uintptr_t)ptr, 0);

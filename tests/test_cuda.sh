@@ -30,6 +30,9 @@ run() { # label, np, extra args...
   fi
 }
 
+python=${HOOP_PYTHON:-/usr/bin/python3}
+src=${HOOP_SRCDIR:-.}
+
 # The real thing, where there is one.
 gpu=no
 if HOOP_CUDA_LIBRARY=libcuda.so.1 "$worker" --device all --probe-device >/dev/null 2>&1; then gpu=yes; fi
@@ -46,7 +49,29 @@ if [ $gpu = yes ]; then
       echo "$out" | grep -q "reads the peers' device buffers directly" || {
         echo "FAIL: VMM memory did not go by CUDA IPC on the GPU"; status=1; }
     fi
+    # The VMM descriptor servers with the real driver, asked wrong by a process of the same user.
+    if [ "$np" = 3 ]; then
+      DEVMEM_VMM=1 HOOP_CUDA_LIBRARY=libcuda.so.1 HOOP_CUDA_IPC_MIN_BYTES=0 \
+        run "GPU --device all, VMM memory, hostile asks" 3 --device all --hostile-vmm
+      echo "$out" | grep -q '4 of 4 hostile asks to 2 servers refused' || {
+        echo "FAIL: the VMM descriptor servers on the GPU"; status=1; }
+    fi
   done
+  # Tensors on the GPU through the Python package, where torch has CUDA.
+  if [ -x "$python" ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    for np in ${HOOP_CUDA_NP:-1 2 3}; do
+      out=$(PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
+        "$hooprun" -np $np --timeout 300 "$python" "$src/tests/python/cuda_worker.py" 2>&1)
+      echo "$out" | grep -E 'checks|FAIL' | head -8
+      [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] || {
+        echo "FAIL: CUDA tensors on $np ranks"; echo "$out" | tail -20; status=1; }
+    done
+  fi
+  # HOOP_CUDA_GPU_ONLY=1 (bench/gpu-run): the stand-in's cases below are CI's; not again here.
+  if [ "${HOOP_CUDA_GPU_ONLY:-0}" = 1 ]; then
+    echo "== HOOP_CUDA_GPU_ONLY=1: the stand-in's cases are left to CI"
+    exit $status
+  fi
 else
   echo "== no GPU here: device buffers on the stand-in driver (tests/fakecuda.c)"
 fi
@@ -284,25 +309,13 @@ if [ $code != 0 ] || [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 3 ]; th
 fi
 
 # The Python package sees whether libhoop takes CUDA buffers.
-python=${HOOP_PYTHON:-/usr/bin/python3}
 if [ -x "$python" ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then
-  src=${HOOP_SRCDIR:-.}
   said=$(HOOP_CUDA_LIBRARY=$fake PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
     "$python" -c 'import hoop; print(hoop.cuda_supported())' 2>&1)
   [ "$said" = True ] || { echo "FAIL: hoop.cuda_supported() with the stand-in: $said"; status=1; }
   said=$(HOOP_CUDA_LIBRARY=/nonexistent/libcuda.so.1 PYTHONPATH=$src/python \
     HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 "$python" -c 'import hoop; print(hoop.cuda_supported())' 2>&1)
   [ "$said" = False ] || { echo "FAIL: hoop.cuda_supported() without a driver: $said"; status=1; }
-  # Tensors on a GPU, where torch has CUDA and there is a GPU.
-  if [ $gpu = yes ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    for np in ${HOOP_CUDA_NP:-1 2 3}; do
-      out=$(PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
-        "$hooprun" -np $np --timeout 300 "$python" "$src/tests/python/cuda_worker.py" 2>&1)
-      echo "$out" | grep -E 'checks|FAIL' | head -8
-      [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] || {
-        echo "FAIL: CUDA tensors on $np ranks"; echo "$out" | tail -20; status=1; }
-    done
-  fi
 fi
 # The stand-in loaded but every buffer on the host: nothing goes through the driver.
 rm -f "$counts"

@@ -105,6 +105,17 @@ for np in 1 2 3; do
     fi
   done
 done
+# The same over TCP (HOOP_SHM=0: no shared memory, so no CUDA IPC either), every rank on the
+# device and host and device ranks mixed.
+for mode in all mixed; do
+  rm -f "$counts"
+  HOOP_SHM=0 HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=init \
+    run "fake --device $mode over tcp" 3 --device $mode
+  copies=$(awk '{n += $2} END {print n + 0}' "$counts" 2>/dev/null)
+  echo "  --device $mode over tcp on 3 ranks: $copies copies through the driver"
+  [ "${copies:-0}" -ge 100 ] && [ "$(echo "$out" | grep -c 'shm: turned off by HOOP_SHM=0')" = 3 ] || {
+    echo "FAIL: device buffers over tcp (not staged, or shared memory used)"; status=1; }
+done
 # The pipelined ring and direct allreduces (mem/stage.c): every allreduce on one of them,
 # pipelined at every size, while the stand-in carries out asynchronous copies late
 # (FAKECUDA_ASYNC_DELAY_US): a segment read before its copy in is waited for, or a result not

@@ -481,7 +481,9 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
   if (bytes == 0)
     return HOOP_OK;
   CUcontext context = NULL, dst_context = NULL;
-  int to_device = kind_and_context(dst, &dst_context) == HOOP__MEM_DEVICE;
+  /* Managed memory counts as the device's here: the driver copies into it as into device memory
+   * (and the CPU may read it next). */
+  int to_device = kind_and_context(dst, &dst_context) != HOOP__MEM_HOST;
   if (kind_and_context(src, &context) != HOOP__MEM_DEVICE || !context)
     context = dst_context;
   if (!context)

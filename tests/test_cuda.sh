@@ -301,13 +301,17 @@ echo "$out" | grep -E 'checks|FAIL' | head -4
 if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 3 ]; then
   echo "FAIL: non-blocking calls on device buffers"; echo "$out" | tail -20; status=1
 fi
-# A rank killed while requests on device buffers are in flight: an error naming it on the others.
-out=$(HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 "$hooprun" -np 3 --timeout 10 \
-  "$build/tests/nb_worker" --fail kill-device 2>&1)
-echo "$out" | grep -E 'failed naming|FAIL' | cut -c1-160
-if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 2 ]; then
-  echo "FAIL: a rank killed during IPC collectives"; echo "$out" | tail -20; status=1
-fi
+# A rank killed while requests on device buffers are in flight: an error naming it on the others;
+# with cudaMalloc's memory (legacy handles) and VMM memory (its descriptor server dies with it).
+for vmm in 0 1; do
+  out=$(DEVMEM_VMM=$vmm HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 "$hooprun" -np 3 \
+    --timeout 10 "$build/tests/nb_worker" --fail kill-device 2>&1)
+  echo "$out" | grep -E 'failed naming|FAIL' | cut -c1-160
+  if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != 2 ]; then
+    echo "FAIL: a rank killed during IPC collectives (DEVMEM_VMM=$vmm)"; echo "$out" | tail -20
+    status=1
+  fi
+done
 
 # The driver failing a copy while rank 1 packs its device buffers into a fused allreduce: rank 1
 # reports the driver's error, and the others an error naming rank 1 at once, not at the timeout.

@@ -234,6 +234,8 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+static async_op *running_sync; /* synchronous copies under way (queue_lock), by next */
+
 /* The bytes an operation writes, and those it reads (up to 9 ranges), where they really are. */
 static int ranges_of(const async_op *op, const char **w, const char *r[9], size_t *bytes) {
   int n = 0;
@@ -281,6 +283,17 @@ static int conflict(const async_op *x, const async_op *y) {
  * the two writing, is a race that a GPU may or may not lose: abort with what it was, whatever the
  * timing here. */
 static void check_race(int qi, const async_op *op) {
+  /* Synchronous copies under way on other threads (the legacy default stream's, as is queue 0). */
+  for (const async_op *p = running_sync; qi > 0 && p; p = p->next)
+    if (conflict(op, p)) {
+      fprintf(stderr,
+              "fakecuda: race: a %s on stream %d (to %p, %zu bytes) and a synchronous copy under "
+              "way on another thread (to %p from %p, %zu bytes) touch the same bytes, one of them "
+              "writing, with nothing ordering them\n",
+              op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
+              op->bytes, (void *)p->to, (const void *)p->from, p->bytes);
+      abort();
+    }
   for (int j = 0; j < MAX_STREAMS; j++) {
     if (j == qi || (qi < 0 && j == 0))
       continue;
@@ -571,8 +584,17 @@ static CUresult fake_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   async_op sync = {.to = to, .from = from, .bytes = bytes};
   pthread_mutex_lock(&queue_lock);
   check_race(-1, &sync);
+  sync.next = running_sync; /* what other threads queue meanwhile is checked against it */
+  running_sync = &sync;
   pthread_mutex_unlock(&queue_lock);
   memmove(to, from, bytes);
+  pthread_mutex_lock(&queue_lock);
+  for (async_op **at = &running_sync; *at; at = &(*at)->next)
+    if (*at == &sync) {
+      *at = sync.next;
+      break;
+    }
+  pthread_mutex_unlock(&queue_lock);
   return counted;
 }
 

@@ -276,6 +276,18 @@ static int conflict(const async_op *x, const async_op *y) {
   return 0;
 }
 
+/* Say what raced and abort: op on queue qi (-1: a synchronous copy) against p, which is where. */
+static void race(int qi, const async_op *op, const async_op *p, const char *where) {
+  fprintf(stderr,
+          "fakecuda: race: a %s on stream %d (to %p from %p, %zu bytes) and a %s %s (to %p from "
+          "%p, %zu bytes) touch the same bytes, one of them writing, with nothing ordering them\n",
+          op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
+          (const void *)(op->kernel ? op->k.a : op->from), op->bytes, p->kernel ? "kernel" : "copy",
+          where, (void *)(p->kernel ? p->k.dst : p->to),
+          (const void *)(p->kernel ? p->k.a : p->from), p->bytes);
+  abort();
+}
+
 /* The race check (queue_lock held): op, about to be queued on queue qi (-1: a synchronous copy,
  * which has waited for the legacy default stream), against the work on the other streams that the
  * host has not waited for, queued or done. Nothing orders work on two streams but the caller
@@ -285,32 +297,18 @@ static int conflict(const async_op *x, const async_op *y) {
 static void check_race(int qi, const async_op *op) {
   /* Synchronous copies under way on other threads (the legacy default stream's, as is queue 0). */
   for (const async_op *p = running_sync; qi > 0 && p; p = p->next)
-    if (conflict(op, p)) {
-      fprintf(stderr,
-              "fakecuda: race: a %s on stream %d (to %p, %zu bytes) and a synchronous copy under "
-              "way on another thread (to %p from %p, %zu bytes) touch the same bytes, one of them "
-              "writing, with nothing ordering them\n",
-              op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
-              op->bytes, (void *)p->to, (const void *)p->from, p->bytes);
-      abort();
-    }
+    if (conflict(op, p))
+      race(qi, op, p, "under way synchronously on another thread");
+  char where[64];
   for (int j = 0; j < MAX_STREAMS; j++) {
     if (j == qi || (qi < 0 && j == 0))
       continue;
     for (int list = 0; list < 2; list++)
       for (const async_op *p = list ? queues[j].unseen_head : queues[j].head; p; p = p->next)
         if (conflict(op, p)) {
-          fprintf(stderr,
-                  "fakecuda: race: a %s on stream %d (to %p from %p, %zu bytes) and a %s %s on "
-                  "stream %d (to %p from %p, %zu bytes) touch the same bytes, one of them "
-                  "writing, with nothing ordering them\n",
-                  op->kernel ? "kernel" : "copy", qi, (void *)(op->kernel ? op->k.dst : op->to),
-                  (const void *)(op->kernel ? op->k.a : op->from), op->bytes,
-                  p->kernel ? "kernel" : "copy",
-                  list ? "done but never waited for" : "still queued", j,
-                  (void *)(p->kernel ? p->k.dst : p->to),
-                  (const void *)(p->kernel ? p->k.a : p->from), p->bytes);
-          abort();
+          snprintf(where, sizeof where, "%s on stream %d",
+                   list ? "done but never waited for" : "still queued", j);
+          race(qi, op, p, where);
         }
   }
 }

@@ -22,13 +22,13 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/env.h"
 #include "core/internal.h"
 #include "core/log.h"
 #include "mem/cuda.h"
+#include "util/sockio.h"
 
 int hoop_cuda_supported(void) {
   return hoop__cuda_loaded();
@@ -1200,30 +1200,6 @@ static int peer_is(int fd, pid_t pid) {
          (pid <= 0 || cred.pid == pid);
 }
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Wait until fd is ready for events or the deadline passes: 0, or -1 (errno ETIMEDOUT). Signals
- * do not cut it short. */
-static int wait_ready(int fd, short events, double deadline) {
-  for (;;) {
-    double left = deadline - seconds_now();
-    if (left <= 0) {
-      errno = ETIMEDOUT;
-      return -1;
-    }
-    struct pollfd pfd = {fd, events, 0};
-    int n = poll(&pfd, 1, (int)(left * 1000) + 1);
-    if (n > 0)
-      return 0;
-    if (n < 0 && errno != EINTR)
-      return -1;
-  }
-}
-
 /* Close every descriptor an SCM_RIGHTS message brought, but the first if keep; that one, or -1. */
 static int take_descriptors(struct msghdr *msg, int keep) {
   int first = -1;
@@ -1294,31 +1270,6 @@ static int serve_piece(const vmm_ask *ask, char *why, size_t whylen) {
   return fd;
 }
 
-/* Send answer, with descriptor fd when it is >= 0: 0, or -1. */
-static int send_answer(int conn, const vmm_answer *answer, int fd) {
-  struct iovec iov = {(void *)answer, sizeof *answer};
-  union {
-    struct cmsghdr align;
-    char bytes[CMSG_SPACE(sizeof(int))];
-  } control;
-  memset(&control, 0, sizeof control);
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
-    msg.msg_control = control.bytes;
-    msg.msg_controllen = sizeof control.bytes;
-    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-  }
-  ssize_t sent;
-  do
-    sent = sendmsg(conn, &msg, MSG_NOSIGNAL);
-  while (sent < 0 && errno == EINTR);
-  return sent == (ssize_t)sizeof *answer ? 0 : -1;
-}
-
 /* One importer's connection: its asks answered until it closes, errs or idles. */
 static void *fd_server_conn(void *arg) {
   int conn = (int)(intptr_t)arg;
@@ -1340,7 +1291,8 @@ static void *fd_server_conn(void *arg) {
     vmm_answer answer = {0};
     int fd = serve_piece(&ask, answer.why, sizeof answer.why);
     answer.status = fd >= 0 ? 0 : -1;
-    int sent = send_answer(conn, &answer, fd);
+    int sent =
+        hoop__send_with_fd(conn, &answer, sizeof answer, fd) == (ssize_t)sizeof answer ? 0 : -1;
     if (fd >= 0)
       close(fd);
     if (sent != 0)
@@ -1451,7 +1403,7 @@ static int fd_server_connect(const hoop__cuda_export *export, char *why, size_t 
     /* A full backlog, or a signal: the connection goes on; wait for it, within a deadline. */
     int err = 0;
     socklen_t errlen = sizeof err;
-    if (wait_ready(fd, POLLOUT, seconds_now() + VMM_ANSWER_SECONDS) != 0)
+    if (hoop__poll_one(fd, POLLOUT, hoop__now() + VMM_ANSWER_SECONDS) != 0)
       what = strerror(errno);
     else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0 || err != 0)
       what = strerror(err ? err : errno);
@@ -1481,20 +1433,21 @@ static int fd_server_ask(int sock, const hoop__cuda_export *export,
   char control[CMSG_SPACE(sizeof(int) * 4)];
   struct iovec iov = {&answer, sizeof answer};
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-  double deadline = seconds_now() + VMM_ANSWER_SECONDS;
+  double deadline = hoop__now() + VMM_ANSWER_SECONDS;
   ssize_t got = -1;
   for (;;) { /* asks are small: a SEQPACKET socket takes one whole or not at all */
     ssize_t sent = send(sock, &ask, sizeof ask, MSG_NOSIGNAL);
     if (sent == (ssize_t)sizeof ask)
       break;
     if ((sent >= 0 || (errno != EAGAIN && errno != EINTR)) ||
-        wait_ready(sock, POLLOUT, deadline) != 0)
+        hoop__poll_one(sock, POLLOUT, deadline) != 0)
       goto failed;
   }
   for (;;) {
     msg.msg_control = control, msg.msg_controllen = sizeof control;
     got = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (got >= 0 || (errno != EAGAIN && errno != EINTR) || wait_ready(sock, POLLIN, deadline) != 0)
+    if (got >= 0 || (errno != EAGAIN && errno != EINTR) ||
+        hoop__poll_one(sock, POLLIN, deadline) != 0)
       break;
   }
   if (got >= 0) {

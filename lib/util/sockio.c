@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -25,6 +26,30 @@ int hoop__poll_one(int fd, short events, double deadline) {
     if (rc > 0)
       return 0; /* readiness or an error condition: the next read/write tells which */
   }
+}
+
+ssize_t hoop__send_with_fd(int sock, const void *buf, size_t len, int fd) {
+  struct iovec iov = {(void *)buf, len};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  }
+  ssize_t sent;
+  do
+    sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  return sent;
 }
 
 int hoop__write_full(int fd, const void *buf, size_t len, double deadline) {

@@ -15,6 +15,10 @@ int hoop__read_full(int fd, void *buf, size_t len, double deadline);
  * set. */
 int hoop__connect_deadline(const struct sockaddr *addr, socklen_t addrlen, double deadline);
 
+/* One sendmsg of len bytes of buf, carrying descriptor fd (SCM_RIGHTS) when fd >= 0, again after
+ * a signal: what sendmsg returned (MSG_NOSIGNAL; a closed peer is -1 with EPIPE). */
+ssize_t hoop__send_with_fd(int sock, const void *buf, size_t len, int fd);
+
 /* Wait until fd is ready for events (POLLIN/POLLOUT); 0 when ready, -1 with ETIMEDOUT past
  * deadline. */
 int hoop__poll_one(int fd, short events, double deadline);

@@ -268,25 +268,7 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   memcpy(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE);
   hoop__put_be64(hello + 16 + HOOP__WIRE_NONCE, (uint64_t)(uintptr_t)&state->probe);
   hoop__put_be64(hello + 24 + HOOP__WIRE_NONCE, state->probe);
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct iovec iov = {hello, sizeof hello};
-  struct msghdr msg = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = control.buf,
-                       .msg_controllen = sizeof control.buf};
-  struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cmsg), &memfd, sizeof memfd);
-  ssize_t sent;
-  do
-    sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
-  while (sent < 0 && errno == EINTR);
+  ssize_t sent = hoop__send_with_fd(fd, hello, sizeof hello, memfd);
   int err = errno;
   close(memfd);
   if (sent != (ssize_t)sizeof hello)

@@ -25,10 +25,14 @@ typedef struct model {
   int ntensors;                   /* 2 (W, b) or 4 (W1, b1, W2, b2) */
   tensor tensors[MODEL_MAX_TENSORS];
   /* Scratch space for one example. */
-  float *hidden_out;  /* ReLU(W1 x + b1) */
-  float *hidden_grad; /* d loss / d hidden_out */
-  float *logits;      /* W x + b, then d loss / d logits */
+  float *hidden_out;   /* ReLU(W1 x + b1) */
+  float *logits;       /* W x + b, then d loss / d logits */
+  float *group_inputs; /* MODEL_GROUP examples' inputs, interleaved */
+  float *group_hidden; /* their hidden outputs */
 } model;
+
+/* Examples whose hidden outputs are computed together. */
+#define MODEL_GROUP 4
 
 /* Allocate the tensors and draw initial weights from (seed, rank): each rank starts from different
  * weights, as independent processes do, until rank 0's are broadcast. Return 0, or -1 when out of
@@ -39,25 +43,21 @@ size_t model_parameter_count(const model *m);
 
 void model_zero_grad(model *m);
 
-/* Forward and backward pass on one example: add d loss / d parameters to each tensor's grad and
- * return the example's cross-entropy loss. */
-double model_train_example(model *m, const float *x, int label);
-
-/* The same forward and backward passes over a batch of n examples (xs[i], labels[i]), split so
- * that gradients can travel while later ones are computed (sgd --overlap). model_backward_top
- * runs every example's forward pass and adds the gradients of the output layer and of the hidden
- * layer's bias (for the softmax classifier: all of them), keeping each example's gradient at the
- * hidden layer in hidden_grads (n * hidden floats); model_backward_rows then adds the hidden
- * weights' gradients for rows [first, end) (hidden units). Each gradient element sums the same
- * terms in the same order as model_train_example's, so the results are the same bits. Returns
- * the batch's summed loss. */
+/* Forward and backward passes over a batch of n examples (xs[i], labels[i]), adding d loss /
+ * d parameters to each tensor's grad, split so that gradients can travel while later ones are
+ * computed (sgd --overlap). model_backward_top runs every example's forward pass and adds the
+ * gradients of the output layer and of the hidden layer's bias (for the softmax classifier: all
+ * of them), keeping each example's gradient at the hidden layer in hidden_grads (n * hidden
+ * floats), and returns the batch's summed cross-entropy loss; model_backward_rows then adds the
+ * hidden weights' gradients for rows [first, end) (hidden units). Each gradient element sums its
+ * examples' terms in their order, however the rows are split, so the results are the same bits. */
 double model_backward_top(model *m, const float *const *xs, const int *labels, size_t n,
                           float *hidden_grads);
 void model_backward_rows(model *m, const float *const *xs, size_t n, const float *hidden_grads,
                          size_t first, size_t end);
 
-/* The most likely class of x. */
-int model_predict(model *m, const float *x);
+/* The most likely class of each of the n examples stored one after another from x. */
+void model_predict(model *m, const float *x, size_t n, int *classes);
 
 /* SGD with momentum, as PyTorch does it: velocity = momentum * velocity + grad;
  * value -= lr * velocity. */

@@ -235,8 +235,8 @@ typedef struct trainer {
   model model;
   averager averager;
   double compute_seconds; /* forward, backward and the optimizer step */
-  /* --overlap: the examples of this rank's slice, each one's gradient at the hidden layer, and
-   * the time spent waiting for allreduces that computation did not hide. */
+  /* The examples of this rank's slice and each one's gradient at the hidden layer; with
+   * --overlap, the time spent waiting for allreduces that computation did not hide. */
   const float **xs;
   int *labels;
   float *hidden_grads;
@@ -299,10 +299,8 @@ static void load_data(trainer *t) {
     fail(t, "no memory for the shuffle");
 }
 
-/* --overlap's room for this rank's slice of a batch, which grows when the job shrinks. */
-static void size_overlap_buffers(trainer *t) {
-  if (!t->opt.overlap)
-    return;
+/* Room for this rank's slice of a batch, which grows when the job shrinks. */
+static void size_batch_buffers(trainer *t) {
   size_t first, most;
   slice_of(t->opt.batch, t->size, 0, &first, &most); /* rank 0's slice is never smaller */
   free(t->xs);
@@ -312,7 +310,7 @@ static void size_overlap_buffers(trainer *t) {
   t->labels = malloc(most * sizeof *t->labels);
   t->hidden_grads = malloc((most * t->model.hidden + 1) * sizeof *t->hidden_grads);
   if (!t->xs || !t->labels || !t->hidden_grads)
-    fail(t, "no memory for the overlapped backward pass");
+    fail(t, "no memory for the backward pass");
 }
 
 /* Each rank draws its own initial weights (model_init seeds them with the rank); broadcasting rank
@@ -334,7 +332,7 @@ static void build_model(trainer *t, int newcomer) {
   /* float16 gradients travel through the averager's buffer, which --overlap does not use. */
   if (t->opt.fp16_allreduce)
     t->opt.overlap = 0;
-  size_overlap_buffers(t);
+  size_batch_buffers(t);
 }
 
 static void print_plan(const trainer *t) {
@@ -379,6 +377,19 @@ static void scale(float *values, size_t count, float by) {
     values[i] *= by;
 }
 
+/* The forward pass and the top of the backward pass on this rank's slice of the batch (both
+ * paths compute with the same code, so that they differ only in how gradients travel). Returns
+ * the slice's summed loss. */
+static double backward_top(trainer *t, const size_t *mine, size_t count) {
+  model *m = &t->model;
+  model_zero_grad(m);
+  for (size_t i = 0; i < count; i++) {
+    t->xs[i] = t->train.x + mine[i] * t->train.features;
+    t->labels[i] = t->train.label[mine[i]];
+  }
+  return model_backward_top(m, t->xs, t->labels, count, t->hidden_grads);
+}
+
 /* One step with --overlap: the output layer's gradients and the hidden layer's bias go first, as
  * one fused non-blocking allreduce, then the hidden weights' in slices of rows, each posted as
  * soon as it is computed; the step waits for all of them. Each rank scales its gradients to its
@@ -388,12 +399,7 @@ static hoop_result overlapped_step(trainer *t, const size_t *mine, size_t count,
   const options *opt = &t->opt;
   float share = 1.0f / (float)opt->batch;
   double start = now_seconds();
-  model_zero_grad(m);
-  for (size_t i = 0; i < count; i++) {
-    t->xs[i] = t->train.x + mine[i] * t->train.features;
-    t->labels[i] = t->train.label[mine[i]];
-  }
-  *loss = model_backward_top(m, t->xs, t->labels, count, t->hidden_grads);
+  *loss = backward_top(t, mine, count);
   hoop_request *reqs[1 + OVERLAP_MAX_SLICES];
   int slices = opt->overlap_slices;
   int posted = 0;
@@ -457,12 +463,9 @@ static hoop_result train_epoch(trainer *t, int epoch, size_t *step, double *loss
       result = overlapped_step(t, mine, count, &loss);
     } else {
       double start = now_seconds();
-      model_zero_grad(m);
-      for (size_t i = 0; i < count; i++) {
-        size_t example = mine[i];
-        loss += model_train_example(m, t->train.x + example * t->train.features,
-                                    t->train.label[example]);
-      }
+      loss = backward_top(t, mine, count);
+      if (m->hidden)
+        model_backward_rows(m, t->xs, count, t->hidden_grads, 0, m->hidden);
       t->compute_seconds += now_seconds() - start;
       result = averager_run(&t->averager, m->tensors, opt->batch);
       if (result == HOOP_OK) {
@@ -480,13 +483,18 @@ static hoop_result train_epoch(trainer *t, int epoch, size_t *step, double *loss
   return HOOP_OK;
 }
 
-/* Correct predictions on this rank's slice of the test set. */
+/* Correct predictions on this rank's slice of the test set, a batch at a time. */
 static size_t count_correct(trainer *t) {
   size_t first, count, correct = 0;
   slice_of(t->test.count, t->size, t->rank, &first, &count);
-  for (size_t i = first; i < first + count; i++)
-    if (model_predict(&t->model, t->test.x + i * t->train.features) == t->test.label[i])
-      correct++;
+  int classes[256];
+  for (size_t done = 0; done < count;) {
+    size_t n = count - done < 256 ? count - done : 256;
+    model_predict(&t->model, t->test.x + (first + done) * t->train.features, n, classes);
+    for (size_t i = 0; i < n; i++)
+      correct += classes[i] == t->test.label[first + done + i];
+    done += n;
+  }
   return correct;
 }
 
@@ -542,7 +550,7 @@ static void adopt(trainer *t, hoop_comm *next) {
   t->size = hoop_size(next);
   t->printing = t->rank == 0 || t->opt.verbose;
   t->shrunk = 1;
-  size_overlap_buffers(t);
+  size_batch_buffers(t);
 }
 
 static void recover(trainer *t, hoop_result result, const char *what, int *epoch, size_t *step) {

@@ -58,10 +58,11 @@ static const hoop__env_var env_table[] = {
     {"HOOP_SHM", "1",
      "0: under HOOP_TRANSPORT=auto, ranks of one host talk over the network "
      "transport instead of shared memory"},
-    {"HOOP_SHM_CMA_BYTES", "262144",
+    {"HOOP_SHM_CMA_BYTES", "auto",
      "shm messages of at least this many bytes are read by the receiver "
      "straight from the sender's memory (process_vm_readv, one copy) where "
-     "the kernel allows it; 0: never, every message goes through the segment"},
+     "the kernel allows it; 0: never, every message goes through the segment; "
+     "auto: 0, or 262144 when this host's ranks outnumber its CPUs"},
     {"HOOP_SHM_SPIN_US", "auto",
      "microseconds a wait polls the shared-memory queues before it sleeps; "
      "auto: 1000, or 50 when this host's ranks outnumber its CPUs"},

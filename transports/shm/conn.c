@@ -106,9 +106,12 @@ hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                            onoff);
   long cma = 0;
   const char *cma_text = hoop__env_get("HOOP_SHM_CMA_BYTES");
-  if (hoop__parse_int(cma_text, 0, 1L << 40, &cma) != 0)
+  if (strcmp(cma_text, "auto") == 0)
+    state->cma_auto = 1;
+  else if (hoop__parse_int(cma_text, 0, 1L << 40, &cma) != 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
-                           "shm: HOOP_SHM_CMA_BYTES '%s' is not a number of bytes (0: never)",
+                           "shm: HOOP_SHM_CMA_BYTES '%s' is not auto or a number of bytes (0: "
+                           "never)",
                            cma_text);
   state->cma_min = (size_t)cma;
   const char *spin = hoop__env_get("HOOP_SHM_SPIN_US");
@@ -198,13 +201,37 @@ static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_
   return 0;
 }
 
+/* HOOP_SHM_CMA_BYTES=auto. Ranks with a CPU each copy every message through the segment: the
+ * sender copies into a slot while the receiver copies the one before out, two cores at work,
+ * where with process_vm_readv the receiver copies alone, pinning the sender's pages call by call,
+ * and the sender waits. Ranks that outnumber the CPUs read large messages in one copy: with no
+ * core to spare, the copy that is not made is what counts. Measured on the 2-core development
+ * VM, median p50 of 8 alternated rounds (bench/TUNING.md): 2 ranks, through the segment against
+ * CMA from 256 KiB, allreduce 0.68-0.80 at 1-64 MiB, broadcast 0.43-0.71, allgather 0.49 and 0.74
+ * at 1 and 4 MiB, level at 16 and 64; 4 ranks, mixed (0.46-1.26). */
+#define CMA_CROWDED_BYTES (256 * 1024)
+
+void hoop__shm_cma_decide(hoop__tctx *ctx) {
+  shm_state *state = shm_of(ctx);
+  if (!state->cma_auto)
+    return;
+  state->cma_auto = 0;
+  state->cma_min = hoop__host_oversubscribed(ctx->comm) ? CMA_CROWDED_BYTES : 0;
+  HOOP__TRACE(HOOP_SUBSYS_NET, "HOOP_SHM_CMA_BYTES=auto: %zu (%d ranks on this host)",
+              state->cma_min, ctx->local_size);
+}
+
 static void decide_cma(hoop__tctx *ctx, int peer, uint64_t addr, uint64_t expect) {
   shm_state *state = shm_of(ctx);
   shm_peer *p = &state->peers[peer];
   char why[256] = "";
+  hoop__shm_cma_decide(ctx);
   int can = state->cma_min > 0 && probe_cma(p->pid, addr, expect, why, sizeof why);
   if (state->cma_min == 0)
-    snprintf(why, sizeof why, "HOOP_SHM_CMA_BYTES=0");
+    snprintf(why, sizeof why, "%s",
+             strcmp(hoop__env_get("HOOP_SHM_CMA_BYTES"), "auto") == 0
+                 ? "HOOP_SHM_CMA_BYTES=auto, and this host has a CPU for each of its ranks"
+                 : "HOOP_SHM_CMA_BYTES=0");
   atomic_store(&p->seg->can_read[p->side].flag, (uint32_t)can);
   if (can)
     HOOP__INFO(HOOP_SUBSYS_NET,
@@ -383,6 +410,7 @@ refuse_closed:
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer) {
   hoop_result result = ensure_peers(ctx);
   shm_state *state = shm_of(ctx);
+  hoop__shm_cma_decide(ctx);
   if (result != HOOP_OK || state->peers[peer].seg)
     return result;
   if (ctx->rank < peer)

@@ -146,6 +146,7 @@ static const float *forward(model *m, const float *x) {
 /* Four lanes of float: lane k carries example k of a group (forward) or input k of a run of four
  * (backward). Arithmetic on it is lane by lane, each lane rounded as a float would be. */
 typedef float lanes __attribute__((vector_size(4 * sizeof(float))));
+_Static_assert(MODEL_GROUP == 4, "a group's examples are the four lanes of one vector");
 
 static lanes splat(float v) {
   return (lanes){v, v, v, v};

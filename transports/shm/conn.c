@@ -211,7 +211,9 @@ static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_
  * at 1 and 4 MiB, level at 16 and 64; 4 ranks, mixed (0.46-1.26). */
 #define CMA_CROWDED_BYTES (256 * 1024)
 
-void hoop__shm_cma_decide(hoop__tctx *ctx) {
+/* Made once the rank table says how many ranks share the host: at the first connection, before
+ * any message. */
+static void cma_decide(hoop__tctx *ctx) {
   shm_state *state = shm_of(ctx);
   if (!state->cma_auto)
     return;
@@ -225,7 +227,7 @@ static void decide_cma(hoop__tctx *ctx, int peer, uint64_t addr, uint64_t expect
   shm_state *state = shm_of(ctx);
   shm_peer *p = &state->peers[peer];
   char why[256] = "";
-  hoop__shm_cma_decide(ctx);
+  cma_decide(ctx);
   int can = state->cma_min > 0 && probe_cma(p->pid, addr, expect, why, sizeof why);
   if (state->cma_min == 0)
     snprintf(why, sizeof why, "%s",
@@ -410,7 +412,7 @@ refuse_closed:
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer) {
   hoop_result result = ensure_peers(ctx);
   shm_state *state = shm_of(ctx);
-  hoop__shm_cma_decide(ctx);
+  cma_decide(ctx);
   if (result != HOOP_OK || state->peers[peer].seg)
     return result;
   if (ctx->rank < peer)

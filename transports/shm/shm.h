@@ -127,7 +127,7 @@ typedef struct shm_state {
   char name[108]; /* the listener's abstract socket name (without its leading NUL) */
   double spin_s;
   size_t cma_min; /* HOOP_SHM_CMA_BYTES: messages this big go by CMA where it works; 0 never */
-  int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto, not yet decided (hoop__shm_cma_decide) */
+  int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto, not yet decided (conn.c's cma_decide) */
   uint64_t probe; /* what a peer must read here to show it can use CMA */
   shm_peer *peers;
   struct pollfd *pfds;
@@ -147,9 +147,6 @@ hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                              size_t addrlen);
 int hoop__shm_can_reach(const hoop__tctx *ctx, int peer);
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer);
-/* HOOP_SHM_CMA_BYTES=auto's choice, made once the rank table says how many ranks share the host
- * (before the first message: at the first connection). */
-void hoop__shm_cma_decide(hoop__tctx *ctx);
 /* Read what the peer's socket holds (bells, its hello, a notice, a bye, its closing). */
 hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer);
 void hoop__shm_unmap(shm_peer *peer);

@@ -130,17 +130,21 @@ static double softmax_cross_entropy(float *logits, size_t classes, int label) {
 
 /* ---- the model ------------------------------------------------------------------------------- */
 
-/* The forward pass; leaves the logits in m->logits and returns the input of the output layer. */
-static const float *forward(model *m, const float *x) {
+/* The hidden layer's output, ReLU(W1 x + b1), of one example, into out. */
+static void hidden_forward_one(model *m, const float *x, float *out) {
+  dense_forward(&m->tensors[0], &m->tensors[1], x, m->inputs, out, m->hidden);
+  for (size_t o = 0; o < m->hidden; o++)
+    out[o] = out[o] > 0 ? out[o] : 0;
+}
+
+/* The forward pass of one example; leaves the logits in m->logits. */
+static void forward(model *m, const float *x) {
   if (m->hidden == 0) {
     dense_forward(&m->tensors[0], &m->tensors[1], x, m->inputs, m->logits, m->classes);
-    return x;
+    return;
   }
-  dense_forward(&m->tensors[0], &m->tensors[1], x, m->inputs, m->hidden_out, m->hidden);
-  for (size_t j = 0; j < m->hidden; j++)
-    m->hidden_out[j] = m->hidden_out[j] > 0 ? m->hidden_out[j] : 0;
+  hidden_forward_one(m, x, m->hidden_out);
   dense_forward(&m->tensors[2], &m->tensors[3], m->hidden_out, m->hidden, m->logits, m->classes);
-  return m->hidden_out;
 }
 
 /* Four lanes of float: lane k carries example k of a group (forward) or input k of a run of four
@@ -152,10 +156,10 @@ static lanes splat(float v) {
   return (lanes){v, v, v, v};
 }
 
-/* The hidden layer's output, ReLU(W1 x + b1), of examples xs[0..MODEL_GROUP), into
- * out[e * hidden + o]. The group's inputs are first laid out side by side (input i of example k
- * at group_inputs[i * 4 + k]), so that one pass over a row of W1 serves all four examples; four
- * rows go at once, so sixteen sums are under way. */
+/* The hidden layer's outputs of the examples xs[0..MODEL_GROUP), into out[e * hidden + o], the
+ * bits of hidden_forward_one's. The group's inputs are first laid out side by side (input i of
+ * example k at group_inputs[i * 4 + k]), so that one pass over a row of W1 serves all four
+ * examples; four rows go at once, so sixteen sums are under way. */
 static void hidden_forward_group(model *m, const float *const *xs, float *out) {
   const tensor *w = &m->tensors[0], *b = &m->tensors[1];
   size_t nin = m->inputs, nh = m->hidden;
@@ -186,13 +190,6 @@ static void hidden_forward_group(model *m, const float *const *xs, float *out) {
     for (size_t e = 0; e < MODEL_GROUP; e++)
       out[e * nh + o] = sum[e] > 0 ? sum[e] : 0;
   }
-}
-
-/* The same for one example. */
-static void hidden_forward_one(model *m, const float *x, float *out) {
-  dense_forward(&m->tensors[0], &m->tensors[1], x, m->inputs, out, m->hidden);
-  for (size_t o = 0; o < m->hidden; o++)
-    out[o] = out[o] > 0 ? out[o] : 0;
 }
 
 double model_backward_top(model *m, const float *const *xs, const int *labels, size_t n,

@@ -213,7 +213,7 @@ static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_
 
 /* Made once the rank table says how many ranks share the host: at the first connection, before
  * any message. */
-static void cma_decide(hoop__tctx *ctx) {
+static void settle_cma_auto(hoop__tctx *ctx) {
   shm_state *state = shm_of(ctx);
   if (!state->cma_auto)
     return;
@@ -227,7 +227,7 @@ static void decide_cma(hoop__tctx *ctx, int peer, uint64_t addr, uint64_t expect
   shm_state *state = shm_of(ctx);
   shm_peer *p = &state->peers[peer];
   char why[256] = "";
-  cma_decide(ctx);
+  settle_cma_auto(ctx);
   int can = state->cma_min > 0 && probe_cma(p->pid, addr, expect, why, sizeof why);
   if (state->cma_min == 0)
     snprintf(why, sizeof why, "%s",
@@ -412,7 +412,7 @@ refuse_closed:
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer) {
   hoop_result result = ensure_peers(ctx);
   shm_state *state = shm_of(ctx);
-  cma_decide(ctx);
+  settle_cma_auto(ctx);
   if (result != HOOP_OK || state->peers[peer].seg)
     return result;
   if (ctx->rank < peer)

@@ -127,7 +127,7 @@ typedef struct shm_state {
   char name[108]; /* the listener's abstract socket name (without its leading NUL) */
   double spin_s;
   size_t cma_min; /* HOOP_SHM_CMA_BYTES: messages this big go by CMA where it works; 0 never */
-  int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto, not yet decided (conn.c's cma_decide) */
+  int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto, not yet decided (conn.c's settle_cma_auto) */
   uint64_t probe; /* what a peer must read here to show it can use CMA */
   shm_peer *peers;
   struct pollfd *pfds;

@@ -48,7 +48,8 @@ static double ref_example(reference *r, const float *x, int label, int *best) {
     total += exp((double)(logits[c] - top));
   double loss = log(total) - (double)(logits[label] - top);
   for (size_t c = 0; c < r->classes; c++)
-    logits[c] = (float)(exp((double)(logits[c] - top)) / total) - (c == (size_t)label ? 1.0f : 0.0f);
+    logits[c] =
+        (float)(exp((double)(logits[c] - top)) / total) - (c == (size_t)label ? 1.0f : 0.0f);
   memset(dh, 0, sizeof dh);
   for (size_t o = 0; o < r->classes; o++) {
     for (size_t i = 0; i < r->hidden; i++)
@@ -72,8 +73,9 @@ static void assert_same_bits(const char *what, const float *got, const float *wa
   for (size_t i = 0; i < n; i++)
     if (memcmp(got + i, want + i, sizeof(float)) != 0 && differ++ == 0)
       first = i;
-  ck_assert_msg(differ == 0, "%s: %zu of %zu floats differ from the reference, first [%zu]: %a, want %a",
-                what, differ, n, first, (double)got[first], (double)want[first]);
+  ck_assert_msg(differ == 0,
+                "%s: %zu of %zu floats differ from the reference, first [%zu]: %a, want %a", what,
+                differ, n, first, (double)got[first], (double)want[first]);
 }
 
 /* inputs, hidden, examples: none a multiple of 4 or 8 but some; 1 and 4 examples too. */

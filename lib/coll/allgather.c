@@ -8,33 +8,33 @@
 #include "coll/coll.h"
 
 /* Bruck: in the round at distance d a rank sends the first min(d, n-d) blocks it holds to rank
- * r-d and appends as many from rank r+d. Blocks gather in staging in the order r, r+1, ..., so
+ * r-d and appends as many from rank r+d. Blocks gather in scratch in the order r, r+1, ..., so
  * they are rotated into place at the end; this works for any n, not only powers of two. */
 hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args) {
   int n = comm->size, r = comm->rank;
   size_t block = args->bytes;
   char *recvbuf = args->recvbuf;
   const char *own = recvbuf + (size_t)r * block;
-  char *staging = hoop__scratch(comm, (size_t)n * block);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, (size_t)n * block);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
-  hoop_result result = hoop__coll_copy(comm, staging, own, block);
+  hoop_result result = hoop__kind_copy(comm, scratch, own, block);
   size_t have = 1;
   for (int distance = 1; distance < n && result == HOOP_OK; distance <<= 1) {
     size_t blocks = (size_t)(distance < n - distance ? distance : n - distance);
-    result = hoop__sendrecv(comm, (r - distance + n) % n, staging, blocks * block,
-                            (r + distance) % n, staging + have * block, blocks * block);
+    result = hoop__sendrecv(comm, (r - distance + n) % n, scratch, blocks * block,
+                            (r + distance) % n, scratch + have * block, blocks * block);
     have += blocks;
   }
   for (int i = 0; i < n && result == HOOP_OK; i++)
-    result = hoop__coll_copy(comm, recvbuf + (size_t)((r + i) % n) * block,
-                             staging + (size_t)i * block, block);
+    result = hoop__kind_copy(comm, recvbuf + (size_t)((r + i) % n) * block,
+                             scratch + (size_t)i * block, block);
   return result;
 }
 
 /* Recursive doubling, for a power-of-two rank count: in the round at distance d a rank trades the
  * d blocks it holds for the d its partner r ^ d holds, all in place in recvbuf, so nothing is
- * staged or rotated. The blocks are the halving plan's parts of n elements of block bytes. */
+ * copied aside or rotated. The blocks are the halving plan's parts of n elements of block bytes. */
 hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args) {
   if (comm->size & (comm->size - 1))
     return hoop__allgather_bruck(comm, args); /* its log2(n) rounds for any rank count */

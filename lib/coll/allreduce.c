@@ -13,8 +13,6 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "mem/reduce.h"
-#include "mem/stage.h"
 
 typedef struct ring_plan {
   size_t *offset; /* bytes, per segment */
@@ -32,58 +30,58 @@ static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan
   }
 }
 
-/* The reduce-scatter's chunks, received into HOOP__RING_RECV_DEPTH slices of staging used in turn,
+/* The reduce-scatter's chunks, received into HOOP__RING_RECV_DEPTH slices of scratch used in turn,
  * so that the next chunk's receive is posted before this one is reduced. */
-typedef struct staged_ring_pass {
+typedef struct scratch_ring_pass {
   const hoop_comm *comm;
   const hoop__group *group;
   hoop__ring_cursor cursor;
   const ring_plan *plan;
   size_t esize;
-  char *staging;
+  char *scratch;
   size_t chunk_max;
-} staged_ring_pass;
+} scratch_ring_pass;
 
-static int staged_ring_next(void *arg, size_t slot, hoop__chunk *chunk) {
-  staged_ring_pass *pass = arg;
+static int scratch_ring_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  scratch_ring_pass *pass = arg;
   if (!hoop__ring_cursor_next(pass->comm, pass->group, &pass->cursor, pass->plan->offset,
                               pass->plan->length, 0, pass->esize, &chunk->step, &chunk->at,
                               &chunk->len))
     return 0;
   chunk->peer = hoop__group_prev(pass->group);
-  chunk->dst = pass->staging + slot * pass->chunk_max;
+  chunk->dst = pass->scratch + slot * pass->chunk_max;
   return 1;
 }
 
 static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
-                                  const char *src, char *dst, const ring_plan *plan, char *staging,
+                                  const char *src, char *dst, const ring_plan *plan, char *scratch,
                                   size_t chunk_max, hoop_dtype dtype, hoop_op op, int finish,
                                   int then_circulate) {
   int n = group->size, r = group->index;
   int next = hoop__group_next(group);
   size_t esize = hoop_dtype_size(dtype);
-  /* Step 0 sends this rank's own contribution to segment r. A device input being copied in
-   * (mem/stage.c) is waited for segment by segment, as the ring reads it. */
-  hoop_result result = hoop__stage_need(comm, src + plan->offset[r], plan->length[r]);
+  /* Step 0 sends this rank's own contribution to segment r. An input that is still being fed in
+   * (mem/kind.h) is waited for segment by segment, as the ring reads it. */
+  hoop_result result = hoop__kind_need(comm, src + plan->offset[r], plan->length[r]);
   if (result == HOOP_OK)
     result =
         hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
-  staged_ring_pass pass = {comm, group, {0, 0}, plan, esize, staging, chunk_max};
+  scratch_ring_pass pass = {comm, group, {0, 0}, plan, esize, scratch, chunk_max};
   hoop__recv_ahead ahead;
-  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, staged_ring_next, &pass);
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, scratch_ring_next, &pass);
   const hoop__chunk *chunk;
   while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
          chunk) {
     size_t at = chunk->at, len = chunk->len;
-    if ((result = hoop__stage_need(comm, src + at, len)) != HOOP_OK ||
-        (result = hoop__coll_reduce3(comm, dst + at, src + at, chunk->dst, len / esize, dtype,
+    if ((result = hoop__kind_need(comm, src + at, len)) != HOOP_OK ||
+        (result = hoop__kind_reduce3(comm, dst + at, src + at, chunk->dst, len / esize, dtype,
                                      op)) != HOOP_OK)
       break;
     if (chunk->step == n - 2 && finish) {
-      if ((result = hoop__coll_finish(comm, dst + at, len / esize, dtype, op, comm->size)) !=
+      if ((result = hoop__kind_finish(comm, dst + at, len / esize, dtype, op, comm->size)) !=
           HOOP_OK)
         break;
-      hoop__stage_done(comm, dst + at, len); /* final: on its way back to the device */
+      hoop__kind_done(comm, dst + at, len); /* final: it may leave now */
     }
     /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
      * finished segment that starts the allgather. */
@@ -98,8 +96,8 @@ static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoo
  * halving rounds alike. */
 static hoop_result combine(hoop_comm *comm, char *dst, const char *mine, const char *theirs,
                            int mine_is_lower, size_t count, hoop_dtype dtype, hoop_op op) {
-  return mine_is_lower ? hoop__coll_reduce3(comm, dst, mine, theirs, count, dtype, op)
-                       : hoop__coll_reduce3(comm, dst, theirs, mine, count, dtype, op);
+  return mine_is_lower ? hoop__kind_reduce3(comm, dst, mine, theirs, count, dtype, op)
+                       : hoop__kind_reduce3(comm, dst, theirs, mine, count, dtype, op);
 }
 
 /* Recursive doubling. With p the largest power of two <= n and rem = n - p, the first 2*rem ranks
@@ -112,8 +110,8 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
                                       hoop_op op) {
   int r = comm->rank;
   size_t bytes = count * hoop_dtype_size(dtype);
-  char *staging = hoop__scratch(comm, bytes);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, bytes);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__halving plan; /* only its pairing is used: p, rem and the virtual ranks */
   hoop__halving_plan(comm, count, &plan);
@@ -128,23 +126,23 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
     return result == HOOP_OK ? hoop__wait(comm, &req) : result;
   }
   if (r < 2 * plan.rem) {
-    result = hoop__irecv(comm, r - 1, staging, bytes, &req);
+    result = hoop__irecv(comm, r - 1, scratch, bytes, &req);
     if (result == HOOP_OK)
       result = hoop__wait(comm, &req);
     if (result == HOOP_OK)
-      result = combine(comm, buf, buf, staging, 0, count, dtype, op);
+      result = combine(comm, buf, buf, scratch, 0, count, dtype, op);
     if (result != HOOP_OK)
       return result;
   }
   for (int mask = 1; mask < plan.p; mask <<= 1) {
     int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
-    result = hoop__sendrecv(comm, peer, buf, bytes, peer, staging, bytes);
+    result = hoop__sendrecv(comm, peer, buf, bytes, peer, scratch, bytes);
     if (result == HOOP_OK)
-      result = combine(comm, buf, buf, staging, r < peer, count, dtype, op);
+      result = combine(comm, buf, buf, scratch, r < peer, count, dtype, op);
     if (result != HOOP_OK)
       return result;
   }
-  if ((result = hoop__coll_finish(comm, buf, count, dtype, op, comm->size)) != HOOP_OK)
+  if ((result = hoop__kind_finish(comm, buf, count, dtype, op, comm->size)) != HOOP_OK)
     return result;
   if (r < 2 * plan.rem) {
     result = hoop__isend(comm, r - 1, buf, bytes, &req);
@@ -164,11 +162,11 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
  * same bits. */
 
 /* One halving round's receives: the peer's chunks of the kept range, into HOOP__RING_RECV_DEPTH
- * slices of staging of slice bytes each, cut as the peer cuts its sends (from the same length). */
+ * slices of scratch of slice bytes each, cut as the peer cuts its sends (from the same length). */
 typedef struct halving_pass {
   int peer;
   size_t keep_len, chunk, done;
-  char *staging;
+  char *scratch;
   size_t slice;
 } halving_pass;
 
@@ -180,7 +178,7 @@ static int halving_next(void *arg, size_t slot, hoop__chunk *chunk) {
   chunk->at = pass->done;
   chunk->len =
       pass->keep_len - pass->done < pass->chunk ? pass->keep_len - pass->done : pass->chunk;
-  chunk->dst = pass->staging + slot * pass->slice;
+  chunk->dst = pass->scratch + slot * pass->slice;
   pass->done += chunk->len;
   return 1;
 }
@@ -190,10 +188,10 @@ static int halving_next(void *arg, size_t slot, hoop__chunk *chunk) {
  * rank's part), where this rank's part is src. */
 static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, const char *give,
                                  size_t give_len, char *dst, const char *src, size_t keep_len,
-                                 char *staging, size_t slice, hoop_dtype dtype, hoop_op op) {
+                                 char *scratch, size_t slice, hoop_dtype dtype, hoop_op op) {
   size_t esize = hoop_dtype_size(dtype);
   hoop_result result = hoop__arena_isend_chunks(comm, arena, peer, give, give_len, esize);
-  halving_pass pass = {peer, keep_len, hoop__chunk_bytes(comm, keep_len, esize), 0, staging, slice};
+  halving_pass pass = {peer, keep_len, hoop__chunk_bytes(comm, keep_len, esize), 0, scratch, slice};
   hoop__recv_ahead ahead;
   hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, halving_next, &pass);
   int mine_is_lower = comm->rank < peer;
@@ -214,8 +212,8 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
   size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
   /* Every range a round receives is at most the whole buffer, so its chunks are at most this. */
   size_t slice = hoop__chunk_bytes(comm, bytes, esize);
-  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * slice);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * slice);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__halving plan;
   hoop__halving_plan(comm, count, &plan);
@@ -229,7 +227,7 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
   }
   const char *src = sendbuf; /* this rank's contribution, until the first reduction lands */
   if (r < 2 * plan.rem) {
-    result = halving_round(comm, arena, r - 1, NULL, 0, recvbuf, sendbuf, bytes, staging, slice,
+    result = halving_round(comm, arena, r - 1, NULL, 0, recvbuf, sendbuf, bytes, scratch, slice,
                            dtype, op);
     if (result != HOOP_OK)
       return result;
@@ -245,12 +243,12 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
     result =
         halving_round(comm, arena, peer, src + give_first * esize, (give_last - give_first) * esize,
                       recvbuf + keep_first * esize, src + keep_first * esize,
-                      (keep_last - keep_first) * esize, staging, slice, dtype, op);
+                      (keep_last - keep_first) * esize, scratch, slice, dtype, op);
     if (result != HOOP_OK)
       return result;
     src = recvbuf;
   }
-  result = hoop__coll_finish(comm, recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,
+  result = hoop__kind_finish(comm, recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,
                              comm->size);
   if (result == HOOP_OK)
     result = hoop__doubling_rounds(comm, arena, recvbuf, esize, &plan);
@@ -275,7 +273,7 @@ hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args) {
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args) {
   hoop_result result = HOOP_OK;
   if (args->sendbuf != args->recvbuf &&
-      (result = hoop__coll_copy(comm, args->recvbuf, args->sendbuf, args->bytes)) != HOOP_OK)
+      (result = hoop__kind_copy(comm, args->recvbuf, args->sendbuf, args->bytes)) != HOOP_OK)
     return result;
   return recursive_doubling(comm, args->recvbuf, args->count, args->dtype, args->op);
 }
@@ -285,13 +283,13 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
   plan_segments(comm, args->count, args->esize, &plan);
   /* Segment 0 is never smaller than the others, so its chunk is the largest. */
   size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], args->esize);
-  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
   hoop__group whole = hoop__whole(comm);
   hoop_result result = reduce_scatter(comm, &whole, &arena, args->sendbuf, args->recvbuf, &plan,
-                                      staging, chunk_max, args->dtype, args->op, 1, 1);
+                                      scratch, chunk_max, args->dtype, args->op, 1, 1);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, &whole, &arena, args->recvbuf, plan.offset, plan.length, 1,
                                   args->esize, 1);
@@ -312,12 +310,12 @@ hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, cha
     plan.length[i] = elems * esize;
   }
   size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
-  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
   hoop_result result =
-      reduce_scatter(comm, group, &arena, buf, buf, &plan, staging, chunk_max, dtype, op, 1, 1);
+      reduce_scatter(comm, group, &arena, buf, buf, &plan, scratch, chunk_max, dtype, op, 1, 1);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, group, &arena, buf, plan.offset, plan.length, 1, esize, 1);
   if (result == HOOP_OK)
@@ -351,13 +349,13 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
   /* After the reduce-scatter, member r holds segment r + 1; it is allreduced across the hosts. */
   int own = (local.index + 1) % local.size;
   size_t chunk_max = hoop__chunk_bytes(comm, plan.length[0], esize);
-  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
   /* Each pass waits for its sends before the next one writes where they read. */
   hoop_result result = reduce_scatter(comm, &local, &arena, args->sendbuf, args->recvbuf, &plan,
-                                      staging, chunk_max, args->dtype, args->op, 0, 0);
+                                      scratch, chunk_max, args->dtype, args->op, 0, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   if (result == HOOP_OK)
@@ -381,13 +379,13 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
  * (its own part, then the others in rank order), so all ranks end with the same bits. */
 
 /* The chunks of this rank's segment, chunk by chunk, and within each from every peer in rank
- * order, into HOOP__RING_RECV_DEPTH slices of staging. */
+ * order, into HOOP__RING_RECV_DEPTH slices of scratch. */
 typedef struct direct_pass {
   const hoop_comm *comm;
   size_t first, length, chunk_len; /* this rank's segment, and its chunks */
   size_t done;                     /* bytes of the segment whose chunks were all handed out */
   int peer;                        /* next peer for the current chunk */
-  char *staging;
+  char *scratch;
 } direct_pass;
 
 static int direct_next(void *arg, size_t slot, hoop__chunk *chunk) {
@@ -404,7 +402,7 @@ static int direct_next(void *arg, size_t slot, hoop__chunk *chunk) {
   chunk->at = pass->first + pass->done;
   chunk->len =
       pass->length - pass->done < pass->chunk_len ? pass->length - pass->done : pass->chunk_len;
-  chunk->dst = pass->staging + slot * pass->chunk_len;
+  chunk->dst = pass->scratch + slot * pass->chunk_len;
   return 1;
 }
 
@@ -413,7 +411,7 @@ static int direct_next(void *arg, size_t slot, hoop__chunk *chunk) {
 static hoop_result direct_combine(hoop_comm *comm, const hoop__coll_args *args,
                                   const hoop__chunk *chunk, const char *mine, char *acc) {
   size_t count = chunk->len / args->esize;
-  return hoop__coll_reduce3(comm, acc, chunk->peer == (comm->rank == 0 ? 1 : 0) ? mine : acc,
+  return hoop__kind_reduce3(comm, acc, chunk->peer == (comm->rank == 0 ? 1 : 0) ? mine : acc,
                             chunk->dst, count, args->dtype, args->op);
 }
 
@@ -424,28 +422,28 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
   const char *src = args->sendbuf;
   char *dst = args->recvbuf;
   size_t chunk_len = hoop__chunk_bytes(comm, plan.length[r], args->esize);
-  char *staging = hoop__scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
-  if (!staging)
+  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
+  if (!scratch)
     return HOOP_ERR_SYSTEM;
   /* The receives of each other segment apart (indexed by its owner), to wait for them segment by
-   * segment: a device result goes back as each one lands (mem/stage.c). */
+   * segment: a result that is drained while the call runs leaves as each one lands (mem/kind.h). */
   hoop__arena *landing = calloc((size_t)n, sizeof *landing);
   if (!landing)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests", comm->call);
   hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
   /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first.
-   * A device input being copied in is waited for segment by segment, in this order. */
+   * An input still being fed in is waited for segment by segment, in this order. */
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int peer = (r + k) % n;
-    result = hoop__stage_need(comm, src + plan.offset[peer], plan.length[peer]);
+    result = hoop__kind_need(comm, src + plan.offset[peer], plan.length[peer]);
     if (result == HOOP_OK)
       result = hoop__arena_isend_chunks(comm, &arena, peer, src + plan.offset[peer],
                                         plan.length[peer], args->esize);
   }
   if (result == HOOP_OK)
-    result = hoop__stage_need(comm, src + plan.offset[r], plan.length[r]);
-  direct_pass pass = {comm, plan.offset[r], plan.length[r], chunk_len, 0, r == 0 ? 1 : 0, staging};
+    result = hoop__kind_need(comm, src + plan.offset[r], plan.length[r]);
+  direct_pass pass = {comm, plan.offset[r], plan.length[r], chunk_len, 0, r == 0 ? 1 : 0, scratch};
   hoop__recv_ahead ahead;
   hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, direct_next, &pass);
   const hoop__chunk *chunk;
@@ -454,11 +452,11 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
     if ((result = direct_combine(comm, args, chunk, src + chunk->at, dst + chunk->at)) != HOOP_OK)
       break;
     if (chunk->peer == (r == n - 1 ? n - 2 : n - 1)) {
-      result = hoop__coll_finish(comm, dst + chunk->at, chunk->len / args->esize, args->dtype,
+      result = hoop__kind_finish(comm, dst + chunk->at, chunk->len / args->esize, args->dtype,
                                  args->op, n);
       if (result != HOOP_OK)
         break;
-      hoop__stage_done(comm, dst + chunk->at, chunk->len);
+      hoop__kind_done(comm, dst + chunk->at, chunk->len);
     }
   }
   /* The finished segment to every peer, and every other segment from its owner, in place. A
@@ -484,7 +482,7 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
     int peer = (r - k + n) % n;
     result = hoop__arena_wait_all(comm, &landing[peer]);
     if (result == HOOP_OK)
-      hoop__stage_done(comm, dst + plan.offset[peer], plan.length[peer]);
+      hoop__kind_done(comm, dst + plan.offset[peer], plan.length[peer]);
   }
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);

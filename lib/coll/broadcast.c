@@ -2,7 +2,6 @@
  * pipelined chain from the root around the ring (every link carries the buffer once, so the time
  * approaches bytes / link bandwidth whatever the rank count). tune.c chooses between them. */
 #include "coll/coll.h"
-#include "mem/stage.h"
 
 hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args) {
   char *buf = args->recvbuf;
@@ -85,8 +84,8 @@ hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args) 
   if (vrank == 0) {
     for (size_t done = 0; done < bytes && result == HOOP_OK; done += chunk) {
       size_t len = bytes - done < chunk ? bytes - done : chunk;
-      /* From device memory: this chunk's copy in, pipelined (mem/stage.c), waited for. */
-      if ((result = hoop__stage_need(comm, buf + done, len)) == HOOP_OK)
+      /* An input still being fed in (mem/kind.h): this chunk waited for. */
+      if ((result = hoop__kind_need(comm, buf + done, len)) == HOOP_OK)
         result = hoop__arena_isend(comm, &arena, next, buf + done, len);
     }
   } else {
@@ -95,7 +94,7 @@ hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args) 
     hoop__recv_ahead_init(&ahead, CHAIN_RECV_DEPTH, chain_next, &pass);
     const hoop__chunk *got;
     while ((result = hoop__recv_ahead_take(comm, &ahead, &got)) == HOOP_OK && got) {
-      hoop__stage_done(comm, got->dst, got->len); /* to device memory, while the rest comes */
+      hoop__kind_done(comm, got->dst, got->len); /* final: it may leave while the rest comes */
       if (forwards)
         result = hoop__arena_isend(comm, &arena, next, got->dst, got->len);
     }

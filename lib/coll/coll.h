@@ -6,8 +6,9 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/call.h"
 #include "core/internal.h"
-#include "mem/reduce.h"
+#include "mem/kind.h"
 #include "transport/transport.h"
 
 /* Large transfers move in chunks of HOOP_CHUNK_BYTES (default below), so that a rank forwards (and
@@ -111,9 +112,6 @@ int hoop__ring_cursor_next(const hoop_comm *comm, const hoop__group *group,
  * instead of one waiting for data that never comes. Without the check it costs nothing. */
 hoop_result hoop__coll_no_data(hoop_comm *comm);
 
-/* Element range of ring segment i when count elements are cut into n near-equal segments. */
-void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems);
-
 static inline int hoop__ring_next(const hoop_comm *comm) {
   return (comm->rank + 1) % comm->size;
 }
@@ -121,60 +119,19 @@ static inline int hoop__ring_prev(const hoop_comm *comm) {
   return (comm->rank + comm->size - 1) % comm->size;
 }
 
-/* ---- the algorithms' memory operations ---------------------------------------------------------
- */
-
-/* dst = a op b, AVG's final division, and a copy, on the CPU; or on the GPU while the call runs on
- * device memory straight over the network (comm->gdr_active: coll/gpudirect.c), then done on
- * return, after the flush that makes what the RDMA device wrote visible to the kernels. HOOP_OK,
- * or the error recorded. */
-hoop_result hoop__gdr_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
-                              size_t count, hoop_dtype dtype, hoop_op op);
-hoop_result hoop__gdr_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, hoop_op op,
-                             int nranks);
-hoop_result hoop__gdr_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
-
-static inline hoop_result hoop__coll_reduce3(hoop_comm *comm, void *dst, const void *a,
-                                             const void *b, size_t count, hoop_dtype dtype,
-                                             hoop_op op) {
-  if (comm->gdr_active)
-    return hoop__gdr_reduce3(comm, dst, a, b, count, dtype, op);
-  hoop__reduce3(dst, a, b, count, dtype, op);
-  return HOOP_OK;
-}
-static inline hoop_result hoop__coll_finish(hoop_comm *comm, void *buf, size_t count,
-                                            hoop_dtype dtype, hoop_op op, int nranks) {
-  if (comm->gdr_active)
-    return hoop__gdr_finish(comm, buf, count, dtype, op, nranks);
-  hoop__reduce_finish(buf, count, dtype, op, nranks);
-  return HOOP_OK;
-}
-static inline hoop_result hoop__coll_copy(hoop_comm *comm, void *dst, const void *src,
-                                          size_t bytes) {
-  if (comm->gdr_active)
-    return hoop__gdr_copy(comm, dst, src, bytes);
-  if (bytes && dst != src)
-    memmove(dst, src, bytes);
-  return HOOP_OK;
-}
-
 /* ---- the dispatcher's view of a call ----------------------------------------------------------
  */
 
-/* One call's arguments, as every algorithm of every collective takes them. bytes is the call's
- * payload per rank: count elements (allgather: this rank's block), 0 for a barrier. */
-typedef struct hoop__coll_args {
-  hoop__coll coll;
-  const void *sendbuf;
-  void *recvbuf; /* broadcast: buf */
-  size_t count;
-  hoop_dtype dtype;
-  hoop_op op; /* allreduce */
-  int root;   /* broadcast */
-  size_t esize, bytes;
-} hoop__coll_args;
-
 typedef hoop_result (*hoop__algo_fn)(hoop_comm *comm, const hoop__coll_args *args);
+
+/* An algorithm, as tune.c's table lists it. */
+typedef struct hoop__algo {
+  hoop__coll coll;
+  const char *name; /* HOOP_ALGO=coll:name */
+  hoop__algo_fn run;
+  hoop__algo_traits traits;
+  const char *what;
+} hoop__algo;
 
 /* dispatch.c: the checks of a call's arguments, made when it is posted (HOOP_OK, or the error
  * recorded); running a call, with the communicator's call_lock held (request.c runs the queue);
@@ -182,8 +139,6 @@ typedef hoop_result (*hoop__algo_fn)(hoop_comm *comm, const hoop__coll_args *arg
 hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
 const char *hoop__coll_call_name(hoop__coll coll);
-/* tune.c: an algorithm's name in HOOP_ALGO ("ring"). */
-const char *hoop__coll_algo_name(hoop__algo_fn fn);
 
 /* request.c: stop the progress thread and refuse while requests are outstanding (hoop_finalize's
  * first step: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded); free what the requests' machinery
@@ -201,9 +156,9 @@ hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_bruck(hoop_comm *comm, const hoop__coll_args *args);
-/* A ring allreduce in place on host memory among the members of group, one rank of each host
+/* A ring allreduce in place among the members of group, one rank of each host
  * (comm->hosts->cross), AVG divided by the communicator's size: the step between hosts of hier
- * and of the host-by-host CUDA IPC allreduce (ipc.c), which therefore meet message for message.
+ * and of the host-by-host mapped allreduce (mapped.c), which therefore meet message for message.
  * Its plan uses comm->hosts' offset and length. */
 hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, char *buf,
                                   size_t count, hoop_dtype dtype, hoop_op op);
@@ -222,7 +177,71 @@ hoop_result hoop__group_agree_bits(hoop_comm *comm, const hoop__group *group, un
  * recorded, for a bad value of either, at this and every later call), then the algorithm for this
  * call: the one HOOP_ALGO forces, else the first row of the cut-over table that fits. Every input
  * is the same on every rank, so all ranks choose alike. */
-hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn *algo);
+hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo **algo);
+
+/* ---- device paths -----------------------------------------------------------------------------
+ */
+
+/* tune.c: run the call on the first device path of the table whose needs the job meets and that
+ * takes it (1, its result in *result: an exchange failing counts too), or settle alike on every
+ * rank that it goes the usual way (0). prepare is the collective's step before its algorithm
+ * (NULL: none). The dispatcher calls it after choosing the algorithm, before staging. */
+int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
+                    hoop__algo_fn prepare, hoop_result *result);
+/* Free every path's state (hoop_finalize). */
+void hoop__paths_free(hoop_comm *comm);
+
+/* A path of tune.c's table. enabled: its settings and the call's size allow it (alike on every
+ * rank, no exchange; 0 or 1, or -1 with *result on a failure). run: 1 when it ran the call (its
+ * result in *result), 0 when every rank declined alike. */
+typedef struct hoop__path {
+  int (*enabled)(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
+                 hoop_result *result);
+  int (*run)(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
+             hoop__algo_fn prepare, hoop_result *result);
+  void (*free)(hoop_comm *comm);
+} hoop__path;
+extern const hoop__path hoop__path_ipc; /* path_ipc.c */
+extern const hoop__path hoop__path_gdr; /* path_gdr.c */
+
+/* paths.c: what the paths decide alike. Once per communicator: the capabilities (HOOP__MEMCAP_*)
+ * of the memory kinds some rank has loaded, or -1 when the exchange failed (*result). */
+#define HOOP__PATH_KINDS_ASKED 0x100u
+int hoop__paths_kinds(hoop_comm *comm, hoop_result *result);
+/* A path's local question, asked without what it records becoming the call's error: end puts the
+ * last error back, first copying it into why if why is given and still empty. */
+typedef struct hoop__probe {
+  char saved[sizeof((hoop_comm *)0)->last_error];
+} hoop__probe;
+void hoop__probe_begin(hoop_comm *comm, hoop__probe *probe);
+void hoop__probe_end(hoop_comm *comm, const hoop__probe *probe, char *why, size_t whylen);
+/* A path's log and back-off. skip: 1 when this call is to go the usual way without asking (after
+ * agreements that found no rank able; alike on every rank, which count the same calls). back_off:
+ * after an agreement, anyone: whether some rank could ever go this way; returns the calls now to
+ * be skipped (0 when anyone). tell: once at info, then at trace, that the call goes this way
+ * (used: how) or why not. */
+typedef struct hoop__path_state {
+  int skip, backoff;
+  int told_why, told_used;
+} hoop__path_state;
+int hoop__path_skip(hoop__path_state *state);
+int hoop__path_back_off(hoop__path_state *state, int anyone);
+void hoop__path_tell(hoop_comm *comm, hoop__path_state *state, const char *path, size_t bytes,
+                     const char *used, const char *why);
+
+/* mapped.c: the collectives whose members read each other's buffers where a path mapped them into
+ * this process, on comm->mem's queued operations; the members are the whole communicator or one
+ * host's ranks (by_host: hier's shape, the step between hosts through host memory). */
+typedef struct hoop__mapped {
+  hoop__group group;
+  int by_host;
+  char **sends, **recvs; /* by communicator rank: where each member's buffers are readable here */
+  void *host;            /* by_host: host memory for this rank's block */
+} hoop__mapped;
+hoop_result hoop__mapped_run(hoop_comm *comm, const hoop__mapped *mapped,
+                             const hoop__coll_args *args);
+/* Every member has arrived (the dissemination barrier, on the group's members). */
+hoop_result hoop__group_barrier(hoop_comm *comm, const hoop__group *group);
 
 /* ---- receiving chunks ahead -------------------------------------------------------------------
  */

@@ -7,8 +7,6 @@
 #include <string.h>
 
 #include "coll/coll.h"
-#include "coll/gpudirect.h"
-#include "coll/ipc.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
 #include "core/trace.h"
@@ -115,14 +113,14 @@ static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args)
 /* Out of place, the result starts as this rank's contribution: on one rank it is the result. The
  * algorithms with more ranks read sendbuf themselves. */
 static hoop_result prepare_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
-  return comm->size == 1 ? hoop__coll_copy(comm, args->recvbuf, args->sendbuf, args->bytes)
+  return comm->size == 1 ? hoop__kind_copy(comm, args->recvbuf, args->sendbuf, args->bytes)
                          : HOOP_OK;
 }
 
 /* Every allgather algorithm starts from this rank's block in place. */
 static hoop_result prepare_allgather(hoop_comm *comm, const hoop__coll_args *args) {
   char *own = (char *)args->recvbuf + (size_t)comm->rank * args->bytes;
-  return hoop__coll_copy(comm, own, args->sendbuf, args->bytes);
+  return hoop__kind_copy(comm, own, args->sendbuf, args->bytes);
 }
 
 static const collective collectives[HOOP__COLL_COUNT] = {
@@ -166,26 +164,22 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
       return coll_end(comm, hoop__coll_no_data(comm));
     }
   }
-  hoop__algo_fn algo = NULL;
+  const hoop__algo *algo = NULL;
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
     return coll_end(comm, result);
-  comm->algo_name = algo ? hoop__coll_algo_name(algo) : "one rank";
-  /* Device buffers of ranks on one host: read directly from each other by CUDA IPC if all can. */
-  if (coll->has_data && comm->size > 1 && hoop__ipc_run(comm, args, algo, &result))
-    return coll_end(comm, result);
-  /* Registered device buffers of ranks whose peers are all on verbs: straight between the GPUs
-   * and the network (GPUDirect RDMA) if all can. */
-  if (coll->has_data && comm->size > 1 &&
-      hoop__gdr_run(comm, args, algo, collectives[args->coll].prepare, &result))
+  comm->algo_name = algo ? algo->name : "one rank";
+  /* Device buffers that every rank's path can take as they are (tune.c's table of paths). */
+  if (coll->has_data && comm->size > 1 && hoop__coll_path(comm, args, algo, coll->prepare, &result))
     return coll_end(comm, result);
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;
-  if (coll->has_data && (result = hoop__stage_in(comm, args, algo, &stage)) != HOOP_OK)
+  if (coll->has_data &&
+      (result = hoop__stage_in(comm, args, algo ? &algo->traits : NULL, &stage)) != HOOP_OK)
     return coll_end(comm, result);
   if (coll->prepare)
     result = coll->prepare(comm, args);
   if (result == HOOP_OK && comm->size > 1)
-    result = algo(comm, args);
+    result = algo->run(comm, args);
   if (coll->has_data)
     result = hoop__stage_out(comm, &stage, result);
   return coll_end(comm, result);

@@ -5,7 +5,6 @@
 
 #include "coll/coll.h"
 #include "core/env.h"
-#include "mem/stage.h"
 
 #define ARENA_BLOCK_REQUESTS 64
 
@@ -72,13 +71,6 @@ size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_
     chunk = block_bytes / HOOP__MAX_CHUNKS_PER_BLOCK + 1;
   chunk -= chunk % elem_size;
   return chunk < elem_size ? elem_size : chunk;
-}
-
-void hoop__segment(size_t count, int n, int i, size_t *first, size_t *elems) {
-  size_t base = count / (size_t)n, extra = count % (size_t)n;
-  size_t index = (size_t)i;
-  *elems = base + (index < extra ? 1 : 0);
-  *first = index * base + (index < extra ? index : extra);
 }
 
 hoop_result hoop__arena_isend_chunks(hoop_comm *comm, hoop__arena *arena, int peer, const char *buf,
@@ -189,7 +181,7 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, const hoop__group *group, hoop
     /* The last step's block has reached everyone once it arrives here. */
     if (chunk->step < n - 2)
       result = hoop__arena_isend(comm, arena, next, chunk->dst, chunk->len);
-    hoop__stage_done(comm, chunk->dst, chunk->len);
+    hoop__kind_done(comm, chunk->dst, chunk->len);
   }
   return result;
 }

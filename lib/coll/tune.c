@@ -13,34 +13,68 @@
 /* ---- the algorithms ----------------------------------------------------------------------------
  */
 
-typedef struct algorithm {
-  hoop__coll coll;
-  const char *name; /* HOOP_ALGO=coll:name */
-  hoop__algo_fn run;
-  const char *what;
-} algorithm;
+typedef hoop__algo algorithm;
+
+/* Traits: the order in which it reads its input and finishes its result (for a path that feeds
+ * and drains buffers while it runs), whether its scratch may hold the whole call, whether it runs
+ * host by host (core/call.h). */
+#define RING_ORDER                                                                                 \
+  { HOOP__ORDER_RING, 0, 0 }
+#define DIRECT_ORDER                                                                               \
+  { HOOP__ORDER_DIRECT, 0, 0 }
+#define SPREAD_ORDER                                                                               \
+  { HOOP__ORDER_SPREAD, 0, 0 }
+#define WHOLE                                                                                      \
+  { HOOP__ORDER_WHOLE, 0, 0 }
+#define WHOLE_SCRATCH                                                                              \
+  { HOOP__ORDER_WHOLE, 1, 0 }
+#define BY_HOST                                                                                    \
+  { HOOP__ORDER_WHOLE, 0, 1 }
+
+enum {
+  AR_RING,
+  AR_RD,
+  AR_HD,
+  AR_HIER,
+  AR_DIRECT,
+  BC_CHAIN,
+  BC_TREE,
+  AG_RING,
+  AG_RD,
+  AG_BRUCK,
+  AG_DIRECT,
+  BAR_DISSEMINATION,
+  ALGORITHMS
+};
 
 static const algorithm algorithms[] = {
-    {HOOP__COLL_ALLREDUCE, "ring", hoop__allreduce_ring, "ring reduce-scatter + ring allgather"},
-    {HOOP__COLL_ALLREDUCE, "rd", hoop__allreduce_rd, "recursive doubling"},
-    {HOOP__COLL_ALLREDUCE, "hd", hoop__allreduce_hd, "Rabenseifner's halving-doubling"},
-    {HOOP__COLL_ALLREDUCE, "hier", hoop__allreduce_hier,
-     "host by host: reduce-scatter on each host, ring across hosts, allgather on each host (the "
-     "ring where hosts differ in rank count)"},
-    {HOOP__COLL_ALLREDUCE, "direct", hoop__allreduce_direct,
-     "each rank reduces its segment from every other rank's part, then takes every other segment "
-     "from its owner"},
-    {HOOP__COLL_BROADCAST, "chain", hoop__broadcast_chain, "pipelined chain around the ring"},
-    {HOOP__COLL_BROADCAST, "tree", hoop__broadcast_tree, "binomial tree"},
-    {HOOP__COLL_ALLGATHER, "ring", hoop__allgather_ring, "pipelined ring"},
-    {HOOP__COLL_ALLGATHER, "rd", hoop__allgather_rd,
-     "recursive doubling (Bruck's rounds when the rank count is not a power of two)"},
-    {HOOP__COLL_ALLGATHER, "bruck", hoop__allgather_bruck, "Bruck's algorithm"},
-    {HOOP__COLL_ALLGATHER, "direct", hoop__allgather_direct,
-     "every block straight from its owner to every rank, in one round"},
-    {HOOP__COLL_BARRIER, "dissemination", hoop__barrier_dissemination, "dissemination"},
+    [AR_RING] = {HOOP__COLL_ALLREDUCE, "ring", hoop__allreduce_ring, RING_ORDER,
+                 "ring reduce-scatter + ring allgather"},
+    [AR_RD] = {HOOP__COLL_ALLREDUCE, "rd", hoop__allreduce_rd, WHOLE_SCRATCH, "recursive doubling"},
+    [AR_HD] = {HOOP__COLL_ALLREDUCE, "hd", hoop__allreduce_hd, WHOLE,
+               "Rabenseifner's halving-doubling"},
+    [AR_HIER] = {HOOP__COLL_ALLREDUCE, "hier", hoop__allreduce_hier, BY_HOST,
+                 "host by host: reduce-scatter on each host, ring across hosts, allgather on each "
+                 "host (the "
+                 "ring where hosts differ in rank count)"},
+    [AR_DIRECT] = {HOOP__COLL_ALLREDUCE, "direct", hoop__allreduce_direct, DIRECT_ORDER,
+                   "each rank reduces its segment from every other rank's part, then takes every "
+                   "other segment "
+                   "from its owner"},
+    [BC_CHAIN] = {HOOP__COLL_BROADCAST, "chain", hoop__broadcast_chain, SPREAD_ORDER,
+                  "pipelined chain around the ring"},
+    [BC_TREE] = {HOOP__COLL_BROADCAST, "tree", hoop__broadcast_tree, WHOLE, "binomial tree"},
+    [AG_RING] = {HOOP__COLL_ALLGATHER, "ring", hoop__allgather_ring, SPREAD_ORDER,
+                 "pipelined ring"},
+    [AG_RD] = {HOOP__COLL_ALLGATHER, "rd", hoop__allgather_rd, WHOLE_SCRATCH,
+               "recursive doubling (Bruck's rounds when the rank count is not a power of two)"},
+    [AG_BRUCK] = {HOOP__COLL_ALLGATHER, "bruck", hoop__allgather_bruck, WHOLE_SCRATCH,
+                  "Bruck's algorithm"},
+    [AG_DIRECT] = {HOOP__COLL_ALLGATHER, "direct", hoop__allgather_direct, WHOLE,
+                   "every block straight from its owner to every rank, in one round"},
+    [BAR_DISSEMINATION] = {HOOP__COLL_BARRIER, "dissemination", hoop__barrier_dissemination, WHOLE,
+                           "dissemination"},
 };
-#define ALGORITHMS (sizeof algorithms / sizeof algorithms[0])
 
 static const char *const coll_names[HOOP__COLL_COUNT] = {"allreduce", "broadcast", "allgather",
                                                          "barrier"};
@@ -61,58 +95,59 @@ static const struct family {
 /* A row applies to a call of coll whose bytes (allgather: the gathered bytes) are at most
  * max_bytes, on a job whose shape has every bit of when; the first row that applies wins. */
 #define ANY 0u
-#define TWO_RANKS 1u /* exactly 2 ranks */
-#define POW2 2u      /* a power-of-two rank count */
-#define NOT_POW2 4u  /* any other */
-#define ONE_HOST 8u  /* every rank on this host */
-#define CROWDED 16u  /* every rank on this host, and more ranks than its CPUs */
-#define HOSTS 32u    /* several hosts, each with the same number of ranks, at least 2 */
-#define SHARED 64u   /* every peer of every rank on shared memory */
+#define TWO_RANKS 1u    /* exactly 2 ranks */
+#define POW2 2u         /* a power-of-two rank count */
+#define NOT_POW2 4u     /* any other */
+#define ONE_HOST 8u     /* every rank on this host */
+#define CROWDED 16u     /* every rank on this host, and more ranks than its CPUs */
+#define HOSTS 32u       /* several hosts, each with the same number of ranks, at least 2 */
+#define SHARED 64u      /* every pair on a transport whose ranks share their host (shared memory) */
+#define REGISTERED 128u /* every pair on a transport that registers memory (verbs), alike */
 #define NO_LIMIT SIZE_MAX
 
 typedef struct cutover {
   hoop__coll coll;
   unsigned when;
   size_t max_bytes;
-  hoop__algo_fn algo; /* one of the algorithms above */
+  const algorithm *algo; /* one of the algorithms above */
 } cutover;
 
 static const cutover cutovers[] = {
     /* 2 ranks: rd's one exchange wins until the ring (= halving-doubling there) moves half the
      * bytes per rank; over shared memory sooner (rd's copies of the whole buffer cost more than
      * a wait: 13.0 against 11.4 us at 64 KiB, 105 against 34 at 256 KiB). */
-    {HOOP__COLL_ALLREDUCE, TWO_RANKS | SHARED, 32 * 1024, hoop__allreduce_rd},
-    {HOOP__COLL_ALLREDUCE, TWO_RANKS | SHARED, NO_LIMIT, hoop__allreduce_ring},
-    {HOOP__COLL_ALLREDUCE, TWO_RANKS, 256 * 1024, hoop__allreduce_rd},
-    {HOOP__COLL_ALLREDUCE, TWO_RANKS, NO_LIMIT, hoop__allreduce_ring},
-    {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, hoop__allreduce_rd},
+    {HOOP__COLL_ALLREDUCE, TWO_RANKS | SHARED, 32 * 1024, &algorithms[AR_RD]},
+    {HOOP__COLL_ALLREDUCE, TWO_RANKS | SHARED, NO_LIMIT, &algorithms[AR_RING]},
+    {HOOP__COLL_ALLREDUCE, TWO_RANKS, 256 * 1024, &algorithms[AR_RD]},
+    {HOOP__COLL_ALLREDUCE, TWO_RANKS, NO_LIMIT, &algorithms[AR_RING]},
+    {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, &algorithms[AR_RD]},
     /* 3 ranks and more on one host: each rank reduces its segment straight from the others' parts
      * and takes the others' segments from their owners, with no chain of hops between. 4 ranks on
      * 2 cores: 3.5x halving-doubling at 64 KiB, 1.3x at 4 MiB, level with the ring from 16 MiB. */
-    {HOOP__COLL_ALLREDUCE, ONE_HOST, NO_LIMIT, hoop__allreduce_direct},
+    {HOOP__COLL_ALLREDUCE, ONE_HOST, NO_LIMIT, &algorithms[AR_DIRECT]},
     /* Several ranks on each host: the network carries 2(H-1)/H of the buffer per host instead of
      * the flat ring's 2(n-1)/n, and the hops within hosts share memory. On 4 hosts of 2 ranks at
      * 1 Gbit/s it beat halving-doubling from 64 KiB and the ring at every size (TUNING.md). */
-    {HOOP__COLL_ALLREDUCE, HOSTS, NO_LIMIT, hoop__allreduce_hier},
+    {HOOP__COLL_ALLREDUCE, HOSTS, NO_LIMIT, &algorithms[AR_HIER]},
     /* Halving-doubling's 2 log2(n) rounds beat the ring's 2(n-1) waits until the ring's pipelining
      * wins (across hosts, as each round's end idles the links while the ring streams); and
      * sooner still when ranks fold, whose whole-buffer transfers cost more than the rounds save. */
-    {HOOP__COLL_ALLREDUCE, POW2, 1024 * 1024, hoop__allreduce_hd},
-    {HOOP__COLL_ALLREDUCE, NOT_POW2, 256 * 1024, hoop__allreduce_hd},
-    {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, hoop__allreduce_ring},
+    {HOOP__COLL_ALLREDUCE, POW2, 1024 * 1024, &algorithms[AR_HD]},
+    {HOOP__COLL_ALLREDUCE, NOT_POW2, 256 * 1024, &algorithms[AR_HD]},
+    {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_RING]},
     /* The tree's fewer hops win for small buffers and at 2 ranks; on a crowded host at every size:
      * there is no link to fill, and the chain's ranks pay a wakeup per chunk per hop. */
-    {HOOP__COLL_BROADCAST, TWO_RANKS, NO_LIMIT, hoop__broadcast_tree},
-    {HOOP__COLL_BROADCAST, CROWDED, NO_LIMIT, hoop__broadcast_tree},
-    {HOOP__COLL_BROADCAST, ANY, 64 * 1024 - 1, hoop__broadcast_tree},
-    {HOOP__COLL_BROADCAST, ANY, NO_LIMIT, hoop__broadcast_chain},
+    {HOOP__COLL_BROADCAST, TWO_RANKS, NO_LIMIT, &algorithms[BC_TREE]},
+    {HOOP__COLL_BROADCAST, CROWDED, NO_LIMIT, &algorithms[BC_TREE]},
+    {HOOP__COLL_BROADCAST, ANY, 64 * 1024 - 1, &algorithms[BC_TREE]},
+    {HOOP__COLL_BROADCAST, ANY, NO_LIMIT, &algorithms[BC_CHAIN]},
     /* log2(n) rounds beat the ring's n-1 hops up to a size; recursive doubling (power-of-two rank
      * counts) goes further than Bruck, which stages and rotates; across hosts less far. */
-    {HOOP__COLL_ALLGATHER, POW2 | ONE_HOST, 4 * 1024 * 1024, hoop__allgather_rd},
-    {HOOP__COLL_ALLGATHER, POW2, 1024 * 1024, hoop__allgather_rd},
-    {HOOP__COLL_ALLGATHER, ANY, 256 * 1024, hoop__allgather_bruck},
-    {HOOP__COLL_ALLGATHER, ANY, NO_LIMIT, hoop__allgather_ring},
-    {HOOP__COLL_BARRIER, ANY, NO_LIMIT, hoop__barrier_dissemination},
+    {HOOP__COLL_ALLGATHER, POW2 | ONE_HOST, 4 * 1024 * 1024, &algorithms[AG_RD]},
+    {HOOP__COLL_ALLGATHER, POW2, 1024 * 1024, &algorithms[AG_RD]},
+    {HOOP__COLL_ALLGATHER, ANY, 256 * 1024, &algorithms[AG_BRUCK]},
+    {HOOP__COLL_ALLGATHER, ANY, NO_LIMIT, &algorithms[AG_RING]},
+    {HOOP__COLL_BARRIER, ANY, NO_LIMIT, &algorithms[BAR_DISSEMINATION]},
 };
 #define CUTOVERS (sizeof cutovers / sizeof cutovers[0])
 
@@ -130,6 +165,8 @@ static unsigned job_shape(const hoop_comm *comm) {
     shape |= HOSTS;
   if (comm->all_shared)
     shape |= SHARED;
+  if (comm->all_registered)
+    shape |= REGISTERED;
   return shape;
 }
 
@@ -222,31 +259,32 @@ static hoop_result read_tuning(hoop_comm *comm) {
   /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
    * them when all share one host. */
   comm->crowded = comm->local_size == comm->size && hoop__host_oversubscribed(comm);
-  /* Alike on every rank too: shared memory joins a pair only where both ends offer it. */
-  comm->all_shared = 1;
+  /* Alike on every rank too: shared memory joins a pair only where both ends offer it. And a
+   * transport that registers memory (verbs) serves a pair only where every rank offered it, so
+   * this rank's peers all being on it says the same of every rank's, unless shared memory took
+   * pairs on some host: not when HOOP_TRANSPORT names one transport (it must be alike on every
+   * rank), nor when every host runs one rank. */
+  unsigned caps = ~0u;
   for (int peer = 0; peer < comm->size; peer++)
-    if (peer != comm->rank && strcmp(hoop__transport_of(comm, peer)->ops->name, "shm") != 0)
-      comm->all_shared = 0;
+    if (peer != comm->rank)
+      caps &= hoop__transport_of(comm, peer)->ops->caps;
+  comm->all_shared = (caps & HOOP__TCAP_SAME_HOST) != 0;
   if (!comm->hosts && (result = hoop__hosts_plan(comm)) != HOOP_OK)
     return result;
+  comm->all_registered =
+      (caps & HOOP__TCAP_REGISTERS) &&
+      (strcmp(comm->transport_mode, "auto") != 0 || comm->hosts->count == comm->size);
   comm->tuning_read = 1;
   return HOOP_OK;
 }
 
-const char *hoop__coll_algo_name(hoop__algo_fn fn) {
-  for (size_t i = 0; i < ALGORITHMS; i++)
-    if (algorithms[i].run == fn)
-      return algorithms[i].name;
-  return "?";
-}
-
-hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, hoop__algo_fn *out) {
+hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo **out) {
   hoop_result result;
   if (!comm->tuning_read && (result = read_tuning(comm)) != HOOP_OK)
     return result;
   int forced = comm->forced_algo[args->coll];
   if (forced >= 0) {
-    *out = algorithms[forced].run;
+    *out = &algorithms[forced];
     return HOOP_OK;
   }
   size_t bytes =
@@ -261,4 +299,63 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, hoop__
   }
   return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: no algorithm fits (tune.c's table)",
                          comm->call);
+}
+
+/* ---- the device paths -------------------------------------------------------------------------
+ */
+
+/* A call whose buffers some rank has in device memory may run otherwise than staged through host
+ * memory (mem/stage.c, which serves every call): the first row here whose needs the job meets and
+ * whose path takes the call runs it. The needs are the job's shape (as the cut-overs'; the pairs'
+ * transports' capabilities among it), the chosen algorithm's traits, and the capabilities of a
+ * memory kind some rank has loaded (agreed once per communicator, coll/paths.c). Every input is
+ * alike on every rank, and each path settles with its peers whether every rank can take the call,
+ * so all ranks run the same path. */
+typedef struct path_row {
+  const char *name;
+  unsigned when;      /* every bit of the job's shape */
+  int by_host;        /* the algorithm runs host by host */
+  unsigned kind_caps; /* HOOP__MEMCAP_* some rank's memory kind has */
+  const hoop__path *path;
+} path_row;
+
+static const path_row paths[] = {
+    /* All on one host, every pair sharing it: each rank reads its peers' device buffers mapped
+     * into its own context, and no byte crosses to the host and back. */
+    {"ipc", ONE_HOST | SHARED, 0, HOOP__MEMCAP_MAP, &hoop__path_ipc},
+    /* Hosts with as many ranks each, an algorithm that goes host by host: the steps within a host
+     * mapped, the step between hosts through host memory (each host settles for itself). */
+    {"ipc+hier", HOSTS, 1, HOOP__MEMCAP_MAP, &hoop__path_ipc},
+    /* Every pair on a transport that registers memory: the algorithm runs on the device buffers
+     * themselves, the network reading and writing GPU memory (GPUDirect RDMA). */
+    {"gdr", REGISTERED, 0, HOOP__MEMCAP_NET, &hoop__path_gdr},
+};
+#define PATHS (sizeof paths / sizeof paths[0])
+
+int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
+                    hoop__algo_fn prepare, hoop_result *result) {
+  *result = HOOP_OK;
+  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER || !comm->hosts)
+    return 0;
+  unsigned shape = job_shape(comm);
+  for (size_t i = 0; i < PATHS; i++) {
+    const path_row *row = &paths[i];
+    if ((shape & row->when) != row->when || (row->by_host && !algo->traits.by_host))
+      continue;
+    int go = row->path->enabled(comm, args, algo, result);
+    if (go > 0) {
+      int kinds = hoop__paths_kinds(comm, result);
+      if (kinds < 0)
+        return 1;
+      go = (kinds & row->kind_caps) != 0;
+    }
+    if (go < 0 || (go > 0 && row->path->run(comm, args, algo, prepare, result)))
+      return 1;
+  }
+  return 0;
+}
+
+void hoop__paths_free(hoop_comm *comm) {
+  for (size_t i = 0; i < PATHS; i++)
+    paths[i].path->free(comm);
 }

@@ -12,8 +12,6 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
-#include "coll/gpudirect.h"
-#include "coll/ipc.h"
 #include "config.h"
 #include "core/env.h"
 #include "core/flight.h"
@@ -21,6 +19,8 @@
 #include "core/launchers.h"
 #include "core/trace.h"
 #include "core/watch.h"
+#include "mem/cuda_kind.h"
+#include "mem/kind.h"
 #include "mem/stage.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
@@ -29,7 +29,7 @@
 
 #define HOOP__DEFAULT_TIMEOUT_S 300.0
 
-/* ---- errors, clocks, scratch --------------------------------------------------------------- */
+/* ---- errors and clocks --------------------------------------------------------------------- */
 
 static hoop_result record(hoop_comm *comm, hoop_result code, const char *fmt, va_list ap) {
   if (!comm)
@@ -109,25 +109,6 @@ double hoop__now(void) {
 int hoop__host_oversubscribed(const hoop_comm *comm) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   return cpus > 0 && comm->local_size > cpus;
-}
-
-void *hoop__scratch(hoop_comm *comm, size_t bytes) {
-  if (comm->gdr_active)
-    return hoop__gdr_scratch(comm, bytes);
-  if (bytes <= comm->scratch_bytes)
-    return comm->scratch;
-  void *grown = NULL;
-  if (posix_memalign(&grown, 64, bytes) != 0) {
-    hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes of staging memory",
-                    comm->call ? comm->call : "hoop", bytes);
-    return NULL;
-  }
-  if (comm->scratch && comm->peer_transport)
-    hoop__transports_forget_mem(comm, comm->scratch, comm->scratch_bytes);
-  free(comm->scratch);
-  comm->scratch = grown;
-  comm->scratch_bytes = bytes;
-  return grown;
 }
 
 /* ---- accessors ------------------------------------------------------------------------------- */
@@ -428,6 +409,7 @@ hoop_comm *hoop__comm_new(void) {
   comm->fail_origin = -1;
   comm->rdzv_fd = -1;
   comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
+  comm->mem = &hoop__mem_host;
   pthread_mutex_init(&comm->call_lock, NULL);
   pthread_mutex_init(&comm->queue_lock, NULL);
   pthread_cond_init(&comm->queue_cond, NULL);
@@ -591,8 +573,8 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__registrations_release(comm);
   hoop__stage_free(comm);
   hoop__cuda_pipe_free(comm);
-  hoop__ipc_free(comm);
-  hoop__gdr_free(comm);
+  hoop__paths_free(comm);
+  hoop__cuda_kind_free(comm);
   hoop__transport_finalize(comm);
   /* BYE before closing, so that the server does not take this rank for lost. A server hosted here
    * stops last: the other ranks may still be finishing their last call; that their rendezvous
@@ -601,7 +583,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__rdzv_thread_stop(comm->server);
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
-  free(comm->scratch);
+  hoop__host_scratch_free(comm);
   free(comm->block_length);
   free(comm->block_offset);
   free(comm->hosts);

@@ -30,6 +30,7 @@ typedef enum hoop__coll {
 } hoop__coll;
 
 struct hoop__tctx;
+struct hoop__mem_ops;
 struct hoop__rdzv_thread;
 struct pollfd;
 
@@ -100,23 +101,31 @@ struct hoop_comm {
   /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
    * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
   int crowded;
-  int all_shared;            /* every peer of every rank on shared memory (tune.c) */
+  /* Alike on every rank (tune.c): every pair on a transport whose ranks share their host; every
+   * pair on one that registers memory. */
+  int all_shared;
+  int all_registered;
   struct hoop__hosts *hosts; /* the job's hosts, for host-by-host algorithms (coll/hosts.c) */
   size_t *block_offset;      /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
-  void *scratch; /* reduction staging, grown on demand */
+  /* The running call's memory kind (mem/kind.h): host memory but while a path runs an algorithm
+   * on other memory. */
+  const struct hoop__mem_ops *mem;
+  void *scratch; /* the host kind's scratch, that algorithms receive into (mem/host.c) */
   size_t scratch_bytes;
   struct hoop__watch *watch; /* the launcher watch (core/watch.c), or NULL */
   int watch_running;
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
-  int stage_pinned;      /* stage is page-locked memory from the driver */
-  void *cuda_pipe;       /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
-  struct hoop__ipc *ipc; /* CUDA IPC's descriptors and mappings of peers' memory (coll/ipc.c) */
-  struct hoop__gdr *gdr; /* GPUDirect RDMA's settings and device scratch (coll/gpudirect.c) */
-  /* The running call's algorithm works on device memory straight over the verbs transport: its
-   * scratch is device memory, its reductions and copies run on the GPU (coll/gpudirect.c). */
-  int gdr_active;
+  int stage_pinned; /* stage is page-locked memory from the driver */
+  void *cuda_pipe;  /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
+  /* The device paths (coll/tune.c's table of paths): the memory kinds' capabilities some rank has
+   * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
+   * RDMA's settings (coll/path_gdr.c). */
+  unsigned path_kinds;
+  struct hoop__ipc *ipc;
+  struct hoop__gdr *gdr;
+  void *cuda_kind; /* the CUDA memory kind's call state and device scratch (mem/cuda_kind.c) */
   struct hoop__stage *stage_pipe; /* the call's pipelined stage while its algorithm runs */
   int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
   size_t pipeline_bytes;
@@ -159,6 +168,10 @@ typedef struct hoop__registration {
 /* The registration that covers all of [ptr, ptr + len), or NULL. */
 const hoop__registration *hoop__registration_find(const hoop_comm *comm, const void *ptr,
                                                   size_t len);
+/* The registration that holds all of [ptr, ptr + len) if every peer's transport made something of
+ * it (for device memory: mem/gdr.c found a way to register it for GPUDirect RDMA), else NULL. */
+const hoop__registration *hoop__registered_for_peers(const hoop_comm *comm, const void *ptr,
+                                                     size_t len);
 /* Deregister everything left (hoop_finalize, before the transport goes). */
 void hoop__registrations_release(hoop_comm *comm);
 /* A registration of the library's own memory (the GPUDirect path's device scratch), made with
@@ -204,11 +217,6 @@ hoop_result hoop__check_abort(hoop_comm *comm);
 
 /* Seconds on a monotonic clock. */
 double hoop__now(void);
-
-/* A buffer of at least bytes in comm->scratch; NULL (with the error recorded) if out of memory.
- * While gdr_active, device memory registered for GPUDirect RDMA (hoop__gdr_scratch). */
-void *hoop__scratch(hoop_comm *comm, size_t bytes);
-void *hoop__gdr_scratch(hoop_comm *comm, size_t bytes);
 
 /* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
  * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */

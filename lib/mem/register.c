@@ -138,6 +138,15 @@ hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
   return result;
 }
 
+const hoop__registration *hoop__registered_for_peers(const hoop_comm *comm, const void *ptr,
+                                                     size_t len) {
+  const hoop__registration *reg = hoop__registration_find(comm, ptr, len);
+  for (int p = 0; reg && p < comm->size; p++)
+    if (p != comm->rank && !reg->transport_mem[comm->peer_transport[p]])
+      reg = NULL;
+  return reg;
+}
+
 hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes) {
   return add(comm, ptr, bytes, 0);
 }

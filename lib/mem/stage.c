@@ -11,6 +11,7 @@
 #include "core/env.h"
 #include "core/internal.h"
 #include "mem/cuda.h"
+#include "mem/kind.h"
 #include "mem/stage.h"
 #include "transport/transport.h"
 
@@ -57,6 +58,7 @@ static void pipe_release(hoop_comm *comm, hoop__stage *stage) {
   stage->waited = NULL;
   stage->pipe = NULL;
   comm->stage_pipe = NULL;
+  comm->mem = &hoop__mem_host;
 }
 
 /* The ring or direct allreduce with device input: queue the copies in, segment by segment in the
@@ -100,8 +102,11 @@ static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int r
   }
   args->sendbuf = args->recvbuf = host;
   comm->stage_pipe = stage;
+  comm->mem = &hoop__mem_piped;
   return 1;
 }
+
+static void piped_done(hoop_comm *comm, const void *ptr, size_t len);
 
 /* Segments of a pipelined broadcast's copy in: enough for the copies to overlap the chain. */
 #define BROADCAST_SEGMENTS 16
@@ -153,8 +158,9 @@ static int pipeline_spread(hoop_comm *comm, hoop__coll_args *args, char *host, i
     return -1;
   }
   comm->stage_pipe = stage;
+  comm->mem = &hoop__mem_piped;
   if (allgather) {
-    hoop__stage_done(comm, own, args->bytes); /* this rank's block: final already */
+    piped_done(comm, own, args->bytes); /* this rank's block: final already */
     args->sendbuf = own;
   } else {
     args->sendbuf = host;
@@ -163,7 +169,7 @@ static int pipeline_spread(hoop_comm *comm, hoop__coll_args *args, char *host, i
   return 1;
 }
 
-hoop_result hoop__stage_need_slow(hoop_comm *comm, const void *ptr, size_t len) {
+static hoop_result piped_need(hoop_comm *comm, const void *ptr, size_t len) {
   hoop__stage *stage = comm->stage_pipe;
   const char *p = ptr;
   if (p < stage->host || p >= stage->host + stage->bytes || len == 0)
@@ -180,7 +186,7 @@ hoop_result hoop__stage_need_slow(hoop_comm *comm, const void *ptr, size_t len) 
   return HOOP_OK;
 }
 
-void hoop__stage_done_slow(hoop_comm *comm, const void *ptr, size_t len) {
+static void piped_done(hoop_comm *comm, const void *ptr, size_t len) {
   hoop__stage *stage = comm->stage_pipe;
   const char *p = ptr;
   if (!stage->copy_back || stage->copy_result != HOOP_OK || p < stage->host ||
@@ -191,7 +197,19 @@ void hoop__stage_done_slow(hoop_comm *comm, const void *ptr, size_t len) {
       hoop__cuda_pipe_copy(comm, stage->pipe, (char *)stage->user_recv + at, p, len, -1);
 }
 
-hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn algo,
+/* Host memory whose input is still being copied in from the device and whose result goes back
+ * piece by piece: the host kind's operations, with need and done. */
+const hoop__mem_ops hoop__mem_piped = {
+    .name = "host, piped to the device",
+    .reduce3 = hoop__host_reduce3,
+    .finish = hoop__host_finish,
+    .copy = hoop__host_copy,
+    .scratch = hoop__host_scratch,
+    .need = piped_need,
+    .done = piped_done,
+};
+
+hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__algo_traits *traits,
                            hoop__stage *stage) {
   stage->active = 0;
   stage->pipe = NULL;
@@ -208,11 +226,13 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn
   char *host = recv_dev ? stage_buffer(comm, total, args->recvbuf) : args->recvbuf;
   if (!host)
     return HOOP_ERR_SYSTEM;
-  int direct = algo == hoop__allreduce_direct;
-  int ring_in = args->coll == HOOP__COLL_ALLREDUCE && (algo == hoop__allreduce_ring || direct) &&
-                send_dev && bytes >= pipeline_bytes(comm);
-  int spread = ((args->coll == HOOP__COLL_BROADCAST && algo == hoop__broadcast_chain) ||
-                (args->coll == HOOP__COLL_ALLGATHER && algo == hoop__allgather_ring)) &&
+  hoop__order order = traits ? traits->order : HOOP__ORDER_WHOLE;
+  int direct = order == HOOP__ORDER_DIRECT;
+  int ring_in = args->coll == HOOP__COLL_ALLREDUCE &&
+                (order == HOOP__ORDER_RING || order == HOOP__ORDER_DIRECT) && send_dev &&
+                bytes >= pipeline_bytes(comm);
+  int spread = order == HOOP__ORDER_SPREAD &&
+               (args->coll == HOOP__COLL_BROADCAST || args->coll == HOOP__COLL_ALLGATHER) &&
                total >= pipeline_bytes(comm);
   if ((ring_in || spread) && comm->size > 1) {
     /* The pipe's stream is hoop's own, not ordered after the legacy default stream as the whole

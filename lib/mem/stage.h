@@ -4,17 +4,19 @@
  * accelerator support do). Each rank decides alone: ranks on host and on device memory mix in one
  * call, and so do send and receive buffers of different kinds.
  *
- * The ring and direct allreduces, the chain broadcast and the ring allgather, which large buffers
- * take, do better where the driver has asynchronous copies: the input is copied in segment by
- * segment on a stream of hoop's own, in the order the algorithm reads the segments, and it waits
- * for a segment only when it first reads it; each piece of the result goes back as soon as it is
- * final, while the others move. The copies
- * then hide behind the transfers instead of adding to them (HOOP_CUDA_PIPELINE_BYTES).
+ * An algorithm that reads its input and finishes its result in an order it declares (core/call.h:
+ * the ring and direct allreduces, the chain broadcast and the ring allgather, which large buffers
+ * take) does better where the driver has asynchronous copies: the input is copied in segment by
+ * segment on a stream of hoop's own, in that order, and the algorithm runs on the piped memory
+ * kind (hoop__mem_piped), whose need waits for a segment only when the algorithm first reads it
+ * and whose done sends each piece of the result back as soon as it is final, while the others
+ * move. The copies then hide behind the transfers instead of adding to them
+ * (HOOP_CUDA_PIPELINE_BYTES).
  */
 #ifndef HOOP__MEM_STAGE_H
 #define HOOP__MEM_STAGE_H
 
-#include "coll/coll.h"
+#include "core/call.h"
 #include "core/internal.h"
 #include "mem/cuda.h"
 
@@ -34,26 +36,15 @@ typedef struct hoop__stage {
   hoop_result copy_result; /* the first failure of a copy queued from a hook */
 } hoop__stage;
 
-/* If args names device memory, copy its inputs to the stage and point args at it; algo is the
- * algorithm about to run (the ring allreduce may pipeline). */
-hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, hoop__algo_fn algo,
+/* If args names device memory, copy its inputs to the stage and point args at it; traits are
+ * those of the algorithm about to run (one with an order may be piped: comm->mem is then the
+ * piped kind until hoop__stage_out). */
+hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__algo_traits *traits,
                            hoop__stage *stage);
 
 /* After the algorithm, which returned result: the result back to the user's device buffer (only
  * if result is HOOP_OK), copies still queued waited for, the stage released for the next call. */
 hoop_result hoop__stage_out(hoop_comm *comm, hoop__stage *stage, hoop_result result);
-
-/* The algorithms' hooks (no-ops unless a pipelined stage is active): one is about to read [ptr,
- * ptr + len) of its input, or [ptr, ptr + len) of its result is final. */
-hoop_result hoop__stage_need_slow(hoop_comm *comm, const void *ptr, size_t len);
-void hoop__stage_done_slow(hoop_comm *comm, const void *ptr, size_t len);
-static inline hoop_result hoop__stage_need(hoop_comm *comm, const void *ptr, size_t len) {
-  return comm->stage_pipe ? hoop__stage_need_slow(comm, ptr, len) : HOOP_OK;
-}
-static inline void hoop__stage_done(hoop_comm *comm, const void *ptr, size_t len) {
-  if (comm->stage_pipe)
-    hoop__stage_done_slow(comm, ptr, len);
-}
 
 /* Release the stage (hoop_finalize). */
 void hoop__stage_free(hoop_comm *comm);

@@ -48,6 +48,13 @@ typedef struct hoop__request {
 #define HOOP__PENDING_RECV 1
 #define HOOP__PENDING_SEND 2
 
+/* A transport's capabilities. SAME_HOST: the two ranks of a pair share this host, their memory
+ * and its descriptors, so one can map what the other exports (device memory by CUDA IPC).
+ * REGISTERS: it registers memory (register_mem), device memory included where the NIC can reach
+ * it, and moves registered buffers without a copy through the host. */
+#define HOOP__TCAP_SAME_HOST 1u
+#define HOOP__TCAP_REGISTERS 2u
+
 /* Transports one rank can listen on at once. */
 #define HOOP__MAX_TRANSPORTS 4
 
@@ -78,6 +85,9 @@ typedef struct hoop__transport_ops {
   const char *name;
   /* Marks this transport's entry among the published address's ("ib:"); "" for none. */
   const char *addr_prefix;
+  /* What the pairs it serves offer besides messages (HOOP__TCAP_*): the tuning table's device
+   * paths are chosen by these, never by a transport's name. */
+  unsigned caps;
   /* Open a listener on the address that routes toward the rendezvous server (or HOOP_IFNAME's) and
    * write the address peers should use into addr. */
   hoop_result (*listen)(hoop__tctx *ctx, const struct sockaddr *toward, char *addr, size_t addrlen);

@@ -316,6 +316,7 @@ static void ib_wake(hoop__tctx *ctx) {
 
 const hoop__transport_ops hoop__ibverbs_transport = {
     .name = "ibverbs",
+    .caps = HOOP__TCAP_REGISTERS,
     .addr_prefix = "ib:",
     .listen = ib_listen,
     .can_reach = ib_can_reach,

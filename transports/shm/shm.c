@@ -175,6 +175,7 @@ static void shm_wake(hoop__tctx *ctx) {
 
 const hoop__transport_ops hoop__shm_transport = {
     .name = "shm",
+    .caps = HOOP__TCAP_SAME_HOST,
     .addr_prefix = "shm:",
     .listen = hoop__shm_listen,
     .can_reach = hoop__shm_can_reach,

@@ -1,0 +1,362 @@
+/* path_ipc.c - the dispatcher's CUDA IPC path: collectives on the device buffers of ranks that
+ * share one host, each rank reading its peers' buffers mapped into its own context (mem/ipc_map.c)
+ * with the GPU (coll/mapped.c's algorithms on the CUDA memory kind), so no byte crosses to the host
+ * and back. The CPU side synchronises over the transport that joins each pair, which must declare
+ * HOOP__TCAP_SAME_HOST.
+ *
+ * Host by host: on a job of several hosts with as many ranks on each, an allreduce for which the
+ * tuning table chose an algorithm that runs host by host (hier) runs that shape with the steps
+ * within a host mapped; each host settles for itself: a host whose ranks cannot go this way stages
+ * and runs hier, and meets the others in hier's step between hosts.
+ *
+ * Whether a call goes this way is settled alike on every rank (host by host: on every rank of a
+ * host), as every algorithm choice must be: a call of at least HOOP_CUDA_IPC_MIN_BYTES first agrees
+ * in one byte whether every rank's buffers are device memory of one context (host-buffer calls
+ * stop there); then each rank offers a descriptor (its buffers' IPC exports) and every rank maps
+ * its peers'. Only when every rank can does the call run here; otherwise every rank runs it the
+ * usual way (staged through host memory where its buffers are on the device), and HOOP_DEBUG=info
+ * says why. HOOP_CUDA_IPC and HOOP_CUDA_IPC_MIN_BYTES must be alike on every rank, as HOOP_ALGO
+ * must.
+ *
+ * Inputs: the plain calls' rule is that inputs are ready at the call. As the staged path's copies
+ * did (they run on the legacy default stream), a rank first waits for the work queued on the
+ * legacy default stream of its buffers' context before it offers them: its peers read them as
+ * soon as the descriptors are exchanged.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/env.h"
+#include "mem/cuda.h"
+#include "mem/cuda_kind.h"
+#include "mem/ipc_map.h"
+#include "transport/transport.h"
+
+typedef struct ipc_desc {
+  uint64_t process; /* hoop__ipc_process: ranks in one process share pointers */
+  uint64_t context; /* the buffers' context: within one process, pointers are shared only in it */
+  int32_t ok;       /* 1: every buffer of this rank's call is device memory it exported */
+  int32_t pad;
+  hoop__cuda_export send, recv;
+} ipc_desc;
+
+struct hoop__ipc {
+  int enabled;
+  size_t min_bytes;
+  ipc_desc *descs;       /* size entries: the call's descriptors */
+  char **sends, **recvs; /* size entries: where each rank's buffers are readable here */
+  hoop__ipc_held held;   /* the mappings the running call reads */
+  hoop__mapped mapped;   /* the running call's members and their buffers */
+  void *host;            /* host memory for the step between hosts, page-locked where it can be */
+  size_t host_bytes;
+  int host_pinned;
+  hoop__path_state path;
+};
+
+static struct hoop__ipc *ipc_state(hoop_comm *comm) {
+  struct hoop__ipc *ipc = comm->ipc;
+  if (ipc)
+    return ipc;
+  if (!(ipc = calloc(1, sizeof *ipc)) ||
+      !(ipc->descs = calloc((size_t)comm->size, sizeof *ipc->descs)) ||
+      !(ipc->sends = calloc((size_t)comm->size, sizeof *ipc->sends)) ||
+      !(ipc->recvs = calloc((size_t)comm->size, sizeof *ipc->recvs))) {
+    if (ipc) {
+      free(ipc->descs);
+      free(ipc->sends);
+    }
+    free(ipc);
+    return NULL;
+  }
+  ipc->enabled = strcmp(hoop__env_get("HOOP_CUDA_IPC"), "0") != 0;
+  ipc->min_bytes = hoop__env_bytes("HOOP_CUDA_IPC_MIN_BYTES", 1L << 40);
+  ipc->mapped.sends = ipc->sends;
+  ipc->mapped.recvs = ipc->recvs;
+  comm->ipc = ipc;
+  return ipc;
+}
+
+/* Release the host memory of the step between hosts; the transports forget it first (they may
+ * keep registrations of what they sent from). */
+static void free_host(hoop_comm *comm, struct hoop__ipc *ipc) {
+  if (ipc->host && comm->peer_transport)
+    hoop__transports_forget_mem(comm, ipc->host, ipc->host_bytes);
+  hoop__host_stage_free(ipc->host, ipc->host_pinned);
+  ipc->host = NULL;
+  ipc->host_bytes = 0;
+}
+
+static void ipc_free(hoop_comm *comm) {
+  struct hoop__ipc *ipc = comm->ipc;
+  if (!ipc)
+    return;
+  hoop__ipc_map_release(&ipc->held);
+  free(ipc->held.held);
+  /* The peers' memory this communicator mapped: closed (once idle), so that what they free is
+   * not kept alive here. */
+  uint64_t *processes = calloc((size_t)comm->size, sizeof *processes);
+  if (processes) {
+    for (int q = 0; q < comm->size; q++)
+      processes[q] = q != comm->rank ? ipc->descs[q].process : 0;
+    hoop__ipc_map_forget(processes, comm->size);
+    free(processes);
+  }
+  free_host(comm, ipc);
+  free(ipc->descs);
+  free(ipc->sends);
+  free(ipc->recvs);
+  free(ipc);
+  comm->ipc = NULL;
+}
+
+/* Host memory of len bytes for the step between hosts: 0, or -1. */
+static int ensure_host(hoop_comm *comm, struct hoop__ipc *ipc, size_t len, const void *near) {
+  if (ipc->host && ipc->host_bytes >= len)
+    return 0;
+  free_host(comm, ipc);
+  if (!(ipc->host = hoop__host_stage_alloc(len, near, &ipc->host_pinned)))
+    return -1;
+  ipc->host_bytes = len;
+  ipc->mapped.host = ipc->host;
+  return 0;
+}
+
+/* The buffer that peers read of this rank's call (the root's buffer of a broadcast). */
+static const void *offered(const hoop__coll_args *args) {
+  return args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : args->sendbuf;
+}
+
+/* Whether this rank can take its part (0, or -1 with why): its buffers are exported; hoop's stream
+ * is there, the legacy default stream's work on them is done, and for an allreduce the kernels and
+ * the scratch it may need are ready. */
+static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
+                   ipc_desc *desc, char *why, size_t whylen) {
+  const void *send = offered(args);
+  desc->context = (uint64_t)(uintptr_t)hoop__cuda_context_of(send);
+  int allreduce = args->coll == HOOP__COLL_ALLREDUCE;
+  if (hoop__cuda_ipc_export(send, args->bytes, &desc->send, why, whylen) != 0 ||
+      (allreduce && hoop__cuda_ipc_export(args->recvbuf, args->bytes, &desc->recv, why, whylen)))
+    return -1;
+  /* A peer maps what was exported: the buffer must lie inside it (a cudaMalloc buffer always
+   * does; VMM memory is exported piece after piece up to its end). */
+  if (desc->send.offset + args->bytes > desc->send.size ||
+      (allreduce && desc->recv.offset + args->bytes > desc->recv.size)) {
+    snprintf(why, whylen, "rank %d's buffer goes on past the allocation that holds its start",
+             comm->rank);
+    return -1;
+  }
+  hoop__probe probe;
+  hoop__probe_begin(comm, &probe);
+  int ok = 1;
+  size_t first, len;
+  const hoop__group *group = &ipc->mapped.group;
+  int own = ipc->mapped.by_host ? (group->index + 1) % group->size : group->index;
+  hoop__segment(args->count, group->size, own, &first, &len);
+  if (hoop__cuda_stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
+      hoop__cuda_ready(comm, send, allreduce) != HOOP_OK ||
+      hoop__cuda_kind_begin(comm, send, 0, 0) != HOOP_OK) {
+    snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
+    ok = 0;
+  } else if (allreduce && args->sendbuf == args->recvbuf &&
+             group->index >= hoop__mem_cuda.many_max && len &&
+             !hoop__cuda_kind_scratch(comm, len * args->esize)) {
+    snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
+             len * args->esize);
+    ok = 0;
+  } else if (ipc->mapped.by_host && len && ensure_host(comm, ipc, len * args->esize, send) != 0) {
+    snprintf(why, whylen, "rank %d cannot allocate %zu bytes of host memory", comm->rank,
+             len * args->esize);
+    ok = 0;
+  }
+  hoop__probe_end(comm, &probe, NULL, 0);
+  return ok ? 0 : -1;
+}
+
+/* This rank's buffers are device memory of one context, and every pair of the group is on a
+ * transport whose ranks share their host: 1, or 0 with why. */
+static int could(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, char *why,
+                 size_t whylen) {
+  const hoop__group *group = &ipc->mapped.group;
+  for (int i = 0; i < group->size; i++) {
+    int peer = hoop__member(group, i);
+    const hoop__tctx *pair = peer != comm->rank ? hoop__transport_of(comm, peer) : NULL;
+    if (pair && !(pair->ops->caps & HOOP__TCAP_SAME_HOST)) {
+      snprintf(why, whylen, "rank %d talks to rank %d of its host over %s, which cannot map memory",
+               comm->rank, peer, pair->ops->name);
+      return 0;
+    }
+  }
+  void *context = hoop__cuda_context_of(offered(args));
+  if (!context || hoop__cuda_context_of(args->recvbuf) != context) {
+    snprintf(why, whylen, "rank %d's buffers are not all device memory of one context", comm->rank);
+    return 0;
+  }
+  return 1;
+}
+
+/* Where a peer's exported buffer is readable here: its own pointer within one process, else its
+ * allocation mapped (mem/ipc_map.c); NULL with why. near: this rank's device memory. */
+static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
+                      const hoop__cuda_export *from, const void *near, char *why, size_t whylen) {
+  if (desc->process == hoop__ipc_process()) {
+    if (desc->context == (uint64_t)(uintptr_t)hoop__cuda_context_of(near))
+      return (char *)(uintptr_t)from->base + from->offset;
+    snprintf(why, whylen, "rank %d is a thread of this process with buffers in another context",
+             peer);
+    return NULL;
+  }
+  return hoop__ipc_map(&ipc->held, peer, desc->process, from, near, why, whylen);
+}
+
+/* Where every member's buffers are readable here (ipc->sends, ipc->recvs): 0, or -1 with why. */
+static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, char *why,
+                     size_t whylen) {
+  const ipc_desc *descs = ipc->descs;
+  const hoop__group *group = &ipc->mapped.group;
+  for (int i = 0; i < group->size; i++) {
+    int q = hoop__member(group, i);
+    if (q == comm->rank) {
+      ipc->sends[q] = (char *)offered(args);
+      ipc->recvs[q] = args->recvbuf;
+      continue;
+    }
+    ipc->sends[q] = ipc->recvs[q] = NULL;
+    if ((args->coll != HOOP__COLL_BROADCAST || q == args->root) &&
+        !(ipc->sends[q] = peer_ptr(ipc, q, &descs[q], &descs[q].send, args->recvbuf, why, whylen)))
+      return -1;
+    if (args->coll == HOOP__COLL_ALLREDUCE &&
+        !(ipc->recvs[q] = peer_ptr(ipc, q, &descs[q], &descs[q].recv, args->recvbuf, why, whylen)))
+      return -1;
+  }
+  return 0;
+}
+
+/* Every member's descriptor to every member (descs is indexed by communicator rank): Bruck's
+ * log2(n) rounds for the whole communicator, a ring among the few ranks of one host. */
+static hoop_result exchange(hoop_comm *comm, const hoop__group *group, ipc_desc *descs) {
+  if (!group->ranks) {
+    hoop__coll_args gather = {
+        .coll = HOOP__COLL_ALLGATHER, .recvbuf = descs, .bytes = sizeof *descs};
+    return hoop__allgather_bruck(comm, &gather);
+  }
+  int n = group->size, i = group->index;
+  hoop_result result = HOOP_OK;
+  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
+    int out = hoop__member(group, (i - step + n) % n);
+    int in = hoop__member(group, (i - step - 1 + n) % n);
+    result = hoop__sendrecv(comm, hoop__group_next(group), &descs[out], sizeof *descs,
+                            hoop__group_prev(group), &descs[in], sizeof *descs);
+  }
+  return result;
+}
+
+/* Exchange the descriptors and map the peers' buffers: 1 when every member can go this way, 0 with
+ * why when every member stages, -1 when an exchange failed (*result). */
+static int exchange_and_map(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
+                            char *why, size_t whylen, hoop_result *result) {
+  ipc_desc *descs = ipc->descs, *mine = &descs[comm->rank];
+  const hoop__group *group = &ipc->mapped.group;
+  memset(mine, 0, sizeof *mine);
+  mine->process = hoop__ipc_process();
+  mine->ok = prepare(comm, ipc, args, mine, why, whylen) == 0;
+  if ((*result = exchange(comm, group, descs)) != HOOP_OK)
+    return -1;
+  for (int i = 0; i < group->size; i++) {
+    int q = hoop__member(group, i);
+    if (!descs[q].ok) {
+      if (q != comm->rank)
+        snprintf(why, whylen, "rank %d cannot (its buffers are not exported)", q);
+      return 0;
+    }
+  }
+  /* Every member must have mapped its peers' buffers before any reads. */
+  int mapped = map_peers(comm, ipc, args, why, whylen) == 0;
+  if ((*result = hoop__group_agree(comm, group, &mapped, 0)) != HOOP_OK)
+    return -1;
+  if (!mapped && !why[0])
+    snprintf(why, whylen, "another rank could not take part (its buffers, or mapping)");
+  return mapped;
+}
+
+/* 1 when every member can go this way, 0 when every member stages (logged), -1 when an exchange
+ * failed (*result). Host-buffer calls stop at the first agreement, one byte. */
+static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, size_t bytes,
+                  hoop_result *result) {
+  char why[256] = "";
+  int mine = could(comm, ipc, args, why, sizeof why), all = mine;
+  if ((*result = hoop__group_agree(comm, &ipc->mapped.group, &all, 0)) != HOOP_OK)
+    return -1;
+  int go = 0;
+  if (!all && mine)
+    snprintf(why, sizeof why, "another rank's buffers are host memory, or not of one context");
+  else if (all && (go = exchange_and_map(comm, ipc, args, why, sizeof why, result)) < 0) {
+    hoop__ipc_map_release(&ipc->held);
+    return -1;
+  }
+  if (!go) {
+    hoop__ipc_map_release(&ipc->held);
+    /* Said by the ranks that could, or by rank 0 where none could. */
+    if (mine || comm->rank == 0)
+      hoop__path_tell(comm, &ipc->path, "ipc", bytes, NULL, why);
+    return 0;
+  }
+  hoop__path_tell(comm, &ipc->path, "ipc", bytes,
+                  "reads the peers' device buffers directly (CUDA IPC)", NULL);
+  return 1;
+}
+
+/* The members: all on one host, the whole communicator; host by host (an algorithm that runs so),
+ * this host's ranks. Alike on every rank of a host. HOOP_CUDA_IPC and the call's size: alike too.
+ */
+static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
+                       hoop_result *result) {
+  struct hoop__ipc *ipc = ipc_state(comm);
+  if (!ipc) {
+    /* Every other rank may be about to exchange descriptors: fail, not stage alone. */
+    *result =
+        hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory (CUDA IPC's state)", comm->call);
+    return -1;
+  }
+  if (!ipc->enabled || hoop__call_total(comm, args) < ipc->min_bytes)
+    return 0;
+  const hoop__hosts *hosts = comm->hosts;
+  ipc->mapped.by_host = algo->traits.by_host;
+  ipc->mapped.group = algo->traits.by_host
+                          ? (hoop__group){hosts->per_host, hosts->local_index, hosts->local}
+                          : hoop__whole(comm);
+  return 1;
+}
+
+static int ipc_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
+                   hoop__algo_fn prepare_coll, hoop_result *result) {
+  (void)algo, (void)prepare_coll;
+  struct hoop__ipc *ipc = comm->ipc;
+  int go = settle(comm, ipc, args, hoop__call_total(comm, args), result);
+  if (go <= 0)
+    return go < 0;
+  comm->algo_name = ipc->mapped.by_host ? "ipc+hier" : "ipc";
+  comm->mem = &hoop__mem_cuda;
+  *result = hoop__mapped_run(comm, &ipc->mapped, args);
+  if (*result != HOOP_OK) {
+    /* Nothing of this call may still run on the GPU once it returns, and its mappings are
+     * released: wait for what was queued, keeping the first error. The peers wait in a barrier
+     * for this rank; a failure the communicator does not survive tells them. */
+    hoop__probe probe;
+    hoop__probe_begin(comm, &probe);
+    comm->mem->sync(comm);
+    hoop__probe_end(comm, &probe, NULL, 0);
+    if (*result == HOOP_ERR_INVALID_ARG)
+      *result = HOOP_ERR_SYSTEM;
+  }
+  comm->mem = &hoop__mem_host;
+  /* No rank leaves (and its buffers change) while another may still read them. */
+  if (*result == HOOP_OK)
+    *result = hoop__group_barrier(comm, &ipc->mapped.group);
+  hoop__ipc_map_release(&ipc->held);
+  return 1;
+}
+
+const hoop__path hoop__path_ipc = {ipc_enabled, ipc_run, ipc_free};

@@ -1,0 +1,98 @@
+/* kind.h - memory kinds: the operations an algorithm performs on the memory it works in, behind
+ * one ops table, so that one ring serves every kind of buffer (UCC keeps its mc/ and ec/ layers
+ * apart the same way). The algorithms call the hoop__kind_* wrappers below and never ask what
+ * memory they run on; the dispatcher sets comm->mem for the running call from the path the tuning
+ * table chose (host memory, a host copy fed while the algorithm runs, device memory), and puts
+ * the host kind back after it.
+ *
+ * Kinds: hoop__mem_host (mem/host.c), hoop__mem_piped (mem/stage.c: host memory whose input is
+ * still arriving from the device and whose result leaves for it piece by piece), hoop__mem_cuda
+ * (mem/cuda_kind.c: device memory, the GPU reducing and copying). */
+#ifndef HOOP__MEM_KIND_H
+#define HOOP__MEM_KIND_H
+
+#include <stddef.h>
+
+#include "core/internal.h"
+
+/* What a kind's memory allows besides the operations (the tuning table's device paths need them).
+ * MAP: a peer on this host can map it (IPC); NET: a transport can register it for the network. */
+#define HOOP__MEMCAP_MAP 1u
+#define HOOP__MEMCAP_NET 2u
+
+typedef struct hoop__mem_ops {
+  const char *name; /* for the log and the trace: "host", "cuda" */
+  unsigned caps;    /* HOOP__MEMCAP_* */
+  /* dst = a op b over count elements (dst may be a or b), done when it returns. */
+  hoop_result (*reduce3)(hoop_comm *comm, void *dst, const void *a, const void *b, size_t count,
+                         hoop_dtype dtype, hoop_op op);
+  /* AVG's final division by nranks (nothing for the other ops), done when it returns. */
+  hoop_result (*finish)(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, hoop_op op,
+                        int nranks);
+  /* bytes from src to dst (they may overlap), done when it returns. */
+  hoop_result (*copy)(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+  /* Scratch of at least bytes that the transports receive into and reduce3 reads, valid until the
+   * next call of it; NULL with the error recorded. Taken before any receive into it is posted. */
+  void *(*scratch)(hoop_comm *comm, size_t bytes);
+  /* The two synchronisation points of a buffer that is fed while the algorithm runs (NULL: the
+   * kind's buffers are always ready): [ptr, ptr + len) of the input is about to be read; of the
+   * result, is final. */
+  hoop_result (*need)(hoop_comm *comm, const void *ptr, size_t len);
+  void (*done)(hoop_comm *comm, const void *ptr, size_t len);
+
+  /* Queued work, for the algorithms that read their peers' buffers mapped into this process
+   * (coll/mapped.c); NULL where the kind has no queue. Nothing is done until sync returns. */
+  /* dst = ((srcs[0] op srcs[1]) op srcs[2]) ... over count elements, each step rounded as reduce3
+   * rounds it, then divided by divide unless it is 0; 1 to many_max sources, dst may be one. */
+  hoop_result (*reduce_many)(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
+                             size_t count, hoop_dtype dtype, hoop_op op, int divide);
+  int many_max;
+  hoop_result (*copy_queued)(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+  hoop_result (*sync)(hoop_comm *comm);
+} hoop__mem_ops;
+
+extern const hoop__mem_ops hoop__mem_host;
+extern const hoop__mem_ops hoop__mem_piped;
+extern const hoop__mem_ops hoop__mem_cuda;
+
+static inline hoop_result hoop__kind_reduce3(hoop_comm *comm, void *dst, const void *a,
+                                             const void *b, size_t count, hoop_dtype dtype,
+                                             hoop_op op) {
+  return comm->mem->reduce3(comm, dst, a, b, count, dtype, op);
+}
+static inline hoop_result hoop__kind_finish(hoop_comm *comm, void *buf, size_t count,
+                                            hoop_dtype dtype, hoop_op op, int nranks) {
+  return comm->mem->finish(comm, buf, count, dtype, op, nranks);
+}
+static inline hoop_result hoop__kind_copy(hoop_comm *comm, void *dst, const void *src,
+                                          size_t bytes) {
+  return comm->mem->copy(comm, dst, src, bytes);
+}
+static inline void *hoop__kind_scratch(hoop_comm *comm, size_t bytes) {
+  return comm->mem->scratch(comm, bytes);
+}
+static inline hoop_result hoop__kind_need(hoop_comm *comm, const void *ptr, size_t len) {
+  return comm->mem->need ? comm->mem->need(comm, ptr, len) : HOOP_OK;
+}
+static inline void hoop__kind_done(hoop_comm *comm, const void *ptr, size_t len) {
+  if (comm->mem->done)
+    comm->mem->done(comm, ptr, len);
+}
+
+/* The capabilities of the kinds this process has loaded (a driver found), host memory's none. */
+unsigned hoop__mem_kinds_here(void);
+
+/* Copy bytes between any two memories, host or device, synchronously (mem/cuda.c). */
+hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+
+/* The host kind's operations, for kinds that are host memory with something added (piped). */
+hoop_result hoop__host_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
+                               size_t count, hoop_dtype dtype, hoop_op op);
+hoop_result hoop__host_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                              hoop_op op, int nranks);
+hoop_result hoop__host_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
+void *hoop__host_scratch(hoop_comm *comm, size_t bytes);
+/* Free the host kind's scratch (hoop_finalize). */
+void hoop__host_scratch_free(hoop_comm *comm);
+
+#endif /* HOOP__MEM_KIND_H */

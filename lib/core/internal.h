@@ -121,7 +121,7 @@ struct hoop_comm {
   int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
   size_t pipeline_bytes;
 
-  /* Posted calls not yet started, run in order by whoever holds call_lock (coll/request.c): the
+  /* Posted calls not yet started, run in order by whoever holds call_lock (core/progress.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the
    * requests' completion and the progress thread's state. */
   pthread_mutex_t queue_lock;

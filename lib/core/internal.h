@@ -48,7 +48,7 @@ struct hoop_comm {
                                           with a token a proof derived from it and the token */
 
   /* The transports this rank listens on, in priority order, each with its context; after the
-   * rank table, each peer's pair is served by one of them (transport/transport.c). */
+   * rank table, each peer's pair is served by one of them (transport/select.c). */
   struct hoop__tctx *transports; /* HOOP__MAX_TRANSPORTS entries, ntransports used */
   int ntransports;
   uint8_t *peer_transport;  /* size entries: an index in transports (this rank's own: unused) */

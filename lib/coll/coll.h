@@ -134,16 +134,18 @@ typedef struct hoop__algo {
 } hoop__algo;
 
 /* dispatch.c: the checks of a call's arguments, made when it is posted (HOOP_OK, or the error
- * recorded); running a call, with the communicator's call_lock held (request.c runs the queue);
- * and the public name of a collective ("hoop_allreduce"). */
+ * recorded); running a call, with the communicator's call_lock held (core/progress.c runs the
+ * queue); and the public name of a collective ("hoop_allreduce"). */
 hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
 const char *hoop__coll_call_name(hoop__coll coll);
 
-/* request.c: stop the progress thread and refuse while requests are outstanding (hoop_finalize's
- * first step: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded); free what the requests' machinery
- * holds. */
-hoop_result hoop__requests_finalize(hoop_comm *comm);
+/* api.c: HOOP_OK if a non-blocking call was given somewhere to put its request, else
+ * HOOP_ERR_INVALID_ARG (recorded when there is a communicator). */
+hoop_result hoop__coll_need_request(hoop_comm *comm, hoop_request **request, const char *call);
+/* fused.c: free hoop_allreduce_many's packing buffer (at hoop_finalize, once the requests are
+ * done). */
+void hoop__fused_free(hoop_comm *comm);
 
 /* The algorithms (tune.c names each in its table). */
 hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args);

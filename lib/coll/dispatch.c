@@ -185,7 +185,7 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   return coll_end(comm, result);
 }
 
-/* The caller holds call_lock (request.c runs the queue). */
+/* The caller holds call_lock (core/progress.c runs the queue). */
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (!hoop__tracing(comm))
     return coll_run(comm, args);

@@ -17,6 +17,7 @@
 #include "core/flight.h"
 #include "core/internal.h"
 #include "core/launchers.h"
+#include "core/request.h"
 #include "core/trace.h"
 #include "core/watch.h"
 #include "mem/cuda_kind.h"
@@ -568,6 +569,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop_result result = hoop__requests_finalize(comm);
   if (result != HOOP_OK)
     return result;
+  hoop__fused_free(comm);
   hoop__launcher_watch_stop(comm);
   hoop__trace_close(comm);
   hoop__registrations_release(comm);

@@ -49,7 +49,7 @@ struct hoop_comm {
                                           with a token a proof derived from it and the token */
 
   /* The transports this rank listens on, in priority order, each with its context; after the
-   * rank table, each peer's pair is served by one of them (transport/transport.c). */
+   * rank table, each peer's pair is served by one of them (transport/select.c). */
   struct hoop__tctx *transports; /* HOOP__MAX_TRANSPORTS entries, ntransports used */
   int ntransports;
   uint8_t *peer_transport;  /* size entries: an index in transports (this rank's own: unused) */
@@ -130,7 +130,7 @@ struct hoop_comm {
   int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
   size_t pipeline_bytes;
 
-  /* Posted calls not yet started, run in order by whoever holds call_lock (coll/request.c): the
+  /* Posted calls not yet started, run in order by whoever holds call_lock (core/progress.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the
    * requests' completion and the progress thread's state. */
   pthread_mutex_t queue_lock;

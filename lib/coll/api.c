@@ -1,0 +1,141 @@
+/* api.c - the collectives' public entry points: hoop_allreduce, hoop_broadcast, hoop_allgather
+ * and hoop_barrier, their stream variants and their non-blocking forms, each a request of
+ * core/request.c that runs the call through the dispatcher. */
+#include <stdlib.h>
+
+#include "coll/coll.h"
+#include "core/request.h"
+#include "mem/cuda.h"
+
+/* A collective's request: the call's arguments behind the request the queue runs. */
+typedef struct coll_request {
+  hoop_request base; /* first: the queue sees only this */
+  hoop__coll_args args;
+} coll_request;
+
+static hoop_result run_call(hoop_comm *comm, hoop_request *req) {
+  return hoop__coll_run(comm, &((coll_request *)req)->args);
+}
+
+/* Bytes a call moves per rank, for the trace. */
+static size_t call_bytes(const hoop__coll_args *args) {
+  return args->coll == HOOP__COLL_BARRIER ? 0 : args->count * hoop_dtype_size(args->dtype);
+}
+
+/* ---- the calls ------------------------------------------------------------------------------- */
+
+/* Validate and post args: blocking (request NULL) waits for it on this thread; non-blocking
+ * returns a heap request. */
+static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_request **request,
+                         const char *name) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (request)
+    *request = NULL;
+  hoop_result result = hoop__coll_validate(comm, args);
+  if (result != HOOP_OK)
+    return result;
+  if (!request) {
+    coll_request req = {.base = {.run = run_call,
+                                 .bytes = call_bytes(args),
+                                 .name = hoop__coll_call_name(args->coll)},
+                        .args = *args};
+    return hoop__request_call(comm, &req.base);
+  }
+  coll_request *req = calloc(1, sizeof *req);
+  if (!req)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for the request",
+                           hoop__coll_call_name(args->coll));
+  req->args = *args;
+  req->base.run = run_call;
+  req->base.bytes = call_bytes(args);
+  req->base.on_heap = 1;
+  req->base.name = name;
+  if ((result = hoop__request_post(comm, &req->base)) != HOOP_OK) {
+    free(req);
+    return result;
+  }
+  *request = &req->base;
+  return HOOP_OK;
+}
+
+hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype, hoop_op op) {
+  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
+  return start(comm, &args, NULL, NULL);
+}
+
+hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root) {
+  hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
+  return start(comm, &args, NULL, NULL);
+}
+
+hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                           hoop_dtype dtype) {
+  hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
+  return start(comm, &args, NULL, NULL);
+}
+
+/* The stream variants: the stream's queued work done first, then the blocking call. */
+hoop_result hoop_allreduce_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, hoop_op op, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_allreduce_stream", stream, recvbuf);
+  return result == HOOP_OK ? hoop_allreduce(comm, sendbuf, recvbuf, count, dtype, op) : result;
+}
+
+hoop_result hoop_broadcast_stream(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                  int root, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_broadcast_stream", stream, buf);
+  return result == HOOP_OK ? hoop_broadcast(comm, buf, count, dtype, root) : result;
+}
+
+hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_allgather_stream", stream, recvbuf);
+  return result == HOOP_OK ? hoop_allgather(comm, sendbuf, recvbuf, count, dtype) : result;
+}
+
+hoop_result hoop_barrier(hoop_comm *comm) {
+  hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
+  return start(comm, &args, NULL, NULL);
+}
+
+hoop_result hoop__coll_need_request(hoop_comm *comm, hoop_request **request, const char *call) {
+  if (request)
+    return HOOP_OK;
+  return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: request is NULL", call)
+              : HOOP_ERR_INVALID_ARG;
+}
+
+hoop_result hoop_iallreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            hoop_dtype dtype, hoop_op op, hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_iallreduce");
+  hoop__coll_args args = {HOOP__COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_iallreduce") : result;
+}
+
+hoop_result hoop_ibroadcast(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int root,
+                            hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_ibroadcast");
+  hoop__coll_args args = {HOOP__COLL_BROADCAST, buf, buf, count, dtype, HOOP_SUM, root, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_ibroadcast") : result;
+}
+
+hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                            hoop_dtype dtype, hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_iallgather");
+  hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_iallgather") : result;
+}
+
+hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_ibarrier");
+  hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_ibarrier") : result;
+}

@@ -1,0 +1,150 @@
+/* progress.c - running a communicator's queue of posted calls: by its progress thread while the
+ * program computes, or by a thread waiting for its own request (hoop_wait, a blocking call). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/request.h"
+#include "core/trace.h"
+
+/* ---- running the queue ----------------------------------------------------------------------- */
+
+static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
+  if (result != HOOP_OK && req->on_heap)
+    req->error = strdup(comm->last_error);
+  if (hoop__tracing(comm))
+    hoop__trace_done(comm, req->trace_id, req->name, result, hoop__now());
+  pthread_mutex_lock(&comm->queue_lock);
+  req->result = result;
+  atomic_store(&req->done, 1);
+  pthread_cond_broadcast(&comm->done_cond);
+  pthread_mutex_unlock(&comm->queue_lock);
+}
+
+void hoop__queue_run(hoop_comm *comm, const hoop_request *until) {
+  for (;;) {
+    pthread_mutex_lock(&comm->queue_lock);
+    hoop_request *req = comm->queue_head;
+    if (!req || (until && atomic_load(&until->done))) {
+      pthread_mutex_unlock(&comm->queue_lock);
+      break;
+    }
+    comm->queue_head = req->next;
+    if (!comm->queue_head)
+      comm->queue_tail = NULL;
+    pthread_mutex_unlock(&comm->queue_lock);
+    complete(comm, req, req->run(comm, req));
+  }
+  /* A hoop_abort from another thread that found call_lock taken left its work to the holder. */
+  if (atomic_load(&comm->abort_requested) == 1)
+    hoop__check_abort(comm);
+}
+
+void hoop__queue_hand_over(hoop_comm *comm) {
+  pthread_mutex_lock(&comm->queue_lock);
+  if (comm->queue_head && comm->progress_started)
+    pthread_cond_signal(&comm->queue_cond);
+  pthread_mutex_unlock(&comm->queue_lock);
+}
+
+/* Sleep on cond (with queue_lock, which the caller holds) until signalled or for at most seconds.
+ */
+static void timed_wait(hoop_comm *comm, pthread_cond_t *cond, double seconds) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  long ns = until.tv_nsec + (long)(seconds * 1e9);
+  until.tv_sec += ns / 1000000000;
+  until.tv_nsec = ns % 1000000000;
+  pthread_cond_timedwait(cond, &comm->queue_lock, &until);
+}
+
+/* The progress thread sleeps on queue_cond (posts do not wake it unless progress_idle is set;
+ * hoop__queue_hand_over and finalize always do). */
+static void nap(hoop_comm *comm, double seconds) {
+  timed_wait(comm, &comm->queue_cond, seconds);
+}
+
+/* Woken by a post, the thread first lets the posting thread take the call for a moment: a program
+ * that waits at once runs the call itself, with no switch of threads in its way. */
+#define PROGRESS_GRACE_S 20e-6
+/* Having run the queue (or found it taken), the thread lingers, still awake to further posts,
+ * before it sleeps until woken: a burst of posts, or a loop of post and wait, then costs one wake
+ * per linger instead of one per call. */
+#define PROGRESS_LINGER_S 1e-3
+/* The longest the thread waits on call_lock held by a thread that may not run the queue
+ * (hoop_register, hoop_abort): whoever runs the queue hands leftovers over
+ * (hoop__queue_hand_over). */
+#define PROGRESS_RETRY_S 1e-3
+
+/* The progress thread: asleep while nothing is posted; woken by a post, it runs the queue unless
+ * another thread holds call_lock (a waiter running it for its own request, or a blocking call),
+ * in which case it naps and looks again rather than block on the lock, which would make that
+ * thread's every unlock a system call to wake it. */
+void *hoop__progress_thread(void *arg) {
+  hoop_comm *comm = arg;
+  pthread_mutex_lock(&comm->queue_lock);
+  for (;;) {
+    if (!comm->queue_head && !comm->progress_stop) {
+      comm->progress_idle = 0;
+      nap(comm, PROGRESS_LINGER_S);
+      if (!comm->queue_head && !comm->progress_stop) {
+        comm->progress_idle = 1;
+        while (!comm->queue_head && !comm->progress_stop)
+          pthread_cond_wait(&comm->queue_cond, &comm->queue_lock);
+        comm->progress_idle = 0;
+        if (!comm->progress_stop)
+          nap(comm, PROGRESS_GRACE_S);
+      }
+      continue;
+    }
+    if (!comm->queue_head)
+      break;
+    pthread_mutex_unlock(&comm->queue_lock);
+    int ran = pthread_mutex_trylock(&comm->call_lock) == 0;
+    if (ran) {
+      hoop__queue_run(comm, NULL);
+      pthread_mutex_unlock(&comm->call_lock);
+    }
+    pthread_mutex_lock(&comm->queue_lock);
+    if (!ran && comm->queue_head && !comm->progress_stop)
+      nap(comm, PROGRESS_RETRY_S);
+  }
+  pthread_mutex_unlock(&comm->queue_lock);
+  return NULL;
+}
+
+/* ---- waiting for a request ------------------------------------------------------------------- */
+
+/* Run the queue here while call_lock is free; else spin a while (a wake through the condition
+ * variable costs the runner a system call and this thread a scheduling delay), then sleep until
+ * the holder completes the request. The sleep is bounded: call_lock may be held a moment by a
+ * thread that does not run the queue (hoop_register, hoop_abort). */
+#define WAIT_SPIN_S 20e-6
+#define WAIT_SLEEP_S 10e-3
+
+void hoop__request_wait_done(hoop_comm *comm, const hoop_request *req) {
+  double spin_until = -1;
+  while (!hoop__request_done(req)) {
+    if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+      hoop__queue_run(comm, req);
+      pthread_mutex_unlock(&comm->call_lock);
+      hoop__queue_hand_over(comm);
+      continue;
+    }
+    /* A short spin catches a small call about to end; a long one would take the CPU from the
+     * thread running it. */
+    if (spin_until < 0)
+      spin_until = hoop__now() + WAIT_SPIN_S;
+    if (hoop__now() < spin_until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    pthread_mutex_lock(&comm->queue_lock);
+    if (!atomic_load(&req->done))
+      timed_wait(comm, &comm->done_cond, WAIT_SLEEP_S);
+    pthread_mutex_unlock(&comm->queue_lock);
+  }
+}

@@ -1,0 +1,294 @@
+/* select.c - choosing a transport for each peer: the transports of this build in priority order,
+ * each listening under HOOP_TRANSPORT, the choice agreed from the rank table, and the calls made
+ * on every chosen transport (connect, shutdown, wake, finalize). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "core/log.h"
+#include "transport/transport.h"
+
+/* ---- choosing transports --------------------------------------------------------------------- */
+
+static const char *const transport_names =
+#ifdef HOOP_HAVE_VERBS
+    "auto, shm, tcp, ibverbs";
+#else
+    "auto, shm, tcp";
+#endif
+
+/* Every transport of this build, in priority order: shared memory for the peers on this host,
+ * then verbs, then TCP. */
+static const hoop__transport_ops *const all_transports[] = {
+    &hoop__shm_transport,
+#ifdef HOOP_HAVE_VERBS
+    &hoop__ibverbs_transport,
+#endif
+    &hoop__tcp_transport,
+};
+#define ALL_TRANSPORTS (sizeof all_transports / sizeof all_transports[0])
+
+hoop_result hoop__transport_check(hoop_comm *comm, const char *mode) {
+  if (strcmp(mode, "auto") == 0)
+    return HOOP_OK;
+  for (size_t i = 0; i < ALL_TRANSPORTS; i++)
+    if (strcmp(mode, all_transports[i]->name) == 0)
+      return HOOP_OK;
+  return hoop__set_error(
+      comm, strcmp(mode, "ibverbs") == 0 ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_INVALID_ARG,
+      "hoop_init: transport '%s' is not available (this build has: %s)", mode, transport_names);
+}
+
+/* The transport of this build whose entries an address entry is: the one whose prefix it starts
+ * with, else the one without a prefix. */
+static const hoop__transport_ops *entry_owner(const char *entry) {
+  const hoop__transport_ops *plain = NULL;
+  for (size_t i = 0; i < ALL_TRANSPORTS; i++) {
+    const char *prefix = all_transports[i]->addr_prefix;
+    if (!prefix[0])
+      plain = all_transports[i];
+    else if (strncmp(entry, prefix, strlen(prefix)) == 0)
+      return all_transports[i];
+  }
+  return plain;
+}
+
+/* ops's entry in a published address, copied to out without its prefix; 0 if found. */
+static int find_entry(const char *addr, const hoop__transport_ops *ops, char *out, size_t outlen) {
+  while (*addr) {
+    size_t len = strcspn(addr, " ");
+    if (len > 0) {
+      char entry[HOOP__WIRE_MAX_ADDR + 1];
+      snprintf(entry, sizeof entry, "%.*s", (int)len, addr);
+      if (entry_owner(entry) == ops) {
+        size_t skip = strlen(ops->addr_prefix);
+        snprintf(out, outlen, "%s", entry + skip);
+        return 0;
+      }
+    }
+    addr += len;
+    addr += strspn(addr, " ");
+  }
+  return -1;
+}
+
+int hoop__tctx_offered(const hoop__tctx *ctx, int rank) {
+  char entry[HOOP__WIRE_MAX_ADDR + 1];
+  return hoop__tctx_entry(ctx, rank, entry, sizeof entry) == 0;
+}
+
+int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen) {
+  return find_entry(ctx->table->peers[rank].addr, ctx->ops, out, outlen);
+}
+
+static int is_verbs(const hoop__transport_ops *ops) {
+  return strcmp(ops->name, "ibverbs") == 0;
+}
+
+static int is_tcp(const hoop__transport_ops *ops) {
+  return strcmp(ops->name, "tcp") == 0;
+}
+
+hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
+                                   char *addr, size_t addrlen) {
+  int is_auto = strcmp(mode, "auto") == 0;
+  comm->transports = calloc(HOOP__MAX_TRANSPORTS, sizeof *comm->transports);
+  if (!comm->transports)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  addr[0] = '\0';
+  for (size_t i = 0; i < ALL_TRANSPORTS && comm->ntransports < HOOP__MAX_TRANSPORTS; i++) {
+    const hoop__transport_ops *ops = all_transports[i];
+    if (!is_auto && strcmp(mode, ops->name) != 0)
+      continue;
+    hoop__tctx *ctx = &comm->transports[comm->ntransports];
+    *ctx = (hoop__tctx){.comm = comm,
+                        .ops = ops,
+                        .index = comm->ntransports,
+                        .rank = comm->rank,
+                        .size = comm->size,
+                        .table = &comm->table,
+                        .timeout_s = comm->timeout_s,
+                        .ifname = comm->ifname,
+                        .tcp_streams = comm->tcp_streams,
+                        .data_nonce = comm->data_nonce,
+                        .failed = &comm->failed,
+                        .watch_fd = &comm->rdzv_fd};
+    char entry[HOOP__WIRE_MAX_ADDR + 1];
+    hoop_result result = ops->listen(ctx, toward, entry, sizeof entry);
+    /* Under auto, TCP is the one that must work; the others are left out if they cannot (verbs
+     * whatever the reason, as before shm came; shm unless a HOOP_SHM setting is bad). */
+    if (result != HOOP_OK && is_auto && !is_tcp(ops) &&
+        (is_verbs(ops) || result != HOOP_ERR_INVALID_ARG)) {
+      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: %s is not usable here (%s)", ops->name,
+                 comm->last_error);
+      comm->last_error[0] = '\0';
+      ops->finalize(ctx);
+      continue;
+    }
+    comm->ntransports++;
+    if (result != HOOP_OK)
+      return result;
+    size_t used = strlen(addr);
+    if (used + 1 + strlen(ops->addr_prefix) + strlen(entry) >= addrlen)
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                             "hoop_init: transport addresses longer than %zu bytes", addrlen - 1);
+    snprintf(addr + used, addrlen - used, "%s%s%s", used ? " " : "", ops->addr_prefix, entry);
+  }
+  return HOOP_OK;
+}
+
+/* The first of this rank's transports that peer offered too and that can reach it; -1 if none. */
+static int choose_for(hoop_comm *comm, int peer) {
+  for (int t = 0; t < comm->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (hoop__tctx_offered(ctx, peer) && (!ctx->ops->can_reach || ctx->ops->can_reach(ctx, peer)))
+      return t;
+  }
+  return -1;
+}
+
+/* Under auto, say what was chosen and why; before agree keeps only the chosen entries. */
+static void log_choice(const hoop_comm *comm, const int *served) {
+  if (strcmp(comm->transport_mode, "auto") != 0)
+    return;
+  const hoop__tctx *verbs = NULL, *only = NULL;
+  int serving = 0;
+  char list[256] = "";
+  size_t used = 0;
+  for (int t = 0; t < comm->ntransports; t++) {
+    const hoop__tctx *ctx = &comm->transports[t];
+    if (is_verbs(ctx->ops))
+      verbs = ctx;
+    if (served[t] > 0) {
+      serving++;
+      only = ctx;
+      if (used < sizeof list)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s for %d peer%s",
+                                 used ? ", " : "", ctx->ops->name, served[t],
+                                 served[t] == 1 ? "" : "s");
+    }
+  }
+  if (serving > 1) {
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using several transports, by peer: %s", list);
+    return;
+  }
+  if (only && !is_verbs(only->ops) && !is_tcp(only->ops)) {
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using %s (every peer is on this host)",
+               only->ops->name);
+    return;
+  }
+  if (only && is_verbs(only->ops)) {
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA port)");
+    return;
+  }
+  for (int r = 0; verbs && r < comm->size; r++)
+    if (!hoop__tctx_offered(verbs, r)) {
+      HOOP__INFO(HOOP_SUBSYS_NET,
+                 "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs address: '%s')", r,
+                 comm->table.peers[r].addr);
+      return;
+    }
+  HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
+}
+
+hoop_result hoop__transport_agree(hoop_comm *comm) {
+  comm->peer_transport = calloc((size_t)comm->size, sizeof *comm->peer_transport);
+  if (!comm->peer_transport)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  /* A shrunken job's transports listened before its size was known (core/shrink.c). */
+  for (int t = 0; t < comm->ntransports; t++) {
+    comm->transports[t].rank = comm->rank;
+    comm->transports[t].size = comm->size;
+    comm->transports[t].local_size = (int)comm->table.peers[comm->rank].local_size;
+  }
+  int served[HOOP__MAX_TRANSPORTS] = {0};
+  for (int r = 0; r < comm->size; r++) {
+    if (r == comm->rank)
+      continue;
+    int t = choose_for(comm, r);
+    if (t < 0)
+      return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                             "hoop_init: no transport that every rank offers: this rank "
+                             "(HOOP_TRANSPORT=%s) offers '%s' but rank %d offers '%s'; set the "
+                             "same HOOP_TRANSPORT on every rank",
+                             comm->transport_mode, comm->table.peers[comm->rank].addr, r,
+                             comm->table.peers[r].addr);
+    comm->peer_transport[r] = (uint8_t)t;
+    served[t]++;
+  }
+  log_choice(comm, served);
+  /* This rank's own entry names the transport of the first pair (it is only logged). */
+  comm->peer_transport[comm->rank] =
+      comm->size > 1 ? comm->peer_transport[(comm->rank + 1) % comm->size] : 0;
+  for (int r = 0; r < comm->size; r++) {
+    char entry[HOOP__WIRE_MAX_ADDR + 1] = "";
+    find_entry(comm->table.peers[r].addr, comm->transports[comm->peer_transport[r]].ops, entry,
+               sizeof entry);
+    snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
+  }
+  comm->ntransports_serving = 0;
+  comm->sleep_shared = 1;
+  comm->spin_s = -1;
+  for (int t = 0; t < comm->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transports[t];
+    if (!served[t]) {
+      ctx->ops->finalize(ctx);
+      continue;
+    }
+    comm->ntransports_serving++;
+    if (!ctx->ops->sleep_prepare || !ctx->ops->sleep_done)
+      comm->sleep_shared = 0;
+  }
+  return HOOP_OK;
+}
+
+const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outlen) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int t = 0; t < comm->ntransports && used < outlen; t++)
+    if (comm->transports[t].state)
+      used += (size_t)snprintf(out + used, outlen - used, "%s%s", used ? "+" : "",
+                               comm->transports[t].ops->name);
+  if (!out[0])
+    snprintf(out, outlen, "(none)");
+  return out;
+}
+
+hoop_result hoop__transport_connect(hoop_comm *comm, int peer) {
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  return ctx->ops->connect(ctx, peer);
+}
+
+void hoop__transports_shutdown(hoop_comm *comm) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state)
+      comm->transports[t].ops->shutdown(&comm->transports[t]);
+}
+
+void hoop__transports_wake(hoop_comm *comm) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state && comm->transports[t].ops->wake)
+      comm->transports[t].ops->wake(&comm->transports[t]);
+}
+
+void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state && comm->transports[t].ops->forget_mem)
+      comm->transports[t].ops->forget_mem(&comm->transports[t], ptr, bytes);
+}
+
+void hoop__transport_finalize(hoop_comm *comm) {
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state)
+      comm->transports[t].ops->finalize(&comm->transports[t]);
+  free(comm->transports);
+  free(comm->peer_transport);
+  free(comm->sleep_fds);
+  comm->sleep_fds = NULL;
+  comm->sleep_cap = 0;
+  comm->transports = NULL;
+  comm->peer_transport = NULL;
+  comm->ntransports = 0;
+}

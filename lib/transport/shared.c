@@ -1,0 +1,135 @@
+/* shared.c - what the transports call besides their ops: the core's side (the watched
+ * descriptor, the failure, the staging buffer, registrations), and what both do alike (the wake
+ * eventfd, waiting on a listener, the frame header, the lost-peer error, a peer's address). */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "rdzv/client.h"
+#include "transport/transport.h"
+#include "util/be.h"
+#include "util/netaddr.h"
+
+/* ---- the core's side, for transports --------------------------------------------------------- */
+
+hoop_result hoop__tctx_watched(hoop__tctx *ctx) {
+  return hoop__rendezvous_check(ctx->comm);
+}
+
+void hoop__tctx_failure(const hoop__tctx *ctx, int *origin, const char **cause) {
+  const hoop_comm *comm = ctx->comm;
+  *origin = comm->fail_origin >= 0 ? comm->fail_origin : comm->rank;
+  *cause = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
+}
+
+void hoop__tctx_staging(const hoop__tctx *ctx, void **ptr, size_t *bytes) {
+  *ptr = ctx->comm->scratch;
+  *bytes = ctx->comm->scratch_bytes;
+}
+
+void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len) {
+  const hoop__registration *reg = hoop__registration_find(ctx->comm, ptr, len);
+  return reg ? reg->transport_mem[ctx->index] : NULL;
+}
+
+/* ---- what both transports do alike ----------------------------------------------------------- */
+
+int hoop__wake_open(void) {
+  return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+void hoop__wake_signal(int fd, const char *name) {
+  uint64_t one = 1;
+  if (fd >= 0 && write(fd, &one, sizeof one) < 0)
+    HOOP__TRACE(HOOP_SUBSYS_NET, "%s: waking the progress engine: %s", name, strerror(errno));
+}
+
+hoop_result hoop__wait_listener(hoop__tctx *ctx, int listen_fd, int wake_fd, const char *name,
+                                double deadline) {
+  for (;;) {
+    struct pollfd pfds[3] = {{.fd = listen_fd, .events = POLLIN},
+                             {.fd = wake_fd, .events = POLLIN},
+                             {.fd = *ctx->watch_fd, .events = POLLIN}};
+    double left = deadline - hoop__now();
+    if (left <= 0)
+      return HOOP_ERR_TIMEOUT;
+    int ready = poll(pfds, 3, left > 0.1 ? 100 : (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: poll: %s", name, strerror(errno));
+    hoop_result result = HOOP_OK;
+    if (ready > 0 && pfds[1].revents) {
+      if ((result = hoop__wake_drain(ctx, wake_fd, name)) != HOOP_OK)
+        return result;
+      result = hoop__check_abort(ctx->comm);
+    }
+    if (result == HOOP_OK && ready > 0 && pfds[2].revents)
+      result = hoop__tctx_watched(ctx);
+    if (result != HOOP_OK || *ctx->failed)
+      return result != HOOP_OK ? result : *ctx->failed;
+    if (ready > 0 && pfds[0].revents)
+      return HOOP_OK;
+  }
+}
+
+hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name) {
+  uint64_t count;
+  if (read(fd, &count, sizeof count) < 0 && errno != EAGAIN)
+    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: reading the wake eventfd: %s", name,
+                      strerror(errno));
+  return HOOP_OK;
+}
+
+void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
+                        const uint8_t *fingerprint) {
+  hoop__put_be32(out, magic);
+  hoop__put_be32(out + 4, type);
+  hoop__put_be64(out + 8, len);
+  if (fingerprint)
+    memcpy(out + 16, fingerprint, HOOP__FINGERPRINT_BYTES);
+  else
+    memset(out + 16, 0, HOOP__FINGERPRINT_BYTES);
+}
+
+uint64_t hoop__frame_length(const uint8_t *frame) {
+  return hoop__get_be64(frame + 8);
+}
+
+hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
+                              const hoop__request *req) {
+  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
+  const uint8_t *theirs = frame + 16, *ours = req->fingerprint;
+  int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
+                memcmp(ours, unchecked, sizeof unchecked) != 0;
+  if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
+      hoop__frame_length(frame) != req->len)
+    return hoop__mismatch(ctx->comm, peer, theirs, ours, hoop__frame_length(frame), req->len);
+  return HOOP_OK;
+}
+
+hoop_result hoop__peer_failed(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
+                              const char *detail) {
+  hoop_comm *comm = ctx->comm;
+  const hoop__peer_entry *entry = &comm->table.peers[peer];
+  /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
+  if (!comm->failed && comm->fail_origin < 0)
+    comm->fail_origin = peer;
+  return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): %s: %s",
+                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
+                    entry->addr, entry->host, what, detail);
+}
+
+hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
+                                struct sockaddr_storage *addr, socklen_t *addrlen) {
+  const char *text = ctx->table->peers[peer].addr;
+  char host[HOOP__WIRE_MAX_ADDR + 1], err[256];
+  int port;
+  if (hoop__split_hostport(text, host, sizeof host, &port) != 0 ||
+      hoop__resolve(host, port, addr, addrlen, err, sizeof err) != 0)
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "%s: rank %d published a bad address '%s'",
+                      name, peer, text);
+  return HOOP_OK;
+}

@@ -111,7 +111,7 @@ struct hoop_comm {
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
   int stage_pinned;      /* stage is page-locked memory from the driver */
-  void *cuda_pipe;       /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
+  void *cuda_pipe;       /* the stream and events of pipelined staging (mem/cuda/pipe.c), or NULL */
   struct hoop__ipc *ipc; /* CUDA IPC's descriptors and mappings of peers' memory (coll/ipc.c) */
   struct hoop__gdr *gdr; /* GPUDirect RDMA's settings and device scratch (coll/gpudirect.c) */
   /* The running call's algorithm works on device memory straight over the verbs transport: its

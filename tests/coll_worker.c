@@ -34,10 +34,10 @@
  * permission (process_vm_readv, pidfd_getfd) must do without it or fall back.
  *
  * --hostile-vmm (with --device and DEVMEM_VMM=1): at the end, rank 1 plays a process of the same
- * user that found the other ranks' VMM descriptor servers (lib/mem/cuda.c) in /proc/net/unix: to
- * each it sends bytes of the wrong size (the connection must close), then a well-formed ask
- * without the export's token (it must be refused, with a reason); then every rank allreduces
- * fresh device buffers again, which must still go through those servers.
+ * user that found the other ranks' VMM descriptor servers (lib/mem/cuda/vmm_server.c) in
+ * /proc/net/unix: to each it sends bytes of the wrong size (the connection must close), then a
+ * well-formed ask without the export's token (it must be refused, with a reason); then every rank
+ * allreduces fresh device buffers again, which must still go through those servers.
  *
  * --fake-hosts N: the rank that hooprun starts as RANK names its host fake-host-(RANK / N)
  * (HOOP_HOSTNAME), so that ranks of one machine make a job of several hosts of N ranks as the rank
@@ -299,7 +299,8 @@ static void check_registered(int quick) {
   free(send);
 }
 
-/* --hostile-vmm: the asks lib/mem/cuda.c's descriptor servers take (its wire format), wrong. */
+/* --hostile-vmm: the asks lib/mem/cuda/vmm_server.c's descriptor servers take (its wire format),
+ * wrong. */
 static void hostile_vmm(void) {
   FILE *f = fopen("/proc/net/unix", "r");
   char line[512], mine[64];

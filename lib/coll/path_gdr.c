@@ -14,7 +14,7 @@
  * agreement is made only every 1, 2, 4, ... up to 64 calls (a registration made meanwhile is seen
  * at the next one), so that host-buffer calls hardly pay it.
  *
- * How. The algorithm runs on the CUDA memory kind (mem/cuda_kind.c): its scratch is device memory
+ * How. The algorithm runs on the CUDA memory kind (mem/cuda/kind.c): its scratch is device memory
  * registered the same way (an internal registration, so that peers write received chunks straight
  * into it) and its reductions and copies are hoop's kernels and device copies, each done before
  * the algorithm goes on, so that what it sends next is final. The verbs
@@ -39,7 +39,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "mem/cuda.h"
-#include "mem/cuda_kind.h"
+#include "mem/cuda/kind.h"
 #include "mem/gdr.h"
 #include "transport/transport.h"
 

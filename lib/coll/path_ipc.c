@@ -31,7 +31,7 @@
 #include "coll/coll.h"
 #include "core/env.h"
 #include "mem/cuda.h"
-#include "mem/cuda_kind.h"
+#include "mem/cuda/kind.h"
 #include "mem/ipc_map.h"
 #include "transport/transport.h"
 

@@ -20,7 +20,7 @@
 #include "core/request.h"
 #include "core/trace.h"
 #include "core/watch.h"
-#include "mem/cuda_kind.h"
+#include "mem/cuda/kind.h"
 #include "mem/kind.h"
 #include "mem/stage.h"
 #include "rdzv/client.h"

@@ -118,14 +118,14 @@ struct hoop_comm {
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
   int stage_pinned; /* stage is page-locked memory from the driver */
-  void *cuda_pipe;  /* the stream and events of pipelined staging (mem/cuda.c), or NULL */
+  void *cuda_pipe;  /* the stream and events of pipelined staging (mem/cuda/pipe.c), or NULL */
   /* The device paths (coll/tune.c's table of paths): the memory kinds' capabilities some rank has
    * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
    * RDMA's settings (coll/path_gdr.c). */
   unsigned path_kinds;
   struct hoop__ipc *ipc;
   struct hoop__gdr *gdr;
-  void *cuda_kind; /* the CUDA memory kind's call state and device scratch (mem/cuda_kind.c) */
+  void *cuda_kind; /* the CUDA memory kind's call state and device scratch (mem/cuda/kind.c) */
   struct hoop__stage *stage_pipe; /* the call's pipelined stage while its algorithm runs */
   int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
   size_t pipeline_bytes;

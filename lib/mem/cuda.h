@@ -3,7 +3,9 @@
  * collective that asks, never in hoop_init and never initialised by hoop (cuInit is the program's
  * business: a program that has not called it has no device memory). libhoop links no CUDA
  * library: a build with CUDA runs unchanged where there is no driver, every buffer then being host
- * memory. Without --with-cuda these are stubs that say "host".
+ * memory. Without --with-cuda these are stubs that say "host" (cuda/stubs.c). The code is in
+ * cuda/, a file for each part: the driver and pointer kinds, copies, pipelined copies, GPUDirect
+ * RDMA's questions, the kernels, IPC (legacy and VMM) and the VMM descriptor server.
  */
 #ifndef HOOP__MEM_CUDA_H
 #define HOOP__MEM_CUDA_H
@@ -116,7 +118,7 @@ typedef struct hoop__cuda_export {
   uint32_t kind;      /* HOOP__CUDA_EXPORT_LEGACY or HOOP__CUDA_EXPORT_VMM */
   int32_t npieces;    /* VMM: the allocations mapped one after the other from base */
   uint64_t pid;       /* VMM: the exporting process */
-  uint64_t server;    /* VMM: the nonce that names its descriptor server (cuda.c) */
+  uint64_t server;    /* VMM: the nonce that names its descriptor server (cuda/vmm_server.c) */
   uint64_t token[2];  /* VMM: random, what a peer shows that server to be given descriptors */
   hoop__cuda_vmm_piece piece[HOOP__CUDA_VMM_PIECES];
 } hoop__cuda_export;

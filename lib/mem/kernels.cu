@@ -1,8 +1,9 @@
 /* kernels.cu - the reduction kernels of reduce.h on the GPU, bit for bit the same results.
  *
  * Built by nvcc into a fatbin (sm_80, sm_90, and PTX for newer GPUs) that is embedded in libhoop
- * and loaded with cuModuleLoadData (lib/mem/cuda.c): no CUDA runtime, no C++ runtime. Every kernel
- * is extern "C" with a name of the form hoop_reduce_<dtype>_<op> or hoop_divide_<dtype>.
+ * and loaded with cuModuleLoadData (lib/mem/cuda/kernels.c): no CUDA runtime, no C++ runtime.
+ * Every kernel is extern "C" with a name of the form hoop_reduce_<dtype>_<op> or
+ * hoop_divide_<dtype>.
  *
  * To match lib/mem/reduce.c exactly: the same operand order (dst = a op b), MIN and MAX as
  * `a < b ? a : b` (not fminf, which treats NaN and zeros otherwise), integer arithmetic in the
@@ -191,7 +192,7 @@ __device__ static void reduce_loop(typename K::elem *dst, const typename K::elem
     dst[i] = K::template combine<Op>(a[i], b[i]);
 }
 
-#define HOOP_MANY_MAX 8 /* as in lib/mem/cuda.c */
+#define HOOP_MANY_MAX 8 /* as in lib/mem/cuda/kernels.c */
 
 struct many_sources {
   const void *src[HOOP_MANY_MAX];

@@ -7,7 +7,7 @@
  *
  * Kinds: hoop__mem_host (mem/host.c), hoop__mem_piped (mem/stage.c: host memory whose input is
  * still arriving from the device and whose result leaves for it piece by piece), hoop__mem_cuda
- * (mem/cuda_kind.c: device memory, the GPU reducing and copying). */
+ * (mem/cuda/kind.c: device memory, the GPU reducing and copying). */
 #ifndef HOOP__MEM_KIND_H
 #define HOOP__MEM_KIND_H
 

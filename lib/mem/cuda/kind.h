@@ -1,4 +1,4 @@
-/* cuda_kind.h - setting up the CUDA memory kind (mem/cuda_kind.c) for a call whose algorithm runs
+/* kind.h - setting up the CUDA memory kind (mem/cuda/kind.c) for a call whose algorithm runs
  * on device memory: the path that chooses it says where the call's memory is and what it needs. */
 #ifndef HOOP__MEM_CUDA_KIND_H
 #define HOOP__MEM_CUDA_KIND_H

@@ -1,4 +1,4 @@
-/* cuda_kind.c - the CUDA memory kind: an algorithm that runs on device memory reduces and copies
+/* kind.c - the CUDA memory kind: an algorithm that runs on device memory reduces and copies
  * with hoop's kernels and the driver's copies, on hoop's stream in the context of the call's
  * buffers, and receives into device scratch of that context.
  *
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "mem/cuda.h"
-#include "mem/cuda_kind.h"
+#include "mem/cuda/kind.h"
 #include "mem/kind.h"
 #include "transport/transport.h"
 

@@ -34,9 +34,9 @@ import weakref
 
 import torch
 
-from . import (Aborted, HoopError, InvalidArgument, Mismatch, PeerLost, Timeout, Unsupported,
-               _shared_comm)
-from ._dist import ProcessGroupHoop  # registers the torch.distributed backend "hoop"
+from .. import (Aborted, HoopError, InvalidArgument, Mismatch, PeerLost, Timeout, Unsupported,
+                _shared_comm)
+from ._backend import ProcessGroupHoop  # registers the torch.distributed backend "hoop"
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work
 
-from . import HoopError, _shared_comm
+from .. import HoopError, _shared_comm
 
 __all__ = ["ProcessGroupHoop"]
 

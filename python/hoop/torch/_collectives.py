@@ -1,0 +1,205 @@
+"""hoop.torch: the collectives on tensors (allreduce, grouped_allreduce, broadcast, allgather,
+barrier), blocking and asynchronous, in place or into a new tensor."""
+
+import torch
+
+from .. import Mismatch, Unsupported
+from ._compression import Compression
+from ._handles import _post, synchronize
+from ._job import _live, _root
+from ._objects import _allgather_object
+from ._ops import _op, _process_set, global_process_set
+
+
+def _checked(tensor, call):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s: expected a torch.Tensor, got %s" % (call, type(tensor).__name__))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise Unsupported("%s: tensors on %s are not supported (CPU and CUDA tensors are)"
+                          % (call, tensor.device), Unsupported.code)
+    if tensor.is_sparse:
+        raise Unsupported("%s: sparse tensors are not supported (use .to_dense(), or "
+                          "sparse_as_dense=True in DistributedOptimizer)" % call, Unsupported.code)
+    return tensor
+
+
+def _scaled(tensor, factor):
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_floating_point:
+        return tensor.mul_(factor)
+    return tensor.copy_((tensor.double() * factor).to(tensor.dtype))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Start an in-place allreduce of tensor; returns a handle for synchronize() or poll()."""
+    call = "hvd.allreduce_async_"
+    op = _op(average, op, call)
+    _process_set(process_set, call)
+    comm = _live(call)
+    _checked(tensor, call)
+    buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+    _scaled(buf, prescale_factor)
+    request = comm.iallreduce(buf, op=op)
+
+    def finish():
+        _scaled(buf, postscale_factor)
+        if buf is not tensor:
+            tensor.copy_(buf)
+        return tensor
+
+    return _post([request], tensor, finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Start an allreduce into a new tensor; synchronize(handle) returns it."""
+    _checked(tensor, "hvd.allreduce_async")
+    return allreduce_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
+                            average, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """A new tensor: op (default Average) over the ranks of tensor, sent compressed."""
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
+                                      postscale_factor, process_set))
+    return compression.decompress(out, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce tensor in place; returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """Start one fused allreduce of a list of tensors (in place, one dtype)."""
+    call = "hvd.grouped_allreduce_async_"
+    op = _op(average, op, call)
+    _process_set(process_set, call)
+    comm = _live(call)
+    bufs = [_checked(t, call) if t.is_contiguous() else t.contiguous() for t in tensors]
+    for b in bufs:
+        _scaled(b, prescale_factor)
+    request = comm.iallreduce_many(bufs, op=op)
+
+    def finish():
+        for t, b in zip(tensors, bufs):
+            _scaled(b, postscale_factor)
+            if b is not t:
+                t.copy_(b)
+        return list(tensors)
+
+    return _post([request], list(tensors), finish)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    copies = [_checked(t, "hvd.grouped_allreduce_async").detach().clone(
+        memory_format=torch.contiguous_format) for t in tensors]
+    return grouped_allreduce_async_(copies, average, name, op, prescale_factor, postscale_factor,
+                                    process_set)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_allreduce_async([c for c, _ in pairs], average, name, op,
+                                               prescale_factor, postscale_factor, process_set))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Start an in-place broadcast of root_rank's tensor; returns a handle."""
+    call = "hvd.broadcast_async_"
+    _process_set(process_set, call)
+    comm = _live(call)
+    _checked(tensor, call)
+    _root(root_rank, comm, call)
+    buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+    request = comm.ibroadcast(buf, root=root_rank)
+
+    def finish():
+        if buf is not tensor:
+            tensor.copy_(buf)
+        return tensor
+
+    return _post([request], tensor, finish)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    _checked(tensor, "hvd.broadcast_async")
+    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
+                            root_rank, name, process_set)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """A new tensor holding root_rank's tensor."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrite tensor with root_rank's; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def _gather_shapes(tensor, comm, call):
+    """Every rank's first dimension of tensor, after checking that the ranks' tensors agree in
+    dtype and every other dimension (else Mismatch on every rank, naming them)."""
+    every = _allgather_object((str(tensor.dtype), tuple(tensor.shape)), comm)
+    dtype0, shape0 = every[0]
+    for r, (dtype, shape) in enumerate(every):
+        if dtype != dtype0 or shape[1:] != shape0[1:]:
+            raise Mismatch("%s: the ranks' tensors differ beyond their first dimension: rank 0 "
+                           "has %s%s, rank %d has %s%s" % (call, dtype0, list(shape0), r, dtype,
+                                                          list(shape)), Mismatch.code)
+    return [shape[0] for _, shape in every]
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Start gathering every rank's tensor, concatenated along the first dimension (which may
+    differ between ranks); synchronize(handle) returns the result."""
+    call = "hvd.allgather_async"
+    _process_set(process_set, call)
+    comm = _live(call)
+    _checked(tensor, call)
+    src = tensor.detach().contiguous()
+    if src.dim() == 0:
+        src = src.reshape(1)
+    firsts = _gather_shapes(src, comm, call)
+    rest = tuple(src.shape[1:])
+    widest = max(firsts)
+    if widest != src.shape[0]:
+        padded = src.new_zeros((widest,) + rest)
+        padded[:src.shape[0]] = src
+        src = padded
+    gathered = src.new_empty((widest * comm.size,) + rest)
+    request = comm.iallgather(src, gathered)
+    if all(f == widest for f in firsts):
+        return _post([request], gathered)
+
+    def finish():
+        return torch.cat([gathered[r * widest:r * widest + f] for r, f in enumerate(firsts)])
+
+    return _post([request], None, finish)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Every rank's tensor concatenated along the first dimension, in rank order."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def barrier(process_set=global_process_set):
+    _process_set(process_set, "hvd.barrier")
+    _live("hvd.barrier").barrier()

@@ -1,0 +1,106 @@
+"""hoop.torch: the job (init, shutdown, rank, size), and what Horovod has and hoop does not.
+
+This module holds the communicator of the Horovod API (_comm, bound by init() and shutdown()).
+The others ask _live() for it, never keep a copy of their own.
+"""
+
+from .. import InvalidArgument, Unsupported, _shared_comm
+from . import _handles
+from ._ops import _process_set
+
+
+_comm = None
+
+
+def init(comm=None, process_sets=None):
+    """Join the job hooprun started (a job of one rank when started alone)."""
+    global _comm
+    if comm is not None:
+        raise Unsupported("hvd.init: an MPI communicator is not supported by hoop (start the "
+                          "ranks with hooprun)", Unsupported.code)
+    if process_sets:
+        _process_set(process_sets, "hvd.init")
+    if _comm is None or _comm._handle is None:
+        _comm = _shared_comm()
+
+
+def shutdown():
+    """Leave the job (waits for outstanding calls first)."""
+    global _comm
+    if _comm is not None:
+        _handles._handles.clear()
+        _comm.finalize()
+        _comm = None
+
+
+def is_initialized():
+    return _comm is not None and _comm._handle is not None
+
+
+def _live(call):
+    if not is_initialized():
+        raise ValueError("%s: hoop.torch has not been initialized; call hvd.init() first" % call)
+    return _comm
+
+
+def _root(root_rank, comm, call):
+    if not isinstance(root_rank, int) or not 0 <= root_rank < comm.size:
+        raise InvalidArgument("%s: root_rank %r is not a rank of this job (0 to %d)"
+                              % (call, root_rank, comm.size - 1), InvalidArgument.code)
+
+
+def rank():
+    return _live("hvd.rank").rank
+
+
+def size():
+    return _live("hvd.size").size
+
+
+def local_rank():
+    return _live("hvd.local_rank").local_rank
+
+
+def local_size():
+    return _live("hvd.local_size").local_size
+
+
+def mpi_threads_supported():
+    return False
+
+
+def _built_false():
+    return False
+
+
+mpi_built = mpi_enabled = gloo_built = gloo_enabled = nccl_built = ddl_built = ccl_built = \
+    cuda_built = rocm_built = _built_false
+
+
+def _unsupported(name, why):
+    def refuse(*args, **kwargs):
+        raise Unsupported("hvd.%s is not supported by hoop: %s" % (name, why), Unsupported.code)
+    refuse.__name__ = name
+    return refuse
+
+
+for _name, _why in (("alltoall", "hoop has allreduce, allgather, broadcast and barrier"),
+                    ("alltoall_async", "hoop has allreduce, allgather, broadcast and barrier"),
+                    ("reducescatter", "hoop has allreduce, allgather, broadcast and barrier"),
+                    ("reducescatter_async", "hoop has allreduce, allgather, broadcast and barrier"),
+                    ("add_process_set", "process sets are not supported"),
+                    ("remove_process_set", "process sets are not supported"),
+                    ("cross_rank", "hoop does not number hosts"),
+                    ("cross_size", "hoop does not number hosts"),
+                    ("start_timeline", "use HOOP_TRACE=FILE for a Chrome trace"),
+                    ("stop_timeline", "use HOOP_TRACE=FILE for a Chrome trace")):
+    globals()[_name] = _unsupported(_name, _why)
+
+
+class _Elastic:
+    def __getattr__(self, name):
+        raise Unsupported("hvd.elastic.%s is not supported by hoop: elastic training is not "
+                          "implemented" % name, Unsupported.code)
+
+
+elastic = _Elastic()

@@ -1,0 +1,44 @@
+"""hoop.torch: Python objects between ranks (broadcast_object, allgather_object), pickled."""
+
+import pickle
+
+import torch
+
+from ._job import _live, _root
+from ._ops import _process_set, global_process_set
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's obj (anything pickle takes, tensors included), on every rank."""
+    call = "hvd.broadcast_object"
+    _process_set(process_set, call)
+    comm = _live(call)
+    _root(root_rank, comm, call)
+    if comm.rank == root_rank:
+        data = bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        length = torch.tensor([len(data)], dtype=torch.int64)
+    else:
+        length = torch.zeros(1, dtype=torch.int64)
+    comm.broadcast(length, root=root_rank)
+    if comm.rank != root_rank:
+        data = bytearray(int(length.item()))
+    comm.broadcast(data, root=root_rank, dtype="uint8")
+    return pickle.loads(data)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """A list of every rank's obj, in rank order."""
+    call = "hvd.allgather_object"
+    _process_set(process_set, call)
+    return _allgather_object(obj, _live(call))
+
+
+def _allgather_object(obj, comm):
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    lengths = torch.empty(comm.size, dtype=torch.int64)
+    comm.allgather(torch.tensor([len(data)], dtype=torch.int64), lengths)
+    lengths = lengths.tolist()
+    widest = max(lengths)
+    every = bytearray(widest * comm.size)
+    comm.allgather(bytearray(data.ljust(widest, b"\0")), every, dtype="uint8")
+    return [pickle.loads(bytes(every[r * widest:r * widest + n])) for r, n in enumerate(lengths)]

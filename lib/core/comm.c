@@ -30,88 +30,6 @@
 
 #define HOOP__DEFAULT_TIMEOUT_S 300.0
 
-/* ---- errors and clocks --------------------------------------------------------------------- */
-
-static hoop_result record(hoop_comm *comm, hoop_result code, const char *fmt, va_list ap) {
-  if (!comm)
-    return code;
-  vsnprintf(comm->last_error, sizeof comm->last_error, fmt, ap);
-  HOOP__INFO(HOOP_SUBSYS_ALL, "%s: %s", hoop_strerror(code), comm->last_error);
-  return code;
-}
-
-hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  record(comm, code, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
-/* From now on every call on comm is refused with the last error recorded. */
-static void mark_failed(hoop_comm *comm, hoop_result code) {
-  comm->failed = code;
-  memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
-  /* A failure of this rank's own (not a peer's notice): peers are told it started here. */
-  if (!comm->fail_cause[0]) {
-    if (comm->fail_origin < 0)
-      comm->fail_origin = comm->rank;
-    memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
-  }
-}
-
-hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
-  /* Once failed, what goes wrong next (connections closing after the shutdown) is a consequence:
-   * the first story stays in hoop_last_error, or the call that failed would report the echo. */
-  if (comm && comm->failed) {
-    if (hoop__log_enabled(HOOP_LOG_TRACE, HOOP_SUBSYS_ALL)) {
-      char echo[256];
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(echo, sizeof echo, fmt, ap);
-      va_end(ap);
-      HOOP__TRACE(HOOP_SUBSYS_ALL, "after the failure: %s", echo);
-    }
-    return code;
-  }
-  va_list ap;
-  va_start(ap, fmt);
-  record(comm, code, fmt, ap);
-  va_end(ap);
-  if (comm) {
-    mark_failed(comm, code);
-    HOOP__WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
-    if (comm->peer_transport)
-      hoop__transports_shutdown(comm);
-  }
-  return code;
-}
-
-hoop_result hoop__retire(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
-  if (comm->failed)
-    return comm->failed;
-  /* Not failed yet, the transports say goodbye (as at finalize), after what this rank sent. */
-  if (comm->peer_transport)
-    hoop__transports_shutdown(comm);
-  va_list ap;
-  va_start(ap, fmt);
-  record(comm, code, fmt, ap);
-  va_end(ap);
-  mark_failed(comm, code);
-  return code;
-}
-
-double hoop__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int hoop__host_oversubscribed(const hoop_comm *comm) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && comm->local_size > cpus;
-}
-
 /* ---- accessors ------------------------------------------------------------------------------- */
 
 int hoop_rank(const hoop_comm *comm) {
@@ -528,19 +446,6 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
 
 /* ---- the end --------------------------------------------------------------------------------- */
 
-hoop_result hoop__check_abort(hoop_comm *comm) {
-  if (atomic_load(&comm->abort_requested) != 1) /* -1: the reason is being written */
-    return HOOP_OK;
-  if (!comm->abort_done) {
-    comm->abort_done = 1;
-    /* The server first: it reaches every rank even when this rank's data connections are stuck
-     * behind a stopped peer, which the notices on them below may wait for. */
-    hoop__rendezvous_abort(comm, comm->abort_reason);
-    hoop__fail(comm, HOOP_ERR_ABORTED, "aborted by rank %d: %s", comm->rank, comm->abort_reason);
-  }
-  return HOOP_ERR_ABORTED;
-}
-
 /* Any thread may call this. The reason is written once, before the flag that publishes it; the
  * abort itself runs under call_lock: here if no call holds it, else in the calling thread, which
  * the transport wakes. A call that was just releasing the lock checks the flag after unlocking
@@ -595,24 +500,4 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   pthread_cond_destroy(&comm->done_cond);
   free(comm);
   return HOOP_OK;
-}
-
-hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int origin,
-                              const char *text) {
-  if (comm->failed)
-    return comm->failed;
-  /* Fields from the wire: a code outside the known failures is a protocol error, never "OK". */
-  if (code < HOOP_ERR_INVALID_ARG || code > HOOP_ERR_FAILED)
-    code = HOOP_ERR_PROTOCOL;
-  if (origin < 0 || origin >= comm->size)
-    origin = peer;
-  comm->fail_origin = origin;
-  snprintf(comm->fail_cause, sizeof comm->fail_cause, "%s", text);
-  /* An abort and a mismatch name their origin in their own words; both sides of a mismatch get
-   * the same code. Anything else happened to someone else: say so, and who. */
-  if (code == HOOP_ERR_ABORTED || code == HOOP_ERR_MISMATCH)
-    return hoop__fail(comm, code, "%s", text);
-  return hoop__fail(
-      comm, code, "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
-      comm->call ? comm->call : "hoop", (unsigned long long)comm->seq, origin, peer, text);
 }

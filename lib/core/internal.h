@@ -31,6 +31,14 @@ typedef enum hoop__coll {
 
 struct hoop__tctx;
 struct hoop__mem_ops;
+
+typedef enum hoop__hook_kind {
+  HOOP__HOOK_FAIL,
+  HOOP__HOOK_ABORT,
+  HOOP__HOOK_KINDS
+} hoop__hook_kind;
+typedef void (*hoop__hook_fn)(hoop_comm *comm);
+#define HOOP__HOOKS_MAX 4
 struct hoop__rdzv_thread;
 struct pollfd;
 
@@ -84,6 +92,7 @@ struct hoop_comm {
   char fail_reason[1024]; /* the message of the failure that set `failed` */
   int fail_origin;        /* the rank whose failure started it (this one, a lost peer...) */
   char fail_cause[1024];  /* the origin's own message, forwarded to peers in a notice */
+  hoop__hook_fn hooks[HOOP__HOOK_KINDS][HOOP__HOOKS_MAX]; /* core/error.c */
 
   /* hoop_abort from another thread: the reason is stored, the flag raised, and whoever holds
    * call_lock (the thread inside a call, woken through the transport) carries it out. */
@@ -179,6 +188,13 @@ void hoop__registrations_release(hoop_comm *comm);
  * Dropped by hoop__deregister_internal (nothing if there is none at ptr) or at finalize. */
 hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes);
 void hoop__deregister_internal(hoop_comm *comm, const void *ptr);
+
+/* Failure hooks: what the layers above the core do when comm fails (FAIL: hoop__fail, and a
+ * hoop__retire's goodbye; the transports drop their connections, telling their peers) or aborts
+ * (ABORT: before the failure; the rendezvous connection tells the server, which reaches every
+ * rank). Each layer registers its own once it has something to do (a function is kept once);
+ * they run in the order registered. */
+void hoop__hook_register(hoop_comm *comm, hoop__hook_kind kind, hoop__hook_fn fn);
 
 /* Record a failure on comm and return code. Does not mark the communicator failed. */
 hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, ...)

@@ -35,6 +35,8 @@ static void copy_settings(hoop_comm *to, const hoop_comm *from) {
 /* The rendezvous connection (and the server hosted here, if any) pass from one to the other. */
 static void take_connection(hoop_comm *to, hoop_comm *from) {
   to->rdzv_fd = from->rdzv_fd;
+  if (to->rdzv_fd >= 0)
+    hoop__hook_register(to, HOOP__HOOK_ABORT, hoop__rendezvous_abort);
   to->rdzv_inlen = from->rdzv_inlen;
   memcpy(to->rdzv_in, from->rdzv_in, from->rdzv_inlen);
   to->server = from->server;

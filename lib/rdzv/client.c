@@ -210,6 +210,7 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
   }
   if (result == HOOP_OK) {
     comm->rdzv_fd = fd; /* kept: see rdzv/client.h */
+    hoop__hook_register(comm, HOOP__HOOK_ABORT, hoop__rendezvous_abort);
     comm->rdzv_inlen = 0;
     comm->rdzv_goodbye = 0;
   } else {
@@ -428,11 +429,11 @@ static int send_goodbye(hoop_comm *comm, int encoded, const hoop__wbuf *out, con
   return 0;
 }
 
-void hoop__rendezvous_abort(hoop_comm *comm, const char *reason) {
+void hoop__rendezvous_abort(hoop_comm *comm) {
   if (comm->rdzv_fd < 0 || comm->rdzv_goodbye)
     return;
   hoop__abort_msg msg = {.rank = (uint32_t)comm->rank};
-  snprintf(msg.reason, sizeof msg.reason, "%s", reason);
+  snprintf(msg.reason, sizeof msg.reason, "%s", comm->abort_reason);
   hoop__wbuf out = {0};
   if (send_goodbye(comm, hoop__wire_encode_abort(&out, &msg), &out, "ABORT") == 0)
     comm->rdzv_goodbye = 1;

@@ -35,8 +35,9 @@ int hoop__rendezvous_fd(const hoop_comm *comm);
 hoop_result hoop__rendezvous_check(hoop_comm *comm);
 
 /* hoop_abort's message to the server, which relays it to every other rank: ABORT {this rank,
- * reason}, written within a bounded time (the server may be gone or stuck); best effort. */
-void hoop__rendezvous_abort(hoop_comm *comm, const char *reason);
+ * comm->abort_reason}, written within a bounded time (the server may be gone or stuck); best
+ * effort. The abort hook (core/error.c) of a communicator that keeps the connection. */
+void hoop__rendezvous_abort(hoop_comm *comm);
 
 /* hoop_comm_shrink's exchange: send msg (SHRINK) on the kept connection and wait until deadline
  * for the next generation's TABLE, passing over the server's NOTICEs about the old one. HOOP_OK

@@ -193,10 +193,17 @@ static void log_choice(const hoop_comm *comm, const int *served) {
   HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
 }
 
+/* The failure hook (core/error.c): every transport drops its connections, telling its peers. */
+static void fail_hook(hoop_comm *comm) {
+  if (comm->peer_transport)
+    hoop__transports_shutdown(comm);
+}
+
 hoop_result hoop__transport_agree(hoop_comm *comm) {
   comm->peer_transport = calloc((size_t)comm->size, sizeof *comm->peer_transport);
   if (!comm->peer_transport)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
+  hoop__hook_register(comm, HOOP__HOOK_FAIL, fail_hook);
   /* A shrunken job's transports listened before its size was known (core/shrink.c). */
   for (int t = 0; t < comm->ntransports; t++) {
     comm->transports[t].rank = comm->rank;

@@ -127,7 +127,7 @@ struct hoop_comm {
   void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   size_t stage_bytes;
   int stage_pinned; /* stage is page-locked memory from the driver */
-  void *cuda_pipe;  /* the stream and events of pipelined staging (mem/cuda/pipe.c), or NULL */
+  void *cuda_pipe;  /* the stream and events of the piped stage (mem/cuda/pipe.c), or NULL */
   /* The device paths (coll/tune.c's table of paths): the memory kinds' capabilities some rank has
    * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
    * RDMA's settings (coll/path_gdr.c). */

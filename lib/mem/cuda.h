@@ -36,7 +36,7 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
  * device memory. */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
-/* Page-locked host memory for staging (cuMemHostAlloc, portable to every context), allocated in the
+/* Page-locked host memory for the stage (cuMemHostAlloc, portable to every context), allocated in the
  * context of the device memory at near, so that copies to and from device memory run at the bus's
  * speed; NULL where the driver cannot (the caller then uses ordinary memory). Freed with
  * hoop__cuda_host_free. */

@@ -1,5 +1,5 @@
 /* shared.c - what the transports call besides their ops: the core's side (the watched
- * descriptor, the failure, the staging buffer, registrations), and what both do alike (the wake
+ * descriptor, the failure, the library's scratch, registrations), and what both do alike (the wake
  * eventfd, waiting on a listener, the frame header, the lost-peer error, a peer's address). */
 #include <errno.h>
 #include <poll.h>
@@ -26,7 +26,7 @@ void hoop__tctx_failure(const hoop__tctx *ctx, int *origin, const char **cause) 
   *cause = comm->fail_cause[0] ? comm->fail_cause : hoop_strerror(comm->failed);
 }
 
-void hoop__tctx_staging(const hoop__tctx *ctx, void **ptr, size_t *bytes) {
+void hoop__tctx_scratch(const hoop__tctx *ctx, void **ptr, size_t *bytes) {
   *ptr = ctx->comm->scratch;
   *bytes = ctx->comm->scratch_bytes;
 }

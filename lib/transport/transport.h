@@ -134,7 +134,8 @@ typedef struct hoop__transport_ops {
   hoop_result (*register_mem)(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem);
   void (*deregister_mem)(hoop__tctx *ctx, void *mem);
   /* Optional. The library is about to free or reuse [ptr, ptr + bytes) of its own memory (its
-   * staging buffer, hoop__tctx_staging): drop whatever the transport keeps for it. */
+   * scratch, hoop__tctx_scratch; the stage of device buffers; the IPC path's host memory): drop
+   * whatever the transport keeps for it. */
   void (*forget_mem)(hoop__tctx *ctx, const void *ptr, size_t bytes);
 } hoop__transport_ops;
 
@@ -157,8 +158,9 @@ hoop_result hoop__tctx_watched(hoop__tctx *ctx);
 /* Why the communicator failed, for the notice a transport sends its peers: the rank where it
  * began and that rank's message. */
 void hoop__tctx_failure(const hoop__tctx *ctx, int *origin, const char **cause);
-/* The library's staging buffer as it is now (NULL, 0 when none). */
-void hoop__tctx_staging(const hoop__tctx *ctx, void **ptr, size_t *bytes);
+/* The library's scratch, what algorithms on host memory receive into, as it is now (NULL, 0 when
+ * none). */
+void hoop__tctx_scratch(const hoop__tctx *ctx, void **ptr, size_t *bytes);
 /* The handle this transport made of a registration covering [ptr, ptr + len); NULL if none. */
 void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len);
 
@@ -182,8 +184,8 @@ static inline hoop__tctx *hoop__transport_of(const hoop_comm *comm, int peer) {
   return &comm->transports[comm->peer_transport[peer]];
 }
 hoop_result hoop__transport_connect(hoop_comm *comm, int peer);
-/* Every transport: shutdown (after a failure), wake (hoop_abort's thread), forget the staging
- * buffer, finalize (closing them all). */
+/* Every transport: shutdown (after a failure), wake (hoop_abort's thread), forget one of the
+ * library's buffer, finalize (closing them all). */
 void hoop__transports_shutdown(hoop_comm *comm);
 void hoop__transports_wake(hoop_comm *comm);
 void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes);

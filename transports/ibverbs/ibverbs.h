@@ -1,7 +1,7 @@
 /* ibverbs.h - the verbs transport's private state, shared by its files: device.c picks the device,
  * port and address; conn.c sets up RC queue pairs with librdmacm; data.c moves messages through
  * registered slots; progress.c handles completions and runs the progress engine; ops.c implements
- * the transport ops; mr.c registers memory (hoop_register, the staging buffer).
+ * the transport ops; mr.c registers memory (hoop_register, the library's scratch).
  *
  * Data path: each side of a connection owns `slots` receive slots of `slot_bytes` each, registered
  * for remote write, and as many send slots. A message is copied into send slots and RDMA-written
@@ -12,7 +12,7 @@
  * copies out the first slots while later ones are on the wire.
  *
  * Zero-copy (data.c, registrations in mr.c): a message of at least HOOP_IB_ZCOPY_MIN bytes whose
- * source lies in a registered range (hoop_register, or the library's staging buffer) goes as a
+ * source lies in a registered range (hoop_register, or the library's scratch) goes as a
  * rendezvous: an RTS header {length, fingerprint} in a slot, in order with the other messages; the
  * receiver checks it like any header against its posted receive and answers with a CTS in a slot
  * outside the message order (immediate flag IB_IMM_CTS), saying either "write to {addr, rkey}" when
@@ -188,8 +188,8 @@ typedef struct ib_state {
    * zcopy_depth in flight per queue pair (as many bytes as the slots hold). */
   size_t zcopy_min, zcopy_piece;
   int zcopy_depth;
-  /* The library's staging buffer (hoop__tctx_staging), registered on first use as a zero-copy
-   * destination and dropped through forget_mem when hoop__scratch replaces it. */
+  /* The library's scratch (hoop__tctx_scratch), registered on first use as a zero-copy
+   * destination and dropped through forget_mem when the host kind replaces it (mem/host.c). */
   struct ibv_mr *scratch_mr;
   int scratch_reg_failed;
   /* The registrations of device memory (GPUDirect RDMA): every message from them goes as a

@@ -1,6 +1,6 @@
 /* mr.c - the verbs transport's memory registrations: hoop_register's ibv_reg_mr and its undoing,
  * and the lookup that tells the data path whether a buffer can go zero-copy (a user's registration,
- * or the library's staging buffer, registered on first use). */
+ * or the library's scratch, registered on first use). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,31 +25,31 @@ static struct ibv_mr *reg_mr(hoop__tctx *ctx, void *ptr, size_t bytes, const cha
   return mr;
 }
 
-/* The registration that covers [buf, buf + len): the user's (hoop_register), or the staging
- * buffer, registered on first use. Nothing else is ever registered implicitly: see register.c
- * for why a cache of arbitrary pointers is unsafe. The staging buffer is safe because the library
- * owns it and hoop__scratch calls forget_mem before it frees it. */
+/* The registration that covers [buf, buf + len): the user's (hoop_register), or the library's
+ * scratch (what algorithms receive into), registered on first use. Nothing else is ever
+ * registered implicitly: see register.c for why a cache of arbitrary pointers is unsafe. The
+ * scratch is safe because the library owns it and calls forget_mem before it frees it. */
 struct ibv_mr *hoop__ib_find_mr(hoop__tctx *ctx, const void *buf, size_t len) {
   ib_state *state = ib_state_of(ctx);
   struct ibv_mr *registered = hoop__tctx_registered(ctx, buf, len);
   if (registered)
     return registered;
-  void *staging;
-  size_t staging_bytes;
-  hoop__tctx_staging(ctx, &staging, &staging_bytes);
-  uintptr_t start = (uintptr_t)buf, scratch = (uintptr_t)staging;
-  if (!staging || start < scratch || start - scratch > staging_bytes ||
-      len > staging_bytes - (start - scratch))
+  void *scratch;
+  size_t scratch_bytes;
+  hoop__tctx_scratch(ctx, &scratch, &scratch_bytes);
+  uintptr_t start = (uintptr_t)buf, base = (uintptr_t)scratch;
+  if (!scratch || start < base || start - base > scratch_bytes ||
+      len > scratch_bytes - (start - base))
     return NULL;
   if (!state->scratch_mr && !state->scratch_reg_failed) {
-    state->scratch_mr = reg_mr(ctx, staging, staging_bytes, "staging");
+    state->scratch_mr = reg_mr(ctx, scratch, scratch_bytes, "scratch");
     if (!state->scratch_mr) {
-      /* Not fatal: the staging buffer keeps going through the slots. */
+      /* Not fatal: the scratch keeps going through the slots. */
       state->scratch_reg_failed = 1;
       HOOP__INFO(HOOP_SUBSYS_NET,
-                 "ibverbs: ibv_reg_mr of the %zu-byte staging buffer: %s; it is "
+                 "ibverbs: ibv_reg_mr of the library's %zu-byte scratch: %s; it is "
                  "copied through the slots instead",
-                 staging_bytes, strerror(errno));
+                 scratch_bytes, strerror(errno));
     }
   }
   return state->scratch_mr;
@@ -98,7 +98,7 @@ static void gdr_close_fd(void *arg, int fd) {
 
 /* hoop_register of device memory: registered for GPUDirect RDMA where the device can (kept, for
  * the direct path), else nothing (the collectives stage such a buffer through host memory, whose
- * own registration is the staging buffer's); HOOP_GDR=1 makes that an error. */
+ * own registration is the scratch's); HOOP_GDR=1 makes that an error. */
 static hoop_result register_device(hoop__tctx *ctx, void *ptr, size_t bytes, void **mem) {
   char why[512] = "";
   int setting = hoop__gdr_setting(why, sizeof why);
@@ -187,12 +187,17 @@ void hoop__ib_deregister_mem(hoop__tctx *ctx, void *mem) {
 
 void hoop__ib_forget_mem(hoop__tctx *ctx, const void *ptr, size_t bytes) {
   ib_state *state = ib_state_of(ctx);
+  /* Three of the library's buffers are handed here before they are freed: the scratch, the stage
+   * of device buffers (mem/stage.c) and the host memory of the IPC path's step between hosts. Only
+   * the scratch is ever registered (hoop__ib_find_mr); its registration is dropped whichever comes,
+   * which costs a registration at its next use and keeps this simple. */
   (void)ptr;
-  (void)bytes; /* only the staging buffer is ever handed here */
+  (void)bytes;
   if (state && state->scratch_mr) {
     int err = ibv_dereg_mr(state->scratch_mr);
     if (err != 0)
-      HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (staging buffer): %s", strerror(err));
+      HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (the library's scratch): %s",
+                 strerror(err));
   }
   if (state) {
     state->scratch_mr = NULL;

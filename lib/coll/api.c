@@ -5,7 +5,7 @@
 
 #include "coll/coll.h"
 #include "core/request.h"
-#include "mem/cuda.h"
+#include "mem/kind.h"
 
 /* A collective's request: the call's arguments behind the request the queue runs. */
 typedef struct coll_request {
@@ -81,7 +81,7 @@ hoop_result hoop_allreduce_stream(hoop_comm *comm, const void *sendbuf, void *re
                                   hoop_dtype dtype, hoop_op op, void *stream) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
-  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_allreduce_stream", stream, recvbuf);
+  hoop_result result = hoop__mem_stream_wait(comm, "hoop_allreduce_stream", stream, recvbuf);
   return result == HOOP_OK ? hoop_allreduce(comm, sendbuf, recvbuf, count, dtype, op) : result;
 }
 
@@ -89,7 +89,7 @@ hoop_result hoop_broadcast_stream(hoop_comm *comm, void *buf, size_t count, hoop
                                   int root, void *stream) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
-  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_broadcast_stream", stream, buf);
+  hoop_result result = hoop__mem_stream_wait(comm, "hoop_broadcast_stream", stream, buf);
   return result == HOOP_OK ? hoop_broadcast(comm, buf, count, dtype, root) : result;
 }
 
@@ -97,7 +97,7 @@ hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf, void *re
                                   hoop_dtype dtype, void *stream) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
-  hoop_result result = hoop__cuda_stream_wait(comm, "hoop_allgather_stream", stream, recvbuf);
+  hoop_result result = hoop__mem_stream_wait(comm, "hoop_allgather_stream", stream, recvbuf);
   return result == HOOP_OK ? hoop_allgather(comm, sendbuf, recvbuf, count, dtype) : result;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/paths.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
 #include "core/trace.h"

@@ -7,7 +7,7 @@
 #include "coll/coll.h"
 #include "core/env.h"
 #include "core/request.h"
-#include "mem/cuda.h"
+#include "mem/kind.h"
 
 #define FUSION_MIN_BYTES 4096
 #define FUSION_MAX_BYTES (1L << 30)
@@ -43,10 +43,11 @@ static hoop_result read_fusion(hoop_comm *comm) {
   return HOOP_OK;
 }
 
-/* Packing and unpacking: memcpy, or the driver for device buffers (its errors name the call). */
+/* Packing and unpacking: memcpy, or hoop__mem_copy where a device memory kind is loaded (the
+ * driver for device buffers; its errors name the call). */
 static hoop_result pack_copy(hoop_comm *comm, const fused_request *req, void *dst, const void *src,
                              size_t bytes) {
-  if (!hoop__cuda_loaded()) {
+  if (!hoop__mem_kinds_here()) {
     memcpy(dst, src, bytes);
     return HOOP_OK;
   }

@@ -34,7 +34,7 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
                                 const hoop__coll_args *args, char *dst, size_t at, size_t len) {
   const hoop__group *group = &mapped->group;
   const hoop__mem_ops *kind = comm->mem;
-  int n = group->size, many = kind->many_max < 16 ? kind->many_max : 16;
+  int n = group->size, many = kind->many_max;
   /* In place, block r of this rank's input is the result's: a first pass that does not read it
    * would overwrite it before its turn, so the partial result goes to scratch then (the path made
    * it ready). */
@@ -42,7 +42,7 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
   if (args->sendbuf == args->recvbuf && group->index >= many &&
       !(acc = hoop__kind_scratch(comm, len * args->esize)))
     return HOOP_ERR_SYSTEM;
-  const void *srcs[16];
+  const void *srcs[HOOP__MEM_MANY_MAX];
   hoop_result result = HOOP_OK;
   for (int q = 0; q < n && result == HOOP_OK;) {
     int k = 0;

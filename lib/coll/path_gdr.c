@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/paths.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "mem/cuda.h"
@@ -168,8 +169,8 @@ static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args 
 }
 
 static int gdr_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
-                       hoop_result *result) {
-  (void)algo;
+                       int by_host, hoop_result *result) {
+  (void)algo, (void)by_host;
   struct hoop__gdr *gdr = gdr_state(comm);
   if (!gdr) {
     /* Every other rank may be about to agree: fail, not stage alone. */

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/paths.h"
 #include "core/env.h"
 #include "mem/cuda.h"
 #include "mem/cuda/kind.h"
@@ -97,13 +98,9 @@ static void ipc_free(hoop_comm *comm) {
   free(ipc->held.held);
   /* The peers' memory this communicator mapped: closed (once idle), so that what they free is
    * not kept alive here. */
-  uint64_t *processes = calloc((size_t)comm->size, sizeof *processes);
-  if (processes) {
-    for (int q = 0; q < comm->size; q++)
-      processes[q] = q != comm->rank ? ipc->descs[q].process : 0;
-    hoop__ipc_map_forget(processes, comm->size);
-    free(processes);
-  }
+  for (int q = 0; q < comm->size; q++)
+    if (q != comm->rank)
+      hoop__ipc_map_forget(&ipc->descs[q].process, 1);
   free_host(comm, ipc);
   free(ipc->descs);
   free(ipc->sends);
@@ -289,17 +286,19 @@ static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args 
   int mine = could(comm, ipc, args, why, sizeof why), all = mine;
   if ((*result = hoop__group_agree(comm, &ipc->mapped.group, &all, 0)) != HOOP_OK)
     return -1;
-  int go = 0;
+  int go = 0, offered = mine;
   if (!all && mine)
     snprintf(why, sizeof why, "another rank's buffers are host memory, or not of one context");
   else if (all && (go = exchange_and_map(comm, ipc, args, why, sizeof why, result)) < 0) {
     hoop__ipc_map_release(&ipc->held);
     return -1;
   }
+  if (all)
+    offered = ipc->descs[comm->rank].ok;
   if (!go) {
     hoop__ipc_map_release(&ipc->held);
-    /* Said by the ranks that could, or by rank 0 where none could. */
-    if (mine || comm->rank == 0)
+    /* Said by the ranks that offered their buffers, or by rank 0 where none did. */
+    if (offered || comm->rank == 0)
       hoop__path_tell(comm, &ipc->path, "ipc", bytes, NULL, why);
     return 0;
   }
@@ -312,7 +311,8 @@ static int settle(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args 
  * this host's ranks. Alike on every rank of a host. HOOP_CUDA_IPC and the call's size: alike too.
  */
 static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
-                       hoop_result *result) {
+                       int by_host, hoop_result *result) {
+  (void)algo;
   struct hoop__ipc *ipc = ipc_state(comm);
   if (!ipc) {
     /* Every other rank may be about to exchange descriptors: fail, not stage alone. */
@@ -323,10 +323,9 @@ static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop_
   if (!ipc->enabled || hoop__call_total(comm, args) < ipc->min_bytes)
     return 0;
   const hoop__hosts *hosts = comm->hosts;
-  ipc->mapped.by_host = algo->traits.by_host;
-  ipc->mapped.group = algo->traits.by_host
-                          ? (hoop__group){hosts->per_host, hosts->local_index, hosts->local}
-                          : hoop__whole(comm);
+  ipc->mapped.by_host = by_host;
+  ipc->mapped.group = by_host ? (hoop__group){hosts->per_host, hosts->local_index, hosts->local}
+                              : hoop__whole(comm);
   return 1;
 }
 

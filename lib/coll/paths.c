@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/paths.h"
 #include "core/log.h"
 
 /* Backing off: after agreements that found no rank able, skip up to this many calls. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/paths.h"
 #include "core/env.h"
 
 /* ---- the algorithms ----------------------------------------------------------------------------
@@ -335,14 +336,16 @@ static const path_row paths[] = {
 int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
                     hoop__algo_fn prepare, hoop_result *result) {
   *result = HOOP_OK;
-  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER || !comm->hosts)
+  /* A build with no device memory kind never agrees on one (every rank runs the same build). */
+  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER || !comm->hosts ||
+      !hoop__mem_kinds_built())
     return 0;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < PATHS; i++) {
     const path_row *row = &paths[i];
     if ((shape & row->when) != row->when || (row->by_host && !algo->traits.by_host))
       continue;
-    int go = row->path->enabled(comm, args, algo, result);
+    int go = row->path->enabled(comm, args, algo, row->by_host, result);
     if (go > 0) {
       int kinds = hoop__paths_kinds(comm, result);
       if (kinds < 0)

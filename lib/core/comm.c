@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "coll/coll.h"
+#include "coll/paths.h"
 #include "config.h"
 #include "core/env.h"
 #include "core/flight.h"

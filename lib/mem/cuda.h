@@ -36,9 +36,9 @@ hoop_result hoop__cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t 
  * device memory. */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
-/* Page-locked host memory for the stage (cuMemHostAlloc, portable to every context), allocated in the
- * context of the device memory at near, so that copies to and from device memory run at the bus's
- * speed; NULL where the driver cannot (the caller then uses ordinary memory). Freed with
+/* Page-locked host memory for the stage (cuMemHostAlloc, portable to every context), allocated in
+ * the context of the device memory at near, so that copies to and from device memory run at the
+ * bus's speed; NULL where the driver cannot (the caller then uses ordinary memory). Freed with
  * hoop__cuda_host_free. */
 void *hoop__cuda_host_alloc(size_t bytes, const void *near);
 void hoop__cuda_host_free(void *ptr);

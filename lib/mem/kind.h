@@ -46,10 +46,13 @@ typedef struct hoop__mem_ops {
    * rounds it, then divided by divide unless it is 0; 1 to many_max sources, dst may be one. */
   hoop_result (*reduce_many)(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
                              size_t count, hoop_dtype dtype, hoop_op op, int divide);
-  int many_max;
+  int many_max; /* at most HOOP__MEM_MANY_MAX */
   hoop_result (*copy_queued)(hoop_comm *comm, void *dst, const void *src, size_t bytes);
   hoop_result (*sync)(hoop_comm *comm);
 } hoop__mem_ops;
+
+/* The most sources a kind's reduce_many takes. */
+#define HOOP__MEM_MANY_MAX 16
 
 extern const hoop__mem_ops hoop__mem_host;
 extern const hoop__mem_ops hoop__mem_piped;
@@ -79,8 +82,15 @@ static inline void hoop__kind_done(hoop_comm *comm, const void *ptr, size_t len)
     comm->mem->done(comm, ptr, len);
 }
 
-/* The capabilities of the kinds this process has loaded (a driver found), host memory's none. */
+/* The capabilities of the kinds this build has (built) and this process has loaded (here: a
+ * driver found); host memory has none. */
+unsigned hoop__mem_kinds_built(void);
 unsigned hoop__mem_kinds_here(void);
+
+/* The work the caller queued on stream (a CUDA stream; NULL: the legacy default stream of buf's
+ * context) done, for the stream-ordered calls; nothing to wait for on host memory. call names the
+ * public call in messages. */
+hoop_result hoop__mem_stream_wait(hoop_comm *comm, const char *call, void *stream, const void *buf);
 
 /* Copy bytes between any two memories, host or device, synchronously (mem/cuda.c). */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);

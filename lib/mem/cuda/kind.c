@@ -22,8 +22,9 @@
 struct hoop__cuda_kind {
   const void *near; /* the running call's device memory */
   int flush;        /* received data must be flushed before the GPU reads it */
-  int registered;   /* the scratch must be registered with every peer's transport */
+  int registered;   /* the running call's scratch must be registered with every peer's transport */
   char *scratch;    /* device memory of near's context, or NULL */
+  int scratch_registered; /* it is registered */
   size_t scratch_bytes;
 };
 
@@ -34,6 +35,7 @@ static void drop_scratch(hoop_comm *comm, struct hoop__cuda_kind *kind) {
   hoop__cuda_free(kind->scratch);
   kind->scratch = NULL;
   kind->scratch_bytes = 0;
+  kind->scratch_registered = 0;
 }
 
 hoop_result hoop__cuda_kind_begin(hoop_comm *comm, const void *near, int flush, int registered) {
@@ -43,7 +45,7 @@ hoop_result hoop__cuda_kind_begin(hoop_comm *comm, const void *near, int flush, 
                            comm->call);
   /* Scratch of another context, or not registered where it must be, is made again. */
   if (kind->scratch && (hoop__cuda_context_of(kind->scratch) != hoop__cuda_context_of(near) ||
-                        (registered && !kind->registered)))
+                        (registered && !kind->scratch_registered)))
     drop_scratch(comm, kind);
   kind->near = near;
   kind->flush = flush;
@@ -92,6 +94,7 @@ static void *cuda_scratch(hoop_comm *comm, size_t bytes) {
   }
   kind->scratch = ptr;
   kind->scratch_bytes = bytes;
+  kind->scratch_registered = kind->registered;
   return ptr;
 }
 
@@ -137,6 +140,21 @@ static hoop_result cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t
 
 static hoop_result cuda_sync(hoop_comm *comm) {
   return hoop__cuda_sync(comm, ((struct hoop__cuda_kind *)comm->cuda_kind)->near);
+}
+
+_Static_assert(HOOP__CUDA_MANY_MAX <= HOOP__MEM_MANY_MAX, "reduce_many takes too many sources");
+
+unsigned hoop__mem_kinds_built(void) {
+#ifdef HOOP_HAVE_CUDA
+  return hoop__mem_cuda.caps;
+#else
+  return 0;
+#endif
+}
+
+hoop_result hoop__mem_stream_wait(hoop_comm *comm, const char *call, void *stream,
+                                  const void *buf) {
+  return hoop__cuda_stream_wait(comm, call, stream, buf);
 }
 
 unsigned hoop__mem_kinds_here(void) {

@@ -170,7 +170,7 @@ syncs=$(awk '{n += $6} END {print n + 0}' "$counts" 2>/dev/null)
 echo "  --device all --stream on 2 ranks: $syncs stream waits"
 [ "${syncs:-0}" -ge 100 ] || { echo "FAIL: the stream variants did not wait for their stream"; status=1; }
 
-# CUDA IPC (coll/ipc.c): every call of every size (HOOP_CUDA_IPC_MIN_BYTES=0) on ranks whose
+# CUDA IPC (coll/path_ipc.c, coll/mapped.c): every call of every size (HOOP_CUDA_IPC_MIN_BYTES=0) on ranks whose
 # buffers are all on the device reads the peers' buffers through the stand-in's IPC mappings, with
 # its reduction kernels carried out late (FAKECUDA_ASYNC_DELAY_US): a block read before its
 # reduction is waited for, or a result copied before its owner finished, fails the checks. Also
@@ -203,6 +203,10 @@ ipc_run "IPC --device all" 10 --device all
 export HOOP_ALGO=allreduce:hier
 ipc_run "IPC host by host, 2 hosts" 4 --device all --fake-hosts 2
 [ "${kernels:-0}" -ge 100 ] || { echo "FAIL: host by host did not go by CUDA IPC"; status=1; }
+# hier forced on one host: the whole host reads each other's buffers (the flat IPC shape), not
+# host by host with a step between hosts of one rank (which hung).
+ipc_run "IPC, hier forced on one host" 3 --device all
+[ "${kernels:-0}" -ge 100 ] || { echo "FAIL: hier on one host did not go by CUDA IPC"; status=1; }
 # Small chunks: the step between hosts in many messages, cut alike by both kinds of host.
 export HOOP_CHUNK_BYTES=4096
 ipc_run "IPC host by host, the first of 2 hosts only" 6 --device host0 --fake-hosts 3

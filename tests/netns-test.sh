@@ -24,7 +24,7 @@ skip() {
 command -v ip >/dev/null 2>&1 || skip "'ip' not found (Debian: apt-get install iproute2)"
 
 # Unique names, so that runs in parallel do not collide.
-. "$(cd "$(dirname "$0")" && pwd)/netns-lib.sh"
+. "$(cd "$(dirname "$0")" && pwd)/support/netns-lib.sh"
 netns_hosts= netns_switch=
 work=$(mktemp -d)
 hoopd_pid=

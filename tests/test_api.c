@@ -10,8 +10,8 @@
 
 #include "core/env.h"
 #include "hoop.h"
-#include "procs.h"
 #include "rdzv/auth.h"
+#include "support/procs.h"
 #include "util/netaddr.h"
 
 static hoop_comm *single_rank(void) {

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "procs.h"
+#include "support/procs.h"
 
 /* Run coll_worker on np ranks under hooprun, with env_add ("NAME=value", NULL-ended, or NULL)
  * added to the ranks' environment. */

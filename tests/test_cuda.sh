@@ -1,13 +1,13 @@
 #!/bin/sh
-# Collectives on CUDA device buffers (tests/coll_worker.c --device): every dtype and op at odd
-# counts, in place and out of place, broadcast from every root, allgather; every rank on the device,
-# even ranks only (host and device ranks in one call), and send and receive buffers of different
-# kinds on one rank; on 1 to 3 ranks, each result against reference.c.
+# Collectives on CUDA device buffers (tests/support/coll_worker.c --device): every dtype and op at
+# odd counts, in place and out of place, broadcast from every root, allgather; every rank on the
+# device, even ranks only (host and device ranks in one call), and send and receive buffers of
+# different kinds on one rank; on 1 to 3 ranks, each result against reference.c.
 #
 # Where there is a GPU (the driver loads and cuInit finds a device), on it. Everywhere else on the
-# stand-in driver tests/fakecuda.c, whose device memory faults if the CPU touches it, so every
-# device byte must go through the driver's copies; the stand-in counts them, and the test requires
-# that device buffers were copied. A libhoop built without CUDA skips (77).
+# stand-in driver tests/support/fakecuda/, whose device memory faults if the CPU touches it, so
+# every device byte must go through the driver's copies; the stand-in counts them, and the test
+# requires that device buffers were copied. A libhoop built without CUDA skips (77).
 set -u
 build=${HOOP_BUILDDIR:-.}
 worker=$build/tests/coll_worker
@@ -73,7 +73,7 @@ if [ $gpu = yes ]; then
     exit $status
   fi
 else
-  echo "== no GPU here: device buffers on the stand-in driver (tests/fakecuda.c)"
+  echo "== no GPU here: device buffers on the stand-in driver (tests/support/fakecuda/)"
 fi
 
 fake=$build/tests/.libs/libfakecuda.so

@@ -10,7 +10,8 @@
  * must be NaN. On a GPU by default; exits 77 (skipped) where there is none, or in a build without
  * kernels. Given the stand-in driver (HOOP_CUDA_LIBRARY=tests/.libs/libfakecuda.so, as
  * tests/test_cuda.sh runs it in CI) it checks kernels.cu's own code compiled for the CPU
- * (tests/kernels_host.cc), launched as hoop launches it: everything but the GPU's arithmetic.
+ * (tests/support/fakecuda/kernels_host.cc), launched as hoop launches it: everything but the
+ * GPU's arithmetic.
  */
 #include <math.h>
 #include <stdint.h>
@@ -19,9 +20,9 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "devmem.h"
 #include "mem/cuda.h"
 #include "mem/reduce.h"
+#include "support/devmem.h"
 
 static size_t checks, failures;
 

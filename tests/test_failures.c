@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "procs.h"
+#include "support/procs.h"
 
 /* Seconds past HOOP_TIMEOUT within which every survivor must have returned its error. */
 #define REPORT_BOUND_S 3.0

@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "procs.h"
 #include "rdzv/wire.h"
+#include "support/procs.h"
 
 static pid_t hoopd_pid;
 static int hoopd_port;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "procs.h"
+#include "support/procs.h"
 
 /* Every variable a test may set, cleared in each child first so that the environment the suite
  * runs in (say, under hooprun or Slurm) cannot leak in. */

@@ -2,16 +2,16 @@
  * memory and over TCP: many mixed requests outstanding at once, completed in scrambled order by
  * hoop_test and hoop_wait and checked against reference.c, the fused allreduce on many buffers of
  * odd counts cut into small pieces, hoop_finalize refusing while a request is outstanding
- * (nb_worker.c); a rank that aborts or is killed while the others have requests outstanding,
- * which must fail every one of them naming it; and HOOP_TRACE's files, which must parse as JSON and
- * hold every call. */
+ * (support/nb_worker.c); a rank that aborts or is killed while the others have requests
+ * outstanding, which must fail every one of them naming it; and HOOP_TRACE's files, which must
+ * parse as JSON and hold every call. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "procs.h"
+#include "support/procs.h"
 
 /* Run nb_worker on np ranks with env_add and extra arguments; return hooprun's exit status and
  * the output in *out (malloc'ed). */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "procs.h"
+#include "support/procs.h"
 
 /* Every run trains the MLP on a small synthetic set: a few tenths of a second on 4 ranks over two
  * cores, a few seconds under the sanitizers. */

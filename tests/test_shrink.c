@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "procs.h"
+#include "support/procs.h"
 
 #define MAX_RANKS 8
 /* Iterations before a victim dies: the job is well under way. */

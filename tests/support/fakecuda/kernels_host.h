@@ -1,5 +1,5 @@
-/* kernels_host.h - lib/mem/kernels.cu compiled for the CPU (tests/kernels_host.cc), as the stand-in
- * driver (tests/fakecuda.c) launches it. */
+/* kernels_host.h - lib/mem/kernels.cu compiled for the CPU (kernels_host.cc), as the stand-in
+ * driver (fakecuda.h) launches it. */
 #ifndef HOOP_TESTS_KERNELS_HOST_H
 #define HOOP_TESTS_KERNELS_HOST_H
 

@@ -19,7 +19,7 @@
  * over the network transport while the other ranks of the host share memory: a mixed job.
  *
  * --device all: every buffer in CUDA device memory (devmem.c: the real driver, or the stand-in of
- * fakecuda.c through HOOP_CUDA_LIBRARY); even: only even ranks' buffers, so host and device ranks
+ * fakecuda/ through HOOP_CUDA_LIBRARY); even: only even ranks' buffers, so host and device ranks
  * meet in one call; mixed: even ranks send from device memory into host memory, odd ranks from host
  * into device memory; host0: the ranks of the first host (--fake-hosts) on the device, the others
  * on the host. Inputs are written and results checked on host copies. --stream: the calls

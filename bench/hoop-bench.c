@@ -5,51 +5,19 @@
  *
  * busbw follows nccl-tests: allreduce algbw * 2(n-1)/n, allgather algbw * (n-1)/n, broadcast algbw,
  * so that the figure compares with the link's bandwidth whatever the rank count.
+ *
+ * This file measures one row and runs the sweep; options.c reads the command line, check.c
+ * writes the inputs and checks the results.
  */
 #include <errno.h>
-#include <getopt.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
 #include "devmem.h"
-#include "hoop.h"
-
-typedef enum bench_coll {
-  BENCH_ALLREDUCE,
-  BENCH_BROADCAST,
-  BENCH_ALLGATHER,
-  BENCH_BARRIER
-} bench_coll;
-static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
-
-#define BENCH_MAX_SIZES 128
-#define BENCH_MAX_ASYNC 64 /* -a */
-
-typedef struct bench_options {
-  bench_coll coll;
-  size_t min_bytes, max_bytes;
-  double factor;
-  hoop_dtype dtype;
-  hoop_op op;
-  int root;
-  int iters, warmup;
-  double budget_s;   /* > 0: iterations chosen as the anchors choose them, for this many seconds */
-  const char *sizes; /* a comma-separated list instead of the -b/-e/-f sweep, or NULL */
-  size_t size_list[BENCH_MAX_SIZES]; /* the sizes to run, from -s or from -b/-e/-f */
-  int nsizes;
-  int check;
-  int in_place;
-  int register_buffers;
-  int calls;  /* calls per timed step, each with a receive buffer of its own (default 1) */
-  int async;  /* post the step's calls non-blocking, then wait for them */
-  int device; /* buffers in CUDA device memory */
-  const char *csv_path;
-} bench_options;
+#include "hoop-bench.h"
 
 typedef struct bench_row {
   size_t bytes, count;
@@ -78,256 +46,11 @@ static void die(const char *what, hoop_result result) {
   exit(1);
 }
 
-static void usage(FILE *out) {
-  fprintf(out,
-          "usage: hoop-bench allreduce|broadcast|allgather|barrier [options]\n"
-          "  -b, --minbytes N   smallest size (K, M, G suffixes; default 8)\n"
-          "  -e, --maxbytes N   largest size (default 64M)\n"
-          "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
-          "  -d, --datatype T   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32\n"
-          "                     float64 (default float32)\n"
-          "  -o, --op OP        sum prod min max avg (default sum)\n"
-          "  -r, --root R       broadcast root (default 0)\n"
-          "  -n, --iters N      timed iterations per size (default 20)\n"
-          "  -w, --warmup N     untimed iterations first (default 5)\n"
-          "  -t, --budget S     choose iterations as the anchors do: probe (and warm up) until\n"
-          "                     a batch takes 20 ms, then time about S seconds (overrides -n, -w)\n"
-          "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
-          "  -c, --check 0|1    check every rank's result (default 1)\n"
-          "  -i, --inplace      in-place allreduce and allgather\n"
-          "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs;\n"
-          "                     with -D, GPUDirect RDMA where the GPU and device allow)\n"
-          "  -k, --calls K      K calls per timed step, each with a receive buffer of its\n"
-          "                     own (default 1); times are per call\n"
-          "  -a, --async        post the step's calls non-blocking (hoop_iallreduce...), then\n"
-          "                     wait for them (-a alone: the cost of post + wait)\n"
-          "  -D, --device       buffers in CUDA device memory (GPU 0 of the driver that libhoop\n"
-          "                     loads, HOOP_CUDA_LIBRARY); inputs written and results checked\n"
-          "                     through host copies, outside the timing\n"
-          "      --csv FILE     also write the rows to FILE (rank 0)\n"
-          "  -h, --help, -V, --version\n"
-          "Sizes are total bytes per rank's result: for allgather, the gathered buffer.\n");
-}
-
-static size_t parse_size(const char *text) {
-  char *end;
-  errno = 0;
-  double value = strtod(text, &end);
-  if (errno || end == text || value < 0) {
-    fprintf(stderr, "hoop-bench: bad size '%s'\n", text);
-    exit(2);
-  }
-  switch (*end) {
-  case 'k':
-  case 'K': value *= 1024; break;
-  case 'm':
-  case 'M': value *= 1024 * 1024; break;
-  case 'g':
-  case 'G': value *= 1024.0 * 1024 * 1024; break;
-  case '\0': break;
-  default: fprintf(stderr, "hoop-bench: bad size suffix in '%s'\n", text); exit(2);
-  }
-  return (size_t)value;
-}
-
-static int parse_coll(const char *name, bench_coll *coll) {
-  for (int i = 0; i < 4; i++)
-    if (strcmp(name, coll_names[i]) == 0) {
-      *coll = (bench_coll)i;
-      return 0;
-    }
-  return -1;
-}
-
-static void list_sizes(bench_options *opt);
-
-static void parse_options(int argc, char **argv, bench_options *opt) {
-  static const struct option longs[] = {{"minbytes", required_argument, 0, 'b'},
-                                        {"maxbytes", required_argument, 0, 'e'},
-                                        {"stepfactor", required_argument, 0, 'f'},
-                                        {"datatype", required_argument, 0, 'd'},
-                                        {"op", required_argument, 0, 'o'},
-                                        {"root", required_argument, 0, 'r'},
-                                        {"iters", required_argument, 0, 'n'},
-                                        {"warmup", required_argument, 0, 'w'},
-                                        {"check", required_argument, 0, 'c'},
-                                        {"inplace", no_argument, 0, 'i'},
-                                        {"csv", required_argument, 0, 'C'},
-                                        {"help", no_argument, 0, 'h'},
-                                        {"budget", required_argument, 0, 't'},
-                                        {"sizes", required_argument, 0, 's'},
-                                        {"version", no_argument, 0, 'V'},
-                                        {"register", no_argument, 0, 'R'},
-                                        {"async", no_argument, 0, 'a'},
-                                        {"device", no_argument, 0, 'D'},
-                                        {"calls", required_argument, 0, 'k'},
-                                        {0, 0, 0, 0}};
-  *opt = (bench_options){.coll = BENCH_ALLREDUCE,
-                         .min_bytes = 8,
-                         .max_bytes = 64 << 20,
-                         .factor = 2,
-                         .dtype = HOOP_FLOAT32,
-                         .op = HOOP_SUM,
-                         .iters = 20,
-                         .warmup = 5,
-                         .check = 1,
-                         .calls = 1};
-  if (argc > 1 && argv[1][0] != '-') {
-    if (parse_coll(argv[1], &opt->coll) != 0) {
-      fprintf(stderr, "hoop-bench: unknown collective '%s'\n", argv[1]);
-      usage(stderr);
-      exit(2);
-    }
-    argv[1] = argv[0];
-    argv++;
-    argc--;
-  }
-  int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:t:s:k:aiRDhV", longs, NULL)) != -1) {
-    switch (c) {
-    case 'b': opt->min_bytes = parse_size(optarg); break;
-    case 'e': opt->max_bytes = parse_size(optarg); break;
-    case 'f': opt->factor = atof(optarg); break;
-    case 'd':
-      if (hoop_dtype_from_name(optarg, &opt->dtype) != 0) {
-        fprintf(stderr, "hoop-bench: unknown datatype '%s'\n", optarg);
-        exit(2);
-      }
-      break;
-    case 'o':
-      if (hoop_op_from_name(optarg, &opt->op) != 0) {
-        fprintf(stderr, "hoop-bench: unknown op '%s'\n", optarg);
-        exit(2);
-      }
-      break;
-    case 'r': opt->root = atoi(optarg); break;
-    case 'n': opt->iters = atoi(optarg); break;
-    case 'w': opt->warmup = atoi(optarg); break;
-    case 't': opt->budget_s = atof(optarg); break;
-    case 's': opt->sizes = optarg; break;
-    case 'c': opt->check = atoi(optarg); break;
-    case 'i': opt->in_place = 1; break;
-    case 'R': opt->register_buffers = 1; break;
-    case 'a': opt->async = 1; break;
-    case 'D': opt->device = 1; break;
-    case 'k': opt->calls = atoi(optarg); break;
-    case 'C': opt->csv_path = optarg; break;
-    case 'h': usage(stdout); exit(0);
-    case 'V': printf("hoop-bench (hoop) %s\n", PACKAGE_VERSION); exit(0);
-    default: usage(stderr); exit(2);
-    }
-  }
-  if (opt->calls < 1 || opt->calls > BENCH_MAX_ASYNC) {
-    fprintf(stderr, "hoop-bench: --calls takes 1 to %d\n", BENCH_MAX_ASYNC);
-    exit(2);
-  }
-  if (opt->factor <= 1 || opt->iters < 1 || opt->warmup < 0 || opt->min_bytes > opt->max_bytes) {
-    fprintf(stderr, "hoop-bench: need factor > 1, iters >= 1, warmup >= 0, minbytes <= maxbytes\n");
-    exit(2);
-  }
-  list_sizes(opt);
-}
-
-/* Fill opt->size_list from -s, or from the -b/-e/-f sweep; max_bytes becomes the largest. */
-static void list_sizes(bench_options *opt) {
-  opt->nsizes = 0;
-  if (!opt->sizes) {
-    for (double bytes = (double)opt->min_bytes;
-         bytes <= (double)opt->max_bytes && opt->nsizes < BENCH_MAX_SIZES; bytes *= opt->factor)
-      opt->size_list[opt->nsizes++] = (size_t)bytes;
-    return;
-  }
-  char *copy = strdup(opt->sizes), *save = NULL;
-  opt->max_bytes = 0;
-  for (char *tok = strtok_r(copy, ",", &save); tok && opt->nsizes < BENCH_MAX_SIZES;
-       tok = strtok_r(NULL, ",", &save)) {
-    size_t bytes = parse_size(tok);
-    opt->size_list[opt->nsizes++] = bytes;
-    if (bytes > opt->max_bytes)
-      opt->max_bytes = bytes;
-  }
-  free(copy);
-}
-
-/* ---- inputs and checks ----------------------------------------------------------------------- */
-
-static hoop_op bench_op;
+/* ---- one row --------------------------------------------------------------------------------- */
 
 #define BENCH_SEGMENTS 5
 #define BENCH_MIN_ITERS 5
 #define BENCH_MAX_ITERS 10000
-
-/* Rank r's element i: a small integer, exact in every dtype and after any order of summation
- * (1 everywhere for prod, so that products stay in range too). */
-static double input_value(int r, size_t i) {
-  return bench_op == HOOP_PROD ? 1.0 : (double)((r * 7 + (int)(i % 13)) % 5) + 1;
-}
-
-static void store(void *buf, size_t i, hoop_dtype dtype, double v) {
-  switch (dtype) {
-  case HOOP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case HOOP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case HOOP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-  case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case HOOP_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-  case HOOP_FLOAT32: ((float *)buf)[i] = (float)v; break;
-  case HOOP_FLOAT64: ((double *)buf)[i] = v; break;
-  case HOOP_FLOAT16: { /* small positive integers: exponent and mantissa by hand */
-    int e = 0;
-    while ((1 << (e + 1)) <= (int)v)
-      e++;
-    ((uint16_t *)buf)[i] = (uint16_t)(((e + 15) << 10) | ((((int)v << 10) >> e) & 0x3ff));
-    break;
-  }
-  case HOOP_BFLOAT16: {
-    float f = (float)v;
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
-    break;
-  }
-  default: break;
-  }
-}
-
-static void fill(void *buf, size_t count, hoop_dtype dtype, int r) {
-  for (size_t i = 0; i < count; i++)
-    store(buf, i, dtype, input_value(r, i));
-}
-
-static double expected_reduction(size_t i, hoop_op op, hoop_dtype dtype) {
-  double acc = input_value(0, i);
-  for (int r = 1; r < nranks; r++) {
-    double v = input_value(r, i);
-    acc = op == HOOP_PROD  ? acc * v
-          : op == HOOP_MIN ? fmin(acc, v)
-          : op == HOOP_MAX ? fmax(acc, v)
-                           : acc + v;
-  }
-  if (op == HOOP_AVG)
-    acc = dtype <= HOOP_UINT64 ? trunc(acc / nranks) : acc / nranks;
-  return acc;
-}
-
-/* Compare element by element through the same encoding; avg of floats allows rounding. */
-static long count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int kind,
-                        int from_rank) {
-  size_t esize = hoop_dtype_size(dtype);
-  long wrong = 0;
-  unsigned char cell[8];
-  for (size_t i = 0; i < count; i++) {
-    double want =
-        kind == BENCH_ALLREDUCE ? expected_reduction(i, op, dtype) : input_value(from_rank, i);
-    store(cell, 0, dtype, want);
-    if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
-        !(kind == BENCH_ALLREDUCE && op == HOOP_AVG && dtype > HOOP_UINT64))
-      wrong++;
-  }
-  return wrong;
-}
-
-/* ---- one row --------------------------------------------------------------------------------- */
 
 typedef struct bench_buffers {
   char *send, *recv;           /* what the calls get: host memory, or device memory with -D */
@@ -413,18 +136,18 @@ static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
   size_t esize = hoop_dtype_size(opt->dtype);
   switch (opt->coll) {
   case BENCH_ALLREDUCE:
-    fill(opt->in_place ? b->host_recv : b->host_send, count, opt->dtype, rank);
+    bench_fill(opt->in_place ? b->host_recv : b->host_send, count, opt->dtype, opt->op, rank);
     break;
   case BENCH_BROADCAST:
     if (rank == opt->root)
-      fill(b->host_recv, count, opt->dtype, rank);
+      bench_fill(b->host_recv, count, opt->dtype, opt->op, rank);
     else
       memset(b->host_recv, 0, count * esize);
     break;
   case BENCH_ALLGATHER:
     memset(b->host_recv, 0, count * esize * (size_t)nranks);
-    fill(opt->in_place ? b->host_recv + (size_t)rank * count * esize : b->host_send, count,
-         opt->dtype, rank);
+    bench_fill(opt->in_place ? b->host_recv + (size_t)rank * count * esize : b->host_send, count,
+               opt->dtype, opt->op, rank);
     break;
   default: break;
   }
@@ -435,13 +158,14 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
   long wrong = 0;
   switch (opt->coll) {
   case BENCH_ALLREDUCE:
-    return count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0);
+    return bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0, nranks);
   case BENCH_BROADCAST:
-    return count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root);
+    return bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root,
+                             nranks);
   case BENCH_ALLGATHER:
     for (int r = 0; r < nranks; r++)
-      wrong += count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
-                           BENCH_ALLGATHER, r);
+      wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
+                                 BENCH_ALLGATHER, r, nranks);
     return wrong;
   default: return 0;
   }
@@ -462,7 +186,7 @@ static double time_loop(const bench_options *opt, bench_buffers *b, size_t count
   double start = now_s();
   for (long i = 0; i < iters; i++)
     if ((result = run_once(opt, b, count)) != HOOP_OK)
-      die(coll_names[opt->coll], result);
+      die(bench_coll_names[opt->coll], result);
   return now_s() - start;
 }
 
@@ -552,7 +276,7 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
     prepare(opt, b, count);
     to_device(opt, b);
     if ((result = run_once(opt, b, count)) != HOOP_OK)
-      die(coll_names[opt->coll], result);
+      die(bench_coll_names[opt->coll], result);
     from_device(opt, b);
     int64_t wrong = check_result(opt, b, count);
     if ((result = hoop_allreduce(comm, &wrong, &wrong, 1, HOOP_INT64, HOOP_SUM)) != HOOP_OK)
@@ -567,8 +291,8 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
 /* ---- the sweep ------------------------------------------------------------------------------- */
 
 static void print_header(const bench_options *opt) {
-  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, ", coll_names[opt->coll], nranks,
-         hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), opt->root,
+  printf("# hoop-bench %s: %d ranks, dtype %s, op %s, root %d, %s, ", bench_coll_names[opt->coll],
+         nranks, hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), opt->root,
          opt->in_place ? "in place" : "out of place");
   if (opt->calls > 1 || opt->async)
     printf("%d %scall%s per step, ", opt->calls, opt->async ? "non-blocking " : "",
@@ -596,15 +320,14 @@ static void print_row(const bench_options *opt, const bench_row *row, FILE *csv)
          row->busbw, wrong, row->p50_us, row->best_us, row->busbw_p50);
   if (csv)
     fprintf(csv, "%s,%d,%zu,%zu,%s,%s,%.3f,%.6f,%.6f,%ld,%d,%.3f,%.3f,%.6f\n",
-            coll_names[opt->coll], nranks, row->bytes, row->count, hoop_dtype_name(opt->dtype),
-            hoop_op_name(opt->op), row->time_us, row->algbw, row->busbw, row->wrong, row->iters,
-            row->p50_us, row->best_us, row->busbw_p50);
+            bench_coll_names[opt->coll], nranks, row->bytes, row->count,
+            hoop_dtype_name(opt->dtype), hoop_op_name(opt->op), row->time_us, row->algbw,
+            row->busbw, row->wrong, row->iters, row->p50_us, row->best_us, row->busbw_p50);
 }
 
 int main(int argc, char **argv) {
   bench_options opt;
-  parse_options(argc, argv, &opt);
-  bench_op = opt.op;
+  bench_parse_options(argc, argv, &opt);
   hoop_result result = hoop_init_from_env(&comm);
   if (result != HOOP_OK)
     die("hoop_init_from_env", result);

@@ -1,0 +1,78 @@
+/* check.c - the inputs hoop-bench writes and the check of what comes back: small integers that are
+ * exact in every dtype, and a count of the elements that differ from what the collective should
+ * have left, compared through the same encoding. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "hoop-bench.h"
+
+/* Rank r's element i: a small integer, exact in every dtype and after any order of summation
+ * (1 everywhere for prod, so that products stay in range too). */
+static double input_value(hoop_op op, int r, size_t i) {
+  return op == HOOP_PROD ? 1.0 : (double)((r * 7 + (int)(i % 13)) % 5) + 1;
+}
+
+static void store(void *buf, size_t i, hoop_dtype dtype, double v) {
+  switch (dtype) {
+  case HOOP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HOOP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HOOP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+  case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HOOP_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+  case HOOP_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HOOP_FLOAT64: ((double *)buf)[i] = v; break;
+  case HOOP_FLOAT16: { /* small positive integers: exponent and mantissa by hand */
+    int e = 0;
+    while ((1 << (e + 1)) <= (int)v)
+      e++;
+    ((uint16_t *)buf)[i] = (uint16_t)(((e + 15) << 10) | ((((int)v << 10) >> e) & 0x3ff));
+    break;
+  }
+  case HOOP_BFLOAT16: {
+    float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
+    break;
+  }
+  default: break;
+  }
+}
+
+void bench_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int r) {
+  for (size_t i = 0; i < count; i++)
+    store(buf, i, dtype, input_value(op, r, i));
+}
+
+static double expected_reduction(size_t i, hoop_op op, hoop_dtype dtype, int nranks) {
+  double acc = input_value(op, 0, i);
+  for (int r = 1; r < nranks; r++) {
+    double v = input_value(op, r, i);
+    acc = op == HOOP_PROD  ? acc * v
+          : op == HOOP_MIN ? fmin(acc, v)
+          : op == HOOP_MAX ? fmax(acc, v)
+                           : acc + v;
+  }
+  if (op == HOOP_AVG)
+    acc = dtype <= HOOP_UINT64 ? trunc(acc / nranks) : acc / nranks;
+  return acc;
+}
+
+/* Compare element by element through the same encoding; avg of floats allows rounding. */
+long bench_count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int kind,
+                       int from_rank, int nranks) {
+  size_t esize = hoop_dtype_size(dtype);
+  long wrong = 0;
+  unsigned char cell[8];
+  for (size_t i = 0; i < count; i++) {
+    double want = kind == BENCH_ALLREDUCE ? expected_reduction(i, op, dtype, nranks)
+                                          : input_value(op, from_rank, i);
+    store(cell, 0, dtype, want);
+    if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
+        !(kind == BENCH_ALLREDUCE && op == HOOP_AVG && dtype > HOOP_UINT64))
+      wrong++;
+  }
+  return wrong;
+}

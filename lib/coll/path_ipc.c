@@ -51,9 +51,7 @@ struct hoop__ipc {
   char **sends, **recvs; /* size entries: where each rank's buffers are readable here */
   hoop__ipc_held held;   /* the mappings the running call reads */
   hoop__mapped mapped;   /* the running call's members and their buffers */
-  void *host;            /* host memory for the step between hosts, page-locked where it can be */
-  size_t host_bytes;
-  int host_pinned;
+  hoop__host_buf host;   /* host memory for the step between hosts, page-locked where it can be */
   hoop__path_state path;
 };
 
@@ -80,16 +78,6 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   return ipc;
 }
 
-/* Release the host memory of the step between hosts; the transports forget it first (they may
- * keep registrations of what they sent from). */
-static void free_host(hoop_comm *comm, struct hoop__ipc *ipc) {
-  if (ipc->host && comm->peer_transport)
-    hoop__transports_forget_mem(comm, ipc->host, ipc->host_bytes);
-  hoop__host_stage_free(ipc->host, ipc->host_pinned);
-  ipc->host = NULL;
-  ipc->host_bytes = 0;
-}
-
 static void ipc_free(hoop_comm *comm) {
   struct hoop__ipc *ipc = comm->ipc;
   if (!ipc)
@@ -101,24 +89,12 @@ static void ipc_free(hoop_comm *comm) {
   for (int q = 0; q < comm->size; q++)
     if (q != comm->rank)
       hoop__ipc_map_forget(&ipc->descs[q].process, 1);
-  free_host(comm, ipc);
+  hoop__host_buf_free(comm, &ipc->host);
   free(ipc->descs);
   free(ipc->sends);
   free(ipc->recvs);
   free(ipc);
   comm->ipc = NULL;
-}
-
-/* Host memory of len bytes for the step between hosts: 0, or -1. */
-static int ensure_host(hoop_comm *comm, struct hoop__ipc *ipc, size_t len, const void *near) {
-  if (ipc->host && ipc->host_bytes >= len)
-    return 0;
-  free_host(comm, ipc);
-  if (!(ipc->host = hoop__host_stage_alloc(len, near, &ipc->host_pinned)))
-    return -1;
-  ipc->host_bytes = len;
-  ipc->mapped.host = ipc->host;
-  return 0;
 }
 
 /* The buffer that peers read of this rank's call (the root's buffer of a broadcast). */
@@ -163,7 +139,9 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
              len * args->esize);
     ok = 0;
-  } else if (ipc->mapped.by_host && len && ensure_host(comm, ipc, len * args->esize, send) != 0) {
+  } else if (ipc->mapped.by_host && len &&
+             !(ipc->mapped.host = hoop__host_buf_grow(comm, &ipc->host, len * args->esize, send,
+                                                      "of host memory"))) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of host memory", comm->rank,
              len * args->esize);
     ok = 0;

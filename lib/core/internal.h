@@ -42,6 +42,14 @@ typedef void (*hoop__hook_fn)(hoop_comm *comm);
 struct hoop__rdzv_thread;
 struct pollfd;
 
+/* A buffer of the library's own in host memory, which the transports may keep registrations of
+ * (mem/host.c: hoop__host_buf_grow). */
+typedef struct hoop__host_buf {
+  void *ptr;
+  size_t bytes;
+  int pinned; /* page-locked memory from the driver */
+} hoop__host_buf;
+
 struct hoop_comm {
   int rank, size, local_rank, local_size;
   uint32_t generation;  /* shrinks since the job's first table (hoop_comm_shrink) */
@@ -120,14 +128,11 @@ struct hoop_comm {
   /* The running call's memory kind (mem/kind.h): host memory but while a path runs an algorithm
    * on other memory. */
   const struct hoop__mem_ops *mem;
-  void *scratch; /* the host kind's scratch, that algorithms receive into (mem/host.c) */
-  size_t scratch_bytes;
+  hoop__host_buf scratch; /* the host kind's scratch, that algorithms receive into (mem/host.c) */
   struct hoop__watch *watch; /* the launcher watch (core/watch.c), or NULL */
   int watch_running;
-  void *stage; /* host copies of device buffers (mem/stage.c), grown on demand */
-  size_t stage_bytes;
-  int stage_pinned; /* stage is page-locked memory from the driver */
-  void *cuda_pipe;  /* the stream and events of the piped stage (mem/cuda/pipe.c), or NULL */
+  hoop__host_buf stage; /* host copies of device buffers (mem/stage.c), grown on demand */
+  void *cuda_pipe;      /* the stream and events of the piped stage (mem/cuda/pipe.c), or NULL */
   /* The device paths (coll/tune.c's table of paths): the memory kinds' capabilities some rank has
    * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
    * RDMA's settings (coll/path_gdr.c). */

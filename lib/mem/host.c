@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/cuda.h"
 #include "mem/kind.h"
 #include "mem/reduce.h"
 #include "transport/transport.h"
@@ -29,34 +30,40 @@ hoop_result hoop__host_copy(hoop_comm *comm, void *dst, const void *src, size_t 
   return HOOP_OK;
 }
 
-void *hoop__host_scratch(hoop_comm *comm, size_t bytes) {
-  if (bytes <= comm->scratch_bytes)
-    return comm->scratch;
+void *hoop__host_buf_grow(hoop_comm *comm, hoop__host_buf *buf, size_t bytes, const void *near,
+                          const char *what) {
+  if (buf->ptr && bytes <= buf->bytes)
+    return buf->ptr;
+  hoop__host_buf_free(comm, buf);
   void *grown = NULL;
-  if (posix_memalign(&grown, 64, bytes) != 0) {
-    hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes of scratch",
-                    comm->call ? comm->call : "hoop", bytes);
+  int pinned = 0;
+  if (near)
+    grown = hoop__host_stage_alloc(bytes, near, &pinned);
+  else if (posix_memalign(&grown, 64, bytes) != 0)
+    grown = NULL;
+  if (!grown) {
+    hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes %s",
+                    comm->call ? comm->call : "hoop", bytes, what);
     return NULL;
   }
-  hoop__host_scratch_free(comm);
-  comm->scratch = grown;
-  comm->scratch_bytes = bytes;
+  *buf = (hoop__host_buf){grown, bytes, pinned};
   return grown;
 }
 
-void hoop__host_scratch_free(hoop_comm *comm) {
-  /* The transports may keep registrations of what they received into: they forget it first. */
-  if (comm->scratch && comm->peer_transport)
-    hoop__transports_forget_mem(comm, comm->scratch, comm->scratch_bytes);
-  free(comm->scratch);
-  comm->scratch = NULL;
-  comm->scratch_bytes = 0;
+void hoop__host_buf_free(hoop_comm *comm, hoop__host_buf *buf) {
+  /* The transports may keep registrations of what they moved through it: they forget it first. */
+  if (buf->ptr && comm->peer_transport)
+    hoop__transports_forget_mem(comm, buf->ptr, buf->bytes);
+  hoop__host_stage_free(buf->ptr, buf->pinned);
+  *buf = (hoop__host_buf){NULL, 0, 0};
 }
 
-const hoop__mem_ops hoop__mem_host = {
-    .name = "host",
-    .reduce3 = hoop__host_reduce3,
-    .finish = hoop__host_finish,
-    .copy = hoop__host_copy,
-    .scratch = hoop__host_scratch,
-};
+void *hoop__host_scratch(hoop_comm *comm, size_t bytes) {
+  return hoop__host_buf_grow(comm, &comm->scratch, bytes, NULL, "of scratch");
+}
+
+void hoop__host_scratch_free(hoop_comm *comm) {
+  hoop__host_buf_free(comm, &comm->scratch);
+}
+
+const hoop__mem_ops hoop__mem_host = {.name = "host", HOOP__MEM_HOST_OPS};

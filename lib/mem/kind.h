@@ -95,6 +95,19 @@ hoop_result hoop__mem_stream_wait(hoop_comm *comm, const char *call, void *strea
 /* Copy bytes between any two memories, host or device, synchronously (mem/cuda.c). */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
+/* The host kind's operations, as every kind that is host memory underneath names them. */
+#define HOOP__MEM_HOST_OPS                                                                         \
+  .reduce3 = hoop__host_reduce3, .finish = hoop__host_finish, .copy = hoop__host_copy,             \
+  .scratch = hoop__host_scratch
+
+/* A buffer of the library's own grown to at least bytes: page-locked in the context of the device
+ * memory at near where the driver gives it (near NULL: ordinary memory, 64-byte aligned), and
+ * forgotten by the transports before it is freed (they may keep registrations of it). The old
+ * contents are not kept. NULL with "cannot allocate N bytes WHAT" recorded. */
+void *hoop__host_buf_grow(hoop_comm *comm, hoop__host_buf *buf, size_t bytes, const void *near,
+                          const char *what);
+void hoop__host_buf_free(hoop_comm *comm, hoop__host_buf *buf);
+
 /* The host kind's operations, for kinds that are host memory with something added (piped). */
 hoop_result hoop__host_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
                                size_t count, hoop_dtype dtype, hoop_op op);

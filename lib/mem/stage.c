@@ -18,27 +18,11 @@
 /* A stage of at least bytes: page-locked memory where the driver gives it (near: a device buffer of
  * the call, for its context), else ordinary memory. */
 static void *stage_buffer(hoop_comm *comm, size_t bytes, const void *near) {
-  if (bytes <= comm->stage_bytes)
-    return comm->stage;
-  hoop__stage_free(comm);
-  void *grown = hoop__host_stage_alloc(bytes, near, &comm->stage_pinned);
-  if (!grown) {
-    hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes to stage device memory",
-                    comm->call ? comm->call : "hoop", bytes);
-    return NULL;
-  }
-  comm->stage = grown;
-  comm->stage_bytes = bytes;
-  return grown;
+  return hoop__host_buf_grow(comm, &comm->stage, bytes, near, "to stage device memory");
 }
 
 void hoop__stage_free(hoop_comm *comm) {
-  if (comm->stage && comm->peer_transport)
-    hoop__transports_forget_mem(comm, comm->stage, comm->stage_bytes);
-  hoop__host_stage_free(comm->stage, comm->stage_pinned);
-  comm->stage = NULL;
-  comm->stage_bytes = 0;
-  comm->stage_pinned = 0;
+  hoop__host_buf_free(comm, &comm->stage);
 }
 
 /* Below HOOP_CUDA_PIPELINE_BYTES (1 MiB by default) a device allreduce stages whole: the ring's
@@ -199,15 +183,10 @@ static void piped_done(hoop_comm *comm, const void *ptr, size_t len) {
 
 /* Host memory whose input is still being copied in from the device and whose result goes back
  * piece by piece: the host kind's operations, with need and done. */
-const hoop__mem_ops hoop__mem_piped = {
-    .name = "host, piped to the device",
-    .reduce3 = hoop__host_reduce3,
-    .finish = hoop__host_finish,
-    .copy = hoop__host_copy,
-    .scratch = hoop__host_scratch,
-    .need = piped_need,
-    .done = piped_done,
-};
+const hoop__mem_ops hoop__mem_piped = {.name = "host, piped to the device",
+                                       HOOP__MEM_HOST_OPS,
+                                       .need = piped_need,
+                                       .done = piped_done};
 
 hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__algo_traits *traits,
                            hoop__stage *stage) {

@@ -27,8 +27,8 @@ void hoop__tctx_failure(const hoop__tctx *ctx, int *origin, const char **cause) 
 }
 
 void hoop__tctx_scratch(const hoop__tctx *ctx, void **ptr, size_t *bytes) {
-  *ptr = ctx->comm->scratch;
-  *bytes = ctx->comm->scratch_bytes;
+  *ptr = ctx->comm->scratch.ptr;
+  *bytes = ctx->comm->scratch.bytes;
 }
 
 void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len) {

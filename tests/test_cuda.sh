@@ -81,7 +81,7 @@ fake=$build/tests/.libs/libfakecuda.so
 counts=${TMPDIR:-/tmp}/hoop-fakecuda.$$
 trap 'rm -f "$counts"' EXIT
 
-# The kernels' own code (lib/mem/kernels.cu, which the stand-in runs compiled for the CPU, grid and
+# The kernels' own code (lib/mem/cuda/kernels.cu, which the stand-in runs compiled for the CPU, grid and
 # all) against reduce.c: every dtype and op, NaN, zeros, subnormals, wraparound, half rounding,
 # aligned and not, in place. 77: a build without kernels (no nvcc).
 out=$(HOOP_CUDA_LIBRARY=$fake FAKECUDA_ASYNC_DELAY_US=0 "$build/tests/test_cuda_kernels" 2>&1)

@@ -1,4 +1,4 @@
-/* test_cuda_kernels.c - the GPU reduction kernels (lib/mem/kernels.cu) against the host's
+/* test_cuda_kernels.c - the GPU reduction kernels (lib/mem/cuda/kernels.cu) against the host's
  * (lib/mem/reduce.c), element by element, for every dtype and op and AVG's division, and the
  * many-source kernel against reduce.c's chain on 1 to 8 sources: random bit patterns (NaN,
  * infinities, subnormals and signed zeros among them for the floating types; wraparound for the

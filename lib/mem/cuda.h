@@ -81,7 +81,7 @@ int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_
 int hoop__cuda_gdr_flush_mode(const void *ptr, char *why, size_t whylen);
 hoop_result hoop__cuda_gdr_flush(hoop_comm *comm, const void *near);
 
-/* The reduction kernels of reduce.h on the GPU (lib/mem/kernels.cu), bit for bit the same
+/* The reduction kernels of reduce.h on the GPU (lib/mem/cuda/kernels.cu), bit for bit the same
  * results: dst = a op b over count elements, all three in the device memory of one context
  * (dst may be a or b); and AVG's final division. Synchronous: done on return. HOOP_ERR_UNSUPPORTED
  * when this build has no kernels (nvcc was not found) or the driver cannot load them. */

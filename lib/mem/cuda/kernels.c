@@ -1,4 +1,4 @@
-/* kernels.c - hoop's reduction kernels (lib/mem/kernels.cu, embedded as a fatbin) loaded in each
+/* kernels.c - hoop's reduction kernels (lib/mem/cuda/kernels.cu, embedded as a fatbin) loaded in each
  * context, launched on a stream of hoop's own there, and the copies, waits and scratch memory that
  * go with them (see cuda.h).
  */
@@ -16,7 +16,7 @@
 #include "mem/cuda/driver.h"
 
 #ifdef HOOP_HAVE_CUDA_KERNELS
-#include "mem/kernels_fatbin.h" /* hoop_cuda_fatbin: lib/mem/kernels.cu, built by nvcc */
+#include "mem/cuda/kernels_fatbin.h" /* hoop_cuda_fatbin: lib/mem/cuda/kernels.cu, built by nvcc */
 #endif
 
 #define MAX_CONTEXTS 16
@@ -212,7 +212,7 @@ typedef struct many_sources {
 } many_sources;
 /* kernels.cu's parameter is .align 8, 72 bytes: 8 pointers, the count, padding. */
 _Static_assert(sizeof(many_sources) == 72 && offsetof(many_sources, n) == 64,
-               "many_sources must match lib/mem/kernels.cu");
+               "many_sources must match lib/mem/cuda/kernels.cu");
 
 hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,

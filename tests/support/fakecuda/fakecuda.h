@@ -15,7 +15,7 @@
  *
  * Kernels: cuModuleLoadData takes any image and cuModuleGetFunction knows hoop's reduction kernels
  * by name (hoop_reduce_<dtype>_<op>, hoop_many_<dtype>_<op>, hoop_divide_<dtype>): they are
- * lib/mem/kernels.cu's own code compiled for the CPU (kernels_host.cc). cuLaunchKernel
+ * lib/mem/cuda/kernels.cu's own code compiled for the CPU (kernels_host.cc). cuLaunchKernel
  * checks the launch's shape as the driver does, queues it on the stream like a copy, and the
  * stream's worker runs every thread of the grid it was given, one after the other, later. So the
  * tests check how hoop orders, waits for and launches its kernels, and the kernels' code too; only
@@ -64,7 +64,7 @@
  * (cuMemAlloc's device memory, page-locked host memory, the synchronous copies, pointer
  * attributes), streams.c (the asynchronous queues, streams, events, the race check), kernels.c
  * (modules and launches), ipc.c (legacy CUDA IPC between processes), vmm.c (the virtual memory
- * management API), kernels_host.cc (lib/mem/kernels.cu compiled for the CPU).
+ * management API), kernels_host.cc (lib/mem/cuda/kernels.cu compiled for the CPU).
  */
 #ifndef HOOP_TESTS_FAKECUDA_H
 #define HOOP_TESTS_FAKECUDA_H

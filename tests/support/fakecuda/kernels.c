@@ -1,5 +1,5 @@
 /* kernels.c - the stand-in driver's kernels (see fakecuda.h): hoop's reduction kernels,
- * lib/mem/kernels.cu compiled for the CPU (kernels_host.cc), carried out by the queue's worker over
+ * lib/mem/cuda/kernels.cu compiled for the CPU (kernels_host.cc), carried out by the queue's worker over
  * the grid they were launched with. */
 #include <pthread.h>
 #include <stdint.h>
@@ -21,7 +21,7 @@ struct CUfunc_st {
 };
 
 #define MANY_MAX 8
-struct many_sources { /* lib/mem/kernels.cu's, passed by value */
+struct many_sources { /* lib/mem/cuda/kernels.cu's, passed by value */
   const void *src[MANY_MAX];
   int n;
 };

@@ -1,4 +1,4 @@
-/* kernels_host.cc - lib/mem/kernels.cu itself, compiled for the CPU, so that the stand-in driver
+/* kernels_host.cc - lib/mem/cuda/kernels.cu itself, compiled for the CPU, so that the stand-in driver
  * (fakecuda.h) carries out hoop's kernels with their own code, launched as hoop launches
  * them, rather than with lib/mem/reduce.c: every device-buffer test in CI then runs the kernels'
  * indexing, their vector and scalar paths, the many-source chain and the float16 and bfloat16
@@ -58,7 +58,7 @@ static inline double __ddiv_rn(double x, double y) {
   return x / y;
 }
 
-#include "mem/kernels.cu"
+#include "mem/cuda/kernels.cu"
 
 extern "C" {
 #include "kernels_host.h"

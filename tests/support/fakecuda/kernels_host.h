@@ -1,4 +1,4 @@
-/* kernels_host.h - lib/mem/kernels.cu compiled for the CPU (kernels_host.cc), as the stand-in
+/* kernels_host.h - lib/mem/cuda/kernels.cu compiled for the CPU (kernels_host.cc), as the stand-in
  * driver (fakecuda.h) launches it. */
 #ifndef HOOP_TESTS_KERNELS_HOST_H
 #define HOOP_TESTS_KERNELS_HOST_H

@@ -1,6 +1,6 @@
-/* kernels.c - hoop's reduction kernels (lib/mem/cuda/kernels.cu, embedded as a fatbin) loaded in each
- * context, launched on a stream of hoop's own there, and the copies, waits and scratch memory that
- * go with them (see cuda.h).
+/* kernels.c - hoop's reduction kernels (lib/mem/cuda/kernels.cu, embedded as a fatbin) loaded in
+ * each context, launched on a stream of hoop's own there, and the copies, waits and scratch memory
+ * that go with them (see cuda.h).
  */
 #include "config.h"
 

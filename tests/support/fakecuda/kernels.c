@@ -1,6 +1,6 @@
 /* kernels.c - the stand-in driver's kernels (see fakecuda.h): hoop's reduction kernels,
- * lib/mem/cuda/kernels.cu compiled for the CPU (kernels_host.cc), carried out by the queue's worker over
- * the grid they were launched with. */
+ * lib/mem/cuda/kernels.cu compiled for the CPU (kernels_host.cc), carried out by the queue's worker
+ * over the grid they were launched with. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

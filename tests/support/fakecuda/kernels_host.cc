@@ -1,5 +1,5 @@
-/* kernels_host.cc - lib/mem/cuda/kernels.cu itself, compiled for the CPU, so that the stand-in driver
- * (fakecuda.h) carries out hoop's kernels with their own code, launched as hoop launches
+/* kernels_host.cc - lib/mem/cuda/kernels.cu itself, compiled for the CPU, so that the stand-in
+ * driver (fakecuda.h) carries out hoop's kernels with their own code, launched as hoop launches
  * them, rather than with lib/mem/reduce.c: every device-buffer test in CI then runs the kernels'
  * indexing, their vector and scalar paths, the many-source chain and the float16 and bfloat16
  * conversions, and tests/test_cuda_kernels compares them with reduce.c for real.

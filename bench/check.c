@@ -67,11 +67,13 @@ long bench_count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op 
   long wrong = 0;
   unsigned char cell[8];
   for (size_t i = 0; i < count; i++) {
-    double want = kind == BENCH_ALLREDUCE ? expected_reduction(i, op, dtype, nranks)
-                                          : input_value(op, from_rank, i);
+    int reduced = kind == BENCH_ALLREDUCE || kind == BENCH_REDUCE_SCATTER;
+    size_t at = kind == BENCH_REDUCE_SCATTER ? (size_t)from_rank * count + i : i;
+    double want =
+        reduced ? expected_reduction(at, op, dtype, nranks) : input_value(op, from_rank, i);
     store(cell, 0, dtype, want);
     if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
-        !(kind == BENCH_ALLREDUCE && op == HOOP_AVG && dtype > HOOP_UINT64))
+        !(reduced && op == HOOP_AVG && dtype > HOOP_UINT64))
       wrong++;
   }
   return wrong;

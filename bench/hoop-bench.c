@@ -93,6 +93,11 @@ static hoop_result run_async(const bench_options *opt, bench_buffers *b, size_t 
       result = hoop_iallgather(comm, opt->in_place ? recv + (size_t)rank * block : b->send, recv,
                                count, opt->dtype, req);
       break;
+    case BENCH_REDUCE_SCATTER:
+      result = hoop_ireduce_scatter(comm, opt->in_place ? recv : b->send,
+                                    opt->in_place ? recv + (size_t)rank * block : recv, count,
+                                    opt->dtype, opt->op, req);
+      break;
     default: result = hoop_ibarrier(comm, req); break;
     }
   }
@@ -127,6 +132,12 @@ static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *rec
     return hoop_allgather(comm, opt->in_place ? recv + (size_t)rank * block : b->send, recv, count,
                           opt->dtype);
   }
+  case BENCH_REDUCE_SCATTER: {
+    size_t block = count * hoop_dtype_size(opt->dtype);
+    return hoop_reduce_scatter(comm, opt->in_place ? recv : b->send,
+                               opt->in_place ? recv + (size_t)rank * block : recv, count,
+                               opt->dtype, opt->op);
+  }
   default: return hoop_barrier(comm);
   }
 }
@@ -149,6 +160,10 @@ static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
     bench_fill(opt->in_place ? b->host_recv + (size_t)rank * count * esize : b->host_send, count,
                opt->dtype, opt->op, rank);
     break;
+  case BENCH_REDUCE_SCATTER: /* the whole input, every block */
+    bench_fill(opt->in_place ? b->host_recv : b->host_send, count * (size_t)nranks, opt->dtype,
+               opt->op, rank);
+    break;
   default: break;
   }
 }
@@ -167,6 +182,9 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
       wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
                                  BENCH_ALLGATHER, r, nranks);
     return wrong;
+  case BENCH_REDUCE_SCATTER:
+    return bench_count_wrong(b->host_recv + (opt->in_place ? (size_t)rank * block : 0), count,
+                             opt->dtype, opt->op, BENCH_REDUCE_SCATTER, rank, nranks);
   default: return 0;
   }
 }
@@ -175,7 +193,8 @@ static double bus_factor(bench_coll coll) {
   double n = nranks;
   switch (coll) {
   case BENCH_ALLREDUCE: return 2 * (n - 1) / n;
-  case BENCH_ALLGATHER: return (n - 1) / n;
+  case BENCH_ALLGATHER:
+  case BENCH_REDUCE_SCATTER: return (n - 1) / n;
   default: return 1;
   }
 }
@@ -234,7 +253,9 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
   bench_row row = {0};
   size_t esize = hoop_dtype_size(opt->dtype);
   row.count = count;
-  row.bytes = opt->coll == BENCH_ALLGATHER ? count * esize * (size_t)nranks : count * esize;
+  row.bytes = opt->coll == BENCH_ALLGATHER || opt->coll == BENCH_REDUCE_SCATTER
+                  ? count * esize * (size_t)nranks
+                  : count * esize;
   hoop_result result;
   prepare(opt, b, count);
   long iters = choose_iters(opt, b, count);
@@ -315,7 +336,8 @@ static void print_row(const bench_options *opt, const bench_row *row, FILE *csv)
     snprintf(wrong, sizeof wrong, "%ld", row->wrong);
   printf("  %12zu %12zu %9s %6s %6d %7d %11.2f %9.3f %9.3f %7s %11.2f %11.2f %9.3f\n", row->bytes,
          row->count, hoop_dtype_name(opt->dtype),
-         opt->coll == BENCH_ALLREDUCE ? hoop_op_name(opt->op) : "none",
+         opt->coll == BENCH_ALLREDUCE || opt->coll == BENCH_REDUCE_SCATTER ? hoop_op_name(opt->op)
+                                                                           : "none",
          opt->coll == BENCH_BROADCAST ? opt->root : -1, row->iters, row->time_us, row->algbw,
          row->busbw, wrong, row->p50_us, row->best_us, row->busbw_p50);
   if (csv)
@@ -395,7 +417,9 @@ int main(int argc, char **argv) {
   long rows = 0, wrong_total = 0;
   for (int i = 0; i < opt.nsizes; i++) {
     size_t bytes = opt.size_list[i];
-    size_t per_rank = opt.coll == BENCH_ALLGATHER ? bytes / (size_t)nranks : bytes;
+    size_t per_rank = opt.coll == BENCH_ALLGATHER || opt.coll == BENCH_REDUCE_SCATTER
+                          ? bytes / (size_t)nranks
+                          : bytes;
     size_t count = opt.coll == BENCH_BARRIER ? 0 : per_rank / esize;
     if (opt.coll != BENCH_BARRIER && count == 0)
       continue;

@@ -9,11 +9,12 @@
 #include "config.h"
 #include "hoop-bench.h"
 
-const char *const bench_coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
+const char *const bench_coll_names[] = {"allreduce", "broadcast", "allgather", "barrier",
+                                        "reduce_scatter"};
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: hoop-bench allreduce|broadcast|allgather|barrier [options]\n"
+          "usage: hoop-bench allreduce|broadcast|allgather|reduce_scatter|barrier [options]\n"
           "  -b, --minbytes N   smallest size (K, M, G suffixes; default 8)\n"
           "  -e, --maxbytes N   largest size (default 64M)\n"
           "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
@@ -27,7 +28,7 @@ static void usage(FILE *out) {
           "                     a batch takes 20 ms, then time about S seconds (overrides -n, -w)\n"
           "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
           "  -c, --check 0|1    check every rank's result (default 1)\n"
-          "  -i, --inplace      in-place allreduce and allgather\n"
+          "  -i, --inplace      in-place allreduce, allgather and reduce_scatter\n"
           "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs;\n"
           "                     with -D, GPUDirect RDMA where the GPU and device allow)\n"
           "  -k, --calls K      K calls per timed step, each with a receive buffer of its\n"
@@ -39,7 +40,8 @@ static void usage(FILE *out) {
           "                     through host copies, outside the timing\n"
           "      --csv FILE     also write the rows to FILE (rank 0)\n"
           "  -h, --help, -V, --version\n"
-          "Sizes are total bytes per rank's result: for allgather, the gathered buffer.\n");
+          "Sizes are total bytes per rank's result: for allgather, the gathered buffer; for\n"
+          "reduce_scatter, the input every rank reduces (each keeps 1/size of it).\n");
 }
 
 static size_t parse_size(const char *text) {
@@ -64,7 +66,7 @@ static size_t parse_size(const char *text) {
 }
 
 static int parse_coll(const char *name, bench_coll *coll) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < BENCH_COLLS; i++)
     if (strcmp(name, bench_coll_names[i]) == 0) {
       *coll = (bench_coll)i;
       return 0;

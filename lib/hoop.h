@@ -217,6 +217,13 @@ HOOP_API hoop_result hoop_broadcast(hoop_comm *comm, void *buf, size_t count, ho
 HOOP_API hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                     size_t count, hoop_dtype dtype);
 
+/* Reduce size * recvcount elements over the ranks and leave block r of the result with rank r:
+ * recvbuf[i] = op over ranks of sendbuf[rank * recvcount + i] for i < recvcount (NCCL's
+ * convention; sendbuf holds size * recvcount elements). In place when recvbuf == sendbuf + rank *
+ * recvcount elements. */
+HOOP_API hoop_result hoop_reduce_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, hoop_dtype dtype, hoop_op op);
+
 /* Return once every rank has entered the barrier. */
 HOOP_API hoop_result hoop_barrier(hoop_comm *comm);
 
@@ -247,6 +254,9 @@ HOOP_API hoop_result hoop_ibroadcast(hoop_comm *comm, void *buf, size_t count, h
                                      int root, hoop_request **request);
 HOOP_API hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, hoop_dtype dtype, hoop_request **request);
+HOOP_API hoop_result hoop_ireduce_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                          size_t recvcount, hoop_dtype dtype, hoop_op op,
+                                          hoop_request **request);
 HOOP_API hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request);
 /* hoop_allreduce_many, posted. The arrays are copied; the buffers they point to are not. */
 HOOP_API hoop_result hoop_iallreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
@@ -275,6 +285,9 @@ HOOP_API hoop_result hoop_broadcast_stream(hoop_comm *comm, void *buf, size_t co
                                            hoop_dtype dtype, int root, void *stream);
 HOOP_API hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                            size_t count, hoop_dtype dtype, void *stream);
+HOOP_API hoop_result hoop_reduce_scatter_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                                size_t recvcount, hoop_dtype dtype, hoop_op op,
+                                                void *stream);
 
 /* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over

@@ -30,67 +30,6 @@ static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan
   }
 }
 
-/* The reduce-scatter's chunks, received into HOOP__RING_RECV_DEPTH slices of scratch used in turn,
- * so that the next chunk's receive is posted before this one is reduced. */
-typedef struct scratch_ring_pass {
-  const hoop_comm *comm;
-  const hoop__group *group;
-  hoop__ring_cursor cursor;
-  const ring_plan *plan;
-  size_t esize;
-  char *scratch;
-  size_t chunk_max;
-} scratch_ring_pass;
-
-static int scratch_ring_next(void *arg, size_t slot, hoop__chunk *chunk) {
-  scratch_ring_pass *pass = arg;
-  if (!hoop__ring_cursor_next(pass->comm, pass->group, &pass->cursor, pass->plan->offset,
-                              pass->plan->length, 0, pass->esize, &chunk->step, &chunk->at,
-                              &chunk->len))
-    return 0;
-  chunk->peer = hoop__group_prev(pass->group);
-  chunk->dst = pass->scratch + slot * pass->chunk_max;
-  return 1;
-}
-
-static hoop_result reduce_scatter(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
-                                  const char *src, char *dst, const ring_plan *plan, char *scratch,
-                                  size_t chunk_max, hoop_dtype dtype, hoop_op op, int finish,
-                                  int then_circulate) {
-  int n = group->size, r = group->index;
-  int next = hoop__group_next(group);
-  size_t esize = hoop_dtype_size(dtype);
-  /* Step 0 sends this rank's own contribution to segment r. An input that is still being fed in
-   * (mem/kind.h) is waited for segment by segment, as the ring reads it. */
-  hoop_result result = hoop__kind_need(comm, src + plan->offset[r], plan->length[r]);
-  if (result == HOOP_OK)
-    result =
-        hoop__arena_isend_chunks(comm, arena, next, src + plan->offset[r], plan->length[r], esize);
-  scratch_ring_pass pass = {comm, group, {0, 0}, plan, esize, scratch, chunk_max};
-  hoop__recv_ahead ahead;
-  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, scratch_ring_next, &pass);
-  const hoop__chunk *chunk;
-  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
-         chunk) {
-    size_t at = chunk->at, len = chunk->len;
-    if ((result = hoop__kind_need(comm, src + at, len)) != HOOP_OK ||
-        (result = hoop__kind_reduce3(comm, dst + at, src + at, chunk->dst, len / esize, dtype,
-                                     op)) != HOOP_OK)
-      break;
-    if (chunk->step == n - 2 && finish) {
-      if ((result = hoop__kind_finish(comm, dst + at, len / esize, dtype, op, comm->size)) !=
-          HOOP_OK)
-        break;
-      hoop__kind_done(comm, dst + at, len); /* final: it may leave now */
-    }
-    /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
-     * finished segment that starts the allgather. */
-    if (chunk->step < n - 2 || then_circulate)
-      result = hoop__arena_isend(comm, arena, next, dst + at, len);
-  }
-  return result;
-}
-
 /* dst = op(lower rank's part, higher rank's part), whichever of mine and theirs is this rank's:
  * partners that combine this way compute the same expression, in recursive doubling and in the
  * halving rounds alike. */
@@ -288,8 +227,9 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
   hoop__group whole = hoop__whole(comm);
-  hoop_result result = reduce_scatter(comm, &whole, &arena, args->sendbuf, args->recvbuf, &plan,
-                                      scratch, chunk_max, args->dtype, args->op, 1, 1);
+  hoop__ring_rs rs = {args->sendbuf, args->recvbuf, NULL,        plan.offset, plan.length, 0,
+                      scratch,       chunk_max,     args->dtype, args->op,    1,           1};
+  hoop_result result = hoop__ring_reduce_scatter(comm, &whole, &arena, &rs);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, &whole, &arena, args->recvbuf, plan.offset, plan.length, 1,
                                   args->esize, 1);
@@ -314,8 +254,9 @@ hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, cha
   if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
-  hoop_result result =
-      reduce_scatter(comm, group, &arena, buf, buf, &plan, scratch, chunk_max, dtype, op, 1, 1);
+  hoop__ring_rs rs = {buf,     buf,       NULL,  plan.offset, plan.length, 0,
+                      scratch, chunk_max, dtype, op,          1,           1};
+  hoop_result result = hoop__ring_reduce_scatter(comm, group, &arena, &rs);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, group, &arena, buf, plan.offset, plan.length, 1, esize, 1);
   if (result == HOOP_OK)
@@ -354,8 +295,9 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
     return HOOP_ERR_SYSTEM;
   hoop__arena arena = {0};
   /* Each pass waits for its sends before the next one writes where they read. */
-  hoop_result result = reduce_scatter(comm, &local, &arena, args->sendbuf, args->recvbuf, &plan,
-                                      scratch, chunk_max, args->dtype, args->op, 0, 0);
+  hoop__ring_rs rs = {args->sendbuf, args->recvbuf, NULL,        plan.offset, plan.length, 0,
+                      scratch,       chunk_max,     args->dtype, args->op,    0,           0};
+  hoop_result result = hoop__ring_reduce_scatter(comm, &local, &arena, &rs);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   if (result == HOOP_OK)
@@ -406,59 +348,63 @@ static int direct_next(void *arg, size_t slot, hoop__chunk *chunk) {
   return 1;
 }
 
-/* acc = op(this rank's own part, then every peer's in rank order): the first peer's chunk is
- * combined with mine, which acc may be (in place), the others with acc. */
-static hoop_result direct_combine(hoop_comm *comm, const hoop__coll_args *args,
-                                  const hoop__chunk *chunk, const char *mine, char *acc) {
-  size_t count = chunk->len / args->esize;
-  return hoop__kind_reduce3(comm, acc, chunk->peer == (comm->rank == 0 ? 1 : 0) ? mine : acc,
-                            chunk->dst, count, args->dtype, args->op);
+hoop_result hoop__direct_reduce(hoop_comm *comm, hoop__arena *arena, const char *src, char *own,
+                                const size_t *offset, const size_t *length, size_t esize,
+                                hoop_dtype dtype, hoop_op op) {
+  int n = comm->size, r = comm->rank;
+  size_t chunk_len = hoop__chunk_bytes(comm, length[r], esize);
+  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
+  if (!scratch)
+    return HOOP_ERR_SYSTEM;
+  hoop_result result = HOOP_OK;
+  /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first.
+   * An input still being fed in is waited for segment by segment, in this order. */
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r + k) % n;
+    result = hoop__kind_need(comm, src + offset[peer], length[peer]);
+    if (result == HOOP_OK)
+      result = hoop__arena_isend_chunks(comm, arena, peer, src + offset[peer], length[peer], esize);
+  }
+  if (result == HOOP_OK)
+    result = hoop__kind_need(comm, src + offset[r], length[r]);
+  direct_pass pass = {comm, offset[r], length[r], chunk_len, 0, r == 0 ? 1 : 0, scratch};
+  hoop__recv_ahead ahead;
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, direct_next, &pass);
+  const hoop__chunk *chunk;
+  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
+         chunk) {
+    /* acc = op(this rank's own part, then every peer's in rank order): the first peer's chunk is
+     * combined with mine, which acc may be (in place), the others with acc. */
+    char *acc = own + (chunk->at - offset[r]);
+    const char *mine = src + chunk->at;
+    size_t count = chunk->len / esize;
+    result = hoop__kind_reduce3(comm, acc, chunk->peer == (r == 0 ? 1 : 0) ? mine : acc, chunk->dst,
+                                count, dtype, op);
+    if (result != HOOP_OK)
+      break;
+    if (chunk->peer == (r == n - 1 ? n - 2 : n - 1)) {
+      if ((result = hoop__kind_finish(comm, acc, count, dtype, op, n)) != HOOP_OK)
+        break;
+      hoop__kind_done(comm, acc, chunk->len);
+    }
+  }
+  return result;
 }
 
 hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args) {
   int n = comm->size, r = comm->rank;
   ring_plan plan;
   plan_segments(comm, args->count, args->esize, &plan);
-  const char *src = args->sendbuf;
   char *dst = args->recvbuf;
-  size_t chunk_len = hoop__chunk_bytes(comm, plan.length[r], args->esize);
-  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_len);
-  if (!scratch)
-    return HOOP_ERR_SYSTEM;
   /* The receives of each other segment apart (indexed by its owner), to wait for them segment by
    * segment: a result that is drained while the call runs leaves as each one lands (mem/kind.h). */
   hoop__arena *landing = calloc((size_t)n, sizeof *landing);
   if (!landing)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests", comm->call);
   hoop__arena arena = {0};
-  hoop_result result = HOOP_OK;
-  /* Every peer's segment to it, starting with the next rank so that no rank is everyone's first.
-   * An input still being fed in is waited for segment by segment, in this order. */
-  for (int k = 1; k < n && result == HOOP_OK; k++) {
-    int peer = (r + k) % n;
-    result = hoop__kind_need(comm, src + plan.offset[peer], plan.length[peer]);
-    if (result == HOOP_OK)
-      result = hoop__arena_isend_chunks(comm, &arena, peer, src + plan.offset[peer],
-                                        plan.length[peer], args->esize);
-  }
-  if (result == HOOP_OK)
-    result = hoop__kind_need(comm, src + plan.offset[r], plan.length[r]);
-  direct_pass pass = {comm, plan.offset[r], plan.length[r], chunk_len, 0, r == 0 ? 1 : 0, scratch};
-  hoop__recv_ahead ahead;
-  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, direct_next, &pass);
-  const hoop__chunk *chunk;
-  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
-         chunk) {
-    if ((result = direct_combine(comm, args, chunk, src + chunk->at, dst + chunk->at)) != HOOP_OK)
-      break;
-    if (chunk->peer == (r == n - 1 ? n - 2 : n - 1)) {
-      result = hoop__kind_finish(comm, dst + chunk->at, chunk->len / args->esize, args->dtype,
-                                 args->op, n);
-      if (result != HOOP_OK)
-        break;
-      hoop__kind_done(comm, dst + chunk->at, chunk->len);
-    }
-  }
+  hoop_result result =
+      hoop__direct_reduce(comm, &arena, args->sendbuf, dst + plan.offset[r], plan.offset,
+                          plan.length, args->esize, args->dtype, args->op);
   /* The finished segment to every peer, and every other segment from its owner, in place. A
    * segment this rank sent from an in-place buffer is written here only once its owner has
    * finished it, after reading all of this rank's part. */

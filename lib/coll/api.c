@@ -1,6 +1,6 @@
-/* api.c - the collectives' public entry points: hoop_allreduce, hoop_broadcast, hoop_allgather
- * and hoop_barrier, their stream variants and their non-blocking forms, each a request of
- * core/request.c that runs the call through the dispatcher. */
+/* api.c - the collectives' public entry points: hoop_allreduce, hoop_broadcast, hoop_allgather,
+ * hoop_reduce_scatter and hoop_barrier, their stream variants and their non-blocking forms, each a
+ * request of core/request.c that runs the call through the dispatcher. */
 #include <stdlib.h>
 
 #include "coll/coll.h"
@@ -17,9 +17,10 @@ static hoop_result run_call(hoop_comm *comm, hoop_request *req) {
   return hoop__coll_run(comm, &((coll_request *)req)->args);
 }
 
-/* Bytes a call moves per rank, for the trace. */
-static size_t call_bytes(const hoop__coll_args *args) {
-  return args->coll == HOOP__COLL_BARRIER ? 0 : args->count * hoop_dtype_size(args->dtype);
+/* Bytes of a call's payload per rank, for the trace: a reduce-scatter's whole input. */
+static size_t call_bytes(const hoop_comm *comm, const hoop__coll_args *args) {
+  size_t bytes = args->coll == HOOP__COLL_BARRIER ? 0 : args->count * hoop_dtype_size(args->dtype);
+  return args->coll == HOOP__COLL_REDUCE_SCATTER ? bytes * (size_t)comm->size : bytes;
 }
 
 /* ---- the calls ------------------------------------------------------------------------------- */
@@ -37,7 +38,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
     return result;
   if (!request) {
     coll_request req = {.base = {.run = run_call,
-                                 .bytes = call_bytes(args),
+                                 .bytes = call_bytes(comm, args),
                                  .name = hoop__coll_call_name(args->coll)},
                         .args = *args};
     return hoop__request_call(comm, &req.base);
@@ -48,7 +49,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
                            hoop__coll_call_name(args->coll));
   req->args = *args;
   req->base.run = run_call;
-  req->base.bytes = call_bytes(args);
+  req->base.bytes = call_bytes(comm, args);
   req->base.on_heap = 1;
   req->base.name = name;
   if ((result = hoop__request_post(comm, &req->base)) != HOOP_OK) {
@@ -101,6 +102,23 @@ hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf, void *re
   return result == HOOP_OK ? hoop_allgather(comm, sendbuf, recvbuf, count, dtype) : result;
 }
 
+hoop_result hoop_reduce_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                size_t recvcount, hoop_dtype dtype, hoop_op op) {
+  hoop__coll_args args = {
+      HOOP__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1, 0, 0};
+  return start(comm, &args, NULL, NULL);
+}
+
+hoop_result hoop_reduce_scatter_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                       size_t recvcount, hoop_dtype dtype, hoop_op op,
+                                       void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result = hoop__mem_stream_wait(comm, "hoop_reduce_scatter_stream", stream, recvbuf);
+  return result == HOOP_OK ? hoop_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op)
+                           : result;
+}
+
 hoop_result hoop_barrier(hoop_comm *comm) {
   hoop__coll_args args = {HOOP__COLL_BARRIER, NULL, NULL, 0, HOOP_UINT8, HOOP_SUM, -1, 0, 0};
   return start(comm, &args, NULL, NULL);
@@ -132,6 +150,15 @@ hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void *recvbuf,
   hoop_result result = hoop__coll_need_request(comm, request, "hoop_iallgather");
   hoop__coll_args args = {HOOP__COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, -1, 0, 0};
   return result == HOOP_OK ? start(comm, &args, request, "hoop_iallgather") : result;
+}
+
+hoop_result hoop_ireduce_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, hoop_dtype dtype, hoop_op op,
+                                 hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_ireduce_scatter");
+  hoop__coll_args args = {
+      HOOP__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, -1, 0, 0};
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_ireduce_scatter") : result;
 }
 
 hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request) {

@@ -91,6 +91,38 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, const hoop__group *group, hoop
                                  char *base, const size_t *offset, const size_t *length, int shift,
                                  size_t elem_size, int own_sent);
 
+/* A ring reduce-scatter over a group (ring.c): member r sends its contribution to block
+ * (r + shift) % n at step 0; at each of the n-1 steps it receives from the previous member a chunk
+ * of block (r + shift - step - 1) % n holding the sum of step + 1 members' contributions, adds its
+ * own (from src) and forwards the sum, so that it ends holding block (r + shift + 1) % n summed
+ * over the group. Partial sums are written at their place in dst, which the sends read until the
+ * arena is waited for; the finished block goes to last if given (its first byte there), else to
+ * its place in dst. Chunks are received into HOOP__RING_RECV_DEPTH slices of chunk_max bytes of
+ * scratch. finish: AVG's division by the communicator's size on the finished block. then_circulate:
+ * the finished block also goes to the next member, starting an allgather (hoop__ring_circulate with
+ * own_sent). Each element is reduced on one member, so all end with the same bits. */
+typedef struct hoop__ring_rs {
+  const char *src;
+  char *dst, *last;
+  const size_t *offset, *length; /* the blocks, in bytes */
+  int shift;
+  char *scratch;
+  size_t chunk_max;
+  hoop_dtype dtype;
+  hoop_op op;
+  int finish, then_circulate;
+} hoop__ring_rs;
+hoop_result hoop__ring_reduce_scatter(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                                      const hoop__ring_rs *rs);
+
+/* The first half of the direct algorithm (allreduce.c): this rank sends every peer that peer's
+ * block of src, receives its own block from every peer and reduces it, its own part first and the
+ * others in rank order, into own (finished, AVG divided). Blocks as offset and length (bytes). The
+ * sends stay on arena. */
+hoop_result hoop__direct_reduce(hoop_comm *comm, hoop__arena *arena, const char *src, char *own,
+                                const size_t *offset, const size_t *length, size_t esize,
+                                hoop_dtype dtype, hoop_op op);
+
 /* Receives a ring pass keeps posted ahead of the chunk it waits for (see hoop__recv_ahead). */
 #define HOOP__RING_RECV_DEPTH 2
 
@@ -166,6 +198,8 @@ hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, cha
                                   size_t count, hoop_dtype dtype, hoop_op op);
 hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *args);
 /* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
  * ceil(log2 n) rounds of one byte each member has heard, directly or through others, from every
  * member (barrier.c). */

@@ -111,6 +111,23 @@ static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args)
   return HOOP_OK;
 }
 
+static hoop_result check_reduce_scatter(hoop_comm *comm, const hoop__coll_args *args) {
+  if ((unsigned)args->op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_reduce_scatter: unknown op %d",
+                           (int)args->op);
+  if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_reduce_scatter: %s is NULL with recvcount %zu",
+                           args->sendbuf ? "recvbuf" : "sendbuf", args->count);
+  return HOOP_OK;
+}
+
+/* On one rank the result is the input (out of place, copied). */
+static hoop_result prepare_reduce_scatter(hoop_comm *comm, const hoop__coll_args *args) {
+  return comm->size == 1 ? hoop__kind_copy(comm, args->recvbuf, args->sendbuf, args->bytes)
+                         : HOOP_OK;
+}
+
 /* Out of place, the result starts as this rank's contribution: on one rank it is the result. The
  * algorithms with more ranks read sendbuf themselves. */
 static hoop_result prepare_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
@@ -129,6 +146,8 @@ static const collective collectives[HOOP__COLL_COUNT] = {
     [HOOP__COLL_BROADCAST] = {"hoop_broadcast", 1, check_broadcast, NULL},
     [HOOP__COLL_ALLGATHER] = {"hoop_allgather", 1, check_allgather, prepare_allgather},
     [HOOP__COLL_BARRIER] = {"hoop_barrier", 0, NULL, NULL},
+    [HOOP__COLL_REDUCE_SCATTER] = {"hoop_reduce_scatter", 1, check_reduce_scatter,
+                                   prepare_reduce_scatter},
 };
 
 /* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); the run
@@ -149,10 +168,11 @@ const char *hoop__coll_call_name(hoop__coll coll) {
 /* Validate, settle count 0 and one rank, choose, run. */
 static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
-  hoop_result result =
-      coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
-                 args->coll == HOOP__COLL_ALLREDUCE ? (int)args->op : -1,
-                 args->coll == HOOP__COLL_BROADCAST ? args->root : -1);
+  hoop_result result = coll_begin(
+      comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
+      args->coll == HOOP__COLL_ALLREDUCE || args->coll == HOOP__COLL_REDUCE_SCATTER ? (int)args->op
+                                                                                    : -1,
+      args->coll == HOOP__COLL_BROADCAST ? args->root : -1);
   if (result != HOOP_OK)
     return coll_end(comm, result);
   if (coll->check && (result = coll->check(comm, args)) != HOOP_OK)

@@ -185,3 +185,65 @@ hoop_result hoop__ring_circulate(hoop_comm *comm, const hoop__group *group, hoop
   }
   return result;
 }
+
+/* The reduce-scatter's chunks, received into HOOP__RING_RECV_DEPTH slices of scratch used in turn,
+ * so that the next chunk's receive is posted before this one is reduced. */
+typedef struct scratch_ring_pass {
+  const hoop_comm *comm;
+  const hoop__group *group;
+  hoop__ring_cursor cursor;
+  const hoop__ring_rs *rs;
+  size_t esize;
+} scratch_ring_pass;
+
+static int scratch_ring_next(void *arg, size_t slot, hoop__chunk *chunk) {
+  scratch_ring_pass *pass = arg;
+  const hoop__ring_rs *rs = pass->rs;
+  if (!hoop__ring_cursor_next(pass->comm, pass->group, &pass->cursor, rs->offset, rs->length,
+                              rs->shift, pass->esize, &chunk->step, &chunk->at, &chunk->len))
+    return 0;
+  chunk->peer = hoop__group_prev(pass->group);
+  chunk->dst = rs->scratch + slot * rs->chunk_max;
+  return 1;
+}
+
+hoop_result hoop__ring_reduce_scatter(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                                      const hoop__ring_rs *rs) {
+  int n = group->size, r = group->index;
+  int next = hoop__group_next(group);
+  size_t esize = hoop_dtype_size(rs->dtype);
+  const char *src = rs->src;
+  int own = (r + rs->shift) % n, last = (r + rs->shift + 1) % n;
+  /* Step 0 sends this rank's own contribution to its first block. An input that is still being
+   * fed in (mem/kind.h) is waited for segment by segment, as the ring reads it. */
+  hoop_result result = hoop__kind_need(comm, src + rs->offset[own], rs->length[own]);
+  if (result == HOOP_OK)
+    result =
+        hoop__arena_isend_chunks(comm, arena, next, src + rs->offset[own], rs->length[own], esize);
+  scratch_ring_pass pass = {comm, group, {0, 0}, rs, esize};
+  hoop__recv_ahead ahead;
+  hoop__recv_ahead_init(&ahead, HOOP__RING_RECV_DEPTH, scratch_ring_next, &pass);
+  const hoop__chunk *chunk;
+  while (result == HOOP_OK && (result = hoop__recv_ahead_take(comm, &ahead, &chunk)) == HOOP_OK &&
+         chunk) {
+    size_t at = chunk->at, len = chunk->len;
+    int final = chunk->step == n - 2;
+    /* The finished block goes to rs->last where there is one, at its place in the block. */
+    char *out = final && rs->last ? rs->last + (at - rs->offset[last]) : rs->dst + at;
+    if ((result = hoop__kind_need(comm, src + at, len)) != HOOP_OK ||
+        (result = hoop__kind_reduce3(comm, out, src + at, chunk->dst, len / esize, rs->dtype,
+                                     rs->op)) != HOOP_OK)
+      break;
+    if (final && rs->finish) {
+      if ((result = hoop__kind_finish(comm, out, len / esize, rs->dtype, rs->op, comm->size)) !=
+          HOOP_OK)
+        break;
+      hoop__kind_done(comm, out, len); /* final: it may leave now */
+    }
+    /* Forward at once: to the next reduce-scatter step, or, on the last step, as this rank's
+     * finished segment that starts the allgather. */
+    if (!final || rs->then_circulate)
+      result = hoop__arena_isend(comm, arena, next, out, len);
+  }
+  return result;
+}

@@ -45,6 +45,8 @@ enum {
   AG_BRUCK,
   AG_DIRECT,
   BAR_DISSEMINATION,
+  RS_RING,
+  RS_DIRECT,
   ALGORITHMS
 };
 
@@ -75,17 +77,21 @@ static const algorithm algorithms[] = {
                    "every block straight from its owner to every rank, in one round"},
     [BAR_DISSEMINATION] = {HOOP__COLL_BARRIER, "dissemination", hoop__barrier_dissemination, WHOLE,
                            "dissemination"},
+    [RS_RING] = {HOOP__COLL_REDUCE_SCATTER, "ring", hoop__reduce_scatter_ring, WHOLE_SCRATCH,
+                 "the ring allreduce's first half: each rank finishes its own block"},
+    [RS_DIRECT] = {HOOP__COLL_REDUCE_SCATTER, "direct", hoop__reduce_scatter_direct, WHOLE,
+                   "each rank reduces its block straight from every other rank's part"},
 };
 
 static const char *const coll_names[HOOP__COLL_COUNT] = {"allreduce", "broadcast", "allgather",
-                                                         "barrier"};
+                                                         "barrier", "reduce_scatter"};
 
 /* HOOP_ALGO's single words, as before it named collectives: a family for every collective. */
 static const struct family {
   const char *name;
   const char *per_coll[HOOP__COLL_COUNT]; /* NULL: the collective chooses as under auto */
 } families[] = {
-    {"ring", {"ring", "chain", "ring", NULL}},
+    {"ring", {"ring", "chain", "ring", NULL, "ring"}},
     {"rd", {"rd", "tree", "rd", NULL}},
     {"hd", {"hd", "tree", "rd", NULL}},
 };
@@ -149,6 +155,11 @@ static const cutover cutovers[] = {
     {HOOP__COLL_ALLGATHER, ANY, 256 * 1024, &algorithms[AG_BRUCK]},
     {HOOP__COLL_ALLGATHER, ANY, NO_LIMIT, &algorithms[AG_RING]},
     {HOOP__COLL_BARRIER, ANY, NO_LIMIT, &algorithms[BAR_DISSEMINATION]},
+    /* On one host each rank reduces its block straight from the others' parts (one copy out of
+     * each peer's buffer with CMA, no chain of hops); across hosts the ring, whose every link
+     * carries (n-1)/n of the input once. */
+    {HOOP__COLL_REDUCE_SCATTER, ONE_HOST, NO_LIMIT, &algorithms[RS_DIRECT]},
+    {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_RING]},
 };
 #define CUTOVERS (sizeof cutovers / sizeof cutovers[0])
 
@@ -186,7 +197,8 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct; broadcast: "
-      "chain, tree; allgather: ring, rd, bruck, direct; barrier: dissemination)",
+      "chain, tree; allgather: ring, rd, bruck, direct; barrier: dissemination; reduce_scatter: "
+      "ring, direct)",
       comm->call, text, why);
 }
 
@@ -336,9 +348,11 @@ static const path_row paths[] = {
 int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
                     hoop__algo_fn prepare, hoop_result *result) {
   *result = HOOP_OK;
-  /* A build with no device memory kind never agrees on one (every rank runs the same build). */
-  if (comm->size < 2 || args->coll == HOOP__COLL_BARRIER || !comm->hosts ||
-      !hoop__mem_kinds_built())
+  /* A build with no device memory kind never agrees on one (every rank runs the same build). The
+   * paths serve the collectives they were written for; the others' device buffers are staged. */
+  if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built() ||
+      (args->coll != HOOP__COLL_ALLREDUCE && args->coll != HOOP__COLL_BROADCAST &&
+       args->coll != HOOP__COLL_ALLGATHER))
     return 0;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < PATHS; i++) {

@@ -13,7 +13,8 @@ static const char *const collective_names[HOOP__COLL_COUNT] = {
     [HOOP__COLL_ALLREDUCE] = "hoop_allreduce",
     [HOOP__COLL_BROADCAST] = "hoop_broadcast",
     [HOOP__COLL_ALLGATHER] = "hoop_allgather",
-    [HOOP__COLL_BARRIER] = "hoop_barrier"};
+    [HOOP__COLL_BARRIER] = "hoop_barrier",
+    [HOOP__COLL_REDUCE_SCATTER] = "hoop_reduce_scatter"};
 
 size_t hoop__fingerprint_count(const uint8_t *fp) {
   return (size_t)hoop__get_be64(fp + 15);

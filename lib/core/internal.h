@@ -26,6 +26,7 @@ typedef enum hoop__coll {
   HOOP__COLL_BROADCAST,
   HOOP__COLL_ALLGATHER,
   HOOP__COLL_BARRIER,
+  HOOP__COLL_REDUCE_SCATTER,
   HOOP__COLL_COUNT
 } hoop__coll;
 

@@ -188,6 +188,33 @@ const hoop__mem_ops hoop__mem_piped = {.name = "host, piped to the device",
                                        .need = piped_need,
                                        .done = piped_done};
 
+/* A reduce-scatter: the whole input (size blocks) copied in when it is device memory, the
+ * algorithm run on it, and this rank's block copied out when the result goes to device memory;
+ * with both on the device, in place on the stage. */
+static hoop_result stage_reduce_scatter(hoop_comm *comm, hoop__coll_args *args, int send_dev,
+                                        int recv_dev, hoop__stage *stage) {
+  size_t block = args->bytes, input = block * (size_t)comm->size;
+  char *host = stage_buffer(comm, send_dev ? input : block,
+                            send_dev ? args->sendbuf : (const void *)args->recvbuf);
+  if (!host)
+    return HOOP_ERR_SYSTEM;
+  if (send_dev) {
+    hoop_result result = hoop__mem_copy(comm, host, args->sendbuf, input);
+    if (result != HOOP_OK)
+      return result;
+    args->sendbuf = host;
+  }
+  if (recv_dev) {
+    char *out = send_dev ? host + (size_t)comm->rank * block : host;
+    stage->active = 1;
+    stage->user_recv = args->recvbuf;
+    stage->out_from = out;
+    stage->out_bytes = block;
+    args->recvbuf = out;
+  }
+  return HOOP_OK;
+}
+
 hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__algo_traits *traits,
                            hoop__stage *stage) {
   stage->active = 0;
@@ -200,6 +227,8 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__a
                      : hoop__mem_kind_of(args->recvbuf) == HOOP__MEM_DEVICE;
   if (!send_dev && !recv_dev)
     return HOOP_OK;
+  if (args->coll == HOOP__COLL_REDUCE_SCATTER)
+    return stage_reduce_scatter(comm, args, send_dev, recv_dev, stage);
   size_t bytes = args->bytes;
   size_t total = args->coll == HOOP__COLL_ALLGATHER ? bytes * (size_t)comm->size : bytes;
   char *host = recv_dev ? stage_buffer(comm, total, args->recvbuf) : args->recvbuf;

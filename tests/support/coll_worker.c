@@ -1,5 +1,6 @@
 /* coll_worker.c - one rank of the collectives test: runs every collective for every dtype and op
- * on awkward counts, in place and out of place, and checks each result against reference.c.
+ * (allreduce, broadcast, allgather, reduce-scatter, barrier) on awkward counts, in place and out of
+ * place, and checks each result against reference.c.
  * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
@@ -231,6 +232,45 @@ static void check_allgather(size_t count, hoop_dtype dtype, int in_place) {
   free(all);
 }
 
+/* Rank r's block of the reduced input: recvcount elements out of size * recvcount, in place
+ * (the result where the rank's own block of the input was) or out of place. The other blocks of
+ * an in-place input, and the whole input out of place, must come back unchanged. */
+static void check_reduce_scatter(size_t count, hoop_dtype dtype, hoop_op op, int in_place) {
+  size_t esize = hoop_dtype_size(dtype), block = count * esize, total = block * (size_t)nranks;
+  unsigned seed = (unsigned)(count * 37 + (size_t)dtype * 11 + (size_t)op);
+  char *send = xmalloc(total), *recv = xmalloc(block), *copy = xmalloc(total);
+  ref_fill(send, count * (size_t)nranks, dtype, op, rank, seed);
+  memcpy(copy, send, total);
+  memset(recv, 0x5a, block);
+  char *call_send = to_call(send, total, 0);
+  char *call_recv = in_place ? call_send + (size_t)rank * block : to_call(recv, block, 1);
+  hoop_mem_handle send_handle = reg(call_send, total),
+                  recv_handle = in_place ? 0 : reg(call_recv, block);
+  must(stream ? hoop_reduce_scatter_stream(comm, call_send, call_recv, count, dtype, op, stream)
+              : hoop_reduce_scatter(comm, call_send, call_recv, count, dtype, op),
+       "hoop_reduce_scatter");
+  unreg(recv_handle);
+  unreg(send_handle);
+  if (!in_place)
+    from_call(recv, call_recv, block);
+  from_call(send, call_send, total);
+  const char *out = in_place ? send + (size_t)rank * block : recv;
+  char msg[256];
+  checks++;
+  if (ref_check_reduced(out, (size_t)rank * count, count, dtype, op, nranks, seed, msg, sizeof msg))
+    fail("reduce_scatter %s %s recvcount %zu %s: %s", hoop_dtype_name(dtype), hoop_op_name(op),
+         count, in_place ? "in place" : "out of place", msg);
+  for (int r = 0; r < nranks; r++)
+    if ((!in_place || r != rank) &&
+        memcmp(send + (size_t)r * block, copy + (size_t)r * block, block) != 0)
+      fail("reduce_scatter %s %s recvcount %zu %s changed block %d of sendbuf",
+           hoop_dtype_name(dtype), hoop_op_name(op), count, in_place ? "in place" : "out of place",
+           r);
+  free(copy);
+  free(recv);
+  free(send);
+}
+
 /* Each rank leaves a file before the barrier and, after it, must see every rank's file: a rank
  * that left the barrier early would miss one. Ranks arrive at staggered times. */
 static void check_barrier(const char *dir, int round) {
@@ -269,6 +309,8 @@ static void check_registered(int quick) {
   check_broadcast(big / 4 + 1, HOOP_FLOAT32, nranks - 1);
   check_allgather(big / 4, HOOP_FLOAT32, 0);
   check_allgather(big / 2 + 1, HOOP_UINT8, 1);
+  check_reduce_scatter(big / 4 + 1, HOOP_FLOAT32, HOOP_SUM, 0);
+  check_reduce_scatter(big / 4, HOOP_FLOAT64, HOOP_AVG, 1);
   /* The same registered buffers for several calls in a row (on the device under --device, where
    * peers map them once: CUDA IPC's cache). */
   size_t count = big / 2 + 3, bytes = count * sizeof(float);
@@ -462,6 +504,17 @@ int main(int argc, char **argv) {
         check_allgather(small_counts[c], (hoop_dtype)dtype, in_place);
   check_allgather(big / 4, HOOP_FLOAT64, 0);
   check_allgather(big / 2 + 1, HOOP_UINT8, 1);
+
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (int op = 0; op < HOOP_OP_COUNT; op++)
+      for (size_t c = 0; c < ncounts; c++)
+        for (int in_place = 0; in_place < 2; in_place++)
+          check_reduce_scatter(small_counts[c], (hoop_dtype)dtype, (hoop_op)op, in_place);
+  /* Several pipelined chunks per block, odd counts. */
+  check_reduce_scatter(big / 2 + 1, HOOP_FLOAT32, HOOP_SUM, 0);
+  check_reduce_scatter(big / 2, HOOP_FLOAT32, HOOP_SUM, 1);
+  check_reduce_scatter(big / 3, HOOP_BFLOAT16, HOOP_AVG, 1);
+  check_reduce_scatter(big / 5, HOOP_INT64, HOOP_MIN, 0);
 
   if (register_mode == 3)
     check_registered(quick);

@@ -1,8 +1,9 @@
 /* nb_worker.c - one rank of the non-blocking test: posts many collectives of every kind at once
  * (allreduce of every dtype and op, broadcast, allgather, barrier, fused allreduce of many
- * buffers, some of them large), completes them in an order of its own (scrambled by rank, by
- * hoop_test loops and hoop_wait), and checks each result against reference.c; then the fused call
- * blocking, and hoop_finalize refusing while a request is outstanding. Started by hooprun.
+ * buffers, reduce-scatter, some of them large), completes them in an order of its own (scrambled by
+ * rank, by hoop_test loops and hoop_wait), and checks each result against reference.c; then the
+ * fused call blocking, and hoop_finalize refusing while a request is outstanding. Started by
+ * hooprun.
  *
  * Usage: nb_worker [--quick] [--device]  (--device: allreduce, broadcast and allgather on device
  *                                       buffers, HOOP_CUDA_LIBRARY's, and the fused allreduce's
@@ -79,7 +80,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-enum kind { ALLREDUCE, BROADCAST, ALLGATHER, BARRIER, FUSED, KINDS };
+enum kind { ALLREDUCE, BROADCAST, ALLGATHER, BARRIER, FUSED, REDUCE_SCATTER, KINDS };
 #define MAX_BUFS 12
 
 typedef struct item {
@@ -142,6 +143,17 @@ static void post(item *it, int i, size_t big) {
          "hoop_iallgather");
     break;
   }
+  case REDUCE_SCATTER: {
+    size_t block = it->count * esize, total = block * (size_t)nranks;
+    it->send = xmalloc(total);
+    it->recv = it->in_place ? it->send + (size_t)rank * block : xmalloc(block);
+    ref_fill(it->send, it->count * (size_t)nranks, it->dtype, it->op, rank, it->seed);
+    it->dsend = on_device(it->send, total);
+    it->drecv = it->in_place ? it->dsend + (size_t)rank * block : on_device(it->recv, block);
+    must(hoop_ireduce_scatter(comm, it->dsend, it->drecv, it->count, it->dtype, it->op, &it->req),
+         "hoop_ireduce_scatter");
+    break;
+  }
   case BARRIER: must(hoop_ibarrier(comm, &it->req), "hoop_ibarrier"); break;
   case FUSED:
     for (size_t b = 0; b < it->nbufs; b++) {
@@ -181,6 +193,14 @@ static void from_device(item *it) {
   }
   if (!device_buffers || !it->drecv)
     return;
+  if (it->kind == REDUCE_SCATTER) { /* in place, the result lies inside the input */
+    devmem_get(it->recv, it->drecv, it->count * esize);
+    if (!it->in_place)
+      devmem_free(it->drecv);
+    devmem_free(it->dsend);
+    it->dsend = it->drecv = NULL;
+    return;
+  }
   size_t bytes = it->kind == ALLGATHER ? it->count * esize * (size_t)nranks : it->count * esize;
   devmem_get(it->kind == BROADCAST ? it->send : it->recv, it->drecv, bytes);
   if (it->kind == ALLGATHER ? !it->in_place : it->dsend != it->drecv)
@@ -218,6 +238,13 @@ static void check(item *it) {
     }
     break;
   }
+  case REDUCE_SCATTER:
+    checks++;
+    if (ref_check_reduced(it->recv, (size_t)rank * it->count, it->count, it->dtype, it->op, nranks,
+                          it->seed, msg, sizeof msg))
+      fail("ireduce_scatter %s %s recvcount %zu %s: %s", hoop_dtype_name(it->dtype),
+           hoop_op_name(it->op), it->count, it->in_place ? "in place" : "out of place", msg);
+    break;
   case FUSED:
     for (size_t b = 0; b < it->nbufs; b++) {
       checks++;
@@ -244,6 +271,12 @@ static void release(item *it) {
     if (!it->in_place)
       free(it->send);
     free(it->recv);
+    return;
+  }
+  if (it->kind == REDUCE_SCATTER) {
+    if (!it->in_place)
+      free(it->recv);
+    free(it->send);
     return;
   }
   if (it->recv != it->send)

@@ -185,15 +185,20 @@ static int close_enough(hoop_dtype dtype, hoop_op op, double want, double got) {
   return fabs(want - got) <= tolerance * (fabs(want) > 1 ? fabs(want) : 1);
 }
 
-size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks,
-                           unsigned seed, char *msg, size_t msglen) {
+size_t ref_check_reduced(const void *buf, size_t first, size_t count, hoop_dtype dtype, hoop_op op,
+                         int nranks, unsigned seed, char *msg, size_t msglen) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; i++) {
-    double want = expected(dtype, op, nranks, i, seed), got = load(buf, i, dtype);
+    double want = expected(dtype, op, nranks, first + i, seed), got = load(buf, i, dtype);
     if (!close_enough(dtype, op, want, got) && wrong++ == 0)
-      snprintf(msg, msglen, "element %zu: expected %.17g, got %.17g", i, want, got);
+      snprintf(msg, msglen, "element %zu: expected %.17g, got %.17g", first + i, want, got);
   }
   return wrong;
+}
+
+size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks,
+                           unsigned seed, char *msg, size_t msglen) {
+  return ref_check_reduced(buf, 0, count, dtype, op, nranks, seed, msg, msglen);
 }
 
 size_t ref_check_equal(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank,

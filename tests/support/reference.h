@@ -18,6 +18,11 @@ void ref_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank, u
 size_t ref_check_allreduce(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks,
                            unsigned seed, char *msg, size_t msglen);
 
+/* The same for elements [first, first + count) of the reduced inputs, held in buf from its start
+ * (a rank's block of a reduce-scatter). */
+size_t ref_check_reduced(const void *buf, size_t first, size_t count, hoop_dtype dtype, hoop_op op,
+                         int nranks, unsigned seed, char *msg, size_t msglen);
+
 /* Check that buf equals rank's input exactly (broadcast and allgather blocks). */
 size_t ref_check_equal(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank,
                        unsigned seed, char *msg, size_t msglen);

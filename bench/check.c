@@ -62,15 +62,14 @@ static double expected_reduction(size_t i, hoop_op op, hoop_dtype dtype, int nra
 
 /* Compare element by element through the same encoding; avg of floats allows rounding. */
 long bench_count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int kind,
-                       int from_rank, int nranks) {
+                       int from_rank, size_t first, int nranks) {
   size_t esize = hoop_dtype_size(dtype);
   long wrong = 0;
   unsigned char cell[8];
   for (size_t i = 0; i < count; i++) {
     int reduced = kind == BENCH_ALLREDUCE || kind == BENCH_REDUCE_SCATTER;
-    size_t at = kind == BENCH_REDUCE_SCATTER ? (size_t)from_rank * count + i : i;
-    double want =
-        reduced ? expected_reduction(at, op, dtype, nranks) : input_value(op, from_rank, i);
+    double want = reduced ? expected_reduction(first + i, op, dtype, nranks)
+                          : input_value(op, from_rank, first + i);
     store(cell, 0, dtype, want);
     if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
         !(reduced && op == HOOP_AVG && dtype > HOOP_UINT64))

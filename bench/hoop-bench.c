@@ -93,6 +93,9 @@ static hoop_result run_async(const bench_options *opt, bench_buffers *b, size_t 
       result = hoop_iallgather(comm, opt->in_place ? recv + (size_t)rank * block : b->send, recv,
                                count, opt->dtype, req);
       break;
+    case BENCH_ALLTOALL:
+      result = hoop_ialltoall(comm, opt->in_place ? recv : b->send, recv, count, opt->dtype, req);
+      break;
     case BENCH_REDUCE_SCATTER:
       result = hoop_ireduce_scatter(comm, opt->in_place ? recv : b->send,
                                     opt->in_place ? recv + (size_t)rank * block : recv, count,
@@ -132,6 +135,8 @@ static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *rec
     return hoop_allgather(comm, opt->in_place ? recv + (size_t)rank * block : b->send, recv, count,
                           opt->dtype);
   }
+  case BENCH_ALLTOALL:
+    return hoop_alltoall(comm, opt->in_place ? recv : b->send, recv, count, opt->dtype);
   case BENCH_REDUCE_SCATTER: {
     size_t block = count * hoop_dtype_size(opt->dtype);
     return hoop_reduce_scatter(comm, opt->in_place ? recv : b->send,
@@ -160,6 +165,9 @@ static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
     bench_fill(opt->in_place ? b->host_recv + (size_t)rank * count * esize : b->host_send, count,
                opt->dtype, opt->op, rank);
     break;
+  case BENCH_ALLTOALL:
+    memset(b->host_recv, 0, count * esize * (size_t)nranks);
+    /* fall through */
   case BENCH_REDUCE_SCATTER: /* the whole input, every block */
     bench_fill(opt->in_place ? b->host_recv : b->host_send, count * (size_t)nranks, opt->dtype,
                opt->op, rank);
@@ -173,18 +181,25 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
   long wrong = 0;
   switch (opt->coll) {
   case BENCH_ALLREDUCE:
-    return bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0, nranks);
+    return bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_ALLREDUCE, 0, 0,
+                             nranks);
   case BENCH_BROADCAST:
     return bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_BROADCAST, opt->root,
-                             nranks);
+                             0, nranks);
   case BENCH_ALLGATHER:
     for (int r = 0; r < nranks; r++)
       wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
-                                 BENCH_ALLGATHER, r, nranks);
+                                 BENCH_ALLGATHER, r, 0, nranks);
     return wrong;
   case BENCH_REDUCE_SCATTER:
     return bench_count_wrong(b->host_recv + (opt->in_place ? (size_t)rank * block : 0), count,
-                             opt->dtype, opt->op, BENCH_REDUCE_SCATTER, rank, nranks);
+                             opt->dtype, opt->op, BENCH_REDUCE_SCATTER, rank, (size_t)rank * count,
+                             nranks);
+  case BENCH_ALLTOALL:
+    for (int r = 0; r < nranks; r++)
+      wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
+                                 BENCH_ALLTOALL, r, (size_t)rank * count, nranks);
+    return wrong;
   default: return 0;
   }
 }
@@ -194,7 +209,8 @@ static double bus_factor(bench_coll coll) {
   switch (coll) {
   case BENCH_ALLREDUCE: return 2 * (n - 1) / n;
   case BENCH_ALLGATHER:
-  case BENCH_REDUCE_SCATTER: return (n - 1) / n;
+  case BENCH_REDUCE_SCATTER:
+  case BENCH_ALLTOALL: return (n - 1) / n;
   default: return 1;
   }
 }
@@ -253,7 +269,8 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
   bench_row row = {0};
   size_t esize = hoop_dtype_size(opt->dtype);
   row.count = count;
-  row.bytes = opt->coll == BENCH_ALLGATHER || opt->coll == BENCH_REDUCE_SCATTER
+  row.bytes = opt->coll == BENCH_ALLGATHER || opt->coll == BENCH_REDUCE_SCATTER ||
+                      opt->coll == BENCH_ALLTOALL
                   ? count * esize * (size_t)nranks
                   : count * esize;
   hoop_result result;
@@ -417,7 +434,8 @@ int main(int argc, char **argv) {
   long rows = 0, wrong_total = 0;
   for (int i = 0; i < opt.nsizes; i++) {
     size_t bytes = opt.size_list[i];
-    size_t per_rank = opt.coll == BENCH_ALLGATHER || opt.coll == BENCH_REDUCE_SCATTER
+    size_t per_rank = opt.coll == BENCH_ALLGATHER || opt.coll == BENCH_REDUCE_SCATTER ||
+                              opt.coll == BENCH_ALLTOALL
                           ? bytes / (size_t)nranks
                           : bytes;
     size_t count = opt.coll == BENCH_BARRIER ? 0 : per_rank / esize;

@@ -15,6 +15,7 @@ typedef enum bench_coll {
   BENCH_ALLGATHER,
   BENCH_BARRIER,
   BENCH_REDUCE_SCATTER,
+  BENCH_ALLTOALL,
   BENCH_COLLS
 } bench_coll;
 extern const char *const bench_coll_names[]; /* indexed by bench_coll */
@@ -48,10 +49,10 @@ typedef struct bench_options {
 void bench_parse_options(int argc, char **argv, bench_options *opt);
 
 /* check.c: rank r's inputs for op, and how many of count elements differ from what a collective
- * of kind (a bench_coll) over nranks ranks should have left (from_rank: whose block it is; for a
- * reduce-scatter, which block of the reduced input). */
+ * of kind (a bench_coll) over nranks ranks should have left: elements first.. of the reduced
+ * inputs (allreduce, reduce_scatter), or of rank from_rank's input (the others). */
 void bench_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int r);
 long bench_count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int kind,
-                       int from_rank, int nranks);
+                       int from_rank, size_t first, int nranks);
 
 #endif

@@ -224,6 +224,21 @@ HOOP_API hoop_result hoop_allgather(hoop_comm *comm, const void *sendbuf, void *
 HOOP_API hoop_result hoop_reduce_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                          size_t recvcount, hoop_dtype dtype, hoop_op op);
 
+/* Every rank sends count elements to every rank: block j of sendbuf (count elements at j * count)
+ * goes to rank j, and block i of recvbuf receives rank i's block for this rank. sendbuf and
+ * recvbuf hold size * count elements each. In place when sendbuf == recvbuf. */
+HOOP_API hoop_result hoop_alltoall(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, hoop_dtype dtype);
+
+/* The same with a count per pair: sendcounts[j] elements at sendbuf + sdispls[j] elements go to
+ * rank j, and recvcounts[i] elements from rank i land at recvbuf + rdispls[i] elements. Counts may
+ * be 0; what rank i sends to j must be what j expects from i (else both fail with
+ * HOOP_ERR_MISMATCH, naming each other). Not in place: the buffers must not overlap where blocks
+ * lie. recvbuf outside the blocks is left as it was. */
+HOOP_API hoop_result hoop_alltoallv(hoop_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, hoop_dtype dtype);
+
 /* Return once every rank has entered the barrier. */
 HOOP_API hoop_result hoop_barrier(hoop_comm *comm);
 
@@ -257,6 +272,13 @@ HOOP_API hoop_result hoop_iallgather(hoop_comm *comm, const void *sendbuf, void 
 HOOP_API hoop_result hoop_ireduce_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                           size_t recvcount, hoop_dtype dtype, hoop_op op,
                                           hoop_request **request);
+HOOP_API hoop_result hoop_ialltoall(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, hoop_dtype dtype, hoop_request **request);
+/* The four arrays are copied; the buffers they describe are not. */
+HOOP_API hoop_result hoop_ialltoallv(hoop_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                                     const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                     const size_t *rdispls, hoop_dtype dtype,
+                                     hoop_request **request);
 HOOP_API hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request);
 /* hoop_allreduce_many, posted. The arrays are copied; the buffers they point to are not. */
 HOOP_API hoop_result hoop_iallreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
@@ -288,6 +310,12 @@ HOOP_API hoop_result hoop_allgather_stream(hoop_comm *comm, const void *sendbuf,
 HOOP_API hoop_result hoop_reduce_scatter_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                                 size_t recvcount, hoop_dtype dtype, hoop_op op,
                                                 void *stream);
+HOOP_API hoop_result hoop_alltoall_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                          size_t count, hoop_dtype dtype, void *stream);
+HOOP_API hoop_result hoop_alltoallv_stream(hoop_comm *comm, const void *sendbuf,
+                                           const size_t *sendcounts, const size_t *sdispls,
+                                           void *recvbuf, const size_t *recvcounts,
+                                           const size_t *rdispls, hoop_dtype dtype, void *stream);
 
 /* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over

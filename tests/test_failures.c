@@ -41,7 +41,9 @@ typedef enum mismatch_kind {
   ZERO_BROADCAST_ROOT,     /* the root, rank 0, broadcasts count 0; rank 1 expects 10 */
   ZERO_BROADCAST_RECEIVER, /* the root broadcasts count 10; rank 1 expects 0 */
   ZERO_ALLGATHER,          /* count 0 on rank 0, 10 on rank 1 */
-  ZERO_ALLGATHER_ONE_OF_4  /* 4 ranks: count 0 on rank 3, 10 on the others */
+  ZERO_ALLGATHER_ONE_OF_4, /* 4 ranks: count 0 on rank 3, 10 on the others */
+  ALLTOALLV_COUNT,         /* rank 0 sends rank 1 three elements; rank 1 expects two */
+  ZERO_ALLTOALLV           /* rank 0 sends rank 1 none; rank 1 expects five */
 } mismatch_kind;
 
 typedef struct mismatch_case {
@@ -70,6 +72,14 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
     return hoop_allgather(comm, buf, buf + 500, rank == 0 ? 0 : 10, HOOP_FLOAT32);
   case ZERO_ALLGATHER_ONE_OF_4:
     return hoop_allgather(comm, buf, buf + 500, rank == 3 ? 0 : 10, HOOP_FLOAT32);
+  case ALLTOALLV_COUNT:
+  case ZERO_ALLTOALLV: {
+    /* Each rank sends itself one element and the other rank sends one, but for the case's pair. */
+    size_t to_1 = kind == ALLTOALLV_COUNT ? 3 : 0, from_0 = kind == ALLTOALLV_COUNT ? 2 : 5;
+    size_t sc[2] = {1, rank == 0 ? to_1 : 1}, rc[2] = {rank == 1 ? from_0 : 1, 1};
+    size_t sd[2] = {0, 10}, rd[2] = {500, 600};
+    return hoop_alltoallv(comm, buf, sc, sd, buf, rc, rd, HOOP_FLOAT32);
+  }
   }
   return HOOP_ERR_INVALID_ARG;
 }
@@ -97,16 +107,19 @@ static int mismatch_rank(int index, int n, void *arg) {
   }
   /* A rank that only sends cannot know before its next call, which must fail: both with
    * different roots, and the root whose receiver expects nothing. */
-  int only_sends =
-      mc->kind == DIFFERENT_ROOT || (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0);
+  int a2av = mc->kind == ALLTOALLV_COUNT || mc->kind == ZERO_ALLTOALLV;
+  int only_sends = mc->kind == DIFFERENT_ROOT ||
+                   (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0) || (a2av && index == 0);
   if (result == HOOP_OK && only_sends)
     result = hoop_barrier(comm);
   double took = now_s() - start;
   const char *message = hoop_last_error(comm);
   /* At 4 ranks the notice of the mismatch others found may also come in before this rank makes
    * the call: the call is then refused (HOOP_ERR_FAILED) with the mismatch as its story. */
+  /* An alltoallv's counts travel as the lengths of its messages: the receiver names both. */
   int bad = (result != HOOP_ERR_MISMATCH && !(n > 2 && result == HOOP_ERR_FAILED)) ||
-            took > MISMATCH_BOUND_S || strstr(message, "does not match") == NULL;
+            took > MISMATCH_BOUND_S ||
+            strstr(message, a2av ? "expected a message of" : "does not match") == NULL;
   if (mc->kind == ZERO_ALLGATHER_ONE_OF_4)
     bad |= strstr(message, "rank 3") == NULL || strstr(message, "count 0,") == NULL;
   else
@@ -148,6 +161,18 @@ END_TEST
  * rather than one waiting for MISMATCH_TIMEOUT_S. */
 START_TEST(test_mismatch_zero_allreduce) {
   run_mismatch(ZERO_ALLREDUCE);
+}
+END_TEST
+
+/* An alltoallv whose counts disagree between a pair: both fail at once, named, rather than one
+ * waiting for MISMATCH_TIMEOUT_S (an empty block travels as an empty message). */
+START_TEST(test_mismatch_alltoallv) {
+  run_mismatch(ALLTOALLV_COUNT);
+}
+END_TEST
+
+START_TEST(test_mismatch_zero_alltoallv) {
+  run_mismatch(ZERO_ALLTOALLV);
 }
 END_TEST
 
@@ -705,6 +730,8 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_mismatch_zero_broadcast_receiver);
   tcase_add_test(tc, test_mismatch_zero_allgather);
   tcase_add_test(tc, test_mismatch_zero_allgather_4);
+  tcase_add_test(tc, test_mismatch_alltoallv);
+  tcase_add_test(tc, test_mismatch_zero_alltoallv);
   suite_add_tcase(s, tc);
   tc = tcase_create("abort_and_stall");
   tcase_set_timeout(tc, 60);

@@ -200,6 +200,7 @@ hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args)
 hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args);
 /* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
  * ceil(log2 n) rounds of one byte each member has heard, directly or through others, from every
  * member (barrier.c). */

@@ -128,6 +128,54 @@ static hoop_result prepare_reduce_scatter(hoop_comm *comm, const hoop__coll_args
                          : HOOP_OK;
 }
 
+static hoop_result check_alltoall(hoop_comm *comm, const hoop__coll_args *args) {
+  if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_alltoall: %s is NULL with count %zu",
+                           args->sendbuf ? "recvbuf" : "sendbuf", args->count);
+  return HOOP_OK;
+}
+
+/* Every count and displacement in range, buffers where blocks lie, and this rank's block to itself
+ * as long as the one it expects from itself. */
+static hoop_result check_alltoallv(hoop_comm *comm, const hoop__coll_args *args) {
+  const char *call = "hoop_alltoallv";
+  if (!args->sendcounts || !args->sdispls || !args->recvcounts || !args->rdispls)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: a count or displacement array is NULL",
+                           call);
+  size_t esize = hoop_dtype_size(args->dtype), limit = SIZE_MAX / esize;
+  size_t sent = 0, received = 0;
+  for (int p = 0; p < comm->size; p++) {
+    size_t sc = args->sendcounts[p], sd = args->sdispls[p];
+    size_t rc = args->recvcounts[p], rd = args->rdispls[p];
+    if (sc > limit || sd > limit - sc || rc > limit || rd > limit - rc)
+      return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                             "%s: the block for or from rank %d does not fit in memory", call, p);
+    sent |= sc;
+    received |= rc;
+  }
+  if ((sent && !args->sendbuf) || (received && !args->recvbuf))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with blocks to %s", call,
+                           sent && !args->sendbuf ? "sendbuf" : "recvbuf",
+                           sent && !args->sendbuf ? "send" : "receive");
+  if (args->sendcounts[comm->rank] != args->recvcounts[comm->rank])
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: rank %d sends itself %zu elements but expects %zu from itself",
+                           call, comm->rank, args->sendcounts[comm->rank],
+                           args->recvcounts[comm->rank]);
+  return HOOP_OK;
+}
+
+/* On one rank the result is the own block (out of place, copied). */
+static hoop_result prepare_alltoall(hoop_comm *comm, const hoop__coll_args *args) {
+  if (comm->size > 1)
+    return HOOP_OK;
+  if (args->coll == HOOP__COLL_ALLTOALL)
+    return hoop__kind_copy(comm, args->recvbuf, args->sendbuf, args->bytes);
+  return hoop__kind_copy(comm, (char *)args->recvbuf + args->rdispls[0] * args->esize,
+                         (const char *)args->sendbuf + args->sdispls[0] * args->esize,
+                         args->sendcounts[0] * args->esize);
+}
+
 /* Out of place, the result starts as this rank's contribution: on one rank it is the result. The
  * algorithms with more ranks read sendbuf themselves. */
 static hoop_result prepare_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
@@ -148,6 +196,8 @@ static const collective collectives[HOOP__COLL_COUNT] = {
     [HOOP__COLL_BARRIER] = {"hoop_barrier", 0, NULL, NULL},
     [HOOP__COLL_REDUCE_SCATTER] = {"hoop_reduce_scatter", 1, check_reduce_scatter,
                                    prepare_reduce_scatter},
+    [HOOP__COLL_ALLTOALL] = {"hoop_alltoall", 1, check_alltoall, prepare_alltoall},
+    [HOOP__COLL_ALLTOALLV] = {"hoop_alltoallv", 1, check_alltoallv, prepare_alltoall},
 };
 
 /* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); the run
@@ -180,7 +230,9 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);
     args->bytes = args->count * args->esize;
-    if (args->bytes == 0) {
+    /* An alltoallv's ranks may have nothing to receive and still something to send: every rank
+     * takes part. */
+    if (args->bytes == 0 && args->coll != HOOP__COLL_ALLTOALLV) {
       comm->algo_name = "no data";
       return coll_end(comm, hoop__coll_no_data(comm));
     }

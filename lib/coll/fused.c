@@ -75,15 +75,13 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
   size_t buf = 0, at = 0; /* the next element to pack: buffer buf, element at */
   while (result == HOOP_OK) {
     if (buf < req->nbufs && at == 0 && req->counts[buf] * esize >= direct_bytes) {
-      hoop__coll_args args = {HOOP__COLL_ALLREDUCE,
-                              req->sendbufs[buf],
-                              req->recvbufs[buf],
-                              req->counts[buf],
-                              req->dtype,
-                              req->op,
-                              -1,
-                              0,
-                              0};
+      hoop__coll_args args = {.coll = HOOP__COLL_ALLREDUCE,
+                              .sendbuf = req->sendbufs[buf],
+                              .recvbuf = req->recvbufs[buf],
+                              .count = req->counts[buf],
+                              .dtype = req->dtype,
+                              .op = req->op,
+                              .root = -1};
       result = hoop__coll_run(comm, &args);
       buf++;
       continue;
@@ -107,8 +105,13 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
     }
     if (filled == 0 || result != HOOP_OK)
       break;
-    hoop__coll_args args = {
-        HOOP__COLL_ALLREDUCE, piece, piece, filled, req->dtype, req->op, -1, 0, 0};
+    hoop__coll_args args = {.coll = HOOP__COLL_ALLREDUCE,
+                            .sendbuf = piece,
+                            .recvbuf = piece,
+                            .count = filled,
+                            .dtype = req->dtype,
+                            .op = req->op,
+                            .root = -1};
     result = hoop__coll_run(comm, &args);
     /* Unpack what this piece carried, in the order it was packed. */
     for (size_t b = first_buf, from = first_at, done = 0; result == HOOP_OK && done < filled; b++) {

@@ -47,6 +47,8 @@ enum {
   BAR_DISSEMINATION,
   RS_RING,
   RS_DIRECT,
+  A2A_PAIRWISE,
+  A2AV_PAIRWISE,
   ALGORITHMS
 };
 
@@ -81,10 +83,14 @@ static const algorithm algorithms[] = {
                  "the ring allreduce's first half: each rank finishes its own block"},
     [RS_DIRECT] = {HOOP__COLL_REDUCE_SCATTER, "direct", hoop__reduce_scatter_direct, WHOLE,
                    "each rank reduces its block straight from every other rank's part"},
+    [A2A_PAIRWISE] = {HOOP__COLL_ALLTOALL, "pairwise", hoop__alltoall_pairwise, WHOLE_SCRATCH,
+                      "every receive posted, then the sends to r+1, r+2, ..."},
+    [A2AV_PAIRWISE] = {HOOP__COLL_ALLTOALLV, "pairwise", hoop__alltoall_pairwise, WHOLE,
+                       "every receive posted, then the sends to r+1, r+2, ..."},
 };
 
-static const char *const coll_names[HOOP__COLL_COUNT] = {"allreduce", "broadcast", "allgather",
-                                                         "barrier", "reduce_scatter"};
+static const char *const coll_names[HOOP__COLL_COUNT] = {
+    "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter", "alltoall", "alltoallv"};
 
 /* HOOP_ALGO's single words, as before it named collectives: a family for every collective. */
 static const struct family {
@@ -160,6 +166,8 @@ static const cutover cutovers[] = {
      * carries (n-1)/n of the input once. */
     {HOOP__COLL_REDUCE_SCATTER, ONE_HOST, NO_LIMIT, &algorithms[RS_DIRECT]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_RING]},
+    {HOOP__COLL_ALLTOALL, ANY, NO_LIMIT, &algorithms[A2A_PAIRWISE]},
+    {HOOP__COLL_ALLTOALLV, ANY, NO_LIMIT, &algorithms[A2AV_PAIRWISE]},
 };
 #define CUTOVERS (sizeof cutovers / sizeof cutovers[0])
 
@@ -198,7 +206,7 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct; broadcast: "
       "chain, tree; allgather: ring, rd, bruck, direct; barrier: dissemination; reduce_scatter: "
-      "ring, direct)",
+      "ring, direct; alltoall, alltoallv: pairwise)",
       comm->call, text, why);
 }
 

@@ -20,12 +20,16 @@ typedef struct hoop__coll_args {
   hoop_op op; /* allreduce */
   int root;   /* broadcast */
   size_t esize, bytes;
+  /* alltoallv: elements to and from each rank, and where they lie (in elements) */
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
 } hoop__coll_args;
 
 /* The bytes a call's result holds on each rank: the gathered blocks of an allgather, else the
  * call's payload. */
 static inline size_t hoop__call_total(const hoop_comm *comm, const hoop__coll_args *args) {
-  return args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
+  return args->coll == HOOP__COLL_ALLGATHER || args->coll == HOOP__COLL_ALLTOALL
+             ? args->bytes * (size_t)comm->size
+             : args->bytes;
 }
 
 /* In which order an algorithm reads its input and finishes its result, for a path that feeds its

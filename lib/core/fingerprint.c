@@ -14,7 +14,9 @@ static const char *const collective_names[HOOP__COLL_COUNT] = {
     [HOOP__COLL_BROADCAST] = "hoop_broadcast",
     [HOOP__COLL_ALLGATHER] = "hoop_allgather",
     [HOOP__COLL_BARRIER] = "hoop_barrier",
-    [HOOP__COLL_REDUCE_SCATTER] = "hoop_reduce_scatter"};
+    [HOOP__COLL_REDUCE_SCATTER] = "hoop_reduce_scatter",
+    [HOOP__COLL_ALLTOALL] = "hoop_alltoall",
+    [HOOP__COLL_ALLTOALLV] = "hoop_alltoallv"};
 
 size_t hoop__fingerprint_count(const uint8_t *fp) {
   return (size_t)hoop__get_be64(fp + 15);
@@ -41,7 +43,10 @@ static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
   const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
   long root = (long)hoop__get_be32(fp + 11) - 1;
   int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)hoop__get_be64(fp));
-  if (fp[8] != HOOP__COLL_BARRIER + 1 && n >= 0 && (size_t)n < outlen)
+  /* An alltoallv has a count per pair, which the lengths of its messages carry. */
+  if (fp[8] == HOOP__COLL_ALLTOALLV + 1 && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", %s", dtype ? dtype : "unknown dtype");
+  else if (fp[8] != HOOP__COLL_BARRIER + 1 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", count %zu, %s", hoop__fingerprint_count(fp),
                   dtype ? dtype : "unknown dtype");
   if (op && n >= 0 && (size_t)n < outlen)

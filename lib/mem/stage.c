@@ -215,11 +215,45 @@ static hoop_result stage_reduce_scatter(hoop_comm *comm, hoop__coll_args *args, 
   return HOOP_OK;
 }
 
+/* The bytes from a buffer's start to the end of its last block (an alltoallv's extent). */
+static size_t extent(const size_t *counts, const size_t *displs, int n, size_t esize) {
+  size_t end = 0;
+  for (int p = 0; p < n; p++)
+    if (counts[p] && (displs[p] + counts[p]) * esize > end)
+      end = (displs[p] + counts[p]) * esize;
+  return end;
+}
+
+/* An alltoallv: the send extent and the receive extent side by side on the stage, each copied in
+ * where it is device memory (the receive extent too, so that what lies between its blocks comes
+ * back as it was), the receive extent copied out after. */
+static hoop_result stage_alltoallv(hoop_comm *comm, hoop__coll_args *args, int send_dev,
+                                   int recv_dev, hoop__stage *stage) {
+  size_t sent = extent(args->sendcounts, args->sdispls, comm->size, args->esize);
+  size_t received = extent(args->recvcounts, args->rdispls, comm->size, args->esize);
+  char *host = stage_buffer(comm, sent + received + 1,
+                            send_dev ? args->sendbuf : (const void *)args->recvbuf);
+  if (!host)
+    return HOOP_ERR_SYSTEM;
+  hoop_result result = HOOP_OK;
+  if (send_dev && (result = hoop__mem_copy(comm, host, args->sendbuf, sent)) == HOOP_OK)
+    args->sendbuf = host;
+  if (result == HOOP_OK && recv_dev &&
+      (result = hoop__mem_copy(comm, host + sent, args->recvbuf, received)) == HOOP_OK) {
+    stage->active = 1;
+    stage->user_recv = args->recvbuf;
+    stage->out_from = host + sent;
+    stage->out_bytes = received;
+    args->recvbuf = host + sent;
+  }
+  return result;
+}
+
 hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__algo_traits *traits,
                            hoop__stage *stage) {
   stage->active = 0;
   stage->pipe = NULL;
-  if (!hoop__cuda_loaded() || args->bytes == 0)
+  if (!hoop__cuda_loaded() || (args->bytes == 0 && args->coll != HOOP__COLL_ALLTOALLV))
     return HOOP_OK;
   int send_dev = hoop__mem_kind_of(args->sendbuf) == HOOP__MEM_DEVICE;
   int recv_dev = args->recvbuf == args->sendbuf
@@ -229,8 +263,10 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__a
     return HOOP_OK;
   if (args->coll == HOOP__COLL_REDUCE_SCATTER)
     return stage_reduce_scatter(comm, args, send_dev, recv_dev, stage);
+  if (args->coll == HOOP__COLL_ALLTOALLV)
+    return stage_alltoallv(comm, args, send_dev, recv_dev, stage);
   size_t bytes = args->bytes;
-  size_t total = args->coll == HOOP__COLL_ALLGATHER ? bytes * (size_t)comm->size : bytes;
+  size_t total = hoop__call_total(comm, args);
   char *host = recv_dev ? stage_buffer(comm, total, args->recvbuf) : args->recvbuf;
   if (!host)
     return HOOP_ERR_SYSTEM;
@@ -263,6 +299,10 @@ hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__a
   case HOOP__COLL_BROADCAST: /* the root's data in; every rank's result out, but the root's */
     if (comm->rank == args->root)
       result = hoop__mem_copy(comm, host, args->sendbuf, bytes);
+    args->sendbuf = host;
+    break;
+  case HOOP__COLL_ALLTOALL: /* every block in, in place on the host copy; every block out */
+    result = hoop__mem_copy(comm, host, args->sendbuf, total);
     args->sendbuf = host;
     break;
   case HOOP__COLL_ALLGATHER: { /* this rank's block in place; every block out */

@@ -248,6 +248,12 @@ hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
 hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
+/* The same, but a zero length still travels as an empty message, so that the receiver checks
+ * every length against what it posted (sizes that each pair chooses, as all-to-all's). */
+hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,
+                               hoop__request *req);
+hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
+                               hoop__request *req);
 /* One round of every transport's progress without sleeping (the communicator's failure, if any):
  * what a rank busy with something else calls so that its peers' transfers go on. */
 hoop_result hoop__progress_once(hoop_comm *comm);

@@ -42,6 +42,23 @@ hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
   return ctx->ops->irecv(ctx, peer, buf, len, req);
 }
 
+/* An address for empty buffers: nothing is read or written there. */
+static char no_bytes;
+
+hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,
+                               hoop__request *req) {
+  stamp(comm, req, peer, 1, len);
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  return ctx->ops->isend(ctx, peer, len ? buf : &no_bytes, len, req);
+}
+
+hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
+                               hoop__request *req) {
+  stamp(comm, req, peer, 0, len);
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  return ctx->ops->irecv(ctx, peer, len ? buf : &no_bytes, len, req);
+}
+
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
                            void *recvbuf, size_t recvlen) {
   hoop__request send_req, recv_req;

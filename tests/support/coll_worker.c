@@ -1,7 +1,7 @@
 /* coll_worker.c - one rank of the collectives test: runs every collective for every dtype and op
- * (allreduce, broadcast, allgather, reduce-scatter, barrier) on awkward counts, in place and out of
- * place, and checks each result against reference.c.
- * Started N times by hooprun (or by the test itself); exits non-zero if any check failed.
+ * (allreduce, broadcast, allgather, reduce-scatter, all-to-all, barrier) on awkward counts, in
+ * place and out of place, and checks each result against reference.c. Started N times by hooprun
+ * (or by the test itself); exits non-zero if any check failed.
  *
  * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
  *                    [--fake-hosts N]
@@ -271,6 +271,99 @@ static void check_reduce_scatter(size_t count, hoop_dtype dtype, hoop_op op, int
   free(send);
 }
 
+/* Rank q's block for rank r of an alltoall(v): elements [first, first + count) of rank q's input
+ * for this case, first being where q's block for r starts in q's sendbuf. The blocks of an
+ * alltoallv: rank q sends rank r (q + r) % 3 + count * ((q * 7 + r) % 4) / 3 elements, in
+ * sendbuf in rank order, one element of gap between blocks; received in rank order, two apart. */
+static size_t a2av_count(int q, int r, size_t count) {
+  return (size_t)((q + r) % 3) + count * (size_t)((q * 7 + r) % 4) / 3;
+}
+
+static void check_alltoall(size_t count, hoop_dtype dtype, int in_place) {
+  size_t esize = hoop_dtype_size(dtype), block = count * esize, total = block * (size_t)nranks;
+  unsigned seed = (unsigned)(count * 41 + (size_t)dtype * 3);
+  char *send = xmalloc(total), *recv = xmalloc(total);
+  ref_fill(send, count * (size_t)nranks, dtype, HOOP_MAX, rank, seed);
+  memset(recv, 0x6b, total);
+  if (in_place)
+    memcpy(recv, send, total);
+  char *call_recv = to_call(recv, total, 1);
+  char *call_send = in_place ? call_recv : to_call(send, total, 0);
+  hoop_mem_handle recv_handle = reg(call_recv, total),
+                  send_handle = in_place ? 0 : reg(call_send, total);
+  must(stream ? hoop_alltoall_stream(comm, call_send, call_recv, count, dtype, stream)
+              : hoop_alltoall(comm, call_send, call_recv, count, dtype),
+       "hoop_alltoall");
+  unreg(send_handle);
+  unreg(recv_handle);
+  from_call(recv, call_recv, total);
+  if (!in_place)
+    from_call(send, call_send, total);
+  char *want = xmalloc(block ? block : 1);
+  for (int q = 0; q < nranks; q++) {
+    /* Rank q's input, block rank: fill rank q's whole input and take that block. */
+    char *input = xmalloc(total);
+    ref_fill(input, count * (size_t)nranks, dtype, HOOP_MAX, q, seed);
+    memcpy(want, input + (size_t)rank * block, block);
+    free(input);
+    checks++;
+    if (memcmp(recv + (size_t)q * block, want, block) != 0)
+      fail("alltoall %s count %zu %s: the block from rank %d differs", hoop_dtype_name(dtype),
+           count, in_place ? "in place" : "out of place", q);
+  }
+  free(want);
+  free(recv);
+  free(send);
+}
+
+static void check_alltoallv(size_t count, hoop_dtype dtype) {
+  size_t esize = hoop_dtype_size(dtype), n = (size_t)nranks;
+  unsigned seed = (unsigned)(count * 43 + (size_t)dtype * 5);
+  size_t *sc = xmalloc(4 * n * sizeof *sc), *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+  size_t sent = 0, received = 0;
+  for (int p = 0; p < nranks; p++) {
+    sc[p] = a2av_count(rank, p, count);
+    sd[p] = sent;
+    sent += sc[p] + 1;
+    rc[p] = a2av_count(p, rank, count);
+    rd[p] = received + 1;
+    received += rc[p] + 2;
+  }
+  char *send = xmalloc(sent * esize), *recv = xmalloc(received * esize);
+  char *keep = xmalloc(received * esize);
+  ref_fill(send, sent, dtype, HOOP_MAX, rank, seed);
+  memset(recv, 0x77, received * esize);
+  memcpy(keep, recv, received * esize);
+  char *call_send = to_call(send, sent * esize, 0), *call_recv = to_call(recv, received * esize, 1);
+  must(stream ? hoop_alltoallv_stream(comm, call_send, sc, sd, call_recv, rc, rd, dtype, stream)
+              : hoop_alltoallv(comm, call_send, sc, sd, call_recv, rc, rd, dtype),
+       "hoop_alltoallv");
+  from_call(recv, call_recv, received * esize);
+  from_call(send, call_send, sent * esize);
+  for (int q = 0; q < nranks; q++) {
+    /* Rank q's sendbuf: its blocks to ranks 0.. in order, one element apart. */
+    size_t at = 0;
+    for (int p = 0; p < rank; p++)
+      at += a2av_count(q, p, count) + 1;
+    size_t len = rc[q] * esize;
+    char *input = xmalloc((at + rc[q] + 1) * esize);
+    ref_fill(input, at + rc[q], dtype, HOOP_MAX, q, seed);
+    checks++;
+    if (memcmp(recv + rd[q] * esize, input + at * esize, len) != 0)
+      fail("alltoallv %s count %zu: the block from rank %d (%zu elements) differs",
+           hoop_dtype_name(dtype), count, q, rc[q]);
+    /* The element before each block was left as it was. */
+    if (memcmp(recv + (rd[q] - 1) * esize, keep + (rd[q] - 1) * esize, esize) != 0)
+      fail("alltoallv %s count %zu: recvbuf changed outside the blocks (before rank %d's)",
+           hoop_dtype_name(dtype), count, q);
+    free(input);
+  }
+  free(keep);
+  free(recv);
+  free(send);
+  free(sc);
+}
+
 /* Each rank leaves a file before the barrier and, after it, must see every rank's file: a rank
  * that left the barrier early would miss one. Ranks arrive at staggered times. */
 static void check_barrier(const char *dir, int round) {
@@ -515,6 +608,16 @@ int main(int argc, char **argv) {
   check_reduce_scatter(big / 2, HOOP_FLOAT32, HOOP_SUM, 1);
   check_reduce_scatter(big / 3, HOOP_BFLOAT16, HOOP_AVG, 1);
   check_reduce_scatter(big / 5, HOOP_INT64, HOOP_MIN, 0);
+
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (size_t c = 0; c < ncounts; c++) {
+      for (int in_place = 0; in_place < 2; in_place++)
+        check_alltoall(small_counts[c], (hoop_dtype)dtype, in_place);
+      check_alltoallv(small_counts[c], (hoop_dtype)dtype);
+    }
+  check_alltoall(big / 4 + 1, HOOP_FLOAT32, 0);
+  check_alltoall(big / 4, HOOP_UINT8, 1);
+  check_alltoallv(big / 3, HOOP_FLOAT64);
 
   if (register_mode == 3)
     check_registered(quick);

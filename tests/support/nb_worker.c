@@ -1,9 +1,9 @@
 /* nb_worker.c - one rank of the non-blocking test: posts many collectives of every kind at once
  * (allreduce of every dtype and op, broadcast, allgather, barrier, fused allreduce of many
- * buffers, reduce-scatter, some of them large), completes them in an order of its own (scrambled by
- * rank, by hoop_test loops and hoop_wait), and checks each result against reference.c; then the
- * fused call blocking, and hoop_finalize refusing while a request is outstanding. Started by
- * hooprun.
+ * buffers, reduce-scatter, all-to-all, some of them large), completes them in an order of its own
+ * (scrambled by rank, by hoop_test loops and hoop_wait), and checks each result against
+ * reference.c; then the fused call blocking, and hoop_finalize refusing while a request is
+ * outstanding. Started by hooprun.
  *
  * Usage: nb_worker [--quick] [--device]  (--device: allreduce, broadcast and allgather on device
  *                                       buffers, HOOP_CUDA_LIBRARY's, and the fused allreduce's
@@ -80,7 +80,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-enum kind { ALLREDUCE, BROADCAST, ALLGATHER, BARRIER, FUSED, REDUCE_SCATTER, KINDS };
+enum kind { ALLREDUCE, BROADCAST, ALLGATHER, BARRIER, FUSED, REDUCE_SCATTER, ALLTOALL, KINDS };
 #define MAX_BUFS 12
 
 typedef struct item {
@@ -154,6 +154,17 @@ static void post(item *it, int i, size_t big) {
          "hoop_ireduce_scatter");
     break;
   }
+  case ALLTOALL: {
+    size_t total = it->count * esize * (size_t)nranks;
+    it->send = xmalloc(total);
+    it->recv = it->in_place ? it->send : xmalloc(total);
+    ref_fill(it->send, it->count * (size_t)nranks, it->dtype, HOOP_MAX, rank, it->seed);
+    it->dsend = on_device(it->send, total);
+    it->drecv = it->in_place ? it->dsend : on_device(it->recv, total);
+    must(hoop_ialltoall(comm, it->dsend, it->drecv, it->count, it->dtype, &it->req),
+         "hoop_ialltoall");
+    break;
+  }
   case BARRIER: must(hoop_ibarrier(comm, &it->req), "hoop_ibarrier"); break;
   case FUSED:
     for (size_t b = 0; b < it->nbufs; b++) {
@@ -201,7 +212,8 @@ static void from_device(item *it) {
     it->dsend = it->drecv = NULL;
     return;
   }
-  size_t bytes = it->kind == ALLGATHER ? it->count * esize * (size_t)nranks : it->count * esize;
+  size_t bytes = it->kind == ALLGATHER || it->kind == ALLTOALL ? it->count * esize * (size_t)nranks
+                                                               : it->count * esize;
   devmem_get(it->kind == BROADCAST ? it->send : it->recv, it->drecv, bytes);
   if (it->kind == ALLGATHER ? !it->in_place : it->dsend != it->drecv)
     devmem_free(it->dsend);
@@ -236,6 +248,19 @@ static void check(item *it) {
         fail("iallgather %s count %zu, block of rank %d: %s", hoop_dtype_name(it->dtype), it->count,
              r, msg);
     }
+    break;
+  }
+  case ALLTOALL: {
+    size_t block = it->count * hoop_dtype_size(it->dtype);
+    char *input = xmalloc(block * (size_t)nranks);
+    for (int q = 0; q < nranks; q++) {
+      ref_fill(input, it->count * (size_t)nranks, it->dtype, HOOP_MAX, q, it->seed);
+      checks++;
+      if (memcmp(it->recv + (size_t)q * block, input + (size_t)rank * block, block) != 0)
+        fail("ialltoall %s count %zu %s: the block from rank %d differs",
+             hoop_dtype_name(it->dtype), it->count, it->in_place ? "in place" : "out of place", q);
+    }
+    free(input);
     break;
   }
   case REDUCE_SCATTER:

@@ -235,8 +235,16 @@ static hoop_result stage_alltoallv(hoop_comm *comm, hoop__coll_args *args, int s
                             send_dev ? args->sendbuf : (const void *)args->recvbuf);
   if (!host)
     return HOOP_ERR_SYSTEM;
+  /* A device buffer with no block to copy: the work queued on the legacy default stream before
+   * the call is done all the same when it returns, as the copy would have ordered it (a reader on
+   * another stream sees the buffer as the call left it). */
   hoop_result result = HOOP_OK;
-  if (send_dev && (result = hoop__mem_copy(comm, host, args->sendbuf, sent)) == HOOP_OK)
+  if (send_dev && sent == 0)
+    result = hoop__cuda_stream_wait(comm, comm->call, NULL, args->sendbuf);
+  if (result == HOOP_OK && recv_dev && received == 0)
+    result = hoop__cuda_stream_wait(comm, comm->call, NULL, args->recvbuf);
+  if (result == HOOP_OK && send_dev &&
+      (result = hoop__mem_copy(comm, host, args->sendbuf, sent)) == HOOP_OK)
     args->sendbuf = host;
   if (result == HOOP_OK && recv_dev &&
       (result = hoop__mem_copy(comm, host + sent, args->recvbuf, received)) == HOOP_OK) {

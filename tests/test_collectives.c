@@ -103,9 +103,11 @@ static char *const algo_rd[] = {"HOOP_ALGO=rd", NULL};
  * at 3 and 6 ranks one and two ranks fold into a partner. */
 static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
 /* HOOP_ALGO per collective, with algorithms the single words never force: Bruck's allgather at a
- * power-of-two rank count, the chain at 3 ranks. */
+ * power-of-two rank count, the chain at 3 ranks, reduce-scatter's recursive halving (at 3 ranks,
+ * the ring it falls back to). */
 static char *const algo_per_coll[] = {
-    "HOOP_ALGO=allreduce:hd,broadcast:chain,allgather:bruck,barrier:dissemination",
+    "HOOP_ALGO=allreduce:hd,broadcast:chain,allgather:bruck,barrier:dissemination,"
+    "reduce_scatter:halving,alltoall:pairwise,alltoallv:pairwise",
     "HOOP_CHUNK_BYTES=65536", NULL};
 /* Loop tests: _i picks the rank count. */
 static const int ring_ranks[] = {2, 3};

@@ -142,6 +142,38 @@ static hoop_result halving_round(hoop_comm *comm, hoop__arena *arena, int peer, 
   return result;
 }
 
+hoop_result hoop__halving_reduce(hoop_comm *comm, hoop__arena *arena, const char *sendbuf,
+                                 char *work, size_t count, hoop_dtype dtype, hoop_op op,
+                                 char *scratch, size_t slice, const hoop__halving *plan) {
+  int r = comm->rank;
+  size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
+  hoop_result result;
+  const char *src = sendbuf; /* this rank's contribution, until the first reduction lands */
+  if (r < 2 * plan->rem) {
+    result = halving_round(comm, arena, r - 1, NULL, 0, work, sendbuf, bytes, scratch, slice,
+                           dtype, op);
+    if (result != HOOP_OK)
+      return result;
+    src = work;
+  }
+  for (int round = 0; round < plan->rounds; round++) {
+    int mask = plan->p >> (round + 1);
+    int peer = hoop__halving_rank(plan, plan->vrank ^ mask);
+    size_t keep_first = round + 1 < plan->rounds ? plan->lo[round + 1] : plan->first;
+    size_t keep_last = round + 1 < plan->rounds ? plan->hi[round + 1] : plan->last;
+    size_t give_first = plan->vrank & mask ? plan->lo[round] : keep_last;
+    size_t give_last = plan->vrank & mask ? keep_first : plan->hi[round];
+    result =
+        halving_round(comm, arena, peer, src + give_first * esize, (give_last - give_first) * esize,
+                      work + keep_first * esize, src + keep_first * esize,
+                      (keep_last - keep_first) * esize, scratch, slice, dtype, op);
+    if (result != HOOP_OK)
+      return result;
+    src = work;
+  }
+  return HOOP_OK;
+}
+
 /* Sends need not be waited for round by round: a range this rank gave away in the halving round
  * with mask m is written again only in the doubling round with mask m, by the same partner, which
  * sends it only after it has received all of that range. */
@@ -164,29 +196,10 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
       result = hoop__irecv(comm, r + 1, recvbuf, bytes, &req);
     return result == HOOP_OK ? hoop__wait(comm, &req) : result;
   }
-  const char *src = sendbuf; /* this rank's contribution, until the first reduction lands */
-  if (r < 2 * plan.rem) {
-    result = halving_round(comm, arena, r - 1, NULL, 0, recvbuf, sendbuf, bytes, scratch, slice,
-                           dtype, op);
-    if (result != HOOP_OK)
-      return result;
-    src = recvbuf;
-  }
-  for (int round = 0; round < plan.rounds; round++) {
-    int mask = plan.p >> (round + 1);
-    int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
-    size_t keep_first = round + 1 < plan.rounds ? plan.lo[round + 1] : plan.first;
-    size_t keep_last = round + 1 < plan.rounds ? plan.hi[round + 1] : plan.last;
-    size_t give_first = plan.vrank & mask ? plan.lo[round] : keep_last;
-    size_t give_last = plan.vrank & mask ? keep_first : plan.hi[round];
-    result =
-        halving_round(comm, arena, peer, src + give_first * esize, (give_last - give_first) * esize,
-                      recvbuf + keep_first * esize, src + keep_first * esize,
-                      (keep_last - keep_first) * esize, scratch, slice, dtype, op);
-    if (result != HOOP_OK)
-      return result;
-    src = recvbuf;
-  }
+  result = hoop__halving_reduce(comm, arena, sendbuf, recvbuf, count, dtype, op, scratch, slice,
+                                &plan);
+  if (result != HOOP_OK)
+    return result;
   result = hoop__kind_finish(comm, recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,
                              comm->size);
   if (result == HOOP_OK)

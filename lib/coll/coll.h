@@ -200,6 +200,7 @@ hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args)
 hoop_result hoop__barrier_dissemination(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args);
 /* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
  * ceil(log2 n) rounds of one byte each member has heard, directly or through others, from every
@@ -282,6 +283,13 @@ typedef struct hoop__halving {
 } hoop__halving;
 
 void hoop__halving_plan(const hoop_comm *comm, size_t count, hoop__halving *plan);
+/* The fold and the halving rounds on the plan of a rank that does not fold (allreduce.c): work
+ * (count elements) ends holding [plan->first, plan->last) reduced over every rank (AVG not yet
+ * divided); the rounds read sendbuf first, then work. Sends stay on arena; chunks are received
+ * into HOOP__RING_RECV_DEPTH slices of slice bytes of scratch. */
+hoop_result hoop__halving_reduce(hoop_comm *comm, hoop__arena *arena, const char *sendbuf,
+                                 char *work, size_t count, hoop_dtype dtype, hoop_op op,
+                                 char *scratch, size_t slice, const hoop__halving *plan);
 /* The real rank that acts as virtual rank vrank. */
 int hoop__halving_rank(const hoop__halving *plan, int vrank);
 /* The doubling rounds on buf (elements of esize bytes), from [plan->first, plan->last) owned to

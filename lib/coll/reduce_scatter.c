@@ -3,7 +3,9 @@
  * finishes block r: each rank sends and receives (n-1)/n of the input, the bandwidth optimum, in
  * n-1 pipelined steps, and nothing crosses twice. Direct (ranks on one host) is the direct
  * allreduce's first half: each rank reduces its own block straight from every other rank's part,
- * depending on no chain of others. Either way each element is reduced on one rank in one order, so
+ * depending on no chain of others. Recursive halving (a power-of-two rank count) is halving-doubling's
+ * first half: log2(n) rounds, each trading half of what a rank still holds with the partner that
+ * differs in one bit, the ring's bytes in log2(n) waits instead of n-1. Either way each element is reduced on one rank in one order, so
  * the result has the bits the allreduce of the same input would have on that rank's block. */
 #include "coll/coll.h"
 
@@ -54,6 +56,35 @@ hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *
                           comm->block_length, args->esize, args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
+}
+
+hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size;
+  if (n & (n - 1))
+    return hoop__reduce_scatter_ring(comm, args); /* the plan would fold ranks, who own nothing */
+  size_t count = args->count * (size_t)n, total = count * args->esize;
+  size_t slice = hoop__chunk_bytes(comm, total, args->esize);
+  size_t slices = HOOP__RING_RECV_DEPTH * slice;
+  /* The receive slices, then the whole input's partial sums (what was given away is sent from
+   * there until the arena is waited for). */
+  char *scratch = hoop__kind_scratch(comm, slices + total);
+  if (!scratch)
+    return HOOP_ERR_SYSTEM;
+  char *work = scratch + slices;
+  hoop__halving plan; /* with n a power of two and count a multiple of n, rank r ends with block r */
+  hoop__halving_plan(comm, count, &plan);
+  hoop__arena arena = {0};
+  hoop_result result = hoop__halving_reduce(comm, &arena, args->sendbuf, work, count, args->dtype,
+                                            args->op, scratch, slice, &plan);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  char *mine = work + plan.first * args->esize;
+  if (result == HOOP_OK)
+    result = hoop__kind_finish(comm, mine, plan.last - plan.first, args->dtype, args->op, n);
+  if (result == HOOP_OK)
+    result = hoop__kind_copy(comm, args->recvbuf, mine, args->bytes);
   hoop__arena_free(&arena);
   return result;
 }

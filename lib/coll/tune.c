@@ -47,6 +47,7 @@ enum {
   BAR_DISSEMINATION,
   RS_RING,
   RS_DIRECT,
+  RS_HALVING,
   A2A_PAIRWISE,
   A2AV_PAIRWISE,
   ALGORITHMS
@@ -83,6 +84,10 @@ static const algorithm algorithms[] = {
                  "the ring allreduce's first half: each rank finishes its own block"},
     [RS_DIRECT] = {HOOP__COLL_REDUCE_SCATTER, "direct", hoop__reduce_scatter_direct, WHOLE,
                    "each rank reduces its block straight from every other rank's part"},
+    [RS_HALVING] = {HOOP__COLL_REDUCE_SCATTER, "halving", hoop__reduce_scatter_halving,
+                    WHOLE_SCRATCH,
+                    "recursive halving, log2(n) rounds (the ring where the rank count is not a "
+                    "power of two)"},
     [A2A_PAIRWISE] = {HOOP__COLL_ALLTOALL, "pairwise", hoop__alltoall_pairwise, WHOLE_SCRATCH,
                       "every receive posted, then the sends to r+1, r+2, ..."},
     [A2AV_PAIRWISE] = {HOOP__COLL_ALLTOALLV, "pairwise", hoop__alltoall_pairwise, WHOLE,
@@ -161,9 +166,14 @@ static const cutover cutovers[] = {
     {HOOP__COLL_ALLGATHER, ANY, 256 * 1024, &algorithms[AG_BRUCK]},
     {HOOP__COLL_ALLGATHER, ANY, NO_LIMIT, &algorithms[AG_RING]},
     {HOOP__COLL_BARRIER, ANY, NO_LIMIT, &algorithms[BAR_DISSEMINATION]},
-    /* On one host each rank reduces its block straight from the others' parts (one copy out of
-     * each peer's buffer with CMA, no chain of hops); across hosts the ring, whose every link
-     * carries (n-1)/n of the input once. */
+    /* Over shared memory each rank reduces its block straight from the others' parts (one copy
+     * out of each peer's buffer with CMA, no chain of hops): 1.0-7.8x the faster of Open MPI and
+     * MPICH on 2 and 4 ranks (TUNING.md). Elsewhere recursive halving's log2(n) waits beat the
+     * ring's n-1 while the buffer is small (4 ranks over TCP: 35 against 95 us at 4 KiB, level
+     * from 4 MiB), as halving-doubling does for allreduce up to 1 MiB; on one host then the
+     * direct reads, across hosts the ring, whose every link carries (n-1)/n of the input once. */
+    {HOOP__COLL_REDUCE_SCATTER, ONE_HOST | SHARED, NO_LIMIT, &algorithms[RS_DIRECT]},
+    {HOOP__COLL_REDUCE_SCATTER, POW2, 1024 * 1024, &algorithms[RS_HALVING]},
     {HOOP__COLL_REDUCE_SCATTER, ONE_HOST, NO_LIMIT, &algorithms[RS_DIRECT]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_RING]},
     {HOOP__COLL_ALLTOALL, ANY, NO_LIMIT, &algorithms[A2A_PAIRWISE]},
@@ -206,7 +216,7 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct; broadcast: "
       "chain, tree; allgather: ring, rd, bruck, direct; barrier: dissemination; reduce_scatter: "
-      "ring, direct; alltoall, alltoallv: pairwise)",
+      "ring, direct, halving; alltoall, alltoallv: pairwise)",
       comm->call, text, why);
 }
 
@@ -308,8 +318,12 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
     *out = &algorithms[forced];
     return HOOP_OK;
   }
-  size_t bytes =
-      args->coll == HOOP__COLL_ALLGATHER ? args->bytes * (size_t)comm->size : args->bytes;
+  /* The rows compare the gathered result of an allgather, and a reduce-scatter's or an
+   * alltoall's whole input. */
+  size_t bytes = args->coll == HOOP__COLL_ALLGATHER || args->coll == HOOP__COLL_REDUCE_SCATTER ||
+                         args->coll == HOOP__COLL_ALLTOALL
+                     ? args->bytes * (size_t)comm->size
+                     : args->bytes;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < CUTOVERS; i++) {
     const cutover *row = &cutovers[i];

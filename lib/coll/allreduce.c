@@ -150,8 +150,8 @@ hoop_result hoop__halving_reduce(hoop_comm *comm, hoop__arena *arena, const char
   hoop_result result;
   const char *src = sendbuf; /* this rank's contribution, until the first reduction lands */
   if (r < 2 * plan->rem) {
-    result = halving_round(comm, arena, r - 1, NULL, 0, work, sendbuf, bytes, scratch, slice,
-                           dtype, op);
+    result =
+        halving_round(comm, arena, r - 1, NULL, 0, work, sendbuf, bytes, scratch, slice, dtype, op);
     if (result != HOOP_OK)
       return result;
     src = work;
@@ -196,8 +196,8 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
       result = hoop__irecv(comm, r + 1, recvbuf, bytes, &req);
     return result == HOOP_OK ? hoop__wait(comm, &req) : result;
   }
-  result = hoop__halving_reduce(comm, arena, sendbuf, recvbuf, count, dtype, op, scratch, slice,
-                                &plan);
+  result =
+      hoop__halving_reduce(comm, arena, sendbuf, recvbuf, count, dtype, op, scratch, slice, &plan);
   if (result != HOOP_OK)
     return result;
   result = hoop__kind_finish(comm, recvbuf + plan.first * esize, plan.last - plan.first, dtype, op,

@@ -3,10 +3,11 @@
  * finishes block r: each rank sends and receives (n-1)/n of the input, the bandwidth optimum, in
  * n-1 pipelined steps, and nothing crosses twice. Direct (ranks on one host) is the direct
  * allreduce's first half: each rank reduces its own block straight from every other rank's part,
- * depending on no chain of others. Recursive halving (a power-of-two rank count) is halving-doubling's
- * first half: log2(n) rounds, each trading half of what a rank still holds with the partner that
- * differs in one bit, the ring's bytes in log2(n) waits instead of n-1. Either way each element is reduced on one rank in one order, so
- * the result has the bits the allreduce of the same input would have on that rank's block. */
+ * depending on no chain of others. Recursive halving (a power-of-two rank count) is
+ * halving-doubling's first half: log2(n) rounds, each trading half of what a rank still holds with
+ * the partner that differs in one bit, the ring's bytes in log2(n) waits instead of n-1. Either way
+ * each element is reduced on one rank in one order, so the result has the bits the allreduce of the
+ * same input would have on that rank's block. */
 #include "coll/coll.h"
 
 /* Block i of the input: [i * bytes, (i + 1) * bytes), in comm's block tables. */
@@ -73,7 +74,8 @@ hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args 
   if (!scratch)
     return HOOP_ERR_SYSTEM;
   char *work = scratch + slices;
-  hoop__halving plan; /* with n a power of two and count a multiple of n, rank r ends with block r */
+  hoop__halving
+      plan; /* with n a power of two and count a multiple of n, rank r ends with block r */
   hoop__halving_plan(comm, count, &plan);
   hoop__arena arena = {0};
   hoop_result result = hoop__halving_reduce(comm, &arena, args->sendbuf, work, count, args->dtype,

@@ -229,9 +229,11 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   req->base.bytes = fused_bytes(n, copied, dtype);
   req->base.on_heap = 1;
   req->base.name = call;
+  /* A post that failed (a bad HOOP_ASYNC_PROGRESS, no progress thread) queued nothing and counted
+   * nothing outstanding: the request is freed here, not finished as one that ran. */
   if ((result = hoop__request_post(comm, &req->base)) != HOOP_OK) {
-    req->nbufs = 0;
-    hoop__request_finish(&req->base);
+    release_arrays(&req->base);
+    free(req);
     return result;
   }
   *request = &req->base;

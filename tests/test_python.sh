@@ -1,7 +1,8 @@
 #!/bin/sh
 # The Python package (python/hoop) on 1 to 4 ranks under hooprun, with Debian's /usr/bin/python3:
 # tests/python/worker.py runs every dtype and op, blocking and non-blocking, broadcast, allgather,
-# barrier and the errors, checked against references computed in Python. Skipped (77) where there is
+# reduce-scatter, all-to-all(v), barrier and the errors, checked against references computed in
+# Python. Skipped (77) where there is
 # no python3, and under the sanitizers (an ASan-built libhoop cannot load into a python that is not).
 set -u
 src=${HOOP_SRCDIR:-.}

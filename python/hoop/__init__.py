@@ -136,11 +136,19 @@ _lib.hoop_allreduce.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size
 _lib.hoop_broadcast.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int, _c.c_int]
 _lib.hoop_allgather.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int]
 _lib.hoop_barrier.argtypes = [_c.c_void_p]
+_lib.hoop_reduce_scatter.argtypes = _lib.hoop_allreduce.argtypes
+_lib.hoop_alltoall.argtypes = _lib.hoop_allgather.argtypes
+_SIZES = _c.POINTER(_c.c_size_t)
+_lib.hoop_alltoallv.argtypes = [_c.c_void_p, _c.c_void_p, _SIZES, _SIZES, _c.c_void_p, _SIZES,
+                                _SIZES, _c.c_int]
 _REQ = _c.POINTER(_c.c_void_p)
 _lib.hoop_iallreduce.argtypes = _lib.hoop_allreduce.argtypes + [_REQ]
 _lib.hoop_ibroadcast.argtypes = _lib.hoop_broadcast.argtypes + [_REQ]
 _lib.hoop_iallgather.argtypes = _lib.hoop_allgather.argtypes + [_REQ]
 _lib.hoop_ibarrier.argtypes = [_c.c_void_p, _REQ]
+_lib.hoop_ireduce_scatter.argtypes = _lib.hoop_reduce_scatter.argtypes + [_REQ]
+_lib.hoop_ialltoall.argtypes = _lib.hoop_alltoall.argtypes + [_REQ]
+_lib.hoop_ialltoallv.argtypes = _lib.hoop_alltoallv.argtypes + [_REQ]
 _PTRS = _c.POINTER(_c.c_void_p)
 _lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
                                      _c.POINTER(_c.c_size_t), _c.c_int, _c.c_int]
@@ -424,6 +432,85 @@ class Communicator:
                                                               dst.nbytes))
         return self._run(call, (handle, src.address, dst.address, src.count(call), src.dtype),
                          (src, dst), recvbuf, nonblocking)
+
+    def reduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None):
+        """recvbuf = this rank's block of op over ranks of sendbuf, which holds size blocks of
+        recvbuf's size (block r to rank r). Returns recvbuf."""
+        return self._reduce_scatter("hoop_reduce_scatter", sendbuf, recvbuf, op, dtype, False)
+
+    def ireduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None):
+        return self._reduce_scatter("hoop_ireduce_scatter", sendbuf, recvbuf, op, dtype, True)
+
+    def _reduce_scatter(self, call, sendbuf, recvbuf, op, dtype, nonblocking):
+        handle = self._live(call)
+        opcode = _op_code(op, call)
+        dst = _Buffer(recvbuf, dtype, call, True)
+        src = _Buffer(sendbuf, dtype, call, False)
+        if src.dtype != dst.dtype or dst.nbytes * self.size != src.nbytes:
+            raise InvalidArgument("%s: sendbuf must hold size (%d) times recvbuf's %d bytes of "
+                                  "the same dtype, not %d" % (call, self.size, dst.nbytes,
+                                                              src.nbytes))
+        args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
+        return self._run(call, args, (src, dst), recvbuf, nonblocking)
+
+    def alltoall(self, sendbuf, recvbuf, dtype=None):
+        """Block j of sendbuf (size equal blocks) to rank j; block i of recvbuf from rank i.
+        Returns recvbuf."""
+        return self._alltoall("hoop_alltoall", sendbuf, recvbuf, dtype, False)
+
+    def ialltoall(self, sendbuf, recvbuf, dtype=None):
+        return self._alltoall("hoop_ialltoall", sendbuf, recvbuf, dtype, True)
+
+    def _alltoall(self, call, sendbuf, recvbuf, dtype, nonblocking):
+        handle = self._live(call)
+        dst = _Buffer(recvbuf, dtype, call, True)
+        src = _Buffer(sendbuf, dtype, call, False)
+        if src.dtype != dst.dtype or src.nbytes != dst.nbytes or src.nbytes % self.size:
+            raise InvalidArgument("%s: sendbuf and recvbuf must be size (%d) equal blocks of one "
+                                  "dtype (%d and %d bytes)" % (call, self.size, src.nbytes,
+                                                               dst.nbytes))
+        args = (handle, src.address, dst.address, src.count(call) // self.size, src.dtype)
+        return self._run(call, args, (src, dst), recvbuf, nonblocking)
+
+    def alltoallv(self, sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, rdispls=None,
+                  dtype=None):
+        """sendcounts[j] elements of sendbuf to rank j, recvcounts[i] elements from rank i into
+        recvbuf; blocks one after the other unless displacements (in elements) say where.
+        Returns recvbuf."""
+        return self._alltoallv("hoop_alltoallv", sendbuf, sendcounts, recvbuf, recvcounts, sdispls,
+                               rdispls, dtype, False)
+
+    def ialltoallv(self, sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, rdispls=None,
+                   dtype=None):
+        return self._alltoallv("hoop_ialltoallv", sendbuf, sendcounts, recvbuf, recvcounts,
+                               sdispls, rdispls, dtype, True)
+
+    def _alltoallv(self, call, sendbuf, sendcounts, recvbuf, recvcounts, sdispls, rdispls, dtype,
+                   nonblocking):
+        handle = self._live(call)
+        dst = _Buffer(recvbuf, dtype, call, True)
+        src = _Buffer(sendbuf, dtype, call, False)
+        if src.dtype != dst.dtype:
+            raise InvalidArgument("%s: sendbuf and recvbuf differ in dtype" % call)
+        arrays = []
+        for name, values, displs, buf in (("sendcounts", sendcounts, sdispls, src),
+                                          ("recvcounts", recvcounts, rdispls, dst)):
+            values = [int(v) for v in values]
+            if len(values) != self.size or min(values, default=0) < 0:
+                raise InvalidArgument("%s: %s must hold %d counts of 0 or more"
+                                      % (call, name, self.size))
+            if displs is None:
+                displs = [sum(values[:i]) for i in range(self.size)]
+            displs = [int(d) for d in displs]
+            if len(displs) != self.size or min(displs, default=0) < 0 or any(
+                    (d + v) * _DTYPE_SIZES[buf.dtype] > buf.nbytes for d, v in zip(displs, values)):
+                raise InvalidArgument("%s: the blocks of %s do not fit in its buffer"
+                                      % (call, name))
+            arrays += [(ctypes.c_size_t * self.size)(*values),
+                       (ctypes.c_size_t * self.size)(*displs)]
+        args = (handle, src.address, arrays[0], arrays[1], dst.address, arrays[2], arrays[3],
+                src.dtype)
+        return self._run(call, args, (src, dst, arrays), recvbuf, nonblocking)
 
     def barrier(self):
         self._check(_lib.hoop_barrier(self._live("hoop_barrier")))

@@ -151,6 +151,39 @@ for dtype in ("int8", "float64", "float16"):
         if decode(dtype, data) != want:
             fail("%s %s: got %r" % (name, dtype, decode(dtype, data)[:8]))
 
+# Reduce-scatter: rank r gets block r of the sum over ranks; alltoall(v): blocks by rank.
+for dtype, op in (("float32", "sum"), ("int32", "max"), ("bfloat16", "avg")):
+    block = 6
+    data = encode(dtype, [value(dtype, op, rank, i) for i in range(block * size)])
+    got = bytearray(len(data) // size)
+    comm.reduce_scatter(data, got, op=op, dtype=dtype)
+    other = bytearray(len(got))
+    comm.ireduce_scatter(bytes(data), other, op=op, dtype=dtype).wait()
+    for name, out in (("reduce_scatter", got), ("ireduce_scatter", other)):
+        checks += 1
+        values = decode(dtype, out)
+        for i in range(block):
+            want = reference(dtype, op, rank * block + i)
+            if not close(dtype, values[i], want):
+                fail("%s %s %s element %d: got %r, expected %r"
+                     % (name, dtype, op, i, values[i], want))
+                break
+mine = encode("int32", [rank * 1000 + j for j in range(3 * size)])
+got = bytearray(len(mine))
+comm.alltoall(mine, got, dtype="int32")
+checks += 1
+if decode("int32", got) != [r * 1000 + rank * 3 + i for r in range(size) for i in range(3)]:
+    fail("alltoall: got %r" % decode("int32", got)[:9])
+sendcounts = [(rank + j) % 3 for j in range(size)]
+recvcounts = [(i + rank) % 3 for i in range(size)]
+mine = encode("int64", [rank * 100 + j * 10 + k for j in range(size) for k in range(sendcounts[j])])
+got = bytearray(8 * sum(recvcounts))
+comm.ialltoallv(mine, sendcounts, got, recvcounts, dtype="int64").wait()
+checks += 1
+want = [i * 100 + rank * 10 + k for i in range(size) for k in range(recvcounts[i])]
+if decode("int64", got) != want:
+    fail("alltoallv: got %r, expected %r" % (decode("int64", got), want))
+
 comm.barrier()
 comm.ibarrier().wait()
 
@@ -163,6 +196,10 @@ errors = [
      hoop.InvalidArgument, "recvbuf"),
     (lambda: comm.allreduce(b"abcd", dtype="uint8"), hoop.InvalidArgument, "read-only"),
     (lambda: comm.allreduce(object()), hoop.InvalidArgument, "buffer protocol"),
+    (lambda: comm.reduce_scatter(bytearray(8 * size + 4), bytearray(8), dtype="float32"),
+     hoop.InvalidArgument, "sendbuf must hold"),
+    (lambda: comm.alltoallv(bytearray(4), [2] * size, bytearray(4), [2] * size, dtype="int32"),
+     hoop.InvalidArgument, "do not fit"),
 ]
 for call, cls, words in errors:
     checks += 1

@@ -33,8 +33,9 @@ hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args
   int n = comm->size, r = comm->rank;
   const char *src = args->sendbuf;
   char *dst = args->recvbuf;
-  /* In place (alltoall only): the input is read from a copy, as blocks arrive over it. */
-  if (src == dst) {
+  /* In place (alltoall only: an alltoallv's buffer may be one, its blocks apart): the input is
+   * read from a copy, as blocks arrive over it. */
+  if (src == dst && args->coll == HOOP__COLL_ALLTOALL) {
     size_t total = (size_t)n * args->bytes;
     char *copy = hoop__kind_scratch(comm, total);
     hoop_result copied = copy ? hoop__kind_copy(comm, copy, src, total) : HOOP_ERR_SYSTEM;

@@ -231,7 +231,13 @@ def _create(store, rank, size, timeout, *rest):
 
 if "hoop" not in dict(dist.Backend.__members__ if hasattr(dist.Backend, "__members__") else {}):
     try:
-        dist.Backend.register_backend("hoop", _create)
+        # torch 2.x asks which devices a backend serves (and warns when not told); 1.13 has no such
+        # argument.
+        import inspect
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            dist.Backend.register_backend("hoop", _create, devices=["cpu", "cuda"])
+        else:
+            dist.Backend.register_backend("hoop", _create)
     except (RuntimeError, ValueError) as err:  # registered already (a second import)
         if "already" not in str(err).lower():
             raise

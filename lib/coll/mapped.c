@@ -6,8 +6,10 @@
  * Allreduce: member i reduces block i of every member's input, in member order, in passes of up to
  * the kind's many_max sources (the same results as the host kind's chain of reduce3), into block i
  * of its own result; after a barrier it copies every other block from its owner's result; the
- * caller's last barrier keeps each result unchanged until every peer has read it. Broadcast: every
- * member copies the root's buffer. Allgather: every member copies each peer's block.
+ * caller's last barrier keeps each result unchanged until every peer has read it. Reduce-scatter:
+ * member i reduces block i of every member's input into its result, and that is all. Broadcast:
+ * every member copies the root's buffer. Allgather: every member copies each peer's block.
+ * All-to-all: every member copies its block of each peer's input.
  *
  * Host by host (the members are one host's ranks, on a job of several hosts with as many ranks on
  * each): member i reduces the block hoop__allreduce_hier's ring reduce-scatter would leave with it
@@ -39,7 +41,7 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
    * would overwrite it before its turn, so the partial result goes to scratch then (the path made
    * it ready). */
   char *acc = dst;
-  if (args->sendbuf == args->recvbuf && group->index >= many &&
+  if (dst == mapped->sends[comm->rank] + at && group->index >= many &&
       !(acc = hoop__kind_scratch(comm, len * args->esize)))
     return HOOP_ERR_SYSTEM;
   const void *srcs[HOOP__MEM_MANY_MAX];
@@ -100,6 +102,38 @@ static hoop_result mapped_allreduce(hoop_comm *comm, const hoop__mapped *mapped,
   return result == HOOP_OK ? comm->mem->sync(comm) : result;
 }
 
+/* Reduce-scatter: block r of every member's input reduced into this rank's result; nothing to copy
+ * after (the caller's last barrier keeps every input unchanged until its peers have read it). */
+static hoop_result mapped_reduce_scatter(hoop_comm *comm, const hoop__mapped *mapped,
+                                         const hoop__coll_args *args) {
+  return reduce_block(comm, mapped, args, args->recvbuf, (size_t)comm->rank * args->bytes,
+                      args->count);
+}
+
+/* All-to-all: block r of every member's input copied to where this rank's result keeps it. In
+ * place, the peers read the blocks this rank's result overwrites: gathered into scratch first,
+ * copied over once every member has read its input (a barrier). */
+static hoop_result mapped_alltoall(hoop_comm *comm, const hoop__mapped *mapped,
+                                   const hoop__coll_args *args) {
+  int n = comm->size;
+  size_t bytes = args->bytes, at = (size_t)comm->rank * bytes;
+  int in_place = args->sendbuf == args->recvbuf;
+  char *to = in_place ? hoop__kind_scratch(comm, bytes * (size_t)n) : args->recvbuf;
+  if (!to)
+    return HOOP_ERR_SYSTEM;
+  hoop_result result = HOOP_OK;
+  for (int q = 0; q < n && result == HOOP_OK; q++)
+    result = comm->mem->copy_queued(comm, to + (size_t)q * bytes, mapped->sends[q] + at, bytes);
+  if (result == HOOP_OK)
+    result = comm->mem->sync(comm);
+  if (!in_place || result != HOOP_OK)
+    return result;
+  if ((result = hoop__group_barrier(comm, &mapped->group)) == HOOP_OK &&
+      (result = comm->mem->copy_queued(comm, args->recvbuf, to, bytes * (size_t)n)) == HOOP_OK)
+    result = comm->mem->sync(comm);
+  return result;
+}
+
 static hoop_result mapped_copies(hoop_comm *comm, const hoop__mapped *mapped,
                                  const hoop__coll_args *args) {
   char *recv = args->recvbuf;
@@ -119,8 +153,16 @@ static hoop_result mapped_copies(hoop_comm *comm, const hoop__mapped *mapped,
 
 hoop_result hoop__mapped_run(hoop_comm *comm, const hoop__mapped *mapped,
                              const hoop__coll_args *args) {
-  return args->coll == HOOP__COLL_ALLREDUCE ? mapped_allreduce(comm, mapped, args)
-                                            : mapped_copies(comm, mapped, args);
+  switch (args->coll) {
+  case HOOP__COLL_ALLREDUCE:
+    return mapped_allreduce(comm, mapped, args);
+  case HOOP__COLL_REDUCE_SCATTER:
+    return mapped_reduce_scatter(comm, mapped, args);
+  case HOOP__COLL_ALLTOALL:
+    return mapped_alltoall(comm, mapped, args);
+  default:
+    return mapped_copies(comm, mapped, args);
+  }
 }
 
 hoop_result hoop__group_barrier(hoop_comm *comm, const hoop__group *group) {

@@ -102,20 +102,57 @@ static const void *offered(const hoop__coll_args *args) {
   return args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : args->sendbuf;
 }
 
+/* How much of it they read: a reduce-scatter's or an all-to-all's whole input, one block each. */
+static size_t offered_bytes(const hoop_comm *comm, const hoop__coll_args *args) {
+  return args->coll == HOOP__COLL_REDUCE_SCATTER || args->coll == HOOP__COLL_ALLTOALL
+             ? args->bytes * (size_t)comm->size
+             : args->bytes;
+}
+
+/* The call's size for the cut-over and the log: the result an allgather or all-to-all leaves, a
+ * reduce-scatter's whole input, else the payload. */
+static size_t call_bytes(const hoop_comm *comm, const hoop__coll_args *args) {
+  return args->coll == HOOP__COLL_REDUCE_SCATTER ? offered_bytes(comm, args)
+                                                 : hoop__call_total(comm, args);
+}
+
+/* Device scratch the mapped algorithm needs (0: none). An allreduce or reduce-scatter in place
+ * whose rank reduces its own block (own_len elements) past the first pass of the many-source
+ * kernel keeps the partial result apart (coll/mapped.c); an all-to-all in place gathers its
+ * blocks apart, as the peers still read its input. */
+static size_t scratch_needed(const hoop_comm *comm, const hoop__coll_args *args, int index,
+                             size_t own_len) {
+  const char *send = args->sendbuf, *recv = args->recvbuf;
+  switch (args->coll) {
+  case HOOP__COLL_ALLTOALL:
+    return send == recv ? args->bytes * (size_t)comm->size : 0;
+  case HOOP__COLL_REDUCE_SCATTER:
+    return recv == send + (size_t)index * args->bytes && index >= hoop__mem_cuda.many_max
+               ? args->bytes
+               : 0;
+  case HOOP__COLL_ALLREDUCE:
+    return send == recv && index >= hoop__mem_cuda.many_max ? own_len * args->esize : 0;
+  default:
+    return 0;
+  }
+}
+
 /* Whether this rank can take its part (0, or -1 with why): its buffers are exported; hoop's stream
  * is there, the legacy default stream's work on them is done, and for an allreduce the kernels and
  * the scratch it may need are ready. */
 static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args,
                    ipc_desc *desc, char *why, size_t whylen) {
   const void *send = offered(args);
+  size_t send_bytes = offered_bytes(comm, args);
   desc->context = (uint64_t)(uintptr_t)hoop__cuda_context_of(send);
   int allreduce = args->coll == HOOP__COLL_ALLREDUCE;
-  if (hoop__cuda_ipc_export(send, args->bytes, &desc->send, why, whylen) != 0 ||
+  int reduces = allreduce || args->coll == HOOP__COLL_REDUCE_SCATTER;
+  if (hoop__cuda_ipc_export(send, send_bytes, &desc->send, why, whylen) != 0 ||
       (allreduce && hoop__cuda_ipc_export(args->recvbuf, args->bytes, &desc->recv, why, whylen)))
     return -1;
   /* A peer maps what was exported: the buffer must lie inside it (a cudaMalloc buffer always
    * does; VMM memory is exported piece after piece up to its end). */
-  if (desc->send.offset + args->bytes > desc->send.size ||
+  if (desc->send.offset + send_bytes > desc->send.size ||
       (allreduce && desc->recv.offset + args->bytes > desc->recv.size)) {
     snprintf(why, whylen, "rank %d's buffer goes on past the allocation that holds its start",
              comm->rank);
@@ -128,16 +165,15 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   const hoop__group *group = &ipc->mapped.group;
   int own = ipc->mapped.by_host ? (group->index + 1) % group->size : group->index;
   hoop__segment(args->count, group->size, own, &first, &len);
+  size_t scratch = scratch_needed(comm, args, group->index, len);
   if (hoop__cuda_stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
-      hoop__cuda_ready(comm, send, allreduce) != HOOP_OK ||
+      hoop__cuda_ready(comm, send, reduces) != HOOP_OK ||
       hoop__cuda_kind_begin(comm, send, 0, 0) != HOOP_OK) {
     snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
     ok = 0;
-  } else if (allreduce && args->sendbuf == args->recvbuf &&
-             group->index >= hoop__mem_cuda.many_max && len &&
-             !hoop__cuda_kind_scratch(comm, len * args->esize)) {
+  } else if (scratch && !hoop__cuda_kind_scratch(comm, scratch)) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
-             len * args->esize);
+             scratch);
     ok = 0;
   } else if (ipc->mapped.by_host && len &&
              !(ipc->mapped.host = hoop__host_buf_grow(comm, &ipc->host, len * args->esize, send,
@@ -298,7 +334,7 @@ static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop_
         hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory (CUDA IPC's state)", comm->call);
     return -1;
   }
-  if (!ipc->enabled || hoop__call_total(comm, args) < ipc->min_bytes)
+  if (!ipc->enabled || call_bytes(comm, args) < ipc->min_bytes)
     return 0;
   const hoop__hosts *hosts = comm->hosts;
   ipc->mapped.by_host = by_host;
@@ -311,7 +347,7 @@ static int ipc_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__alg
                    hoop__algo_fn prepare_coll, hoop_result *result) {
   (void)algo, (void)prepare_coll;
   struct hoop__ipc *ipc = comm->ipc;
-  int go = settle(comm, ipc, args, hoop__call_total(comm, args), result);
+  int go = settle(comm, ipc, args, call_bytes(comm, args), result);
   if (go <= 0)
     return go < 0;
   comm->algo_name = ipc->mapped.by_host ? "ipc+hier" : "ipc";

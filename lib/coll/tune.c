@@ -351,35 +351,39 @@ typedef struct path_row {
   unsigned when;      /* every bit of the job's shape */
   int by_host;        /* the algorithm runs host by host */
   unsigned kind_caps; /* HOOP__MEMCAP_* some rank's memory kind has */
+  unsigned colls;     /* the collectives it serves, 1 << HOOP__COLL_*: the others' are staged */
   const hoop__path *path;
 } path_row;
+
+#define COLL(c) (1u << HOOP__COLL_##c)
 
 static const path_row paths[] = {
     /* All on one host, every pair sharing it: each rank reads its peers' device buffers mapped
      * into its own context, and no byte crosses to the host and back. */
-    {"ipc", ONE_HOST | SHARED, 0, HOOP__MEMCAP_MAP, &hoop__path_ipc},
+    {"ipc", ONE_HOST | SHARED, 0, HOOP__MEMCAP_MAP,
+     COLL(ALLREDUCE) | COLL(BROADCAST) | COLL(ALLGATHER) | COLL(REDUCE_SCATTER) | COLL(ALLTOALL),
+     &hoop__path_ipc},
     /* Hosts with as many ranks each, an algorithm that goes host by host: the steps within a host
      * mapped, the step between hosts through host memory (each host settles for itself). */
-    {"ipc+hier", HOSTS, 1, HOOP__MEMCAP_MAP, &hoop__path_ipc},
+    {"ipc+hier", HOSTS, 1, HOOP__MEMCAP_MAP, COLL(ALLREDUCE), &hoop__path_ipc},
     /* Every pair on a transport that registers memory: the algorithm runs on the device buffers
      * themselves, the network reading and writing GPU memory (GPUDirect RDMA). */
-    {"gdr", REGISTERED, 0, HOOP__MEMCAP_NET, &hoop__path_gdr},
+    {"gdr", REGISTERED, 0, HOOP__MEMCAP_NET, COLL(ALLREDUCE) | COLL(BROADCAST) | COLL(ALLGATHER),
+     &hoop__path_gdr},
 };
 #define PATHS (sizeof paths / sizeof paths[0])
 
 int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
                     hoop__algo_fn prepare, hoop_result *result) {
   *result = HOOP_OK;
-  /* A build with no device memory kind never agrees on one (every rank runs the same build). The
-   * paths serve the collectives they were written for; the others' device buffers are staged. */
-  if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built() ||
-      (args->coll != HOOP__COLL_ALLREDUCE && args->coll != HOOP__COLL_BROADCAST &&
-       args->coll != HOOP__COLL_ALLGATHER))
+  /* A build with no device memory kind never agrees on one (every rank runs the same build). */
+  if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built())
     return 0;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < PATHS; i++) {
     const path_row *row = &paths[i];
-    if ((shape & row->when) != row->when || (row->by_host && !algo->traits.by_host))
+    if (!(row->colls & (1u << args->coll)) || (shape & row->when) != row->when ||
+        (row->by_host && !algo->traits.by_host))
       continue;
     int go = row->path->enabled(comm, args, algo, row->by_host, result);
     if (go > 0) {

@@ -154,14 +154,10 @@ static hoop_result mapped_copies(hoop_comm *comm, const hoop__mapped *mapped,
 hoop_result hoop__mapped_run(hoop_comm *comm, const hoop__mapped *mapped,
                              const hoop__coll_args *args) {
   switch (args->coll) {
-  case HOOP__COLL_ALLREDUCE:
-    return mapped_allreduce(comm, mapped, args);
-  case HOOP__COLL_REDUCE_SCATTER:
-    return mapped_reduce_scatter(comm, mapped, args);
-  case HOOP__COLL_ALLTOALL:
-    return mapped_alltoall(comm, mapped, args);
-  default:
-    return mapped_copies(comm, mapped, args);
+  case HOOP__COLL_ALLREDUCE: return mapped_allreduce(comm, mapped, args);
+  case HOOP__COLL_REDUCE_SCATTER: return mapped_reduce_scatter(comm, mapped, args);
+  case HOOP__COLL_ALLTOALL: return mapped_alltoall(comm, mapped, args);
+  default: return mapped_copies(comm, mapped, args);
   }
 }
 

@@ -124,16 +124,14 @@ static size_t scratch_needed(const hoop_comm *comm, const hoop__coll_args *args,
                              size_t own_len) {
   const char *send = args->sendbuf, *recv = args->recvbuf;
   switch (args->coll) {
-  case HOOP__COLL_ALLTOALL:
-    return send == recv ? args->bytes * (size_t)comm->size : 0;
+  case HOOP__COLL_ALLTOALL: return send == recv ? args->bytes * (size_t)comm->size : 0;
   case HOOP__COLL_REDUCE_SCATTER:
     return recv == send + (size_t)index * args->bytes && index >= hoop__mem_cuda.many_max
                ? args->bytes
                : 0;
   case HOOP__COLL_ALLREDUCE:
     return send == recv && index >= hoop__mem_cuda.many_max ? own_len * args->esize : 0;
-  default:
-    return 0;
+  default: return 0;
   }
 }
 

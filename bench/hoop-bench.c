@@ -101,12 +101,23 @@ static hoop_result run_async(const bench_options *opt, bench_buffers *b, size_t 
                                     opt->in_place ? recv + (size_t)rank * block : recv, count,
                                     opt->dtype, opt->op, req);
       break;
+    case BENCH_SENDRECV:
+      /* Both ways at once: each of ranks 0 and 1 posts its send and its receive together. */
+      if (rank < 2 &&
+          (result = hoop_irecv(comm, recv, count, opt->dtype, 1 - rank, 0, req)) == HOOP_OK &&
+          posted + 1 < BENCH_MAX_ASYNC)
+        result = hoop_isend(comm, b->send, count, opt->dtype, 1 - rank, 0, &reqs[++posted]);
+      else if (rank >= 2)
+        *req = NULL;
+      break;
     default: result = hoop_ibarrier(comm, req); break;
     }
   }
   if (result != HOOP_OK)
     posted--;
   for (int k = 0; k < posted; k++) {
+    if (!reqs[k])
+      continue;
     hoop_result waited = hoop_wait(reqs[k]);
     if (result == HOOP_OK)
       result = waited;
@@ -143,6 +154,14 @@ static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *rec
                                opt->in_place ? recv + (size_t)rank * block : recv, count,
                                opt->dtype, opt->op);
   }
+  case BENCH_SENDRECV: { /* one round trip, 0 -> 1 -> 0 */
+    hoop_result result = HOOP_OK;
+    if (rank == 0 && (result = hoop_send(comm, b->send, count, opt->dtype, 1, 0)) == HOOP_OK)
+      result = hoop_recv(comm, recv, count, opt->dtype, 1, 0);
+    else if (rank == 1 && (result = hoop_recv(comm, recv, count, opt->dtype, 0, 0)) == HOOP_OK)
+      result = hoop_send(comm, b->send, count, opt->dtype, 0, 0);
+    return result;
+  }
   default: return hoop_barrier(comm);
   }
 }
@@ -172,6 +191,10 @@ static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
     bench_fill(opt->in_place ? b->host_recv : b->host_send, count * (size_t)nranks, opt->dtype,
                opt->op, rank);
     break;
+  case BENCH_SENDRECV:
+    memset(b->host_recv, 0, count * esize);
+    bench_fill(b->host_send, count, opt->dtype, opt->op, rank);
+    break;
   default: break;
   }
 }
@@ -200,6 +223,10 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
       wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
                                  BENCH_ALLTOALL, r, (size_t)rank * count, nranks);
     return wrong;
+  case BENCH_SENDRECV: /* the other's message, as a broadcast from it would leave it */
+    return rank < 2 ? bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_BROADCAST,
+                                        1 - rank, 0, nranks)
+                    : 0;
   default: return 0;
   }
 }
@@ -294,12 +321,19 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
     seg[s] /= per_step;
   iters *= per_step;
   double elapsed = total / (double)iters;
+  /* sendrecv: half the round trip, of ranks 0 and 1 only (the anchors' pingpong). */
+  int timed = opt->coll == BENCH_SENDRECV ? 2 : nranks;
+  if (opt->coll == BENCH_SENDRECV) {
+    elapsed = rank < 2 ? elapsed / 2 : 0;
+    for (int s = 0; s < nseg; s++)
+      seg[s] = rank < 2 ? seg[s] / 2 : 0;
+  }
   /* The row's time is the slowest rank's average, as nccl-tests reports it; p50 and best are the
    * median and fastest segment of the ranks' mean, as the anchors report them. */
   reduce_doubles(&elapsed, 1, HOOP_MAX);
   reduce_doubles(seg, nseg, HOOP_SUM);
   for (int s = 0; s < nseg; s++)
-    seg[s] /= nranks;
+    seg[s] /= timed;
   qsort(seg, (size_t)nseg, sizeof seg[0], compare_doubles);
   double p50 = nseg % 2 ? seg[nseg / 2] : 0.5 * (seg[nseg / 2 - 1] + seg[nseg / 2]);
   row.iters = (int)iters;
@@ -372,6 +406,12 @@ int main(int argc, char **argv) {
     die("hoop_init_from_env", result);
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
+  if (opt.coll == BENCH_SENDRECV && nranks < 2) {
+    if (rank == 0)
+      fprintf(stderr, "hoop-bench: sendrecv needs 2 ranks or more\n");
+    hoop_finalize(comm);
+    return 2;
+  }
   if (opt.root < 0 || opt.root >= nranks) {
     if (rank == 0)
       fprintf(stderr, "hoop-bench: root %d is not a rank of this %d-rank job\n", opt.root, nranks);

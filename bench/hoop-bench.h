@@ -16,6 +16,7 @@ typedef enum bench_coll {
   BENCH_BARRIER,
   BENCH_REDUCE_SCATTER,
   BENCH_ALLTOALL,
+  BENCH_SENDRECV, /* ping-pong between ranks 0 and 1; the others wait in the barriers */
   BENCH_COLLS
 } bench_coll;
 extern const char *const bench_coll_names[]; /* indexed by bench_coll */

@@ -9,13 +9,14 @@
 #include "config.h"
 #include "hoop-bench.h"
 
-const char *const bench_coll_names[] = {"allreduce", "broadcast",      "allgather",
-                                        "barrier",   "reduce_scatter", "alltoall"};
+const char *const bench_coll_names[] = {"allreduce",      "broadcast", "allgather", "barrier",
+                                        "reduce_scatter", "alltoall",  "sendrecv"};
 
 static void usage(FILE *out) {
   fprintf(
       out,
-      "usage: hoop-bench allreduce|broadcast|allgather|reduce_scatter|alltoall|barrier [options]\n"
+      "usage: hoop-bench allreduce|broadcast|allgather|reduce_scatter|alltoall|sendrecv|barrier\n"
+      "                  [options]\n"
       "  -b, --minbytes N   smallest size (K, M, G suffixes; default 8)\n"
       "  -e, --maxbytes N   largest size (default 64M)\n"
       "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
@@ -43,7 +44,9 @@ static void usage(FILE *out) {
       "  -h, --help, -V, --version\n"
       "Sizes are total bytes per rank's result: for allgather, the gathered buffer; for\n"
       "reduce_scatter, the input every rank reduces (each keeps 1/size of it); for\n"
-      "alltoall, what every rank sends (1/size of it to each rank).\n");
+      "alltoall, what every rank sends (1/size of it to each rank); for sendrecv, the\n"
+      "message that rank 0 sends rank 1 and rank 1 sends back (hoop_send, hoop_recv; -a:\n"
+      "hoop_isend and hoop_irecv posted together), times being half the round trip.\n");
 }
 
 static size_t parse_size(const char *text) {

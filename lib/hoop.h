@@ -291,6 +291,29 @@ HOOP_API hoop_result hoop_test(hoop_request *request, int *done);
 /* Block until the request completes; return its result and free it. */
 HOOP_API hoop_result hoop_wait(hoop_request *request);
 
+/* ---- Point-to-point ------------------------------------------------------------------------- */
+/* Messages between two ranks of a communicator, for pipelines' activations and gradients. A send
+ * of count elements to peer matches a receive of count elements of the same dtype and tag from
+ * this rank, in the order each posted them, as NCCL's: between two ranks, the k-th message one
+ * sends is the k-th the other receives, and sends, receives and collectives on a communicator are
+ * posted in the same order on both ranks of a pair. The tag does not choose among messages; it is
+ * checked with the count and dtype, and any difference is HOOP_ERR_MISMATCH on the receiver naming
+ * both calls (the sender learns it at its next call or wait, as the communicator fails). count may
+ * be 0; peer must be another rank; tag is 0 or more. Buffers may be CUDA device memory (staged
+ * through host memory). The non-blocking forms return at once with *request set, complete in any
+ * order through hoop_test and hoop_wait, and move while the progress thread runs (or while any
+ * call of this communicator waits): sends and receives posted together in a cycle (a ring shift,
+ * a pipeline's exchange) complete whatever their sizes. Until then the buffer belongs to the
+ * library. The blocking forms are a post and a wait. */
+HOOP_API hoop_result hoop_send(hoop_comm *comm, const void *buf, size_t count, hoop_dtype dtype,
+                               int peer, int tag);
+HOOP_API hoop_result hoop_recv(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int peer,
+                               int tag);
+HOOP_API hoop_result hoop_isend(hoop_comm *comm, const void *buf, size_t count, hoop_dtype dtype,
+                                int peer, int tag, hoop_request **request);
+HOOP_API hoop_result hoop_irecv(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
+                                int peer, int tag, hoop_request **request);
+
 /* ---- Stream-ordered collectives (CUDA) ---------------------------------------------------------
  */
 /* hoop_allreduce, hoop_broadcast and hoop_allgather ordered on a CUDA stream (a CUstream or

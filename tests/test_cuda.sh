@@ -57,6 +57,14 @@ if [ $gpu = yes ]; then
         echo "FAIL: the VMM descriptor servers on the GPU"; status=1; }
     fi
   done
+  # Point-to-point messages between device buffers (staged through host memory).
+  for np in 2 3; do
+    out=$(HOOP_CUDA_LIBRARY=libcuda.so.1 "$hooprun" -np $np --timeout 120 "$build/tests/p2p_worker" \
+      --quick --device 2>&1)
+    echo "$out" | grep -E 'checks|FAIL' | head -4
+    [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] || {
+      echo "FAIL: point-to-point on device buffers, $np ranks"; echo "$out" | tail -20; status=1; }
+  done
   # Tensors on the GPU through the Python package, where torch has CUDA.
   if [ -x "$python" ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     for np in ${HOOP_CUDA_NP:-1 2 3}; do
@@ -115,6 +123,18 @@ for mode in all mixed; do
   echo "  --device $mode over tcp on 3 ranks: $copies copies through the driver"
   [ "${copies:-0}" -ge 100 ] && [ "$(echo "$out" | grep -c 'shm: turned off by HOOP_SHM=0')" = 3 ] || {
     echo "FAIL: device buffers over tcp (not staged, or shared memory used)"; status=1; }
+done
+# Point-to-point messages between device buffers, each staged through host memory of its own: the
+# stand-in faults if the CPU touches device memory, so every byte must go through its copies.
+for np in 2 3; do
+  rm -f "$counts"
+  out=$(HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts "$hooprun" -np $np --timeout 120 \
+    "$build/tests/p2p_worker" --quick --device 2>&1)
+  copies=$(awk '{n += $2} END {print n + 0}' "$counts" 2>/dev/null)
+  echo "$out" | grep -E 'checks|FAIL' | head -4
+  echo "  point-to-point on device buffers, $np ranks: $copies copies through the driver"
+  [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] && [ "${copies:-0}" -ge 100 ] || {
+    echo "FAIL: point-to-point on device buffers, $np ranks"; echo "$out" | tail -20; status=1; }
 done
 # The pipelined ring and direct allreduces (mem/stage.c): every allreduce on one of them,
 # pipelined at every size, while the stand-in carries out asynchronous copies late

@@ -43,7 +43,10 @@ typedef enum mismatch_kind {
   ZERO_ALLGATHER,          /* count 0 on rank 0, 10 on rank 1 */
   ZERO_ALLGATHER_ONE_OF_4, /* 4 ranks: count 0 on rank 3, 10 on the others */
   ALLTOALLV_COUNT,         /* rank 0 sends rank 1 three elements; rank 1 expects two */
-  ZERO_ALLTOALLV           /* rank 0 sends rank 1 none; rank 1 expects five */
+  ZERO_ALLTOALLV,          /* rank 0 sends rank 1 none; rank 1 expects five */
+  P2P_COUNT,               /* rank 0 sends three elements; rank 1 receives two */
+  P2P_TAG,                 /* rank 0 sends with tag 1; rank 1 receives tag 2 */
+  ZERO_P2P                 /* rank 0 sends none; rank 1 receives five */
 } mismatch_kind;
 
 typedef struct mismatch_case {
@@ -80,6 +83,14 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
     size_t sd[2] = {0, 10}, rd[2] = {500, 600};
     return hoop_alltoallv(comm, buf, sc, sd, buf, rc, rd, HOOP_FLOAT32);
   }
+  case P2P_COUNT:
+  case P2P_TAG:
+  case ZERO_P2P: {
+    size_t sent = kind == P2P_COUNT ? 3 : kind == ZERO_P2P ? 0 : 5;
+    size_t expected = kind == P2P_COUNT ? 2 : 5;
+    return rank == 0 ? hoop_send(comm, buf, sent, HOOP_FLOAT32, 1, 1)
+                     : hoop_recv(comm, buf, expected, HOOP_FLOAT32, 0, kind == P2P_TAG ? 2 : 1);
+  }
   }
   return HOOP_ERR_INVALID_ARG;
 }
@@ -108,8 +119,10 @@ static int mismatch_rank(int index, int n, void *arg) {
   /* A rank that only sends cannot know before its next call, which must fail: both with
    * different roots, and the root whose receiver expects nothing. */
   int a2av = mc->kind == ALLTOALLV_COUNT || mc->kind == ZERO_ALLTOALLV;
-  int only_sends = mc->kind == DIFFERENT_ROOT ||
-                   (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0) || (a2av && index == 0);
+  int only_sends =
+      mc->kind == DIFFERENT_ROOT || (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0) ||
+      (a2av && index == 0) ||
+      ((mc->kind == P2P_COUNT || mc->kind == P2P_TAG || mc->kind == ZERO_P2P) && index == 0);
   if (result == HOOP_OK && only_sends)
     result = hoop_barrier(comm);
   double took = now_s() - start;
@@ -173,6 +186,23 @@ END_TEST
 
 START_TEST(test_mismatch_zero_alltoallv) {
   run_mismatch(ZERO_ALLTOALLV);
+}
+END_TEST
+
+/* A send and its receive that differ in count or tag, or an empty send against a receive of five
+ * elements: the receiver fails at once naming both calls; the sender at its next call. */
+START_TEST(test_mismatch_p2p_count) {
+  run_mismatch(P2P_COUNT);
+}
+END_TEST
+
+START_TEST(test_mismatch_p2p_tag) {
+  run_mismatch(P2P_TAG);
+}
+END_TEST
+
+START_TEST(test_mismatch_zero_p2p) {
+  run_mismatch(ZERO_P2P);
 }
 END_TEST
 
@@ -732,6 +762,9 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_mismatch_zero_allgather_4);
   tcase_add_test(tc, test_mismatch_alltoallv);
   tcase_add_test(tc, test_mismatch_zero_alltoallv);
+  tcase_add_test(tc, test_mismatch_p2p_count);
+  tcase_add_test(tc, test_mismatch_p2p_tag);
+  tcase_add_test(tc, test_mismatch_zero_p2p);
   suite_add_tcase(s, tc);
   tc = tcase_create("abort_and_stall");
   tcase_set_timeout(tc, 60);

@@ -9,6 +9,11 @@
  * when the call has none. */
 void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, hoop_dtype dtype,
                               int op, int root);
+/* A point-to-point message's fingerprint, into fp: always carried and compared (count, dtype and
+ * tag), whatever HOOP_CHECK_CALLS says. */
+void hoop__fingerprint_p2p(uint8_t *fp, int is_send, size_t count, hoop_dtype dtype, int tag);
+/* Whether two fingerprints agree (a send's and a receive's of one message do). */
+int hoop__fingerprints_match(const uint8_t *a, const uint8_t *b);
 /* The count a fingerprint carries. */
 size_t hoop__fingerprint_count(const uint8_t *fp);
 

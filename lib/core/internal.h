@@ -155,6 +155,10 @@ struct hoop_comm {
   pthread_cond_t done_cond;  /* a request completed */
   struct hoop_request *queue_head, *queue_tail;
   size_t outstanding; /* requests posted by the non-blocking calls and not yet freed */
+  /* Point-to-point requests whose transfers are posted and have not ended (under call_lock), and
+   * how many (read without it by the progress thread, which moves them while there are any). */
+  struct hoop_request *in_flight;
+  atomic_int in_flight_count;
   pthread_t progress;
   int progress_started, progress_stop, progress_idle;
   int async_progress; /* HOOP_ASYNC_PROGRESS (-1: not read yet) */

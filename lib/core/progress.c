@@ -8,8 +8,6 @@
 #include "core/request.h"
 #include "core/trace.h"
 
-/* ---- running the queue ----------------------------------------------------------------------- */
-
 static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
   if (result != HOOP_OK && req->on_heap)
     req->error = strdup(comm->last_error);
@@ -22,11 +20,60 @@ static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
   pthread_mutex_unlock(&comm->queue_lock);
 }
 
+/* ---- requests in flight (point-to-point) ----------------------------------------------------- */
+
+static void take_off(hoop_comm *comm, hoop_request *req) {
+  for (hoop_request **at = &comm->in_flight; *at; at = &(*at)->flight_next)
+    if (*at == req) {
+      *at = req->flight_next;
+      break;
+    }
+  req->in_flight = 0;
+  atomic_fetch_sub(&comm->in_flight_count, 1);
+}
+
+/* One request's transfers, once or until they end; completed when they end. */
+static void advance_one(hoop_comm *comm, hoop_request *req, int wait) {
+  hoop_result result = HOOP_OK;
+  if (req->advance(comm, req, wait, &result)) {
+    take_off(comm, req);
+    complete(comm, req, result);
+  }
+}
+
+void hoop__in_flight_advance(hoop_comm *comm, hoop_request *req, int wait) {
+  if (req && req->in_flight)
+    advance_one(comm, req, wait);
+  for (hoop_request *other = comm->in_flight, *next; other; other = next) {
+    next = other->flight_next;
+    advance_one(comm, other, 0);
+  }
+}
+
+/* Run a call; one that only posted its transfers goes in flight instead of completing. */
+static void run_one(hoop_comm *comm, hoop_request *req) {
+  hoop_result result = req->run(comm, req);
+  if (req->advance && result == HOOP_OK) {
+    req->in_flight = 1;
+    req->flight_next = comm->in_flight;
+    comm->in_flight = req;
+    atomic_fetch_add(&comm->in_flight_count, 1);
+    /* Its waiter, asleep while another thread ran the queue, now moves it itself. */
+    pthread_mutex_lock(&comm->queue_lock);
+    pthread_cond_broadcast(&comm->done_cond);
+    pthread_mutex_unlock(&comm->queue_lock);
+    return;
+  }
+  complete(comm, req, result);
+}
+
+/* ---- running the queue ----------------------------------------------------------------------- */
+
 void hoop__queue_run(hoop_comm *comm, const hoop_request *until) {
   for (;;) {
     pthread_mutex_lock(&comm->queue_lock);
     hoop_request *req = comm->queue_head;
-    if (!req || (until && atomic_load(&until->done))) {
+    if (!req || (until && (atomic_load(&until->done) || until->in_flight))) {
       pthread_mutex_unlock(&comm->queue_lock);
       break;
     }
@@ -34,7 +81,7 @@ void hoop__queue_run(hoop_comm *comm, const hoop_request *until) {
     if (!comm->queue_head)
       comm->queue_tail = NULL;
     pthread_mutex_unlock(&comm->queue_lock);
-    complete(comm, req, req->run(comm, req));
+    run_one(comm, req);
   }
   /* A hoop_abort from another thread that found call_lock taken left its work to the holder. */
   if (atomic_load(&comm->abort_requested) == 1)
@@ -76,6 +123,9 @@ static void nap(hoop_comm *comm, double seconds) {
  * (hoop_register, hoop_abort): whoever runs the queue hands leftovers over
  * (hoop__queue_hand_over). */
 #define PROGRESS_RETRY_S 1e-3
+/* Between the rounds in which the thread moves point-to-point transfers in flight: short, as a
+ * peer's receive may be waiting for each piece of a send. */
+#define PROGRESS_FLIGHT_S 20e-6
 
 /* The progress thread: asleep while nothing is posted; woken by a post, it runs the queue unless
  * another thread holds call_lock (a waiter running it for its own request, or a blocking call),
@@ -85,7 +135,8 @@ void *hoop__progress_thread(void *arg) {
   hoop_comm *comm = arg;
   pthread_mutex_lock(&comm->queue_lock);
   for (;;) {
-    if (!comm->queue_head && !comm->progress_stop) {
+    int flying = atomic_load(&comm->in_flight_count) > 0;
+    if (!comm->queue_head && !comm->progress_stop && !flying) {
       comm->progress_idle = 0;
       nap(comm, PROGRESS_LINGER_S);
       if (!comm->queue_head && !comm->progress_stop) {
@@ -98,17 +149,21 @@ void *hoop__progress_thread(void *arg) {
       }
       continue;
     }
-    if (!comm->queue_head)
+    if (!comm->queue_head && (comm->progress_stop || !flying))
       break;
     pthread_mutex_unlock(&comm->queue_lock);
     int ran = pthread_mutex_trylock(&comm->call_lock) == 0;
     if (ran) {
       hoop__queue_run(comm, NULL);
+      /* Point-to-point transfers in flight move while the program computes. */
+      hoop__in_flight_advance(comm, NULL, 0);
       pthread_mutex_unlock(&comm->call_lock);
     }
     pthread_mutex_lock(&comm->queue_lock);
     if (!ran && comm->queue_head && !comm->progress_stop)
       nap(comm, PROGRESS_RETRY_S);
+    else if (!comm->queue_head && !comm->progress_stop && atomic_load(&comm->in_flight_count) > 0)
+      nap(comm, PROGRESS_FLIGHT_S);
   }
   pthread_mutex_unlock(&comm->queue_lock);
   return NULL;
@@ -123,11 +178,13 @@ void *hoop__progress_thread(void *arg) {
 #define WAIT_SPIN_S 20e-6
 #define WAIT_SLEEP_S 10e-3
 
-void hoop__request_wait_done(hoop_comm *comm, const hoop_request *req) {
+void hoop__request_wait_done(hoop_comm *comm, hoop_request *req) {
   double spin_until = -1;
   while (!hoop__request_done(req)) {
     if (pthread_mutex_trylock(&comm->call_lock) == 0) {
       hoop__queue_run(comm, req);
+      if (req->in_flight)
+        hoop__in_flight_advance(comm, req, 1);
       pthread_mutex_unlock(&comm->call_lock);
       hoop__queue_hand_over(comm);
       continue;
@@ -143,7 +200,7 @@ void hoop__request_wait_done(hoop_comm *comm, const hoop_request *req) {
       continue;
     }
     pthread_mutex_lock(&comm->queue_lock);
-    if (!atomic_load(&req->done))
+    if (!atomic_load(&req->done) && !req->in_flight)
       timed_wait(comm, &comm->done_cond, WAIT_SLEEP_S);
     pthread_mutex_unlock(&comm->queue_lock);
   }

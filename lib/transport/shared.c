@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/fingerprint.h"
 #include "core/log.h"
 #include "rdzv/client.h"
 #include "transport/transport.h"
@@ -104,8 +105,7 @@ hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
   const uint8_t *theirs = frame + 16, *ours = req->fingerprint;
   int compare = memcmp(theirs, unchecked, sizeof unchecked) != 0 &&
                 memcmp(ours, unchecked, sizeof unchecked) != 0;
-  if ((compare && memcmp(theirs, ours, HOOP__FINGERPRINT_BYTES) != 0) ||
-      hoop__frame_length(frame) != req->len)
+  if ((compare && !hoop__fingerprints_match(theirs, ours)) || hoop__frame_length(frame) != req->len)
     return hoop__mismatch(ctx->comm, peer, theirs, ours, hoop__frame_length(frame), req->len);
   return HOOP_OK;
 }

@@ -254,6 +254,10 @@ hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_
                                hoop__request *req);
 hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
                                hoop__request *req);
+/* A framed send (is_send) or receive that carries and checks the given fingerprint rather than
+ * the running call's: point-to-point messages, whose count, dtype and tag are always checked. */
+hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
+                               const uint8_t *fingerprint, hoop__request *req);
 /* One round of every transport's progress without sleeping (the communicator's failure, if any):
  * what a rank busy with something else calls so that its peers' transfers go on. */
 hoop_result hoop__progress_once(hoop_comm *comm);

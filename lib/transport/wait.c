@@ -45,6 +45,15 @@ hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
 /* An address for empty buffers: nothing is read or written there. */
 static char no_bytes;
 
+hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
+                               const uint8_t *fingerprint, hoop__request *req) {
+  stamp(comm, req, peer, is_send, len);
+  memcpy(req->fingerprint, fingerprint, sizeof req->fingerprint);
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  return is_send ? ctx->ops->isend(ctx, peer, len ? buf : &no_bytes, len, req)
+                 : ctx->ops->irecv(ctx, peer, len ? buf : &no_bytes, len, req);
+}
+
 hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,
                                hoop__request *req) {
   stamp(comm, req, peer, 1, len);

@@ -149,6 +149,10 @@ _lib.hoop_ibarrier.argtypes = [_c.c_void_p, _REQ]
 _lib.hoop_ireduce_scatter.argtypes = _lib.hoop_reduce_scatter.argtypes + [_REQ]
 _lib.hoop_ialltoall.argtypes = _lib.hoop_alltoall.argtypes + [_REQ]
 _lib.hoop_ialltoallv.argtypes = _lib.hoop_alltoallv.argtypes + [_REQ]
+_lib.hoop_send.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int]
+_lib.hoop_recv.argtypes = _lib.hoop_send.argtypes
+_lib.hoop_isend.argtypes = _lib.hoop_send.argtypes + [_REQ]
+_lib.hoop_irecv.argtypes = _lib.hoop_send.argtypes + [_REQ]
 _PTRS = _c.POINTER(_c.c_void_p)
 _lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
                                      _c.POINTER(_c.c_size_t), _c.c_int, _c.c_int]
@@ -414,6 +418,26 @@ class Communicator:
         b = _Buffer(buf, dtype, call, True)
         return self._run(call, (handle, b.address, b.count(call), b.dtype, int(root)), (b,), buf,
                          nonblocking)
+
+    def send(self, buf, peer, tag=0, dtype=None):
+        """Send buf to rank peer (matched in order by its recv of the same size, dtype and tag)."""
+        return self._p2p("hoop_send", buf, peer, tag, dtype, False, False)
+
+    def recv(self, buf, peer, tag=0, dtype=None):
+        """Receive into buf from rank peer; returns buf."""
+        return self._p2p("hoop_recv", buf, peer, tag, dtype, True, False)
+
+    def isend(self, buf, peer, tag=0, dtype=None):
+        return self._p2p("hoop_isend", buf, peer, tag, dtype, False, True)
+
+    def irecv(self, buf, peer, tag=0, dtype=None):
+        return self._p2p("hoop_irecv", buf, peer, tag, dtype, True, True)
+
+    def _p2p(self, call, buf, peer, tag, dtype, writable, nonblocking):
+        handle = self._live(call)
+        b = _Buffer(buf, dtype, call, writable)
+        return self._run(call, (handle, b.address, b.count(call), b.dtype, int(peer), int(tag)),
+                         (b,), buf, nonblocking)
 
     def allgather(self, sendbuf, recvbuf, dtype=None):
         """recvbuf holds size blocks: rank r's sendbuf lands in block r. Returns recvbuf."""

@@ -184,6 +184,31 @@ want = [i * 100 + rank * 10 + k for i in range(size) for k in range(recvcounts[i
 if decode("int64", got) != want:
     fail("alltoallv: got %r, expected %r" % (decode("int64", got), want))
 
+# Point-to-point: a ring shift posted both ways at once, then a blocking ping-pong of ranks 0, 1.
+if size > 1:
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    out = encode("float64", [rank * 10.0 + i for i in range(7)])
+    got = bytearray(len(out))
+    reqs = [comm.irecv(got, prv, tag=3, dtype="float64"),
+            comm.isend(bytes(out), nxt, tag=3, dtype="float64")]
+    for req in reversed(reqs):
+        req.wait()
+    checks += 1
+    if decode("float64", got) != [prv * 10.0 + i for i in range(7)]:
+        fail("isend/irecv ring: got %r" % decode("float64", got))
+    if rank < 2:
+        ping = encode("int32", [rank + 1] * 5)
+        pong = bytearray(len(ping))
+        if rank == 0:
+            comm.send(ping, 1, dtype="int32")
+            comm.recv(pong, 1, dtype="int32")
+        else:
+            comm.recv(pong, 0, dtype="int32")
+            comm.send(ping, 0, dtype="int32")
+        checks += 1
+        if decode("int32", pong) != [2 - rank] * 5:
+            fail("send/recv: got %r" % decode("int32", pong))
+
 comm.barrier()
 comm.ibarrier().wait()
 
@@ -200,6 +225,8 @@ errors = [
      hoop.InvalidArgument, "sendbuf must hold"),
     (lambda: comm.alltoallv(bytearray(4), [2] * size, bytearray(4), [2] * size, dtype="int32"),
      hoop.InvalidArgument, "do not fit"),
+    (lambda: comm.send(bytearray(4), rank, dtype="int32"), hoop.InvalidArgument, "this rank"),
+    (lambda: comm.recv(bytearray(4), size, dtype="int32"), hoop.InvalidArgument, "not a rank"),
 ]
 for call, cls, words in errors:
     checks += 1

@@ -1,0 +1,208 @@
+/* p2p.c - point-to-point messages: hoop_send, hoop_recv and their non-blocking forms.
+ *
+ * Each is a request of core/request.c, queued behind the communicator's earlier calls so that a
+ * pair's messages keep the order in which each rank posted its sends, receives and collectives.
+ * Its run only posts the transfer (a framed message, so that an empty one travels too) and leaves
+ * the request in flight; the transfer then moves with every progress the communicator makes (the
+ * progress thread, any wait), and the request completes when it ends. Posting does not wait for
+ * the peer: a cycle of sends and receives posted together cannot deadlock.
+ *
+ * Every message carries its own fingerprint (count, dtype, tag; core/fingerprint.c), checked on
+ * arrival against the receive's whatever HOOP_CHECK_CALLS says: a difference fails the
+ * communicator with HOOP_ERR_MISMATCH naming both calls and ranks.
+ *
+ * Device buffers go through a host copy of their own: a send's is made at the post, a receive's is
+ * copied to the device when the transfer ends. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+#include "core/fingerprint.h"
+#include "core/request.h"
+#include "mem/cuda.h"
+#include "mem/kind.h"
+#include "transport/transport.h"
+
+typedef struct p2p_request {
+  hoop_request base; /* first: the queue sees only this */
+  int is_send, peer, tag;
+  void *buf;
+  size_t count, bytes;
+  hoop_dtype dtype;
+  void *stage; /* a device buffer's host copy, or NULL */
+  int stage_pinned;
+  uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
+  hoop__request transfer;
+} p2p_request;
+
+static const char *call_name(int is_send, int blocking) {
+  if (is_send)
+    return blocking ? "hoop_send" : "hoop_isend";
+  return blocking ? "hoop_recv" : "hoop_irecv";
+}
+
+static void drop_stage(p2p_request *p2p) {
+  if (p2p->stage)
+    hoop__host_stage_free(p2p->stage, p2p->stage_pinned);
+  p2p->stage = NULL;
+}
+
+static void release(hoop_request *req) {
+  drop_stage((p2p_request *)req);
+}
+
+/* The communicator failed earlier (or was aborted): the call is refused with why. */
+static hoop_result refused(hoop_comm *comm, const char *call) {
+  return hoop__set_error(comm,
+                         comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
+                         "%s refused: the communicator failed earlier: %s", call,
+                         comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
+}
+
+/* With call_lock held: post the transfer (the request goes in flight). */
+static hoop_result run(hoop_comm *comm, hoop_request *req) {
+  p2p_request *p2p = (p2p_request *)req;
+  hoop__check_abort(comm);
+  if (comm->failed)
+    return refused(comm, req->name);
+  void *buf = p2p->buf;
+  hoop_result result = HOOP_OK;
+  if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
+    if (!(p2p->stage = hoop__host_stage_alloc(p2p->bytes, buf, &p2p->stage_pinned)))
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                             "%s: out of memory (%zu bytes to stage a device "
+                             "buffer through)",
+                             req->name, p2p->bytes);
+    if (p2p->is_send && (result = hoop__mem_copy(comm, p2p->stage, buf, p2p->bytes)) != HOOP_OK) {
+      drop_stage(p2p);
+      return result;
+    }
+    buf = p2p->stage;
+  }
+  comm->call = req->name;
+  result = hoop__ipost_marked(comm, p2p->is_send, p2p->peer, buf, p2p->bytes, p2p->fingerprint,
+                              &p2p->transfer);
+  comm->call = NULL;
+  if (result != HOOP_OK)
+    drop_stage(p2p);
+  return result;
+}
+
+/* With call_lock held: move the transfer (to its end if wait); 1 once it ended. */
+static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *result) {
+  p2p_request *p2p = (p2p_request *)req;
+  const char *outer = comm->call;
+  comm->call = req->name;
+  *result = HOOP_OK;
+  if (comm->failed) {
+    *result = refused(comm, req->name);
+  } else if (wait) {
+    /* HOOP_STALL_WARN counts from the wait's start. */
+    double started = comm->call_started;
+    int warned = comm->stall_warned;
+    comm->call_started = hoop__now();
+    comm->stall_warned = 0;
+    *result = hoop__wait(comm, &p2p->transfer);
+    comm->call_started = started;
+    comm->stall_warned = warned;
+  } else if (p2p->transfer.pending) {
+    *result = hoop__progress_once(comm);
+    if (*result == HOOP_OK && p2p->transfer.pending) {
+      comm->call = outer;
+      return 0;
+    }
+  }
+  if (*result == HOOP_OK && !p2p->is_send && p2p->stage)
+    *result = hoop__mem_copy(comm, p2p->buf, p2p->stage, p2p->bytes);
+  comm->call = outer;
+  drop_stage(p2p);
+  return 1;
+}
+
+static hoop_result check(hoop_comm *comm, const char *call, const void *buf, size_t count,
+                         hoop_dtype dtype, int peer, int tag) {
+  size_t esize = hoop_dtype_size(dtype);
+  if (esize == 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
+  if (count > SIZE_MAX / esize)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
+  if (peer < 0 || peer >= comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: peer %d is not a rank (0 to %d)", call,
+                           peer, comm->size - 1);
+  if (peer == comm->rank)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: peer %d is this rank: messages go to and from other ranks", call,
+                           peer);
+  if (tag < 0 || tag == INT32_MAX)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: tag %d is not 0 to %d", call, tag,
+                           INT32_MAX - 1);
+  if (count > 0 && !buf)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: buf is NULL with count %zu", call,
+                           count);
+  return HOOP_OK;
+}
+
+static hoop_result start(hoop_comm *comm, int is_send, void *buf, size_t count, hoop_dtype dtype,
+                         int peer, int tag, hoop_request **request) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (request)
+    *request = NULL;
+  const char *name = call_name(is_send, !request);
+  hoop_result result = check(comm, name, buf, count, dtype, peer, tag);
+  if (result != HOOP_OK)
+    return result;
+  p2p_request local, *p2p = request ? calloc(1, sizeof *p2p) : &local;
+  if (!p2p)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for the request", name);
+  if (!request)
+    memset(p2p, 0, sizeof *p2p);
+  p2p->base.run = run;
+  p2p->base.advance = advance;
+  p2p->base.release = release;
+  p2p->base.name = name;
+  p2p->base.on_heap = request != NULL;
+  p2p->is_send = is_send;
+  p2p->peer = peer;
+  p2p->tag = tag;
+  p2p->buf = buf;
+  p2p->count = count;
+  p2p->dtype = dtype;
+  p2p->bytes = p2p->base.bytes = count * hoop_dtype_size(dtype);
+  hoop__fingerprint_p2p(p2p->fingerprint, is_send, count, dtype, tag);
+  if (!request)
+    return hoop__request_call(comm, &p2p->base);
+  if ((result = hoop__request_post(comm, &p2p->base)) != HOOP_OK) {
+    free(p2p);
+    return result;
+  }
+  *request = &p2p->base;
+  return HOOP_OK;
+}
+
+hoop_result hoop_send(hoop_comm *comm, const void *buf, size_t count, hoop_dtype dtype, int peer,
+                      int tag) {
+  return start(comm, 1, (void *)(uintptr_t)buf, count, dtype, peer, tag, NULL);
+}
+
+hoop_result hoop_recv(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int peer,
+                      int tag) {
+  return start(comm, 0, buf, count, dtype, peer, tag, NULL);
+}
+
+hoop_result hoop_isend(hoop_comm *comm, const void *buf, size_t count, hoop_dtype dtype, int peer,
+                       int tag, hoop_request **request) {
+  if (!request)
+    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_isend: request is NULL")
+                : HOOP_ERR_INVALID_ARG;
+  return start(comm, 1, (void *)(uintptr_t)buf, count, dtype, peer, tag, request);
+}
+
+hoop_result hoop_irecv(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int peer,
+                       int tag, hoop_request **request) {
+  if (!request)
+    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_irecv: request is NULL")
+                : HOOP_ERR_INVALID_ARG;
+  return start(comm, 0, buf, count, dtype, peer, tag, request);
+}

@@ -101,6 +101,20 @@ static hoop_result run_async(const bench_options *opt, bench_buffers *b, size_t 
                                     opt->in_place ? recv + (size_t)rank * block : recv, count,
                                     opt->dtype, opt->op, req);
       break;
+    case BENCH_REDUCE:
+      result = hoop_ireduce(comm, opt->in_place && rank == opt->root ? recv : b->send, recv, count,
+                            opt->dtype, opt->op, opt->root, req);
+      break;
+    case BENCH_GATHER:
+      result = hoop_igather(
+          comm, opt->in_place && rank == opt->root ? recv + (size_t)rank * block : b->send, recv,
+          count, opt->dtype, opt->root, req);
+      break;
+    case BENCH_SCATTER:
+      result = hoop_iscatter(
+          comm, b->send, opt->in_place && rank == opt->root ? b->send + (size_t)rank * block : recv,
+          count, opt->dtype, opt->root, req);
+      break;
     case BENCH_SENDRECV:
       /* Both ways at once: each of ranks 0 and 1 posts its send and its receive together. */
       if (rank < 2 &&
@@ -154,6 +168,21 @@ static hoop_result run_one(const bench_options *opt, bench_buffers *b, char *rec
                                opt->in_place ? recv + (size_t)rank * block : recv, count,
                                opt->dtype, opt->op);
   }
+  case BENCH_REDUCE:
+    return hoop_reduce(comm, opt->in_place && rank == opt->root ? recv : b->send, recv, count,
+                       opt->dtype, opt->op, opt->root);
+  case BENCH_GATHER: {
+    size_t block = count * hoop_dtype_size(opt->dtype);
+    return hoop_gather(comm,
+                       opt->in_place && rank == opt->root ? recv + (size_t)rank * block : b->send,
+                       recv, count, opt->dtype, opt->root);
+  }
+  case BENCH_SCATTER: {
+    size_t block = count * hoop_dtype_size(opt->dtype);
+    return hoop_scatter(comm, b->send,
+                        opt->in_place && rank == opt->root ? b->send + (size_t)rank * block : recv,
+                        count, opt->dtype, opt->root);
+  }
   case BENCH_SENDRECV: { /* one round trip, 0 -> 1 -> 0 */
     hoop_result result = HOOP_OK;
     if (rank == 0 && (result = hoop_send(comm, b->send, count, opt->dtype, 1, 0)) == HOOP_OK)
@@ -195,6 +224,22 @@ static void prepare(const bench_options *opt, bench_buffers *b, size_t count) {
     memset(b->host_recv, 0, count * esize);
     bench_fill(b->host_send, count, opt->dtype, opt->op, rank);
     break;
+  case BENCH_REDUCE:
+    memset(b->host_recv, 0, count * esize);
+    bench_fill(opt->in_place && rank == opt->root ? b->host_recv : b->host_send, count, opt->dtype,
+               opt->op, rank);
+    break;
+  case BENCH_GATHER:
+    memset(b->host_recv, 0, count * esize * (size_t)nranks);
+    bench_fill(opt->in_place && rank == opt->root ? b->host_recv + (size_t)rank * count * esize
+                                                  : b->host_send,
+               count, opt->dtype, opt->op, rank);
+    break;
+  case BENCH_SCATTER: /* block r of the root's buffer is rank r's input */
+    memset(b->host_recv, 0, count * esize);
+    for (int r = 0; rank == opt->root && r < nranks; r++)
+      bench_fill(b->host_send + (size_t)r * count * esize, count, opt->dtype, opt->op, r);
+    break;
   default: break;
   }
 }
@@ -223,6 +268,19 @@ static long check_result(const bench_options *opt, bench_buffers *b, size_t coun
       wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
                                  BENCH_ALLTOALL, r, (size_t)rank * count, nranks);
     return wrong;
+  case BENCH_REDUCE:
+    return rank == opt->root ? bench_count_wrong(b->host_recv, count, opt->dtype, opt->op,
+                                                 BENCH_ALLREDUCE, 0, 0, nranks)
+                             : 0;
+  case BENCH_GATHER:
+    for (int r = 0; rank == opt->root && r < nranks; r++)
+      wrong += bench_count_wrong(b->host_recv + (size_t)r * block, count, opt->dtype, opt->op,
+                                 BENCH_ALLGATHER, r, 0, nranks);
+    return wrong;
+  case BENCH_SCATTER:
+    return bench_count_wrong(
+        opt->in_place && rank == opt->root ? b->host_send + (size_t)rank * block : b->host_recv,
+        count, opt->dtype, opt->op, BENCH_BROADCAST, rank, 0, nranks);
   case BENCH_SENDRECV: /* the other's message, as a broadcast from it would leave it */
     return rank < 2 ? bench_count_wrong(b->host_recv, count, opt->dtype, opt->op, BENCH_BROADCAST,
                                         1 - rank, 0, nranks)
@@ -236,6 +294,8 @@ static double bus_factor(bench_coll coll) {
   switch (coll) {
   case BENCH_ALLREDUCE: return 2 * (n - 1) / n;
   case BENCH_ALLGATHER:
+  case BENCH_GATHER:
+  case BENCH_SCATTER:
   case BENCH_REDUCE_SCATTER:
   case BENCH_ALLTOALL: return (n - 1) / n;
   default: return 1;
@@ -297,7 +357,8 @@ static bench_row measure(const bench_options *opt, bench_buffers *b, size_t coun
   size_t esize = hoop_dtype_size(opt->dtype);
   row.count = count;
   row.bytes = opt->coll == BENCH_ALLGATHER || opt->coll == BENCH_REDUCE_SCATTER ||
-                      opt->coll == BENCH_ALLTOALL
+                      opt->coll == BENCH_ALLTOALL || opt->coll == BENCH_GATHER ||
+                      opt->coll == BENCH_SCATTER
                   ? count * esize * (size_t)nranks
                   : count * esize;
   hoop_result result;
@@ -387,10 +448,16 @@ static void print_row(const bench_options *opt, const bench_row *row, FILE *csv)
     snprintf(wrong, sizeof wrong, "%ld", row->wrong);
   printf("  %12zu %12zu %9s %6s %6d %7d %11.2f %9.3f %9.3f %7s %11.2f %11.2f %9.3f\n", row->bytes,
          row->count, hoop_dtype_name(opt->dtype),
-         opt->coll == BENCH_ALLREDUCE || opt->coll == BENCH_REDUCE_SCATTER ? hoop_op_name(opt->op)
-                                                                           : "none",
-         opt->coll == BENCH_BROADCAST ? opt->root : -1, row->iters, row->time_us, row->algbw,
-         row->busbw, wrong, row->p50_us, row->best_us, row->busbw_p50);
+         opt->coll == BENCH_ALLREDUCE || opt->coll == BENCH_REDUCE_SCATTER ||
+                 opt->coll == BENCH_REDUCE
+             ? hoop_op_name(opt->op)
+             : "none",
+         opt->coll == BENCH_BROADCAST || opt->coll == BENCH_REDUCE || opt->coll == BENCH_GATHER ||
+                 opt->coll == BENCH_SCATTER
+             ? opt->root
+             : -1,
+         row->iters, row->time_us, row->algbw, row->busbw, wrong, row->p50_us, row->best_us,
+         row->busbw_p50);
   if (csv)
     fprintf(csv, "%s,%d,%zu,%zu,%s,%s,%.3f,%.6f,%.6f,%ld,%d,%.3f,%.3f,%.6f\n",
             bench_coll_names[opt->coll], nranks, row->bytes, row->count,
@@ -475,7 +542,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < opt.nsizes; i++) {
     size_t bytes = opt.size_list[i];
     size_t per_rank = opt.coll == BENCH_ALLGATHER || opt.coll == BENCH_REDUCE_SCATTER ||
-                              opt.coll == BENCH_ALLTOALL
+                              opt.coll == BENCH_ALLTOALL || opt.coll == BENCH_GATHER ||
+                              opt.coll == BENCH_SCATTER
                           ? bytes / (size_t)nranks
                           : bytes;
     size_t count = opt.coll == BENCH_BARRIER ? 0 : per_rank / esize;

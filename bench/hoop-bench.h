@@ -17,6 +17,9 @@ typedef enum bench_coll {
   BENCH_REDUCE_SCATTER,
   BENCH_ALLTOALL,
   BENCH_SENDRECV, /* ping-pong between ranks 0 and 1; the others wait in the barriers */
+  BENCH_REDUCE,
+  BENCH_GATHER,
+  BENCH_SCATTER,
   BENCH_COLLS
 } bench_coll;
 extern const char *const bench_coll_names[]; /* indexed by bench_coll */

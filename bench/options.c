@@ -10,43 +10,45 @@
 #include "hoop-bench.h"
 
 const char *const bench_coll_names[] = {"allreduce",      "broadcast", "allgather", "barrier",
-                                        "reduce_scatter", "alltoall",  "sendrecv"};
+                                        "reduce_scatter", "alltoall",  "sendrecv",  "reduce",
+                                        "gather",         "scatter"};
 
 static void usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: hoop-bench allreduce|broadcast|allgather|reduce_scatter|alltoall|sendrecv|barrier\n"
-      "                  [options]\n"
-      "  -b, --minbytes N   smallest size (K, M, G suffixes; default 8)\n"
-      "  -e, --maxbytes N   largest size (default 64M)\n"
-      "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
-      "  -d, --datatype T   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32\n"
-      "                     float64 (default float32)\n"
-      "  -o, --op OP        sum prod min max avg (default sum)\n"
-      "  -r, --root R       broadcast root (default 0)\n"
-      "  -n, --iters N      timed iterations per size (default 20)\n"
-      "  -w, --warmup N     untimed iterations first (default 5)\n"
-      "  -t, --budget S     choose iterations as the anchors do: probe (and warm up) until\n"
-      "                     a batch takes 20 ms, then time about S seconds (overrides -n, -w)\n"
-      "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
-      "  -c, --check 0|1    check every rank's result (default 1)\n"
-      "  -i, --inplace      in-place allreduce, allgather, reduce_scatter and alltoall\n"
-      "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs;\n"
-      "                     with -D, GPUDirect RDMA where the GPU and device allow)\n"
-      "  -k, --calls K      K calls per timed step, each with a receive buffer of its\n"
-      "                     own (default 1); times are per call\n"
-      "  -a, --async        post the step's calls non-blocking (hoop_iallreduce...), then\n"
-      "                     wait for them (-a alone: the cost of post + wait)\n"
-      "  -D, --device       buffers in CUDA device memory (GPU 0 of the driver that libhoop\n"
-      "                     loads, HOOP_CUDA_LIBRARY); inputs written and results checked\n"
-      "                     through host copies, outside the timing\n"
-      "      --csv FILE     also write the rows to FILE (rank 0)\n"
-      "  -h, --help, -V, --version\n"
-      "Sizes are total bytes per rank's result: for allgather, the gathered buffer; for\n"
-      "reduce_scatter, the input every rank reduces (each keeps 1/size of it); for\n"
-      "alltoall, what every rank sends (1/size of it to each rank); for sendrecv, the\n"
-      "message that rank 0 sends rank 1 and rank 1 sends back (hoop_send, hoop_recv; -a:\n"
-      "hoop_isend and hoop_irecv posted together), times being half the round trip.\n");
+  fprintf(out,
+          "usage: hoop-bench allreduce|broadcast|allgather|reduce_scatter|alltoall|sendrecv|\n"
+          "                  reduce|gather|scatter|barrier [options]\n"
+          "  -b, --minbytes N   smallest size (K, M, G suffixes; default 8)\n"
+          "  -e, --maxbytes N   largest size (default 64M)\n"
+          "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
+          "  -d, --datatype T   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32\n"
+          "                     float64 (default float32)\n"
+          "  -o, --op OP        sum prod min max avg (default sum)\n"
+          "  -r, --root R       the root of broadcast, reduce, gather and scatter (default 0)\n"
+          "  -n, --iters N      timed iterations per size (default 20)\n"
+          "  -w, --warmup N     untimed iterations first (default 5)\n"
+          "  -t, --budget S     choose iterations as the anchors do: probe (and warm up) until\n"
+          "                     a batch takes 20 ms, then time about S seconds (overrides -n, -w)\n"
+          "  -s, --sizes LIST   comma-separated sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
+          "  -c, --check 0|1    check every rank's result (default 1)\n"
+          "  -i, --inplace      in-place allreduce, allgather, reduce_scatter and alltoall\n"
+          "  -R, --register     hoop_register the buffers first (zero-copy over ibverbs;\n"
+          "                     with -D, GPUDirect RDMA where the GPU and device allow)\n"
+          "  -k, --calls K      K calls per timed step, each with a receive buffer of its\n"
+          "                     own (default 1); times are per call\n"
+          "  -a, --async        post the step's calls non-blocking (hoop_iallreduce...), then\n"
+          "                     wait for them (-a alone: the cost of post + wait)\n"
+          "  -D, --device       buffers in CUDA device memory (GPU 0 of the driver that libhoop\n"
+          "                     loads, HOOP_CUDA_LIBRARY); inputs written and results checked\n"
+          "                     through host copies, outside the timing\n"
+          "      --csv FILE     also write the rows to FILE (rank 0)\n"
+          "  -h, --help, -V, --version\n"
+          "Sizes are total bytes per rank's result: for allgather and gather, the gathered buffer; "
+          "for\n"
+          "scatter, the root's buffer of every block; for\n"
+          "reduce_scatter, the input every rank reduces (each keeps 1/size of it); for\n"
+          "alltoall, what every rank sends (1/size of it to each rank); for sendrecv, the\n"
+          "message that rank 0 sends rank 1 and rank 1 sends back (hoop_send, hoop_recv; -a:\n"
+          "hoop_isend and hoop_irecv posted together), times being half the round trip.\n");
 }
 
 static size_t parse_size(const char *text) {

@@ -239,6 +239,20 @@ HOOP_API hoop_result hoop_alltoallv(hoop_comm *comm, const void *sendbuf, const 
                                     const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                     const size_t *rdispls, hoop_dtype dtype);
 
+/* The collectives with a root (all ranks pass the same root, count, dtype and op). Reduce:
+ * root's recvbuf[i] = op over ranks of sendbuf[i] (in place at the root when sendbuf == recvbuf;
+ * recvbuf is not used on other ranks and may be NULL). Gather: root's recvbuf holds size * count
+ * elements, rank r's sendbuf landing at recvbuf + r * count (in place at the root when sendbuf ==
+ * recvbuf + root * count; recvbuf unused elsewhere). Scatter: root's sendbuf holds size * count
+ * elements, block r going to rank r's recvbuf (in place at the root when recvbuf == sendbuf + root
+ * * count; sendbuf unused elsewhere). */
+HOOP_API hoop_result hoop_reduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                 hoop_dtype dtype, hoop_op op, int root);
+HOOP_API hoop_result hoop_gather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                 hoop_dtype dtype, int root);
+HOOP_API hoop_result hoop_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, int root);
+
 /* Return once every rank has entered the barrier. */
 HOOP_API hoop_result hoop_barrier(hoop_comm *comm);
 
@@ -280,6 +294,13 @@ HOOP_API hoop_result hoop_ialltoallv(hoop_comm *comm, const void *sendbuf, const
                                      const size_t *rdispls, hoop_dtype dtype,
                                      hoop_request **request);
 HOOP_API hoop_result hoop_ibarrier(hoop_comm *comm, hoop_request **request);
+HOOP_API hoop_result hoop_ireduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, hoop_op op, int root, hoop_request **request);
+HOOP_API hoop_result hoop_igather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                  hoop_dtype dtype, int root, hoop_request **request);
+HOOP_API hoop_result hoop_iscatter(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, hoop_dtype dtype, int root,
+                                   hoop_request **request);
 /* hoop_allreduce_many, posted. The arrays are copied; the buffers they point to are not. */
 HOOP_API hoop_result hoop_iallreduce_many(hoop_comm *comm, size_t n, const void *const *sendbufs,
                                           void *const *recvbufs, const size_t *counts,
@@ -339,6 +360,13 @@ HOOP_API hoop_result hoop_alltoallv_stream(hoop_comm *comm, const void *sendbuf,
                                            const size_t *sendcounts, const size_t *sdispls,
                                            void *recvbuf, const size_t *recvcounts,
                                            const size_t *rdispls, hoop_dtype dtype, void *stream);
+HOOP_API hoop_result hoop_reduce_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, hoop_dtype dtype, hoop_op op, int root,
+                                        void *stream);
+HOOP_API hoop_result hoop_gather_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, hoop_dtype dtype, int root, void *stream);
+HOOP_API hoop_result hoop_scatter_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t count, hoop_dtype dtype, int root, void *stream);
 
 /* ---- Registered buffers ---------------------------------------------------------------------- */
 /* A buffer used in many collectives can be registered once, as with NCCL's ncclCommRegister. Over

@@ -104,10 +104,11 @@ static char *const algo_rd[] = {"HOOP_ALGO=rd", NULL};
 static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
 /* HOOP_ALGO per collective, with algorithms the single words never force: Bruck's allgather at a
  * power-of-two rank count, the chain at 3 ranks, reduce-scatter's recursive halving (at 3 ranks,
- * the ring it falls back to). */
+ * the ring it falls back to), the linear reduce and the tree gather and scatter at every size. */
 static char *const algo_per_coll[] = {
     "HOOP_ALGO=allreduce:hd,broadcast:chain,allgather:bruck,barrier:dissemination,"
-    "reduce_scatter:halving,alltoall:pairwise,alltoallv:pairwise",
+    "reduce_scatter:halving,alltoall:pairwise,alltoallv:pairwise,reduce:linear,gather:tree,"
+    "scatter:tree",
     "HOOP_CHUNK_BYTES=65536", NULL};
 /* Loop tests: _i picks the rank count. */
 static const int ring_ranks[] = {2, 3};
@@ -132,11 +133,13 @@ START_TEST(test_algo_per_coll) {
 END_TEST
 
 /* The direct algorithms forced at every size: allreduce's (each rank reduces its segment from
- * every peer's part), in 64 KiB chunks so that the big cases cross several, and allgather's (every
- * block straight from its owner); under auto the jobs of one host above take allreduce's for their
+ * every peer's part), in 64 KiB chunks so that the big cases cross several, allgather's (every
+ * block straight from its owner) and reduce's (the same segments, gathered at the root), with the
+ * linear gather and scatter; under auto the jobs of one host above take allreduce's for their
  * large cases. */
-static char *const algo_direct[] = {"HOOP_ALGO=allreduce:direct,allgather:direct",
-                                    "HOOP_CHUNK_BYTES=65536", NULL};
+static char *const algo_direct[] = {
+    "HOOP_ALGO=allreduce:direct,allgather:direct,reduce:direct,gather:linear,scatter:linear",
+    "HOOP_CHUNK_BYTES=65536", NULL};
 static const int direct_ranks[] = {2, 3, 5};
 START_TEST(test_algo_direct) {
   run_workers_with(direct_ranks[_i], 1, algo_direct);

@@ -28,7 +28,9 @@ static size_t call_bytes(const hoop_comm *comm, const hoop__coll_args *args) {
     return bytes;
   }
   bytes = args->coll == HOOP__COLL_BARRIER ? 0 : args->count * esize;
-  return args->coll == HOOP__COLL_REDUCE_SCATTER || args->coll == HOOP__COLL_ALLTOALL
+  return args->coll == HOOP__COLL_REDUCE_SCATTER || args->coll == HOOP__COLL_ALLTOALL ||
+                 ((args->coll == HOOP__COLL_GATHER || args->coll == HOOP__COLL_SCATTER) &&
+                  comm->rank == args->root)
              ? bytes * (size_t)comm->size
              : bytes;
 }
@@ -204,6 +206,81 @@ hoop_result hoop_alltoallv_stream(hoop_comm *comm, const void *sendbuf, const si
   return result == HOOP_OK ? hoop_alltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
                                             rdispls, dtype)
                            : result;
+}
+
+hoop_result hoop_reduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                        hoop_dtype dtype, hoop_op op, int root) {
+  hoop__coll_args args = call_args(HOOP__COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+  return start(comm, &args, NULL, NULL);
+}
+
+hoop_result hoop_gather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                        hoop_dtype dtype, int root) {
+  hoop__coll_args args =
+      call_args(HOOP__COLL_GATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, root);
+  return start(comm, &args, NULL, NULL);
+}
+
+hoop_result hoop_scatter(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                         hoop_dtype dtype, int root) {
+  hoop__coll_args args =
+      call_args(HOOP__COLL_SCATTER, sendbuf, recvbuf, count, dtype, HOOP_SUM, root);
+  return start(comm, &args, NULL, NULL);
+}
+
+/* The stream to wait for is the context's of whichever buffer this rank has. */
+static const void *either(const void *a, const void *b) {
+  return a ? a : b;
+}
+
+hoop_result hoop_reduce_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               hoop_dtype dtype, hoop_op op, int root, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result =
+      hoop__mem_stream_wait(comm, "hoop_reduce_stream", stream, either(sendbuf, recvbuf));
+  return result == HOOP_OK ? hoop_reduce(comm, sendbuf, recvbuf, count, dtype, op, root) : result;
+}
+
+hoop_result hoop_gather_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               hoop_dtype dtype, int root, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result =
+      hoop__mem_stream_wait(comm, "hoop_gather_stream", stream, either(sendbuf, recvbuf));
+  return result == HOOP_OK ? hoop_gather(comm, sendbuf, recvbuf, count, dtype, root) : result;
+}
+
+hoop_result hoop_scatter_stream(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                hoop_dtype dtype, int root, void *stream) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  hoop_result result =
+      hoop__mem_stream_wait(comm, "hoop_scatter_stream", stream, either(recvbuf, sendbuf));
+  return result == HOOP_OK ? hoop_scatter(comm, sendbuf, recvbuf, count, dtype, root) : result;
+}
+
+hoop_result hoop_ireduce(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                         hoop_dtype dtype, hoop_op op, int root, hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_ireduce");
+  hoop__coll_args args = call_args(HOOP__COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root);
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_ireduce") : result;
+}
+
+hoop_result hoop_igather(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                         hoop_dtype dtype, int root, hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_igather");
+  hoop__coll_args args =
+      call_args(HOOP__COLL_GATHER, sendbuf, recvbuf, count, dtype, HOOP_SUM, root);
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_igather") : result;
+}
+
+hoop_result hoop_iscatter(hoop_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                          hoop_dtype dtype, int root, hoop_request **request) {
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_iscatter");
+  hoop__coll_args args =
+      call_args(HOOP__COLL_SCATTER, sendbuf, recvbuf, count, dtype, HOOP_SUM, root);
+  return result == HOOP_OK ? start(comm, &args, request, "hoop_iscatter") : result;
 }
 
 hoop_result hoop_barrier(hoop_comm *comm) {

@@ -202,6 +202,15 @@ hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *ar
 hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args);
+
+/* The rooted collectives (rooted.c). */
+hoop_result hoop__reduce_tree(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_linear(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_direct(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__gather_tree(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__gather_linear(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__scatter_tree(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__scatter_linear(hoop_comm *comm, const hoop__coll_args *args);
 /* Every member's flag combined (OR when any, else AND) by the dissemination pattern: after
  * ceil(log2 n) rounds of one byte each member has heard, directly or through others, from every
  * member (barrier.c). */

@@ -189,6 +189,35 @@ static hoop_result prepare_allgather(hoop_comm *comm, const hoop__coll_args *arg
   return hoop__kind_copy(comm, own, args->sendbuf, args->bytes);
 }
 
+/* Reduce, gather, scatter: a root in range; the buffers that matter on this rank given (the
+ * root's result, or its blocks). */
+static hoop_result check_rooted(hoop_comm *comm, const hoop__coll_args *args) {
+  const char *call = args->coll == HOOP__COLL_REDUCE   ? "hoop_reduce"
+                     : args->coll == HOOP__COLL_GATHER ? "hoop_gather"
+                                                       : "hoop_scatter";
+  if (args->root < 0 || args->root >= comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: root %d is not in 0..%d", call,
+                           args->root, comm->size - 1);
+  if (args->coll == HOOP__COLL_REDUCE && (unsigned)args->op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown op %d", call, (int)args->op);
+  int root = comm->rank == args->root;
+  int scatter = args->coll == HOOP__COLL_SCATTER;
+  if (args->count > 0 && !args->sendbuf && (root || !scatter))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: sendbuf is NULL with count %zu", call,
+                           args->count);
+  if (args->count > 0 && !args->recvbuf && (root || scatter))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: recvbuf is NULL with count %zu", call,
+                           args->count);
+  return HOOP_OK;
+}
+
+/* On one rank the result is the input (out of place, copied). */
+static hoop_result prepare_rooted(hoop_comm *comm, const hoop__coll_args *args) {
+  return comm->size == 1 && args->recvbuf != args->sendbuf
+             ? hoop__kind_copy(comm, args->recvbuf, args->sendbuf, args->bytes)
+             : HOOP_OK;
+}
+
 static const collective collectives[HOOP__COLL_COUNT] = {
     [HOOP__COLL_ALLREDUCE] = {"hoop_allreduce", 1, check_allreduce, prepare_allreduce},
     [HOOP__COLL_BROADCAST] = {"hoop_broadcast", 1, check_broadcast, NULL},
@@ -198,6 +227,9 @@ static const collective collectives[HOOP__COLL_COUNT] = {
                                    prepare_reduce_scatter},
     [HOOP__COLL_ALLTOALL] = {"hoop_alltoall", 1, check_alltoall, prepare_alltoall},
     [HOOP__COLL_ALLTOALLV] = {"hoop_alltoallv", 1, check_alltoallv, prepare_alltoall},
+    [HOOP__COLL_REDUCE] = {"hoop_reduce", 1, check_rooted, prepare_rooted},
+    [HOOP__COLL_GATHER] = {"hoop_gather", 1, check_rooted, prepare_rooted},
+    [HOOP__COLL_SCATTER] = {"hoop_scatter", 1, check_rooted, prepare_rooted},
 };
 
 /* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); the run
@@ -218,11 +250,16 @@ const char *hoop__coll_call_name(hoop__coll coll) {
 /* Validate, settle count 0 and one rank, choose, run. */
 static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
-  hoop_result result = coll_begin(
-      comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
-      args->coll == HOOP__COLL_ALLREDUCE || args->coll == HOOP__COLL_REDUCE_SCATTER ? (int)args->op
-                                                                                    : -1,
-      args->coll == HOOP__COLL_BROADCAST ? args->root : -1);
+  hoop_result result =
+      coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
+                 args->coll == HOOP__COLL_ALLREDUCE || args->coll == HOOP__COLL_REDUCE_SCATTER ||
+                         args->coll == HOOP__COLL_REDUCE
+                     ? (int)args->op
+                     : -1,
+                 args->coll == HOOP__COLL_BROADCAST || args->coll == HOOP__COLL_REDUCE ||
+                         args->coll == HOOP__COLL_GATHER || args->coll == HOOP__COLL_SCATTER
+                     ? args->root
+                     : -1);
   if (result != HOOP_OK)
     return coll_end(comm, result);
   if (coll->check && (result = coll->check(comm, args)) != HOOP_OK)

@@ -34,7 +34,13 @@ typedef struct p2p_request {
   int stage_pinned;
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
   hoop__request transfer;
+  hoop__wait_state waiting; /* HOOP_TIMEOUT across the wait's slices */
+  double wait_started;      /* for HOOP_STALL_WARN, */
+  int stall_warned;         /* said once */
 } p2p_request;
+
+/* The slice of waiting a wait takes before it lets the communicator's other calls run. */
+#define WAIT_SLICE_S 1e-3
 
 static const char *call_name(int is_send, int blocking) {
   if (is_send)
@@ -60,6 +66,18 @@ static hoop_result refused(hoop_comm *comm, const char *call) {
                          comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
 }
 
+/* A message that was not posted fails the communicator, as a collective that fails half way does:
+ * the peer's matching call would otherwise take this rank's next message instead. */
+static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result result) {
+  drop_stage(p2p);
+  if (!comm->failed) {
+    char message[sizeof comm->last_error];
+    memcpy(message, comm->last_error, sizeof message);
+    hoop__fail(comm, result, "%s", message);
+  }
+  return result;
+}
+
 /* With call_lock held: post the transfer (the request goes in flight). */
 static hoop_result run(hoop_comm *comm, hoop_request *req) {
   p2p_request *p2p = (p2p_request *)req;
@@ -70,42 +88,49 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
   hoop_result result = HOOP_OK;
   if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
     if (!(p2p->stage = hoop__host_stage_alloc(p2p->bytes, buf, &p2p->stage_pinned)))
-      return hoop__set_error(comm, HOOP_ERR_SYSTEM,
-                             "%s: out of memory (%zu bytes to stage a device "
-                             "buffer through)",
-                             req->name, p2p->bytes);
-    if (p2p->is_send && (result = hoop__mem_copy(comm, p2p->stage, buf, p2p->bytes)) != HOOP_OK) {
-      drop_stage(p2p);
-      return result;
-    }
+      return not_posted(comm, p2p,
+                        hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                                        "%s: out of memory (%zu bytes to stage a device buffer "
+                                        "through)",
+                                        req->name, p2p->bytes));
+    if (p2p->is_send && (result = hoop__mem_copy(comm, p2p->stage, buf, p2p->bytes)) != HOOP_OK)
+      return not_posted(comm, p2p, result);
     buf = p2p->stage;
   }
   comm->call = req->name;
   result = hoop__ipost_marked(comm, p2p->is_send, p2p->peer, buf, p2p->bytes, p2p->fingerprint,
                               &p2p->transfer);
   comm->call = NULL;
-  if (result != HOOP_OK)
-    drop_stage(p2p);
-  return result;
+  return result == HOOP_OK ? HOOP_OK : not_posted(comm, p2p, result);
 }
 
-/* With call_lock held: move the transfer (to its end if wait); 1 once it ended. */
+/* With call_lock held: move the transfer (for a slice of waiting if wait); 1 once it ended. */
 static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *result) {
   p2p_request *p2p = (p2p_request *)req;
   const char *outer = comm->call;
   comm->call = req->name;
   *result = HOOP_OK;
-  if (comm->failed) {
-    *result = refused(comm, req->name);
-  } else if (wait) {
-    /* HOOP_STALL_WARN counts from the wait's start. */
+  if (p2p->transfer.pending && comm->failed) {
+    /* Ended by the communicator's failure (a transfer that ended before it stands). */
+    *result =
+        hoop__set_error(comm, comm->failed, "%s: %s", req->name,
+                        comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
+  } else if (wait && p2p->transfer.pending) {
+    /* A slice; HOOP_STALL_WARN counts from the wait's start. */
     double started = comm->call_started;
     int warned = comm->stall_warned;
-    comm->call_started = hoop__now();
-    comm->stall_warned = 0;
-    *result = hoop__wait(comm, &p2p->transfer);
+    if (p2p->wait_started == 0)
+      p2p->wait_started = hoop__now();
+    comm->call_started = p2p->wait_started;
+    comm->stall_warned = p2p->stall_warned;
+    *result = hoop__wait_some(comm, &p2p->transfer, WAIT_SLICE_S, &p2p->waiting);
+    p2p->stall_warned = comm->stall_warned;
     comm->call_started = started;
     comm->stall_warned = warned;
+    if (*result == HOOP_OK && p2p->transfer.pending) {
+      comm->call = outer;
+      return 0;
+    }
   } else if (p2p->transfer.pending) {
     *result = hoop__progress_once(comm);
     if (*result == HOOP_OK && p2p->transfer.pending) {

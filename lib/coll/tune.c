@@ -50,6 +50,13 @@ enum {
   RS_HALVING,
   A2A_PAIRWISE,
   A2AV_PAIRWISE,
+  RD_TREE,
+  RD_LINEAR,
+  RD_DIRECT,
+  GA_TREE,
+  GA_LINEAR,
+  SC_TREE,
+  SC_LINEAR,
   ALGORITHMS
 };
 
@@ -92,10 +99,26 @@ static const algorithm algorithms[] = {
                       "every receive posted, then the sends to r+1, r+2, ..."},
     [A2AV_PAIRWISE] = {HOOP__COLL_ALLTOALLV, "pairwise", hoop__alltoall_pairwise, WHOLE,
                        "every receive posted, then the sends to r+1, r+2, ..."},
+    [RD_TREE] = {HOOP__COLL_REDUCE, "tree", hoop__reduce_tree, WHOLE,
+                 "binomial tree: each rank reduces its children's partial results, log2(n) rounds"},
+    [RD_LINEAR] = {HOOP__COLL_REDUCE, "linear", hoop__reduce_linear, WHOLE,
+                   "the root receives and reduces every other rank's input in turn"},
+    [RD_DIRECT] = {HOOP__COLL_REDUCE, "direct", hoop__reduce_direct, WHOLE,
+                   "each rank reduces its segment from every other rank's part, then the root "
+                   "gathers the segments"},
+    [GA_TREE] = {HOOP__COLL_GATHER, "tree", hoop__gather_tree, WHOLE,
+                 "binomial tree: each subtree's blocks travel together, log2(n) rounds"},
+    [GA_LINEAR] = {HOOP__COLL_GATHER, "linear", hoop__gather_linear, WHOLE,
+                   "the root receives every block straight from its owner"},
+    [SC_TREE] = {HOOP__COLL_SCATTER, "tree", hoop__scatter_tree, WHOLE,
+                 "binomial tree: each child gets its subtree's blocks, log2(n) rounds"},
+    [SC_LINEAR] = {HOOP__COLL_SCATTER, "linear", hoop__scatter_linear, WHOLE,
+                   "the root sends every block straight to its owner"},
 };
 
 static const char *const coll_names[HOOP__COLL_COUNT] = {
-    "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter", "alltoall", "alltoallv"};
+    "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter",
+    "alltoall",  "alltoallv", "reduce",    "gather",  "scatter"};
 
 /* HOOP_ALGO's single words, as before it named collectives: a family for every collective. */
 static const struct family {
@@ -178,6 +201,24 @@ static const cutover cutovers[] = {
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_RING]},
     {HOOP__COLL_ALLTOALL, ANY, NO_LIMIT, &algorithms[A2A_PAIRWISE]},
     {HOOP__COLL_ALLTOALLV, ANY, NO_LIMIT, &algorithms[A2AV_PAIRWISE]},
+    /* Reduce: on shared memory the root reads every rank's input in turn (2 and 4 ranks, this VM:
+     * 4 KiB 1.4 us against the tree's 2.4, 64 KiB 13.7 against 33, 1 MiB 420 against 737); across
+     * hosts the tree's log2(n) rounds for small inputs. Large inputs go direct, each rank moving
+     * about one input (2 ranks, 16 MiB: 2.2 ms against the tree's 3.5). Gather and scatter: the
+     * root's one message per rank, but the tree's log2(n) rounds across hosts where many small
+     * blocks would each pay a message's latency. bench/TUNING.md. */
+    {HOOP__COLL_REDUCE, ONE_HOST | SHARED, 1024 * 1024, &algorithms[RD_LINEAR]},
+    {HOOP__COLL_REDUCE, TWO_RANKS, 1024 * 1024, &algorithms[RD_TREE]},
+    {HOOP__COLL_REDUCE, ANY, 64 * 1024, &algorithms[RD_TREE]},
+    {HOOP__COLL_REDUCE, ANY, NO_LIMIT, &algorithms[RD_DIRECT]},
+    {HOOP__COLL_GATHER, ONE_HOST, NO_LIMIT, &algorithms[GA_LINEAR]},
+    {HOOP__COLL_GATHER, TWO_RANKS, NO_LIMIT, &algorithms[GA_LINEAR]},
+    {HOOP__COLL_GATHER, ANY, 64 * 1024, &algorithms[GA_TREE]},
+    {HOOP__COLL_GATHER, ANY, NO_LIMIT, &algorithms[GA_LINEAR]},
+    {HOOP__COLL_SCATTER, ONE_HOST, NO_LIMIT, &algorithms[SC_LINEAR]},
+    {HOOP__COLL_SCATTER, TWO_RANKS, NO_LIMIT, &algorithms[SC_LINEAR]},
+    {HOOP__COLL_SCATTER, ANY, 64 * 1024, &algorithms[SC_TREE]},
+    {HOOP__COLL_SCATTER, ANY, NO_LIMIT, &algorithms[SC_LINEAR]},
 };
 #define CUTOVERS (sizeof cutovers / sizeof cutovers[0])
 
@@ -321,7 +362,8 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
   /* The rows compare the gathered result of an allgather, and a reduce-scatter's or an
    * alltoall's whole input. */
   size_t bytes = args->coll == HOOP__COLL_ALLGATHER || args->coll == HOOP__COLL_REDUCE_SCATTER ||
-                         args->coll == HOOP__COLL_ALLTOALL
+                         args->coll == HOOP__COLL_ALLTOALL || args->coll == HOOP__COLL_GATHER ||
+                         args->coll == HOOP__COLL_SCATTER
                      ? args->bytes * (size_t)comm->size
                      : args->bytes;
   unsigned shape = job_shape(comm);

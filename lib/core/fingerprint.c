@@ -16,7 +16,10 @@ static const char *const collective_names[HOOP__COLL_COUNT] = {
     [HOOP__COLL_BARRIER] = "hoop_barrier",
     [HOOP__COLL_REDUCE_SCATTER] = "hoop_reduce_scatter",
     [HOOP__COLL_ALLTOALL] = "hoop_alltoall",
-    [HOOP__COLL_ALLTOALLV] = "hoop_alltoallv"};
+    [HOOP__COLL_ALLTOALLV] = "hoop_alltoallv",
+    [HOOP__COLL_REDUCE] = "hoop_reduce",
+    [HOOP__COLL_GATHER] = "hoop_gather",
+    [HOOP__COLL_SCATTER] = "hoop_scatter"};
 
 /* A point-to-point message's mark in the collective byte, and its direction in the last byte (1
  * send, 2 receive), which comparisons leave out. */
@@ -29,6 +32,10 @@ void hoop__fingerprint_p2p(uint8_t *fp, int is_send, size_t count, hoop_dtype dt
   hoop__put_be32(fp + 11, (uint32_t)tag + 1);
   hoop__put_be64(fp + 15, count);
   fp[23] = is_send ? 1 : 2;
+}
+
+int hoop__fingerprint_is_p2p(const uint8_t *fp) {
+  return fp[8] == FP_P2P;
 }
 
 int hoop__fingerprints_match(const uint8_t *a, const uint8_t *b) {
@@ -56,6 +63,11 @@ void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, ho
 /* "hoop_allreduce (call #5, count 1000, float32, sum)", "hoop_broadcast (call #5, count 10,
  * root 0)". */
 static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
+  static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
+  if (memcmp(fp, unchecked, sizeof unchecked) == 0) {
+    snprintf(out, outlen, "a collective (HOOP_CHECK_CALLS=0: not named)");
+    return;
+  }
   if (fp[8] == FP_P2P) {
     const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
     snprintf(out, outlen, "%s (tag %ld, count %zu, %s)", fp[23] == 1 ? "hoop_send" : "hoop_recv",

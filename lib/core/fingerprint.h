@@ -12,6 +12,8 @@ void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, ho
 /* A point-to-point message's fingerprint, into fp: always carried and compared (count, dtype and
  * tag), whatever HOOP_CHECK_CALLS says. */
 void hoop__fingerprint_p2p(uint8_t *fp, int is_send, size_t count, hoop_dtype dtype, int tag);
+/* Whether fp is a point-to-point message's. */
+int hoop__fingerprint_is_p2p(const uint8_t *fp);
 /* Whether two fingerprints agree (a send's and a receive's of one message do). */
 int hoop__fingerprints_match(const uint8_t *a, const uint8_t *b);
 /* The count a fingerprint carries. */

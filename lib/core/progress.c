@@ -50,21 +50,27 @@ void hoop__in_flight_advance(hoop_comm *comm, hoop_request *req, int wait) {
   }
 }
 
+void hoop__request_fly(hoop_comm *comm, hoop_request *req) {
+  req->in_flight = 1;
+  req->flight_next = comm->in_flight;
+  comm->in_flight = req;
+  atomic_fetch_add(&comm->in_flight_count, 1);
+  /* Its waiter, asleep while another thread ran the queue, now moves it itself; the progress
+   * thread, asleep with nothing posted, moves it while the program computes. */
+  pthread_mutex_lock(&comm->queue_lock);
+  pthread_cond_broadcast(&comm->done_cond);
+  if (comm->progress_started)
+    pthread_cond_signal(&comm->queue_cond);
+  pthread_mutex_unlock(&comm->queue_lock);
+}
+
 /* Run a call; one that only posted its transfers goes in flight instead of completing. */
 static void run_one(hoop_comm *comm, hoop_request *req) {
   hoop_result result = req->run(comm, req);
-  if (req->advance && result == HOOP_OK) {
-    req->in_flight = 1;
-    req->flight_next = comm->in_flight;
-    comm->in_flight = req;
-    atomic_fetch_add(&comm->in_flight_count, 1);
-    /* Its waiter, asleep while another thread ran the queue, now moves it itself. */
-    pthread_mutex_lock(&comm->queue_lock);
-    pthread_cond_broadcast(&comm->done_cond);
-    pthread_mutex_unlock(&comm->queue_lock);
-    return;
-  }
-  complete(comm, req, result);
+  if (req->advance && result == HOOP_OK)
+    hoop__request_fly(comm, req);
+  else
+    complete(comm, req, result);
 }
 
 /* ---- running the queue ----------------------------------------------------------------------- */
@@ -90,7 +96,7 @@ void hoop__queue_run(hoop_comm *comm, const hoop_request *until) {
 
 void hoop__queue_hand_over(hoop_comm *comm) {
   pthread_mutex_lock(&comm->queue_lock);
-  if (comm->queue_head && comm->progress_started)
+  if ((comm->queue_head || atomic_load(&comm->in_flight_count) > 0) && comm->progress_started)
     pthread_cond_signal(&comm->queue_cond);
   pthread_mutex_unlock(&comm->queue_lock);
 }
@@ -139,9 +145,10 @@ void *hoop__progress_thread(void *arg) {
     if (!comm->queue_head && !comm->progress_stop && !flying) {
       comm->progress_idle = 0;
       nap(comm, PROGRESS_LINGER_S);
-      if (!comm->queue_head && !comm->progress_stop) {
+      if (!comm->queue_head && !comm->progress_stop && atomic_load(&comm->in_flight_count) == 0) {
         comm->progress_idle = 1;
-        while (!comm->queue_head && !comm->progress_stop)
+        while (!comm->queue_head && !comm->progress_stop &&
+               atomic_load(&comm->in_flight_count) == 0)
           pthread_cond_wait(&comm->queue_cond, &comm->queue_lock);
         comm->progress_idle = 0;
         if (!comm->progress_stop)
@@ -178,13 +185,20 @@ void *hoop__progress_thread(void *arg) {
 #define WAIT_SPIN_S 20e-6
 #define WAIT_SLEEP_S 10e-3
 
+/* A request in flight is waited for in slices of this long, call_lock let go between them, so
+ * that calls posted meanwhile (by this thread before the wait, or by others) run too: their
+ * messages may be what the peer waits for before it sends what this request waits for. */
+#define WAIT_FLIGHT_SLICE_S 1e-3
+
 void hoop__request_wait_done(hoop_comm *comm, hoop_request *req) {
   double spin_until = -1;
   while (!hoop__request_done(req)) {
     if (pthread_mutex_trylock(&comm->call_lock) == 0) {
       hoop__queue_run(comm, req);
-      if (req->in_flight)
+      if (req->in_flight) {
+        hoop__queue_run(comm, NULL);
         hoop__in_flight_advance(comm, req, 1);
+      }
       pthread_mutex_unlock(&comm->call_lock);
       hoop__queue_hand_over(comm);
       continue;
@@ -200,8 +214,8 @@ void hoop__request_wait_done(hoop_comm *comm, hoop_request *req) {
       continue;
     }
     pthread_mutex_lock(&comm->queue_lock);
-    if (!atomic_load(&req->done) && !req->in_flight)
-      timed_wait(comm, &comm->done_cond, WAIT_SLEEP_S);
+    if (!atomic_load(&req->done))
+      timed_wait(comm, &comm->done_cond, req->in_flight ? WAIT_FLIGHT_SLICE_S : WAIT_SLEEP_S);
     pthread_mutex_unlock(&comm->queue_lock);
   }
 }

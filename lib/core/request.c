@@ -77,10 +77,14 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
       if (hoop__tracing(comm))
         trace_post(comm, req);
       result = req->run(comm, req);
-      /* A blocking send or receive: its transfers moved to their end here. */
-      if (req->advance && result == HOOP_OK)
-        while (!req->advance(comm, req, 1, &result))
-          ;
+      /* A blocking send or receive: in flight, waited for as a posted one is, so that calls
+       * other threads post meanwhile run too. */
+      if (req->advance && result == HOOP_OK) {
+        hoop__request_fly(comm, req);
+        pthread_mutex_unlock(&comm->call_lock);
+        hoop__request_wait_done(comm, req);
+        return req->result;
+      }
       if (hoop__tracing(comm))
         hoop__trace_done(comm, req->trace_id, req->name, result, hoop__now());
       if (atomic_load(&comm->abort_requested) == 1)
@@ -132,6 +136,9 @@ hoop_result hoop_test(hoop_request *req, int *done) {
    * loop), testing moves it on, as MPI_Test does. */
   if (!*done && pthread_mutex_trylock(&comm->call_lock) == 0) {
     hoop__queue_run(comm, req);
+    /* In flight: the calls posted behind it run too (the peer may wait for their messages). */
+    if (req->in_flight)
+      hoop__queue_run(comm, NULL);
     hoop__in_flight_advance(comm, req, 0);
     pthread_mutex_unlock(&comm->call_lock);
     hoop__queue_hand_over(comm);

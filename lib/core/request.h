@@ -46,8 +46,8 @@ struct hoop_request {
   struct hoop_request *next;
   /* A call whose run only posts its transfers (point-to-point; NULL for the others): once run
    * returned HOOP_OK the request is in flight, on the communicator's in_flight list, and advance
-   * (with call_lock held) moves its transfers, until they end if wait, else one round without
-   * sleeping; it returns 1 once they ended, their result in *result (and may then set error). */
+   * (with call_lock held) moves its transfers, for a slice of waiting if wait, else one round
+   * without sleeping; it returns 1 once they ended, their result in *result. */
   int (*advance)(hoop_comm *comm, hoop_request *req, int wait, hoop_result *result);
   atomic_int in_flight;             /* set and cleared under call_lock */
   struct hoop_request *flight_next; /* the in_flight list */
@@ -81,9 +81,13 @@ void hoop__queue_run(hoop_comm *comm, const hoop_request *until);
 /* A thread that ran the queue for its own request and leaves calls behind hands them to the
  * progress thread. */
 void hoop__queue_hand_over(hoop_comm *comm);
-/* With call_lock held: advance req (in flight) once, or until it ends if wait, completing it when
- * it ends; then one round for every other request in flight, completing those that ended. */
+/* With call_lock held: advance req (in flight) one round, or for a slice of waiting if wait,
+ * completing it when it ends; then one round for every other request in flight, completing those
+ * that ended. */
 void hoop__in_flight_advance(hoop_comm *comm, hoop_request *req, int wait);
+/* With call_lock held: req's run posted its transfers; it goes in flight (waiters and the progress
+ * thread told). */
+void hoop__request_fly(hoop_comm *comm, hoop_request *req);
 /* Return once req has completed, running the queue on this thread whenever call_lock is free. */
 void hoop__request_wait_done(hoop_comm *comm, hoop_request *req);
 /* The progress thread's body; its argument is the communicator. */

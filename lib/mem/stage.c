@@ -257,12 +257,72 @@ static hoop_result stage_alltoallv(hoop_comm *comm, hoop__coll_args *args, int s
   return result;
 }
 
+/* Reduce, gather and scatter: the buffers that matter on this rank (the root's result or blocks,
+ * every rank's input or block) side by side on the stage, the input copied in where it is device
+ * memory, the result copied out where it is. In place (one buffer inside the other at the root),
+ * the whole of the larger goes in and out, the smaller kept at its offset in it. */
+static hoop_result stage_rooted(hoop_comm *comm, hoop__coll_args *args, hoop__stage *stage) {
+  int root = comm->rank == args->root, n = comm->size;
+  size_t block = args->bytes;
+  size_t send_bytes = args->coll == HOOP__COLL_SCATTER ? (root ? block * (size_t)n : 0) : block;
+  size_t recv_bytes = args->coll == HOOP__COLL_REDUCE   ? (root ? block : 0)
+                      : args->coll == HOOP__COLL_GATHER ? (root ? block * (size_t)n : 0)
+                                                        : block;
+  const char *send = send_bytes ? args->sendbuf : NULL;
+  char *recv = recv_bytes ? args->recvbuf : NULL;
+  int send_dev = send && hoop__mem_kind_of(send) == HOOP__MEM_DEVICE;
+  int recv_dev = recv && hoop__mem_kind_of(recv) == HOOP__MEM_DEVICE;
+  if (!send_dev && !recv_dev)
+    return HOOP_OK;
+  /* In place: the smaller buffer lies inside the larger. */
+  int nested = send && recv &&
+               ((send >= recv && send + send_bytes <= recv + recv_bytes) ||
+                (recv >= send && recv + recv_bytes <= send + send_bytes));
+  if (nested) {
+    const char *outer = send_bytes >= recv_bytes ? send : recv;
+    size_t outer_bytes = send_bytes >= recv_bytes ? send_bytes : recv_bytes;
+    char *host = stage_buffer(comm, outer_bytes, outer);
+    if (!host)
+      return HOOP_ERR_SYSTEM;
+    hoop_result result = hoop__mem_copy(comm, host, outer, outer_bytes);
+    if (result != HOOP_OK)
+      return result;
+    args->sendbuf = host + (send - outer);
+    args->recvbuf = host + (recv - outer);
+    stage->active = 1;
+    stage->user_recv = recv;
+    stage->out_from = args->recvbuf;
+    stage->out_bytes = recv_bytes;
+    return HOOP_OK;
+  }
+  char *host = stage_buffer(comm, send_bytes + recv_bytes + 1, send_dev ? send : recv);
+  if (!host)
+    return HOOP_ERR_SYSTEM;
+  if (send_dev) {
+    hoop_result result = hoop__mem_copy(comm, host, send, send_bytes);
+    if (result != HOOP_OK)
+      return result;
+    args->sendbuf = host;
+  }
+  if (recv_dev) {
+    args->recvbuf = host + send_bytes;
+    stage->active = 1;
+    stage->user_recv = recv;
+    stage->out_from = args->recvbuf;
+    stage->out_bytes = recv_bytes;
+  }
+  return HOOP_OK;
+}
+
 hoop_result hoop__stage_in(hoop_comm *comm, hoop__coll_args *args, const hoop__algo_traits *traits,
                            hoop__stage *stage) {
   stage->active = 0;
   stage->pipe = NULL;
   if (!hoop__cuda_loaded() || (args->bytes == 0 && args->coll != HOOP__COLL_ALLTOALLV))
     return HOOP_OK;
+  if (args->coll == HOOP__COLL_REDUCE || args->coll == HOOP__COLL_GATHER ||
+      args->coll == HOOP__COLL_SCATTER)
+    return stage_rooted(comm, args, stage);
   int send_dev = hoop__mem_kind_of(args->sendbuf) == HOOP__MEM_DEVICE;
   int recv_dev = args->recvbuf == args->sendbuf
                      ? send_dev

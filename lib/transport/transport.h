@@ -248,6 +248,15 @@ hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
 hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
+/* The same wait in slices: it returns HOOP_OK with the request still pending after slice_s (0:
+ * not before it ends), keeping in *state (zeroed before the first slice) when the request last
+ * moved and when its spin ends, so that HOOP_TIMEOUT and the spin count across slices. */
+typedef struct hoop__wait_state {
+  int started, in_grace;
+  double deadline, spin_until;
+} hoop__wait_state;
+hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
+                            hoop__wait_state *state);
 /* The same, but a zero length still travels as an empty message, so that the receiver checks
  * every length against what it posted (sizes that each pair chooses, as all-to-all's). */
 hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,

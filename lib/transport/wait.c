@@ -258,13 +258,28 @@ static double spin_s(hoop_comm *comm) {
 }
 
 hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
+  hoop__wait_state state = {0};
+  return hoop__wait_some(comm, req, 0, &state);
+}
+
+hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
+                            hoop__wait_state *state) {
   if (req->pending == 0)
     return HOOP_OK;
-  double spin = spin_s(comm);
   double now = hoop__now();
-  double deadline = now + comm->timeout_s, spin_until = now + spin;
-  int in_grace = 0;
+  if (!state->started) {
+    state->started = 1;
+    state->deadline = now + comm->timeout_s;
+    state->spin_until = now + spin_s(comm);
+    state->in_grace = 0;
+  }
+  double deadline = state->deadline, spin_until = state->spin_until;
+  double until = slice_s > 0 ? now + slice_s : 0;
+  int in_grace = state->in_grace;
+  hoop_result result = HOOP_OK;
   while (req->pending > 0) {
+    if (until > 0 && now >= until)
+      break;
     if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
       return comm->failed;
     int moved = 0;
@@ -272,16 +287,20 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
     if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
       warn_stall(comm, now);
     double left = deadline - now;
+    if (until > 0 && until - now < left)
+      left = until - now;
     int spinning = now < spin_until;
-    hoop_result result = progress_all(comm,
-                                      spinning || left <= 0 ? 0
-                                      : left > 0.1          ? 100
-                                                            : (int)(left * 1000) + 1,
-                                      &moved);
+    result = progress_all(comm,
+                          spinning || left <= 0 ? 0
+                          : left > 0.1          ? 100
+                                                : (int)(left * 1000) + 1,
+                          &moved);
     /* Reading ahead may find a peer's notice after this request's last byte: the request itself
      * still completed; the failure stays recorded for what follows. */
-    if (result != HOOP_OK)
-      return req->pending == 0 ? HOOP_OK : result;
+    if (result != HOOP_OK) {
+      result = req->pending == 0 ? HOOP_OK : result;
+      break;
+    }
     /* A spinning round took no time to speak of: its clock reading still serves (each costs
      * about 25 ns, the round's whole work when nothing arrived). */
     if (!spinning)
@@ -295,12 +314,14 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
       hoop__tctx *ctx = hoop__transport_of(comm, req->peer);
       result = ctx->ops->timed_out(ctx, req, in_grace);
       if (result != HOOP_OK)
-        return result;
+        break;
       /* The transport knows the peer runs: it waits for someone else itself, and its notice
        * will say for whom (see timed_out in transport.h). */
       in_grace = 1;
       deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
   }
-  return HOOP_OK;
+  state->deadline = deadline;
+  state->in_grace = in_grace;
+  return result;
 }

@@ -149,6 +149,14 @@ _lib.hoop_ibarrier.argtypes = [_c.c_void_p, _REQ]
 _lib.hoop_ireduce_scatter.argtypes = _lib.hoop_reduce_scatter.argtypes + [_REQ]
 _lib.hoop_ialltoall.argtypes = _lib.hoop_alltoall.argtypes + [_REQ]
 _lib.hoop_ialltoallv.argtypes = _lib.hoop_alltoallv.argtypes + [_REQ]
+_lib.hoop_reduce.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int,
+                             _c.c_int, _c.c_int]
+_lib.hoop_gather.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int,
+                             _c.c_int]
+_lib.hoop_scatter.argtypes = _lib.hoop_gather.argtypes
+_lib.hoop_ireduce.argtypes = _lib.hoop_reduce.argtypes + [_REQ]
+_lib.hoop_igather.argtypes = _lib.hoop_gather.argtypes + [_REQ]
+_lib.hoop_iscatter.argtypes = _lib.hoop_scatter.argtypes + [_REQ]
 _lib.hoop_send.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int]
 _lib.hoop_recv.argtypes = _lib.hoop_send.argtypes
 _lib.hoop_isend.argtypes = _lib.hoop_send.argtypes + [_REQ]
@@ -417,6 +425,61 @@ class Communicator:
         handle = self._live(call)
         b = _Buffer(buf, dtype, call, True)
         return self._run(call, (handle, b.address, b.count(call), b.dtype, int(root)), (b,), buf,
+                         nonblocking)
+
+    def reduce(self, sendbuf, recvbuf=None, root=0, op="sum", dtype=None):
+        """The root's recvbuf = op over ranks of sendbuf (recvbuf None elsewhere, or at the root
+        for in place); returns recvbuf (sendbuf in place)."""
+        return self._rooted("hoop_reduce", sendbuf, recvbuf, root, op, dtype, False)
+
+    def ireduce(self, sendbuf, recvbuf=None, root=0, op="sum", dtype=None):
+        return self._rooted("hoop_ireduce", sendbuf, recvbuf, root, op, dtype, True)
+
+    def gather(self, sendbuf, recvbuf=None, root=0, dtype=None):
+        """The root's recvbuf holds size blocks of sendbuf's size, rank r's in block r (recvbuf
+        None on the other ranks). Returns recvbuf."""
+        return self._rooted("hoop_gather", sendbuf, recvbuf, root, None, dtype, False)
+
+    def igather(self, sendbuf, recvbuf=None, root=0, dtype=None):
+        return self._rooted("hoop_igather", sendbuf, recvbuf, root, None, dtype, True)
+
+    def scatter(self, sendbuf, recvbuf, root=0, dtype=None):
+        """Block r of the root's sendbuf (size blocks of recvbuf's size; None elsewhere) to rank
+        r's recvbuf. Returns recvbuf."""
+        return self._rooted("hoop_scatter", sendbuf, recvbuf, root, None, dtype, False)
+
+    def iscatter(self, sendbuf, recvbuf, root=0, dtype=None):
+        return self._rooted("hoop_iscatter", sendbuf, recvbuf, root, None, dtype, True)
+
+    def _rooted(self, call, sendbuf, recvbuf, root, op, dtype, nonblocking):
+        handle = self._live(call)
+        root = int(root)
+        is_root = self.rank == root
+        kind = call.split("_", 1)[1].lstrip("i")
+        if kind == "reduce" and recvbuf is None and is_root:
+            recvbuf = sendbuf  # in place
+        src = _Buffer(sendbuf, dtype, call, False) if sendbuf is not None else None
+        dst = _Buffer(recvbuf, dtype, call, True) if recvbuf is not None else None
+        block = dst if kind == "scatter" else src
+        if block is None:
+            raise InvalidArgument("%s: %s is needed on every rank" %
+                                  (call, "recvbuf" if kind == "scatter" else "sendbuf"))
+        count = block.count(call)
+        whole = (dst if kind == "gather" else src if kind == "scatter" else dst) if is_root else None
+        if is_root and whole is None:
+            raise InvalidArgument("%s: the root needs %s" % (call, "sendbuf" if kind == "scatter"
+                                                             else "recvbuf"))
+        factor = 1 if kind == "reduce" else self.size
+        if whole is not None and (whole.dtype != block.dtype or
+                                  whole.nbytes != block.nbytes * factor):
+            raise InvalidArgument("%s: the root's buffer must hold %d times %d bytes of the same "
+                                  "dtype, not %d" % (call, factor, block.nbytes, whole.nbytes))
+        args = [handle, src.address if src else None, dst.address if dst else None, count,
+                block.dtype]
+        if kind == "reduce":
+            args.append(_op_code(op, call))
+        args.append(root)
+        return self._run(call, tuple(args), (src, dst), recvbuf if recvbuf is not None else sendbuf,
                          nonblocking)
 
     def send(self, buf, peer, tag=0, dtype=None):

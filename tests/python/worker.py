@@ -184,6 +184,31 @@ want = [i * 100 + rank * 10 + k for i in range(size) for k in range(recvcounts[i
 if decode("int64", got) != want:
     fail("alltoallv: got %r, expected %r" % (decode("int64", got), want))
 
+# Reduce, gather, scatter at every root.
+for root in range(size):
+    mine = encode("int32", [rank * 10 + i for i in range(4)])
+    out = bytearray(len(mine)) if rank == root else None
+    comm.reduce(mine, out, root=root, op="sum", dtype="int32")
+    if rank == root:
+        checks += 1
+        want = [sum(r * 10 + i for r in range(size)) for i in range(4)]
+        if decode("int32", out) != want:
+            fail("reduce root %d: got %r, expected %r" % (root, decode("int32", out), want))
+    every = bytearray(len(mine) * size) if rank == root else None
+    comm.igather(bytes(mine), every, root=root, dtype="int32").wait()
+    if rank == root:
+        checks += 1
+        want = [r * 10 + i for r in range(size) for i in range(4)]
+        if decode("int32", every) != want:
+            fail("gather root %d: got %r" % (root, decode("int32", every)))
+    blocks = encode("float64", [r * 1.5 + i for r in range(size) for i in range(3)]) \
+        if rank == root else None
+    got = bytearray(24)
+    comm.scatter(blocks, got, root=root, dtype="float64")
+    checks += 1
+    if decode("float64", got) != [rank * 1.5 + i for i in range(3)]:
+        fail("scatter root %d: got %r" % (root, decode("float64", got)))
+
 # Point-to-point: a ring shift posted both ways at once, then a blocking ping-pong of ranks 0, 1.
 if size > 1:
     nxt, prv = (rank + 1) % size, (rank - 1) % size

@@ -271,6 +271,106 @@ static void check_reduce_scatter(size_t count, hoop_dtype dtype, hoop_op op, int
   free(send);
 }
 
+/* Reduce: the root's result is the op over every rank's input; the other ranks pass no result
+ * buffer. In place at the root only. Inputs come back unchanged (but the root's in place). */
+static void check_reduce(size_t count, hoop_dtype dtype, hoop_op op, int root, int in_place) {
+  size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
+  unsigned seed = (unsigned)(count * 41 + (size_t)dtype * 5 + (size_t)op + (size_t)root);
+  int is_root = rank == root;
+  in_place = in_place && is_root;
+  char *send = xmalloc(bytes), *recv = xmalloc(bytes), *copy = xmalloc(bytes);
+  ref_fill(send, count, dtype, op, rank, seed);
+  memcpy(copy, send, bytes);
+  memset(recv, 0x5a, bytes);
+  void *call_send = to_call(send, bytes, 0);
+  void *call_recv = !is_root ? NULL : in_place ? call_send : to_call(recv, bytes, 1);
+  must(stream ? hoop_reduce_stream(comm, call_send, call_recv, count, dtype, op, root, stream)
+              : hoop_reduce(comm, call_send, call_recv, count, dtype, op, root),
+       "hoop_reduce");
+  if (is_root && !in_place)
+    from_call(recv, call_recv, bytes);
+  from_call(send, call_send, bytes);
+  char msg[256];
+  checks++;
+  if (is_root &&
+      ref_check_allreduce(in_place ? send : recv, count, dtype, op, nranks, seed, msg, sizeof msg))
+    fail("reduce %s %s count %zu root %d %s: %s", hoop_dtype_name(dtype), hoop_op_name(op), count,
+         root, in_place ? "in place" : "out of place", msg);
+  if (!in_place && memcmp(send, copy, bytes) != 0)
+    fail("reduce %s %s count %zu root %d changed sendbuf", hoop_dtype_name(dtype), hoop_op_name(op),
+         count, root);
+  free(copy);
+  free(recv);
+  free(send);
+}
+
+/* Gather: every rank's block in the root's buffer in rank order (in place at the root: its own
+ * block already there). */
+static void check_gather(size_t count, hoop_dtype dtype, int root, int in_place) {
+  size_t esize = hoop_dtype_size(dtype), block = count * esize, total = block * (size_t)nranks;
+  unsigned seed = (unsigned)(count * 19 + (size_t)dtype + (size_t)root * 3);
+  int is_root = rank == root;
+  in_place = in_place && is_root;
+  char *all = xmalloc(total), *mine = xmalloc(block);
+  memset(all, 0x3c, total);
+  ref_fill(mine, count, dtype, HOOP_MAX, rank, seed);
+  if (in_place)
+    memcpy(all + (size_t)rank * block, mine, block);
+  char *call_all = is_root ? to_call(all, total, in_place ? 0 : 1) : NULL;
+  void *call_mine = in_place ? NULL : to_call(mine, block, 0);
+  const void *send = in_place ? call_all + (size_t)rank * block : call_mine;
+  must(stream ? hoop_gather_stream(comm, send, call_all, count, dtype, root, stream)
+              : hoop_gather(comm, send, call_all, count, dtype, root),
+       "hoop_gather");
+  if (call_all)
+    from_call(all, call_all, total);
+  if (call_mine)
+    from_call(mine, call_mine, block);
+  char msg[256];
+  for (int r = 0; is_root && r < nranks; r++) {
+    checks++;
+    if (ref_check_equal(all + (size_t)r * block, count, dtype, HOOP_MAX, r, seed, msg, sizeof msg))
+      fail("gather %s count %zu root %d %s, block of rank %d: %s", hoop_dtype_name(dtype), count,
+           root, in_place ? "in place" : "out of place", r, msg);
+  }
+  free(mine);
+  free(all);
+}
+
+/* Scatter: block r of the root's buffer to rank r (in place at the root: its own block stays
+ * where it is). The root's buffer comes back unchanged. */
+static void check_scatter(size_t count, hoop_dtype dtype, int root, int in_place) {
+  size_t esize = hoop_dtype_size(dtype), block = count * esize, total = block * (size_t)nranks;
+  unsigned seed = (unsigned)(count * 23 + (size_t)dtype + (size_t)root * 5);
+  int is_root = rank == root;
+  in_place = in_place && is_root;
+  char *all = xmalloc(total), *mine = xmalloc(block), *copy = xmalloc(total);
+  for (int r = 0; r < nranks; r++)
+    ref_fill(all + (size_t)r * block, count, dtype, HOOP_MIN, r, seed);
+  memcpy(copy, all, total);
+  memset(mine, 0xa5, block);
+  char *call_all = is_root ? to_call(all, total, 0) : NULL;
+  char *call_mine = in_place ? call_all + (size_t)rank * block : to_call(mine, block, 1);
+  must(stream ? hoop_scatter_stream(comm, call_all, call_mine, count, dtype, root, stream)
+              : hoop_scatter(comm, call_all, call_mine, count, dtype, root),
+       "hoop_scatter");
+  if (!in_place)
+    from_call(mine, call_mine, block);
+  if (call_all)
+    from_call(all, call_all, total);
+  char msg[256];
+  checks++;
+  if (ref_check_equal(in_place ? all + (size_t)rank * block : mine, count, dtype, HOOP_MIN, rank,
+                      seed, msg, sizeof msg))
+    fail("scatter %s count %zu root %d %s: %s", hoop_dtype_name(dtype), count, root,
+         in_place ? "in place" : "out of place", msg);
+  if (is_root && memcmp(all, copy, total) != 0)
+    fail("scatter %s count %zu root %d changed sendbuf", hoop_dtype_name(dtype), count, root);
+  free(copy);
+  free(mine);
+  free(all);
+}
+
 /* Rank q's block for rank r of an alltoall(v): elements [first, first + count) of rank q's input
  * for this case, first being where q's block for r starts in q's sendbuf. The blocks of an
  * alltoallv: rank q sends rank r (q + r) % 3 + count * ((q * 7 + r) % 4) / 3 elements, in
@@ -632,6 +732,22 @@ int main(int argc, char **argv) {
   check_alltoall(big / 4 + 1, HOOP_FLOAT32, 0);
   check_alltoall(big / 4, HOOP_UINT8, 1);
   check_alltoallv(big / 3, HOOP_FLOAT64);
+
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (size_t c = 0; c < ncounts; c++) {
+      int root = (int)((c + (size_t)dtype) % (size_t)nranks);
+      for (int op = 0; op < HOOP_OP_COUNT; op++)
+        check_reduce(small_counts[c], (hoop_dtype)dtype, (hoop_op)op, root, (int)c % 2);
+      check_gather(small_counts[c], (hoop_dtype)dtype, root, (int)c % 2);
+      check_scatter(small_counts[c], (hoop_dtype)dtype, root, (int)(c + 1) % 2);
+    }
+  /* Every root at sizes past the cut-overs (the direct reduce, linear gather and scatter). */
+  for (int root = 0; root < nranks; root++) {
+    check_reduce(big / 2 + 1, HOOP_FLOAT32, HOOP_SUM, root, root % 2);
+    check_reduce(big / 5, HOOP_INT32, HOOP_AVG, root, 0);
+    check_gather(big / 8 + 1, HOOP_UINT8, root, root % 2);
+    check_scatter(big / 8 + 3, HOOP_FLOAT64, root, (root + 1) % 2);
+  }
 
   if (register_mode == 3)
     check_registered(quick);

@@ -80,7 +80,19 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-enum kind { ALLREDUCE, BROADCAST, ALLGATHER, BARRIER, FUSED, REDUCE_SCATTER, ALLTOALL, KINDS };
+enum kind {
+  ALLREDUCE,
+  BROADCAST,
+  ALLGATHER,
+  BARRIER,
+  FUSED,
+  REDUCE_SCATTER,
+  ALLTOALL,
+  REDUCE,
+  GATHER,
+  SCATTER,
+  KINDS
+};
 #define MAX_BUFS 12
 
 typedef struct item {
@@ -165,6 +177,38 @@ static void post(item *it, int i, size_t big) {
          "hoop_ialltoall");
     break;
   }
+  case REDUCE: /* out of place; the other ranks pass no result buffer */
+    it->send = xmalloc(it->count * esize);
+    it->recv = xmalloc(it->count * esize);
+    ref_fill(it->send, it->count, it->dtype, it->op, rank, it->seed);
+    it->dsend = on_device(it->send, it->count * esize);
+    it->drecv = rank == it->root ? on_device(it->recv, it->count * esize) : NULL;
+    must(hoop_ireduce(comm, it->dsend, it->drecv, it->count, it->dtype, it->op, it->root, &it->req),
+         "hoop_ireduce");
+    break;
+  case GATHER: {
+    size_t block = it->count * esize;
+    it->send = xmalloc(block);
+    it->recv = xmalloc(block * (size_t)nranks);
+    ref_fill(it->send, it->count, it->dtype, HOOP_MAX, rank, it->seed);
+    it->dsend = on_device(it->send, block);
+    it->drecv = rank == it->root ? on_device(it->recv, block * (size_t)nranks) : NULL;
+    must(hoop_igather(comm, it->dsend, it->drecv, it->count, it->dtype, it->root, &it->req),
+         "hoop_igather");
+    break;
+  }
+  case SCATTER: {
+    size_t block = it->count * esize;
+    it->send = xmalloc(block * (size_t)nranks);
+    it->recv = xmalloc(block);
+    for (int r = 0; r < nranks; r++)
+      ref_fill(it->send + (size_t)r * block, it->count, it->dtype, HOOP_MIN, r, it->seed);
+    it->dsend = rank == it->root ? on_device(it->send, block * (size_t)nranks) : NULL;
+    it->drecv = on_device(it->recv, block);
+    must(hoop_iscatter(comm, it->dsend, it->drecv, it->count, it->dtype, it->root, &it->req),
+         "hoop_iscatter");
+    break;
+  }
   case BARRIER: must(hoop_ibarrier(comm, &it->req), "hoop_ibarrier"); break;
   case FUSED:
     for (size_t b = 0; b < it->nbufs; b++) {
@@ -201,6 +245,17 @@ static void from_device(item *it) {
       devmem_free(it->drecvs[b]);
     devmem_free(it->dsends[b]);
     it->dsends[b] = it->drecvs[b] = NULL;
+  }
+  if (it->kind == REDUCE || it->kind == GATHER || it->kind == SCATTER) {
+    size_t bytes = it->count * esize * (it->kind == GATHER ? (size_t)nranks : 1);
+    if (device_buffers && it->drecv) {
+      devmem_get(it->recv, it->drecv, bytes);
+      devmem_free(it->drecv);
+    }
+    if (device_buffers && it->dsend)
+      devmem_free(it->dsend);
+    it->dsend = it->drecv = NULL;
+    return;
   }
   if (!device_buffers || !it->drecv)
     return;
@@ -269,6 +324,30 @@ static void check(item *it) {
                           it->seed, msg, sizeof msg))
       fail("ireduce_scatter %s %s recvcount %zu %s: %s", hoop_dtype_name(it->dtype),
            hoop_op_name(it->op), it->count, it->in_place ? "in place" : "out of place", msg);
+    break;
+  case REDUCE:
+    checks++;
+    if (rank == it->root && ref_check_allreduce(it->recv, it->count, it->dtype, it->op, nranks,
+                                                it->seed, msg, sizeof msg))
+      fail("ireduce %s %s count %zu root %d: %s", hoop_dtype_name(it->dtype), hoop_op_name(it->op),
+           it->count, it->root, msg);
+    break;
+  case GATHER: {
+    size_t block = it->count * hoop_dtype_size(it->dtype);
+    for (int r = 0; rank == it->root && r < nranks; r++) {
+      checks++;
+      if (ref_check_equal(it->recv + (size_t)r * block, it->count, it->dtype, HOOP_MAX, r, it->seed,
+                          msg, sizeof msg))
+        fail("igather %s count %zu root %d, block of rank %d: %s", hoop_dtype_name(it->dtype),
+             it->count, it->root, r, msg);
+    }
+    break;
+  }
+  case SCATTER:
+    checks++;
+    if (ref_check_equal(it->recv, it->count, it->dtype, HOOP_MIN, rank, it->seed, msg, sizeof msg))
+      fail("iscatter %s count %zu root %d: %s", hoop_dtype_name(it->dtype), it->count, it->root,
+           msg);
     break;
   case FUSED:
     for (size_t b = 0; b < it->nbufs; b++) {

@@ -125,7 +125,8 @@ static void ring_shift(size_t count, hoop_dtype dtype, unsigned seed, int recv_f
   msg_check(&s, "ring shift");
 }
 
-/* Ranks 2k and 2k+1 exchange bytes each way, both posted before either waits. */
+/* Ranks 2k and 2k+1 exchange bytes each way, both posted before either waits, the earlier posted
+ * waited for first. */
 static void pair_exchange(size_t bytes) {
   int partner = rank ^ 1;
   if (partner >= nranks)
@@ -135,10 +136,30 @@ static void pair_exchange(size_t bytes) {
   msg_init(&r, 0, partner, 1, bytes, HOOP_UINT8, 91);
   msg_post(&s);
   msg_post(&r);
-  must(hoop_wait(r.req), "hoop_wait");
+  /* The send first, though it can end only once the peer's receive, posted after its own send,
+   * is under way: the wait must run what was posted behind it. */
   must(hoop_wait(s.req), "hoop_wait");
+  must(hoop_wait(r.req), "hoop_wait");
   msg_check(&r, "pair exchange");
   msg_check(&s, "pair exchange");
+}
+
+/* The same, each rank testing its send (posted first) in a loop before it waits for its receive:
+ * testing moves what was posted behind it too. */
+static void pair_exchange_tested(size_t bytes) {
+  int partner = rank ^ 1;
+  if (partner >= nranks)
+    return;
+  msg s, r;
+  msg_init(&s, 1, partner, 2, bytes, HOOP_UINT8, 92);
+  msg_init(&r, 0, partner, 2, bytes, HOOP_UINT8, 92);
+  msg_post(&s);
+  msg_post(&r);
+  for (int done = 0; !done;)
+    must(hoop_test(s.req, &done), "hoop_test");
+  must(hoop_wait(r.req), "hoop_wait");
+  msg_check(&r, "pair exchange, tested");
+  msg_check(&s, "pair exchange, tested");
 }
 
 /* Rank 0 posts eight messages of different tags, sizes and dtypes to rank 1, which posts their
@@ -214,6 +235,31 @@ static void refused(hoop_result result, const char *needle) {
   checks++;
 }
 
+/* Messages posted among non-blocking collectives, all completed in the reverse order: a receive
+ * and a send, an allreduce, a reduce to rank 0 (both ranks of each pair post the messages between
+ * them before the collectives, as hoop.h asks), the collectives waited for first. */
+static void among_collectives(size_t count) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  msg s, r;
+  msg_init(&s, 1, next, 11, count, HOOP_FLOAT32, 23);
+  msg_init(&r, 0, prev, 11, count, HOOP_FLOAT32, 23);
+  double one = 1.0, sum = 0, total = 0;
+  hoop_request *allreduce, *reduce;
+  msg_post(&r);
+  msg_post(&s);
+  must(hoop_iallreduce(comm, &one, &sum, 1, HOOP_FLOAT64, HOOP_SUM, &allreduce), "hoop_iallreduce");
+  must(hoop_ireduce(comm, &one, &total, 1, HOOP_FLOAT64, HOOP_SUM, 0, &reduce), "hoop_ireduce");
+  must(hoop_wait(reduce), "hoop_wait");
+  must(hoop_wait(allreduce), "hoop_wait");
+  must(hoop_wait(s.req), "hoop_wait");
+  must(hoop_wait(r.req), "hoop_wait");
+  checks += 2;
+  if (sum != nranks || (rank == 0 && total != nranks))
+    fail("collectives among messages: allreduce %g, reduce %g, not %d", sum, total, nranks);
+  msg_check(&r, "among collectives");
+  msg_check(&s, "among collectives");
+}
+
 /* Bad arguments are refused at once, name what is wrong, and leave the communicator working. */
 static void bad_arguments(void) {
   char buf[8];
@@ -282,10 +328,12 @@ int main(int argc, char **argv) {
         ring_shift(odd_counts[c], (hoop_dtype)d, 11u * (unsigned)d + (unsigned)c, (int)(c % 2));
     ring_shift((size_t)1 << (quick ? 20 : 22), HOOP_FLOAT32, 3, 1);
     pair_exchange(quick ? (size_t)4 << 20 : (size_t)16 << 20);
+    pair_exchange_tested((size_t)4 << 20);
     many_in_flight(quick);
     blocking_pingpong(1);
     blocking_pingpong(quick ? 100000 : 1000003);
     across_allreduce(4099);
+    among_collectives(1 << 18);
     must(hoop_barrier(comm), "hoop_barrier");
   }
   bad_arguments();

@@ -203,6 +203,9 @@ hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *
 hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args);
 
+/* Free the point-to-point messages' kept stages (p2p.c; hoop_finalize). */
+void hoop__p2p_free(hoop_comm *comm);
+
 /* The rooted collectives (rooted.c). */
 hoop_result hoop__reduce_tree(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_linear(hoop_comm *comm, const hoop__coll_args *args);

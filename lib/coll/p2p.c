@@ -13,6 +13,7 @@
  *
  * Device buffers go through a host copy of their own: a send's is made at the post, a receive's is
  * copied to the device when the transfer ends. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +31,9 @@ typedef struct p2p_request {
   void *buf;
   size_t count, bytes;
   hoop_dtype dtype;
-  void *stage; /* a device buffer's host copy, or NULL */
-  int stage_pinned;
+  void *stage;              /* a device buffer's host copy, or NULL */
+  int stage_slot;           /* which of the communicator's stages, or -1: own_stage */
+  hoop__host_buf own_stage; /* when all of the communicator's are taken */
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
   hoop__request transfer;
   hoop__wait_state waiting; /* HOOP_TIMEOUT across the wait's slices */
@@ -48,14 +50,62 @@ static const char *call_name(int is_send, int blocking) {
   return blocking ? "hoop_recv" : "hoop_irecv";
 }
 
-static void drop_stage(p2p_request *p2p) {
-  if (p2p->stage)
-    hoop__host_stage_free(p2p->stage, p2p->stage_pinned);
+#define STAGES (int)(sizeof((hoop_comm *)0)->p2p_stage / sizeof((hoop_comm *)0)->p2p_stage[0])
+
+/* With call_lock held: a host stage of bytes for the device buffer at near, one of the
+ * communicator's kept ones where one is free (grown if need be), else an allocation of the
+ * message's own; NULL with the error recorded. */
+static void *take_stage(hoop_comm *comm, p2p_request *p2p, size_t bytes, const void *near) {
+  int free_slot = -1;
+  for (int i = 0; i < STAGES; i++) {
+    if (comm->p2p_stage_busy[i])
+      continue;
+    if (comm->p2p_stage[i].ptr && comm->p2p_stage[i].bytes >= bytes) {
+      free_slot = i;
+      break;
+    }
+    if (free_slot < 0)
+      free_slot = i;
+  }
+  if (free_slot >= 0) {
+    void *ptr = hoop__host_buf_grow(comm, &comm->p2p_stage[free_slot], bytes, near,
+                                    "to stage a device buffer through");
+    if (ptr) {
+      comm->p2p_stage_busy[free_slot] = 1;
+      p2p->stage_slot = free_slot;
+    }
+    return ptr;
+  }
+  p2p->stage_slot = -1;
+  p2p->own_stage = (hoop__host_buf){NULL, 0, 0};
+  return hoop__host_buf_grow(comm, &p2p->own_stage, bytes, near,
+                             "to stage a device buffer through");
+}
+
+/* With call_lock held: the stage given back (a message's own freed, the transports told). */
+static void drop_stage(hoop_comm *comm, p2p_request *p2p) {
+  if (!p2p->stage)
+    return;
+  if (p2p->stage_slot >= 0)
+    comm->p2p_stage_busy[p2p->stage_slot] = 0;
+  else
+    hoop__host_buf_free(comm, &p2p->own_stage);
   p2p->stage = NULL;
 }
 
+/* A request freed with its stage still taken (it never ran to its end): given back. */
 static void release(hoop_request *req) {
-  drop_stage((p2p_request *)req);
+  p2p_request *p2p = (p2p_request *)req;
+  if (!p2p->stage)
+    return;
+  pthread_mutex_lock(&req->comm->call_lock);
+  drop_stage(req->comm, p2p);
+  pthread_mutex_unlock(&req->comm->call_lock);
+}
+
+void hoop__p2p_free(hoop_comm *comm) {
+  for (int i = 0; i < STAGES; i++)
+    hoop__host_buf_free(comm, &comm->p2p_stage[i]);
 }
 
 /* The communicator failed earlier (or was aborted): the call is refused with why. */
@@ -69,7 +119,7 @@ static hoop_result refused(hoop_comm *comm, const char *call) {
 /* A message that was not posted fails the communicator, as a collective that fails half way does:
  * the peer's matching call would otherwise take this rank's next message instead. */
 static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result result) {
-  drop_stage(p2p);
+  drop_stage(comm, p2p);
   if (!comm->failed) {
     char message[sizeof comm->last_error];
     memcpy(message, comm->last_error, sizeof message);
@@ -87,12 +137,8 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
   void *buf = p2p->buf;
   hoop_result result = HOOP_OK;
   if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
-    if (!(p2p->stage = hoop__host_stage_alloc(p2p->bytes, buf, &p2p->stage_pinned)))
-      return not_posted(comm, p2p,
-                        hoop__set_error(comm, HOOP_ERR_SYSTEM,
-                                        "%s: out of memory (%zu bytes to stage a device buffer "
-                                        "through)",
-                                        req->name, p2p->bytes));
+    if (!(p2p->stage = take_stage(comm, p2p, p2p->bytes, buf)))
+      return not_posted(comm, p2p, HOOP_ERR_SYSTEM);
     if (p2p->is_send && (result = hoop__mem_copy(comm, p2p->stage, buf, p2p->bytes)) != HOOP_OK)
       return not_posted(comm, p2p, result);
     buf = p2p->stage;
@@ -141,7 +187,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
   if (*result == HOOP_OK && !p2p->is_send && p2p->stage)
     *result = hoop__mem_copy(comm, p2p->buf, p2p->stage, p2p->bytes);
   comm->call = outer;
-  drop_stage(p2p);
+  drop_stage(comm, p2p);
   return 1;
 }
 

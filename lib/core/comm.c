@@ -476,6 +476,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   if (result != HOOP_OK)
     return result;
   hoop__fused_free(comm);
+  hoop__p2p_free(comm);
   hoop__launcher_watch_stop(comm);
   hoop__trace_close(comm);
   hoop__registrations_release(comm);

@@ -138,7 +138,11 @@ struct hoop_comm {
   struct hoop__watch *watch; /* the launcher watch (core/watch.c), or NULL */
   int watch_running;
   hoop__host_buf stage; /* host copies of device buffers (mem/stage.c), grown on demand */
-  void *cuda_pipe;      /* the stream and events of the piped stage (mem/cuda/pipe.c), or NULL */
+  /* Point-to-point messages' host copies of device buffers, kept for the next messages (a
+   * page-locked allocation costs far more than a small message): coll/p2p.c, under call_lock. */
+  hoop__host_buf p2p_stage[4];
+  int p2p_stage_busy[4];
+  void *cuda_pipe; /* the stream and events of the piped stage (mem/cuda/pipe.c), or NULL */
   /* The device paths (coll/tune.c's table of paths): the memory kinds' capabilities some rank has
    * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
    * RDMA's settings (coll/path_gdr.c). */

@@ -16,28 +16,9 @@
 /* Run nb_worker on np ranks with env_add and extra arguments; return hooprun's exit status and
  * the output in *out (malloc'ed). */
 static int run_nb(int np, char *const env_add[], const char *arg1, const char *arg2, char **out) {
-  char np_text[16], hooprun[4096], worker[4096];
-  snprintf(np_text, sizeof np_text, "%d", np);
-  snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
-  snprintf(worker, sizeof worker, "%s", procs_build_path("tests/nb_worker"));
-  char path[] = "/tmp/hoop-nb-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_msg(fd >= 0, "mkstemp failed");
-  close(fd);
-  char *argv[] = {hooprun, "-np",        np_text,      "--timeout", "10",
-                  worker,  (char *)arg1, (char *)arg2, NULL};
-  int code = procs_run(argv, env_add, path, 300);
-  *out = procs_slurp(path);
-  unlink(path);
+  int code = procs_hooprun(np, env_add, "tests/nb_worker", arg1, arg2, out);
   ck_assert_msg(*out != NULL, "no output from hooprun");
   return code;
-}
-
-static int count_lines(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *at = text; (at = strstr(at, needle)) != NULL; at += strlen(needle))
-    n++;
-  return n;
 }
 
 /* Pieces of 4 KiB, so that fused sets span many pieces and buffers span pieces. */
@@ -49,10 +30,10 @@ static char *const no_thread[] = {"HOOP_FUSION_BYTES=4096", "HOOP_ASYNC_PROGRESS
 static void run_ok(int np, char *const env[], int quick) {
   char *out;
   int code = run_nb(np, env, quick ? "--quick" : NULL, NULL, &out);
-  if (code != 0 || count_lines(out, " 0 failed") != np)
+  if (code != 0 || procs_count(out, " 0 failed") != np)
     fprintf(stderr, "%s\n", out);
   ck_assert_msg(code == 0, "hooprun -np %d nb_worker: exit %d", np, code);
-  ck_assert_int_eq(count_lines(out, " 0 failed"), np);
+  ck_assert_int_eq(procs_count(out, " 0 failed"), np);
   free(out);
 }
 
@@ -81,7 +62,7 @@ START_TEST(test_progress_without_calls) {
   if (code != 0)
     fprintf(stderr, "%s\n", out);
   ck_assert_msg(code == 0, "hooprun -np 3 nb_worker --progress: exit %d", code);
-  ck_assert_int_eq(count_lines(out, "barrier done in"), 2);
+  ck_assert_int_eq(procs_count(out, "barrier done in"), 2);
   free(out);
 }
 END_TEST
@@ -90,7 +71,7 @@ END_TEST
 static void run_failing(int np, char *const env[], const char *how) {
   char *out;
   int code = run_nb(np, env, "--fail", how, &out);
-  int told = count_lines(out, "requests failed naming rank 1");
+  int told = procs_count(out, "requests failed naming rank 1");
   if (told != np - 1)
     fprintf(stderr, "hooprun exit %d:\n%s\n", code, out);
   ck_assert_msg(told == np - 1, "%d of %d survivors saw every request fail naming rank 1 (%s)",
@@ -210,8 +191,8 @@ START_TEST(test_trace) {
     json_space(&at);
     ck_assert_msg(*at == '\0', "%s has bytes after its JSON value", path);
     ck_assert_msg(text[0] == '[', "%s is not a JSON array", path);
-    int posted = count_lines(text, "\"ph\":\"b\""), done = count_lines(text, "\"ph\":\"e\"");
-    int runs = count_lines(text, "\"ph\":\"X\""), algos = count_lines(text, "\"algorithm\":\"");
+    int posted = procs_count(text, "\"ph\":\"b\""), done = procs_count(text, "\"ph\":\"e\"");
+    int runs = procs_count(text, "\"ph\":\"X\""), algos = procs_count(text, "\"algorithm\":\"");
     ck_assert_msg(posted == calls && done == calls,
                   "rank %d called %d collectives; its trace has %d posts and %d completions", r,
                   calls, posted, done);

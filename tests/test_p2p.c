@@ -14,36 +14,18 @@
 /* Run p2p_worker on np ranks with env_add and an extra argument; hooprun's exit status, the output
  * in *out (malloc'ed). */
 static int run_p2p(int np, char *const env_add[], const char *arg, char **out) {
-  char np_text[16], hooprun[4096], worker[4096];
-  snprintf(np_text, sizeof np_text, "%d", np);
-  snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
-  snprintf(worker, sizeof worker, "%s", procs_build_path("tests/p2p_worker"));
-  char path[] = "/tmp/hoop-p2p-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_msg(fd >= 0, "mkstemp failed");
-  close(fd);
-  char *argv[] = {hooprun, "-np", np_text, "--timeout", "10", worker, (char *)arg, NULL};
-  int code = procs_run(argv, env_add, path, 300);
-  *out = procs_slurp(path);
-  unlink(path);
+  int code = procs_hooprun(np, env_add, "tests/p2p_worker", arg, NULL, out);
   ck_assert_msg(*out != NULL, "no output from hooprun");
   return code;
-}
-
-static int count_lines(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *at = text; (at = strstr(at, needle)) != NULL; at += strlen(needle))
-    n++;
-  return n;
 }
 
 static void run_ok(int np, char *const env[], const char *arg) {
   char *out;
   int code = run_p2p(np, env, arg, &out);
-  if (code != 0 || count_lines(out, " 0 failed") != np)
+  if (code != 0 || procs_count(out, " 0 failed") != np)
     fprintf(stderr, "%s\n", out);
   ck_assert_msg(code == 0, "hooprun -np %d p2p_worker: exit %d", np, code);
-  ck_assert_int_eq(count_lines(out, " 0 failed"), np);
+  ck_assert_int_eq(procs_count(out, " 0 failed"), np);
   free(out);
 }
 
@@ -75,7 +57,7 @@ static void run_kill(int np, char *const env[]) {
   int code = run_p2p(np, env, "--kill", &out);
   char needle[64];
   snprintf(needle, sizeof needle, "the receive failed naming rank %d", np - 1);
-  int told = count_lines(out, needle);
+  int told = procs_count(out, needle);
   if (told != np - 1)
     fprintf(stderr, "hooprun exit %d:\n%s\n", code, out);
   ck_assert_msg(told == np - 1, "%d of %d survivors saw their receive fail naming rank %d", told,

@@ -157,3 +157,32 @@ char *procs_slurp(const char *path) {
     text[len] = '\0';
   return text;
 }
+
+int procs_hooprun(int np, char *const env_add[], const char *rel, const char *arg1,
+                  const char *arg2, char **out) {
+  char np_text[16], hooprun[4096], worker[4096];
+  snprintf(np_text, sizeof np_text, "%d", np);
+  snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
+  snprintf(worker, sizeof worker, "%s", procs_build_path(rel));
+  char path[] = "/tmp/hoop-worker-XXXXXX";
+  *out = NULL;
+  int fd = mkstemp(path);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  char *argv[] = {hooprun, "-np",        np_text,      "--timeout", "10",
+                  worker,  (char *)arg1, (char *)arg2, NULL};
+  if (!arg1)
+    argv[6] = NULL;
+  int code = procs_run(argv, env_add, path, 300);
+  *out = procs_slurp(path);
+  unlink(path);
+  return code;
+}
+
+int procs_count(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *at = text; (at = strstr(at, needle)) != NULL; at += strlen(needle))
+    n++;
+  return n;
+}

@@ -42,4 +42,13 @@ int procs_free_port(void);
 /* Read a whole file into a malloc'ed string (NULL on error). */
 char *procs_slurp(const char *path);
 
+/* Run a worker of the build tree (rel, e.g. "tests/nb_worker") on np ranks under hooprun
+ * --timeout 10 with env_add and up to two arguments (NULL: none); hooprun's exit status, or -1
+ * if it could not run; its output in *out (malloc'ed, NULL if none). */
+int procs_hooprun(int np, char *const env_add[], const char *rel, const char *arg1,
+                  const char *arg2, char **out);
+
+/* How many times needle occurs in text. */
+int procs_count(const char *text, const char *needle);
+
 #endif

@@ -104,10 +104,11 @@ static char *const algo_rd[] = {"HOOP_ALGO=rd", NULL};
 static char *const algo_hd[] = {"HOOP_ALGO=hd", "HOOP_CHUNK_BYTES=65536", NULL};
 /* HOOP_ALGO per collective, with algorithms the single words never force: Bruck's allgather at a
  * power-of-two rank count, the chain at 3 ranks, reduce-scatter's recursive halving (at 3 ranks,
- * the ring it falls back to), the linear reduce and the tree gather and scatter at every size. */
+ * the ring it falls back to), the linear reduce, the tree gather and scatter and Bruck's all-to-all
+ * at every size. */
 static char *const algo_per_coll[] = {
     "HOOP_ALGO=allreduce:hd,broadcast:chain,allgather:bruck,barrier:dissemination,"
-    "reduce_scatter:halving,alltoall:pairwise,alltoallv:pairwise,reduce:linear,gather:tree,"
+    "reduce_scatter:halving,alltoall:bruck,alltoallv:pairwise,reduce:linear,gather:tree,"
     "scatter:tree",
     "HOOP_CHUNK_BYTES=65536", NULL};
 /* Loop tests: _i picks the rank count. */

@@ -69,3 +69,47 @@ hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args
   free(reqs);
   return result;
 }
+
+/* Bruck's all-to-all, for small blocks: ceil(log2 n) rounds instead of n-1 messages. The blocks
+ * are first rotated so that position i holds the block for rank r + i; in the round of bit k, each
+ * rank sends the blocks whose position has bit k set to rank r + 2^k, packed into one message, and
+ * receives as many from rank r - 2^k into the same positions; at the end position i holds the
+ * block from rank r - i, which the last step puts in its place. Every block travels up to log2(n)
+ * times, so it pays only while per-message costs outweigh the bytes. */
+hoop_result hoop__alltoall_bruck(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size, r = comm->rank;
+  size_t block = args->bytes, half = (size_t)(n + 1) / 2 * block;
+  char *tmp = hoop__kind_scratch(comm, (size_t)n * block + 2 * half);
+  if (!tmp)
+    return HOOP_ERR_SYSTEM;
+  char *out = tmp + (size_t)n * block, *in = out + half;
+  const char *src = args->sendbuf;
+  char *dst = args->recvbuf;
+  hoop_result result = HOOP_OK;
+  /* Position i: the block for rank (r + i) % n, in two pieces. */
+  size_t head = (size_t)(n - r) * block;
+  if ((result = hoop__kind_copy(comm, tmp, src + (size_t)r * block, head)) != HOOP_OK ||
+      (result = hoop__kind_copy(comm, tmp + head, src, (size_t)r * block)) != HOOP_OK)
+    return result;
+  for (int bit = 1; bit < n && result == HOOP_OK; bit <<= 1) {
+    size_t packed = 0;
+    for (int i = bit; i < n && result == HOOP_OK; i++)
+      if (i & bit) {
+        result = hoop__kind_copy(comm, out + packed, tmp + (size_t)i * block, block);
+        packed += block;
+      }
+    if (result == HOOP_OK)
+      result = hoop__sendrecv(comm, (r + bit) % n, out, packed, (r - bit + n) % n, in, packed);
+    packed = 0;
+    for (int i = bit; i < n && result == HOOP_OK; i++)
+      if (i & bit) {
+        result = hoop__kind_copy(comm, tmp + (size_t)i * block, in + packed, block);
+        packed += block;
+      }
+  }
+  /* Position i holds the block from rank (r - i) % n. */
+  for (int i = 0; i < n && result == HOOP_OK; i++)
+    result = hoop__kind_copy(comm, dst + (size_t)((r - i + n) % n) * block, tmp + (size_t)i * block,
+                             block);
+  return result;
+}

@@ -202,6 +202,7 @@ hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *ar
 hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__alltoall_bruck(hoop_comm *comm, const hoop__coll_args *args);
 
 /* Free the point-to-point messages' kept stages (p2p.c; hoop_finalize). */
 void hoop__p2p_free(hoop_comm *comm);

@@ -584,23 +584,31 @@ static void *signal_later(void *arg) {
 }
 
 /* Rank 1 joins the allreduce 2 s late. Rank 0 warns after HOOP_STALL_WARN=0.5 s, naming rank 1,
- * and dumps its flight recorder on SIGUSR1 at 1 s, showing the allreduce still running. */
+ * and dumps its flight recorder on SIGUSR1 at 1 s, showing the allreduce still running. With p2p,
+ * the same for rank 0's hoop_recv of rank 1's hoop_send. */
+typedef struct stall_case {
+  int port, p2p;
+} stall_case;
+
 static int stall_rank(int index, int n, void *arg) {
+  const stall_case *sc = arg;
   char log_path[128];
   snprintf(log_path, sizeof log_path, "/tmp/hoop-stall-%d-%d.log", (int)getppid(), index);
   if (!freopen(log_path, "w", stderr))
     return 20;
   setenv("HOOP_STALL_WARN", "0.5", 1);
-  hoop_comm *comm = procs_join(*(int *)arg, index, n, 30, NULL);
+  hoop_comm *comm = procs_join(sc->port, index, n, 30, NULL);
   if (!comm)
     return 10;
   if (index == 1)
-    sleep(2); /* rank 0 waits for this rank inside the allreduce */
+    sleep(2); /* rank 0 waits for this rank inside the call */
   float buf[16] = {0};
   pthread_t thread;
   if (index == 0)
     pthread_create(&thread, NULL, signal_later, NULL);
-  hoop_result result = hoop_allreduce(comm, buf, buf, 16, HOOP_FLOAT32, HOOP_SUM);
+  hoop_result result = !sc->p2p     ? hoop_allreduce(comm, buf, buf, 16, HOOP_FLOAT32, HOOP_SUM)
+                       : index == 0 ? hoop_recv(comm, buf, 16, HOOP_FLOAT32, 1, 3)
+                                    : hoop_send(comm, buf, 16, HOOP_FLOAT32, 0, 3);
   if (index == 0)
     pthread_join(thread, NULL);
   hoop_finalize(comm);
@@ -610,9 +618,10 @@ static int stall_rank(int index, int n, void *arg) {
   if (index == 0 && log)
     bad |= strstr(log, "HOOP_STALL_WARN") == NULL ||
            strstr(log, "still waiting for rank 1") == NULL ||
-           strstr(log, "hoop_allreduce (call #1)") == NULL ||
+           strstr(log, sc->p2p ? "hoop_recv (call #0)" : "hoop_allreduce (call #1)") == NULL ||
            strstr(log, "hoop flight recorder") == NULL ||
-           strstr(log, "rank 0 call #1 hoop_allreduce 64 bytes: running for ") == NULL;
+           strstr(log, sc->p2p ? "rank 0 call #0 hoop_recv 64 bytes: running for "
+                               : "rank 0 call #1 hoop_allreduce 64 bytes: running for ") == NULL;
   if (index == 1 && log)
     bad |= strstr(log, "HOOP_STALL_WARN") != NULL; /* it never waited */
   if (bad)
@@ -624,8 +633,14 @@ static int stall_rank(int index, int n, void *arg) {
 }
 
 START_TEST(test_stall_warning) {
-  int port = procs_free_port();
-  ck_assert_int_eq(procs_fork_ranks(2, stall_rank, &port, 30), 0);
+  stall_case sc = {procs_free_port(), 0};
+  ck_assert_int_eq(procs_fork_ranks(2, stall_rank, &sc, 30), 0);
+}
+END_TEST
+
+START_TEST(test_stall_warning_p2p) {
+  stall_case sc = {procs_free_port(), 1};
+  ck_assert_int_eq(procs_fork_ranks(2, stall_rank, &sc, 30), 0);
 }
 END_TEST
 
@@ -771,6 +786,7 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_abort_from_thread);
   tcase_add_test(tc, test_abort_in_large_allreduce);
   tcase_add_test(tc, test_stall_warning);
+  tcase_add_test(tc, test_stall_warning_p2p);
   suite_add_tcase(s, tc);
   tc = tcase_create("server_path");
   tcase_set_timeout(tc, 90);

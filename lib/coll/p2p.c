@@ -20,6 +20,7 @@
 
 #include "coll/coll.h"
 #include "core/fingerprint.h"
+#include "core/flight.h"
 #include "core/request.h"
 #include "mem/cuda.h"
 #include "mem/kind.h"
@@ -37,6 +38,7 @@ typedef struct p2p_request {
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
   hoop__request transfer;
   hoop__wait_state waiting; /* HOOP_TIMEOUT across the wait's slices */
+  long flight_slot;         /* in the flight recorder, from the post to the end */
   double wait_started;      /* for HOOP_STALL_WARN, */
   int stall_warned;         /* said once */
 } p2p_request;
@@ -120,6 +122,7 @@ static hoop_result refused(hoop_comm *comm, const char *call) {
  * the peer's matching call would otherwise take this rank's next message instead. */
 static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result result) {
   drop_stage(comm, p2p);
+  hoop__flight_end(p2p->flight_slot, result);
   if (!comm->failed) {
     char message[sizeof comm->last_error];
     memcpy(message, comm->last_error, sizeof message);
@@ -136,6 +139,7 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
     return refused(comm, req->name);
   void *buf = p2p->buf;
   hoop_result result = HOOP_OK;
+  p2p->flight_slot = hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, hoop__now());
   if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
     if (!(p2p->stage = take_stage(comm, p2p, p2p->bytes, buf)))
       return not_posted(comm, p2p, HOOP_ERR_SYSTEM);
@@ -186,6 +190,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
   }
   if (*result == HOOP_OK && !p2p->is_send && p2p->stage)
     *result = hoop__mem_copy(comm, p2p->buf, p2p->stage, p2p->bytes);
+  hoop__flight_end(p2p->flight_slot, *result);
   comm->call = outer;
   drop_stage(comm, p2p);
   return 1;

@@ -74,6 +74,11 @@ printf 'a\nb slot=3\n' >"$work/hosts.bad"
 usage_error "bad hostfile line" "hosts.bad:2: 'slot=3' is not slots=N" --hostfile "$work/hosts.bad"
 usage_error "missing hostfile" "cannot open" --hostfile "$work/none"
 usage_error "bad --rendezvous" "is not host:port" --rendezvous nohostport
+# A host name that the remote shell would read as an option, from -H or a host file.
+usage_error "host as an option" "starts with '-'" -H "-oProxyCommand=touch $work/pwned:2"
+printf -- '-oProxyCommand=true slots=2\n' >"$work/hosts.opt"
+usage_error "host file line as an option" "starts with '-'" --hostfile "$work/hosts.opt"
+[ ! -e "$work/pwned" ] || fail "a host name ran as a remote shell option"
 
 # ssh joins its words into one shell line: hooprun quotes each of them.
 PATH="$work/bin:$PATH" "$hooprun" -H far:1 -x "MSG=it's a \$HOME" \

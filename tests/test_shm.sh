@@ -2,7 +2,8 @@
 # test_shm.sh - the shared-memory transport as a user meets it, on this host: what
 # HOOP_TRANSPORT=auto chooses and logs, a job that mixes shared memory and TCP, HOOP_SHM=0, and
 # what a rank killed in the middle of a transfer leaves: an error naming it on every other rank,
-# and no segment, socket or file behind.
+# and no segment, socket or file behind; a stranger's hellos carrying many descriptors, refused
+# with every descriptor closed.
 set -u
 build=${HOOP_BUILDDIR:-.}
 hooprun=$build/tools/hooprun
@@ -113,11 +114,40 @@ for pid in $pids; do
   fi
 done
 
+# 5. A stranger's hellos with several descriptors each (2, 3, 20...), queued ahead of a real peer
+# in a rank's listener: each is refused, every descriptor it brought is closed (before, two per
+# message leaked: 17 open went to 34 after 63 sent), and the job completes. The rank ends with one
+# descriptor more than before: the socket of the pair it then accepts.
+python=${HOOP_PYTHON:-/usr/bin/python3}
+src=${HOOP_SRCDIR:-.}
+# Python cannot load a libhoop built with the sanitizers: that build leaves this to the other.
+if [ -x "$python" ] && [ -d /proc/self/fd ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then
+  PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 timeout 120 "$hooprun" -np 6 \
+    --timeout 60 "$python" "$src/tests/support/shm_fd_worker.py" >"$work/hostile.log" 2>&1 &
+  job=$!
+  pid=
+  for _ in $(seq 300); do
+    pid=$(sed -n 's/^\[3\] RANK3PID \([0-9]*\)$/\1/p' "$work/hostile.log")
+    [ -n "$pid" ] && grep -q 'RANK3FDS before' "$work/hostile.log" && break
+    sleep 0.1
+  done
+  "$python" "$src/tests/support/shm_hostile.py" "$pid" >>"$work/hostile.log" 2>&1 ||
+    fail "hostile hello: the stranger could not connect"
+  wait "$job" || fail "hostile hello: the job failed"
+  before=$(sed -n 's/^\[3\] RANK3FDS before \([0-9]*\)$/\1/p' "$work/hostile.log")
+  after=$(sed -n 's/^\[3\] RANK3FDS after \([0-9]*\)$/\1/p' "$work/hostile.log")
+  [ "$(count "refused a connection that did not present" "$work/hostile.log")" = 8 ] ||
+    fail "hostile hello: not all 8 connections were refused"
+  [ -n "$before" ] && [ "$after" = $((before + 1)) ] ||
+    fail "hostile hello: rank 3 had $before descriptors open before and $after after"
+  [ "$(count ' done' "$work/hostile.log")" = 6 ] || fail "hostile hello: the job did not complete"
+fi
+
 if [ "$failures" -gt 0 ]; then
-  for log in auto mixed bad kill; do
+  for log in auto mixed bad kill hostile; do
     echo "---- $log.log"
     tail -n 30 "$work/$log.log"
   done
   exit 1
 fi
-echo "shm: choice, mixed job, bad setting, kill and leftovers: all as expected"
+echo "shm: choice, mixed job, bad setting, kill and leftovers, hostile hellos: all as expected"

@@ -169,6 +169,17 @@ static int add_host(hooprun_job *job, const char *name, size_t len, long slots) 
   hooprun_options *options = &job->options;
   if (len == 0 || len > HOOP__WIRE_MAX_HOST)
     return usage_error(job, "a host name must have 1 to %d bytes", HOOP__WIRE_MAX_HOST);
+  /* The name becomes an argument of the remote shell (ssh HOST ...): one that starts with '-'
+   * would be read as an option (-oProxyCommand=...), and spaces or control bytes have no place in
+   * a host name. */
+  if (name[0] == '-')
+    return usage_error(job,
+                       "host '%.*s' starts with '-', which the remote shell would take for an "
+                       "option",
+                       (int)len, name);
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)name[i] <= ' ' || name[i] == 0x7f)
+      return usage_error(job, "host '%.*s' holds a space or a control character", (int)len, name);
   options->hosts =
       hooprun_xrealloc(options->hosts, (size_t)(options->nhosts + 1) * sizeof *options->hosts);
   hooprun_host *host = &options->hosts[options->nhosts++];

@@ -168,6 +168,17 @@ static pid_t peer_pid(int fd) {
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
 }
 
+/* Whether the process at the other end of fd runs as this process's user (a job's ranks do; a
+ * stranger on this host may reach the abstract socket, but not as this user). */
+static int same_user(int fd, uid_t *uid) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return 0;
+  *uid = cred.uid;
+  return cred.uid == geteuid();
+}
+
 /* Whether this rank can read the peer's memory with process_vm_readv: it reads the value the
  * peer published at addr. Says why not in why. */
 static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_t whylen) {
@@ -269,6 +280,15 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
     return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: fcntl: %s", strerror(errno));
+  /* The segment goes to the listener only if it runs as this user: another user listening under
+   * the peer's name would get the pair's memory. */
+  uid_t uid = 0;
+  if (!same_user(fd, &uid)) {
+    char why[96];
+    snprintf(why, sizeof why, "its listener runs as user %lu, not this rank's %lu",
+             (unsigned long)uid, (unsigned long)geteuid());
+    return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "connect", why);
+  }
   p->pid = peer_pid(fd);
 
   int memfd = memfd_create("hoop-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -308,15 +328,22 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   return HOOP_OK;
 }
 
-/* Receive a hello and the segment's descriptor, which comes with its first byte; 0 on success. */
+/* Descriptors one hello may bring in a message at most: more are closed by the kernel, these by
+ * read_hello, so that a stranger sending many costs nothing. */
+#define HELLO_MAX_FDS 16
+
+/* Receive a hello and the segment's descriptor, which comes with its first byte; 0 on success.
+ * Every descriptor that arrives but the one taken is closed: several, one in a later message, or
+ * any with a message whose control data was cut. */
 static int read_hello(int fd, uint8_t *hello, int *memfd, double deadline) {
   *memfd = -1;
   size_t got = 0;
+  int extra = 0; /* descriptors beyond the one a hello brings */
   while (got < HELLO_BYTES) {
     if (hoop__poll_one(fd, POLLIN, deadline) != 0)
-      return -1;
+      break;
     union {
-      char buf[CMSG_SPACE(sizeof(int))];
+      char buf[CMSG_SPACE(HELLO_MAX_FDS * sizeof(int))];
       struct cmsghdr align;
     } control;
     struct iovec iov = {hello + got, HELLO_BYTES - got};
@@ -327,18 +354,33 @@ static int read_hello(int fd, uint8_t *hello, int *memfd, double deadline) {
     ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
-    if (n <= 0 || (msg.msg_flags & MSG_CTRUNC))
-      return -1;
-    for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg))
-      if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS &&
-          cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
-        if (*memfd >= 0)
-          close(*memfd);
-        memcpy(memfd, CMSG_DATA(cmsg), sizeof *memfd);
+    for (struct cmsghdr *cmsg = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; cmsg;
+         cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS ||
+          cmsg->cmsg_len < CMSG_LEN(0))
+        continue;
+      size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; i++) {
+        int received;
+        memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof received);
+        if (*memfd < 0 && got == 0 && count == 1)
+          *memfd = received;
+        else {
+          close(received);
+          extra = 1;
+        }
       }
+    }
+    if (n <= 0 || (msg.msg_flags & MSG_CTRUNC))
+      break;
     got += (size_t)n;
   }
-  return *memfd >= 0 ? 0 : -1;
+  if (got == HELLO_BYTES && *memfd >= 0 && !extra)
+    return 0;
+  if (*memfd >= 0)
+    close(*memfd);
+  *memfd = -1;
+  return -1;
 }
 
 /* Accept one connection, check its hello, map its segment and answer; strangers are closed. */
@@ -357,6 +399,14 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   double wait_until = hoop__now() + HELLO_WAIT_S;
   struct stat st;
   void *map = MAP_FAILED;
+  /* Another user's process may reach the abstract socket: refused before it is read. */
+  uid_t uid = 0;
+  if (!same_user(fd, &uid)) {
+    HOOP__INFO(HOOP_SUBSYS_NET, "shm: refused a connection from user %lu (this job runs as %lu)",
+               (unsigned long)uid, (unsigned long)geteuid());
+    close(fd);
+    return HOOP_OK;
+  }
   if (read_hello(fd, hello, &memfd, wait_until < deadline ? wait_until : deadline) != 0)
     goto refuse;
   uint32_t from = hoop__get_be32(hello + 8), to = hoop__get_be32(hello + 12);
@@ -365,7 +415,11 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
       from >= (uint32_t)ctx->size || (int)from >= ctx->rank || to != (uint32_t)ctx->rank ||
       state->peers[from].seg)
     goto refuse;
-  if (fstat(memfd, &st) != 0 || st.st_size != (off_t)sizeof(shm_segment))
+  /* Sealed against shrinking (and against new seals' removal), so that no member can cut the
+   * mapping under this rank (SIGBUS), as the creator seals it. */
+  int seals = fcntl(memfd, F_GET_SEALS);
+  if (fstat(memfd, &st) != 0 || st.st_size != (off_t)sizeof(shm_segment) || seals < 0 ||
+      (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL))
     goto refuse;
   map = mmap(NULL, sizeof(shm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   if (map == MAP_FAILED) {

@@ -41,10 +41,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
     hoop__rendezvous_check(comm);
   }
   if (comm->failed)
-    return hoop__set_error(comm,
-                           comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
-                           "%s refused: the communicator failed earlier: %s", call,
-                           comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
+    return hoop__refuse_failed(comm, call);
   hoop_result result;
   if (check_dtype && (result = check_dtype_count(comm, call, count, dtype)) != HOOP_OK)
     return result;
@@ -61,11 +58,8 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
 static hoop_result coll_end(hoop_comm *comm, hoop_result result) {
   /* A call that failed half way may have left requests of its stack frame queued in the
    * transport: failing the communicator drops them. Argument errors happen before any post. */
-  if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG && !comm->failed) {
-    char message[sizeof comm->last_error];
-    memcpy(message, comm->last_error, sizeof message);
-    hoop__fail(comm, result, "%s", message);
-  }
+  if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG)
+    hoop__fail_as_recorded(comm, result);
   if (comm->call)
     hoop__flight_end(comm->flight_slot, result);
   comm->call = NULL;
@@ -192,9 +186,7 @@ static hoop_result prepare_allgather(hoop_comm *comm, const hoop__coll_args *arg
 /* Reduce, gather, scatter: a root in range; the buffers that matter on this rank given (the
  * root's result, or its blocks). */
 static hoop_result check_rooted(hoop_comm *comm, const hoop__coll_args *args) {
-  const char *call = args->coll == HOOP__COLL_REDUCE   ? "hoop_reduce"
-                     : args->coll == HOOP__COLL_GATHER ? "hoop_gather"
-                                                       : "hoop_scatter";
+  const char *call = hoop__coll_call_name(args->coll);
   if (args->root < 0 || args->root >= comm->size)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: root %d is not in 0..%d", call,
                            args->root, comm->size - 1);

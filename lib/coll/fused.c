@@ -127,12 +127,7 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
   }
   /* A copy that failed (through the driver) left the other ranks waiting for this rank's piece:
    * failing the communicator tells them at once, as a failed collective does (dispatch.c). */
-  if (result != HOOP_OK && !comm->failed) {
-    char message[sizeof comm->last_error];
-    memcpy(message, comm->last_error, sizeof message);
-    hoop__fail(comm, result, "%s", message);
-  }
-  return result;
+  return result != HOOP_OK ? hoop__fail_as_recorded(comm, result) : result;
 }
 
 /* Bytes a fused request moves per rank, for the trace. */

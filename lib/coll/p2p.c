@@ -28,10 +28,9 @@
 
 typedef struct p2p_request {
   hoop_request base; /* first: the queue sees only this */
-  int is_send, peer, tag;
+  int is_send, peer;
   void *buf;
-  size_t count, bytes;
-  hoop_dtype dtype;
+  size_t bytes;
   void *stage;              /* a device buffer's host copy, or NULL */
   int stage_slot;           /* which of the communicator's stages, or -1: own_stage */
   hoop__host_buf own_stage; /* when all of the communicator's are taken */
@@ -110,25 +109,12 @@ void hoop__p2p_free(hoop_comm *comm) {
     hoop__host_buf_free(comm, &comm->p2p_stage[i]);
 }
 
-/* The communicator failed earlier (or was aborted): the call is refused with why. */
-static hoop_result refused(hoop_comm *comm, const char *call) {
-  return hoop__set_error(comm,
-                         comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
-                         "%s refused: the communicator failed earlier: %s", call,
-                         comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
-}
-
 /* A message that was not posted fails the communicator, as a collective that fails half way does:
  * the peer's matching call would otherwise take this rank's next message instead. */
 static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result result) {
   drop_stage(comm, p2p);
   hoop__flight_end(p2p->flight_slot, result);
-  if (!comm->failed) {
-    char message[sizeof comm->last_error];
-    memcpy(message, comm->last_error, sizeof message);
-    hoop__fail(comm, result, "%s", message);
-  }
-  return result;
+  return hoop__fail_as_recorded(comm, result);
 }
 
 /* With call_lock held: post the transfer (the request goes in flight). */
@@ -136,7 +122,7 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
   p2p_request *p2p = (p2p_request *)req;
   hoop__check_abort(comm);
   if (comm->failed)
-    return refused(comm, req->name);
+    return hoop__refuse_failed(comm, req->name);
   void *buf = p2p->buf;
   hoop_result result = HOOP_OK;
   p2p->flight_slot = hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, hoop__now());
@@ -241,10 +227,7 @@ static hoop_result start(hoop_comm *comm, int is_send, void *buf, size_t count, 
   p2p->base.on_heap = request != NULL;
   p2p->is_send = is_send;
   p2p->peer = peer;
-  p2p->tag = tag;
   p2p->buf = buf;
-  p2p->count = count;
-  p2p->dtype = dtype;
   p2p->bytes = p2p->base.bytes = count * hoop_dtype_size(dtype);
   hoop__fingerprint_p2p(p2p->fingerprint, is_send, count, dtype, tag);
   if (!request)
@@ -269,16 +252,14 @@ hoop_result hoop_recv(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype
 
 hoop_result hoop_isend(hoop_comm *comm, const void *buf, size_t count, hoop_dtype dtype, int peer,
                        int tag, hoop_request **request) {
-  if (!request)
-    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_isend: request is NULL")
-                : HOOP_ERR_INVALID_ARG;
-  return start(comm, 1, (void *)(uintptr_t)buf, count, dtype, peer, tag, request);
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_isend");
+  return result == HOOP_OK
+             ? start(comm, 1, (void *)(uintptr_t)buf, count, dtype, peer, tag, request)
+             : result;
 }
 
 hoop_result hoop_irecv(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, int peer,
                        int tag, hoop_request **request) {
-  if (!request)
-    return comm ? hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_irecv: request is NULL")
-                : HOOP_ERR_INVALID_ARG;
-  return start(comm, 0, buf, count, dtype, peer, tag, request);
+  hoop_result result = hoop__coll_need_request(comm, request, "hoop_irecv");
+  return result == HOOP_OK ? start(comm, 0, buf, count, dtype, peer, tag, request) : result;
 }

@@ -165,16 +165,12 @@ static hoop_result rotate_into(hoop_comm *comm, char *dst, const char *vorder, s
                                int root, int blocks_to_dst) {
   int n = comm->size;
   size_t head = (size_t)(n - root) * block, tail = (size_t)root * block;
-  hoop_result result;
-  if (blocks_to_dst) /* gather: vrank order -> rank order */
-    result = hoop__kind_copy(comm, dst + tail, vorder, head) == HOOP_OK
-                 ? hoop__kind_copy(comm, dst, vorder + head, tail)
-                 : HOOP_ERR_SYSTEM;
-  else /* scatter: rank order (vorder) -> vrank order (dst) */
-    result = hoop__kind_copy(comm, dst, vorder + tail, head) == HOOP_OK
-                 ? hoop__kind_copy(comm, dst + head, vorder, tail)
-                 : HOOP_ERR_SYSTEM;
-  return result;
+  /* gather: vrank order -> rank order; scatter: rank order (vorder) -> vrank order (dst). */
+  char *dst_head = blocks_to_dst ? dst + tail : dst, *dst_tail = blocks_to_dst ? dst : dst + head;
+  const char *src_head = blocks_to_dst ? vorder : vorder + tail;
+  const char *src_tail = blocks_to_dst ? vorder + head : vorder;
+  hoop_result result = hoop__kind_copy(comm, dst_head, src_head, head);
+  return result == HOOP_OK ? hoop__kind_copy(comm, dst_tail, src_tail, tail) : result;
 }
 
 hoop_result hoop__gather_tree(hoop_comm *comm, const hoop__coll_args *args) {

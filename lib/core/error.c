@@ -80,6 +80,22 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
   return code;
 }
 
+hoop_result hoop__fail_as_recorded(hoop_comm *comm, hoop_result code) {
+  if (!comm->failed) {
+    char message[sizeof comm->last_error];
+    memcpy(message, comm->last_error, sizeof message);
+    hoop__fail(comm, code, "%s", message);
+  }
+  return code;
+}
+
+hoop_result hoop__refuse_failed(hoop_comm *comm, const char *call) {
+  return hoop__set_error(comm,
+                         comm->failed == HOOP_ERR_ABORTED ? HOOP_ERR_ABORTED : HOOP_ERR_FAILED,
+                         "%s refused: the communicator failed earlier: %s", call,
+                         comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
+}
+
 hoop_result hoop__retire(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
   if (comm->failed)
     return comm->failed;

@@ -223,6 +223,15 @@ hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, 
  * drops its connections so that peers notice at once rather than at their timeout. */
 hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) HOOP__PRINTF(3, 4);
 
+/* A call that failed after its arguments were checked: the communicator fails with the message
+ * the call recorded (its peers would otherwise wait for what it never sent), unless it failed
+ * already. Returns code. */
+hoop_result hoop__fail_as_recorded(hoop_comm *comm, hoop_result code);
+
+/* A call on a communicator that failed earlier (or was aborted): refused with the first failure's
+ * story, HOOP_ERR_ABORTED or HOOP_ERR_FAILED. */
+hoop_result hoop__refuse_failed(hoop_comm *comm, const char *call);
+
 /* Leave comm on purpose (a shrink or growth of a communicator that has not failed): the peers are
  * told goodbye, as at finalize, not of a failure, so that a peer still finishing a call this rank
  * has finished gets what this rank sent it, and only a wait for more from this rank fails; this

@@ -46,7 +46,8 @@ void hoop__in_flight_advance(hoop_comm *comm, hoop_request *req, int wait) {
     advance_one(comm, req, wait);
   for (hoop_request *other = comm->in_flight, *next; other; other = next) {
     next = other->flight_next;
-    advance_one(comm, other, 0);
+    if (other != req)
+      advance_one(comm, other, 0);
   }
 }
 

@@ -45,27 +45,31 @@ hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__
 /* An address for empty buffers: nothing is read or written there. */
 static char no_bytes;
 
-hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
-                               const uint8_t *fingerprint, hoop__request *req) {
-  stamp(comm, req, peer, is_send, len);
-  memcpy(req->fingerprint, fingerprint, sizeof req->fingerprint);
+/* A stamped request posted as a message even when empty. */
+static hoop_result post_framed(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
+                               hoop__request *req) {
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
   return is_send ? ctx->ops->isend(ctx, peer, len ? buf : &no_bytes, len, req)
                  : ctx->ops->irecv(ctx, peer, len ? buf : &no_bytes, len, req);
 }
 
+hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
+                               const uint8_t *fingerprint, hoop__request *req) {
+  stamp(comm, req, peer, is_send, len);
+  memcpy(req->fingerprint, fingerprint, sizeof req->fingerprint);
+  return post_framed(comm, is_send, peer, buf, len, req);
+}
+
 hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,
                                hoop__request *req) {
   stamp(comm, req, peer, 1, len);
-  hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  return ctx->ops->isend(ctx, peer, len ? buf : &no_bytes, len, req);
+  return post_framed(comm, 1, peer, (void *)(uintptr_t)buf, len, req);
 }
 
 hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
                                hoop__request *req) {
   stamp(comm, req, peer, 0, len);
-  hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  return ctx->ops->irecv(ctx, peer, len ? buf : &no_bytes, len, req);
+  return post_framed(comm, 0, peer, buf, len, req);
 }
 
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,

@@ -209,6 +209,19 @@ for np in 2 3 4; do
   [ "${kernels:-0}" -ge 100 ] && [ "${opens:-0}" -ge 100 ] || {
     echo "FAIL: the collectives did not go by CUDA IPC"; status=1; }
 done
+# Reduce-scatter and all-to-all go by IPC too (each rank reduces, or copies, its block of every
+# peer's input): the trace names the algorithm of every run.
+trace=${TMPDIR:-/tmp}/hoop-cuda-trace.$$
+HOOP_TRACE=$trace
+export HOOP_TRACE
+ipc_run "IPC --device all, traced" 3 --device all
+unset HOOP_TRACE
+for call in hoop_reduce_scatter hoop_alltoall; do
+  runs=$(grep -o "\"name\":\"$call\",\"cat\":\"collective\"[^}]*\"algorithm\":\"ipc\"" "$trace.0" | wc -l)
+  echo "  $call by IPC on rank 0: $runs runs"
+  [ "$runs" -ge 10 ] || { echo "FAIL: $call did not go by CUDA IPC"; status=1; }
+done
+rm -f "$trace".*
 # A driver whose pointer query says cudaMalloc's memory cannot go by legacy IPC (some have): its
 # handles are asked for anyway once the VMM export finds no VMM allocation there.
 FAKECUDA_LEGACY_ATTR=0 ipc_run "IPC --device all, legacy attribute 0" 2 --device all

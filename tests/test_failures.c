@@ -46,7 +46,8 @@ typedef enum mismatch_kind {
   ZERO_ALLTOALLV,          /* rank 0 sends rank 1 none; rank 1 expects five */
   P2P_COUNT,               /* rank 0 sends three elements; rank 1 receives two */
   P2P_TAG,                 /* rank 0 sends with tag 1; rank 1 receives tag 2 */
-  ZERO_P2P                 /* rank 0 sends none; rank 1 receives five */
+  ZERO_P2P,                /* rank 0 sends none; rank 1 receives five */
+  P2P_VS_COLLECTIVE        /* HOOP_CHECK_CALLS=0: rank 0 sends four; rank 1 allreduces four */
 } mismatch_kind;
 
 typedef struct mismatch_case {
@@ -91,6 +92,9 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
     return rank == 0 ? hoop_send(comm, buf, sent, HOOP_FLOAT32, 1, 1)
                      : hoop_recv(comm, buf, expected, HOOP_FLOAT32, 0, kind == P2P_TAG ? 2 : 1);
   }
+  case P2P_VS_COLLECTIVE: /* the same bytes each way: only the fingerprint tells them apart */
+    return rank == 0 ? hoop_send(comm, buf, 4, HOOP_FLOAT32, 1, 1)
+                     : hoop_allreduce(comm, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
   }
   return HOOP_ERR_INVALID_ARG;
 }
@@ -99,6 +103,9 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
  * rank 1, or, at 4 ranks, whichever pair noticed, one of them the count-0 rank 3. */
 static int mismatch_rank(int index, int n, void *arg) {
   const mismatch_case *mc = arg;
+  /* Without call fingerprints a point-to-point message still carries its own. */
+  if (mc->kind == P2P_VS_COLLECTIVE)
+    setenv("HOOP_CHECK_CALLS", "0", 1);
   hoop_comm *comm = procs_join(mc->port, index, n, MISMATCH_TIMEOUT_S, NULL);
   if (!comm)
     return 10;
@@ -119,10 +126,11 @@ static int mismatch_rank(int index, int n, void *arg) {
   /* A rank that only sends cannot know before its next call, which must fail: both with
    * different roots, and the root whose receiver expects nothing. */
   int a2av = mc->kind == ALLTOALLV_COUNT || mc->kind == ZERO_ALLTOALLV;
-  int only_sends =
-      mc->kind == DIFFERENT_ROOT || (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0) ||
-      (a2av && index == 0) ||
-      ((mc->kind == P2P_COUNT || mc->kind == P2P_TAG || mc->kind == ZERO_P2P) && index == 0);
+  int only_sends = mc->kind == DIFFERENT_ROOT ||
+                   (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0) || (a2av && index == 0) ||
+                   ((mc->kind == P2P_COUNT || mc->kind == P2P_TAG || mc->kind == ZERO_P2P ||
+                     mc->kind == P2P_VS_COLLECTIVE) &&
+                    index == 0);
   if (result == HOOP_OK && only_sends)
     result = hoop_barrier(comm);
   double took = now_s() - start;
@@ -133,6 +141,11 @@ static int mismatch_rank(int index, int n, void *arg) {
   int bad = (result != HOOP_ERR_MISMATCH && !(n > 2 && result == HOOP_ERR_FAILED)) ||
             took > MISMATCH_BOUND_S ||
             strstr(message, a2av ? "expected a message of" : "does not match") == NULL;
+  /* The sender of a message a collective took finds out in its next call, the barrier, whose
+   * one-byte message meets the collective's 16 bytes: it may name that. */
+  if (mc->kind == P2P_VS_COLLECTIVE && index == 0 &&
+      strstr(message, "expected a message of 1 bytes from rank 1, which sent 16") != NULL)
+    bad = result != HOOP_ERR_MISMATCH || took > MISMATCH_BOUND_S;
   if (mc->kind == ZERO_ALLGATHER_ONE_OF_4)
     bad |= strstr(message, "rank 3") == NULL || strstr(message, "count 0,") == NULL;
   else
@@ -203,6 +216,13 @@ END_TEST
 
 START_TEST(test_mismatch_zero_p2p) {
   run_mismatch(ZERO_P2P);
+}
+END_TEST
+
+/* A message against a collective's of the same length under HOOP_CHECK_CALLS=0: still a mismatch
+ * (the message's own fingerprint against none), not data taken for the other call's. */
+START_TEST(test_mismatch_p2p_vs_collective) {
+  run_mismatch(P2P_VS_COLLECTIVE);
 }
 END_TEST
 
@@ -780,6 +800,7 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_mismatch_p2p_count);
   tcase_add_test(tc, test_mismatch_p2p_tag);
   tcase_add_test(tc, test_mismatch_zero_p2p);
+  tcase_add_test(tc, test_mismatch_p2p_vs_collective);
   suite_add_tcase(s, tc);
   tc = tcase_create("abort_and_stall");
   tcase_set_timeout(tc, 60);

@@ -262,18 +262,25 @@ static void bad_arguments(void) {
 }
 
 /* --kill: the last rank dies while the others wait to receive from it; each must fail, naming it,
- * within HOOP_TIMEOUT (hooprun's --timeout). */
+ * within HOOP_TIMEOUT (hooprun's --timeout). Each survivor first sends the last rank one byte and
+ * then posts its receive; the last rank dies once it has every survivor's byte, so no survivor can
+ * still be in an earlier call (a barrier before the kill let a survivor learn of the death inside
+ * the barrier, told by another). A survivor slow to post may find the communicator failed
+ * already: its hoop_irecv then refuses, naming the rank, which is the same report. */
 static int kill_last(void) {
   int last = nranks - 1;
-  must(hoop_barrier(comm), "hoop_barrier");
+  char buf[64] = {0};
   if (rank == last) {
+    for (int r = 0; r < last; r++)
+      must(hoop_recv(comm, buf, 1, HOOP_UINT8, r, 0), "hoop_recv");
     raise(SIGKILL);
     return 1;
   }
-  char buf[64];
-  hoop_request *req;
-  must(hoop_irecv(comm, buf, sizeof buf, HOOP_UINT8, last, 0, &req), "hoop_irecv");
-  hoop_result result = hoop_wait(req);
+  hoop_request *sent, *req;
+  must(hoop_isend(comm, buf, 1, HOOP_UINT8, last, 0, &sent), "hoop_isend");
+  hoop_result result = hoop_irecv(comm, buf, sizeof buf, HOOP_UINT8, last, 0, &req);
+  if (result == HOOP_OK)
+    result = hoop_wait(req);
   char needle[32];
   snprintf(needle, sizeof needle, "rank %d", last);
   if (result == HOOP_OK || !strstr(hoop_last_error(comm), needle)) {
@@ -283,6 +290,7 @@ static int kill_last(void) {
   }
   printf("p2p_worker rank %d: the receive failed naming rank %d: %s\n", rank, last,
          hoop_last_error(comm));
+  hoop_wait(sent);
   hoop_finalize(comm);
   return 0;
 }

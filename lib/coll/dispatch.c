@@ -40,7 +40,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
     comm->rdzv_looked_at = now;
     hoop__rendezvous_check(comm);
   }
-  if (comm->failed)
+  if (hoop__net_failed(comm))
     return hoop__refuse_failed(comm, call);
   hoop_result result;
   if (check_dtype && (result = check_dtype_count(comm, call, count, dtype)) != HOOP_OK)

@@ -121,7 +121,7 @@ static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result res
 static hoop_result run(hoop_comm *comm, hoop_request *req) {
   p2p_request *p2p = (p2p_request *)req;
   hoop__check_abort(comm);
-  if (comm->failed)
+  if (hoop__net_failed(comm))
     return hoop__refuse_failed(comm, req->name);
   void *buf = p2p->buf;
   hoop_result result = HOOP_OK;

@@ -26,6 +26,7 @@
 #include "mem/stage.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
+#include "transport/stray.h"
 #include "transport/transport.h"
 #include "util/netaddr.h"
 
@@ -331,6 +332,13 @@ hoop_comm *hoop__comm_new(void) {
   comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
   comm->mem = &hoop__mem_host;
   pthread_mutex_init(&comm->call_lock, NULL);
+  comm->net = comm;
+  comm->next_channel = 1;
+  pthread_mutexattr_t recursive;
+  pthread_mutexattr_init(&recursive);
+  pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&comm->net_lock, &recursive);
+  pthread_mutexattr_destroy(&recursive);
   pthread_mutex_init(&comm->queue_lock, NULL);
   pthread_cond_init(&comm->queue_cond, NULL);
   pthread_cond_init(&comm->done_cond, NULL);
@@ -496,7 +504,9 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   free(comm->block_length);
   free(comm->block_offset);
   free(comm->hosts);
+  hoop__strays_free(comm);
   pthread_mutex_destroy(&comm->call_lock);
+  pthread_mutex_destroy(&comm->net_lock);
   pthread_mutex_destroy(&comm->queue_lock);
   pthread_cond_destroy(&comm->queue_cond);
   pthread_cond_destroy(&comm->done_cond);

@@ -76,6 +76,13 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
     mark_failed(comm, code);
     HOOP__WARN(HOOP_SUBSYS_ALL, "%s", comm->last_error);
     run_hooks(comm, HOOP__HOOK_FAIL);
+    /* A sub-communicator's failure is its net's: the connections it shares go down, telling the
+     * peers, which would otherwise wait for what this rank never sends. */
+    if (comm->net && comm->net != comm) {
+      hoop__net_enter(comm);
+      hoop__fail(comm->net, code, "%s", comm->last_error);
+      hoop__net_leave(comm);
+    }
   }
   return code;
 }

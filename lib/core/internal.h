@@ -56,8 +56,32 @@ typedef struct hoop__host_buf {
   int pinned; /* page-locked memory from the driver */
 } hoop__host_buf;
 
+struct hoop__stray;
+
 struct hoop_comm {
   int rank, size, local_rank, local_size;
+  /* Sub-communicators (hoop_comm_split, core/split.c) are views of the communicator hoop_init
+   * made, "net": its transports, connections and rendezvous connection carry their messages,
+   * marked by a channel of their own. net is the communicator itself for the one hoop_init made;
+   * world_of maps a sub-communicator's ranks to net's (NULL in net), and transfers, the transports
+   * and their messages speak net's ranks. */
+  hoop_comm *net;
+  int *world_of;
+  uint16_t channel;
+  /* net's own: what its views share. net_lock guards the transports, their requests and the
+   * strays while views exist (net_shared), so that calls on several communicators may run at once
+   * from different threads; a wait takes it round by round. net_waiters: threads waiting for it
+   * (the holder wakes from its sleep and lets them in). */
+  pthread_mutex_t net_lock;
+  atomic_int net_shared;
+  atomic_int net_waiters;
+  atomic_int multiplexed; /* a split began on this rank (hoop__tctx.multiplexed) */
+  int views;              /* sub-communicators alive */
+  uint32_t next_channel;  /* the lowest channel no communicator of this rank has used */
+  /* Messages diverted from their receive's place (transport/stray.c), oldest first, and how many
+   * have a receive waiting for their last bytes. */
+  struct hoop__stray *strays, *strays_tail;
+  int strays_waited;
   uint32_t generation;  /* shrinks since the job's first table (hoop_comm_shrink) */
   atomic_int newcomers; /* newcomers waiting, as the rendezvous server last said (PENDING) */
   char job[HOOP__WIRE_MAX_JOB + 1];
@@ -248,7 +272,8 @@ hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, con
  * posted for it, with fingerprint theirs. A receive may never be posted for it (its sender's call
  * differs from this rank's), so if it was sent in this rank's running call or an earlier one yet
  * describes another call, fail with HOOP_ERR_MISMATCH now; HOOP_OK while it may still match. */
-hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, const uint8_t *theirs);
+hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, uint16_t channel,
+                                 const uint8_t *theirs);
 
 /* Called by the transport: peer sent a failure notice {code, origin rank, origin's message}
  * before closing. Fails comm so that it names the origin, not the neighbour. */
@@ -258,6 +283,22 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
 /* Carry out a hoop_abort requested from another thread, if any: HOOP_ERR_ABORTED once done,
  * else HOOP_OK. The caller holds call_lock. */
 hoop_result hoop__check_abort(hoop_comm *comm);
+
+/* Sub-communicators (core/split.c). The communicator that carries comm's messages. */
+static inline hoop_comm *hoop__net(hoop_comm *comm) {
+  return comm->net;
+}
+/* comm's rank r in its net's numbering. */
+static inline int hoop__world_rank(const hoop_comm *comm, int r) {
+  return comm->world_of ? comm->world_of[r] : r;
+}
+/* Take and give back net's lock (a no-op while no view exists); enter wakes a holder that
+ * sleeps in the transports. */
+void hoop__net_enter(hoop_comm *comm);
+void hoop__net_leave(hoop_comm *comm);
+/* A view whose net failed takes net's failure as its own (its message, origin and code):
+ * returns comm->failed. */
+hoop_result hoop__net_failed(hoop_comm *comm);
 
 /* Seconds on a monotonic clock. */
 double hoop__now(void);

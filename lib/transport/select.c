@@ -113,7 +113,8 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                         .tcp_streams = comm->tcp_streams,
                         .data_nonce = comm->data_nonce,
                         .failed = &comm->failed,
-                        .watch_fd = &comm->rdzv_fd};
+                        .watch_fd = &comm->rdzv_fd,
+                        .multiplexed = &comm->multiplexed};
     char entry[HOOP__WIRE_MAX_ADDR + 1];
     hoop_result result = ops->listen(ctx, toward, entry, sizeof entry);
     /* Under auto, TCP is the one that must work; the others are left out if they cannot (verbs
@@ -195,8 +196,11 @@ static void log_choice(const hoop_comm *comm, const int *served) {
 
 /* The failure hook (core/error.c): every transport drops its connections, telling its peers. */
 static void fail_hook(hoop_comm *comm) {
-  if (comm->peer_transport)
+  if (comm->peer_transport) {
+    hoop__net_enter(comm);
     hoop__transports_shutdown(comm);
+    hoop__net_leave(comm);
+  }
 }
 
 hoop_result hoop__transport_agree(hoop_comm *comm) {
@@ -281,9 +285,11 @@ void hoop__transports_wake(hoop_comm *comm) {
 }
 
 void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
+  hoop__net_enter(comm);
   for (int t = 0; t < comm->ntransports; t++)
     if (comm->transports[t].state && comm->transports[t].ops->forget_mem)
       comm->transports[t].ops->forget_mem(&comm->transports[t], ptr, bytes);
+  hoop__net_leave(comm);
 }
 
 void hoop__transport_finalize(hoop_comm *comm) {

@@ -84,10 +84,10 @@ hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name) {
   return HOOP_OK;
 }
 
-void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
+void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint16_t channel, uint64_t len,
                         const uint8_t *fingerprint) {
   hoop__put_be32(out, magic);
-  hoop__put_be32(out + 4, type);
+  hoop__put_be32(out + 4, (uint32_t)channel << 16 | (type & 0xffffu));
   hoop__put_be64(out + 8, len);
   if (fingerprint)
     memcpy(out + 16, fingerprint, HOOP__FINGERPRINT_BYTES);
@@ -99,10 +99,39 @@ uint64_t hoop__frame_length(const uint8_t *frame) {
   return hoop__get_be64(frame + 8);
 }
 
+uint32_t hoop__frame_type(const uint8_t *frame) {
+  return hoop__get_be32(frame + 4) & 0xffffu;
+}
+
+uint16_t hoop__frame_channel(const uint8_t *frame) {
+  return (uint16_t)(hoop__get_be32(frame + 4) >> 16);
+}
+
+hoop__fragment *hoop__frags_bind(hoop__fragment **head, hoop__fragment **tail, uint16_t channel) {
+  hoop__fragment *prev = NULL;
+  for (hoop__fragment *frag = *head; frag; prev = frag, frag = frag->next) {
+    if (frag->owner->channel != channel)
+      continue;
+    if (prev) { /* to the front: it is the next to fill */
+      prev->next = frag->next;
+      if (*tail == frag)
+        *tail = prev;
+      frag->next = *head;
+      *head = frag;
+    }
+    return frag;
+  }
+  return NULL;
+}
+
 hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
                               const hoop__request *req) {
   static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   const uint8_t *theirs = frame + 16, *ours = req->fingerprint;
+  if (hoop__frame_channel(frame) != req->channel) /* binding matched them: a transport's fault */
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
+                      "a message of channel %u from rank %d went to a receive of channel %u",
+                      hoop__frame_channel(frame), peer, req->channel);
   /* A point-to-point message's is always compared, with a collective's too (all zeros under
    * HOOP_CHECK_CALLS=0): the two never match. */
   int compare = (memcmp(theirs, unchecked, sizeof unchecked) != 0 &&

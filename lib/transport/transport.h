@@ -10,6 +10,7 @@
 #define HOOP__TRANSPORT_H
 
 #include <poll.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -35,6 +36,9 @@ typedef struct hoop__fragment {
 typedef struct hoop__request {
   int peer;
   int is_send;
+  /* The communicator whose message it is (hoop_comm_split): 0 for the one hoop_init made. It
+   * travels in the frame, and a receive takes only a message of its own channel. */
+  uint16_t channel;
   int pending; /* fragments not finished; 0 when the request is complete */
   size_t len;
   /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
@@ -79,6 +83,10 @@ typedef struct hoop__tctx {
    * other ranks' aborts and losses), -1 for none; read it at each poll, as the core may close it.
    * A transport that polls adds it and, when it is readable, calls hoop__tctx_watched. */
   const int *watch_fd;
+  /* Raised once this rank has begun to split a communicator: from then on messages of several
+   * channels may arrive on one connection, and a frame is bound to its receive only once read (see
+   * "binding" below). */
+  const atomic_int *multiplexed;
 } hoop__tctx;
 
 typedef struct hoop__transport_ops {
@@ -213,12 +221,28 @@ hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name);
  * connect must not miss those for the timeout. */
 hoop_result hoop__wait_listener(hoop__tctx *ctx, int listen_fd, int wake_fd, const char *name,
                                 double deadline);
-/* The header both transports put before a message: {u32 magic (the transport's own), u32 type,
- * u64 length, the call's fingerprint (zeros when NULL)}, big-endian like every wire. */
+/* The header every transport puts before a message: {u32 magic (the transport's own), u16 channel
+ * (the communicator's, hoop__request.channel), u16 type, u64 length, the call's fingerprint (zeros
+ * when NULL)}, big-endian like every wire. */
 #define HOOP__FRAME_BYTES (16 + HOOP__FINGERPRINT_BYTES)
-void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint64_t len,
+void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint16_t channel, uint64_t len,
                         const uint8_t *fingerprint);
 uint64_t hoop__frame_length(const uint8_t *frame);
+uint32_t hoop__frame_type(const uint8_t *frame);
+uint16_t hoop__frame_channel(const uint8_t *frame);
+
+/* Binding. Messages between two ranks arrive in the order they were sent, but with several
+ * communicators on one connection (hoop_comm_split) the receiver's threads may post their
+ * receives in another order. So a data frame, once read, goes to the first posted receive of its
+ * channel (hoop__frags_bind moves it to the front of a queue of fragments); if receives of other
+ * channels wait and none of its own, it is diverted into a buffer of the core's
+ * (hoop__tctx_divert), which a receive posted later takes; with nothing posted for the peer it
+ * waits, as before. With one communicator the first posted receive is always the one. */
+hoop__fragment *hoop__frags_bind(hoop__fragment **head, hoop__fragment **tail, uint16_t channel);
+/* A receive for a diverted message from peer (frame, already read): the transport sets up its own
+ * state in it as for a posted receive and puts it first. Its buffer in *buf. NULL when out of
+ * memory (the failure recorded). */
+hoop__request *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame, char **buf);
 /* A frame from peer against the receive it arrived for: HOOP_OK when their lengths agree and so
  * do the fingerprints (where both sides carry one), else HOOP_ERR_MISMATCH naming both calls. */
 hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,

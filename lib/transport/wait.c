@@ -10,13 +10,16 @@
 
 #include "core/log.h"
 #include "rdzv/client.h"
+#include "transport/stray.h"
 #include "transport/transport.h"
 
 /* ---- posting and waiting --------------------------------------------------------------------- */
 
+/* A request of comm's, to or from its rank peer: the transports see net's rank. */
 static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
-  req->peer = peer;
+  req->peer = hoop__world_rank(comm, peer);
   req->is_send = is_send;
+  req->channel = comm->channel;
   req->pending = 0;
   req->len = len;
   if (comm->check_calls)
@@ -25,21 +28,46 @@ static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, si
     memset(req->fingerprint, 0, sizeof req->fingerprint);
 }
 
+/* What went wrong below a view happened to its net (the transports record there): the view's call
+ * reports it, and a failure is the view's too. */
+static hoop_result adopt(hoop_comm *comm, hoop_result result) {
+  hoop_comm *net = hoop__net(comm);
+  if (result != HOOP_OK && net != comm && !comm->failed) {
+    memcpy(comm->last_error, net->last_error, sizeof comm->last_error);
+    hoop__net_failed(comm);
+  }
+  return result;
+}
+
+/* A stamped request to its transport, as comm's rank peer; a receive first looks for a stray of
+ * its channel that came before it. */
+static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_t len,
+                        hoop__request *req) {
+  hoop_comm *net = hoop__net(comm);
+  hoop_result result;
+  hoop__net_enter(comm);
+  if (is_send || !net->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
+    hoop__tctx *ctx = hoop__transport_of(comm, peer);
+    result = is_send ? ctx->ops->isend(ctx, req->peer, buf, len, req)
+                     : ctx->ops->irecv(ctx, req->peer, buf, len, req);
+  }
+  hoop__net_leave(comm);
+  return adopt(comm, result);
+}
+
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
                         hoop__request *req) {
   stamp(comm, req, peer, 1, len);
   if (len == 0)
     return HOOP_OK;
-  hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  return ctx->ops->isend(ctx, peer, buf, len, req);
+  return post(comm, peer, 1, (void *)(uintptr_t)buf, len, req);
 }
 
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
   stamp(comm, req, peer, 0, len);
   if (len == 0)
     return HOOP_OK;
-  hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  return ctx->ops->irecv(ctx, peer, buf, len, req);
+  return post(comm, peer, 0, buf, len, req);
 }
 
 /* An address for empty buffers: nothing is read or written there. */
@@ -48,9 +76,7 @@ static char no_bytes;
 /* A stamped request posted as a message even when empty. */
 static hoop_result post_framed(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
                                hoop__request *req) {
-  hoop__tctx *ctx = hoop__transport_of(comm, peer);
-  return is_send ? ctx->ops->isend(ctx, peer, len ? buf : &no_bytes, len, req)
-                 : ctx->ops->irecv(ctx, peer, len ? buf : &no_bytes, len, req);
+  return post(comm, peer, is_send, len ? buf : &no_bytes, len, req);
 }
 
 hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
@@ -87,14 +113,10 @@ hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t 
 
 /* Posted straight to the transport, past the shorthands' shortcut for zero lengths. */
 hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
-  char none = 0; /* an address for the empty buffers; nothing is read or written there */
   hoop__request send_req, recv_req;
-  stamp(comm, &recv_req, from, 0, 0);
-  stamp(comm, &send_req, to, 1, 0);
-  hoop__tctx *from_ctx = hoop__transport_of(comm, from), *to_ctx = hoop__transport_of(comm, to);
-  hoop_result result = from_ctx->ops->irecv(from_ctx, from, &none, 0, &recv_req);
+  hoop_result result = hoop__irecv_framed(comm, from, NULL, 0, &recv_req);
   if (result == HOOP_OK)
-    result = to_ctx->ops->isend(to_ctx, to, &none, 0, &send_req);
+    result = hoop__isend_framed(comm, to, NULL, 0, &send_req);
   if (result == HOOP_OK)
     result = hoop__wait(comm, &recv_req);
   if (result == HOOP_OK)
@@ -110,7 +132,7 @@ static void warn_stall(hoop_comm *comm, double now) {
     if (p == comm->rank)
       continue;
     hoop__tctx *ctx = hoop__transport_of(comm, p);
-    int pending = ctx->ops->pending(ctx, p);
+    int pending = ctx->ops->pending(ctx, hoop__world_rank(comm, p));
     int recv = pending & HOOP__PENDING_RECV, send = pending & HOOP__PENDING_SEND;
     if ((recv || send) && used < sizeof waiting)
       used +=
@@ -218,10 +240,20 @@ static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
 }
 
 hoop_result hoop__progress_once(hoop_comm *comm) {
-  if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
+  hoop_comm *net = hoop__net(comm);
+  if (hoop__net_failed(comm))
     return comm->failed;
+  hoop__net_enter(comm);
+  hoop_result result = hoop__check_abort(net);
+  if (result == HOOP_OK && net->failed)
+    result = net->failed;
   int moved = 0;
-  return progress_all(comm, 0, &moved);
+  if (result == HOOP_OK)
+    result = progress_all(net, 0, &moved);
+  if (result == HOOP_OK && net->strays_waited)
+    result = hoop__strays_settle(net);
+  hoop__net_leave(comm);
+  return adopt(comm, result);
 }
 
 /* The grace after HOOP_TIMEOUT, as a fraction of it (of at most 1 s): see hoop__wait. */
@@ -270,6 +302,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
                             hoop__wait_state *state) {
   if (req->pending == 0)
     return HOOP_OK;
+  hoop_comm *net = hoop__net(comm);
   double now = hoop__now();
   if (!state->started) {
     state->started = 1;
@@ -281,11 +314,16 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
   double until = slice_s > 0 ? now + slice_s : 0;
   int in_grace = state->in_grace;
   hoop_result result = HOOP_OK;
+  /* Round by round under the net lock (views of one net may wait in several threads at once):
+   * the request may be completed by any of them, reading req->pending under the lock. */
+  hoop__net_enter(comm);
   while (req->pending > 0) {
     if (until > 0 && now >= until)
       break;
-    if (hoop__check_abort(comm) != HOOP_OK || comm->failed)
-      return comm->failed;
+    if (hoop__check_abort(net) != HOOP_OK || net->failed || comm->failed) {
+      result = net->failed ? net->failed : comm->failed;
+      break;
+    }
     int moved = 0;
     now = hoop__now();
     if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
@@ -294,11 +332,13 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
     if (until > 0 && until - now < left)
       left = until - now;
     int spinning = now < spin_until;
-    result = progress_all(comm,
+    result = progress_all(net,
                           spinning || left <= 0 ? 0
                           : left > 0.1          ? 100
                                                 : (int)(left * 1000) + 1,
                           &moved);
+    if (result == HOOP_OK && net->strays_waited)
+      result = hoop__strays_settle(net);
     /* Reading ahead may find a peer's notice after this request's last byte: the request itself
      * still completed; the failure stays recorded for what follows. */
     if (result != HOOP_OK) {
@@ -309,13 +349,11 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
      * about 25 ns, the round's whole work when nothing arrived). */
     if (!spinning)
       now = hoop__now();
-    if (spinning && !moved)
-      spin_pause(comm);
     if (moved) {
       deadline = now + comm->timeout_s;
       in_grace = 0;
     } else if (now > deadline) {
-      hoop__tctx *ctx = hoop__transport_of(comm, req->peer);
+      hoop__tctx *ctx = &net->transports[net->peer_transport[req->peer]];
       result = ctx->ops->timed_out(ctx, req, in_grace);
       if (result != HOOP_OK)
         break;
@@ -324,8 +362,18 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
       in_grace = 1;
       deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
+    if (atomic_load_explicit(&net->net_shared, memory_order_relaxed)) {
+      hoop__net_leave(comm);
+      hoop__net_yield(comm);
+      if (spinning && !moved)
+        spin_pause(comm);
+      hoop__net_enter(comm);
+    } else if (spinning && !moved) {
+      spin_pause(comm);
+    }
   }
+  hoop__net_leave(comm);
   state->deadline = deadline;
   state->in_grace = in_grace;
-  return result;
+  return adopt(comm, result);
 }

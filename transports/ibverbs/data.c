@@ -169,7 +169,8 @@ static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *mo
       *handled = 0;
       return HOOP_OK;
     }
-    hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_RTS, frag->len, frag->owner->fingerprint);
+    hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_RTS, frag->owner->channel, frag->len,
+                       frag->owner->fingerprint);
     hoop_result result = send_small(ctx, index, header, IB_HEADER_BYTES, 0);
     if (result != HOOP_OK)
       return result;
@@ -217,7 +218,8 @@ static hoop_result drive_zsend(hoop__tctx *ctx, int index, int *handled, int *mo
   }
   if (peer->zsend_posted < frag->len || !slot_free(state, peer))
     return HOOP_OK;
-  hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_ZDONE, frag->len, frag->owner->fingerprint);
+  hoop__frame_encode(header, IB_HEADER_MAGIC, IB_MSG_ZDONE, frag->owner->channel, frag->len,
+                     frag->owner->fingerprint);
   hoop_result result = send_small(ctx, index, header, IB_HEADER_BYTES, 0);
   if (result != HOOP_OK)
     return result;
@@ -273,8 +275,8 @@ hoop_result hoop__ib_drive_send(hoop__tctx *ctx, int index, int *moved) {
     char *where = peer->send_slots + (size_t)slot * state->slot_bytes;
     size_t room = state->slot_bytes, used = 0;
     if (!peer->head_started) {
-      hoop__frame_encode((uint8_t *)where, IB_HEADER_MAGIC, IB_MSG_DATA, frag->owner->len,
-                         frag->owner->fingerprint);
+      hoop__frame_encode((uint8_t *)where, IB_HEADER_MAGIC, IB_MSG_DATA, frag->owner->channel,
+                         frag->owner->len, frag->owner->fingerprint);
       used = IB_HEADER_BYTES;
       room = state->slot_bytes - IB_HEADER_BYTES;
     }
@@ -322,7 +324,7 @@ static hoop_result on_cts(hoop__tctx *ctx, int index, uint32_t slot, const uint8
                           uint32_t bytes) {
   ib_peer *peer = &ib_state_of(ctx)->peers[index];
   if (bytes != IB_CTS_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC ||
-      hoop__get_be32(data + 4) != IB_MSG_CTS)
+      hoop__frame_type(data) != IB_MSG_CTS)
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed CTS", index);
   if (peer->zsend_state != IB_ZSEND_WAIT_CTS || peer->cts_seen)
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a CTS nobody asked for",
@@ -369,7 +371,7 @@ hoop_result hoop__ib_on_arrival(hoop__tctx *ctx, int index, uint32_t imm, uint32
   if (bytes < IB_HEADER_BYTES || hoop__get_be32(data) != IB_HEADER_MAGIC)
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "ibverbs: rank %d sent a malformed header",
                       index);
-  uint32_t type = hoop__get_be32(data + 4);
+  uint32_t type = hoop__frame_type(data);
   uint64_t len = hoop__frame_length(data);
   if (type == IB_MSG_DATA) {
     if (control)
@@ -410,6 +412,26 @@ hoop_result hoop__ib_on_arrival(hoop__tctx *ctx, int index, uint32_t imm, uint32
   return HOOP_OK;
 }
 
+/* The receive a message starting with a header or an RTS goes to (see "binding" in transport.h):
+ * the first posted of its channel, moved to the front; a stray when only other channels' are
+ * posted; NULL when nothing is posted (or out of memory, the failure recorded). */
+static hoop__fragment *bind_recv(hoop__tctx *ctx, int index, const uint8_t *frame) {
+  ib_peer *peer = &ib_state_of(ctx)->peers[index];
+  hoop__fragment *head =
+      hoop__frags_bind(&peer->recv_head, &peer->recv_tail, hoop__frame_channel(frame));
+  if (head || !peer->recv_head)
+    return head;
+  char *buf;
+  hoop__request *stray = hoop__tctx_divert(ctx, index, frame, &buf);
+  if (!stray)
+    return NULL;
+  head = ib_frag(stray);
+  *head = (hoop__fragment){.owner = stray, .buf = buf, .len = stray->len, .next = peer->recv_head};
+  stray->pending = 1;
+  peer->recv_head = head;
+  return head;
+}
+
 static void finish_recv_head(ib_peer *peer) {
   hoop__fragment *frag = peer->recv_head;
   peer->recv_head = frag->next;
@@ -432,7 +454,7 @@ static hoop_result answer_rts(hoop__tctx *ctx, int index) {
                       index);
   struct ibv_mr *mr = hoop__ib_find_mr(ctx, head->buf, head->len);
   uint64_t addr = (uint64_t)(uintptr_t)head->buf;
-  hoop__frame_encode(peer->cts_out, IB_HEADER_MAGIC, IB_MSG_CTS, head->len, NULL);
+  hoop__frame_encode(peer->cts_out, IB_HEADER_MAGIC, IB_MSG_CTS, 0, head->len, NULL);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES, mr ? 1 : 0);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 4, mr ? mr->rkey : 0);
   hoop__put_be32(peer->cts_out + IB_HEADER_BYTES + 8, (uint32_t)(addr >> 32));
@@ -478,8 +500,11 @@ hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
                           "ibverbs: rank %d finished a zero-copy "
                           "write that no CTS offered",
                           index);
+      if (kind != IB_SLOT_ZDONE && head && !peer->head_checked &&
+          !(head = bind_recv(ctx, index, data)) && *ctx->failed)
+        return *ctx->failed;
       if (!head) /* parked until its receive is posted; it may already show a mismatch */
-        return hoop__mismatch_early(ctx->comm, index, data + 16);
+        return hoop__mismatch_early(ctx->comm, index, hoop__frame_channel(data), data + 16);
       hoop_result checked = hoop__frame_check(ctx, index, data, head->owner);
       if (checked != HOOP_OK)
         return checked;

@@ -214,12 +214,12 @@ static int send_goodbye(hoop__tctx *ctx, int index) {
     const char *text;
     hoop__tctx_failure(ctx, &origin, &text);
     len = strlen(text) > IB_NOTICE_MAX ? IB_NOTICE_MAX : strlen(text);
-    hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_NOTICE, len, NULL);
+    hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_NOTICE, 0, len, NULL);
     hoop__put_be32(out + 16, (uint32_t)*ctx->failed);
     hoop__put_be32(out + 20, (uint32_t)origin);
     memcpy(out + IB_HEADER_BYTES, text, len);
   } else {
-    hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_BYE, 0, NULL);
+    hoop__frame_encode(out, IB_HEADER_MAGIC, IB_MSG_BYE, 0, 0, NULL);
   }
   uint32_t slot = (uint32_t)(peer->slots_sent % (uint64_t)state->slots);
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)out,

@@ -64,7 +64,7 @@ static void encode(shm_slot *slot, uint32_t type, const hoop__request *req) {
   if (type == SHM_MORE)
     hoop__put_be32(slot->frame + 4, type);
   else
-    hoop__frame_encode(slot->frame, SHM_MAGIC, type, req->len, req->fingerprint);
+    hoop__frame_encode(slot->frame, SHM_MAGIC, type, req->channel, req->len, req->fingerprint);
 }
 
 /* Place what fits of the queued sends; returns whether a slot was published. */
@@ -138,6 +138,42 @@ static int finish_read(shm_peer *p) {
 
 /* ---- receiving ------------------------------------------------------------------------------- */
 
+/* The receive that the message starting in slot goes to (see "binding" in transport.h): the first
+ * posted of its channel, moved to the front; a stray when only other channels' are posted; NULL
+ * when nothing is posted (or out of memory, the failure recorded). */
+static hoop__request *bind_recv(hoop__tctx *ctx, int peer, const shm_slot *slot) {
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  uint16_t channel = hoop__frame_channel(slot->frame);
+  hoop__request *prev = NULL;
+  for (hoop__request *req = p->recvs.head; req; prev = req, req = shm_req(req)->next) {
+    if (req->channel != channel)
+      continue;
+    if (prev) {
+      shm_req(prev)->next = shm_req(req)->next;
+      if (p->recvs.tail == req)
+        p->recvs.tail = prev;
+      shm_req(req)->next = p->recvs.head;
+      p->recvs.head = req;
+    }
+    return req;
+  }
+  if (!p->recvs.head)
+    return NULL;
+  char *buf;
+  hoop__request *stray = hoop__tctx_divert(ctx, peer, slot->frame, &buf);
+  if (!stray)
+    return NULL;
+  shm_request *r = shm_req(stray);
+  r->buf = buf;
+  r->done = 0;
+  r->started = 0;
+  r->ticket = 0;
+  stray->pending = 1;
+  r->next = p->recvs.head;
+  p->recvs.head = stray;
+  return stray;
+}
+
 /* Read len bytes at addr in the peer into buf. */
 static hoop_result cma_read(hoop__tctx *ctx, int peer, char *buf, size_t len, uint64_t addr) {
   shm_peer *p = &shm_of(ctx)->peers[peer];
@@ -172,12 +208,17 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
   hoop_result result = HOOP_OK;
   shm_slot *slot;
   while ((slot = next_slot(p)) != NULL) {
-    uint32_t type = hoop__get_be32(slot->frame + 4);
+    uint32_t type = hoop__frame_type(slot->frame);
     hoop__request *req = p->recvs.head;
+    if (req && !shm_req(req)->started && type != SHM_MORE && !(req = bind_recv(ctx, peer, slot))) {
+      if ((result = *ctx->failed) != HOOP_OK)
+        break;
+    }
     if (!req) {
       if (type != SHM_MORE && p->peeked != p->taken + 1) {
         p->peeked = p->taken + 1;
-        result = hoop__mismatch_early(ctx->comm, peer, slot->frame + 16);
+        result = hoop__mismatch_early(ctx->comm, peer, hoop__frame_channel(slot->frame),
+                                      slot->frame + 16);
       }
       break;
     }

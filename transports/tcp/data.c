@@ -67,8 +67,8 @@ static int drive_send(tcp_stream *stream, int framed, int *moved) {
     struct iovec iov[2];
     int parts = 0;
     if (framed && !stream->send_framed) {
-      hoop__frame_encode(stream->send_frame, FRAME_MAGIC, FRAME_DATA, frag->owner->len,
-                         frag->owner->fingerprint);
+      hoop__frame_encode(stream->send_frame, FRAME_MAGIC, FRAME_DATA, frag->owner->channel,
+                         frag->owner->len, frag->owner->fingerprint);
       stream->send_frame_done = 0;
       stream->send_framed = 1;
     }
@@ -133,13 +133,42 @@ static hoop_result frame_closed(hoop__tctx *ctx, int peer, tcp_stream *stream, i
                               err == ECONNRESET ? 0 : err);
 }
 
-/* A complete header: a notice or bye is handled here; a data header is compared with the receive
- * posted for it, or, with none posted yet, with the running call (hoop__mismatch_early) and parked
- * until one is. extra bytes of payload came with it into head's buffer. */
+/* The receive a data frame goes to (see "binding" in transport.h), at the front of stream 0's
+ * queue, with its stripes queued on the other streams behind the messages bound before it (a
+ * receive's stripes are queued only once its frame is read). NULL when nothing is posted (or out
+ * of memory, the failure recorded). */
+static hoop__fragment *bind_recv(hoop__tctx *ctx, int peer, tcp_stream *stream) {
+  tcp_state *state = state_of(ctx);
+  hoop__fragment *head = hoop__frags_bind(&stream->recv_head, &stream->recv_tail,
+                                          hoop__frame_channel(stream->recv_frame));
+  if (!head && stream->recv_head) {
+    char *buf;
+    hoop__request *stray = hoop__tctx_divert(ctx, peer, stream->recv_frame, &buf);
+    if (!stray)
+      return NULL;
+    stray->pending = hoop__tcp_cut_message(state, buf, stray->len, stray);
+    head = &tcp_frags(stray)[0];
+    head->next = stream->recv_head;
+    stream->recv_head = head;
+  }
+  if (!head)
+    return NULL;
+  /* Nothing of it has moved yet: pending is still its count of fragments. */
+  hoop__request *req = head->owner;
+  for (int s = 1; s < req->pending; s++) {
+    tcp_stream *other = &state->peers[peer].streams[s];
+    hoop__tcp_enqueue(&other->recv_head, &other->recv_tail, &tcp_frags(req)[s]);
+  }
+  return head;
+}
+
+/* A complete header: a notice or bye is handled here; a data header is bound to its receive and
+ * compared with it, or, with none posted yet, compared with the running call
+ * (hoop__mismatch_early) and parked until one is. extra bytes of payload came with it into the
+ * head receive's buffer (only while one channel runs: see drive_recv_framed). */
 static hoop_result take_frame(hoop__tctx *ctx, int peer, tcp_stream *stream, size_t extra) {
   const uint8_t *frame = stream->recv_frame;
-  hoop__fragment *head = stream->recv_head;
-  uint32_t type = hoop__get_be32(frame + 4);
+  uint32_t type = hoop__frame_type(frame);
   if (hoop__get_be32(frame) != FRAME_MAGIC ||
       (type != FRAME_DATA && extra > 0 && type != FRAME_NOTICE))
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a malformed frame", peer);
@@ -158,14 +187,21 @@ static hoop_result take_frame(hoop__tctx *ctx, int peer, tcp_stream *stream, siz
     stream->notice_len = len > NOTICE_MAX ? NOTICE_MAX : (size_t)len;
     stream->notice_done = extra < stream->notice_len ? extra : stream->notice_len;
     if (stream->notice_done)
-      memcpy(stream->notice, head->buf, stream->notice_done);
+      memcpy(stream->notice, stream->recv_head->buf, stream->notice_done);
     return HOOP_OK;
   }
   if (type != FRAME_DATA)
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "tcp: rank %d sent a frame of unknown type %u",
                       peer, type);
+  hoop__fragment *posted = stream->recv_head;
+  hoop__fragment *head = bind_recv(ctx, peer, stream);
   if (!head)
-    return hoop__mismatch_early(ctx->comm, peer, frame + 16);
+    return *ctx->failed
+               ? *ctx->failed
+               : hoop__mismatch_early(ctx->comm, peer, hoop__frame_channel(frame), frame + 16);
+  if (extra > 0 && head != posted) /* read into another receive: cannot happen (see above) */
+    return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL,
+                      "tcp: a message of rank %d was read into another receive", peer);
   hoop_result result = hoop__frame_check(ctx, peer, frame, head->owner);
   if (result != HOOP_OK)
     return result;
@@ -198,7 +234,10 @@ static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stre
     } else if (stream->recv_frame_done < FRAME_BYTES) {
       iov[parts++] = (struct iovec){stream->recv_frame + stream->recv_frame_done,
                                     FRAME_BYTES - stream->recv_frame_done};
-      if (head)
+      /* The payload's first bytes ride with the header, into the first receive posted: while
+       * one channel runs it is the message's. Once several may (a split began), the header is
+       * read alone and bound first. */
+      if (head && !atomic_load_explicit(ctx->multiplexed, memory_order_relaxed))
         iov[parts++] = (struct iovec){head->buf, head->len};
     } else if (!head) {
       return HOOP_OK; /* a data header waits for its receive to be posted */

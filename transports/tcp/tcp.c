@@ -52,7 +52,9 @@ static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__
   int n = hoop__tcp_cut_message(state, buf, len, req);
   req->pending = n;
   int moved = 0;
-  for (int s = 0; s < n; s++) {
+  /* A receive's stripes past stream 0 are queued once its frame is read and bound to it
+   * (data.c's bind_recv): another channel's message may come first. */
+  for (int s = 0; s < (is_send ? n : 1); s++) {
     tcp_stream *stream = &state->peers[peer].streams[s];
     if (is_send)
       hoop__tcp_enqueue(&stream->send_head, &stream->send_tail, &tcp_frags(req)[s]);
@@ -148,12 +150,12 @@ static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
     const char *text;
     hoop__tctx_failure(ctx, &origin, &text);
     len = strlen(text) > NOTICE_MAX ? NOTICE_MAX : strlen(text);
-    hoop__frame_encode(frame, FRAME_MAGIC, FRAME_NOTICE, len, NULL);
+    hoop__frame_encode(frame, FRAME_MAGIC, FRAME_NOTICE, 0, len, NULL);
     hoop__put_be32(frame + 16, (uint32_t)*ctx->failed);
     hoop__put_be32(frame + 20, (uint32_t)origin);
     memcpy(frame + FRAME_BYTES, text, len);
   } else {
-    hoop__frame_encode(frame, FRAME_MAGIC, FRAME_BYE, 0, NULL);
+    hoop__frame_encode(frame, FRAME_MAGIC, FRAME_BYE, 0, 0, NULL);
   }
   /* A clean goodbye may sit behind this rank's last chunks, which a live peer is still reading
    * (on a loaded host or a slow link that takes more than GOODBYE_WAIT_S); without it the peer

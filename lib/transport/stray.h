@@ -1,0 +1,24 @@
+/* stray.h - messages diverted from their receive's place, and the net lock (transport/stray.c),
+ * for the wait loop and the communicator's life. */
+#ifndef HOOP__STRAY_H
+#define HOOP__STRAY_H
+
+#include "core/internal.h"
+#include "transport/transport.h"
+
+typedef struct hoop__stray hoop__stray;
+
+/* Before a receive (stamped, its channel set) from wpeer (net's rank) is posted to the transport:
+ * if a stray of its channel came from wpeer, the receive takes the oldest; returns 1 and in
+ * *result HOOP_OK (the receive complete, or pending until the stray's last byte: see settle) or
+ * the mismatch recorded. 0 when there is none: post it. Under the net lock. */
+int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__request *req,
+                     hoop_result *result);
+/* Complete the receives whose strays are now whole (after a round of progress; under the lock). */
+hoop_result hoop__strays_settle(hoop_comm *net);
+/* At net's finalize. */
+void hoop__strays_free(hoop_comm *net);
+/* Between two rounds of a wait, with the lock given back: let a thread that waits for it in. */
+void hoop__net_yield(hoop_comm *comm);
+
+#endif /* HOOP__STRAY_H */

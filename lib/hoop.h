@@ -7,9 +7,11 @@
  * Thread safety: a communicator's calls may come from any thread, and the library serializes
  * them; but the order in which a rank posts its collectives (blocking or not) is the order they
  * are matched in across ranks, so a program that posts from several threads must order those
- * posts itself. A request is tested or waited for by one thread at a time, and not after it
- * completed (hoop_test and hoop_wait free it). hoop_strerror() and hoop_abort() may be called from
- * any thread, hoop_abort() only while the communicator is alive: never concurrently with or after
+ * posts itself. Calls on different communicators (hoop_comm_split's) are independent: they may
+ * run at the same time from different threads, in any order, and their messages never mix. A
+ * request is tested or waited for by one thread at a time, and not after it completed (hoop_test
+ * and hoop_wait free it). hoop_strerror() and hoop_abort() may be called from any thread,
+ * hoop_abort() only while the communicator is alive: never concurrently with or after
  * hoop_finalize() on it. hoop_finalize() itself runs when no request is outstanding.
  */
 #ifndef HOOP_H
@@ -176,6 +178,20 @@ HOOP_API hoop_result hoop_comm_shrink(hoop_comm *comm, hoop_comm **newcomm);
  * hoop_init returns it at the same time. Calls on comm fail afterwards; finalize it. A member
  * lost meanwhile is handled as hoop_comm_shrink does (they are the same exchange). */
 HOOP_API hoop_result hoop_comm_grow(hoop_comm *comm, hoop_comm **newcomm);
+
+/* Split comm into sub-communicators, as MPI_Comm_split: the ranks that pass the same color (>= 0)
+ * form one, ordered by key, ties by their rank in comm; *newcomm is this rank's, or NULL for
+ * color HOOP_SPLIT_NONE. Every rank of comm calls it (a collective call on comm). The new
+ * communicator reuses comm's connections: one allgather on comm is all it costs, no new
+ * connection or rendezvous. It runs every call a communicator does, at the same time as calls on
+ * comm and on other sub-communicators from other threads. Ranks in failure messages from the
+ * transports are the job's (those of the communicator hoop_init made). A failure of any of them
+ * fails all that share the connections: comm, its sub-communicators and theirs. Finalize a
+ * sub-communicator before the communicator hoop_init made (hoop_finalize refuses the latter while
+ * sub-communicators are alive); a sub-communicator cannot shrink or grow (HOOP_ERR_UNSUPPORTED),
+ * nor be split past 65535 splits in a job. */
+#define HOOP_SPLIT_NONE (-1)
+HOOP_API hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **newcomm);
 
 /* How many newcomers wait to join comm's job, as the rendezvous server last told this rank
  * (taken when a call on comm runs, or by this call itself). */

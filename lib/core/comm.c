@@ -462,6 +462,9 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
 hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
+  /* A sub-communicator's abort is the job's: its connections are net's. */
+  if (comm->net != comm)
+    return hoop_abort(comm->net, reason);
   int expected = 0;
   if (atomic_compare_exchange_strong(&comm->abort_requested, &expected, -1)) {
     snprintf(comm->abort_reason, sizeof comm->abort_reason, "%s",
@@ -477,12 +480,56 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   return HOOP_OK;
 }
 
+/* A sub-communicator's own parts; its net's transports and rendezvous connection stay. */
+static hoop_result finalize_view(hoop_comm *comm) {
+  hoop_comm *net = hoop__net(comm);
+  hoop__fused_free(comm);
+  hoop__p2p_free(comm);
+  hoop__trace_close(comm);
+  if (comm->transports) {
+    hoop__net_enter(comm);
+    hoop__registrations_release(comm);
+    hoop__net_leave(comm);
+  }
+  hoop__stage_free(comm);
+  hoop__cuda_pipe_free(comm);
+  hoop__paths_free(comm);
+  hoop__cuda_kind_free(comm);
+  hoop__host_scratch_free(comm);
+  if (comm->transports) {
+    hoop__net_enter(comm);
+    net->views--;
+    hoop__net_leave(comm);
+  }
+  hoop__table_free(&comm->table);
+  free(comm->world_of);
+  free(comm->peer_transport);
+  free(comm->sleep_fds);
+  free(comm->block_length);
+  free(comm->block_offset);
+  free(comm->hosts);
+  pthread_mutex_destroy(&comm->call_lock);
+  pthread_mutex_destroy(&comm->net_lock);
+  pthread_mutex_destroy(&comm->queue_lock);
+  pthread_cond_destroy(&comm->queue_cond);
+  pthread_cond_destroy(&comm->done_cond);
+  free(comm);
+  return HOOP_OK;
+}
+
 hoop_result hoop_finalize(hoop_comm *comm) {
   if (!comm)
     return HOOP_OK;
+  if (comm->net == comm && comm->views > 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_finalize: %d sub-communicator%s split from this communicator "
+                           "must be finalized first (they use its connections)",
+                           comm->views, comm->views == 1 ? "" : "s");
   hoop_result result = hoop__requests_finalize(comm);
   if (result != HOOP_OK)
     return result;
+  if (comm->net != comm)
+    return finalize_view(comm);
   hoop__fused_free(comm);
   hoop__p2p_free(comm);
   hoop__launcher_watch_stop(comm);

@@ -78,11 +78,8 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
     run_hooks(comm, HOOP__HOOK_FAIL);
     /* A sub-communicator's failure is its net's: the connections it shares go down, telling the
      * peers, which would otherwise wait for what this rank never sends. */
-    if (comm->net && comm->net != comm) {
-      hoop__net_enter(comm);
+    if (comm->net && comm->net != comm)
       hoop__fail(comm->net, code, "%s", comm->last_error);
-      hoop__net_leave(comm);
-    }
   }
   return code;
 }
@@ -144,7 +141,9 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
    * the same code. Anything else happened to someone else: say so, and who. */
   if (code == HOOP_ERR_ABORTED || code == HOOP_ERR_MISMATCH)
     return hoop__fail(comm, code, "%s", text);
-  return hoop__fail(
-      comm, code, "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
-      comm->call ? comm->call : "hoop", (unsigned long long)comm->seq, origin, peer, text);
+  unsigned long long seq;
+  const char *call = hoop__net_call(comm, &seq);
+  return hoop__fail(comm, code,
+                    "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
+                    call ? call : "hoop", seq, origin, peer, text);
 }

@@ -76,8 +76,11 @@ struct hoop_comm {
   atomic_int net_shared;
   atomic_int net_waiters;
   atomic_int multiplexed; /* a split began on this rank (hoop__tctx.multiplexed) */
-  int views;              /* sub-communicators alive */
-  uint32_t next_channel;  /* the lowest channel no communicator of this rank has used */
+  /* The communicator whose post or wait drives the transports now (under the lock), for the
+   * call its failure messages name; NULL: net's own. */
+  const hoop_comm *net_caller;
+  int views;             /* sub-communicators alive */
+  uint32_t next_channel; /* the lowest channel no communicator of this rank has used */
   /* Messages diverted from their receive's place (transport/stray.c), oldest first, and how many
    * have a receive waiting for their last bytes. */
   struct hoop__stray *strays, *strays_tail;
@@ -296,6 +299,13 @@ static inline int hoop__world_rank(const hoop_comm *comm, int r) {
  * sleeps in the transports. */
 void hoop__net_enter(hoop_comm *comm);
 void hoop__net_leave(hoop_comm *comm);
+/* The call a failure met in the transports belongs to: the running call of the communicator that
+ * drives them (net's own, or a view's). */
+static inline const char *hoop__net_call(const hoop_comm *net, unsigned long long *seq) {
+  const hoop_comm *caller = net->net_caller ? net->net_caller : net;
+  *seq = (unsigned long long)caller->seq;
+  return caller->call;
+}
 /* A view whose net failed takes net's failure as its own (its message, origin and code):
  * returns comm->failed. */
 hoop_result hoop__net_failed(hoop_comm *comm);

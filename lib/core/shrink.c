@@ -217,6 +217,11 @@ static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const c
   *newcomm = NULL;
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
+  if (comm->net != comm)
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "%s: a sub-communicator (hoop_comm_split's) cannot %s; %s the "
+                           "communicator hoop_init made, then split the new one",
+                           call, grow ? "grow" : "shrink", grow ? "grow" : "shrink");
   pthread_mutex_lock(&comm->call_lock);
   hoop_result result = shrink_locked(comm, newcomm, call, grow);
   pthread_mutex_unlock(&comm->call_lock);

@@ -149,9 +149,10 @@ hoop_result hoop__peer_failed(hoop__tctx *ctx, int peer, hoop_result code, const
   /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
   if (!comm->failed && comm->fail_origin < 0)
     comm->fail_origin = peer;
+  unsigned long long seq;
+  const char *call = hoop__net_call(comm, &seq);
   return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): %s: %s",
-                    comm->call ? comm->call : "hoop_init", (unsigned long long)comm->seq, peer,
-                    entry->addr, entry->host, what, detail);
+                    call ? call : "hoop_init", seq, peer, entry->addr, entry->host, what, detail);
 }
 
 hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,

@@ -39,19 +39,30 @@ static hoop_result adopt(hoop_comm *comm, hoop_result result) {
   return result;
 }
 
+/* The transports, for comm: under the net lock, and naming comm's call in their failures. */
+static void drive_begin(hoop_comm *comm) {
+  hoop__net_enter(comm);
+  hoop__net(comm)->net_caller = comm;
+}
+
+static void drive_end(hoop_comm *comm) {
+  hoop__net(comm)->net_caller = NULL;
+  hoop__net_leave(comm);
+}
+
 /* A stamped request to its transport, as comm's rank peer; a receive first looks for a stray of
  * its channel that came before it. */
 static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_t len,
                         hoop__request *req) {
   hoop_comm *net = hoop__net(comm);
   hoop_result result;
-  hoop__net_enter(comm);
+  drive_begin(comm);
   if (is_send || !net->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
     hoop__tctx *ctx = hoop__transport_of(comm, peer);
     result = is_send ? ctx->ops->isend(ctx, req->peer, buf, len, req)
                      : ctx->ops->irecv(ctx, req->peer, buf, len, req);
   }
-  hoop__net_leave(comm);
+  drive_end(comm);
   return adopt(comm, result);
 }
 
@@ -243,7 +254,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
   if (hoop__net_failed(comm))
     return comm->failed;
-  hoop__net_enter(comm);
+  drive_begin(comm);
   hoop_result result = hoop__check_abort(net);
   if (result == HOOP_OK && net->failed)
     result = net->failed;
@@ -252,7 +263,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
     result = progress_all(net, 0, &moved);
   if (result == HOOP_OK && net->strays_waited)
     result = hoop__strays_settle(net);
-  hoop__net_leave(comm);
+  drive_end(comm);
   return adopt(comm, result);
 }
 
@@ -316,7 +327,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
   hoop_result result = HOOP_OK;
   /* Round by round under the net lock (views of one net may wait in several threads at once):
    * the request may be completed by any of them, reading req->pending under the lock. */
-  hoop__net_enter(comm);
+  drive_begin(comm);
   while (req->pending > 0) {
     if (until > 0 && now >= until)
       break;
@@ -363,16 +374,16 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
       deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
     if (atomic_load_explicit(&net->net_shared, memory_order_relaxed)) {
-      hoop__net_leave(comm);
+      drive_end(comm);
       hoop__net_yield(comm);
       if (spinning && !moved)
         spin_pause(comm);
-      hoop__net_enter(comm);
+      drive_begin(comm);
     } else if (spinning && !moved) {
       spin_pause(comm);
     }
   }
-  hoop__net_leave(comm);
+  drive_end(comm);
   state->deadline = deadline;
   state->in_grace = in_grace;
   return adopt(comm, result);

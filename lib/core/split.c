@@ -1,0 +1,176 @@
+/* split.c - hoop_comm_split: sub-communicators as views of the communicator hoop_init made (its
+ * "net"). A view has ranks, a rank table, calls, requests, scratch and a progress thread of its
+ * own, and borrows net's transports: its messages travel on net's connections marked with a
+ * channel of its own (transport.h, "binding"), and its transfers name net's ranks (world_of).
+ *
+ * The channel: every rank keeps the lowest channel no communicator of its has used
+ * (net->next_channel); a split takes the highest of those among comm's ranks, and each of them
+ * moves past it. Two communicators that share a pair of ranks were made by splits both ranks took
+ * part in, the later one above the earlier's channel on both; communicators made by one split
+ * with different colors share no rank. So a channel is never in use twice on one connection. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "transport/transport.h"
+
+/* Channels fit the frame's 16 bits; 0 is net's own. */
+#define CHANNEL_MAX 65535u
+
+typedef struct member {
+  int32_t color, key, next_channel;
+} member;
+
+/* The view's rank table: the members' entries of net's, with who shares a host recounted. */
+static hoop_result make_table(hoop_comm *view, const hoop_comm *net) {
+  view->table.size = (uint32_t)view->size;
+  view->table.rank = (uint32_t)view->rank;
+  view->table.generation = net->table.generation;
+  memcpy(view->table.nonce, net->table.nonce, sizeof view->table.nonce);
+  view->table.peers = calloc((size_t)view->size, sizeof *view->table.peers);
+  if (!view->table.peers)
+    return HOOP_ERR_SYSTEM;
+  for (int i = 0; i < view->size; i++)
+    view->table.peers[i] = net->table.peers[view->world_of[i]];
+  for (int i = 0; i < view->size; i++) {
+    hoop__peer_entry *entry = &view->table.peers[i];
+    entry->local_rank = entry->local_size = 0;
+    for (int j = 0; j < view->size; j++) {
+      if (strcmp(view->table.peers[j].host, entry->host) != 0)
+        continue;
+      entry->local_size++;
+      if (j < i)
+        entry->local_rank++;
+    }
+  }
+  view->local_rank = (int)view->table.peers[view->rank].local_rank;
+  view->local_size = (int)view->table.peers[view->rank].local_size;
+  return HOOP_OK;
+}
+
+/* The view of the members (their ranks in comm, in the new order) in which this rank is index
+ * mine. */
+static hoop_result make_view(hoop_comm *comm, const int *members, int n, int mine, uint16_t channel,
+                             hoop_comm **out) {
+  hoop_comm *net = hoop__net(comm);
+  hoop_comm *view = hoop__comm_new();
+  if (!view)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_comm_split: out of memory");
+  view->net = net;
+  view->channel = channel;
+  view->rank = mine;
+  view->size = n;
+  view->generation = net->generation;
+  memcpy(view->job, net->job, sizeof view->job);
+  memcpy(view->rendezvous, net->rendezvous, sizeof view->rendezvous);
+  memcpy(view->ifname, net->ifname, sizeof view->ifname);
+  memcpy(view->transport_mode, net->transport_mode, sizeof view->transport_mode);
+  view->timeout_s = comm->timeout_s;
+  view->tcp_streams = net->tcp_streams;
+  view->check_calls = comm->check_calls;
+  view->stall_warn_s = comm->stall_warn_s;
+  view->spin_s = -1;
+  view->world_of = malloc((size_t)n * sizeof *view->world_of);
+  view->peer_transport = calloc((size_t)n, sizeof *view->peer_transport);
+  view->block_offset = calloc((size_t)n, sizeof(size_t));
+  view->block_length = calloc((size_t)n, sizeof(size_t));
+  hoop_result result =
+      view->world_of && view->peer_transport && view->block_offset && view->block_length
+          ? HOOP_OK
+          : HOOP_ERR_SYSTEM;
+  for (int i = 0; i < n && result == HOOP_OK; i++) {
+    view->world_of[i] = hoop__world_rank(comm, members[i]);
+    if (i != mine)
+      view->peer_transport[i] = net->peer_transport[view->world_of[i]];
+  }
+  if (result == HOOP_OK)
+    result = make_table(view, net);
+  if (result != HOOP_OK) {
+    hoop_finalize(view); /* not counted yet: transports unset */
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_comm_split: out of memory");
+  }
+  /* net's transports, shared: never finalized through the view (see hoop_finalize). */
+  view->transports = net->transports;
+  view->ntransports = net->ntransports;
+  view->ntransports_serving = net->ntransports_serving;
+  view->sleep_shared = net->sleep_shared;
+  hoop__net_enter(comm);
+  net->views++;
+  hoop__net_leave(comm);
+  *out = view;
+  return HOOP_OK;
+}
+
+/* One member of this rank's color, to sort by key, then by rank in comm. */
+typedef struct ordered {
+  int32_t key;
+  int rank;
+} ordered;
+
+static int by_key(const void *a, const void *b) {
+  const ordered *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **newcomm) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (!newcomm)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_comm_split: newcomm is NULL");
+  *newcomm = NULL;
+  if (color < 0 && color != HOOP_SPLIT_NONE)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_split: color %d is neither >= 0 nor HOOP_SPLIT_NONE", color);
+  hoop_comm *net = hoop__net(comm);
+  /* From here on several channels may share a connection, and views may run calls from other
+   * threads: the transports go under the net lock. Raised while nothing runs on net (its call
+   * lock held; with views alive it is raised already), before this rank's part of the exchange
+   * leaves: no peer can send on the new channel before it has that part. */
+  if (!atomic_load(&net->net_shared)) {
+    pthread_mutex_lock(&net->call_lock);
+    atomic_store(&net->multiplexed, 1);
+    atomic_store(&net->net_shared, 1);
+    pthread_mutex_unlock(&net->call_lock);
+  }
+  member mine = {color, key, (int32_t)net->next_channel};
+  member *all = malloc((size_t)comm->size * sizeof *all);
+  int *members = malloc((size_t)comm->size * sizeof *members);
+  ordered *order = malloc((size_t)comm->size * sizeof *order);
+  if (!all || !members || !order) {
+    free(all);
+    free(members);
+    free(order);
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_comm_split: out of memory");
+  }
+  hoop_result result = hoop_allgather(comm, &mine, all, 3, HOOP_INT32);
+  uint32_t channel = 0;
+  for (int r = 0; r < comm->size && result == HOOP_OK; r++)
+    if ((uint32_t)all[r].next_channel > channel)
+      channel = (uint32_t)all[r].next_channel;
+  if (result == HOOP_OK && channel > CHANNEL_MAX)
+    result = hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                             "hoop_comm_split: the job has used all %u channels of its "
+                             "connections (one per split)",
+                             CHANNEL_MAX);
+  if (result == HOOP_OK) {
+    net->next_channel = channel + 1;
+    int n = 0, index = -1;
+    for (int r = 0; r < comm->size; r++)
+      if (all[r].color == color && color != HOOP_SPLIT_NONE)
+        order[n++] = (ordered){all[r].key, r};
+    qsort(order, (size_t)n, sizeof *order, by_key);
+    for (int i = 0; i < n; i++) {
+      members[i] = order[i].rank;
+      if (members[i] == comm->rank)
+        index = i;
+    }
+    if (color != HOOP_SPLIT_NONE)
+      result = make_view(comm, members, n, index, (uint16_t)channel, newcomm);
+  }
+  free(all);
+  free(members);
+  free(order);
+  return result;
+}

@@ -1,0 +1,93 @@
+/* test_split.c - sub-communicators (hoop_comm_split) on 2 to 7 real ranks under hooprun
+ * (support/split_worker.c): halves, a rank left out, a split of a split, bad arguments, and a grid
+ * of rows and columns running at once from two threads beside the job's own calls, over shared
+ * memory and TCP, with and without the progress thread, with no connection opened by a split; and
+ * the last rank killed after a split, which every survivor's row and column must report. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/procs.h"
+
+static void run_ok(int np, char *const env[], const char *arg) {
+  char *out;
+  int code = procs_hooprun(np, env, "tests/split_worker", arg, NULL, &out);
+  ck_assert_msg(out != NULL, "no output from hooprun");
+  if (code != 0 || procs_count(out, " 0 failed") != np)
+    fprintf(stderr, "%s\n", out);
+  ck_assert_msg(code == 0, "hooprun -np %d split_worker: exit %d", np, code);
+  ck_assert_int_eq(procs_count(out, " 0 failed"), np);
+  free(out);
+}
+
+static char *const over_shm[] = {NULL};
+static char *const over_tcp[] = {"HOOP_TRANSPORT=tcp", NULL};
+static char *const no_thread[] = {"HOOP_ASYNC_PROGRESS=0", NULL};
+
+static const int shm_ranks[] = {2, 4, 6, 7};
+START_TEST(test_shm) {
+  run_ok(shm_ranks[_i], over_shm, NULL);
+}
+END_TEST
+
+static const int tcp_ranks[] = {4, 6};
+START_TEST(test_tcp) {
+  run_ok(tcp_ranks[_i], over_tcp, NULL);
+}
+END_TEST
+
+START_TEST(test_without_thread) {
+  run_ok(6, no_thread, NULL);
+}
+END_TEST
+
+static void run_kill(int np, char *const env[]) {
+  char *out;
+  int code = procs_hooprun(np, env, "tests/split_worker", "--kill", NULL, &out);
+  ck_assert_msg(out != NULL, "no output from hooprun");
+  char row[64], col[64];
+  snprintf(row, sizeof row, "the row failed naming rank %d", np - 1);
+  snprintf(col, sizeof col, "the column failed naming rank %d", np - 1);
+  int rows = procs_count(out, row), cols = procs_count(out, col);
+  if (rows != np - 1 || cols != np - 1)
+    fprintf(stderr, "hooprun exit %d:\n%s\n", code, out);
+  ck_assert_msg(rows == np - 1 && cols == np - 1,
+                "of %d survivors, %d saw their row and %d their column fail naming rank %d", np - 1,
+                rows, cols, np - 1);
+  free(out);
+}
+
+START_TEST(test_kill_shm) {
+  run_kill(6, over_shm);
+}
+END_TEST
+
+START_TEST(test_kill_tcp) {
+  run_kill(4, over_tcp);
+}
+END_TEST
+
+static Suite *split_suite(void) {
+  Suite *s = suite_create("split");
+  TCase *tc = tcase_create("views");
+  tcase_set_timeout(tc, 600);
+  tcase_add_loop_test(tc, test_shm, 0, (int)(sizeof shm_ranks / sizeof shm_ranks[0]));
+  tcase_add_loop_test(tc, test_tcp, 0, (int)(sizeof tcp_ranks / sizeof tcp_ranks[0]));
+  tcase_add_test(tc, test_without_thread);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("failures");
+  tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, test_kill_shm);
+  tcase_add_test(tc, test_kill_tcp);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *runner = srunner_create(split_suite());
+  srunner_run_all(runner, CK_NORMAL);
+  int failed = srunner_ntests_failed(runner);
+  srunner_free(runner);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -165,6 +165,7 @@ _PTRS = _c.POINTER(_c.c_void_p)
 _lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
                                      _c.POINTER(_c.c_size_t), _c.c_int, _c.c_int]
 _lib.hoop_iallreduce_many.argtypes = _lib.hoop_allreduce_many.argtypes + [_REQ]
+_lib.hoop_comm_split.argtypes = [_c.c_void_p, _c.c_int, _c.c_int, _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_shrink.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_grow.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_newcomers.argtypes = [_c.c_void_p]
@@ -345,6 +346,7 @@ class Communicator:
                 raise _ERRORS.get(code, HoopError)(message, code)
         self._handle = handle
         self._outstanding = set()
+        self._depth = 0  # splits between this communicator and the job's (finalized first)
         self.rank = _lib.hoop_rank(handle)
         self.size = _lib.hoop_size(handle)
         self.local_rank = _lib.hoop_local_rank(handle)
@@ -617,6 +619,24 @@ class Communicator:
 
     # -- the rest --
 
+    # -- sub-communicators --
+
+    def split(self, color, key=0):
+        """Split this communicator as MPI_Comm_split (hoop_comm_split; every rank calls it): the
+        ranks passing the same color (an int >= 0) form a new Communicator, ordered by key, then
+        by rank here; color None stays out and gets None. The new one shares this job's
+        connections and may run calls at the same time as this one from another thread; finalize
+        it before the job's."""
+        handle = ctypes.c_void_p()
+        self._check(_lib.hoop_comm_split(self._live("hoop_comm_split"),
+                                         SPLIT_NONE if color is None else int(color), int(key),
+                                         ctypes.byref(handle)))
+        if not handle.value:
+            return None
+        view = Communicator(_handle=handle)
+        view._depth = self._depth + 1
+        return view
+
     # -- a job that loses ranks, or takes in newcomers --
 
     def _next_generation(self, call, fn):
@@ -665,6 +685,10 @@ class Communicator:
 
     def last_error(self):
         return self._message(0) if self._handle else ""
+
+
+# hoop_comm_split's color for a rank that stays out (Communicator.split takes None too).
+SPLIT_NONE = -1
 
 
 def init():
@@ -720,7 +744,8 @@ sys.excepthook = _abort_on_exception
 
 @atexit.register
 def _finalize_at_exit():
-    for comm in list(_alive):
+    # Sub-communicators before the communicators they were split from.
+    for comm in sorted(_alive, key=lambda c: -c._depth):
         try:
             comm.finalize()
         except HoopError:

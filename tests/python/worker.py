@@ -268,6 +268,36 @@ checks += 1
 if decode("int32", data) != [size * (size - 1) // 2]:
     fail("allreduce after the refused calls: %r" % decode("int32", data))
 
+# Sub-communicators: even and odd ranks (keys reversing the order), the last rank left out of a
+# second split; each checked with an allreduce of the members' ranks.
+if size > 1:
+    half = comm.split(rank % 2, key=-rank)
+    members = [r for r in range(size) if r % 2 == rank % 2]
+    checks += 1
+    if half.size != len(members) or half.rank != len(members) - 1 - members.index(rank):
+        fail("split: rank %d of %d in its half, want %d of %d"
+             % (half.rank, half.size, len(members) - 1 - members.index(rank), len(members)))
+    data = encode("int64", [rank, 1])
+    half.allreduce(data, dtype="int64")
+    checks += 1
+    if decode("int64", data) != [sum(members), len(members)]:
+        fail("allreduce on a half: %r" % decode("int64", data))
+    rest = comm.split(None if rank == size - 1 else 0)
+    checks += 1
+    if (rest is None) != (rank == size - 1) or (rest is not None and rest.size != size - 1):
+        fail("split with None: %r" % rest)
+    # The job's communicator refuses to finalize while its sub-communicators live.
+    try:
+        comm.finalize()
+        fail("finalize with sub-communicators alive was accepted")
+    except hoop.InvalidArgument as err:
+        checks += 1
+        if "sub-communicator" not in str(err):
+            fail("finalize with sub-communicators alive: %s" % err)
+    if rest is not None:
+        rest.finalize()
+    half.finalize()
+
 # CPU torch tensors, where torch is installed (Debian's python3-torch): every dtype torch and hoop
 # share, in place and not, blocking and not; a view that is not contiguous is refused.
 try:

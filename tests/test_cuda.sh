@@ -65,6 +65,13 @@ if [ $gpu = yes ]; then
     [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] || {
       echo "FAIL: point-to-point on device buffers, $np ranks"; echo "$out" | tail -20; status=1; }
   done
+  # Sub-communicators on device buffers: rows and columns at once from two threads, each thread
+  # with the context current.
+  out=$(HOOP_CUDA_LIBRARY=libcuda.so.1 "$hooprun" -np 4 --timeout 120 "$build/tests/split_worker" \
+    --device --rounds 6 2>&1)
+  echo "$out" | grep -E 'checks|FAIL' | head -4
+  [ "$(echo "$out" | grep -c ' checks, 0 failed')" = 4 ] || {
+    echo "FAIL: sub-communicators on device buffers"; echo "$out" | tail -20; status=1; }
   # Tensors on the GPU through the Python package, where torch has CUDA.
   if [ -x "$python" ] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     for np in ${HOOP_CUDA_NP:-1 2 3}; do
@@ -136,6 +143,18 @@ for np in 2 3; do
   [ "$(echo "$out" | grep -c ' checks, 0 failed')" = $np ] && [ "${copies:-0}" -ge 100 ] || {
     echo "FAIL: point-to-point on device buffers, $np ranks"; echo "$out" | tail -20; status=1; }
 done
+# Sub-communicators on device buffers (split_worker --device): halves, a split of a split, and
+# the grid's rows and columns at once from two threads beside the job's calls; CUDA IPC among a
+# view's members.
+rm -f "$counts"
+out=$(HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=coll \
+  "$hooprun" -np 4 --timeout 120 "$build/tests/split_worker" --device --rounds 6 2>&1)
+copies=$(awk '{n += $2} END {print n + 0}' "$counts" 2>/dev/null)
+echo "$out" | grep -E 'checks|FAIL' | head -4
+echo "  sub-communicators on device buffers, 4 ranks: $copies copies through the driver"
+[ "$(echo "$out" | grep -c ' checks, 0 failed')" = 4 ] && [ "${copies:-0}" -ge 100 ] &&
+  echo "$out" | grep -q "reads the peers' device buffers directly" || {
+  echo "FAIL: sub-communicators on device buffers"; echo "$out" | grep -v INFO | tail -20; status=1; }
 # The pipelined ring and direct allreduces (mem/stage.c): every allreduce on one of them,
 # pipelined at every size, while the stand-in carries out asynchronous copies late
 # (FAKECUDA_ASYNC_DELAY_US): a segment read before its copy in is waited for, or a result not

@@ -101,6 +101,16 @@ static int resolve_all(get_proc_fn get_proc, const entry_point *want, size_t n, 
   return 0;
 }
 
+/* The context devmem_init made current, for other threads (devmem_attach). */
+static void *primary_ctx;
+
+void devmem_attach(void) {
+  if (primary_ctx && cu_ctx_set_current(primary_ctx) != 0) {
+    fprintf(stderr, "devmem: cuCtxSetCurrent failed in a thread\n");
+    exit(2);
+  }
+}
+
 int devmem_init(char *msg, size_t msglen) {
   const char *path = getenv("HOOP_CUDA_LIBRARY");
   if (!path || !*path)
@@ -153,6 +163,7 @@ int devmem_init(char *msg, size_t msglen) {
     snprintf(msg, msglen, "%s: no usable GPU (CUresult %d)", path, err);
     return -1;
   }
+  primary_ctx = ctx;
   mem_prop prop = {1, 1, {1, device}, NULL, 0, 0, 0, {0}};
   if (vmm && (err = cu_granularity(&granule, &prop, 0)) != 0) {
     snprintf(msg, msglen, "%s: cuMemGetAllocationGranularity: CUresult %d", path, err);

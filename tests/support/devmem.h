@@ -9,6 +9,8 @@
 
 /* Load the driver, cuInit, make device 0's primary context current. 0, or -1 with why in msg. */
 int devmem_init(char *msg, size_t msglen);
+/* Make devmem_init's context current in the calling thread (CUDA's is per thread). */
+void devmem_attach(void);
 /* Device memory holding a copy of host's bytes (host may be NULL: contents undefined). */
 void *devmem_put(const void *host, size_t bytes);
 /* The same, the copy queued on stream (NULL: the legacy default stream) and not waited for: a

@@ -10,7 +10,9 @@
  * before the splits and after all of it, with every pair connected first: a split opens none.
  *
  * --kill: after the grid split the last rank dies; every survivor's row and column calls must
- * fail within HOOP_TIMEOUT, naming it.
+ * fail within HOOP_TIMEOUT, naming it. --device: the buffers of every call in CUDA device memory
+ * (HOOP_CUDA_LIBRARY's driver; the stand-in where there is no GPU), checked through host copies.
+ * --rounds N: the grid's rounds per communicator (default 12).
  *
  * Prints "split_worker rank R of N: C checks, F failed". */
 #include <dirent.h>
@@ -25,9 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "devmem.h"
 #include "hoop.h"
 
-static int world_rank, world_size;
+static int world_rank, world_size, device_buffers;
 static atomic_long checks, failures;
 
 static void fail(const char *fmt, ...) {
@@ -119,16 +122,62 @@ static void group_init(group *g, hoop_comm *comm, const char *name) {
   must(comm, hoop_allgather(comm, &mine, g->world, 1, HOOP_INT32), "hoop_allgather of ranks");
 }
 
+/* The buffers of one round: host memory, or device memory with host copies to fill and check. */
+typedef struct bufs {
+  int64_t *send, *recv;           /* what the calls get */
+  int64_t *host_send, *host_recv; /* what this program fills and checks */
+  size_t bytes;
+} bufs;
+
+static void bufs_init(bufs *b, size_t elements) {
+  b->bytes = elements * sizeof(int64_t);
+  b->host_send = xmalloc(b->bytes);
+  b->host_recv = xmalloc(b->bytes);
+  if (device_buffers) {
+    b->send = devmem_put(NULL, b->bytes);
+    b->recv = devmem_put(NULL, b->bytes);
+  } else {
+    b->send = b->host_send;
+    b->recv = b->host_recv;
+  }
+}
+
+/* host_send (and host_recv, for calls that read their receive buffer) to the calls' buffers. */
+static void bufs_in(bufs *b, int with_recv) {
+  if (!device_buffers)
+    return;
+  devmem_upload(b->send, b->host_send, b->bytes);
+  if (with_recv)
+    devmem_upload(b->recv, b->host_recv, b->bytes);
+}
+
+static void bufs_out(bufs *b) {
+  if (device_buffers)
+    devmem_get(b->host_recv, b->recv, b->bytes);
+}
+
+static void bufs_free(bufs *b) {
+  if (device_buffers) {
+    devmem_free(b->send);
+    devmem_free(b->recv);
+  }
+  free(b->host_send);
+  free(b->host_recv);
+}
+
 /* One round of every kind of call on g, with count elements, each result checked. */
 static void round_of_calls(group *g, size_t count, int salt) {
   hoop_comm *comm = g->comm;
   int n = g->size;
-  int64_t *send = xmalloc(count * (size_t)n * sizeof *send);
-  int64_t *recv = xmalloc(count * (size_t)n * sizeof *recv);
+  bufs b;
+  bufs_init(&b, count * (size_t)n);
+  int64_t *send = b.host_send, *recv = b.host_recv;
   /* allreduce: the sum over the members */
   for (size_t i = 0; i < count; i++)
     send[i] = value(world_rank, i, salt);
-  must(comm, hoop_allreduce(comm, send, recv, count, HOOP_INT64, HOOP_SUM), "hoop_allreduce");
+  bufs_in(&b, 0);
+  must(comm, hoop_allreduce(comm, b.send, b.recv, count, HOOP_INT64, HOOP_SUM), "hoop_allreduce");
+  bufs_out(&b);
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) {
     int64_t want = 0;
@@ -138,7 +187,8 @@ static void round_of_calls(group *g, size_t count, int salt) {
   }
   check(bad == 0, "%s allreduce of %zu (round %d): %zu wrong", g->name, count, salt, bad);
   /* allgather: each member's block in comm's order */
-  must(comm, hoop_allgather(comm, send, recv, count, HOOP_INT64), "hoop_allgather");
+  must(comm, hoop_allgather(comm, b.send, b.recv, count, HOOP_INT64), "hoop_allgather");
+  bufs_out(&b);
   bad = 0;
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < count; i++)
@@ -150,7 +200,9 @@ static void round_of_calls(group *g, size_t count, int salt) {
     memset(recv, 0, count * sizeof *recv);
   else
     memcpy(recv, send, count * sizeof *recv);
-  must(comm, hoop_broadcast(comm, recv, count, HOOP_INT64, root), "hoop_broadcast");
+  bufs_in(&b, 1);
+  must(comm, hoop_broadcast(comm, b.recv, count, HOOP_INT64, root), "hoop_broadcast");
+  bufs_out(&b);
   bad = 0;
   for (size_t i = 0; i < count; i++)
     bad += recv[i] != value(g->world[root], i, salt);
@@ -159,8 +211,10 @@ static void round_of_calls(group *g, size_t count, int salt) {
   /* reduce_scatter: block b of member w holds value(w, b * count + i) */
   for (size_t i = 0; i < count * (size_t)n; i++)
     send[i] = value(world_rank, i, salt);
-  must(comm, hoop_reduce_scatter(comm, send, recv, count, HOOP_INT64, HOOP_SUM),
+  bufs_in(&b, 0);
+  must(comm, hoop_reduce_scatter(comm, b.send, b.recv, count, HOOP_INT64, HOOP_SUM),
        "hoop_reduce_scatter");
+  bufs_out(&b);
   bad = 0;
   for (size_t i = 0; i < count; i++) {
     int64_t want = 0;
@@ -170,7 +224,8 @@ static void round_of_calls(group *g, size_t count, int salt) {
   }
   check(bad == 0, "%s reduce_scatter of %zu (round %d): %zu wrong", g->name, count, salt, bad);
   /* alltoall: what member r sends to member d is value(r, d * count + i) */
-  must(comm, hoop_alltoall(comm, send, recv, count, HOOP_INT64), "hoop_alltoall");
+  must(comm, hoop_alltoall(comm, b.send, b.recv, count, HOOP_INT64), "hoop_alltoall");
+  bufs_out(&b);
   bad = 0;
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < count; i++)
@@ -180,17 +235,17 @@ static void round_of_calls(group *g, size_t count, int salt) {
   if (n > 1) {
     hoop_request *sent, *got;
     int to = (g->rank + 1) % n, from = (g->rank + n - 1) % n;
-    must(comm, hoop_irecv(comm, recv, count, HOOP_INT64, from, salt, &got), "hoop_irecv");
-    must(comm, hoop_isend(comm, send, count, HOOP_INT64, to, salt, &sent), "hoop_isend");
+    must(comm, hoop_irecv(comm, b.recv, count, HOOP_INT64, from, salt, &got), "hoop_irecv");
+    must(comm, hoop_isend(comm, b.send, count, HOOP_INT64, to, salt, &sent), "hoop_isend");
     must(comm, hoop_wait(got), "hoop_wait (receive)");
     must(comm, hoop_wait(sent), "hoop_wait (send)");
+    bufs_out(&b);
     bad = 0;
     for (size_t i = 0; i < count; i++)
       bad += recv[i] != value(g->world[from], i, salt);
     check(bad == 0, "%s ring shift of %zu (round %d): %zu wrong", g->name, count, salt, bad);
   }
-  free(send);
-  free(recv);
+  bufs_free(&b);
 }
 
 static const size_t counts[] = {1, 7, 1000, 70001};
@@ -205,6 +260,8 @@ typedef struct runner {
  * calls interleave differently on every rank. */
 static void *run_rounds(void *arg) {
   runner *run = arg;
+  if (device_buffers)
+    devmem_attach();
   for (int round = 0; round < run->rounds; round++) {
     round_of_calls(run->g, counts[round % NCOUNTS], round);
     usleep((useconds_t)(((world_rank * 7 + round * 13) % 5) * 150));
@@ -364,6 +421,13 @@ int main(int argc, char **argv) {
       kill = 1;
     else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
       rounds = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--device") == 0)
+      device_buffers = 1;
+  }
+  char why[256];
+  if (device_buffers && devmem_init(why, sizeof why) != 0) {
+    fprintf(stderr, "split_worker: --device: %s\n", why);
+    return 77;
   }
   hoop_comm *world;
   must(NULL, hoop_init_from_env(&world), "hoop_init_from_env");

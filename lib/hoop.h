@@ -188,8 +188,10 @@ HOOP_API hoop_result hoop_comm_grow(hoop_comm *comm, hoop_comm **newcomm);
  * transports are the job's (those of the communicator hoop_init made). A failure of any of them
  * fails all that share the connections: comm, its sub-communicators and theirs. Finalize a
  * sub-communicator before the communicator hoop_init made (hoop_finalize refuses the latter while
- * sub-communicators are alive); a sub-communicator cannot shrink or grow (HOOP_ERR_UNSUPPORTED),
- * nor be split past 65535 splits in a job. */
+ * sub-communicators are alive, as do hoop_comm_shrink and hoop_comm_grow); a sub-communicator
+ * cannot shrink or grow (HOOP_ERR_UNSUPPORTED). Splits of one job's communicators are made one
+ * at a time, in the same order on every rank (a split while another runs in another thread is
+ * refused), at most 65535 in a job. */
 #define HOOP_SPLIT_NONE (-1)
 HOOP_API hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **newcomm);
 

@@ -38,7 +38,9 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   double now = hoop__now();
   if (now - comm->rdzv_looked_at >= RDZV_LOOK_EVERY_S) {
     comm->rdzv_looked_at = now;
+    hoop__net_enter(comm); /* views' threads read it too, while they drive net's transports */
     hoop__rendezvous_check(comm);
+    hoop__net_leave(comm);
   }
   if (hoop__net_failed(comm))
     return hoop__refuse_failed(comm, call);

@@ -76,13 +76,13 @@ static int buffers_direct(hoop_comm *comm, const hoop__coll_args *args, char *wh
     if (!bufs[i])
       continue;
     const char *what = i == 0 ? "receive buffer" : "send buffer";
-    const hoop__registration *reg = hoop__registered_for_peers(comm, bufs[i], lens[i]);
-    if (!reg) {
+    int device;
+    if (!hoop__registered_for_peers(comm, bufs[i], lens[i], &device)) {
       snprintf(why, whylen, "its %s is not inside a hoop_register registration made for ibverbs",
                what);
       return -1;
     }
-    if (!reg->device) {
+    if (!device) {
       snprintf(why, whylen, "its %s is not device memory", what);
       return -1;
     }
@@ -135,12 +135,13 @@ static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args 
    * staged. */
   hoop__probe probe;
   hoop__probe_begin(comm, &probe);
-  int mine = comm->device_regs > 0 && prepare(comm, gdr, args, algo, why, sizeof why) == 0;
+  int mine =
+      hoop__net(comm)->device_regs > 0 && prepare(comm, gdr, args, algo, why, sizeof why) == 0;
   hoop__probe_end(comm, &probe, mine ? NULL : why, sizeof why);
-  if (comm->device_regs == 0)
+  if (hoop__net(comm)->device_regs == 0)
     snprintf(why, sizeof why, "it has no device memory registered");
   /* Bit 0: this rank can (AND); bit 1: this rank has device memory registered (OR). */
-  unsigned bits = (mine ? 1u : 0u) | (comm->device_regs > 0 ? 2u : 0u);
+  unsigned bits = (mine ? 1u : 0u) | (hoop__net(comm)->device_regs > 0 ? 2u : 0u);
   hoop__group whole = hoop__whole(comm);
   if ((*result = hoop__group_agree_bits(comm, &whole, &bits, 2u)) != HOOP_OK)
     return -1;

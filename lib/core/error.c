@@ -2,6 +2,7 @@
  * leaves a communicator unusable, an abort carried out, a peer's notice of its failure. Failure
  * reaches the layers above through hooks they register (the transports drop their connections;
  * the rendezvous connection tells the server of an abort), so that nothing here calls up. */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,8 +79,11 @@ hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) 
     run_hooks(comm, HOOP__HOOK_FAIL);
     /* A sub-communicator's failure is its net's: the connections it shares go down, telling the
      * peers, which would otherwise wait for what this rank never sends. */
-    if (comm->net && comm->net != comm)
+    if (comm->net && comm->net != comm) {
+      hoop__net_enter(comm);
       hoop__fail(comm->net, code, "%s", comm->last_error);
+      hoop__net_leave(comm);
+    }
   }
   return code;
 }
@@ -116,12 +120,14 @@ hoop_result hoop__retire(hoop_comm *comm, hoop_result code, const char *fmt, ...
 hoop_result hoop__check_abort(hoop_comm *comm) {
   if (atomic_load(&comm->abort_requested) != 1) /* -1: the reason is being written */
     return HOOP_OK;
-  if (!comm->abort_done) {
-    comm->abort_done = 1;
+  if (!atomic_exchange(&comm->abort_done, 1)) {
+    /* The rendezvous connection and the transports are net's, which views' threads drive. */
+    hoop__net_enter(comm);
     /* The server first: it reaches every rank even when this rank's data connections are stuck
      * behind a stopped peer, which the notices on them below may wait for. */
     run_hooks(comm, HOOP__HOOK_ABORT);
     hoop__fail(comm, HOOP_ERR_ABORTED, "aborted by rank %d: %s", comm->rank, comm->abort_reason);
+    hoop__net_leave(comm);
   }
   return HOOP_ERR_ABORTED;
 }
@@ -146,4 +152,47 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
   return hoop__fail(comm, code,
                     "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
                     call ? call : "hoop", seq, origin, peer, text);
+}
+
+/* ---- the net lock (core/split.c): sub-communicators' calls on net's transports ------------- */
+
+void hoop__net_enter(hoop_comm *comm) {
+  hoop_comm *net = hoop__net(comm);
+  if (!atomic_load_explicit(&net->net_shared, memory_order_relaxed))
+    return;
+  if (pthread_mutex_trylock(&net->net_lock) == 0)
+    return;
+  /* The holder may sleep in the transports' poll: wake it, and it lets this thread in. */
+  atomic_fetch_add(&net->net_waiters, 1);
+  run_hooks(net, HOOP__HOOK_WAKE);
+  pthread_mutex_lock(&net->net_lock);
+  atomic_fetch_sub(&net->net_waiters, 1);
+}
+
+void hoop__net_leave(hoop_comm *comm) {
+  hoop_comm *net = hoop__net(comm);
+  if (!atomic_load_explicit(&net->net_shared, memory_order_relaxed))
+    return;
+  pthread_mutex_unlock(&net->net_lock);
+}
+
+void hoop__net_yield(hoop_comm *comm) {
+  hoop_comm *net = hoop__net(comm);
+  /* A mutex is no queue: this thread could take it again before a waiter wakes. Give the waiters
+   * a moment to get it (each counts itself out once it has it). */
+  for (int tries = 0;
+       tries < 64 && atomic_load_explicit(&net->net_waiters, memory_order_relaxed) > 0; tries++)
+    sched_yield();
+}
+
+hoop_result hoop__net_failed(hoop_comm *comm) {
+  hoop_comm *net = hoop__net(comm);
+  if (comm->failed || net == comm || !net->failed)
+    return comm->failed;
+  comm->failed = net->failed;
+  comm->fail_origin = net->fail_origin;
+  memcpy(comm->fail_reason, net->fail_reason, sizeof comm->fail_reason);
+  memcpy(comm->fail_cause, net->fail_cause, sizeof comm->fail_cause);
+  memcpy(comm->last_error, net->fail_reason, sizeof comm->last_error);
+  return comm->failed;
 }

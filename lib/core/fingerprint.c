@@ -112,8 +112,10 @@ hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, con
 hoop_result hoop__mismatch_early(hoop_comm *comm, int peer, uint16_t channel,
                                  const uint8_t *theirs) {
   static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
-  /* Another communicator's message: its receive, when posted, compares it. */
-  if (channel != comm->channel)
+  /* Another communicator's message: its receive, when posted, compares it. So does net's own
+   * message while a view's thread drives the transports: net's running call may be changing in
+   * its own thread. */
+  if (channel != comm->channel || (comm->net_caller && comm->net_caller != comm))
     return HOOP_OK;
   /* A later call's message is the peer running ahead, which is fine; so is a point-to-point
    * message, which a receive posted later takes. */

@@ -41,6 +41,7 @@ struct hoop__mem_ops;
 typedef enum hoop__hook_kind {
   HOOP__HOOK_FAIL,
   HOOP__HOOK_ABORT,
+  HOOP__HOOK_WAKE, /* wake a thread that sleeps in the transports (the transport layer's) */
   HOOP__HOOK_KINDS
 } hoop__hook_kind;
 typedef void (*hoop__hook_fn)(hoop_comm *comm);
@@ -81,6 +82,7 @@ struct hoop_comm {
   const hoop_comm *net_caller;
   int views;             /* sub-communicators alive */
   uint32_t next_channel; /* the lowest channel no communicator of this rank has used */
+  atomic_int splitting;  /* a hoop_comm_split of one of net's communicators runs */
   /* Messages diverted from their receive's place (transport/stray.c), oldest first, and how many
    * have a receive waiting for their last bytes. */
   struct hoop__stray *strays, *strays_tail;
@@ -139,7 +141,7 @@ struct hoop_comm {
    * call_lock (the thread inside a call, woken through the transport) carries it out. */
   pthread_mutex_t call_lock;
   atomic_int abort_requested;
-  int abort_done;
+  atomic_int abort_done;
   char abort_reason[512];
 
   /* HOOP_CHUNK_BYTES and HOOP_ALGO (per collective, an index in coll/tune.c's table of algorithms,
@@ -210,24 +212,28 @@ struct hoop_comm {
   size_t device_regs;       /* the user's registrations of device memory (coll/gpudirect.c) */
 };
 
-/* A buffer the user registered: [base, base + bytes), and what each transport made of it (the
- * verbs transport's ibv_mr; NULL for TCP), by its index in comm->transports. */
+/* A buffer registered on a communicator: [base, base + bytes), and what each transport made of
+ * it (the verbs transport's ibv_mr; NULL for TCP), by its index in comm->transports. The table is
+ * net's, shared by its sub-communicators (whose transports are net's), and read and changed under
+ * the net lock; owner is the communicator that registered it (its handle, its finalize). */
 typedef struct hoop__registration {
   void *base;
   size_t bytes;
   uint64_t handle;
+  const hoop_comm *owner;
   int device;             /* a user's registration of device memory */
   void *transport_mem[4]; /* HOOP__MAX_TRANSPORTS */
 } hoop__registration;
 
-/* The registration that covers all of [ptr, ptr + len), or NULL. */
+/* The registration in net's table that covers all of [ptr, ptr + len), or NULL (the transports,
+ * under the net lock). */
 const hoop__registration *hoop__registration_find(const hoop_comm *comm, const void *ptr,
                                                   size_t len);
-/* The registration that holds all of [ptr, ptr + len) if every peer's transport made something of
- * it (for device memory: mem/gdr.c found a way to register it for GPUDirect RDMA), else NULL. */
-const hoop__registration *hoop__registered_for_peers(const hoop_comm *comm, const void *ptr,
-                                                     size_t len);
-/* Deregister everything left (hoop_finalize, before the transport goes). */
+/* Whether a registration holds all of [ptr, ptr + len) and every peer of comm's transport made
+ * something of it (for device memory: mem/gdr.c found a way to register it for GPUDirect RDMA);
+ * *device (if not NULL) says whether it is a user's registration of device memory. */
+int hoop__registered_for_peers(hoop_comm *comm, const void *ptr, size_t len, int *device);
+/* Deregister everything comm registered (hoop_finalize, before the transport goes). */
 void hoop__registrations_release(hoop_comm *comm);
 /* A registration of the library's own memory (the GPUDirect path's device scratch), made with
  * call_lock held, under handle 0, which hoop_deregister refuses: HOOP_OK, or the error recorded.
@@ -296,9 +302,11 @@ static inline int hoop__world_rank(const hoop_comm *comm, int r) {
   return comm->world_of ? comm->world_of[r] : r;
 }
 /* Take and give back net's lock (a no-op while no view exists); enter wakes a holder that
- * sleeps in the transports. */
+ * sleeps in the transports (HOOP__HOOK_WAKE). yield: between two rounds of a wait, with the lock
+ * given back, let a thread that waits for it in. */
 void hoop__net_enter(hoop_comm *comm);
 void hoop__net_leave(hoop_comm *comm);
+void hoop__net_yield(hoop_comm *comm);
 /* The call a failure met in the transports belongs to: the running call of the communicator that
  * drives them (net's own, or a view's). */
 static inline const char *hoop__net_call(const hoop_comm *net, unsigned long long *seq) {

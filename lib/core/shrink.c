@@ -222,6 +222,11 @@ static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const c
                            "%s: a sub-communicator (hoop_comm_split's) cannot %s; %s the "
                            "communicator hoop_init made, then split the new one",
                            call, grow ? "grow" : "shrink", grow ? "grow" : "shrink");
+  if (comm->views > 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: finalize the %d sub-communicator%s split from this communicator "
+                           "first (they use its connections)",
+                           call, comm->views, comm->views == 1 ? "" : "s");
   pthread_mutex_lock(&comm->call_lock);
   hoop_result result = shrink_locked(comm, newcomm, call, grow);
   pthread_mutex_unlock(&comm->call_lock);
@@ -241,8 +246,10 @@ int hoop_comm_newcomers(hoop_comm *comm) {
     return 0;
   /* Read what the server sent, unless a call is running (it reads it itself). */
   if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+    hoop__net_enter(comm);
     if (!comm->failed)
       hoop__rendezvous_check(comm);
+    hoop__net_leave(comm);
     pthread_mutex_unlock(&comm->call_lock);
   }
   return atomic_load(&comm->newcomers);

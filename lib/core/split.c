@@ -114,6 +114,8 @@ static int by_key(const void *a, const void *b) {
   return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+static hoop_result split_locked(hoop_comm *comm, int color, int key, hoop_comm **newcomm);
+
 hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **newcomm) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
@@ -134,6 +136,20 @@ hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **new
     atomic_store(&net->net_shared, 1);
     pthread_mutex_unlock(&net->call_lock);
   }
+  /* The channel agreement assumes every rank makes its splits in one order: two at once in one
+   * process could pick the same channel for communicators that share a connection. */
+  int busy = 0;
+  if (!atomic_compare_exchange_strong(&net->splitting, &busy, 1))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_split: another split of this job runs in another thread; "
+                           "splits are made one at a time, in the same order on every rank");
+  hoop_result result = split_locked(comm, color, key, newcomm);
+  atomic_store(&net->splitting, 0);
+  return result;
+}
+
+static hoop_result split_locked(hoop_comm *comm, int color, int key, hoop_comm **newcomm) {
+  hoop_comm *net = hoop__net(comm);
   member mine = {color, key, (int32_t)net->next_channel};
   member *all = malloc((size_t)comm->size * sizeof *all);
   int *members = malloc((size_t)comm->size * sizeof *members);

@@ -33,6 +33,7 @@ static size_t insert_position(const hoop_comm *comm, const char *base) {
 
 const hoop__registration *hoop__registration_find(const hoop_comm *comm, const void *ptr,
                                                   size_t len) {
+  comm = comm->net;
   const char *start = ptr;
   /* Entries may overlap: look back from the last one that starts at or below ptr. Few buffers
    * are registered at once, so the walk is short. */
@@ -56,16 +57,18 @@ static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
 }
 
 /* Add [ptr, ptr + bytes) with handle (call_lock held): HOOP_OK, or the error recorded. */
-static hoop_result add(hoop_comm *comm, void *ptr, size_t bytes, uint64_t handle) {
+/* Into net's table, for owner; under the net lock. */
+static hoop_result add(hoop_comm *owner, void *ptr, size_t bytes, uint64_t handle) {
+  hoop_comm *comm = hoop__net(owner);
   if (comm->reg_count == comm->reg_capacity) {
     size_t capacity = comm->reg_capacity ? 2 * comm->reg_capacity : 8;
     hoop__registration *grown = realloc(comm->regs, capacity * sizeof *grown);
     if (!grown)
-      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
+      return hoop__set_error(owner, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
     comm->regs = grown;
     comm->reg_capacity = capacity;
   }
-  hoop__registration reg = {.base = ptr, .bytes = bytes, .handle = handle};
+  hoop__registration reg = {.base = ptr, .bytes = bytes, .handle = handle, .owner = owner};
   hoop_result result = HOOP_OK;
   for (int t = 0; t < comm->ntransports && result == HOOP_OK; t++) {
     hoop__tctx *ctx = &comm->transports[t];
@@ -74,6 +77,8 @@ static hoop_result add(hoop_comm *comm, void *ptr, size_t bytes, uint64_t handle
   }
   if (result != HOOP_OK) {
     release_transport_mem(comm, &reg);
+    if (owner != comm) /* the transports recorded it on net */
+      memcpy(owner->last_error, comm->last_error, sizeof owner->last_error);
     return result;
   }
   reg.device = handle != 0 && hoop__mem_kind_of(ptr) == HOOP__MEM_DEVICE;
@@ -99,13 +104,16 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_register: %zu bytes at %p wrap around the address space", bytes,
                            ptr);
+  hoop_comm *net = hoop__net(comm);
   pthread_mutex_lock(&comm->call_lock);
-  hoop_result result = add(comm, ptr, bytes, comm->reg_last_handle + 1);
+  hoop__net_enter(comm);
+  hoop_result result = add(comm, ptr, bytes, net->reg_last_handle + 1);
   if (result == HOOP_OK) {
-    *handle = ++comm->reg_last_handle;
+    *handle = ++net->reg_last_handle;
     HOOP__TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
                 (unsigned long long)*handle);
   }
+  hoop__net_leave(comm);
   pthread_mutex_unlock(&comm->call_lock);
   return result;
 }
@@ -121,48 +129,66 @@ static void release(hoop_comm *comm, size_t index) {
 hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
+  hoop_comm *net = hoop__net(comm);
   pthread_mutex_lock(&comm->call_lock);
+  hoop__net_enter(comm);
   hoop_result result = HOOP_OK;
   size_t i = 0;
-  while (i < comm->reg_count && comm->regs[i].handle != handle)
+  while (i < net->reg_count && (net->regs[i].handle != handle || net->regs[i].owner != comm))
     i++;
-  if (handle == 0 || i == comm->reg_count)
+  if (handle == 0 || i == net->reg_count)
     result = hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                              "hoop_deregister: handle %llu is not registered on this "
                              "communicator (never returned by hoop_register, or already "
                              "deregistered)",
                              (unsigned long long)handle);
   else
-    release(comm, i);
+    release(net, i);
+  hoop__net_leave(comm);
   pthread_mutex_unlock(&comm->call_lock);
   return result;
 }
 
-const hoop__registration *hoop__registered_for_peers(const hoop_comm *comm, const void *ptr,
-                                                     size_t len) {
+int hoop__registered_for_peers(hoop_comm *comm, const void *ptr, size_t len, int *device) {
+  hoop__net_enter(comm);
   const hoop__registration *reg = hoop__registration_find(comm, ptr, len);
   for (int p = 0; reg && p < comm->size; p++)
     if (p != comm->rank && !reg->transport_mem[comm->peer_transport[p]])
       reg = NULL;
-  return reg;
+  if (device)
+    *device = reg ? reg->device : 0;
+  hoop__net_leave(comm);
+  return reg != NULL;
 }
 
 hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes) {
-  return add(comm, ptr, bytes, 0);
+  hoop__net_enter(comm);
+  hoop_result result = add(comm, ptr, bytes, 0);
+  hoop__net_leave(comm);
+  return result;
 }
 
 void hoop__deregister_internal(hoop_comm *comm, const void *ptr) {
-  for (size_t i = 0; i < comm->reg_count; i++)
-    if (comm->regs[i].handle == 0 && comm->regs[i].base == ptr) {
-      release(comm, i);
-      return;
+  hoop_comm *net = hoop__net(comm);
+  hoop__net_enter(comm);
+  for (size_t i = 0; i < net->reg_count; i++)
+    if (net->regs[i].handle == 0 && net->regs[i].base == ptr && net->regs[i].owner == comm) {
+      release(net, i);
+      break;
     }
+  hoop__net_leave(comm);
 }
 
 void hoop__registrations_release(hoop_comm *comm) {
-  while (comm->reg_count > 0)
-    release(comm, comm->reg_count - 1);
-  free(comm->regs);
-  comm->regs = NULL;
-  comm->reg_capacity = 0;
+  hoop_comm *net = hoop__net(comm);
+  hoop__net_enter(comm);
+  for (size_t i = net->reg_count; i-- > 0;)
+    if (net->regs[i].owner == comm || comm == net)
+      release(net, i);
+  if (comm == net) {
+    free(net->regs);
+    net->regs = NULL;
+    net->reg_capacity = 0;
+  }
+  hoop__net_leave(comm);
 }

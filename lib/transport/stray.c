@@ -9,7 +9,6 @@
  * once if complete, else when its last byte is in (hoop__strays_settle, after each round of a
  * wait). Strays exist only where sub-communicators run at once; with one communicator every frame
  * finds its receive in place. */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +78,8 @@ static hoop_result deliver(hoop_comm *comm, hoop__stray *stray, void *buf, hoop_
   hoop_result result = HOOP_OK;
   if (stray->req.len > 0)
     result = hoop__mem_copy(comm, buf, stray->buf, stray->req.len);
+  if (result != HOOP_OK) /* the receive must not look complete: everyone learns of it */
+    result = hoop__fail_as_recorded(comm, result);
   req->pending = 0;
   unlink_stray(hoop__net(comm), stray);
   free(stray);
@@ -133,45 +134,4 @@ void hoop__strays_free(hoop_comm *net) {
   }
   net->strays_tail = NULL;
   net->strays_waited = 0;
-}
-
-/* ---- the net lock ------------------------------------------------------------------------------
- */
-
-void hoop__net_enter(hoop_comm *comm) {
-  hoop_comm *net = hoop__net(comm);
-  if (!atomic_load_explicit(&net->net_shared, memory_order_relaxed))
-    return;
-  if (pthread_mutex_trylock(&net->net_lock) == 0)
-    return;
-  /* The holder may sleep in the transports' poll: wake it, and it lets this thread in. */
-  atomic_fetch_add(&net->net_waiters, 1);
-  hoop__transports_wake(net);
-  pthread_mutex_lock(&net->net_lock);
-  atomic_fetch_sub(&net->net_waiters, 1);
-}
-
-void hoop__net_leave(hoop_comm *comm) {
-  hoop_comm *net = hoop__net(comm);
-  if (!atomic_load_explicit(&net->net_shared, memory_order_relaxed))
-    return;
-  pthread_mutex_unlock(&net->net_lock);
-}
-
-void hoop__net_yield(hoop_comm *comm) {
-  hoop_comm *net = hoop__net(comm);
-  if (atomic_load_explicit(&net->net_waiters, memory_order_relaxed) > 0)
-    sched_yield();
-}
-
-hoop_result hoop__net_failed(hoop_comm *comm) {
-  hoop_comm *net = hoop__net(comm);
-  if (comm->failed || net == comm || !net->failed)
-    return comm->failed;
-  comm->failed = net->failed;
-  comm->fail_origin = net->fail_origin;
-  memcpy(comm->fail_reason, net->fail_reason, sizeof comm->fail_reason);
-  memcpy(comm->fail_cause, net->fail_cause, sizeof comm->fail_cause);
-  memcpy(comm->last_error, net->fail_reason, sizeof comm->last_error);
-  return comm->failed;
 }

@@ -18,7 +18,5 @@ int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__request *req,
 hoop_result hoop__strays_settle(hoop_comm *net);
 /* At net's finalize. */
 void hoop__strays_free(hoop_comm *net);
-/* Between two rounds of a wait, with the lock given back: let a thread that waits for it in. */
-void hoop__net_yield(hoop_comm *comm);
 
 #endif /* HOOP__STRAY_H */

@@ -40,14 +40,19 @@ static hoop_result adopt(hoop_comm *comm, hoop_result result) {
 }
 
 /* The transports, for comm: under the net lock, and naming comm's call in their failures. */
-static void drive_begin(hoop_comm *comm) {
+static const hoop_comm *drive_begin(hoop_comm *comm) {
   hoop__net_enter(comm);
+  const hoop_comm *outer = hoop__net(comm)->net_caller; /* a drive inside a drive: CUDA waits */
   hoop__net(comm)->net_caller = comm;
+  return outer;
 }
 
-static void drive_end(hoop_comm *comm) {
-  hoop__net(comm)->net_caller = NULL;
+/* What went wrong is adopted before the lock goes: another thread may record over it. */
+static hoop_result drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result result) {
+  result = adopt(comm, result);
+  hoop__net(comm)->net_caller = outer;
   hoop__net_leave(comm);
+  return result;
 }
 
 /* A stamped request to its transport, as comm's rank peer; a receive first looks for a stray of
@@ -56,14 +61,13 @@ static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_
                         hoop__request *req) {
   hoop_comm *net = hoop__net(comm);
   hoop_result result;
-  drive_begin(comm);
+  const hoop_comm *outer = drive_begin(comm);
   if (is_send || !net->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
     hoop__tctx *ctx = hoop__transport_of(comm, peer);
     result = is_send ? ctx->ops->isend(ctx, req->peer, buf, len, req)
                      : ctx->ops->irecv(ctx, req->peer, buf, len, req);
   }
-  drive_end(comm);
-  return adopt(comm, result);
+  return drive_end(comm, outer, result);
 }
 
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
@@ -254,7 +258,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
   if (hoop__net_failed(comm))
     return comm->failed;
-  drive_begin(comm);
+  const hoop_comm *outer = drive_begin(comm);
   hoop_result result = hoop__check_abort(net);
   if (result == HOOP_OK && net->failed)
     result = net->failed;
@@ -263,8 +267,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
     result = progress_all(net, 0, &moved);
   if (result == HOOP_OK && net->strays_waited)
     result = hoop__strays_settle(net);
-  drive_end(comm);
-  return adopt(comm, result);
+  return drive_end(comm, outer, result);
 }
 
 /* The grace after HOOP_TIMEOUT, as a fraction of it (of at most 1 s): see hoop__wait. */
@@ -327,7 +330,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
   hoop_result result = HOOP_OK;
   /* Round by round under the net lock (views of one net may wait in several threads at once):
    * the request may be completed by any of them, reading req->pending under the lock. */
-  drive_begin(comm);
+  const hoop_comm *outer = drive_begin(comm);
   while (req->pending > 0) {
     if (until > 0 && now >= until)
       break;
@@ -343,10 +346,12 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
     if (until > 0 && until - now < left)
       left = until - now;
     int spinning = now < spin_until;
+    /* Another thread waits for the lock: no sleep holding it. */
+    int others = atomic_load_explicit(&net->net_waiters, memory_order_relaxed) > 0;
     result = progress_all(net,
-                          spinning || left <= 0 ? 0
-                          : left > 0.1          ? 100
-                                                : (int)(left * 1000) + 1,
+                          spinning || others || left <= 0 ? 0
+                          : left > 0.1                    ? 100
+                                                          : (int)(left * 1000) + 1,
                           &moved);
     if (result == HOOP_OK && net->strays_waited)
       result = hoop__strays_settle(net);
@@ -374,17 +379,17 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
       deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
     if (atomic_load_explicit(&net->net_shared, memory_order_relaxed)) {
-      drive_end(comm);
+      drive_end(comm, outer, HOOP_OK);
       hoop__net_yield(comm);
       if (spinning && !moved)
         spin_pause(comm);
-      drive_begin(comm);
+      outer = drive_begin(comm);
     } else if (spinning && !moved) {
       spin_pause(comm);
     }
   }
-  drive_end(comm);
+  result = drive_end(comm, outer, result);
   state->deadline = deadline;
   state->in_grace = in_grace;
-  return adopt(comm, result);
+  return result;
 }

@@ -189,18 +189,18 @@ void hoop__ib_forget_mem(hoop__tctx *ctx, const void *ptr, size_t bytes) {
   ib_state *state = ib_state_of(ctx);
   /* Three of the library's buffers are handed here before they are freed: the scratch, the stage
    * of device buffers (mem/stage.c) and the host memory of the IPC path's step between hosts. Only
-   * the scratch is ever registered (hoop__ib_find_mr); its registration is dropped whichever comes,
-   * which costs a registration at its next use and keeps this simple. */
-  (void)ptr;
-  (void)bytes;
-  if (state && state->scratch_mr) {
-    int err = ibv_dereg_mr(state->scratch_mr);
-    if (err != 0)
-      HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (the library's scratch): %s",
-                 strerror(err));
-  }
-  if (state) {
-    state->scratch_mr = NULL;
-    state->scratch_reg_failed = 0;
-  }
+   * net's scratch is ever registered (hoop__ib_find_mr); its registration goes when the buffer
+   * handed over overlaps it. Another buffer (a sub-communicator's, freed while net's thread may
+   * have the scratch's key out in a CTS) leaves it alone. */
+  if (!state || !state->scratch_mr)
+    return;
+  uintptr_t lo = (uintptr_t)state->scratch_mr->addr, hi = lo + state->scratch_mr->length;
+  uintptr_t from = (uintptr_t)ptr, to = from + bytes;
+  if (to <= lo || from >= hi)
+    return;
+  int err = ibv_dereg_mr(state->scratch_mr);
+  if (err != 0)
+    HOOP__WARN(HOOP_SUBSYS_NET, "ibverbs: ibv_dereg_mr (the library's scratch): %s", strerror(err));
+  state->scratch_mr = NULL;
+  state->scratch_reg_failed = 0;
 }

@@ -245,8 +245,9 @@ static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stre
       hoop_result result = take_frame(ctx, peer, stream, 0);
       if (result != HOOP_OK)
         return result;
+      head = stream->recv_head; /* the receive the frame was bound to */
       /* An empty message is complete with its header; there is nothing to read for it. */
-      if (head->len == 0 && finish_head(stream))
+      if (head && stream->recv_checked && head->len == 0 && finish_head(stream))
         return HOOP_OK;
       continue;
     } else {
@@ -274,6 +275,7 @@ static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stre
         hoop_result result = take_frame(ctx, peer, stream, got - into_header);
         if (result != HOOP_OK)
           return result;
+        head = stream->recv_head; /* the receive the frame was bound to */
       }
     } else {
       head->done += got;

@@ -83,7 +83,7 @@ static void *cuda_scratch(hoop_comm *comm, size_t bytes) {
       hoop__cuda_free(ptr);
       return NULL;
     }
-    if (!hoop__registered_for_peers(comm, ptr, bytes)) {
+    if (!hoop__registered_for_peers(comm, ptr, bytes, NULL)) {
       hoop__deregister_internal(comm, ptr);
       hoop__cuda_free(ptr);
       hoop__set_error(comm, HOOP_ERR_SYSTEM,

@@ -244,7 +244,50 @@ static void round_of_calls(group *g, size_t count, int salt) {
     for (size_t i = 0; i < count; i++)
       bad += recv[i] != value(g->world[from], i, salt);
     check(bad == 0, "%s ring shift of %zu (round %d): %zu wrong", g->name, count, salt, bad);
+    /* Empty messages travel too (their frames carry the channel), posted both ways at once. */
+    hoop_request *e[4];
+    must(comm, hoop_irecv(comm, b.recv, 0, HOOP_INT64, from, 1, &e[0]), "hoop_irecv (empty)");
+    must(comm, hoop_irecv(comm, b.recv, 0, HOOP_INT64, to, 2, &e[1]), "hoop_irecv (empty)");
+    must(comm, hoop_isend(comm, b.send, 0, HOOP_INT64, to, 1, &e[2]), "hoop_isend (empty)");
+    must(comm, hoop_isend(comm, b.send, 0, HOOP_INT64, from, 2, &e[3]), "hoop_isend (empty)");
+    for (int k = 3; k >= 0; k--)
+      must(comm, hoop_wait(e[k]), "hoop_wait (empty)");
+    check(1, "");
   }
+  /* Non-blocking calls outstanding together (the communicator's progress thread runs them),
+   * completed out of order: an allreduce into the upper half and an alltoall. */
+  for (size_t i = 0; i < count * (size_t)n; i++)
+    send[i] = value(world_rank, i, salt + 1);
+  bufs_in(&b, 0);
+  hoop_request *ar, *aa;
+  int64_t *sum = xmalloc(count * sizeof *sum), *got = xmalloc(count * (size_t)n * sizeof *got);
+  void *sum_buf = device_buffers ? devmem_put(NULL, count * sizeof *sum) : sum;
+  must(comm, hoop_iallreduce(comm, b.send, sum_buf, count, HOOP_INT64, HOOP_SUM, &ar),
+       "hoop_iallreduce");
+  must(comm, hoop_ialltoall(comm, b.send, b.recv, count, HOOP_INT64, &aa), "hoop_ialltoall");
+  must(comm, hoop_wait(aa), "hoop_wait (alltoall)");
+  must(comm, hoop_wait(ar), "hoop_wait (allreduce)");
+  bufs_out(&b);
+  memcpy(got, recv, count * (size_t)n * sizeof *got);
+  if (device_buffers) {
+    devmem_get(sum, sum_buf, count * sizeof *sum);
+    devmem_free(sum_buf);
+  }
+  bad = 0;
+  for (size_t i = 0; i < count; i++) {
+    int64_t want = 0;
+    for (int r = 0; r < n; r++)
+      want += value(g->world[r], i, salt + 1);
+    bad += sum[i] != want;
+  }
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++)
+      bad +=
+          got[(size_t)r * count + i] != value(g->world[r], (size_t)g->rank * count + i, salt + 1);
+  check(bad == 0, "%s non-blocking allreduce and alltoall of %zu (round %d): %zu wrong", g->name,
+        count, salt, bad);
+  free(sum);
+  free(got);
   bufs_free(&b);
 }
 

@@ -188,12 +188,22 @@ HOOP_API hoop_result hoop_comm_grow(hoop_comm *comm, hoop_comm **newcomm);
  * transports are the job's (those of the communicator hoop_init made). A failure of any of them
  * fails all that share the connections: comm, its sub-communicators and theirs. Finalize a
  * sub-communicator before the communicator hoop_init made (hoop_finalize refuses the latter while
- * sub-communicators are alive, as do hoop_comm_shrink and hoop_comm_grow); a sub-communicator
- * cannot shrink or grow (HOOP_ERR_UNSUPPORTED). Splits of one job's communicators are made one
- * at a time, in the same order on every rank (a split while another runs in another thread is
- * refused), at most 65535 in a job. */
+ * sub-communicators are alive). After a failure, every survivor shrinks the communicator
+ * hoop_init made first (hoop_comm_shrink), then each sub-communicator it keeps: hoop_comm_shrink on
+ * a sub-communicator gives its surviving members, in its order, as a sub-communicator of the new
+ * generation, asking nobody. A sub-communicator cannot grow (HOOP_ERR_UNSUPPORTED). Splits of one
+ * job's communicators are made one at a time, in the same order on every rank (a split while
+ * another runs in another thread is refused), at most 65535 in a job. */
 #define HOOP_SPLIT_NONE (-1)
 HOOP_API hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **newcomm);
+
+/* A sub-communicator of the n ranks of comm listed in ranks (no repeats; this rank among them), in
+ * that order, as MPI_Comm_create_group: only they call it, at the same point of their calls on
+ * comm, and the other ranks are not involved (torch.distributed's new_group). A few point-to-point
+ * messages on comm among them are its cost. Everything said of hoop_comm_split's communicators
+ * holds for it, and it counts as a split. */
+HOOP_API hoop_result hoop_comm_create_group(hoop_comm *comm, const int *ranks, int n,
+                                            hoop_comm **newcomm);
 
 /* How many newcomers wait to join comm's job, as the rendezvous server last told this rank
  * (taken when a call on comm runs, or by this call itself). */

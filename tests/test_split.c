@@ -2,11 +2,14 @@
  * (support/split_worker.c): halves, a rank left out, a split of a split, bad arguments, and a grid
  * of rows and columns running at once from two threads beside the job's own calls, over shared
  * memory and TCP, with and without the progress thread, with no connection opened by a split; and
- * the last rank killed after a split, which every survivor's row and column must report. */
+ * the last rank killed after a split, which every survivor's row and column must report; a mismatch
+ * inside a sub-communicator, which fails every communicator of the job on every rank; and the
+ * survivors of a killed rank shrinking the job's communicator, then their rows and columns. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/procs.h"
 
@@ -58,6 +61,65 @@ static void run_kill(int np, char *const env[]) {
   free(out);
 }
 
+/* A mismatch inside the even ranks' half: every rank's half and the job fail with it. */
+static void run_mismatch(int np, char *const env[]) {
+  char *out;
+  int code = procs_hooprun(np, env, "tests/split_worker", "--mismatch", NULL, &out);
+  ck_assert_msg(out != NULL, "no output from hooprun");
+  int told = procs_count(out, "the mismatch failed its half and the job");
+  if (told != np)
+    fprintf(stderr, "hooprun exit %d:\n%s\n", code, out);
+  ck_assert_msg(told == np, "%d of %d ranks saw the mismatch fail their half and the job", told,
+                np);
+  free(out);
+}
+
+START_TEST(test_mismatch_shm) {
+  run_mismatch(4, over_shm);
+}
+END_TEST
+
+START_TEST(test_mismatch_tcp) {
+  run_mismatch(4, over_tcp);
+}
+END_TEST
+
+/* The last rank killed after a split; the survivors shrink the job's communicator, then their row
+ * and column, and run every call on the new ones at once (hooprun --min-np keeps the job). */
+static void run_shrink(int np, char *const env[]) {
+  char np_text[16], min_np[16], hooprun[4096], worker[4096];
+  snprintf(np_text, sizeof np_text, "%d", np);
+  snprintf(min_np, sizeof min_np, "%d", np - 1);
+  snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
+  snprintf(worker, sizeof worker, "%s", procs_build_path("tests/split_worker"));
+  char path[] = "/tmp/hoop-split-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  char *argv[] = {hooprun, "-np",  np_text,    "--min-np", min_np, "--timeout",
+                  "10",    worker, "--shrink", "--rounds", "4",    NULL};
+  int code = procs_run(argv, env, path, 300);
+  char *out = procs_slurp(path);
+  unlink(path);
+  ck_assert_msg(out != NULL, "no output from hooprun");
+  int good = procs_count(out, " 0 failed (after the shrink)");
+  if (good != np - 1)
+    fprintf(stderr, "hooprun exit %d:\n%s\n", code, out);
+  ck_assert_msg(good == np - 1, "%d of %d survivors went on after shrinking their row and column",
+                good, np - 1);
+  free(out);
+}
+
+START_TEST(test_shrink_shm) {
+  run_shrink(6, over_shm);
+}
+END_TEST
+
+START_TEST(test_shrink_tcp) {
+  run_shrink(4, over_tcp);
+}
+END_TEST
+
 START_TEST(test_kill_shm) {
   run_kill(6, over_shm);
 }
@@ -78,7 +140,11 @@ static Suite *split_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("failures");
   tcase_set_timeout(tc, 180);
+  tcase_add_test(tc, test_mismatch_shm);
+  tcase_add_test(tc, test_mismatch_tcp);
   tcase_add_test(tc, test_kill_shm);
+  tcase_add_test(tc, test_shrink_shm);
+  tcase_add_test(tc, test_shrink_tcp);
   tcase_add_test(tc, test_kill_tcp);
   suite_add_tcase(s, tc);
   return s;

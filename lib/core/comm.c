@@ -530,6 +530,12 @@ hoop_result hoop_finalize(hoop_comm *comm) {
     return result;
   if (comm->net != comm)
     return finalize_view(comm);
+  /* The generations before and after this one on this rank forget it. */
+  if (comm->successor)
+    comm->successor->predecessor = NULL;
+  if (comm->predecessor)
+    comm->predecessor->successor = NULL;
+  free(comm->prev_rank);
   hoop__fused_free(comm);
   hoop__p2p_free(comm);
   hoop__launcher_watch_stop(comm);

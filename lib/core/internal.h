@@ -83,6 +83,11 @@ struct hoop_comm {
   int views;             /* sub-communicators alive */
   uint32_t next_channel; /* the lowest channel no communicator of this rank has used */
   atomic_int splitting;  /* a hoop_comm_split of one of net's communicators runs */
+  /* Shrinking with sub-communicators: the generation that followed this net on this rank
+   * (hoop_comm_shrink's, until it is finalized), and in that one each rank's rank before it (-1
+   * for a newcomer), so that the views of this net can follow it (hoop__view_shrink). */
+  hoop_comm *successor, *predecessor;
+  int *prev_rank;
   /* Messages diverted from their receive's place (transport/stray.c), oldest first, and how many
    * have a receive waiting for their last bytes. */
   struct hoop__stray *strays, *strays_tail;
@@ -317,6 +322,10 @@ static inline const char *hoop__net_call(const hoop_comm *net, unsigned long lon
 /* A view whose net failed takes net's failure as its own (its message, origin and code):
  * returns comm->failed. */
 hoop_result hoop__net_failed(hoop_comm *comm);
+
+/* hoop_comm_shrink on a sub-communicator (core/split.c): its members that survive in its net's
+ * successor, as a view of that one under the same channel. */
+hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm);
 
 /* Seconds on a monotonic clock. */
 double hoop__now(void);

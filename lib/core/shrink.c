@@ -217,19 +217,35 @@ static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const c
   *newcomm = NULL;
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
-  if (comm->net != comm)
+  if (comm->net != comm && grow)
     return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
-                           "%s: a sub-communicator (hoop_comm_split's) cannot %s; %s the "
+                           "%s: a sub-communicator (hoop_comm_split's) cannot grow; grow the "
                            "communicator hoop_init made, then split the new one",
-                           call, grow ? "grow" : "shrink", grow ? "grow" : "shrink");
-  if (comm->views > 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "%s: finalize the %d sub-communicator%s split from this communicator "
-                           "first (they use its connections)",
-                           call, comm->views, comm->views == 1 ? "" : "s");
+                           call);
+  if (comm->net != comm)
+    return hoop__view_shrink(comm, newcomm);
   pthread_mutex_lock(&comm->call_lock);
   hoop_result result = shrink_locked(comm, newcomm, call, grow);
   pthread_mutex_unlock(&comm->call_lock);
+  /* Sub-communicators of comm follow it on their own (hoop__view_shrink): they need to know the
+   * new generation and who each of its ranks was. Only survivors make this call, all of them. */
+  if (result == HOOP_OK && !grow) {
+    hoop_comm *next = *newcomm;
+    int32_t mine = comm->rank;
+    next->prev_rank = malloc((size_t)next->size * sizeof *next->prev_rank);
+    result = next->prev_rank ? hoop_allgather(next, &mine, next->prev_rank, 1, HOOP_INT32)
+                             : hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", call);
+    if (result != HOOP_OK) {
+      hoop__set_error(comm, result, "%s", next->last_error);
+      hoop_finalize(next);
+      *newcomm = NULL;
+      return result;
+    }
+    /* Channels the views carry over stay theirs on the new connections. */
+    next->next_channel = comm->next_channel;
+    comm->successor = next;
+    next->predecessor = comm;
+  }
   return result;
 }
 

@@ -101,6 +101,19 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
   return HOOP_OK;
 }
 
+/* From here on several channels may share net's connections, and views may run calls from other
+ * threads: the transports go under the net lock. Raised while nothing runs on net (its call lock
+ * held; with views alive it is raised already), before this rank's part of the agreement on a
+ * channel leaves: no peer can send on the new channel before it has that part. */
+static void begin_sharing(hoop_comm *net) {
+  if (atomic_load(&net->net_shared))
+    return;
+  pthread_mutex_lock(&net->call_lock);
+  atomic_store(&net->multiplexed, 1);
+  atomic_store(&net->net_shared, 1);
+  pthread_mutex_unlock(&net->call_lock);
+}
+
 /* One member of this rank's color, to sort by key, then by rank in comm. */
 typedef struct ordered {
   int32_t key;
@@ -126,16 +139,7 @@ hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **new
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_comm_split: color %d is neither >= 0 nor HOOP_SPLIT_NONE", color);
   hoop_comm *net = hoop__net(comm);
-  /* From here on several channels may share a connection, and views may run calls from other
-   * threads: the transports go under the net lock. Raised while nothing runs on net (its call
-   * lock held; with views alive it is raised already), before this rank's part of the exchange
-   * leaves: no peer can send on the new channel before it has that part. */
-  if (!atomic_load(&net->net_shared)) {
-    pthread_mutex_lock(&net->call_lock);
-    atomic_store(&net->multiplexed, 1);
-    atomic_store(&net->net_shared, 1);
-    pthread_mutex_unlock(&net->call_lock);
-  }
+  begin_sharing(net);
   /* The channel agreement assumes every rank makes its splits in one order: two at once in one
    * process could pick the same channel for communicators that share a connection. */
   int busy = 0;
@@ -188,5 +192,120 @@ static hoop_result split_locked(hoop_comm *comm, int color, int key, hoop_comm *
   free(all);
   free(members);
   free(order);
+  return result;
+}
+
+/* A tag of hoop_comm_create_group's own messages (tags are checked, not matched). */
+#define CREATE_TAG 0x53504c54 /* "SPLT" */
+
+static hoop_result create_locked(hoop_comm *comm, const int *ranks, int n, int mine,
+                                 hoop_comm **newcomm) {
+  hoop_comm *net = hoop__net(comm);
+  /* The channel: the highest next channel among the members, gathered by the first and sent back
+   * to each, with point-to-point messages on comm. */
+  uint32_t channel = net->next_channel, theirs;
+  hoop_result result = HOOP_OK;
+  if (mine == 0) {
+    for (int i = 1; i < n && result == HOOP_OK; i++)
+      if ((result = hoop_recv(comm, &theirs, 1, HOOP_UINT32, ranks[i], CREATE_TAG)) == HOOP_OK &&
+          theirs > channel)
+        channel = theirs;
+    for (int i = 1; i < n && result == HOOP_OK; i++)
+      result = hoop_send(comm, &channel, 1, HOOP_UINT32, ranks[i], CREATE_TAG);
+  } else if ((result = hoop_send(comm, &channel, 1, HOOP_UINT32, ranks[0], CREATE_TAG)) ==
+             HOOP_OK) {
+    result = hoop_recv(comm, &channel, 1, HOOP_UINT32, ranks[0], CREATE_TAG);
+  }
+  if (result != HOOP_OK)
+    return result;
+  if (channel > CHANNEL_MAX)
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "hoop_comm_create_group: the job has used all %u channels of its "
+                           "connections (one per split)",
+                           CHANNEL_MAX);
+  net->next_channel = channel + 1;
+  return make_view(comm, ranks, n, mine, (uint16_t)channel, newcomm);
+}
+
+hoop_result hoop_comm_create_group(hoop_comm *comm, const int *ranks, int n, hoop_comm **newcomm) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (!newcomm)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_comm_create_group: newcomm is NULL");
+  *newcomm = NULL;
+  if (!ranks || n < 1 || n > comm->size)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_create_group: %d ranks%s (1 to %d, this rank among them)", n,
+                           ranks ? "" : " at NULL", comm->size);
+  int mine = -1;
+  for (int i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= comm->size)
+      return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                             "hoop_comm_create_group: ranks[%d] is %d, not a rank of the %d", i,
+                             ranks[i], comm->size);
+    for (int j = 0; j < i; j++)
+      if (ranks[j] == ranks[i])
+        return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                               "hoop_comm_create_group: rank %d is listed twice", ranks[i]);
+    if (ranks[i] == comm->rank)
+      mine = i;
+  }
+  if (mine < 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_create_group: this rank (%d) is not among the ranks listed; "
+                           "only they call it",
+                           comm->rank);
+  hoop_comm *net = hoop__net(comm);
+  int busy = 0;
+  if (!atomic_compare_exchange_strong(&net->splitting, &busy, 1))
+    return hoop__set_error(
+        comm, HOOP_ERR_INVALID_ARG,
+        "hoop_comm_create_group: another split of this job runs in another "
+        "thread; splits are made one at a time, in the same order on every rank");
+  begin_sharing(net);
+  hoop_result result = create_locked(comm, ranks, n, mine, newcomm);
+  atomic_store(&net->splitting, 0);
+  return result;
+}
+
+hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm) {
+  hoop_comm *next = view->net->successor;
+  if (!next || !next->prev_rank)
+    return hoop__set_error(view, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_shrink: shrink the communicator hoop_init made first (every "
+                           "survivor calls hoop_comm_shrink on it), then its sub-communicators");
+  /* The view's members that survive, in its order, by their ranks in the new generation: every
+   * survivor knows them without asking anyone. */
+  int *members = malloc((size_t)view->size * sizeof *members);
+  if (!members)
+    return hoop__set_error(view, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
+  int n = 0, mine = -1;
+  for (int i = 0; i < view->size; i++)
+    for (int r = 0; r < next->size; r++) {
+      if (next->prev_rank[r] != view->world_of[i])
+        continue;
+      if (i == view->rank)
+        mine = n;
+      members[n++] = r;
+      break;
+    }
+  hoop_result result = HOOP_OK;
+  if (mine < 0)
+    result = hoop__set_error(view, HOOP_ERR_INVALID_ARG,
+                             "hoop_comm_shrink: this rank is not in the generation its job's "
+                             "communicator shrank to");
+  if (result == HOOP_OK)
+    begin_sharing(next);
+  /* The same channel: unique on the old connections among the views that follow, and the new
+   * generation's splits start above every channel of the old one. */
+  if (result == HOOP_OK &&
+      (result = make_view(next, members, n, mine, view->channel, newcomm)) == HOOP_OK) {
+    (*newcomm)->timeout_s = view->timeout_s;
+    (*newcomm)->check_calls = view->check_calls;
+    (*newcomm)->stall_warn_s = view->stall_warn_s;
+  }
+  if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG)
+    hoop__set_error(view, result, "%s", next->last_error);
+  free(members);
   return result;
 }

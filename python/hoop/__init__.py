@@ -166,6 +166,8 @@ _lib.hoop_allreduce_many.argtypes = [_c.c_void_p, _c.c_size_t, _PTRS, _PTRS,
                                      _c.POINTER(_c.c_size_t), _c.c_int, _c.c_int]
 _lib.hoop_iallreduce_many.argtypes = _lib.hoop_allreduce_many.argtypes + [_REQ]
 _lib.hoop_comm_split.argtypes = [_c.c_void_p, _c.c_int, _c.c_int, _c.POINTER(_c.c_void_p)]
+_lib.hoop_comm_create_group.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int), _c.c_int,
+                                        _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_shrink.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_grow.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_newcomers.argtypes = [_c.c_void_p]
@@ -637,17 +639,32 @@ class Communicator:
         view._depth = self._depth + 1
         return view
 
+    def create_group(self, ranks):
+        """A Communicator of the listed ranks of this one, in that order (hoop_comm_create_group):
+        only they call it, at the same point, as MPI_Comm_create_group (torch's new_group)."""
+        ranks = [int(r) for r in ranks]
+        handle = ctypes.c_void_p()
+        array = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+        self._check(_lib.hoop_comm_create_group(self._live("hoop_comm_create_group"), array,
+                                                len(ranks), ctypes.byref(handle)))
+        group = Communicator(_handle=handle)
+        group._depth = self._depth + 1
+        return group
+
     # -- a job that loses ranks, or takes in newcomers --
 
     def _next_generation(self, call, fn):
         handle = ctypes.c_void_p()
         self._check(fn(self._live(call), ctypes.byref(handle)))
-        return Communicator(_handle=handle)
+        successor = Communicator(_handle=handle)
+        successor._depth = self._depth  # a sub-communicator's shrink gives one of the new job's
+        return successor
 
     def shrink(self):
         """After a call failed because a rank was lost: a new Communicator of the ranks that
         survive, ranked in their old order (hoop_comm_shrink; every survivor calls it). This one
-        stays failed: finalize it, then re-broadcast the program's state from the new rank 0."""
+        stays failed: finalize it, then re-broadcast the program's state from the new rank 0.
+        Shrink the job's communicator first, then each sub-communicator (split's) to keep."""
         return self._next_generation("shrink", _lib.hoop_comm_shrink)
 
     def grow(self):

@@ -297,6 +297,16 @@ if size > 1:
     if rest is not None:
         rest.finalize()
     half.finalize()
+    # The odd ranks alone, the last first (create_group: the even ones take no part).
+    if rank % 2 == 1:
+        odd = [r for r in range(size) if r % 2 == 1][::-1]
+        group = comm.create_group(odd)
+        data = encode("int64", [rank])
+        group.allreduce(data, dtype="int64")
+        checks += 1
+        if group.rank != odd.index(rank) or decode("int64", data) != [sum(odd)]:
+            fail("create_group: rank %d, allreduce %r" % (group.rank, decode("int64", data)))
+        group.finalize()
 
 # CPU torch tensors, where torch is installed (Debian's python3-torch): every dtype torch and hoop
 # share, in place and not, blocking and not; a view that is not contiguous is refused.

@@ -9,6 +9,11 @@
  * result checked against values computed here. Sockets and shared-memory segments are counted
  * before the splits and after all of it, with every pair connected first: a split opens none.
  *
+ * --mismatch: in the even ranks' half, rank 0 calls an allreduce of another count: every rank's
+ * half and the job's communicator must fail with the mismatch, naming both sides.
+ * --shrink (under hooprun --min-np): as --kill, then every survivor shrinks the job's communicator,
+ * then its row and its column (hoop_comm_shrink on each), and runs rounds on the new ones, rows and
+ * columns at once from two threads beside the new job's calls.
  * --kill: after the grid split the last rank dies; every survivor's row and column calls must
  * fail within HOOP_TIMEOUT, naming it. --device: the buffers of every call in CUDA device memory
  * (HOOP_CUDA_LIBRARY's driver; the stand-in where there is no GPU), checked through host copies.
@@ -362,6 +367,31 @@ static void halves(hoop_comm *world) {
   round_of_calls(&p, 70001, 1);
   round_of_calls(&p, 3, 2);
   free(p.world);
+  /* The odd ranks alone, the last first (hoop_comm_create_group: the even ones take no part). */
+  if (world_rank % 2 == 1) {
+    int n = world_size / 2, *ranks = xmalloc((size_t)n * sizeof *ranks);
+    for (int i = 0; i < n; i++)
+      ranks[i] = (world_size % 2 == 0 ? world_size - 1 : world_size - 2) - 2 * i;
+    hoop_comm *odd = NULL;
+    must(world, hoop_comm_create_group(world, ranks, n, &odd), "hoop_comm_create_group");
+    group og = {0};
+    group_init(&og, odd, "odd ranks");
+    for (int i = 0; i < n; i++)
+      check(og.world[i] == ranks[i], "member %d of the odd ranks is job rank %d, not %d", i,
+            og.world[i], ranks[i]);
+    round_of_calls(&og, 1000, 4);
+    round_of_calls(&og, 7, 5);
+    must(odd, hoop_finalize(odd), "hoop_finalize (odd ranks)");
+    free(og.world);
+    free(ranks);
+  }
+  int others[2] = {(world_rank + 1) % world_size, (world_rank + 1) % world_size};
+  hoop_comm *none = (hoop_comm *)&none;
+  check(hoop_comm_create_group(world, others, 1, &none) == HOOP_ERR_INVALID_ARG && none == NULL,
+        "a group without this rank was not refused");
+  int twice[2] = {world_rank, world_rank};
+  check(hoop_comm_create_group(world, twice, 2, &none) == HOOP_ERR_INVALID_ARG,
+        "a rank listed twice was not refused");
   /* Bad arguments, refused with nothing lost. */
   hoop_comm *out = (hoop_comm *)&out;
   check(hoop_comm_split(world, -7, 0, &out) == HOOP_ERR_INVALID_ARG && out == NULL,
@@ -457,11 +487,102 @@ static int kill_last(hoop_comm *world) {
   return told == 2 ? 0 : 1;
 }
 
+/* A mismatch inside one half fails that half, the other half and the job's communicator. */
+static int mismatch(hoop_comm *world) {
+  hoop_comm *half = split(world, world_rank % 2, world_rank, NULL);
+  float buf[8] = {0};
+  hoop_result result = HOOP_OK;
+  if (world_rank % 2 == 0)
+    result = hoop_allreduce(half, buf, buf, hoop_rank(half) == 0 ? 5 : 4, HOOP_FLOAT32, HOOP_SUM);
+  double give_up = now_s() + 60;
+  while (result == HOOP_OK && now_s() < give_up) {
+    result = hoop_allreduce(half, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
+    if (result == HOOP_OK)
+      usleep(1000);
+  }
+  hoop_result job = hoop_barrier(world);
+  int told = result != HOOP_OK && job != HOOP_OK &&
+             strstr(hoop_last_error(half), "does not match") &&
+             strstr(hoop_last_error(world), "does not match");
+  if (told)
+    printf("split_worker rank %d: the mismatch failed its half and the job: %s\n", world_rank,
+           hoop_last_error(half));
+  else
+    fail("after a mismatch in a half, its half gave %s (%s), the job %s (%s)",
+         hoop_strerror(result), hoop_last_error(half), hoop_strerror(job), hoop_last_error(world));
+  hoop_finalize(half);
+  hoop_finalize(world);
+  return told ? 0 : 1;
+}
+
+/* Call on comm until it fails (the death of a rank reaches every communicator of the job). */
+static hoop_result until_it_fails(hoop_comm *comm) {
+  int64_t x = world_rank, y;
+  hoop_result result = HOOP_OK;
+  double give_up = now_s() + 60;
+  while (result == HOOP_OK && now_s() < give_up) {
+    result = hoop_allreduce(comm, &x, &y, 1, HOOP_INT64, HOOP_SUM);
+    if (result == HOOP_OK)
+      usleep(1000);
+  }
+  return result;
+}
+
+static int shrink_after_kill(hoop_comm *world, int rounds) {
+  int width = world_size % 3 == 0 ? 3 : 2, last = world_size - 1;
+  hoop_comm *row = split(world, world_rank / width, world_rank, NULL);
+  hoop_comm *col = split(world, world_rank % width, world_rank, NULL);
+  int row_size = hoop_size(row), col_size = hoop_size(col);
+  hoop_result barrier = hoop_barrier(world);
+  if (world_rank == last && barrier == HOOP_OK)
+    raise(SIGKILL);
+  check(until_it_fails(row) != HOOP_OK, "the row never failed");
+  hoop_comm *world2, *row2, *col2;
+  must(world, hoop_comm_shrink(world, &world2), "hoop_comm_shrink (the job's)");
+  must(row, hoop_comm_shrink(row, &row2), "hoop_comm_shrink (row)");
+  must(col, hoop_comm_shrink(col, &col2), "hoop_comm_shrink (column)");
+  int lost_row = world_rank / width == last / width, lost_col = world_rank % width == last % width;
+  check(hoop_size(world2) == world_size - 1, "the job shrank to %d ranks", hoop_size(world2));
+  check(hoop_size(row2) == row_size - lost_row, "the row shrank to %d of %d", hoop_size(row2),
+        row_size);
+  check(hoop_size(col2) == col_size - lost_col, "the column shrank to %d of %d", hoop_size(col2),
+        col_size);
+  /* The old ones go first: the job's refuses while its row and column live. */
+  must(row, hoop_finalize(row), "hoop_finalize (old row)");
+  must(col, hoop_finalize(col), "hoop_finalize (old column)");
+  must(world, hoop_finalize(world), "hoop_finalize (old job)");
+  group rows = {0}, cols = {0}, job = {0};
+  group_init(&rows, row2, "shrunk row");
+  group_init(&cols, col2, "shrunk column");
+  group_init(&job, world2, "shrunk job");
+  runner r = {&rows, rounds}, c = {&cols, rounds}, w = {&job, rounds / 2};
+  pthread_t rt, ct;
+  if (pthread_create(&rt, NULL, run_rounds, &r) != 0 || pthread_create(&ct, NULL, run_rounds, &c))
+    must(NULL, HOOP_ERR_SYSTEM, "pthread_create");
+  run_rounds(&w);
+  pthread_join(rt, NULL);
+  pthread_join(ct, NULL);
+  must(world2, hoop_barrier(world2), "hoop_barrier (shrunk job)");
+  printf("split_worker rank %d of %d: %ld checks, %ld failed (after the shrink)\n", world_rank,
+         world_size, (long)atomic_load(&checks), (long)atomic_load(&failures));
+  must(row2, hoop_finalize(row2), "hoop_finalize (row)");
+  must(col2, hoop_finalize(col2), "hoop_finalize (column)");
+  must(world2, hoop_finalize(world2), "hoop_finalize (job)");
+  free(rows.world);
+  free(cols.world);
+  free(job.world);
+  return atomic_load(&failures) ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-  int kill = 0, rounds = 12;
+  int kill = 0, mismatched = 0, shrink = 0, rounds = 12;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--kill") == 0)
       kill = 1;
+    else if (strcmp(argv[i], "--mismatch") == 0)
+      mismatched = 1;
+    else if (strcmp(argv[i], "--shrink") == 0)
+      shrink = 1;
     else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
       rounds = atoi(argv[++i]);
     else if (strcmp(argv[i], "--device") == 0)
@@ -478,6 +599,10 @@ int main(int argc, char **argv) {
   world_size = hoop_size(world);
   if (kill)
     return kill_last(world);
+  if (mismatched)
+    return mismatch(world);
+  if (shrink)
+    return shrink_after_kill(world, rounds);
   if (world_size >= 2)
     halves(world);
   if (world_size >= 4)

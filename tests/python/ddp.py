@@ -1,7 +1,9 @@
-"""DistributedDataParallel for a few steps, then all_reduce (async), all_gather, broadcast and
-barrier, on the backend named on the command line: tests/test_python.sh runs it with "gloo" and
-with "hoop" under hooprun and requires the same lines from both. On hoop, an unsupported call
-must raise NotImplementedError naming it.
+"""DistributedDataParallel for a few steps, then all_reduce (async), all_gather, broadcast,
+barrier, reduce, gather, scatter, isend/irecv, uneven all_to_all_single and collectives on
+new_group subsets, on the backend named on the command line: tests/test_python.sh runs it with
+"gloo" and with "hoop" under hooprun and requires the same lines from both. On hoop, reduce_scatter
+(which 1.13's gloo lacks) is checked against its sum, and an unsupported call (a receive from any
+source) must raise NotImplementedError naming it.
 """
 import sys, torch, torch.distributed as dist
 backend = sys.argv[1]
@@ -30,10 +32,52 @@ b = torch.full((3,), float(rank)); dist.broadcast(b, src=size - 1); dist.barrier
 if rank == 0: print("max", t.tolist(), "gather", [o.tolist() for o in outs], "bcast", b.tolist())
 params = torch.cat([p.detach().flatten() for p in model.parameters()])
 if rank == 0: print("params %.8f" % params.sum().item())
+# The calls of sharded, pipelined and expert-parallel training, alike on both backends.
+r = torch.arange(5.0) * (rank + 1); dist.reduce(r, dst=0)
+g_in = torch.full((2,), float(rank) + 0.5)
+g_out = [torch.empty(2) for _ in range(size)] if rank == 0 else None
+dist.gather(g_in, g_out, dst=0)
+s_out = torch.empty(3)
+dist.scatter(s_out, [torch.full((3,), 10.0 + i) for i in range(size)] if rank == 0 else None,
+             src=0)
+ring = torch.full((4,), float(rank))
+got = torch.empty(4)
+reqs = [dist.isend(ring, (rank + 1) % size), dist.irecv(got, (rank - 1) % size)]
+for q in reqs:
+    q.wait()
+# Uneven all_to_all_single: rank r sends r + 1 + d rows to rank d.
+send_splits = [rank + 1 + d for d in range(size)]
+recv_splits = [q + 1 + rank for q in range(size)]
+a_in = torch.cat([torch.full((n, 2), float(100 * rank + d)) for d, n in enumerate(send_splits)])
+a_out = torch.empty(sum(recv_splits), 2)
+dist.all_to_all_single(a_out, a_in, recv_splits, send_splits)
+# A group of all but rank 0 (when there are more than one), and one of all, used in turn.
+sub = dist.new_group(list(range(1, size))) if size > 1 else None
+whole = dist.new_group(list(range(size)))
+x = torch.full((2,), float(rank))
+if sub is not None and rank != 0:
+    dist.all_reduce(x, group=sub)
+dist.all_reduce(x, group=whole)
+if rank == 0:
+    print("reduce", r.tolist(), "gather", [o.tolist() for o in g_out])
+    print("scatter", s_out.tolist(), "ring", got.tolist())
+    print("alltoall", a_out[:, 0].tolist(), "groups", x.tolist())
 if backend == "hoop":
+    # Not in torch 1.13's gloo: reduce-scatter, checked against its sum here.
+    inputs = [torch.full((3,), float(rank + d)) for d in range(size)]
+    out = torch.empty(3)
+    dist.reduce_scatter(out, inputs)
+    want = float(sum(q + rank for q in range(size)))
+    flat_out = torch.empty(2)
+    dist._reduce_scatter_base(flat_out, torch.arange(2.0 * size) + rank)
+    flat_want = torch.tensor([float(sum(2 * rank + i + q for q in range(size))) for i in range(2)])
+    if out.tolist() != [want] * 3 or not torch.equal(flat_out, flat_want):
+        print("rank %d: reduce_scatter gave %s and %s" % (rank, out.tolist(), flat_out.tolist()))
+    elif rank == 0:
+        print("reduce_scatter ok")
     try:
-        dist.reduce(t, dst=0)
-        print("rank %d: dist.reduce did not raise" % rank)
+        dist.recv(torch.empty(1))
+        print("rank %d: a receive from any source did not raise" % rank)
     except NotImplementedError as err:
         if rank == 0:
             print("unsupported:", err)

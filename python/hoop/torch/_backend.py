@@ -6,13 +6,13 @@ torch.distributed runs on hoop by naming it:
     import torch.distributed as dist
     import hoop.torch  # registers the backend
     dist.init_process_group("hoop")
-    dist.all_reduce(tensor)                      # and broadcast, all_gather, barrier
+    dist.all_reduce(tensor)   # and every other collective, send/recv, new_group
     work = dist.all_reduce(tensor, async_op=True); work.wait()
 
 Nothing here is compiled against torch: the process group is a Python subclass of torch's
 ProcessGroup, over hoop's non-blocking calls (so the same file serves Debian's torch 1.13 and
-torch 2.x). Tensors live on the CPU, or on a GPU where libhoop takes CUDA buffers. Calls the backend does not have raise
-NotImplementedError naming the call.
+torch 2.x). Tensors live on the CPU, or on a GPU where libhoop takes CUDA buffers. The few calls
+the backend does not have raise NotImplementedError naming the call and what to use instead.
 """
 
 import datetime
@@ -147,11 +147,12 @@ _completer = _Completer()
 
 
 class ProcessGroupHoop(ProcessGroup):
-    """torch.distributed's process group over a hoop Communicator (hoop.init())."""
+    """torch.distributed's process group over a hoop Communicator: the job's (hoop.init()) for
+    the default group, a sub-communicator of it (hoop_comm_create_group) for a new_group."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, comm=None):
         super().__init__(rank, size)
-        self._comm = _shared_comm()
+        self._comm = comm if comm is not None else _shared_comm()
         if self._comm.rank != rank or self._comm.size != size:
             raise RuntimeError("hoop backend: torch.distributed says rank %d of %d, hoop's job "
                                "says rank %d of %d (start the ranks with hooprun, or give both "
@@ -181,6 +182,11 @@ class ProcessGroupHoop(ProcessGroup):
         requests = [self._comm.iallreduce(t, op=op) for t in tensors]
         return self._work(requests, tensors)
 
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "all_reduce_coalesced")
+        return self._work([self._comm.iallreduce_many(list(tensors), op=op)], tensors)
+
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         requests = [self._comm.ibroadcast(t, root=root) for t in tensors]
@@ -189,44 +195,154 @@ class ProcessGroupHoop(ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None):
         requests, copies = [], []
         for outputs, tensor in zip(output_tensors, input_tensors):
-            if len(outputs) != self.size():
-                raise ValueError("hoop backend: all_gather needs %d output tensors, got %d"
-                                 % (self.size(), len(outputs)))
+            self._check_list("all_gather", "output tensors", outputs)
             flat = torch.empty((self.size(),) + tuple(tensor.shape), dtype=tensor.dtype,
                                device=tensor.device)
             requests.append(self._comm.iallgather(tensor.contiguous(), flat))
             copies.append((outputs, flat))
-
-        def scatter_back():
-            for outputs, flat in copies:
-                for r, out in enumerate(outputs):
-                    out.copy_(flat[r])
-
-        return self._work(requests, output_tensors, scatter_back)
+        return self._work(requests, output_tensors, _scatter_back(copies))
 
     def _allgather_base(self, output, tensor, opts=None):
         return self._work([self._comm.iallgather(tensor.contiguous(), output)], [output])
 
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
+        requests = []
+        for out, inputs in zip(output_tensors, input_tensors):
+            self._check_list("reduce_scatter", "input tensors", inputs)
+            flat = torch.cat([t.reshape(-1) for t in inputs])
+            requests.append(self._comm.ireduce_scatter(flat, out, op=op))
+        return self._work(requests, output_tensors)
+
+    def _reduce_scatter_base(self, output, tensor, opts=None):
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "reduce_scatter_tensor")
+        return self._work([self._comm.ireduce_scatter(tensor.contiguous(), output, op=op)],
+                          [output])
+
+    def alltoall_base(self, output, tensor, output_split_sizes, input_split_sizes, opts=None):
+        tensor = tensor.contiguous()
+        if not output_split_sizes and not input_split_sizes:
+            return self._work([self._comm.ialltoall(tensor, output)], [output])
+        # Splits count rows (the first dimension); hoop counts elements.
+        n = self.size()
+        send_rows = list(input_split_sizes) or [tensor.shape[0] // n] * n
+        recv_rows = list(output_split_sizes) or [output.shape[0] // n] * n
+        send_row = tensor[0].numel() if tensor.dim() > 0 and tensor.shape[0] else 1
+        recv_row = output[0].numel() if output.dim() > 0 and output.shape[0] else 1
+        if tensor.dim() > 1 or output.dim() > 1:
+            send_row = tensor.numel() // max(tensor.shape[0], 1)
+            recv_row = output.numel() // max(output.shape[0], 1)
+        sendcounts = [r * send_row for r in send_rows]
+        recvcounts = [r * recv_row for r in recv_rows]
+        return self._work([self._comm.ialltoallv(tensor, sendcounts, output, recvcounts)],
+                          [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        self._check_list("all_to_all", "input tensors", input_tensors)
+        self._check_list("all_to_all", "output tensors", output_tensors)
+        send = torch.cat([t.reshape(-1) for t in input_tensors])
+        recv = torch.empty(sum(t.numel() for t in output_tensors), dtype=send.dtype,
+                           device=send.device)
+        request = self._comm.ialltoallv(send, [t.numel() for t in input_tensors], recv,
+                                        [t.numel() for t in output_tensors])
+
+        def copy_out():
+            at = 0
+            for t in output_tensors:
+                t.copy_(recv[at:at + t.numel()].view_as(t))
+                at += t.numel()
+
+        return self._work([request], output_tensors, copy_out)
+
+    def reduce(self, tensors, opts=None):
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
+        root = opts.rootRank if opts is not None else 0
+        return self._work([self._comm.ireduce(t, root=root, op=op) for t in tensors], tensors)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        tensor = input_tensors[0].contiguous()
+        if self.rank() == root:
+            self._check_list("gather", "output tensors", output_tensors[0])
+            flat = torch.empty((self.size(),) + tuple(tensor.shape), dtype=tensor.dtype,
+                               device=tensor.device)
+            request = self._comm.igather(tensor, flat, root=root)
+            return self._work([request], output_tensors,
+                              _scatter_back([(output_tensors[0], flat)]))
+        return self._work([self._comm.igather(tensor, None, root=root)], output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        out = output_tensors[0]
+        send = None
+        if self.rank() == root:
+            self._check_list("scatter", "input tensors", input_tensors[0])
+            send = torch.cat([t.reshape(-1) for t in input_tensors[0]])
+        return self._work([self._comm.iscatter(send, out, root=root)], output_tensors)
+
+    def send(self, tensors, dstRank, tag=0):
+        return self._work([self._comm.isend(t.contiguous(), dstRank, tag=tag) for t in tensors],
+                          tensors)
+
+    def recv(self, tensors, srcRank, tag=0):
+        return self._work([self._comm.irecv(t, srcRank, tag=tag) for t in tensors], tensors)
+
     def barrier(self, opts=None):
         return self._work([self._comm.ibarrier()], [])
 
+    def _check_list(self, call, what, tensors):
+        if len(tensors) != self.size():
+            raise ValueError("hoop backend: %s needs %d %s, got %d"
+                             % (call, self.size(), what, len(tensors)))
 
-def _unsupported(call):
+
+def _scatter_back(copies):
+    """Copy each row of a gathered flat tensor into its output tensor."""
+    def run():
+        for outputs, flat in copies:
+            for r, out in enumerate(outputs):
+                out.copy_(flat[r])
+    return run
+
+
+def _unsupported(call, instead):
     def refuse(self, *args, **kwargs):
-        raise NotImplementedError("hoop backend: %s is not supported (all_reduce, broadcast, "
-                                  "all_gather and barrier are)" % call)
+        raise NotImplementedError("hoop backend: %s is not supported; %s" % (call, instead))
     refuse.__name__ = call
     return refuse
 
 
-for _call in ("reduce", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base", "alltoall",
-              "alltoall_base", "send", "recv", "recv_anysource", "allreduce_coalesced",
-              "allgather_coalesced", "monitored_barrier"):
-    setattr(ProcessGroupHoop, _call, _unsupported(_call))
+for _call, _instead in (
+        ("recv_anysource", "receive from a named rank (hoop matches messages per pair, in order, "
+                           "as NCCL does)"),
+        ("allgather_coalesced", "all_gather each tensor, or all_gather_into_tensor one flat "
+                                "tensor"),
+        ("monitored_barrier", "barrier (a rank that does not come fails it within HOOP_TIMEOUT, "
+                              "naming the rank)")):
+    setattr(ProcessGroupHoop, _call, _unsupported(_call, _instead))
+
+
+# The default group takes the job's communicator; every later group (new_group) is a
+# sub-communicator of it, made by its members alone.
+_default_made = False
+
+
+def _group_comm(store, rank, size):
+    """The members of a new group learn each other's ranks in the job through the group's own
+    store (torch passes the creator none), then make the sub-communicator together."""
+    world = _shared_comm()
+    store.set("hoop/job_rank/%d" % rank, str(world.rank))
+    members = [int(store.get("hoop/job_rank/%d" % r)) for r in range(size)]
+    return world.create_group(members)
 
 
 def _create(store, rank, size, timeout, *rest):
-    return ProcessGroupHoop(store, rank, size, timeout)
+    global _default_made
+    if not _default_made:
+        _default_made = True
+        return ProcessGroupHoop(store, rank, size, timeout)
+    return ProcessGroupHoop(store, rank, size, timeout, comm=_group_comm(store, rank, size))
 
 
 if "hoop" not in dict(dist.Backend.__members__ if hasattr(dist.Backend, "__members__") else {}):

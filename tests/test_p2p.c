@@ -75,6 +75,29 @@ START_TEST(test_kill_tcp) {
 }
 END_TEST
 
+/* A receive from a stopped rank, only ever polled with hoop_test (and moved by the progress
+ * thread, or not: HOOP_ASYNC_PROGRESS=0), fails within HOOP_TIMEOUT naming it. */
+static void run_stopped(char *const env[]) {
+  char *out;
+  run_p2p(2, env, "--stopped", &out);
+  int told = procs_count(out, "polling a receive from a stopped rank failed");
+  if (told != 1)
+    fprintf(stderr, "%s\n", out);
+  ck_assert_msg(told == 1, "polling a receive from a stopped rank did not fail naming it");
+  free(out);
+}
+
+START_TEST(test_stopped_shm) {
+  run_stopped(over_shm);
+}
+END_TEST
+
+START_TEST(test_stopped_tcp_polled) {
+  static char *const env[] = {"HOOP_TRANSPORT=tcp", "HOOP_ASYNC_PROGRESS=0", NULL};
+  run_stopped(env);
+}
+END_TEST
+
 static Suite *p2p_suite(void) {
   Suite *s = suite_create("p2p");
   TCase *tc = tcase_create("messages");
@@ -87,6 +110,8 @@ static Suite *p2p_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_kill_shm);
   tcase_add_test(tc, test_kill_tcp);
+  tcase_add_test(tc, test_stopped_shm);
+  tcase_add_test(tc, test_stopped_tcp_polled);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -168,7 +168,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
       return 0;
     }
   } else if (p2p->transfer.pending) {
-    *result = hoop__progress_once(comm);
+    *result = hoop__poll_some(comm, &p2p->transfer, &p2p->waiting);
     if (*result == HOOP_OK && p2p->transfer.pending) {
       comm->call = outer;
       return 0;

@@ -281,6 +281,10 @@ typedef struct hoop__wait_state {
 } hoop__wait_state;
 hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
                             hoop__wait_state *state);
+/* One round of progress for req without sleeping (hoop_test, the progress thread), its
+ * HOOP_TIMEOUT kept in *state as hoop__wait_some keeps it: a request only ever polled still fails
+ * naming its peer once nothing has moved for the timeout. */
+hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_state *state);
 /* The same, but a zero length still travels as an empty message, so that the receiver checks
  * every length against what it posted (sizes that each pair chooses, as all-to-all's). */
 hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,

@@ -393,3 +393,39 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
   state->in_grace = in_grace;
   return result;
 }
+
+hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_state *state) {
+  if (req->pending == 0)
+    return HOOP_OK;
+  hoop_comm *net = hoop__net(comm);
+  double now = hoop__now();
+  if (!state->started) {
+    state->started = 1;
+    state->deadline = now + comm->timeout_s;
+    state->spin_until = now;
+    state->in_grace = 0;
+  }
+  const hoop_comm *outer = drive_begin(comm);
+  int moved = 0;
+  hoop_result result = hoop__check_abort(net);
+  if (result == HOOP_OK && net->failed)
+    result = net->failed;
+  if (result == HOOP_OK)
+    result = progress_all(net, 0, &moved);
+  if (result == HOOP_OK && net->strays_waited)
+    result = hoop__strays_settle(net);
+  if (result != HOOP_OK) {
+    result = req->pending == 0 ? HOOP_OK : result;
+  } else if (moved) {
+    state->deadline = now + comm->timeout_s;
+    state->in_grace = 0;
+  } else if (req->pending > 0 && now > state->deadline) {
+    hoop__tctx *ctx = &net->transports[net->peer_transport[req->peer]];
+    result = ctx->ops->timed_out(ctx, req, state->in_grace);
+    if (result == HOOP_OK) { /* the peer runs: a grace, as in hoop__wait_some */
+      state->in_grace = 1;
+      state->deadline = now + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
+    }
+  }
+  return drive_end(comm, outer, result);
+}

@@ -6,14 +6,18 @@
  *   sizes in flight to one peer, completed in scrambled order by hoop_test and hoop_wait; blocking
  *   hoop_send and hoop_recv, the even ranks sending first; messages in flight across an allreduce
  *   posted after them; argument errors.
- * Usage (under hooprun): p2p_worker [--quick] [--device] [--kill]
+ * Usage (under hooprun): p2p_worker [--quick] [--device] [--kill] [--stopped]
  *   --device: the buffers in CUDA device memory (HOOP_CUDA_LIBRARY's driver), checked through
- *   host copies. --kill: the last rank dies while the others wait to receive from it. */
+ *   host copies. --kill: the last rank dies while the others wait to receive from it.
+ *   --stopped (2 ranks): rank 1 stops (SIGSTOP) and rank 0 polls a receive from it with
+ *   hoop_test, which must fail within HOOP_TIMEOUT naming it; rank 0 then kills it. */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "devmem.h"
 #include "hoop.h"
@@ -295,8 +299,45 @@ static int kill_last(void) {
   return 0;
 }
 
+/* --stopped: a receive only ever polled (hoop_test, and the progress thread) from a rank that
+ * stopped still fails within HOOP_TIMEOUT, naming it. */
+static int stopped_peer(void) {
+  int32_t pid = (int32_t)getpid();
+  if (rank == 1) {
+    must(hoop_send(comm, &pid, 1, HOOP_INT32, 0, 0), "hoop_send");
+    raise(SIGSTOP);
+    return 0;
+  }
+  must(hoop_recv(comm, &pid, 1, HOOP_INT32, 1, 0), "hoop_recv");
+  char buf[8];
+  hoop_request *req;
+  must(hoop_irecv(comm, buf, sizeof buf, HOOP_UINT8, 1, 0, &req), "hoop_irecv");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int done = 0;
+  hoop_result result = HOOP_OK;
+  double took = 0;
+  while (!done && result == HOOP_OK && took < 120) {
+    result = hoop_test(req, &done);
+    usleep(2000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  }
+  kill((pid_t)pid, SIGKILL);
+  if (result == HOOP_OK || !strstr(hoop_last_error(comm), "rank 1")) {
+    fprintf(stderr, "rank 0 FAIL: polling a receive from a stopped rank gave %s after %.1f s: %s\n",
+            hoop_strerror(result), took, hoop_last_error(comm));
+    return 1;
+  }
+  printf("p2p_worker rank 0: polling a receive from a stopped rank failed after %.1f s naming "
+         "rank 1: %s\n",
+         took, hoop_last_error(comm));
+  hoop_finalize(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  int quick = 0, kill = 0;
+  int quick = 0, kill = 0, stopped = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
@@ -304,6 +345,8 @@ int main(int argc, char **argv) {
       device_buffers = 1;
     else if (strcmp(argv[i], "--kill") == 0)
       kill = 1;
+    else if (strcmp(argv[i], "--stopped") == 0)
+      stopped = 1;
   }
   char why[256];
   if (device_buffers && devmem_init(why, sizeof why) != 0) {
@@ -315,6 +358,8 @@ int main(int argc, char **argv) {
   nranks = hoop_size(comm);
   if (kill)
     return kill_last();
+  if (stopped && nranks == 2)
+    return stopped_peer();
   if (nranks > 1) {
     for (int d = 0; d < HOOP_DTYPE_COUNT; d++)
       for (size_t c = 0; c < NCOUNTS; c++)

@@ -130,6 +130,41 @@ check(torch.equal(out, want), "allgather uneven: %s" % out.tolist())
 out = hvd.synchronize(hvd.allgather_async(torch.tensor([float(rank)] * 2)))
 check(out.tolist() == [float(r) for r in range(size) for _ in range(2)], "allgather_async")
 
+# ---- alltoall with splits, and equal shares -----------------------------------------------------
+# Rank r sends (r + d) % 3 rows of [100 r + d, ...] to rank d.
+splits = [(rank + d) % 3 for d in range(size)]
+rows = torch.cat([torch.full((n, 2), 100 * rank + d, dtype=torch.float64)
+                  for d, n in enumerate(splits)])
+out, received = hvd.alltoall(rows, splits=torch.tensor(splits))
+want_counts = [(q + rank) % 3 for q in range(size)]
+want = torch.cat([torch.full((n, 2), 100 * q + rank, dtype=torch.float64)
+                  for q, n in enumerate(want_counts)])
+check(received.tolist() == want_counts and torch.equal(out, want),
+      "alltoall with splits: %s, %s" % (received.tolist(), out.tolist()))
+even = torch.arange(2 * size, dtype=torch.int32) + 1000 * rank
+got = hvd.alltoall(even)
+check(got.tolist() == [1000 * q + 2 * rank + i for q in range(size) for i in range(2)],
+      "alltoall equal: %s" % got.tolist())
+
+# ---- reducescatter: rows shared out, the first ranks one more -------------------------------------
+for n_rows in (2 * size, 2 * size + 1):
+    t = torch.arange(n_rows * 3, dtype=torch.float32).reshape(n_rows, 3) + rank
+    got = hvd.reducescatter(t, op=hvd.Sum)
+    first = sum(n_rows // size + (1 if q < n_rows % size else 0) for q in range(rank))
+    mine = n_rows // size + (1 if rank < n_rows % size else 0)
+    want = (torch.arange(n_rows * 3, dtype=torch.float32).reshape(n_rows, 3) * size +
+            size * (size - 1) / 2)[first:first + mine]
+    check(torch.equal(got, want), "reducescatter of %d rows: %s" % (n_rows, got.tolist()))
+avg = hvd.reducescatter(torch.full((size, 2), float(rank)))
+check(avg.tolist() == [[(size - 1) / 2] * 2], "reducescatter average: %s" % avg.tolist())
+outs = hvd.grouped_reducescatter([torch.ones(size, 1), torch.full((size,), 2.0)], op=hvd.Sum)
+check(outs[0].tolist() == [[float(size)]] and outs[1].tolist() == [2.0 * size],
+      "grouped_reducescatter: %s" % [o.tolist() for o in outs])
+gathered = hvd.grouped_allgather([torch.tensor([rank]), torch.full((1, 2), rank)])
+check(gathered[0].tolist() == list(range(size)) and
+      gathered[1].tolist() == [[r, r] for r in range(size)],
+      "grouped_allgather: %s" % [g.tolist() for g in gathered])
+
 # ---- objects ------------------------------------------------------------------------------------
 obj = hvd.broadcast_object({"rank": rank, "t": torch.arange(3) + rank}, root_rank=size - 1)
 check(obj["rank"] == size - 1 and obj["t"].tolist() == [size - 1, size, size + 1],
@@ -258,7 +293,7 @@ hvd.barrier()
 # ---- what hoop does not have says so ------------------------------------------------------------
 for call, words in ((lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), "Adasum"),
                     (lambda: hvd.allreduce(torch.ones(2), process_set=object()), "process sets"),
-                    (lambda: hvd.alltoall(torch.ones(2)), "alltoall"),
+                    (lambda: hvd.add_process_set([0]), "process sets"),
                     (lambda: hvd.elastic.run, "elastic")):
     try:
         call()

@@ -15,8 +15,8 @@ also registers the torch.distributed backend "hoop" (``dist.init_process_group("
 Everything runs over hoop's non-blocking collectives: an ``*_async`` call returns a handle at once
 and the collective runs on hoop's progress thread while Python computes. Tensors live on the CPU,
 or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(): ranks of one host read each
-other's GPU memory by CUDA IPC, other ranks stage through host memory). What Horovod has and hoop does not (Adasum, process sets, elastic training, alltoall,
-reducescatter) raises an error naming it.
+other's GPU memory by CUDA IPC, other ranks stage through host memory). What Horovod has and hoop
+does not (Adasum, process sets, elastic training) raises an error naming it.
 
 Failing well: ``broadcast_parameters``, ``broadcast_optimizer_state`` and ``DistributedOptimizer``
 check that every rank has the same tensor names, shapes and dtypes, and otherwise raise
@@ -26,7 +26,7 @@ a rank that dies becomes ``hoop.PeerLost`` naming it.
 
 The package is split by responsibility: _ops (op names, the process set), _compression, _job
 (init, rank, size; the one module that holds the communicator), _handles (poll, synchronize),
-_collectives (allreduce, broadcast, allgather, barrier), _objects, _params (broadcast_parameters,
+_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects, _params (broadcast_parameters,
 broadcast_optimizer_state, the same-model check), _optimizer (DistributedOptimizer), _join, and
 _backend (the torch.distributed backend). This module re-exports their public names.
 """
@@ -39,16 +39,18 @@ from ._compression import (BF16Compressor, Compression, Compressor,  # noqa: F40
                            FP16Compressor, NoneCompressor)
 from ._job import init, is_initialized, local_rank, local_size, rank, shutdown, size
 # Horovod's names that hoop answers with False, or refuses with hoop.Unsupported naming them.
-from ._job import (add_process_set, alltoall, alltoall_async, ccl_built, cross_rank,  # noqa: F401
-                   cross_size, cuda_built, ddl_built, elastic, gloo_built, gloo_enabled,
-                   mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, reducescatter,
-                   reducescatter_async, remove_process_set, rocm_built, start_timeline,
-                   stop_timeline)
+from ._job import (add_process_set, ccl_built, cross_rank, cross_size,  # noqa: F401
+                   cuda_built, ddl_built, elastic, gloo_built, gloo_enabled, mpi_built,
+                   mpi_enabled, mpi_threads_supported, nccl_built, remove_process_set, rocm_built,
+                   start_timeline, stop_timeline)
 from ._handles import poll, synchronize
 from ._collectives import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
-                           allreduce_async_, barrier, broadcast, broadcast_, broadcast_async,
-                           broadcast_async_, grouped_allreduce, grouped_allreduce_,
-                           grouped_allreduce_async, grouped_allreduce_async_)
+                           allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
+                           broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
+                           grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
+                           grouped_allreduce_async, grouped_allreduce_async_,
+                           grouped_reducescatter, grouped_reducescatter_async, reducescatter,
+                           reducescatter_async)
 from ._objects import allgather_object, broadcast_object
 from ._params import broadcast_optimizer_state, broadcast_parameters
 from ._optimizer import DistributedOptimizer
@@ -58,7 +60,9 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
-    "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "allgather_async", "grouped_allgather", "grouped_allgather_async", "alltoall",
+    "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "synchronize", "poll", "barrier", "join", "broadcast_parameters", "broadcast_optimizer_state",
     "broadcast_object", "allgather_object", "DistributedOptimizer", "Compression", "Average", "Sum",
     "Min", "Max", "Product", "Adasum", "HoopError", "Aborted", "PeerLost", "Mismatch", "Timeout",

@@ -1,5 +1,8 @@
 """hoop.torch: the collectives on tensors (allreduce, grouped_allreduce, broadcast, allgather,
-barrier), blocking and asynchronous, in place or into a new tensor."""
+grouped_allgather, alltoall, reducescatter, grouped_reducescatter, barrier), blocking and
+asynchronous, in place or into a new tensor."""
+
+import math
 
 import torch
 
@@ -203,3 +206,115 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def barrier(process_set=global_process_set):
     _process_set(process_set, "hvd.barrier")
     _live("hvd.barrier").barrier()
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Start an allgather of each tensor; synchronize(handle) returns the list of results."""
+    handles = [allgather_async(t, name, process_set) for t in tensors]
+    return _post([], None, lambda: [synchronize(h) for h in handles])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Start sending rows of tensor to every rank: splits[r] rows (first dimension) to rank r,
+    equal shares without splits. synchronize(handle) returns the rows received, concatenated in
+    rank order, and (with splits) how many came from each rank."""
+    call = "hvd.alltoall_async"
+    _process_set(process_set, call)
+    comm = _live(call)
+    _checked(tensor, call)
+    src = tensor.detach().contiguous()
+    if src.dim() == 0:
+        raise ValueError("%s: a tensor of at least one dimension is needed" % call)
+    n = comm.size
+    if splits is None:
+        if src.shape[0] % n:
+            raise ValueError("%s: %d rows do not divide among %d ranks; give splits"
+                             % (call, src.shape[0], n))
+        send_rows = [src.shape[0] // n] * n
+    else:
+        send_rows = [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor)
+                                      else splits)]
+        if len(send_rows) != n or min(send_rows) < 0 or sum(send_rows) != src.shape[0]:
+            raise ValueError("%s: splits %s must give each of the %d ranks a count of rows, "
+                             "%d in all" % (call, send_rows, n, src.shape[0]))
+    # How many rows come from each rank: a small all-to-all first.
+    theirs = torch.empty(n, dtype=torch.int64)
+    comm.alltoall(torch.tensor(send_rows, dtype=torch.int64), theirs)
+    recv_rows = theirs.tolist()
+    row = math.prod(src.shape[1:])  # elements per row (1 for one dimension)
+    out = src.new_empty((sum(recv_rows),) + tuple(src.shape[1:]))
+    request = comm.ialltoallv(src, [r * row for r in send_rows], out, [r * row for r in recv_rows])
+    received = torch.tensor(recv_rows, dtype=torch.int32)
+    return _post([request], None, lambda: (out, received))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Rows of tensor to every rank (see alltoall_async): the rows received, and with splits the
+    count from each rank, as Horovod returns them."""
+    out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return out if splits is None else (out, received)
+
+
+def reducescatter_async(tensor, name=None, op=None, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Start reducing tensor over the ranks (default Average) and scattering the result along
+    the first dimension: rank r gets its share of the rows, the first (rows % size) ranks one
+    more. synchronize(handle) returns this rank's rows."""
+    call = "hvd.reducescatter_async"
+    op = _op(None, op, call)
+    _process_set(process_set, call)
+    comm = _live(call)
+    _checked(tensor, call)
+    src = tensor.detach().clone(memory_format=torch.contiguous_format)
+    if src.dim() == 0:
+        raise ValueError("%s: a tensor of at least one dimension is needed" % call)
+    n, rows = comm.size, src.shape[0]
+    counts = [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+    widest = max(counts)
+    rest = tuple(src.shape[1:])
+    _scaled(src, prescale_factor)
+    if widest * n != rows:  # equal blocks for hoop: each rank's rows padded to the widest
+        padded = src.new_zeros((widest * n,) + rest)
+        at = 0
+        for r, c in enumerate(counts):
+            padded[r * widest:r * widest + c] = src[at:at + c]
+            at += c
+        src = padded
+    out = src.new_empty((widest,) + rest)
+    request = comm.ireduce_scatter(src, out, op=op)
+    mine = counts[comm.rank]
+
+    def finish():
+        return _scaled(out[:mine].clone() if mine != widest else out, postscale_factor)
+
+    return _post([request], None, finish)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=None,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """This rank's rows of tensor reduced over the ranks (default Average)."""
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                          postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=None, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    handles = [reducescatter_async(t, name, op, process_set, prescale_factor, postscale_factor)
+               for t in tensors]
+    return _post([], None, lambda: [synchronize(h) for h in handles])
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=None,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    pairs = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([c for c, _ in pairs], name, op, process_set,
+                                                   prescale_factor, postscale_factor))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
+

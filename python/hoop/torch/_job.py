@@ -84,11 +84,7 @@ def _unsupported(name, why):
     return refuse
 
 
-for _name, _why in (("alltoall", "hoop has allreduce, allgather, broadcast and barrier"),
-                    ("alltoall_async", "hoop has allreduce, allgather, broadcast and barrier"),
-                    ("reducescatter", "hoop has allreduce, allgather, broadcast and barrier"),
-                    ("reducescatter_async", "hoop has allreduce, allgather, broadcast and barrier"),
-                    ("add_process_set", "process sets are not supported"),
+for _name, _why in (("add_process_set", "process sets are not supported"),
                     ("remove_process_set", "process sets are not supported"),
                     ("cross_rank", "hoop does not number hosts"),
                     ("cross_size", "hoop does not number hosts"),

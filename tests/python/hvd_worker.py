@@ -165,6 +165,34 @@ check(gathered[0].tolist() == list(range(size)) and
       gathered[1].tolist() == [[r, r] for r in range(size)],
       "grouped_allgather: %s" % [g.tolist() for g in gathered])
 
+# ---- process sets: the even ranks, and all but the last (sub-communicators of the job's) ---------
+if size > 1:
+    evens = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
+    firsts = hvd.add_process_set(hvd.ProcessSet(range(size - 1)))
+    check(evens.included() == (rank % 2 == 0) and firsts.size() == size - 1,
+          "process sets: %r %r" % (evens, firsts))
+    if evens.included():
+        t = hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum, process_set=evens)
+        b = hvd.broadcast(torch.tensor([rank]), root_rank=evens.size() - 1, process_set=evens)
+        o = hvd.broadcast_object("from %d" % rank, root_rank=0, process_set=evens)
+        check(t.item() == sum(evens.ranks) and b.item() == evens.ranks[-1] and o == "from 0",
+              "collectives on the even ranks: %s %s %r" % (t.tolist(), b.tolist(), o))
+    else:
+        try:
+            hvd.allreduce(torch.ones(1), process_set=evens)
+            check(False, "a call on a process set without this rank was accepted")
+        except hvd.InvalidArgument as err:
+            check("not in" in str(err), "outside a process set: %s" % err)
+    if firsts.included():
+        h = hvd.allreduce_async(torch.tensor([1.0]), op=hvd.Sum, process_set=firsts)
+        g = hvd.allgather(torch.tensor([rank]), process_set=firsts)
+        rs = hvd.reducescatter(torch.ones(size - 1, 2), op=hvd.Sum, process_set=firsts)
+        check(hvd.synchronize(h).item() == size - 1 and g.tolist() == firsts.ranks and
+              rs.tolist() == [[float(size - 1)] * 2],
+              "collectives on all but the last rank: %s %s" % (g.tolist(), rs.tolist()))
+    check(hvd.remove_process_set(evens) and hvd.remove_process_set(firsts) and
+          not hvd.remove_process_set(evens), "remove_process_set")
+
 # ---- objects ------------------------------------------------------------------------------------
 obj = hvd.broadcast_object({"rank": rank, "t": torch.arange(3) + rank}, root_rank=size - 1)
 check(obj["rank"] == size - 1 and obj["t"].tolist() == [size - 1, size, size + 1],
@@ -292,8 +320,10 @@ hvd.barrier()
 
 # ---- what hoop does not have says so ------------------------------------------------------------
 for call, words in ((lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), "Adasum"),
-                    (lambda: hvd.allreduce(torch.ones(2), process_set=object()), "process sets"),
-                    (lambda: hvd.add_process_set([0]), "process sets"),
+                    (lambda: hvd.allreduce(torch.ones(2), process_set=object()),
+                     "not a process set"),
+                    (lambda: hvd.allreduce(torch.ones(2), process_set=hvd.ProcessSet([0])),
+                     "not registered"),
                     (lambda: hvd.elastic.run, "elastic")):
     try:
         call()

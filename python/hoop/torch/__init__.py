@@ -16,7 +16,8 @@ Everything runs over hoop's non-blocking collectives: an ``*_async`` call return
 and the collective runs on hoop's progress thread while Python computes. Tensors live on the CPU,
 or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(): ranks of one host read each
 other's GPU memory by CUDA IPC, other ranks stage through host memory). What Horovod has and hoop
-does not (Adasum, process sets, elastic training) raises an error naming it.
+does not (Adasum, elastic training) raises an error naming it. Process sets are sub-communicators
+of the job's, running at the same time as the job's calls.
 
 Failing well: ``broadcast_parameters``, ``broadcast_optimizer_state`` and ``DistributedOptimizer``
 check that every rank has the same tensor names, shapes and dtypes, and otherwise raise
@@ -24,7 +25,7 @@ check that every rank has the same tensor names, shapes and dtypes, and otherwis
 one rank makes every other rank's next hoop call raise ``hoop.Aborted`` ("aborted by rank R: ...");
 a rank that dies becomes ``hoop.PeerLost`` naming it.
 
-The package is split by responsibility: _ops (op names, the process set), _compression, _job
+The package is split by responsibility: _ops (op names), _sets (process sets), _compression, _job
 (init, rank, size; the one module that holds the communicator), _handles (poll, synchronize),
 _collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects, _params (broadcast_parameters,
 broadcast_optimizer_state, the same-model check), _optimizer (DistributedOptimizer), _join, and
@@ -39,10 +40,10 @@ from ._compression import (BF16Compressor, Compression, Compressor,  # noqa: F40
                            FP16Compressor, NoneCompressor)
 from ._job import init, is_initialized, local_rank, local_size, rank, shutdown, size
 # Horovod's names that hoop answers with False, or refuses with hoop.Unsupported naming them.
-from ._job import (add_process_set, ccl_built, cross_rank, cross_size,  # noqa: F401
-                   cuda_built, ddl_built, elastic, gloo_built, gloo_enabled, mpi_built,
-                   mpi_enabled, mpi_threads_supported, nccl_built, remove_process_set, rocm_built,
-                   start_timeline, stop_timeline)
+from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: F401
+                   elastic, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
+                   mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
+from ._sets import ProcessSet, add_process_set, remove_process_set
 from ._handles import poll, synchronize
 from ._collectives import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                            allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
@@ -66,7 +67,8 @@ __all__ = [
     "synchronize", "poll", "barrier", "join", "broadcast_parameters", "broadcast_optimizer_state",
     "broadcast_object", "allgather_object", "DistributedOptimizer", "Compression", "Average", "Sum",
     "Min", "Max", "Product", "Adasum", "HoopError", "Aborted", "PeerLost", "Mismatch", "Timeout",
-    "ProcessGroupHoop", "global_process_set",
+    "ProcessGroupHoop", "global_process_set", "ProcessSet", "add_process_set",
+    "remove_process_set",
 ]
 
 # What Horovod raises where hoop does too (for `except hvd.HorovodInternalError`).

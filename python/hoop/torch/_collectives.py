@@ -9,9 +9,10 @@ import torch
 from .. import Mismatch, Unsupported
 from ._compression import Compression
 from ._handles import _post, synchronize
-from ._job import _live, _root
+from ._job import _root
 from ._objects import _allgather_object
-from ._ops import _op, _process_set, global_process_set
+from ._ops import _op, global_process_set
+from ._sets import _process_set
 
 
 def _checked(tensor, call):
@@ -39,8 +40,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Start an in-place allreduce of tensor; returns a handle for synchronize() or poll()."""
     call = "hvd.allreduce_async_"
     op = _op(average, op, call)
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     _checked(tensor, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     _scaled(buf, prescale_factor)
@@ -84,8 +84,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     """Start one fused allreduce of a list of tensors (in place, one dtype)."""
     call = "hvd.grouped_allreduce_async_"
     op = _op(average, op, call)
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     bufs = [_checked(t, call) if t.is_contiguous() else t.contiguous() for t in tensors]
     for b in bufs:
         _scaled(b, prescale_factor)
@@ -126,8 +125,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Start an in-place broadcast of root_rank's tensor; returns a handle."""
     call = "hvd.broadcast_async_"
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     _checked(tensor, call)
     _root(root_rank, comm, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
@@ -174,8 +172,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start gathering every rank's tensor, concatenated along the first dimension (which may
     differ between ranks); synchronize(handle) returns the result."""
     call = "hvd.allgather_async"
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     _checked(tensor, call)
     src = tensor.detach().contiguous()
     if src.dim() == 0:
@@ -204,8 +201,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def barrier(process_set=global_process_set):
-    _process_set(process_set, "hvd.barrier")
-    _live("hvd.barrier").barrier()
+    _process_set(process_set, "hvd.barrier").barrier()
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -223,8 +219,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     equal shares without splits. synchronize(handle) returns the rows received, concatenated in
     rank order, and (with splits) how many came from each rank."""
     call = "hvd.alltoall_async"
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     _checked(tensor, call)
     src = tensor.detach().contiguous()
     if src.dim() == 0:
@@ -266,8 +261,7 @@ def reducescatter_async(tensor, name=None, op=None, process_set=global_process_s
     more. synchronize(handle) returns this rank's rows."""
     call = "hvd.reducescatter_async"
     op = _op(None, op, call)
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     _checked(tensor, call)
     src = tensor.detach().clone(memory_format=torch.contiguous_format)
     if src.dim() == 0:

@@ -6,7 +6,6 @@ The others ask _live() for it, never keep a copy of their own.
 
 from .. import InvalidArgument, Unsupported, _shared_comm
 from . import _handles
-from ._ops import _process_set
 
 
 _comm = None
@@ -18,10 +17,12 @@ def init(comm=None, process_sets=None):
     if comm is not None:
         raise Unsupported("hvd.init: an MPI communicator is not supported by hoop (start the "
                           "ranks with hooprun)", Unsupported.code)
-    if process_sets:
-        _process_set(process_sets, "hvd.init")
     if _comm is None or _comm._handle is None:
         _comm = _shared_comm()
+    if process_sets:
+        from ._sets import add_process_set
+        for process_set in process_sets:
+            add_process_set(process_set)
 
 
 def shutdown():
@@ -29,6 +30,8 @@ def shutdown():
     global _comm
     if _comm is not None:
         _handles._handles.clear()
+        from ._sets import _forget_all
+        _forget_all()
         _comm.finalize()
         _comm = None
 
@@ -84,9 +87,7 @@ def _unsupported(name, why):
     return refuse
 
 
-for _name, _why in (("add_process_set", "process sets are not supported"),
-                    ("remove_process_set", "process sets are not supported"),
-                    ("cross_rank", "hoop does not number hosts"),
+for _name, _why in (("cross_rank", "hoop does not number hosts"),
                     ("cross_size", "hoop does not number hosts"),
                     ("start_timeline", "use HOOP_TRACE=FILE for a Chrome trace"),
                     ("stop_timeline", "use HOOP_TRACE=FILE for a Chrome trace")):

@@ -4,15 +4,15 @@ import pickle
 
 import torch
 
-from ._job import _live, _root
-from ._ops import _process_set, global_process_set
+from ._job import _root
+from ._ops import global_process_set
+from ._sets import _process_set
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's obj (anything pickle takes, tensors included), on every rank."""
     call = "hvd.broadcast_object"
-    _process_set(process_set, call)
-    comm = _live(call)
+    comm = _process_set(process_set, call)
     _root(root_rank, comm, call)
     if comm.rank == root_rank:
         data = bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
@@ -29,8 +29,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """A list of every rank's obj, in rank order."""
     call = "hvd.allgather_object"
-    _process_set(process_set, call)
-    return _allgather_object(obj, _live(call))
+    return _allgather_object(obj, _process_set(process_set, call))
 
 
 def _allgather_object(obj, comm):

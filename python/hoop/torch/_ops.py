@@ -1,6 +1,6 @@
-"""hoop.torch: Horovod's op names, and the one process set hoop has.
+"""hoop.torch: Horovod's op names and the global process set (the others are in _sets).
 
-The checks every call makes of its op, average and process_set arguments live here too.
+The checks every call makes of its op and average arguments live here too.
 """
 
 from .. import InvalidArgument, Unsupported
@@ -15,7 +15,7 @@ Adasum = "adasum"
 
 
 class _GlobalProcessSet:
-    """Horovod's process set of all ranks, the only one hoop has."""
+    """Horovod's process set of all ranks."""
 
     def __repr__(self):
         return "global_process_set"
@@ -36,9 +36,3 @@ def _op(average, op, call):
         raise InvalidArgument("%s: unknown op %r (hvd.Average, Sum, Min, Max or Product)"
                               % (call, op), InvalidArgument.code)
     return op
-
-
-def _process_set(process_set, call):
-    if process_set is not None and process_set is not global_process_set:
-        raise Unsupported("%s: process sets are not supported by hoop (every call runs on all "
-                          "ranks)" % call, Unsupported.code)

@@ -11,9 +11,9 @@ import torch
 from .. import InvalidArgument, Unsupported
 from ._collectives import _checked, _scaled
 from ._compression import Compression
-from ._job import _live
-from ._ops import Average, Sum, _op, _process_set, global_process_set
+from ._ops import Average, Sum, _op, global_process_set
 from ._params import _check_same, _optimizer_entries
+from ._sets import _process_set
 
 
 # The DistributedOptimizers of this process as they synchronized, latest last (weak references):
@@ -34,10 +34,10 @@ class _DistributedMixin:
     """What DistributedOptimizer adds to the user's optimizer class (see there)."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups, sparse_as_dense):
+                 gradient_predivide_factor, groups, sparse_as_dense, comm):
         super().__init__(params)
         call = "hvd.DistributedOptimizer"
-        self._comm = _live(call)
+        self._comm = comm  # the job's, or a process set's
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         if op not in (Average, Sum):
@@ -262,10 +262,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     waits for them, then steps. Buckets are fixed and go out in one order on every rank, so no
     coordinator is needed. The result is an instance of the optimizer's own class."""
     call = "hvd.DistributedOptimizer"
-    _process_set(process_set, call)
+    comm = _process_set(process_set, call)
     if groups is None and num_groups:
         groups = num_groups
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedMixin, base), {"__module__": base.__module__})
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, sparse_as_dense)
+               op, gradient_predivide_factor, groups, sparse_as_dense, comm)

@@ -7,8 +7,9 @@
 #   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
 #   on every rank within 5 s; a killed rank is PeerLost naming it;
 # - examples/torch, short runs: the Horovod program on 4 ranks ends with the parameters of 1 rank
-#   at the same global batch (1e-5), and the torch.distributed program prints the same loss lines
-#   on gloo and on hoop.
+#   at the same global batch (1e-5), the torch.distributed program prints the same loss lines
+#   on gloo and on hoop, and so does the sharded trainer (sharded_mnist.py: parameters gathered,
+#   gradients reduce-scattered), whose 4 ranks end within 1e-5 of 1 rank's parameters.
 # Skipped (77) without python3 or torch or Debian's dataset-fashion-mnist (the examples only), and
 # under the sanitizers (an ASan-built libhoop cannot load into a python that is not).
 set -u
@@ -89,5 +90,27 @@ if [ -z "$gloo" ] || [ "$gloo" != "$hoop" ]; then
   status=1
 else
   echo "dist_mnist.py: the same loss lines on gloo and on hoop:"; echo "$hoop"
+fi
+# The sharded trainer (ZeRO-3's pattern: all_gather_into_tensor, reduce_scatter_tensor): 4 ranks
+# on hoop and on gloo print the same loss lines and end within 1e-5 of 1 rank's parameters.
+sharded="--global-batch 128 --hidden 256 --steps 20"
+for run in "4 hoop" "4 gloo" "1 hoop"; do
+  set -- $run
+  "$hooprun" -np "$1" --timeout 120 "$python" "$ex/sharded_mnist.py" --backend "$2" $sharded \
+    --save "$tmp/sharded-$1-$2.pt" >"$tmp/sharded-$1-$2.log" 2>&1 || {
+    echo "FAIL: sharded_mnist.py on $1 ranks, $2:"; tail -20 "$tmp/sharded-$1-$2.log"; status=1; }
+done
+gloo=$(grep -E '\] epoch [0-9]+ loss' "$tmp/sharded-4-gloo.log")
+hoop=$(grep -E '\] epoch [0-9]+ loss' "$tmp/sharded-4-hoop.log")
+if [ -z "$hoop" ] || [ "$gloo" != "$hoop" ]; then
+  echo "FAIL: sharded_mnist.py's loss lines differ:"; echo "gloo: $gloo"; echo "hoop: $hoop"; status=1
+elif [ -f "$tmp/sharded-1-hoop.pt" ]; then
+  diff=$("$python" -c 'import sys, torch
+a = torch.load(sys.argv[1])
+print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
+    "$tmp/sharded-1-hoop.pt" "$tmp/sharded-4-hoop.pt" "$tmp/sharded-4-gloo.pt")
+  echo "sharded_mnist.py: the same loss on gloo and hoop ($hoop); 4 ranks and 1 rank differ by $diff"
+  "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
+    echo "FAIL: more than 1e-5"; status=1; }
 fi
 exit $status

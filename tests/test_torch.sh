@@ -9,7 +9,8 @@
 # - examples/torch, short runs: the Horovod program on 4 ranks ends with the parameters of 1 rank
 #   at the same global batch (1e-5), the torch.distributed program prints the same loss lines
 #   on gloo and on hoop, and so does the sharded trainer (sharded_mnist.py: parameters gathered,
-#   gradients reduce-scattered), whose 4 ranks end within 1e-5 of 1 rank's parameters.
+#   gradients reduce-scattered), whose 4 ranks end within 1e-5 of 1 rank's parameters, and the
+#   pipeline (pipeline_mnist.py: 3 stages passing micro-batches with send/recv) against 1 stage.
 # Skipped (77) without python3 or torch or Debian's dataset-fashion-mnist (the examples only), and
 # under the sanitizers (an ASan-built libhoop cannot load into a python that is not).
 set -u
@@ -110,6 +111,28 @@ a = torch.load(sys.argv[1])
 print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
     "$tmp/sharded-1-hoop.pt" "$tmp/sharded-4-hoop.pt" "$tmp/sharded-4-gloo.pt")
   echo "sharded_mnist.py: the same loss on gloo and hoop ($hoop); 4 ranks and 1 rank differ by $diff"
+  "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
+    echo "FAIL: more than 1e-5"; status=1; }
+fi
+# The pipeline (send/recv of activations and gradients, a GPipe schedule): 3 stages on hoop and on
+# gloo print the same loss line and end within 1e-5 of 1 stage's parameters.
+pipeline="--batch 64 --micro 4 --hidden 256 --steps 20"
+for run in "3 hoop" "3 gloo" "1 hoop"; do
+  set -- $run
+  "$hooprun" -np "$1" --timeout 120 "$python" "$ex/pipeline_mnist.py" --backend "$2" $pipeline \
+    --save "$tmp/pipeline-$1-$2.pt" >"$tmp/pipeline-$1-$2.log" 2>&1 || {
+    echo "FAIL: pipeline_mnist.py on $1 ranks, $2:"; tail -20 "$tmp/pipeline-$1-$2.log"; status=1; }
+done
+gloo=$(grep -E '\] epoch [0-9]+ loss' "$tmp/pipeline-3-gloo.log")
+hoop=$(grep -E '\] epoch [0-9]+ loss' "$tmp/pipeline-3-hoop.log")
+if [ -z "$hoop" ] || [ "$gloo" != "$hoop" ]; then
+  echo "FAIL: pipeline_mnist.py's loss lines differ:"; echo "gloo: $gloo"; echo "hoop: $hoop"; status=1
+elif [ -f "$tmp/pipeline-1-hoop.pt" ]; then
+  diff=$("$python" -c 'import sys, torch
+a = torch.load(sys.argv[1])
+print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
+    "$tmp/pipeline-1-hoop.pt" "$tmp/pipeline-3-hoop.pt" "$tmp/pipeline-3-gloo.pt")
+  echo "pipeline_mnist.py: the same loss on gloo and hoop ($hoop); 3 stages and 1 differ by $diff"
   "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
     echo "FAIL: more than 1e-5"; status=1; }
 fi

@@ -10,7 +10,8 @@
 #   at the same global batch (1e-5), the torch.distributed program prints the same loss lines
 #   on gloo and on hoop, and so does the sharded trainer (sharded_mnist.py: parameters gathered,
 #   gradients reduce-scattered), whose 4 ranks end within 1e-5 of 1 rank's parameters, and the
-#   pipeline (pipeline_mnist.py: 3 stages passing micro-batches with send/recv) against 1 stage.
+#   pipeline (pipeline_mnist.py: 3 stages passing micro-batches with send/recv) against 1 stage,
+#   and the mixture of experts (moe_mnist.py: all_to_all_single) against one process.
 # Skipped (77) without python3 or torch or Debian's dataset-fashion-mnist (the examples only), and
 # under the sanitizers (an ASan-built libhoop cannot load into a python that is not).
 set -u
@@ -133,6 +134,30 @@ a = torch.load(sys.argv[1])
 print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
     "$tmp/pipeline-1-hoop.pt" "$tmp/pipeline-3-hoop.pt" "$tmp/pipeline-3-gloo.pt")
   echo "pipeline_mnist.py: the same loss on gloo and hoop ($hoop); 3 stages and 1 differ by $diff"
+  "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
+    echo "FAIL: more than 1e-5"; status=1; }
+fi
+# The mixture of experts (tokens to their expert's rank and back with all_to_all_single, uneven
+# splits): 4 ranks on hoop and on gloo print the same loss line and end within 1e-5 of one process
+# running the 4 experts itself.
+moe="--batch 32 --hidden 128 --steps 20"
+for backend in hoop gloo; do
+  "$hooprun" -np 4 --timeout 120 "$python" "$ex/moe_mnist.py" --backend $backend $moe \
+    --save "$tmp/moe-$backend.pt" >"$tmp/moe-$backend.log" 2>&1 || {
+    echo "FAIL: moe_mnist.py on $backend:"; tail -20 "$tmp/moe-$backend.log"; status=1; }
+done
+"$python" "$ex/moe_mnist.py" --experts 4 $moe --save "$tmp/moe-alone.pt" >"$tmp/moe-alone.log" \
+  2>&1 || { echo "FAIL: moe_mnist.py --experts 4:"; tail -20 "$tmp/moe-alone.log"; status=1; }
+gloo=$(grep -E '\] epoch [0-9]+ loss' "$tmp/moe-gloo.log")
+hoop=$(grep -E '\] epoch [0-9]+ loss' "$tmp/moe-hoop.log")
+if [ -z "$hoop" ] || [ "$gloo" != "$hoop" ]; then
+  echo "FAIL: moe_mnist.py's loss lines differ:"; echo "gloo: $gloo"; echo "hoop: $hoop"; status=1
+elif [ -f "$tmp/moe-alone.pt" ]; then
+  diff=$("$python" -c 'import sys, torch
+a = torch.load(sys.argv[1])
+print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
+    "$tmp/moe-alone.pt" "$tmp/moe-hoop.pt" "$tmp/moe-gloo.pt")
+  echo "moe_mnist.py: the same loss on gloo and hoop ($hoop); 4 ranks and one process differ by $diff"
   "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
     echo "FAIL: more than 1e-5"; status=1; }
 fi

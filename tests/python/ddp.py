@@ -1,5 +1,5 @@
 """DistributedDataParallel for a few steps, then all_reduce (async), all_gather, broadcast,
-barrier, reduce, gather, scatter, isend/irecv, uneven all_to_all_single and collectives on
+barrier, ZeroRedundancyOptimizer under DistributedDataParallel, reduce, gather, scatter, isend/irecv, uneven all_to_all_single and collectives on
 new_group subsets, on the backend named on the command line: tests/test_python.sh runs it with
 "gloo" and with "hoop" under hooprun and requires the same lines from both. On hoop, reduce_scatter
 (which 1.13's gloo lacks) is checked against its sum, and an unsupported call (a receive from any
@@ -32,6 +32,23 @@ b = torch.full((3,), float(rank)); dist.broadcast(b, src=size - 1); dist.barrier
 if rank == 0: print("max", t.tolist(), "gather", [o.tolist() for o in outs], "bcast", b.tolist())
 params = torch.cat([p.detach().flatten() for p in model.parameters()])
 if rank == 0: print("params %.8f" % params.sum().item())
+# ZeroRedundancyOptimizer (optimizer state sharded across ranks) under DistributedDataParallel.
+from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
+torch.manual_seed(0)
+zmodel = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+zddp = torch.nn.parallel.DistributedDataParallel(zmodel)
+zopt = ZeroRedundancyOptimizer(zddp.parameters(), optimizer_class=torch.optim.Adam, lr=0.01)
+for step in range(4):
+    x = torch.randn(16, 20, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+    zopt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(zddp(x), y)
+    loss.backward()
+    zopt.step()
+    l = loss.detach().clone()
+    dist.all_reduce(l)
+    if rank == 0: print("zero step %d loss %.6f" % (step, l.item() / size))
+zopt.consolidate_state_dict(to=0)
+if rank == 0: print("zero params %.5f" % sum(p.sum().item() for p in zmodel.parameters()))
 # The calls of sharded, pipelined and expert-parallel training, alike on both backends.
 r = torch.arange(5.0) * (rank + 1); dist.reduce(r, dst=0)
 g_in = torch.full((2,), float(rank) + 0.5)

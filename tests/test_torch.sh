@@ -3,6 +3,7 @@
 # - tests/python/hvd_worker.py on 1 to 4 ranks: Horovod's API, every dtype and op, both
 #   broadcasts, allgather, objects, DistributedOptimizer against a one-process reference (plain,
 #   fp16, buckets, backward_passes_per_step, a missing gradient), join, and the refusals;
+# - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one;
 # - tests/python/fail_worker.py: an exception on one rank, under the Horovod API and under the
 #   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
 #   on every rank within 5 s; a killed rank is PeerLost naming it;
@@ -53,6 +54,12 @@ for mode in raise dist model kill; do
     echo "FAIL: failure case '$mode':"; echo "$out" | tail -30; status=1
   fi
 done
+
+# hvd.elastic: a rank lost in the middle of an epoch; the survivors restore, shrink, sync, finish.
+out=$("$hooprun" -np 3 --min-np 2 --timeout 30 "$python" "$src/tests/python/hvd_elastic.py" 2>&1)
+echo "$out" | grep -E 'elastic|FAIL|Error' | head -6
+[ "$(echo "$out" | grep -c 'hvd elastic ok')" = 2 ] || {
+  echo "FAIL: hvd.elastic did not go on without the lost rank"; echo "$out" | tail -20; status=1; }
 
 data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then

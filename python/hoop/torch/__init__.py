@@ -16,8 +16,9 @@ Everything runs over hoop's non-blocking collectives: an ``*_async`` call return
 and the collective runs on hoop's progress thread while Python computes. Tensors live on the CPU,
 or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(): ranks of one host read each
 other's GPU memory by CUDA IPC, other ranks stage through host memory). What Horovod has and hoop
-does not (Adasum, elastic training) raises an error naming it. Process sets are sub-communicators
-of the job's, running at the same time as the job's calls.
+does not (Adasum) raises an error naming it. Process sets are sub-communicators of the job's,
+running at the same time as the job's calls; hvd.elastic goes on after lost ranks (shrink) and
+takes in newcomers (grow).
 
 Failing well: ``broadcast_parameters``, ``broadcast_optimizer_state`` and ``DistributedOptimizer``
 check that every rank has the same tensor names, shapes and dtypes, and otherwise raise
@@ -27,9 +28,10 @@ a rank that dies becomes ``hoop.PeerLost`` naming it.
 
 The package is split by responsibility: _ops (op names), _sets (process sets), _compression, _job
 (init, rank, size; the one module that holds the communicator), _handles (poll, synchronize),
-_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects, _params (broadcast_parameters,
-broadcast_optimizer_state, the same-model check), _optimizer (DistributedOptimizer), _join, and
-_backend (the torch.distributed backend). This module re-exports their public names.
+_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects,
+_params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
+(DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic) and _backend
+(the torch.distributed backend). This module re-exports their public names.
 """
 
 from .. import (Aborted, HoopError, InvalidArgument, Mismatch, PeerLost,  # noqa: F401
@@ -56,6 +58,7 @@ from ._objects import allgather_object, broadcast_object
 from ._params import broadcast_optimizer_state, broadcast_parameters
 from ._optimizer import DistributedOptimizer
 from ._join import join
+from ._syncbn import SyncBatchNorm
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -68,7 +71,7 @@ __all__ = [
     "broadcast_object", "allgather_object", "DistributedOptimizer", "Compression", "Average", "Sum",
     "Min", "Max", "Product", "Adasum", "HoopError", "Aborted", "PeerLost", "Mismatch", "Timeout",
     "ProcessGroupHoop", "global_process_set", "ProcessSet", "add_process_set",
-    "remove_process_set",
+    "remove_process_set", "SyncBatchNorm",
 ]
 
 # What Horovod raises where hoop does too (for `except hvd.HorovodInternalError`).

@@ -95,9 +95,14 @@ for _name, _why in (("cross_rank", "hoop does not number hosts"),
 
 
 class _Elastic:
+    """hvd.elastic: the names of _elastic, loaded when first used (it needs _params, which needs
+    this module)."""
+
     def __getattr__(self, name):
-        raise Unsupported("hvd.elastic.%s is not supported by hoop: elastic training is not "
-                          "implemented" % name, Unsupported.code)
+        from . import _elastic
+        if name not in _elastic.__all__:
+            raise AttributeError("hvd.elastic has no %s" % name)
+        return getattr(_elastic, name)
 
 
 elastic = _Elastic()

@@ -1,0 +1,172 @@
+"""hoop.torch: Horovod's elastic training (hvd.elastic) over hoop's shrink and grow.
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            for state.batch in range(state.batch, batches):
+                ...one step...
+                state.commit()
+            state.batch = 0
+
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
+    train(state)
+
+When a rank is lost (hooprun --min-np keeps the job going), every survivor's hoop call raises; run
+restores the state to its last commit, makes the survivors a new communicator (hoop_comm_shrink),
+brings every rank to rank 0's state (sync) and calls the function again. When newcomers wait to
+join (hooprun --max-np starts replacements), commit raises HostsUpdatedInterrupt on every rank at
+once; run then takes them in (hoop_comm_grow) and syncs them from rank 0's committed state.
+"""
+
+import copy
+import functools
+
+import torch
+
+from .. import Aborted, Failed, HoopError, PeerLost, ProtocolError, Timeout
+from . import _handles, _job
+from ._objects import broadcast_object
+from ._params import broadcast_optimizer_state, broadcast_parameters
+
+# What a lost or stopped rank makes a call raise: the job goes on without it.
+_JOB_FAILURES = (PeerLost, Timeout, Aborted, Failed, ProtocolError)
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised by State.commit on every rank when newcomers wait to join."""
+
+
+class State:
+    """What run saves at each commit and brings back after a failure."""
+
+    def __init__(self):
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions to call after each reset (the job's size has changed)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Save the state, then look for newcomers (every rank alike)."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        comm = _job._live("hvd.elastic.State.commit")
+        waiting = torch.tensor([comm.newcomers()], dtype=torch.int64)
+        comm.allreduce(waiting, op="max")  # alike on every rank, or some would grow alone
+        if waiting.item() > 0:
+            raise HostsUpdatedInterrupt("%d newcomers wait to join" % waiting.item())
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+
+class ObjectState(State):
+    """Plain attributes (epoch=0, batch=0, ...), saved by copy and synced from rank 0."""
+
+    def __init__(self, **kwargs):
+        super().__init__()
+        self._known = sorted(kwargs)
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self._saved = {}
+        self.save()
+
+    def save(self):
+        self._saved = {name: copy.deepcopy(getattr(self, name)) for name in self._known}
+
+    def restore(self):
+        for name, value in self._saved.items():
+            setattr(self, name, copy.deepcopy(value))
+
+    def sync(self):
+        values = broadcast_object({name: getattr(self, name) for name in self._known},
+                                  root_rank=0)
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.save()
+
+
+class TorchState(ObjectState):
+    """A model's parameters and an optimizer's state, with plain attributes (kwargs)."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        self.model, self.optimizer = model, optimizer
+        self._model_saved = self._optimizer_saved = None
+        super().__init__(**kwargs)
+
+    def save(self):
+        if self.model is not None:
+            self._model_saved = copy.deepcopy(self.model.state_dict())
+        if self.optimizer is not None:
+            self._optimizer_saved = copy.deepcopy(self.optimizer.state_dict())
+        super().save()
+
+    def restore(self):
+        if self.model is not None and self._model_saved is not None:
+            self.model.load_state_dict(self._model_saved)
+        if self.optimizer is not None and self._optimizer_saved is not None:
+            self.optimizer.load_state_dict(self._optimizer_saved)
+        super().restore()
+
+    def sync(self):
+        if self.model is not None:
+            broadcast_parameters(self.model.state_dict(), root_rank=0)
+        if self.optimizer is not None:
+            broadcast_optimizer_state(self.optimizer, root_rank=0)
+        super().sync()
+
+
+def _reset(grow):
+    """The job's communicator replaced by its next generation: the survivors (shrink) or the
+    members and the newcomers (grow). Process sets and outstanding handles go with the old one."""
+    import hoop  # its shared communicator (the backend's too) becomes the new one
+    from ._sets import _forget_all
+    old = _job._live("hvd.elastic.run")
+    _handles._handles.clear()
+    _forget_all()
+    new = old.grow() if grow else old.shrink()
+    try:
+        old.finalize()
+    except HoopError:
+        pass
+    _job._comm = new
+    hoop._shared = new
+    return new
+
+
+def run(func):
+    """Run func(state, ...) until it returns, going on after lost ranks and taking in newcomers
+    (see the module's description)."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        reset = None
+        while True:
+            if reset is not None:
+                _reset(grow=reset == "grow")
+                state.on_reset()
+                reset = None
+            state.sync()
+            try:
+                return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt:
+                reset = "grow"  # committed just now: nothing to restore
+            except _JOB_FAILURES:
+                state.restore()
+                reset = "shrink"
+    return wrapper
+
+
+__all__ = ["run", "State", "ObjectState", "TorchState", "HostsUpdatedInterrupt"]

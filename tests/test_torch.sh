@@ -12,7 +12,8 @@
 #   on gloo and on hoop, and so does the sharded trainer (sharded_mnist.py: parameters gathered,
 #   gradients reduce-scattered), whose 4 ranks end within 1e-5 of 1 rank's parameters, and the
 #   pipeline (pipeline_mnist.py: 3 stages passing micro-batches with send/recv) against 1 stage,
-#   and the mixture of experts (moe_mnist.py: all_to_all_single) against one process.
+#   and the mixture of experts (moe_mnist.py: all_to_all_single) against one process; the elastic
+#   example loses a rank, goes on, and takes a replacement in.
 # Skipped (77) without python3 or torch or Debian's dataset-fashion-mnist (the examples only), and
 # under the sanitizers (an ASan-built libhoop cannot load into a python that is not).
 set -u
@@ -168,4 +169,13 @@ print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:])
   "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
     echo "FAIL: more than 1e-5"; status=1; }
 fi
+# The elastic example: rank 3 of 4 killed at step 100 (hooprun --min-np 2 --max-np 4): the job
+# goes on with 3, takes the replacement in at a later commit, and finishes with 4.
+"$hooprun" -np 4 --min-np 2 --max-np 4 --timeout 60 "$python" "$ex/elastic_mnist.py" \
+  --kill 3:100 >"$tmp/elastic.log" 2>&1
+grep -E '\] (reset|test accuracy)' "$tmp/elastic.log"
+grep -q '\[0\] reset: 3 ranks' "$tmp/elastic.log" && grep -q '\[0\] reset: 4 ranks' "$tmp/elastic.log" &&
+  grep -q '\[0\] test accuracy .* on 4 ranks' "$tmp/elastic.log" || {
+  echo "FAIL: elastic_mnist.py did not shrink to 3 ranks and grow back to 4"
+  tail -20 "$tmp/elastic.log"; status=1; }
 exit $status

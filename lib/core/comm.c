@@ -480,6 +480,19 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   return HOOP_OK;
 }
 
+/* What every communicator has of its own, last: the blocks, the hosts, the locks, itself. */
+static void free_struct(hoop_comm *comm) {
+  free(comm->block_length);
+  free(comm->block_offset);
+  free(comm->hosts);
+  pthread_mutex_destroy(&comm->call_lock);
+  pthread_mutex_destroy(&comm->net_lock);
+  pthread_mutex_destroy(&comm->queue_lock);
+  pthread_cond_destroy(&comm->queue_cond);
+  pthread_cond_destroy(&comm->done_cond);
+  free(comm);
+}
+
 /* A sub-communicator's own parts; its net's transports and rendezvous connection stay. */
 static hoop_result finalize_view(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
@@ -505,15 +518,7 @@ static hoop_result finalize_view(hoop_comm *comm) {
   free(comm->world_of);
   free(comm->peer_transport);
   free(comm->sleep_fds);
-  free(comm->block_length);
-  free(comm->block_offset);
-  free(comm->hosts);
-  pthread_mutex_destroy(&comm->call_lock);
-  pthread_mutex_destroy(&comm->net_lock);
-  pthread_mutex_destroy(&comm->queue_lock);
-  pthread_cond_destroy(&comm->queue_cond);
-  pthread_cond_destroy(&comm->done_cond);
-  free(comm);
+  free_struct(comm);
   return HOOP_OK;
 }
 
@@ -554,15 +559,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
   hoop__host_scratch_free(comm);
-  free(comm->block_length);
-  free(comm->block_offset);
-  free(comm->hosts);
   hoop__strays_free(comm);
-  pthread_mutex_destroy(&comm->call_lock);
-  pthread_mutex_destroy(&comm->net_lock);
-  pthread_mutex_destroy(&comm->queue_lock);
-  pthread_cond_destroy(&comm->queue_cond);
-  pthread_cond_destroy(&comm->done_cond);
-  free(comm);
+  free_struct(comm);
   return HOOP_OK;
 }

@@ -342,5 +342,9 @@ hoop_result hoop__comm_resolve_server(hoop_comm *comm, struct sockaddr_storage *
 void hoop__comm_derive_nonce(hoop_comm *comm);
 hoop_result hoop__comm_connect_ring(hoop_comm *comm);
 void hoop__comm_log_config(const hoop_comm *comm);
+/* The settings a communicator made from another keeps (core/shrink.c): the job, the rendezvous,
+ * the interface, the transport mode, the timeout, the TCP streams and the call checks; not the
+ * token. */
+void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from);
 
 #endif /* HOOP__INTERNAL_H */

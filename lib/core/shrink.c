@@ -19,17 +19,22 @@
 #include "rdzv/client.h"
 #include "transport/transport.h"
 
-/* What a new generation keeps of its communicator's configuration. */
-static void copy_settings(hoop_comm *to, const hoop_comm *from) {
+void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from) {
   memcpy(to->job, from->job, sizeof to->job);
   memcpy(to->rendezvous, from->rendezvous, sizeof to->rendezvous);
   memcpy(to->ifname, from->ifname, sizeof to->ifname);
   memcpy(to->transport_mode, from->transport_mode, sizeof to->transport_mode);
-  memcpy(to->token, from->token, sizeof to->token);
   to->timeout_s = from->timeout_s;
   to->tcp_streams = from->tcp_streams;
   to->check_calls = from->check_calls;
   to->stall_warn_s = from->stall_warn_s;
+}
+
+/* What a new generation keeps of its communicator's configuration: the settings, and the token
+ * (it connects anew, authenticating as the job's members do). */
+static void copy_settings(hoop_comm *to, const hoop_comm *from) {
+  hoop__comm_copy_settings(to, from);
+  memcpy(to->token, from->token, sizeof to->token);
 }
 
 /* The rendezvous connection (and the server hosted here, if any) pass from one to the other. */

@@ -61,14 +61,7 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
   view->rank = mine;
   view->size = n;
   view->generation = net->generation;
-  memcpy(view->job, net->job, sizeof view->job);
-  memcpy(view->rendezvous, net->rendezvous, sizeof view->rendezvous);
-  memcpy(view->ifname, net->ifname, sizeof view->ifname);
-  memcpy(view->transport_mode, net->transport_mode, sizeof view->transport_mode);
-  view->timeout_s = comm->timeout_s;
-  view->tcp_streams = net->tcp_streams;
-  view->check_calls = comm->check_calls;
-  view->stall_warn_s = comm->stall_warn_s;
+  hoop__comm_copy_settings(view, comm); /* a view's strings are net's, copied when it was made */
   view->spin_s = -1;
   view->world_of = malloc((size_t)n * sizeof *view->world_of);
   view->peer_transport = calloc((size_t)n, sizeof *view->peer_transport);
@@ -300,9 +293,7 @@ hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm) {
    * generation's splits start above every channel of the old one. */
   if (result == HOOP_OK &&
       (result = make_view(next, members, n, mine, view->channel, newcomm)) == HOOP_OK) {
-    (*newcomm)->timeout_s = view->timeout_s;
-    (*newcomm)->check_calls = view->check_calls;
-    (*newcomm)->stall_warn_s = view->stall_warn_s;
+    hoop__comm_copy_settings(*newcomm, view);
   }
   if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG)
     hoop__set_error(view, result, "%s", next->last_error);

@@ -22,4 +22,17 @@ if [ "$exported" != "$declared" ]; then
   rm -f "${TMPDIR:-/tmp}/hoop-exported.$$"
   exit 1
 fi
+# The Debian package's symbols file must list the same functions, so that a function added to the
+# API is added there too (with the version that first has it).
+symbols="$src/debian/libhoop1.symbols"
+if [ -f "$symbols" ]; then
+  listed=$(awk '/^ hoop_/{sub(/@.*/, "", $1); print $1}' "$symbols" | sort)
+  if [ "$exported" != "$listed" ]; then
+    echo "FAIL: debian/libhoop1.symbols and the exported functions differ (< exported, > listed):"
+    printf '%s\n' "$exported" >"${TMPDIR:-/tmp}/hoop-exported.$$"
+    printf '%s\n' "$listed" | diff "${TMPDIR:-/tmp}/hoop-exported.$$" - || true
+    rm -f "${TMPDIR:-/tmp}/hoop-exported.$$"
+    exit 1
+  fi
+fi
 echo "libhoop.so exports the $(printf '%s\n' "$exported" | wc -l) HOOP_API functions and nothing else"

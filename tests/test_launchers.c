@@ -1,6 +1,7 @@
 /* test_launchers.c - hoop_init_from_env under other launchers' variables: torchrun (MASTER_ADDR,
  * MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and
- * Open MPI's mpirun (OMPI_COMM_WORLD_*), set by hand in forked ranks; HOOP_HOSTNAME; which
+ * Open MPI's mpirun (OMPI_COMM_WORLD_*), Kubernetes' indexed Jobs (JOB_COMPLETION_INDEX), set by
+ * hand in forked ranks; HOOP_HOSTNAME; which
  * variables win when several launchers' are present; and rank 0 hosting a job under a low
  * open-file limit. */
 #include <arpa/inet.h>
@@ -14,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/launchers.h"
 #include "hoop.h"
 #include "support/procs.h"
 
@@ -38,6 +40,12 @@ static const char *const launcher_vars[] = {"HOOP_RENDEZVOUS",
                                             "SLURM_JOB_ID",
                                             "SLURM_JOBID",
                                             "SLURM_STEP_ID",
+                                            "SLURM_STEP_NODELIST",
+                                            "SLURM_JOB_NODELIST",
+                                            "SLURM_NODELIST",
+                                            "SLURM_STEP_RESV_PORTS",
+                                            "SLURMD_NODENAME",
+                                            "JOB_COMPLETION_INDEX",
                                             "OMPI_COMM_WORLD_RANK",
                                             "OMPI_COMM_WORLD_SIZE",
                                             "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -311,6 +319,78 @@ START_TEST(test_slurm_needs_rendezvous) {
 }
 END_TEST
 
+/* With no address given, Slurm's ranks meet at the first node of the step's node list, on the
+ * first port Slurm reserved for the step: "localhost" stands for that node here. */
+static void slurm_nodelist_env(int index, int n, int port) {
+  char ports[32];
+  snprintf(ports, sizeof ports, "%d-%d", port, port + 1);
+  setenv("SLURM_STEP_RESV_PORTS", ports, 1);
+  setenv("SLURM_STEP_NODELIST", "localhost,node[02-03]", 1);
+  setenv("SLURM_JOB_NODELIST", "elsewhere[1-9]", 1);
+  set_int("SLURM_PROCID", index);
+  set_int("SLURM_NTASKS", n);
+  set_int("SLURM_LOCALID", index % 2);
+  setenv("SLURM_JOB_ID", "813", 1);
+  setenv("SLURM_STEP_ID", "1", 1);
+  setenv("SLURMD_NODENAME", index < 2 ? "localhost" : "node02", 1);
+  setenv("HOOP_HOSTNAME", index < 2 ? "localhost" : "node02", 1);
+}
+START_TEST(test_slurm_first_node) {
+  run_scenario(4, slurm_nodelist_env, 2);
+}
+END_TEST
+
+/* srun may place rank 0 elsewhere (an arbitrary distribution): it says so instead of listening
+ * where nobody looks. */
+static int slurm_rank0_elsewhere_child(int index, int n, void *arg) {
+  (void)index, (void)n, (void)arg;
+  clear_env();
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("SLURM_STEP_NODELIST", "node[1-2]", 1);
+  setenv("SLURMD_NODENAME", "node2", 1);
+  return expect_init_failure(HOOP_ERR_INVALID_ARG, "placed rank 0 on node2", "node1",
+                             "invalid argument naming node2 and node1");
+}
+START_TEST(test_slurm_rank0_elsewhere) {
+  ck_assert_int_eq(procs_fork_ranks(1, slurm_rank0_elsewhere_child, NULL, 30), 0);
+}
+END_TEST
+
+/* Slurm's host lists, as scontrol show hostnames reads them (the first host only). */
+START_TEST(test_slurm_host_lists) {
+  static const char *const cases[][2] = {
+      {"node1", "node1"},
+      {"node[1-4]", "node1"},
+      {"node[01-04,7]", "node01"},
+      {"node[007,9-10],gpu[1-2]", "node007"},
+      {"gpu3,node[1-2]", "gpu3"},
+      {"rack[2-3]-n[05-06]", "rack2-n05"},
+      {"10.0.0.[5-6]", "10.0.0.5"},
+      {"", NULL},
+      {"node[", NULL},
+      {"node[]", NULL},
+      {"node[a-b]", NULL},
+      {"node]1", NULL},
+      {",node1", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char host[64];
+    int rc = hoop__slurm_first_host(cases[i][0], host, sizeof host);
+    if (cases[i][1]) {
+      ck_assert_msg(rc == 0, "'%s' refused", cases[i][0]);
+      ck_assert_str_eq(host, cases[i][1]);
+    } else {
+      ck_assert_msg(rc == -1, "'%s' accepted as '%s'", cases[i][0], host);
+    }
+  }
+  char tiny[7];
+  ck_assert_int_eq(hoop__slurm_first_host("node[100]", tiny, sizeof tiny), -1);
+  ck_assert_int_eq(hoop__slurm_first_host("node[10]", tiny, sizeof tiny), 0);
+  ck_assert_str_eq(tiny, "node10");
+}
+END_TEST
+
 /* A rank number out of range is an error, not a hang. */
 static int slurm_bad_rank_child(int index, int n, void *arg) {
   (void)index, (void)n, (void)arg;
@@ -322,6 +402,58 @@ static int slurm_bad_rank_child(int index, int n, void *arg) {
 }
 START_TEST(test_slurm_bad_rank) {
   ck_assert_int_eq(procs_fork_ranks(1, slurm_bad_rank_child, NULL, 30), 0);
+}
+END_TEST
+
+/* ---- Kubernetes ------------------------------------------------------------------------------ */
+
+/* An indexed Job: every pod has the same HOOP_ variables (the template's) and its own
+ * JOB_COMPLETION_INDEX; HOOP_RDZV_SERVE=1 in the template makes index 0 alone host. */
+static void indexed_job_env(int index, int n, int port) {
+  char rendezvous[64], host[32];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+  set_int("HOOP_SIZE", n);
+  setenv("HOOP_RDZV_SERVE", "1", 1);
+  setenv("HOOP_JOB", "hoop-sgd", 1);
+  set_int("JOB_COMPLETION_INDEX", index);
+  snprintf(host, sizeof host, "hoop-sgd-%d", index);
+  setenv("HOOP_HOSTNAME", host, 1);
+}
+START_TEST(test_indexed_job) {
+  run_scenario(4, indexed_job_env, 1);
+}
+END_TEST
+
+/* An index out of the job's size is an error naming it. */
+static int indexed_job_bad_child(int index, int n, void *arg) {
+  (void)index, (void)n, (void)arg;
+  clear_env();
+  setenv("HOOP_SIZE", "2", 1);
+  setenv("HOOP_RENDEZVOUS", "127.0.0.1:1", 1);
+  setenv("JOB_COMPLETION_INDEX", "2", 1);
+  return expect_init_failure(HOOP_ERR_INVALID_ARG, "JOB_COMPLETION_INDEX", NULL,
+                             "invalid argument naming JOB_COMPLETION_INDEX");
+}
+START_TEST(test_indexed_job_bad_index) {
+  ck_assert_int_eq(procs_fork_ranks(1, indexed_job_bad_child, NULL, 30), 0);
+}
+END_TEST
+
+/* A rendezvous name that does not resolve (yet: a pod's DNS record appears once it runs) is tried
+ * again until HOOP_TIMEOUT, then named in a timeout. */
+static int unresolved_child(int index, int n, void *arg) {
+  (void)index, (void)n, (void)arg;
+  clear_env();
+  setenv("HOOP_SIZE", "2", 1);
+  setenv("HOOP_RANK", "1", 1);
+  setenv("HOOP_RENDEZVOUS", "hoop-sgd-0.nowhere.invalid:29400", 1);
+  setenv("HOOP_TIMEOUT", "0.6", 1);
+  return expect_init_failure(HOOP_ERR_TIMEOUT, "hoop-sgd-0.nowhere.invalid", "tried for",
+                             "a timeout naming the host");
+}
+START_TEST(test_rendezvous_name_waited_for) {
+  ck_assert_int_eq(procs_fork_ranks(1, unresolved_child, NULL, 30), 0);
 }
 END_TEST
 
@@ -396,6 +528,15 @@ static Suite *launchers_suite(void) {
   tcase_add_test(tc, test_slurm_job_id);
   tcase_add_test(tc, test_slurm_needs_rendezvous);
   tcase_add_test(tc, test_slurm_bad_rank);
+  tcase_add_test(tc, test_slurm_first_node);
+  tcase_add_test(tc, test_slurm_rank0_elsewhere);
+  tcase_add_test(tc, test_slurm_host_lists);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("kubernetes");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_indexed_job);
+  tcase_add_test(tc, test_indexed_job_bad_index);
+  tcase_add_test(tc, test_rendezvous_name_waited_for);
   suite_add_tcase(s, tc);
   tc = tcase_create("openmpi");
   tcase_set_timeout(tc, 120);

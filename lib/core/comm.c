@@ -168,8 +168,25 @@ hoop_result hoop__comm_resolve_server(hoop_comm *comm, struct sockaddr_storage *
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: rendezvous address '%s' is not host:port or [v6]:port",
                            comm->rendezvous);
-  if (hoop__resolve(host[0] ? host : "127.0.0.1", *port, addr, addrlen, err, sizeof err) != 0)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_init: rendezvous: %s", err);
+  /* A name may not resolve yet: a Kubernetes pod's DNS record appears only once the pod runs, and
+   * the other pods may start first. It is waited for as a server not yet listening is. */
+  double start = hoop__now();
+  int told = 0;
+  while (hoop__resolve(host[0] ? host : "127.0.0.1", *port, addr, addrlen, err, sizeof err) != 0) {
+    double waited = hoop__now() - start;
+    if (waited >= comm->timeout_s)
+      return hoop__set_error(comm, HOOP_ERR_TIMEOUT,
+                             "hoop_init: rendezvous: %s (tried for %.1f s, HOOP_TIMEOUT)", err,
+                             waited);
+    if (!told++)
+      HOOP__INFO(HOOP_SUBSYS_RDZV, "rendezvous: %s; trying again until HOOP_TIMEOUT (%.1f s)", err,
+                 comm->timeout_s);
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    double left = comm->timeout_s - waited;
+    if (left < 0.2)
+      pause.tv_nsec = (long)(left * 1e9);
+    nanosleep(&pause, NULL);
+  }
   return HOOP_OK;
 }
 

@@ -95,8 +95,9 @@ static void launcher_job_id(const struct hoop__launcher *launcher, char *job, si
            step ? "." : "", step ? step : "");
 }
 
-/* A port for mpirun's ranks on one host to meet on when nobody named one: derived from the job id
- * so that concurrent jobs differ, and below Linux's ephemeral ports (32768 and up). */
+/* A port for a job's ranks to meet on when nobody named one (mpirun's on one host, Slurm's without
+ * reserved ports): derived from the job id so that concurrent jobs differ, and below Linux's
+ * ephemeral ports (32768 and up). */
 static int loopback_port(const char *job) {
   uint32_t hash = 2166136261u; /* FNV-1a */
   for (const char *c = job; *c; c++)
@@ -104,10 +105,93 @@ static int loopback_port(const char *job) {
   return 21000 + (int)(hash % 8000);
 }
 
+/* ---- Slurm: rank 0's host and a port --------------------------------------------------------- */
+
+int hoop__slurm_first_host(const char *list, char *out, size_t cap) {
+  size_t len = 0;
+  const char *c = list ? list : "";
+  while (*c && *c != ',') {
+    if (*c == ']')
+      return -1;
+    if (*c != '[') {
+      if (len + 1 >= cap)
+        return -1;
+      out[len++] = *c++;
+      continue;
+    }
+    /* A range list: its first number, as written ("[01-04,7]" gives "01"). */
+    c++;
+    size_t digits = 0;
+    for (; *c >= '0' && *c <= '9'; c++, digits++) {
+      if (len + 1 >= cap)
+        return -1;
+      out[len++] = *c;
+    }
+    if (digits == 0)
+      return -1;
+    while (*c && *c != ']')
+      c++;
+    if (*c++ != ']')
+      return -1;
+  }
+  if (len == 0)
+    return -1;
+  out[len] = '\0';
+  return 0;
+}
+
+/* The port of a Slurm step's rendezvous: the first of the ports Slurm reserved for the step
+ * (SLURM_STEP_RESV_PORTS, where slurm.conf's MpiParams=ports=... reserves some), else one derived
+ * from the job id, as for mpirun's ranks on one host. -1 when the reserved ports are malformed. */
+static int slurm_port(const char *job) {
+  const char *resv = foreign_env("SLURM_STEP_RESV_PORTS");
+  if (!resv)
+    return loopback_port(job);
+  char *end;
+  long port = strtol(resv, &end, 10);
+  return port >= 1 && port <= 65535 && (*end == '\0' || *end == '-' || *end == ',') ? (int)port
+                                                                                    : -1;
+}
+
+/* Slurm's ranks with no address given meet at rank 0's host, the first of the step's nodes (srun
+ * places task 0 there under its block and cyclic distributions). */
+static hoop_result slurm_rendezvous(hoop_comm *comm, hoop__launcher_env *found) {
+  const char *names[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+  const char *name = NULL, *list = NULL;
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !list; i++)
+    list = foreign_env(name = names[i]);
+  char host[HOOP__WIRE_MAX_HOST + 1];
+  if (!list || hoop__slurm_first_host(list, host, sizeof host) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: Slurm started this process as rank %d of %d, but %s: set "
+                           "HOOP_RENDEZVOUS=host:port (of a hoopd, or with HOOP_RDZV_SERVE=1 "
+                           "for rank 0 to host it), or MASTER_ADDR and MASTER_PORT",
+                           found->rank, found->size,
+                           list ? "its node list is not one hoop can read"
+                                : "there is no node list (SLURM_STEP_NODELIST) to find rank 0's "
+                                  "host in");
+  const char *node = foreign_env("SLURMD_NODENAME");
+  if (found->rank == 0 && node && strcmp(node, host) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: Slurm placed rank 0 on %s, not on the first node of %s "
+                           "(%s), where the other ranks look for it: set HOOP_RENDEZVOUS or "
+                           "MASTER_ADDR and MASTER_PORT (or use srun's block or cyclic "
+                           "distribution)",
+                           node, name, host);
+  int port = slurm_port(found->job);
+  if (port < 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "SLURM_STEP_RESV_PORTS='%s' does not start with a port number",
+                           foreign_env("SLURM_STEP_RESV_PORTS"));
+  snprintf(found->rendezvous, sizeof found->rendezvous, strchr(host, ':') ? "[%s]:%d" : "%s:%d",
+           host, port);
+  return HOOP_OK;
+}
+
 /* The rendezvous for a launcher's ranks: HOOP_RENDEZVOUS if set (a hoopd, or rank 0 with
  * HOOP_RDZV_SERVE=1); else MASTER_ADDR and MASTER_PORT + 1, hosted by rank 0 (torchrun's own
  * store, or torch.distributed's, listens on MASTER_PORT itself); else, for mpirun ranks that all
- * run on this host, a loopback port hosted by rank 0. */
+ * run on this host, a loopback port hosted by rank 0; for Slurm's, the first node of the step. */
 static hoop_result launcher_rendezvous(hoop_comm *comm, hoop__launcher_env *found,
                                        hoop_config *config) {
   const char *addr = foreign_env("MASTER_ADDR"), *port_text = foreign_env("MASTER_PORT");
@@ -129,6 +213,10 @@ static hoop_result launcher_rendezvous(hoop_comm *comm, hoop__launcher_env *foun
              local_size == found->size) {
     snprintf(found->rendezvous, sizeof found->rendezvous, "127.0.0.1:%d",
              loopback_port(found->job));
+  } else if (found->launcher->kind == LAUNCHER_SLURM && found->size > 1) {
+    hoop_result result = slurm_rendezvous(comm, found);
+    if (result != HOOP_OK)
+      return result;
   } else {
     if (found->size > 1)
       return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
@@ -207,6 +295,18 @@ hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__la
                            "HOOP_TIMEOUT='%s' is not a positive number of seconds", timeout);
   if (!hoop__env_is_set("HOOP_SIZE"))
     return config_from_launcher(comm, config, found);
+  /* A Kubernetes indexed Job gives each pod its index; the pods share one template, so
+   * HOOP_RDZV_SERVE=1 in it makes index 0 alone host the rendezvous. */
+  const char *index = foreign_env("JOB_COMPLETION_INDEX");
+  if (!hoop__env_is_set("HOOP_RANK") && index) {
+    if ((result = int_var(comm, "JOB_COMPLETION_INDEX", index, 0, config->size - 1,
+                          &config->rank)) != HOOP_OK)
+      return result;
+    config->serve_rendezvous = config->serve_rendezvous && config->rank == 0;
+    HOOP__INFO(HOOP_SUBSYS_ENV, "HOOP_RANK is not set: rank %d of %d from JOB_COMPLETION_INDEX%s",
+               config->rank, config->size,
+               config->serve_rendezvous ? " (hosting the rendezvous)" : "");
+  }
   return HOOP_OK;
 }
 

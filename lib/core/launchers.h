@@ -24,4 +24,9 @@ hoop_result hoop__config_from_env(hoop_comm *comm, hoop_config *config, hoop__la
  * group the ranks differently from the launcher (HOOP_HOSTNAME sets the name). */
 void hoop__launcher_check_local_rank(const hoop_comm *comm, const hoop__launcher_env *found);
 
+/* The first host of a Slurm host list into out: "node[01-04,7],gpu1" gives "node01" (each
+ * bracket's first number as written, zero padding kept). 0, or -1 when list is empty, malformed or
+ * the name does not fit in cap bytes. */
+int hoop__slurm_first_host(const char *list, char *out, size_t cap);
+
 #endif /* HOOP__LAUNCHERS_H */

@@ -6,6 +6,7 @@
  * open-file limit. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -457,6 +458,143 @@ START_TEST(test_rendezvous_name_waited_for) {
 }
 END_TEST
 
+/* ---- a rank hosting the rendezvous: its own job alone ------------------------------------------
+ */
+
+/* One init of this process under job, size, rank and timeout at port; 0 if it ends with code and
+ * an error holding text (text NULL: HOOP_OK, then an allreduce of the two ranks). */
+static int init_as(int port, const char *job, int size, int rank, const char *timeout, int serve,
+                   hoop_result code, const char *text) {
+  char rendezvous[64];
+  snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+  clear_env();
+  setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+  setenv("HOOP_JOB", job, 1);
+  set_int("HOOP_SIZE", size);
+  set_int("HOOP_RANK", rank);
+  setenv("HOOP_TIMEOUT", timeout, 1);
+  setenv("HOOP_RDZV_SERVE", serve ? "1" : "0", 1);
+  if (text)
+    return expect_init_failure(code, text, NULL, text);
+  hoop_comm *comm;
+  hoop_result result = hoop_init_from_env(&comm);
+  int64_t value = rank + 1;
+  int bad = result != HOOP_OK ||
+            hoop_allreduce(comm, &value, &value, 1, HOOP_INT64, HOOP_SUM) != HOOP_OK || value != 3;
+  if (bad)
+    fprintf(stderr, "rank %d of job '%s': %s (%s)\n", rank, job, hoop_strerror(result),
+            hoop_last_error(comm));
+  hoop_finalize(comm);
+  return bad;
+}
+
+/* Rank 0 hosts job 'real' of 2 ranks. Before rank 1 comes, strangers who reach the port send
+ * HELLOs for 'real' with another size and for another job with a timeout of 0.3 s: each is
+ * refused at once, and neither ends the server's wait (before, the first foreign job to complete
+ * or time out stopped it listening, and the real job never formed). Without a token, a stranger
+ * who knows the job id and size can still join it: the warning below says so. */
+static int stranger_child(int index, int n, void *arg) {
+  (void)n;
+  int port = *(int *)arg;
+  if (index == 0)
+    return init_as(port, "real", 2, 0, "30", 1, HOOP_OK, NULL) == 0 ? 0 : 1;
+  int bad = 0;
+  /* The first waits (5 s) for rank 0 to listen; the second's 0.3 s would have ended it before. */
+  bad += init_as(port, "real", 3, 2, "5", 0, HOOP_ERR_INVALID_ARG, "serves one job only");
+  bad += init_as(port, "other", 2, 0, "0.3", 0, HOOP_ERR_INVALID_ARG, "serves one job only");
+  usleep(500 * 1000); /* past the stranger's 0.3 s: had its job been taken, it would be over */
+  bad += init_as(port, "real", 2, 1, "30", 0, HOOP_OK, NULL);
+  return bad;
+}
+START_TEST(test_hosting_admits_its_job_alone) {
+  int port = procs_free_port();
+  ck_assert_int_gt(port, 0);
+  ck_assert_int_eq(procs_fork_ranks(2, stranger_child, &port, 60), 0);
+}
+END_TEST
+
+/* A non-loopback IPv4 address of this host into out, or 0 when it has none. */
+static int outside_address(char *out, size_t len) {
+  struct ifaddrs *list = NULL;
+  int found = 0;
+  if (getifaddrs(&list) != 0)
+    return 0;
+  for (struct ifaddrs *ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+    if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET)
+      continue;
+    const struct in_addr *in = &((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr;
+    if ((ntohl(in->s_addr) >> 24) == 127)
+      continue;
+    found = inet_ntop(AF_INET, in, out, (socklen_t)len) != NULL;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+/* Without a token, on an address other hosts reach: each rank warns once (twice initialized here),
+ * naming HOOP_TOKEN_FILE, and rank 0 listens on that address alone. */
+typedef struct warn_arg {
+  char addr[64];
+  int port;
+  char dir[64];
+} warn_arg;
+static int no_token_child(int index, int n, void *arg) {
+  const warn_arg *w = arg;
+  char path[128], rendezvous[96], expect[128];
+  snprintf(path, sizeof path, "%s/stderr.%d", w->dir, index);
+  if (!freopen(path, "w", stderr))
+    return 1;
+  int bad = 0;
+  for (int round = 0; round < 2; round++) {
+    clear_env();
+    snprintf(rendezvous, sizeof rendezvous, "%s:%d", w->addr, w->port + round);
+    setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+    set_int("HOOP_SIZE", n);
+    set_int("HOOP_RANK", index);
+    setenv("HOOP_RDZV_SERVE", index == 0 ? "1" : "0", 1);
+    setenv("HOOP_DEBUG", "info", 1);
+    hoop_comm *comm;
+    hoop_result result = hoop_init_from_env(&comm);
+    bad += result != HOOP_OK;
+    hoop_finalize(comm);
+  }
+  fflush(stderr);
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  int warnings = 0, exact = 0;
+  snprintf(expect, sizeof expect, "hosting the rendezvous for job 'default' on %s:%d", w->addr,
+           w->port);
+  while (f && fgets(line, sizeof line, f)) {
+    warnings += strstr(line, "has no token") && strstr(line, "HOOP_TOKEN_FILE");
+    exact += strstr(line, expect) != NULL;
+  }
+  if (f)
+    fclose(f);
+  if (warnings != 1 || (index == 0 && exact != 1)) {
+    fprintf(stdout, "rank %d: %d warnings (want 1), %d lines '%s'\n", index, warnings, exact,
+            expect);
+    bad++;
+  }
+  return bad;
+}
+START_TEST(test_no_token_warns_once) {
+  warn_arg w;
+  if (!outside_address(w.addr, sizeof w.addr)) {
+    fprintf(stderr, "no address but loopback here: the no-token warning is not checked\n");
+    return;
+  }
+  w.port = free_port_pair();
+  ck_assert_int_gt(w.port, 0);
+  snprintf(w.dir, sizeof w.dir, "/tmp/hoop-warn-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(w.dir));
+  int bad = procs_fork_ranks(2, no_token_child, &w, 60);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", w.dir);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 /* ---- Open MPI -------------------------------------------------------------------------------- */
 
 /* All ranks on this host and no address given: rank 0 hosts on a loopback port of the job's. */
@@ -521,6 +659,8 @@ static Suite *launchers_suite(void) {
   tcase_add_test(tc, test_hosting_raises_open_files);
   tcase_add_test(tc, test_hosting_tight_hard_limit);
   tcase_add_test(tc, test_hosting_over_hard_limit);
+  tcase_add_test(tc, test_hosting_admits_its_job_alone);
+  tcase_add_test(tc, test_no_token_warns_once);
   suite_add_tcase(s, tc);
   tc = tcase_create("slurm");
   tcase_set_timeout(tc, 120);

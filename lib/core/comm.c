@@ -194,13 +194,16 @@ hoop_result hoop__comm_resolve_server(hoop_comm *comm, struct sockaddr_storage *
  * sockets, the program's own files), with room to spare. */
 #define HOSTING_OWN_FILES 64
 
-/* Rank 0 hosting the job: a server on its own thread that stops after this job. It listens on
- * every address of the rendezvous address's family, since the name other hosts use may resolve to
- * something else here (Debian maps the host name to 127.0.1.1); a loopback address stays exact. */
+/* Rank 0 hosting the job: a server on its own thread that stops after this job, admitting this
+ * job alone. It listens where the rendezvous address names (MASTER_ADDR's interface, a Slurm
+ * node's, loopback for one host) when that is an address of this host; else on every address of
+ * its family, since the name other hosts use may resolve to something else here. */
 static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *server, int port) {
-  char listen[sizeof comm->rendezvous];
+  char listen[sizeof comm->rendezvous], ifname[64];
   if (hoop__is_loopback(server))
     snprintf(listen, sizeof listen, "%s", comm->rendezvous);
+  else if (hoop__interface_of(server, ifname, sizeof ifname))
+    hoop__format_sockaddr(server, listen, sizeof listen);
   else
     snprintf(listen, sizeof listen, server->sa_family == AF_INET6 ? "[::]:%d" : ":%d", port);
   /* A connection per rank while the job runs, beside this rank's own descriptors: below the
@@ -223,6 +226,10 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
   if (want > HOOP__RDZV_MAX_CONNECTIONS)
     options.max_connections = (int)want;
   options.once = 1;
+  options.only_job = comm->job;
+  options.only_size = (unsigned)comm->size;
+  options.only_timeout_ms =
+      (unsigned)(comm->timeout_s * 1000 > 4e9 ? 4e9 : comm->timeout_s * 1000 + 0.5);
   options.token = comm->token[0] ? comm->token : NULL;
   char err[256];
   if (hoop__rdzv_thread_start(&options, &comm->server, err, sizeof err) != 0)
@@ -255,6 +262,19 @@ static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
   return HOOP_OK;
 }
 
+/* A job without a token, its rendezvous reachable from other hosts: whoever reaches it and knows
+ * (or guesses) the job id can join, read the ranks' data and change it. Said once per process. */
+static void warn_no_token(const hoop_comm *comm, const struct sockaddr *server) {
+  static atomic_int warned;
+  if (comm->token[0] || comm->size < 2 || hoop__is_loopback(server) || atomic_exchange(&warned, 1))
+    return;
+  HOOP__WARN(HOOP_SUBSYS_RDZV,
+             "job '%s' has no token: anyone who can reach the rendezvous at %s can join it and "
+             "read or change its data; give every rank HOOP_TOKEN_FILE, a file of mode 600 holding "
+             "the same secret (hoopd(8), SECURITY)",
+             comm->job, comm->rendezvous);
+}
+
 static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   struct sockaddr_storage server;
   socklen_t server_len;
@@ -264,6 +284,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
       hoop__comm_resolve_server(comm, &server, &server_len, host, sizeof host, &port);
   if (result != HOOP_OK)
     return result;
+  warn_no_token(comm, (const struct sockaddr *)&server);
   if (config->serve_rendezvous &&
       (result = host_rendezvous(comm, (struct sockaddr *)&server, port)) != HOOP_OK)
     return result;

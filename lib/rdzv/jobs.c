@@ -179,7 +179,7 @@ rdzv_job *hoop__rdzv_job_create(hoop__rdzv_server *server, const hoop__hello *he
   job->taken = taken;
   snprintf(job->id, sizeof job->id, "%s", hello->job);
   job->size = hello->size;
-  job->timeout_ms = hello->timeout_ms;
+  job->timeout_ms = server->only_job[0] ? server->only_timeout_ms : hello->timeout_ms;
   job->created_ms = uv_now(server->loop);
   job->prev = server->jobs_tail;
   if (server->jobs_tail)

@@ -106,6 +106,20 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
                           hello->job);
     return;
   }
+  hoop__rdzv_server *server = client->server;
+  if (server->only_job[0] &&
+      (strcmp(hello->job, server->only_job) != 0 || hello->size != server->only_size)) {
+    /* A rank's own server: a stranger's HELLO must neither start a job nor end the real one's
+     * wait, and learns nothing of it (a real rank of another size is told to compare). */
+    HOOP__INFO(HOOP_SUBSYS_RDZV,
+               "refused %s: this server hosts one job (%u ranks); the HELLO is for job '%s' of %u",
+               client->peer, server->only_size, hello->job, hello->size);
+    hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
+                          "this rendezvous server, hosted by a rank, serves one job only, not "
+                          "'%s' of %u ranks (are the job id and size the same on every rank?)",
+                          hello->job, hello->size);
+    return;
+  }
   rdzv_job *job = job_for_hello(client, hello);
   if (!job)
     return;

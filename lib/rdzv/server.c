@@ -107,6 +107,11 @@ static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *opt
   server->keepalive_s = options->keepalive_s > 0 ? options->keepalive_s : DEFAULT_KEEPALIVE_S;
   server->once = options->once;
   server->elastic = options->elastic;
+  if (options->once && options->only_job) {
+    snprintf(server->only_job, sizeof server->only_job, "%s", options->only_job);
+    server->only_size = options->only_size;
+    server->only_timeout_ms = options->only_timeout_ms;
+  }
   snprintf(server->token, sizeof server->token, "%s", options->token ? options->token : "");
   server->on_done = options->on_done;
   server->arg = options->arg;

@@ -133,27 +133,29 @@ static int route_source(const struct sockaddr *toward, struct sockaddr_storage *
   return rc;
 }
 
-/* The name of the interface that holds addr, for the log. */
-static void interface_of(const struct sockaddr_storage *addr, char *name, size_t namelen) {
+int hoop__interface_of(const struct sockaddr *addr, char *name, size_t namelen) {
   struct ifaddrs *list = NULL;
+  int found = 0;
   snprintf(name, namelen, "?");
   if (getifaddrs(&list) != 0)
-    return;
+    return 0;
   for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
-    if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != addr->ss_family)
+    if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != addr->sa_family)
       continue;
     int same =
-        addr->ss_family == AF_INET
+        addr->sa_family == AF_INET
             ? memcmp(&((struct sockaddr_in *)ifa->ifa_addr)->sin_addr,
                      &((const struct sockaddr_in *)addr)->sin_addr, sizeof(struct in_addr)) == 0
             : memcmp(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
                      &((const struct sockaddr_in6 *)addr)->sin6_addr, sizeof(struct in6_addr)) == 0;
     if (same) {
       snprintf(name, namelen, "%s", ifa->ifa_name);
+      found = 1;
       break;
     }
   }
   freeifaddrs(list);
+  return found;
 }
 
 /* The first usable address of an interface matching spec; IPv4 wins over IPv6. IPv6 link-local
@@ -211,7 +213,7 @@ int hoop__choose_local_addr(const char *ifname_spec, const struct sockaddr *towa
   } else {
     rc = route_source(toward, out, outlen, err, errlen);
     if (rc == 0)
-      interface_of(out, chosen, chosenlen);
+      hoop__interface_of((const struct sockaddr *)out, chosen, chosenlen);
   }
   if (rc == 0) {
     if (out->ss_family == AF_INET)

@@ -18,6 +18,10 @@ int hoop__resolve(const char *host, int port, struct sockaddr_storage *addr, soc
 /* 1 if addr is IPv4 127/8 or IPv6 ::1. */
 int hoop__is_loopback(const struct sockaddr *addr);
 
+/* 1 if addr (its port aside) is an address of one of this host's interfaces, whose name goes into
+ * name; else 0 and "?". */
+int hoop__interface_of(const struct sockaddr *addr, char *name, size_t namelen);
+
 /* "1.2.3.4:5" or "[::1]:5". */
 void hoop__format_sockaddr(const struct sockaddr *addr, char *out, size_t outlen);
 

@@ -157,12 +157,15 @@ alive() {
   echo $n
 }
 
-# ---- 1. srun of the collectives check ----------------------------------------------------------
-echo "== slurm: srun -N 4 --ntasks-per-node=2 coll_worker --quick --ranks-per-host 2"
+# ---- 1. srun of the collectives check, with a token file as the README says ----------------------------------------------------------
+echo "== slurm: srun -N 4 --ntasks-per-node=2 coll_worker --quick --ranks-per-host 2 (HOOP_TOKEN_FILE)"
 export HOOP_TIMEOUT=20
-if on 1 srun -N 4 --ntasks-per-node=2 -l "$worker" --quick --ranks-per-host 2 >"$work/coll.out" 2>&1; then
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token")
+if on 1 env HOOP_TOKEN_FILE="$work/token" srun -N 4 --ntasks-per-node=2 -l "$worker" --quick \
+  --ranks-per-host 2 >"$work/coll.out" 2>&1; then
   sort -n "$work/coll.out" | sed 's/^/  /'
   [ "$(grep -c ' 0 failed' "$work/coll.out")" = 8 ] || fail "srun coll_worker: not 8 ranks with 0 failed"
+  ! grep -q 'has no token' "$work/coll.out" || fail "a rank with HOOP_TOKEN_FILE warned of no token"
 else
   cat "$work/coll.out"
   fail "srun coll_worker exited non-zero"
@@ -174,6 +177,9 @@ on 1 srun -N 4 --ntasks-per-node=1 --export=ALL,HOOP_DEBUG=info "$bench" broadca
 grep -o "using Slurm's variables.*" "$work/where.out" | sort | sed 's/^/  /'
 [ "$(grep -c "using Slurm's variables.*rendezvous node1:" "$work/where.out")" = 4 ] ||
   fail "the ranks did not meet at node1"
+# No token here: each rank says once what that means.
+grep -m1 -o 'job .* has no token.*' "$work/where.out" | sed 's/^/  /'
+[ "$(grep -c 'has no token' "$work/where.out")" = 4 ] || fail "not every rank warned once of no token"
 
 # ---- 2. sbatch: the SGD example on Fashion-MNIST -----------------------------------------------
 echo "== slurm: sbatch examples/slurm/sgd.sbatch (4 nodes x 2 ranks, Fashion-MNIST)"

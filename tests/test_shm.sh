@@ -122,7 +122,8 @@ python=${HOOP_PYTHON:-/usr/bin/python3}
 src=${HOOP_SRCDIR:-.}
 # Python cannot load a libhoop built with the sanitizers: that build leaves this to the other.
 if [ -x "$python" ] && [ -d /proc/self/fd ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then
-  PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 timeout 120 "$hooprun" -np 6 \
+  # Each refusal is logged at info (the first as a warning too).
+  HOOP_DEBUG=info PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 timeout 120 "$hooprun" -np 6 \
     --timeout 60 "$python" "$src/tests/support/shm_fd_worker.py" >"$work/hostile.log" 2>&1 &
   job=$!
   pid=

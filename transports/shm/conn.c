@@ -28,8 +28,6 @@
 #define HELLO_BYTES (16 + HOOP__WIRE_NONCE + 16)
 /* The accepting rank's answer: {SHM_HELLO, pad[3], magic, from, pad, probe address, value}. */
 #define ANSWER_BYTES (16 + 16)
-/* A stranger that connects and says nothing may hold up an accept this long. */
-#define HELLO_WAIT_S 5.0
 
 void hoop__shm_unmap(shm_peer *peer) {
   if (peer->seg)
@@ -332,28 +330,38 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
  * read_hello, so that a stranger sending many costs nothing. */
 #define HELLO_MAX_FDS 16
 
-/* Receive a hello and the segment's descriptor, which comes with its first byte; 0 on success.
- * Every descriptor that arrives but the one taken is closed: several, one in a later message, or
- * any with a message whose control data was cut. */
-static int read_hello(int fd, uint8_t *hello, int *memfd, double deadline) {
-  *memfd = -1;
-  size_t got = 0;
-  int extra = 0; /* descriptors beyond the one a hello brings */
-  while (got < HELLO_BYTES) {
-    if (hoop__poll_one(fd, POLLIN, deadline) != 0)
-      break;
+/* A connection just accepted: another user's process may reach the abstract socket, and is
+ * refused before anything of it is read; a job's own come from processes of its user. */
+static int shm_admit(hoop__pending_conn *conn, char *why, size_t whylen) {
+  uid_t uid = 0;
+  pid_t pid = peer_pid(conn->fd);
+  snprintf(conn->from, sizeof conn->from, "pid %ld", (long)pid);
+  if (!same_user(conn->fd, &uid)) {
+    snprintf(why, whylen, "user %lu, and this job runs as %lu", (unsigned long)uid,
+             (unsigned long)geteuid());
+    return -1;
+  }
+  return 0;
+}
+
+/* Read what has come of a hello and the segment's descriptor, which comes with its first byte.
+ * Every descriptor that arrives but that one is closed at once and refuses the connection:
+ * several, one in a later message, or any with a message whose control data was cut. */
+static int shm_read(hoop__pending_conn *conn, size_t bytes, char *why, size_t whylen) {
+  while (conn->got < bytes) {
     union {
       char buf[CMSG_SPACE(HELLO_MAX_FDS * sizeof(int))];
       struct cmsghdr align;
     } control;
-    struct iovec iov = {hello + got, HELLO_BYTES - got};
+    struct iovec iov = {conn->buf + conn->got, bytes - conn->got};
     struct msghdr msg = {.msg_iov = &iov,
                          .msg_iovlen = 1,
                          .msg_control = control.buf,
                          .msg_controllen = sizeof control.buf};
-    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
-      continue;
+    ssize_t n = recvmsg(conn->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    int extra = 0; /* descriptors beyond the one a hello brings */
     for (struct cmsghdr *cmsg = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; cmsg;
          cmsg = CMSG_NXTHDR(&msg, cmsg)) {
       if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS ||
@@ -363,52 +371,46 @@ static int read_hello(int fd, uint8_t *hello, int *memfd, double deadline) {
       for (size_t i = 0; i < count; i++) {
         int received;
         memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof received);
-        if (*memfd < 0 && got == 0 && count == 1)
-          *memfd = received;
+        if (conn->memfd < 0 && conn->got == 0 && count == 1)
+          conn->memfd = received;
         else {
           close(received);
           extra = 1;
         }
       }
     }
-    if (n <= 0 || (msg.msg_flags & MSG_CTRUNC))
-      break;
-    got += (size_t)n;
+    if (n <= 0 || extra || (msg.msg_flags & MSG_CTRUNC)) {
+      snprintf(why, whylen, "%s after %zu bytes",
+               n < 0    ? strerror(errno)
+               : n == 0 ? "closed"
+                        : "descriptors a hello does not bring",
+               conn->got);
+      return -1;
+    }
+    conn->got += (size_t)n;
   }
-  if (got == HELLO_BYTES && *memfd >= 0 && !extra)
-    return 0;
-  if (*memfd >= 0)
-    close(*memfd);
-  *memfd = -1;
-  return -1;
+  if (conn->memfd < 0) {
+    snprintf(why, whylen, "a hello without its segment's descriptor");
+    return -1;
+  }
+  return 1;
 }
 
-/* Accept one connection, check its hello, map its segment and answer; strangers are closed. */
+static const hoop__pending_ops shm_pending = {"shm", HELLO_BYTES, shm_admit, shm_read};
+
+/* Accept connections until one presents a hello, check it, map its segment and answer; strangers
+ * are closed. */
 static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   shm_state *state = shm_of(ctx);
-  hoop_result waited = hoop__wait_listener(ctx, state->listen_fd, state->wake_fd, "shm", deadline);
+  hoop__pending_conn conn;
+  hoop_result waited = hoop__pending_accept(ctx, &state->pending, &shm_pending, state->listen_fd,
+                                            state->wake_fd, deadline, &conn);
   if (waited != HOOP_OK)
     return waited;
-  int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0)
-    return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
-               ? HOOP_OK
-               : hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: accept: %s", strerror(errno));
-  uint8_t hello[HELLO_BYTES];
-  int memfd = -1;
-  double wait_until = hoop__now() + HELLO_WAIT_S;
+  int fd = conn.fd, memfd = conn.memfd;
+  const uint8_t *hello = conn.buf;
   struct stat st;
   void *map = MAP_FAILED;
-  /* Another user's process may reach the abstract socket: refused before it is read. */
-  uid_t uid = 0;
-  if (!same_user(fd, &uid)) {
-    HOOP__INFO(HOOP_SUBSYS_NET, "shm: refused a connection from user %lu (this job runs as %lu)",
-               (unsigned long)uid, (unsigned long)geteuid());
-    close(fd);
-    return HOOP_OK;
-  }
-  if (read_hello(fd, hello, &memfd, wait_until < deadline ? wait_until : deadline) != 0)
-    goto refuse;
   uint32_t from = hoop__get_be32(hello + 8), to = hoop__get_be32(hello + 12);
   if (hoop__get_be32(hello) != SHM_MAGIC || hoop__get_be32(hello + 4) != SHM_VERSION ||
       !hoop__auth_equal(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE) ||
@@ -430,10 +432,11 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
                       strerror(err));
   }
   close(memfd);
+  conn.memfd = -1;
   shm_segment *seg = map;
   if (seg->magic != SHM_MAGIC || seg->version != SHM_VERSION) {
     munmap(map, sizeof(shm_segment));
-    goto refuse_closed;
+    goto refuse;
   }
   shm_peer *p = &state->peers[from];
   p->fd = fd;
@@ -455,11 +458,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   HOOP__TRACE(HOOP_SUBSYS_NET, "shm: accepted rank %u (pid %ld)", from, (long)p->pid);
   return HOOP_OK;
 refuse:
-  if (memfd >= 0)
-    close(memfd);
-refuse_closed:
-  HOOP__WARN(HOOP_SUBSYS_NET, "shm: refused a connection that did not present this job's hello");
-  close(fd);
+  hoop__pending_refuse(&conn, "shm",
+                       "not this job's hello, or a segment not sealed against shrinking");
   return HOOP_OK;
 }
 

@@ -148,6 +148,7 @@ static void shm_shutdown(hoop__tctx *ctx) {
     memset(&p->unread, 0, sizeof p->unread);
     memset(&p->recvs, 0, sizeof p->recvs);
   }
+  hoop__pending_close(&state->pending);
   if (state->listen_fd >= 0)
     close(state->listen_fd);
   state->listen_fd = -1;

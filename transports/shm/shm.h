@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "transport/pending.h"
 #include "transport/transport.h"
 
 #define SHM_LINE 64
@@ -124,7 +125,8 @@ typedef struct shm_peer {
 typedef struct shm_state {
   int listen_fd;
   int wake_fd;
-  char name[108]; /* the listener's abstract socket name (without its leading NUL) */
+  hoop__pending pending; /* accepted connections whose hello is not all in */
+  char name[108];        /* the listener's abstract socket name (without its leading NUL) */
   double spin_s;
   size_t cma_min; /* HOOP_SHM_CMA_BYTES: messages this big go by CMA where it works; 0 never */
   int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto, not yet decided (conn.c's settle_cma_auto) */

@@ -17,8 +17,6 @@
 
 #define HANDSHAKE_MAGIC 0x54504f48u /* "HOPT" */
 #define HANDSHAKE_BYTES (16 + HOOP__WIRE_NONCE)
-/* A stranger that connects and says nothing may hold up an accept this long. */
-#define HANDSHAKE_WAIT_S 5.0
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
@@ -123,23 +121,54 @@ static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
   return HOOP_OK;
 }
 
-/* Accept one connection and file it under the rank it names; strangers are closed. */
+/* A connection just accepted: where from (its address, without the port, is what the limit of
+ * connections waiting from one place counts). */
+static int tcp_admit(hoop__pending_conn *conn, char *why, size_t whylen) {
+  struct sockaddr_storage peer;
+  socklen_t len = sizeof peer;
+  if (getpeername(conn->fd, (struct sockaddr *)&peer, &len) != 0) {
+    snprintf(why, whylen, "getpeername: %s", strerror(errno));
+    return -1;
+  }
+  char text[sizeof conn->from];
+  hoop__format_sockaddr((struct sockaddr *)&peer, text, sizeof text);
+  char *colon = strrchr(text, ':');
+  if (colon)
+    *colon = '\0';
+  snprintf(conn->from, sizeof conn->from, "%s", text);
+  return 0;
+}
+
+static int tcp_read(hoop__pending_conn *conn, size_t bytes, char *why, size_t whylen) {
+  while (conn->got < bytes) {
+    ssize_t n = recv(conn->fd, conn->buf + conn->got, bytes - conn->got, MSG_DONTWAIT);
+    if (n > 0) {
+      conn->got += (size_t)n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return 0;
+    snprintf(why, whylen, "%s after %zu bytes", n == 0 ? "closed" : strerror(errno), conn->got);
+    return -1;
+  }
+  return 1;
+}
+
+static const hoop__pending_ops tcp_pending = {"tcp", HANDSHAKE_BYTES, tcp_admit, tcp_read};
+
+/* Accept connections until one presents a handshake, and file it under the rank it names;
+ * strangers are closed. */
 static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   tcp_state *state = state_of(ctx);
-  hoop_result waited = hoop__wait_listener(ctx, state->listen_fd, state->wake_fd, "tcp", deadline);
+  hoop__pending_conn conn;
+  hoop_result waited = hoop__pending_accept(ctx, &state->pending, &tcp_pending, state->listen_fd,
+                                            state->wake_fd, deadline, &conn);
   if (waited != HOOP_OK)
     return waited;
-  int fd = accept4(state->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0)
-    return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
-               ? HOOP_OK
-               : hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: accept: %s", strerror(errno));
+  int fd = conn.fd;
   tune_socket(fd);
-  uint8_t hello[HANDSHAKE_BYTES];
-  double wait_until = hoop__now() + HANDSHAKE_WAIT_S;
+  const uint8_t *hello = conn.buf;
   uint32_t words[4];
-  if (hoop__read_full(fd, hello, sizeof hello, wait_until < deadline ? wait_until : deadline) != 0)
-    goto refuse;
   memcpy(words, hello, 16);
   uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
   if (ntohl(words[0]) != HANDSHAKE_MAGIC ||
@@ -161,8 +190,7 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
     peer->connected = 1;
   return HOOP_OK;
 refuse:
-  HOOP__WARN(HOOP_SUBSYS_NET, "refused a connection that did not present this job's handshake");
-  close(fd);
+  hoop__pending_refuse(&conn, "tcp", "not this job's handshake, or a stream already open");
   return HOOP_OK;
 }
 

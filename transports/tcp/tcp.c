@@ -218,6 +218,7 @@ static void tcp_shutdown(hoop__tctx *ctx) {
     state->peers[p].connected = 0;
     state->peers[p].streams_up = 0;
   }
+  hoop__pending_close(&state->pending);
   if (state->listen_fd >= 0)
     close(state->listen_fd);
   state->listen_fd = -1;

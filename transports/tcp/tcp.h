@@ -6,6 +6,7 @@
 
 #include <poll.h>
 
+#include "transport/pending.h"
 #include "transport/transport.h"
 
 #define FRAME_MAGIC 0x464f5048u /* "HOPF" */
@@ -50,7 +51,8 @@ typedef struct tcp_peer {
 
 typedef struct tcp_state {
   int listen_fd;
-  int wake_fd; /* an eventfd in every poll set, written by hoop_abort from any thread */
+  int wake_fd;           /* an eventfd in every poll set, written by hoop_abort from any thread */
+  hoop__pending pending; /* accepted connections whose handshake is not all in */
   int nstreams;
   double spin_s; /* HOOP_TCP_SPIN_US: how long a wait polls without sleeping; < 0: auto */
   tcp_peer *peers;

@@ -1,0 +1,174 @@
+/* pending.c - the connections a listener accepted, read side by side until each presents its
+ * handshake or runs out of time (pending.h). */
+#include "transport/pending.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+void hoop__pending_init(hoop__pending *pending) {
+  pending->n = 0;
+}
+
+static void close_conn(hoop__pending_conn *conn) {
+  if (conn->memfd >= 0)
+    close(conn->memfd);
+  if (conn->fd >= 0)
+    close(conn->fd);
+  conn->fd = conn->memfd = -1;
+}
+
+void hoop__pending_refuse(hoop__pending_conn *conn, const char *name, const char *why) {
+  static atomic_int warned;
+  if (!atomic_exchange(&warned, 1))
+    HOOP__WARN(HOOP_SUBSYS_NET,
+               "%s: refused a connection that did not present this job's handshake (from %s: %s); "
+               "HOOP_DEBUG=info logs each one",
+               name, conn->from, why);
+  else
+    HOOP__INFO(HOOP_SUBSYS_NET,
+               "%s: refused a connection that did not present this job's handshake (from %s: %s)",
+               name, conn->from, why);
+  close_conn(conn);
+}
+
+void hoop__pending_close(hoop__pending *pending) {
+  for (int i = 0; i < pending->n; i++)
+    close_conn(&pending->conn[i]);
+  pending->n = 0;
+}
+
+/* Take conn i out of the set (the last one fills its place). */
+static void take_out(hoop__pending *pending, int i) {
+  pending->conn[i] = pending->conn[--pending->n];
+}
+
+/* The oldest of the set, or of those from one place when from is not NULL; -1 when none. */
+static int oldest(const hoop__pending *pending, const char *from, int *count) {
+  int found = -1;
+  *count = 0;
+  for (int i = 0; i < pending->n; i++) {
+    if (from && strcmp(pending->conn[i].from, from) != 0)
+      continue;
+    (*count)++;
+    if (found < 0 || pending->conn[i].deadline < pending->conn[found].deadline)
+      found = i;
+  }
+  return found;
+}
+
+/* A newly accepted connection whose handshake is not whole yet joins the set, making room. */
+static void add(hoop__pending *pending, const hoop__pending_ops *ops, hoop__pending_conn *conn) {
+  int count, victim = oldest(pending, conn->from, &count);
+  if (count < HOOP__PENDING_PER_FROM)
+    victim = pending->n == HOOP__PENDING_MAX ? oldest(pending, NULL, &count) : -1;
+  if (victim >= 0) {
+    hoop__pending_refuse(&pending->conn[victim], ops->name,
+                         count >= HOOP__PENDING_PER_FROM
+                             ? "too many connections from there waiting at once: the oldest goes"
+                             : "too many connections waiting at once: the oldest goes");
+    take_out(pending, victim);
+  }
+  pending->conn[pending->n++] = *conn;
+}
+
+/* Accept what the listener has (a bounded batch), reading each one's handshake at once: 1 with a
+ * whole one in *out, 0 when none, or a failure of accept. */
+static int accept_batch(hoop__tctx *ctx, hoop__pending *pending, const hoop__pending_ops *ops,
+                        int listen_fd, hoop__pending_conn *out, hoop_result *result) {
+  char why[160];
+  for (int batch = 0; batch < HOOP__PENDING_MAX; batch++) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        *result =
+            hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: accept: %s", ops->name, strerror(errno));
+      return 0;
+    }
+    hoop__pending_conn conn = {
+        .fd = fd, .memfd = -1, .deadline = hoop__now() + HOOP__PENDING_WAIT_S};
+    snprintf(conn.from, sizeof conn.from, "?");
+    if (ops->admit(&conn, why, sizeof why) != 0) {
+      hoop__pending_refuse(&conn, ops->name, why);
+      continue;
+    }
+    int whole = ops->read(&conn, ops->bytes, why, sizeof why);
+    if (whole > 0) {
+      *out = conn;
+      return 1;
+    }
+    if (whole < 0)
+      hoop__pending_refuse(&conn, ops->name, why);
+    else
+      add(pending, ops, &conn);
+  }
+  return 0;
+}
+
+hoop_result hoop__pending_accept(hoop__tctx *ctx, hoop__pending *pending,
+                                 const hoop__pending_ops *ops, int listen_fd, int wake_fd,
+                                 double deadline, hoop__pending_conn *out) {
+  struct pollfd pfds[3 + HOOP__PENDING_MAX];
+  char why[160];
+  for (;;) {
+    double now = hoop__now(), until = deadline;
+    for (int i = 0; i < pending->n; i++) {
+      if (pending->conn[i].deadline <= now) {
+        snprintf(why, sizeof why, "no whole handshake within %.0f s", HOOP__PENDING_WAIT_S);
+        hoop__pending_refuse(&pending->conn[i], ops->name, why);
+        take_out(pending, i--);
+      } else if (pending->conn[i].deadline < until) {
+        until = pending->conn[i].deadline;
+      }
+    }
+    if (now >= deadline)
+      return HOOP_ERR_TIMEOUT;
+    pfds[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+    pfds[1] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+    pfds[2] = (struct pollfd){.fd = *ctx->watch_fd, .events = POLLIN};
+    int n = pending->n;
+    for (int i = 0; i < n; i++)
+      pfds[3 + i] = (struct pollfd){.fd = pending->conn[i].fd, .events = POLLIN};
+    double left = until - now;
+    int ready = poll(pfds, (nfds_t)(3 + n), left > 0.1 ? 100 : (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: poll: %s", ops->name, strerror(errno));
+    if (ready <= 0)
+      continue;
+    hoop_result result = HOOP_OK;
+    if (pfds[1].revents) {
+      if ((result = hoop__wake_drain(ctx, wake_fd, ops->name)) != HOOP_OK)
+        return result;
+      result = hoop__check_abort(ctx->comm);
+    }
+    if (result == HOOP_OK && pfds[2].revents)
+      result = hoop__tctx_watched(ctx);
+    if (result != HOOP_OK || *ctx->failed)
+      return result != HOOP_OK ? result : *ctx->failed;
+    /* The waiting ones first, by their place in this poll set (taking one out moves the last). */
+    for (int i = n - 1; i >= 0; i--) {
+      if (!pfds[3 + i].revents)
+        continue;
+      int whole = ops->read(&pending->conn[i], ops->bytes, why, sizeof why);
+      if (whole > 0) {
+        *out = pending->conn[i];
+        take_out(pending, i);
+        return HOOP_OK;
+      }
+      if (whole < 0) {
+        hoop__pending_refuse(&pending->conn[i], ops->name, why);
+        take_out(pending, i);
+      }
+    }
+    if (pfds[0].revents && accept_batch(ctx, pending, ops, listen_fd, out, &result))
+      return HOOP_OK;
+    if (result != HOOP_OK)
+      return result;
+  }
+}

@@ -20,6 +20,7 @@
 #include "rdzv/auth.h"
 #include "rdzv/server.h"
 #include "rdzv/wire.h"
+#include "transport/transport.h"
 #include "util/be.h"
 
 /* Every blocking socket call gives up after this long, so that a server bug fails a test instead
@@ -1416,10 +1417,35 @@ static TCase *add_case(Suite *s, const char *name, int fixture) {
   return tc;
 }
 
+/* A data connection's proof is bound to its transport, both ends, the stream, the generation and
+ * the job's key: bytes seen on one link are refused on any other, and the key is not among them. */
+START_TEST(test_link_proof_binding) {
+  uint8_t nonce[HOOP__WIRE_NONCE], other_nonce[HOOP__WIRE_NONCE];
+  memset(nonce, 7, sizeof nonce);
+  memset(other_nonce, 8, sizeof other_nonce);
+  hoop__table table = {.generation = 0}, next = {.generation = 1};
+  hoop__tctx ctx = {.data_nonce = nonce, .table = &table};
+  uint8_t proof[HOOP__WIRE_NONCE];
+  hoop__link_proof(&ctx, "tcp", 1, 2, 0, proof);
+  ck_assert(memcmp(proof, nonce, sizeof proof) != 0);
+  ck_assert(hoop__link_proof_ok(&ctx, "tcp", 1, 2, 0, proof));
+  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 2, 1, 0, proof)); /* the other way round */
+  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 1, 3, 0, proof)); /* another receiver */
+  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 0, 2, 0, proof)); /* another sender */
+  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 1, 2, 1, proof)); /* another stream */
+  ck_assert(!hoop__link_proof_ok(&ctx, "shm", 1, 2, 0, proof)); /* another transport */
+  hoop__tctx later = {.data_nonce = nonce, .table = &next};
+  ck_assert(!hoop__link_proof_ok(&later, "tcp", 1, 2, 0, proof)); /* another generation */
+  hoop__tctx stranger = {.data_nonce = other_nonce, .table = &table};
+  ck_assert(!hoop__link_proof_ok(&stranger, "tcp", 1, 2, 0, proof)); /* another key */
+}
+END_TEST
+
 static Suite *rdzv_suite(void) {
   Suite *s = suite_create("rdzv");
   TCase *tc = add_case(s, "assignment", 1);
   tcase_add_test(tc, test_hosts_get_contiguous_ranks);
+  tcase_add_test(tc, test_link_proof_binding);
   tcase_add_test(tc, test_requested_ranks_are_kept);
   tcase_add_test(tc, test_requested_and_assigned_mixed);
   tc = add_case(s, "refusals", 1);

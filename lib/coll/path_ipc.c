@@ -220,6 +220,19 @@ static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
   return hoop__ipc_map(&ipc->held, peer, desc->process, from, near, why, whylen);
 }
 
+/* Whether a peer's descriptor keeps bytes of its buffer inside what it exported: checked before
+ * anything is mapped or read, since a member could otherwise have this rank read or write past the
+ * mapping (another allocation, or a fault). 1, or 0 with why. */
+static int inside(int peer, const hoop__cuda_export *from, size_t bytes, char *why, size_t whylen) {
+  if (from->offset <= from->size && bytes <= from->size - from->offset)
+    return 1;
+  snprintf(why, whylen,
+           "rank %d's descriptor puts %zu bytes at offset %llu of an allocation of %llu bytes: "
+           "refused",
+           peer, bytes, (unsigned long long)from->offset, (unsigned long long)from->size);
+  return 0;
+}
+
 /* Where every member's buffers are readable here (ipc->sends, ipc->recvs): 0, or -1 with why. */
 static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *args, char *why,
                      size_t whylen) {
@@ -234,10 +247,14 @@ static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_ar
     }
     ipc->sends[q] = ipc->recvs[q] = NULL;
     if ((args->coll != HOOP__COLL_BROADCAST || q == args->root) &&
-        !(ipc->sends[q] = peer_ptr(ipc, q, &descs[q], &descs[q].send, args->recvbuf, why, whylen)))
+        (!inside(q, &descs[q].send, offered_bytes(comm, args), why, whylen) ||
+         !(ipc->sends[q] =
+               peer_ptr(ipc, q, &descs[q], &descs[q].send, args->recvbuf, why, whylen))))
       return -1;
     if (args->coll == HOOP__COLL_ALLREDUCE &&
-        !(ipc->recvs[q] = peer_ptr(ipc, q, &descs[q], &descs[q].recv, args->recvbuf, why, whylen)))
+        (!inside(q, &descs[q].recv, args->bytes, why, whylen) ||
+         !(ipc->recvs[q] =
+               peer_ptr(ipc, q, &descs[q], &descs[q].recv, args->recvbuf, why, whylen))))
       return -1;
   }
   return 0;

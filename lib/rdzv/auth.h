@@ -14,7 +14,8 @@
  * never be replayed as another. */
 #define HOOP__AUTH_JOIN "hoop-join"     /* a HELLO: over the challenge and the HELLO's fields */
 #define HOOP__AUTH_STATUS "hoop-status" /* a STATUS_REQ: over the challenge */
-#define HOOP__AUTH_DATA "hoop-data"     /* the data connections' handshake: over the job's nonce */
+#define HOOP__AUTH_DATA "hoop-data"     /* the data connections' key: over the job's nonce */
+#define HOOP__AUTH_LINK "hoop-link" /* a data connection's handshake: over its ends and stream */
 
 /* 0 once libsodium is ready (idempotent, thread-safe), -1 if it cannot start. */
 int hoop__auth_init(void);

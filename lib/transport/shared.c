@@ -10,6 +10,7 @@
 
 #include "core/fingerprint.h"
 #include "core/log.h"
+#include "rdzv/auth.h"
 #include "rdzv/client.h"
 #include "transport/transport.h"
 #include "util/be.h"
@@ -38,6 +39,25 @@ void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len) 
 }
 
 /* ---- what both transports do alike ----------------------------------------------------------- */
+
+void hoop__link_proof(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
+                      uint32_t stream, uint8_t *out) {
+  uint8_t ends[16], proof[HOOP__AUTH_PROOF];
+  hoop__put_be32(ends, from);
+  hoop__put_be32(ends + 4, to);
+  hoop__put_be32(ends + 8, stream);
+  hoop__put_be32(ends + 12, ctx->table ? ctx->table->generation : 0);
+  hoop__auth_proof((const char *)ctx->data_nonce, HOOP__WIRE_NONCE, HOOP__AUTH_LINK,
+                   (const uint8_t *)transport, strlen(transport) + 1, ends, sizeof ends, proof);
+  memcpy(out, proof, HOOP__WIRE_NONCE);
+}
+
+int hoop__link_proof_ok(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
+                        uint32_t stream, const uint8_t *got) {
+  uint8_t want[HOOP__WIRE_NONCE];
+  hoop__link_proof(ctx, transport, from, to, stream, want);
+  return hoop__auth_equal(got, want, sizeof want);
+}
 
 int hoop__wake_open(void) {
   return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -209,6 +209,17 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
 #define HOOP__POLL_WAKE (-1)
 #define HOOP__POLL_WATCHED (-2)
 
+/* What a data connection presents, rather than the job's data key itself: HMAC-SHA256 keyed by
+ * that key (ctx->data_nonce) over the transport's name, both ranks (from connects or writes, to
+ * reads), the stream and the table's generation, cut to HOOP__WIRE_NONCE bytes. No key crosses the
+ * wire, and bytes seen on one connection open no other: another pair, stream, transport or
+ * generation wants other bytes, and this one's slot is taken by then. ok: 1 when got is what
+ * from must present to to. */
+void hoop__link_proof(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
+                      uint32_t stream, uint8_t *out);
+int hoop__link_proof_ok(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
+                        uint32_t stream, const uint8_t *got);
+
 /* What both transports do alike. The wake eventfd: created non-blocking, written by hoop_abort's
  * thread (wake), and emptied by the waiting thread when poll finds it readable (drain; a read
  * error fails the communicator). name is the transport's, for the messages. */

@@ -67,12 +67,14 @@ typedef struct ib_hello {
   uint32_t rkey, slots, slot_bytes;
 } ib_hello;
 
-static void encode_hello(hoop__tctx *ctx, const ib_peer *peer, uint8_t *out) {
+/* To the rank at index: the connect request, or the accept's reply; each carries the link's proof
+ * from its sender to its receiver, so both ends prove the job's key to each other. */
+static void encode_hello(hoop__tctx *ctx, int index, const ib_peer *peer, uint8_t *out) {
   ib_state *state = ib_state_of(ctx);
   uint64_t addr = (uint64_t)(uintptr_t)peer->recv_slots;
   hoop__put_be32(out, IB_HELLO_MAGIC);
   hoop__put_be32(out + 4, (uint32_t)ctx->rank);
-  memcpy(out + 8, ctx->data_nonce, HOOP__WIRE_NONCE);
+  hoop__link_proof(ctx, "ibverbs", (uint32_t)ctx->rank, (uint32_t)index, 0, out + 8);
   hoop__put_be32(out + 8 + HOOP__WIRE_NONCE, (uint32_t)(addr >> 32));
   hoop__put_be32(out + 12 + HOOP__WIRE_NONCE, (uint32_t)addr);
   hoop__put_be32(out + 16 + HOOP__WIRE_NONCE, peer->recv_mr->rkey);
@@ -83,10 +85,12 @@ static void encode_hello(hoop__tctx *ctx, const ib_peer *peer, uint8_t *out) {
 /* 0 when data holds a hello of this job. */
 static int decode_hello(hoop__tctx *ctx, const void *data, size_t len, ib_hello *hello) {
   const uint8_t *in = data;
-  if (!data || len < IB_HELLO_BYTES || hoop__get_be32(in) != IB_HELLO_MAGIC ||
-      !hoop__auth_equal(in + 8, ctx->data_nonce, HOOP__WIRE_NONCE))
+  if (!data || len < IB_HELLO_BYTES || hoop__get_be32(in) != IB_HELLO_MAGIC)
     return -1;
   hello->rank = hoop__get_be32(in + 4);
+  if (hello->rank >= (uint32_t)ctx->size ||
+      !hoop__link_proof_ok(ctx, "ibverbs", hello->rank, (uint32_t)ctx->rank, 0, in + 8))
+    return -1;
   hello->addr = (uint64_t)hoop__get_be32(in + 8 + HOOP__WIRE_NONCE) << 32 |
                 hoop__get_be32(in + 12 + HOOP__WIRE_NONCE);
   hello->rkey = hoop__get_be32(in + 16 + HOOP__WIRE_NONCE);
@@ -253,7 +257,7 @@ static hoop_result on_route_resolved(hoop__tctx *ctx, int index) {
   if (result != HOOP_OK)
     return result;
   uint8_t hello[IB_HELLO_BYTES];
-  encode_hello(ctx, peer, hello);
+  encode_hello(ctx, index, peer, hello);
   struct rdma_conn_param param;
   memset(&param, 0, sizeof param);
   param.private_data = hello;
@@ -308,7 +312,7 @@ static hoop_result on_connect_request(hoop__tctx *ctx, struct rdma_cm_id *id, co
   if ((result = setup_connection(ctx, index, id)) != HOOP_OK)
     return result;
   uint8_t reply[IB_HELLO_BYTES];
-  encode_hello(ctx, peer, reply);
+  encode_hello(ctx, index, peer, reply);
   struct rdma_conn_param param;
   memset(&param, 0, sizeof param);
   param.private_data = reply;

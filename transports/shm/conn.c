@@ -312,7 +312,7 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   hoop__put_be32(hello + 4, SHM_VERSION);
   hoop__put_be32(hello + 8, (uint32_t)ctx->rank);
   hoop__put_be32(hello + 12, (uint32_t)peer);
-  memcpy(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE);
+  hoop__link_proof(ctx, "shm", (uint32_t)ctx->rank, (uint32_t)peer, 0, hello + 16);
   hoop__put_be64(hello + 16 + HOOP__WIRE_NONCE, (uint64_t)(uintptr_t)&state->probe);
   hoop__put_be64(hello + 24 + HOOP__WIRE_NONCE, state->probe);
   ssize_t sent = hoop__send_with_fd(fd, hello, sizeof hello, memfd);
@@ -413,9 +413,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   void *map = MAP_FAILED;
   uint32_t from = hoop__get_be32(hello + 8), to = hoop__get_be32(hello + 12);
   if (hoop__get_be32(hello) != SHM_MAGIC || hoop__get_be32(hello + 4) != SHM_VERSION ||
-      !hoop__auth_equal(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE) ||
       from >= (uint32_t)ctx->size || (int)from >= ctx->rank || to != (uint32_t)ctx->rank ||
-      state->peers[from].seg)
+      state->peers[from].seg || !hoop__link_proof_ok(ctx, "shm", from, to, 0, hello + 16))
     goto refuse;
   /* Sealed against shrinking (and against new seals' removal), so that no member can cut the
    * mapping under this rank (SIGBUS), as the creator seals it. */

@@ -88,14 +88,16 @@ static hoop_result ensure_peers(hoop__tctx *ctx) {
   return HOOP_OK;
 }
 
-/* {magic, from rank, stream index, streams per peer} then the job's nonce. Both ends must cut
- * messages over the same number of streams, so a rank whose HOOP_TCP_STREAMS differs is refused
- * with a message that says so, instead of exchanging misaligned bytes. */
-static void encode_handshake(uint8_t *out, uint32_t from, uint32_t stream, uint32_t nstreams,
-                             const uint8_t *nonce) {
+/* {magic, from rank, stream index, streams per peer} then the link's proof (bound to both ranks,
+ * the stream and the generation). Both ends must cut messages over the same number of streams, so
+ * a rank whose HOOP_TCP_STREAMS differs is refused with a message that says so, instead of
+ * exchanging misaligned bytes. */
+static void encode_handshake(const hoop__tctx *ctx, uint8_t *out, uint32_t to, uint32_t stream,
+                             uint32_t nstreams) {
+  uint32_t from = (uint32_t)ctx->rank;
   uint32_t words[4] = {htonl(HANDSHAKE_MAGIC), htonl(from), htonl(stream), htonl(nstreams)};
   memcpy(out, words, 16);
-  memcpy(out + 16, nonce, HOOP__WIRE_NONCE);
+  hoop__link_proof(ctx, "tcp", from, to, stream, out + 16);
 }
 
 static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
@@ -112,8 +114,7 @@ static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
           ctx, peer, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_PEER_LOST, "connect", errno);
     state->peers[peer].streams[s].fd = fd;
     uint8_t hello[HANDSHAKE_BYTES];
-    encode_handshake(hello, (uint32_t)ctx->rank, (uint32_t)s, (uint32_t)state->nstreams,
-                     ctx->data_nonce);
+    encode_handshake(ctx, hello, (uint32_t)peer, (uint32_t)s, (uint32_t)state->nstreams);
     if (hoop__write_full(fd, hello, sizeof hello, deadline) != 0)
       return hoop__tcp_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "handshake", errno);
   }
@@ -171,9 +172,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   uint32_t words[4];
   memcpy(words, hello, 16);
   uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
-  if (ntohl(words[0]) != HANDSHAKE_MAGIC ||
-      !hoop__auth_equal(hello + 16, ctx->data_nonce, HOOP__WIRE_NONCE) ||
-      from >= (uint32_t)ctx->size || (int)from >= ctx->rank)
+  if (ntohl(words[0]) != HANDSHAKE_MAGIC || from >= (uint32_t)ctx->size || (int)from >= ctx->rank ||
+      !hoop__link_proof_ok(ctx, "tcp", from, (uint32_t)ctx->rank, stream, hello + 16))
     goto refuse;
   if (nstreams != (uint32_t)state->nstreams) {
     close(fd);

@@ -236,9 +236,23 @@ int hoop__cuda_ipc_open(const void *near, const hoop__cuda_export *export, void 
   memcpy(handle.reserved, export->handle, sizeof handle.reserved);
   CUresult err =
       hoop__cuda_drv.ipc_open_mem_handle(&mapped, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  /* The size the peer claims must be what the handle maps: the bounds its descriptors are checked
+   * against (coll/path_ipc.c) come from that claim. */
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  int short_map = err == CUDA_SUCCESS && hoop__cuda_drv.mem_get_address_range &&
+                  (hoop__cuda_drv.mem_get_address_range(&start, &size, mapped) != CUDA_SUCCESS ||
+                   start != mapped || size < export->size);
+  if (short_map)
+    hoop__cuda_drv.ipc_close_mem_handle(mapped);
   hoop__cuda_drv.ctx_pop(&popped);
   if (err != CUDA_SUCCESS) {
     hoop__cuda_say_why(why, whylen, "cuIpcOpenMemHandle", err);
+    return -1;
+  }
+  if (short_map) {
+    snprintf(why, whylen, "it claims an allocation of %llu bytes, but its handle maps %zu",
+             (unsigned long long)export->size, size);
     return -1;
   }
   *base = (void *)(uintptr_t)mapped;

@@ -18,7 +18,9 @@
 
 #include "core/launchers.h"
 #include "hoop.h"
+#include "rdzv/wire.h"
 #include "support/procs.h"
+#include "util/sockio.h"
 
 /* Every variable a test may set, cleared in each child first so that the environment the suite
  * runs in (say, under hooprun or Slurm) cannot leak in. */
@@ -513,6 +515,69 @@ START_TEST(test_hosting_admits_its_job_alone) {
 }
 END_TEST
 
+/* A squatter took the rendezvous port before the real server: it asks for a proof as a server
+ * with a token would, reads the rank's HELLO and hands it a table of its own (naming itself), with
+ * a TABLE_PROOF it cannot make. The rank holds the token and must refuse the table, naming the
+ * address, instead of connecting to whom the table names (who would then read its data). */
+static int squatter_child(int index, int n, void *arg) {
+  (void)n;
+  int port = *(int *)arg;
+  if (index == 1) {
+    usleep(200 * 1000); /* the squatter listens first */
+    clear_env();
+    char rendezvous[64];
+    snprintf(rendezvous, sizeof rendezvous, "127.0.0.1:%d", port);
+    setenv("HOOP_RENDEZVOUS", rendezvous, 1);
+    setenv("HOOP_SIZE", "2", 1);
+    setenv("HOOP_RANK", "1", 1);
+    setenv("HOOP_TOKEN", "the-real-job-token", 1);
+    setenv("HOOP_TIMEOUT", "10", 1);
+    return expect_init_failure(HOOP_ERR_AUTH, "without proving", rendezvous,
+                               "an authentication failure naming the squatted address");
+  }
+  int fd = listen_on(port), conn = fd >= 0 ? accept(fd, NULL, NULL) : -1;
+  double deadline = hoop__now() + 10;
+  hoop__wbuf out = {0};
+  hoop__challenge challenge = {.flags = HOOP__CHALLENGE_AUTH};
+  uint8_t head[HOOP__WIRE_HEADER_SIZE], *hello = NULL;
+  hoop__wire_header header;
+  int bad =
+      conn < 0 || hoop__wire_encode_challenge(&out, &challenge) != 0 ||
+      hoop__write_full(conn, out.data, out.len, deadline) != 0 ||
+      hoop__read_full(conn, head, sizeof head, deadline) != 0 ||
+      hoop__wire_decode_header(head, sizeof head, HOOP__WIRE_MAX_CLIENT_PAYLOAD, &header) != 0 ||
+      !(hello = malloc(header.length + 1)) ||
+      hoop__read_full(conn, hello, header.length, deadline) != 0;
+  free(hello);
+  hoop__wbuf_free(&out);
+  hoop__peer_entry peers[2] = {{.host = "squat", .addr = "127.0.0.1:1", .local_size = 1},
+                               {.host = "squat", .addr = "127.0.0.1:2", .local_size = 1}};
+  hoop__table table = {.size = 2, .rank = 1, .peers = peers};
+  hoop__table_proof forged = {.proof_len = 32};
+  memset(forged.proof, 0x5a, sizeof forged.proof);
+  if (!bad)
+    bad = hoop__wire_encode_table(&out, &table) != 0 ||
+          hoop__wire_encode_table_proof(&out, &forged) != 0 ||
+          hoop__write_full(conn, out.data, out.len, deadline) != 0;
+  hoop__wbuf_free(&out);
+  char byte;
+  if (conn >= 0)
+    (void)read(conn, &byte, 1); /* until the rank closes */
+  if (conn >= 0)
+    close(conn);
+  if (fd >= 0)
+    close(fd);
+  if (bad)
+    fprintf(stderr, "the squatter could not play its part\n");
+  return bad;
+}
+START_TEST(test_squatter_table_refused) {
+  int port = procs_free_port();
+  ck_assert_int_gt(port, 0);
+  ck_assert_int_eq(procs_fork_ranks(2, squatter_child, &port, 60), 0);
+}
+END_TEST
+
 /* A non-loopback IPv4 address of this host into out, or 0 when it has none. */
 static int outside_address(char *out, size_t len) {
   struct ifaddrs *list = NULL;
@@ -661,6 +726,7 @@ static Suite *launchers_suite(void) {
   tcase_add_test(tc, test_hosting_over_hard_limit);
   tcase_add_test(tc, test_hosting_admits_its_job_alone);
   tcase_add_test(tc, test_no_token_warns_once);
+  tcase_add_test(tc, test_squatter_table_refused);
   suite_add_tcase(s, tc);
   tc = tcase_create("slurm");
   tcase_set_timeout(tc, 120);

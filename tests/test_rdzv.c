@@ -1180,20 +1180,45 @@ END_TEST
 
 /* n members of job, rank i asking for rank i (host "m", addr "m-i"), each having read its TABLE
  * with token's proofs (NULL: none); fds[i] is rank i's kept connection. */
+/* n members join job and get their tables; with a token, each table is followed by the server's
+ * TABLE_PROOF, over that member's HELLO nonce and its table as received, which must check. */
 static void join_running_as(const char *job, uint32_t n, int *fds, const char *token) {
   for (uint32_t i = 0; i < n; i++) {
     char addr[32];
     snprintf(addr, sizeof addr, "m-%u", i);
     hoop__hello hello = hello_for(job, n, (int32_t)i, "m", addr);
+    memset(hello.nonce, (int)(0x40 + i), sizeof hello.nonce);
     fds[i] = connect_server();
     send_hello_on(fds[i], &hello, token);
   }
   for (uint32_t i = 0; i < n; i++) {
+    uint8_t *payload, *proof_payload;
+    uint32_t len, proof_len;
     hoop__table table;
-    expect_table(fds[i], &table, "a member");
+    uint16_t type = read_message(fds[i], &payload, &len, "a member", "a TABLE");
+    ck_assert_msg(type == HOOP_MSG_TABLE && hoop__wire_decode_table(payload, len, &table) == 0,
+                  "member %u: expected a TABLE, got a message of type %u", i, type);
     ck_assert_msg(table.rank == i, "member %u: expected rank %u in its table, got %u", i, i,
                   table.rank);
     hoop__table_free(&table);
+    if (token) {
+      type = read_message(fds[i], &proof_payload, &proof_len, "a member", "a TABLE_PROOF");
+      hoop__table_proof got;
+      ck_assert_msg(type == HOOP_MSG_TABLE_PROOF &&
+                        hoop__wire_decode_table_proof(proof_payload, proof_len, &got) == 0,
+                    "member %u: expected a TABLE_PROOF after its table, got type %u", i, type);
+      uint8_t nonce[HOOP__WIRE_CHALLENGE], digest[HOOP__AUTH_PROOF], want[HOOP__AUTH_PROOF];
+      memset(nonce, (int)(0x40 + i), sizeof nonce);
+      hoop__auth_digest(payload + HOOP__WIRE_TABLE_OWN, len - HOOP__WIRE_TABLE_OWN, digest);
+      hoop__auth_table_proof(token, nonce, payload, digest, want);
+      ck_assert_msg(got.proof_len == sizeof want && memcmp(got.proof, want, sizeof want) == 0,
+                    "member %u: the server's TABLE_PROOF does not check", i);
+      nonce[0] ^= 1; /* another member's nonce, or a replay: another proof */
+      hoop__auth_table_proof(token, nonce, payload, digest, want);
+      ck_assert(memcmp(got.proof, want, sizeof want) != 0);
+      free(proof_payload);
+    }
+    free(payload);
   }
 }
 

@@ -33,6 +33,8 @@ static void sample_hello(hoop__hello *hello, int32_t rank) {
   hello->proof_len = 32;
   for (int i = 0; i < 32; i++)
     hello->proof[i] = (uint8_t)(i * 7 + 1);
+  for (int i = 0; i < HOOP__WIRE_CHALLENGE; i++)
+    hello->nonce[i] = (uint8_t)(200 - i);
 }
 
 /* A table of size ranks, two hosts; the caller frees peers. */
@@ -225,8 +227,35 @@ START_TEST(test_hello_round_trip) {
     ck_assert_str_eq(out.addr, in.addr);
     ck_assert_uint_eq(out.proof_len, in.proof_len);
     ck_assert_msg(memcmp(out.proof, in.proof, in.proof_len) == 0, "HELLO proof bytes differ");
+    ck_assert_msg(memcmp(out.nonce, in.nonce, sizeof in.nonce) == 0, "HELLO nonce bytes differ");
+    /* Cut short of its nonce, it is malformed. */
+    ck_assert_int_eq(hoop__wire_decode_hello(payload, wb.len - HOOP__WIRE_HEADER_SIZE - 1, &out),
+                     -1);
     hoop__wbuf_free(&wb);
   }
+}
+END_TEST
+
+/* The server's proof after a TABLE: its bytes come back; empty or oversized proofs do not. */
+START_TEST(test_table_proof_round_trip) {
+  hoop__table_proof in = {.proof_len = 32}, out;
+  for (int i = 0; i < 32; i++)
+    in.proof[i] = (uint8_t)(i * 3);
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_table_proof(&wb, &in), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_TABLE_PROOF);
+  size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
+  ck_assert_int_eq(hoop__wire_decode_table_proof(payload, len, &out), 0);
+  ck_assert_uint_eq(out.proof_len, 32);
+  ck_assert(memcmp(out.proof, in.proof, 32) == 0);
+  ck_assert_int_eq(hoop__wire_decode_table_proof(payload, len - 1, &out), -1);
+  uint8_t empty[2] = {0, 0};
+  ck_assert_int_eq(hoop__wire_decode_table_proof(empty, sizeof empty, &out), -1);
+  hoop__wbuf_free(&wb);
+  hoop__wbuf none = {0};
+  hoop__table_proof zero = {.proof_len = 0};
+  ck_assert_int_eq(hoop__wire_encode_table_proof(&none, &zero), -1);
+  hoop__wbuf_free(&none);
 }
 END_TEST
 
@@ -959,6 +988,7 @@ static Suite *wire_suite(void) {
   Suite *s = suite_create("wire");
   TCase *round = tcase_create("round trip");
   tcase_add_test(round, test_hello_round_trip);
+  tcase_add_test(round, test_table_proof_round_trip);
   tcase_add_test(round, test_table_round_trip);
   tcase_add_test(round, test_error_round_trip);
   tcase_add_test(round, test_status_req_round_trip);

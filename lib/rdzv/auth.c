@@ -55,6 +55,19 @@ int hoop__auth_hello_proof(const char *token, const uint8_t *challenge, const ho
   return 0;
 }
 
+void hoop__auth_table_proof(const char *token, const uint8_t *hello_nonce, const uint8_t *own,
+                            const uint8_t *body_digest, uint8_t out[HOOP__AUTH_PROOF]) {
+  uint8_t covered[HOOP__WIRE_CHALLENGE + HOOP__WIRE_TABLE_OWN];
+  memcpy(covered, hello_nonce, HOOP__WIRE_CHALLENGE);
+  memcpy(covered + HOOP__WIRE_CHALLENGE, own, HOOP__WIRE_TABLE_OWN);
+  hoop__auth_proof(token, strlen(token), HOOP__AUTH_TABLE, covered, sizeof covered, body_digest,
+                   HOOP__AUTH_PROOF, out);
+}
+
+void hoop__auth_digest(const uint8_t *data, size_t len, uint8_t out[HOOP__AUTH_PROOF]) {
+  crypto_hash_sha256(out, data, len);
+}
+
 void hoop__auth_wipe(void *buf, size_t len) {
   sodium_memzero(buf, len);
 }

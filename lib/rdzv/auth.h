@@ -15,7 +15,8 @@
 #define HOOP__AUTH_JOIN "hoop-join"     /* a HELLO: over the challenge and the HELLO's fields */
 #define HOOP__AUTH_STATUS "hoop-status" /* a STATUS_REQ: over the challenge */
 #define HOOP__AUTH_DATA "hoop-data"     /* the data connections' key: over the job's nonce */
-#define HOOP__AUTH_LINK "hoop-link" /* a data connection's handshake: over its ends and stream */
+#define HOOP__AUTH_LINK "hoop-link"     /* a data connection's handshake: its ends, its stream */
+#define HOOP__AUTH_TABLE "hoop-table"   /* a TABLE_PROOF: the server's, over the rank's challenge */
 
 /* 0 once libsodium is ready (idempotent, thread-safe), -1 if it cannot start. */
 int hoop__auth_init(void);
@@ -35,6 +36,14 @@ struct hoop__hello;
  * that no field can be changed on the way. 0, or -1 when out of memory. */
 int hoop__auth_hello_proof(const char *token, const uint8_t *challenge,
                            const struct hoop__hello *hello, uint8_t out[HOOP__AUTH_PROOF]);
+
+/* The proof a server holding token sends after a rank's first TABLE: over the nonce of the rank's
+ * HELLO, the member's own first bytes of the TABLE's payload (HOOP__WIRE_TABLE_OWN of them) and
+ * the SHA-256 digest of the rest of it (body_digest), which all members share. */
+void hoop__auth_table_proof(const char *token, const uint8_t *hello_nonce, const uint8_t *own,
+                            const uint8_t *body_digest, uint8_t out[HOOP__AUTH_PROOF]);
+/* SHA-256 of len bytes. */
+void hoop__auth_digest(const uint8_t *data, size_t len, uint8_t out[HOOP__AUTH_PROOF]);
 
 /* Read a token from path into out (cap bytes, NUL-terminated), without its trailing newline.
  * Refuses (-1, message in err) a missing, empty or oversized file, and one that other users may

@@ -157,6 +157,36 @@ static hoop_result take_reply(hoop_comm *comm, const hoop__wire_header *header,
                          header->type, where);
 }
 
+/* With a token, the TABLE_PROOF after the table: the server's proof of the token over this rank's
+ * HELLO nonce and the table as it came (payload, len bytes). Without it, whoever answered at the
+ * server's address (someone who took it before the real server) may have forged the table. */
+static hoop_result check_table_proof(hoop_comm *comm, int fd, double deadline,
+                                     const uint8_t *hello_nonce, const uint8_t *payload, size_t len,
+                                     const char *where) {
+  hoop__wire_header header;
+  uint8_t *message = NULL;
+  hoop__table_proof got;
+  uint8_t digest[HOOP__AUTH_PROOF], want[HOOP__AUTH_PROOF];
+  int ok = len >= HOOP__WIRE_TABLE_OWN &&
+           read_message(fd, HOOP__WIRE_MAX_PAYLOAD, deadline, &header, &message) == 0 &&
+           header.type == HOOP_MSG_TABLE_PROOF &&
+           hoop__wire_decode_table_proof(message, header.length, &got) == 0 &&
+           got.proof_len == HOOP__AUTH_PROOF;
+  free(message);
+  if (ok) {
+    hoop__auth_digest(payload + HOOP__WIRE_TABLE_OWN, len - HOOP__WIRE_TABLE_OWN, digest);
+    hoop__auth_table_proof(comm->token, hello_nonce, payload, digest, want);
+    ok = hoop__auth_equal(got.proof, want, sizeof want);
+  }
+  if (ok)
+    return HOOP_OK;
+  return hoop__set_error(comm, HOOP_ERR_AUTH,
+                         "authentication failed: the rendezvous server at %s sent a rank table "
+                         "without proving that it knows this job's token: someone else may hold "
+                         "that address (a stranger that took the port first); its table is refused",
+                         where);
+}
+
 hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server,
                                   socklen_t server_len, const hoop__hello *hello, double timeout_s,
                                   hoop__table *table) {
@@ -183,9 +213,12 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
   hoop__hello signed_hello = *hello;
   if (result != HOOP_OK) {
     hoop__set_error(comm, result, "%s", err);
+  } else if (hoop__auth_random(signed_hello.nonce, sizeof signed_hello.nonce) != 0) {
+    result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: no random bytes (libsodium)");
   } else if (comm->token[0]) {
     signed_hello.proof_len = HOOP__AUTH_PROOF;
-    if (hoop__auth_hello_proof(comm->token, challenge.nonce, hello, signed_hello.proof) != 0)
+    if (hoop__auth_hello_proof(comm->token, challenge.nonce, &signed_hello, signed_hello.proof) !=
+        0)
       result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: out of memory");
   }
   if (result == HOOP_OK)
@@ -205,6 +238,10 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
                                  errno == EPROTO ? "malformed reply" : strerror(errno));
     } else {
       result = take_reply(comm, &header, payload, where, table);
+      if (result == HOOP_OK && comm->token[0] &&
+          (result = check_table_proof(comm, fd, deadline, signed_hello.nonce, payload,
+                                      header.length, where)) != HOOP_OK)
+        hoop__table_free(table);
     }
     free(payload);
   }

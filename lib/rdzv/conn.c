@@ -80,7 +80,7 @@ static int send_challenge(rdzv_client *client) {
  * keeps it open: a member's TABLE). Until then the client's timer bounds how long a client that
  * does not read may hold the reply. */
 void hoop__rdzv_client_send(rdzv_client *client, rdzv_reply *reply) {
-  uv_buf_t bufs[2];
+  uv_buf_t bufs[3];
   unsigned nbufs = 1;
   reply->client = client;
   if (reply->table) {
@@ -88,6 +88,8 @@ void hoop__rdzv_client_send(rdzv_client *client, rdzv_reply *reply) {
     bufs[1] = uv_buf_init((char *)reply->table->wire.data + TABLE_HEAD,
                           (unsigned)(reply->table->wire.len - TABLE_HEAD));
     nbufs = 2;
+    if (reply->message.len) /* the TABLE_PROOF that follows a table */
+      bufs[nbufs++] = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
   } else {
     bufs[0] = uv_buf_init((char *)reply->message.data, (unsigned)reply->message.len);
   }

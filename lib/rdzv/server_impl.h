@@ -109,6 +109,8 @@ struct hoop__rdzv_server {
 typedef struct shared_table {
   hoop__wbuf wire;
   uint32_t refs;
+  int digested;       /* digest holds the SHA-256 of the bytes after TABLE_HEAD */
+  uint8_t digest[32]; /* for the TABLE_PROOFs (a token's server), made on first need */
 } shared_table;
 
 typedef struct rdzv_reply {

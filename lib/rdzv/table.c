@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "rdzv/auth.h"
 #include "rdzv/server_impl.h"
 #include "util/be.h"
 #include "util/netaddr.h"
@@ -106,6 +107,26 @@ void hoop__rdzv_send_table(rdzv_client *client, shared_table *shared, uint32_t r
   }
   memcpy(reply->head, shared->wire.data, TABLE_HEAD);
   hoop__put_be32(reply->head + TABLE_RANK_AT, rank);
+  /* With a token, the server proves it too, to a rank getting its first table (a member of a
+   * shrink already knows this server), over the nonce of that rank's HELLO: someone else who took
+   * the server's address before it cannot hand ranks a table of its own. */
+  const char *token = client->server->token;
+  if (token[0] && !client->has_table) {
+    if (!shared->digested) {
+      hoop__auth_digest((const uint8_t *)shared->wire.data + TABLE_HEAD,
+                        shared->wire.len - TABLE_HEAD, shared->digest);
+      shared->digested = 1;
+    }
+    hoop__table_proof proof = {.proof_len = HOOP__AUTH_PROOF};
+    hoop__auth_table_proof(token, client->hello.nonce, reply->head + HOOP__WIRE_HEADER_SIZE,
+                           shared->digest, proof.proof);
+    if (hoop__wire_encode_table_proof(&reply->message, &proof) != 0) {
+      HOOP__WARN(HOOP_SUBSYS_RDZV, "out of memory sending the table to %s", client->peer);
+      hoop__rdzv_reply_free(reply);
+      hoop__rdzv_client_close(client);
+      return;
+    }
+  }
   reply->table = shared;
   reply->keep_open = 1;
   shared->refs++;

@@ -96,6 +96,7 @@ int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
   put_str(wb, msg->addr, (size_t)addr);
   put_u16(wb, msg->proof_len);
   put_bytes(wb, msg->proof, msg->proof_len);
+  put_bytes(wb, msg->nonce, HOOP__WIRE_CHALLENGE);
   return finish_message(wb, start);
 }
 
@@ -352,6 +353,9 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
   get_str(&in, out->host, HOOP__WIRE_MAX_HOST);
   get_str(&in, out->addr, HOOP__WIRE_MAX_ADDR);
   out->proof_len = get_proof(&in, out->proof);
+  const uint8_t *nonce = take(&in, HOOP__WIRE_CHALLENGE);
+  if (nonce)
+    memcpy(out->nonce, nonce, HOOP__WIRE_CHALLENGE);
   if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP__WIRE_MAX_RANKS ||
       out->rank < HOOP__HELLO_NEWCOMER || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
     return -1;
@@ -530,6 +534,22 @@ int hoop__wire_decode_pending(const uint8_t *payload, size_t len, uint32_t *newc
   reader in = {payload, len, 0};
   *newcomers = get_u32(&in);
   return reader_done(&in);
+}
+
+int hoop__wire_encode_table_proof(hoop__wbuf *wb, const hoop__table_proof *msg) {
+  if (msg->proof_len == 0 || msg->proof_len > HOOP__WIRE_MAX_PROOF)
+    return -1;
+  size_t start = begin_message(wb, HOOP_MSG_TABLE_PROOF);
+  put_u16(wb, msg->proof_len);
+  put_bytes(wb, msg->proof, msg->proof_len);
+  return finish_message(wb, start);
+}
+
+int hoop__wire_decode_table_proof(const uint8_t *payload, size_t len, hoop__table_proof *out) {
+  reader in = {payload, len, 0};
+  memset(out, 0, sizeof *out);
+  out->proof_len = get_proof(&in, out->proof);
+  return reader_done(&in) != 0 || out->proof_len == 0 ? -1 : 0;
 }
 
 void hoop__table_free(hoop__table *table) {

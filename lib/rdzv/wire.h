@@ -18,7 +18,7 @@
 #include "util/buf.h"
 
 #define HOOP__WIRE_MAGIC 0x484f4f50u
-#define HOOP__WIRE_VERSION 3
+#define HOOP__WIRE_VERSION 4
 #define HOOP__WIRE_HEADER_SIZE 12
 
 #define HOOP__WIRE_MAX_JOB 128      /* bytes of a job id */
@@ -62,19 +62,25 @@
  * generation, after the members (hoop_comm_grow, or a shrink). A table after the first carries
  * its generation number at its end. */
 typedef enum hoop__msg_type {
-  HOOP_MSG_HELLO = 1,      /* client -> server: join a job */
-  HOOP_MSG_TABLE = 2,      /* server -> client: the job is complete; here is the rank table */
-  HOOP_MSG_ERROR = 3,      /* server -> client: the join failed (code + message) */
-  HOOP_MSG_STATUS_REQ = 4, /* client -> server: list the jobs waiting */
-  HOOP_MSG_STATUS = 5,     /* server -> client: the jobs waiting */
-  HOOP_MSG_CHALLENGE = 6,  /* server -> client, first on every connection: flags and a nonce */
-  HOOP_MSG_ABORT = 7,      /* member -> server, after its TABLE: it aborts, tell the others */
-  HOOP_MSG_BYE = 8,        /* member -> server: it finalized; its connection closing is no loss */
-  HOOP_MSG_NOTICE = 9,     /* server -> member: another member aborted or was lost */
-  HOOP_MSG_SHRINK = 10,    /* member -> server: join the next generation of the job's survivors */
-  HOOP_MSG_PENDING = 11    /* server -> member: newcomers wait to join the next generation */
+  HOOP_MSG_HELLO = 1,       /* client -> server: join a job */
+  HOOP_MSG_TABLE = 2,       /* server -> client: the job is complete; here is the rank table */
+  HOOP_MSG_ERROR = 3,       /* server -> client: the join failed (code + message) */
+  HOOP_MSG_STATUS_REQ = 4,  /* client -> server: list the jobs waiting */
+  HOOP_MSG_STATUS = 5,      /* server -> client: the jobs waiting */
+  HOOP_MSG_CHALLENGE = 6,   /* server -> client, first on every connection: flags and a nonce */
+  HOOP_MSG_ABORT = 7,       /* member -> server, after its TABLE: it aborts, tell the others */
+  HOOP_MSG_BYE = 8,         /* member -> server: it finalized; its connection closing is no loss */
+  HOOP_MSG_NOTICE = 9,      /* server -> member: another member aborted or was lost */
+  HOOP_MSG_SHRINK = 10,     /* member -> server: join the next generation of the job's survivors */
+  HOOP_MSG_PENDING = 11,    /* server -> member: newcomers wait to join the next generation */
+  HOOP_MSG_TABLE_PROOF = 12 /* server -> client, right after its first TABLE when the server
+                               holds a token: the server's proof of it, over the HELLO's nonce */
 } hoop__msg_type;
-#define HOOP__MSG_LAST HOOP_MSG_PENDING
+#define HOOP__MSG_LAST HOOP_MSG_TABLE_PROOF
+
+/* The bytes at the start of a TABLE's payload that differ between members (size, rank, nonce):
+ * a TABLE_PROOF covers them and a digest of the rest, which is the same for every member. */
+#define HOOP__WIRE_TABLE_OWN (8 + HOOP__WIRE_NONCE)
 
 /* CHALLENGE flags. */
 #define HOOP__CHALLENGE_AUTH 1u /* requests need a proof: HMAC-SHA256 of the token (see auth.h) */
@@ -98,7 +104,13 @@ typedef struct hoop__hello {
   char addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach this rank's transport */
   uint16_t proof_len;
   uint8_t proof[HOOP__WIRE_MAX_PROOF];
+  uint8_t nonce[HOOP__WIRE_CHALLENGE]; /* the rank's own challenge to the server (random) */
 } hoop__hello;
+
+typedef struct hoop__table_proof {
+  uint16_t proof_len;
+  uint8_t proof[HOOP__WIRE_MAX_PROOF];
+} hoop__table_proof;
 
 typedef struct hoop__challenge {
   uint8_t flags; /* HOOP_CHALLENGE_* */
@@ -193,6 +205,7 @@ int hoop__wire_encode_bye(hoop__wbuf *wb);
 int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 int hoop__wire_encode_shrink(hoop__wbuf *wb, const hoop__shrink_msg *msg);
 int hoop__wire_encode_pending(hoop__wbuf *wb, uint32_t newcomers);
+int hoop__wire_encode_table_proof(hoop__wbuf *wb, const hoop__table_proof *msg);
 
 /* Decode the first HOOP__WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -212,6 +225,7 @@ int hoop__wire_decode_bye(const uint8_t *payload, size_t len); /* a BYE's payloa
 int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *out);
 int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_msg *out);
 int hoop__wire_decode_pending(const uint8_t *payload, size_t len, uint32_t *newcomers);
+int hoop__wire_decode_table_proof(const uint8_t *payload, size_t len, hoop__table_proof *out);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

@@ -114,6 +114,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
+  case HOOP_MSG_TABLE_PROOF: {
+    hoop__table_proof proof;
+    if (hoop__wire_decode_table_proof(payload, header.length, &proof) == 0) {
+      if (hoop__wire_encode_table_proof(&wb, &proof) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
   default: break;
   }
   hoop__wbuf_free(&wb);

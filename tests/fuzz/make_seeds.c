@@ -21,9 +21,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: make_seeds DIR\n");
     return 2;
   }
-  hoop__wbuf wb[11] = {{0}};
+  hoop__wbuf wb[12] = {{0}};
   hoop__hello hello = {
-      .size = 4, .rank = 2, .timeout_ms = 30000, .proof_len = 3, .proof = {1, 2, 3}};
+      .size = 4, .rank = 2, .timeout_ms = 30000, .proof_len = 3, .proof = {1, 2, 3}, .nonce = {6}};
   strcpy(hello.job, "job-1");
   strcpy(hello.host, "node7");
   strcpy(hello.addr, "10.0.0.7:41000");
@@ -47,19 +47,21 @@ int main(int argc, char **argv) {
   hoop__shrink_msg shrink = {
       .generation = 1, .rank = 2, .timeout_ms = 5000, .naccused = 1, .accused = {3}};
   strcpy(shrink.addr, "tcp=10.0.0.7:41000");
+  hoop__table_proof table_proof = {.proof_len = 32, .proof = {3, 1, 4}};
   int bad =
       hoop__wire_encode_hello(&wb[0], &hello) | hoop__wire_encode_table(&wb[1], &table) |
       hoop__wire_encode_error(&wb[2], &error) | hoop__wire_encode_status_req(&wb[3], &request) |
       hoop__wire_encode_status(&wb[4], &status) | hoop__wire_encode_status_req(&wb[5], &proven) |
       hoop__wire_encode_challenge(&wb[6], &challenge) |
       hoop__wire_encode_abort(&wb[7], &abort_msg) | hoop__wire_encode_bye(&wb[8]) |
-      hoop__wire_encode_notice(&wb[9], &notice) | hoop__wire_encode_shrink(&wb[10], &shrink);
-  const char *names[11] = {
+      hoop__wire_encode_notice(&wb[9], &notice) | hoop__wire_encode_shrink(&wb[10], &shrink) |
+      hoop__wire_encode_table_proof(&wb[11], &table_proof);
+  const char *names[12] = {
       "hello",     "table", "error", "status_req", "status", "status_req_proof",
-      "challenge", "abort", "bye",   "notice",     "shrink"};
-  for (int i = 0; i < 11 && !bad; i++)
+      "challenge", "abort", "bye",   "notice",     "shrink", "table_proof"};
+  for (int i = 0; i < 12 && !bad; i++)
     bad |= save(argv[1], names[i], &wb[i]);
-  for (int i = 0; i < 11; i++)
+  for (int i = 0; i < 12; i++)
     hoop__wbuf_free(&wb[i]);
   return bad ? 1 : 0;
 }

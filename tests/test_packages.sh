@@ -36,7 +36,7 @@ grep -E '^  cuda|^  ibverbs' "$out/build.log" || true
 
 echo "== packages: lintian"
 rc=0
-lintian --fail-on error,warning --info "$build"/hoop_"$version"_*.changes >"$out/lintian.log" 2>&1 || rc=$?
+lintian --fail-on error,warning --display-info "$build"/hoop_"$version"_*.changes >"$out/lintian.log" 2>&1 || rc=$?
 grep -v 'running with root privileges' "$out/lintian.log" || true
 [ $rc = 0 ] || { echo "FAIL: lintian reports errors or warnings"; exit 1; }
 

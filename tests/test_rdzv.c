@@ -867,6 +867,34 @@ START_TEST(test_connection_limit) {
 }
 END_TEST
 
+/* One address holds at most max_idle_per_address connections that have sent nothing: each new
+ * one past that closes the oldest silent one, so silence from one place cannot fill
+ * max_connections (8 here, which six silent connections and a job of two would otherwise fill). */
+static void join_running(const char *job, uint32_t n, int *fds);
+static void expect_quiet(int fd, unsigned ms, const char *who);
+START_TEST(test_idle_limit_per_address) {
+  hoop__rdzv_options options = {
+      .listen = "127.0.0.1:0", .max_connections = 8, .max_idle_per_address = 3};
+  start_server(&options);
+  int idle[6];
+  for (int i = 0; i < 6; i++)
+    idle[i] = connect_server();
+  for (int i = 0; i < 3; i++)
+    expect_closed(idle[i], "a silent connection past the limit per address");
+  for (int i = 3; i < 6; i++)
+    expect_quiet(idle[i], 50, "one of the newest three silent connections");
+  /* A job of two joins: its members' connections are silent for a moment too, and push out the
+   * oldest of the strangers, not each other. */
+  int fds[2];
+  join_running("after-the-silence", 2, fds);
+  expect_closed(idle[3], "the oldest silent connection, once the job's members came");
+  for (int i = 0; i < 6; i++)
+    close(idle[i]);
+  say_bye(fds[0], "rank 0");
+  say_bye(fds[1], "rank 1");
+}
+END_TEST
+
 /* Past max_jobs a new job is refused; the waiting one completes, and then a new one is taken. */
 START_TEST(test_job_limit) {
   hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_jobs = 1};
@@ -1492,6 +1520,7 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_two_jobs_at_once);
   tc = add_case(s, "limits", 0);
   tcase_add_test(tc, test_connection_limit);
+  tcase_add_test(tc, test_idle_limit_per_address);
   tcase_add_test(tc, test_job_limit);
   tcase_add_test(tc, test_idle_connection_closed);
   tcase_add_test(tc, test_member_outlives_idle_timeout);

@@ -257,8 +257,38 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
     return NULL;
   }
   hoop__format_sockaddr((struct sockaddr *)&addr, client->peer, sizeof client->peer);
+  snprintf(client->from, sizeof client->from, "%s", client->peer);
+  char *colon = strrchr(client->from, ':');
+  if (colon)
+    *colon = '\0';
   hoop__rdzv_keep_alive(client, server->keepalive_s);
   return client;
+}
+
+/* A connection that has sent no request yet: no HELLO taken, no reply on its way, no table. */
+static int idle(const rdzv_client *client) {
+  return !client->closing && !client->replying && client->hello.size == 0 && !client->has_table &&
+         !client->pending_job;
+}
+
+/* One address may hold max_idle_per_address connections that have sent nothing yet; a new one
+ * past that closes the oldest of them (the list holds the newest first), so that strangers from
+ * one place cannot fill the server's connections with silence while real ranks wait. */
+static void limit_idle(hoop__rdzv_server *server, const rdzv_client *newest) {
+  int count = 0;
+  rdzv_client *oldest = NULL;
+  for (rdzv_client *c = server->clients; c; c = c->next)
+    if (c != newest && idle(c) && strcmp(c->from, newest->from) == 0) {
+      count++;
+      oldest = c;
+    }
+  if (count < server->max_idle_per_address || !oldest)
+    return;
+  HOOP__INFO(HOOP_SUBSYS_RDZV,
+             "closed %s: %d connections from %s had sent no request (the limit per address); "
+             "the oldest goes",
+             oldest->peer, count, oldest->from);
+  hoop__rdzv_client_close(oldest);
 }
 
 void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
@@ -283,6 +313,7 @@ void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
                           server->max_connections);
     return;
   }
+  limit_idle(server, client);
   if (send_challenge(client) != 0)
     return;
   int rc = uv_read_start((uv_stream_t *)&client->tcp, on_alloc, on_read);

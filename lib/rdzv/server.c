@@ -102,6 +102,8 @@ static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *opt
   server->max_jobs = options->max_jobs > 0 ? options->max_jobs : DEFAULT_MAX_JOBS;
   server->max_connections =
       options->max_connections > 0 ? options->max_connections : HOOP__RDZV_MAX_CONNECTIONS;
+  server->max_idle_per_address =
+      options->max_idle_per_address > 0 ? options->max_idle_per_address : DEFAULT_IDLE_PER_ADDRESS;
   double idle_s = options->idle_timeout_s > 0 ? options->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
   server->keepalive_s = options->keepalive_s > 0 ? options->keepalive_s : DEFAULT_KEEPALIVE_S;

@@ -15,24 +15,27 @@ typedef struct hoop__rdzv_server hoop__rdzv_server;
 #define HOOP__RDZV_MAX_CONNECTIONS 4096
 
 typedef struct hoop__rdzv_options {
-  const char *listen;    /* "host:port", "[v6]:port" or ":port"; port 0 picks a free one */
-  int max_jobs;          /* jobs waiting at once (0: default 1024) */
-  int max_connections;   /* client connections at once (0: HOOP__RDZV_MAX_CONNECTIONS) */
-  double idle_timeout_s; /* close a client that sends no complete message for this long
-                            (0: default 30 s); a client that has joined waits for its job */
-  int keepalive_s;       /* a connection whose host stops answering TCP keepalive probes (it
-                            vanished: no FIN, no RST) is dropped after about this long, and
-                            a running job's other members are told (0: default 300 s, as
-                            HOOP_TIMEOUT) */
-  const char *token;     /* NULL or "": admit anyone; else every request must prove it
-                            (HMAC-SHA256 over a per-connection challenge). Copied. */
-  int once;              /* 1: stop listening after the first job completes or fails */
-  int elastic;           /* with once: go on listening while that job runs, for newcomers
-                            to it alone (HOOP__HELLO_NEWCOMER) */
-  const char *only_job;  /* with once: NULL, or the one job this server hosts (a rank's
-                            own): a HELLO for another id or size is refused and ends nothing,
-                            and the job waits for its ranks as long as only_timeout_ms says
-                            (not as the first HELLO says). Copied. */
+  const char *listen;       /* "host:port", "[v6]:port" or ":port"; port 0 picks a free one */
+  int max_jobs;             /* jobs waiting at once (0: default 1024) */
+  int max_connections;      /* client connections at once (0: HOOP__RDZV_MAX_CONNECTIONS) */
+  int max_idle_per_address; /* connections from one address that have sent no request yet (0:
+                               default 64); past it the oldest of them is closed, so that one
+                               address cannot fill max_connections with silence */
+  double idle_timeout_s;    /* close a client that sends no complete message for this long
+                               (0: default 30 s); a client that has joined waits for its job */
+  int keepalive_s;          /* a connection whose host stops answering TCP keepalive probes (it
+                               vanished: no FIN, no RST) is dropped after about this long, and
+                               a running job's other members are told (0: default 300 s, as
+                               HOOP_TIMEOUT) */
+  const char *token;        /* NULL or "": admit anyone; else every request must prove it
+                               (HMAC-SHA256 over a per-connection challenge). Copied. */
+  int once;                 /* 1: stop listening after the first job completes or fails */
+  int elastic;              /* with once: go on listening while that job runs, for newcomers
+                               to it alone (HOOP__HELLO_NEWCOMER) */
+  const char *only_job;     /* with once: NULL, or the one job this server hosts (a rank's
+                               own): a HELLO for another id or size is refused and ends nothing,
+                               and the job waits for its ranks as long as only_timeout_ms says
+                               (not as the first HELLO says). Copied. */
   unsigned only_size, only_timeout_ms;
   void (*on_done)(void *arg); /* with once: called when that job is over and its replies flushed */
   void *arg;

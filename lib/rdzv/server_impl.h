@@ -16,6 +16,7 @@
 
 #define DEFAULT_MAX_JOBS 1024
 #define DEFAULT_IDLE_TIMEOUT_S 30.0
+#define DEFAULT_IDLE_PER_ADDRESS 64
 #define DEFAULT_KEEPALIVE_S 300
 #define KEEPALIVE_PROBES 4
 #define KEEPALIVE_MAX_S 86400
@@ -51,6 +52,7 @@ struct rdzv_client {
   char shrink_addr[HOOP__WIRE_MAX_ADDR + 1]; /* where peers reach it in the next generation */
   uint8_t challenge[HOOP__WIRE_CHALLENGE];   /* sent first; a request's proof is over it */
   char peer[64];
+  char from[64]; /* peer without its port: what the limit of idle connections per address counts */
   size_t inlen;
   uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_CLIENT_PAYLOAD];
 };
@@ -86,7 +88,7 @@ struct hoop__rdzv_server {
   int open_handles; /* libuv handles of the server, its clients and jobs not closed yet */
   int port;
   char where[80];
-  int max_jobs, max_connections;
+  int max_jobs, max_connections, max_idle_per_address;
   uint64_t idle_ms;
   int keepalive_s;
   int once, once_over, done_called;

@@ -226,6 +226,8 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
   if (want > HOOP__RDZV_MAX_CONNECTIONS)
     options.max_connections = (int)want;
   options.once = 1;
+  /* Every rank may come from one address (one host, or behind one NAT). */
+  options.max_idle_per_address = comm->size > 64 ? comm->size : 0;
   options.only_job = comm->job;
   options.only_size = (unsigned)comm->size;
   options.only_timeout_ms =

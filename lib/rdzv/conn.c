@@ -258,6 +258,7 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
   }
   hoop__format_sockaddr((struct sockaddr *)&addr, client->peer, sizeof client->peer);
   snprintf(client->from, sizeof client->from, "%s", client->peer);
+  client->accepted_ms = uv_now(server->loop);
   char *colon = strrchr(client->from, ':');
   if (colon)
     *colon = '\0';
@@ -271,24 +272,35 @@ static int idle(const rdzv_client *client) {
          !client->pending_job;
 }
 
-/* One address may hold max_idle_per_address connections that have sent nothing yet; a new one
- * past that closes the oldest of them (the list holds the newest first), so that strangers from
- * one place cannot fill the server's connections with silence while real ranks wait. */
+/* One address may hold max_idle_per_address connections that have sent nothing for
+ * IDLE_GRACE_MS; at each new connection from it, the oldest of those past that are closed (the list
+ * holds the newest first), so that strangers from one place cannot fill the server's connections
+ * with silence while real ranks wait. A real rank sends its HELLO a round trip after its accept:
+ * a burst of them (hundreds of ranks of one host coming at once) is never counted. */
 static void limit_idle(hoop__rdzv_server *server, const rdzv_client *newest) {
+  uint64_t now = uv_now(server->loop);
   int count = 0;
-  rdzv_client *oldest = NULL;
   for (rdzv_client *c = server->clients; c; c = c->next)
-    if (c != newest && idle(c) && strcmp(c->from, newest->from) == 0) {
+    if (c != newest && idle(c) && now - c->accepted_ms >= IDLE_GRACE_MS &&
+        strcmp(c->from, newest->from) == 0)
       count++;
-      oldest = c;
+  /* From the oldest (the end of the list) on, until the limit holds with the newcomer. */
+  rdzv_client *last = server->clients;
+  while (last && last->next)
+    last = last->next;
+  for (rdzv_client *c = last; c && count >= server->max_idle_per_address;) {
+    rdzv_client *prev = c->prev;
+    if (c != newest && idle(c) && now - c->accepted_ms >= IDLE_GRACE_MS &&
+        strcmp(c->from, newest->from) == 0) {
+      HOOP__INFO(HOOP_SUBSYS_RDZV,
+                 "closed %s: %d connections from %s had sent no request for %d ms (the limit "
+                 "per address is %d); the oldest go",
+                 c->peer, count, c->from, IDLE_GRACE_MS, server->max_idle_per_address);
+      hoop__rdzv_client_close(c);
+      count--;
     }
-  if (count < server->max_idle_per_address || !oldest)
-    return;
-  HOOP__INFO(HOOP_SUBSYS_RDZV,
-             "closed %s: %d connections from %s had sent no request (the limit per address); "
-             "the oldest goes",
-             oldest->peer, count, oldest->from);
-  hoop__rdzv_client_close(oldest);
+    c = prev;
+  }
 }
 
 void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {

@@ -17,6 +17,7 @@
 #define DEFAULT_MAX_JOBS 1024
 #define DEFAULT_IDLE_TIMEOUT_S 30.0
 #define DEFAULT_IDLE_PER_ADDRESS 64
+#define IDLE_GRACE_MS 1000 /* a connection silent this long counts against its address's limit */
 #define DEFAULT_KEEPALIVE_S 300
 #define KEEPALIVE_PROBES 4
 #define KEEPALIVE_MAX_S 86400
@@ -53,6 +54,7 @@ struct rdzv_client {
   uint8_t challenge[HOOP__WIRE_CHALLENGE];   /* sent first; a request's proof is over it */
   char peer[64];
   char from[64]; /* peer without its port: what the limit of idle connections per address counts */
+  uint64_t accepted_ms; /* uv_now at its accept */
   size_t inlen;
   uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_CLIENT_PAYLOAD];
 };

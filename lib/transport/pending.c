@@ -49,33 +49,76 @@ static void take_out(hoop__pending *pending, int i) {
   pending->conn[i] = pending->conn[--pending->n];
 }
 
-/* The oldest of the set, or of those from one place when from is not NULL; -1 when none. */
-static int oldest(const hoop__pending *pending, const char *from, int *count) {
+/* Connections of the set from one place (from NULL: all), and the oldest of them that may be
+ * dropped (short of a handshake for HOOP__PENDING_GRACE_S), -1 when none may. */
+static int droppable(const hoop__pending *pending, const char *from, double now, int *count) {
   int found = -1;
   *count = 0;
   for (int i = 0; i < pending->n; i++) {
-    if (from && strcmp(pending->conn[i].from, from) != 0)
+    const hoop__pending_conn *c = &pending->conn[i];
+    if (from && strcmp(c->from, from) != 0)
       continue;
     (*count)++;
-    if (found < 0 || pending->conn[i].deadline < pending->conn[found].deadline)
+    double waited = now - (c->deadline - HOOP__PENDING_WAIT_S);
+    if (!c->whole && waited >= HOOP__PENDING_GRACE_S &&
+        (found < 0 || c->deadline < pending->conn[found].deadline))
       found = i;
   }
   return found;
 }
 
+/* Read what has come on every waiting connection: whole ones are marked (handed out next),
+ * refused ones closed and taken out. */
+static void read_waiting(hoop__pending *pending, const hoop__pending_ops *ops) {
+  char why[160];
+  for (int i = pending->n - 1; i >= 0; i--) {
+    hoop__pending_conn *c = &pending->conn[i];
+    if (c->whole)
+      continue;
+    int whole = ops->read(c, ops->bytes, why, sizeof why);
+    if (whole > 0) {
+      c->whole = 1;
+    } else if (whole < 0) {
+      hoop__pending_refuse(c, ops->name, why);
+      take_out(pending, i);
+    }
+  }
+}
+
 /* A newly accepted connection whose handshake is not whole yet joins the set, making room. */
 static void add(hoop__pending *pending, const hoop__pending_ops *ops, hoop__pending_conn *conn) {
-  int count, victim = oldest(pending, conn->from, &count);
-  if (count < HOOP__PENDING_PER_FROM)
-    victim = pending->n == HOOP__PENDING_MAX ? oldest(pending, NULL, &count) : -1;
-  if (victim >= 0) {
-    hoop__pending_refuse(&pending->conn[victim], ops->name,
-                         count >= HOOP__PENDING_PER_FROM
-                             ? "too many connections from there waiting at once: the oldest goes"
-                             : "too many connections waiting at once: the oldest goes");
-    take_out(pending, victim);
+  double now = hoop__now();
+  int from_count, all_count;
+  droppable(pending, conn->from, now, &from_count);
+  if (from_count >= HOOP__PENDING_PER_FROM || pending->n == HOOP__PENDING_MAX) {
+    read_waiting(pending, ops);
+    int victim = droppable(pending, conn->from, now, &from_count);
+    const char *why = "too many connections from there waiting at once: the oldest goes";
+    if (from_count < HOOP__PENDING_PER_FROM || victim < 0) {
+      victim = pending->n == HOOP__PENDING_MAX ? droppable(pending, NULL, now, &all_count) : -1;
+      why = "too many connections waiting at once: the oldest goes";
+    }
+    if (victim >= 0) {
+      hoop__pending_refuse(&pending->conn[victim], ops->name, why);
+      take_out(pending, victim);
+    } else if (pending->n == HOOP__PENDING_MAX) {
+      hoop__pending_refuse(conn, ops->name,
+                           "too many connections waiting at once, none of them for long");
+      return;
+    }
   }
   pending->conn[pending->n++] = *conn;
+}
+
+/* The first whole connection of the set, taken out into *out: 1, or 0 when none is whole. */
+static int take_whole(hoop__pending *pending, hoop__pending_conn *out) {
+  for (int i = 0; i < pending->n; i++)
+    if (pending->conn[i].whole) {
+      *out = pending->conn[i];
+      take_out(pending, i);
+      return 1;
+    }
+  return 0;
 }
 
 /* Accept what the listener has (a bounded batch), reading each one's handshake at once: 1 with a
@@ -89,7 +132,7 @@ static int accept_batch(hoop__tctx *ctx, hoop__pending *pending, const hoop__pen
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
         *result =
             hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: accept: %s", ops->name, strerror(errno));
-      return 0;
+      return take_whole(pending, out);
     }
     hoop__pending_conn conn = {
         .fd = fd, .memfd = -1, .deadline = hoop__now() + HOOP__PENDING_WAIT_S};
@@ -108,7 +151,7 @@ static int accept_batch(hoop__tctx *ctx, hoop__pending *pending, const hoop__pen
     else
       add(pending, ops, &conn);
   }
-  return 0;
+  return take_whole(pending, out);
 }
 
 hoop_result hoop__pending_accept(hoop__tctx *ctx, hoop__pending *pending,
@@ -117,6 +160,8 @@ hoop_result hoop__pending_accept(hoop__tctx *ctx, hoop__pending *pending,
   struct pollfd pfds[3 + HOOP__PENDING_MAX];
   char why[160];
   for (;;) {
+    if (take_whole(pending, out))
+      return HOOP_OK;
     double now = hoop__now(), until = deadline;
     for (int i = 0; i < pending->n; i++) {
       if (pending->conn[i].deadline <= now) {

@@ -5,9 +5,12 @@
  * accepted. Before, an accept read each connection's handshake in turn, waiting up to 5 s on
  * each: a few silent connections queued ahead of a peer made hoop_init time out. At most
  * HOOP__PENDING_MAX wait at once, and HOOP__PENDING_PER_FROM from one address (TCP) or process
- * (shared memory): past either, the oldest of them is dropped for the newcomer (a real peer's
- * handshake comes with its connection, so it is never the oldest for long). Every refusal is logged
- * at info with where it came from; the first of a process also as a warning. */
+ * (shared memory): past either, the waiting ones are read once more, and the oldest of those
+ * still short of a handshake after HOOP__PENDING_GRACE_S is dropped for the newcomer. A real
+ * peer's handshake follows its connection at once, so a burst of real peers (many ranks of one
+ * host) is never dropped: with none old enough to drop, the set grows to HOOP__PENDING_MAX, and
+ * only past that is the newcomer refused. Every refusal is logged at info with where it came
+ * from; the first of a process also as a warning. */
 #ifndef HOOP__TRANSPORT_PENDING_H
 #define HOOP__TRANSPORT_PENDING_H
 
@@ -17,15 +20,17 @@
 #include "transport/transport.h"
 
 #define HOOP__PENDING_MAX 64
-#define HOOP__PENDING_PER_FROM 8
-#define HOOP__PENDING_BYTES 64   /* the longest handshake a transport reads */
-#define HOOP__PENDING_WAIT_S 5.0 /* for the whole handshake, from the accept */
+#define HOOP__PENDING_PER_FROM 16
+#define HOOP__PENDING_GRACE_S 1.0 /* short of a handshake this long: may be dropped */
+#define HOOP__PENDING_BYTES 64    /* the longest handshake a transport reads */
+#define HOOP__PENDING_WAIT_S 5.0  /* for the whole handshake, from the accept */
 
 typedef struct hoop__pending_conn {
   int fd;
   int memfd; /* shared memory: the descriptor the hello brought, or -1 */
   double deadline;
   size_t got;
+  int whole; /* its handshake is all in: the next to be handed out, never dropped */
   uint8_t buf[HOOP__PENDING_BYTES];
   char from[64]; /* the peer's address (TCP) or "pid N" (shared memory) */
 } hoop__pending_conn;

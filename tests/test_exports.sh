@@ -15,24 +15,21 @@ internal=$(printf '%s\n' "$exported" | grep '^hoop__' || true)
 if [ -n "$stray$internal" ]; then
   echo "FAIL: libhoop.so exports symbols outside the API:"; printf '%s\n' $stray $internal; exit 1
 fi
-if [ "$exported" != "$declared" ]; then
-  echo "FAIL: exported and HOOP_API-declared functions differ (< exported, > declared):"
+# Fail, showing how the exported functions and list (named what) differ, unless they are the same.
+same_as_exported() {
+  [ "$exported" = "$2" ] && return 0
+  echo "FAIL: $1 and the exported functions differ (< exported, > $1):"
   printf '%s\n' "$exported" >"${TMPDIR:-/tmp}/hoop-exported.$$"
-  printf '%s\n' "$declared" | diff "${TMPDIR:-/tmp}/hoop-exported.$$" - || true
+  printf '%s\n' "$2" | diff "${TMPDIR:-/tmp}/hoop-exported.$$" - || true
   rm -f "${TMPDIR:-/tmp}/hoop-exported.$$"
   exit 1
-fi
+}
+same_as_exported "the HOOP_API-declared functions" "$declared"
 # The Debian package's symbols file must list the same functions, so that a function added to the
 # API is added there too (with the version that first has it).
 symbols="$src/debian/libhoop1.symbols"
 if [ -f "$symbols" ]; then
-  listed=$(awk '/^ hoop_/{sub(/@.*/, "", $1); print $1}' "$symbols" | sort)
-  if [ "$exported" != "$listed" ]; then
-    echo "FAIL: debian/libhoop1.symbols and the exported functions differ (< exported, > listed):"
-    printf '%s\n' "$exported" >"${TMPDIR:-/tmp}/hoop-exported.$$"
-    printf '%s\n' "$listed" | diff "${TMPDIR:-/tmp}/hoop-exported.$$" - || true
-    rm -f "${TMPDIR:-/tmp}/hoop-exported.$$"
-    exit 1
-  fi
+  same_as_exported "debian/libhoop1.symbols" \
+    "$(awk '/^ hoop_/{sub(/@.*/, "", $1); print $1}' "$symbols" | sort)"
 fi
 echo "libhoop.so exports the $(printf '%s\n' "$exported" | wc -l) HOOP_API functions and nothing else"

@@ -241,8 +241,8 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
   return HOOP_OK;
 }
 
-/* With a token, data connections present a proof keyed by it instead of the table's nonce, so
- * that someone who reads the (unencrypted) rank table on its way still cannot connect to a rank. */
+/* With a token, the data key is a proof keyed by it instead of the table's nonce, so that someone
+ * who reads the (unencrypted) rank table on its way still cannot connect to a rank. */
 void hoop__comm_derive_nonce(hoop_comm *comm) {
   if (!comm->token[0]) {
     memcpy(comm->data_nonce, comm->table.nonce, HOOP__WIRE_NONCE);

@@ -101,7 +101,8 @@ struct hoop_comm {
   char ifname[256];
   hoop__table table;                    /* rank -> host, address, local rank */
   char token[HOOP__MAX_TOKEN + 1];      /* the shared secret, "" for none; wiped at finalize */
-  uint8_t data_nonce[HOOP__WIRE_NONCE]; /* what data connections present: the table's nonce, or
+  uint8_t data_nonce[HOOP__WIRE_NONCE]; /* the job's data key, which data connections' proofs are
+                                          keyed by (transport/shared.c): the table's nonce, or
                                           with a token a proof derived from it and the token */
 
   /* The transports this rank listens on, in priority order, each with its context; after the

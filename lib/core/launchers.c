@@ -98,7 +98,7 @@ static void launcher_job_id(const struct hoop__launcher *launcher, char *job, si
 /* A port for a job's ranks to meet on when nobody named one (mpirun's on one host, Slurm's without
  * reserved ports): derived from the job id so that concurrent jobs differ, and below Linux's
  * ephemeral ports (32768 and up). */
-static int loopback_port(const char *job) {
+static int job_port(const char *job) {
   uint32_t hash = 2166136261u; /* FNV-1a */
   for (const char *c = job; *c; c++)
     hash = (hash ^ (uint8_t)*c) * 16777619u;
@@ -146,7 +146,7 @@ int hoop__slurm_first_host(const char *list, char *out, size_t cap) {
 static int slurm_port(const char *job) {
   const char *resv = foreign_env("SLURM_STEP_RESV_PORTS");
   if (!resv)
-    return loopback_port(job);
+    return job_port(job);
   char *end;
   long port = strtol(resv, &end, 10);
   return port >= 1 && port <= 65535 && (*end == '\0' || *end == '-' || *end == ',') ? (int)port
@@ -211,8 +211,7 @@ static hoop_result launcher_rendezvous(hoop_comm *comm, hoop__launcher_env *foun
              foreign_int(comm, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, HOOP__WIRE_MAX_RANKS,
                          &local_size) == HOOP_OK &&
              local_size == found->size) {
-    snprintf(found->rendezvous, sizeof found->rendezvous, "127.0.0.1:%d",
-             loopback_port(found->job));
+    snprintf(found->rendezvous, sizeof found->rendezvous, "127.0.0.1:%d", job_port(found->job));
   } else if (found->launcher->kind == LAUNCHER_SLURM && found->size > 1) {
     hoop_result result = slurm_rendezvous(comm, found);
     if (result != HOOP_OK)

@@ -211,9 +211,11 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
   hoop_result result =
       read_challenge(fd, deadline, comm->token, where, &challenge, err, sizeof err);
   hoop__hello signed_hello = *hello;
+  /* With a token, the nonce the server's TABLE_PROOF must answer (without one it stays zeros). */
   if (result != HOOP_OK) {
     hoop__set_error(comm, result, "%s", err);
-  } else if (hoop__auth_random(signed_hello.nonce, sizeof signed_hello.nonce) != 0) {
+  } else if (comm->token[0] &&
+             hoop__auth_random(signed_hello.nonce, sizeof signed_hello.nonce) != 0) {
     result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "rendezvous: no random bytes (libsodium)");
   } else if (comm->token[0]) {
     signed_hello.proof_len = HOOP__AUTH_PROOF;

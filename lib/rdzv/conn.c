@@ -257,11 +257,8 @@ static rdzv_client *client_accept(hoop__rdzv_server *server) {
     return NULL;
   }
   hoop__format_sockaddr((struct sockaddr *)&addr, client->peer, sizeof client->peer);
-  snprintf(client->from, sizeof client->from, "%s", client->peer);
+  hoop__format_host((struct sockaddr *)&addr, client->from, sizeof client->from);
   client->accepted_ms = uv_now(server->loop);
-  char *colon = strrchr(client->from, ':');
-  if (colon)
-    *colon = '\0';
   hoop__rdzv_keep_alive(client, server->keepalive_s);
   return client;
 }
@@ -273,33 +270,24 @@ static int idle(const rdzv_client *client) {
 }
 
 /* One address may hold max_idle_per_address connections that have sent nothing for
- * IDLE_GRACE_MS; at each new connection from it, the oldest of those past that are closed (the list
- * holds the newest first), so that strangers from one place cannot fill the server's connections
- * with silence while real ranks wait. A real rank sends its HELLO a round trip after its accept:
- * a burst of them (hundreds of ranks of one host coming at once) is never counted. */
+ * IDLE_GRACE_MS; at each new connection from it, those past that are closed, the oldest first:
+ * the list holds the newest first, so the first ones met are kept. Strangers from one place thus
+ * cannot fill the server's connections with silence while real ranks wait. A real rank sends its
+ * HELLO a round trip after its accept: a burst of them (hundreds of ranks of one host coming at
+ * once) is never counted. */
 static void limit_idle(hoop__rdzv_server *server, const rdzv_client *newest) {
   uint64_t now = uv_now(server->loop);
-  int count = 0;
-  for (rdzv_client *c = server->clients; c; c = c->next)
-    if (c != newest && idle(c) && now - c->accepted_ms >= IDLE_GRACE_MS &&
-        strcmp(c->from, newest->from) == 0)
-      count++;
-  /* From the oldest (the end of the list) on, until the limit holds with the newcomer. */
-  rdzv_client *last = server->clients;
-  while (last && last->next)
-    last = last->next;
-  for (rdzv_client *c = last; c && count >= server->max_idle_per_address;) {
-    rdzv_client *prev = c->prev;
-    if (c != newest && idle(c) && now - c->accepted_ms >= IDLE_GRACE_MS &&
-        strcmp(c->from, newest->from) == 0) {
-      HOOP__INFO(HOOP_SUBSYS_RDZV,
-                 "closed %s: %d connections from %s had sent no request for %d ms (the limit "
-                 "per address is %d); the oldest go",
-                 c->peer, count, c->from, IDLE_GRACE_MS, server->max_idle_per_address);
-      hoop__rdzv_client_close(c);
-      count--;
-    }
-    c = prev;
+  int seen = 0;
+  for (rdzv_client *c = server->clients, *next; c; c = next) {
+    next = c->next;
+    if (c == newest || !idle(c) || now - c->accepted_ms < IDLE_GRACE_MS ||
+        strcmp(c->from, newest->from) != 0 || ++seen < server->max_idle_per_address)
+      continue;
+    HOOP__INFO(HOOP_SUBSYS_RDZV,
+               "closed %s: more than %d connections from %s had sent no request for %d ms (the "
+               "limit per address); the oldest go",
+               c->peer, server->max_idle_per_address - 1, c->from, IDLE_GRACE_MS);
+    hoop__rdzv_client_close(c);
   }
 }
 

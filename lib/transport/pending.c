@@ -67,22 +67,26 @@ static int droppable(const hoop__pending *pending, const char *from, double now,
   return found;
 }
 
-/* Read what has come on every waiting connection: whole ones are marked (handed out next),
- * refused ones closed and taken out. */
-static void read_waiting(hoop__pending *pending, const hoop__pending_ops *ops) {
+/* Read what has come on waiting connection i: whole, it is marked (handed out next); refused, it
+ * is closed and taken out (the last one takes its place: callers go from the end). */
+static void read_one(hoop__pending *pending, const hoop__pending_ops *ops, int i) {
   char why[160];
-  for (int i = pending->n - 1; i >= 0; i--) {
-    hoop__pending_conn *c = &pending->conn[i];
-    if (c->whole)
-      continue;
-    int whole = ops->read(c, ops->bytes, why, sizeof why);
-    if (whole > 0) {
-      c->whole = 1;
-    } else if (whole < 0) {
-      hoop__pending_refuse(c, ops->name, why);
-      take_out(pending, i);
-    }
+  hoop__pending_conn *c = &pending->conn[i];
+  if (c->whole)
+    return;
+  int whole = ops->read(c, ops->bytes, why, sizeof why);
+  if (whole > 0) {
+    c->whole = 1;
+  } else if (whole < 0) {
+    hoop__pending_refuse(c, ops->name, why);
+    take_out(pending, i);
   }
+}
+
+/* Read what has come on every waiting connection. */
+static void read_waiting(hoop__pending *pending, const hoop__pending_ops *ops) {
+  for (int i = pending->n - 1; i >= 0; i--)
+    read_one(pending, ops, i);
 }
 
 /* A newly accepted connection whose handshake is not whole yet joins the set, making room. */
@@ -197,20 +201,11 @@ hoop_result hoop__pending_accept(hoop__tctx *ctx, hoop__pending *pending,
     if (result != HOOP_OK || *ctx->failed)
       return result != HOOP_OK ? result : *ctx->failed;
     /* The waiting ones first, by their place in this poll set (taking one out moves the last). */
-    for (int i = n - 1; i >= 0; i--) {
-      if (!pfds[3 + i].revents)
-        continue;
-      int whole = ops->read(&pending->conn[i], ops->bytes, why, sizeof why);
-      if (whole > 0) {
-        *out = pending->conn[i];
-        take_out(pending, i);
-        return HOOP_OK;
-      }
-      if (whole < 0) {
-        hoop__pending_refuse(&pending->conn[i], ops->name, why);
-        take_out(pending, i);
-      }
-    }
+    for (int i = n - 1; i >= 0; i--)
+      if (pfds[3 + i].revents)
+        read_one(pending, ops, i);
+    if (take_whole(pending, out))
+      return HOOP_OK;
     if (pfds[0].revents && accept_batch(ctx, pending, ops, listen_fd, out, &result))
       return HOOP_OK;
     if (result != HOOP_OK)

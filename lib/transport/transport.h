@@ -77,7 +77,7 @@ typedef struct hoop__tctx {
   double timeout_s;
   const char *ifname; /* HOOP_IFNAME, "" for the route to the rendezvous */
   int tcp_streams;
-  const uint8_t *data_nonce; /* what data connections present (see core/internal.h) */
+  const uint8_t *data_nonce; /* the job's data key, for hoop__link_proof (core/internal.h) */
   const hoop_result *failed; /* the communicator's failure, HOOP_OK while it works */
   /* A descriptor the core wants watched while the transport sleeps (the rendezvous connection:
    * other ranks' aborts and losses), -1 for none; read it at each poll, as the core may close it.

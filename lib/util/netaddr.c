@@ -83,6 +83,13 @@ void hoop__format_sockaddr(const struct sockaddr *addr, char *out, size_t outlen
   }
 }
 
+void hoop__format_host(const struct sockaddr *addr, char *out, size_t outlen) {
+  hoop__format_sockaddr(addr, out, outlen);
+  char *colon = strrchr(out, ':'); /* both families end with ":port" */
+  if (colon && (addr->sa_family == AF_INET || addr->sa_family == AF_INET6))
+    *colon = '\0';
+}
+
 int hoop__ifname_matches(const char *spec, const char *name) {
   int exclude = 0, exact = 0;
   if (*spec == '^') {

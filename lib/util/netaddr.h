@@ -24,6 +24,8 @@ int hoop__interface_of(const struct sockaddr *addr, char *name, size_t namelen);
 
 /* "1.2.3.4:5" or "[::1]:5". */
 void hoop__format_sockaddr(const struct sockaddr *addr, char *out, size_t outlen);
+/* The same without the port: "1.2.3.4" or "[::1]" (where connections come from, for limits). */
+void hoop__format_host(const struct sockaddr *addr, char *out, size_t outlen);
 
 /* Choose the local address for this rank's listener.
  * With ifname_spec non-empty: the first address (IPv4 preferred) of the first interface matching

@@ -131,12 +131,7 @@ static int tcp_admit(hoop__pending_conn *conn, char *why, size_t whylen) {
     snprintf(why, whylen, "getpeername: %s", strerror(errno));
     return -1;
   }
-  char text[sizeof conn->from];
-  hoop__format_sockaddr((struct sockaddr *)&peer, text, sizeof text);
-  char *colon = strrchr(text, ':');
-  if (colon)
-    *colon = '\0';
-  snprintf(conn->from, sizeof conn->from, "%s", text);
+  hoop__format_host((struct sockaddr *)&peer, conn->from, sizeof conn->from);
   return 0;
 }
 

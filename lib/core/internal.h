@@ -123,7 +123,11 @@ struct hoop_comm {
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */
   int rdzv_fd;
-  int rdzv_goodbye;      /* ABORT or BYE sent: the server expects nothing more */
+  int rdzv_goodbye; /* ABORT or BYE sent: the server expects nothing more */
+  /* Why the connection went, once it did, for a later shrink's error: the words, and the
+   * server's code when it was an ERROR (the rank left out), else 0. */
+  char rdzv_lost[HOOP__WIRE_MAX_MESSAGE + 256];
+  hoop_result rdzv_lost_code;
   double rdzv_looked_at; /* when a call last read the connection (hoop__now) */
   size_t rdzv_inlen;
   uint8_t rdzv_in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_NOTICE_PAYLOAD];

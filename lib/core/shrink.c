@@ -164,12 +164,19 @@ static hoop_result shrink_alone(hoop_comm *comm, hoop_comm **newcomm) {
 static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm, const char *call, int grow) {
   if (comm->size == 1 && comm->rdzv_fd < 0)
     return shrink_alone(comm, newcomm);
+  if (comm->rdzv_fd < 0 && comm->rdzv_lost_code)
+    return hoop__set_error(comm, comm->rdzv_lost_code,
+                           "%s: this rank has no rendezvous connection left, and the ranks agree "
+                           "through it: %s",
+                           call, comm->rdzv_lost);
   if (comm->rdzv_fd < 0)
     return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
-                           "%s: this rank has no rendezvous connection left (the server closed "
-                           "it, was lost with the rank hosting it, or a shrink already took it), "
-                           "and the ranks agree through it",
-                           call);
+                           "%s: this rank has no rendezvous connection left (%s), and the ranks "
+                           "agree through it",
+                           call,
+                           comm->rdzv_lost[0] ? comm->rdzv_lost
+                                              : "the server closed it, it was lost with the rank "
+                                                "hosting it, or a shrink already took it");
   if (!comm->failed)
     hoop__retire(comm, HOOP_ERR_ABORTED, "%s: rank %d retired this communicator to %s", call,
                  comm->rank, grow ? "take in newcomers" : "go on without failed ranks");

@@ -274,6 +274,7 @@ static void drop_connection(hoop_comm *comm, const char *why) {
     HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
   comm->rdzv_fd = -1;
   comm->rdzv_inlen = 0;
+  snprintf(comm->rdzv_lost, sizeof comm->rdzv_lost, "%s", why);
 }
 
 /* A NOTICE from the server: another rank aborted or was lost. Its words are forwarded to the data
@@ -320,7 +321,11 @@ static hoop_result take_messages(hoop_comm *comm) {
       char err[HOOP__WIRE_MAX_MESSAGE + 256];
       hoop_result code = server_error(&header, comm->rdzv_in + HOOP__WIRE_HEADER_SIZE,
                                       comm->rendezvous, err, sizeof err);
-      drop_connection(comm, "the server left this rank out");
+      /* Kept as the reason the connection went: a failure seen first (a peer's data connection
+       * closing as the others go on without this rank) hides it, and the shrink that follows
+       * must still say that this rank is out of the job. */
+      drop_connection(comm, err);
+      comm->rdzv_lost_code = code;
       if (comm->failed)
         return comm->failed;
       return hoop__fail(comm, code, "%s: %s", comm->call ? comm->call : "hoop", err);

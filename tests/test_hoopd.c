@@ -478,6 +478,47 @@ START_TEST(test_hostile_clients_during_a_job) {
 }
 END_TEST
 
+/* --idle-per-address 3: of six connections from 127.0.0.1 that say nothing, none is closed while
+ * fresh; a second later, the next connection from there closes the oldest ones past the limit
+ * (the three oldest, the newcomer taking the third place) and the log names the address; a job
+ * still joins. */
+START_TEST(test_idle_per_address_option) {
+  pick_hoopd_addr();
+  char path[4096], log[] = "/tmp/hoop-idle-XXXXXX";
+  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
+  int log_fd = mkstemp(log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
+  char *argv[] = {path, "--listen", hoopd_addr, "--idle-per-address", "3", NULL};
+  start_hoopd_argv(argv, log);
+  int silent[6];
+  for (int i = 0; i < 6; i++) {
+    silent[i] = connect_hoopd();
+    ck_assert_int_ge(silent[i], 0);
+  }
+  for (int i = 0; i < 6; i++)
+    ck_assert_msg(!closed_within(silent[i], 100), "silent connection %d closed while fresh", i);
+  sleep_ms(1200);
+  int last = connect_hoopd();
+  ck_assert_int_ge(last, 0);
+  int closed = 0;
+  for (int i = 0; i < 6; i++)
+    closed += closed_within(silent[i], 2000);
+  ck_assert_msg(closed >= 3, "with --idle-per-address 3, %d of 6 silent connections closed",
+                closed);
+  ck_assert_msg(closed_within(silent[0], 100), "the oldest silent connection stayed open");
+  pid_t a = start_rank("idle", 2, 0, NULL), b = start_rank("idle", 2, 1, NULL);
+  ck_assert_int_eq(procs_wait(a, 60), 0);
+  ck_assert_int_eq(procs_wait(b, 60), 0);
+  for (int i = 0; i < 6; i++)
+    close(silent[i]);
+  close(last);
+  stop_hoopd();
+  expect_log_has(log, "from 127.0.0.1 had sent no request", "hoopd --idle-per-address 3");
+  unlink(log);
+}
+END_TEST
+
 START_TEST(test_version_and_help) {
   char path[4096];
   const char *tools[] = {"tools/hoopd", "tools/hooprun"};
@@ -703,6 +744,7 @@ static Suite *hoopd_suite(void) {
   tcase_add_test(tc, test_forged_abort_refused);
   tcase_add_test(tc, test_open_file_limit);
   tcase_add_test(tc, test_keepalive_follows_rank_timeout);
+  tcase_add_test(tc, test_idle_per_address_option);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -26,6 +26,7 @@ typedef struct hoopd_args {
   const char *status;     /* --status ADDR, or NULL to serve */
   const char *token_file; /* --token-file, or NULL */
   int max_jobs;
+  int idle_per_address;
   double idle_timeout_s;
   int keepalive_s;
   int verbose;
@@ -47,6 +48,9 @@ static void usage(FILE *out) {
           "  --listen ADDR:PORT   address to listen on (default %s); \":PORT\" is every IPv4\n"
           "                       address, \"[::]:PORT\" every IPv4 and IPv6 address\n"
           "  --max-jobs N         jobs waiting at once (default 1024)\n"
+          "  --idle-per-address N keep at most N connections from one address that have sent\n"
+          "                       no request for a second (default 64; a newer one closes\n"
+          "                       the oldest); raise it past the ranks a host runs at once\n"
           "  --idle-timeout S     close a connection that sends no complete request within S\n"
           "                       seconds (default 30); ranks that joined wait for their job\n"
           "  --keepalive S        drop a connection whose host stops answering (TCP keepalive\n"
@@ -67,6 +71,7 @@ static void usage(FILE *out) {
 enum {
   OPT_LISTEN = 256,
   OPT_MAX_JOBS,
+  OPT_IDLE_PER_ADDRESS,
   OPT_IDLE,
   OPT_KEEPALIVE,
   OPT_STATUS,
@@ -78,6 +83,7 @@ enum {
 static const struct option long_options[] = {
     {"listen", required_argument, NULL, OPT_LISTEN},
     {"max-jobs", required_argument, NULL, OPT_MAX_JOBS},
+    {"idle-per-address", required_argument, NULL, OPT_IDLE_PER_ADDRESS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"keepalive", required_argument, NULL, OPT_KEEPALIVE},
     {"status", required_argument, NULL, OPT_STATUS},
@@ -101,6 +107,14 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
         return -1;
       }
       args->max_jobs = (int)jobs;
+      break;
+    case OPT_IDLE_PER_ADDRESS:
+      if (hoop__parse_int(optarg, 1, 1000000, &jobs) != 0) {
+        fprintf(stderr, "hoopd: --idle-per-address '%s' is not a number from 1 to 1000000\n",
+                optarg);
+        return -1;
+      }
+      args->idle_per_address = (int)jobs;
       break;
     case OPT_IDLE:
       if (hoop__parse_double(optarg, 0.001, 1e6, &args->idle_timeout_s) != 0) {
@@ -272,6 +286,7 @@ static int serve(const hoopd_args *args, const char *token) {
   hoop__rdzv_options options = {0};
   options.listen = args->listen;
   options.max_jobs = args->max_jobs;
+  options.max_idle_per_address = args->idle_per_address;
   options.idle_timeout_s = args->idle_timeout_s;
   options.keepalive_s = args->keepalive_s;
   options.token = token;

@@ -151,6 +151,8 @@ static rdzv_job *running_job(const hoop__rdzv_server *server, const char *id) {
 void hoop__rdzv_newcomer_hello(rdzv_client *client, const hoop__hello *hello) {
   rdzv_job *job = running_job(client->server, hello->job);
   if (!job) {
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: a newcomer to job '%s', which is not running here",
+               client->peer, hello->job);
     hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
                           "no job '%s' is running here for a newcomer to join (newcomers join a "
                           "running job at its next generation: hoop_comm_grow, hooprun --max-np)",

@@ -91,7 +91,8 @@ run() {
     [ "${pair%-*}" = "${pair#*-}" ] || fail "$name: a rank's descriptors before init and after finalize: $pair"
   done
   refused=$(grep -c 'refused a connection' "$log")
-  echo "  $name: slowest rank ${took:-?} s; descriptors (rank:before init-after finalize) $fds; $refused refusals logged"
+  peak=$(sed -n 's/^\[[0-9]\] MEM [0-9] \([0-9]*\)$/\1/p' "$log" | sort -n | tail -1)
+  echo "  $name: slowest rank ${took:-?} s; descriptors (rank:before init-after finalize) $fds; peak memory of the largest rank ${peak:-?} kB; $refused refusals logged"
 }
 
 users="$(id -un)"
@@ -99,13 +100,15 @@ users="$(id -un)"
 for transport in ${HOSTILE_LISTENERS-tcp shm}; do
   echo "== hostile: $transport"
   run "$transport-quiet" "$transport" "" 0
-  base_took=$took base_fds=$fds
+  base_took=$took base_fds=$fds base_peak=$peak
   for user in $users; do
     run "$transport-$user" "$transport" "$user" 1000
     awk -v t="${took:-99}" -v b="${base_took:-0}" 'BEGIN{exit !(t <= b + 2)}' ||
       fail "$transport, 1000 connections of $user: the job took $took s, $base_took s without"
     [ "$fds" = "$base_fds" ] ||
       fail "$transport, 1000 connections of $user: descriptors at the end $fds, without: $base_fds"
+    [ "${peak:-999999}" -le $((${base_peak:-0} + 4096)) ] ||
+      fail "$transport, 1000 connections of $user: a rank's peak memory $peak kB, without: $base_peak kB"
   done
 done
 # A port P, with P + 1 free too (torchrun's rank 0 hosts the rendezvous at MASTER_PORT + 1).

@@ -155,6 +155,8 @@ rdzv_run() {
   hoopd)
     "$build/tools/hoopd" --listen "127.0.0.1:$port" --token-file "$work/token" >"$dir/server.log" 2>&1 &
     server=$!
+    for _ in $(seq 100); do grep -q "listening" "$dir/server.log" && break; sleep 0.1; done
+    server_fds=$(ls /proc/$server/fd | wc -l)
     addr=127.0.0.1:$port job=hostile-$name server_log=$dir/server.log
     env+=(HOOP_RENDEZVOUS="$addr" HOOP_JOB="$job" HOOP_SIZE=6 HOOP_TOKEN_FILE="$work/token")
     ;;
@@ -171,10 +173,6 @@ rdzv_run() {
       -e trace=write,sendto,sendmsg "$python" "$src/tests/support/hostile_worker.py" "$work/go" \
       >"$dir/rank$r.log" 2>&1 &
     pids+=($!)
-    if [ $r = 0 ] && [ -n "$server" ]; then
-      for _ in $(seq 100); do grep -q "listening" "$dir/server.log" && break; sleep 0.1; done
-      server_fds=$(ls /proc/$server/fd | wc -l)
-    fi
   done
   for _ in $(seq 600); do
     [ "$(cat "$dir"/rank?.log | grep -c '^PID ')" = 6 ] && break
@@ -225,6 +223,10 @@ rdzv_run() {
   [ "$refused_data" -ge "${replayed:-0}" ] ||
     fail "$name: $replayed handshakes replayed, $refused_data refusals logged"
   if [ -n "$server" ]; then
+    for _ in $(seq 20); do # the members' connections close as hoopd reads their ends
+      [ "$(ls /proc/$server/fd | wc -l)" = "$server_fds" ] && break
+      sleep 0.1
+    done
     [ "$(ls /proc/$server/fd | wc -l)" = "$server_fds" ] ||
       fail "$name: hoopd had $server_fds descriptors before the attacks, $(ls /proc/$server/fd | wc -l) after"
     HOOP_TOKEN_FILE=$work/token "$build/tools/hoopd" --status "$addr" >/dev/null 2>&1 ||

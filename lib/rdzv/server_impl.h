@@ -21,7 +21,11 @@
 #define DEFAULT_KEEPALIVE_S 300
 #define KEEPALIVE_PROBES 4
 #define KEEPALIVE_MAX_S 86400
-#define LISTEN_BACKLOG 511
+/* Every rank of a job of 4096 may connect at once: a full accept queue drops a connection's last
+ * ACK, and one made by a SYN cookie is then lost on the server's side while the rank, which waits
+ * for the server to speak first, believes it connected (bench/rdzv-load: 100 of 4096 lost at 511).
+ * The kernel caps it at net.core.somaxconn (4096 since Linux 5.4). */
+#define LISTEN_BACKLOG 4096
 #define MISSING_NAMED 16 /* missing ranks named in a timeout message before "and M more" */
 
 /* An encoded TABLE differs between members only in its first bytes (header, size, rank, nonce),

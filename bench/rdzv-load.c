@@ -95,6 +95,21 @@ static void server_usage(pid_t pid, long *rss_kb, long *fds) {
   }
 }
 
+/* The server's descriptors once they stop changing (its loop may still be closing what a client
+ * just closed), waiting at most limit_s. */
+static void server_settled(pid_t pid, long *rss_kb, long *fds, double limit_s) {
+  long last_fds = -2, rss;
+  double until = now() + limit_s;
+  for (;;) {
+    server_usage(pid, &rss, fds);
+    if (*fds == last_fds || now() > until)
+      break;
+    last_fds = *fds;
+    usleep(100000);
+  }
+  *rss_kb = rss;
+}
+
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -337,7 +352,7 @@ static void round_of(load *l, int round) {
   if (l->embedded || round == 0) /* a hoopd serves every round: is its memory back each time? */
     start_server(l);
   long rss0, fds0, rss1, fds1, rss2, fds2;
-  server_usage(l->server, &rss0, &fds0);
+  server_settled(l->server, &rss0, &fds0, 2.0);
   l->connected = l->holding = l->failed = 0;
   l->ep = epoll_create1(EPOLL_CLOEXEC);
   struct sockaddr_in a = {.sin_family = AF_INET,
@@ -409,16 +424,16 @@ static void round_of(load *l, int round) {
   }
   hoop__wbuf_free(&bye);
   close(l->ep);
-  usleep(500000);
-  server_usage(l->server, &rss2, &fds2);
+  usleep(200000);
+  server_settled(l->server, &rss2, &fds2, 5.0);
   if (l->embedded || round == l->rounds - 1)
     stop_server(l);
-  printf("%-8s %6d %5d %9.3f %9.3f %8.2f %8.2f %9ld %9ld %9ld %6ld %6ld %6ld %5d %4d\n",
+  printf("%-8s %6d %5d %9.3f %9.3f %8.2f %8.2f %9ld %9ld %9ld %6ld %6ld %6ld %5d %4d %5d\n",
          l->embedded ? "embedded" : "hoopd", l->n, l->hosts,
          all_connected > 0 ? all_connected - start : -1.0, all_joined - start,
          njoins ? joins[njoins / 2] * 1e3 : -1.0,
          njoins ? joins[(size_t)((njoins - 1) * 0.99)] * 1e3 : -1.0, rss0, rss1, rss2, fds0, fds1,
-         fds2, checked, l->failed);
+         fds2, checked, l->failed, njoins);
   fflush(stdout);
   free(joins);
 }
@@ -457,10 +472,11 @@ int main(int argc, char **argv) {
   if (hoop__raise_open_files(l.n + 256, &hard) < l.n + 256)
     die("cannot open enough descriptors for the clients (ulimit -Hn)");
   signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with what goes to stderr */
   l.clients = calloc((size_t)l.n, sizeof *l.clients);
-  printf("%-8s %6s %5s %9s %9s %8s %8s %9s %9s %9s %6s %6s %6s %5s %4s\n", "server", "ranks",
+  printf("%-8s %6s %5s %9s %9s %8s %8s %9s %9s %9s %6s %6s %6s %5s %4s %5s\n", "server", "ranks",
          "hosts", "conn s", "tables s", "p50 ms", "p99 ms", "rss0 kB", "rss kB", "rss1 kB", "fds0",
-         "fds", "fds1", "chk", "fail");
+         "fds", "fds1", "chk", "fail", "held");
   for (int r = 0; r < l.rounds; r++)
     round_of(&l, r);
   free(l.clients);

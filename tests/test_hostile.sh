@@ -145,8 +145,8 @@ as_user() {
 # the server's return to their counts before, a hoopd serves on.
 rdzv_run() {
   local name=$1 mode=$2 transport=$3 user=$4 dir=$work/$1 port addr job token_known=1 server=
-  local -a env=(HOOP_TRANSPORT="$transport" HOOP_DEBUG=info HOOP_TIMEOUT=30)
-  local rank_var=HOOP_RANK server_fds= server_log pids=() r
+  local -a env=(HOOP_TRANSPORT="$transport" HOOP_DEBUG=info HOOP_TIMEOUT=120)
+  local rank_var=HOOP_RANK server_fds= server_log pids=() r hellos_seen=
   mkdir -p "$dir"
   chmod 755 "$dir"
   rm -f "$work/go"
@@ -169,7 +169,7 @@ rdzv_run() {
   esac
   for r in 0 1 2 3 4 5; do
     [ $r = 5 ] && rdzv_attack
-    env "${env[@]}" "$rank_var=$r" LOCAL_RANK=$r strace -f -qq -o "$dir/strace.$r" -xx -s 256 \
+    env "${env[@]}" "$rank_var=$r" LOCAL_RANK=$r strace -f -qq -o "$dir/strace.$r" -xx -s 65536 \
       -e trace=write,sendto,sendmsg "$python" "$src/tests/support/hostile_worker.py" "$work/go" \
       >"$dir/rank$r.log" 2>&1 &
     pids+=($!)
@@ -197,7 +197,7 @@ rdzv_run() {
   touch "$work/go"
   for pid in "${pids[@]}"; do wait "$pid"; done
   exec 4>&-
-  wait "$replayer"
+  wait "$replayer" || fail "$name: the replaying stranger failed: $(tail -n 3 "$dir/attacks.log")"
   [ "$(cat "$dir"/rank?.log | grep -c '^DONE [0-9] ok ')" = 6 ] ||
     fail "$name: not every rank finished with correct results: $(tail -n 3 "$dir"/rank?.log)"
   local fds
@@ -217,6 +217,12 @@ rdzv_run() {
   replayed=$(sed -n 's/^hostile-replay: .* sent again: \([0-9]*\) connections.*/\1/p' "$dir/attacks.log")
   refused_rdzv=$(grep -c "refused .*127\.0\.0\.1\|closing 127\.0\.0\.1" "$server_log")
   refused_data=$(cat "$dir"/rank?.log | grep -c 'refused a connection')
+  # Every forged request was made: 6 always, 5 more with a token, and each HELLO seen, replayed.
+  local want_attempts=$((6 + 5 * token_known + $(tr ',' '\n' <<<"$hellos_seen" | grep -c .)))
+  [ "$attempts" = "$want_attempts" ] ||
+    fail "$name: $attempts forged requests made, $want_attempts meant (hostile.py rdzv failed?)"
+  [ "${replayed:-0}" -gt 0 ] && [ "$replayed" = $(($(tr ',' '\n' <<<"$seen" | grep -c .) * $(wc -w <<<"$targets"))) ] ||
+    fail "$name: ${replayed:-no} replayed connections, not one per handshake seen and listener"
   [ "$refused_rdzv" -ge "$attempts" ] ||
     fail "$name: $attempts forged requests, $refused_rdzv refusals logged with the address"
   [ "$admitted" = 0 ] || fail "$name: the server admitted a forged request: $(grep '^hostile-rdzv: ' "$dir/attacks.log" | grep -v ': refused (')"
@@ -245,13 +251,16 @@ rdzv_attack() {
     [ "$hellos" -ge 5 ] && break
     sleep 0.1
   done
+  hellos_seen=$("$python" "$src/tests/support/hostile.py" seen hello "$dir"/strace.? | paste -sd,)
   # shellcheck disable=SC2046
   as_user "$user" "$python" "$src/tests/support/hostile.py" rdzv "$addr" "$job" 6 5 "$token_known" \
-    $("$python" "$src/tests/support/hostile.py" seen hello "$dir"/strace.?) >"$dir/attacks.log" 2>&1
-  cut -c1-110 "$dir/attacks.log" | sed 's/^/    /' 
+    $(tr ',' ' ' <<<"$hellos_seen") >"$dir/attacks.log" 2>&1 ||
+    fail "$name: the forging stranger failed: $(tail -n 3 "$dir/attacks.log")"
+  cut -c1-110 "$dir/attacks.log" | sed 's/^/    /'
 }
 
-if command -v strace >/dev/null; then
+# strace must be allowed to trace (ptrace: a container may forbid it, or Yama's scope 3).
+if command -v strace >/dev/null && strace -f -qq -o /dev/null true 2>/dev/null; then
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
   chmod 600 "$work/token"
   for transport in ${HOSTILE_RDZV_TRANSPORTS-tcp shm}; do
@@ -263,7 +272,7 @@ if command -v strace >/dev/null; then
     done
   done
 else
-  echo "SKIP: no strace, which shows what someone who reads the wire sees: the rendezvous attacks and replays did not run"
+  echo "SKIP: no strace that may trace (it shows what someone who reads the wire sees): the rendezvous attacks and replays did not run"
 fi
 
 if [ $failures -gt 0 ]; then

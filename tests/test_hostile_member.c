@@ -64,7 +64,7 @@ typedef struct hostile_hello {
 #define ALL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 static const hostile_hello hellos[] = {
     {"an unsealed segment, cut to 0 bytes once rank 2 decides", 0, 2, 0, 2, sizeof(shm_segment), 0},
-    {"a segment sealed against shrinking but not against more seals' removal", 0, 2, 0, 2,
+    {"a segment sealed against shrinking but open to further seals", 0, 2, 0, 2,
      sizeof(shm_segment), F_SEAL_SHRINK | F_SEAL_GROW},
     {"a sealed segment of one page", 0, 2, 0, 2, 4096, ALL_SEALS},
     {"a hello for rank 1, with rank 0's proof for rank 1", 0, 1, 0, 1, sizeof(shm_segment),

@@ -96,7 +96,7 @@ static const struct option long_options[] = {
 
 /* 0: go on; 1: exit 0 (--help, --version); -1: exit 2 with the message printed. */
 static int parse_args(int argc, char **argv, hoopd_args *args) {
-  long jobs, seconds;
+  long jobs, count, seconds;
   int opt;
   while ((opt = getopt_long(argc, argv, "v", long_options, NULL)) != -1) {
     switch (opt) {
@@ -109,12 +109,12 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
       args->max_jobs = (int)jobs;
       break;
     case OPT_IDLE_PER_ADDRESS:
-      if (hoop__parse_int(optarg, 1, 1000000, &jobs) != 0) {
+      if (hoop__parse_int(optarg, 1, 1000000, &count) != 0) {
         fprintf(stderr, "hoopd: --idle-per-address '%s' is not a number from 1 to 1000000\n",
                 optarg);
         return -1;
       }
-      args->idle_per_address = (int)jobs;
+      args->idle_per_address = (int)count;
       break;
     case OPT_IDLE:
       if (hoop__parse_double(optarg, 0.001, 1e6, &args->idle_timeout_s) != 0) {
@@ -317,7 +317,7 @@ static int serve(const hoopd_args *args, const char *token) {
 }
 
 int main(int argc, char **argv) {
-  hoopd_args args = {DEFAULT_LISTEN, NULL, NULL, 0, 0, 0, 0};
+  hoopd_args args = {.listen = DEFAULT_LISTEN};
   int rc = parse_args(argc, argv, &args);
   if (rc != 0)
     return rc > 0 ? 0 : 2;

@@ -449,10 +449,13 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
     }
     result = take_reply(comm, &header, payload, comm->rendezvous, table);
     free(payload);
-    if (result != HOOP_OK)
-      drop_connection(comm, header.type == HOOP_MSG_ERROR
-                                ? "the server refused the shrink"
-                                : "an unexpected message while shrinking");
+    if (result != HOOP_OK && header.type == HOOP_MSG_ERROR) {
+      /* The server's words and code stay the reason, for a later shrink's error. */
+      drop_connection(comm, comm->last_error);
+      comm->rdzv_lost_code = result;
+    } else if (result != HOOP_OK) {
+      drop_connection(comm, "an unexpected message while shrinking");
+    }
     return result;
   }
 }

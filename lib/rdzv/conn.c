@@ -133,13 +133,8 @@ void hoop__rdzv_send_error(rdzv_client *client, hoop_result code, const char *fm
 static void on_client_closed(uv_handle_t *handle) {
   rdzv_client *client = handle->data;
   hoop__rdzv_server *server = client->server;
-  if (--client->open_handles == 0) {
+  if (--client->open_handles == 0)
     free(client);
-    /* The last connection gone and no job left: give back what a large job took (a job of 4096
-     * ranks holds 26 MB; the allocator would keep it). */
-    if (server->nclients == 0 && !server->jobs && !server->closing)
-      malloc_trim(0);
-  }
   hoop__rdzv_handle_closed(server);
 }
 

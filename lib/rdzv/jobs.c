@@ -2,6 +2,7 @@
  * found by id, forgotten; members grouped by host; a job that does not fill up in time. */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -104,8 +105,19 @@ member_slot *hoop__rdzv_job_slots(const rdzv_job *job, member_slot ***pointers) 
 /* ---- jobs ------------------------------------------------------------------------------------ */
 
 void hoop__rdzv_handle_closed(hoop__rdzv_server *server) {
-  if (--server->open_handles == 0 && server->closing)
+  if (--server->open_handles == 0 && server->closing) {
     hoop__rdzv_server_free(server);
+    return;
+  }
+#ifdef __GLIBC__
+  /* After a large job, once everything of it is freed (nothing open but the listener): give it
+   * back, which glibc's allocator would keep (a job of 4096 ranks holds 26 MB). Only then, so
+   * that strangers' connections to an idle server never cost a trim. */
+  if (server->trim_due && server->open_handles <= 1 && server->nclients == 0 && !server->jobs) {
+    server->trim_due = 0;
+    malloc_trim(0);
+  }
+#endif
 }
 
 static void on_job_closed(uv_handle_t *handle) {
@@ -141,6 +153,8 @@ void hoop__rdzv_job_forget(rdzv_job *job) {
     server->nrunning--;
   else
     server->njobs--;
+  if (job->size >= TRIM_AFTER_RANKS)
+    server->trim_due = 1;
   uv_close((uv_handle_t *)&job->timer, on_job_closed);
 }
 

@@ -26,6 +26,8 @@
  * for the server to speak first, believes it connected (bench/rdzv-load: 100 of 4096 lost at 511).
  * The kernel caps it at net.core.somaxconn (4096 since Linux 5.4). */
 #define LISTEN_BACKLOG 4096
+#define TRIM_AFTER_RANKS                                                                           \
+  256 /* a job this large leaves memory to give back (hoop__rdzv_handle_closed) */
 #define MISSING_NAMED 16 /* missing ranks named in a timeout message before "and M more" */
 
 /* An encoded TABLE differs between members only in its first bytes (header, size, rank, nonce),
@@ -92,6 +94,7 @@ struct hoop__rdzv_server {
   int listening;
   int closing;      /* hoop__rdzv_server_close was called */
   int open_handles; /* libuv handles of the server, its clients and jobs not closed yet */
+  int trim_due;     /* a large job was forgotten: trim the heap once all of it is freed */
   int port;
   char where[80];
   int max_jobs, max_connections, max_idle_per_address;

@@ -416,8 +416,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
       from >= (uint32_t)ctx->size || (int)from >= ctx->rank || to != (uint32_t)ctx->rank ||
       state->peers[from].seg || !hoop__link_proof_ok(ctx, "shm", from, to, 0, hello + 16))
     goto refuse;
-  /* Sealed against shrinking (and against new seals' removal), so that no member can cut the
-   * mapping under this rank (SIGBUS), as the creator seals it. */
+  /* Sealed against shrinking, so that no member can cut the mapping under this rank (SIGBUS),
+   * and against further seals (a write seal added later), as the creator seals it. */
   int seals = fcntl(memfd, F_GET_SEALS);
   if (fstat(memfd, &st) != 0 || st.st_size != (off_t)sizeof(shm_segment) || seals < 0 ||
       (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL))

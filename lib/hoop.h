@@ -159,8 +159,9 @@ HOOP_API hoop_result hoop_abort(hoop_comm *comm, const char *reason);
  * server waits for every rank still connected to it, up to comm's timeout, so that a rank slow to
  * notice the failure is not cut off by a race; a rank that some survivor names as failed (the one
  * it lost or timed out on) is waited for only a short grace (2 s). Ranks that did not ask in time
- * are left out: their communicator fails ("left out of generation G"). A failure while the new
- * communicator connects is handled the same way inside this call, which then tries again.
+ * are left out: their communicator fails ("left out of generation G"), and a shrink they call
+ * afterwards returns the server's code (HOOP_ERR_PEER_LOST) with those words. A failure while the
+ * new communicator connects is handled the same way inside this call, which then tries again.
  *
  * comm itself stays failed (calls on it keep returning its error); finalize it as usual. It may
  * be called on a communicator that has not failed: comm then fails first, which its peers notice.

@@ -326,11 +326,14 @@ static int member_rank(int rank, int n, void *arg) {
   bad |= alltoall_checked(comm, rank, n);
   if (rank == HOSTILE)
     bad |= attack_end(&at);
-  /* Rank 2 keeps one descriptor more: the socket of the pair 0-2, its segment's memfd closed once
-   * mapped; every refused connection and the segment it brought are closed. */
+  /* Rank 2 keeps at most one descriptor more: the socket of the pair 0-2 (its segment's memfd
+   * closed once mapped); every refused connection and the segment it brought are closed. (Under
+   * the sanitizers the count before may hold one the library closes later: at most, not exactly.)
+   */
   int fds_after = open_fds();
-  if (rank == VICTIM && fds_after != fds_before + 1) {
-    fprintf(stderr, "rank 2: %d descriptors open before the attack, %d after: expected %d\n",
+  if (rank == VICTIM && fds_after > fds_before + 1) {
+    fprintf(stderr,
+            "rank 2: %d descriptors open before the attack, %d after: expected %d at most\n",
             fds_before, fds_after, fds_before + 1);
     bad = -1;
   }

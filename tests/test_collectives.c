@@ -1,5 +1,5 @@
-/* test_collectives.c - every collective on 1, 2, 3, 4 and 7 real ranks of this host, over shared
- * memory (its segment path and its single-copy path) and over TCP loopback, checked against
+/* test_collectives.c - every collective on 1 to 9 real ranks of this host, over shared memory (its
+ * segment path and its single-copy path) and over TCP loopback, checked against
  * reference.c: through hooprun (embedded rendezvous), and through ranks that call hoop_init
  * themselves with rank 0 hosting the rendezvous. */
 #include <check.h>
@@ -79,6 +79,19 @@ static char *const over_tcp[] = {"HOOP_TRANSPORT=tcp", NULL};
 static const int tcp_ranks[] = {2, 3, 4, 7};
 START_TEST(test_tcp) {
   run_workers_with(tcp_ranks[_i], tcp_ranks[_i] > 4, over_tcp);
+}
+END_TEST
+
+/* Every rank count from 1 to 9 on each transport, every case of the worker (the counts above
+ * are not repeated): the cut-overs that depend on the rank count (powers of two or not, two
+ * ranks, folded ranks) all run on both. */
+static const struct {
+  int np;
+  char *const *env;
+} count_jobs[] = {{5, NULL},     {6, NULL},     {8, NULL},     {9, NULL},    {1, over_tcp},
+                  {5, over_tcp}, {6, over_tcp}, {8, over_tcp}, {9, over_tcp}};
+START_TEST(test_rank_counts) {
+  run_workers_with(count_jobs[_i].np, 0, count_jobs[_i].env);
 }
 END_TEST
 
@@ -342,6 +355,7 @@ static Suite *collectives_suite(void) {
   tcase_add_test(tc, test_hooprun_4);
   tcase_add_test(tc, test_hooprun_7);
   tcase_add_loop_test(tc, test_tcp, 0, (int)(sizeof tcp_ranks / sizeof tcp_ranks[0]));
+  tcase_add_loop_test(tc, test_rank_counts, 0, (int)(sizeof count_jobs / sizeof count_jobs[0]));
   tcase_add_test(tc, test_shm_slots_only);
   tcase_add_test(tc, test_shm_cma_all);
   suite_add_tcase(s, tc);

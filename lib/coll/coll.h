@@ -26,6 +26,7 @@ typedef struct hoop__arena_block hoop__arena_block;
 typedef struct hoop__arena {
   hoop__arena_block *head, *tail;
   size_t used_in_tail;
+  hoop_comm *comm; /* whose spare block it took, and gets back (hoop_comm.arena_spare) */
 } hoop__arena;
 
 /* A fresh request slot, or NULL (error recorded on comm) if out of memory. */
@@ -33,6 +34,8 @@ hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena);
 /* Wait for every request taken from the arena, in order. */
 hoop_result hoop__arena_wait_all(hoop_comm *comm, hoop__arena *arena);
 void hoop__arena_free(hoop__arena *arena);
+/* The block a communicator keeps for its next call's arena, freed with it. */
+void hoop__arena_spare_free(hoop_comm *comm);
 
 /* Post a send of len bytes to peer from the arena. */
 hoop_result hoop__arena_isend(hoop_comm *comm, hoop__arena *arena, int peer, const void *buf,

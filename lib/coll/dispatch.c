@@ -21,9 +21,12 @@
  * posted (hoop__coll_validate) and again when it runs (coll_begin). */
 static hoop_result check_dtype_count(hoop_comm *comm, const char *call, size_t count,
                                      hoop_dtype dtype) {
-  if (hoop_dtype_size(dtype) == 0)
+  size_t esize = hoop_dtype_size(dtype), total;
+  if (esize == 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
-  if (count > SIZE_MAX / hoop_dtype_size(dtype) / (size_t)comm->size)
+  /* Overflow checks, not divisions: two of those cost a small call 20 ns. */
+  if (__builtin_mul_overflow(count, esize, &total) ||
+      __builtin_mul_overflow(total, (size_t)comm->size, &total))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: count %zu is too large", call, count);
   return HOOP_OK;
 }
@@ -34,8 +37,9 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   hoop__check_abort(comm);
   /* Another rank's abort or loss that the server told of since the last call fails this one.
    * Looking costs a system call, which back-to-back small calls would pay every time, so calls
-   * look at most once per RDZV_LOOK_EVERY_S; a call that waits polls the connection anyway. */
-  double now = hoop__now();
+   * look at most once per RDZV_LOOK_EVERY_S (at the clock's tick); a call that waits polls the
+   * connection anyway. The coarse clock serves the stall warning and the flight recorder too. */
+  double now = hoop__now_coarse();
   if (now - comm->rdzv_looked_at >= RDZV_LOOK_EVERY_S) {
     comm->rdzv_looked_at = now;
     hoop__net_enter(comm); /* views' threads read it too, while they drive net's transports */
@@ -51,19 +55,29 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->seq++;
   comm->call_started = now;
   comm->stall_warned = 0;
+  comm->call_waited = 0;
   hoop__fingerprint_encode(comm, which, count, dtype, op, root);
   comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
                                          check_dtype ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
 }
 
-static hoop_result coll_end(hoop_comm *comm, hoop_result result) {
+/* Payloads from which a call's end is read from the clock even when it never waited: copying
+ * them takes time worth recording. */
+#define FLIGHT_CLOCK_BYTES (64 * 1024)
+
+static hoop_result coll_end(hoop_comm *comm, hoop_result result, size_t bytes) {
   /* A call that failed half way may have left requests of its stack frame queued in the
    * transport: failing the communicator drops them. Argument errors happen before any post. */
   if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG)
     hoop__fail_as_recorded(comm, result);
+  /* A small call that found every message ready took no time worth a clock reading (25 ns): the
+   * flight recorder shows it ended when it began. */
   if (comm->call)
-    hoop__flight_end(comm->flight_slot, result);
+    hoop__flight_end(comm->flight_slot, result,
+                     comm->call_waited || bytes >= FLIGHT_CLOCK_BYTES || result != HOOP_OK
+                         ? hoop__now()
+                         : comm->call_started);
   comm->call = NULL;
   return result;
 }
@@ -255,9 +269,9 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
                      ? args->root
                      : -1);
   if (result != HOOP_OK)
-    return coll_end(comm, result);
+    return coll_end(comm, result, args->bytes);
   if (coll->check && (result = coll->check(comm, args)) != HOOP_OK)
-    return coll_end(comm, result);
+    return coll_end(comm, result, args->bytes);
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);
     args->bytes = args->count * args->esize;
@@ -265,28 +279,28 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
      * takes part. */
     if (args->bytes == 0 && args->coll != HOOP__COLL_ALLTOALLV) {
       comm->algo_name = "no data";
-      return coll_end(comm, hoop__coll_no_data(comm));
+      return coll_end(comm, hoop__coll_no_data(comm), args->bytes);
     }
   }
   const hoop__algo *algo = NULL;
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
-    return coll_end(comm, result);
+    return coll_end(comm, result, args->bytes);
   comm->algo_name = algo ? algo->name : "one rank";
   /* Device buffers that every rank's path can take as they are (tune.c's table of paths). */
   if (coll->has_data && comm->size > 1 && hoop__coll_path(comm, args, algo, coll->prepare, &result))
-    return coll_end(comm, result);
+    return coll_end(comm, result, args->bytes);
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;
   if (coll->has_data &&
       (result = hoop__stage_in(comm, args, algo ? &algo->traits : NULL, &stage)) != HOOP_OK)
-    return coll_end(comm, result);
+    return coll_end(comm, result, args->bytes);
   if (coll->prepare)
     result = coll->prepare(comm, args);
   if (result == HOOP_OK && comm->size > 1)
     result = algo->run(comm, args);
   if (coll->has_data)
     result = hoop__stage_out(comm, &stage, result);
-  return coll_end(comm, result);
+  return coll_end(comm, result, args->bytes);
 }
 
 /* The caller holds call_lock (core/progress.c runs the queue). */

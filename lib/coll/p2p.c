@@ -113,7 +113,7 @@ void hoop__p2p_free(hoop_comm *comm) {
  * the peer's matching call would otherwise take this rank's next message instead. */
 static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result result) {
   drop_stage(comm, p2p);
-  hoop__flight_end(p2p->flight_slot, result);
+  hoop__flight_end(p2p->flight_slot, result, hoop__now());
   return hoop__fail_as_recorded(comm, result);
 }
 
@@ -176,7 +176,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
   }
   if (*result == HOOP_OK && !p2p->is_send && p2p->stage)
     *result = hoop__mem_copy(comm, p2p->buf, p2p->stage, p2p->bytes);
-  hoop__flight_end(p2p->flight_slot, *result);
+  hoop__flight_end(p2p->flight_slot, *result, hoop__now());
   comm->call = outer;
   drop_stage(comm, p2p);
   return 1;

@@ -428,8 +428,10 @@ static const path_row paths[] = {
 int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
                     hoop__algo_fn prepare, hoop_result *result) {
   *result = HOOP_OK;
-  /* A build with no device memory kind never agrees on one (every rank runs the same build). */
-  if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built())
+  /* A build with no device memory kind never agrees on one (every rank runs the same build); a
+   * communicator whose ranks agreed that none has one never asks again. */
+  if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built() ||
+      comm->path_kinds == HOOP__PATH_KINDS_ASKED)
     return 0;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < PATHS; i++) {

@@ -66,6 +66,10 @@ static const hoop__env_var env_table[] = {
     {"HOOP_SHM_SPIN_US", "auto",
      "microseconds a wait polls the shared-memory queues before it sleeps; "
      "auto: 1000, or 50 when this host's ranks outnumber its CPUs"},
+    {"HOOP_SHM_MEMBARRIER", "1",
+     "1: a rank about to sleep on shared memory fences its peers with membarrier(2), so that "
+     "a message that finds its peer awake needs no fence; 0: every message fences (also when "
+     "the kernel refuses membarrier)"},
     {"HOOP_IB_DEV", "",
      "RDMA device for the ibverbs transport (e.g. mlx5_0, rxe0); default: the "
      "first with an active port"},

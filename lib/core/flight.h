@@ -13,6 +13,7 @@ void hoop__flight_install(void);
 /* Record a call starting at now (hoop__now's clock, which the caller has read already); returns
  * its slot for hoop__flight_end. */
 long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes, double now);
-void hoop__flight_end(long slot, hoop_result result);
+/* Record its end at end (hoop__now's clock). */
+void hoop__flight_end(long slot, hoop_result result, double end);
 
 #endif /* HOOP__FLIGHT_H */

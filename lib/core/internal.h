@@ -140,7 +140,9 @@ struct hoop_comm {
   double call_started; /* when the running call began, for the stall warning */
   int stall_warned;    /* the running call has logged its stall warning */
   long flight_slot;    /* the running call's entry in the flight recorder */
-  hoop_result failed;  /* sticky: once set, every call is refused */
+  int call_waited;     /* the running call read the clock while it waited (transport/wait.c) */
+  struct hoop__arena_block *arena_spare; /* a request block kept for the next call (coll/ring.c) */
+  hoop_result failed;                    /* sticky: once set, every call is refused */
   char last_error[1024];
   char fail_reason[1024]; /* the message of the failure that set `failed` */
   int fail_origin;        /* the rank whose failure started it (this one, a lost peer...) */
@@ -334,6 +336,9 @@ hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm);
 
 /* Seconds on a monotonic clock. */
 double hoop__now(void);
+/* The same clock at the kernel's tick (a few ms; no later than hoop__now would say), for what
+ * needs no finer grain: it costs a fifth of a fine reading. */
+double hoop__now_coarse(void);
 
 /* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
  * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */

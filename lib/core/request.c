@@ -70,9 +70,10 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
   hoop_result result;
   /* Nothing queued and nobody running: this thread runs the call, as before requests. */
   if (pthread_mutex_trylock(&comm->call_lock) == 0) {
-    pthread_mutex_lock(&comm->queue_lock);
-    int idle = !comm->queue_head;
-    pthread_mutex_unlock(&comm->queue_lock);
+    /* Read without queue_lock (a lock and an unlock more on every blocking call): a call this
+     * thread posted before is seen; one another thread posts meanwhile has no order against this
+     * one either way, as with the lock, which it could take right after. */
+    int idle = !__atomic_load_n(&comm->queue_head, __ATOMIC_ACQUIRE);
     if (idle) {
       if (hoop__tracing(comm))
         trace_post(comm, req);

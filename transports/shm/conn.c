@@ -120,6 +120,13 @@ hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                            "(0-1000000)",
                            spin);
   state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
+  const char *membarrier = hoop__env_get("HOOP_SHM_MEMBARRIER");
+  if (strcmp(membarrier, "0") != 0 && strcmp(membarrier, "1") != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG,
+                           "shm: HOOP_SHM_MEMBARRIER '%s' is not 1 (fence sleeping peers with "
+                           "membarrier) or 0 (fence every message)",
+                           membarrier);
+  state->asym = hoop__shm_asym();
 
   char key[128];
   if (host_key(key, sizeof key) != 0)
@@ -306,6 +313,7 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   p->side = 0;
   p->seg->magic = SHM_MAGIC;
   p->seg->version = SHM_VERSION;
+  atomic_store(&p->seg->asym[0].flag, (uint32_t)state->asym);
 
   uint8_t hello[HELLO_BYTES];
   hoop__put_be32(hello, SHM_MAGIC);
@@ -443,6 +451,7 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   p->side = 1;
   p->pid = peer_pid(fd);
   p->answered = 1;
+  atomic_store(&seg->asym[1].flag, (uint32_t)state->asym);
   decide_cma(ctx, (int)from, hoop__get_be64(hello + 16 + HOOP__WIRE_NONCE),
              hoop__get_be64(hello + 24 + HOOP__WIRE_NONCE));
   uint8_t answer[ANSWER_BYTES] = {SHM_HELLO};

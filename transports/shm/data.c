@@ -3,12 +3,17 @@
  * (process_vm_readv) where that works, and the progress engine that spins over the channels and
  * sleeps on the pairs' sockets. */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
+#include "core/env.h"
 #include "shm.h"
 #include "util/be.h"
 
@@ -40,14 +45,54 @@ static void complete(shm_queue *queue) {
 
 /* ---- bells ----------------------------------------------------------------------------------- */
 
+/* The sleep protocol is Dekker's: a rank about to sleep raises its flag, then looks at the
+ * channels once more; a rank that changes a channel then looks at the flag. Each side needs a
+ * full fence between its store and its load, or both could miss the other. The side that sleeps
+ * is the slow one: with membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) it makes every thread of
+ * every registered process pass a fence (an interrupt to the CPUs running them; a thread not
+ * running passed one when it was switched out), and the side that rings needs none: a message
+ * that finds its peer awake costs no fence (16 ns on the development VM, two per exchange). A
+ * process where membarrier is refused (an old kernel, seccomp) fences as before, and so do its
+ * peers toward it (the segment's asym flags). */
+static int asym_ready;
+static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
+
+static void asym_register(void) {
+  if (strcmp(hoop__env_get("HOOP_SHM_MEMBARRIER"), "0") == 0)
+    return;
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (cmds < 0 || !(cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) ||
+      !(cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) ||
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) != 0) {
+    HOOP__TRACE(HOOP_SUBSYS_NET, "shm: membarrier refused (%s): every bell fences",
+                cmds < 0 ? strerror(errno) : "no global expedited command");
+    return;
+  }
+  asym_ready = 1;
+}
+
+int hoop__shm_asym(void) {
+  pthread_once(&asym_once, asym_register);
+  return asym_ready;
+}
+
+/* The fence a rank about to sleep makes after raising its flags (see above). */
+static void sleep_fence(const shm_state *state) {
+  if (state->asym && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0)
+    return;
+  atomic_thread_fence(memory_order_seq_cst);
+}
+
 /* After changing what the peer may wait for (a slot published or freed, a message read): if it
- * sleeps, wake it. Its sleeping flag was set before it last looked, and the fence orders this
- * side's change before the look at the flag, so one of the two sees the other. */
-static void ring(shm_peer *p) {
+ * sleeps, wake it. Its sleeping flag was set before it last looked, and a fence (this side's, or
+ * the sleeper's membarrier) orders this side's change before the look at the flag, so one of the
+ * two sees the other. */
+static void ring(const shm_state *state, shm_peer *p) {
   /* A failure met on the way here (a notice, a mismatch) has shut the pair down already. */
   if (!p->seg)
     return;
-  atomic_thread_fence(memory_order_seq_cst);
+  if (!state->asym || !atomic_load_explicit(&p->seg->asym[!p->side].flag, memory_order_relaxed))
+    atomic_thread_fence(memory_order_seq_cst);
   _Atomic uint32_t *flag = &p->seg->sleeping[!p->side].flag;
   if (atomic_load_explicit(flag, memory_order_relaxed) &&
       atomic_exchange_explicit(flag, 0, memory_order_relaxed)) {
@@ -261,7 +306,7 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
       complete(&p->recvs);
   }
   if (freed)
-    ring(p);
+    ring(shm_of(ctx), p);
   return result;
 }
 
@@ -273,7 +318,7 @@ static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
     return HOOP_OK;
   if (p->sends.head && drive_sends(state, p)) {
     *moved = 1;
-    ring(p);
+    ring(state, p);
   }
   if (finish_read(p))
     *moved = 1;
@@ -329,7 +374,12 @@ static void set_sleeping(hoop__tctx *ctx, uint32_t value) {
     if (p->seg)
       atomic_store_explicit(&p->seg->sleeping[p->side].flag, value, memory_order_relaxed);
   }
-  atomic_thread_fence(memory_order_seq_cst);
+  /* Lowering the flags needs no more than a fence: a peer that still sees one up rings for
+   * nothing. */
+  if (value)
+    sleep_fence(state);
+  else
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {

@@ -20,7 +20,7 @@
 #define SHM_SLOT_BYTES (64 * 1024)
 
 #define SHM_MAGIC 0x53504f48u /* "HOPS" */
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u
 enum shm_frame_type {
   SHM_DATA = 1, /* a message's first slot: its header and first bytes */
   SHM_MORE = 2, /* the next bytes of the message before it */
@@ -80,6 +80,11 @@ typedef struct shm_segment {
   struct {
     _Alignas(SHM_LINE) _Atomic uint32_t flag;
   } can_read[2];
+  /* asym[s]: side s fences with membarrier() before it sleeps (hoop__shm_asym), so that the
+   * other side, when it too is registered, needs no fence of its own when it rings. */
+  struct {
+    _Alignas(SHM_LINE) _Atomic uint32_t flag;
+  } asym[2];
   shm_channel chan[2];
 } shm_segment;
 
@@ -137,6 +142,7 @@ typedef struct shm_state {
   size_t pfd_cap;
   nfds_t pfd_used; /* entries of the last poll set built */
   int sleeping;    /* the sleeping flags are up for a shared sleep (sleep_prepare) */
+  int asym;        /* this process takes membarrier()'s fences (hoop__shm_asym) */
   unsigned rounds; /* progress rounds since the sockets were last looked at */
 } shm_state;
 
@@ -159,5 +165,8 @@ hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoo
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
 hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved);
+/* 1 when this process is registered for membarrier()'s global expedited fences (once per
+ * process; HOOP_SHM_MEMBARRIER=0 refuses them). */
+int hoop__shm_asym(void);
 
 #endif /* HOOP__SHM_H */

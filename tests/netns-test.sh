@@ -95,6 +95,23 @@ grep -q "^hooprun: rendezvous server on 10\.77\.0\.1:[0-9]* " "$work/embedded-2-
     "$(grep "^hooprun: rendezvous server" "$work/embedded-2-per-host.out")"
 grep "^hooprun: ranks reach" "$work/embedded-2-per-host.out" | sed 's/^/    /'
 
+# The four hosts share this machine's kernel and CPUs: each rank counts the ranks on its kernel
+# from the table (the shared-memory entries' boot ids, whatever the namespace) and, where they
+# outnumber the CPUs, spins briefly and yields, as ranks crowded on one host do.
+out=$work/kernel.out
+HOOP_DEBUG=trace HOOP_DEBUG_SUBSYS=net "$hooprun" --rendezvous 10.77.0.1:29400 \
+  --rsh 'ip netns exec' -H "$h1:1,$h2:1,$h3:1,$h4:1" --timeout 60 "$bench" allreduce -s 8 -n 20 \
+  >"$out" 2>&1 || fail "kernel count: hooprun exited with $?"
+spin=1000
+[ "$(nproc)" -lt 4 ] && spin=50
+n=$(grep -c "HOOP_TCP_SPIN_US=auto: $spin us (1 ranks on this host, 4 on its kernel)" "$out")
+if [ "$n" = 4 ]; then
+  echo "ok: 4 namespace hosts on $(nproc) CPUs: every rank counts 4 on its kernel, spins $spin us"
+else
+  fail "kernel count: $n of 4 ranks said they spin $spin us with 4 ranks on their kernel:"
+  grep "HOOP_TCP_SPIN_US" "$out"
+fi
+
 # A remote rank killed by SIGKILL: hooprun names it, stops the others and exits with 128+9.
 out=$work/killed.out
 "$hooprun" --rsh 'ip netns exec' -H "$h1:2,$h2:2,$h3:2,$h4:2" --rendezvous 10.77.0.1:29400 \

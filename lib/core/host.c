@@ -20,5 +20,11 @@ double hoop__now_coarse(void) {
 
 int hoop__host_oversubscribed(const hoop_comm *comm) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && comm->local_size > cpus;
+  /* The table's host is the host name; ranks that name other hosts may still share this kernel
+   * (containers, network namespaces), and its CPUs are what they take turns on. */
+  int ranks = comm->local_size;
+  int kernel = comm->net ? comm->net->kernel_ranks : comm->kernel_ranks;
+  if (kernel > ranks)
+    ranks = kernel;
+  return cpus > 0 && ranks > cpus;
 }

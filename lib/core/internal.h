@@ -141,6 +141,7 @@ struct hoop_comm {
   int stall_warned;    /* the running call has logged its stall warning */
   long flight_slot;    /* the running call's entry in the flight recorder */
   int call_waited;     /* the running call read the clock while it waited (transport/wait.c) */
+  int kernel_ranks;    /* ranks on this rank's kernel, any network namespace (transport/select.c) */
   struct hoop__arena_block *arena_spare; /* a request block kept for the next call (coll/ring.c) */
   hoop_result failed;                    /* sticky: once set, every call is refused */
   char last_error[1024];
@@ -340,8 +341,9 @@ double hoop__now(void);
  * needs no finer grain: it costs a fifth of a fine reading. */
 double hoop__now_coarse(void);
 
-/* 1 when this host's ranks (the rank table's local size) outnumber its online CPUs, so that they
- * take turns on the cores. Affinity masks are not consulted: they could differ between ranks. */
+/* 1 when this host's ranks (the rank table's local size, or the ranks on this kernel where more)
+ * outnumber its online CPUs, so that they take turns on the cores. Affinity masks are not
+ * consulted: they could differ between ranks. */
 int hoop__host_oversubscribed(const hoop_comm *comm);
 
 /* comm.c's steps of hoop_init, which hoop_comm_shrink (core/shrink.c) takes again. */

@@ -231,6 +231,12 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
     served[t]++;
   }
   log_choice(comm, served);
+  /* Containers of one machine, or bench/netns-sweep's hosts, name other hosts yet share this
+   * kernel's CPUs (hoop__host_oversubscribed). */
+  comm->kernel_ranks = 0;
+  for (int t = 0; t < comm->ntransports; t++)
+    if (comm->transports[t].state && strcmp(comm->transports[t].ops->name, "shm") == 0)
+      comm->kernel_ranks = hoop__shm_kernel_ranks(&comm->transports[t]);
   /* This rank's own entry names the transport of the first pair (it is only logged). */
   comm->peer_transport[comm->rank] =
       comm->size > 1 ? comm->peer_transport[(comm->rank + 1) % comm->size] : 0;

@@ -161,6 +161,10 @@ extern const hoop__transport_ops hoop__ibverbs_transport;
 int hoop__tctx_offered(const hoop__tctx *ctx, int rank);
 /* That entry, without the transport's prefix, copied to out; 0 if rank offered one. */
 int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen);
+/* The ranks that run on this rank's kernel, whatever their network namespaces, as the
+ * shared-memory transport's entries in the table tell (0 where it does not listen): counted by
+ * hoop__transport_agree (comm->kernel_ranks) before it keeps only the chosen entries. */
+int hoop__shm_kernel_ranks(const hoop__tctx *ctx);
 /* The watched descriptor was readable: read it; HOOP_OK, or the failure it told of. */
 hoop_result hoop__tctx_watched(hoop__tctx *ctx);
 /* Why the communicator failed, for the notice a transport sends its peers: the rank where it

@@ -73,6 +73,21 @@ int hoop__shm_can_reach(const hoop__tctx *ctx, int peer) {
   return len > 0 && len == key_length(theirs) && memcmp(mine, theirs, len) == 0;
 }
 
+int hoop__shm_kernel_ranks(const hoop__tctx *ctx) {
+  char mine[HOOP__WIRE_MAX_ADDR + 1], theirs[HOOP__WIRE_MAX_ADDR + 1];
+  if (!ctx->table || hoop__tctx_entry(ctx, ctx->rank, mine, sizeof mine) != 0)
+    return 0;
+  size_t len = strcspn(mine, "/"); /* the boot id, without the network namespace */
+  if (!mine[len])
+    return 0;
+  int count = 0;
+  for (int rank = 0; rank < ctx->size; rank++)
+    if (hoop__tctx_entry(ctx, rank, theirs, sizeof theirs) == 0 &&
+        strncmp(mine, theirs, len + 1) == 0)
+      count++;
+  return count;
+}
+
 static socklen_t abstract_addr(struct sockaddr_un *addr, const char *name) {
   memset(addr, 0, sizeof *addr);
   addr->sun_family = AF_UNIX;

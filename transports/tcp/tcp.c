@@ -122,8 +122,9 @@ static double tcp_spin_s(hoop__tctx *ctx) {
   tcp_state *state = state_of(ctx);
   if (state->spin_s < 0) {
     state->spin_s = auto_spin_s(ctx);
-    HOOP__TRACE(HOOP_SUBSYS_NET, "HOOP_TCP_SPIN_US=auto: %.0f us (%d ranks on this host)",
-                state->spin_s * 1e6, ctx->local_size);
+    HOOP__TRACE(HOOP_SUBSYS_NET,
+                "HOOP_TCP_SPIN_US=auto: %.0f us (%d ranks on this host, %d on its kernel)",
+                state->spin_s * 1e6, ctx->local_size, ctx->comm->net->kernel_ranks);
   }
   return state->spin_s;
 }

@@ -43,30 +43,30 @@ hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args
       return copied;
     src = copy;
   }
-  hoop__request *reqs = calloc(2 * (size_t)n, sizeof *reqs);
-  if (!reqs)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests", comm->call);
+  /* The arena's requests: the communicator's spare block, no allocation per call. */
+  hoop__arena arena = {0};
   hoop_result result = HOOP_OK;
-  int posted = 0;
-  for (int k = 1; k < n && result == HOOP_OK; k++, posted++) {
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
     int from = (r - k + n) % n;
     size_t len, at = recv_at(args, from, &len);
-    result = hoop__irecv_framed(comm, from, dst + at, len, &reqs[posted]);
+    hoop__request *req = hoop__arena_next(comm, &arena);
+    result = req ? hoop__irecv_framed(comm, from, dst + at, len, req) : HOOP_ERR_SYSTEM;
   }
-  for (int k = 1; k < n && result == HOOP_OK; k++, posted++) {
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
     int to = (r + k) % n;
     size_t len, at = send_at(args, to, &len);
-    result = hoop__isend_framed(comm, to, src + at, len, &reqs[posted]);
+    hoop__request *req = hoop__arena_next(comm, &arena);
+    result = req ? hoop__isend_framed(comm, to, src + at, len, req) : HOOP_ERR_SYSTEM;
   }
   /* This rank's own block, while the others travel. */
   size_t own_len, own_in = send_at(args, r, &own_len), own_out_len,
                   own_out = recv_at(args, r, &own_out_len);
   if (result == HOOP_OK)
     result = hoop__kind_copy(comm, dst + own_out, src + own_in, own_len);
-  for (int i = 0; i < posted && result == HOOP_OK; i++)
-    result = hoop__wait(comm, &reqs[i]);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
   (void)own_out_len; /* equal to own_len: checked when the call was posted */
-  free(reqs);
+  hoop__arena_free(&arena);
   return result;
 }
 

@@ -376,11 +376,19 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
                          args->coll == HOOP__COLL_SCATTER
                      ? args->bytes * (size_t)comm->size
                      : args->bytes;
+  /* The job's shape never changes: a call of the size before takes the algorithm before, without
+   * the walk down the table (tens of rows, as long as the rest of a small call's bookkeeping). */
+  if (comm->tune_last[args->coll].algo && comm->tune_last[args->coll].bytes == bytes) {
+    *out = comm->tune_last[args->coll].algo;
+    return HOOP_OK;
+  }
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < CUTOVERS; i++) {
     const cutover *row = &cutovers[i];
     if (row->coll == args->coll && (shape & row->when) == row->when && bytes <= row->max_bytes) {
       *out = row->algo;
+      comm->tune_last[args->coll].bytes = bytes;
+      comm->tune_last[args->coll].algo = row->algo;
       return HOOP_OK;
     }
   }

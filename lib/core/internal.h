@@ -162,6 +162,11 @@ struct hoop_comm {
    * them: getenv scans the whole environment, which small calls would pay for every time. */
   int tuning_read;
   int forced_algo[HOOP__COLL_COUNT];
+  /* Each collective's last choice (coll/tune.c): the size it was made for and the algorithm. */
+  struct {
+    size_t bytes;
+    const void *algo;
+  } tune_last[HOOP__COLL_COUNT];
   size_t chunk_bytes;
   /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
    * cores, so hops cost wakeups and copies rather than link time (same on every rank). */

@@ -52,6 +52,28 @@ else
     "$work/cma.log" || fail "2 ranks over shm (ptrace_scope $scope): no line says why not CMA"
 fi
 
+# The sleep protocol with and without membarrier: with HOOP_SHM_SPIN_US=0 every wait sleeps, so
+# every message to a waiting peer must ring its bell. 2 ranks (a CPU each here, so membarrier is
+# taken where the kernel allows it); fences on both sides; and rank 0 fencing while rank 1 relies
+# on membarrier (each side's flag in the segment tells the other which).
+for mode in membarrier fences mixed; do
+  case $mode in
+  membarrier) set -- env ;;
+  fences) set -- env HOOP_SHM_MEMBARRIER=0 ;;
+  mixed) set -- sh -c '[ "$HOOP_RANK" = 0 ] && export HOOP_SHM_MEMBARRIER=0; exec "$@"' sh ;;
+  esac
+  HOOP_SHM_SPIN_US=0 HOOP_DEBUG=trace HOOP_DEBUG_SUBSYS=net "$hooprun" -np 2 --timeout 120 \
+    "$@" "$worker" --quick >"$work/sleep-$mode.log" 2>&1 || fail "sleeping ranks ($mode): exit $?"
+  [ "$(count 'checks, 0 failed' "$work/sleep-$mode.log")" = 2 ] ||
+    fail "sleeping ranks ($mode): checks failed"
+done
+if ! grep -q "membarrier is off or refused" "$work/sleep-membarrier.log"; then
+  [ "$(count 'shm: a rank about to sleep fences its peers with membarrier' \
+    "$work/sleep-membarrier.log")" = 2 ] || fail "sleeping ranks: membarrier allowed, yet not used"
+fi
+[ "$(count 'shm: membarrier is off or refused: every message fences' "$work/sleep-fences.log")" \
+  = 2 ] || fail "sleeping ranks: HOOP_SHM_MEMBARRIER=0 did not turn membarrier off"
+
 # 2. A mixed job: rank 1 turns shared memory off, so its pairs run over TCP while ranks 0 and 2
 # share memory; every collective must still be right.
 HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=net "$hooprun" -np 3 --timeout 60 "$worker" --quick \

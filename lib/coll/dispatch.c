@@ -71,12 +71,14 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result, size_t bytes) {
    * transport: failing the communicator drops them. Argument errors happen before any post. */
   if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG)
     hoop__fail_as_recorded(comm, result);
-  /* A small call that found every message ready took no time worth a clock reading (25 ns): the
-   * flight recorder shows it ended when it began. */
+  /* A small call that found every message ready took no time worth a clock reading: the flight
+   * recorder shows it ended when it began. Others end on the coarse clock the call began on
+   * (5 ns; durations to the kernel's tick, a few ms, which is what a hung call's diagnosis
+   * needs). */
   if (comm->call)
     hoop__flight_end(comm->flight_slot, result,
                      comm->call_waited || bytes >= FLIGHT_CLOCK_BYTES || result != HOOP_OK
-                         ? hoop__now()
+                         ? hoop__now_coarse()
                          : comm->call_started);
   comm->call = NULL;
   return result;

@@ -340,7 +340,7 @@ static hoop_result read_tuning(hoop_comm *comm) {
     return result;
   /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
    * them when all share one host. */
-  comm->crowded = comm->local_size == comm->size && hoop__host_oversubscribed(comm);
+  comm->crowded = comm->local_size == comm->size && hoop__host_crowded(comm);
   /* Alike on every rank too: shared memory joins a pair only where both ends offer it. And a
    * transport that registers memory (verbs) serves a pair only where every rank offered it, so
    * this rank's peers all being on it says the same of every rank's, unless shared memory took

@@ -18,6 +18,11 @@ double hoop__now_coarse(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int hoop__host_crowded(const hoop_comm *comm) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && comm->local_size > cpus;
+}
+
 int hoop__host_oversubscribed(const hoop_comm *comm) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   /* The table's host is the host name; ranks that name other hosts may still share this kernel

@@ -350,6 +350,9 @@ double hoop__now_coarse(void);
  * outnumber its online CPUs, so that they take turns on the cores. Affinity masks are not
  * consulted: they could differ between ranks. */
 int hoop__host_oversubscribed(const hoop_comm *comm);
+/* The same by the rank table's local size alone, which every rank of a host sees alike: for
+ * choices that must agree across ranks (the tuning table's crowded rows). */
+int hoop__host_crowded(const hoop_comm *comm);
 
 /* comm.c's steps of hoop_init, which hoop_comm_shrink (core/shrink.c) takes again. */
 hoop_comm *hoop__comm_new(void);

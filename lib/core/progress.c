@@ -84,7 +84,7 @@ void hoop__queue_run(hoop_comm *comm, const hoop_request *until) {
       pthread_mutex_unlock(&comm->queue_lock);
       break;
     }
-    comm->queue_head = req->next;
+    __atomic_store_n(&comm->queue_head, req->next, __ATOMIC_RELEASE);
     if (!comm->queue_head)
       comm->queue_tail = NULL;
     pthread_mutex_unlock(&comm->queue_lock);

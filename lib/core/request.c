@@ -54,8 +54,8 @@ hoop_result hoop__request_post(hoop_comm *comm, hoop_request *req) {
   }
   if (comm->queue_tail)
     comm->queue_tail->next = req;
-  else
-    comm->queue_head = req;
+  else /* atomically: a blocking call reads it without the lock (hoop__request_call) */
+    __atomic_store_n(&comm->queue_head, req, __ATOMIC_RELEASE);
   comm->queue_tail = req;
   if (req->on_heap) {
     comm->outstanding++;

@@ -355,8 +355,10 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
     int moved = 0;
     /* While spinning, the clock is read every CLOCK_EVERY rounds: a reading costs about 25 ns,
      * as much as a round that finds nothing, and the timeout and the spin's end need no finer
-     * a grain than a microsecond. */
-    if (!spinning || ++rounds % CLOCK_EVERY == 0)
+     * a grain than a microsecond. Rounds that yield the CPU (to peers, or to other threads on
+     * the net) may each take long: those read it every time. */
+    if (!spinning || ++rounds % CLOCK_EVERY == 0 || comm->spin_yields ||
+        atomic_load_explicit(&net->net_shared, memory_order_relaxed))
       now = hoop__now();
     if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
       warn_stall(comm, now);

@@ -141,7 +141,6 @@ hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                            "shm: HOOP_SHM_MEMBARRIER '%s' is not 1 (fence sleeping peers with "
                            "membarrier) or 0 (fence every message)",
                            membarrier);
-  state->asym = hoop__shm_asym();
 
   char key[128];
   if (host_key(key, sizeof key) != 0)
@@ -243,9 +242,21 @@ static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_
 #define CMA_CROWDED_BYTES (256 * 1024)
 
 /* Made once the rank table says how many ranks share the host: at the first connection, before
- * any message. */
+ * any message. Ranks that outnumber the CPUs sleep after a short spin, often: there each sleep's
+ * membarrier would interrupt the peers' CPUs as often, and the fence it saves is small beside the
+ * yields, so they fence every message (data.c's bells). */
 static void settle_cma_auto(hoop__tctx *ctx) {
   shm_state *state = shm_of(ctx);
+  if (state->settled)
+    return;
+  state->settled = 1;
+  int crowded = hoop__host_oversubscribed(ctx->comm);
+  state->asym = hoop__shm_asym() && !crowded;
+  HOOP__TRACE(HOOP_SUBSYS_NET, "shm: %s",
+              state->asym ? "a rank about to sleep fences its peers with membarrier; messages "
+                            "to an awake peer need no fence"
+              : crowded   ? "this host's ranks outnumber its CPUs: every message fences"
+                          : "membarrier is off or refused: every message fences");
   if (!state->cma_auto)
     return;
   state->cma_auto = 0;
@@ -466,9 +477,9 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   p->side = 1;
   p->pid = peer_pid(fd);
   p->answered = 1;
-  atomic_store(&seg->asym[1].flag, (uint32_t)state->asym);
   decide_cma(ctx, (int)from, hoop__get_be64(hello + 16 + HOOP__WIRE_NONCE),
              hoop__get_be64(hello + 24 + HOOP__WIRE_NONCE));
+  atomic_store(&seg->asym[1].flag, (uint32_t)state->asym);
   uint8_t answer[ANSWER_BYTES] = {SHM_HELLO};
   hoop__put_be32(answer + 4, SHM_MAGIC);
   hoop__put_be32(answer + 8, (uint32_t)ctx->rank);

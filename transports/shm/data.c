@@ -3,7 +3,6 @@
  * (process_vm_readv) where that works, and the progress engine that spins over the channels and
  * sleeps on the pairs' sockets. */
 #include <errno.h>
-#include <linux/membarrier.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -54,21 +53,29 @@ static void complete(shm_queue *queue) {
  * that finds its peer awake costs no fence (16 ns on the development VM, two per exchange). A
  * process where membarrier is refused (an old kernel, seccomp) fences as before, and so do its
  * peers toward it (the segment's asym flags). */
+/* membarrier(2)'s commands, the kernel's ABI (linux/membarrier.h's enum, which headers older than
+ * Linux 4.16 lack). */
+#define MB_QUERY 0
+#define MB_GLOBAL_EXPEDITED (1 << 1)
+#define MB_REGISTER_GLOBAL_EXPEDITED (1 << 2)
+
 static int asym_ready;
 static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
 
 static void asym_register(void) {
+#ifdef SYS_membarrier
   if (strcmp(hoop__env_get("HOOP_SHM_MEMBARRIER"), "0") == 0)
     return;
-  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  if (cmds < 0 || !(cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) ||
-      !(cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) ||
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) != 0) {
+  long cmds = syscall(SYS_membarrier, MB_QUERY, 0, 0);
+  if (cmds < 0 || !(cmds & MB_GLOBAL_EXPEDITED) ||
+      !(cmds & MB_REGISTER_GLOBAL_EXPEDITED) ||
+      syscall(SYS_membarrier, MB_REGISTER_GLOBAL_EXPEDITED, 0, 0) != 0) {
     HOOP__TRACE(HOOP_SUBSYS_NET, "shm: membarrier refused (%s): every bell fences",
                 cmds < 0 ? strerror(errno) : "no global expedited command");
     return;
   }
   asym_ready = 1;
+#endif
 }
 
 int hoop__shm_asym(void) {
@@ -76,10 +83,24 @@ int hoop__shm_asym(void) {
   return asym_ready;
 }
 
-/* The fence a rank about to sleep makes after raising its flags (see above). */
-static void sleep_fence(const shm_state *state) {
-  if (state->asym && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0)
+/* The fence a rank about to sleep makes after raising its flags (see above). Should membarrier
+ * fail after all (a seccomp filter the program installed since), this rank stops saying it uses
+ * it and fences itself from then on; a peer that read its flag before may miss one bell, which
+ * costs a poll's timeout (100 ms), not a hang. */
+static void sleep_fence(hoop__tctx *ctx) {
+  shm_state *state = shm_of(ctx);
+#ifdef SYS_membarrier
+  if (state->asym && syscall(SYS_membarrier, MB_GLOBAL_EXPEDITED, 0, 0) == 0)
     return;
+  if (state->asym) {
+    HOOP__WARN(HOOP_SUBSYS_NET, "shm: membarrier failed (%s): fencing every message from now on",
+               strerror(errno));
+    state->asym = 0;
+    for (int peer = 0; peer < ctx->size; peer++)
+      if (state->peers[peer].seg)
+        atomic_store(&state->peers[peer].seg->asym[state->peers[peer].side].flag, 0);
+  }
+#endif
   atomic_thread_fence(memory_order_seq_cst);
 }
 
@@ -93,6 +114,8 @@ static void ring(const shm_state *state, shm_peer *p) {
     return;
   if (!state->asym || !atomic_load_explicit(&p->seg->asym[!p->side].flag, memory_order_relaxed))
     atomic_thread_fence(memory_order_seq_cst);
+  else /* the store before and the load below stay in this order as the compiler emits them */
+    atomic_signal_fence(memory_order_seq_cst);
   _Atomic uint32_t *flag = &p->seg->sleeping[!p->side].flag;
   if (atomic_load_explicit(flag, memory_order_relaxed) &&
       atomic_exchange_explicit(flag, 0, memory_order_relaxed)) {
@@ -377,7 +400,7 @@ static void set_sleeping(hoop__tctx *ctx, uint32_t value) {
   /* Lowering the flags needs no more than a fence: a peer that still sees one up rings for
    * nothing. */
   if (value)
-    sleep_fence(state);
+    sleep_fence(ctx);
   else
     atomic_thread_fence(memory_order_seq_cst);
 }

@@ -142,7 +142,8 @@ typedef struct shm_state {
   size_t pfd_cap;
   nfds_t pfd_used; /* entries of the last poll set built */
   int sleeping;    /* the sleeping flags are up for a shared sleep (sleep_prepare) */
-  int asym;        /* this process takes membarrier()'s fences (hoop__shm_asym) */
+  int asym;        /* this rank fences its peers with membarrier() before it sleeps (data.c) */
+  int settled;     /* settle_cma_auto ran (conn.c) */
   unsigned rounds; /* progress rounds since the sockets were last looked at */
 } shm_state;
 

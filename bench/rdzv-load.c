@@ -15,6 +15,7 @@
  * usage: rdzv-load [-n RANKS] [-H HOSTS] [-r ROUNDS] [--token-file FILE] [--server-log FILE]
  *                  (--hoopd PATH | --embedded)       (--server-log: hoopd's standard error) */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -67,8 +68,16 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The server process (hoopd, or the fork hosting the embedded server), which die() stops: a
+ * failed run leaves no server behind. */
+static pid_t server_pid;
+
 static void die(const char *what) {
   fprintf(stderr, "rdzv-load: %s\n", what);
+  if (server_pid > 0) {
+    kill(server_pid, SIGKILL);
+    waitpid(server_pid, NULL, 0);
+  }
   exit(2);
 }
 
@@ -85,13 +94,14 @@ static void server_usage(pid_t pid, long *rss_kb, long *fds) {
     fclose(f);
   }
   snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  char cmd[96];
-  snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | wc -l", path);
-  FILE *p = popen(cmd, "r");
-  if (p) {
-    if (fscanf(p, "%ld", fds) != 1)
-      *fds = -1;
-    pclose(p);
+  DIR *dir = opendir(path);
+  if (dir) {
+    long count = 0;
+    for (struct dirent *entry; (entry = readdir(dir)) != NULL;)
+      if (entry->d_name[0] != '.')
+        count++;
+    closedir(dir);
+    *fds = count;
   }
 }
 
@@ -157,6 +167,8 @@ static void start_server(load *l) {
     if (pipe(stop_pipe) != 0)
       die("pipe");
     l->server = fork();
+    if (l->server < 0)
+      die("fork");
     if (l->server == 0) {
       close(stop_pipe[1]);
       run_embedded(l, stop_pipe[0]);
@@ -166,6 +178,8 @@ static void start_server(load *l) {
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", l->port);
     l->server = fork();
+    if (l->server < 0)
+      die("fork");
     if (l->server == 0) {
       int log = l->server_log ? open(l->server_log, O_WRONLY | O_CREAT | O_TRUNC, 0644)
                               : open("/dev/null", O_WRONLY);
@@ -177,6 +191,7 @@ static void start_server(load *l) {
       _exit(127);
     }
   }
+  server_pid = l->server;
   for (int i = 0; i < 500; i++) { /* until it listens */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET,
@@ -200,6 +215,7 @@ static void stop_server(load *l) {
     kill(l->server, SIGTERM);
   }
   waitpid(l->server, NULL, 0);
+  server_pid = 0;
 }
 
 static void expect(client *c, size_t bytes) {

@@ -149,7 +149,9 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
       (allreduce && hoop__cuda_ipc_export(args->recvbuf, args->bytes, &desc->recv, why, whylen)))
     return -1;
   /* A peer maps what was exported: the buffer must lie inside it (a cudaMalloc buffer always
-   * does; VMM memory is exported piece after piece up to its end). */
+   * does; VMM memory is exported piece after piece up to its end). The sum can wrap only for a
+   * descriptor no driver gives; tests/test_ipc_descriptors forges such one through this check,
+   * to see that the peers' own bounds (inside()) refuse it. */
   if (desc->send.offset + send_bytes > desc->send.size ||
       (allreduce && desc->recv.offset + args->bytes > desc->recv.size)) {
     snprintf(why, whylen, "rank %d's buffer goes on past the allocation that holds its start",

@@ -21,6 +21,13 @@
  * that is gone or stuck must not hold up an abort. */
 #define RDZV_GOODBYE_WAIT_S 1.0
 
+/* How long a rank waits for the server's greeting on a connection before it connects again. A
+ * server greets a connection as soon as it accepts it; one it never accepted (a kernel whose
+ * accept queue was full when the connection's last ACK came, SYN cookies making it look connected
+ * on this side: listen backlogs capped at a low net.core.somaxconn) would otherwise hold the rank
+ * until its timeout. */
+#define GREET_WAIT_S 5.0
+
 /* Connect, retrying every 100 ms while nothing listens yet: ranks may start before the server
  * (rank 0 may be the one hosting it). */
 static int connect_with_retry(const struct sockaddr *server, socklen_t len, double deadline) {
@@ -208,8 +215,24 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
              hello->size);
   hoop__challenge challenge;
   char err[HOOP__WIRE_MAX_MESSAGE + 256];
-  hoop_result result =
-      read_challenge(fd, deadline, comm->token, where, &challenge, err, sizeof err);
+  hoop_result result;
+  for (;;) {
+    double greet_by = hoop__now() + GREET_WAIT_S;
+    result = read_challenge(fd, greet_by < deadline ? greet_by : deadline, comm->token, where,
+                            &challenge, err, sizeof err);
+    if (result != HOOP_ERR_TIMEOUT || greet_by >= start + timeout_s)
+      break;
+    HOOP__INFO(HOOP_SUBSYS_RDZV,
+               "%s has not greeted this connection within %.0f s: connecting again (a server "
+               "whose accept queue was full may never have seen it)",
+               where, GREET_WAIT_S);
+    close(fd);
+    if ((fd = connect_with_retry(server, server_len, start + timeout_s)) < 0)
+      return hoop__set_error(comm, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_SYSTEM,
+                             "rendezvous: connecting to %s again after %.0f s without its "
+                             "greeting: %s",
+                             where, GREET_WAIT_S, strerror(errno));
+  }
   hoop__hello signed_hello = *hello;
   /* With a token, the nonce the server's TABLE_PROOF must answer (without one it stays zeros). */
   if (result != HOOP_OK) {

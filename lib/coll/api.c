@@ -35,16 +35,21 @@ static size_t call_bytes(const hoop_comm *comm, const hoop__coll_args *args) {
              : bytes;
 }
 
-/* A call's arguments (an alltoallv's arrays are set by its own calls). */
+/* A call's arguments (an alltoallv's arrays are set by its own calls), field by field: an
+ * initializer would zero the struct with a `rep stos` first (see hoop__request_blocking). */
 static hoop__coll_args call_args(hoop__coll coll, const void *sendbuf, void *recvbuf, size_t count,
                                  hoop_dtype dtype, hoop_op op, int root) {
-  return (hoop__coll_args){.coll = coll,
-                           .sendbuf = sendbuf,
-                           .recvbuf = recvbuf,
-                           .count = count,
-                           .dtype = dtype,
-                           .op = op,
-                           .root = root};
+  hoop__coll_args args;
+  args.coll = coll;
+  args.sendbuf = sendbuf;
+  args.recvbuf = recvbuf;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  args.root = root;
+  args.esize = args.bytes = 0;
+  args.sendcounts = args.sdispls = args.recvcounts = args.rdispls = NULL;
+  return args;
 }
 
 /* ---- the calls ------------------------------------------------------------------------------- */
@@ -61,10 +66,10 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
   if (result != HOOP_OK)
     return result;
   if (!request) {
-    coll_request req = {.base = {.run = run_call,
-                                 .bytes = call_bytes(comm, args),
-                                 .name = hoop__coll_call_name(args->coll)},
-                        .args = *args};
+    coll_request req;
+    hoop__request_blocking(&req.base, run_call, call_bytes(comm, args),
+                           hoop__coll_call_name(args->coll));
+    req.args = *args;
     return hoop__request_call(comm, &req.base);
   }
   /* An alltoallv's four arrays are copied behind the request: the caller may reuse them. */

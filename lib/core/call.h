@@ -10,7 +10,8 @@
 #include "core/internal.h"
 
 /* One call's arguments, as every algorithm of every collective takes them. bytes is the call's
- * payload per rank: count elements (allgather: this rank's block), 0 for a barrier. */
+ * payload per rank: count elements (allgather: this rank's block), 0 for a barrier. A new field is
+ * set in coll/api.c's call_args too. */
 typedef struct hoop__coll_args {
   hoop__coll coll;
   const void *sendbuf;

@@ -30,6 +30,7 @@
  * The layer that posts a call (coll/api.c, coll/fused.c) puts the request first in a struct of
  * its own that holds the call, and sets run, name and bytes (and release, for a heap request that
  * owns more memory) before posting: the queue runs calls without knowing what they carry. */
+/* A new field is set in hoop__request_blocking too. */
 struct hoop_request {
   hoop_comm *comm;
   /* Run the call, with the communicator's call_lock held; its result completes the request. */
@@ -59,6 +60,26 @@ struct hoop_request {
 /* A blocking call's request, on the caller's stack, run to its end: on this thread at once when
  * nothing is queued and nobody runs the queue, else posted and waited for. Its result. */
 hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req);
+/* A blocking call's request set up field by field: an initializer zeroing the whole of it and its
+ * arguments took a `rep stos` that cost a small call 10 ns. */
+static inline void hoop__request_blocking(hoop_request *req,
+                                          hoop_result (*run)(hoop_comm *, hoop_request *),
+                                          size_t bytes, const char *name) {
+  req->comm = NULL;
+  req->run = run;
+  req->release = NULL;
+  req->bytes = bytes;
+  req->on_heap = 0;
+  atomic_init(&req->done, 0);
+  req->result = HOOP_OK;
+  req->error = NULL;
+  req->name = name;
+  req->trace_id = 0;
+  req->next = NULL;
+  req->advance = NULL;
+  atomic_init(&req->in_flight, 0);
+  req->flight_next = NULL;
+}
 /* Queue req (its call validated); a non-blocking post wakes the progress thread, starting it if
  * need be. */
 hoop_result hoop__request_post(hoop_comm *comm, hoop_request *req);

@@ -67,8 +67,7 @@ static void asym_register(void) {
   if (strcmp(hoop__env_get("HOOP_SHM_MEMBARRIER"), "0") == 0)
     return;
   long cmds = syscall(SYS_membarrier, MB_QUERY, 0, 0);
-  if (cmds < 0 || !(cmds & MB_GLOBAL_EXPEDITED) ||
-      !(cmds & MB_REGISTER_GLOBAL_EXPEDITED) ||
+  if (cmds < 0 || !(cmds & MB_GLOBAL_EXPEDITED) || !(cmds & MB_REGISTER_GLOBAL_EXPEDITED) ||
       syscall(SYS_membarrier, MB_REGISTER_GLOBAL_EXPEDITED, 0, 0) != 0) {
     HOOP__TRACE(HOOP_SUBSYS_NET, "shm: membarrier refused (%s): every bell fences",
                 cmds < 0 ? strerror(errno) : "no global expedited command");

@@ -18,18 +18,18 @@ double hoop__now_coarse(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int hoop__host_crowded(const hoop_comm *comm) {
+static int outnumber_cpus(int ranks) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && comm->local_size > cpus;
+  return cpus > 0 && ranks > cpus;
+}
+
+int hoop__host_crowded(const hoop_comm *comm) {
+  return outnumber_cpus(comm->local_size);
 }
 
 int hoop__host_oversubscribed(const hoop_comm *comm) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   /* The table's host is the host name; ranks that name other hosts may still share this kernel
    * (containers, network namespaces), and its CPUs are what they take turns on. */
-  int ranks = comm->local_size;
   int kernel = comm->net ? comm->net->kernel_ranks : comm->kernel_ranks;
-  if (kernel > ranks)
-    ranks = kernel;
-  return cpus > 0 && ranks > cpus;
+  return outnumber_cpus(kernel > comm->local_size ? kernel : comm->local_size);
 }

@@ -241,11 +241,12 @@ static int probe_cma(pid_t pid, uint64_t addr, uint64_t expect, char *why, size_
  * at 1 and 4 MiB, level at 16 and 64; 4 ranks, mixed (0.46-1.26). */
 #define CMA_CROWDED_BYTES (256 * 1024)
 
-/* Made once the rank table says how many ranks share the host: at the first connection, before
- * any message. Ranks that outnumber the CPUs sleep after a short spin, often: there each sleep's
- * membarrier would interrupt the peers' CPUs as often, and the fence it saves is small beside the
- * yields, so they fence every message (data.c's bells). */
-static void settle_cma_auto(hoop__tctx *ctx) {
+/* What waits for the rank table to say how many ranks share the host (the CMA cut-over under
+ * auto, whether bells fence), made at the first connection, before any message. Ranks that
+ * outnumber the CPUs sleep after a short spin, often: there each sleep's membarrier would interrupt
+ * the peers' CPUs as often, and the fence it saves is small beside the yields, so they fence every
+ * message (data.c's bells). */
+static void settle(hoop__tctx *ctx) {
   shm_state *state = shm_of(ctx);
   if (state->settled)
     return;
@@ -259,8 +260,7 @@ static void settle_cma_auto(hoop__tctx *ctx) {
                           : "membarrier is off or refused: every message fences");
   if (!state->cma_auto)
     return;
-  state->cma_auto = 0;
-  state->cma_min = hoop__host_oversubscribed(ctx->comm) ? CMA_CROWDED_BYTES : 0;
+  state->cma_min = crowded ? CMA_CROWDED_BYTES : 0;
   HOOP__TRACE(HOOP_SUBSYS_NET, "HOOP_SHM_CMA_BYTES=auto: %zu (%d ranks on this host)",
               state->cma_min, ctx->local_size);
 }
@@ -269,7 +269,7 @@ static void decide_cma(hoop__tctx *ctx, int peer, uint64_t addr, uint64_t expect
   shm_state *state = shm_of(ctx);
   shm_peer *p = &state->peers[peer];
   char why[256] = "";
-  settle_cma_auto(ctx);
+  settle(ctx);
   int can = state->cma_min > 0 && probe_cma(p->pid, addr, expect, why, sizeof why);
   if (state->cma_min == 0)
     snprintf(why, sizeof why, "%s",
@@ -500,7 +500,7 @@ refuse:
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer) {
   hoop_result result = ensure_peers(ctx);
   shm_state *state = shm_of(ctx);
-  settle_cma_auto(ctx);
+  settle(ctx);
   if (result != HOOP_OK || state->peers[peer].seg)
     return result;
   if (ctx->rank < peer)

@@ -134,7 +134,7 @@ typedef struct shm_state {
   char name[108];        /* the listener's abstract socket name (without its leading NUL) */
   double spin_s;
   size_t cma_min; /* HOOP_SHM_CMA_BYTES: messages this big go by CMA where it works; 0 never */
-  int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto, not yet decided (conn.c's settle_cma_auto) */
+  int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto (decided by conn.c's settle) */
   uint64_t probe; /* what a peer must read here to show it can use CMA */
   shm_peer *peers;
   struct pollfd *pfds;
@@ -143,7 +143,7 @@ typedef struct shm_state {
   nfds_t pfd_used; /* entries of the last poll set built */
   int sleeping;    /* the sleeping flags are up for a shared sleep (sleep_prepare) */
   int asym;        /* this rank fences its peers with membarrier() before it sleeps (data.c) */
-  int settled;     /* settle_cma_auto ran (conn.c) */
+  int settled;     /* conn.c's settle ran */
   unsigned rounds; /* progress rounds since the sockets were last looked at */
 } shm_state;
 

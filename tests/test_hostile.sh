@@ -142,10 +142,11 @@ as_user() {
 # to the listeners of ranks 3-5, which accept ranks 0-2 after that (a rank reads what waits at its
 # listener when it next accepts). Then the job runs: every attempt must be refused and logged with
 # the address it came from; the job completes with correct results, every rank's descriptors and
-# the server's return to their counts before, a hoopd serves on.
+# the server's return to their counts before, a hoopd serves on. Without the board, which would
+# connect every pair at the barrier and leave the replays unread at listeners nobody accepts on.
 rdzv_run() {
   local name=$1 mode=$2 transport=$3 user=$4 dir=$work/$1 port addr job token_known=1 server=
-  local -a env=(HOOP_TRANSPORT="$transport" HOOP_DEBUG=info HOOP_TIMEOUT=120)
+  local -a env=(HOOP_TRANSPORT="$transport" HOOP_DEBUG=info HOOP_TIMEOUT=120 HOOP_SHM_BOARD=0)
   local rank_var=HOOP_RANK server_fds= server_log pids=() r hellos_seen=
   mkdir -p "$dir"
   chmod 755 "$dir"

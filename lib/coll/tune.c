@@ -58,6 +58,12 @@ enum {
   GA_LINEAR,
   SC_TREE,
   SC_LINEAR,
+  AR_FLAT,
+  BC_FLAT,
+  AG_FLAT,
+  BAR_FLAT,
+  RS_FLAT,
+  A2A_FLAT,
   ALGORITHMS
 };
 
@@ -117,6 +123,19 @@ static const algorithm algorithms[] = {
                  "binomial tree: each child gets its subtree's blocks, log2(n) rounds"},
     [SC_LINEAR] = {HOOP__COLL_SCATTER, "linear", hoop__scatter_linear, WHOLE,
                    "the root sends every block straight to its owner"},
+    /* The board's (flat.c): every rank's part in its own slot of one shared segment. */
+    [AR_FLAT] = {HOOP__COLL_ALLREDUCE, "flat", hoop__allreduce_flat, WHOLE,
+                 "on the board: every rank reduces every rank's slot"},
+    [BC_FLAT] = {HOOP__COLL_BROADCAST, "flat", hoop__broadcast_flat, WHOLE,
+                 "on the board: the root publishes, every rank copies"},
+    [AG_FLAT] = {HOOP__COLL_ALLGATHER, "flat", hoop__allgather_flat, WHOLE,
+                 "on the board: every rank copies every rank's slot"},
+    [BAR_FLAT] = {HOOP__COLL_BARRIER, "flat", hoop__barrier_flat, WHOLE,
+                  "on the board: every rank waits for every rank's slot"},
+    [RS_FLAT] = {HOOP__COLL_REDUCE_SCATTER, "flat", hoop__reduce_scatter_flat, WHOLE,
+                 "on the board: every rank reduces its block from every rank's slot"},
+    [A2A_FLAT] = {HOOP__COLL_ALLTOALL, "flat", hoop__alltoall_flat, WHOLE,
+                  "on the board: every rank copies its block from every rank's slot"},
 };
 
 static const char *const coll_names[HOOP__COLL_COUNT] = {
@@ -147,6 +166,7 @@ static const struct family {
 #define HOSTS 32u       /* several hosts, each with the same number of ranks, at least 2 */
 #define SHARED 64u      /* every pair on a transport whose ranks share their host (shared memory) */
 #define REGISTERED 128u /* every pair on a transport that registers memory (verbs), alike */
+#define BOARD 256u      /* the communicator has a board (every rank on one host, 2 to 8 ranks) */
 #define NO_LIMIT SIZE_MAX
 
 typedef struct cutover {
@@ -157,6 +177,15 @@ typedef struct cutover {
 } cutover;
 
 static const cutover cutovers[] = {
+    /* Small calls on one host: through the board, with no message, frame or queue (flat.c). The
+     * sizes compared are as below (an allgather's gathered bytes, a reduce-scatter's and an
+     * all-to-all's whole input); the measurements are in bench/TUNING.md. */
+    {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_FLAT]},
+    {HOOP__COLL_BROADCAST, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[BC_FLAT]},
+    {HOOP__COLL_ALLGATHER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AG_FLAT]},
+    {HOOP__COLL_BARRIER, BOARD, NO_LIMIT, &algorithms[BAR_FLAT]},
+    {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_FLAT]},
+    {HOOP__COLL_ALLTOALL, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[A2A_FLAT]},
     /* 2 ranks: rd's one exchange wins until the ring (= halving-doubling there) moves half the
      * bytes per rank; over shared memory sooner (rd's copies of the whole buffer cost more than
      * a wait: 13.0 against 11.4 us at 64 KiB, 105 against 34 at 256 KiB). */
@@ -248,6 +277,8 @@ static unsigned job_shape(const hoop_comm *comm) {
     shape |= SHARED;
   if (comm->all_registered)
     shape |= REGISTERED;
+  if (comm->board)
+    shape |= BOARD;
   return shape;
 }
 
@@ -265,9 +296,10 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
   return hoop__set_error(
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
-      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct; broadcast: "
-      "chain, tree; allgather: ring, rd, bruck, direct; barrier: dissemination; reduce_scatter: "
-      "ring, direct, halving; alltoall, alltoallv: pairwise)",
+      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, flat; broadcast: "
+      "chain, tree, flat; allgather: ring, rd, bruck, direct, flat; barrier: dissemination, "
+      "flat; reduce_scatter: ring, direct, halving, flat; alltoall: pairwise, bruck, flat; "
+      "alltoallv: pairwise)",
       comm->call, text, why);
 }
 
@@ -356,6 +388,10 @@ static hoop_result read_tuning(hoop_comm *comm) {
   comm->all_registered =
       (caps & HOOP__TCAP_REGISTERS) &&
       (strcmp(comm->transport_mode, "auto") != 0 || comm->hosts->count == comm->size);
+  /* Every rank is in this call (the first that tunes), and decides alike whether to try. */
+  if (comm->all_shared && comm->local_size == comm->size &&
+      (result = hoop__flat_open(comm)) != HOOP_OK)
+    return result;
   comm->tuning_read = 1;
   return HOOP_OK;
 }

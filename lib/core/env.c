@@ -70,6 +70,10 @@ static const hoop__env_var env_table[] = {
      "1: a rank about to sleep on shared memory fences its peers with membarrier(2), so that "
      "a message that finds its peer awake needs no fence; 0: every message fences (also when "
      "the kernel refuses membarrier)"},
+    {"HOOP_SHM_BOARD", "1",
+     "1: a communicator of 2 to 8 ranks, all on this host over shared memory, maps one segment "
+     "for its small calls (the board); 0: they go as messages (every rank must say the same, or "
+     "none has a board)"},
     {"HOOP_IB_DEV", "",
      "RDMA device for the ibverbs transport (e.g. mlx5_0, rxe0); default: the "
      "first with an active port"},

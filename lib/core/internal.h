@@ -176,7 +176,10 @@ struct hoop_comm {
   int all_shared;
   int all_registered;
   struct hoop__hosts *hosts; /* the job's hosts, for host-by-host algorithms (coll/hosts.c) */
-  size_t *block_offset;      /* size entries each: the ring blocks of the running collective */
+  /* The board the small calls of a communicator on one host go through (transport.h; coll/flat.c):
+   * mapped by every rank, or by none. */
+  struct hoop__board *board;
+  size_t *block_offset; /* size entries each: the ring blocks of the running collective */
   size_t *block_length;
   /* The running call's memory kind (mem/kind.h): host memory but while a path runs an algorithm
    * on other memory. */

@@ -145,6 +145,25 @@ typedef struct hoop__transport_ops {
    * scratch, hoop__tctx_scratch; the stage of device buffers; the IPC path's host memory): drop
    * whatever the transport keeps for it. */
   void (*forget_mem)(hoop__tctx *ctx, const void *ptr, size_t bytes);
+  /* Optional, all or none (NULL: no boards). A board is a segment that every rank of a
+   * communicator maps, all of them served by this transport, for its small calls
+   * (transport/board.c). board_create, on the communicator's lowest rank: make a segment of bytes,
+   * map it into *map, and hand it to each other rank of ranks (net's, n of them, this one among
+   * them) over its pair, or tell them it could not (*map NULL then). board_attach, on the others:
+   * once the board of channel came from creator, *settled is 1 and *map holds it mapped (NULL:
+   * creator could not make it, or this rank could not map it); *settled 0 while it has not come.
+   * The pairs are connected before either runs. */
+  hoop_result (*board_create)(hoop__tctx *ctx, uint16_t channel, const int *ranks, int n,
+                              size_t bytes, void **map);
+  hoop_result (*board_attach)(hoop__tctx *ctx, uint16_t channel, int creator, size_t bytes,
+                              void **map, int *settled);
+  /* A watch: req completes once *word, a word of a board that peer raises, is at least value.
+   * Progress looks at it as at a receive, a wait on it sleeps as on one, and the peer's death or
+   * goodbye fails it. */
+  hoop_result (*board_watch)(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
+                             uint64_t value, hoop__request *req);
+  /* After raising a word of a board that peer may watch: wake it if it sleeps. */
+  void (*board_ring)(hoop__tctx *ctx, int peer);
 } hoop__transport_ops;
 
 extern const hoop__transport_ops hoop__shm_transport;
@@ -310,6 +329,9 @@ hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
  * the running call's: point-to-point messages, whose count, dtype and tag are always checked. */
 hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
                                const uint8_t *fingerprint, hoop__request *req);
+/* A watch of comm's rank peer (transport ops' board_watch), which hoop__wait waits for. */
+hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word, uint64_t value,
+                        hoop__request *req);
 /* One round of every transport's progress without sleeping (the communicator's failure, if any):
  * what a rank busy with something else calls so that its peers' transfers go on. */
 hoop_result hoop__progress_once(hoop_comm *comm);
@@ -319,5 +341,43 @@ hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t 
 /* Send an empty message to one peer and receive one from another, then wait for both: nothing but
  * the call's fingerprint travels, for a call that has no data to carry it. */
 hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from);
+
+/* ---- the board: a communicator's small calls through one shared segment (board.c) ------------
+ *
+ * Every rank of a communicator whose pairs all share one host may map one segment, the board: per
+ * rank a done word and HOOP__BOARD_SLOTS slots of HOOP__BOARD_PAYLOAD bytes each, written by that
+ * rank alone. The communicator's calls on the board are numbered alike on every rank (seq, from
+ * 1); call seq writes slot seq % HOOP__BOARD_SLOTS. A rank publishes its slot by its sequence
+ * number (with the call's fingerprint, which readers compare with theirs), after the payload;
+ * readers wait for that number and read the payload in place. A slot is written again only once
+ * every rank is done with the call that last wrote it (hoop__board_claim): a broadcast's root runs
+ * ahead of its receivers by at most HOOP__BOARD_SLOTS - 1 calls. Waiting is a watch, so a board
+ * wait spins, sleeps, times out, names a silent or dead peer and sees mismatched messages as a
+ * message's wait does; a rank that raises a word rings the bells of its sleeping peers. */
+#define HOOP__BOARD_SLOTS 16
+#define HOOP__BOARD_PAYLOAD 4096
+/* The most ranks a board serves: past them, trees and rounds of messages beat every rank reading
+ * every other's slot. */
+#define HOOP__BOARD_MAX_RANKS 8
+typedef struct hoop__board hoop__board;
+/* Map comm's board (every rank at once, in the same call): *board NULL where this rank has none
+ * (its transport has no boards, or making or mapping the segment failed). The ranks must then
+ * agree whether all have one (hoop__board_close where not). */
+hoop_result hoop__board_open(hoop_comm *comm, hoop__board **board);
+void hoop__board_close(hoop__board *board);
+/* The next call's sequence number. */
+uint64_t hoop__board_next(hoop__board *board);
+/* rank's payload for call seq. */
+void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq);
+/* Before this rank writes its slot for seq: every rank done with the call that used it last. */
+hoop_result hoop__board_claim(hoop_comm *comm, hoop__board *board, uint64_t seq);
+/* This rank's slot for seq is written: publish it, with the running call's fingerprint. */
+void hoop__board_publish(hoop_comm *comm, hoop__board *board, uint64_t seq);
+/* Wait until rank has published its slot for seq, and check its fingerprint against this rank's
+ * call. */
+hoop_result hoop__board_wait(hoop_comm *comm, hoop__board *board, int rank, uint64_t seq);
+/* This rank is done with call seq (read what it needed); every_rank: the call read every rank's
+ * slot, so every rank had finished seq - 1. */
+void hoop__board_done(hoop_comm *comm, hoop__board *board, uint64_t seq, int every_rank);
 
 #endif /* HOOP__TRANSPORT_H */

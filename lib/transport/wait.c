@@ -113,6 +113,15 @@ hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
   return post_framed(comm, 0, peer, buf, len, req);
 }
 
+hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word, uint64_t value,
+                        hoop__request *req) {
+  stamp(comm, req, peer, 0, 0);
+  const hoop_comm *outer = drive_begin(comm);
+  hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  hoop_result result = ctx->ops->board_watch(ctx, req->peer, word, value, req);
+  return drive_end(comm, outer, result);
+}
+
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
                            void *recvbuf, size_t recvlen) {
   hoop__request send_req, recv_req;

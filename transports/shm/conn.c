@@ -544,6 +544,11 @@ static hoop_result take_control(hoop__tctx *ctx, int peer) {
       need = 1;
       p->said_bye = 1;
       break;
+    case SHM_BOARD:
+      need = SHM_BOARD_BYTES;
+      if (left >= need)
+        result = hoop__shm_board_came(ctx, peer, msg);
+      break;
     case SHM_HELLO:
       need = ANSWER_BYTES;
       if (left >= need)
@@ -578,7 +583,29 @@ static hoop_result take_control(hoop__tctx *ctx, int peer) {
 hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer) {
   shm_peer *p = &shm_of(ctx)->peers[peer];
   while (p->fd >= 0 && !p->eof) {
-    ssize_t n = recv(p->fd, p->in + p->in_len, sizeof p->in - p->in_len, MSG_DONTWAIT);
+    /* Boards' descriptors come on the socket too (board.c): kept in the order they came. */
+    union {
+      char buf[CMSG_SPACE(SHM_PEER_FDS * sizeof(int))];
+      struct cmsghdr align;
+    } control;
+    struct iovec iov = {p->in + p->in_len, sizeof p->in - p->in_len};
+    struct msghdr hdr = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.buf,
+                         .msg_controllen = sizeof control.buf};
+    ssize_t n = recvmsg(p->fd, &hdr, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    for (struct cmsghdr *cmsg = n >= 0 ? CMSG_FIRSTHDR(&hdr) : NULL; cmsg;
+         cmsg = CMSG_NXTHDR(&hdr, cmsg)) {
+      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS ||
+          cmsg->cmsg_len < CMSG_LEN(0))
+        continue;
+      size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; i++) {
+        int received;
+        memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof received);
+        hoop__shm_fd_came(ctx, peer, received);
+      }
+    }
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))

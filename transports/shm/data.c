@@ -125,6 +125,12 @@ static void ring(const shm_state *state, shm_peer *p) {
   }
 }
 
+void hoop__shm_ring(hoop__tctx *ctx, int peer) {
+  shm_state *state = shm_of(ctx);
+  if (state->peers)
+    ring(state, &state->peers[peer]);
+}
+
 /* ---- sending --------------------------------------------------------------------------------- */
 
 static void encode(shm_slot *slot, uint32_t type, const hoop__request *req) {
@@ -282,8 +288,11 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
         break;
     }
     if (!req) {
-      if (type != SHM_MORE && p->peeked != p->taken + 1) {
+      unsigned long long call;
+      hoop__net_call(ctx->comm, &call);
+      if (type != SHM_MORE && (p->peeked != p->taken + 1 || p->peeked_call != call)) {
         p->peeked = p->taken + 1;
+        p->peeked_call = call;
         result = hoop__mismatch_early(ctx->comm, peer, hoop__frame_channel(slot->frame),
                                       slot->frame + 16);
       }
@@ -332,6 +341,53 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
   return result;
 }
 
+/* ---- watches --------------------------------------------------------------------------------- */
+
+/* A watch keeps its word in buf and the value it waits for in ticket. Watches of several
+ * communicators (threads) may wait on one peer at once, each for its own board: every one is
+ * looked at. */
+static int drive_watches(shm_peer *p) {
+  int moved = 0;
+  hoop__request *prev = NULL, *req = p->watches.head;
+  while (req) {
+    shm_request *r = shm_req(req);
+    hoop__request *next = r->next;
+    const _Atomic uint64_t *word = (const _Atomic uint64_t *)(const void *)r->buf;
+    if (atomic_load_explicit(word, memory_order_acquire) >= r->ticket) {
+      if (prev)
+        shm_req(prev)->next = next;
+      else
+        p->watches.head = next;
+      if (p->watches.tail == req)
+        p->watches.tail = prev;
+      req->pending = 0;
+      moved = 1;
+    } else {
+      prev = req;
+    }
+    req = next;
+  }
+  return moved;
+}
+
+static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved);
+
+hoop_result hoop__shm_board_watch(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
+                                  uint64_t value, hoop__request *req) {
+  if (*ctx->failed)
+    return *ctx->failed;
+  shm_peer *p = &shm_of(ctx)->peers[peer];
+  shm_request *r = shm_req(req);
+  r->buf = (char *)(uintptr_t)word;
+  r->done = 0;
+  r->started = 0;
+  r->ticket = value;
+  req->pending = 1;
+  enqueue(&p->watches, req);
+  int moved = 0;
+  return drive_peer(ctx, peer, &moved);
+}
+
 /* One round over one peer: place, finish, take. */
 static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
   shm_state *state = shm_of(ctx);
@@ -344,10 +400,16 @@ static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
   }
   if (finish_read(p))
     *moved = 1;
+  if (p->watches.head && drive_watches(p))
+    *moved = 1;
   hoop_result result = drive_recvs(ctx, peer, moved);
-  /* Its goodbye came after everything it sent and read: nothing more will come or go. */
+  /* Its goodbye came after everything it sent, read and raised: nothing more will come or go. */
   if (result == HOOP_OK && (p->eof || p->said_bye) && p->seg) {
-    if (p->recvs.head && !next_slot(p))
+    if (p->watches.head)
+      result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "waiting on the board",
+                                 "it had left the communicator (finalized, or retired it in a "
+                                 "shrink or growth) before its part of the call");
+    else if (p->recvs.head && !next_slot(p))
       result = hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "receive",
                                  "it had left the communicator (finalized, or retired it in a "
                                  "shrink or growth) before sending what this rank waits for");

@@ -58,7 +58,7 @@ static int shm_pending(hoop__tctx *ctx, int peer) {
   if (!state->peers)
     return 0;
   shm_peer *p = &state->peers[peer];
-  return (p->recvs.head ? HOOP__PENDING_RECV : 0) |
+  return (p->recvs.head || p->watches.head ? HOOP__PENDING_RECV : 0) |
          (p->sends.head || p->unread.head ? HOOP__PENDING_SEND : 0);
 }
 
@@ -147,6 +147,8 @@ static void shm_shutdown(hoop__tctx *ctx) {
     memset(&p->sends, 0, sizeof p->sends);
     memset(&p->unread, 0, sizeof p->unread);
     memset(&p->recvs, 0, sizeof p->recvs);
+    memset(&p->watches, 0, sizeof p->watches);
+    hoop__shm_boards_drop(p);
   }
   hoop__pending_close(&state->pending);
   if (state->listen_fd >= 0)
@@ -192,4 +194,8 @@ const hoop__transport_ops hoop__shm_transport = {
     .shutdown = shm_shutdown,
     .wake = shm_wake,
     .finalize = shm_finalize,
+    .board_create = hoop__shm_board_create,
+    .board_attach = hoop__shm_board_attach,
+    .board_watch = hoop__shm_board_watch,
+    .board_ring = hoop__shm_ring,
 };

@@ -35,7 +35,10 @@ enum shm_control {
                        failed or aborted */
   SHM_BYE = 'B',    /* this rank finalized: its closing is no failure */
   SHM_HELLO = 'H',  /* the accepting rank's answer to the connecting one */
+  SHM_BOARD = 'G',  /* {G, made, be16 channel, be32 bytes}: a communicator's board (board.c), its
+                       descriptor with the first byte when made is 1 */
 };
+#define SHM_BOARD_BYTES 8
 
 #define SHM_NOTICE_HEAD 12
 #define SHM_NOTICE_MAX 1000
@@ -107,15 +110,21 @@ typedef struct shm_queue {
   hoop__request *head, *tail;
 } shm_queue;
 
+/* Boards a peer may have handed over that no communicator has taken yet. */
+#define SHM_PEER_FDS 4
+
 typedef struct shm_peer {
   int fd; /* the pair's socket: bells, notices, bye; its closing is the peer's death */
   shm_segment *seg;
   int side; /* this rank's side of the segment */
   pid_t pid;
-  int answered;     /* side 0: the peer's hello came (its pid, its probe) */
-  int said_bye;     /* it finalized */
-  int eof;          /* its socket closed */
-  uint64_t peeked;  /* the slot whose header was compared with the running call (+1) */
+  int answered;    /* side 0: the peer's hello came (its pid, its probe) */
+  int said_bye;    /* it finalized */
+  int eof;         /* its socket closed */
+  uint64_t peeked; /* the slot whose header was compared with the running call (+1) */
+  /* and that call's number: a message of a call ahead compares again in the next call, which may
+   * post no receive for it (a call on the board) */
+  unsigned long long peeked_call;
   shm_queue sends;  /* not fully placed yet */
   shm_queue unread; /* SHM_RNDV sends waiting for the peer to read them */
   shm_queue recvs;
@@ -125,6 +134,17 @@ typedef struct shm_peer {
   uint64_t taken;   /* slots this rank took from the peer's channel */
   uint8_t in[2048]; /* what came on the socket and is not taken yet */
   size_t in_len;
+  shm_queue watches; /* watches of words the peer raises on a board (board.c) */
+  /* Descriptors that came on the socket and no board message has taken yet, oldest first; and
+   * the boards that came and no communicator has taken yet (board.c). */
+  int fds[SHM_PEER_FDS];
+  int nfds;
+  struct {
+    uint16_t channel;
+    uint32_t bytes;
+    int fd; /* -1: its creator could not make it */
+  } boards[SHM_PEER_FDS];
+  int nboards;
 } shm_peer;
 
 typedef struct shm_state {
@@ -166,6 +186,23 @@ hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoo
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
 hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved);
+/* After changing a word of a board that the peer may wait for: if it sleeps, wake it. */
+void hoop__shm_ring(hoop__tctx *ctx, int peer);
+/* A watch: req completes once *word is at least value (a word of a board that peer raises). */
+hoop_result hoop__shm_board_watch(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
+                                  uint64_t value, hoop__request *req);
+
+/* board.c */
+/* A descriptor that came on peer's socket, and a board message: both in the order sent. */
+void hoop__shm_fd_came(hoop__tctx *ctx, int peer, int fd);
+hoop_result hoop__shm_board_came(hoop__tctx *ctx, int peer, const uint8_t *msg);
+/* Close what a peer handed over that nobody took. */
+void hoop__shm_boards_drop(shm_peer *p);
+hoop_result hoop__shm_board_create(hoop__tctx *ctx, uint16_t channel, const int *ranks, int n,
+                                   size_t bytes, void **map);
+hoop_result hoop__shm_board_attach(hoop__tctx *ctx, uint16_t channel, int creator, size_t bytes,
+                                   void **map, int *settled);
+
 /* 1 when this process is registered for membarrier()'s global expedited fences (once per
  * process; HOOP_SHM_MEMBARRIER=0 refuses them). */
 int hoop__shm_asym(void);

@@ -1,0 +1,184 @@
+/* flat.c - small calls on one host through the communicator's board (transport.h): each rank
+ * writes its part into a slot of its own and publishes it, and reads its peers' slots in place.
+ * No message, frame or queue is involved: a small allreduce costs each rank one store of its line
+ * and one miss per peer; a broadcast's root publishes and goes on, up to HOOP__BOARD_SLOTS - 1
+ * calls ahead of its slowest receiver. Every rank reduces the slots in rank order, so all get the
+ * same bits. A call that does not fit a slot, or a communicator without a board, runs the
+ * algorithm the cut-over table would choose for small calls without the board. */
+#include "coll/coll.h"
+#include "core/env.h"
+
+hoop_result hoop__flat_open(hoop_comm *comm) {
+  if (comm->size < 2 || comm->size > HOOP__BOARD_MAX_RANKS)
+    return HOOP_OK;
+  /* Alike on every rank: whether to try (HOOP_SHM_BOARD; trying connects every pair), and
+   * whether every rank mapped it. */
+  int ok = strcmp(hoop__env_get("HOOP_SHM_BOARD"), "0") != 0;
+  hoop__group whole = hoop__whole(comm);
+  hoop_result result = hoop__group_agree(comm, &whole, &ok, 0);
+  if (result != HOOP_OK || !ok)
+    return result;
+  hoop__board *board = NULL;
+  if ((result = hoop__board_open(comm, &board)) != HOOP_OK)
+    return result;
+  ok = board != NULL;
+  if ((result = hoop__group_agree(comm, &whole, &ok, 0)) != HOOP_OK || !ok) {
+    hoop__board_close(board);
+    return result;
+  }
+  comm->board = board;
+  return HOOP_OK;
+}
+
+void hoop__flat_free(hoop_comm *comm) {
+  hoop__board_close(comm->board);
+  comm->board = NULL;
+}
+
+/* The board, if the call's payload in a slot (bytes) fits. */
+static hoop__board *board_for(const hoop_comm *comm, size_t bytes) {
+  return bytes <= HOOP__BOARD_PAYLOAD ? comm->board : NULL;
+}
+
+/* Publish this rank's slot for seq after writing bytes of src into it (none for a barrier). */
+static hoop_result post(hoop_comm *comm, hoop__board *board, uint64_t seq, const void *src,
+                        size_t bytes) {
+  hoop_result result = hoop__board_claim(comm, board, seq);
+  if (result == HOOP_OK && bytes)
+    result = hoop__kind_copy(comm, hoop__board_slot(board, comm->rank, seq), src, bytes);
+  if (result == HOOP_OK)
+    hoop__board_publish(comm, board, seq);
+  return result;
+}
+
+/* Wait for every other rank's slot of seq. */
+static hoop_result wait_all(hoop_comm *comm, hoop__board *board, uint64_t seq) {
+  hoop_result result = HOOP_OK;
+  for (int r = 0; r < comm->size && result == HOOP_OK; r++)
+    if (r != comm->rank)
+      result = hoop__board_wait(comm, board, r, seq);
+  return result;
+}
+
+/* dst = the slots' parts at offset, reduced in rank order. */
+static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t seq, size_t offset,
+                                void *dst, size_t count, hoop_dtype dtype, hoop_op op) {
+  const char *first = hoop__board_slot(board, 0, seq);
+  const char *second = hoop__board_slot(board, 1, seq);
+  hoop_result result =
+      hoop__kind_reduce3(comm, dst, first + offset, second + offset, count, dtype, op);
+  for (int r = 2; r < comm->size && result == HOOP_OK; r++)
+    result = hoop__kind_reduce3(
+        comm, dst, dst, (const char *)hoop__board_slot(board, r, seq) + offset, count, dtype, op);
+  if (result == HOOP_OK)
+    result = hoop__kind_finish(comm, dst, count, dtype, op, comm->size);
+  return result;
+}
+
+hoop_result hoop__allreduce_flat(hoop_comm *comm, const hoop__coll_args *args) {
+  hoop__board *board = board_for(comm, args->bytes);
+  if (!board)
+    return hoop__allreduce_rd(comm, args);
+  uint64_t seq = hoop__board_next(board);
+  hoop_result result = post(comm, board, seq, args->sendbuf, args->bytes);
+  if (result == HOOP_OK)
+    result = wait_all(comm, board, seq);
+  if (result == HOOP_OK)
+    result = reduce_slots(comm, board, seq, 0, args->recvbuf, args->count, args->dtype, args->op);
+  if (result == HOOP_OK)
+    hoop__board_done(comm, board, seq, 1);
+  return result;
+}
+
+hoop_result hoop__broadcast_flat(hoop_comm *comm, const hoop__coll_args *args) {
+  hoop__board *board = board_for(comm, args->bytes);
+  if (!board)
+    return hoop__broadcast_tree(comm, args);
+  uint64_t seq = hoop__board_next(board);
+  hoop_result result;
+  if (comm->rank == args->root) {
+    result = post(comm, board, seq, args->recvbuf, args->bytes);
+  } else {
+    result = hoop__board_wait(comm, board, args->root, seq);
+    if (result == HOOP_OK)
+      result = hoop__kind_copy(comm, args->recvbuf, hoop__board_slot(board, args->root, seq),
+                               args->bytes);
+  }
+  if (result == HOOP_OK)
+    hoop__board_done(comm, board, seq, 0);
+  return result;
+}
+
+hoop_result hoop__barrier_flat(hoop_comm *comm, const hoop__coll_args *args) {
+  hoop__board *board = comm->board;
+  if (!board)
+    return hoop__barrier_dissemination(comm, args);
+  uint64_t seq = hoop__board_next(board);
+  hoop_result result = post(comm, board, seq, NULL, 0);
+  if (result == HOOP_OK)
+    result = wait_all(comm, board, seq);
+  if (result == HOOP_OK)
+    hoop__board_done(comm, board, seq, 1);
+  return result;
+}
+
+/* The own block is in place already (the dispatcher's prepare). */
+hoop_result hoop__allgather_flat(hoop_comm *comm, const hoop__coll_args *args) {
+  hoop__board *board = board_for(comm, args->bytes);
+  if (!board)
+    return (comm->size & (comm->size - 1)) == 0 ? hoop__allgather_rd(comm, args)
+                                                : hoop__allgather_bruck(comm, args);
+  uint64_t seq = hoop__board_next(board);
+  hoop_result result = post(comm, board, seq, args->sendbuf, args->bytes);
+  for (int r = 0; r < comm->size && result == HOOP_OK; r++) {
+    if (r == comm->rank)
+      continue;
+    result = hoop__board_wait(comm, board, r, seq);
+    if (result == HOOP_OK)
+      result = hoop__kind_copy(comm, (char *)args->recvbuf + (size_t)r * args->bytes,
+                               hoop__board_slot(board, r, seq), args->bytes);
+  }
+  if (result == HOOP_OK)
+    hoop__board_done(comm, board, seq, 1);
+  return result;
+}
+
+/* Each rank publishes its whole input and reduces its own block from every slot. */
+hoop_result hoop__reduce_scatter_flat(hoop_comm *comm, const hoop__coll_args *args) {
+  size_t total = args->bytes * (size_t)comm->size;
+  hoop__board *board = board_for(comm, total);
+  if (!board)
+    return hoop__reduce_scatter_direct(comm, args);
+  uint64_t seq = hoop__board_next(board);
+  hoop_result result = post(comm, board, seq, args->sendbuf, total);
+  if (result == HOOP_OK)
+    result = wait_all(comm, board, seq);
+  if (result == HOOP_OK)
+    result = reduce_slots(comm, board, seq, (size_t)comm->rank * args->bytes, args->recvbuf,
+                          args->count, args->dtype, args->op);
+  if (result == HOOP_OK)
+    hoop__board_done(comm, board, seq, 1);
+  return result;
+}
+
+/* Each rank publishes its whole input and takes its block from every slot, its own included (the
+ * input may be the output). */
+hoop_result hoop__alltoall_flat(hoop_comm *comm, const hoop__coll_args *args) {
+  size_t total = args->bytes * (size_t)comm->size;
+  hoop__board *board = board_for(comm, total);
+  if (!board)
+    return hoop__alltoall_pairwise(comm, args);
+  uint64_t seq = hoop__board_next(board);
+  hoop_result result = post(comm, board, seq, args->sendbuf, total);
+  size_t mine = (size_t)comm->rank * args->bytes;
+  for (int r = 0; r < comm->size && result == HOOP_OK; r++) {
+    if (r != comm->rank)
+      result = hoop__board_wait(comm, board, r, seq);
+    if (result == HOOP_OK)
+      result = hoop__kind_copy(comm, (char *)args->recvbuf + (size_t)r * args->bytes,
+                               (const char *)hoop__board_slot(board, r, seq) + mine, args->bytes);
+  }
+  if (result == HOOP_OK)
+    hoop__board_done(comm, board, seq, 1);
+  return result;
+}

@@ -89,51 +89,54 @@ HOOP_SHM=maybe "$hooprun" -np 2 --timeout 30 "$bench" barrier -n 1 -w 0 >"$work/
   fail "HOOP_SHM=maybe: the job ran"
 grep -q "HOOP_SHM 'maybe'" "$work/bad.log" || fail "HOOP_SHM=maybe: no error naming it"
 
-# 4. A rank killed in the middle of large allreduces: the others fail within the timeout naming
-# it, and nothing is left behind: no /dev/shm entry, no listening socket of the job, no process.
-ls -a /dev/shm >"$work/shm-before" 2>/dev/null
-# hooprun stops the other ranks with SIGTERM as soon as one dies, often before they notice: the
-# ranks ignore SIGTERM here (an ignored signal stays ignored across exec), so each survivor has
-# hooprun's 3 s grace to find the death through shared memory and report it.
-"$hooprun" -np 3 --timeout 60 sh -c 'trap "" TERM; echo "pid $HOOP_RANK $$"; exec "$0" "$@"' \
-  "$bench" allreduce -s 16M -n 100000 -w 1 >"$work/kill.log" 2>&1 &
-job=$!
-victim=
-for _ in $(seq 1 100); do
-  victim=$(sed -n 's/^\[2\] pid 2 \([0-9]*\)$/\1/p' "$work/kill.log")
-  [ -n "$victim" ] && break
-  sleep 0.1
-done
-# Time to set up and to be in the middle of the 16 MiB allreduces (hoop-bench prints no row
-# before its last iteration).
-sleep 2
-if [ -z "$victim" ]; then
-  fail "kill: rank 2 never started"
-  kill "$job" 2>/dev/null
-else
-  kill -9 "$victim"
-fi
-started=$(date +%s)
-wait "$job"
-took=$(($(date +%s) - started))
-[ "$took" -le 30 ] || fail "kill: the job took $took s to end after rank 2 was killed"
-for survivor in 0 1; do
-  grep -Eq "^\[$survivor\].*(lost rank 2|rank 2 lost|rank 2 failed)" "$work/kill.log" ||
-    fail "kill: rank $survivor's error does not name rank 2"
-done
-grep -E "^\[[01]\].*(lost rank [013]|rank [013] lost)" "$work/kill.log" &&
-  fail "kill: a survivor blames another rank"
-ls -a /dev/shm >"$work/shm-after" 2>/dev/null
-cmp -s "$work/shm-before" "$work/shm-after" || fail "kill: /dev/shm changed: $(cat "$work/shm-after")"
-pids=$(sed -n 's/^\[[0-9]\] pid [0-9] \([0-9]*\)$/\1/p' "$work/kill.log")
-for pid in $pids; do
-  if kill -0 "$pid" 2>/dev/null; then
-    fail "kill: rank process $pid still runs"
-    kill -9 "$pid"
+# 4. A rank killed in the middle of large allreduces, and of barriers (on the board, where the
+# others wait on its slot): the others fail within the timeout naming it, and nothing is left
+# behind: no /dev/shm entry, no listening socket of the job, no process.
+for what in "allreduce -s 16M -n 100000 -w 1" "barrier -n 100000000 -w 1"; do
+  ls -a /dev/shm >"$work/shm-before" 2>/dev/null
+  # hooprun stops the other ranks with SIGTERM as soon as one dies, often before they notice: the
+  # ranks ignore SIGTERM here (an ignored signal stays ignored across exec), so each survivor has
+  # hooprun's 3 s grace to find the death through shared memory and report it.
+  "$hooprun" -np 3 --timeout 60 sh -c 'trap "" TERM; echo "pid $HOOP_RANK $$"; exec "$0" "$@"' \
+    "$bench" $what >"$work/kill.log" 2>&1 &
+  job=$!
+  victim=
+  for _ in $(seq 1 100); do
+    victim=$(sed -n 's/^\[2\] pid 2 \([0-9]*\)$/\1/p' "$work/kill.log")
+    [ -n "$victim" ] && break
+    sleep 0.1
+  done
+  # Time to set up and to be in the middle of the calls (hoop-bench prints no row
+  # before its last iteration).
+  sleep 2
+  if [ -z "$victim" ]; then
+    fail "kill ($what): rank 2 never started"
+    kill "$job" 2>/dev/null
+  else
+    kill -9 "$victim"
   fi
-  if command -v ss >/dev/null && ss -xlp 2>/dev/null | grep -q "hoop-shm-$pid-"; then
-    fail "kill: a listener of process $pid is left"
-  fi
+  started=$(date +%s)
+  wait "$job"
+  took=$(($(date +%s) - started))
+  [ "$took" -le 30 ] || fail "kill ($what): the job took $took s to end after rank 2 was killed"
+  for survivor in 0 1; do
+    grep -Eq "^\[$survivor\].*(lost rank 2|rank 2 lost|rank 2 failed)" "$work/kill.log" ||
+      fail "kill ($what): rank $survivor's error does not name rank 2"
+  done
+  grep -E "^\[[01]\].*(lost rank [013]|rank [013] lost)" "$work/kill.log" &&
+    fail "kill ($what): a survivor blames another rank"
+  ls -a /dev/shm >"$work/shm-after" 2>/dev/null
+  cmp -s "$work/shm-before" "$work/shm-after" || fail "kill ($what): /dev/shm changed: $(cat "$work/shm-after")"
+  pids=$(sed -n 's/^\[[0-9]\] pid [0-9] \([0-9]*\)$/\1/p' "$work/kill.log")
+  for pid in $pids; do
+    if kill -0 "$pid" 2>/dev/null; then
+      fail "kill ($what): rank process $pid still runs"
+      kill -9 "$pid"
+    fi
+    if command -v ss >/dev/null && ss -xlp 2>/dev/null | grep -q "hoop-shm-$pid-"; then
+      fail "kill ($what): a listener of process $pid is left"
+    fi
+  done
 done
 
 # 5. A stranger's hellos with several descriptors each (2, 3, 20...), queued ahead of a real peer

@@ -697,6 +697,16 @@ int main(int argc, char **argv) {
   for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
     for (size_t c = 0; c < ncounts; c++)
       check_broadcast(small_counts[c], (hoop_dtype)dtype, (int)(c % (size_t)nranks));
+  /* A root that runs ahead of receivers that dawdle, past the board's 16 slots, with allreduces
+   * between (every rank writes its slot again): each call still delivers its own data. */
+  for (int i = 0; i < 40; i++) {
+    struct timespec nap = {0, 2 * 1000 * 1000};
+    if (rank != 0 && i % 7 == 0)
+      nanosleep(&nap, NULL);
+    if (i % 9 == 8)
+      check_allreduce(5, HOOP_INT32, HOOP_SUM, i % 2);
+    check_broadcast(3 + (size_t)i, HOOP_INT32, 0);
+  }
   for (int root = 0; root < nranks; root++) {
     check_broadcast(40009, HOOP_FLOAT32, root); /* past the chain threshold */
     /* Striped over two streams as 131072 + 131073 bytes: half the length is a multiple of the

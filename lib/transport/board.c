@@ -171,8 +171,7 @@ void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq) {
  * unmaps the pairs. */
 static void ring_all(hoop_comm *comm, const hoop__board *board) {
   hoop__net_enter(comm);
-  for (int i = 0; i < board->n - 1; i++)
-    board->ctx->ops->board_ring(board->ctx, board->peers[i]);
+  board->ctx->ops->board_ring(board->ctx, board->peers, board->n - 1);
   hoop__net_leave(comm);
 }
 
@@ -197,18 +196,24 @@ static hoop_result await(hoop_comm *comm, const hoop__board *board, int rank,
 hoop_result hoop__board_claim(hoop_comm *comm, hoop__board *board, uint64_t seq) {
   if (seq <= board->settled + HOOP__BOARD_SLOTS)
     return HOOP_OK;
-  uint64_t need = seq - HOOP__BOARD_SLOTS;
+  /* What every rank has done, as far as it is known now: a root well ahead reads its receivers'
+   * words once for several calls, not once a call (each read takes the line from its writer). */
+  uint64_t need = seq - HOOP__BOARD_SLOTS, low = UINT64_MAX;
   for (int r = 0; r < board->n; r++) {
     if (r == board->rank)
       continue;
     _Atomic uint64_t *word = done_word(board, r);
-    if (atomic_load_explicit(word, memory_order_acquire) < need) {
+    uint64_t done = atomic_load_explicit(word, memory_order_acquire);
+    if (done < need) {
       hoop_result result = await(comm, board, r, word, need);
       if (result != HOOP_OK)
         return result;
+      done = need;
     }
+    if (done < low)
+      low = done;
   }
-  board->settled = need;
+  board->settled = low;
   return HOOP_OK;
 }
 

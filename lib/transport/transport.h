@@ -162,8 +162,9 @@ typedef struct hoop__transport_ops {
    * goodbye fails it. */
   hoop_result (*board_watch)(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
                              uint64_t value, hoop__request *req);
-  /* After raising a word of a board that peer may watch: wake it if it sleeps. */
-  void (*board_ring)(hoop__tctx *ctx, int peer);
+  /* After raising a word of a board that the n peers (net's ranks) may watch: wake those that
+   * sleep. */
+  void (*board_ring)(hoop__tctx *ctx, const int *peers, int n);
 } hoop__transport_ops;
 
 extern const hoop__transport_ops hoop__shm_transport;
@@ -354,7 +355,7 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from);
  * ahead of its receivers by at most HOOP__BOARD_SLOTS - 1 calls. Waiting is a watch, so a board
  * wait spins, sleeps, times out, names a silent or dead peer and sees mismatched messages as a
  * message's wait does; a rank that raises a word rings the bells of its sleeping peers. */
-#define HOOP__BOARD_SLOTS 16
+#define HOOP__BOARD_SLOTS 32
 #define HOOP__BOARD_PAYLOAD 4096
 /* The most ranks a board serves: past them, trees and rounds of messages beat every rank reading
  * every other's slot. */

@@ -697,13 +697,13 @@ int main(int argc, char **argv) {
   for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
     for (size_t c = 0; c < ncounts; c++)
       check_broadcast(small_counts[c], (hoop_dtype)dtype, (int)(c % (size_t)nranks));
-  /* A root that runs ahead of receivers that dawdle, past the board's 16 slots, with allreduces
+  /* A root that runs ahead of receivers that dawdle, past the board's 32 slots, with allreduces
    * between (every rank writes its slot again): each call still delivers its own data. */
-  for (int i = 0; i < 40; i++) {
+  for (int i = 0; i < 80; i++) {
     struct timespec nap = {0, 2 * 1000 * 1000};
     if (rank != 0 && i % 7 == 0)
       nanosleep(&nap, NULL);
-    if (i % 9 == 8)
+    if (i % 40 == 39)
       check_allreduce(5, HOOP_INT32, HOOP_SUM, i % 2);
     check_broadcast(3 + (size_t)i, HOOP_INT32, 0);
   }

@@ -103,18 +103,17 @@ static void sleep_fence(hoop__tctx *ctx) {
   atomic_thread_fence(memory_order_seq_cst);
 }
 
-/* After changing what the peer may wait for (a slot published or freed, a message read): if it
- * sleeps, wake it. Its sleeping flag was set before it last looked, and a fence (this side's, or
- * the sleeper's membarrier) orders this side's change before the look at the flag, so one of the
- * two sees the other. */
-static void ring(const shm_state *state, shm_peer *p) {
-  /* A failure met on the way here (a notice, a mismatch) has shut the pair down already. */
-  if (!p->seg)
-    return;
+/* Whether a change the peer may wait for needs this side's fence before the look at its flag: not
+ * when this side and the peer both use membarrier (see above). */
+static void fence_for(const shm_state *state, const shm_peer *p) {
   if (!state->asym || !atomic_load_explicit(&p->seg->asym[!p->side].flag, memory_order_relaxed))
     atomic_thread_fence(memory_order_seq_cst);
-  else /* the store before and the load below stay in this order as the compiler emits them */
+  else /* the store before and the load after stay in this order as the compiler emits them */
     atomic_signal_fence(memory_order_seq_cst);
+}
+
+/* If the peer sleeps, wake it: its flag was raised before it last looked. */
+static void ring_bell(shm_peer *p) {
   _Atomic uint32_t *flag = &p->seg->sleeping[!p->side].flag;
   if (atomic_load_explicit(flag, memory_order_relaxed) &&
       atomic_exchange_explicit(flag, 0, memory_order_relaxed)) {
@@ -125,10 +124,36 @@ static void ring(const shm_state *state, shm_peer *p) {
   }
 }
 
-void hoop__shm_ring(hoop__tctx *ctx, int peer) {
+/* After changing what the peer may wait for (a slot published or freed, a message read): if it
+ * sleeps, wake it. Its sleeping flag was set before it last looked, and a fence (this side's, or
+ * the sleeper's membarrier) orders this side's change before the look at the flag, so one of the
+ * two sees the other. */
+static void ring(const shm_state *state, shm_peer *p) {
+  /* A failure met on the way here (a notice, a mismatch) has shut the pair down already. */
+  if (!p->seg)
+    return;
+  fence_for(state, p);
+  ring_bell(p);
+}
+
+/* The same for several peers after one change (a board's word), with one fence at most. */
+void hoop__shm_ring(hoop__tctx *ctx, const int *peers, int n) {
   shm_state *state = shm_of(ctx);
-  if (state->peers)
-    ring(state, &state->peers[peer]);
+  if (!state->peers)
+    return;
+  int fenced = 0;
+  for (int i = 0; i < n; i++) {
+    shm_peer *p = &state->peers[peers[i]];
+    if (!p->seg)
+      continue;
+    if (!fenced && (!state->asym ||
+                    !atomic_load_explicit(&p->seg->asym[!p->side].flag, memory_order_relaxed))) {
+      atomic_thread_fence(memory_order_seq_cst);
+      fenced = 1;
+    }
+    atomic_signal_fence(memory_order_seq_cst);
+    ring_bell(p);
+  }
 }
 
 /* ---- sending --------------------------------------------------------------------------------- */

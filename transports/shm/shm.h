@@ -186,8 +186,8 @@ hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoo
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
 hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved);
-/* After changing a word of a board that the peer may wait for: if it sleeps, wake it. */
-void hoop__shm_ring(hoop__tctx *ctx, int peer);
+/* After changing a word of a board that the n peers may wait for: wake those that sleep. */
+void hoop__shm_ring(hoop__tctx *ctx, const int *peers, int n);
 /* A watch: req completes once *word is at least value (a word of a board that peer raises). */
 hoop_result hoop__shm_board_watch(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
                                   uint64_t value, hoop__request *req);

@@ -161,19 +161,33 @@ hoop_result hoop__reduce_scatter_flat(hoop_comm *comm, const hoop__coll_args *ar
   return result;
 }
 
-/* Each rank publishes its whole input and takes its block from every slot, its own included (the
- * input may be the output). */
+/* Each rank publishes the blocks of its input meant for the others (its own block's place in the
+ * slot is left as it was) and takes its block from every other rank's slot; its own goes from its
+ * input straight to its output (where the input is the output it is in place already). */
 hoop_result hoop__alltoall_flat(hoop_comm *comm, const hoop__coll_args *args) {
   size_t total = args->bytes * (size_t)comm->size;
   hoop__board *board = board_for(comm, total);
   if (!board)
     return hoop__alltoall_pairwise(comm, args);
   uint64_t seq = hoop__board_next(board);
-  hoop_result result = post(comm, board, seq, args->sendbuf, total);
   size_t mine = (size_t)comm->rank * args->bytes;
+  char *slot = hoop__board_slot(board, comm->rank, seq);
+  const char *send = args->sendbuf;
+  hoop_result result = hoop__board_claim(comm, board, seq);
+  if (result == HOOP_OK && mine)
+    result = hoop__kind_copy(comm, slot, send, mine);
+  if (result == HOOP_OK && mine + args->bytes < total)
+    result = hoop__kind_copy(comm, slot + mine + args->bytes, send + mine + args->bytes,
+                             total - mine - args->bytes);
+  if (result == HOOP_OK) {
+    hoop__board_publish(comm, board, seq);
+    if (send != args->recvbuf)
+      result = hoop__kind_copy(comm, (char *)args->recvbuf + mine, send + mine, args->bytes);
+  }
   for (int r = 0; r < comm->size && result == HOOP_OK; r++) {
-    if (r != comm->rank)
-      result = hoop__board_wait(comm, board, r, seq);
+    if (r == comm->rank)
+      continue;
+    result = hoop__board_wait(comm, board, r, seq);
     if (result == HOOP_OK)
       result = hoop__kind_copy(comm, (char *)args->recvbuf + (size_t)r * args->bytes,
                                (const char *)hoop__board_slot(board, r, seq) + mine, args->bytes);

@@ -382,10 +382,12 @@ static void *cutoff_abort_later(void *arg) {
 }
 
 static int cutoff_rank(int index, cutoff_case *cc) {
-  /* rank 2's data peers are ranks 1 and 3 only: the ring, and no CUDA IPC exchange (the first
-   * large call of a communicator on one host asks every rank whether it loads a driver) */
+  /* rank 2's data peers are ranks 1 and 3 only: the ring, no CUDA IPC exchange (the first large
+   * call of a communicator on one host asks every rank whether it loads a driver) and no board
+   * (which connects every pair) */
   setenv("HOOP_ALGO", "ring", 1);
   setenv("HOOP_CUDA_IPC", "0", 1);
+  setenv("HOOP_SHM_BOARD", "0", 1);
   hoop_comm *comm = procs_join(cc->port, index, 4, CUTOFF_TIMEOUT_S, NULL);
   if (!comm)
     return 10;

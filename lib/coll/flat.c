@@ -45,7 +45,7 @@ static hoop_result post(hoop_comm *comm, hoop__board *board, uint64_t seq, const
                         size_t bytes) {
   hoop_result result = hoop__board_claim(comm, board, seq);
   if (result == HOOP_OK && bytes)
-    result = hoop__kind_copy(comm, hoop__board_slot(board, comm->rank, seq), src, bytes);
+    result = hoop__kind_copy(comm, hoop__board_slot(board, comm->rank, seq, bytes), src, bytes);
   if (result == HOOP_OK)
     hoop__board_publish(comm, board, seq);
   return result;
@@ -60,18 +60,20 @@ static hoop_result wait_all(hoop_comm *comm, hoop__board *board, uint64_t seq) {
   return result;
 }
 
-/* dst = the slots' parts at offset, reduced in rank order. */
-static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t seq, size_t offset,
-                                void *dst, size_t count, hoop_dtype dtype, hoop_op op) {
-  const char *first = hoop__board_slot(board, 0, seq);
-  const char *second = hoop__board_slot(board, 1, seq);
+/* An allreduce's result: every slot (of count elements), reduced in rank order on every rank, so
+ * that all ranks get the same bits. */
+static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t seq,
+                                const hoop__coll_args *args) {
+  size_t bytes = args->bytes, count = args->count;
+  void *dst = args->recvbuf;
   hoop_result result =
-      hoop__kind_reduce3(comm, dst, first + offset, second + offset, count, dtype, op);
+      hoop__kind_reduce3(comm, dst, hoop__board_slot(board, 0, seq, bytes),
+                         hoop__board_slot(board, 1, seq, bytes), count, args->dtype, args->op);
   for (int r = 2; r < comm->size && result == HOOP_OK; r++)
-    result = hoop__kind_reduce3(
-        comm, dst, dst, (const char *)hoop__board_slot(board, r, seq) + offset, count, dtype, op);
+    result = hoop__kind_reduce3(comm, dst, dst, hoop__board_slot(board, r, seq, bytes), count,
+                                args->dtype, args->op);
   if (result == HOOP_OK)
-    result = hoop__kind_finish(comm, dst, count, dtype, op, comm->size);
+    result = hoop__kind_finish(comm, dst, count, args->dtype, args->op, comm->size);
   return result;
 }
 
@@ -84,7 +86,7 @@ hoop_result hoop__allreduce_flat(hoop_comm *comm, const hoop__coll_args *args) {
   if (result == HOOP_OK)
     result = wait_all(comm, board, seq);
   if (result == HOOP_OK)
-    result = reduce_slots(comm, board, seq, 0, args->recvbuf, args->count, args->dtype, args->op);
+    result = reduce_slots(comm, board, seq, args);
   if (result == HOOP_OK)
     hoop__board_done(comm, board, seq, 1);
   return result;
@@ -101,8 +103,8 @@ hoop_result hoop__broadcast_flat(hoop_comm *comm, const hoop__coll_args *args) {
   } else {
     result = hoop__board_wait(comm, board, args->root, seq);
     if (result == HOOP_OK)
-      result = hoop__kind_copy(comm, args->recvbuf, hoop__board_slot(board, args->root, seq),
-                               args->bytes);
+      result = hoop__kind_copy(comm, args->recvbuf,
+                               hoop__board_slot(board, args->root, seq, args->bytes), args->bytes);
   }
   if (result == HOOP_OK)
     hoop__board_done(comm, board, seq, 0);
@@ -136,26 +138,55 @@ hoop_result hoop__allgather_flat(hoop_comm *comm, const hoop__coll_args *args) {
     result = hoop__board_wait(comm, board, r, seq);
     if (result == HOOP_OK)
       result = hoop__kind_copy(comm, (char *)args->recvbuf + (size_t)r * args->bytes,
-                               hoop__board_slot(board, r, seq), args->bytes);
+                               hoop__board_slot(board, r, seq, args->bytes), args->bytes);
   }
   if (result == HOOP_OK)
     hoop__board_done(comm, board, seq, 1);
   return result;
 }
 
-/* Each rank publishes its whole input and reduces its own block from every slot. */
+/* The blocks of this rank's input meant for the others into its slot (its own block's place left
+ * as it was), published. */
+static hoop_result post_others(hoop_comm *comm, hoop__board *board, uint64_t seq,
+                               const hoop__coll_args *args, size_t total) {
+  size_t mine = (size_t)comm->rank * args->bytes, after = mine + args->bytes;
+  char *slot = hoop__board_slot(board, comm->rank, seq, total);
+  const char *send = args->sendbuf;
+  hoop_result result = hoop__board_claim(comm, board, seq);
+  if (result == HOOP_OK && mine)
+    result = hoop__kind_copy(comm, slot, send, mine);
+  if (result == HOOP_OK && after < total)
+    result = hoop__kind_copy(comm, slot + after, send + after, total - after);
+  if (result == HOOP_OK)
+    hoop__board_publish(comm, board, seq);
+  return result;
+}
+
+/* Each rank publishes the blocks of its input meant for the others and reduces its own block from
+ * its input and every other slot. Only this rank computes its block, so the order need not be
+ * the same on every rank: its own input first, then the others in rank order (an in-place call's
+ * output is that input block, which a reduction may overwrite as it reads). */
 hoop_result hoop__reduce_scatter_flat(hoop_comm *comm, const hoop__coll_args *args) {
   size_t total = args->bytes * (size_t)comm->size;
   hoop__board *board = board_for(comm, total);
   if (!board)
     return hoop__reduce_scatter_direct(comm, args);
   uint64_t seq = hoop__board_next(board);
-  hoop_result result = post(comm, board, seq, args->sendbuf, total);
+  size_t mine = (size_t)comm->rank * args->bytes;
+  hoop_result result = post_others(comm, board, seq, args, total);
+  const void *acc = (const char *)args->sendbuf + mine;
+  for (int r = 0; r < comm->size && result == HOOP_OK; r++) {
+    if (r == comm->rank)
+      continue;
+    result = hoop__board_wait(comm, board, r, seq);
+    if (result == HOOP_OK)
+      result = hoop__kind_reduce3(comm, args->recvbuf, acc,
+                                  (const char *)hoop__board_slot(board, r, seq, total) + mine,
+                                  args->count, args->dtype, args->op);
+    acc = args->recvbuf;
+  }
   if (result == HOOP_OK)
-    result = wait_all(comm, board, seq);
-  if (result == HOOP_OK)
-    result = reduce_slots(comm, board, seq, (size_t)comm->rank * args->bytes, args->recvbuf,
-                          args->count, args->dtype, args->op);
+    result = hoop__kind_finish(comm, args->recvbuf, args->count, args->dtype, args->op, comm->size);
   if (result == HOOP_OK)
     hoop__board_done(comm, board, seq, 1);
   return result;
@@ -171,26 +202,18 @@ hoop_result hoop__alltoall_flat(hoop_comm *comm, const hoop__coll_args *args) {
     return hoop__alltoall_pairwise(comm, args);
   uint64_t seq = hoop__board_next(board);
   size_t mine = (size_t)comm->rank * args->bytes;
-  char *slot = hoop__board_slot(board, comm->rank, seq);
-  const char *send = args->sendbuf;
-  hoop_result result = hoop__board_claim(comm, board, seq);
-  if (result == HOOP_OK && mine)
-    result = hoop__kind_copy(comm, slot, send, mine);
-  if (result == HOOP_OK && mine + args->bytes < total)
-    result = hoop__kind_copy(comm, slot + mine + args->bytes, send + mine + args->bytes,
-                             total - mine - args->bytes);
-  if (result == HOOP_OK) {
-    hoop__board_publish(comm, board, seq);
-    if (send != args->recvbuf)
-      result = hoop__kind_copy(comm, (char *)args->recvbuf + mine, send + mine, args->bytes);
-  }
+  hoop_result result = post_others(comm, board, seq, args, total);
+  if (result == HOOP_OK && args->sendbuf != args->recvbuf)
+    result = hoop__kind_copy(comm, (char *)args->recvbuf + mine, (const char *)args->sendbuf + mine,
+                             args->bytes);
   for (int r = 0; r < comm->size && result == HOOP_OK; r++) {
     if (r == comm->rank)
       continue;
     result = hoop__board_wait(comm, board, r, seq);
     if (result == HOOP_OK)
-      result = hoop__kind_copy(comm, (char *)args->recvbuf + (size_t)r * args->bytes,
-                               (const char *)hoop__board_slot(board, r, seq) + mine, args->bytes);
+      result =
+          hoop__kind_copy(comm, (char *)args->recvbuf + (size_t)r * args->bytes,
+                          (const char *)hoop__board_slot(board, r, seq, total) + mine, args->bytes);
   }
   if (result == HOOP_OK)
     hoop__board_done(comm, board, seq, 1);

@@ -181,7 +181,9 @@ static const cutover cutovers[] = {
      * sizes compared are as below (an allgather's gathered bytes, a reduce-scatter's and an
      * all-to-all's whole input); the measurements are in bench/TUNING.md. */
     {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_FLAT]},
-    {HOOP__COLL_BROADCAST, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[BC_FLAT]},
+    /* A 2-rank broadcast of 4 KiB went faster as a message (0.81 of its time on the board);
+     * from 4 ranks on the board won at every size up to its slot's (TUNING.md). */
+    {HOOP__COLL_BROADCAST, BOARD | TWO_RANKS, 2048, &algorithms[BC_FLAT]},
     {HOOP__COLL_ALLGATHER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AG_FLAT]},
     {HOOP__COLL_BARRIER, BOARD, NO_LIMIT, &algorithms[BAR_FLAT]},
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_FLAT]},
@@ -211,6 +213,7 @@ static const cutover cutovers[] = {
     /* The tree's fewer hops win for small buffers and at 2 ranks; on a crowded host at every size:
      * there is no link to fill, and the chain's ranks pay a wakeup per chunk per hop. */
     {HOOP__COLL_BROADCAST, TWO_RANKS, NO_LIMIT, &algorithms[BC_TREE]},
+    {HOOP__COLL_BROADCAST, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[BC_FLAT]},
     {HOOP__COLL_BROADCAST, CROWDED, NO_LIMIT, &algorithms[BC_TREE]},
     {HOOP__COLL_BROADCAST, ANY, 64 * 1024 - 1, &algorithms[BC_TREE]},
     {HOOP__COLL_BROADCAST, ANY, NO_LIMIT, &algorithms[BC_CHAIN]},

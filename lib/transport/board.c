@@ -3,8 +3,9 @@
  *
  * Layout: a line of its own for the header, then per rank a line for its done word and its
  * slots. A slot is its sequence number, the call's fingerprint and the fingerprint of this rank's
- * board call before it (56 bytes), then its payload: the first 8 bytes of payload share the cache
- * line that brings the sequence number, so an 8-byte call's reader takes one miss per peer.
+ * board call before it (56 bytes), then its payload: a payload of up to 8 bytes shares the cache
+ * line that brings the sequence number, so an 8-byte call's reader takes one miss per peer; a
+ * longer one starts on the next line.
  *
  * The call before: a broadcast's receivers check the root's fingerprint, but nobody checks theirs,
  * and where every rank takes itself for the root nobody reads anything. The next call that reads a
@@ -19,7 +20,7 @@
 
 #define LINE 64
 #define HEAD 56
-#define SLOT_BYTES ((HEAD + HOOP__BOARD_PAYLOAD + LINE - 1) / LINE * LINE)
+#define SLOT_BYTES (LINE + HOOP__BOARD_PAYLOAD)
 #define RANK_BYTES (LINE + HOOP__BOARD_SLOTS * SLOT_BYTES)
 
 typedef struct slot_head {
@@ -28,6 +29,7 @@ typedef struct slot_head {
   uint8_t before[HOOP__FINGERPRINT_BYTES];
 } slot_head;
 _Static_assert(sizeof(slot_head) == HEAD, "a slot's head is its sequence and two fingerprints");
+_Static_assert(HEAD + HOOP__BOARD_INLINE <= LINE, "an inline payload shares the head's line");
 
 /* Pause rounds a wait spins on the word itself before it goes to the shared wait loop (about 3 us
  * here): a peer a few hundred nanoseconds behind is met without a round of every transport's
@@ -163,8 +165,8 @@ uint64_t hoop__board_next(hoop__board *board) {
   return ++board->seq;
 }
 
-void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq) {
-  return (char *)slot_of(board, rank, seq) + HEAD;
+void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq, size_t bytes) {
+  return (char *)slot_of(board, rank, seq) + (bytes <= HOOP__BOARD_INLINE ? HEAD : LINE);
 }
 
 /* Under the net lock: a view's call may ring while another thread's call on the net fails and

@@ -368,8 +368,11 @@ hoop_result hoop__board_open(hoop_comm *comm, hoop__board **board);
 void hoop__board_close(hoop__board *board);
 /* The next call's sequence number. */
 uint64_t hoop__board_next(hoop__board *board);
-/* rank's payload for call seq. */
-void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq);
+/* rank's payload for call seq, whose slots hold bytes each (alike on every rank): up to
+ * HOOP__BOARD_INLINE bytes share the cache line of the slot's sequence number, so that the miss
+ * that brings it brings them; more start on a line of their own, as a copy likes. */
+#define HOOP__BOARD_INLINE 8
+void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq, size_t bytes);
 /* Before this rank writes its slot for seq: every rank done with the call that used it last. */
 hoop_result hoop__board_claim(hoop_comm *comm, hoop__board *board, uint64_t seq);
 /* This rank's slot for seq is written: publish it, with the running call's fingerprint. */

@@ -8,16 +8,32 @@
 #include "coll/coll.h"
 #include "core/env.h"
 
+/* Every rank's flag ANDed around the ring, n - 1 steps: only the neighbours' pairs carry it, which
+ * hoop_init connected, so a communicator that ends without a board has joined no other pair. */
+static hoop_result ring_agree(hoop_comm *comm, int *flag) {
+  int n = comm->size;
+  unsigned char mine = *flag != 0;
+  hoop_result result = HOOP_OK;
+  for (int step = 0; step < n - 1 && result == HOOP_OK; step++) {
+    unsigned char heard = 0;
+    result =
+        hoop__sendrecv(comm, (comm->rank + 1) % n, &mine, 1, (comm->rank + n - 1) % n, &heard, 1);
+    mine &= heard;
+  }
+  *flag = mine;
+  return result;
+}
+
 hoop_result hoop__flat_open(hoop_comm *comm) {
   if (comm->size < 2 || comm->size > HOOP__BOARD_MAX_RANKS)
     return HOOP_OK;
   /* Alike on every rank: whether to try (HOOP_SHM_BOARD; trying connects every pair), and
    * whether every rank mapped it. */
   int ok = strcmp(hoop__env_get("HOOP_SHM_BOARD"), "0") != 0;
-  hoop__group whole = hoop__whole(comm);
-  hoop_result result = hoop__group_agree(comm, &whole, &ok, 0);
+  hoop_result result = ring_agree(comm, &ok);
   if (result != HOOP_OK || !ok)
     return result;
+  hoop__group whole = hoop__whole(comm);
   hoop__board *board = NULL;
   if ((result = hoop__board_open(comm, &board)) != HOOP_OK)
     return result;

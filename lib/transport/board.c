@@ -73,12 +73,11 @@ static int by_value(const void *a, const void *b) {
 static hoop_result connect_all(hoop_comm *comm, const int *sorted, int n) {
   hoop_comm *net = hoop__net(comm);
   hoop_result result = HOOP_OK;
-  hoop__net_enter(comm);
+  const hoop_comm *outer = hoop__drive_begin(comm);
   for (int i = 0; i < n && result == HOOP_OK; i++)
     if (sorted[i] != net->rank)
       result = hoop__transport_connect(net, sorted[i]);
-  hoop__net_leave(comm);
-  return result;
+  return hoop__drive_end(comm, outer, result);
 }
 
 /* The creator's board for this communicator, once it came (or its word that it made none). */
@@ -86,10 +85,10 @@ static hoop_result attach(hoop_comm *comm, hoop__board *board, int creator, void
   double deadline = hoop__now() + comm->timeout_s;
   for (unsigned tries = 0;; tries++) {
     int settled = 0;
-    hoop__net_enter(comm);
+    const hoop_comm *outer = hoop__drive_begin(comm);
     hoop_result result = board->ctx->ops->board_attach(board->ctx, comm->channel, creator,
                                                        board->bytes, map, &settled);
-    hoop__net_leave(comm);
+    result = hoop__drive_end(comm, outer, result);
     if (result != HOOP_OK || settled)
       return result;
     if ((result = hoop__progress_once(comm)) != HOOP_OK)
@@ -134,9 +133,9 @@ hoop_result hoop__board_open(hoop_comm *comm, hoop__board **out) {
   void *map = NULL;
   hoop_result result = connect_all(comm, sorted, n);
   if (result == HOOP_OK && sorted[0] == net->rank) {
-    hoop__net_enter(comm);
+    const hoop_comm *outer = hoop__drive_begin(comm);
     result = ctx->ops->board_create(ctx, comm->channel, sorted, n, board->bytes, &map);
-    hoop__net_leave(comm);
+    result = hoop__drive_end(comm, outer, result);
   } else if (result == HOOP_OK) {
     result = attach(comm, board, sorted[0], &map);
   }

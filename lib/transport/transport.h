@@ -330,6 +330,10 @@ hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
  * the running call's: point-to-point messages, whose count, dtype and tag are always checked. */
 hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
                                const uint8_t *fingerprint, hoop__request *req);
+/* The transports, for comm: under the net lock, naming comm's call in their failures; the end
+ * adopts into a view what went wrong below it, and gives back result. */
+const hoop_comm *hoop__drive_begin(hoop_comm *comm);
+hoop_result hoop__drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result result);
 /* A watch of comm's rank peer (transport ops' board_watch), which hoop__wait waits for. */
 hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word, uint64_t value,
                         hoop__request *req);

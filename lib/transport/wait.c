@@ -39,8 +39,7 @@ static hoop_result adopt(hoop_comm *comm, hoop_result result) {
   return result;
 }
 
-/* The transports, for comm: under the net lock, and naming comm's call in their failures. */
-static const hoop_comm *drive_begin(hoop_comm *comm) {
+const hoop_comm *hoop__drive_begin(hoop_comm *comm) {
   hoop__net_enter(comm);
   const hoop_comm *outer = hoop__net(comm)->net_caller; /* a drive inside a drive: CUDA waits */
   hoop__net(comm)->net_caller = comm;
@@ -48,7 +47,7 @@ static const hoop_comm *drive_begin(hoop_comm *comm) {
 }
 
 /* What went wrong is adopted before the lock goes: another thread may record over it. */
-static hoop_result drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result result) {
+hoop_result hoop__drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result result) {
   result = adopt(comm, result);
   hoop__net(comm)->net_caller = outer;
   hoop__net_leave(comm);
@@ -61,13 +60,13 @@ static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_
                         hoop__request *req) {
   hoop_comm *net = hoop__net(comm);
   hoop_result result;
-  const hoop_comm *outer = drive_begin(comm);
+  const hoop_comm *outer = hoop__drive_begin(comm);
   if (is_send || !net->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
     hoop__tctx *ctx = hoop__transport_of(comm, peer);
     result = is_send ? ctx->ops->isend(ctx, req->peer, buf, len, req)
                      : ctx->ops->irecv(ctx, req->peer, buf, len, req);
   }
-  return drive_end(comm, outer, result);
+  return hoop__drive_end(comm, outer, result);
 }
 
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
@@ -116,10 +115,10 @@ hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
 hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word, uint64_t value,
                         hoop__request *req) {
   stamp(comm, req, peer, 0, 0);
-  const hoop_comm *outer = drive_begin(comm);
+  const hoop_comm *outer = hoop__drive_begin(comm);
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
   hoop_result result = ctx->ops->board_watch(ctx, req->peer, word, value, req);
-  return drive_end(comm, outer, result);
+  return hoop__drive_end(comm, outer, result);
 }
 
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
@@ -267,7 +266,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
   if (hoop__net_failed(comm))
     return comm->failed;
-  const hoop_comm *outer = drive_begin(comm);
+  const hoop_comm *outer = hoop__drive_begin(comm);
   hoop_result result = hoop__check_abort(net);
   if (result == HOOP_OK && net->failed)
     result = net->failed;
@@ -276,7 +275,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
     result = progress_all(net, 0, &moved);
   if (result == HOOP_OK && net->strays_waited)
     result = hoop__strays_settle(net);
-  return drive_end(comm, outer, result);
+  return hoop__drive_end(comm, outer, result);
 }
 
 /* Spinning rounds per clock reading in hoop__wait_some. */
@@ -353,7 +352,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
   hoop_result result = HOOP_OK;
   /* Round by round under the net lock (views of one net may wait in several threads at once):
    * the request may be completed by any of them, reading req->pending under the lock. */
-  const hoop_comm *outer = drive_begin(comm);
+  const hoop_comm *outer = hoop__drive_begin(comm);
   while (req->pending > 0) {
     if (until > 0 && now >= until)
       break;
@@ -407,16 +406,16 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
       deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
     if (atomic_load_explicit(&net->net_shared, memory_order_relaxed)) {
-      drive_end(comm, outer, HOOP_OK);
+      hoop__drive_end(comm, outer, HOOP_OK);
       hoop__net_yield(comm);
       if (spinning && !moved)
         spin_pause(comm);
-      outer = drive_begin(comm);
+      outer = hoop__drive_begin(comm);
     } else if (spinning && !moved) {
       spin_pause(comm);
     }
   }
-  result = drive_end(comm, outer, result);
+  result = hoop__drive_end(comm, outer, result);
   state->deadline = deadline;
   state->in_grace = in_grace;
   return result;
@@ -433,7 +432,7 @@ hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_stat
     state->spin_until = now;
     state->in_grace = 0;
   }
-  const hoop_comm *outer = drive_begin(comm);
+  const hoop_comm *outer = hoop__drive_begin(comm);
   int moved = 0;
   hoop_result result = hoop__check_abort(net);
   if (result == HOOP_OK && net->failed)
@@ -455,5 +454,5 @@ hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_stat
       state->deadline = now + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
   }
-  return drive_end(comm, outer, result);
+  return hoop__drive_end(comm, outer, result);
 }

@@ -74,9 +74,15 @@ static hoop_result hand_over(hoop__tctx *ctx, int peer, uint16_t channel, size_t
     ssize_t sent = hoop__send_with_fd(p->fd, msg, sizeof msg, memfd);
     if (sent == (ssize_t)sizeof msg)
       return HOOP_OK;
-    if (sent >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || hoop__now() > deadline)
+    if (sent >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || hoop__now() > deadline) {
+      int err = sent < 0 ? errno : 0;
+      /* A peer that failed told why before it closed: its notice is the story. */
+      hoop_result told = hoop__shm_read_socket(ctx, peer);
+      if (told != HOOP_OK || *ctx->failed)
+        return told != HOOP_OK ? told : *ctx->failed;
       return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "handing over a board",
-                               sent < 0 ? strerror(errno) : "short write");
+                               err ? strerror(err) : "short write");
+    }
     struct pollfd pfd = {.fd = p->fd, .events = POLLOUT};
     poll(&pfd, 1, 10);
   }

@@ -52,6 +52,31 @@ ssize_t hoop__send_with_fd(int sock, const void *buf, size_t len, int fd) {
   return sent;
 }
 
+ssize_t hoop__recv_with_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *cut) {
+  union {
+    char buf[CMSG_SPACE(HOOP__RECV_FDS_MAX * sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  struct iovec iov = {buf, len};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+  ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  *nfds = 0;
+  *cut = n >= 0 && (msg.msg_flags & MSG_CTRUNC) != 0;
+  for (struct cmsghdr *cmsg = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; cmsg;
+       cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS ||
+        cmsg->cmsg_len < CMSG_LEN(0))
+      continue;
+    size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count && *nfds < HOOP__RECV_FDS_MAX; i++)
+      memcpy(&fds[(*nfds)++], CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+  }
+  return n;
+}
+
 int hoop__write_full(int fd, const void *buf, size_t len, double deadline) {
   const char *p = buf;
   while (len > 0) {

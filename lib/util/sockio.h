@@ -18,6 +18,11 @@ int hoop__connect_deadline(const struct sockaddr *addr, socklen_t addrlen, doubl
 /* One sendmsg of len bytes of buf, carrying descriptor fd (SCM_RIGHTS) when fd >= 0, again after
  * a signal: what sendmsg returned (MSG_NOSIGNAL; a closed peer is -1 with EPIPE). */
 ssize_t hoop__send_with_fd(int sock, const void *buf, size_t len, int fd);
+/* One recvmsg of up to len bytes into buf without blocking, close-on-exec descriptors that came
+ * with them in fds (up to HOOP__RECV_FDS_MAX, in order; *nfds of them); *cut is 1 when the kernel
+ * cut the control data (descriptors beyond the room, which it closed). What recvmsg returned. */
+#define HOOP__RECV_FDS_MAX 16
+ssize_t hoop__recv_with_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *cut);
 
 /* Wait until fd is ready for events (POLLIN/POLLOUT); 0 when ready, -1 with ETIMEDOUT past
  * deadline. */

@@ -360,10 +360,6 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   return HOOP_OK;
 }
 
-/* Descriptors one hello may bring in a message at most: more are closed by the kernel, these by
- * read_hello, so that a stranger sending many costs nothing. */
-#define HELLO_MAX_FDS 16
-
 /* A connection just accepted: another user's process may reach the abstract socket, and is
  * refused before anything of it is read; a job's own come from processes of its user. */
 static int shm_admit(hoop__pending_conn *conn, char *why, size_t whylen) {
@@ -380,40 +376,26 @@ static int shm_admit(hoop__pending_conn *conn, char *why, size_t whylen) {
 
 /* Read what has come of a hello and the segment's descriptor, which comes with its first byte.
  * Every descriptor that arrives but that one is closed at once and refuses the connection:
- * several, one in a later message, or any with a message whose control data was cut. */
+ * several, one in a later message, or any with a message whose control data was cut (past
+ * HOOP__RECV_FDS_MAX in one message the kernel closes them), so a stranger sending many costs
+ * nothing. */
 static int shm_read(hoop__pending_conn *conn, size_t bytes, char *why, size_t whylen) {
   while (conn->got < bytes) {
-    union {
-      char buf[CMSG_SPACE(HELLO_MAX_FDS * sizeof(int))];
-      struct cmsghdr align;
-    } control;
-    struct iovec iov = {conn->buf + conn->got, bytes - conn->got};
-    struct msghdr msg = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = control.buf,
-                         .msg_controllen = sizeof control.buf};
-    ssize_t n = recvmsg(conn->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    int fds[HOOP__RECV_FDS_MAX], nfds, cut;
+    ssize_t n =
+        hoop__recv_with_fds(conn->fd, conn->buf + conn->got, bytes - conn->got, fds, &nfds, &cut);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
       return 0;
     int extra = 0; /* descriptors beyond the one a hello brings */
-    for (struct cmsghdr *cmsg = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; cmsg;
-         cmsg = CMSG_NXTHDR(&msg, cmsg)) {
-      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS ||
-          cmsg->cmsg_len < CMSG_LEN(0))
-        continue;
-      size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; i++) {
-        int received;
-        memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof received);
-        if (conn->memfd < 0 && conn->got == 0 && count == 1)
-          conn->memfd = received;
-        else {
-          close(received);
-          extra = 1;
-        }
+    for (int i = 0; i < nfds; i++) {
+      if (conn->memfd < 0 && conn->got == 0 && nfds == 1) {
+        conn->memfd = fds[i];
+      } else {
+        close(fds[i]);
+        extra = 1;
       }
     }
-    if (n <= 0 || extra || (msg.msg_flags & MSG_CTRUNC)) {
+    if (n <= 0 || extra || cut) {
       snprintf(why, whylen, "%s after %zu bytes",
                n < 0    ? strerror(errno)
                : n == 0 ? "closed"
@@ -584,28 +566,11 @@ hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer) {
   shm_peer *p = &shm_of(ctx)->peers[peer];
   while (p->fd >= 0 && !p->eof) {
     /* Boards' descriptors come on the socket too (board.c): kept in the order they came. */
-    union {
-      char buf[CMSG_SPACE(SHM_PEER_FDS * sizeof(int))];
-      struct cmsghdr align;
-    } control;
-    struct iovec iov = {p->in + p->in_len, sizeof p->in - p->in_len};
-    struct msghdr hdr = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = control.buf,
-                         .msg_controllen = sizeof control.buf};
-    ssize_t n = recvmsg(p->fd, &hdr, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    for (struct cmsghdr *cmsg = n >= 0 ? CMSG_FIRSTHDR(&hdr) : NULL; cmsg;
-         cmsg = CMSG_NXTHDR(&hdr, cmsg)) {
-      if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS ||
-          cmsg->cmsg_len < CMSG_LEN(0))
-        continue;
-      size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; i++) {
-        int received;
-        memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof received);
-        hoop__shm_fd_came(ctx, peer, received);
-      }
-    }
+    int fds[HOOP__RECV_FDS_MAX], nfds, cut;
+    ssize_t n =
+        hoop__recv_with_fds(p->fd, p->in + p->in_len, sizeof p->in - p->in_len, fds, &nfds, &cut);
+    for (int i = 0; i < nfds; i++)
+      hoop__shm_fd_came(ctx, peer, fds[i]);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))

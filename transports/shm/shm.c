@@ -25,6 +25,10 @@
  * address and the receiver copies it straight from the sender's buffer: one copy instead of two.
  * The sender's request completes when the receiver says it has read it.
  *
+ * Boards (board.c): a communicator of ranks that all share this host may map one segment for its
+ * small calls (transport/board.c); its lowest rank makes it and hands it to the others over their
+ * pairs' sockets. A wait for a word of a board is a watch, looked at with the channels.
+ *
  * Waiting: a wait spins over the channels (HOOP_SHM_SPIN_US; the crowded-host rule of TCP), then
  * raises this rank's sleeping flag in each segment, looks once more, and sleeps in poll() on the
  * sockets. A rank that publishes or frees a slot, or finishes reading a message, rings the bell

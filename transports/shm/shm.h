@@ -1,8 +1,8 @@
 /* shm.h - the shared-memory transport's private state, shared by its files: conn.c opens the
  * listener, decides which peers share this host, and sets up each pair's segment; data.c moves
  * messages through the segment (or lets the receiver copy them straight out of the sender with
- * CMA) and sleeps on the pair's socket; shm.c implements the transport ops. The design is
- * described at the top of shm.c. */
+ * CMA) and sleeps on the pair's socket; board.c hands a communicator's board out over the pairs;
+ * shm.c implements the transport ops. The design is described at the top of shm.c. */
 #ifndef HOOP__SHM_H
 #define HOOP__SHM_H
 

@@ -47,7 +47,8 @@ typedef enum mismatch_kind {
   P2P_COUNT,               /* rank 0 sends three elements; rank 1 receives two */
   P2P_TAG,                 /* rank 0 sends with tag 1; rank 1 receives tag 2 */
   ZERO_P2P,                /* rank 0 sends none; rank 1 receives five */
-  P2P_VS_COLLECTIVE        /* HOOP_CHECK_CALLS=0: rank 0 sends four; rank 1 allreduces four */
+  P2P_VS_COLLECTIVE,       /* HOOP_CHECK_CALLS=0: rank 0 sends four; rank 1 allreduces four */
+  BOARD_VS_MESSAGE         /* rank 0 broadcasts 10 (the board), rank 1 expects 2000 (a message) */
 } mismatch_kind;
 
 typedef struct mismatch_case {
@@ -92,6 +93,7 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
     return rank == 0 ? hoop_send(comm, buf, sent, HOOP_FLOAT32, 1, 1)
                      : hoop_recv(comm, buf, expected, HOOP_FLOAT32, 0, kind == P2P_TAG ? 2 : 1);
   }
+  case BOARD_VS_MESSAGE: return hoop_broadcast(comm, buf, rank == 0 ? 10 : 2000, HOOP_FLOAT32, 0);
   case P2P_VS_COLLECTIVE: /* the same bytes each way: only the fingerprint tells them apart */
     return rank == 0 ? hoop_send(comm, buf, 4, HOOP_FLOAT32, 1, 1)
                      : hoop_allreduce(comm, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
@@ -109,7 +111,7 @@ static int mismatch_rank(int index, int n, void *arg) {
   hoop_comm *comm = procs_join(mc->port, index, n, MISMATCH_TIMEOUT_S, NULL);
   if (!comm)
     return 10;
-  float buf[1000] = {0};
+  float buf[2000] = {0};
   double start = now_s();
   hoop_result result = hoop_allreduce(comm, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
   /* At 4 ranks, a rank still finishing this matched call may already be told of the mismatch
@@ -126,7 +128,7 @@ static int mismatch_rank(int index, int n, void *arg) {
   /* A rank that only sends cannot know before its next call, which must fail: both with
    * different roots, and the root whose receiver expects nothing. */
   int a2av = mc->kind == ALLTOALLV_COUNT || mc->kind == ZERO_ALLTOALLV;
-  int only_sends = mc->kind == DIFFERENT_ROOT ||
+  int only_sends = mc->kind == DIFFERENT_ROOT || (mc->kind == BOARD_VS_MESSAGE && index == 0) ||
                    (mc->kind == ZERO_BROADCAST_RECEIVER && index == 0) || (a2av && index == 0) ||
                    ((mc->kind == P2P_COUNT || mc->kind == P2P_TAG || mc->kind == ZERO_P2P ||
                      mc->kind == P2P_VS_COLLECTIVE) &&
@@ -238,6 +240,13 @@ END_TEST
 
 START_TEST(test_mismatch_zero_allgather) {
   run_mismatch(ZERO_ALLGATHER);
+}
+END_TEST
+
+/* One side's call on the board (small), the other's a message (past the board's 4 KiB): no message
+ * reaches the receiver, which finds the root's board call in its call's place while it waits. */
+START_TEST(test_mismatch_board_vs_message) {
+  run_mismatch(BOARD_VS_MESSAGE);
 }
 END_TEST
 
@@ -797,6 +806,7 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_mismatch_zero_broadcast_receiver);
   tcase_add_test(tc, test_mismatch_zero_allgather);
   tcase_add_test(tc, test_mismatch_zero_allgather_4);
+  tcase_add_test(tc, test_mismatch_board_vs_message);
   tcase_add_test(tc, test_mismatch_alltoallv);
   tcase_add_test(tc, test_mismatch_zero_alltoallv);
   tcase_add_test(tc, test_mismatch_p2p_count);

@@ -384,6 +384,11 @@ void hoop__board_publish(hoop_comm *comm, hoop__board *board, uint64_t seq);
 /* Wait until rank has published its slot for seq, and check its fingerprint against this rank's
  * call. */
 hoop_result hoop__board_wait(hoop_comm *comm, hoop__board *board, int rank, uint64_t seq);
+/* While this rank waits in a call that is not on the board (a message's wait): a peer that has
+ * published its next board call under this call's number runs another call (a size past the
+ * board's on one side only, say), which no message would tell this rank: HOOP_ERR_MISMATCH naming
+ * both, else HOOP_OK. */
+hoop_result hoop__board_peek(hoop_comm *comm, hoop__board *board);
 /* This rank is done with call seq (read what it needed); every_rank: the call read every rank's
  * slot, so every rank had finished seq - 1. */
 void hoop__board_done(hoop_comm *comm, hoop__board *board, uint64_t seq, int every_rank);

@@ -370,6 +370,10 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
       now = hoop__now();
     if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
       warn_stall(comm, now);
+    /* A peer on the board in this call's place while this rank waits for a message (board.c). */
+    if (comm->board && (!spinning || rounds % CLOCK_EVERY == 0) &&
+        (result = hoop__board_peek(comm, comm->board)) != HOOP_OK)
+      break;
     double left = deadline - now;
     if (until > 0 && until - now < left)
       left = until - now;

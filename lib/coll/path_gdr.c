@@ -210,4 +210,9 @@ static void gdr_free(hoop_comm *comm) {
   comm->gdr = NULL;
 }
 
-const hoop__path hoop__path_gdr = {gdr_enabled, gdr_run, gdr_free};
+static size_t gdr_floor(hoop_comm *comm) {
+  struct hoop__gdr *gdr = gdr_state(comm);
+  return !gdr ? 0 : gdr->setting != 0 ? gdr->min_bytes : SIZE_MAX;
+}
+
+const hoop__path hoop__path_gdr = {gdr_enabled, gdr_run, gdr_free, gdr_floor};

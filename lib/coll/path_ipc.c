@@ -389,4 +389,9 @@ static int ipc_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__alg
   return 1;
 }
 
-const hoop__path hoop__path_ipc = {ipc_enabled, ipc_run, ipc_free};
+static size_t ipc_floor(hoop_comm *comm) {
+  struct hoop__ipc *ipc = ipc_state(comm);
+  return !ipc ? 0 : ipc->enabled ? ipc->min_bytes : SIZE_MAX;
+}
+
+const hoop__path hoop__path_ipc = {ipc_enabled, ipc_run, ipc_free, ipc_floor};

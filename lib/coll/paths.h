@@ -25,6 +25,10 @@ typedef struct hoop__path {
   int (*run)(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
              hoop__algo_fn prepare, hoop_result *result);
   void (*free)(hoop_comm *comm);
+  /* The smallest call it may take, as its payload per rank times the rank count (which bounds
+   * every size a path measures a call by), from its settings: SIZE_MAX when it is off, 0 when it
+   * cannot say (its state could not be made). */
+  size_t (*floor)(hoop_comm *comm);
 } hoop__path;
 extern const hoop__path hoop__path_ipc; /* path_ipc.c */
 extern const hoop__path hoop__path_gdr; /* path_gdr.c */

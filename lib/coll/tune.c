@@ -480,6 +480,18 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built() ||
       comm->path_kinds == HOOP__PATH_KINDS_ASKED)
     return 0;
+  /* Each path's settings (alike on every rank) bound the calls it may take from below. */
+  if (!comm->path_floor_known) {
+    comm->path_floor = SIZE_MAX;
+    for (size_t i = 0; i < PATHS; i++) {
+      size_t floor = paths[i].path->floor(comm);
+      if (floor < comm->path_floor)
+        comm->path_floor = floor;
+    }
+    comm->path_floor_known = 1;
+  }
+  if (args->bytes * (size_t)comm->size < comm->path_floor)
+    return 0;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < PATHS; i++) {
     const path_row *row = &paths[i];

@@ -197,6 +197,10 @@ struct hoop_comm {
    * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
    * RDMA's settings (coll/path_gdr.c). */
   unsigned path_kinds;
+  /* The smallest call any device path may take (coll/tune.c; paths.h's floor), once known: the
+   * small calls of a CUDA build skip asking every path. */
+  size_t path_floor;
+  int path_floor_known;
   struct hoop__ipc *ipc;
   struct hoop__gdr *gdr;
   void *cuda_kind; /* the CUDA memory kind's call state and device scratch (mem/cuda/kind.c) */

@@ -108,8 +108,10 @@ hoop_result hoop__board_open(hoop_comm *comm, hoop__board **out) {
   *out = NULL;
   int n = comm->size;
   hoop_comm *net = hoop__net(comm);
+  if (n < 2 || n > HOOP__BOARD_MAX_RANKS)
+    return HOOP_OK;
   hoop__tctx *ctx = hoop__transport_of(comm, comm->rank == 0 ? 1 : 0);
-  if (n < 2 || n > HOOP__BOARD_MAX_RANKS || !ctx->ops->board_create)
+  if (!ctx->ops->board_create)
     return HOOP_OK;
   hoop__board *board = calloc(1, sizeof *board);
   int *sorted = calloc((size_t)n, sizeof *sorted);
@@ -182,11 +184,7 @@ static hoop_result await(hoop_comm *comm, const hoop__board *board, int rank,
                          const _Atomic uint64_t *word, uint64_t value) {
   if (board->spin_inline)
     for (int i = 0; i < SPIN_INLINE; i++) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#elif defined(__aarch64__)
-      __asm__ __volatile__("yield");
-#endif
+      hoop__cpu_pause();
       if (atomic_load_explicit(word, memory_order_acquire) >= value)
         return HOOP_OK;
     }
@@ -241,7 +239,7 @@ hoop_result hoop__board_wait(hoop_comm *comm, hoop__board *board, int rank, uint
   memcpy(before, head->before, sizeof before);
   if (!hoop__fingerprints_match(theirs, comm->fingerprint))
     return hoop__mismatch(comm, rank, theirs, comm->fingerprint, 0, 0);
-  if (board->seq > 1 && !hoop__fingerprints_match(before, board->before))
+  if (!hoop__fingerprints_match(before, board->before))
     return hoop__mismatch(comm, rank, before, board->before, 0, 0);
   return HOOP_OK;
 }

@@ -296,11 +296,7 @@ static void spin_pause(const hoop_comm *comm) {
     sched_yield();
     return;
   }
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
+  hoop__cpu_pause();
 }
 
 /* Asked at the first wait: a transport may decide its spin only once the rank table is known. */

@@ -6,11 +6,8 @@
  * descriptors in the order they came, the messages by channel, which say whose descriptor is
  * whose. Watches and bells are the data path's (data.c). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -88,28 +85,10 @@ static hoop_result hand_over(hoop__tctx *ctx, int peer, uint16_t channel, size_t
   }
 }
 
-/* A sealed memfd of bytes, mapped; -1 (errno set) if not. */
-static int make_segment(size_t bytes, void **map) {
-  int memfd = memfd_create("hoop-board", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (memfd < 0)
-    return -1;
-  if (ftruncate(memfd, (off_t)bytes) == 0 &&
-      fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
-    *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-    if (*map != MAP_FAILED)
-      return memfd;
-  }
-  int err = errno;
-  close(memfd);
-  *map = NULL;
-  errno = err;
-  return -1;
-}
-
 hoop_result hoop__shm_board_create(hoop__tctx *ctx, uint16_t channel, const int *ranks, int n,
                                    size_t bytes, void **map) {
   hoop_result result = HOOP_OK;
-  int memfd = make_segment(bytes, map);
+  int memfd = hoop__shm_segment_make("hoop-board", bytes, map);
   if (memfd < 0)
     HOOP__INFO(HOOP_SUBSYS_NET, "shm: no %zu-byte board for small calls (%s): they go as messages",
                bytes, strerror(errno));
@@ -144,20 +123,13 @@ hoop_result hoop__shm_board_attach(hoop__tctx *ctx, uint16_t channel, int creato
   if (fd < 0)
     return HOOP_OK;
   /* As a pair's segment: the size this rank expects, sealed against shrinking (no SIGBUS). */
-  struct stat st;
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (said == bytes && fstat(fd, &st) == 0 && st.st_size == (off_t)bytes && seals >= 0 &&
-      (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) == (F_SEAL_SHRINK | F_SEAL_SEAL)) {
-    void *mapped = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (mapped != MAP_FAILED)
-      *map = mapped;
-    else
-      HOOP__INFO(HOOP_SUBSYS_NET, "shm: mapping rank %d's board: %s", creator, strerror(errno));
-  } else {
+  *map = said == bytes ? hoop__shm_segment_map(fd, bytes) : NULL;
+  if (!*map && said == bytes && errno)
+    HOOP__INFO(HOOP_SUBSYS_NET, "shm: mapping rank %d's board: %s", creator, strerror(errno));
+  else if (!*map)
     HOOP__WARN(HOOP_SUBSYS_NET,
                "shm: rank %d handed over a board of %u bytes, not %zu, or unsealed", creator, said,
                bytes);
-  }
   close(fd);
   return HOOP_OK;
 }

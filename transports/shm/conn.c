@@ -29,6 +29,37 @@
 /* The accepting rank's answer: {SHM_HELLO, pad[3], magic, from, pad, probe address, value}. */
 #define ANSWER_BYTES (16 + 16)
 
+int hoop__shm_segment_make(const char *name, size_t bytes, void **map) {
+  *map = NULL;
+  int memfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (memfd < 0)
+    return -1;
+  if (ftruncate(memfd, (off_t)bytes) == 0 &&
+      fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+    void *mapped = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (mapped != MAP_FAILED) {
+      *map = mapped;
+      return memfd;
+    }
+  }
+  int err = errno;
+  close(memfd);
+  errno = err;
+  return -1;
+}
+
+void *hoop__shm_segment_map(int fd, size_t bytes) {
+  struct stat st;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (fstat(fd, &st) != 0 || st.st_size != (off_t)bytes || seals < 0 ||
+      (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL)) {
+    errno = 0;
+    return NULL;
+  }
+  void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return map == MAP_FAILED ? NULL : map;
+}
+
 void hoop__shm_unmap(shm_peer *peer) {
   if (peer->seg)
     munmap(peer->seg, sizeof *peer->seg);
@@ -322,19 +353,11 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   }
   p->pid = peer_pid(fd);
 
-  int memfd = memfd_create("hoop-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void *map;
+  int memfd = hoop__shm_segment_make("hoop-shm", sizeof(shm_segment), &map);
   if (memfd < 0)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: memfd_create: %s", strerror(errno));
-  void *map = MAP_FAILED;
-  if (ftruncate(memfd, (off_t)sizeof(shm_segment)) == 0 &&
-      fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
-    map = mmap(NULL, sizeof(shm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-  if (map == MAP_FAILED) {
-    int err = errno;
-    close(memfd);
     return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: a %zu-byte segment for rank %d: %s",
-                      sizeof(shm_segment), peer, strerror(err));
-  }
+                      sizeof(shm_segment), peer, strerror(errno));
   p->seg = map;
   p->side = 0;
   p->seg->magic = SHM_MAGIC;
@@ -425,8 +448,7 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
     return waited;
   int fd = conn.fd, memfd = conn.memfd;
   const uint8_t *hello = conn.buf;
-  struct stat st;
-  void *map = MAP_FAILED;
+  void *map;
   uint32_t from = hoop__get_be32(hello + 8), to = hoop__get_be32(hello + 12);
   if (hoop__get_be32(hello) != SHM_MAGIC || hoop__get_be32(hello + 4) != SHM_VERSION ||
       from >= (uint32_t)ctx->size || (int)from >= ctx->rank || to != (uint32_t)ctx->rank ||
@@ -434,12 +456,10 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
     goto refuse;
   /* Sealed against shrinking, so that no member can cut the mapping under this rank (SIGBUS),
    * and against further seals (a write seal added later), as the creator seals it. */
-  int seals = fcntl(memfd, F_GET_SEALS);
-  if (fstat(memfd, &st) != 0 || st.st_size != (off_t)sizeof(shm_segment) || seals < 0 ||
-      (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL))
+  map = hoop__shm_segment_map(memfd, sizeof(shm_segment));
+  if (!map && errno == 0)
     goto refuse;
-  map = mmap(NULL, sizeof(shm_segment), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-  if (map == MAP_FAILED) {
+  if (!map) {
     int err = errno;
     close(memfd);
     close(fd);

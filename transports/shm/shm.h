@@ -179,6 +179,13 @@ hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer);
 /* Read what the peer's socket holds (bells, its hello, a notice, a bye, its closing). */
 hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer);
 void hoop__shm_unmap(shm_peer *peer);
+/* Segments (a pair's, a board's): a memfd of bytes sealed against shrinking, growing and further
+ * seals, mapped into *map; its descriptor, or -1 with errno set and nothing left open. */
+int hoop__shm_segment_make(const char *name, size_t bytes, void **map);
+/* A segment's descriptor from a peer, mapped if it is bytes long and sealed as make seals it (so
+ * that no member can cut the mapping under this rank: SIGBUS); NULL with errno 0 when it is not
+ * such a segment, with errno set when mapping failed. */
+void *hoop__shm_segment_map(int fd, size_t bytes);
 
 /* data.c */
 hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,

@@ -74,6 +74,22 @@ fi
 [ "$(count 'shm: membarrier is off or refused: every message fences' "$work/sleep-fences.log")" \
   = 2 ] || fail "sleeping ranks: HOOP_SHM_MEMBARRIER=0 did not turn membarrier off"
 
+# The board takes the small calls of ranks that share one host (each rank's trace names the
+# algorithm of every run: flat), and HOOP_SHM_BOARD=0 leaves them to messages.
+for board in 1 0; do
+  rm -f "$work/trace-$board".*
+  HOOP_SHM_BOARD=$board HOOP_TRACE=$work/trace-$board "$hooprun" -np 2 --timeout 60 "$bench" \
+    allreduce -s 8 -n 3 -w 0 >"$work/board-$board.log" 2>&1 || fail "board=$board: exit $?"
+  for r in 0 1; do
+    flat=$(grep -o '"algorithm":"flat"' "$work/trace-$board.$r" 2>/dev/null | wc -l)
+    if [ "$board" = 1 ] && [ "$flat" -lt 3 ]; then
+      fail "board: rank $r ran $flat calls on the board, not every allreduce"
+    elif [ "$board" = 0 ] && [ "$flat" != 0 ]; then
+      fail "HOOP_SHM_BOARD=0: rank $r still ran $flat calls on the board"
+    fi
+  done
+done
+
 # 2. A mixed job: rank 1 turns shared memory off, so its pairs run over TCP while ranks 0 and 2
 # share memory; every collective must still be right.
 HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=net "$hooprun" -np 3 --timeout 60 "$worker" --quick \
@@ -177,4 +193,4 @@ if [ "$failures" -gt 0 ]; then
   done
   exit 1
 fi
-echo "shm: choice, mixed job, bad setting, kill and leftovers, hostile hellos: all as expected"
+echo "shm: choice, the board, mixed job, bad setting, kill and leftovers, hostile hellos: all as expected"

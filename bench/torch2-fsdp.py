@@ -16,6 +16,11 @@ steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv el
 dist.init_process_group("hoop")
 rank, size = dist.get_rank(), dist.get_world_size()
 device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+if device.type == "cuda":
+    # Every rank shares the one GPU here. DeviceMesh would otherwise choose the device itself,
+    # from LOCAL_RANK (cuda:1 on rank 1), unless CUDA is already initialized.
+    torch.cuda.set_device(device)
+    torch.cuda.init()
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 

@@ -92,6 +92,24 @@ if backend == "hoop":
         print("rank %d: reduce_scatter gave %s and %s" % (rank, out.tolist(), flat_out.tolist()))
     elif rank == 0:
         print("reduce_scatter ok")
+    # What torch 2.x's C++ asks of a Python group (functional collectives, DTensor, FSDP2): the
+    # coalesced calls, and the group's name both ways.
+    pg = dist.distributed_c10d._get_default_group()
+    ins = [torch.arange(3.0) + 10 * rank, torch.full((2, 2), float(rank))]
+    outs = [torch.empty(3 * size), torch.empty(2 * size, 2)]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    got = [torch.cat([torch.arange(3.0) + 10 * q for q in range(size)]),
+           torch.cat([torch.full((2, 2), float(q)) for q in range(size)])]
+    rs_out = [torch.empty(2), torch.empty(1)]
+    pg.reduce_scatter_tensor_coalesced(rs_out, [torch.arange(2.0 * size), torch.ones(size)]).wait()
+    rs_want = [torch.arange(2.0 * rank, 2.0 * rank + 2) * size, torch.full((1,), float(size))]
+    if getattr(pg, "_hoop_group_name", None) is None:  # torch 1.13 names no group
+        pg._set_group_name("hoop-test")
+    named = pg.group_name == pg.getGroupName() and pg.group_name
+    if not (all(torch.equal(a, b) for a, b in zip(outs + rs_out, got + rs_want)) and named):
+        print("rank %d: coalesced calls gave %s, name %r" % (rank, outs + rs_out, named))
+    elif rank == 0:
+        print("coalesced ok")
     try:
         dist.recv(torch.empty(1))
         print("rank %d: a receive from any source did not raise" % rank)

@@ -172,8 +172,31 @@ class ProcessGroupHoop(ProcessGroup):
     def getBackendName(self):
         return "hoop"
 
-    def name(self):
-        return "hoop"
+    # torch 2.x names every group, and DeviceMesh (so FSDP2 and DTensor) and the functional
+    # collectives find a group by its name. torch keeps the name in a group's C++ backends, and a
+    # process group written in Python has none ("ProcessGroup name not set"): the name lives
+    # here. Python asks through _set_group_name and group_name; torch's C++ through the
+    # trampoline's getGroupName and setGroupName.
+    def setGroupName(self, name):
+        self._hoop_group_name = name
+
+    def getGroupName(self):
+        name = getattr(self, "_hoop_group_name", None)
+        if name is None:
+            raise RuntimeError("hoop backend: this process group has no name yet (torch names a "
+                               "group when init_process_group or new_group makes it)")
+        return name
+
+    def setGroupDesc(self, desc):
+        self._hoop_group_desc = desc
+
+    def getGroupDesc(self):
+        return getattr(self, "_hoop_group_desc", "undefined")
+
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+    group_name = property(getGroupName)
+    group_desc = property(getGroupDesc)
 
     # -- the collectives --
 
@@ -204,6 +227,19 @@ class ProcessGroupHoop(ProcessGroup):
 
     def _allgather_base(self, output, tensor, opts=None):
         return self._work([self._comm.iallgather(tensor.contiguous(), output)], [output])
+
+    # torch 2.x's functional collectives (DTensor's redistribute, FSDP2's full_tensor) call these
+    # from C++, where a Python group's _allgather_base and _reduce_scatter_base are not seen.
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        requests = [self._comm.iallgather(t.contiguous(), out) for out, t in zip(outputs, inputs)]
+        return self._work(requests, outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                      "reduce_scatter_tensor_coalesced")
+        requests = [self._comm.ireduce_scatter(t.contiguous(), out, op=op)
+                    for out, t in zip(outputs, inputs)]
+        return self._work(requests, outputs)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")

@@ -11,7 +11,7 @@
 #   at the same global batch (1e-5), the torch.distributed program prints the same loss lines
 #   on gloo and on hoop, and so does the sharded trainer (sharded_mnist.py: parameters gathered,
 #   gradients reduce-scattered), whose 4 ranks end within 1e-5 of 1 rank's parameters, and the
-#   pipeline (pipeline_mnist.py: 3 stages passing micro-batches with send/recv) against 1 stage,
+#   pipeline (pipeline_mnist.py: 4 stages passing micro-batches with send/recv) against 1 stage,
 #   and the mixture of experts (moe_mnist.py: all_to_all_single) against one process; the elastic
 #   example loses a rank, goes on, and takes a replacement in.
 # Skipped (77) without python3 or torch or Debian's dataset-fashion-mnist (the examples only), and
@@ -123,28 +123,32 @@ print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:])
   "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
     echo "FAIL: more than 1e-5"; status=1; }
 fi
-# The pipeline (send/recv of activations and gradients, a GPipe schedule): 3 stages on hoop and on
-# gloo print the same loss line and end within 1e-5 of 1 stage's parameters.
-pipeline="--batch 64 --micro 4 --hidden 256 --steps 20"
-for run in "3 hoop" "3 gloo" "1 hoop"; do
+# The pipeline (send/recv of activations and gradients, a GPipe schedule): 4 stages (a Linear
+# layer each) on hoop and on gloo print the same loss line and end within 1e-5 of 1 stage's
+# parameters; 5 stages for 4 Linear layers are refused, naming --linear.
+pipeline="--batch 64 --micro 4 --hidden 256 --steps 20 --linear 4"
+for run in "4 hoop" "4 gloo" "1 hoop"; do
   set -- $run
   "$hooprun" -np "$1" --timeout 120 "$python" "$ex/pipeline_mnist.py" --backend "$2" $pipeline \
     --save "$tmp/pipeline-$1-$2.pt" >"$tmp/pipeline-$1-$2.log" 2>&1 || {
     echo "FAIL: pipeline_mnist.py on $1 ranks, $2:"; tail -20 "$tmp/pipeline-$1-$2.log"; status=1; }
 done
-gloo=$(grep -E '\] epoch [0-9]+ loss' "$tmp/pipeline-3-gloo.log")
-hoop=$(grep -E '\] epoch [0-9]+ loss' "$tmp/pipeline-3-hoop.log")
+gloo=$(grep -E '\] epoch [0-9]+ loss' "$tmp/pipeline-4-gloo.log")
+hoop=$(grep -E '\] epoch [0-9]+ loss' "$tmp/pipeline-4-hoop.log")
 if [ -z "$hoop" ] || [ "$gloo" != "$hoop" ]; then
   echo "FAIL: pipeline_mnist.py's loss lines differ:"; echo "gloo: $gloo"; echo "hoop: $hoop"; status=1
 elif [ -f "$tmp/pipeline-1-hoop.pt" ]; then
   diff=$("$python" -c 'import sys, torch
 a = torch.load(sys.argv[1])
 print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
-    "$tmp/pipeline-1-hoop.pt" "$tmp/pipeline-3-hoop.pt" "$tmp/pipeline-3-gloo.pt")
-  echo "pipeline_mnist.py: the same loss on gloo and hoop ($hoop); 3 stages and 1 differ by $diff"
+    "$tmp/pipeline-1-hoop.pt" "$tmp/pipeline-4-hoop.pt" "$tmp/pipeline-4-gloo.pt")
+  echo "pipeline_mnist.py: the same loss on gloo and hoop ($hoop); 4 stages and 1 differ by $diff"
   "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
     echo "FAIL: more than 1e-5"; status=1; }
 fi
+out=$("$hooprun" -np 5 --timeout 120 "$python" "$ex/pipeline_mnist.py" $pipeline 2>&1)
+echo "$out" | grep -q "5 stages for a classifier of 4 Linear layers: give --linear 5" || {
+  echo "FAIL: 5 stages for 4 Linear layers were not refused by name:"; echo "$out" | tail -5; status=1; }
 # The mixture of experts (tokens to their expert's rank and back with all_to_all_single, uneven
 # splits): 4 ranks on hoop and on gloo print the same loss line and end within 1e-5 of one process
 # running the 4 experts itself.

@@ -48,9 +48,14 @@ def load(split="train", directory=None):
     return x, y
 
 
-def model(hidden=256):
+def model(hidden=256, linear=3):
     """The examples' classifier: a small MLP (no dropout, no batch norm: its result does not depend
-    on how a global batch is split between ranks)."""
-    return torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(28 * 28, hidden), torch.nn.ReLU(),
-        torch.nn.Linear(hidden, hidden // 2), torch.nn.ReLU(), torch.nn.Linear(hidden // 2, 10))
+    on how a global batch is split between ranks). linear: how many Linear layers (3 or more; each
+    one past 3 is another hidden x hidden layer)."""
+    if linear < 3:
+        raise ValueError("the classifier has at least 3 Linear layers, not %d" % linear)
+    layers = [torch.nn.Flatten(), torch.nn.Linear(28 * 28, hidden), torch.nn.ReLU()]
+    for _ in range(linear - 3):
+        layers += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
+    layers += [torch.nn.Linear(hidden, hidden // 2), torch.nn.ReLU(), torch.nn.Linear(hidden // 2, 10)]
+    return torch.nn.Sequential(*layers)

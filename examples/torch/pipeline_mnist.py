@@ -4,7 +4,9 @@ torch.distributed's send and recv (a GPipe schedule), on backend hoop or gloo.
     hooprun -np 3 /usr/bin/python3 examples/torch/pipeline_mnist.py --backend hoop
     hooprun -np 3 /usr/bin/python3 examples/torch/pipeline_mnist.py --backend gloo
 
-The classifier's layers are cut into as many stages as there are ranks. Each step, every
+The classifier's layers are cut into as many stages as there are ranks, each stage with as many of
+its Linear layers as the others (give or take one); --linear makes the classifier deeper, and is
+at least the number of stages (its default). Each step, every
 micro-batch goes forward stage by stage (activations sent to the next rank), then backward in
 reverse (gradients sent to the previous rank); each stage accumulates its gradients over the
 micro-batches and steps its own layers. On one rank it is plain gradient accumulation, so a run on
@@ -29,6 +31,8 @@ parser.add_argument("--batch", type=int, default=128, help="samples per step")
 parser.add_argument("--micro", type=int, default=4, help="micro-batches per step")
 parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--hidden", type=int, default=512)
+parser.add_argument("--linear", type=int, default=0,
+                    help="Linear layers in the classifier (default: 3, or one per stage if more)")
 parser.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps")
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--data", help="the IDX files' directory (default: Debian's)")
@@ -46,11 +50,16 @@ micro = args.batch // args.micro
 
 x, y = fashion_mnist.load("train", args.data)
 torch.manual_seed(args.seed)
-layers = list(fashion_mnist.model(args.hidden))
-if size > len(layers):
-    sys.exit("%d stages for %d layers" % (size, len(layers)))
-# Stage s holds layers [cut[s], cut[s + 1]); the shapes between stages, from a dry run.
-cut = [round(s * len(layers) / size) for s in range(size + 1)]
+linear = args.linear or max(3, size)
+if size > linear:
+    sys.exit("%d stages for a classifier of %d Linear layers: give --linear %d or more"
+             % (size, linear, size))
+layers = list(fashion_mnist.model(args.hidden, linear))
+# Stage s holds layers [cut[s], cut[s + 1]): it starts at a Linear layer (the first stage at the
+# input) and takes the layers without parameters after its last. The shapes between stages come
+# from a dry run.
+weighted = [i for i, layer in enumerate(layers) if any(True for _ in layer.parameters())]
+cut = [0] + [weighted[round(s * len(weighted) / size)] for s in range(1, size)] + [len(layers)]
 shapes, h = [], torch.zeros(micro, 1, 28, 28)
 with torch.no_grad():
     for s in range(size):

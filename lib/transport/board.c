@@ -208,7 +208,7 @@ hoop_result hoop__board_claim(hoop_comm *comm, hoop__board *board, uint64_t seq)
       hoop_result result = await(comm, board, r, word, need);
       if (result != HOOP_OK)
         return result;
-      done = need;
+      done = atomic_load_explicit(word, memory_order_acquire);
     }
     if (done < low)
       low = done;
@@ -264,8 +264,14 @@ hoop_result hoop__board_peek(hoop_comm *comm, hoop__board *board) {
 }
 
 void hoop__board_done(hoop_comm *comm, hoop__board *board, uint64_t seq, int every_rank) {
-  atomic_store_explicit(done_word(board, board->rank), seq, memory_order_release);
-  ring_all(comm, board);
+  /* Every HOOP__BOARD_DONE_EVERY-th call only: the word's line then crosses to a root waiting on
+   * it (and back for the next store) once for that many calls, not once a call. It lags by less
+   * than that, so a root that finds the word short of what it needs finds this rank really behind,
+   * with the published calls still to read: no rank waits on a word that would have been raised. */
+  if (seq % HOOP__BOARD_DONE_EVERY == 0) {
+    atomic_store_explicit(done_word(board, board->rank), seq, memory_order_release);
+    ring_all(comm, board);
+  }
   memcpy(board->before, comm->fingerprint, sizeof board->before);
   if (every_rank && seq - 1 > board->settled)
     board->settled = seq - 1;

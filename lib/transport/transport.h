@@ -368,6 +368,11 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from);
  * wait spins, sleeps, times out, names a silent or dead peer and sees mismatched messages as a
  * message's wait does; a rank that raises a word rings the bells of its sleeping peers. */
 #define HOOP__BOARD_SLOTS 32
+/* A rank raises its done word every this many calls (hoop__board_done): less than the slots, so
+ * that the word's lag never holds back a root that could go on. */
+#define HOOP__BOARD_DONE_EVERY 8
+_Static_assert(HOOP__BOARD_DONE_EVERY < HOOP__BOARD_SLOTS,
+               "the done word lags less than the slots");
 #define HOOP__BOARD_PAYLOAD 4096
 /* The most ranks a board serves: past them, trees and rounds of messages beat every rank reading
  * every other's slot. */

@@ -210,10 +210,16 @@ static const cutover cutovers[] = {
     {HOOP__COLL_ALLREDUCE, POW2, 1024 * 1024, &algorithms[AR_HD]},
     {HOOP__COLL_ALLREDUCE, NOT_POW2, 256 * 1024, &algorithms[AR_HD]},
     {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_RING]},
-    /* The tree's fewer hops win for small buffers and at 2 ranks; on a crowded host at every size:
-     * there is no link to fill, and the chain's ranks pay a wakeup per chunk per hop. */
+    /* The tree's fewer hops win for small buffers and at 2 ranks; on a crowded host at every size
+     * over shared memory: there is no link to fill, and the chain's ranks pay a wakeup per chunk
+     * per hop. Over TCP on a crowded host, small calls one after another go faster down the chain:
+     * a send there costs the sender the loopback delivery, and the tree's root makes log2(n) of
+     * them per call where every chain rank makes one (4 ranks on 2 cores, 8 B: 2.9-6.2 us against
+     * 8.2-11.6; 3 ranks: 3.4-5.5 against 7.9-11.0; level at 32 KiB; TUNING.md). */
     {HOOP__COLL_BROADCAST, TWO_RANKS, NO_LIMIT, &algorithms[BC_TREE]},
     {HOOP__COLL_BROADCAST, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[BC_FLAT]},
+    {HOOP__COLL_BROADCAST, CROWDED | SHARED, NO_LIMIT, &algorithms[BC_TREE]},
+    {HOOP__COLL_BROADCAST, CROWDED, 32 * 1024, &algorithms[BC_CHAIN]},
     {HOOP__COLL_BROADCAST, CROWDED, NO_LIMIT, &algorithms[BC_TREE]},
     {HOOP__COLL_BROADCAST, ANY, 64 * 1024 - 1, &algorithms[BC_TREE]},
     {HOOP__COLL_BROADCAST, ANY, NO_LIMIT, &algorithms[BC_CHAIN]},

@@ -90,6 +90,30 @@ for board in 1 0; do
   done
 done
 
+# The board cannot be made (memfd_create refused for it, as at a descriptor or memory limit): the
+# creator says so, every rank goes on with messages, and every collective is right.
+nomemfd=$build/tests/.libs/libnomemfd.so
+if [ -f "$nomemfd" ]; then
+  rm -f "$work/trace-nomemfd".*
+  # A sanitized build's runtime must come first among the libraries, and the stand-in would.
+  LD_PRELOAD=$nomemfd NOMEMFD_NAMES=hoop-board HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=net \
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    HOOP_TRACE=$work/trace-nomemfd "$hooprun" -np 3 --timeout 60 "$worker" --quick \
+    >"$work/nomemfd.log" 2>&1 || fail "no board (memfd refused): exit $?"
+  [ "$(count 'checks, 0 failed' "$work/nomemfd.log")" = 3 ] ||
+    fail "no board (memfd refused): checks failed"
+  grep -q "^\[0\].*shm: no [0-9]*-byte board for small calls (Too many open files): they go as messages" \
+    "$work/nomemfd.log" || fail "no board (memfd refused): rank 0 did not say why there is no board"
+  for r in 0 1 2; do
+    [ "$(grep -c '"algorithm":"flat"' "$work/trace-nomemfd.$r" 2>/dev/null)" = 0 ] ||
+      fail "no board (memfd refused): rank $r ran calls on a board"
+    grep -q '"algorithm"' "$work/trace-nomemfd.$r" 2>/dev/null ||
+      fail "no board (memfd refused): rank $r's trace is empty"
+  done
+else
+  fail "no $nomemfd (make check builds it)"
+fi
+
 # 2. A mixed job: rank 1 turns shared memory off, so its pairs run over TCP while ranks 0 and 2
 # share memory; every collective must still be right.
 HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=net "$hooprun" -np 3 --timeout 60 "$worker" --quick \

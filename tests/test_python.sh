@@ -81,11 +81,16 @@ dist.destroy_process_group()' 2>&1)
   elif ! grep -q '^\[0\] reduce_scatter ok' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$" ||
       grep -q 'reduce_scatter gave' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; then
     echo "FAIL: reduce_scatter on the hoop backend:"; grep reduce_scatter "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; status=1
+  elif ! grep -q '^\[0\] premul ok: the factor applied (an op as torch 2.x makes it)' \
+      "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$" || grep -q 'premul gave' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$" ||
+      ! grep -qE '^\[0\] premul ok: (the factor applied \(this torch|refused: hoop backend: all_reduce with PREMUL_SUM: this torch)' \
+      "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; then
+    echo "FAIL: PREMUL_SUM on the hoop backend:"; grep -E 'premul|Error' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; status=1
   elif ! grep -q '^\[0\] coalesced ok' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; then
     echo "FAIL: the coalesced calls or the group's name on the hoop backend:"
     grep -E 'coalesced|Error' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; status=1
   else
-    echo "DistributedDataParallel on the hoop backend: the same 5 losses, collectives (reduce, gather, scatter, isend/irecv, uneven all_to_all_single, new_group subsets), ZeroRedundancyOptimizer steps and parameters as on gloo; reduce_scatter, the coalesced calls and the group's name checked"
+    echo "DistributedDataParallel on the hoop backend: the same 5 losses, collectives (reduce, gather, scatter, isend/irecv, uneven all_to_all_single, new_group subsets), ZeroRedundancyOptimizer steps and parameters as on gloo; reduce_scatter, PREMUL_SUM, the coalesced calls and the group's name checked"
   fi
   rm -f "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$" "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"
 fi

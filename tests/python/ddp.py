@@ -110,6 +110,48 @@ if backend == "hoop":
         print("rank %d: coalesced calls gave %s, name %r" % (rank, outs + rs_out, named))
     elif rank == 0:
         print("coalesced ok")
+    # PREMUL_SUM (what FSDP and DDP's hooks pass to scale gradients): each input times the factor,
+    # summed; the inputs of a reduce-scatter and of a reduce elsewhere than the root unchanged.
+    # Torch 1.13 keeps the factor from a Python group, and the op is refused by name; torch 2.x
+    # gives it in the op's pickled state, which an op built as 2.x builds it shows on any torch.
+    class Premul:
+        def __init__(self, factor):
+            self.factor = factor
+
+        def __eq__(self, other):
+            return other == dist.ReduceOp.PREMUL_SUM
+
+        def __getstate__(self):
+            return (dist.ReduceOp.PREMUL_SUM, self.factor)
+
+    def premul_calls(make):
+        from types import SimpleNamespace as opts
+        t = torch.full((3,), float(rank + 1))
+        pg.allreduce([t], opts(reduceOp=make(0.5))).wait()
+        rs_in = torch.arange(2.0 * size) + rank
+        rs_out = torch.empty(2)
+        pg._reduce_scatter_base(rs_out, rs_in, opts(reduceOp=make(torch.tensor([2.0])))).wait()
+        r_in = torch.full((2,), float(rank + 1))
+        pg.reduce([r_in], opts(reduceOp=make(3.0), rootRank=0)).wait()
+        want = 0.5 * sum(q + 1 for q in range(size))
+        rs_want = [2.0 * sum(2 * rank + i + q for q in range(size)) for i in range(2)]
+        r_want = 3.0 * sum(q + 1 for q in range(size)) if rank == 0 else float(rank + 1)
+        return (t.tolist() == [want] * 3 and rs_out.tolist() == rs_want and
+                torch.equal(rs_in, torch.arange(2.0 * size) + rank) and r_in.tolist() == [r_want] * 2)
+
+    if hasattr(dist.ReduceOp, "PREMUL_SUM"):
+        if not premul_calls(Premul):
+            print("rank %d: premul gave wrong results (an op as torch 2.x makes it)" % rank)
+        elif rank == 0:
+            print("premul ok: the factor applied (an op as torch 2.x makes it)")
+        try:
+            if not premul_calls(dist._make_nccl_premul_sum):
+                print("rank %d: premul gave wrong results (this torch's op)" % rank)
+            elif rank == 0:
+                print("premul ok: the factor applied (this torch's op)")
+        except NotImplementedError as err:
+            if rank == 0:
+                print("premul ok: refused:", err)
     try:
         dist.recv(torch.empty(1))
         print("rank %d: a receive from any source did not raise" % rank)

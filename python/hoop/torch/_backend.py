@@ -37,7 +37,36 @@ def _op_name(op, call):
         if op == known:
             return name
     raise NotImplementedError("hoop backend: %s with reduce op %s is not supported (SUM, PRODUCT, "
-                              "MIN, MAX, AVG are)" % (call, op))
+                              "MIN, MAX, AVG and PREMUL_SUM are)" % (call, op))
+
+
+def _reduction(opts, call):
+    """hoop's op for opts.reduceOp, and the factor PREMUL_SUM multiplies every input by before it
+    sums them (None for the other ops)."""
+    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    premul = getattr(dist.ReduceOp, "PREMUL_SUM", None)
+    if premul is None or not op == premul:
+        return _op_name(op, call), None
+    # torch keeps the factor in C++; from 2.x a ReduceOp's pickled state carries it ((op, factor),
+    # the factor a float or a one-element tensor). Torch 1.13 gives a Python group no way to it.
+    try:
+        state = op.__getstate__()
+    except (AttributeError, RuntimeError, TypeError):
+        state = None
+    if not isinstance(state, tuple) or len(state) != 2 or state[1] is None:
+        raise NotImplementedError("hoop backend: %s with PREMUL_SUM: this torch (%s) does not let a "
+                                  "process group written in Python read the factor; multiply the "
+                                  "tensor by it and use SUM" % (call, torch.__version__))
+    factor = state[1]
+    return "sum", factor.item() if isinstance(factor, torch.Tensor) else float(factor)
+
+
+def _premul(tensor, factor, in_place):
+    """The input PREMUL_SUM sums: tensor times factor, in place where the result overwrites the
+    tensor anyway, else in a copy (the caller's input stays as it was)."""
+    if factor is None:
+        return tensor
+    return tensor.mul_(factor) if in_place else tensor * factor
 
 
 class _Work(Work):
@@ -201,14 +230,14 @@ class ProcessGroupHoop(ProcessGroup):
     # -- the collectives --
 
     def allreduce(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
-        requests = [self._comm.iallreduce(t, op=op) for t in tensors]
+        op, factor = _reduction(opts, "all_reduce")
+        requests = [self._comm.iallreduce(_premul(t, factor, True), op=op) for t in tensors]
         return self._work(requests, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                      "all_reduce_coalesced")
-        return self._work([self._comm.iallreduce_many(list(tensors), op=op)], tensors)
+        op, factor = _reduction(opts, "all_reduce_coalesced")
+        tensors = [_premul(t, factor, True) for t in tensors]
+        return self._work([self._comm.iallreduce_many(tensors, op=op)], tensors)
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -235,26 +264,24 @@ class ProcessGroupHoop(ProcessGroup):
         return self._work(requests, outputs)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                      "reduce_scatter_tensor_coalesced")
-        requests = [self._comm.ireduce_scatter(t.contiguous(), out, op=op)
+        op, factor = _reduction(opts, "reduce_scatter_tensor_coalesced")
+        requests = [self._comm.ireduce_scatter(_premul(t.contiguous(), factor, False), out, op=op)
                     for out, t in zip(outputs, inputs)]
         return self._work(requests, outputs)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
+        op, factor = _reduction(opts, "reduce_scatter")
         requests = []
         for out, inputs in zip(output_tensors, input_tensors):
             self._check_list("reduce_scatter", "input tensors", inputs)
-            flat = torch.cat([t.reshape(-1) for t in inputs])
+            flat = _premul(torch.cat([t.reshape(-1) for t in inputs]), factor, True)
             requests.append(self._comm.ireduce_scatter(flat, out, op=op))
         return self._work(requests, output_tensors)
 
     def _reduce_scatter_base(self, output, tensor, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                      "reduce_scatter_tensor")
-        return self._work([self._comm.ireduce_scatter(tensor.contiguous(), output, op=op)],
-                          [output])
+        op, factor = _reduction(opts, "reduce_scatter_tensor")
+        tensor = _premul(tensor.contiguous(), factor, False)
+        return self._work([self._comm.ireduce_scatter(tensor, output, op=op)], [output])
 
     def alltoall_base(self, output, tensor, output_split_sizes, input_split_sizes, opts=None):
         tensor = tensor.contiguous()
@@ -292,9 +319,14 @@ class ProcessGroupHoop(ProcessGroup):
         return self._work([request], output_tensors, copy_out)
 
     def reduce(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce")
+        op, factor = _reduction(opts, "reduce")
         root = opts.rootRank if opts is not None else 0
-        return self._work([self._comm.ireduce(t, root=root, op=op) for t in tensors], tensors)
+        if factor is not None and self.rank() != root:
+            # Elsewhere than the root the tensor is only read: its scaled copy goes instead.
+            return self._work([self._comm.ireduce(_premul(t, factor, False), root=root, op=op)
+                               for t in tensors], tensors)
+        return self._work([self._comm.ireduce(_premul(t, factor, True), root=root, op=op)
+                           for t in tensors], tensors)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         root = opts.rootRank if opts is not None else 0

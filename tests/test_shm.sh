@@ -66,6 +66,9 @@ for mode in membarrier fences mixed; do
     "$@" "$worker" --quick >"$work/sleep-$mode.log" 2>&1 || fail "sleeping ranks ($mode): exit $?"
   [ "$(count 'checks, 0 failed' "$work/sleep-$mode.log")" = 2 ] ||
     fail "sleeping ranks ($mode): checks failed"
+  # A missed bell costs a sleeper the poll's timeout, not a result: the trace names each one.
+  [ "$(count 'a bell was missed' "$work/sleep-$mode.log")" = 0 ] ||
+    fail "sleeping ranks ($mode): $(count 'a bell was missed' "$work/sleep-$mode.log") bells missed"
 done
 if ! grep -q "membarrier is off or refused" "$work/sleep-membarrier.log"; then
   [ "$(count 'shm: a rank about to sleep fences its peers with membarrier' \

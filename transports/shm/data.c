@@ -564,8 +564,7 @@ static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
 }
 
 /* Look at the sockets (and the wake eventfd and the rendezvous connection), waiting up to
- * timeout_ms for one to be readable. */
-/* *ran_out (where asked): the poll ended at its timeout, with no descriptor ready. */
+ * timeout_ms for one to be readable; *ran_out (where asked) says the poll ended at its timeout. */
 static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms, int *moved, int *ran_out) {
   shm_state *state = shm_of(ctx);
   hoop_result result = build_pollset(ctx, 1);

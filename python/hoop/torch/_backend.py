@@ -201,6 +201,9 @@ class ProcessGroupHoop(ProcessGroup):
     def getBackendName(self):
         return "hoop"
 
+    def name(self):
+        return "hoop"
+
     # torch 2.x names every group, and DeviceMesh (so FSDP2 and DTensor) and the functional
     # collectives find a group by its name. torch keeps the name in a group's C++ backends, and a
     # process group written in Python has none ("ProcessGroup name not set"): the name lives

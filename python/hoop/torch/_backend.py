@@ -324,11 +324,9 @@ class ProcessGroupHoop(ProcessGroup):
     def reduce(self, tensors, opts=None):
         op, factor = _reduction(opts, "reduce")
         root = opts.rootRank if opts is not None else 0
-        if factor is not None and self.rank() != root:
-            # Elsewhere than the root the tensor is only read: its scaled copy goes instead.
-            return self._work([self._comm.ireduce(_premul(t, factor, False), root=root, op=op)
-                               for t in tensors], tensors)
-        return self._work([self._comm.ireduce(_premul(t, factor, True), root=root, op=op)
+        # Elsewhere than the root the tensor is only read: a scaled copy goes instead.
+        at_root = self.rank() == root
+        return self._work([self._comm.ireduce(_premul(t, factor, at_root), root=root, op=op)
                            for t in tensors], tensors)
 
     def gather(self, output_tensors, input_tensors, opts=None):

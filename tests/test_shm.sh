@@ -93,6 +93,24 @@ for board in 1 0; do
   done
 done
 
+# A crowded host (one rank more than its CPUs): an 8 KiB broadcast over TCP goes down the chain,
+# over shared memory by the tree (tune.c); each rank's trace names the algorithm of every run.
+crowd=$(($(getconf _NPROCESSORS_ONLN) + 1))
+if [ "$crowd" -le 9 ]; then
+  for transport in tcp shm; do
+    want=chain
+    [ "$transport" = shm ] && want=tree
+    rm -f "$work/trace-crowd-$transport".*
+    HOOP_TRANSPORT=$transport HOOP_TRACE=$work/trace-crowd-$transport "$hooprun" -np "$crowd" \
+      --timeout 60 "$bench" broadcast -s 8K -n 3 -w 0 -c 1 >"$work/crowd-$transport.log" 2>&1 ||
+      fail "crowded broadcast over $transport: exit $?"
+    for r in $(seq 0 $((crowd - 1))); do
+      [ "$(grep -c "\"algorithm\":\"$want\"" "$work/trace-crowd-$transport.$r" 2>/dev/null)" -ge 3 ] ||
+        fail "crowded broadcast over $transport: rank $r did not run every call by $want"
+    done
+  done
+fi
+
 # The board cannot be made (memfd_create refused for it, as at a descriptor or memory limit): the
 # creator says so, every rank goes on with messages, and every collective is right.
 nomemfd=$build/tests/.libs/libnomemfd.so

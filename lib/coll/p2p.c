@@ -99,9 +99,9 @@ static void release(hoop_request *req) {
   p2p_request *p2p = (p2p_request *)req;
   if (!p2p->stage)
     return;
-  pthread_mutex_lock(&req->comm->call_lock);
+  hoop__lock_take(&req->comm->call_lock);
   drop_stage(req->comm, p2p);
-  pthread_mutex_unlock(&req->comm->call_lock);
+  hoop__lock_release(&req->comm->call_lock);
 }
 
 void hoop__p2p_free(hoop_comm *comm) {

@@ -371,7 +371,7 @@ hoop_comm *hoop__comm_new(void) {
   comm->rdzv_fd = -1;
   comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
   comm->mem = &hoop__mem_host;
-  pthread_mutex_init(&comm->call_lock, NULL);
+  hoop__lock_init(&comm->call_lock);
   comm->net = comm;
   comm->next_channel = 1;
   pthread_mutexattr_t recursive;
@@ -511,9 +511,9 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
              reason ? reason : "(no reason given)");
     atomic_store(&comm->abort_requested, 1);
   }
-  if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+  if (hoop__lock_try(&comm->call_lock)) {
     hoop__check_abort(comm);
-    pthread_mutex_unlock(&comm->call_lock);
+    hoop__lock_release(&comm->call_lock);
   } else if (comm->peer_transport) {
     hoop__transports_wake(comm);
   }
@@ -525,7 +525,6 @@ static void free_struct(hoop_comm *comm) {
   free(comm->block_length);
   free(comm->block_offset);
   free(comm->hosts);
-  pthread_mutex_destroy(&comm->call_lock);
   pthread_mutex_destroy(&comm->net_lock);
   pthread_mutex_destroy(&comm->queue_lock);
   pthread_cond_destroy(&comm->queue_cond);

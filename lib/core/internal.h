@@ -14,6 +14,7 @@
 #include "hoop.h"
 #include "rdzv/auth.h"
 #include "rdzv/wire.h"
+#include "util/lock.h"
 
 /* A call's fingerprint {seq, collective, count, dtype, op, root}, encoded in network order. The
  * transport carries it as opaque bytes with each message and compares it on arrival. */
@@ -152,7 +153,7 @@ struct hoop_comm {
 
   /* hoop_abort from another thread: the reason is stored, the flag raised, and whoever holds
    * call_lock (the thread inside a call, woken through the transport) carries it out. */
-  pthread_mutex_t call_lock;
+  hoop__lock call_lock; /* util/lock.h */
   atomic_int abort_requested;
   atomic_int abort_done;
   char abort_reason[512];

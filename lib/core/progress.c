@@ -160,12 +160,12 @@ void *hoop__progress_thread(void *arg) {
     if (!comm->queue_head && (comm->progress_stop || !flying))
       break;
     pthread_mutex_unlock(&comm->queue_lock);
-    int ran = pthread_mutex_trylock(&comm->call_lock) == 0;
+    int ran = hoop__lock_try(&comm->call_lock);
     if (ran) {
       hoop__queue_run(comm, NULL);
       /* Point-to-point transfers in flight move while the program computes. */
       hoop__in_flight_advance(comm, NULL, 0);
-      pthread_mutex_unlock(&comm->call_lock);
+      hoop__lock_release(&comm->call_lock);
     }
     pthread_mutex_lock(&comm->queue_lock);
     if (!ran && comm->queue_head && !comm->progress_stop)
@@ -194,13 +194,13 @@ void *hoop__progress_thread(void *arg) {
 void hoop__request_wait_done(hoop_comm *comm, hoop_request *req) {
   double spin_until = -1;
   while (!hoop__request_done(req)) {
-    if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+    if (hoop__lock_try(&comm->call_lock)) {
       hoop__queue_run(comm, req);
       if (req->in_flight) {
         hoop__queue_run(comm, NULL);
         hoop__in_flight_advance(comm, req, 1);
       }
-      pthread_mutex_unlock(&comm->call_lock);
+      hoop__lock_release(&comm->call_lock);
       hoop__queue_hand_over(comm);
       continue;
     }

@@ -69,7 +69,7 @@ hoop_result hoop__request_post(hoop_comm *comm, hoop_request *req) {
 hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
   hoop_result result;
   /* Nothing queued and nobody running: this thread runs the call, as before requests. */
-  if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+  if (hoop__lock_try(&comm->call_lock)) {
     /* Read without queue_lock (a lock and an unlock more on every blocking call): a call this
      * thread posted before is seen; one another thread posts meanwhile has no order against this
      * one either way, as with the lock, which it could take right after. */
@@ -82,7 +82,7 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
        * other threads post meanwhile run too. */
       if (req->advance && result == HOOP_OK) {
         hoop__request_fly(comm, req);
-        pthread_mutex_unlock(&comm->call_lock);
+        hoop__lock_release(&comm->call_lock);
         hoop__request_wait_done(comm, req);
         return req->result;
       }
@@ -90,10 +90,10 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
         hoop__trace_done(comm, req->trace_id, req->name, result, hoop__now());
       if (atomic_load(&comm->abort_requested) == 1)
         hoop__check_abort(comm);
-      pthread_mutex_unlock(&comm->call_lock);
+      hoop__lock_release(&comm->call_lock);
       return result;
     }
-    pthread_mutex_unlock(&comm->call_lock);
+    hoop__lock_release(&comm->call_lock);
   }
   if ((result = hoop__request_post(comm, req)) != HOOP_OK)
     return result;
@@ -107,9 +107,9 @@ hoop_result hoop__request_finish(hoop_request *req) {
   if (!req->on_heap)
     return result;
   if (req->error) {
-    pthread_mutex_lock(&comm->call_lock);
+    hoop__lock_take(&comm->call_lock);
     snprintf(comm->last_error, sizeof comm->last_error, "%s", req->error);
-    pthread_mutex_unlock(&comm->call_lock);
+    hoop__lock_release(&comm->call_lock);
     free(req->error);
   }
   pthread_mutex_lock(&comm->queue_lock);
@@ -135,13 +135,13 @@ hoop_result hoop_test(hoop_request *req, int *done) {
   *done = hoop__request_done(req);
   /* With no progress thread running the queue (it is busy elsewhere, or the program tests in a
    * loop), testing moves it on, as MPI_Test does. */
-  if (!*done && pthread_mutex_trylock(&comm->call_lock) == 0) {
+  if (!*done && hoop__lock_try(&comm->call_lock)) {
     hoop__queue_run(comm, req);
     /* In flight: the calls posted behind it run too (the peer may wait for their messages). */
     if (req->in_flight)
       hoop__queue_run(comm, NULL);
     hoop__in_flight_advance(comm, req, 0);
-    pthread_mutex_unlock(&comm->call_lock);
+    hoop__lock_release(&comm->call_lock);
     hoop__queue_hand_over(comm);
     *done = hoop__request_done(req);
   }

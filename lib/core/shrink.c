@@ -236,9 +236,9 @@ static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const c
                            call);
   if (comm->net != comm)
     return hoop__view_shrink(comm, newcomm);
-  pthread_mutex_lock(&comm->call_lock);
+  hoop__lock_take(&comm->call_lock);
   hoop_result result = shrink_locked(comm, newcomm, call, grow);
-  pthread_mutex_unlock(&comm->call_lock);
+  hoop__lock_release(&comm->call_lock);
   /* Sub-communicators of comm follow it on their own (hoop__view_shrink): they need to know the
    * new generation and who each of its ranks was. Only survivors make this call, all of them. */
   if (result == HOOP_OK && !grow) {
@@ -273,12 +273,12 @@ int hoop_comm_newcomers(hoop_comm *comm) {
   if (!comm)
     return 0;
   /* Read what the server sent, unless a call is running (it reads it itself). */
-  if (pthread_mutex_trylock(&comm->call_lock) == 0) {
+  if (hoop__lock_try(&comm->call_lock)) {
     hoop__net_enter(comm);
     if (!comm->failed)
       hoop__rendezvous_check(comm);
     hoop__net_leave(comm);
-    pthread_mutex_unlock(&comm->call_lock);
+    hoop__lock_release(&comm->call_lock);
   }
   return atomic_load(&comm->newcomers);
 }

@@ -101,10 +101,10 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
 static void begin_sharing(hoop_comm *net) {
   if (atomic_load(&net->net_shared))
     return;
-  pthread_mutex_lock(&net->call_lock);
+  hoop__lock_take(&net->call_lock);
   atomic_store(&net->multiplexed, 1);
   atomic_store(&net->net_shared, 1);
-  pthread_mutex_unlock(&net->call_lock);
+  hoop__lock_release(&net->call_lock);
 }
 
 /* One member of this rank's color, to sort by key, then by rank in comm. */

@@ -105,7 +105,7 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
                            "hoop_register: %zu bytes at %p wrap around the address space", bytes,
                            ptr);
   hoop_comm *net = hoop__net(comm);
-  pthread_mutex_lock(&comm->call_lock);
+  hoop__lock_take(&comm->call_lock);
   hoop__net_enter(comm);
   hoop_result result = add(comm, ptr, bytes, net->reg_last_handle + 1);
   if (result == HOOP_OK) {
@@ -114,7 +114,7 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
                 (unsigned long long)*handle);
   }
   hoop__net_leave(comm);
-  pthread_mutex_unlock(&comm->call_lock);
+  hoop__lock_release(&comm->call_lock);
   return result;
 }
 
@@ -130,7 +130,7 @@ hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
   hoop_comm *net = hoop__net(comm);
-  pthread_mutex_lock(&comm->call_lock);
+  hoop__lock_take(&comm->call_lock);
   hoop__net_enter(comm);
   hoop_result result = HOOP_OK;
   size_t i = 0;
@@ -145,7 +145,7 @@ hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
   else
     release(net, i);
   hoop__net_leave(comm);
-  pthread_mutex_unlock(&comm->call_lock);
+  hoop__lock_release(&comm->call_lock);
   return result;
 }
 

@@ -49,6 +49,7 @@ static hoop__coll_args call_args(hoop__coll coll, const void *sendbuf, void *rec
   args.root = root;
   args.esize = args.bytes = 0;
   args.sendcounts = args.sdispls = args.recvcounts = args.rdispls = NULL;
+  args.checked = 0;
   return args;
 }
 
@@ -70,6 +71,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
     hoop__request_blocking(&req.base, run_call, call_bytes(comm, args),
                            hoop__coll_call_name(args->coll));
     req.args = *args;
+    req.args.checked = 1;
     return hoop__request_call(comm, &req.base);
   }
   /* An alltoallv's four arrays are copied behind the request: the caller may reuse them. */
@@ -79,6 +81,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for the request",
                            hoop__coll_call_name(args->coll));
   req->args = *args;
+  req->args.checked = 1;
   if (arrays) {
     size_t n = (size_t)comm->size, *copy = (size_t *)(req + 1);
     const size_t *from[4] = {args->sendcounts, args->sdispls, args->recvcounts, args->rdispls};

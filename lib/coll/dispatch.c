@@ -31,9 +31,10 @@ static hoop_result check_dtype_count(hoop_comm *comm, const char *call, size_t c
   return HOOP_OK;
 }
 
-/* op and root: -1 when the call has none (they go into the fingerprint). */
+/* op and root: -1 when the call has none (they go into the fingerprint). check_dtype: unless the
+ * post checked them already (hoop__coll_validate). */
 static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll which, size_t count,
-                              hoop_dtype dtype, int check_dtype, int op, int root) {
+                              hoop_dtype dtype, int has_data, int check_dtype, int op, int root) {
   hoop__check_abort(comm);
   /* Another rank's abort or loss that the server told of since the last call fails this one.
    * Looking costs a system call, which back-to-back small calls would pay every time, so calls
@@ -58,7 +59,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->call_waited = 0;
   hoop__fingerprint_encode(comm, which, count, dtype, op, root);
   comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
-                                         check_dtype ? count * hoop_dtype_size(dtype) : 0, now);
+                                         has_data ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
 }
 
@@ -262,6 +263,7 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
   hoop_result result =
       coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
+                 coll->has_data && !args->checked,
                  args->coll == HOOP__COLL_ALLREDUCE || args->coll == HOOP__COLL_REDUCE_SCATTER ||
                          args->coll == HOOP__COLL_REDUCE
                      ? (int)args->op
@@ -272,7 +274,7 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
                      : -1);
   if (result != HOOP_OK)
     return coll_end(comm, result, args->bytes);
-  if (coll->check && (result = coll->check(comm, args)) != HOOP_OK)
+  if (coll->check && !args->checked && (result = coll->check(comm, args)) != HOOP_OK)
     return coll_end(comm, result, args->bytes);
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);

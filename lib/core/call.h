@@ -23,6 +23,7 @@ typedef struct hoop__coll_args {
   size_t esize, bytes;
   /* alltoallv: elements to and from each rank, and where they lie (in elements) */
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+  int checked; /* the post's checks passed (coll/api.c): the run need not make them again */
 } hoop__coll_args;
 
 /* The bytes a call's result holds on each rank: the gathered blocks of an allgather, else the

@@ -18,7 +18,7 @@
 #define RDZV_LOOK_EVERY_S 0.001
 
 /* The dtype is known and count elements of it fit in memory once per rank: checked when a call is
- * posted (hoop__coll_validate) and again when it runs (coll_begin). */
+ * posted (hoop__coll_validate), and when it runs (coll_begin) if the post did not check it. */
 static hoop_result check_dtype_count(hoop_comm *comm, const char *call, size_t count,
                                      hoop_dtype dtype) {
   size_t esize = hoop_dtype_size(dtype), total;
@@ -243,8 +243,9 @@ static const collective collectives[HOOP__COLL_COUNT] = {
     [HOOP__COLL_SCATTER] = {"hoop_scatter", 1, check_rooted, prepare_rooted},
 };
 
-/* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); the run
- * makes them again, in its place in the call's sequence. */
+/* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); a call that
+ * did not come through them (args->checked 0: the fused allreduce's pieces) has them made when it
+ * runs. */
 hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
   hoop_result result;

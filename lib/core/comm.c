@@ -497,8 +497,8 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
 
 /* Any thread may call this. The reason is written once, before the flag that publishes it; the
  * abort itself runs under call_lock: here if no call holds it, else in the calling thread, which
- * the transport wakes. A call that was just releasing the lock checks the flag after unlocking
- * (hoop__coll_end), so the request is never left waiting for the next call. */
+ * the transport wakes. The holder looks at the flag before it lets the lock go: an abort asked
+ * for between that look and the release waits for the communicator's next call or wait. */
 hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;

@@ -238,9 +238,10 @@ void hoop__board_publish(hoop_comm *comm, hoop__board *board, uint64_t seq) {
   memcpy(head->before, board->before, sizeof head->before);
   atomic_store_explicit(&head->seq, seq, memory_order_release);
   /* The slot after next, asked for now: its line was last read by the receivers, and a store that
-   * has to fetch it back leaves this call's release of the call lock (a locked instruction, which
-   * waits for every store before it) waiting a line's crossing, about 125 ns. Only a slot every
-   * rank is done with: a root far ahead would take a line still to be read. */
+   * has to fetch it back holds up the next locked instruction (the next call's take of the call
+   * lock; until 5a253ab, this call's release of it), which waits for every store before it: a
+   * line's crossing, about 125 ns. Only a slot every rank is done with: a root far ahead would
+   * take a line still to be read. */
   if (seq + PREFETCH_AHEAD <= board->settled + HOOP__BOARD_SLOTS)
     prefetch_for_write(slot_of(board, board->rank, seq + PREFETCH_AHEAD));
   ring_all(comm, board);

@@ -6,8 +6,9 @@
  * every small call. A plain release store waits for nothing. The price: a thread that must have
  * the lock (hoop__lock_take) cannot sleep on it to be woken, so it spins, yields and then naps
  * until the lock is free. Every path that waits for calls to end uses hoop__lock_try and waits in
- * its own way (core/progress.c); hoop__lock_take serves the rare calls that take the lock between
- * collectives (hoop_register, hoop_comm_shrink and the like). */
+ * its own way (core/progress.c); hoop__lock_take serves the calls that hold the lock a moment
+ * (hoop_register, hoop_comm_shrink, a failed request's error text, a point-to-point request's
+ * stage given back). */
 #ifndef HOOP__LOCK_H
 #define HOOP__LOCK_H
 

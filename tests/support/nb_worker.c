@@ -499,7 +499,8 @@ static void post_zeros(int n, float **bufs, hoop_request **reqs, size_t count, i
 }
 
 /* Rank 1 aborts or dies after a moment; the others post and must see every request fail (with
- * kill-device, every request after the first two, in which rank 1 took part). */
+ * kill-device, every request after the first four: rank 1 saw two through and died with two in
+ * flight, which its progress thread may have finished). */
 static int failing(const char *how) {
   int device = strcmp(how, "kill-device") == 0, first_failing = device ? 4 : 0;
   if (device) {
@@ -543,9 +544,18 @@ static int failing(const char *how) {
   for (int i = N - 1; i >= 0; i--) {
     hoop_result result = hoop_wait(reqs[i]);
     checks++;
-    if (device && i < 2) {
+    if (device && i == 0) {
+      /* Rank 1 saw request 1 through: every rank had finished request 0 before its part of
+       * request 1's last barrier. */
       if (result != HOOP_OK)
-        fail("request %d, which rank 1 saw through, failed: %s", i, hoop_last_error(comm));
+        fail("request 0, which every rank saw through, failed: %s", hoop_last_error(comm));
+    } else if (device && i == 1) {
+      /* Rank 1 saw it through and died at once. A rank still in the last round of the call's
+       * closing barrier, waiting on another survivor, may see the death first (its socket's end,
+       * or the news from a peer), and a loss seen during a call fails the call: either is right,
+       * as long as a failure names rank 1. */
+      if (result != HOOP_OK && !strstr(hoop_last_error(comm), "rank 1"))
+        fail("request 1 failed without naming rank 1: %s", hoop_last_error(comm));
     } else if (i < first_failing && result == HOOP_OK) {
       /* rank 1's progress thread may have seen it through before the kill */
     } else if (result == HOOP_OK || !strstr(hoop_last_error(comm), "rank 1")) {

@@ -209,9 +209,7 @@ void hoop__request_wait_done(hoop_comm *comm, hoop_request *req) {
     if (spin_until < 0)
       spin_until = hoop__now() + WAIT_SPIN_S;
     if (hoop__now() < spin_until) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      hoop__cpu_pause();
       continue;
     }
     pthread_mutex_lock(&comm->queue_lock);

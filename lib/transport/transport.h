@@ -307,14 +307,6 @@ hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
 hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
 hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
-/* One pause of a spinning wait: it eases the spin on the core's sibling and the memory bus. */
-static inline void hoop__cpu_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 /* The same wait in slices: it returns HOOP_OK with the request still pending after slice_s (0:
  * not before it ends), keeping in *state (zeroed before the first slice) when the request last
  * moved and when its spin ends, so that HOOP_TIMEOUT and the spin count across slices. */

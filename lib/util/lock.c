@@ -14,9 +14,7 @@
 void hoop__lock_take(hoop__lock *lock) {
   for (unsigned round = 0; !hoop__lock_try(lock); round++) {
     if (round < SPINS) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      hoop__cpu_pause();
     } else if (round < SPINS + YIELDS) {
       sched_yield();
     } else {

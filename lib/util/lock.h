@@ -14,6 +14,16 @@
 
 #include <stdatomic.h>
 
+/* One pause of a spinning wait (this lock's, the transports', a request's): it eases the spin on
+ * the core's sibling and the memory bus. */
+static inline void hoop__cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 typedef struct hoop__lock {
   _Atomic int held;
 } hoop__lock;

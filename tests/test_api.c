@@ -3,15 +3,20 @@
  * complete times out naming the missing ranks; a missing server is reported; abort and failure
  * make later calls fail; names and sizes of dtypes, ops and results. */
 #include <check.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/env.h"
 #include "hoop.h"
 #include "rdzv/auth.h"
 #include "support/procs.h"
+#include "util/lock.h"
 #include "util/netaddr.h"
 
 static hoop_comm *single_rank(void) {
@@ -501,6 +506,71 @@ START_TEST(test_streams_must_agree) {
 }
 END_TEST
 
+/* ---- the call lock (util/lock.h) ---------------------------------------------------------- */
+
+/* Threads add to a plain counter under the lock, half of them taking it, half trying until they
+ * get it: a lock that let two in at once loses increments. */
+enum { LOCK_THREADS = 4, LOCK_ROUNDS = 100000 };
+static hoop__lock counter_lock;
+static long counter;
+
+static void *add_under_lock(void *arg) {
+  int taking = (int)(long)arg % 2 == 0;
+  for (int i = 0; i < LOCK_ROUNDS; i++) {
+    if (taking)
+      hoop__lock_take(&counter_lock);
+    else
+      while (!hoop__lock_try(&counter_lock))
+        hoop__cpu_pause();
+    long seen = counter;
+    if (i % 64 == 0)
+      sched_yield(); /* a holder that loses its CPU with the lock held */
+    counter = seen + 1;
+    hoop__lock_release(&counter_lock);
+  }
+  return NULL;
+}
+
+/* hoop__lock_take waits out a holder that keeps the lock past the spin and the yields. */
+static _Atomic int held_long;
+static void *hold_a_while(void *arg) {
+  (void)arg;
+  hoop__lock_take(&counter_lock);
+  atomic_store(&held_long, 1);
+  struct timespec pause = {0, 50 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&held_long, 2);
+  hoop__lock_release(&counter_lock);
+  return NULL;
+}
+
+START_TEST(test_call_lock) {
+  hoop__lock_init(&counter_lock);
+  ck_assert(hoop__lock_try(&counter_lock));
+  ck_assert(!hoop__lock_try(&counter_lock)); /* held: a second try fails */
+  hoop__lock_release(&counter_lock);
+  ck_assert(hoop__lock_try(&counter_lock));
+  hoop__lock_release(&counter_lock);
+
+  pthread_t threads[LOCK_THREADS];
+  counter = 0;
+  for (long t = 0; t < LOCK_THREADS; t++)
+    ck_assert_int_eq(pthread_create(&threads[t], NULL, add_under_lock, (void *)t), 0);
+  for (int t = 0; t < LOCK_THREADS; t++)
+    pthread_join(threads[t], NULL);
+  ck_assert_int_eq(counter, (long)LOCK_THREADS * LOCK_ROUNDS);
+
+  pthread_t holder;
+  ck_assert_int_eq(pthread_create(&holder, NULL, hold_a_while, NULL), 0);
+  while (atomic_load(&held_long) == 0)
+    sched_yield();
+  hoop__lock_take(&counter_lock);
+  ck_assert_int_eq(atomic_load(&held_long), 2); /* not before the holder let go */
+  hoop__lock_release(&counter_lock);
+  pthread_join(holder, NULL);
+}
+END_TEST
+
 static Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("local");
@@ -515,6 +585,7 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_ifname_syntax);
   tcase_add_test(tc, test_token_config);
   tcase_add_test(tc, test_self_hosted_job_with_token);
+  tcase_add_test(tc, test_call_lock);
   suite_add_tcase(s, tc);
   tc = tcase_create("failures");
   tcase_set_timeout(tc, 60);

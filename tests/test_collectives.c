@@ -3,10 +3,13 @@
  * reference.c: through hooprun (embedded rendezvous), and through ranks that call hoop_init
  * themselves with rank 0 hosting the rendezvous. */
 #include <check.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "hoop.h"
@@ -252,6 +255,110 @@ START_TEST(test_spin_unknown) {
 }
 END_TEST
 
+/* HOOP_TCP_CONGESTION: auto gives the connections to a peer of this host reno, unless the host's
+ * ranks outnumber its CPUs; system leaves every one on the system's; a name gives every one that
+ * name, and one the kernel refuses fails hoop_init, naming the variable. */
+typedef struct congestion_job {
+  int port, np;
+  const char *value;
+} congestion_job;
+
+/* How many of this process's connected TCP sockets use congestion control name, and how many
+ * use another. */
+static void count_congestion(const char *name, int *same, int *other) {
+  *same = *other = 0;
+  for (int fd = 3; fd < 1024; fd++) {
+    char got[32] = "";
+    socklen_t len = sizeof got - 1;
+    int listening = 0;
+    socklen_t flag_len = sizeof listening;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &len) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_len) != 0 || listening)
+      continue;
+    if (strcmp(got, name) == 0)
+      (*same)++;
+    else
+      (*other)++;
+  }
+}
+
+static int congestion_refused(int index, const congestion_job *job, hoop_comm *comm,
+                              hoop_result result) {
+  int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_TCP_CONGESTION");
+  if (bad)
+    fprintf(stderr,
+            "rank %d: HOOP_TCP_CONGESTION=%s: expected HOOP_ERR_INVALID_ARG naming it, got %s: "
+            "%s\n",
+            index, job->value, hoop_strerror(result), hoop_last_error(comm));
+  if (result == HOOP_OK)
+    hoop_finalize(comm);
+  return bad;
+}
+
+static int congestion_rank(int index, int n, void *arg) {
+  const congestion_job *job = arg;
+  hoop_config config;
+  char rendezvous[64];
+  forked_config(&config, rendezvous, sizeof rendezvous, job->port, "congestion", index, n);
+  config.transport = "tcp";
+  setenv("HOOP_TCP_STREAMS", "2", 1);
+  setenv("HOOP_TCP_CONGESTION", job->value, 1);
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  if (strcmp(job->value, "no-such-cc") == 0)
+    return congestion_refused(index, job, comm, result);
+  if (result != HOOP_OK)
+    return 10;
+  /* Large enough to go over the connections, not through the host's board. */
+  enum { COUNT = 64 * 1024 };
+  int32_t *value = calloc(COUNT, sizeof *value);
+  if (!value)
+    return 11;
+  value[0] = index;
+  value[COUNT - 1] = 2;
+  result = hoop_allreduce(comm, value, value, COUNT, HOOP_INT32, HOOP_SUM);
+  char system_cc[32] = "";
+  FILE *f = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
+  if (f) {
+    if (!fgets(system_cc, sizeof system_cc, f))
+      system_cc[0] = '\0';
+    system_cc[strcspn(system_cc, "\n")] = '\0';
+    fclose(f);
+  }
+  int reno, not_reno, system_same, system_other;
+  count_congestion("reno", &reno, &not_reno);
+  count_congestion(system_cc, &system_same, &system_other);
+  int bad = result != HOOP_OK || value[0] != n * (n - 1) / 2 || value[COUNT - 1] != 2 * n ||
+            !system_cc[0];
+  free(value);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int auto_reno = cpus <= 0 || n <= cpus;
+  if (strcmp(job->value, "system") == 0 || (strcmp(job->value, "auto") == 0 && !auto_reno))
+    bad |= system_other != 0; /* the rendezvous connection is on the system's too */
+  else
+    bad |= reno < 2; /* both streams to another rank, whatever the system's */
+  if (bad)
+    fprintf(stderr,
+            "rank %d of %d: HOOP_TCP_CONGESTION=%s (system's: %s, %ld CPUs): allreduce %s, %d "
+            "connections on reno, %d on other ones, %d on the system's, %d not\n",
+            index, n, job->value, system_cc, cpus, hoop_strerror(result), reno, not_reno,
+            system_same, system_other);
+  hoop_finalize(comm);
+  return bad;
+}
+
+static const congestion_job congestion_jobs[] = {
+    {0, 2, "auto"}, {0, 3, "auto"}, {0, 2, "system"}, {0, 2, "reno"}, {0, 2, "no-such-cc"}};
+START_TEST(test_congestion) {
+  congestion_job job = congestion_jobs[_i];
+  job.port = procs_free_port();
+  ck_assert_int_gt(job.port, 0);
+  int bad = procs_fork_ranks(job.np, congestion_rank, &job, 60);
+  ck_assert_msg(bad == 0, "%d of %d ranks failed with HOOP_TCP_CONGESTION=%s (see stderr)", bad,
+                job.np, job.value);
+}
+END_TEST
+
 START_TEST(test_algo_unknown) {
   bad_algo_job job = {procs_free_port(), bad_algos[_i]};
   ck_assert_int_gt(job.port, 0);
@@ -381,6 +488,8 @@ static Suite *collectives_suite(void) {
                       (int)(sizeof per_coll_ranks / sizeof per_coll_ranks[0]));
   tcase_add_loop_test(tc, test_algo_unknown, 0, (int)(sizeof bad_algos / sizeof bad_algos[0]));
   tcase_add_test(tc, test_spin_unknown);
+  tcase_add_loop_test(tc, test_congestion, 0,
+                      (int)(sizeof congestion_jobs / sizeof congestion_jobs[0]));
   suite_add_tcase(s, tc);
   tc = tcase_create("self-hosted");
   tcase_set_timeout(tc, 120);

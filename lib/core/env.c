@@ -125,6 +125,11 @@ static const hoop__env_var env_table[] = {
      "microseconds a wait polls sockets without sleeping before it "
      "blocks in poll(); 0 always sleeps; auto: 1000, or 50 when this "
      "host's ranks outnumber its CPUs"},
+    {"HOOP_TCP_CONGESTION", "auto",
+     "the TCP congestion control of hoop's connections: a name the kernel "
+     "offers (reno, cubic, bbr), system for the system's, or auto: reno "
+     "for connections within this host while it has a CPU per rank "
+     "(pacing holds loopback messages back), the system's for the others"},
     {"HOOP_CHECK_CALLS", "1",
      "1: every message carries its call's fingerprint {seq, collective, "
      "count, dtype, op, root} and ranks that call different collectives "

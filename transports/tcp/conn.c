@@ -27,9 +27,71 @@ hoop_result hoop__tcp_peer_error(hoop__tctx *ctx, int peer, hoop_result code, co
 
 /* ---- setting up ------------------------------------------------------------------------------ */
 
-static void tune_socket(int fd) {
+/* Within one host a connection runs over loopback, where there is no link to pace for. A pacing
+ * congestion control (BBR, the default of some systems) holds a message's segments back on timers
+ * there: 2 ranks on 2 CPUs, a broadcast took 36-40 us at 128 KiB and 96-160 at 1 MiB against 14-17
+ * and 94-115 with reno, and an allgather 146-167 us at 1 MiB against 113-122. Ranks that outnumber
+ * the CPUs are the other way round: 4 ranks on 2 CPUs, 1 MiB, BBR's allreduce took 660-700 us
+ * against reno's 1110-1200, its all-to-all 350-380 against 500-515 (bench/TUNING.md). Reno paces
+ * nothing and every user may choose it. */
+#define IN_HOST_CONGESTION "reno"
+
+/* Whether the connection on fd stays on this host: the peer's address is this end's own, or a
+ * loopback one. */
+static int in_host(int fd) {
+  struct sockaddr_storage mine, theirs;
+  socklen_t mine_len = sizeof mine, theirs_len = sizeof theirs;
+  if (getsockname(fd, (struct sockaddr *)&mine, &mine_len) != 0 ||
+      getpeername(fd, (struct sockaddr *)&theirs, &theirs_len) != 0 ||
+      mine.ss_family != theirs.ss_family)
+    return 0;
+  if (theirs.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const void *)&mine, *b = (const void *)&theirs;
+    return a->sin_addr.s_addr == b->sin_addr.s_addr || ntohl(b->sin_addr.s_addr) >> 24 == 127;
+  }
+  if (theirs.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const void *)&mine, *b = (const void *)&theirs;
+    return memcmp(&a->sin6_addr, &b->sin6_addr, sizeof b->sin6_addr) == 0 ||
+           IN6_IS_ADDR_LOOPBACK(&b->sin6_addr);
+  }
+  return 0;
+}
+
+static void tune_socket(hoop__tctx *ctx, int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const char *congestion = state_of(ctx)->congestion;
+  if (congestion && !congestion[0])
+    congestion = in_host(fd) && !hoop__host_oversubscribed(ctx->comm) ? IN_HOST_CONGESTION : NULL;
+  /* A name the user gave was tried on the listener first; auto's is every user's to choose. A
+   * refusal here leaves the system's, which moves the same bytes. */
+  if (congestion)
+    setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, congestion, (socklen_t)strlen(congestion));
+}
+
+/* HOOP_TCP_CONGESTION: auto, system or a congestion control's name, which the kernel must accept
+ * on the listener (and so on every connection it accepts). */
+static hoop_result choose_congestion(hoop__tctx *ctx, tcp_state *state) {
+  const char *value = hoop__env_get("HOOP_TCP_CONGESTION");
+  state->congestion = NULL;
+  if (strcmp(value, "system") == 0)
+    return HOOP_OK;
+  if (strcmp(value, "auto") == 0) {
+    state->congestion = "";
+    return HOOP_OK;
+  }
+  size_t len = strlen(value);
+  if (len == 0 || len >= sizeof state->congestion_name ||
+      setsockopt(state->listen_fd, IPPROTO_TCP, TCP_CONGESTION, value, (socklen_t)len) != 0)
+    return hoop__set_error(
+        ctx->comm, HOOP_ERR_INVALID_ARG,
+        "tcp: HOOP_TCP_CONGESTION '%s' is not auto, system or a congestion "
+        "control this kernel lets this user choose (%s; see "
+        "net.ipv4.tcp_allowed_congestion_control)",
+        value, len == 0 || len >= sizeof state->congestion_name ? "not a name" : strerror(errno));
+  memcpy(state->congestion_name, value, len + 1);
+  state->congestion = state->congestion_name;
+  return HOOP_OK;
 }
 
 hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
@@ -62,6 +124,9 @@ hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
   if (fd < 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: socket: %s", strerror(errno));
   state->listen_fd = fd;
+  hoop_result chosen_congestion = choose_congestion(ctx, state);
+  if (chosen_congestion != HOOP_OK)
+    return chosen_congestion;
   if (bind(fd, (struct sockaddr *)&local, local_len) != 0 || listen(fd, 512) != 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "tcp: bind/listen on interface %s: %s",
                            chosen, strerror(errno));
@@ -113,6 +178,7 @@ static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
       return hoop__tcp_peer_error(
           ctx, peer, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_PEER_LOST, "connect", errno);
     state->peers[peer].streams[s].fd = fd;
+    tune_socket(ctx, fd);
     uint8_t hello[HANDSHAKE_BYTES];
     encode_handshake(ctx, hello, (uint32_t)peer, (uint32_t)s, (uint32_t)state->nstreams);
     if (hoop__write_full(fd, hello, sizeof hello, deadline) != 0)
@@ -162,7 +228,7 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   if (waited != HOOP_OK)
     return waited;
   int fd = conn.fd;
-  tune_socket(fd);
+  tune_socket(ctx, fd);
   const uint8_t *hello = conn.buf;
   uint32_t words[4];
   memcpy(words, hello, 16);

@@ -12,6 +12,7 @@
 #define FRAME_MAGIC 0x464f5048u /* "HOPF" */
 #define FRAME_BYTES HOOP__FRAME_BYTES
 #define NOTICE_MAX 1023
+#define CONGESTION_NAME_MAX 16 /* the kernel's TCP_CA_NAME_MAX, with its terminating NUL */
 enum frame_type { FRAME_DATA = 1, FRAME_NOTICE = 2, FRAME_BYE = 3 };
 
 /* What TCP keeps in a request: a fragment per stream it is striped over. */
@@ -55,6 +56,11 @@ typedef struct tcp_state {
   hoop__pending pending; /* accepted connections whose handshake is not all in */
   int nstreams;
   double spin_s; /* HOOP_TCP_SPIN_US: how long a wait polls without sleeping; < 0: auto */
+  /* HOOP_TCP_CONGESTION: the congestion control every connection gets, "" for auto (conn.c's
+   * IN_HOST_CONGESTION within a host with a CPU per rank, the system's elsewhere), or NULL for
+   * the system's. */
+  const char *congestion;
+  char congestion_name[CONGESTION_NAME_MAX];
   tcp_peer *peers;
   struct pollfd *pfds;
   struct poll_owner {

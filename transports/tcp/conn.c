@@ -45,14 +45,15 @@ static int in_host(int fd) {
       getpeername(fd, (struct sockaddr *)&theirs, &theirs_len) != 0 ||
       mine.ss_family != theirs.ss_family)
     return 0;
+  if (hoop__is_loopback((const struct sockaddr *)&theirs))
+    return 1;
   if (theirs.ss_family == AF_INET) {
     const struct sockaddr_in *a = (const void *)&mine, *b = (const void *)&theirs;
-    return a->sin_addr.s_addr == b->sin_addr.s_addr || ntohl(b->sin_addr.s_addr) >> 24 == 127;
+    return a->sin_addr.s_addr == b->sin_addr.s_addr;
   }
   if (theirs.ss_family == AF_INET6) {
     const struct sockaddr_in6 *a = (const void *)&mine, *b = (const void *)&theirs;
-    return memcmp(&a->sin6_addr, &b->sin6_addr, sizeof b->sin6_addr) == 0 ||
-           IN6_IS_ADDR_LOOPBACK(&b->sin6_addr);
+    return memcmp(&a->sin6_addr, &b->sin6_addr, sizeof b->sin6_addr) == 0;
   }
   return 0;
 }

@@ -226,6 +226,19 @@ static int bad_algo_rank(int index, int n, void *arg) {
   return bad;
 }
 
+/* Whether hoop_init's result is HOOP_ERR_INVALID_ARG with a message naming variable (set to value);
+ * 0 if so, else 1 with what came instead on stderr. Finalizes a communicator that was made. */
+static int init_refused(int index, const char *variable, const char *value, hoop_comm *comm,
+                        hoop_result result) {
+  int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), variable);
+  if (bad)
+    fprintf(stderr, "rank %d: %s=%s: expected HOOP_ERR_INVALID_ARG naming it, got %s: %s\n", index,
+            variable, value, hoop_strerror(result), hoop_last_error(comm));
+  if (result == HOOP_OK)
+    hoop_finalize(comm);
+  return bad;
+}
+
 /* HOOP_TCP_SPIN_US takes auto or microseconds; anything else fails hoop_init, naming it. */
 static int bad_spin_rank(int index, int n, void *arg) {
   hoop_config config;
@@ -235,15 +248,7 @@ static int bad_spin_rank(int index, int n, void *arg) {
   setenv("HOOP_TCP_SPIN_US", "forever", 1);
   hoop_comm *comm = NULL;
   hoop_result result = hoop_init(&comm, &config);
-  int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_TCP_SPIN_US");
-  if (bad)
-    fprintf(stderr,
-            "rank %d: HOOP_TCP_SPIN_US=forever: expected HOOP_ERR_INVALID_ARG naming it, "
-            "got %s: %s\n",
-            index, hoop_strerror(result), hoop_last_error(comm));
-  if (result == HOOP_OK)
-    hoop_finalize(comm);
-  return bad;
+  return init_refused(index, "HOOP_TCP_SPIN_US", "forever", comm, result);
 }
 
 START_TEST(test_spin_unknown) {
@@ -282,19 +287,6 @@ static void count_congestion(const char *name, int *same, int *other) {
   }
 }
 
-static int congestion_refused(int index, const congestion_job *job, hoop_comm *comm,
-                              hoop_result result) {
-  int bad = result != HOOP_ERR_INVALID_ARG || !strstr(hoop_last_error(comm), "HOOP_TCP_CONGESTION");
-  if (bad)
-    fprintf(stderr,
-            "rank %d: HOOP_TCP_CONGESTION=%s: expected HOOP_ERR_INVALID_ARG naming it, got %s: "
-            "%s\n",
-            index, job->value, hoop_strerror(result), hoop_last_error(comm));
-  if (result == HOOP_OK)
-    hoop_finalize(comm);
-  return bad;
-}
-
 static int congestion_rank(int index, int n, void *arg) {
   const congestion_job *job = arg;
   hoop_config config;
@@ -306,7 +298,7 @@ static int congestion_rank(int index, int n, void *arg) {
   hoop_comm *comm = NULL;
   hoop_result result = hoop_init(&comm, &config);
   if (strcmp(job->value, "no-such-cc") == 0)
-    return congestion_refused(index, job, comm, result);
+    return init_refused(index, "HOOP_TCP_CONGESTION", job->value, comm, result);
   if (result != HOOP_OK)
     return 10;
   /* Large enough to go over the connections, not through the host's board. */

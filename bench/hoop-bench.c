@@ -324,14 +324,20 @@ static void reduce_doubles(double *values, int n, hoop_op op) {
     die("hoop_allreduce (timing)", result);
 }
 
-/* With a budget, the anchors' scheme (../shared/anchors/mpibench.c): run k = 1, 2, 4, ... calls
- * until the slowest rank needs 20 ms for them (that is the warm-up), then as many as fill the
- * budget, at least 5 and at most 10000. Otherwise the warm-up and iteration count given. */
+/* With a budget, the anchors' scheme (../shared/anchors/mpibench.c) after one untimed call: run k =
+ * 1, 2, 4, ... calls until the slowest rank needs 20 ms for them (that is the warm-up), then as
+ * many as fill the budget, at least 5 and at most 10000. Otherwise the warm-up and iteration count
+ * given. */
 static long choose_iters(const bench_options *opt, bench_buffers *b, size_t count) {
   if (opt->budget_s <= 0) {
     time_loop(opt, b, count, opt->warmup);
     return opt->iters;
   }
+  /* One call first, outside the probe: a size's first call may pay what later ones do not (a
+   * peer's CUDA IPC handles opened at its first device buffer, scratch grown), and a probe of
+   * k = 1 that took 20 ms for that reason would set the per-call estimate (the 4-rank device runs
+   * chose 10-15 iterations at 256 KiB, the first size past the IPC cut-over). */
+  time_loop(opt, b, count, 1);
   double per_call = 0;
   for (long k = 1;; k *= 2) {
     sync_ranks();

@@ -140,6 +140,17 @@ static int route_source(const struct sockaddr *toward, struct sockaddr_storage *
   return rc;
 }
 
+int hoop__same_ip(const struct sockaddr *a, const struct sockaddr *b) {
+  if (a->sa_family != b->sa_family)
+    return 0;
+  if (a->sa_family == AF_INET)
+    return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                  &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr)) == 0;
+  return a->sa_family == AF_INET6 &&
+         memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
 int hoop__interface_of(const struct sockaddr *addr, char *name, size_t namelen) {
   struct ifaddrs *list = NULL;
   int found = 0;
@@ -149,13 +160,7 @@ int hoop__interface_of(const struct sockaddr *addr, char *name, size_t namelen) 
   for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
     if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != addr->sa_family)
       continue;
-    int same =
-        addr->sa_family == AF_INET
-            ? memcmp(&((struct sockaddr_in *)ifa->ifa_addr)->sin_addr,
-                     &((const struct sockaddr_in *)addr)->sin_addr, sizeof(struct in_addr)) == 0
-            : memcmp(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
-                     &((const struct sockaddr_in6 *)addr)->sin6_addr, sizeof(struct in6_addr)) == 0;
-    if (same) {
+    if (hoop__same_ip(ifa->ifa_addr, addr)) {
       snprintf(name, namelen, "%s", ifa->ifa_name);
       found = 1;
       break;

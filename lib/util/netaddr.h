@@ -18,6 +18,9 @@ int hoop__resolve(const char *host, int port, struct sockaddr_storage *addr, soc
 /* 1 if addr is IPv4 127/8 or IPv6 ::1. */
 int hoop__is_loopback(const struct sockaddr *addr);
 
+/* 1 if a and b hold the same IPv4 or IPv6 address, their ports aside; else 0. */
+int hoop__same_ip(const struct sockaddr *a, const struct sockaddr *b);
+
 /* 1 if addr (its port aside) is an address of one of this host's interfaces, whose name goes into
  * name; else 0 and "?". */
 int hoop__interface_of(const struct sockaddr *addr, char *name, size_t namelen);

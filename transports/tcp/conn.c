@@ -42,20 +42,10 @@ static int in_host(int fd) {
   struct sockaddr_storage mine, theirs;
   socklen_t mine_len = sizeof mine, theirs_len = sizeof theirs;
   if (getsockname(fd, (struct sockaddr *)&mine, &mine_len) != 0 ||
-      getpeername(fd, (struct sockaddr *)&theirs, &theirs_len) != 0 ||
-      mine.ss_family != theirs.ss_family)
+      getpeername(fd, (struct sockaddr *)&theirs, &theirs_len) != 0)
     return 0;
-  if (hoop__is_loopback((const struct sockaddr *)&theirs))
-    return 1;
-  if (theirs.ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const void *)&mine, *b = (const void *)&theirs;
-    return a->sin_addr.s_addr == b->sin_addr.s_addr;
-  }
-  if (theirs.ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const void *)&mine, *b = (const void *)&theirs;
-    return memcmp(&a->sin6_addr, &b->sin6_addr, sizeof b->sin6_addr) == 0;
-  }
-  return 0;
+  return hoop__is_loopback((const struct sockaddr *)&theirs) ||
+         hoop__same_ip((const struct sockaddr *)&mine, (const struct sockaddr *)&theirs);
 }
 
 static void tune_socket(hoop__tctx *ctx, int fd) {

@@ -309,14 +309,10 @@ static int congestion_rank(int index, int n, void *arg) {
   value[0] = index;
   value[COUNT - 1] = 2;
   result = hoop_allreduce(comm, value, value, COUNT, HOOP_INT32, HOOP_SUM);
-  char system_cc[32] = "";
-  FILE *f = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
-  if (f) {
-    if (!fgets(system_cc, sizeof system_cc, f))
-      system_cc[0] = '\0';
-    system_cc[strcspn(system_cc, "\n")] = '\0';
-    fclose(f);
-  }
+  char *system_cc = procs_slurp("/proc/sys/net/ipv4/tcp_congestion_control");
+  if (!system_cc)
+    return 12;
+  system_cc[strcspn(system_cc, "\n")] = '\0';
   int reno, not_reno, system_same, system_other;
   count_congestion("reno", &reno, &not_reno);
   count_congestion(system_cc, &system_same, &system_other);
@@ -335,6 +331,7 @@ static int congestion_rank(int index, int n, void *arg) {
             "connections on reno, %d on other ones, %d on the system's, %d not\n",
             index, n, job->value, system_cc, cpus, hoop_strerror(result), reno, not_reno,
             system_same, system_other);
+  free(system_cc);
   hoop_finalize(comm);
   return bad;
 }

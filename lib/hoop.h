@@ -233,6 +233,16 @@ HOOP_API const char *hoop_last_error(const hoop_comm *comm);
  * buffer may be CUDA device memory (detected per call, staged through host memory; see hoop(3)):
  * its inputs must be ready when the call is made, and its results are there when it returns. */
 
+/* Name the next collective this thread posts on comm (blocking, non-blocking, stream or
+ * allreduce_many), as Horovod programs name their tensors: the name's hash becomes part of the
+ * call's fingerprint, so ranks whose calls at one position carry different names (or a name and
+ * none) fail with HOOP_ERR_MISMATCH naming both calls and their names, instead of mixing the two
+ * calls' data. The name applies to that one call; the thread's next collective on another
+ * communicator drops it. NULL or "" clears it. Names are compared in full; messages show their
+ * first HOOP_NAME_MAX - 1 bytes. HOOP_ERR_INVALID_ARG for a NULL comm. */
+#define HOOP_NAME_MAX 64
+HOOP_API hoop_result hoop_name_next(hoop_comm *comm, const char *name);
+
 /* recvbuf[i] = op over ranks of sendbuf[i]. In place when sendbuf == recvbuf. */
 HOOP_API hoop_result hoop_allreduce(hoop_comm *comm, const void *sendbuf, void *recvbuf,
                                     size_t count, hoop_dtype dtype, hoop_op op);

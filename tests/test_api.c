@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/env.h"
+#include "core/fingerprint.h"
 #include "hoop.h"
 #include "rdzv/auth.h"
 #include "support/procs.h"
@@ -70,6 +71,62 @@ START_TEST(test_invalid_arguments) {
     ck_assert_ptr_nonnull(strstr(hoop_last_error(comm), "hoop_allreduce_stream"));
     ck_assert_int_eq(hoop_allreduce(comm, x, y, 4, HOOP_FLOAT32, HOOP_SUM), HOOP_OK);
   }
+  hoop_finalize(comm);
+}
+END_TEST
+
+/* hoop_name_next: a name goes into the next call's fingerprint on that communicator only, once;
+ * two calls that differ only in their names do not match, and the mismatch names both (a peer's
+ * name this rank never used by its hash); names are shown printable and cut at HOOP_NAME_MAX. */
+START_TEST(test_call_names) {
+  hoop_comm *comm = single_rank(), *other = single_rank();
+  ck_assert_int_eq(hoop_name_next(NULL, "x"), HOOP_ERR_INVALID_ARG);
+  ck_assert_int_eq(hoop_name_next(comm, "grad.a"), HOOP_OK);
+  uint32_t a = hoop__name_take(comm);
+  ck_assert_uint_ne(a, 0);
+  ck_assert_uint_eq(hoop__name_take(comm), 0); /* one call only */
+  ck_assert_int_eq(hoop_name_next(comm, "grad.b"), HOOP_OK);
+  ck_assert_uint_eq(hoop__name_take(other), 0); /* a post on another communicator drops it */
+  ck_assert_uint_eq(hoop__name_take(comm), 0);
+  ck_assert_int_eq(hoop_name_next(comm, "grad.b"), HOOP_OK);
+  ck_assert_int_eq(hoop_name_next(comm, NULL), HOOP_OK); /* cleared */
+  ck_assert_uint_eq(hoop__name_take(comm), 0);
+  ck_assert_int_eq(hoop_name_next(comm, "grad.b"), HOOP_OK);
+  uint32_t b = hoop__name_take(comm);
+  ck_assert_uint_ne(a, b);
+
+  uint8_t ours[HOOP__FINGERPRINT_BYTES], theirs[HOOP__FINGERPRINT_BYTES];
+  hoop__fingerprint_encode(comm, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, a);
+  memcpy(ours, hoop__fingerprint_bytes(comm), sizeof ours);
+  hoop__fingerprint_encode(comm, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, b);
+  memcpy(theirs, hoop__fingerprint_bytes(comm), sizeof theirs);
+  ck_assert(!hoop__fingerprints_match(ours, theirs));
+  ck_assert_uint_eq(hoop__fingerprint_count(ours), 3);
+  hoop__fingerprint_encode(comm, HOOP__COLL_BROADCAST, (size_t)1 << 47, HOOP_INT8, -1, 16383, 0);
+  ck_assert_uint_eq(hoop__fingerprint_count(hoop__fingerprint_bytes(comm)), (size_t)1 << 47);
+  ck_assert_int_eq(hoop__mismatch(comm, 1, theirs, ours, 0, 0), HOOP_ERR_MISMATCH);
+  const char *text = hoop_last_error(comm);
+  ck_assert_msg(strstr(text, "name \"grad.a\") on rank 0") &&
+                    strstr(text, "name \"grad.b\") on rank 1"),
+                "%s", text);
+
+  /* A peer's name this rank never used: its hash. Long and unprintable names: cut, '?'. */
+  char long_name[200];
+  memset(long_name, 'n', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = '\0';
+  long_name[3] = '\n';
+  ck_assert_int_eq(hoop_name_next(other, long_name), HOOP_OK);
+  uint32_t l = hoop__name_take(other);
+  hoop__fingerprint_encode(other, HOOP__COLL_BARRIER, 0, HOOP_UINT8, -1, -1, l);
+  memcpy(ours, hoop__fingerprint_bytes(other), sizeof ours);
+  hoop__fingerprint_encode(other, HOOP__COLL_BARRIER, 0, HOOP_UINT8, -1, -1, 0x1234abcd);
+  memcpy(theirs, hoop__fingerprint_bytes(other), sizeof theirs);
+  hoop__mismatch(other, 1, theirs, ours, 0, 0);
+  text = hoop_last_error(other);
+  ck_assert_msg(strstr(text, "name \"nnn?nnnn") && strstr(text, "name #1234abcd"), "%s", text);
+  const char *shown = strstr(text, "name \"") + 6;
+  ck_assert_msg(strchr(shown, '"') - shown == HOOP_NAME_MAX - 1, "%s", text);
+  hoop_finalize(other);
   hoop_finalize(comm);
 }
 END_TEST
@@ -575,6 +632,7 @@ static Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("local");
   tcase_add_test(tc, test_invalid_arguments);
+  tcase_add_test(tc, test_call_names);
   tcase_add_test(tc, test_invalid_config);
   tcase_add_test(tc, test_config_size_and_version);
   tcase_add_test(tc, test_register_arguments);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "core/fingerprint.h"
 #include "core/request.h"
 #include "mem/kind.h"
 
@@ -50,6 +51,7 @@ static hoop__coll_args call_args(hoop__coll coll, const void *sendbuf, void *rec
   args.esize = args.bytes = 0;
   args.sendcounts = args.sdispls = args.recvcounts = args.rdispls = NULL;
   args.checked = 0;
+  args.name_tag = 0;
   return args;
 }
 
@@ -63,6 +65,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
     return HOOP_ERR_INVALID_ARG;
   if (request)
     *request = NULL;
+  uint32_t name_tag = hoop__name_take(comm); /* the named call is this one, refused or not */
   hoop_result result = hoop__coll_validate(comm, args);
   if (result != HOOP_OK)
     return result;
@@ -72,6 +75,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
                            hoop__coll_call_name(args->coll));
     req.args = *args;
     req.args.checked = 1;
+    req.args.name_tag = name_tag;
     return hoop__request_call(comm, &req.base);
   }
   /* An alltoallv's four arrays are copied behind the request: the caller may reuse them. */
@@ -82,6 +86,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
                            hoop__coll_call_name(args->coll));
   req->args = *args;
   req->args.checked = 1;
+  req->args.name_tag = name_tag;
   if (arrays) {
     size_t n = (size_t)comm->size, *copy = (size_t *)(req + 1);
     const size_t *from[4] = {args->sendcounts, args->sdispls, args->recvcounts, args->rdispls};

@@ -31,10 +31,11 @@ static hoop_result check_dtype_count(hoop_comm *comm, const char *call, size_t c
   return HOOP_OK;
 }
 
-/* op and root: -1 when the call has none (they go into the fingerprint). check_dtype: unless the
- * post checked them already (hoop__coll_validate). */
+/* op and root: -1 when the call has none (they go into the fingerprint, with the name's tag).
+ * check_dtype: unless the post checked them already (hoop__coll_validate). */
 static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll which, size_t count,
-                              hoop_dtype dtype, int has_data, int check_dtype, int op, int root) {
+                              hoop_dtype dtype, int has_data, int check_dtype, int op, int root,
+                              uint32_t name_tag) {
   hoop__check_abort(comm);
   /* Another rank's abort or loss that the server told of since the last call fails this one.
    * Looking costs a system call, which back-to-back small calls would pay every time, so calls
@@ -57,7 +58,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->call_started = now;
   comm->stall_warned = 0;
   comm->call_waited = 0;
-  hoop__fingerprint_encode(comm, which, count, dtype, op, root);
+  hoop__fingerprint_encode(comm, which, count, dtype, op, root, name_tag);
   comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
                                          has_data ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
@@ -272,7 +273,8 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
                  args->coll == HOOP__COLL_BROADCAST || args->coll == HOOP__COLL_REDUCE ||
                          args->coll == HOOP__COLL_GATHER || args->coll == HOOP__COLL_SCATTER
                      ? args->root
-                     : -1);
+                     : -1,
+                 args->name_tag);
   if (result != HOOP_OK)
     return coll_end(comm, result, args->bytes);
   if (coll->check && !args->checked && (result = coll->check(comm, args)) != HOOP_OK)

@@ -6,6 +6,7 @@
 
 #include "coll/coll.h"
 #include "core/env.h"
+#include "core/fingerprint.h"
 #include "core/request.h"
 #include "mem/kind.h"
 
@@ -23,6 +24,7 @@ typedef struct fused_request {
   const void *const *sendbufs;
   void *const *recvbufs;
   const size_t *counts;
+  uint32_t name_tag; /* hoop_name_next's, which each piece carries */
 } fused_request;
 
 /* ---- running a fused request ----------------------------------------------------------------- */
@@ -81,7 +83,8 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
                               .count = req->counts[buf],
                               .dtype = req->dtype,
                               .op = req->op,
-                              .root = -1};
+                              .root = -1,
+                              .name_tag = req->name_tag};
       result = hoop__coll_run(comm, &args);
       buf++;
       continue;
@@ -111,7 +114,8 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
                             .count = filled,
                             .dtype = req->dtype,
                             .op = req->op,
-                            .root = -1};
+                            .root = -1,
+                            .name_tag = req->name_tag};
     result = hoop__coll_run(comm, &args);
     /* Unpack what this piece carried, in the order it was packed. */
     for (size_t b = first_buf, from = first_at, done = 0; result == HOOP_OK && done < filled; b++) {
@@ -178,6 +182,7 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
                               hoop_request **request) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
+  uint32_t name_tag = hoop__name_take(comm);
   hoop_result result = check_many(comm, call, n, sendbufs, recvbufs, counts, dtype, op);
   if (result != HOOP_OK)
     return result;
@@ -190,7 +195,8 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
         .nbufs = n,
         .sendbufs = sendbufs,
         .recvbufs = recvbufs,
-        .counts = counts};
+        .counts = counts,
+        .name_tag = name_tag};
     if ((result = hoop__request_post(comm, &req.base)) != HOOP_OK)
       return result;
     hoop__request_wait_done(comm, &req.base);
@@ -219,6 +225,7 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   req->sendbufs = sends;
   req->recvbufs = recvs;
   req->counts = copied;
+  req->name_tag = name_tag;
   req->base.run = run_fused;
   req->base.release = release_arrays;
   req->base.bytes = fused_bytes(n, copied, dtype);

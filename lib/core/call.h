@@ -23,7 +23,8 @@ typedef struct hoop__coll_args {
   size_t esize, bytes;
   /* alltoallv: elements to and from each rank, and where they lie (in elements) */
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
-  int checked; /* the post's checks passed (coll/api.c): the run need not make them again */
+  int checked;       /* the post's checks passed (coll/api.c): the run need not make them again */
+  uint32_t name_tag; /* the name the program gave the call (hoop_name_next), 0 for none */
 } hoop__coll_args;
 
 /* The bytes a call's result holds on each rank: the gathered blocks of an allgather, else the

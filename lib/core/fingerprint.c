@@ -7,8 +7,11 @@
 #include "core/fingerprint.h"
 #include "util/be.h"
 
-/* Layout: seq (8 bytes), collective (hoop__coll + 1), dtype (1), op (1), root (+1, 4 bytes: 0 for
- * none), count (8), 1 reserved byte; integers big-endian. */
+/* Layout of a collective's: seq (8 bytes), collective (hoop__coll + 1), dtype (1), op (+1, 1),
+ * root (+1, 2 bytes: 0 for none; a job has at most HOOP__WIRE_MAX_RANKS ranks), count (6 bytes:
+ * 2^48 - 1 stands for that many or more, which no memory holds), the tag of the call's name (4
+ * bytes, 0 for none), 1 byte 0; integers big-endian. A point-to-point message's: see
+ * hoop__fingerprint_p2p. */
 static const char *const collective_names[HOOP__COLL_COUNT] = {
     [HOOP__COLL_ALLREDUCE] = "hoop_allreduce",
     [HOOP__COLL_BROADCAST] = "hoop_broadcast",
@@ -44,25 +47,105 @@ int hoop__fingerprints_match(const uint8_t *a, const uint8_t *b) {
   return memcmp(a, b, HOOP__FINGERPRINT_BYTES) == 0;
 }
 
+#define COUNT_MAX ((UINT64_C(1) << 48) - 1)
+
 size_t hoop__fingerprint_count(const uint8_t *fp) {
-  return (size_t)hoop__get_be64(fp + 15);
+  if (fp[8] == FP_P2P)
+    return (size_t)hoop__get_be64(fp + 15);
+  return (size_t)(hoop__get_be64(fp + 11) & COUNT_MAX);
+}
+
+static uint32_t fingerprint_tag(const uint8_t *fp) {
+  return fp[8] == FP_P2P ? 0 : hoop__get_be32(fp + 19);
 }
 
 void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, hoop_dtype dtype,
-                              int op, int root) {
+                              int op, int root, uint32_t name_tag) {
   uint8_t *fp = comm->fingerprint;
+  uint64_t wide = (uint64_t)count < COUNT_MAX ? (uint64_t)count : COUNT_MAX;
   hoop__put_be64(fp, comm->seq);
   fp[8] = (uint8_t)(coll + 1);
   fp[9] = (uint8_t)dtype;
   fp[10] = (uint8_t)(op + 1);
-  hoop__put_be32(fp + 11, (uint32_t)(root + 1));
-  hoop__put_be64(fp + 15, count);
+  hoop__put_be16(fp + 11, (uint16_t)(root + 1));
+  hoop__put_be16(fp + 13, (uint16_t)(wide >> 32));
+  hoop__put_be32(fp + 15, (uint32_t)wide);
+  hoop__put_be32(fp + 19, name_tag);
   fp[23] = 0;
+}
+
+/* ---- the calls' names ------------------------------------------------------------------------ */
+
+/* The name hoop_name_next gave this thread's next collective, and the communicator it is for. */
+static _Thread_local struct {
+  const hoop_comm *comm;
+  uint32_t tag;
+} pending;
+
+/* FNV-1a over the whole name; 0 stands for "no name", so a name that hashes to it takes 1. */
+static uint32_t name_hash(const char *name) {
+  uint32_t h = 2166136261u;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    h = (h ^ *p) * 16777619u;
+  return h ? h : 1;
+}
+
+hoop_result hoop_name_next(hoop_comm *comm, const char *name) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  pending.comm = NULL;
+  pending.tag = 0;
+  if (!name || !*name)
+    return HOOP_OK;
+  uint32_t tag = name_hash(name);
+  hoop__names *names = &comm->names;
+  hoop__lock_take(&names->lock);
+  int known = 0;
+  for (unsigned i = 0; i < HOOP__NAMES && !known; i++)
+    known = names->tag[i] == tag && strncmp(names->text[i], name, HOOP_NAME_MAX - 1) == 0;
+  if (!known) {
+    /* Kept printable: the name goes into error messages and logs as it is. */
+    unsigned slot = names->next++ % HOOP__NAMES;
+    size_t n = 0;
+    for (; name[n] && n < HOOP_NAME_MAX - 1; n++)
+      names->text[slot][n] = (unsigned char)name[n] >= 0x20 && name[n] != 0x7f ? name[n] : '?';
+    names->text[slot][n] = '\0';
+    names->tag[slot] = tag;
+  }
+  hoop__lock_release(&names->lock);
+  pending.comm = comm;
+  pending.tag = tag;
+  return HOOP_OK;
+}
+
+uint32_t hoop__name_take(const hoop_comm *comm) {
+  uint32_t tag = pending.comm == comm ? pending.tag : 0;
+  pending.comm = NULL;
+  pending.tag = 0;
+  return tag;
+}
+
+/* ", name \"grad.a\"" for a tag this rank named a call with, else ", name #1a2b3c4d" (the peer's
+ * name, which this rank never used); "" for no name. */
+static void name_describe(hoop_comm *comm, uint32_t tag, char *out, size_t outlen) {
+  out[0] = '\0';
+  if (!tag)
+    return;
+  hoop__names *names = &comm->names;
+  hoop__lock_take(&names->lock);
+  for (unsigned i = 0; i < HOOP__NAMES; i++)
+    if (names->tag[i] == tag) {
+      snprintf(out, outlen, ", name \"%s\"", names->text[i]);
+      break;
+    }
+  hoop__lock_release(&names->lock);
+  if (!out[0])
+    snprintf(out, outlen, ", name #%08x", (unsigned)tag);
 }
 
 /* "hoop_allreduce (call #5, count 1000, float32, sum)", "hoop_broadcast (call #5, count 10,
  * root 0)". */
-static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
+static void fingerprint_describe(hoop_comm *comm, const uint8_t *fp, char *out, size_t outlen) {
   static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   if (memcmp(fp, unchecked, sizeof unchecked) == 0) {
     snprintf(out, outlen, "a collective (HOOP_CHECK_CALLS=0: not named)");
@@ -79,7 +162,9 @@ static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
       fp[8] >= 1 && fp[8] <= HOOP__COLL_COUNT ? collective_names[fp[8] - 1] : "an unknown call";
   const char *dtype = hoop_dtype_name((hoop_dtype)fp[9]);
   const char *op = fp[10] ? hoop_op_name((hoop_op)(fp[10] - 1)) : NULL;
-  long root = (long)hoop__get_be32(fp + 11) - 1;
+  long root = (long)hoop__get_be16(fp + 11) - 1;
+  char name[HOOP_NAME_MAX + 16];
+  name_describe(comm, fingerprint_tag(fp), name, sizeof name);
   int n = snprintf(out, outlen, "%s (call #%llu", call, (unsigned long long)hoop__get_be64(fp));
   /* An alltoallv has a count per pair, which the lengths of its messages carry. */
   if (fp[8] == HOOP__COLL_ALLTOALLV + 1 && n >= 0 && (size_t)n < outlen)
@@ -92,14 +177,14 @@ static void fingerprint_describe(const uint8_t *fp, char *out, size_t outlen) {
   if (root >= 0 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", root %ld", root);
   if (n >= 0 && (size_t)n < outlen)
-    snprintf(out + n, outlen - (size_t)n, ")");
+    snprintf(out + n, outlen - (size_t)n, "%s)", name);
 }
 
 hoop_result hoop__mismatch(hoop_comm *comm, int peer, const uint8_t *theirs, const uint8_t *ours,
                            uint64_t len, uint64_t expected_len) {
-  char mine[160], other[160];
-  fingerprint_describe(ours, mine, sizeof mine);
-  fingerprint_describe(theirs, other, sizeof other);
+  char mine[256], other[256];
+  fingerprint_describe(comm, ours, mine, sizeof mine);
+  fingerprint_describe(comm, theirs, other, sizeof other);
   if (!hoop__fingerprints_match(theirs, ours))
     return hoop__fail(comm, HOOP_ERR_MISMATCH, "%s on rank %d does not match %s on rank %d", mine,
                       comm->rank, other, peer);

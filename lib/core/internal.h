@@ -20,6 +20,17 @@
  * transport carries it as opaque bytes with each message and compares it on arrival. */
 #define HOOP__FINGERPRINT_BYTES 24
 
+/* The names this rank gave its calls on a communicator (hoop_name_next), kept by the tag their
+ * fingerprints carry, so that a mismatch names both ranks' calls: the last HOOP__NAMES of them
+ * (core/fingerprint.c). Zeroed is empty. */
+#define HOOP__NAMES 64
+typedef struct hoop__names {
+  hoop__lock lock; /* util/lock.h: hoop_name_next may run in any thread */
+  unsigned next;
+  uint32_t tag[HOOP__NAMES];
+  char text[HOOP__NAMES][HOOP_NAME_MAX];
+} hoop__names;
+
 /* The collectives, as the dispatcher (coll/dispatch.c) and the tuning table (coll/tune.c) know
  * them. */
 typedef enum hoop__coll {
@@ -136,6 +147,7 @@ struct hoop_comm {
   uint64_t seq;                                 /* collective calls made, for error messages */
   const char *call;                             /* the collective running now, for error messages */
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES]; /* the running call's, see coll/dispatch.c */
+  hoop__names names;                            /* the calls' names, see core/fingerprint.c */
   int check_calls;     /* HOOP_CHECK_CALLS: send and compare fingerprints */
   double stall_warn_s; /* HOOP_STALL_WARN */
   double call_started; /* when the running call began, for the stall warning */

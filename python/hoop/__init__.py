@@ -20,6 +20,7 @@ carrying libhoop's message, one class per result code.
 import atexit
 import ctypes
 import os
+import re
 import sys
 import weakref
 
@@ -173,8 +174,20 @@ _lib.hoop_comm_grow.argtypes = [_c.c_void_p, _c.POINTER(_c.c_void_p)]
 _lib.hoop_comm_newcomers.argtypes = [_c.c_void_p]
 _lib.hoop_comm_generation.argtypes = [_c.c_void_p]
 _lib.hoop_comm_generation.restype = _c.c_uint
+_lib.hoop_name_next.argtypes = [_c.c_void_p, _c.c_char_p]
 _lib.hoop_test.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int)]
 _lib.hoop_wait.argtypes = [_c.c_void_p]
+
+
+_NAME_SHOWN = 63  # HOOP_NAME_MAX - 1: the bytes of a name libhoop's messages show
+
+
+def _name_tag(data):
+    """libhoop's tag of a call's name (core/fingerprint.c: FNV-1a, 0 taken as 1)."""
+    h = 2166136261
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h or 1
 
 
 def cuda_supported():
@@ -348,6 +361,7 @@ class Communicator:
                 raise _ERRORS.get(code, HoopError)(message, code)
         self._handle = handle
         self._outstanding = set()
+        self._names = {}  # the tags of the calls' names (_name_tag), for error messages
         self._depth = 0  # splits between this communicator and the job's (finalized first)
         self.rank = _lib.hoop_rank(handle)
         self.size = _lib.hoop_size(handle)
@@ -366,6 +380,11 @@ class Communicator:
     def _message(self, code):
         text = _lib.hoop_last_error(self._handle) if self._handle else None
         text = text.decode(errors="replace") if text else ""
+        names = getattr(self, "_names", None)
+        if names and "name #" in text:
+            # A peer's name that this rank had not used when the call failed, used since.
+            text = re.sub(r"name #([0-9a-f]{8})", lambda m: 'name "%s"' % names[int(m.group(1), 16)]
+                          if int(m.group(1), 16) in names else m.group(0), text)
         return text or _lib.hoop_strerror(code).decode()
 
     def _check(self, code):
@@ -379,14 +398,14 @@ class Communicator:
 
     # -- collectives --
 
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None):
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None, name=None):
         """recvbuf = op over ranks of sendbuf (in place without recvbuf); returns recvbuf."""
-        return self._allreduce("hoop_allreduce", sendbuf, recvbuf, op, dtype, False)
+        return self._allreduce("hoop_allreduce", sendbuf, recvbuf, op, dtype, False, name)
 
-    def iallreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None):
-        return self._allreduce("hoop_iallreduce", sendbuf, recvbuf, op, dtype, True)
+    def iallreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None, name=None):
+        return self._allreduce("hoop_iallreduce", sendbuf, recvbuf, op, dtype, True, name)
 
-    def _allreduce(self, call, sendbuf, recvbuf, op, dtype, nonblocking):
+    def _allreduce(self, call, sendbuf, recvbuf, op, dtype, nonblocking, name=None):
         handle = self._live(call)
         opcode = _op_code(op, call)
         out = sendbuf if recvbuf is None else recvbuf
@@ -395,17 +414,17 @@ class Communicator:
         if src.dtype != dst.dtype or src.nbytes != dst.nbytes:
             raise InvalidArgument("%s: sendbuf and recvbuf differ in dtype or size" % call)
         args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
-        return self._run(call, args, (src, dst), out, nonblocking)
+        return self._run(call, args, (src, dst), out, nonblocking, name)
 
-    def allreduce_many(self, buffers, op="sum", dtype=None):
+    def allreduce_many(self, buffers, op="sum", dtype=None, name=None):
         """Allreduce every buffer of the list in place, as one fused transfer (hoop_allreduce_many:
         Horovod's tensor fusion). The buffers share one dtype. Returns the list."""
-        return self._allreduce_many("hoop_allreduce_many", buffers, op, dtype, False)
+        return self._allreduce_many("hoop_allreduce_many", buffers, op, dtype, False, name)
 
-    def iallreduce_many(self, buffers, op="sum", dtype=None):
-        return self._allreduce_many("hoop_iallreduce_many", buffers, op, dtype, True)
+    def iallreduce_many(self, buffers, op="sum", dtype=None, name=None):
+        return self._allreduce_many("hoop_iallreduce_many", buffers, op, dtype, True, name)
 
-    def _allreduce_many(self, call, buffers, op, dtype, nonblocking):
+    def _allreduce_many(self, call, buffers, op, dtype, nonblocking, name=None):
         handle = self._live(call)
         opcode = _op_code(op, call)
         held = [_Buffer(b, dtype, call, True) for b in buffers]
@@ -416,46 +435,46 @@ class Communicator:
         counts = (ctypes.c_size_t * max(n, 1))(*[b.count(call) for b in held])
         code = held[0].dtype if held else _dtype_code(dtype or "float32", call)
         args = (handle, n, ptrs, ptrs, counts, code, opcode)
-        return self._run(call, args, (held, ptrs, counts), buffers, nonblocking)
+        return self._run(call, args, (held, ptrs, counts), buffers, nonblocking, name)
 
-    def broadcast(self, buf, root=0, dtype=None):
+    def broadcast(self, buf, root=0, dtype=None, name=None):
         """Copy root's buf to every rank's buf; returns buf."""
-        return self._broadcast("hoop_broadcast", buf, root, dtype, False)
+        return self._broadcast("hoop_broadcast", buf, root, dtype, False, name)
 
-    def ibroadcast(self, buf, root=0, dtype=None):
-        return self._broadcast("hoop_ibroadcast", buf, root, dtype, True)
+    def ibroadcast(self, buf, root=0, dtype=None, name=None):
+        return self._broadcast("hoop_ibroadcast", buf, root, dtype, True, name)
 
-    def _broadcast(self, call, buf, root, dtype, nonblocking):
+    def _broadcast(self, call, buf, root, dtype, nonblocking, name=None):
         handle = self._live(call)
         b = _Buffer(buf, dtype, call, True)
         return self._run(call, (handle, b.address, b.count(call), b.dtype, int(root)), (b,), buf,
-                         nonblocking)
+                         nonblocking, name)
 
-    def reduce(self, sendbuf, recvbuf=None, root=0, op="sum", dtype=None):
+    def reduce(self, sendbuf, recvbuf=None, root=0, op="sum", dtype=None, name=None):
         """The root's recvbuf = op over ranks of sendbuf (recvbuf None elsewhere, or at the root
         for in place); returns recvbuf (sendbuf in place)."""
-        return self._rooted("hoop_reduce", sendbuf, recvbuf, root, op, dtype, False)
+        return self._rooted("hoop_reduce", sendbuf, recvbuf, root, op, dtype, False, name)
 
-    def ireduce(self, sendbuf, recvbuf=None, root=0, op="sum", dtype=None):
-        return self._rooted("hoop_ireduce", sendbuf, recvbuf, root, op, dtype, True)
+    def ireduce(self, sendbuf, recvbuf=None, root=0, op="sum", dtype=None, name=None):
+        return self._rooted("hoop_ireduce", sendbuf, recvbuf, root, op, dtype, True, name)
 
-    def gather(self, sendbuf, recvbuf=None, root=0, dtype=None):
+    def gather(self, sendbuf, recvbuf=None, root=0, dtype=None, name=None):
         """The root's recvbuf holds size blocks of sendbuf's size, rank r's in block r (recvbuf
         None on the other ranks). Returns recvbuf."""
-        return self._rooted("hoop_gather", sendbuf, recvbuf, root, None, dtype, False)
+        return self._rooted("hoop_gather", sendbuf, recvbuf, root, None, dtype, False, name)
 
-    def igather(self, sendbuf, recvbuf=None, root=0, dtype=None):
-        return self._rooted("hoop_igather", sendbuf, recvbuf, root, None, dtype, True)
+    def igather(self, sendbuf, recvbuf=None, root=0, dtype=None, name=None):
+        return self._rooted("hoop_igather", sendbuf, recvbuf, root, None, dtype, True, name)
 
-    def scatter(self, sendbuf, recvbuf, root=0, dtype=None):
+    def scatter(self, sendbuf, recvbuf, root=0, dtype=None, name=None):
         """Block r of the root's sendbuf (size blocks of recvbuf's size; None elsewhere) to rank
         r's recvbuf. Returns recvbuf."""
-        return self._rooted("hoop_scatter", sendbuf, recvbuf, root, None, dtype, False)
+        return self._rooted("hoop_scatter", sendbuf, recvbuf, root, None, dtype, False, name)
 
-    def iscatter(self, sendbuf, recvbuf, root=0, dtype=None):
-        return self._rooted("hoop_iscatter", sendbuf, recvbuf, root, None, dtype, True)
+    def iscatter(self, sendbuf, recvbuf, root=0, dtype=None, name=None):
+        return self._rooted("hoop_iscatter", sendbuf, recvbuf, root, None, dtype, True, name)
 
-    def _rooted(self, call, sendbuf, recvbuf, root, op, dtype, nonblocking):
+    def _rooted(self, call, sendbuf, recvbuf, root, op, dtype, nonblocking, name=None):
         handle = self._live(call)
         root = int(root)
         is_root = self.rank == root
@@ -484,7 +503,7 @@ class Communicator:
             args.append(_op_code(op, call))
         args.append(root)
         return self._run(call, tuple(args), (src, dst), recvbuf if recvbuf is not None else sendbuf,
-                         nonblocking)
+                         nonblocking, name)
 
     def send(self, buf, peer, tag=0, dtype=None):
         """Send buf to rank peer (matched in order by its recv of the same size, dtype and tag)."""
@@ -506,14 +525,14 @@ class Communicator:
         return self._run(call, (handle, b.address, b.count(call), b.dtype, int(peer), int(tag)),
                          (b,), buf, nonblocking)
 
-    def allgather(self, sendbuf, recvbuf, dtype=None):
+    def allgather(self, sendbuf, recvbuf, dtype=None, name=None):
         """recvbuf holds size blocks: rank r's sendbuf lands in block r. Returns recvbuf."""
-        return self._allgather("hoop_allgather", sendbuf, recvbuf, dtype, False)
+        return self._allgather("hoop_allgather", sendbuf, recvbuf, dtype, False, name)
 
-    def iallgather(self, sendbuf, recvbuf, dtype=None):
-        return self._allgather("hoop_iallgather", sendbuf, recvbuf, dtype, True)
+    def iallgather(self, sendbuf, recvbuf, dtype=None, name=None):
+        return self._allgather("hoop_iallgather", sendbuf, recvbuf, dtype, True, name)
 
-    def _allgather(self, call, sendbuf, recvbuf, dtype, nonblocking):
+    def _allgather(self, call, sendbuf, recvbuf, dtype, nonblocking, name=None):
         handle = self._live(call)
         dst = _Buffer(recvbuf, dtype, call, True)
         src = _Buffer(sendbuf, dtype, call, False)
@@ -522,17 +541,19 @@ class Communicator:
                                   "the same dtype, not %d" % (call, self.size, src.nbytes,
                                                               dst.nbytes))
         return self._run(call, (handle, src.address, dst.address, src.count(call), src.dtype),
-                         (src, dst), recvbuf, nonblocking)
+                         (src, dst), recvbuf, nonblocking, name)
 
-    def reduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None):
+    def reduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None, name=None):
         """recvbuf = this rank's block of op over ranks of sendbuf, which holds size blocks of
         recvbuf's size (block r to rank r). Returns recvbuf."""
-        return self._reduce_scatter("hoop_reduce_scatter", sendbuf, recvbuf, op, dtype, False)
+        return self._reduce_scatter("hoop_reduce_scatter", sendbuf, recvbuf, op, dtype, False,
+                                    name)
 
-    def ireduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None):
-        return self._reduce_scatter("hoop_ireduce_scatter", sendbuf, recvbuf, op, dtype, True)
+    def ireduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None, name=None):
+        return self._reduce_scatter("hoop_ireduce_scatter", sendbuf, recvbuf, op, dtype, True,
+                                    name)
 
-    def _reduce_scatter(self, call, sendbuf, recvbuf, op, dtype, nonblocking):
+    def _reduce_scatter(self, call, sendbuf, recvbuf, op, dtype, nonblocking, name=None):
         handle = self._live(call)
         opcode = _op_code(op, call)
         dst = _Buffer(recvbuf, dtype, call, True)
@@ -542,17 +563,17 @@ class Communicator:
                                   "the same dtype, not %d" % (call, self.size, dst.nbytes,
                                                               src.nbytes))
         args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
-        return self._run(call, args, (src, dst), recvbuf, nonblocking)
+        return self._run(call, args, (src, dst), recvbuf, nonblocking, name)
 
-    def alltoall(self, sendbuf, recvbuf, dtype=None):
+    def alltoall(self, sendbuf, recvbuf, dtype=None, name=None):
         """Block j of sendbuf (size equal blocks) to rank j; block i of recvbuf from rank i.
         Returns recvbuf."""
-        return self._alltoall("hoop_alltoall", sendbuf, recvbuf, dtype, False)
+        return self._alltoall("hoop_alltoall", sendbuf, recvbuf, dtype, False, name)
 
-    def ialltoall(self, sendbuf, recvbuf, dtype=None):
-        return self._alltoall("hoop_ialltoall", sendbuf, recvbuf, dtype, True)
+    def ialltoall(self, sendbuf, recvbuf, dtype=None, name=None):
+        return self._alltoall("hoop_ialltoall", sendbuf, recvbuf, dtype, True, name)
 
-    def _alltoall(self, call, sendbuf, recvbuf, dtype, nonblocking):
+    def _alltoall(self, call, sendbuf, recvbuf, dtype, nonblocking, name=None):
         handle = self._live(call)
         dst = _Buffer(recvbuf, dtype, call, True)
         src = _Buffer(sendbuf, dtype, call, False)
@@ -561,23 +582,23 @@ class Communicator:
                                   "dtype (%d and %d bytes)" % (call, self.size, src.nbytes,
                                                                dst.nbytes))
         args = (handle, src.address, dst.address, src.count(call) // self.size, src.dtype)
-        return self._run(call, args, (src, dst), recvbuf, nonblocking)
+        return self._run(call, args, (src, dst), recvbuf, nonblocking, name)
 
     def alltoallv(self, sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, rdispls=None,
-                  dtype=None):
+                  dtype=None, name=None):
         """sendcounts[j] elements of sendbuf to rank j, recvcounts[i] elements from rank i into
         recvbuf; blocks one after the other unless displacements (in elements) say where.
         Returns recvbuf."""
         return self._alltoallv("hoop_alltoallv", sendbuf, sendcounts, recvbuf, recvcounts, sdispls,
-                               rdispls, dtype, False)
+                               rdispls, dtype, False, name)
 
     def ialltoallv(self, sendbuf, sendcounts, recvbuf, recvcounts, sdispls=None, rdispls=None,
-                   dtype=None):
+                   dtype=None, name=None):
         return self._alltoallv("hoop_ialltoallv", sendbuf, sendcounts, recvbuf, recvcounts,
-                               sdispls, rdispls, dtype, True)
+                               sdispls, rdispls, dtype, True, name)
 
     def _alltoallv(self, call, sendbuf, sendcounts, recvbuf, recvcounts, sdispls, rdispls, dtype,
-                   nonblocking):
+                   nonblocking, name=None):
         handle = self._live(call)
         dst = _Buffer(recvbuf, dtype, call, True)
         src = _Buffer(sendbuf, dtype, call, False)
@@ -601,15 +622,27 @@ class Communicator:
                        (ctypes.c_size_t * self.size)(*displs)]
         args = (handle, src.address, arrays[0], arrays[1], dst.address, arrays[2], arrays[3],
                 src.dtype)
-        return self._run(call, args, (src, dst, arrays), recvbuf, nonblocking)
+        return self._run(call, args, (src, dst, arrays), recvbuf, nonblocking, name)
 
-    def barrier(self):
-        self._check(_lib.hoop_barrier(self._live("hoop_barrier")))
+    def barrier(self, name=None):
+        self._run("hoop_barrier", (self._live("hoop_barrier"),), (), None, False, name)
 
-    def ibarrier(self):
-        return self._run("hoop_ibarrier", (self._live("hoop_ibarrier"),), (), None, True)
+    def ibarrier(self, name=None):
+        return self._run("hoop_ibarrier", (self._live("hoop_ibarrier"),), (), None, True, name)
 
-    def _run(self, call, args, keep, result, nonblocking):
+    def _run(self, call, args, keep, result, nonblocking, name=None):
+        """Call libhoop's call with args; name (every collective takes one, as Horovod's calls
+        do) goes into the call's fingerprint (hoop_name_next): ranks whose calls at one position
+        carry different names fail with Mismatch naming both, instead of mixing their data."""
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError("%s: name must be a str, not %s" % (call, type(name).__name__))
+            # Named just before the call, on this thread: nothing else can take the name.
+            data = name.encode("utf-8", "replace")
+            _lib.hoop_name_next(args[0], data)
+            self._names[_name_tag(data)] = name[:_NAME_SHOWN]
+            if len(self._names) > 4096:
+                del self._names[next(iter(self._names))]
         if not nonblocking:
             self._check(getattr(_lib, call)(*args))
             return result

@@ -142,6 +142,14 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
   if (origin < 0 || origin >= comm->size)
     origin = peer;
   comm->fail_origin = origin;
+  /* A connection reset as the peer closed it can cut its notice's words off (TCP drops what was
+   * not yet read): say so rather than nothing. */
+  char cut[160];
+  if (!text[0]) {
+    snprintf(cut, sizeof cut, "rank %d failed: %s (told by rank %d, whose message did not arrive)",
+             origin, hoop_strerror(code), peer);
+    text = cut;
+  }
   snprintf(comm->fail_cause, sizeof comm->fail_cause, "%s", text);
   /* An abort and a mismatch name their origin in their own words; both sides of a mismatch get
    * the same code. Anything else happened to someone else: say so, and who. */

@@ -3,6 +3,9 @@
 # - tests/python/hvd_worker.py on 1 to 4 ranks: Horovod's API, every dtype and op, both
 #   broadcasts, allgather, objects, DistributedOptimizer against a one-process reference (plain,
 #   fp16, buckets, backward_passes_per_step, a missing gradient), join, and the refusals;
+# - tests/python/trust_worker.py on 3 ranks, shared memory and TCP: no peer's bytes unpickled
+#   outside the *_object calls (a member's crafted pickle is refused naming it, and never runs),
+#   and Horovod's names in each call's fingerprint;
 # - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one;
 # - tests/python/fail_worker.py: an exception on one rank, under the Horovod API and under the
 #   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
@@ -53,6 +56,22 @@ for mode in raise dist model kill; do
   want=2; [ $mode = model ] && want=3
   if [ "$(echo "$out" | grep -c "PASS $mode:")" != $want ] || echo "$out" | grep -q "FAIL $mode:"; then
     echo "FAIL: failure case '$mode':"; echo "$out" | tail -30; status=1
+  fi
+done
+
+# Trust and names (tests/python/trust_worker.py), over shared memory and TCP: a member's pickle
+# in hoop.torch's own exchanges is refused naming it and never runs; named calls posted in
+# another order fail on every rank naming both names.
+for transport in shm tcp; do
+  rm -rf "$tmp/trust" && mkdir -p "$tmp/trust"
+  out=$(HOOP_TRANSPORT=$transport "$hooprun" -np 3 --timeout 60 "$python" \
+    "$src/tests/python/trust_worker.py" "$tmp/trust" 2>&1)
+  echo "$out" | grep -E 'trust worker|FAIL' | sed "s/^/  $transport: /"
+  if [ "$(echo "$out" | grep -c 'trust worker: 7 cases, 0 failed')" != 3 ] ||
+     ! echo "$out" | grep -q 'PASS names: .*"grad\.[ab]".*"grad\.[ab]"' ||
+     ls "$tmp/trust" | grep -q '^ran-'; then
+    echo "FAIL: trust_worker.py over $transport:"; echo "$out" | grep -E 'PASS|FAIL' | cut -c1-300
+    echo "$out" | tail -20; status=1
   fi
 done
 

@@ -26,10 +26,18 @@ check that every rank has the same tensor names, shapes and dtypes, and otherwis
 one rank makes every other rank's next hoop call raise ``hoop.Aborted`` ("aborted by rank R: ...");
 a rank that dies becomes ``hoop.PeerLost`` naming it.
 
+Differences from Horovod that a program may meet: names (``name=``) are not negotiated; hoop
+matches calls in the order each rank posts them and compares their names, so calls posted in
+another order with different names raise ``hoop.Mismatch`` on every rank naming both, where Horovod
+would reorder them. ``broadcast_object`` and ``allgather_object`` unpickle what peers send (as
+Horovod's do: use them among ranks you trust); every other call exchanges only integers and plain
+values (_plain), so hvd.elastic's ``ObjectState`` attributes must be None, bool, int, float, str,
+bytes, tensors, or lists, tuples and dicts of them.
+
 The package is split by responsibility: _ops (op names), _sets (process sets), _compression, _job
 (init, rank, size; the one module that holds the communicator), _handles (poll, synchronize),
-_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects,
-_params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
+_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects
+(the pickled object calls), _plain (values between ranks without pickle), _params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
 (DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic) and _backend
 (the torch.distributed backend). This module re-exports their public names.
 """

@@ -10,7 +10,7 @@ from .. import Mismatch, Unsupported
 from ._compression import Compression
 from ._handles import _post, synchronize
 from ._job import _root
-from ._objects import _allgather_object
+from ._plain import gather_shapes
 from ._ops import _op, global_process_set
 from ._sets import _process_set
 
@@ -44,7 +44,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     _checked(tensor, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     _scaled(buf, prescale_factor)
-    request = comm.iallreduce(buf, op=op)
+    request = comm.iallreduce(buf, op=op, name=name)
 
     def finish():
         _scaled(buf, postscale_factor)
@@ -88,7 +88,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     bufs = [_checked(t, call) if t.is_contiguous() else t.contiguous() for t in tensors]
     for b in bufs:
         _scaled(b, prescale_factor)
-    request = comm.iallreduce_many(bufs, op=op)
+    request = comm.iallreduce_many(bufs, op=op, name=name)
 
     def finish():
         for t, b in zip(tensors, bufs):
@@ -129,7 +129,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _checked(tensor, call)
     _root(root_rank, comm, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
-    request = comm.ibroadcast(buf, root=root_rank)
+    request = comm.ibroadcast(buf, root=root_rank, name=name)
 
     def finish():
         if buf is not tensor:
@@ -155,10 +155,11 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def _gather_shapes(tensor, comm, call):
+def _gather_shapes(tensor, comm, call, name):
     """Every rank's first dimension of tensor, after checking that the ranks' tensors agree in
-    dtype and every other dimension (else Mismatch on every rank, naming them)."""
-    every = _allgather_object((str(tensor.dtype), tuple(tensor.shape)), comm)
+    dtype and every other dimension (else Mismatch on every rank, naming them). The shapes travel
+    as integers (_plain.gather_shapes)."""
+    every = gather_shapes(tensor, comm, call, name)
     dtype0, shape0 = every[0]
     for r, (dtype, shape) in enumerate(every):
         if dtype != dtype0 or shape[1:] != shape0[1:]:
@@ -177,7 +178,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     src = tensor.detach().contiguous()
     if src.dim() == 0:
         src = src.reshape(1)
-    firsts = _gather_shapes(src, comm, call)
+    firsts = _gather_shapes(src, comm, call, name)
     rest = tuple(src.shape[1:])
     widest = max(firsts)
     if widest != src.shape[0]:
@@ -185,7 +186,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         padded[:src.shape[0]] = src
         src = padded
     gathered = src.new_empty((widest * comm.size,) + rest)
-    request = comm.iallgather(src, gathered)
+    request = comm.iallgather(src, gathered, name=name)
     if all(f == widest for f in firsts):
         return _post([request], gathered)
 
@@ -204,9 +205,14 @@ def barrier(process_set=global_process_set):
     _process_set(process_set, "hvd.barrier").barrier()
 
 
+def _nth(name, i):
+    """The name of a group's i-th call: "name.i" (each is a call of its own)."""
+    return None if name is None else "%s.%d" % (name, i)
+
+
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Start an allgather of each tensor; synchronize(handle) returns the list of results."""
-    handles = [allgather_async(t, name, process_set) for t in tensors]
+    handles = [allgather_async(t, _nth(name, i), process_set) for i, t in enumerate(tensors)]
     return _post([], None, lambda: [synchronize(h) for h in handles])
 
 
@@ -238,11 +244,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
                              "%d in all" % (call, send_rows, n, src.shape[0]))
     # How many rows come from each rank: a small all-to-all first.
     theirs = torch.empty(n, dtype=torch.int64)
-    comm.alltoall(torch.tensor(send_rows, dtype=torch.int64), theirs)
+    comm.alltoall(torch.tensor(send_rows, dtype=torch.int64), theirs, name=name)
     recv_rows = theirs.tolist()
     row = math.prod(src.shape[1:])  # elements per row (1 for one dimension)
     out = src.new_empty((sum(recv_rows),) + tuple(src.shape[1:]))
-    request = comm.ialltoallv(src, [r * row for r in send_rows], out, [r * row for r in recv_rows])
+    request = comm.ialltoallv(src, [r * row for r in send_rows], out, [r * row for r in recv_rows],
+                              name=name)
     received = torch.tensor(recv_rows, dtype=torch.int32)
     return _post([request], None, lambda: (out, received))
 
@@ -279,7 +286,7 @@ def reducescatter_async(tensor, name=None, op=None, process_set=global_process_s
             at += c
         src = padded
     out = src.new_empty((widest,) + rest)
-    request = comm.ireduce_scatter(src, out, op=op)
+    request = comm.ireduce_scatter(src, out, op=op, name=name)
     mine = counts[comm.rank]
 
     def finish():
@@ -299,8 +306,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=None,
 
 def grouped_reducescatter_async(tensors, name=None, op=None, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    handles = [reducescatter_async(t, name, op, process_set, prescale_factor, postscale_factor)
-               for t in tensors]
+    handles = [reducescatter_async(t, _nth(name, i), op, process_set, prescale_factor,
+                                   postscale_factor) for i, t in enumerate(tensors)]
     return _post([], None, lambda: [synchronize(h) for h in handles])
 
 

@@ -25,7 +25,7 @@ import torch
 
 from .. import Aborted, Failed, HoopError, PeerLost, ProtocolError, Timeout
 from . import _handles, _job
-from ._objects import broadcast_object
+from . import _plain
 from ._params import broadcast_optimizer_state, broadcast_parameters
 
 # What a lost or stopped rank makes a call raise: the job goes on without it.
@@ -73,7 +73,10 @@ class State:
 
 
 class ObjectState(State):
-    """Plain attributes (epoch=0, batch=0, ...), saved by copy and synced from rank 0."""
+    """Plain attributes (epoch=0, batch=0, ...), saved by copy and synced from rank 0. They travel
+    without pickle, so they may be None, bool, int, float, str, bytes, tensors and lists, tuples
+    and dicts of them (else TypeError naming the call); for other objects, broadcast them with
+    hvd.broadcast_object, which trusts rank 0 to send no code."""
 
     def __init__(self, **kwargs):
         super().__init__()
@@ -91,8 +94,9 @@ class ObjectState(State):
             setattr(self, name, copy.deepcopy(value))
 
     def sync(self):
-        values = broadcast_object({name: getattr(self, name) for name in self._known},
-                                  root_rank=0)
+        comm = _job._live("hvd.elastic.ObjectState.sync")
+        values = _plain.broadcast({name: getattr(self, name) for name in self._known}, 0, comm,
+                                  "hvd.elastic.ObjectState.sync")
         for name, value in values.items():
             setattr(self, name, value)
         self.save()

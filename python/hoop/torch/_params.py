@@ -3,11 +3,11 @@ check that every rank has the same tensor names, shapes and dtypes (else hoop.Mi
 
 import torch
 
-from .. import Mismatch
+from .. import Mismatch, ProtocolError
 from ._collectives import broadcast_async_
 from ._handles import synchronize
 from ._job import _live, _root
-from ._objects import _allgather_object, broadcast_object
+from . import _plain
 
 
 def _describe(entry):
@@ -17,10 +17,20 @@ def _describe(entry):
 
 def _check_same(entries, comm, call):
     """Raise Mismatch on every rank unless every rank passed the same [(name, shape, dtype)],
-    naming the first difference and the ranks. One allgather."""
+    naming the first difference and the ranks. One allgather of a digest where they agree; the
+    lists themselves (as plain values, never pickled) where they do not."""
     if comm.size == 1:
         return
-    every = _allgather_object([(n, tuple(s), str(d)) for n, s, d in entries], comm)
+    mine = [(str(n), [int(x) for x in s], str(d)) for n, s, d in entries]
+    if _plain.digest_agrees(mine, comm, call):
+        return
+    every = _plain.allgather(mine, comm, call)
+    for r, theirs in enumerate(every):
+        if not isinstance(theirs, list) or any(
+                not (isinstance(e, tuple) and len(e) == 3 and isinstance(e[0], str) and
+                     isinstance(e[1], list) and isinstance(e[2], str)) for e in theirs):
+            raise ProtocolError("%s: rank %d sent something other than a list of tensors' "
+                                "names, shapes and dtypes" % (call, r), ProtocolError.code)
     first = every[0]
     for r, theirs in enumerate(every[1:], 1):
         if theirs == first:
@@ -80,8 +90,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0, prefix=None):
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("%s: cannot broadcast the state of torch.optim.LBFGS" % call)
     _check_same(_optimizer_entries(optimizer), comm, call)
-    state = broadcast_object(optimizer.state_dict() if comm.rank == root_rank else None,
-                             root_rank)
+    state = _plain.broadcast(optimizer.state_dict() if comm.rank == root_rank else None,
+                             root_rank, comm, call)
     if comm.rank != root_rank:
         optimizer.load_state_dict(state)
 

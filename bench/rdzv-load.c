@@ -32,9 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rdzv/auth.h"
+#include "proto/auth.h"
+#include "proto/wire.h"
 #include "rdzv/server.h"
-#include "rdzv/wire.h"
 #include "util/buf.h"
 
 enum phase { CONNECTING, CHALLENGE, TABLE, TABLE_PROOF, HOLDING, FAILED };
@@ -131,7 +131,7 @@ static int free_port(void) {
   return ntohs(a.sin_port);
 }
 
-/* The embedded server, as rank 0 starts it (lib/core/comm.c): one job, its id and size, on its
+/* The embedded server, as rank 0 starts it (lib/comm/comm.c): one job, its id and size, on its
  * own thread; the child waits until told to stop. */
 static void run_embedded(const load *l, int stop_fd) {
   char listen[64], err[256];

@@ -146,7 +146,7 @@ for ns in $hosts; do
 done
 
 # hooprun itself (on h1, serving the rendezvous) killed by SIGKILL, its ranks on the four hosts
-# making no call: each must end on its own within 5 s (lib/core/watch.c), leaving nothing behind.
+# making no call: each must end on its own within 5 s (lib/comm/watch.c), leaving nothing behind.
 out=$work/launcher.out
 ip netns exec "$h1" "$hooprun" --rsh 'ip netns exec' -H "$h1:1,$h2:1,$h3:1,$h4:1" \
   "$build/tests/nb_worker" --idle 60.5 >"$out" 2>&1 &

@@ -15,7 +15,7 @@
 #include "core/env.h"
 #include "core/fingerprint.h"
 #include "hoop.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 #include "support/procs.h"
 #include "util/lock.h"
 #include "util/netaddr.h"

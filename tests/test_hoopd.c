@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 #include "support/procs.h"
 
 static pid_t hoopd_pid;

@@ -16,9 +16,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/launchers.h"
+#include "comm/launchers.h"
 #include "hoop.h"
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 #include "support/procs.h"
 #include "util/sockio.h"
 

@@ -17,9 +17,9 @@
 
 #include "core/log.h"
 #include "hoop.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
+#include "proto/wire.h"
 #include "rdzv/server.h"
-#include "rdzv/wire.h"
 #include "transport/transport.h"
 #include "util/be.h"
 

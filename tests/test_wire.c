@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "hoop.h"
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 #include "util/be.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */

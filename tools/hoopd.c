@@ -12,10 +12,10 @@
 
 #include "core/env.h"
 #include "core/log.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
+#include "proto/wire.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
-#include "rdzv/wire.h"
 #include "util/netaddr.h"
 
 #define DEFAULT_LISTEN "0.0.0.0:29400"

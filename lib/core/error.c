@@ -162,7 +162,7 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
                     call ? call : "hoop", seq, origin, peer, text);
 }
 
-/* ---- the net lock (core/split.c): sub-communicators' calls on net's transports ------------- */
+/* ---- the net lock (comm/split.c): sub-communicators' calls on net's transports ------------- */
 
 void hoop__net_enter(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);

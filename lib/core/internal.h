@@ -12,8 +12,9 @@
 
 #include "core/log.h"
 #include "hoop.h"
-#include "rdzv/auth.h"
-#include "rdzv/wire.h"
+#include "proto/auth.h"
+#include "proto/wire.h"
+#include "util/clock.h"
 #include "util/lock.h"
 
 /* A call's fingerprint {seq, collective, count, dtype, op, root}, encoded in network order. The
@@ -73,7 +74,7 @@ struct hoop__stray;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
-  /* Sub-communicators (hoop_comm_split, core/split.c) are views of the communicator hoop_init
+  /* Sub-communicators (hoop_comm_split, comm/split.c) are views of the communicator hoop_init
    * made, "net": its transports, connections and rendezvous connection carry their messages,
    * marked by a channel of their own. net is the communicator itself for the one hoop_init made;
    * world_of maps a sub-communicator's ranks to net's (NULL in net), and transfers, the transports
@@ -198,7 +199,7 @@ struct hoop_comm {
    * on other memory. */
   const struct hoop__mem_ops *mem;
   hoop__host_buf scratch; /* the host kind's scratch, that algorithms receive into (mem/host.c) */
-  struct hoop__watch *watch; /* the launcher watch (core/watch.c), or NULL */
+  struct hoop__watch *watch; /* the launcher watch (comm/watch.c), or NULL */
   int watch_running;
   hoop__host_buf stage; /* host copies of device buffers (mem/stage.c), grown on demand */
   /* Point-to-point messages' host copies of device buffers, kept for the next messages (a
@@ -331,7 +332,7 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
  * else HOOP_OK. The caller holds call_lock. */
 hoop_result hoop__check_abort(hoop_comm *comm);
 
-/* Sub-communicators (core/split.c). The communicator that carries comm's messages. */
+/* Sub-communicators (comm/split.c). The communicator that carries comm's messages. */
 static inline hoop_comm *hoop__net(hoop_comm *comm) {
   return comm->net;
 }
@@ -356,16 +357,6 @@ static inline const char *hoop__net_call(const hoop_comm *net, unsigned long lon
  * returns comm->failed. */
 hoop_result hoop__net_failed(hoop_comm *comm);
 
-/* hoop_comm_shrink on a sub-communicator (core/split.c): its members that survive in its net's
- * successor, as a view of that one under the same channel. */
-hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm);
-
-/* Seconds on a monotonic clock. */
-double hoop__now(void);
-/* The same clock at the kernel's tick (a few ms; no later than hoop__now would say), for what
- * needs no finer grain: it costs a fifth of a fine reading. */
-double hoop__now_coarse(void);
-
 /* 1 when this host's ranks (the rank table's local size, or the ranks on this kernel where more)
  * outnumber its online CPUs, so that they take turns on the cores. Affinity masks are not
  * consulted: they could differ between ranks. */
@@ -373,18 +364,5 @@ int hoop__host_oversubscribed(const hoop_comm *comm);
 /* The same by the rank table's local size alone, which every rank of a host sees alike: for
  * choices that must agree across ranks (the tuning table's crowded rows). */
 int hoop__host_crowded(const hoop_comm *comm);
-
-/* comm.c's steps of hoop_init, which hoop_comm_shrink (core/shrink.c) takes again. */
-hoop_comm *hoop__comm_new(void);
-hoop_result hoop__comm_read_checks(hoop_comm *comm);
-hoop_result hoop__comm_resolve_server(hoop_comm *comm, struct sockaddr_storage *addr,
-                                      socklen_t *addrlen, char *host, size_t hostlen, int *port);
-void hoop__comm_derive_nonce(hoop_comm *comm);
-hoop_result hoop__comm_connect_ring(hoop_comm *comm);
-void hoop__comm_log_config(const hoop_comm *comm);
-/* The settings a communicator made from another keeps (core/shrink.c): the job, the rendezvous,
- * the interface, the transport mode, the timeout, the TCP streams and the call checks; not the
- * token. */
-void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from);
 
 #endif /* HOOP__INTERNAL_H */

@@ -6,6 +6,8 @@
 #ifndef HOOP__LOG_H
 #define HOOP__LOG_H
 
+#include "util/attr.h"
+
 typedef enum hoop__log_level {
   HOOP_LOG_NONE = 0,
   HOOP_LOG_ERROR,
@@ -28,12 +30,6 @@ void hoop__log_set(hoop__log_level level, unsigned subsys_mask);
 /* The prefix printed before each line, e.g. "hoop rank 3"; copied. */
 void hoop__log_set_prefix(const char *prefix);
 int hoop__log_enabled(hoop__log_level level, unsigned subsys);
-
-#if defined(__GNUC__)
-#define HOOP__PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define HOOP__PRINTF(a, b)
-#endif
 
 void hoop__log(hoop__log_level level, unsigned subsys, const char *fmt, ...) HOOP__PRINTF(3, 4);
 

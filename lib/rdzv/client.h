@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 
 #include "core/internal.h"
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 
 /* Connect to the server at server (retrying while it is not up yet), answer its challenge with
  * comm->token, send hello and wait up to

@@ -10,9 +10,9 @@
 
 #include "core/log.h"
 #include "hoop.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
+#include "proto/wire.h"
 #include "rdzv/server.h"
-#include "rdzv/wire.h"
 
 #define DEFAULT_MAX_JOBS 1024
 #define DEFAULT_IDLE_TIMEOUT_S 30.0

@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 #include "rdzv/server_impl.h"
 #include "util/be.h"
 #include "util/netaddr.h"

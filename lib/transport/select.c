@@ -209,7 +209,7 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
   hoop__hook_register(comm, HOOP__HOOK_FAIL, fail_hook);
   hoop__hook_register(comm, HOOP__HOOK_WAKE, hoop__transports_wake);
-  /* A shrunken job's transports listened before its size was known (core/shrink.c). */
+  /* A shrunken job's transports listened before its size was known (comm/shrink.c). */
   for (int t = 0; t < comm->ntransports; t++) {
     comm->transports[t].rank = comm->rank;
     comm->transports[t].size = comm->size;

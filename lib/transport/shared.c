@@ -10,7 +10,7 @@
 
 #include "core/fingerprint.h"
 #include "core/log.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 #include "rdzv/client.h"
 #include "transport/transport.h"
 #include "util/be.h"

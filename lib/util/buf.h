@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#include "core/log.h"
+#include "util/attr.h"
 
 /* Start from {0}. On allocation failure `failed` is set, the buffer keeps what it had, and later
  * appends do nothing. */

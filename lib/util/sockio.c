@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "util/clock.h"
 
 int hoop__poll_one(int fd, short events, double deadline) {
   for (;;) {

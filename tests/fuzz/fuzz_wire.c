@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 
 static int save(const char *dir, const char *name, const hoop__wbuf *wb) {
   char path[4096];

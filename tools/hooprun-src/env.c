@@ -165,7 +165,7 @@ static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hoop
     env_format(&env, "HOOP_JOIN=1"); /* the server places it in the running job */
   else
     env_format(&env, "HOOP_RANK=%d", rank->index);
-  /* The ranks end when hooprun does (lib/core/watch.c): on this machine they watch its process;
+  /* The ranks end when hooprun does (lib/comm/watch.c): on this machine they watch its process;
    * anywhere, the connection to its rendezvous server (not to a hoopd, which may restart). */
   env_format(&env, "HOOP_LAUNCHER=%s", job->launcher);
   if (job->server)

@@ -19,9 +19,9 @@
 #include <uv.h>
 
 #include "core/log.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
+#include "proto/wire.h"
 #include "rdzv/server.h"
-#include "rdzv/wire.h"
 #include "util/buf.h"
 
 /* Bytes read from a rank's pipe at once, into job->read_buf. */

@@ -14,10 +14,10 @@
 
 #include <uv.h>
 
+#include "comm/watch.h"
 #include "core/log.h"
-#include "core/watch.h"
 #include "hooprun.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 #include "rdzv/server.h"
 #include "util/netaddr.h"
 

@@ -11,7 +11,7 @@
 
 #include "core/env.h"
 #include "hooprun.h"
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 #include "util/netaddr.h"
 
 /* ---- command line --------------------------------------------------------------------------- */

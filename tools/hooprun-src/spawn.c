@@ -12,7 +12,7 @@
 #include <uv.h>
 
 #include "hooprun.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 
 /* ---- starting ranks ------------------------------------------------------------------------- */
 

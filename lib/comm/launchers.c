@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/launchers.h"
 #include "core/env.h"
-#include "core/launchers.h"
 #include "transport/transport.h"
 
 /* ---- integer variables ----------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /* auth.c - the proofs, randomness and token files of auth.h, on libsodium. */
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 
 int hoop__auth_init(void) {
   return sodium_init() < 0 ? -1 : 0;

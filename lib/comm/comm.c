@@ -13,14 +13,14 @@
 
 #include "coll/coll.h"
 #include "coll/paths.h"
+#include "comm/comm.h"
+#include "comm/launchers.h"
+#include "comm/watch.h"
 #include "config.h"
 #include "core/env.h"
 #include "core/flight.h"
-#include "core/internal.h"
-#include "core/launchers.h"
 #include "core/request.h"
 #include "core/trace.h"
-#include "core/watch.h"
 #include "mem/cuda/kind.h"
 #include "mem/kind.h"
 #include "mem/stage.h"
@@ -454,7 +454,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
       snprintf(prefix, sizeof prefix, "hoop rank %d", comm->rank);
       hoop__log_set_prefix(prefix);
       result = hoop__comm_connect_ring(comm);
-      /* A newcomer's generation is checked with a barrier, as its members' (core/shrink.c). */
+      /* A newcomer's generation is checked with a barrier, as its members' (comm/shrink.c). */
       if (result == HOOP_OK && comm->generation > 0)
         result = hoop_barrier(comm);
     }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "comm/comm.h"
 #include "transport/transport.h"
 
 /* Channels fit the frame's 16 bits; 0 is net's own. */

@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/watch.h"
 #include "core/env.h"
 #include "core/log.h"
-#include "core/watch.h"
 #include "rdzv/client.h"
 
 /* How long the launcher's pidfd may lag behind its rendezvous connection's closing. */

@@ -12,10 +12,10 @@
 #include <sys/socket.h>
 
 #include "coll/coll.h"
+#include "comm/comm.h"
+#include "comm/watch.h"
 #include "core/env.h"
-#include "core/internal.h"
 #include "core/trace.h"
-#include "core/watch.h"
 #include "rdzv/client.h"
 #include "transport/transport.h"
 

@@ -22,7 +22,7 @@
  *               u32 naccused, naccused x u32 rank
  *   PENDING     u32 newcomers waiting
  */
-#include "rdzv/wire.h"
+#include "proto/wire.h"
 #include "util/be.h"
 
 #include <stdlib.h>

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "core/env.h"
-#include "rdzv/auth.h"
+#include "proto/auth.h"
 #include "shm.h"
 #include "util/be.h"
 #include "util/sockio.h"

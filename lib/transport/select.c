@@ -82,14 +82,6 @@ int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen) 
   return find_entry(ctx->table->peers[rank].addr, ctx->ops, out, outlen);
 }
 
-static int is_verbs(const hoop__transport_ops *ops) {
-  return strcmp(ops->name, "ibverbs") == 0;
-}
-
-static int is_tcp(const hoop__transport_ops *ops) {
-  return strcmp(ops->name, "tcp") == 0;
-}
-
 hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
                                    char *addr, size_t addrlen) {
   int is_auto = strcmp(mode, "auto") == 0;
@@ -113,14 +105,15 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                         .tcp_streams = comm->tcp_streams,
                         .data_nonce = comm->data_nonce,
                         .failed = &comm->failed,
+                        .kernel_ranks = &comm->kernel_ranks,
                         .watch_fd = &comm->rdzv_fd,
                         .multiplexed = &comm->multiplexed};
     char entry[HOOP__WIRE_MAX_ADDR + 1];
     hoop_result result = ops->listen(ctx, toward, entry, sizeof entry);
-    /* Under auto, TCP is the one that must work; the others are left out if they cannot (verbs
-     * whatever the reason, as before shm came; shm unless a HOOP_SHM setting is bad). */
-    if (result != HOOP_OK && is_auto && !is_tcp(ops) &&
-        (is_verbs(ops) || result != HOOP_ERR_INVALID_ARG)) {
+    /* Under auto, one transport must work; the others are left out if they cannot (see
+     * hoop__auto_role). */
+    if (result != HOOP_OK && is_auto && ops->auto_role != HOOP__AUTO_MUST &&
+        (ops->auto_role == HOOP__AUTO_IF_USABLE || result != HOOP_ERR_INVALID_ARG)) {
       HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: %s is not usable here (%s)", ops->name,
                  comm->last_error);
       comm->last_error[0] = '\0';
@@ -153,14 +146,12 @@ static int choose_for(hoop_comm *comm, int peer) {
 static void log_choice(const hoop_comm *comm, const int *served) {
   if (strcmp(comm->transport_mode, "auto") != 0)
     return;
-  const hoop__tctx *verbs = NULL, *only = NULL;
+  const hoop__tctx *only = NULL;
   int serving = 0;
   char list[256] = "";
   size_t used = 0;
   for (int t = 0; t < comm->ntransports; t++) {
     const hoop__tctx *ctx = &comm->transports[t];
-    if (is_verbs(ctx->ops))
-      verbs = ctx;
     if (served[t] > 0) {
       serving++;
       only = ctx;
@@ -174,24 +165,34 @@ static void log_choice(const hoop_comm *comm, const int *served) {
     HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using several transports, by peer: %s", list);
     return;
   }
-  if (only && !is_verbs(only->ops) && !is_tcp(only->ops)) {
-    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using %s (every peer is on this host)",
-               only->ops->name);
+  if (!only)
+    return;
+  if (only->ops->auto_alone) {
+    HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using %s (%s)", only->ops->name,
+               only->ops->auto_alone);
     return;
   }
-  if (only && is_verbs(only->ops)) {
-    HOOP__INFO(HOOP_SUBSYS_NET,
-               "HOOP_TRANSPORT=auto: using ibverbs (every rank has an active RDMA port)");
-    return;
+  /* The transport every pair falls back on: why not one that would say why it is absent. A rank
+   * that did not offer it, where it listens here; else its own reason. */
+  for (int t = 0; t < comm->ntransports; t++) {
+    const hoop__tctx *ctx = &comm->transports[t];
+    for (int r = 0; ctx->ops->auto_absent && r < comm->size; r++)
+      if (!hoop__tctx_offered(ctx, r)) {
+        HOOP__INFO(HOOP_SUBSYS_NET,
+                   "HOOP_TRANSPORT=auto: using %s (rank %d offered no %s address: '%s')",
+                   only->ops->name, r, ctx->ops->name, comm->table.peers[r].addr);
+        return;
+      }
   }
-  for (int r = 0; verbs && r < comm->size; r++)
-    if (!hoop__tctx_offered(verbs, r)) {
-      HOOP__INFO(HOOP_SUBSYS_NET,
-                 "HOOP_TRANSPORT=auto: using tcp (rank %d offered no ibverbs address: '%s')", r,
-                 comm->table.peers[r].addr);
+  for (size_t i = 0; i < ALL_TRANSPORTS; i++)
+    if (all_transports[i]->auto_absent) {
+      HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using %s (%s)", only->ops->name,
+                 all_transports[i]->auto_absent);
       return;
     }
-  HOOP__INFO(HOOP_SUBSYS_NET, "HOOP_TRANSPORT=auto: using tcp (no active RDMA port here)");
+  HOOP__INFO(HOOP_SUBSYS_NET,
+             "HOOP_TRANSPORT=auto: using %s (no other transport serves these peers)",
+             only->ops->name);
 }
 
 /* The failure hook (core/error.c): every transport drops its connections, telling its peers. */
@@ -234,9 +235,9 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
   /* Containers of one machine, or bench/netns-sweep's hosts, name other hosts yet share this
    * kernel's CPUs (hoop__host_oversubscribed). */
   comm->kernel_ranks = 0;
-  for (int t = 0; t < comm->ntransports; t++)
-    if (comm->transports[t].state && strcmp(comm->transports[t].ops->name, "shm") == 0)
-      comm->kernel_ranks = hoop__shm_kernel_ranks(&comm->transports[t]);
+  for (int t = 0; t < comm->ntransports && !comm->kernel_ranks; t++)
+    if (comm->transports[t].state && comm->transports[t].ops->kernel_ranks)
+      comm->kernel_ranks = comm->transports[t].ops->kernel_ranks(&comm->transports[t]);
   /* This rank's own entry names the transport of the first pair (it is only logged). */
   comm->peer_transport[comm->rank] =
       comm->size > 1 ? comm->peer_transport[(comm->rank + 1) % comm->size] : 0;

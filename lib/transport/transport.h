@@ -59,6 +59,16 @@ typedef struct hoop__request {
 #define HOOP__TCAP_SAME_HOST 1u
 #define HOOP__TCAP_REGISTERS 2u
 
+/* What HOOP_TRANSPORT=auto does with a transport that cannot listen here: MUST, the job fails
+ * (the one every pair can fall back on); IF_USABLE, it is left out whatever went wrong;
+ * IF_SET_RIGHT, it is left out unless one of its own settings is wrong (HOOP_ERR_INVALID_ARG),
+ * which fails the job as any wrong setting does. */
+typedef enum hoop__auto_role {
+  HOOP__AUTO_MUST,
+  HOOP__AUTO_IF_USABLE,
+  HOOP__AUTO_IF_SET_RIGHT,
+} hoop__auto_role;
+
 /* Transports one rank can listen on at once. */
 #define HOOP__MAX_TRANSPORTS 4
 
@@ -79,6 +89,9 @@ typedef struct hoop__tctx {
   int tcp_streams;
   const uint8_t *data_nonce; /* the job's data key, for hoop__link_proof (core/internal.h) */
   const hoop_result *failed; /* the communicator's failure, HOOP_OK while it works */
+  /* The ranks on this rank's kernel, whatever their network namespaces (0 until the table is
+   * agreed; see the kernel_ranks op): for what the transport logs of the host. */
+  const int *kernel_ranks;
   /* A descriptor the core wants watched while the transport sleeps (the rendezvous connection:
    * other ranks' aborts and losses), -1 for none; read it at each poll, as the core may close it.
    * A transport that polls adds it and, when it is readable, calls hoop__tctx_watched. */
@@ -96,6 +109,17 @@ typedef struct hoop__transport_ops {
   /* What the pairs it serves offer besides messages (HOOP__TCAP_*): the tuning table's device
    * paths are chosen by these, never by a transport's name. */
   unsigned caps;
+  /* Under HOOP_TRANSPORT=auto: what a failure to listen does (hoop__auto_role); why the job uses
+   * this transport alone when it serves every peer ("every peer is on this host"), NULL for the
+   * one every pair falls back on; and, for a transport that is left out when it cannot listen,
+   * why that would be ("no active RDMA port here"), NULL if not worth saying. */
+  hoop__auto_role auto_role;
+  const char *auto_alone;
+  const char *auto_absent;
+  /* Optional (NULL: it cannot tell). The ranks on this rank's kernel, whatever their network
+   * namespaces, as this transport's entries in the rank table tell; called before agree keeps
+   * only the chosen entries. */
+  int (*kernel_ranks)(const hoop__tctx *ctx);
   /* Open a listener on the address that routes toward the rendezvous server (or HOOP_IFNAME's) and
    * write the address peers should use into addr. */
   hoop_result (*listen)(hoop__tctx *ctx, const struct sockaddr *toward, char *addr, size_t addrlen);
@@ -181,10 +205,6 @@ extern const hoop__transport_ops hoop__ibverbs_transport;
 int hoop__tctx_offered(const hoop__tctx *ctx, int rank);
 /* That entry, without the transport's prefix, copied to out; 0 if rank offered one. */
 int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen);
-/* The ranks that run on this rank's kernel, whatever their network namespaces, as the
- * shared-memory transport's entries in the table tell (0 where it does not listen): counted by
- * hoop__transport_agree (comm->kernel_ranks) before it keeps only the chosen entries. */
-int hoop__shm_kernel_ranks(const hoop__tctx *ctx);
 /* The watched descriptor was readable: read it; HOOP_OK, or the failure it told of. */
 hoop_result hoop__tctx_watched(hoop__tctx *ctx);
 /* Why the communicator failed, for the notice a transport sends its peers: the rank where it
@@ -228,10 +248,46 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
 /* ---- shared by the transports -----------------------------------------------------------------
  */
 
-/* Owners a transport may give the entries of its poll set besides its connections: its wake
- * eventfd and the watched descriptor. */
+/* A transport's poll set (transport/pollset.c), the one every transport builds and handles the
+ * same way: its wake eventfd first, the watched descriptor (ctx->watch_fd) where asked, then the
+ * transport's own descriptors, each with an owner, two ints the transport gives meaning to (a peer
+ * and a stream). Zeroed is empty; hoop__pollset_free frees it. */
 #define HOOP__POLL_WAKE (-1)
 #define HOOP__POLL_WATCHED (-2)
+typedef struct hoop__poll_owner {
+  int peer; /* or HOOP__POLL_WAKE, HOOP__POLL_WATCHED */
+  int stream;
+} hoop__poll_owner;
+typedef struct hoop__pollset {
+  struct pollfd *fds;
+  hoop__poll_owner *owners;
+  size_t cap;
+  nfds_t used; /* entries of the last set built */
+} hoop__pollset;
+
+/* Start a set with room for own more descriptors: wake_fd, and the watched descriptor if watch
+ * and there is one. Out of memory fails the communicator, naming the transport. */
+hoop_result hoop__pollset_begin(hoop__tctx *ctx, hoop__pollset *set, size_t own, int wake_fd,
+                                int watch);
+/* One of the transport's own descriptors (within the room begin made). */
+static inline void hoop__pollset_add(hoop__pollset *set, int fd, short events, int peer,
+                                     int stream) {
+  set->fds[set->used] = (struct pollfd){.fd = fd, .events = events};
+  set->owners[set->used++] = (hoop__poll_owner){peer, stream};
+}
+/* poll(2) over the set for at most timeout_ms: *ready descriptors (0 when it ran out or a signal
+ * came). A failed poll fails the communicator, naming the transport. */
+hoop_result hoop__pollset_wait(hoop__tctx *ctx, hoop__pollset *set, int timeout_ms, int *ready);
+/* Act on the set's revents: drive(ctx, peer, stream, moved) for each of the transport's own that
+ * is ready, in the set's order; then the wake eventfd drained and an abort looked at; then, if the
+ * watched descriptor is readable, before_watched (NULL: nothing; what peers sent before the
+ * server's news still completes its receives) and hoop__tctx_watched. Stops at the first failure.
+ */
+hoop_result
+hoop__pollset_handle(hoop__tctx *ctx, hoop__pollset *set, int wake_fd,
+                     hoop_result (*drive)(hoop__tctx *ctx, int peer, int stream, int *moved),
+                     hoop_result (*before_watched)(hoop__tctx *ctx, int *moved), int *moved);
+void hoop__pollset_free(hoop__pollset *set);
 
 /* What a data connection presents, rather than the job's data key itself: HMAC-SHA256 keyed by
  * that key (ctx->data_nonce) over the transport's name, both ranks (from connects or writes, to

@@ -175,7 +175,7 @@ typedef struct ib_state {
   struct ibv_comp_channel *channel;
   struct ibv_cq *cq;
   int cq_armed;
-  struct pollfd pfds[5]; /* the poll set of a sleep (progress.c) */
+  hoop__pollset pollset; /* the poll set of a sleep (progress.c) */
   int closing; /* the shutdown is running: errors from queue pairs going away are expected */
   int slots;
   size_t slot_bytes;

@@ -304,6 +304,7 @@ static void ib_finalize(hoop__tctx *ctx) {
     close(state->wake_fd);
   hoop__ib_free_device_mrs(state);
   free(state->peers);
+  hoop__pollset_free(&state->pollset);
   free(state);
   ctx->state = NULL;
 }
@@ -317,6 +318,9 @@ static void ib_wake(hoop__tctx *ctx) {
 const hoop__transport_ops hoop__ibverbs_transport = {
     .name = "ibverbs",
     .caps = HOOP__TCAP_REGISTERS,
+    .auto_role = HOOP__AUTO_IF_USABLE,
+    .auto_alone = "every rank has an active RDMA port",
+    .auto_absent = "no active RDMA port here",
     .addr_prefix = "ib:",
     .listen = ib_listen,
     .can_reach = ib_can_reach,

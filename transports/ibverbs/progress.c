@@ -149,25 +149,30 @@ static hoop_result arm(hoop__tctx *ctx, int *moved) {
   return hoop__ib_poll_cq(ctx, moved);
 }
 
-/* The poll set: the completion channel, the connection events, the wake eventfd, the device's
- * asynchronous events, and the watched descriptor when watch is set (last). */
-static nfds_t build_pollset(hoop__tctx *ctx, int watch) {
+/* The poll set's own entries (owners' peer): the device's asynchronous events first, then the
+ * completion channel, then the connection events (which the next round reads). */
+enum { OWN_ASYNC, OWN_CHANNEL, OWN_EVENTS };
+
+/* The poll set: the wake eventfd, the watched descriptor when watch is set, the device's
+ * asynchronous events, the completion channel and the connection events. */
+static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
   ib_state *state = ib_state_of(ctx);
-  state->pfds[0] = (struct pollfd){.fd = state->channel->fd, .events = POLLIN};
-  state->pfds[1] = (struct pollfd){.fd = state->events->fd, .events = POLLIN};
-  state->pfds[2] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
-  state->pfds[3] = (struct pollfd){.fd = state->verbs->async_fd, .events = POLLIN};
-  state->pfds[4] = (struct pollfd){.fd = watch ? *ctx->watch_fd : -1, .events = POLLIN};
-  return watch ? 5 : 4;
+  hoop__pollset *set = &state->pollset;
+  hoop_result result = hoop__pollset_begin(ctx, set, 3, state->wake_fd, watch);
+  if (result != HOOP_OK)
+    return result;
+  hoop__pollset_add(set, state->verbs->async_fd, POLLIN, OWN_ASYNC, 0);
+  hoop__pollset_add(set, state->channel->fd, POLLIN, OWN_CHANNEL, 0);
+  hoop__pollset_add(set, state->events->fd, POLLIN, OWN_EVENTS, 0);
+  return HOOP_OK;
 }
 
-/* Act on the poll set's revents (the connection events are read by the next round). */
-static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
+static hoop_result drive_ready(hoop__tctx *ctx, int own, int stream, int *moved) {
+  (void)stream;
   ib_state *state = ib_state_of(ctx);
-  hoop_result result = HOOP_OK;
-  if (state->pfds[3].revents && (result = drain_async(ctx, moved)) != HOOP_OK)
-    return result;
-  if (state->pfds[0].revents) {
+  if (own == OWN_ASYNC)
+    return drain_async(ctx, moved);
+  if (own == OWN_CHANNEL) {
     struct ibv_cq *cq;
     void *context;
     while (ibv_get_cq_event(state->channel, &cq, &context) == 0) {
@@ -175,18 +180,20 @@ static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
       state->cq_armed = 0;
     }
   }
-  if (state->pfds[2].revents) {
-    result = hoop__wake_drain(ctx, state->wake_fd, "ibverbs");
-    if (result == HOOP_OK)
-      result = hoop__check_abort(ctx->comm);
-    if (result != HOOP_OK)
-      return result;
-  }
-  /* What peers sent before the server's news still completes its receives. */
-  if (state->pfds[4].revents && (result = hoop__ib_poll_cq(ctx, moved)) == HOOP_OK &&
-      (result = drive_peers(ctx, moved)) == HOOP_OK)
-    result = hoop__tctx_watched(ctx);
-  return result;
+  return HOOP_OK;
+}
+
+/* What peers sent before the server's news still completes its receives. */
+static hoop_result drive_before_watched(hoop__tctx *ctx, int *moved) {
+  hoop_result result = hoop__ib_poll_cq(ctx, moved);
+  return result == HOOP_OK ? drive_peers(ctx, moved) : result;
+}
+
+/* Act on the poll set's revents (the connection events are read by the next round). */
+static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
+  ib_state *state = ib_state_of(ctx);
+  return hoop__pollset_handle(ctx, &state->pollset, state->wake_fd, drive_ready,
+                              drive_before_watched, moved);
 }
 
 static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) {
@@ -195,29 +202,23 @@ static hoop_result sleep_on_events(hoop__tctx *ctx, int timeout_ms, int *moved) 
   if (result != HOOP_OK || *moved)
     return result;
   /* The rendezvous connection too: another rank's abort or loss told by the server. */
-  int ready = poll(state->pfds, build_pollset(ctx, 1), timeout_ms);
-  if (ready < 0 && errno != EINTR)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: poll: %s", strerror(errno));
-  if (ready <= 0)
-    return HOOP_OK;
-  return handle_pollset(ctx, moved);
+  int ready = 0;
+  if ((result = build_pollset(ctx, 1)) == HOOP_OK)
+    result = hoop__pollset_wait(ctx, &state->pollset, timeout_ms, &ready);
+  return result == HOOP_OK && ready > 0 ? handle_pollset(ctx, moved) : result;
 }
 
 hoop_result hoop__ib_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
   ib_state *state = ib_state_of(ctx);
-  *fds = state->pfds;
-  state->pfds[4].revents = 0;
   *n = 0;
+  state->pollset.used = 0;
   int found = 0;
   hoop_result result = arm(ctx, &found);
-  if (result != HOOP_OK || found) {
-    for (int i = 0; i < 5; i++)
-      state->pfds[i].revents = 0;
-    *moved |= found;
-    return result;
-  }
-  *n = build_pollset(ctx, 0);
-  return HOOP_OK;
+  if (result == HOOP_OK && !found && (result = build_pollset(ctx, 0)) == HOOP_OK)
+    *n = state->pollset.used;
+  *fds = state->pollset.fds;
+  *moved |= found;
+  return result;
 }
 
 hoop_result hoop__ib_sleep_done(hoop__tctx *ctx, int *moved) {

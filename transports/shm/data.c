@@ -491,46 +491,30 @@ static void set_sleeping(hoop__tctx *ctx, uint32_t value) {
     atomic_thread_fence(memory_order_seq_cst);
 }
 
-static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {
-  shm_state *state = shm_of(ctx);
-  if (need <= state->pfd_cap)
-    return HOOP_OK;
-  struct pollfd *pfds = realloc(state->pfds, need * sizeof *pfds);
-  if (pfds)
-    state->pfds = pfds;
-  int *owners = realloc(state->pfd_peer, need * sizeof *owners);
-  if (owners)
-    state->pfd_peer = owners;
-  if (!pfds || !owners)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: out of memory for the poll set");
-  state->pfd_cap = need;
-  return HOOP_OK;
-}
-
 /* The poll set: the wake eventfd, the watched descriptor when watch is set, and every pair's
  * socket. */
 static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
   shm_state *state = shm_of(ctx);
-  hoop_result result = grow_pollset(ctx, (size_t)ctx->size + 2);
+  hoop__pollset *set = &state->pollset;
+  hoop_result result = hoop__pollset_begin(ctx, set, (size_t)ctx->size, state->wake_fd, watch);
   if (result != HOOP_OK)
     return result;
-  nfds_t n = 0;
-  state->pfds[n] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
-  state->pfd_peer[n++] = HOOP__POLL_WAKE;
-  int rdzv_fd = *ctx->watch_fd;
-  if (watch && rdzv_fd >= 0) {
-    state->pfds[n] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
-    state->pfd_peer[n++] = HOOP__POLL_WATCHED;
-  }
   for (int peer = 0; state->peers && peer < ctx->size; peer++) {
     shm_peer *p = &state->peers[peer];
-    if (p->fd < 0 || p->eof)
-      continue;
-    state->pfds[n] = (struct pollfd){.fd = p->fd, .events = POLLIN};
-    state->pfd_peer[n++] = peer;
+    if (p->fd >= 0 && !p->eof)
+      hoop__pollset_add(set, p->fd, POLLIN, peer, 0);
   }
-  state->pfd_used = n;
   return HOOP_OK;
+}
+
+static hoop_result drive_ready(hoop__tctx *ctx, int peer, int stream, int *moved) {
+  (void)stream;
+  hoop_result result = drive_peer(ctx, peer, moved);
+  return result == HOOP_OK ? hoop__shm_read_socket(ctx, peer) : result;
+}
+
+static hoop_result drive_every_peer(hoop__tctx *ctx, int *moved) {
+  return shm_of(ctx)->peers ? drive_all(ctx, moved) : HOOP_OK;
 }
 
 /* Act on what the poll set's revents say is readable. A peer publishes a message before it
@@ -540,39 +524,20 @@ static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
  * sending this rank's last message). */
 static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
   shm_state *state = shm_of(ctx);
-  hoop_result result = HOOP_OK;
-  int wake = 0, watched = 0;
-  for (nfds_t i = 0; i < state->pfd_used && result == HOOP_OK; i++) {
-    if (!state->pfds[i].revents)
-      continue;
-    int owner = state->pfd_peer[i];
-    if (owner == HOOP__POLL_WAKE)
-      wake = 1;
-    else if (owner == HOOP__POLL_WATCHED)
-      watched = 1;
-    else if ((result = drive_peer(ctx, owner, moved)) == HOOP_OK)
-      result = hoop__shm_read_socket(ctx, owner);
-  }
-  if (result == HOOP_OK && wake &&
-      (result = hoop__wake_drain(ctx, state->wake_fd, "shm")) == HOOP_OK)
-    result = hoop__check_abort(ctx->comm);
-  if (result == HOOP_OK && watched && state->peers)
-    result = drive_all(ctx, moved);
-  if (result == HOOP_OK && watched)
-    result = hoop__tctx_watched(ctx);
-  return result;
+  return hoop__pollset_handle(ctx, &state->pollset, state->wake_fd, drive_ready, drive_every_peer,
+                              moved);
 }
 
 /* Look at the sockets (and the wake eventfd and the rendezvous connection), waiting up to
  * timeout_ms for one to be readable; *ran_out (where asked) says the poll ended at its timeout. */
 static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms, int *moved, int *ran_out) {
   shm_state *state = shm_of(ctx);
+  int ready = 0;
   hoop_result result = build_pollset(ctx, 1);
+  if (result == HOOP_OK)
+    result = hoop__pollset_wait(ctx, &state->pollset, timeout_ms, &ready);
   if (result != HOOP_OK)
     return result;
-  int ready = poll(state->pfds, state->pfd_used, timeout_ms);
-  if (ready < 0 && errno != EINTR)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: poll: %s", strerror(errno));
   if (ran_out)
     *ran_out = ready == 0;
   return ready > 0 ? handle_pollset(ctx, moved) : HOOP_OK;
@@ -585,7 +550,7 @@ static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms, int *moved, int
 static hoop_result look_after_timeout(hoop__tctx *ctx, int timeout_ms, int *here) {
   shm_state *state = shm_of(ctx);
   hoop_result result = drive_all(ctx, here);
-  if (result == HOOP_OK && *here && poll(state->pfds, state->pfd_used, 0) == 0)
+  if (result == HOOP_OK && *here && poll(state->pollset.fds, state->pollset.used, 0) == 0)
     HOOP__TRACE(HOOP_SUBSYS_NET,
                 "shm: a bell was missed: the poll ran out (%d ms) with a peer's change waiting",
                 timeout_ms);
@@ -627,9 +592,9 @@ hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
  * sleeping flags and look once more; the flags stay up until sleep_done. */
 hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
   shm_state *state = shm_of(ctx);
-  *fds = state->pfds;
+  *fds = state->pollset.fds;
   *n = 0;
-  state->pfd_used = 0;
+  state->pollset.used = 0;
   if (state->peers) {
     set_sleeping(ctx, 1);
     state->sleeping = 1;
@@ -641,8 +606,8 @@ hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t
     }
   }
   hoop_result result = build_pollset(ctx, 0);
-  *fds = state->pfds;
-  *n = result == HOOP_OK ? state->pfd_used : 0;
+  *fds = state->pollset.fds;
+  *n = result == HOOP_OK ? state->pollset.used : 0;
   return result;
 }
 

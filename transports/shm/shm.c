@@ -167,8 +167,7 @@ static void shm_finalize(hoop__tctx *ctx) {
   shm_shutdown(ctx);
   if (state->wake_fd >= 0)
     close(state->wake_fd);
-  free(state->pfds);
-  free(state->pfd_peer);
+  hoop__pollset_free(&state->pollset);
   free(state->peers);
   free(state);
   ctx->state = NULL;
@@ -183,6 +182,9 @@ static void shm_wake(hoop__tctx *ctx) {
 const hoop__transport_ops hoop__shm_transport = {
     .name = "shm",
     .caps = HOOP__TCAP_SAME_HOST,
+    .auto_role = HOOP__AUTO_IF_SET_RIGHT,
+    .auto_alone = "every peer is on this host",
+    .kernel_ranks = hoop__shm_kernel_ranks,
     .addr_prefix = "shm:",
     .listen = hoop__shm_listen,
     .can_reach = hoop__shm_can_reach,

@@ -157,11 +157,8 @@ typedef struct shm_state {
   int cma_auto;   /* HOOP_SHM_CMA_BYTES=auto (decided by conn.c's settle) */
   uint64_t probe; /* what a peer must read here to show it can use CMA */
   shm_peer *peers;
-  struct pollfd *pfds;
-  int *pfd_peer; /* the peer pfds[i] is the socket of, or HOOP__POLL_WAKE, HOOP__POLL_WATCHED */
-  size_t pfd_cap;
-  nfds_t pfd_used; /* entries of the last poll set built */
-  int sleeping;    /* the sleeping flags are up for a shared sleep (sleep_prepare) */
+  hoop__pollset pollset; /* owners: the peer whose socket it is */
+  int sleeping;          /* the sleeping flags are up for a shared sleep (sleep_prepare) */
   int asym;        /* this rank fences its peers with membarrier() before it sleeps (data.c) */
   int settled;     /* conn.c's settle ran */
   unsigned rounds; /* progress rounds since the sockets were last looked at */
@@ -175,6 +172,9 @@ static inline shm_state *shm_of(hoop__tctx *ctx) {
 hoop_result hoop__shm_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
                              size_t addrlen);
 int hoop__shm_can_reach(const hoop__tctx *ctx, int peer);
+/* The ranks that run on this rank's kernel, whatever their network namespaces, as the
+ * shared-memory entries in the table tell (the ops' kernel_ranks). */
+int hoop__shm_kernel_ranks(const hoop__tctx *ctx);
 hoop_result hoop__shm_connect(hoop__tctx *ctx, int peer);
 /* Read what the peer's socket holds (bells, its hello, a notice, a bye, its closing). */
 hoop_result hoop__shm_read_socket(hoop__tctx *ctx, int peer);

@@ -348,38 +348,15 @@ hoop_result hoop__tcp_drive_stream(hoop__tctx *ctx, int peer, int index, int rea
                               err == EPIPE || err == ECONNRESET ? 0 : err);
 }
 
-static hoop_result grow_pollset(hoop__tctx *ctx, size_t need) {
-  tcp_state *state = state_of(ctx);
-  if (need <= state->pfd_cap)
-    return HOOP_OK;
-  struct pollfd *pfds = realloc(state->pfds, need * sizeof *pfds);
-  if (pfds)
-    state->pfds = pfds;
-  struct poll_owner *owners = realloc(state->pfd_owners, need * sizeof *owners);
-  if (owners)
-    state->pfd_owners = owners;
-  if (!pfds || !owners)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: out of memory for the poll set");
-  state->pfd_cap = need;
-  return HOOP_OK;
-}
-
 /* The poll set: the wake eventfd, the watched descriptor when watch is set, and every stream
  * that has work (stream 0 listens for notices and closing even with nothing posted). */
 static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
   tcp_state *state = state_of(ctx);
-  hoop_result result = grow_pollset(ctx, (size_t)ctx->size * (size_t)state->nstreams + 2);
+  hoop__pollset *set = &state->pollset;
+  hoop_result result = hoop__pollset_begin(ctx, set, (size_t)ctx->size * (size_t)state->nstreams,
+                                           state->wake_fd, watch);
   if (result != HOOP_OK)
     return result;
-  nfds_t n = 0;
-  state->pfds[n] = (struct pollfd){.fd = state->wake_fd, .events = POLLIN};
-  state->pfd_owners[n++] = (struct poll_owner){0, HOOP__POLL_WAKE};
-  /* The rendezvous connection: other ranks' aborts and losses, told by the server. */
-  int rdzv_fd = *ctx->watch_fd;
-  if (watch && rdzv_fd >= 0) {
-    state->pfds[n] = (struct pollfd){.fd = rdzv_fd, .events = POLLIN};
-    state->pfd_owners[n++] = (struct poll_owner){0, HOOP__POLL_WATCHED};
-  }
   for (int p = 0; p < ctx->size; p++) {
     for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
@@ -388,60 +365,41 @@ static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
                     (s == 0 && !stream->eof && stream->notice_len);
       if (!stream->send_head && !reading)
         continue;
-      state->pfds[n] = (struct pollfd){
-          .fd = stream->fd,
-          .events = (short)((stream->send_head ? POLLOUT : 0) | (reading ? POLLIN : 0))};
-      state->pfd_owners[n++] = (struct poll_owner){s, p};
+      hoop__pollset_add(set, stream->fd,
+                        (short)((stream->send_head ? POLLOUT : 0) | (reading ? POLLIN : 0)), p, s);
     }
   }
-  state->pfd_used = n;
   return HOOP_OK;
+}
+
+static hoop_result drive_ready(hoop__tctx *ctx, int peer, int stream, int *moved) {
+  return hoop__tcp_drive_stream(ctx, peer, stream, 1, moved);
 }
 
 /* Act on what the poll set's revents say is ready: the streams first, so that what a peer sent
  * before it aborted (through the rendezvous server) still completes its receive. */
 static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
   tcp_state *state = state_of(ctx);
-  hoop_result result = HOOP_OK;
-  int wake = 0, watched = 0;
-  for (nfds_t i = 0; i < state->pfd_used && result == HOOP_OK; i++) {
-    if (!state->pfds[i].revents)
-      continue;
-    struct poll_owner owner = state->pfd_owners[i];
-    if (owner.peer == HOOP__POLL_WAKE)
-      wake = 1;
-    else if (owner.peer == HOOP__POLL_WATCHED)
-      watched = 1;
-    else
-      result = hoop__tcp_drive_stream(ctx, owner.peer, owner.stream, 1, moved);
-  }
-  if (result == HOOP_OK && wake &&
-      (result = hoop__wake_drain(ctx, state->wake_fd, "tcp")) == HOOP_OK)
-    result = hoop__check_abort(ctx->comm);
-  if (result == HOOP_OK && watched)
-    result = hoop__tctx_watched(ctx);
-  return result;
+  return hoop__pollset_handle(ctx, &state->pollset, state->wake_fd, drive_ready, NULL, moved);
 }
 
 /* One round of the progress engine: poll every stream that has work, for at most timeout_ms, and
  * move what is ready. *moved tells whether any byte moved. */
 hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
   tcp_state *state = state_of(ctx);
+  int ready = 0;
   hoop_result result = build_pollset(ctx, 1);
-  if (result != HOOP_OK)
-    return result;
-  int ready = poll(state->pfds, state->pfd_used, timeout_ms);
-  if (ready < 0 && errno != EINTR)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "tcp: poll: %s", strerror(errno));
-  return ready > 0 ? handle_pollset(ctx, moved) : HOOP_OK;
+  if (result == HOOP_OK)
+    result = hoop__pollset_wait(ctx, &state->pollset, timeout_ms, &ready);
+  return result == HOOP_OK && ready > 0 ? handle_pollset(ctx, moved) : result;
 }
 
 hoop_result hoop__tcp_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
   (void)moved;
   tcp_state *state = state_of(ctx);
   hoop_result result = build_pollset(ctx, 0);
-  *fds = state->pfds;
-  *n = result == HOOP_OK ? state->pfd_used : 0;
+  *fds = state->pollset.fds;
+  *n = result == HOOP_OK ? state->pollset.used : 0;
   return result;
 }
 

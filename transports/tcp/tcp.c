@@ -124,7 +124,7 @@ static double tcp_spin_s(hoop__tctx *ctx) {
     state->spin_s = auto_spin_s(ctx);
     HOOP__TRACE(HOOP_SUBSYS_NET,
                 "HOOP_TCP_SPIN_US=auto: %.0f us (%d ranks on this host, %d on its kernel)",
-                state->spin_s * 1e6, ctx->local_size, ctx->comm->net->kernel_ranks);
+                state->spin_s * 1e6, ctx->local_size, *ctx->kernel_ranks);
   }
   return state->spin_s;
 }
@@ -232,8 +232,7 @@ static void tcp_finalize(hoop__tctx *ctx) {
   tcp_shutdown(ctx);
   if (state->wake_fd >= 0)
     close(state->wake_fd);
-  free(state->pfds);
-  free(state->pfd_owners);
+  hoop__pollset_free(&state->pollset);
   free(state->peers);
   free(state);
   ctx->state = NULL;
@@ -247,6 +246,7 @@ static void tcp_wake(hoop__tctx *ctx) {
 
 const hoop__transport_ops hoop__tcp_transport = {
     .name = "tcp",
+    .auto_role = HOOP__AUTO_MUST,
     .addr_prefix = "",
     .listen = hoop__tcp_listen,
     .connect = hoop__tcp_connect,

@@ -62,13 +62,7 @@ typedef struct tcp_state {
   const char *congestion;
   char congestion_name[CONGESTION_NAME_MAX];
   tcp_peer *peers;
-  struct pollfd *pfds;
-  struct poll_owner {
-    int stream;
-    int peer;     /* or HOOP__POLL_WAKE, HOOP__POLL_WATCHED */
-  } * pfd_owners; /* pfd_owners[i] is what pfds[i] polls for */
-  size_t pfd_cap;
-  nfds_t pfd_used; /* entries of the last poll set built */
+  hoop__pollset pollset; /* owners: a peer and its stream */
 } tcp_state;
 
 static inline tcp_state *state_of(hoop__tctx *ctx) {

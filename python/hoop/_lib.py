@@ -12,19 +12,32 @@ _SONAME = "libhoop.so.1"
 
 
 def _candidates():
+    """Where libhoop may be, in order, each looked up only if the one before would not load."""
     here = os.path.dirname(os.path.abspath(__file__))
-    found = []
     if os.environ.get("HOOP_LIBRARY"):
-        found.append(os.environ["HOOP_LIBRARY"])
+        yield os.environ["HOOP_LIBRARY"]
     # A build tree: python/hoop/ beside lib/.libs/.
-    found.append(os.path.join(here, "..", "..", "lib", ".libs", _SONAME))
+    yield os.path.join(here, "..", "..", "lib", ".libs", _SONAME)
     try:
         from . import _build
-        found.append(os.path.join(_build.LIBDIR, _SONAME))
-    except ImportError:
+        yield os.path.join(_build.LIBDIR, _SONAME)
+    except ImportError:  # installed by pip: no configure wrote it
         pass
-    found.append(_SONAME)  # the loader's own search: LD_LIBRARY_PATH, ld.so.cache
-    return found
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield os.path.join(libdir, _SONAME)
+    yield _SONAME  # the loader's own search: LD_LIBRARY_PATH, ld.so.cache
+
+
+def _pkg_config_libdir():
+    """Where pkg-config says the installed libhoop is (hoop.pc), or None."""
+    import subprocess
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "hoop"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def _load():

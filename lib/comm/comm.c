@@ -361,6 +361,9 @@ void hoop__comm_log_config(const hoop_comm *comm) {
 
 /* A new communicator with no job yet: enough for hoop_last_error and hoop_finalize. */
 hoop_comm *hoop__comm_new(void) {
+  /* A stray message's bytes reach device buffers through the memory kinds (a floor above the
+   * transports', which cannot call it by name). */
+  hoop__strays_set_copy(hoop__mem_copy);
   hoop_comm *comm = calloc(1, sizeof *comm);
   if (!comm)
     return NULL;
@@ -463,7 +466,9 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   }
   hoop__comm_log_config(comm);
   hoop__flight_install();
-  if ((result = hoop__trace_open(comm)) != HOOP_OK)
+  char serving[64];
+  if ((result = hoop__trace_open(comm, hoop__transports_serving(comm, serving, sizeof serving))) !=
+      HOOP_OK)
     return init_failed(comm, result);
   hoop__launcher_watch_start(comm);
   return HOOP_OK;

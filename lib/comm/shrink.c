@@ -214,7 +214,9 @@ static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm, const cha
   if (result == HOOP_OK) {
     hoop__launcher_watch_stop(comm);
     hoop__comm_log_config(*newcomm);
-    if (hoop__trace_open(*newcomm) != HOOP_OK)
+    char serving[64];
+    if (hoop__trace_open(*newcomm, hoop__transports_serving(*newcomm, serving, sizeof serving)) !=
+        HOOP_OK)
       HOOP__WARN(HOOP_SUBSYS_INIT, "hoop_comm_shrink: %s", (*newcomm)->last_error);
     hoop__launcher_watch_start(*newcomm);
   }

@@ -9,28 +9,10 @@
 
 #include "core/env.h"
 #include "core/trace.h"
-#include "transport/transport.h"
 
 #define TRACE_BUFFER (1 << 20)
 
-/* The transports that serve this rank's peers, "shm+tcp"; "none" on one rank. */
-static void transports_in_use(const hoop_comm *comm, char *out, size_t len) {
-  size_t used = 0;
-  out[0] = '\0';
-  for (int t = 0; t < comm->ntransports; t++) {
-    int serves = 0;
-    for (int peer = 0; peer < comm->size && comm->peer_transport; peer++)
-      if (peer != comm->rank && comm->peer_transport[peer] == t)
-        serves = 1;
-    if (serves && used < len)
-      used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "+" : "",
-                               comm->transports[t].ops->name);
-  }
-  if (!out[0])
-    snprintf(out, len, "none");
-}
-
-hoop_result hoop__trace_open(hoop_comm *comm) {
+hoop_result hoop__trace_open(hoop_comm *comm, const char *transports) {
   const char *path = hoop__env_get("HOOP_TRACE");
   if (!path[0])
     return HOOP_OK;
@@ -45,7 +27,7 @@ hoop_result hoop__trace_open(hoop_comm *comm) {
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: HOOP_TRACE: cannot write %s: %s",
                            name, strerror(errno));
   setvbuf(file, NULL, _IOFBF, TRACE_BUFFER);
-  transports_in_use(comm, comm->trace_transport, sizeof comm->trace_transport);
+  snprintf(comm->trace_transport, sizeof comm->trace_transport, "%s", transports);
   fprintf(file,
           "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d of "
           "%d\"}},\n"

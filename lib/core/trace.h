@@ -10,9 +10,10 @@
 
 #include "core/internal.h"
 
-/* Read HOOP_TRACE and open this rank's file, FILE.<rank> (after the rank is known). HOOP_OK, or
- * the error recorded when the file cannot be written. */
-hoop_result hoop__trace_open(hoop_comm *comm);
+/* Read HOOP_TRACE and open this rank's file, FILE.<rank> (after the rank is known); transports
+ * names those that serve its peers, for the events ("shm+tcp"). HOOP_OK, or the error recorded
+ * when the file cannot be written. */
+hoop_result hoop__trace_open(hoop_comm *comm, const char *transports);
 /* Close the file, ending the JSON array (hoop_finalize). */
 void hoop__trace_close(hoop_comm *comm);
 

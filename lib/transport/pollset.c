@@ -41,11 +41,10 @@ hoop_result hoop__pollset_wait(hoop__tctx *ctx, hoop__pollset *set, int timeout_
   return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "%s: poll: %s", ctx->ops->name, strerror(errno));
 }
 
-hoop_result hoop__pollset_handle(hoop__tctx *ctx, hoop__pollset *set, int wake_fd,
-                                 hoop_result (*drive)(hoop__tctx *ctx, int peer, int stream,
-                                                      int *moved),
-                                 hoop_result (*before_watched)(hoop__tctx *ctx, int *moved),
-                                 int *moved) {
+hoop_result
+hoop__pollset_handle(hoop__tctx *ctx, hoop__pollset *set, int wake_fd,
+                     hoop_result (*drive)(hoop__tctx *ctx, int peer, int stream, int *moved),
+                     hoop_result (*before_watched)(hoop__tctx *ctx, int *moved), int *moved) {
   hoop_result result = HOOP_OK;
   int wake = 0, watched = 0;
   for (nfds_t i = 0; i < set->used && result == HOOP_OK; i++) {

@@ -275,6 +275,23 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
   return out;
 }
 
+const char *hoop__transports_serving(const hoop_comm *comm, char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int t = 0; t < comm->ntransports; t++) {
+    int serves = 0;
+    for (int peer = 0; peer < comm->size && comm->peer_transport; peer++)
+      if (peer != comm->rank && comm->peer_transport[peer] == t)
+        serves = 1;
+    if (serves && used < len)
+      used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "+" : "",
+                               comm->transports[t].ops->name);
+  }
+  if (!out[0])
+    snprintf(out, len, "none");
+  return out;
+}
+
 hoop_result hoop__transport_connect(hoop_comm *comm, int peer) {
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
   return ctx->ops->connect(ctx, peer);

@@ -9,10 +9,10 @@
  * once if complete, else when its last byte is in (hoop__strays_settle, after each round of a
  * wait). Strays exist only where sub-communicators run at once; with one communicator every frame
  * finds its receive in place. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem/kind.h"
 #include "transport/stray.h"
 #include "transport/transport.h"
 
@@ -73,11 +73,23 @@ static void unlink_stray(hoop_comm *net, hoop__stray *stray) {
   }
 }
 
+static hoop_result host_copy(hoop_comm *comm, void *dst, const void *src, size_t n) {
+  (void)comm;
+  memcpy(dst, src, n);
+  return HOOP_OK;
+}
+
+static _Atomic(hoop__stray_copy_fn) stray_copy = host_copy;
+
+void hoop__strays_set_copy(hoop__stray_copy_fn copy) {
+  atomic_store(&stray_copy, copy ? copy : host_copy);
+}
+
 /* The stray's bytes into the receive's buffer (which may be device memory), and the stray gone. */
 static hoop_result deliver(hoop_comm *comm, hoop__stray *stray, void *buf, hoop__request *req) {
   hoop_result result = HOOP_OK;
   if (stray->req.len > 0)
-    result = hoop__mem_copy(comm, buf, stray->buf, stray->req.len);
+    result = atomic_load(&stray_copy)(comm, buf, stray->buf, stray->req.len);
   if (result != HOOP_OK) /* the receive must not look complete: everyone learns of it */
     result = hoop__fail_as_recorded(comm, result);
   req->pending = 0;

@@ -18,5 +18,10 @@ int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__request *req,
 hoop_result hoop__strays_settle(hoop_comm *net);
 /* At net's finalize. */
 void hoop__strays_free(hoop_comm *net);
+/* How a stray's bytes reach its receive's buffer, which may be device memory: the memory kinds'
+ * copy (hoop__mem_copy), which the communicator's floor registers at init, the memory floor being
+ * above this one; memcpy until then. */
+typedef hoop_result (*hoop__stray_copy_fn)(hoop_comm *comm, void *dst, const void *src, size_t n);
+void hoop__strays_set_copy(hoop__stray_copy_fn copy);
 
 #endif /* HOOP__STRAY_H */

@@ -244,6 +244,8 @@ void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes)
 void hoop__transport_finalize(hoop_comm *comm);
 /* "tcp", "ibverbs", or "ibverbs+tcp" when pairs differ, for the log. */
 const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outlen);
+/* The transports that serve this rank's peers, "shm+tcp"; "none" on one rank. */
+const char *hoop__transports_serving(const hoop_comm *comm, char *out, size_t len);
 
 /* ---- shared by the transports -----------------------------------------------------------------
  */

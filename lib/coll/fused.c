@@ -200,7 +200,7 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
     if ((result = hoop__request_post(comm, &req.base)) != HOOP_OK)
       return result;
     hoop__request_wait_done(comm, &req.base);
-    return req.base.result;
+    return hoop__request_told(comm, &req.base);
   }
   *request = NULL;
   fused_request *req = calloc(1, sizeof *req);

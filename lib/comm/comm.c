@@ -50,7 +50,8 @@ unsigned int hoop_comm_generation(const hoop_comm *comm) {
   return comm ? comm->generation : 0;
 }
 const char *hoop_last_error(const hoop_comm *comm) {
-  return comm ? comm->last_error : "no communicator (hoop_init failed before allocating one)";
+  return comm ? hoop__error_for_caller(comm)
+              : "no communicator (hoop_init failed before allocating one)";
 }
 
 /* ---- configuration --------------------------------------------------------------------------- */

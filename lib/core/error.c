@@ -27,9 +27,29 @@ static void run_hooks(hoop_comm *comm, hoop__hook_kind kind) {
 
 /* ---- errors and clocks --------------------------------------------------------------------- */
 
+/* The words of the last failure this thread was told of by another (a request it waited for or
+ * tested, its blocking call run by the progress thread): hoop_last_error shows them rather than
+ * comm->last_error, which that thread may have overwritten since with a later call's. A failure
+ * this thread records itself replaces them. */
+static _Thread_local struct {
+  const hoop_comm *comm;
+  char text[1024];
+} told;
+
+void hoop__error_told(const hoop_comm *comm, const char *text) {
+  told.comm = comm;
+  snprintf(told.text, sizeof told.text, "%s", text);
+}
+
+const char *hoop__error_for_caller(const hoop_comm *comm) {
+  return told.comm == comm ? told.text : comm->last_error;
+}
+
 static hoop_result record(hoop_comm *comm, hoop_result code, const char *fmt, va_list ap) {
   if (!comm)
     return code;
+  if (told.comm == comm)
+    told.comm = NULL;
   vsnprintf(comm->last_error, sizeof comm->last_error, fmt, ap);
   HOOP__INFO(HOOP_SUBSYS_ALL, "%s: %s", hoop_strerror(code), comm->last_error);
   return code;

@@ -287,6 +287,11 @@ void hoop__deregister_internal(hoop_comm *comm, const void *ptr);
  * they run in the order registered. */
 void hoop__hook_register(hoop_comm *comm, hoop__hook_kind kind, hoop__hook_fn fn);
 
+/* The words of a failure another thread ran into for this one (see error.c), and what
+ * hoop_last_error shows this thread: those words, or comm->last_error. */
+void hoop__error_told(const hoop_comm *comm, const char *text);
+const char *hoop__error_for_caller(const hoop_comm *comm);
+
 /* Record a failure on comm and return code. Does not mark the communicator failed. */
 hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, ...)
     HOOP__PRINTF(3, 4);

@@ -9,7 +9,9 @@
 #include "core/trace.h"
 
 static void complete(hoop_comm *comm, hoop_request *req, hoop_result result) {
-  if (result != HOOP_OK && req->on_heap)
+  /* Its own words, which the caller reads after it woke (hoop__request_told): by then another
+   * call may have overwritten comm->last_error. */
+  if (result != HOOP_OK)
     req->error = strdup(comm->last_error);
   if (hoop__tracing(comm))
     hoop__trace_done(comm, req->trace_id, req->name, result, hoop__now());

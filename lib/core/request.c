@@ -84,7 +84,7 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
         hoop__request_fly(comm, req);
         hoop__lock_release(&comm->call_lock);
         hoop__request_wait_done(comm, req);
-        return req->result;
+        return hoop__request_told(comm, req);
       }
       if (hoop__tracing(comm))
         hoop__trace_done(comm, req->trace_id, req->name, result, hoop__now());
@@ -98,6 +98,15 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
   if ((result = hoop__request_post(comm, req)) != HOOP_OK)
     return result;
   hoop__request_wait_done(comm, req);
+  return hoop__request_told(comm, req);
+}
+
+hoop_result hoop__request_told(hoop_comm *comm, hoop_request *req) {
+  if (req->error) {
+    hoop__error_told(comm, req->error);
+    free(req->error);
+    req->error = NULL;
+  }
   return req->result;
 }
 
@@ -110,7 +119,7 @@ hoop_result hoop__request_finish(hoop_request *req) {
     hoop__lock_take(&comm->call_lock);
     snprintf(comm->last_error, sizeof comm->last_error, "%s", req->error);
     hoop__lock_release(&comm->call_lock);
-    free(req->error);
+    hoop__request_told(comm, req);
   }
   pthread_mutex_lock(&comm->queue_lock);
   comm->outstanding--;

@@ -41,7 +41,7 @@ struct hoop_request {
   int on_heap;     /* posted by a non-blocking call: freed by hoop_test or hoop_wait */
   atomic_int done; /* set under queue_lock, read without it */
   hoop_result result;
-  char *error;       /* the message of its failure (heap requests) */
+  char *error;       /* the message of its failure, for the thread that waits for it */
   const char *name;  /* the call that posted it ("hoop_iallreduce"), for the trace */
   uint64_t trace_id; /* its span in the trace */
   struct hoop_request *next;
@@ -113,5 +113,9 @@ void hoop__request_fly(hoop_comm *comm, hoop_request *req);
 void hoop__request_wait_done(hoop_comm *comm, hoop_request *req);
 /* The progress thread's body; its argument is the communicator. */
 void *hoop__progress_thread(void *arg);
+
+/* A request another thread ran has completed: its failure's words become this thread's
+ * (hoop__error_told, what hoop_last_error shows it), and its result is returned. */
+hoop_result hoop__request_told(hoop_comm *comm, hoop_request *req);
 
 #endif /* HOOP__REQUEST_H */

@@ -843,19 +843,36 @@ static int status_served(void) {
   return type == HOOP_MSG_STATUS ? 0 : -1;
 }
 
-/* Past max_connections a client is told so; once one leaves, a new one is served again. */
+/* Past max_connections, a newcomer is served by closing the oldest silent connection (one that
+ * has sent no request) of the address that holds the most; when none is silent, it is told the
+ * server is full; once one leaves, a new one is served again. */
 START_TEST(test_connection_limit) {
-  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_connections = 2};
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_connections = 8};
   start_server(&options);
-  int idle[2] = {connect_server(), connect_server()};
-  int third = try_connect(); /* refused at once: no CHALLENGE, an ERROR */
-  ck_assert_msg(third >= 0, "a third connection: expected to connect, got %s", strerror(errno));
+  int ranks[8];
+  for (int r = 0; r < 7; r++) { /* a job of 9 that waits: none of its connections is silent */
+    char addr[32];
+    snprintf(addr, sizeof addr, "10.0.0.%d:1", r + 1);
+    ranks[r] = join("waiting", 9, r, "h", addr);
+    sleep_ms(20); /* its HELLO read before the next connection comes */
+  }
+  int silent = connect_server(); /* the eighth: full */
+  ranks[7] = connect_server();   /* served, in the silent one's place */
+  expect_closed(silent, "the silent connection of a full server, when another came");
+  close(silent);
+  hoop__hello hello = hello_for("waiting", 9, 7, "h", "10.0.0.8:1");
+  send_hello_on(ranks[7], &hello, NULL);
+  sleep_ms(20);
+  int ninth = try_connect(); /* none silent: refused at once, an ERROR in place of the CHALLENGE */
+  ck_assert_msg(ninth >= 0, "a ninth connection: expected to connect, got %s", strerror(errno));
   hoop__error_msg error;
-  expect_error(third, HOOP_ERR_SYSTEM, &error, "a third connection");
-  expect_message_has(&error, "2 connections open", "a third connection");
-  expect_closed(third, "a third connection");
-  close(third);
-  close(idle[0]);
+  expect_error(ninth, HOOP_ERR_SYSTEM, &error, "a ninth connection");
+  expect_message_has(&error, "8 connections open", "a ninth connection");
+  expect_closed(ninth, "a ninth connection");
+  close(ninth);
+  for (int r = 1; r < 8; r++)
+    close(ranks[r]);
+  close(ranks[0]);
   uint64_t start = now_ms();
   while (status_served() != 0) {
     ck_assert_msg(now_ms() - start < DEADLINE_MS,
@@ -863,19 +880,18 @@ START_TEST(test_connection_limit) {
                   DEADLINE_MS);
     sleep_ms(1);
   }
-  close(idle[1]);
 }
 END_TEST
 
 /* One address holds at most max_idle_per_address connections that have sent nothing for a second:
  * the next connection from it closes the oldest of those past the limit, so silence from one place
- * cannot fill max_connections (8 here, which six silent connections and a job of two would
- * otherwise fill). Fresh connections are never counted: a burst of real ranks stays whole. */
+ * cannot fill max_connections slowly. Fresh connections are counted only against the address's
+ * share of the server (a quarter, 8 here): a burst of real ranks within it stays whole. */
 static void join_running(const char *job, uint32_t n, int *fds);
 static void expect_quiet(int fd, unsigned ms, const char *who);
 START_TEST(test_idle_limit_per_address) {
   hoop__rdzv_options options = {
-      .listen = "127.0.0.1:0", .max_connections = 8, .max_idle_per_address = 3};
+      .listen = "127.0.0.1:0", .max_connections = 32, .max_idle_per_address = 3};
   start_server(&options);
   int idle[7];
   for (int i = 0; i < 6; i++)

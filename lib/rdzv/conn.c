@@ -271,25 +271,78 @@ static int idle(const rdzv_client *client) {
 }
 
 /* One address may hold max_idle_per_address connections that have sent nothing for
- * IDLE_GRACE_MS; at each new connection from it, those past that are closed, the oldest first:
- * the list holds the newest first, so the first ones met are kept. Strangers from one place thus
- * cannot fill the server's connections with silence while real ranks wait. A real rank sends its
- * HELLO a round trip after its accept: a burst of them (hundreds of ranks of one host coming at
- * once) is never counted. */
+ * IDLE_GRACE_MS, and a share of the server (max_connections / IDLE_SHARE) that have sent nothing
+ * whatever their age; at each new connection from it, those past either limit are closed, the
+ * oldest first: the list holds the newest first, so the first ones met are kept. Strangers from
+ * one place thus cannot fill the server's connections with silence while real ranks wait, neither
+ * slowly nor in a burst. A real rank sends its HELLO a round trip after its accept: a burst of
+ * them (hundreds of ranks of one host coming at once) stays far below the share. */
 static void limit_idle(hoop__rdzv_server *server, const rdzv_client *newest) {
   uint64_t now = uv_now(server->loop);
-  int seen = 0;
+  int seen = 0, silent = 1; /* the newcomer is silent too */
+  int share = server->max_connections / IDLE_SHARE > 1 ? server->max_connections / IDLE_SHARE : 1;
   for (rdzv_client *c = server->clients, *next; c; c = next) {
     next = c->next;
-    if (c == newest || !idle(c) || now - c->accepted_ms < IDLE_GRACE_MS ||
-        strcmp(c->from, newest->from) != 0 || ++seen < server->max_idle_per_address)
+    if (c == newest || !idle(c) || strcmp(c->from, newest->from) != 0)
       continue;
-    HOOP__INFO(HOOP_SUBSYS_RDZV,
-               "closed %s: more than %d connections from %s had sent no request for %d ms (the "
-               "limit per address); the oldest go",
-               c->peer, server->max_idle_per_address - 1, c->from, IDLE_GRACE_MS);
+    int old = now - c->accepted_ms >= IDLE_GRACE_MS;
+    if (++silent <= share && (!old || ++seen < server->max_idle_per_address))
+      continue;
+    if (silent > share)
+      HOOP__INFO(HOOP_SUBSYS_RDZV,
+                 "closed %s: %s holds %d connections that have sent no request, its share of "
+                 "the server's %d; the oldest go",
+                 c->peer, c->from, share, server->max_connections);
+    else
+      HOOP__INFO(HOOP_SUBSYS_RDZV,
+                 "closed %s: more than %d connections from %s had sent no request for %d ms (the "
+                 "limit per address); the oldest go",
+                 c->peer, server->max_idle_per_address - 1, c->from, IDLE_GRACE_MS);
     hoop__rdzv_client_close(c);
   }
+}
+
+/* The server is full: room for newest by closing the oldest silent connection of the address
+ * that holds the most of them (newest's own included). 0 when no connection is silent. Counted
+ * in a table of the addresses built for the occasion: linear in the connections, which a server
+ * under attack pays at each connection past its limit. */
+static int make_room(hoop__rdzv_server *server, const rdzv_client *newest) {
+  size_t slots = 64;
+  while (slots < 2 * (size_t)server->nclients)
+    slots *= 2;
+  struct place {
+    const char *from;
+    int silent;
+    rdzv_client *oldest;
+  } *table = calloc(slots, sizeof *table), *busiest = NULL;
+  if (!table)
+    return 0;
+  for (rdzv_client *c = server->clients; c; c = c->next) {
+    if (c == newest || !idle(c))
+      continue;
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)c->from; *p; p++)
+      h = (h ^ *p) * 16777619u;
+    size_t i = h & (slots - 1);
+    while (table[i].from && strcmp(table[i].from, c->from) != 0)
+      i = (i + 1) & (slots - 1);
+    table[i].from = c->from;
+    table[i].silent++;
+    table[i].oldest = c; /* newest first: the last one met is the oldest */
+    if (!busiest || table[i].silent > busiest->silent ||
+        (table[i].silent == busiest->silent && c->accepted_ms < busiest->oldest->accepted_ms))
+      busiest = &table[i];
+  }
+  rdzv_client *victim = busiest ? busiest->oldest : NULL;
+  if (victim) {
+    HOOP__INFO(HOOP_SUBSYS_RDZV,
+               "closed %s to make room for %s: the server holds %d connections (its limit), %d "
+               "of them silent ones from %s, the most of any address",
+               victim->peer, newest->peer, server->max_connections, busiest->silent, victim->from);
+    hoop__rdzv_client_close(victim);
+  }
+  free(table);
+  return victim != NULL;
 }
 
 void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
@@ -305,9 +358,9 @@ void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
     return;
   HOOP__TRACE(HOOP_SUBSYS_RDZV, "connection from %s", client->peer);
   uv_timer_start(&client->timer, hoop__rdzv_on_client_timer, server->idle_ms, 0);
-  if (busy) {
-    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: %d connections open, the limit", client->peer,
-               server->max_connections);
+  if (busy && !make_room(server, client)) {
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: %d connections open, the limit, none of them silent",
+               client->peer, server->max_connections);
     hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM,
                           "the rendezvous server has %d connections open (its limit); "
                           "try again later",

@@ -308,8 +308,8 @@ static int first_message(int fd, char *text, size_t cap) {
 
 /* Open `count` silent connections to hoopd: each must get its challenge (hoopd makes room by
  * closing the oldest silent ones, never refusing while some are silent), and `held` of them, the
- * newest, must stay open: all, or one address's share of hoopd's connections. start_hoopd_argv's
- * probe may still be counted (one fewer held). */
+ * newest, must stay open: all, or as many as hoopd serves at once. start_hoopd_argv's probe may
+ * still be counted (one fewer held). */
 static void expect_connections_held(int count, int held) {
   static int fds[512];
   ck_assert_int_le(count, 512);
@@ -341,9 +341,9 @@ static void expect_connections_held(int count, int held) {
 }
 
 /* hoopd raises a soft open-file limit of 100 as its connections need (300 silent ones are all
- * held); under a hard limit of 100 it serves 50 at once (100 less what it keeps for itself), of
- * which one address's silent ones may take a quarter (12 of 60 held, the oldest closed to make
- * room), and says so at start. A job still completes after each. */
+ * held); under a hard limit of 100 it serves 50 at once (100 less what it keeps for itself): of
+ * 60 silent ones, each gets its challenge and 50 are held, the oldest closed to make room for the
+ * newest; it says so at start. A job still completes after each. */
 START_TEST(test_open_file_limit) {
   struct rlimit own;
   ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &own), 0);
@@ -356,7 +356,7 @@ START_TEST(test_open_file_limit) {
   char hoopd[4096];
   snprintf(hoopd, sizeof hoopd, "%s", procs_build_path("tools/hoopd"));
   const char *limits[] = {"--nofile=100:", "--nofile=100:100"};
-  int held[] = {300, 12};
+  int held[] = {300, 50};
   for (int k = 0; k < 2; k++) {
     pick_hoopd_addr();
     char *argv[] = {"prlimit", (char *)limits[k], hoopd, "--listen", hoopd_addr, NULL};

@@ -280,7 +280,11 @@ static int idle(const rdzv_client *client) {
 static void limit_idle(hoop__rdzv_server *server, const rdzv_client *newest) {
   uint64_t now = uv_now(server->loop);
   int seen = 0, silent = 1; /* the newcomer is silent too */
-  int share = server->max_connections / IDLE_SHARE > 1 ? server->max_connections / IDLE_SHARE : 1;
+  /* Never under the limit per address: a server that expects every rank from one address (the
+   * embedded one of a large job) sets that to the job's size. */
+  int share = server->max_connections / IDLE_SHARE;
+  if (share < server->max_idle_per_address)
+    share = server->max_idle_per_address;
   for (rdzv_client *c = server->clients, *next; c; c = next) {
     next = c->next;
     if (c == newest || !idle(c) || strcmp(c->from, newest->from) != 0)

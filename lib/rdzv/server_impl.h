@@ -19,7 +19,8 @@
 #define DEFAULT_IDLE_PER_ADDRESS 64
 #define IDLE_GRACE_MS 1000 /* a connection silent this long counts against its address's limit */
 /* One address's silent connections, of any age, may take at most this share of the server's
- * connections (1/IDLE_SHARE): a burst from one place cannot fill it within IDLE_GRACE_MS. */
+ * connections (1/IDLE_SHARE, and never fewer than max_idle_per_address): a burst from one place
+ * cannot fill it within IDLE_GRACE_MS. */
 #define IDLE_SHARE 4
 #define DEFAULT_KEEPALIVE_S 300
 #define KEEPALIVE_PROBES 4

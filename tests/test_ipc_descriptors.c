@@ -4,9 +4,11 @@
  * hoop__cuda_ipc_export (linked with --wrap, so libhoop is unchanged) that falsifies what it
  * returns: an offset past the allocation (whose sum with the length wraps, so the liar's own check
  * lets it through), or an allocation larger than the one its handle maps, with the buffer past the
- * real end. The others must refuse the descriptor with a message naming rank 1, every rank must
- * then stage the call through host memory, and every result must match its closed form. An honest
- * run first shows that the same calls go by CUDA IPC. */
+ * real end; or (through a wrapper of hoop__ipc_process) it copies rank 0's process number, so that
+ * rank 0 would take the liar's addresses for pointers of its own process. The others must refuse
+ * the descriptor with a message naming rank 1, every rank must then stage the call through host
+ * memory, and every result must match its closed form. An honest run first shows that the same
+ * calls go by CUDA IPC. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -29,7 +31,7 @@
  * broadcast from rank 1 (a broadcast maps only its root's buffer). */
 #define CALLS_NEEDING_LIAR (ALLREDUCES + 2)
 
-typedef enum ipc_lie { LIE_NONE, LIE_OFFSET, LIE_SIZE } ipc_lie;
+typedef enum ipc_lie { LIE_NONE, LIE_OFFSET, LIE_SIZE, LIE_PROCESS } ipc_lie;
 
 /* What the rank's exports say; set in each forked rank. */
 static ipc_lie telling = LIE_NONE;
@@ -57,7 +59,20 @@ typedef struct ipc_case {
   int port;
   ipc_lie lie;
   char dir[64];
+  uint64_t victim_process; /* rank 0's process number, written before it joins */
 } ipc_case;
+
+/* The case this forked rank runs (shared with the others). */
+static ipc_case *this_case;
+
+uint64_t __real_hoop__ipc_process(void);
+uint64_t __wrap_hoop__ipc_process(void);
+
+uint64_t __wrap_hoop__ipc_process(void) {
+  if (telling == LIE_PROCESS && this_case && this_case->victim_process)
+    return this_case->victim_process;
+  return __real_hoop__ipc_process();
+}
 
 static int64_t *device_result(const void *dev, size_t count) {
   int64_t *host = malloc(count * sizeof *host);
@@ -144,6 +159,9 @@ static int ipc_rank(int rank, int n, void *arg) {
     return 2;
   }
   telling = rank == LIAR ? c->lie : LIE_NONE;
+  this_case = (ipc_case *)c;
+  if (rank == 0)
+    this_case->victim_process = __real_hoop__ipc_process();
   hoop_comm *comm = procs_join(c->port, rank, n, 30.0, "shm");
   if (!comm)
     return 2;
@@ -245,6 +263,27 @@ START_TEST(test_allocation_larger_than_mapped_refused) {
 }
 END_TEST
 
+/* Rank 1 copies rank 0's process number: rank 0 alone would have taken its descriptors for
+ * pointers of its own process (rank 2's process number differs); it refuses them, knowing which
+ * ranks live in its process, and every rank stages. */
+START_TEST(test_forged_process_refused) {
+  char *logs[RANKS];
+  run_job(LIE_PROCESS, logs);
+  const char *why = "rank 1's descriptor says it comes from this process, where no such rank lives";
+  int refused = procs_count(logs[0], why);
+  if (refused != CALLS_NEEDING_LIAR)
+    fprintf(stderr, "---- rank 0's log\n%s", logs[0]);
+  ck_assert_msg(refused == CALLS_NEEDING_LIAR,
+                "rank 0 refused rank 1's forged descriptor in %d calls: expected %d", refused,
+                CALLS_NEEDING_LIAR);
+  for (int r = 0; r < RANKS; r++)
+    ck_assert_msg(!went_by_ipc(logs[r], "hoop_allreduce") &&
+                      !went_by_ipc(logs[r], "hoop_allgather"),
+                  "rank %d went by CUDA IPC in a call that needs rank 1's buffer", r);
+  free_logs(logs);
+}
+END_TEST
+
 static Suite *ipc_descriptors_suite(void) {
   Suite *s = suite_create("ipc_descriptors");
   TCase *tc = tcase_create("fakecuda");
@@ -252,6 +291,7 @@ static Suite *ipc_descriptors_suite(void) {
   tcase_add_test(tc, test_honest_goes_by_ipc);
   tcase_add_test(tc, test_offset_past_allocation_refused);
   tcase_add_test(tc, test_allocation_larger_than_mapped_refused);
+  tcase_add_test(tc, test_forged_process_refused);
   suite_add_tcase(s, tc);
   return s;
 }

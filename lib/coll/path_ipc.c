@@ -46,6 +46,8 @@ typedef struct ipc_desc {
 
 struct hoop__ipc {
   int enabled;
+  uint64_t job; /* this rank's job, for the ranks of this process (hoop__ipc_local_*) */
+  int world_rank;
   size_t min_bytes;
   ipc_desc *descs;       /* size entries: the call's descriptors */
   char **sends, **recvs; /* size entries: where each rank's buffers are readable here */
@@ -54,6 +56,15 @@ struct hoop__ipc {
   hoop__host_buf host;   /* host memory for the step between hosts, page-locked where it can be */
   hoop__path_state path;
 };
+
+/* The key of comm's job that every rank computes alike: its data key and generation (net's). */
+static uint64_t job_key(hoop_comm *comm) {
+  const hoop_comm *net = hoop__net(comm);
+  uint64_t h = 1469598103934665603ull ^ net->generation;
+  for (size_t i = 0; i < sizeof net->data_nonce; i++)
+    h = (h ^ net->data_nonce[i]) * 1099511628211ull;
+  return h;
+}
 
 static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   struct hoop__ipc *ipc = comm->ipc;
@@ -74,6 +85,10 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   ipc->min_bytes = hoop__env_bytes("HOOP_CUDA_IPC_MIN_BYTES", 1L << 40);
   ipc->mapped.sends = ipc->sends;
   ipc->mapped.recvs = ipc->recvs;
+  /* This rank lives in this process: its peers here believe its descriptors' process number. */
+  ipc->job = job_key(comm);
+  ipc->world_rank = hoop__world_rank(comm, comm->rank);
+  hoop__ipc_local_add(ipc->job, ipc->world_rank);
   comm->ipc = ipc;
   return ipc;
 }
@@ -82,6 +97,7 @@ static void ipc_free(hoop_comm *comm) {
   struct hoop__ipc *ipc = comm->ipc;
   if (!ipc)
     return;
+  hoop__ipc_local_remove(ipc->job, ipc->world_rank);
   hoop__ipc_map_release(&ipc->held);
   free(ipc->held.held);
   /* The peers' memory this communicator mapped: closed (once idle), so that what they free is
@@ -209,10 +225,19 @@ static int could(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *
 }
 
 /* Where a peer's exported buffer is readable here: its own pointer within one process, else its
- * allocation mapped (mem/ipc_map.c); NULL with why. near: this rank's device memory. */
-static char *peer_ptr(struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
+ * allocation mapped (mem/ipc_map.c); NULL with why. near: this rank's device memory. Whether the
+ * peer lives in this process is this process's knowledge (the ranks that made their IPC state
+ * here), never the descriptor's word alone. */
+static char *peer_ptr(hoop_comm *comm, struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
                       const hoop__cuda_export *from, const void *near, char *why, size_t whylen) {
   if (desc->process == hoop__ipc_process()) {
+    if (!hoop__ipc_local_has(ipc->job, hoop__world_rank(comm, peer))) {
+      snprintf(why, whylen,
+               "rank %d's descriptor says it comes from this process, where no such rank lives: "
+               "refused",
+               peer);
+      return NULL;
+    }
     if (desc->context == (uint64_t)(uintptr_t)hoop__cuda_context_of(near))
       return (char *)(uintptr_t)from->base + from->offset;
     snprintf(why, whylen, "rank %d is a thread of this process with buffers in another context",
@@ -251,12 +276,12 @@ static int map_peers(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_ar
     if ((args->coll != HOOP__COLL_BROADCAST || q == args->root) &&
         (!inside(q, &descs[q].send, offered_bytes(comm, args), why, whylen) ||
          !(ipc->sends[q] =
-               peer_ptr(ipc, q, &descs[q], &descs[q].send, args->recvbuf, why, whylen))))
+               peer_ptr(comm, ipc, q, &descs[q], &descs[q].send, args->recvbuf, why, whylen))))
       return -1;
     if (args->coll == HOOP__COLL_ALLREDUCE &&
         (!inside(q, &descs[q].recv, args->bytes, why, whylen) ||
          !(ipc->recvs[q] =
-               peer_ptr(ipc, q, &descs[q], &descs[q].recv, args->recvbuf, why, whylen))))
+               peer_ptr(comm, ipc, q, &descs[q], &descs[q].recv, args->recvbuf, why, whylen))))
       return -1;
   }
   return 0;

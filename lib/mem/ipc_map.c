@@ -48,6 +48,54 @@ uint64_t hoop__ipc_process(void) {
   return id;
 }
 
+/* ---- the ranks of this process --------------------------------------------------------------- */
+
+static struct local_rank {
+  uint64_t job;
+  int rank, count;
+} * locals;
+static size_t nlocals, caplocals;
+
+void hoop__ipc_local_add(uint64_t job, int rank) {
+  pthread_mutex_lock(&process_lock);
+  size_t i = 0;
+  while (i < nlocals && (locals[i].job != job || locals[i].rank != rank))
+    i++;
+  if (i == nlocals && nlocals == caplocals) {
+    size_t cap = caplocals ? 2 * caplocals : 16;
+    struct local_rank *grown = realloc(locals, cap * sizeof *grown);
+    if (!grown) { /* unknown here: its descriptors are then refused, and its calls staged */
+      pthread_mutex_unlock(&process_lock);
+      return;
+    }
+    locals = grown;
+    caplocals = cap;
+  }
+  if (i == nlocals)
+    locals[nlocals++] = (struct local_rank){job, rank, 0};
+  locals[i].count++;
+  pthread_mutex_unlock(&process_lock);
+}
+
+void hoop__ipc_local_remove(uint64_t job, int rank) {
+  pthread_mutex_lock(&process_lock);
+  for (size_t i = 0; i < nlocals; i++)
+    if (locals[i].job == job && locals[i].rank == rank && --locals[i].count == 0) {
+      locals[i] = locals[--nlocals];
+      break;
+    }
+  pthread_mutex_unlock(&process_lock);
+}
+
+int hoop__ipc_local_has(uint64_t job, int rank) {
+  pthread_mutex_lock(&process_lock);
+  int found = 0;
+  for (size_t i = 0; i < nlocals && !found; i++)
+    found = locals[i].job == job && locals[i].rank == rank;
+  pthread_mutex_unlock(&process_lock);
+  return found;
+}
+
 /* Close and forget map (maps_lock held). */
 static void unmap(mapping *map) {
   for (mapping **at = &maps; *at; at = &(*at)->next)

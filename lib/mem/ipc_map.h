@@ -17,6 +17,14 @@
  * threads of one process share pointers instead of mapping them. */
 uint64_t hoop__ipc_process(void);
 
+/* The ranks that live in this process, by job (a key every rank of a job computes alike) and rank
+ * in it: a descriptor that says it comes from this process is believed only from them, never from
+ * its own word (a member that copies another's process number would have this rank read its own
+ * memory at an address of the member's choosing). Counted: add as often as remove. */
+void hoop__ipc_local_add(uint64_t job, int rank);
+void hoop__ipc_local_remove(uint64_t job, int rank);
+int hoop__ipc_local_has(uint64_t job, int rank);
+
 /* The mappings one call holds. */
 typedef struct hoop__ipc_held {
   struct hoop__ipc_mapping **held;

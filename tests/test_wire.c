@@ -237,6 +237,36 @@ START_TEST(test_hello_round_trip) {
 END_TEST
 
 /* The server's proof after a TABLE: its bytes come back; empty or oversized proofs do not. */
+/* Names read from a stranger before any proof go into logs: a job id, host name or address with a
+ * control byte (a newline would forge a log line) is refused, as a table's host names are. */
+START_TEST(test_names_with_control_bytes_refused) {
+  const char *bad[] = {"job\nhoopd: forged line", "job\r", "job\x1b[2J", "job\x7f"};
+  for (int field = 0; field < 3; field++)
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+      hoop__hello hello, out;
+      sample_hello(&hello, 3);
+      char *text = field == 0 ? hello.job : field == 1 ? hello.host : hello.addr;
+      snprintf(text, 32, "%s", bad[b]);
+      hoop__wbuf wb = {0};
+      ck_assert_int_eq(hoop__wire_encode_hello(&wb, &hello), 0);
+      const uint8_t *payload = (const uint8_t *)wb.data + HOOP__WIRE_HEADER_SIZE;
+      ck_assert_msg(hoop__wire_decode_hello(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &out) == -1,
+                    "a HELLO whose field %d is '%s': expected -1", field, bad[b]);
+      hoop__wbuf_free(&wb);
+    }
+  hoop__table table, back;
+  sample_table(&table, 2, 0);
+  snprintf(table.peers[1].host, sizeof table.peers[1].host, "node\nb");
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_table(&wb, &table), 0);
+  ck_assert_int_eq(hoop__wire_decode_table((const uint8_t *)wb.data + HOOP__WIRE_HEADER_SIZE,
+                                           wb.len - HOOP__WIRE_HEADER_SIZE, &back),
+                   -1);
+  hoop__wbuf_free(&wb);
+  free(table.peers);
+}
+END_TEST
+
 START_TEST(test_table_proof_round_trip) {
   hoop__table_proof in = {.proof_len = 32}, out;
   for (int i = 0; i < 32; i++)
@@ -988,6 +1018,7 @@ static Suite *wire_suite(void) {
   Suite *s = suite_create("wire");
   TCase *round = tcase_create("round trip");
   tcase_add_test(round, test_hello_round_trip);
+  tcase_add_test(round, test_names_with_control_bytes_refused);
   tcase_add_test(round, test_table_proof_round_trip);
   tcase_add_test(round, test_table_round_trip);
   tcase_add_test(round, test_error_round_trip);

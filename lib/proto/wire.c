@@ -307,6 +307,16 @@ static void get_str(reader *in, char *out, size_t max) {
   out[len] = '\0';
 }
 
+/* A name (a job's id, a host's name, an address): a string as get_str takes it, refused if it holds
+ * a control byte, so that a name read from a stranger before any proof cannot forge lines in the
+ * logs it is written to. */
+static void get_name(reader *in, char *out, size_t max) {
+  get_str(in, out, max);
+  for (const unsigned char *p = (const unsigned char *)out; *p && !in->bad; p++)
+    if (*p < 0x20 || *p == 0x7f)
+      in->bad = 1;
+}
+
 /* A proof blob of at most HOOP__WIRE_MAX_PROOF bytes into out; returns its length. */
 static uint16_t get_proof(reader *in, uint8_t *out) {
   uint16_t len = get_u16(in);
@@ -346,12 +356,12 @@ int hoop__wire_decode_header(const uint8_t *buf, size_t len, size_t max_payload,
 int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out) {
   reader in = {payload, len, 0};
   memset(out, 0, sizeof *out);
-  get_str(&in, out->job, HOOP__WIRE_MAX_JOB);
+  get_name(&in, out->job, HOOP__WIRE_MAX_JOB);
   out->size = get_u32(&in);
   out->rank = get_i32(&in);
   out->timeout_ms = get_u32(&in);
-  get_str(&in, out->host, HOOP__WIRE_MAX_HOST);
-  get_str(&in, out->addr, HOOP__WIRE_MAX_ADDR);
+  get_name(&in, out->host, HOOP__WIRE_MAX_HOST);
+  get_name(&in, out->addr, HOOP__WIRE_MAX_ADDR);
   out->proof_len = get_proof(&in, out->proof);
   const uint8_t *nonce = take(&in, HOOP__WIRE_CHALLENGE);
   if (nonce)
@@ -366,8 +376,8 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
 #define TABLE_ENTRY_MIN 12
 
 static void get_peer_entry(reader *in, hoop__peer_entry *peer, uint32_t size) {
-  get_str(in, peer->host, HOOP__WIRE_MAX_HOST);
-  get_str(in, peer->addr, HOOP__WIRE_MAX_ADDR);
+  get_name(in, peer->host, HOOP__WIRE_MAX_HOST);
+  get_name(in, peer->addr, HOOP__WIRE_MAX_ADDR);
   peer->local_rank = get_u32(in);
   peer->local_size = get_u32(in);
   if (peer->local_rank >= peer->local_size || peer->local_size > size)
@@ -417,7 +427,7 @@ int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg 
 #define STATUS_JOB_MIN 22
 
 static void get_job_status(reader *in, hoop__job_status *job) {
-  get_str(in, job->job, HOOP__WIRE_MAX_JOB);
+  get_name(in, job->job, HOOP__WIRE_MAX_JOB);
   job->size = get_u32(in);
   job->joined = get_u32(in);
   job->waited_ms = get_u32(in);
@@ -439,7 +449,7 @@ static void get_job_status(reader *in, hoop__job_status *job) {
   }
   uint32_t ranks = 0;
   for (uint32_t h = 0; h < job->nhosts && !in->bad; h++) {
-    get_str(in, job->hosts[h].name, HOOP__WIRE_MAX_HOST);
+    get_name(in, job->hosts[h].name, HOOP__WIRE_MAX_HOST);
     job->hosts[h].ranks = get_u32(in);
     if (job->hosts[h].ranks == 0 || job->hosts[h].ranks > job->joined - ranks)
       in->bad = 1;
@@ -515,7 +525,7 @@ int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_ms
   out->rank = get_u32(&in);
   out->timeout_ms = get_u32(&in);
   out->flags = get_u32(&in);
-  get_str(&in, out->addr, HOOP__WIRE_MAX_ADDR);
+  get_name(&in, out->addr, HOOP__WIRE_MAX_ADDR);
   out->naccused = get_u32(&in);
   if (in.bad || out->naccused > HOOP__WIRE_MAX_ACCUSED)
     return -1;

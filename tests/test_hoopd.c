@@ -306,6 +306,28 @@ static int first_message(int fd, char *text, size_t cap) {
   return header.type;
 }
 
+/* 1 while hoopd holds fd open (what it sent is read and dropped), 0 once it closed it. */
+static int still_open(int fd) {
+  char buf[256];
+  ssize_t got;
+  while ((got = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+    ;
+  return got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* Start hoopd on a fresh address with the option `option value`, its output into a new file
+ * named from the mkstemp template log. */
+static void start_hoopd_logging(char *log, const char *option, const char *value) {
+  pick_hoopd_addr();
+  char path[4096];
+  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
+  int log_fd = mkstemp(log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
+  char *argv[] = {path, "--listen", hoopd_addr, (char *)option, (char *)value, NULL};
+  start_hoopd_argv(argv, log);
+}
+
 /* Open `count` silent connections to hoopd: each must get its challenge (hoopd makes room by
  * closing the oldest silent ones, never refusing while some are silent), and `held` of them, the
  * newest, must stay open: all, or as many as hoopd serves at once. start_hoopd_argv's probe may
@@ -327,13 +349,8 @@ static void expect_connections_held(int count, int held) {
   }
   sleep_ms(500); /* the closings hoopd made, arrived */
   int open = 0;
-  for (int i = 0; i < count; i++) {
-    char buf[256];
-    ssize_t got;
-    while ((got = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0)
-      ;
-    open += got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
+  for (int i = 0; i < count; i++)
+    open += still_open(fds[i]);
   ck_assert_msg(open == held || open == held - 1, "%d of %d silent connections held, expected %d",
                 open, count, held);
   for (int i = 0; i < count; i++)
@@ -483,14 +500,8 @@ END_TEST
  * (the four oldest: the two newest stay, the newcomer taking the third place) and the log names
  * the address; a job still joins. */
 START_TEST(test_idle_per_address_option) {
-  pick_hoopd_addr();
-  char path[4096], log[] = "/tmp/hoop-idle-XXXXXX";
-  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
-  int log_fd = mkstemp(log);
-  ck_assert_int_ge(log_fd, 0);
-  close(log_fd);
-  char *argv[] = {path, "--listen", hoopd_addr, "--idle-per-address", "3", NULL};
-  start_hoopd_argv(argv, log);
+  char log[] = "/tmp/hoop-idle-XXXXXX";
+  start_hoopd_logging(log, "--idle-per-address", "3");
   int silent[6];
   for (int i = 0; i < 6; i++) {
     silent[i] = connect_hoopd();
@@ -552,14 +563,8 @@ START_TEST(test_connection_flood_from_one_address) {
                   "this test needs %d open files, and the hard limit is %ld", FLOOD + 256,
                   (long)own.rlim_max);
   }
-  pick_hoopd_addr();
-  char path[4096], log[] = "/tmp/hoop-flood-XXXXXX";
-  snprintf(path, sizeof path, "%s", procs_build_path("tools/hoopd"));
-  int log_fd = mkstemp(log);
-  ck_assert_int_ge(log_fd, 0);
-  close(log_fd);
-  char *argv[] = {path, "--listen", hoopd_addr, "--idle-timeout", "60", NULL};
-  start_hoopd_argv(argv, log);
+  char log[] = "/tmp/hoop-flood-XXXXXX";
+  start_hoopd_logging(log, "--idle-timeout", "60");
   double normal = job_seconds("before-flood");
   static int fds[FLOOD];
   double start = seconds_now();
@@ -574,11 +579,7 @@ START_TEST(test_connection_flood_from_one_address) {
          opened, normal, flooded);
   int open = 0;
   for (int i = 0; i < FLOOD; i++) {
-    char buf[256];
-    ssize_t got;
-    while ((got = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0)
-      ;
-    open += got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    open += still_open(fds[i]);
     close(fds[i]);
   }
   ck_assert_msg(open <= FLOOD / 4, "hoopd held %d of the %d silent connections of one address",

@@ -913,6 +913,44 @@ START_TEST(test_idle_limit_per_address) {
 }
 END_TEST
 
+/* A member whose SHRINK says it waits 0 ms cannot end the shrink at once, leaving out every member
+ * that had not asked yet: the server waits the job's own timeout for them, so the two that ask
+ * 300 ms later are in the next generation, all three in one table. */
+static void send_shrink(int fd, uint32_t rank, uint32_t timeout_ms) {
+  hoop__shrink_msg msg = {.generation = 0, .rank = rank, .timeout_ms = timeout_ms};
+  snprintf(msg.addr, sizeof msg.addr, "m-%u'", rank);
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_shrink(&wb, &msg), 0);
+  send_bytes(fd, wb.data, wb.len, "a SHRINK");
+  hoop__wbuf_free(&wb);
+}
+
+START_TEST(test_shrink_timeout_zero_waits_for_the_others) {
+  hoop__rdzv_options options = {.listen = "127.0.0.1:0"};
+  start_server(&options);
+  int fds[3];
+  join_running("shrink-zero", 3, fds);
+  send_shrink(fds[0], 0, 0);
+  sleep_ms(300);
+  send_shrink(fds[1], 1, JOB_TIMEOUT_MS);
+  send_shrink(fds[2], 2, JOB_TIMEOUT_MS);
+  for (int i = 0; i < 3; i++) {
+    uint8_t *payload;
+    uint32_t len;
+    hoop__table table;
+    uint16_t type = read_message(fds[i], &payload, &len, "a member", "the next generation's TABLE");
+    ck_assert_msg(type == HOOP_MSG_TABLE && hoop__wire_decode_table(payload, len, &table) == 0,
+                  "member %d: expected the next generation's TABLE, got type %u", i, type);
+    ck_assert_msg(table.size == 3, "member %d: a table of %u ranks, not 3: a member was left out",
+                  i, table.size);
+    hoop__table_free(&table);
+    free(payload);
+  }
+  for (int i = 0; i < 3; i++)
+    close(fds[i]);
+}
+END_TEST
+
 /* Past max_jobs a new job is refused; the waiting one completes, and then a new one is taken. */
 START_TEST(test_job_limit) {
   hoop__rdzv_options options = {.listen = "127.0.0.1:0", .max_jobs = 1};
@@ -1539,6 +1577,7 @@ static Suite *rdzv_suite(void) {
   tc = add_case(s, "limits", 0);
   tcase_add_test(tc, test_connection_limit);
   tcase_add_test(tc, test_idle_limit_per_address);
+  tcase_add_test(tc, test_shrink_timeout_zero_waits_for_the_others);
   tcase_add_test(tc, test_job_limit);
   tcase_add_test(tc, test_idle_connection_closed);
   tcase_add_test(tc, test_member_outlives_idle_timeout);

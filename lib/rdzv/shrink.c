@@ -348,8 +348,12 @@ void hoop__rdzv_shrink_request(rdzv_client *client, const hoop__shrink_msg *msg)
     uint64_t now = uv_now(job->server->loop);
     job->shrinking = 1;
     job->shrink_grace_over = 0;
-    job->shrink_due_ms = now + msg->timeout_ms;
-    uint64_t grace = msg->timeout_ms < SHRINK_GRACE_MS ? msg->timeout_ms : SHRINK_GRACE_MS;
+    /* The first to ask sets how long the others have, but never less than the job's own timeout
+     * (its first HELLO's): a member that says 0 would otherwise leave out every member that had
+     * not asked yet. */
+    uint32_t wait_ms = msg->timeout_ms > job->timeout_ms ? msg->timeout_ms : job->timeout_ms;
+    job->shrink_due_ms = now + wait_ms;
+    uint64_t grace = wait_ms < SHRINK_GRACE_MS ? wait_ms : SHRINK_GRACE_MS;
     uv_timer_start(&job->timer, on_shrink_timer, grace, 0);
   }
   client->shrink_asked = 1;

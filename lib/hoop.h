@@ -214,6 +214,17 @@ HOOP_API int hoop_comm_newcomers(hoop_comm *comm);
  * A newcomer's communicator starts at the generation it joined. */
 HOOP_API unsigned int hoop_comm_generation(const hoop_comm *comm);
 
+/* How long a call on comm waits with nothing moving before it fails with HOOP_ERR_TIMEOUT naming
+ * the rank it waits for: seconds > 0, from the next call on (HOOP_TIMEOUT, or hoop_config's
+ * timeout_s, until set). A peer that is alive but late (a rank writing a checkpoint) is waited
+ * for that long, with stall warnings (HOOP_STALL_WARN) saying whom it waits for; a peer that dies
+ * still fails the call at once. Sub-communicators made from comm afterwards start with its
+ * timeout and may set their own. Not while a call runs on comm in another thread.
+ * HOOP_ERR_INVALID_ARG for a NULL comm or seconds not > 0 (comm unchanged). */
+HOOP_API hoop_result hoop_comm_set_timeout(hoop_comm *comm, double seconds);
+/* comm's timeout in seconds (0 for a NULL comm). */
+HOOP_API double hoop_comm_timeout(const hoop_comm *comm);
+
 HOOP_API int hoop_rank(const hoop_comm *comm);
 HOOP_API int hoop_size(const hoop_comm *comm);
 HOOP_API int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */

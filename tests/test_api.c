@@ -131,6 +131,29 @@ START_TEST(test_call_names) {
 }
 END_TEST
 
+/* hoop_comm_set_timeout: a number of seconds above 0 is taken and read back, and a sub-communicator
+ * made afterwards starts with it; others are refused with a message, the timeout unchanged. */
+START_TEST(test_comm_timeout) {
+  hoop_comm *comm = single_rank();
+  ck_assert(hoop_comm_timeout(comm) > 0);
+  ck_assert_int_eq(hoop_comm_set_timeout(comm, 12.5), HOOP_OK);
+  ck_assert(hoop_comm_timeout(comm) == 12.5);
+  ASSERT_INVALID(hoop_comm_set_timeout(comm, 0), comm);
+  ASSERT_INVALID(hoop_comm_set_timeout(comm, -1), comm);
+  ASSERT_INVALID(hoop_comm_set_timeout(comm, 0.0 / 0.0), comm);
+  ck_assert(hoop_comm_timeout(comm) == 12.5);
+  ck_assert_int_eq(hoop_comm_set_timeout(NULL, 1), HOOP_ERR_INVALID_ARG);
+  ck_assert(hoop_comm_timeout(NULL) == 0);
+  hoop_comm *row = NULL;
+  ck_assert_int_eq(hoop_comm_split(comm, 0, 0, &row), HOOP_OK);
+  ck_assert(hoop_comm_timeout(row) == 12.5);
+  ck_assert_int_eq(hoop_comm_set_timeout(row, 3), HOOP_OK);
+  ck_assert(hoop_comm_timeout(row) == 3 && hoop_comm_timeout(comm) == 12.5);
+  ck_assert_int_eq(hoop_finalize(row), HOOP_OK);
+  hoop_finalize(comm);
+}
+END_TEST
+
 /* hoop_register and hoop_deregister: bad arguments are refused with a message that names them,
  * and a registered buffer works in collectives (over TCP registration is bookkeeping only). */
 START_TEST(test_register_arguments) {
@@ -633,6 +656,7 @@ static Suite *api_suite(void) {
   TCase *tc = tcase_create("local");
   tcase_add_test(tc, test_invalid_arguments);
   tcase_add_test(tc, test_call_names);
+  tcase_add_test(tc, test_comm_timeout);
   tcase_add_test(tc, test_invalid_config);
   tcase_add_test(tc, test_config_size_and_version);
   tcase_add_test(tc, test_register_arguments);

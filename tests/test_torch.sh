@@ -6,6 +6,8 @@
 # - tests/python/trust_worker.py on 3 ranks, shared memory and TCP: no peer's bytes unpickled
 #   outside the *_object calls (a member's crafted pickle is refused naming it, and never runs),
 #   and Horovod's names in each call's fingerprint;
+# - tests/python/timeout_worker.py on 3 ranks: init_process_group's and new_group's timeouts
+#   and Work.wait(timeout), as torch.distributed programs set them;
 # - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one;
 # - tests/python/fail_worker.py: an exception on one rank, under the Horovod API and under the
 #   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
@@ -72,6 +74,18 @@ for transport in shm tcp; do
      ls "$tmp/trust" | grep -q '^ran-'; then
     echo "FAIL: trust_worker.py over $transport:"; echo "$out" | grep -E 'PASS|FAIL' | cut -c1-300
     echo "$out" | tail -20; status=1
+  fi
+done
+
+# Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):
+# HOOP_TIMEOUT=2 in the environment, a group's own timeout wins over it, a late rank 0 is waited
+# for that long and not longer, and Work.wait(timeout) stops at its own.
+for case in pass fail wait; do
+  out=$(HOOP_TIMEOUT=2 "$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/timeout_worker.py" \
+    $case 2>&1)
+  echo "$out" | grep -E "^\[[0-9]\] (PASS|FAIL) $case" | cut -c1-200
+  if [ "$(echo "$out" | grep -c "PASS $case:")" != 3 ] || echo "$out" | grep -q "FAIL $case:"; then
+    echo "FAIL: timeout case '$case':"; echo "$out" | tail -20; status=1
   fi
 done
 

@@ -46,6 +46,22 @@ int hoop_local_rank(const hoop_comm *comm) {
 int hoop_local_size(const hoop_comm *comm) {
   return comm ? comm->local_size : -1;
 }
+hoop_result hoop_comm_set_timeout(hoop_comm *comm, double seconds) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (!(seconds > 0) || seconds > 1e9)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_set_timeout: %g is not a number of seconds above 0 (and "
+                           "at most 1e9)",
+                           seconds);
+  comm->timeout_s = seconds;
+  return HOOP_OK;
+}
+
+double hoop_comm_timeout(const hoop_comm *comm) {
+  return comm ? comm->timeout_s : 0;
+}
+
 unsigned int hoop_comm_generation(const hoop_comm *comm) {
   return comm ? comm->generation : 0;
 }

@@ -30,7 +30,8 @@ static hoop_result make_table(hoop_comm *view, const hoop_comm *net) {
   view->table.peers = calloc((size_t)view->size, sizeof *view->table.peers);
   if (!view->table.peers)
     return HOOP_ERR_SYSTEM;
-  for (int i = 0; i < view->size; i++)
+  /* A job of one rank met no rendezvous and has no table: its one entry stays empty (one host). */
+  for (int i = 0; i < view->size && net->table.peers; i++)
     view->table.peers[i] = net->table.peers[view->world_of[i]];
   for (int i = 0; i < view->size; i++) {
     hoop__peer_entry *entry = &view->table.peers[i];

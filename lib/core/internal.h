@@ -152,7 +152,7 @@ struct hoop_comm {
   int check_calls;     /* HOOP_CHECK_CALLS: send and compare fingerprints */
   double stall_warn_s; /* HOOP_STALL_WARN */
   double call_started; /* when the running call began, for the stall warning */
-  int stall_warned;    /* the running call has logged its stall warning */
+  int stall_warned;    /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */
   long flight_slot;    /* the running call's entry in the flight recorder */
   int call_waited;     /* the running call read the clock while it waited (transport/wait.c) */
   int kernel_ranks;    /* ranks on this rank's kernel, any network namespace (transport/select.c) */

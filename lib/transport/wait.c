@@ -150,7 +150,7 @@ hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
 static void warn_stall(hoop_comm *comm, double now) {
   char waiting[512] = "";
   size_t used = 0;
-  comm->stall_warned = 1;
+  comm->stall_warned++;
   for (int p = 0; p < comm->size; p++) {
     if (p == comm->rank)
       continue;
@@ -364,7 +364,9 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
     if (!spinning || ++rounds % CLOCK_EVERY == 0 || comm->spin_yields ||
         atomic_load_explicit(&net->net_shared, memory_order_relaxed))
       now = hoop__now();
-    if (!comm->stall_warned && now - comm->call_started > comm->stall_warn_s)
+    /* At every HOOP_STALL_WARN seconds of the wait, not only the first: a rank that waits long
+     * for a late peer (up to a timeout set long) keeps saying whom it waits for. */
+    if (now - comm->call_started > comm->stall_warn_s * (comm->stall_warned + 1))
       warn_stall(comm, now);
     /* A peer on the board in this call's place while this rank waits for a message (board.c). */
     if (comm->board && (!spinning || rounds % CLOCK_EVERY == 0) &&

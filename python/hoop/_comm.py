@@ -423,6 +423,17 @@ class Communicator:
         return _lib.hoop_comm_newcomers(self._live("newcomers"))
 
     @property
+    def timeout(self):
+        """Seconds a call waits with nothing moving before it raises Timeout naming the rank it
+        waits for (hoop_comm_set_timeout): HOOP_TIMEOUT's until set. Setting it applies from the
+        next call on, and to the sub-communicators split from this one afterwards."""
+        return _lib.hoop_comm_timeout(self._live("timeout"))
+
+    @timeout.setter
+    def timeout(self, seconds):
+        self._check(_lib.hoop_comm_set_timeout(self._live("timeout"), float(seconds)))
+
+    @property
     def generation(self):
         """0 for the job as started, one more per shrink or growth."""
         return _lib.hoop_comm_generation(self._live("generation"))

@@ -89,13 +89,13 @@ static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__request *req, int 
   if (st == 'T' || st == 't')
     return hoop__peer_failed(
         ctx, req->peer, HOOP_ERR_TIMEOUT,
-        req->is_send ? "no data taken for HOOP_TIMEOUT" : "no data received for HOOP_TIMEOUT",
+        req->is_send ? "no data taken within the timeout" : "no data received within the timeout",
         st == 'T' ? "its process is stopped (SIGSTOP)" : "its process is stopped by a debugger");
   if (!in_grace && st)
     return HOOP_OK;
   return hoop__peer_failed(ctx, req->peer, HOOP_ERR_TIMEOUT,
-                           req->is_send ? "no data taken for HOOP_TIMEOUT"
-                                        : "no data received for HOOP_TIMEOUT",
+                           req->is_send ? "no data taken within the timeout"
+                                        : "no data received within the timeout",
                            "its process is alive but does not move (stopped, or busy outside "
                            "hoop)");
 }

@@ -100,8 +100,8 @@ static int tcp_pending(hoop__tctx *ctx, int peer) {
 static hoop_result tcp_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
   (void)in_grace;
   return hoop__tcp_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT,
-                              req->is_send ? "no data accepted for HOOP_TIMEOUT"
-                                           : "no data received for HOOP_TIMEOUT",
+                              req->is_send ? "no data accepted within the timeout"
+                                           : "no data received within the timeout",
                               ETIMEDOUT);
 }
 

@@ -16,6 +16,7 @@ the backend does not have raise NotImplementedError naming the call and what to 
 """
 
 import datetime
+import os
 import queue
 import threading
 
@@ -23,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work
 
-from .. import HoopError, _shared_comm
+from .. import HoopError, Timeout, _shared_comm
 
 __all__ = ["ProcessGroupHoop"]
 
@@ -85,6 +86,7 @@ class _Work(Work):
         self._error = None
         self._done = False
         self._future = None
+        self._waiter = None  # the thread that waits for it, once Work.wait had a timeout
         self._lock = threading.Lock()  # one thread at a time completes the requests
 
     def _complete(self):
@@ -123,6 +125,24 @@ class _Work(Work):
         return self._error
 
     def wait(self, timeout=datetime.timedelta(0)):
+        """Until the collective completes; with a timeout (a timedelta or seconds, 0 for none),
+        raises hoop.Timeout once that passes first. The collective stays posted then: wait again,
+        or end the job."""
+        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+        if seconds > 0 and not self._done:
+            # Waited for on a thread of its own (hoop_wait runs without the GIL), so that this one
+            # can stop at the timeout: hoop_test may itself run the call to its end.
+            with self._lock:
+                if self._waiter is None and not self._done:
+                    self._waiter = threading.Thread(target=self._complete, daemon=True,
+                                                    name="hoop-work-wait")
+                    self._waiter.start()
+            if self._waiter is not None:
+                self._waiter.join(seconds)
+            if not self._done:
+                raise Timeout("hoop backend: Work.wait: the collective did not complete within "
+                              "its timeout of %g s (it stays posted; wait again or end the job)"
+                              % seconds, Timeout.code)
         self._complete()
         if self._error is not None:
             raise RuntimeError("hoop backend: %s" % self._error) from self._error
@@ -188,6 +208,9 @@ class ProcessGroupHoop(ProcessGroup):
                                "the same RANK and WORLD_SIZE)"
                                % (rank, size, self._comm.rank, self._comm.size))
         self._pending = []  # the Work objects alive until they complete (see PYTHON.md)
+        seconds = _timeout_s(timeout)
+        if seconds is not None:
+            self._comm.timeout = seconds
 
     def _forget(self, work):
         if work in self._pending:
@@ -404,6 +427,20 @@ def _group_comm(store, rank, size):
     store.set("hoop/job_rank/%d" % rank, str(world.rank))
     members = [int(store.get("hoop/job_rank/%d" % r)) for r in range(size)]
     return world.create_group(members)
+
+
+def _timeout_s(timeout):
+    """The seconds a group's calls may wait, from the timeout torch gives its backend
+    (init_process_group's or new_group's): None to keep the communicator's, where torch gave none
+    or gave its own default while HOOP_TIMEOUT is set (a user's setting, which torch's default
+    does not override)."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    default = getattr(getattr(dist, "constants", None), "default_pg_timeout", None)
+    if seconds <= 0 or (timeout == default and os.environ.get("HOOP_TIMEOUT")):
+        return None
+    return seconds
 
 
 def _create(store, rank, size, timeout, *rest):

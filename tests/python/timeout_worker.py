@@ -6,8 +6,10 @@ the environment): issue 59's barrier against a rank 0 that is late, with the tim
                              barrier, longer than HOOP_TIMEOUT; every rank passes it. A new_group
                              of timeout 1 s has its own (the default group keeps 8 s).
     timeout_worker.py fail   init_process_group(timeout=3 s), rank 0 sleeps 8 s: ranks 1 and 2
-                             raise within 3 to 6 s, naming rank 0 (torch's store takes the same
-                             timeout to connect, which 1 s would make too short on a busy host).
+                             raise within 3 to 6 s, naming rank 0 (or, in the same moment, the
+                             other, which waits on rank 0 itself; at least one names rank 0).
+                             torch's store takes the same timeout to connect, which 1 s would
+                             make too short on a busy host.
     timeout_worker.py wait   rank 0 sleeps 3 s: on the others, Work.wait(timeout=1 s) of an async
                              barrier raises hoop.Timeout after about 1 s, and a plain wait then
                              completes once rank 0 comes.
@@ -61,8 +63,13 @@ elif case == "fail":
         if rank == 0:
             verdict(True, "failed too, after the others: %s" % err)
         else:
-            verdict(3.0 <= took <= 6.0 and "rank 0" in str(err),
-                    "failed after %.1f s: %s: %s" % (took, type(err).__name__, err))
+            # A rank that waits on one that itself waits on rank 0 may time out in the same
+            # moment and blame it (nothing tells a silent peer from a stuck one): rank 0 or that
+            # one; tests/test_torch.sh wants rank 0 named by at least one rank.
+            named = "rank 0" in str(err) or "rank %d" % (3 - rank) in str(err)
+            verdict(3.0 <= took <= 6.0 and named,
+                    "failed after %.1f s%s: %s: %s" % (took, ", naming rank 0" if "rank 0" in
+                                                       str(err) else "", type(err).__name__, err))
 elif case == "wait":
     if rank == 0:
         time.sleep(3)

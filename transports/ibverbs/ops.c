@@ -178,9 +178,11 @@ static int ib_pending(hoop__tctx *ctx, int peer) {
 
 static hoop_result ib_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
   (void)in_grace;
-  return hoop__ib_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
-                             req->is_send ? "no data accepted within the timeout"
-                                          : "no data received within the timeout");
+  return hoop__ib_peer_error(
+      ctx, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",
+      req->is_send
+          ? "no data accepted within the timeout (HOOP_TIMEOUT, or the communicator's own)"
+          : "no data received within the timeout (HOOP_TIMEOUT, or the communicator's own)");
 }
 
 /* A wait polls without sleeping for HOOP_IB_SPIN_US, then sleeps on the completion channel. */

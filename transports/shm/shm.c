@@ -89,15 +89,19 @@ static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__request *req, int 
   if (st == 'T' || st == 't')
     return hoop__peer_failed(
         ctx, req->peer, HOOP_ERR_TIMEOUT,
-        req->is_send ? "no data taken within the timeout" : "no data received within the timeout",
+        req->is_send
+            ? "no data taken within the timeout (HOOP_TIMEOUT, or the communicator's own)"
+            : "no data received within the timeout (HOOP_TIMEOUT, or the communicator's own)",
         st == 'T' ? "its process is stopped (SIGSTOP)" : "its process is stopped by a debugger");
   if (!in_grace && st)
     return HOOP_OK;
-  return hoop__peer_failed(ctx, req->peer, HOOP_ERR_TIMEOUT,
-                           req->is_send ? "no data taken within the timeout"
-                                        : "no data received within the timeout",
-                           "its process is alive but does not move (stopped, or busy outside "
-                           "hoop)");
+  return hoop__peer_failed(
+      ctx, req->peer, HOOP_ERR_TIMEOUT,
+      req->is_send
+          ? "no data taken within the timeout (HOOP_TIMEOUT, or the communicator's own)"
+          : "no data received within the timeout (HOOP_TIMEOUT, or the communicator's own)",
+      "its process is alive but does not move (stopped, or busy outside "
+      "hoop)");
 }
 
 /* HOOP_SHM_SPIN_US=auto: TCP's rule (see tcp.c), decided at the first wait: a rank with a CPU of

@@ -99,10 +99,12 @@ static int tcp_pending(hoop__tctx *ctx, int peer) {
 
 static hoop_result tcp_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
   (void)in_grace;
-  return hoop__tcp_peer_error(ctx, req->peer, HOOP_ERR_TIMEOUT,
-                              req->is_send ? "no data accepted within the timeout"
-                                           : "no data received within the timeout",
-                              ETIMEDOUT);
+  return hoop__tcp_peer_error(
+      ctx, req->peer, HOOP_ERR_TIMEOUT,
+      req->is_send
+          ? "no data accepted within the timeout (HOOP_TIMEOUT, or the communicator's own)"
+          : "no data received within the timeout (HOOP_TIMEOUT, or the communicator's own)",
+      ETIMEDOUT);
 }
 
 /* HOOP_TCP_SPIN_US=auto, decided at the first wait, once the rank table says how many ranks share

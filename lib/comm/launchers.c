@@ -7,6 +7,7 @@
 #include "comm/launchers.h"
 #include "core/env.h"
 #include "transport/transport.h"
+#include "util/hash.h"
 
 /* ---- integer variables ----------------------------------------------------------------------- */
 
@@ -99,10 +100,7 @@ static void launcher_job_id(const struct hoop__launcher *launcher, char *job, si
  * reserved ports): derived from the job id so that concurrent jobs differ, and below Linux's
  * ephemeral ports (32768 and up). */
 static int job_port(const char *job) {
-  uint32_t hash = 2166136261u; /* FNV-1a */
-  for (const char *c = job; *c; c++)
-    hash = (hash ^ (uint8_t)*c) * 16777619u;
-  return 21000 + (int)(hash % 8000);
+  return 21000 + (int)(hoop__fnv1a(job) % 8000);
 }
 
 /* ---- Slurm: rank 0's host and a port --------------------------------------------------------- */

@@ -6,6 +6,7 @@
 
 #include "core/fingerprint.h"
 #include "util/be.h"
+#include "util/hash.h"
 
 /* Layout of a collective's: seq (8 bytes), collective (hoop__coll + 1), dtype (1), op (+1, 1),
  * root (+1, 2 bytes: 0 for none; a job has at most HOOP__WIRE_MAX_RANKS ranks), count (6 bytes:
@@ -84,9 +85,7 @@ static _Thread_local struct {
 
 /* FNV-1a over the whole name; 0 stands for "no name", so a name that hashes to it takes 1. */
 static uint32_t name_hash(const char *name) {
-  uint32_t h = 2166136261u;
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-    h = (h ^ *p) * 16777619u;
+  uint32_t h = hoop__fnv1a(name);
   return h ? h : 1;
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "rdzv/server_impl.h"
+#include "util/hash.h"
 #include "util/netaddr.h"
 
 /* ---- replies --------------------------------------------------------------------------------- */
@@ -324,10 +325,7 @@ static int make_room(hoop__rdzv_server *server, const rdzv_client *newest) {
   for (rdzv_client *c = server->clients; c; c = c->next) {
     if (c == newest || !idle(c))
       continue;
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)c->from; *p; p++)
-      h = (h ^ *p) * 16777619u;
-    size_t i = h & (slots - 1);
+    size_t i = hoop__fnv1a(c->from) & (slots - 1);
     while (table[i].from && strcmp(table[i].from, c->from) != 0)
       i = (i + 1) & (slots - 1);
     table[i].from = c->from;

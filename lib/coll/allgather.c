@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/state.h"
 
 /* Bruck: in the round at distance d a rank sends the first min(d, n-d) blocks it holds to rank
  * r-d and appends as many from rank r+d. Blocks gather in scratch in the order r, r+1, ..., so
@@ -52,13 +53,14 @@ hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args) {
 
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args) {
   for (int i = 0; i < comm->size; i++) {
-    comm->block_offset[i] = (size_t)i * args->bytes;
-    comm->block_length[i] = args->bytes;
+    comm->coll->block_offset[i] = (size_t)i * args->bytes;
+    comm->coll->block_length[i] = args->bytes;
   }
   hoop__arena arena = {0};
   hoop__group whole = hoop__whole(comm);
-  hoop_result result = hoop__ring_circulate(comm, &whole, &arena, args->recvbuf, comm->block_offset,
-                                            comm->block_length, 0, args->esize, 0);
+  hoop_result result =
+      hoop__ring_circulate(comm, &whole, &arena, args->recvbuf, comm->coll->block_offset,
+                           comm->coll->block_length, 0, args->esize, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);

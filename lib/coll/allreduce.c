@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/state.h"
 
 typedef struct ring_plan {
   size_t *offset; /* bytes, per segment */
@@ -20,8 +21,8 @@ typedef struct ring_plan {
 } ring_plan;
 
 static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan *plan) {
-  plan->offset = comm->block_offset;
-  plan->length = comm->block_length;
+  plan->offset = comm->coll->block_offset;
+  plan->length = comm->coll->block_length;
   for (int i = 0; i < comm->size; i++) {
     size_t first, elems;
     hoop__segment(count, comm->size, i, &first, &elems);
@@ -255,7 +256,7 @@ hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args) {
 hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, char *buf,
                                   size_t count, hoop_dtype dtype, hoop_op op) {
   size_t esize = hoop_dtype_size(dtype);
-  ring_plan plan = {comm->hosts->offset, comm->hosts->length};
+  ring_plan plan = {comm->coll->hosts->offset, comm->coll->hosts->length};
   for (int i = 0; i < group->size; i++) {
     size_t first, elems;
     hoop__segment(count, group->size, i, &first, &elems);
@@ -287,13 +288,13 @@ hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, cha
  * through shared memory. Each element is reduced on one rank, so all ranks end with the same
  * bits. Other jobs run the ring. */
 hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
-  const hoop__hosts *hosts = comm->hosts;
+  const hoop__hosts *hosts = comm->coll->hosts;
   if (!hosts || !hosts->even)
     return hoop__allreduce_ring(comm, args);
   size_t esize = args->esize;
   hoop__group local = {hosts->per_host, hosts->local_index, hosts->local};
   hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
-  ring_plan plan = {comm->block_offset, comm->block_length};
+  ring_plan plan = {comm->coll->block_offset, comm->coll->block_length};
   for (int i = 0; i < local.size; i++) {
     size_t first, elems;
     hoop__segment(args->count, local.size, i, &first, &elems);

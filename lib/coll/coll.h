@@ -20,6 +20,12 @@
 /* Cap on the chunks of one block; past it chunks grow instead, to bound bookkeeping. */
 #define HOOP__MAX_CHUNKS_PER_BLOCK 256
 
+/* The collectives' state of a communicator (coll/state.h), made with it (NULL: out of memory),
+ * sized to its ranks (again when its size changes) and freed with it last. */
+hoop__coll_state *hoop__coll_state_new(void);
+hoop_result hoop__coll_state_size(hoop_comm *comm);
+void hoop__coll_state_free(hoop_comm *comm);
+
 /* Posted requests must not move while the transport holds them, so they live in fixed blocks
  * that are never reallocated. */
 typedef struct hoop__arena_block hoop__arena_block;

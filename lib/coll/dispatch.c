@@ -8,6 +8,7 @@
 
 #include "coll/coll.h"
 #include "coll/paths.h"
+#include "coll/state.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
 #include "core/trace.h"
@@ -42,8 +43,8 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
    * look at most once per RDZV_LOOK_EVERY_S (at the clock's tick); a call that waits polls the
    * connection anyway. The coarse clock serves the stall warning and the flight recorder too. */
   double now = hoop__now_coarse();
-  if (now - comm->rdzv_looked_at >= RDZV_LOOK_EVERY_S) {
-    comm->rdzv_looked_at = now;
+  if (now - comm->coll->rdzv_looked_at >= RDZV_LOOK_EVERY_S) {
+    comm->coll->rdzv_looked_at = now;
     hoop__net_enter(comm); /* views' threads read it too, while they drive net's transports */
     hoop__rendezvous_check(comm);
     hoop__net_leave(comm);
@@ -59,8 +60,8 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->stall_warned = 0;
   comm->call_waited = 0;
   hoop__fingerprint_encode(comm, which, count, dtype, op, root, name_tag);
-  comm->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
-                                         has_data ? count * hoop_dtype_size(dtype) : 0, now);
+  comm->coll->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
+                                               has_data ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
 }
 
@@ -78,7 +79,7 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result, size_t bytes) {
    * (5 ns; durations to the kernel's tick, a few ms, which is what a hung call's diagnosis
    * needs). */
   if (comm->call)
-    hoop__flight_end(comm->flight_slot, result,
+    hoop__flight_end(comm->coll->flight_slot, result,
                      comm->call_waited || bytes >= FLIGHT_CLOCK_BYTES || result != HOOP_OK
                          ? hoop__now_coarse()
                          : comm->call_started);
@@ -285,14 +286,14 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
     /* An alltoallv's ranks may have nothing to receive and still something to send: every rank
      * takes part. */
     if (args->bytes == 0 && args->coll != HOOP__COLL_ALLTOALLV) {
-      comm->algo_name = "no data";
+      comm->coll->algo_name = "no data";
       return coll_end(comm, hoop__coll_no_data(comm), args->bytes);
     }
   }
   const hoop__algo *algo = NULL;
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
     return coll_end(comm, result, args->bytes);
-  comm->algo_name = algo ? algo->name : "one rank";
+  comm->coll->algo_name = algo ? algo->name : "one rank";
   /* Device buffers that every rank's path can take as they are (tune.c's table of paths). */
   if (coll->has_data && comm->size > 1 && hoop__coll_path(comm, args, algo, coll->prepare, &result))
     return coll_end(comm, result, args->bytes);
@@ -315,11 +316,11 @@ hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args) {
   if (!hoop__tracing(comm))
     return coll_run(comm, args);
   double start = hoop__now();
-  comm->algo_name = "refused";
+  comm->coll->algo_name = "refused";
   hoop_result result = coll_run(comm, args);
   size_t esize = hoop_dtype_size(args->dtype);
   hoop__trace_run(comm, collectives[args->coll].call, args->count, args->dtype,
-                  collectives[args->coll].has_data ? args->count * esize : 0, comm->algo_name,
+                  collectives[args->coll].has_data ? args->count * esize : 0, comm->coll->algo_name,
                   result, start, hoop__now());
   return result;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/state.h"
 #include "core/env.h"
 #include "core/fingerprint.h"
 #include "core/request.h"
@@ -37,11 +38,11 @@ static hoop_result read_fusion(hoop_comm *comm) {
                            "hoop_allreduce_many: HOOP_FUSION_BYTES '%s' is not a number of bytes "
                            "in %d..%ld",
                            hoop__env_get("HOOP_FUSION_BYTES"), FUSION_MIN_BYTES, FUSION_MAX_BYTES);
-  comm->fusion = malloc((size_t)bytes);
-  if (!comm->fusion)
+  comm->coll->fusion = malloc((size_t)bytes);
+  if (!comm->coll->fusion)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM,
                            "hoop_allreduce_many: cannot allocate %ld bytes to pack into", bytes);
-  comm->fusion_bytes = (size_t)bytes;
+  comm->coll->fusion_bytes = (size_t)bytes;
   return HOOP_OK;
 }
 
@@ -68,12 +69,13 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
   fused_request *req = (fused_request *)request;
   hoop_result result = HOOP_OK;
   size_t esize = hoop_dtype_size(req->dtype);
-  if (!comm->fusion && (result = read_fusion(comm)) != HOOP_OK)
+  if (!comm->coll->fusion && (result = read_fusion(comm)) != HOOP_OK)
     return result;
-  size_t piece_elems = comm->fusion_bytes / esize;
-  size_t direct_bytes =
-      comm->fusion_bytes / 2 < FUSION_DIRECT_BYTES ? comm->fusion_bytes / 2 : FUSION_DIRECT_BYTES;
-  char *piece = comm->fusion;
+  size_t piece_elems = comm->coll->fusion_bytes / esize;
+  size_t direct_bytes = comm->coll->fusion_bytes / 2 < FUSION_DIRECT_BYTES
+                            ? comm->coll->fusion_bytes / 2
+                            : FUSION_DIRECT_BYTES;
+  char *piece = comm->coll->fusion;
   size_t buf = 0, at = 0; /* the next element to pack: buffer buf, element at */
   while (result == HOOP_OK) {
     if (buf < req->nbufs && at == 0 && req->counts[buf] * esize >= direct_bytes) {
@@ -150,8 +152,8 @@ static void release_arrays(hoop_request *request) {
 }
 
 void hoop__fused_free(hoop_comm *comm) {
-  free(comm->fusion);
-  comm->fusion = NULL;
+  free(comm->coll->fusion);
+  comm->coll->fusion = NULL;
 }
 
 /* ---- the calls ------------------------------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/state.h"
 
 static int same_host(const hoop_comm *comm, int a, int b) {
   return strcmp(comm->table.peers[a].host, comm->table.peers[b].host) == 0;
@@ -64,6 +65,6 @@ hoop_result hoop__hosts_plan(hoop_comm *comm) {
   }
   hosts->even = hosts->even == 0 && hosts->count > 1 && hosts->per_host > 1;
   free(leader);
-  comm->hosts = hosts;
+  comm->coll->hosts = hosts;
   return HOOP_OK;
 }

@@ -17,6 +17,7 @@
  * memory (hoop__allreduce_group: hier's step between hosts, message for message, so that a host
  * that runs hier itself meets this one there), then copies the other blocks from their owners. */
 #include "coll/coll.h"
+#include "coll/state.h"
 
 /* The block of the members' inputs this rank reduces. */
 static int own_block(const hoop__mapped *mapped) {
@@ -64,7 +65,7 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
  * host kind. Every rank takes part in the ring between hosts, with or without a block. */
 static hoop_result across_hosts(hoop_comm *comm, const hoop__mapped *mapped,
                                 const hoop__coll_args *args, char *block, size_t len) {
-  const hoop__hosts *hosts = comm->hosts;
+  const hoop__hosts *hosts = comm->coll->hosts;
   hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
   static char none[16]; /* the host memory of an empty block */
   char *host = len ? mapped->host : none;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/state.h"
 #include "core/fingerprint.h"
 #include "core/flight.h"
 #include "core/request.h"
@@ -51,7 +52,7 @@ static const char *call_name(int is_send, int blocking) {
   return blocking ? "hoop_recv" : "hoop_irecv";
 }
 
-#define STAGES (int)(sizeof((hoop_comm *)0)->p2p_stage / sizeof((hoop_comm *)0)->p2p_stage[0])
+#define STAGES HOOP__P2P_STAGES
 
 /* With call_lock held: a host stage of bytes for the device buffer at near, one of the
  * communicator's kept ones where one is free (grown if need be), else an allocation of the
@@ -59,9 +60,9 @@ static const char *call_name(int is_send, int blocking) {
 static void *take_stage(hoop_comm *comm, p2p_request *p2p, size_t bytes, const void *near) {
   int free_slot = -1;
   for (int i = 0; i < STAGES; i++) {
-    if (comm->p2p_stage_busy[i])
+    if (comm->coll->p2p_stage_busy[i])
       continue;
-    if (comm->p2p_stage[i].ptr && comm->p2p_stage[i].bytes >= bytes) {
+    if (comm->coll->p2p_stage[i].ptr && comm->coll->p2p_stage[i].bytes >= bytes) {
       free_slot = i;
       break;
     }
@@ -69,10 +70,10 @@ static void *take_stage(hoop_comm *comm, p2p_request *p2p, size_t bytes, const v
       free_slot = i;
   }
   if (free_slot >= 0) {
-    void *ptr = hoop__host_buf_grow(comm, &comm->p2p_stage[free_slot], bytes, near,
+    void *ptr = hoop__host_buf_grow(comm, &comm->coll->p2p_stage[free_slot], bytes, near,
                                     "to stage a device buffer through");
     if (ptr) {
-      comm->p2p_stage_busy[free_slot] = 1;
+      comm->coll->p2p_stage_busy[free_slot] = 1;
       p2p->stage_slot = free_slot;
     }
     return ptr;
@@ -88,7 +89,7 @@ static void drop_stage(hoop_comm *comm, p2p_request *p2p) {
   if (!p2p->stage)
     return;
   if (p2p->stage_slot >= 0)
-    comm->p2p_stage_busy[p2p->stage_slot] = 0;
+    comm->coll->p2p_stage_busy[p2p->stage_slot] = 0;
   else
     hoop__host_buf_free(comm, &p2p->own_stage);
   p2p->stage = NULL;
@@ -106,7 +107,7 @@ static void release(hoop_request *req) {
 
 void hoop__p2p_free(hoop_comm *comm) {
   for (int i = 0; i < STAGES; i++)
-    hoop__host_buf_free(comm, &comm->p2p_stage[i]);
+    hoop__host_buf_free(comm, &comm->coll->p2p_stage[i]);
 }
 
 /* A message that was not posted fails the communicator, as a collective that fails half way does:

@@ -37,6 +37,7 @@
 
 #include "coll/coll.h"
 #include "coll/paths.h"
+#include "coll/state.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "mem/cuda.h"
@@ -53,8 +54,8 @@ struct hoop__gdr {
 };
 
 static struct hoop__gdr *gdr_state(hoop_comm *comm) {
-  if (comm->gdr)
-    return comm->gdr;
+  if (comm->coll->gdr)
+    return comm->coll->gdr;
   struct hoop__gdr *gdr = calloc(1, sizeof *gdr);
   if (!gdr)
     return NULL;
@@ -63,7 +64,7 @@ static struct hoop__gdr *gdr_state(hoop_comm *comm) {
   if (gdr->setting == -2)
     gdr->setting = 0; /* hoop_register of device memory says why */
   gdr->min_bytes = hoop__env_bytes("HOOP_GDR_MIN_BYTES", 1L << 40);
-  comm->gdr = gdr;
+  comm->coll->gdr = gdr;
   return gdr;
 }
 
@@ -136,12 +137,12 @@ static int settle(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args 
   hoop__probe probe;
   hoop__probe_begin(comm, &probe);
   int mine =
-      hoop__net(comm)->device_regs > 0 && prepare(comm, gdr, args, algo, why, sizeof why) == 0;
+      hoop__mem_device_regs(comm) > 0 && prepare(comm, gdr, args, algo, why, sizeof why) == 0;
   hoop__probe_end(comm, &probe, mine ? NULL : why, sizeof why);
-  if (hoop__net(comm)->device_regs == 0)
+  if (hoop__mem_device_regs(comm) == 0)
     snprintf(why, sizeof why, "it has no device memory registered");
   /* Bit 0: this rank can (AND); bit 1: this rank has device memory registered (OR). */
-  unsigned bits = (mine ? 1u : 0u) | (hoop__net(comm)->device_regs > 0 ? 2u : 0u);
+  unsigned bits = (mine ? 1u : 0u) | (hoop__mem_device_regs(comm) > 0 ? 2u : 0u);
   hoop__group whole = hoop__whole(comm);
   if ((*result = hoop__group_agree_bits(comm, &whole, &bits, 2u)) != HOOP_OK)
     return -1;
@@ -184,14 +185,14 @@ static int gdr_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop_
 
 static int gdr_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
                    hoop__algo_fn prepare_coll, hoop_result *result) {
-  struct hoop__gdr *gdr = comm->gdr;
+  struct hoop__gdr *gdr = comm->coll->gdr;
   if (hoop__path_skip(&gdr->path))
     return 0;
   int go = settle(comm, gdr, args, algo, hoop__call_total(comm, args), result);
   if (go <= 0)
     return go < 0;
   snprintf(gdr->name, sizeof gdr->name, "%s+gdr", algo->name);
-  comm->algo_name = gdr->name;
+  comm->coll->algo_name = gdr->name;
   comm->mem = &hoop__mem_cuda;
   *result = prepare_coll ? prepare_coll(comm, args) : HOOP_OK;
   if (*result == HOOP_OK)
@@ -206,8 +207,8 @@ static int gdr_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__alg
 }
 
 static void gdr_free(hoop_comm *comm) {
-  free(comm->gdr);
-  comm->gdr = NULL;
+  free(comm->coll->gdr);
+  comm->coll->gdr = NULL;
 }
 
 static size_t gdr_floor(hoop_comm *comm) {

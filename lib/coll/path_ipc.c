@@ -30,6 +30,7 @@
 
 #include "coll/coll.h"
 #include "coll/paths.h"
+#include "coll/state.h"
 #include "core/env.h"
 #include "mem/cuda.h"
 #include "mem/cuda/kind.h"
@@ -67,7 +68,7 @@ static uint64_t job_key(hoop_comm *comm) {
 }
 
 static struct hoop__ipc *ipc_state(hoop_comm *comm) {
-  struct hoop__ipc *ipc = comm->ipc;
+  struct hoop__ipc *ipc = comm->coll->ipc;
   if (ipc)
     return ipc;
   if (!(ipc = calloc(1, sizeof *ipc)) ||
@@ -89,12 +90,12 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   ipc->job = job_key(comm);
   ipc->world_rank = hoop__world_rank(comm, comm->rank);
   hoop__ipc_local_add(ipc->job, ipc->world_rank);
-  comm->ipc = ipc;
+  comm->coll->ipc = ipc;
   return ipc;
 }
 
 static void ipc_free(hoop_comm *comm) {
-  struct hoop__ipc *ipc = comm->ipc;
+  struct hoop__ipc *ipc = comm->coll->ipc;
   if (!ipc)
     return;
   hoop__ipc_local_remove(ipc->job, ipc->world_rank);
@@ -110,7 +111,7 @@ static void ipc_free(hoop_comm *comm) {
   free(ipc->sends);
   free(ipc->recvs);
   free(ipc);
-  comm->ipc = NULL;
+  comm->coll->ipc = NULL;
 }
 
 /* The buffer that peers read of this rank's call (the root's buffer of a broadcast). */
@@ -378,7 +379,7 @@ static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop_
   }
   if (!ipc->enabled || call_bytes(comm, args) < ipc->min_bytes)
     return 0;
-  const hoop__hosts *hosts = comm->hosts;
+  const hoop__hosts *hosts = comm->coll->hosts;
   ipc->mapped.by_host = by_host;
   ipc->mapped.group = by_host ? (hoop__group){hosts->per_host, hosts->local_index, hosts->local}
                               : hoop__whole(comm);
@@ -388,11 +389,11 @@ static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop_
 static int ipc_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo *algo,
                    hoop__algo_fn prepare_coll, hoop_result *result) {
   (void)algo, (void)prepare_coll;
-  struct hoop__ipc *ipc = comm->ipc;
+  struct hoop__ipc *ipc = comm->coll->ipc;
   int go = settle(comm, ipc, args, call_bytes(comm, args), result);
   if (go <= 0)
     return go < 0;
-  comm->algo_name = ipc->mapped.by_host ? "ipc+hier" : "ipc";
+  comm->coll->algo_name = ipc->mapped.by_host ? "ipc+hier" : "ipc";
   comm->mem = &hoop__mem_cuda;
   *result = hoop__mapped_run(comm, &ipc->mapped, args);
   if (*result != HOOP_OK) {

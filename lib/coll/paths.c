@@ -6,18 +6,19 @@
 
 #include "coll/coll.h"
 #include "coll/paths.h"
+#include "coll/state.h"
 #include "core/log.h"
 
 /* Backing off: after agreements that found no rank able, skip up to this many calls. */
 #define BACKOFF_MAX 64
 
 int hoop__paths_kinds(hoop_comm *comm, hoop_result *result) {
-  if (comm->path_kinds == 0) {
+  if (comm->coll->path_kinds == 0) {
     unsigned bits = hoop__mem_kinds_here();
     hoop__group whole = hoop__whole(comm);
     if ((*result = hoop__group_agree_bits(comm, &whole, &bits, 0xffu)) != HOOP_OK)
       return -1;
-    comm->path_kinds = bits | HOOP__PATH_KINDS_ASKED;
+    comm->coll->path_kinds = bits | HOOP__PATH_KINDS_ASKED;
     if (bits)
       HOOP__INFO(HOOP_SUBSYS_COLL,
                  "paths: a rank has device memory of a kind that%s%s: large calls on device "
@@ -30,7 +31,7 @@ int hoop__paths_kinds(hoop_comm *comm, hoop_result *result) {
       HOOP__INFO(HOOP_SUBSYS_COLL, "paths: no rank loads a CUDA driver or other device memory "
                                    "kind: no call goes a device path");
   }
-  return (int)(comm->path_kinds & ~HOOP__PATH_KINDS_ASKED);
+  return (int)(comm->coll->path_kinds & ~HOOP__PATH_KINDS_ASKED);
 }
 
 void hoop__probe_begin(hoop_comm *comm, hoop__probe *probe) {

@@ -9,12 +9,13 @@
  * each element is reduced on one rank in one order, so the result has the bits the allreduce of the
  * same input would have on that rank's block. */
 #include "coll/coll.h"
+#include "coll/state.h"
 
 /* Block i of the input: [i * bytes, (i + 1) * bytes), in comm's block tables. */
 static void plan_blocks(hoop_comm *comm, size_t bytes) {
   for (int i = 0; i < comm->size; i++) {
-    comm->block_offset[i] = (size_t)i * bytes;
-    comm->block_length[i] = bytes;
+    comm->coll->block_offset[i] = (size_t)i * bytes;
+    comm->coll->block_length[i] = bytes;
   }
 }
 
@@ -33,8 +34,8 @@ hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *ar
   hoop__ring_rs rs = {args->sendbuf,
                       scratch + slices,
                       args->recvbuf,
-                      comm->block_offset,
-                      comm->block_length,
+                      comm->coll->block_offset,
+                      comm->coll->block_length,
                       n - 1,
                       scratch,
                       chunk_max,
@@ -53,8 +54,8 @@ hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *
   plan_blocks(comm, args->bytes);
   hoop__arena arena = {0};
   hoop_result result =
-      hoop__direct_reduce(comm, &arena, args->sendbuf, args->recvbuf, comm->block_offset,
-                          comm->block_length, args->esize, args->dtype, args->op);
+      hoop__direct_reduce(comm, &arena, args->sendbuf, args->recvbuf, comm->coll->block_offset,
+                          comm->coll->block_length, args->esize, args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);

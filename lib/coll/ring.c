@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/state.h"
 #include "core/env.h"
 
 #define ARENA_BLOCK_REQUESTS 64
@@ -17,10 +18,10 @@ hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena) {
   if (!arena->tail || arena->used_in_tail == ARENA_BLOCK_REQUESTS) {
     /* The communicator's spare block first: a malloc and a free of 24 KiB cost a small call as
      * much as its messages. Calls on one communicator run one at a time (its call lock). */
-    hoop__arena_block *block = comm->arena_spare;
+    hoop__arena_block *block = comm->coll->arena_spare;
     arena->comm = comm;
     if (block)
-      comm->arena_spare = NULL;
+      comm->coll->arena_spare = NULL;
     else
       block = malloc(sizeof *block);
     if (!block) {
@@ -58,10 +59,10 @@ hoop_result hoop__arena_wait_all(hoop_comm *comm, hoop__arena *arena) {
 
 void hoop__arena_free(hoop__arena *arena) {
   hoop__arena_block *block = arena->head;
-  if (block && !arena->comm->arena_spare) {
-    arena->comm->arena_spare = block;
+  if (block && !arena->comm->coll->arena_spare) {
+    arena->comm->coll->arena_spare = block;
     block = block->next;
-    arena->comm->arena_spare->next = NULL;
+    arena->comm->coll->arena_spare->next = NULL;
   }
   while (block) {
     hoop__arena_block *next = block->next;
@@ -72,8 +73,8 @@ void hoop__arena_free(hoop__arena *arena) {
 }
 
 void hoop__arena_spare_free(hoop_comm *comm) {
-  free(comm->arena_spare);
-  comm->arena_spare = NULL;
+  free(comm->coll->arena_spare);
+  comm->coll->arena_spare = NULL;
 }
 
 hoop_result hoop__coll_no_data(hoop_comm *comm) {
@@ -83,7 +84,7 @@ hoop_result hoop__coll_no_data(hoop_comm *comm) {
 }
 
 size_t hoop__chunk_bytes(const hoop_comm *comm, size_t block_bytes, size_t elem_size) {
-  size_t chunk = comm->chunk_bytes; /* HOOP_CHUNK_BYTES, as tune.c read it */
+  size_t chunk = comm->coll->chunk_bytes; /* HOOP_CHUNK_BYTES, as tune.c read it */
   if (block_bytes / chunk >= HOOP__MAX_CHUNKS_PER_BLOCK)
     chunk = block_bytes / HOOP__MAX_CHUNKS_PER_BLOCK + 1;
   chunk -= chunk % elem_size;

@@ -9,6 +9,7 @@
 
 #include "coll/coll.h"
 #include "coll/paths.h"
+#include "coll/state.h"
 #include "core/env.h"
 
 /* ---- the algorithms ----------------------------------------------------------------------------
@@ -278,13 +279,13 @@ static unsigned job_shape(const hoop_comm *comm) {
     shape |= TWO_RANKS;
   if (comm->local_size == n)
     shape |= ONE_HOST;
-  if (comm->crowded)
+  if (comm->coll->crowded)
     shape |= CROWDED;
-  if (comm->hosts && comm->hosts->even)
+  if (comm->coll->hosts && comm->coll->hosts->even)
     shape |= HOSTS;
-  if (comm->all_shared)
+  if (comm->coll->all_shared)
     shape |= SHARED;
-  if (comm->all_registered)
+  if (comm->coll->all_registered)
     shape |= REGISTERED;
   if (comm->board)
     shape |= BOARD;
@@ -359,7 +360,7 @@ static hoop_result parse_algo(hoop_comm *comm, const char *text) {
     at += len;
   } while (*at++ == ',');
   for (int c = 0; c < HOOP__COLL_COUNT; c++) {
-    comm->forced_algo[c] = forced[c] ? (int)(forced[c] - algorithms) : -1;
+    comm->coll->forced_algo[c] = forced[c] ? (int)(forced[c] - algorithms) : -1;
     if (forced[c])
       HOOP__INFO(HOOP_SUBSYS_COLL, "HOOP_ALGO=%s: %s runs %s (%s) at every size", text,
                  coll_names[c], forced[c]->name, forced[c]->what);
@@ -375,13 +376,13 @@ static hoop_result read_tuning(hoop_comm *comm) {
                            "%s: HOOP_CHUNK_BYTES '%s' is not a number of bytes in %d..%ld",
                            comm->call, hoop__env_get("HOOP_CHUNK_BYTES"), HOOP__CHUNK_MIN_BYTES,
                            HOOP__CHUNK_MAX_BYTES);
-  comm->chunk_bytes = (size_t)chunk;
+  comm->coll->chunk_bytes = (size_t)chunk;
   hoop_result result = parse_algo(comm, hoop__env_get("HOOP_ALGO"));
   if (result != HOOP_OK)
     return result;
   /* Every rank must choose alike: the rank count and the host's CPU count are the same on all of
    * them when all share one host. */
-  comm->crowded = comm->local_size == comm->size && hoop__host_crowded(comm);
+  comm->coll->crowded = comm->local_size == comm->size && hoop__host_crowded(comm);
   /* Alike on every rank too: shared memory joins a pair only where both ends offer it. And a
    * transport that registers memory (verbs) serves a pair only where every rank offered it, so
    * this rank's peers all being on it says the same of every rank's, unless shared memory took
@@ -391,25 +392,25 @@ static hoop_result read_tuning(hoop_comm *comm) {
   for (int peer = 0; peer < comm->size; peer++)
     if (peer != comm->rank)
       caps &= hoop__transport_of(comm, peer)->ops->caps;
-  comm->all_shared = (caps & HOOP__TCAP_SAME_HOST) != 0;
-  if (!comm->hosts && (result = hoop__hosts_plan(comm)) != HOOP_OK)
+  comm->coll->all_shared = (caps & HOOP__TCAP_SAME_HOST) != 0;
+  if (!comm->coll->hosts && (result = hoop__hosts_plan(comm)) != HOOP_OK)
     return result;
-  comm->all_registered =
+  comm->coll->all_registered =
       (caps & HOOP__TCAP_REGISTERS) &&
-      (strcmp(comm->transport_mode, "auto") != 0 || comm->hosts->count == comm->size);
+      (strcmp(comm->transport_mode, "auto") != 0 || comm->coll->hosts->count == comm->size);
   /* Every rank is in this call (the first that tunes), and decides alike whether to try. */
-  if (comm->all_shared && comm->local_size == comm->size &&
+  if (comm->coll->all_shared && comm->local_size == comm->size &&
       (result = hoop__flat_open(comm)) != HOOP_OK)
     return result;
-  comm->tuning_read = 1;
+  comm->coll->tuning_read = 1;
   return HOOP_OK;
 }
 
 hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo **out) {
   hoop_result result;
-  if (!comm->tuning_read && (result = read_tuning(comm)) != HOOP_OK)
+  if (!comm->coll->tuning_read && (result = read_tuning(comm)) != HOOP_OK)
     return result;
-  int forced = comm->forced_algo[args->coll];
+  int forced = comm->coll->forced_algo[args->coll];
   if (forced >= 0) {
     *out = &algorithms[forced];
     return HOOP_OK;
@@ -423,8 +424,8 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
                      : args->bytes;
   /* The job's shape never changes: a call of the size before takes the algorithm before, without
    * the walk down the table (tens of rows, as long as the rest of a small call's bookkeeping). */
-  if (comm->tune_last[args->coll].algo && comm->tune_last[args->coll].bytes == bytes) {
-    *out = comm->tune_last[args->coll].algo;
+  if (comm->coll->tune_last[args->coll].algo && comm->coll->tune_last[args->coll].bytes == bytes) {
+    *out = comm->coll->tune_last[args->coll].algo;
     return HOOP_OK;
   }
   unsigned shape = job_shape(comm);
@@ -432,8 +433,8 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
     const cutover *row = &cutovers[i];
     if (row->coll == args->coll && (shape & row->when) == row->when && bytes <= row->max_bytes) {
       *out = row->algo;
-      comm->tune_last[args->coll].bytes = bytes;
-      comm->tune_last[args->coll].algo = row->algo;
+      comm->coll->tune_last[args->coll].bytes = bytes;
+      comm->coll->tune_last[args->coll].algo = row->algo;
       return HOOP_OK;
     }
   }
@@ -483,20 +484,20 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   *result = HOOP_OK;
   /* A build with no device memory kind never agrees on one (every rank runs the same build); a
    * communicator whose ranks agreed that none has one never asks again. */
-  if (comm->size < 2 || !comm->hosts || !hoop__mem_kinds_built() ||
-      comm->path_kinds == HOOP__PATH_KINDS_ASKED)
+  if (comm->size < 2 || !comm->coll->hosts || !hoop__mem_kinds_built() ||
+      comm->coll->path_kinds == HOOP__PATH_KINDS_ASKED)
     return 0;
   /* Each path's settings (alike on every rank) bound the calls it may take from below. */
-  if (!comm->path_floor_known) {
-    comm->path_floor = SIZE_MAX;
+  if (!comm->coll->path_floor_known) {
+    comm->coll->path_floor = SIZE_MAX;
     for (size_t i = 0; i < PATHS; i++) {
       size_t floor = paths[i].path->floor(comm);
-      if (floor < comm->path_floor)
-        comm->path_floor = floor;
+      if (floor < comm->coll->path_floor)
+        comm->coll->path_floor = floor;
     }
-    comm->path_floor_known = 1;
+    comm->coll->path_floor_known = 1;
   }
-  if (args->bytes * (size_t)comm->size < comm->path_floor)
+  if (args->bytes * (size_t)comm->size < comm->coll->path_floor)
     return 0;
   unsigned shape = job_shape(comm);
   for (size_t i = 0; i < PATHS; i++) {

@@ -331,13 +331,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   if (config->join_running) {
     /* A newcomer learns the job's size from its table. */
     comm->size = (int)comm->table.size;
-    size_t *offsets = realloc(comm->block_offset, (size_t)comm->size * sizeof(size_t));
-    if (offsets)
-      comm->block_offset = offsets;
-    size_t *lengths = realloc(comm->block_length, (size_t)comm->size * sizeof(size_t));
-    if (lengths)
-      comm->block_length = lengths;
-    if (!offsets || !lengths)
+    if (hoop__coll_state_size(comm) != HOOP_OK)
       return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
   } else if ((int)comm->table.size != config->size ||
              (config->rank >= 0 && (int)comm->table.rank != config->rank))
@@ -382,6 +376,12 @@ hoop_comm *hoop__comm_new(void) {
    * transports', which cannot call it by name). */
   hoop__strays_set_copy(hoop__mem_copy);
   hoop_comm *comm = calloc(1, sizeof *comm);
+  if (comm &&
+      (!(comm->coll = hoop__coll_state_new()) || !(comm->mem_state = hoop__mem_state_new()))) {
+    free(comm->coll);
+    free(comm);
+    comm = NULL;
+  }
   if (!comm)
     return NULL;
   comm->rank = 0;
@@ -389,7 +389,6 @@ hoop_comm *hoop__comm_new(void) {
   comm->local_size = 1;
   comm->fail_origin = -1;
   comm->rdzv_fd = -1;
-  comm->chunk_bytes = 1024 * 1024; /* HOOP_CHUNK_BYTES's default until a call reads it */
   comm->mem = &hoop__mem_host;
   hoop__lock_init(&comm->call_lock);
   comm->net = comm;
@@ -461,9 +460,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   comm->timeout_s = config->timeout_s;
   comm->tcp_streams = config->tcp_streams;
   comm->size = config->size;
-  comm->block_offset = calloc((size_t)comm->size, sizeof(size_t));
-  comm->block_length = calloc((size_t)comm->size, sizeof(size_t));
-  if (!comm->block_offset || !comm->block_length)
+  if (hoop__coll_state_size(comm) != HOOP_OK)
     return init_failed(comm, hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory"));
 
   /* A job of one rank needs nobody: no server, no transport. A newcomer always joins one. */
@@ -542,11 +539,10 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   return HOOP_OK;
 }
 
-/* What every communicator has of its own, last: the blocks, the hosts, the locks, itself. */
+/* What every communicator has of its own, last: the layers' states, the locks, itself. */
 static void free_struct(hoop_comm *comm) {
-  free(comm->block_length);
-  free(comm->block_offset);
-  free(comm->hosts);
+  hoop__coll_state_free(comm);
+  hoop__mem_state_free(comm);
   pthread_mutex_destroy(&comm->net_lock);
   pthread_mutex_destroy(&comm->queue_lock);
   pthread_cond_destroy(&comm->queue_cond);

@@ -67,9 +67,7 @@ static hoop_result connect_generation(hoop_comm *next) {
   next->rank = (int)next->table.rank;
   next->local_rank = (int)next->table.peers[next->rank].local_rank;
   next->local_size = (int)next->table.peers[next->rank].local_size;
-  next->block_offset = calloc((size_t)next->size, sizeof(size_t));
-  next->block_length = calloc((size_t)next->size, sizeof(size_t));
-  if (!next->block_offset || !next->block_length)
+  if (hoop__coll_state_size(next) != HOOP_OK)
     return hoop__set_error(next, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
   hoop__comm_derive_nonce(next);
   char prefix[32];
@@ -150,10 +148,8 @@ static hoop_result shrink_alone(hoop_comm *comm, hoop_comm **newcomm) {
   if (n) {
     copy_settings(n, comm);
     n->generation = comm->generation + 1;
-    n->block_offset = calloc(1, sizeof(size_t));
-    n->block_length = calloc(1, sizeof(size_t));
   }
-  if (!n || !n->block_offset || !n->block_length) {
+  if (!n || hoop__coll_state_size(n) != HOOP_OK) {
     hoop_finalize(n);
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_comm_shrink: out of memory");
   }

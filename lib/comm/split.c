@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll.h"
 #include "comm/comm.h"
 #include "transport/transport.h"
 
@@ -66,12 +67,8 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
   view->spin_s = -1;
   view->world_of = malloc((size_t)n * sizeof *view->world_of);
   view->peer_transport = calloc((size_t)n, sizeof *view->peer_transport);
-  view->block_offset = calloc((size_t)n, sizeof(size_t));
-  view->block_length = calloc((size_t)n, sizeof(size_t));
   hoop_result result =
-      view->world_of && view->peer_transport && view->block_offset && view->block_length
-          ? HOOP_OK
-          : HOOP_ERR_SYSTEM;
+      view->world_of && view->peer_transport ? hoop__coll_state_size(view) : HOOP_ERR_SYSTEM;
   for (int i = 0; i < n && result == HOOP_OK; i++) {
     view->world_of[i] = hoop__world_rank(comm, members[i]);
     if (i != mine)

@@ -71,6 +71,10 @@ typedef struct hoop__host_buf {
 } hoop__host_buf;
 
 struct hoop__stray;
+/* The collectives' state of a communicator (coll/state.h, which only lib/coll sees). */
+typedef struct hoop__coll_state hoop__coll_state;
+/* The memory kinds' state of a communicator (mem/state.h, which only lib/mem sees). */
+typedef struct hoop__mem_state hoop__mem_state;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
@@ -141,7 +145,6 @@ struct hoop_comm {
    * server's code when it was an ERROR (the rank left out), else 0. */
   char rdzv_lost[HOOP__WIRE_MAX_MESSAGE + 256];
   hoop_result rdzv_lost_code;
-  double rdzv_looked_at; /* when a call last read the connection (hoop__now) */
   size_t rdzv_inlen;
   uint8_t rdzv_in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_NOTICE_PAYLOAD];
 
@@ -153,16 +156,16 @@ struct hoop_comm {
   double stall_warn_s; /* HOOP_STALL_WARN */
   double call_started; /* when the running call began, for the stall warning */
   int stall_warned;    /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */
-  long flight_slot;    /* the running call's entry in the flight recorder */
   int call_waited;     /* the running call read the clock while it waited (transport/wait.c) */
   int kernel_ranks;    /* ranks on this rank's kernel, any network namespace (transport/select.c) */
-  struct hoop__arena_block *arena_spare; /* a request block kept for the next call (coll/ring.c) */
-  hoop_result failed;                    /* sticky: once set, every call is refused */
+  hoop_result failed;  /* sticky: once set, every call is refused */
   char last_error[1024];
   char fail_reason[1024]; /* the message of the failure that set `failed` */
   int fail_origin;        /* the rank whose failure started it (this one, a lost peer...) */
   char fail_cause[1024];  /* the origin's own message, forwarded to peers in a notice */
   hoop__hook_fn hooks[HOOP__HOOK_KINDS][HOOP__HOOKS_MAX]; /* core/error.c */
+  hoop__coll_state *coll;                                 /* the collectives' own (coll/state.h) */
+  hoop__mem_state *mem_state;                             /* the memory kinds' own (mem/state.h) */
 
   /* hoop_abort from another thread: the reason is stored, the flag raised, and whoever holds
    * call_lock (the thread inside a call, woken through the transport) carries it out. */
@@ -171,56 +174,17 @@ struct hoop_comm {
   atomic_int abort_done;
   char abort_reason[512];
 
-  /* HOOP_CHUNK_BYTES and HOOP_ALGO (per collective, an index in coll/tune.c's table of algorithms,
-   * or -1 to choose by size), read at the first collective that accepts
-   * them: getenv scans the whole environment, which small calls would pay for every time. */
-  int tuning_read;
-  int forced_algo[HOOP__COLL_COUNT];
-  /* Each collective's last choice (coll/tune.c): the size it was made for and the algorithm. */
-  struct {
-    size_t bytes;
-    const void *algo;
-  } tune_last[HOOP__COLL_COUNT];
-  size_t chunk_bytes;
-  /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
-   * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
-  int crowded;
-  /* Alike on every rank (tune.c): every pair on a transport whose ranks share their host; every
-   * pair on one that registers memory. */
-  int all_shared;
-  int all_registered;
-  struct hoop__hosts *hosts; /* the job's hosts, for host-by-host algorithms (coll/hosts.c) */
   /* The board the small calls of a communicator on one host go through (transport.h; coll/flat.c):
    * mapped by every rank, or by none. */
   struct hoop__board *board;
-  size_t *block_offset; /* size entries each: the ring blocks of the running collective */
-  size_t *block_length;
   /* The running call's memory kind (mem/kind.h): host memory but while a path runs an algorithm
    * on other memory. */
   const struct hoop__mem_ops *mem;
-  hoop__host_buf scratch; /* the host kind's scratch, that algorithms receive into (mem/host.c) */
+  /* The host kind's scratch, that algorithms receive into (mem/host.c): the memory kinds', read
+   * by the transports (hoop__tctx_scratch), which may keep registrations of it. */
+  hoop__host_buf scratch;
   struct hoop__watch *watch; /* the launcher watch (comm/watch.c), or NULL */
   int watch_running;
-  hoop__host_buf stage; /* host copies of device buffers (mem/stage.c), grown on demand */
-  /* Point-to-point messages' host copies of device buffers, kept for the next messages (a
-   * page-locked allocation costs far more than a small message): coll/p2p.c, under call_lock. */
-  hoop__host_buf p2p_stage[4];
-  int p2p_stage_busy[4];
-  void *cuda_pipe; /* the stream and events of the piped stage (mem/cuda/pipe.c), or NULL */
-  /* The device paths (coll/tune.c's table of paths): the memory kinds' capabilities some rank has
-   * (coll/paths.c, 0 until asked), CUDA IPC's descriptors and mappings (coll/path_ipc.c), GPUDirect
-   * RDMA's settings (coll/path_gdr.c). */
-  unsigned path_kinds;
-  /* The smallest call any device path may take (coll/tune.c; paths.h's floor), once known: the
-   * small calls of a CUDA build skip asking every path. */
-  size_t path_floor;
-  int path_floor_known;
-  struct hoop__ipc *ipc;
-  struct hoop__gdr *gdr;
-  void *cuda_kind; /* the CUDA memory kind's call state and device scratch (mem/cuda/kind.c) */
-  struct hoop__stage *stage_pipe; /* the call's pipelined stage while its algorithm runs */
-  int pipeline_read;              /* HOOP_CUDA_PIPELINE_BYTES read into pipeline_bytes */
-  size_t pipeline_bytes;
 
   /* Posted calls not yet started, run in order by whoever holds call_lock (core/progress.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the
@@ -237,18 +201,9 @@ struct hoop_comm {
   pthread_t progress;
   int progress_started, progress_stop, progress_idle;
   int async_progress; /* HOOP_ASYNC_PROGRESS (-1: not read yet) */
-  void *fusion;       /* hoop_allreduce_many's packing buffer, fusion_bytes long */
   FILE *trace;        /* HOOP_TRACE's file (core/trace.c), or NULL */
   char trace_transport[64];
   atomic_ullong trace_ids; /* calls posted, numbering their spans in the trace */
-  const char *algo_name;   /* the running collective's algorithm (tune.c), for the trace */
-  size_t fusion_bytes;     /* HOOP_FUSION_BYTES, read at the first fused call */
-
-  /* hoop_register's entries, sorted by base address (register.c). */
-  struct hoop__registration *regs;
-  size_t reg_count, reg_capacity;
-  uint64_t reg_last_handle; /* handles are never reused */
-  size_t device_regs;       /* the user's registrations of device memory (coll/gpudirect.c) */
 };
 
 /* A buffer registered on a communicator: [base, base + bytes), and what each transport made of

@@ -54,6 +54,14 @@ typedef struct hoop__mem_ops {
 /* The most sources a kind's reduce_many takes. */
 #define HOOP__MEM_MANY_MAX 16
 
+/* The memory kinds' state of a communicator (mem/state.h), made with it (NULL: out of memory)
+ * and freed with it last, after the kinds' own frees. */
+hoop__mem_state *hoop__mem_state_new(void);
+void hoop__mem_state_free(hoop_comm *comm);
+/* How many of the user's registrations on comm's net are of device memory (GPUDirect's path
+ * takes a call only when some are). */
+size_t hoop__mem_device_regs(const hoop_comm *comm);
+
 extern const hoop__mem_ops hoop__mem_host;
 extern const hoop__mem_ops hoop__mem_piped;
 extern const hoop__mem_ops hoop__mem_cuda;

@@ -16,14 +16,15 @@
 #include "core/internal.h"
 #include "core/log.h"
 #include "mem/cuda.h"
+#include "mem/state.h"
 #include "transport/transport.h"
 
 /* The entries are kept sorted by base address for the transport's lookups. */
 static size_t insert_position(const hoop_comm *comm, const char *base) {
-  size_t low = 0, high = comm->reg_count;
+  size_t low = 0, high = comm->mem_state->reg_count;
   while (low < high) {
     size_t mid = low + (high - low) / 2;
-    if ((const char *)comm->regs[mid].base <= base)
+    if ((const char *)comm->mem_state->regs[mid].base <= base)
       low = mid + 1;
     else
       high = mid;
@@ -38,7 +39,7 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
   /* Entries may overlap: look back from the last one that starts at or below ptr. Few buffers
    * are registered at once, so the walk is short. */
   for (size_t i = insert_position(comm, start); i-- > 0;) {
-    const hoop__registration *reg = &comm->regs[i];
+    const hoop__registration *reg = &comm->mem_state->regs[i];
     const char *base = reg->base;
     if ((size_t)(start - base) <= reg->bytes && len <= reg->bytes - (size_t)(start - base))
       return reg;
@@ -60,13 +61,13 @@ static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
 /* Into net's table, for owner; under the net lock. */
 static hoop_result add(hoop_comm *owner, void *ptr, size_t bytes, uint64_t handle) {
   hoop_comm *comm = hoop__net(owner);
-  if (comm->reg_count == comm->reg_capacity) {
-    size_t capacity = comm->reg_capacity ? 2 * comm->reg_capacity : 8;
-    hoop__registration *grown = realloc(comm->regs, capacity * sizeof *grown);
+  if (comm->mem_state->reg_count == comm->mem_state->reg_capacity) {
+    size_t capacity = comm->mem_state->reg_capacity ? 2 * comm->mem_state->reg_capacity : 8;
+    hoop__registration *grown = realloc(comm->mem_state->regs, capacity * sizeof *grown);
     if (!grown)
       return hoop__set_error(owner, HOOP_ERR_SYSTEM, "hoop_register: out of memory");
-    comm->regs = grown;
-    comm->reg_capacity = capacity;
+    comm->mem_state->regs = grown;
+    comm->mem_state->reg_capacity = capacity;
   }
   hoop__registration reg = {.base = ptr, .bytes = bytes, .handle = handle, .owner = owner};
   hoop_result result = HOOP_OK;
@@ -82,11 +83,12 @@ static hoop_result add(hoop_comm *owner, void *ptr, size_t bytes, uint64_t handl
     return result;
   }
   reg.device = handle != 0 && hoop__mem_kind_of(ptr) == HOOP__MEM_DEVICE;
-  comm->device_regs += (size_t)reg.device;
+  comm->mem_state->device_regs += (size_t)reg.device;
   size_t at = insert_position(comm, ptr);
-  memmove(&comm->regs[at + 1], &comm->regs[at], (comm->reg_count - at) * sizeof *comm->regs);
-  comm->regs[at] = reg;
-  comm->reg_count++;
+  memmove(&comm->mem_state->regs[at + 1], &comm->mem_state->regs[at],
+          (comm->mem_state->reg_count - at) * sizeof *comm->mem_state->regs);
+  comm->mem_state->regs[at] = reg;
+  comm->mem_state->reg_count++;
   return HOOP_OK;
 }
 
@@ -107,9 +109,9 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
   hoop_comm *net = hoop__net(comm);
   hoop__lock_take(&comm->call_lock);
   hoop__net_enter(comm);
-  hoop_result result = add(comm, ptr, bytes, net->reg_last_handle + 1);
+  hoop_result result = add(comm, ptr, bytes, net->mem_state->reg_last_handle + 1);
   if (result == HOOP_OK) {
-    *handle = ++net->reg_last_handle;
+    *handle = ++net->mem_state->reg_last_handle;
     HOOP__TRACE(HOOP_SUBSYS_NET, "hoop_register: %zu bytes at %p as handle %llu", bytes, ptr,
                 (unsigned long long)*handle);
   }
@@ -119,11 +121,11 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
 }
 
 static void release(hoop_comm *comm, size_t index) {
-  hoop__registration *reg = &comm->regs[index];
+  hoop__registration *reg = &comm->mem_state->regs[index];
   release_transport_mem(comm, reg);
-  comm->device_regs -= (size_t)reg->device;
-  memmove(reg, reg + 1, (comm->reg_count - index - 1) * sizeof *reg);
-  comm->reg_count--;
+  comm->mem_state->device_regs -= (size_t)reg->device;
+  memmove(reg, reg + 1, (comm->mem_state->reg_count - index - 1) * sizeof *reg);
+  comm->mem_state->reg_count--;
 }
 
 hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
@@ -134,9 +136,10 @@ hoop_result hoop_deregister(hoop_comm *comm, hoop_mem_handle handle) {
   hoop__net_enter(comm);
   hoop_result result = HOOP_OK;
   size_t i = 0;
-  while (i < net->reg_count && (net->regs[i].handle != handle || net->regs[i].owner != comm))
+  while (i < net->mem_state->reg_count &&
+         (net->mem_state->regs[i].handle != handle || net->mem_state->regs[i].owner != comm))
     i++;
-  if (handle == 0 || i == net->reg_count)
+  if (handle == 0 || i == net->mem_state->reg_count)
     result = hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                              "hoop_deregister: handle %llu is not registered on this "
                              "communicator (never returned by hoop_register, or already "
@@ -171,8 +174,9 @@ hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes) {
 void hoop__deregister_internal(hoop_comm *comm, const void *ptr) {
   hoop_comm *net = hoop__net(comm);
   hoop__net_enter(comm);
-  for (size_t i = 0; i < net->reg_count; i++)
-    if (net->regs[i].handle == 0 && net->regs[i].base == ptr && net->regs[i].owner == comm) {
+  for (size_t i = 0; i < net->mem_state->reg_count; i++)
+    if (net->mem_state->regs[i].handle == 0 && net->mem_state->regs[i].base == ptr &&
+        net->mem_state->regs[i].owner == comm) {
       release(net, i);
       break;
     }
@@ -182,13 +186,13 @@ void hoop__deregister_internal(hoop_comm *comm, const void *ptr) {
 void hoop__registrations_release(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
   hoop__net_enter(comm);
-  for (size_t i = net->reg_count; i-- > 0;)
-    if (net->regs[i].owner == comm || comm == net)
+  for (size_t i = net->mem_state->reg_count; i-- > 0;)
+    if (net->mem_state->regs[i].owner == comm || comm == net)
       release(net, i);
   if (comm == net) {
-    free(net->regs);
-    net->regs = NULL;
-    net->reg_capacity = 0;
+    free(net->mem_state->regs);
+    net->mem_state->regs = NULL;
+    net->mem_state->reg_capacity = 0;
   }
   hoop__net_leave(comm);
 }

@@ -13,26 +13,27 @@
 #include "mem/cuda.h"
 #include "mem/kind.h"
 #include "mem/stage.h"
+#include "mem/state.h"
 #include "transport/transport.h"
 
 /* A stage of at least bytes: page-locked memory where the driver gives it (near: a device buffer of
  * the call, for its context), else ordinary memory. */
 static void *stage_buffer(hoop_comm *comm, size_t bytes, const void *near) {
-  return hoop__host_buf_grow(comm, &comm->stage, bytes, near, "to stage device memory");
+  return hoop__host_buf_grow(comm, &comm->mem_state->stage, bytes, near, "to stage device memory");
 }
 
 void hoop__stage_free(hoop_comm *comm) {
-  hoop__host_buf_free(comm, &comm->stage);
+  hoop__host_buf_free(comm, &comm->mem_state->stage);
 }
 
 /* Below HOOP_CUDA_PIPELINE_BYTES (1 MiB by default) a device allreduce stages whole: the ring's
  * segments would be too small for their copies to overlap anything. */
 static size_t pipeline_bytes(hoop_comm *comm) {
-  if (!comm->pipeline_read) {
-    comm->pipeline_bytes = hoop__env_bytes("HOOP_CUDA_PIPELINE_BYTES", (long)1 << 50);
-    comm->pipeline_read = 1;
+  if (!comm->mem_state->pipeline_read) {
+    comm->mem_state->pipeline_bytes = hoop__env_bytes("HOOP_CUDA_PIPELINE_BYTES", (long)1 << 50);
+    comm->mem_state->pipeline_read = 1;
   }
-  return comm->pipeline_bytes;
+  return comm->mem_state->pipeline_bytes;
 }
 
 static void pipe_release(hoop_comm *comm, hoop__stage *stage) {
@@ -41,7 +42,7 @@ static void pipe_release(hoop_comm *comm, hoop__stage *stage) {
   stage->offset = NULL;
   stage->waited = NULL;
   stage->pipe = NULL;
-  comm->stage_pipe = NULL;
+  comm->mem_state->stage_pipe = NULL;
   comm->mem = &hoop__mem_host;
 }
 
@@ -85,7 +86,7 @@ static int pipeline_in(hoop_comm *comm, hoop__coll_args *args, char *host, int r
     }
   }
   args->sendbuf = args->recvbuf = host;
-  comm->stage_pipe = stage;
+  comm->mem_state->stage_pipe = stage;
   comm->mem = &hoop__mem_piped;
   return 1;
 }
@@ -141,7 +142,7 @@ static int pipeline_spread(hoop_comm *comm, hoop__coll_args *args, char *host, i
     pipe_release(comm, stage);
     return -1;
   }
-  comm->stage_pipe = stage;
+  comm->mem_state->stage_pipe = stage;
   comm->mem = &hoop__mem_piped;
   if (allgather) {
     piped_done(comm, own, args->bytes); /* this rank's block: final already */
@@ -154,7 +155,7 @@ static int pipeline_spread(hoop_comm *comm, hoop__coll_args *args, char *host, i
 }
 
 static hoop_result piped_need(hoop_comm *comm, const void *ptr, size_t len) {
-  hoop__stage *stage = comm->stage_pipe;
+  hoop__stage *stage = comm->mem_state->stage_pipe;
   const char *p = ptr;
   if (p < stage->host || p >= stage->host + stage->bytes || len == 0)
     return HOOP_OK;
@@ -171,7 +172,7 @@ static hoop_result piped_need(hoop_comm *comm, const void *ptr, size_t len) {
 }
 
 static void piped_done(hoop_comm *comm, const void *ptr, size_t len) {
-  hoop__stage *stage = comm->stage_pipe;
+  hoop__stage *stage = comm->mem_state->stage_pipe;
   const char *p = ptr;
   if (!stage->copy_back || stage->copy_result != HOOP_OK || p < stage->host ||
       p >= stage->host + stage->bytes || len == 0)

@@ -1,7 +1,9 @@
 """The tree's shape, checked (tests/test_floors.sh): the floors of lib/floors, top first, where a
 file may include its own floor's headers and those below, never above (but the includes the list
 allows, each of which must still be there); no include cycle between folders; no source file past
-700 lines under lib/, transports/, tools/ and bench/, no Python module past 500 under python/.
+700 lines under lib/, transports/, tools/ and bench/, no Python module past 500 under python/;
+each layer's state header ("own" in lib/floors) included only from its own folder and those
+under it.
 
     floors.py SRCDIR        prints each fault and exits 1, or prints a summary and exits 0
 """
@@ -17,7 +19,7 @@ SOURCES = (".c", ".h", ".cu", ".cc")
 
 
 def read_floors(path):
-    floors, allowed = [], set()
+    floors, allowed, own = [], set(), set()
     with open(path) as f:
         for line in f:
             line = line.split("#", 1)[0].split()
@@ -25,9 +27,11 @@ def read_floors(path):
                 continue
             if line[0] == "allow":
                 allowed.add((line[1], line[2]))
+            elif line[0] == "own":
+                own.add(line[1])
             else:
                 floors.append((line[0], line[1:]))
-    return floors, allowed
+    return floors, allowed, own
 
 
 def folder_of(path, folders):
@@ -65,7 +69,7 @@ def tracked(src, tops):
 
 
 def main(src):
-    floors, allowed = read_floors(os.path.join(src, "lib", "floors"))
+    floors, allowed, own = read_floors(os.path.join(src, "lib", "floors"))
     rank = {}  # folder -> floor index (0 = top)
     for i, (_, folders) in enumerate(floors):
         for folder in folders:
@@ -87,6 +91,10 @@ def main(src):
                             continue
                         header = resolve(src, path, m.group(1))
                         theirs = folder_of(header, rank) if header else None
+                        if header in own and not (path + "/").startswith(
+                                os.path.dirname(header) + "/"):
+                            faults.append("%s:%d includes %s, the state of %s's own layer"
+                                          % (path, number, m.group(1), os.path.dirname(header)))
                         if theirs is None or theirs == mine:
                             continue
                         if (path, m.group(1)) in allowed:
@@ -97,6 +105,9 @@ def main(src):
                             faults.append("%s:%d includes %s, of floor %s above its own (%s)"
                                           % (path, number, m.group(1), floors[rank[theirs]][0],
                                              floors[rank[mine]][0]))
+    for header in sorted(own):
+        if not os.path.exists(os.path.join(src, header)):
+            faults.append("lib/floors names %s as a layer's own state, and it is gone" % header)
     for path, header in sorted(allowed - seen_allowed):
         faults.append("lib/floors allows %s to include %s, which it no longer does: take the "
                       "line out" % (path, header))

@@ -17,6 +17,7 @@
 #include "mem/cuda.h"
 #include "mem/cuda/kind.h"
 #include "mem/kind.h"
+#include "mem/state.h"
 #include "transport/transport.h"
 
 struct hoop__cuda_kind {
@@ -39,8 +40,8 @@ static void drop_scratch(hoop_comm *comm, struct hoop__cuda_kind *kind) {
 }
 
 hoop_result hoop__cuda_kind_begin(hoop_comm *comm, const void *near, int flush, int registered) {
-  struct hoop__cuda_kind *kind = comm->cuda_kind;
-  if (!kind && !(kind = comm->cuda_kind = calloc(1, sizeof *kind)))
+  struct hoop__cuda_kind *kind = comm->mem_state->cuda_kind;
+  if (!kind && !(kind = comm->mem_state->cuda_kind = calloc(1, sizeof *kind)))
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory (device memory's state)",
                            comm->call);
   /* Scratch of another context, or not registered where it must be, is made again. */
@@ -54,17 +55,17 @@ hoop_result hoop__cuda_kind_begin(hoop_comm *comm, const void *near, int flush, 
 }
 
 void hoop__cuda_kind_free(hoop_comm *comm) {
-  struct hoop__cuda_kind *kind = comm->cuda_kind;
+  struct hoop__cuda_kind *kind = comm->mem_state->cuda_kind;
   if (!kind)
     return;
   /* Its registration went with the others (hoop__registrations_release) if it was still there. */
   drop_scratch(comm, kind);
   free(kind);
-  comm->cuda_kind = NULL;
+  comm->mem_state->cuda_kind = NULL;
 }
 
 static void *cuda_scratch(hoop_comm *comm, size_t bytes) {
-  struct hoop__cuda_kind *kind = comm->cuda_kind;
+  struct hoop__cuda_kind *kind = comm->mem_state->cuda_kind;
   if (bytes <= kind->scratch_bytes)
     return kind->scratch;
   /* Never between a receive's post and its arrival: algorithms take their scratch before they
@@ -103,7 +104,7 @@ void *hoop__cuda_kind_scratch(hoop_comm *comm, size_t bytes) {
 }
 
 hoop_result hoop__cuda_kind_flushed(hoop_comm *comm) {
-  struct hoop__cuda_kind *kind = comm->cuda_kind;
+  struct hoop__cuda_kind *kind = comm->mem_state->cuda_kind;
 #ifdef HOOP_HAVE_CUDA
   return kind->flush ? hoop__cuda_gdr_flush(comm, kind->near) : HOOP_OK;
 #else
@@ -139,7 +140,7 @@ static hoop_result cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t
 }
 
 static hoop_result cuda_sync(hoop_comm *comm) {
-  return hoop__cuda_sync(comm, ((struct hoop__cuda_kind *)comm->cuda_kind)->near);
+  return hoop__cuda_sync(comm, ((struct hoop__cuda_kind *)comm->mem_state->cuda_kind)->near);
 }
 
 _Static_assert(HOOP__CUDA_MANY_MAX <= HOOP__MEM_MANY_MAX, "reduce_many takes too many sources");

@@ -11,6 +11,7 @@
 #include "core/internal.h"
 #include "core/log.h"
 #include "mem/cuda/driver.h"
+#include "mem/state.h"
 
 struct hoop__cuda_pipe {
   CUcontext context;
@@ -20,10 +21,10 @@ struct hoop__cuda_pipe {
 };
 
 void hoop__cuda_pipe_free(hoop_comm *comm) {
-  hoop__cuda_pipe *pipe = comm->cuda_pipe;
+  hoop__cuda_pipe *pipe = comm->mem_state->cuda_pipe;
   if (!pipe)
     return;
-  comm->cuda_pipe = NULL;
+  comm->mem_state->cuda_pipe = NULL;
   if (hoop__cuda_drv.ctx_push(pipe->context) == CUDA_SUCCESS) {
     for (int i = 0; i < pipe->nevents; i++)
       hoop__cuda_drv.event_destroy(pipe->events[i]);
@@ -44,14 +45,14 @@ hoop__cuda_pipe *hoop__cuda_pipe_get(hoop_comm *comm, const void *ptr, int neven
       !hoop__cuda_drv.stream_create || !hoop__cuda_drv.stream_synchronize ||
       hoop__cuda_kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context)
     return NULL;
-  hoop__cuda_pipe *pipe = comm->cuda_pipe;
+  hoop__cuda_pipe *pipe = comm->mem_state->cuda_pipe;
   if (pipe && pipe->context != context)
     hoop__cuda_pipe_free(comm);
-  if (!(pipe = comm->cuda_pipe)) {
+  if (!(pipe = comm->mem_state->cuda_pipe)) {
     if (!(pipe = calloc(1, sizeof *pipe)))
       return NULL;
     pipe->context = context;
-    comm->cuda_pipe = pipe;
+    comm->mem_state->cuda_pipe = pipe;
   }
   if (hoop__cuda_drv.ctx_push(context) != CUDA_SUCCESS)
     return NULL;

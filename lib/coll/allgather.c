@@ -79,7 +79,7 @@ hoop_result hoop__allgather_direct(hoop_comm *comm, const hoop__coll_args *args)
   hoop_result result = HOOP_OK;
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int from = (r - k + n) % n;
-    hoop__request *req = hoop__arena_next(comm, &arena);
+    hoop__transfer *req = hoop__arena_next(comm, &arena);
     result =
         req ? hoop__irecv(comm, from, recvbuf + (size_t)from * block, block, req) : HOOP_ERR_SYSTEM;
   }

@@ -55,7 +55,7 @@ static hoop_result recursive_doubling(hoop_comm *comm, char *buf, size_t count, 
     return HOOP_ERR_SYSTEM;
   hoop__halving plan; /* only its pairing is used: p, rem and the virtual ranks */
   hoop__halving_plan(comm, count, &plan);
-  hoop__request req;
+  hoop__transfer req;
   hoop_result result;
   if (plan.folded) {
     result = hoop__isend(comm, r + 1, buf, bytes, &req);
@@ -191,7 +191,7 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
   hoop__halving_plan(comm, count, &plan);
   hoop_result result;
   if (plan.folded) {
-    hoop__request req;
+    hoop__transfer req;
     result = hoop__arena_isend_chunks(comm, arena, r + 1, sendbuf, bytes, esize);
     if (result == HOOP_OK)
       result = hoop__irecv(comm, r + 1, recvbuf, bytes, &req);
@@ -431,7 +431,7 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
     int peer = (r - k + n) % n;
     size_t cut = hoop__chunk_bytes(comm, plan.length[peer], args->esize);
     for (size_t done = 0; done < plan.length[peer] && result == HOOP_OK; done += cut) {
-      hoop__request *req = hoop__arena_next(comm, &landing[peer]);
+      hoop__transfer *req = hoop__arena_next(comm, &landing[peer]);
       result =
           req ? hoop__irecv(comm, peer, dst + plan.offset[peer] + done,
                             plan.length[peer] - done < cut ? plan.length[peer] - done : cut, req)

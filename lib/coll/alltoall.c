@@ -49,13 +49,13 @@ hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int from = (r - k + n) % n;
     size_t len, at = recv_at(args, from, &len);
-    hoop__request *req = hoop__arena_next(comm, &arena);
+    hoop__transfer *req = hoop__arena_next(comm, &arena);
     result = req ? hoop__irecv_framed(comm, from, dst + at, len, req) : HOOP_ERR_SYSTEM;
   }
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int to = (r + k) % n;
     size_t len, at = send_at(args, to, &len);
-    hoop__request *req = hoop__arena_next(comm, &arena);
+    hoop__transfer *req = hoop__arena_next(comm, &arena);
     result = req ? hoop__isend_framed(comm, to, src + at, len, req) : HOOP_ERR_SYSTEM;
   }
   /* This rank's own block, while the others travel. */

@@ -13,7 +13,7 @@ hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args) {
   /* Receive once, from the rank that differs in this rank's lowest set bit. */
   while (mask < n) {
     if (vrank & mask) {
-      hoop__request req;
+      hoop__transfer req;
       int from = (vrank - mask + root) % n;
       result = hoop__irecv(comm, from, buf, bytes, &req);
       if (result == HOOP_OK)

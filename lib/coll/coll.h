@@ -36,7 +36,7 @@ typedef struct hoop__arena {
 } hoop__arena;
 
 /* A fresh request slot, or NULL (error recorded on comm) if out of memory. */
-hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena);
+hoop__transfer *hoop__arena_next(hoop_comm *comm, hoop__arena *arena);
 /* Wait for every request taken from the arena, in order. */
 hoop_result hoop__arena_wait_all(hoop_comm *comm, hoop__arena *arena);
 void hoop__arena_free(hoop__arena *arena);
@@ -289,7 +289,7 @@ typedef struct hoop__recv_ahead {
   void *pass;
   int exhausted;
   hoop__chunk chunks[HOOP__RECV_AHEAD_MAX];
-  hoop__request reqs[HOOP__RECV_AHEAD_MAX];
+  hoop__transfer reqs[HOOP__RECV_AHEAD_MAX];
 } hoop__recv_ahead;
 
 void hoop__recv_ahead_init(hoop__recv_ahead *ahead, size_t depth,

@@ -42,18 +42,18 @@ hoop_result hoop__flat_open(hoop_comm *comm) {
     hoop__board_close(board);
     return result;
   }
-  comm->board = board;
+  hoop__transport_set_board(comm, board);
   return HOOP_OK;
 }
 
 void hoop__flat_free(hoop_comm *comm) {
-  hoop__board_close(comm->board);
-  comm->board = NULL;
+  hoop__board_close(hoop__transport_board(comm));
+  hoop__transport_set_board(comm, NULL);
 }
 
 /* The board, if the call's payload in a slot (bytes) fits. */
 static hoop__board *board_for(const hoop_comm *comm, size_t bytes) {
-  return bytes <= HOOP__BOARD_PAYLOAD ? comm->board : NULL;
+  return bytes <= HOOP__BOARD_PAYLOAD ? hoop__transport_board(comm) : NULL;
 }
 
 /* Publish this rank's slot for seq after writing bytes of src into it (none for a barrier). */
@@ -128,7 +128,7 @@ hoop_result hoop__broadcast_flat(hoop_comm *comm, const hoop__coll_args *args) {
 }
 
 hoop_result hoop__barrier_flat(hoop_comm *comm, const hoop__coll_args *args) {
-  hoop__board *board = comm->board;
+  hoop__board *board = hoop__transport_board(comm);
   if (!board)
     return hoop__barrier_dissemination(comm, args);
   uint64_t seq = hoop__board_next(board);

@@ -38,7 +38,7 @@ hoop_result hoop__doubling_rounds(hoop_comm *comm, hoop__arena *arena, char *buf
     /* The partner owns the other half of [lo, hi): receive it in place. */
     size_t other_first = plan->vrank & mask ? plan->lo[round] : last;
     size_t other_last = plan->vrank & mask ? first : plan->hi[round];
-    hoop__request req;
+    hoop__transfer req;
     hoop_result result =
         hoop__arena_isend(comm, arena, peer, buf + first * esize, (last - first) * esize);
     if (result == HOOP_OK)

@@ -36,7 +36,7 @@ typedef struct p2p_request {
   int stage_slot;           /* which of the communicator's stages, or -1: own_stage */
   hoop__host_buf own_stage; /* when all of the communicator's are taken */
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
-  hoop__request transfer;
+  hoop__transfer transfer;
   hoop__wait_state waiting; /* HOOP_TIMEOUT across the wait's slices */
   long flight_slot;         /* in the flight recorder, from the post to the end */
   double wait_started;      /* for HOOP_STALL_WARN, */

@@ -41,7 +41,6 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "mem/cuda.h"
-#include "mem/cuda/kind.h"
 #include "mem/gdr.h"
 #include "transport/transport.h"
 
@@ -88,7 +87,7 @@ static int buffers_direct(hoop_comm *comm, const hoop__coll_args *args, char *wh
       return -1;
     }
   }
-  if (bufs[1] && hoop__cuda_context_of(bufs[1]) != hoop__cuda_context_of(bufs[0])) {
+  if (bufs[1] && hoop__device()->context_of(bufs[1]) != hoop__device()->context_of(bufs[0])) {
     snprintf(why, whylen, "its buffers are in different CUDA contexts");
     return -1;
   }
@@ -115,14 +114,14 @@ static int prepare(hoop_comm *comm, struct hoop__gdr *gdr, const hoop__coll_args
   if (buffers_direct(comm, args, why, whylen) != 0)
     return -1;
   const void *near = args->recvbuf;
-  if ((gdr->flush = hoop__cuda_gdr_flush_mode(near, why, whylen)) < 0)
+  if ((gdr->flush = hoop__device()->gdr_flush_mode(near, why, whylen)) < 0)
     return -1;
   int kernels = args->coll == HOOP__COLL_ALLREDUCE;
   const void *input = args->coll == HOOP__COLL_BROADCAST ? args->recvbuf : args->sendbuf;
-  if (hoop__cuda_ready(comm, near, kernels) != HOOP_OK ||
-      hoop__cuda_stream_wait(comm, comm->call, NULL, input) != HOOP_OK ||
-      hoop__cuda_kind_begin(comm, near, gdr->flush, 1) != HOOP_OK ||
-      !hoop__cuda_kind_scratch(comm, scratch_need(comm, args, algo)))
+  if (hoop__device()->ready(comm, near, kernels) != HOOP_OK ||
+      hoop__device()->stream_wait(comm, comm->call, NULL, input) != HOOP_OK ||
+      hoop__device()->begin(comm, near, gdr->flush, 1) != HOOP_OK ||
+      !hoop__device()->scratch(comm, scratch_need(comm, args, algo)))
     return -1; /* why: the error recorded (hoop__probe_end) */
   return 0;
 }
@@ -199,7 +198,7 @@ static int gdr_run(hoop_comm *comm, const hoop__coll_args *args, const hoop__alg
     *result = algo->run(comm, args);
   /* What arrived in the user's buffers is read next by the user's kernels. */
   if (*result == HOOP_OK)
-    *result = hoop__cuda_kind_flushed(comm);
+    *result = hoop__device()->flushed(comm);
   comm->mem = &hoop__mem_host;
   if (*result == HOOP_ERR_INVALID_ARG)
     *result = HOOP_ERR_SYSTEM; /* the peers are in the call: the communicator must fail */

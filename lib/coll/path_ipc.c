@@ -33,7 +33,6 @@
 #include "coll/state.h"
 #include "core/env.h"
 #include "mem/cuda.h"
-#include "mem/cuda/kind.h"
 #include "mem/ipc_map.h"
 #include "transport/transport.h"
 
@@ -48,7 +47,7 @@ typedef struct ipc_desc {
 struct hoop__ipc {
   int enabled;
   uint64_t job; /* this rank's job, for the ranks of this process (hoop__ipc_local_*) */
-  int world_rank;
+  int net_rank;
   size_t min_bytes;
   ipc_desc *descs;       /* size entries: the call's descriptors */
   char **sends, **recvs; /* size entries: where each rank's buffers are readable here */
@@ -88,8 +87,8 @@ static struct hoop__ipc *ipc_state(hoop_comm *comm) {
   ipc->mapped.recvs = ipc->recvs;
   /* This rank lives in this process: its peers here believe its descriptors' process number. */
   ipc->job = job_key(comm);
-  ipc->world_rank = hoop__world_rank(comm, comm->rank);
-  hoop__ipc_local_add(ipc->job, ipc->world_rank);
+  ipc->net_rank = hoop__net_rank(comm, comm->rank);
+  hoop__ipc_local_add(ipc->job, ipc->net_rank);
   comm->coll->ipc = ipc;
   return ipc;
 }
@@ -98,7 +97,7 @@ static void ipc_free(hoop_comm *comm) {
   struct hoop__ipc *ipc = comm->coll->ipc;
   if (!ipc)
     return;
-  hoop__ipc_local_remove(ipc->job, ipc->world_rank);
+  hoop__ipc_local_remove(ipc->job, ipc->net_rank);
   hoop__ipc_map_release(&ipc->held);
   free(ipc->held.held);
   /* The peers' memory this communicator mapped: closed (once idle), so that what they free is
@@ -159,11 +158,12 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
                    ipc_desc *desc, char *why, size_t whylen) {
   const void *send = offered(args);
   size_t send_bytes = offered_bytes(comm, args);
-  desc->context = (uint64_t)(uintptr_t)hoop__cuda_context_of(send);
+  desc->context = (uint64_t)(uintptr_t)hoop__device()->context_of(send);
   int allreduce = args->coll == HOOP__COLL_ALLREDUCE;
   int reduces = allreduce || args->coll == HOOP__COLL_REDUCE_SCATTER;
-  if (hoop__cuda_ipc_export(send, send_bytes, &desc->send, why, whylen) != 0 ||
-      (allreduce && hoop__cuda_ipc_export(args->recvbuf, args->bytes, &desc->recv, why, whylen)))
+  if (hoop__device()->ipc_export(send, send_bytes, &desc->send, why, whylen) != 0 ||
+      (allreduce &&
+       hoop__device()->ipc_export(args->recvbuf, args->bytes, &desc->recv, why, whylen)))
     return -1;
   /* A peer maps what was exported: the buffer must lie inside it (a cudaMalloc buffer always
    * does; VMM memory is exported piece after piece up to its end). The sum can wrap only for a
@@ -183,12 +183,12 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   int own = ipc->mapped.by_host ? (group->index + 1) % group->size : group->index;
   hoop__segment(args->count, group->size, own, &first, &len);
   size_t scratch = scratch_needed(comm, args, group->index, len);
-  if (hoop__cuda_stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
-      hoop__cuda_ready(comm, send, reduces) != HOOP_OK ||
-      hoop__cuda_kind_begin(comm, send, 0, 0) != HOOP_OK) {
+  if (hoop__device()->stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
+      hoop__device()->ready(comm, send, reduces) != HOOP_OK ||
+      hoop__device()->begin(comm, send, 0, 0) != HOOP_OK) {
     snprintf(why, whylen, "rank %d: %.200s", comm->rank, comm->last_error);
     ok = 0;
-  } else if (scratch && !hoop__cuda_kind_scratch(comm, scratch)) {
+  } else if (scratch && !hoop__device()->scratch(comm, scratch)) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
              scratch);
     ok = 0;
@@ -217,8 +217,8 @@ static int could(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *
       return 0;
     }
   }
-  void *context = hoop__cuda_context_of(offered(args));
-  if (!context || hoop__cuda_context_of(args->recvbuf) != context) {
+  void *context = hoop__device()->context_of(offered(args));
+  if (!context || hoop__device()->context_of(args->recvbuf) != context) {
     snprintf(why, whylen, "rank %d's buffers are not all device memory of one context", comm->rank);
     return 0;
   }
@@ -232,14 +232,14 @@ static int could(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args *
 static char *peer_ptr(hoop_comm *comm, struct hoop__ipc *ipc, int peer, const ipc_desc *desc,
                       const hoop__cuda_export *from, const void *near, char *why, size_t whylen) {
   if (desc->process == hoop__ipc_process()) {
-    if (!hoop__ipc_local_has(ipc->job, hoop__world_rank(comm, peer))) {
+    if (!hoop__ipc_local_has(ipc->job, hoop__net_rank(comm, peer))) {
       snprintf(why, whylen,
                "rank %d's descriptor says it comes from this process, where no such rank lives: "
                "refused",
                peer);
       return NULL;
     }
-    if (desc->context == (uint64_t)(uintptr_t)hoop__cuda_context_of(near))
+    if (desc->context == (uint64_t)(uintptr_t)hoop__device()->context_of(near))
       return (char *)(uintptr_t)from->base + from->offset;
     snprintf(why, whylen, "rank %d is a thread of this process with buffers in another context",
              peer);

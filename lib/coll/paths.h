@@ -5,6 +5,13 @@
 #define HOOP__COLL_PATHS_H
 
 #include "coll/coll.h"
+#include "mem/kind.h"
+
+/* The device kind's own operations (mem/kind.h), through which the paths reach device memory:
+ * they name no driver function. */
+static inline const hoop__device_ops *hoop__device(void) {
+  return hoop__mem_cuda.device;
+}
 
 /* tune.c: run the call on the first device path of the table whose needs the job meets and that
  * takes it (1, its result in *result: an exchange failing counts too), or settle alike on every

@@ -11,10 +11,10 @@
 
 struct hoop__arena_block {
   hoop__arena_block *next;
-  hoop__request requests[ARENA_BLOCK_REQUESTS];
+  hoop__transfer requests[ARENA_BLOCK_REQUESTS];
 };
 
-hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena) {
+hoop__transfer *hoop__arena_next(hoop_comm *comm, hoop__arena *arena) {
   if (!arena->tail || arena->used_in_tail == ARENA_BLOCK_REQUESTS) {
     /* The communicator's spare block first: a malloc and a free of 24 KiB cost a small call as
      * much as its messages. Calls on one communicator run one at a time (its call lock). */
@@ -41,7 +41,7 @@ hoop__request *hoop__arena_next(hoop_comm *comm, hoop__arena *arena) {
 
 hoop_result hoop__arena_isend(hoop_comm *comm, hoop__arena *arena, int peer, const void *buf,
                               size_t len) {
-  hoop__request *req = hoop__arena_next(comm, arena);
+  hoop__transfer *req = hoop__arena_next(comm, arena);
   return req ? hoop__isend(comm, peer, buf, len, req) : HOOP_ERR_SYSTEM;
 }
 

@@ -24,13 +24,13 @@ static int real_rank(const hoop_comm *comm, int root, int vrank) {
 }
 
 static hoop_result send_wait(hoop_comm *comm, int peer, const void *buf, size_t len) {
-  hoop__request req;
+  hoop__transfer req;
   hoop_result result = hoop__isend(comm, peer, buf, len, &req);
   return result == HOOP_OK ? hoop__wait(comm, &req) : result;
 }
 
 static hoop_result recv_wait(hoop_comm *comm, int peer, void *buf, size_t len) {
-  hoop__request req;
+  hoop__transfer req;
   hoop_result result = hoop__irecv(comm, peer, buf, len, &req);
   return result == HOOP_OK ? hoop__wait(comm, &req) : result;
 }
@@ -80,7 +80,7 @@ hoop_result hoop__reduce_linear(hoop_comm *comm, const hoop__coll_args *args) {
   if (!scratch)
     return HOOP_ERR_SYSTEM;
   /* The others in rank order, two receives posted: one reduced while the next arrives. */
-  hoop__request req[2];
+  hoop__transfer req[2];
   const char *cur = args->sendbuf;
   hoop_result result = HOOP_OK;
   int next = root == 0 ? 1 : 0, posted = 0;
@@ -139,7 +139,7 @@ hoop_result hoop__reduce_direct(hoop_comm *comm, const hoop__coll_args *args) {
   if (result == HOOP_OK && comm->rank != root && length[comm->rank])
     result = send_wait(comm, root, own, length[comm->rank]);
   if (result == HOOP_OK && comm->rank == root) {
-    hoop__request *reqs = calloc((size_t)n, sizeof *reqs);
+    hoop__transfer *reqs = calloc((size_t)n, sizeof *reqs);
     if (!reqs)
       result = hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
     for (int q = 0; q < n && result == HOOP_OK; q++)
@@ -207,7 +207,7 @@ hoop_result hoop__gather_linear(hoop_comm *comm, const hoop__coll_args *args) {
   size_t block = args->bytes;
   if (comm->rank != root)
     return send_wait(comm, root, args->sendbuf, block);
-  hoop__request *reqs = calloc((size_t)n, sizeof *reqs);
+  hoop__transfer *reqs = calloc((size_t)n, sizeof *reqs);
   if (!reqs)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
   char *recv = args->recvbuf;

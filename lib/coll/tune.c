@@ -287,7 +287,7 @@ static unsigned job_shape(const hoop_comm *comm) {
     shape |= SHARED;
   if (comm->coll->all_registered)
     shape |= REGISTERED;
-  if (comm->board)
+  if (hoop__transport_board(comm))
     shape |= BOARD;
   return shape;
 }

@@ -376,14 +376,21 @@ hoop_comm *hoop__comm_new(void) {
    * transports', which cannot call it by name). */
   hoop__strays_set_copy(hoop__mem_copy);
   hoop_comm *comm = calloc(1, sizeof *comm);
-  if (comm &&
-      (!(comm->coll = hoop__coll_state_new()) || !(comm->mem_state = hoop__mem_state_new()))) {
-    free(comm->coll);
-    free(comm);
-    comm = NULL;
-  }
   if (!comm)
     return NULL;
+  /* Each layer's state (its own folder's state.h). */
+  comm->coll = hoop__coll_state_new();
+  comm->mem_state = hoop__mem_state_new();
+  comm->transport = hoop__transport_state_new();
+  comm->rdzv = hoop__rendezvous_state_new();
+  if (!comm->coll || !comm->mem_state || !comm->transport || !comm->rdzv) {
+    free(comm->coll);
+    free(comm->mem_state);
+    free(comm->transport);
+    free(comm->rdzv);
+    free(comm);
+    return NULL;
+  }
   comm->rank = 0;
   comm->size = 1;
   comm->local_size = 1;
@@ -533,7 +540,7 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
   if (hoop__lock_try(&comm->call_lock)) {
     hoop__check_abort(comm);
     hoop__lock_release(&comm->call_lock);
-  } else if (comm->peer_transport) {
+  } else if (hoop__transports_up(comm)) {
     hoop__transports_wake(comm);
   }
   return HOOP_OK;
@@ -543,6 +550,8 @@ hoop_result hoop_abort(hoop_comm *comm, const char *reason) {
 static void free_struct(hoop_comm *comm) {
   hoop__coll_state_free(comm);
   hoop__mem_state_free(comm);
+  hoop__rendezvous_state_free(comm);
+  hoop__transport_state_free(comm);
   pthread_mutex_destroy(&comm->net_lock);
   pthread_mutex_destroy(&comm->queue_lock);
   pthread_cond_destroy(&comm->queue_cond);
@@ -556,7 +565,7 @@ static hoop_result finalize_view(hoop_comm *comm) {
   hoop__fused_free(comm);
   hoop__p2p_free(comm);
   hoop__trace_close(comm);
-  if (comm->transports) {
+  if (hoop__transport_count(comm) > 0) {
     hoop__net_enter(comm);
     hoop__registrations_release(comm);
     hoop__net_leave(comm);
@@ -573,9 +582,7 @@ static hoop_result finalize_view(hoop_comm *comm) {
   net->views--;
   hoop__net_leave(comm);
   hoop__table_free(&comm->table);
-  free(comm->world_of);
-  free(comm->peer_transport);
-  free(comm->sleep_fds);
+  free(comm->net_rank_of);
   free_struct(comm);
   return HOOP_OK;
 }

@@ -39,14 +39,8 @@ static void copy_settings(hoop_comm *to, const hoop_comm *from) {
 
 /* The rendezvous connection (and the server hosted here, if any) pass from one to the other. */
 static void take_connection(hoop_comm *to, hoop_comm *from) {
-  to->rdzv_fd = from->rdzv_fd;
-  if (to->rdzv_fd >= 0)
-    hoop__hook_register(to, HOOP__HOOK_ABORT, hoop__rendezvous_abort);
-  to->rdzv_inlen = from->rdzv_inlen;
-  memcpy(to->rdzv_in, from->rdzv_in, from->rdzv_inlen);
+  hoop__rendezvous_hand_over(to, from);
   to->server = from->server;
-  from->rdzv_fd = -1;
-  from->rdzv_inlen = 0;
   from->server = NULL;
 }
 
@@ -100,7 +94,7 @@ static hoop_result attempt(const hoop_comm *base, hoop_comm *cur, double deadlin
   n->generation = cur->generation + 1;
   /* The transports size their queues by the job at listen: the old size and the newcomers known
    * to wait bound the new one. */
-  n->size = cur->size + atomic_load(&cur->newcomers);
+  n->size = cur->size + hoop__rendezvous_newcomers(cur);
   if (n->size > HOOP__WIRE_MAX_RANKS)
     n->size = HOOP__WIRE_MAX_RANKS;
   n->rank = cur->rank;
@@ -160,19 +154,21 @@ static hoop_result shrink_alone(hoop_comm *comm, hoop_comm **newcomm) {
 static hoop_result shrink_locked(hoop_comm *comm, hoop_comm **newcomm, const char *call, int grow) {
   if (comm->size == 1 && comm->rdzv_fd < 0)
     return shrink_alone(comm, newcomm);
-  if (comm->rdzv_fd < 0 && comm->rdzv_lost_code)
-    return hoop__set_error(comm, comm->rdzv_lost_code,
+  const char *lost;
+  hoop_result lost_code = hoop__rendezvous_lost(comm, &lost);
+  if (comm->rdzv_fd < 0 && lost_code)
+    return hoop__set_error(comm, lost_code,
                            "%s: this rank has no rendezvous connection left, and the ranks agree "
                            "through it: %s",
-                           call, comm->rdzv_lost);
+                           call, lost);
   if (comm->rdzv_fd < 0)
     return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
                            "%s: this rank has no rendezvous connection left (%s), and the ranks "
                            "agree through it",
                            call,
-                           comm->rdzv_lost[0] ? comm->rdzv_lost
-                                              : "the server closed it, it was lost with the rank "
-                                                "hosting it, or a shrink already took it");
+                           lost[0] ? lost
+                                   : "the server closed it, it was lost with the rank "
+                                     "hosting it, or a shrink already took it");
   if (!comm->failed)
     hoop__retire(comm, HOOP_ERR_ABORTED, "%s: rank %d retired this communicator to %s", call,
                  comm->rank, grow ? "take in newcomers" : "go on without failed ranks");
@@ -278,5 +274,5 @@ int hoop_comm_newcomers(hoop_comm *comm) {
     hoop__net_leave(comm);
     hoop__lock_release(&comm->call_lock);
   }
-  return atomic_load(&comm->newcomers);
+  return hoop__rendezvous_newcomers(comm);
 }

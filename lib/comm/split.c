@@ -1,7 +1,7 @@
 /* split.c - hoop_comm_split: sub-communicators as views of the communicator hoop_init made (its
  * "net"). A view has ranks, a rank table, calls, requests, scratch and a progress thread of its
  * own, and borrows net's transports: its messages travel on net's connections marked with a
- * channel of its own (transport.h, "binding"), and its transfers name net's ranks (world_of).
+ * channel of its own (transport.h, "binding"), and its transfers name net's ranks (net_rank_of).
  *
  * The channel: every rank keeps the lowest channel no communicator of its has used
  * (net->next_channel); a split takes the highest of those among comm's ranks, and each of them
@@ -33,7 +33,7 @@ static hoop_result make_table(hoop_comm *view, const hoop_comm *net) {
     return HOOP_ERR_SYSTEM;
   /* A job of one rank met no rendezvous and has no table: its one entry stays empty (one host). */
   for (int i = 0; i < view->size && net->table.peers; i++)
-    view->table.peers[i] = net->table.peers[view->world_of[i]];
+    view->table.peers[i] = net->table.peers[view->net_rank_of[i]];
   for (int i = 0; i < view->size; i++) {
     hoop__peer_entry *entry = &view->table.peers[i];
     entry->local_rank = entry->local_size = 0;
@@ -64,16 +64,12 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
   view->size = n;
   view->generation = net->generation;
   hoop__comm_copy_settings(view, comm); /* a view's strings are net's, copied when it was made */
-  view->spin_s = -1;
-  view->world_of = malloc((size_t)n * sizeof *view->world_of);
-  view->peer_transport = calloc((size_t)n, sizeof *view->peer_transport);
-  hoop_result result =
-      view->world_of && view->peer_transport ? hoop__coll_state_size(view) : HOOP_ERR_SYSTEM;
-  for (int i = 0; i < n && result == HOOP_OK; i++) {
-    view->world_of[i] = hoop__world_rank(comm, members[i]);
-    if (i != mine)
-      view->peer_transport[i] = net->peer_transport[view->world_of[i]];
-  }
+  view->net_rank_of = malloc((size_t)n * sizeof *view->net_rank_of);
+  hoop_result result = view->net_rank_of ? hoop__coll_state_size(view) : HOOP_ERR_SYSTEM;
+  for (int i = 0; i < n && result == HOOP_OK; i++)
+    view->net_rank_of[i] = hoop__net_rank(comm, members[i]);
+  if (result == HOOP_OK)
+    result = hoop__transport_view(view, net);
   if (result == HOOP_OK)
     result = make_table(view, net);
   if (result != HOOP_OK) {
@@ -81,10 +77,7 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_comm_split: out of memory");
   }
   /* net's transports, shared: never finalized through the view (see hoop_finalize). */
-  view->transports = net->transports;
-  view->ntransports = net->ntransports;
-  view->ntransports_serving = net->ntransports_serving;
-  view->sleep_shared = net->sleep_shared;
+  hoop__transport_view_join(view, net);
   hoop__net_enter(comm);
   net->views++;
   hoop__net_leave(comm);
@@ -273,7 +266,7 @@ hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm) {
   int n = 0, mine = -1;
   for (int i = 0; i < view->size; i++)
     for (int r = 0; r < next->size; r++) {
-      if (next->prev_rank[r] != view->world_of[i])
+      if (next->prev_rank[r] != view->net_rank_of[i])
         continue;
       if (i == view->rank)
         mine = n;

@@ -75,16 +75,21 @@ struct hoop__stray;
 typedef struct hoop__coll_state hoop__coll_state;
 /* The memory kinds' state of a communicator (mem/state.h, which only lib/mem sees). */
 typedef struct hoop__mem_state hoop__mem_state;
+/* The rendezvous client's state of a communicator (rdzv/state.h, which only lib/rdzv sees). */
+typedef struct hoop__rdzv_state hoop__rdzv_state;
+/* The transport layer's state of a communicator (transport/state.h, which only lib/transport
+ * sees). */
+typedef struct hoop__transport_state hoop__transport_state;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
   /* Sub-communicators (hoop_comm_split, comm/split.c) are views of the communicator hoop_init
    * made, "net": its transports, connections and rendezvous connection carry their messages,
    * marked by a channel of their own. net is the communicator itself for the one hoop_init made;
-   * world_of maps a sub-communicator's ranks to net's (NULL in net), and transfers, the transports
-   * and their messages speak net's ranks. */
+   * net_rank_of maps a sub-communicator's ranks to net's (NULL in net), and transfers, the
+   * transports and their messages speak net's ranks. */
   hoop_comm *net;
-  int *world_of;
+  int *net_rank_of;
   uint16_t channel;
   /* net's own: what its views share. net_lock guards the transports, their requests and the
    * strays while views exist (net_shared), so that calls on several communicators may run at once
@@ -105,12 +110,7 @@ struct hoop_comm {
    * for a newcomer), so that the views of this net can follow it (hoop__view_shrink). */
   hoop_comm *successor, *predecessor;
   int *prev_rank;
-  /* Messages diverted from their receive's place (transport/stray.c), oldest first, and how many
-   * have a receive waiting for their last bytes. */
-  struct hoop__stray *strays, *strays_tail;
-  int strays_waited;
-  uint32_t generation;  /* shrinks since the job's first table (hoop_comm_shrink) */
-  atomic_int newcomers; /* newcomers waiting, as the rendezvous server last said (PENDING) */
+  uint32_t generation; /* shrinks since the job's first table (hoop_comm_shrink) */
   char job[HOOP__WIRE_MAX_JOB + 1];
   char rendezvous[HOOP__WIRE_MAX_HOST + 8];
   double timeout_s;
@@ -122,31 +122,12 @@ struct hoop_comm {
                                           keyed by (transport/shared.c): the table's nonce, or
                                           with a token a proof derived from it and the token */
 
-  /* The transports this rank listens on, in priority order, each with its context; after the
-   * rank table, each peer's pair is served by one of them (transport/select.c). */
-  struct hoop__tctx *transports; /* HOOP__MAX_TRANSPORTS entries, ntransports used */
-  int ntransports;
-  uint8_t *peer_transport;  /* size entries: an index in transports (this rank's own: unused) */
-  int ntransports_serving;  /* of them, those that serve a peer */
-  struct pollfd *sleep_fds; /* the poll set of a sleep shared by several transports */
-  size_t sleep_cap;
-  int sleep_shared;        /* every serving transport can share a sleep (sleep_prepare) */
-  double spin_s;           /* how long a wait spins: the most any serving transport asks; -1
-                              until the first wait asks them */
-  int spin_yields;         /* a spinning wait yields the CPU between empty rounds (this host's
-                              ranks outnumber its CPUs); else it pauses briefly */
-  char transport_mode[16]; /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
+  char transport_mode[16];          /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
   struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */
   int rdzv_fd;
-  int rdzv_goodbye; /* ABORT or BYE sent: the server expects nothing more */
-  /* Why the connection went, once it did, for a later shrink's error: the words, and the
-   * server's code when it was an ERROR (the rank left out), else 0. */
-  char rdzv_lost[HOOP__WIRE_MAX_MESSAGE + 256];
-  hoop_result rdzv_lost_code;
-  size_t rdzv_inlen;
-  uint8_t rdzv_in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_NOTICE_PAYLOAD];
+  hoop__rdzv_state *rdzv; /* the rendezvous client's own (rdzv/state.h) */
 
   uint64_t seq;                                 /* collective calls made, for error messages */
   const char *call;                             /* the collective running now, for error messages */
@@ -166,6 +147,7 @@ struct hoop_comm {
   hoop__hook_fn hooks[HOOP__HOOK_KINDS][HOOP__HOOKS_MAX]; /* core/error.c */
   hoop__coll_state *coll;                                 /* the collectives' own (coll/state.h) */
   hoop__mem_state *mem_state;                             /* the memory kinds' own (mem/state.h) */
+  hoop__transport_state *transport; /* the transport layer's own (transport/state.h) */
 
   /* hoop_abort from another thread: the reason is stored, the flag raised, and whoever holds
    * call_lock (the thread inside a call, woken through the transport) carries it out. */
@@ -174,9 +156,6 @@ struct hoop_comm {
   atomic_int abort_done;
   char abort_reason[512];
 
-  /* The board the small calls of a communicator on one host go through (transport.h; coll/flat.c):
-   * mapped by every rank, or by none. */
-  struct hoop__board *board;
   /* The running call's memory kind (mem/kind.h): host memory but while a path runs an algorithm
    * on other memory. */
   const struct hoop__mem_ops *mem;
@@ -207,9 +186,10 @@ struct hoop_comm {
 };
 
 /* A buffer registered on a communicator: [base, base + bytes), and what each transport made of
- * it (the verbs transport's ibv_mr; NULL for TCP), by its index in comm->transports. The table is
- * net's, shared by its sub-communicators (whose transports are net's), and read and changed under
- * the net lock; owner is the communicator that registered it (its handle, its finalize). */
+ * it (the verbs transport's ibv_mr; NULL for TCP), by its index in the communicator's transports.
+ * The table is net's, shared by its sub-communicators (whose transports are net's), and read and
+ * changed under the net lock; owner is the communicator that registered it (its handle, its
+ * finalize). */
 typedef struct hoop__registration {
   void *base;
   size_t bytes;
@@ -297,8 +277,8 @@ static inline hoop_comm *hoop__net(hoop_comm *comm) {
   return comm->net;
 }
 /* comm's rank r in its net's numbering. */
-static inline int hoop__world_rank(const hoop_comm *comm, int r) {
-  return comm->world_of ? comm->world_of[r] : r;
+static inline int hoop__net_rank(const hoop_comm *comm, int r) {
+  return comm->net_rank_of ? comm->net_rank_of[r] : r;
 }
 /* Take and give back net's lock (a no-op while no view exists); enter wakes a holder that
  * sleeps in the transports (HOOP__HOOK_WAKE). yield: between two rounds of a wait, with the lock

@@ -1,4 +1,4 @@
-/* request.h - a posted call (the public hoop_request; a transport's message is hoop__request):
+/* request.h - a posted call (the public hoop_request; a transport's message is hoop__transfer):
  * each communicator's queue of calls, run in posting order (request.c), and its progress: the
  * progress thread and the threads that wait (progress.c). */
 #ifndef HOOP__REQUEST_H

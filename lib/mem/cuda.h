@@ -91,7 +91,8 @@ hoop_result hoop__cuda_reduce3(hoop_comm *comm, void *dst, const void *a, const 
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                                      hoop_op op, int nranks);
 
-/* ---- CUDA IPC between ranks of one host (coll/ipc.c) ------------------------------------------
+/* ---- CUDA IPC between ranks of one host (coll/path_ipc.c)
+ * ------------------------------------------
  */
 
 #define HOOP__CUDA_IPC_HANDLE_BYTES 64

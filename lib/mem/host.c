@@ -52,7 +52,7 @@ void *hoop__host_buf_grow(hoop_comm *comm, hoop__host_buf *buf, size_t bytes, co
 
 void hoop__host_buf_free(hoop_comm *comm, hoop__host_buf *buf) {
   /* The transports may keep registrations of what they moved through it: they forget it first. */
-  if (buf->ptr && comm->peer_transport)
+  if (buf->ptr && hoop__transports_up(comm))
     hoop__transports_forget_mem(comm, buf->ptr, buf->bytes);
   hoop__host_stage_free(buf->ptr, buf->pinned);
   *buf = (hoop__host_buf){NULL, 0, 0};

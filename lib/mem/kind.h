@@ -49,7 +49,40 @@ typedef struct hoop__mem_ops {
   int many_max; /* at most HOOP__MEM_MANY_MAX */
   hoop_result (*copy_queued)(hoop_comm *comm, void *dst, const void *src, size_t bytes);
   hoop_result (*sync)(hoop_comm *comm);
+
+  /* The device memory's own operations, for the device paths (NULL for host memory). */
+  const struct hoop__device_ops *device;
 } hoop__mem_ops;
+
+struct hoop__cuda_export;
+
+/* What the device paths (coll/path_ipc.c, coll/path_gdr.c) do with device memory besides the
+ * algorithms' operations, through the device kind (hoop__mem_cuda.device), so that lib/coll names
+ * no driver function. In a build without CUDA every one says so. */
+typedef struct hoop__device_ops {
+  /* The context of the device memory at ptr, or NULL for other memory. */
+  void *(*context_of)(const void *ptr);
+  /* Fill out for the len bytes at ptr (0), or say why they cannot be shared with another process
+   * on this host (-1). */
+  int (*ipc_export)(const void *ptr, size_t len, struct hoop__cuda_export *out, char *why,
+                    size_t whylen);
+  /* The library's stream in near's context, and its kernels if kernels, ready now: HOOP_OK or the
+   * error recorded. */
+  hoop_result (*ready)(hoop_comm *comm, const void *near, int kernels);
+  /* Wait for the work queued on stream (NULL: buf's context's default stream). */
+  hoop_result (*stream_wait)(hoop_comm *comm, const char *call, void *stream, const void *buf);
+  /* Before comm->mem becomes the device kind: the call's memory is at near; flush: what a
+   * network device writes must be flushed before the GPU reads it; registered: the scratch is
+   * registered with every peer's transport. */
+  hoop_result (*begin)(hoop_comm *comm, const void *near, int flush, int registered);
+  /* The call's device scratch of at least bytes, made now; NULL with the error recorded. */
+  void *(*scratch)(hoop_comm *comm, size_t bytes);
+  /* What a network device wrote into the call's memory is visible to the GPU. */
+  hoop_result (*flushed)(hoop_comm *comm);
+  /* Whether network writes into the device memory at ptr need a flush before a kernel reads
+   * them: 0, 1, or -1 when they would and cannot have one (why says so). */
+  int (*gdr_flush_mode)(const void *ptr, char *why, size_t whylen);
+} hoop__device_ops;
 
 /* The most sources a kind's reduce_many takes. */
 #define HOOP__MEM_MANY_MAX 16
@@ -100,7 +133,7 @@ unsigned hoop__mem_kinds_here(void);
  * public call in messages. */
 hoop_result hoop__mem_stream_wait(hoop_comm *comm, const char *call, void *stream, const void *buf);
 
-/* Copy bytes between any two memories, host or device, synchronously (mem/cuda.c). */
+/* Copy bytes between any two memories, host or device, synchronously (mem/cuda/copy.c). */
 hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 
 /* The host kind's operations, as every kind that is host memory underneath names them. */

@@ -49,8 +49,8 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
 
 /* What the transports made of reg, released. */
 static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
-  for (int t = 0; t < comm->ntransports; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+  for (int t = 0; t < hoop__transport_count(comm); t++) {
+    hoop__tctx *ctx = hoop__transport_at(comm, t);
     if (reg->transport_mem[t] && ctx->ops->deregister_mem)
       ctx->ops->deregister_mem(ctx, reg->transport_mem[t]);
     reg->transport_mem[t] = NULL;
@@ -71,8 +71,8 @@ static hoop_result add(hoop_comm *owner, void *ptr, size_t bytes, uint64_t handl
   }
   hoop__registration reg = {.base = ptr, .bytes = bytes, .handle = handle, .owner = owner};
   hoop_result result = HOOP_OK;
-  for (int t = 0; t < comm->ntransports && result == HOOP_OK; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+  for (int t = 0; t < hoop__transport_count(comm) && result == HOOP_OK; t++) {
+    hoop__tctx *ctx = hoop__transport_at(comm, t);
     if (ctx->ops->register_mem)
       result = ctx->ops->register_mem(ctx, ptr, bytes, &reg.transport_mem[t]);
   }
@@ -156,7 +156,7 @@ int hoop__registered_for_peers(hoop_comm *comm, const void *ptr, size_t len, int
   hoop__net_enter(comm);
   const hoop__registration *reg = hoop__registration_find(comm, ptr, len);
   for (int p = 0; reg && p < comm->size; p++)
-    if (p != comm->rank && !reg->transport_mem[comm->peer_transport[p]])
+    if (p != comm->rank && !reg->transport_mem[hoop__transport_of_peer(comm, p)])
       reg = NULL;
   if (device)
     *device = reg ? reg->device : 0;

@@ -97,7 +97,7 @@ typedef struct hoop__wire_header {
 
 typedef struct hoop__hello {
   char job[HOOP__WIRE_MAX_JOB + 1];
-  uint32_t size;       /* world size, 1..HOOP__WIRE_MAX_RANKS */
+  uint32_t size;       /* the job's size, 1..HOOP__WIRE_MAX_RANKS */
   int32_t rank;        /* requested rank in [0, size), -1, or HOOP__HELLO_NEWCOMER */
   uint32_t timeout_ms; /* how long this rank waits; the server times the job out after it */
   char host[HOOP__WIRE_MAX_HOST + 1];

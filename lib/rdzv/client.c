@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rdzv/state.h"
 #include "util/netaddr.h"
 #include "util/sockio.h"
 
@@ -273,8 +274,8 @@ hoop_result hoop__rendezvous_join(hoop_comm *comm, const struct sockaddr *server
   if (result == HOOP_OK) {
     comm->rdzv_fd = fd; /* kept: see rdzv/client.h */
     hoop__hook_register(comm, HOOP__HOOK_ABORT, hoop__rendezvous_abort);
-    comm->rdzv_inlen = 0;
-    comm->rdzv_goodbye = 0;
+    comm->rdzv->inlen = 0;
+    comm->rdzv->goodbye = 0;
   } else {
     close(fd);
   }
@@ -296,8 +297,8 @@ static void drop_connection(hoop_comm *comm, const char *why) {
   if (close(comm->rdzv_fd) != 0)
     HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the rendezvous connection: %s", strerror(errno));
   comm->rdzv_fd = -1;
-  comm->rdzv_inlen = 0;
-  snprintf(comm->rdzv_lost, sizeof comm->rdzv_lost, "%s", why);
+  comm->rdzv->inlen = 0;
+  snprintf(comm->rdzv->lost, sizeof comm->rdzv->lost, "%s", why);
 }
 
 /* A NOTICE from the server: another rank aborted or was lost. Its words are forwarded to the data
@@ -320,48 +321,48 @@ static hoop_result take_notice(hoop_comm *comm, const hoop__notice *notice) {
                     notice->message);
 }
 
-/* The whole messages in comm->rdzv_in: HOOP_OK, or the failure a NOTICE caused. */
+/* The whole messages in comm->rdzv->in: HOOP_OK, or the failure a NOTICE caused. */
 static hoop_result take_messages(hoop_comm *comm) {
   while (comm->rdzv_fd >= 0) {
     hoop__wire_header header;
-    int rc = hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen,
+    int rc = hoop__wire_decode_header(comm->rdzv->in, comm->rdzv->inlen,
                                       HOOP__WIRE_MAX_NOTICE_PAYLOAD, &header);
-    if (rc == 1 || (rc == 0 && comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE + header.length))
+    if (rc == 1 || (rc == 0 && comm->rdzv->inlen < HOOP__WIRE_HEADER_SIZE + header.length))
       return HOOP_OK;
     hoop__notice notice;
     uint32_t newcomers;
     if (rc == 0 && header.type == HOOP_MSG_PENDING &&
-        hoop__wire_decode_pending(comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, header.length,
+        hoop__wire_decode_pending(comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, header.length,
                                   &newcomers) == 0) {
-      atomic_store(&comm->newcomers, newcomers > INT32_MAX ? INT32_MAX : (int)newcomers);
+      atomic_store(&comm->rdzv->newcomers, newcomers > INT32_MAX ? INT32_MAX : (int)newcomers);
       size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
-      memmove(comm->rdzv_in, comm->rdzv_in + total, comm->rdzv_inlen - total);
-      comm->rdzv_inlen -= total;
+      memmove(comm->rdzv->in, comm->rdzv->in + total, comm->rdzv->inlen - total);
+      comm->rdzv->inlen -= total;
       continue;
     }
     if (rc == 0 && header.type == HOOP_MSG_ERROR) {
       /* Left out of a shrink by the other ranks: this communicator is over. */
       char err[HOOP__WIRE_MAX_MESSAGE + 256];
-      hoop_result code = server_error(&header, comm->rdzv_in + HOOP__WIRE_HEADER_SIZE,
+      hoop_result code = server_error(&header, comm->rdzv->in + HOOP__WIRE_HEADER_SIZE,
                                       comm->rendezvous, err, sizeof err);
       /* Kept as the reason the connection went: a failure seen first (a peer's data connection
        * closing as the others go on without this rank) hides it, and the shrink that follows
        * must still say that this rank is out of the job. */
       drop_connection(comm, err);
-      comm->rdzv_lost_code = code;
+      comm->rdzv->lost_code = code;
       if (comm->failed)
         return comm->failed;
       return hoop__fail(comm, code, "%s: %s", comm->call ? comm->call : "hoop", err);
     }
     if (rc < 0 || header.type != HOOP_MSG_NOTICE ||
-        hoop__wire_decode_notice(comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, header.length, &notice) !=
+        hoop__wire_decode_notice(comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, header.length, &notice) !=
             0) {
       drop_connection(comm, "the server sent a malformed or unexpected message");
       return HOOP_OK;
     }
     size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
-    memmove(comm->rdzv_in, comm->rdzv_in + total, comm->rdzv_inlen - total);
-    comm->rdzv_inlen -= total;
+    memmove(comm->rdzv->in, comm->rdzv->in + total, comm->rdzv->inlen - total);
+    comm->rdzv->inlen -= total;
     hoop_result result = take_notice(comm, &notice);
     if (result != HOOP_OK)
       return result;
@@ -371,8 +372,8 @@ static hoop_result take_messages(hoop_comm *comm) {
 
 hoop_result hoop__rendezvous_check(hoop_comm *comm) {
   while (comm->rdzv_fd >= 0) {
-    ssize_t n = recv(comm->rdzv_fd, comm->rdzv_in + comm->rdzv_inlen,
-                     sizeof comm->rdzv_in - comm->rdzv_inlen, MSG_DONTWAIT);
+    ssize_t n = recv(comm->rdzv_fd, comm->rdzv->in + comm->rdzv->inlen,
+                     sizeof comm->rdzv->in - comm->rdzv->inlen, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -383,7 +384,7 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
       drop_connection(comm, why);
       return HOOP_OK;
     }
-    comm->rdzv_inlen += (size_t)n;
+    comm->rdzv->inlen += (size_t)n;
     hoop_result result = take_messages(comm);
     if (result != HOOP_OK)
       return result;
@@ -391,31 +392,31 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
   return HOOP_OK;
 }
 
-/* Read one whole message from the kept connection, taking first what rdzv_in already holds;
- * *payload is malloc'ed (NULL for an empty payload). 0, or -1 with errno set. */
+/* Read one whole message from the kept connection, taking first what the state's in[] already
+ * holds; *payload is malloc'ed (NULL for an empty payload). 0, or -1 with errno set. */
 static int read_kept_message(hoop_comm *comm, double deadline, hoop__wire_header *header,
                              uint8_t **payload) {
   *payload = NULL;
-  if (comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE &&
-      hoop__read_full(comm->rdzv_fd, comm->rdzv_in + comm->rdzv_inlen,
-                      HOOP__WIRE_HEADER_SIZE - comm->rdzv_inlen, deadline) != 0)
+  if (comm->rdzv->inlen < HOOP__WIRE_HEADER_SIZE &&
+      hoop__read_full(comm->rdzv_fd, comm->rdzv->in + comm->rdzv->inlen,
+                      HOOP__WIRE_HEADER_SIZE - comm->rdzv->inlen, deadline) != 0)
     return -1;
-  if (comm->rdzv_inlen < HOOP__WIRE_HEADER_SIZE)
-    comm->rdzv_inlen = HOOP__WIRE_HEADER_SIZE;
-  if (hoop__wire_decode_header(comm->rdzv_in, comm->rdzv_inlen, HOOP__WIRE_MAX_PAYLOAD, header) !=
+  if (comm->rdzv->inlen < HOOP__WIRE_HEADER_SIZE)
+    comm->rdzv->inlen = HOOP__WIRE_HEADER_SIZE;
+  if (hoop__wire_decode_header(comm->rdzv->in, comm->rdzv->inlen, HOOP__WIRE_MAX_PAYLOAD, header) !=
       0) {
     errno = EPROTO;
     return -1;
   }
-  size_t held = comm->rdzv_inlen - HOOP__WIRE_HEADER_SIZE;
+  size_t held = comm->rdzv->inlen - HOOP__WIRE_HEADER_SIZE;
   size_t from_held = held < header->length ? held : header->length;
   if (header->length > 0 && !(*payload = malloc(header->length)))
     return -1;
   if (from_held)
-    memcpy(*payload, comm->rdzv_in + HOOP__WIRE_HEADER_SIZE, from_held);
+    memcpy(*payload, comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, from_held);
   size_t used = HOOP__WIRE_HEADER_SIZE + from_held;
-  memmove(comm->rdzv_in, comm->rdzv_in + used, comm->rdzv_inlen - used);
-  comm->rdzv_inlen -= used;
+  memmove(comm->rdzv->in, comm->rdzv->in + used, comm->rdzv->inlen - used);
+  comm->rdzv->inlen -= used;
   if (header->length > from_held && hoop__read_full(comm->rdzv_fd, *payload + from_held,
                                                     header->length - from_held, deadline) != 0) {
     int saved = errno;
@@ -429,11 +430,11 @@ static int read_kept_message(hoop_comm *comm, double deadline, hoop__wire_header
 
 hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg, double deadline,
                                     hoop__table *table) {
-  if (comm->rdzv_fd < 0 || comm->rdzv_goodbye)
+  if (comm->rdzv_fd < 0 || comm->rdzv->goodbye)
     return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
                            "hoop_comm_shrink: this rank's rendezvous connection is gone (%s), and "
                            "the survivors agree through it",
-                           comm->rdzv_goodbye ? "it aborted" : "the server closed it or was lost");
+                           comm->rdzv->goodbye ? "it aborted" : "the server closed it or was lost");
   hoop__wbuf out = {0};
   int rc = hoop__wire_encode_shrink(&out, msg);
   if (rc == 0)
@@ -475,7 +476,7 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
     if (result != HOOP_OK && header.type == HOOP_MSG_ERROR) {
       /* The server's words and code stay the reason, for a later shrink's error. */
       drop_connection(comm, comm->last_error);
-      comm->rdzv_lost_code = result;
+      comm->rdzv->lost_code = result;
     } else if (result != HOOP_OK) {
       drop_connection(comm, "an unexpected message while shrinking");
     }
@@ -500,20 +501,20 @@ static int send_goodbye(hoop_comm *comm, int encoded, const hoop__wbuf *out, con
 }
 
 void hoop__rendezvous_abort(hoop_comm *comm) {
-  if (comm->rdzv_fd < 0 || comm->rdzv_goodbye)
+  if (comm->rdzv_fd < 0 || comm->rdzv->goodbye)
     return;
   hoop__abort_msg msg = {.rank = (uint32_t)comm->rank};
   snprintf(msg.reason, sizeof msg.reason, "%s", comm->abort_reason);
   hoop__wbuf out = {0};
   if (send_goodbye(comm, hoop__wire_encode_abort(&out, &msg), &out, "ABORT") == 0)
-    comm->rdzv_goodbye = 1;
+    comm->rdzv->goodbye = 1;
   hoop__wbuf_free(&out);
 }
 
 void hoop__rendezvous_leave(hoop_comm *comm) {
   if (comm->rdzv_fd < 0)
     return;
-  if (!comm->rdzv_goodbye) {
+  if (!comm->rdzv->goodbye) {
     hoop__wbuf out = {0};
     send_goodbye(comm, hoop__wire_encode_bye(&out), &out, "BYE");
     hoop__wbuf_free(&out);
@@ -569,4 +570,32 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
   hoop__wbuf_free(&out);
   close(fd);
   return result;
+}
+
+hoop__rdzv_state *hoop__rendezvous_state_new(void) {
+  return calloc(1, sizeof(hoop__rdzv_state));
+}
+
+void hoop__rendezvous_state_free(hoop_comm *comm) {
+  free(comm->rdzv);
+  comm->rdzv = NULL;
+}
+
+void hoop__rendezvous_hand_over(hoop_comm *to, hoop_comm *from) {
+  to->rdzv_fd = from->rdzv_fd;
+  if (to->rdzv_fd >= 0)
+    hoop__hook_register(to, HOOP__HOOK_ABORT, hoop__rendezvous_abort);
+  to->rdzv->inlen = from->rdzv->inlen;
+  memcpy(to->rdzv->in, from->rdzv->in, from->rdzv->inlen);
+  from->rdzv_fd = -1;
+  from->rdzv->inlen = 0;
+}
+
+hoop_result hoop__rendezvous_lost(const hoop_comm *comm, const char **why) {
+  *why = comm->rdzv->lost;
+  return comm->rdzv->lost_code;
+}
+
+int hoop__rendezvous_newcomers(const hoop_comm *comm) {
+  return atomic_load(&comm->rdzv->newcomers);
 }

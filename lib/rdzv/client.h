@@ -47,6 +47,22 @@ void hoop__rendezvous_abort(hoop_comm *comm);
 hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg, double deadline,
                                     hoop__table *table);
 
+/* The client's state of a communicator (rdzv/state.h), made with it (NULL: out of memory) and
+ * freed with it last. */
+hoop__rdzv_state *hoop__rendezvous_state_new(void);
+void hoop__rendezvous_state_free(hoop_comm *comm);
+
+/* hoop_comm_shrink's next generation takes the kept connection, and what was read on it and not
+ * yet taken, from the one before (which is left without). */
+void hoop__rendezvous_hand_over(hoop_comm *to, hoop_comm *from);
+
+/* Why the kept connection went, once it did: the server's code when it was an ERROR (the rank
+ * left out), else 0; *why, the words ("" while it is kept). */
+hoop_result hoop__rendezvous_lost(const hoop_comm *comm, const char **why);
+
+/* The newcomers waiting to join, as the server last said (PENDING). */
+int hoop__rendezvous_newcomers(const hoop_comm *comm);
+
 /* At finalize: BYE (unless an ABORT went out), so that closing is no loss; then close. */
 void hoop__rendezvous_leave(hoop_comm *comm);
 

@@ -1,6 +1,6 @@
 /* server_impl.h - the rendezvous server's own structures and the functions its files share
  * (server.h is the interface the daemon, the launcher and a hosting rank use). The server is split
- * by responsibility: jobs.c, table.c, conn.c, requests.c, server.c; thread.c runs it on a thread.
+ * by responsibility: jobs.c, table.c, conn.c, hello.c, server.c; thread.c runs it on a thread.
  */
 #ifndef HOOP__RDZV_SERVER_IMPL_H
 #define HOOP__RDZV_SERVER_IMPL_H
@@ -204,7 +204,7 @@ void hoop__rdzv_keep_alive(rdzv_client *client, int seconds);
 void hoop__rdzv_on_connection(uv_stream_t *listener, int status);
 void hoop__rdzv_on_client_timer(uv_timer_t *timer);
 
-/* ---- requests.c: a client's HELLO or STATUS_REQ, and its proof ------------------------------- */
+/* ---- hello.c: a client's HELLO or STATUS_REQ, and its proof ------------------------------- */
 void hoop__rdzv_refuse_malformed(rdzv_client *client, const char *what);
 void hoop__rdzv_handle_input(rdzv_client *client);
 

@@ -143,7 +143,7 @@ hoop_result hoop__board_open(hoop_comm *comm, hoop__board **out) {
   board->ctx = ctx;
   board->spin_inline = !hoop__host_oversubscribed(comm);
   for (int r = 0, at = 0; r < n; r++) {
-    sorted[r] = hoop__world_rank(comm, r);
+    sorted[r] = hoop__net_rank(comm, r);
     if (r != comm->rank)
       board->peers[at++] = sorted[r];
   }
@@ -190,7 +190,7 @@ void *hoop__board_slot(hoop__board *board, int rank, uint64_t seq, size_t bytes)
  * unmaps the pairs. */
 static void ring_all(hoop_comm *comm, const hoop__board *board) {
   hoop__net_enter(comm);
-  board->ctx->ops->board_ring(board->ctx, board->peers, board->n - 1);
+  board->ctx->ops->board_wake(board->ctx, board->peers, board->n - 1);
   hoop__net_leave(comm);
 }
 
@@ -203,7 +203,7 @@ static hoop_result await(hoop_comm *comm, const hoop__board *board, int rank,
       if (atomic_load_explicit(word, memory_order_acquire) >= value)
         return HOOP_OK;
     }
-  hoop__request req;
+  hoop__transfer req;
   hoop_result result = hoop__watch(comm, rank, word, value, &req);
   return result == HOOP_OK ? hoop__wait(comm, &req) : result;
 }

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "core/log.h"
+#include "transport/state.h"
 #include "transport/transport.h"
 
 /* ---- choosing transports --------------------------------------------------------------------- */
@@ -85,18 +86,19 @@ int hoop__tctx_entry(const hoop__tctx *ctx, int rank, char *out, size_t outlen) 
 hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const struct sockaddr *toward,
                                    char *addr, size_t addrlen) {
   int is_auto = strcmp(mode, "auto") == 0;
-  comm->transports = calloc(HOOP__MAX_TRANSPORTS, sizeof *comm->transports);
-  if (!comm->transports)
+  comm->transport->transports = calloc(HOOP__MAX_TRANSPORTS, sizeof *comm->transport->transports);
+  if (!comm->transport->transports)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
   addr[0] = '\0';
-  for (size_t i = 0; i < ALL_TRANSPORTS && comm->ntransports < HOOP__MAX_TRANSPORTS; i++) {
+  for (size_t i = 0; i < ALL_TRANSPORTS && comm->transport->ntransports < HOOP__MAX_TRANSPORTS;
+       i++) {
     const hoop__transport_ops *ops = all_transports[i];
     if (!is_auto && strcmp(mode, ops->name) != 0)
       continue;
-    hoop__tctx *ctx = &comm->transports[comm->ntransports];
+    hoop__tctx *ctx = &comm->transport->transports[comm->transport->ntransports];
     *ctx = (hoop__tctx){.comm = comm,
                         .ops = ops,
-                        .index = comm->ntransports,
+                        .index = comm->transport->ntransports,
                         .rank = comm->rank,
                         .size = comm->size,
                         .table = &comm->table,
@@ -120,7 +122,7 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
       ops->finalize(ctx);
       continue;
     }
-    comm->ntransports++;
+    comm->transport->ntransports++;
     if (result != HOOP_OK)
       return result;
     size_t used = strlen(addr);
@@ -134,8 +136,8 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
 
 /* The first of this rank's transports that peer offered too and that can reach it; -1 if none. */
 static int choose_for(hoop_comm *comm, int peer) {
-  for (int t = 0; t < comm->ntransports; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+  for (int t = 0; t < comm->transport->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transport->transports[t];
     if (hoop__tctx_offered(ctx, peer) && (!ctx->ops->can_reach || ctx->ops->can_reach(ctx, peer)))
       return t;
   }
@@ -150,8 +152,8 @@ static void log_choice(const hoop_comm *comm, const int *served) {
   int serving = 0;
   char list[256] = "";
   size_t used = 0;
-  for (int t = 0; t < comm->ntransports; t++) {
-    const hoop__tctx *ctx = &comm->transports[t];
+  for (int t = 0; t < comm->transport->ntransports; t++) {
+    const hoop__tctx *ctx = &comm->transport->transports[t];
     if (served[t] > 0) {
       serving++;
       only = ctx;
@@ -174,8 +176,8 @@ static void log_choice(const hoop_comm *comm, const int *served) {
   }
   /* The transport every pair falls back on: why not one that would say why it is absent. A rank
    * that did not offer it, where it listens here; else its own reason. */
-  for (int t = 0; t < comm->ntransports; t++) {
-    const hoop__tctx *ctx = &comm->transports[t];
+  for (int t = 0; t < comm->transport->ntransports; t++) {
+    const hoop__tctx *ctx = &comm->transport->transports[t];
     for (int r = 0; ctx->ops->auto_absent && r < comm->size; r++)
       if (!hoop__tctx_offered(ctx, r)) {
         HOOP__INFO(HOOP_SUBSYS_NET,
@@ -197,7 +199,7 @@ static void log_choice(const hoop_comm *comm, const int *served) {
 
 /* The failure hook (core/error.c): every transport drops its connections, telling its peers. */
 static void fail_hook(hoop_comm *comm) {
-  if (comm->peer_transport) {
+  if (comm->transport->peer_transport) {
     hoop__net_enter(comm);
     hoop__transports_shutdown(comm);
     hoop__net_leave(comm);
@@ -205,16 +207,17 @@ static void fail_hook(hoop_comm *comm) {
 }
 
 hoop_result hoop__transport_agree(hoop_comm *comm) {
-  comm->peer_transport = calloc((size_t)comm->size, sizeof *comm->peer_transport);
-  if (!comm->peer_transport)
+  comm->transport->peer_transport =
+      calloc((size_t)comm->size, sizeof *comm->transport->peer_transport);
+  if (!comm->transport->peer_transport)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
   hoop__hook_register(comm, HOOP__HOOK_FAIL, fail_hook);
   hoop__hook_register(comm, HOOP__HOOK_WAKE, hoop__transports_wake);
   /* A shrunken job's transports listened before its size was known (comm/shrink.c). */
-  for (int t = 0; t < comm->ntransports; t++) {
-    comm->transports[t].rank = comm->rank;
-    comm->transports[t].size = comm->size;
-    comm->transports[t].local_size = (int)comm->table.peers[comm->rank].local_size;
+  for (int t = 0; t < comm->transport->ntransports; t++) {
+    comm->transport->transports[t].rank = comm->rank;
+    comm->transport->transports[t].size = comm->size;
+    comm->transport->transports[t].local_size = (int)comm->table.peers[comm->rank].local_size;
   }
   int served[HOOP__MAX_TRANSPORTS] = {0};
   for (int r = 0; r < comm->size; r++) {
@@ -228,37 +231,39 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
                              "same HOOP_TRANSPORT on every rank",
                              comm->transport_mode, comm->table.peers[comm->rank].addr, r,
                              comm->table.peers[r].addr);
-    comm->peer_transport[r] = (uint8_t)t;
+    comm->transport->peer_transport[r] = (uint8_t)t;
     served[t]++;
   }
   log_choice(comm, served);
   /* Containers of one machine, or bench/netns-sweep's hosts, name other hosts yet share this
    * kernel's CPUs (hoop__host_oversubscribed). */
   comm->kernel_ranks = 0;
-  for (int t = 0; t < comm->ntransports && !comm->kernel_ranks; t++)
-    if (comm->transports[t].state && comm->transports[t].ops->kernel_ranks)
-      comm->kernel_ranks = comm->transports[t].ops->kernel_ranks(&comm->transports[t]);
+  for (int t = 0; t < comm->transport->ntransports && !comm->kernel_ranks; t++)
+    if (comm->transport->transports[t].state && comm->transport->transports[t].ops->kernel_ranks)
+      comm->kernel_ranks =
+          comm->transport->transports[t].ops->kernel_ranks(&comm->transport->transports[t]);
   /* This rank's own entry names the transport of the first pair (it is only logged). */
-  comm->peer_transport[comm->rank] =
-      comm->size > 1 ? comm->peer_transport[(comm->rank + 1) % comm->size] : 0;
+  comm->transport->peer_transport[comm->rank] =
+      comm->size > 1 ? comm->transport->peer_transport[(comm->rank + 1) % comm->size] : 0;
   for (int r = 0; r < comm->size; r++) {
     char entry[HOOP__WIRE_MAX_ADDR + 1] = "";
-    find_entry(comm->table.peers[r].addr, comm->transports[comm->peer_transport[r]].ops, entry,
+    find_entry(comm->table.peers[r].addr,
+               comm->transport->transports[comm->transport->peer_transport[r]].ops, entry,
                sizeof entry);
     snprintf(comm->table.peers[r].addr, sizeof comm->table.peers[r].addr, "%s", entry);
   }
-  comm->ntransports_serving = 0;
-  comm->sleep_shared = 1;
-  comm->spin_s = -1;
-  for (int t = 0; t < comm->ntransports; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+  comm->transport->ntransports_serving = 0;
+  comm->transport->sleep_shared = 1;
+  comm->transport->spin_s = -1;
+  for (int t = 0; t < comm->transport->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transport->transports[t];
     if (!served[t]) {
       ctx->ops->finalize(ctx);
       continue;
     }
-    comm->ntransports_serving++;
+    comm->transport->ntransports_serving++;
     if (!ctx->ops->sleep_prepare || !ctx->ops->sleep_done)
-      comm->sleep_shared = 0;
+      comm->transport->sleep_shared = 0;
   }
   return HOOP_OK;
 }
@@ -266,10 +271,10 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
 const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outlen) {
   size_t used = 0;
   out[0] = '\0';
-  for (int t = 0; t < comm->ntransports && used < outlen; t++)
-    if (comm->transports[t].state)
+  for (int t = 0; t < comm->transport->ntransports && used < outlen; t++)
+    if (comm->transport->transports[t].state)
       used += (size_t)snprintf(out + used, outlen - used, "%s%s", used ? "+" : "",
-                               comm->transports[t].ops->name);
+                               comm->transport->transports[t].ops->name);
   if (!out[0])
     snprintf(out, outlen, "(none)");
   return out;
@@ -278,14 +283,14 @@ const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outle
 const char *hoop__transports_serving(const hoop_comm *comm, char *out, size_t len) {
   size_t used = 0;
   out[0] = '\0';
-  for (int t = 0; t < comm->ntransports; t++) {
+  for (int t = 0; t < comm->transport->ntransports; t++) {
     int serves = 0;
-    for (int peer = 0; peer < comm->size && comm->peer_transport; peer++)
-      if (peer != comm->rank && comm->peer_transport[peer] == t)
+    for (int peer = 0; peer < comm->size && comm->transport->peer_transport; peer++)
+      if (peer != comm->rank && comm->transport->peer_transport[peer] == t)
         serves = 1;
     if (serves && used < len)
       used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "+" : "",
-                               comm->transports[t].ops->name);
+                               comm->transport->transports[t].ops->name);
   }
   if (!out[0])
     snprintf(out, len, "none");
@@ -298,35 +303,97 @@ hoop_result hoop__transport_connect(hoop_comm *comm, int peer) {
 }
 
 void hoop__transports_shutdown(hoop_comm *comm) {
-  for (int t = 0; t < comm->ntransports; t++)
-    if (comm->transports[t].state)
-      comm->transports[t].ops->shutdown(&comm->transports[t]);
+  for (int t = 0; t < comm->transport->ntransports; t++)
+    if (comm->transport->transports[t].state)
+      comm->transport->transports[t].ops->shutdown(&comm->transport->transports[t]);
 }
 
 void hoop__transports_wake(hoop_comm *comm) {
-  for (int t = 0; t < comm->ntransports; t++)
-    if (comm->transports[t].state && comm->transports[t].ops->wake)
-      comm->transports[t].ops->wake(&comm->transports[t]);
+  for (int t = 0; t < comm->transport->ntransports; t++)
+    if (comm->transport->transports[t].state && comm->transport->transports[t].ops->wake)
+      comm->transport->transports[t].ops->wake(&comm->transport->transports[t]);
 }
 
 void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes) {
   hoop__net_enter(comm);
-  for (int t = 0; t < comm->ntransports; t++)
-    if (comm->transports[t].state && comm->transports[t].ops->forget_mem)
-      comm->transports[t].ops->forget_mem(&comm->transports[t], ptr, bytes);
+  for (int t = 0; t < comm->transport->ntransports; t++)
+    if (comm->transport->transports[t].state && comm->transport->transports[t].ops->forget_mem)
+      comm->transport->transports[t].ops->forget_mem(&comm->transport->transports[t], ptr, bytes);
   hoop__net_leave(comm);
 }
 
 void hoop__transport_finalize(hoop_comm *comm) {
-  for (int t = 0; t < comm->ntransports; t++)
-    if (comm->transports[t].state)
-      comm->transports[t].ops->finalize(&comm->transports[t]);
-  free(comm->transports);
-  free(comm->peer_transport);
-  free(comm->sleep_fds);
-  comm->sleep_fds = NULL;
-  comm->sleep_cap = 0;
-  comm->transports = NULL;
-  comm->peer_transport = NULL;
-  comm->ntransports = 0;
+  for (int t = 0; t < comm->transport->ntransports; t++)
+    if (comm->transport->transports[t].state)
+      comm->transport->transports[t].ops->finalize(&comm->transport->transports[t]);
+  free(comm->transport->transports);
+  free(comm->transport->peer_transport);
+  free(comm->transport->sleep_fds);
+  comm->transport->sleep_fds = NULL;
+  comm->transport->sleep_cap = 0;
+  comm->transport->transports = NULL;
+  comm->transport->peer_transport = NULL;
+  comm->transport->ntransports = 0;
+}
+
+/* ---- the layer's state, as the other layers see it ------------------------------------------- */
+
+hoop__transport_state *hoop__transport_state_new(void) {
+  return calloc(1, sizeof(hoop__transport_state));
+}
+
+void hoop__transport_state_free(hoop_comm *comm) {
+  if (!comm->transport)
+    return;
+  free(comm->transport->peer_transport);
+  free(comm->transport->sleep_fds);
+  free(comm->transport);
+  comm->transport = NULL;
+}
+
+hoop_result hoop__transport_view(hoop_comm *view, const hoop_comm *net) {
+  hoop__transport_state *mine = view->transport, *nets = net->transport;
+  mine->spin_s = -1;
+  mine->peer_transport = calloc((size_t)view->size, sizeof *mine->peer_transport);
+  if (!mine->peer_transport)
+    return HOOP_ERR_SYSTEM;
+  for (int i = 0; i < view->size && nets->peer_transport; i++)
+    if (i != view->rank)
+      mine->peer_transport[i] = nets->peer_transport[view->net_rank_of[i]];
+  return HOOP_OK;
+}
+
+void hoop__transport_view_join(hoop_comm *view, const hoop_comm *net) {
+  view->transport->transports = net->transport->transports;
+  view->transport->ntransports = net->transport->ntransports;
+  view->transport->ntransports_serving = net->transport->ntransports_serving;
+  view->transport->sleep_shared = net->transport->sleep_shared;
+}
+
+hoop__tctx *hoop__transport_of(const hoop_comm *comm, int peer) {
+  return &comm->transport->transports[comm->transport->peer_transport[peer]];
+}
+
+int hoop__transport_count(const hoop_comm *comm) {
+  return comm->transport->ntransports;
+}
+
+hoop__tctx *hoop__transport_at(const hoop_comm *comm, int t) {
+  return &comm->transport->transports[t];
+}
+
+int hoop__transport_of_peer(const hoop_comm *comm, int peer) {
+  return comm->transport->peer_transport[peer];
+}
+
+int hoop__transports_up(const hoop_comm *comm) {
+  return comm->transport->peer_transport != NULL;
+}
+
+hoop__board *hoop__transport_board(const hoop_comm *comm) {
+  return comm->transport->board;
+}
+
+void hoop__transport_set_board(hoop_comm *comm, hoop__board *board) {
+  comm->transport->board = board;
 }

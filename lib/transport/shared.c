@@ -145,7 +145,7 @@ hoop__fragment *hoop__frags_bind(hoop__fragment **head, hoop__fragment **tail, u
 }
 
 hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
-                              const hoop__request *req) {
+                              const hoop__transfer *req) {
   static const uint8_t unchecked[HOOP__FINGERPRINT_BYTES];
   const uint8_t *theirs = frame + 16, *ours = req->fingerprint;
   if (hoop__frame_channel(frame) != req->channel) /* binding matched them: a transport's fault */

@@ -13,21 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transport/state.h"
 #include "transport/stray.h"
 #include "transport/transport.h"
 
 struct hoop__stray {
-  hoop__request req; /* the transport's receive: first, for the transports' casts */
+  hoop__transfer req; /* the transport's receive: first, for the transports' casts */
   uint8_t frame[HOOP__FRAME_BYTES];
   /* The receive that took it while it still arrived, its buffer and communicator. */
-  hoop__request *waiter;
+  hoop__transfer *waiter;
   void *waiter_buf;
   hoop_comm *waiter_comm;
   struct hoop__stray *next;
   _Alignas(max_align_t) char buf[];
 };
 
-hoop__request *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame, char **buf) {
+hoop__transfer *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame, char **buf) {
   hoop_comm *net = ctx->comm;
   uint64_t len = hoop__frame_length(frame);
   hoop__stray *stray = len < SIZE_MAX - sizeof *stray ? malloc(sizeof *stray + len + 1) : NULL;
@@ -45,11 +46,11 @@ hoop__request *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame
   memcpy(stray->frame, frame, sizeof stray->frame);
   stray->waiter = NULL;
   stray->next = NULL;
-  if (net->strays_tail)
-    net->strays_tail->next = stray;
+  if (net->transport->strays_tail)
+    net->transport->strays_tail->next = stray;
   else
-    net->strays = stray;
-  net->strays_tail = stray;
+    net->transport->strays = stray;
+  net->transport->strays_tail = stray;
   HOOP__TRACE(HOOP_SUBSYS_NET,
               "a %llu-byte message of channel %u from rank %d came before its "
               "receive: kept aside",
@@ -60,15 +61,15 @@ hoop__request *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame
 
 static void unlink_stray(hoop_comm *net, hoop__stray *stray) {
   hoop__stray *prev = NULL;
-  for (hoop__stray *s = net->strays; s; prev = s, s = s->next) {
+  for (hoop__stray *s = net->transport->strays; s; prev = s, s = s->next) {
     if (s != stray)
       continue;
     if (prev)
       prev->next = s->next;
     else
-      net->strays = s->next;
-    if (net->strays_tail == s)
-      net->strays_tail = prev;
+      net->transport->strays = s->next;
+    if (net->transport->strays_tail == s)
+      net->transport->strays_tail = prev;
     return;
   }
 }
@@ -86,7 +87,7 @@ void hoop__strays_set_copy(hoop__stray_copy_fn copy) {
 }
 
 /* The stray's bytes into the receive's buffer (which may be device memory), and the stray gone. */
-static hoop_result deliver(hoop_comm *comm, hoop__stray *stray, void *buf, hoop__request *req) {
+static hoop_result deliver(hoop_comm *comm, hoop__stray *stray, void *buf, hoop__transfer *req) {
   hoop_result result = HOOP_OK;
   if (stray->req.len > 0)
     result = atomic_load(&stray_copy)(comm, buf, stray->buf, stray->req.len);
@@ -98,10 +99,10 @@ static hoop_result deliver(hoop_comm *comm, hoop__stray *stray, void *buf, hoop_
   return result;
 }
 
-int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__request *req,
+int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__transfer *req,
                      hoop_result *result) {
   hoop_comm *net = hoop__net(comm);
-  hoop__stray *stray = net->strays;
+  hoop__stray *stray = net->transport->strays;
   while (stray && (stray->waiter || stray->req.peer != wpeer || stray->req.channel != req->channel))
     stray = stray->next;
   if (!stray)
@@ -118,17 +119,17 @@ int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__request *req,
   stray->waiter_buf = buf;
   stray->waiter_comm = comm;
   req->pending = 1;
-  net->strays_waited++;
+  net->transport->strays_waited++;
   return 1;
 }
 
 hoop_result hoop__strays_settle(hoop_comm *net) {
   hoop_result result = HOOP_OK;
-  hoop__stray *stray = net->strays;
-  while (stray && net->strays_waited > 0) {
+  hoop__stray *stray = net->transport->strays;
+  while (stray && net->transport->strays_waited > 0) {
     hoop__stray *next = stray->next;
     if (stray->waiter && stray->req.pending == 0) {
-      net->strays_waited--;
+      net->transport->strays_waited--;
       hoop_result delivered = deliver(stray->waiter_comm, stray, stray->waiter_buf, stray->waiter);
       if (result == HOOP_OK)
         result = delivered;
@@ -139,11 +140,11 @@ hoop_result hoop__strays_settle(hoop_comm *net) {
 }
 
 void hoop__strays_free(hoop_comm *net) {
-  while (net->strays) {
-    hoop__stray *next = net->strays->next;
-    free(net->strays);
-    net->strays = next;
+  while (net->transport->strays) {
+    hoop__stray *next = net->transport->strays->next;
+    free(net->transport->strays);
+    net->transport->strays = next;
   }
-  net->strays_tail = NULL;
-  net->strays_waited = 0;
+  net->transport->strays_tail = NULL;
+  net->transport->strays_waited = 0;
 }

@@ -12,7 +12,7 @@ typedef struct hoop__stray hoop__stray;
  * if a stray of its channel came from wpeer, the receive takes the oldest; returns 1 and in
  * *result HOOP_OK (the receive complete, or pending until the stray's last byte: see settle) or
  * the mismatch recorded. 0 when there is none: post it. Under the net lock. */
-int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__request *req,
+int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__transfer *req,
                      hoop_result *result);
 /* Complete the receives whose strays are now whole (after a round of progress; under the lock). */
 hoop_result hoop__strays_settle(hoop_comm *net);

@@ -20,34 +20,36 @@
 /* TCP connections per peer at most (hoop_config's tcp_streams). */
 #define HOOP__MAX_STREAMS 8
 
-/* Bytes of a request that its transport may use as it likes (TCP: a fragment per stream). */
-#define HOOP__REQUEST_STATE_BYTES 320
+/* Bytes of a transfer that its transport may use as it likes (TCP: a fragment per stream). */
+#define HOOP__TRANSFER_STATE_BYTES 320
 
-/* One piece of a request in a transport's queue: the whole of it, or one stripe (the TCP
+/* One piece of a transfer in a transport's queue: the whole of it, or one stripe (the TCP
  * transport stripes big messages over its streams). */
 typedef struct hoop__fragment {
-  struct hoop__request *owner;
+  struct hoop__transfer *owner;
   char *buf;
   size_t len;
   size_t done;
   struct hoop__fragment *next; /* the stream's queue */
 } hoop__fragment;
 
-typedef struct hoop__request {
+/* A transfer: one message posted to one peer, a send or a receive, that a transport moves (the
+ * public hoop_request is a call's; "request" is only that). */
+typedef struct hoop__transfer {
   int peer;
   int is_send;
   /* The communicator whose message it is (hoop_comm_split): 0 for the one hoop_init made. It
    * travels in the frame, and a receive takes only a message of its own channel. */
   uint16_t channel;
-  int pending; /* fragments not finished; 0 when the request is complete */
+  int pending; /* fragments not finished; 0 when the transfer is complete */
   size_t len;
   /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
    * the sender's on arrival (all zero: not checked). */
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES];
-  /* The transport's own per-request state (its fragments), opaque here: each transport lays its
-   * struct over it and checks at compile time that it fits. Requests never allocate. */
-  _Alignas(max_align_t) unsigned char transport_state[HOOP__REQUEST_STATE_BYTES];
-} hoop__request;
+  /* The transport's own per-transfer state (its fragments), opaque here: each transport lays its
+   * struct over it and checks at compile time that it fits. Transfers never allocate. */
+  _Alignas(max_align_t) unsigned char transport_state[HOOP__TRANSFER_STATE_BYTES];
+} hoop__transfer;
 
 #define HOOP__PENDING_RECV 1
 #define HOOP__PENDING_SEND 2
@@ -129,9 +131,9 @@ typedef struct hoop__transport_ops {
   /* Connect to peer now (the ring neighbours at init). Transfers to other peers connect on
    * demand. */
   hoop_result (*connect)(hoop__tctx *ctx, int peer);
-  /* len may be 0: an empty message, which still carries the request's fingerprint. */
-  hoop_result (*isend)(hoop__tctx *ctx, int peer, const void *buf, size_t len, hoop__request *req);
-  hoop_result (*irecv)(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req);
+  /* len may be 0: an empty message, which still carries the transfer's fingerprint. */
+  hoop_result (*isend)(hoop__tctx *ctx, int peer, const void *buf, size_t len, hoop__transfer *req);
+  hoop_result (*irecv)(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__transfer *req);
   /* The shared wait loop's hooks. One round: move what is ready, sleeping at most timeout_ms when
    * nothing is (watching ctx->watch_fd too); *moved says whether any byte moved. */
   hoop_result (*progress)(hoop__tctx *ctx, int timeout_ms, int *moved);
@@ -151,10 +153,10 @@ typedef struct hoop__transport_ops {
    * that runs (and so waits for another rank itself) from one that is stopped may return HOOP_OK
    * once (in_grace 0): the wait goes on for a twentieth of the timeout (at most 50 ms), so that
    * the notice of the rank nearest the stopped one, which times out first, tells the story. */
-  hoop_result (*timed_out)(hoop__tctx *ctx, const hoop__request *req, int in_grace);
+  hoop_result (*timed_out)(hoop__tctx *ctx, const hoop__transfer *req, int in_grace);
   /* How long a wait makes progress without sleeping (see hoop__wait). */
   double (*spin_s)(hoop__tctx *ctx);
-  /* Drop every connection and pending request (after a failure, and at abort), first telling
+  /* Drop every connection and pending transfer (after a failure, and at abort), first telling
    * each peer why (hoop__tctx_failure). */
   void (*shutdown)(hoop__tctx *ctx);
   /* Wake a thread blocked in progress; any thread may call it (hoop_abort). */
@@ -185,10 +187,10 @@ typedef struct hoop__transport_ops {
    * Progress looks at it as at a receive, a wait on it sleeps as on one, and the peer's death or
    * goodbye fails it. */
   hoop_result (*board_watch)(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
-                             uint64_t value, hoop__request *req);
+                             uint64_t value, hoop__transfer *req);
   /* After raising a word of a board that the n peers (net's ranks) may watch: wake those that
    * sleep. */
-  void (*board_ring)(hoop__tctx *ctx, const int *peers, int n);
+  void (*board_wake)(hoop__tctx *ctx, const int *peers, int n);
 } hoop__transport_ops;
 
 extern const hoop__transport_ops hoop__shm_transport;
@@ -232,9 +234,7 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                                    char *addr, size_t addrlen);
 hoop_result hoop__transport_agree(hoop_comm *comm);
 /* The transport of peer's pair (after agree). */
-static inline hoop__tctx *hoop__transport_of(const hoop_comm *comm, int peer) {
-  return &comm->transports[comm->peer_transport[peer]];
-}
+hoop__tctx *hoop__transport_of(const hoop_comm *comm, int peer);
 hoop_result hoop__transport_connect(hoop_comm *comm, int peer);
 /* Every transport: shutdown (after a failure), wake (hoop_abort's thread), forget one of the
  * library's buffer, finalize (closing them all). */
@@ -242,6 +242,21 @@ void hoop__transports_shutdown(hoop_comm *comm);
 void hoop__transports_wake(hoop_comm *comm);
 void hoop__transports_forget_mem(hoop_comm *comm, const void *ptr, size_t bytes);
 void hoop__transport_finalize(hoop_comm *comm);
+
+/* The layer's state of a communicator (transport/state.h): made with it (NULL: out of memory) and
+ * freed with it last. A view's: its pairs' transports, from net's (after its net_rank_of; an error
+ * when out of memory), then net's transports themselves once the view is made (never finalized
+ * through the view). */
+hoop__transport_state *hoop__transport_state_new(void);
+void hoop__transport_state_free(hoop_comm *comm);
+hoop_result hoop__transport_view(hoop_comm *view, const hoop_comm *net);
+void hoop__transport_view_join(hoop_comm *view, const hoop_comm *net);
+/* The transports this rank listens on (0 before listen, or in a job of one rank), the t-th,
+ * the index of peer's pair's; whether the pairs are chosen (after agree). */
+int hoop__transport_count(const hoop_comm *comm);
+hoop__tctx *hoop__transport_at(const hoop_comm *comm, int t);
+int hoop__transport_of_peer(const hoop_comm *comm, int peer);
+int hoop__transports_up(const hoop_comm *comm);
 /* "tcp", "ibverbs", or "ibverbs+tcp" when pairs differ, for the log. */
 const char *hoop__transport_names(const hoop_comm *comm, char *out, size_t outlen);
 /* The transports that serve this rank's peers, "shm+tcp"; "none" on one rank. */
@@ -315,7 +330,7 @@ hoop_result hoop__wake_drain(hoop__tctx *ctx, int fd, const char *name);
 hoop_result hoop__wait_listener(hoop__tctx *ctx, int listen_fd, int wake_fd, const char *name,
                                 double deadline);
 /* The header every transport puts before a message: {u32 magic (the transport's own), u16 channel
- * (the communicator's, hoop__request.channel), u16 type, u64 length, the call's fingerprint (zeros
+ * (the communicator's, hoop__transfer.channel), u16 type, u64 length, the call's fingerprint (zeros
  * when NULL)}, big-endian like every wire. */
 #define HOOP__FRAME_BYTES (16 + HOOP__FINGERPRINT_BYTES)
 void hoop__frame_encode(uint8_t *out, uint32_t magic, uint32_t type, uint16_t channel, uint64_t len,
@@ -335,11 +350,11 @@ hoop__fragment *hoop__frags_bind(hoop__fragment **head, hoop__fragment **tail, u
 /* A receive for a diverted message from peer (frame, already read): the transport sets up its own
  * state in it as for a posted receive and puts it first. Its buffer in *buf. NULL when out of
  * memory (the failure recorded). */
-hoop__request *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame, char **buf);
+hoop__transfer *hoop__tctx_divert(hoop__tctx *ctx, int peer, const uint8_t *frame, char **buf);
 /* A frame from peer against the receive it arrived for: HOOP_OK when their lengths agree and so
  * do the fingerprints (where both sides carry one), else HOOP_ERR_MISMATCH naming both calls. */
 hoop_result hoop__frame_check(hoop__tctx *ctx, int peer, const uint8_t *frame,
-                              const hoop__request *req);
+                              const hoop__transfer *req);
 
 /* peer failed this rank's transfer: fail the communicator with "CALL (call #N): lost rank P
  * (ADDR, host H): WHAT: DETAIL", and count the peer as where the failure began (peers told of
@@ -362,39 +377,40 @@ hoop_result hoop__peer_sockaddr(hoop__tctx *ctx, int peer, const char *name,
  * waited-for peer's transport says which peer went silent. Past HOOP_STALL_WARN the peers that
  * still owe or are owed data are named once per call. The rendezvous connection is watched
  * throughout: another rank's abort told by the server ends the wait. */
-hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len, hoop__request *req);
-hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req);
-hoop_result hoop__wait(hoop_comm *comm, hoop__request *req);
-/* The same wait in slices: it returns HOOP_OK with the request still pending after slice_s (0:
- * not before it ends), keeping in *state (zeroed before the first slice) when the request last
+hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
+                        hoop__transfer *req);
+hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__transfer *req);
+hoop_result hoop__wait(hoop_comm *comm, hoop__transfer *req);
+/* The same wait in slices: it returns HOOP_OK with the transfer still pending after slice_s (0:
+ * not before it ends), keeping in *state (zeroed before the first slice) when the transfer last
  * moved and when its spin ends, so that HOOP_TIMEOUT and the spin count across slices. */
 typedef struct hoop__wait_state {
   int started, in_grace;
   double deadline, spin_until;
 } hoop__wait_state;
-hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
+hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s,
                             hoop__wait_state *state);
 /* One round of progress for req without sleeping (hoop_test, the progress thread), its
- * HOOP_TIMEOUT kept in *state as hoop__wait_some keeps it: a request only ever polled still fails
+ * HOOP_TIMEOUT kept in *state as hoop__wait_some keeps it: a transfer only ever polled still fails
  * naming its peer once nothing has moved for the timeout. */
-hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_state *state);
+hoop_result hoop__poll_some(hoop_comm *comm, hoop__transfer *req, hoop__wait_state *state);
 /* The same, but a zero length still travels as an empty message, so that the receiver checks
  * every length against what it posted (sizes that each pair chooses, as all-to-all's). */
 hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,
-                               hoop__request *req);
+                               hoop__transfer *req);
 hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
-                               hoop__request *req);
+                               hoop__transfer *req);
 /* A framed send (is_send) or receive that carries and checks the given fingerprint rather than
  * the running call's: point-to-point messages, whose count, dtype and tag are always checked. */
 hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
-                               const uint8_t *fingerprint, hoop__request *req);
+                               const uint8_t *fingerprint, hoop__transfer *req);
 /* The transports, for comm: under the net lock, naming comm's call in their failures; the end
  * adopts into a view what went wrong below it, and gives back result. */
 const hoop_comm *hoop__drive_begin(hoop_comm *comm);
 hoop_result hoop__drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result result);
 /* A watch of comm's rank peer (transport ops' board_watch), which hoop__wait waits for. */
 hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word, uint64_t value,
-                        hoop__request *req);
+                        hoop__transfer *req);
 /* One round of every transport's progress without sleeping (the communicator's failure, if any):
  * what a rank busy with something else calls so that its peers' transfers go on. */
 hoop_result hoop__progress_once(hoop_comm *comm);
@@ -428,6 +444,9 @@ _Static_assert(HOOP__BOARD_DONE_EVERY < HOOP__BOARD_SLOTS,
  * every other's slot. */
 #define HOOP__BOARD_MAX_RANKS 8
 typedef struct hoop__board hoop__board;
+/* The communicator's board (coll/flat.c opens and closes it; the waits peek at it), or NULL. */
+hoop__board *hoop__transport_board(const hoop_comm *comm);
+void hoop__transport_set_board(hoop_comm *comm, hoop__board *board);
 /* Map comm's board (every rank at once, in the same call): *board NULL where this rank has none
  * (its transport has no boards, or making or mapping the segment failed). The ranks must then
  * agree whether all have one (hoop__board_close where not). */

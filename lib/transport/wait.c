@@ -10,14 +10,15 @@
 
 #include "core/log.h"
 #include "rdzv/client.h"
+#include "transport/state.h"
 #include "transport/stray.h"
 #include "transport/transport.h"
 
 /* ---- posting and waiting --------------------------------------------------------------------- */
 
 /* A request of comm's, to or from its rank peer: the transports see net's rank. */
-static void stamp(hoop_comm *comm, hoop__request *req, int peer, int is_send, size_t len) {
-  req->peer = hoop__world_rank(comm, peer);
+static void stamp(hoop_comm *comm, hoop__transfer *req, int peer, int is_send, size_t len) {
+  req->peer = hoop__net_rank(comm, peer);
   req->is_send = is_send;
   req->channel = comm->channel;
   req->pending = 0;
@@ -57,11 +58,11 @@ hoop_result hoop__drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result
 /* A stamped request to its transport, as comm's rank peer; a receive first looks for a stray of
  * its channel that came before it. */
 static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_t len,
-                        hoop__request *req) {
+                        hoop__transfer *req) {
   hoop_comm *net = hoop__net(comm);
   hoop_result result;
   const hoop_comm *outer = hoop__drive_begin(comm);
-  if (is_send || !net->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
+  if (is_send || !net->transport->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
     hoop__tctx *ctx = hoop__transport_of(comm, peer);
     result = is_send ? ctx->ops->isend(ctx, req->peer, buf, len, req)
                      : ctx->ops->irecv(ctx, req->peer, buf, len, req);
@@ -70,14 +71,14 @@ static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_
 }
 
 hoop_result hoop__isend(hoop_comm *comm, int peer, const void *buf, size_t len,
-                        hoop__request *req) {
+                        hoop__transfer *req) {
   stamp(comm, req, peer, 1, len);
   if (len == 0)
     return HOOP_OK;
   return post(comm, peer, 1, (void *)(uintptr_t)buf, len, req);
 }
 
-hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__request *req) {
+hoop_result hoop__irecv(hoop_comm *comm, int peer, void *buf, size_t len, hoop__transfer *req) {
   stamp(comm, req, peer, 0, len);
   if (len == 0)
     return HOOP_OK;
@@ -89,31 +90,31 @@ static char no_bytes;
 
 /* A stamped request posted as a message even when empty. */
 static hoop_result post_framed(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
-                               hoop__request *req) {
+                               hoop__transfer *req) {
   return post(comm, peer, is_send, len ? buf : &no_bytes, len, req);
 }
 
 hoop_result hoop__ipost_marked(hoop_comm *comm, int is_send, int peer, void *buf, size_t len,
-                               const uint8_t *fingerprint, hoop__request *req) {
+                               const uint8_t *fingerprint, hoop__transfer *req) {
   stamp(comm, req, peer, is_send, len);
   memcpy(req->fingerprint, fingerprint, sizeof req->fingerprint);
   return post_framed(comm, is_send, peer, buf, len, req);
 }
 
 hoop_result hoop__isend_framed(hoop_comm *comm, int peer, const void *buf, size_t len,
-                               hoop__request *req) {
+                               hoop__transfer *req) {
   stamp(comm, req, peer, 1, len);
   return post_framed(comm, 1, peer, (void *)(uintptr_t)buf, len, req);
 }
 
 hoop_result hoop__irecv_framed(hoop_comm *comm, int peer, void *buf, size_t len,
-                               hoop__request *req) {
+                               hoop__transfer *req) {
   stamp(comm, req, peer, 0, len);
   return post_framed(comm, 0, peer, buf, len, req);
 }
 
 hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word, uint64_t value,
-                        hoop__request *req) {
+                        hoop__transfer *req) {
   stamp(comm, req, peer, 0, 0);
   const hoop_comm *outer = hoop__drive_begin(comm);
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
@@ -123,7 +124,7 @@ hoop_result hoop__watch(hoop_comm *comm, int peer, const _Atomic uint64_t *word,
 
 hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t sendlen, int from,
                            void *recvbuf, size_t recvlen) {
-  hoop__request send_req, recv_req;
+  hoop__transfer send_req, recv_req;
   hoop_result result = hoop__irecv(comm, from, recvbuf, recvlen, &recv_req);
   if (result == HOOP_OK)
     result = hoop__isend(comm, to, sendbuf, sendlen, &send_req);
@@ -136,7 +137,7 @@ hoop_result hoop__sendrecv(hoop_comm *comm, int to, const void *sendbuf, size_t 
 
 /* Posted straight to the transport, past the shorthands' shortcut for zero lengths. */
 hoop_result hoop__sendrecv_empty(hoop_comm *comm, int to, int from) {
-  hoop__request send_req, recv_req;
+  hoop__transfer send_req, recv_req;
   hoop_result result = hoop__irecv_framed(comm, from, NULL, 0, &recv_req);
   if (result == HOOP_OK)
     result = hoop__isend_framed(comm, to, NULL, 0, &send_req);
@@ -155,7 +156,7 @@ static void warn_stall(hoop_comm *comm, double now) {
     if (p == comm->rank)
       continue;
     hoop__tctx *ctx = hoop__transport_of(comm, p);
-    int pending = ctx->ops->pending(ctx, hoop__world_rank(comm, p));
+    int pending = ctx->ops->pending(ctx, hoop__net_rank(comm, p));
     int recv = pending & HOOP__PENDING_RECV, send = pending & HOOP__PENDING_SEND;
     if ((recv || send) && used < sizeof waiting)
       used +=
@@ -178,8 +179,8 @@ static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
   nfds_t counts[HOOP__MAX_TRANSPORTS] = {0};
   int prepared = 0, found = 0, watched = 0;
   hoop_result result = HOOP_OK;
-  for (; prepared < comm->ntransports; prepared++) {
-    hoop__tctx *ctx = &comm->transports[prepared];
+  for (; prepared < comm->transport->ntransports; prepared++) {
+    hoop__tctx *ctx = &comm->transport->transports[prepared];
     if (ctx->state && (result = ctx->ops->sleep_prepare(ctx, &parts[prepared], &counts[prepared],
                                                         &found)) != HOOP_OK)
       break;
@@ -187,11 +188,11 @@ static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
   size_t total = 1;
   for (int t = 0; t < prepared; t++)
     total += counts[t];
-  if (result == HOOP_OK && total > comm->sleep_cap) {
-    struct pollfd *fds = realloc(comm->sleep_fds, total * sizeof *fds);
+  if (result == HOOP_OK && total > comm->transport->sleep_cap) {
+    struct pollfd *fds = realloc(comm->transport->sleep_fds, total * sizeof *fds);
     if (fds) {
-      comm->sleep_fds = fds;
-      comm->sleep_cap = total;
+      comm->transport->sleep_fds = fds;
+      comm->transport->sleep_cap = total;
     } else {
       result = hoop__fail(comm, HOOP_ERR_SYSTEM, "out of memory for the poll set");
     }
@@ -200,20 +201,20 @@ static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
     nfds_t n = 0;
     for (int t = 0; t < prepared; t++)
       for (nfds_t i = 0; i < counts[t]; i++)
-        comm->sleep_fds[n++] = parts[t][i];
+        comm->transport->sleep_fds[n++] = parts[t][i];
     watched = comm->rdzv_fd >= 0;
     if (watched)
-      comm->sleep_fds[n++] = (struct pollfd){.fd = comm->rdzv_fd, .events = POLLIN};
-    int ready = poll(comm->sleep_fds, n, timeout_ms);
+      comm->transport->sleep_fds[n++] = (struct pollfd){.fd = comm->rdzv_fd, .events = POLLIN};
+    int ready = poll(comm->transport->sleep_fds, n, timeout_ms);
     if (ready < 0 && errno != EINTR)
       result = hoop__fail(comm, HOOP_ERR_SYSTEM, "poll: %s", strerror(errno));
     n = 0;
     for (int t = 0; t < prepared; t++) {
       for (nfds_t i = 0; i < counts[t]; i++)
-        parts[t][i].revents = ready > 0 ? comm->sleep_fds[n + i].revents : 0;
+        parts[t][i].revents = ready > 0 ? comm->transport->sleep_fds[n + i].revents : 0;
       n += counts[t];
     }
-    watched = ready > 0 && watched && comm->sleep_fds[n].revents;
+    watched = ready > 0 && watched && comm->transport->sleep_fds[n].revents;
   } else {
     for (int t = 0; t < prepared; t++)
       for (nfds_t i = 0; i < counts[t]; i++)
@@ -222,7 +223,7 @@ static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
   *moved |= found;
   /* Every transport that prepared undoes it, whatever happened. */
   for (int t = 0; t < prepared; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+    hoop__tctx *ctx = &comm->transport->transports[t];
     if (!ctx->state)
       continue;
     hoop_result done = ctx->ops->sleep_done(ctx, moved);
@@ -231,8 +232,8 @@ static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
   }
   /* News from the server last, after one more round has taken what the ranks sent before it
    * (a rank that aborted right after sending this one its last message). */
-  for (int t = 0; t < comm->ntransports && result == HOOP_OK && watched; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+  for (int t = 0; t < comm->transport->ntransports && result == HOOP_OK && watched; t++) {
+    hoop__tctx *ctx = &comm->transport->transports[t];
     if (ctx->state)
       result = ctx->ops->progress(ctx, 0, moved);
   }
@@ -245,9 +246,9 @@ static hoop_result sleep_shared(hoop_comm *comm, int timeout_ms, int *moved) {
  * own poll; with several, each gets one round without sleeping, and when none moved anything they
  * sleep together (sleep_shared), or, if one cannot share a sleep, nap a millisecond. */
 static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
-  int several = comm->ntransports_serving > 1;
-  for (int t = 0; t < comm->ntransports; t++) {
-    hoop__tctx *ctx = &comm->transports[t];
+  int several = comm->transport->ntransports_serving > 1;
+  for (int t = 0; t < comm->transport->ntransports; t++) {
+    hoop__tctx *ctx = &comm->transport->transports[t];
     if (!ctx->state)
       continue;
     hoop_result result = ctx->ops->progress(ctx, several ? 0 : timeout_ms, moved);
@@ -256,7 +257,7 @@ static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
   }
   if (!several || timeout_ms <= 0 || *moved)
     return HOOP_OK;
-  if (comm->sleep_shared)
+  if (comm->transport->sleep_shared)
     return sleep_shared(comm, timeout_ms, moved);
   poll(NULL, 0, 1);
   return HOOP_OK;
@@ -273,7 +274,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
   int moved = 0;
   if (result == HOOP_OK)
     result = progress_all(net, 0, &moved);
-  if (result == HOOP_OK && net->strays_waited)
+  if (result == HOOP_OK && net->transport->strays_waited)
     result = hoop__strays_settle(net);
   return hoop__drive_end(comm, outer, result);
 }
@@ -292,7 +293,7 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
  * pauses waits for them to end, and a pause takes 28 ns on the development VM's EPYC (up to 40 on
  * recent Intel cores), so the 16 of before added 0.2 us on average to every small message. */
 static void spin_pause(const hoop_comm *comm) {
-  if (comm->spin_yields) {
+  if (comm->transport->spin_yields) {
     sched_yield();
     return;
   }
@@ -301,25 +302,25 @@ static void spin_pause(const hoop_comm *comm) {
 
 /* Asked at the first wait: a transport may decide its spin only once the rank table is known. */
 static double spin_s(hoop_comm *comm) {
-  if (comm->spin_s < 0) {
-    comm->spin_s = 0;
-    comm->spin_yields = hoop__host_oversubscribed(comm);
-    for (int t = 0; t < comm->ntransports; t++) {
-      hoop__tctx *ctx = &comm->transports[t];
+  if (comm->transport->spin_s < 0) {
+    comm->transport->spin_s = 0;
+    comm->transport->spin_yields = hoop__host_oversubscribed(comm);
+    for (int t = 0; t < comm->transport->ntransports; t++) {
+      hoop__tctx *ctx = &comm->transport->transports[t];
       double spin = ctx->state ? ctx->ops->spin_s(ctx) : 0;
-      if (spin > comm->spin_s)
-        comm->spin_s = spin;
+      if (spin > comm->transport->spin_s)
+        comm->transport->spin_s = spin;
     }
   }
-  return comm->spin_s;
+  return comm->transport->spin_s;
 }
 
-hoop_result hoop__wait(hoop_comm *comm, hoop__request *req) {
+hoop_result hoop__wait(hoop_comm *comm, hoop__transfer *req) {
   hoop__wait_state state = {0};
   return hoop__wait_some(comm, req, 0, &state);
 }
 
-hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
+hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s,
                             hoop__wait_state *state) {
   if (req->pending == 0)
     return HOOP_OK;
@@ -361,7 +362,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
      * as much as a round that finds nothing, and the timeout and the spin's end need no finer
      * a grain than a microsecond. Rounds that yield the CPU (to peers, or to other threads on
      * the net) may each take long: those read it every time. */
-    if (!spinning || ++rounds % CLOCK_EVERY == 0 || comm->spin_yields ||
+    if (!spinning || ++rounds % CLOCK_EVERY == 0 || comm->transport->spin_yields ||
         atomic_load_explicit(&net->net_shared, memory_order_relaxed))
       now = hoop__now();
     /* At every HOOP_STALL_WARN seconds of the wait, not only the first: a rank that waits long
@@ -369,8 +370,8 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
     if (now - comm->call_started > comm->stall_warn_s * (comm->stall_warned + 1))
       warn_stall(comm, now);
     /* A peer on the board in this call's place while this rank waits for a message (board.c). */
-    if (comm->board && (!spinning || rounds % CLOCK_EVERY == 0) &&
-        (result = hoop__board_peek(comm, comm->board)) != HOOP_OK)
+    if (comm->transport->board && (!spinning || rounds % CLOCK_EVERY == 0) &&
+        (result = hoop__board_peek(comm, comm->transport->board)) != HOOP_OK)
       break;
     double left = deadline - now;
     if (until > 0 && until - now < left)
@@ -383,7 +384,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
                           : left > 0.1                    ? 100
                                                           : (int)(left * 1000) + 1,
                           &moved);
-    if (result == HOOP_OK && net->strays_waited)
+    if (result == HOOP_OK && net->transport->strays_waited)
       result = hoop__strays_settle(net);
     /* Reading ahead may find a peer's notice after this request's last byte: the request itself
      * still completed; the failure stays recorded for what follows. */
@@ -398,7 +399,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
       deadline = now + comm->timeout_s;
       in_grace = 0;
     } else if (now > deadline) {
-      hoop__tctx *ctx = &net->transports[net->peer_transport[req->peer]];
+      hoop__tctx *ctx = &net->transport->transports[net->transport->peer_transport[req->peer]];
       result = ctx->ops->timed_out(ctx, req, in_grace);
       if (result != HOOP_OK)
         break;
@@ -423,7 +424,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__request *req, double slice_s,
   return result;
 }
 
-hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_state *state) {
+hoop_result hoop__poll_some(hoop_comm *comm, hoop__transfer *req, hoop__wait_state *state) {
   if (req->pending == 0)
     return HOOP_OK;
   hoop_comm *net = hoop__net(comm);
@@ -441,7 +442,7 @@ hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_stat
     result = net->failed;
   if (result == HOOP_OK)
     result = progress_all(net, 0, &moved);
-  if (result == HOOP_OK && net->strays_waited)
+  if (result == HOOP_OK && net->transport->strays_waited)
     result = hoop__strays_settle(net);
   if (result != HOOP_OK) {
     result = req->pending == 0 ? HOOP_OK : result;
@@ -449,7 +450,7 @@ hoop_result hoop__poll_some(hoop_comm *comm, hoop__request *req, hoop__wait_stat
     state->deadline = now + comm->timeout_s;
     state->in_grace = 0;
   } else if (req->pending > 0 && now > state->deadline) {
-    hoop__tctx *ctx = &net->transports[net->peer_transport[req->peer]];
+    hoop__tctx *ctx = &net->transport->transports[net->transport->peer_transport[req->peer]];
     result = ctx->ops->timed_out(ctx, req, state->in_grace);
     if (result == HOOP_OK) { /* the peer runs: a grace, as in hoop__wait_some */
       state->in_grace = 1;

@@ -2,7 +2,9 @@
  * some segments, as it does at a descriptor or memory limit. NOMEMFD_NAMES lists the names
  * (separated by commas, e.g. "hoop-board") whose creation fails with EMFILE; every other name
  * goes to the C library's memfd_create. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NEXT; configure may have defined it already */
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>

@@ -156,7 +156,7 @@ void hooprun_env_free(char **entries);
 
 /* spawn.c: starting the ranks. */
 void hooprun_start_ranks(hooprun_job *job);
-/* main.c: a rank's slot set up (index, host, tag, outputs). */
+/* spawn.c: a rank's slot set up (index, host, tag, outputs). */
 void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host);
 
 /* policy.c: stopping and finishing the job. */

@@ -54,18 +54,6 @@ static const hooprun_host *host_of_rank(const hooprun_options *options, int inde
   return NULL;
 }
 
-void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host) {
-  hooprun_rank *rank = &job->ranks[index];
-  memset(rank, 0, sizeof *rank);
-  rank->job = job;
-  rank->index = index;
-  rank->host = host;
-  if (job->options.tag_output)
-    snprintf(rank->tag, sizeof rank->tag, "[%d] ", index);
-  rank->out = (hooprun_output){.rank = rank, .sink = &job->stdout_sink, .name = "stdout"};
-  rank->err = (hooprun_output){.rank = rank, .sink = &job->stderr_sink, .name = "stderr"};
-}
-
 /* The slots never move (libuv holds their handles): room for the replacements is made now. */
 static void init_ranks(hooprun_job *job) {
   job->capacity = job->options.max_np ? 2 * job->options.np : job->options.np;

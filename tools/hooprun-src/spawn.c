@@ -14,6 +14,20 @@
 #include "hooprun.h"
 #include "proto/auth.h"
 
+/* A rank's slot, empty: its index, host, tag and outputs (main.c fills the first ones; a
+ * replacement takes a failed rank's). */
+void hooprun_init_rank(hooprun_job *job, int index, const hooprun_host *host) {
+  hooprun_rank *rank = &job->ranks[index];
+  memset(rank, 0, sizeof *rank);
+  rank->job = job;
+  rank->index = index;
+  rank->host = host;
+  if (job->options.tag_output)
+    snprintf(rank->tag, sizeof rank->tag, "[%d] ", index);
+  rank->out = (hooprun_output){.rank = rank, .sink = &job->stdout_sink, .name = "stdout"};
+  rank->err = (hooprun_output){.rank = rank, .sink = &job->stderr_sink, .name = "stderr"};
+}
+
 /* ---- starting ranks ------------------------------------------------------------------------- */
 
 /* A pipe for one of a rank's outputs: the read end goes into output->pipe, the write end (for

@@ -422,7 +422,7 @@ static hoop__fragment *bind_recv(hoop__tctx *ctx, int index, const uint8_t *fram
   if (head || !peer->recv_head)
     return head;
   char *buf;
-  hoop__request *stray = hoop__tctx_divert(ctx, index, frame, &buf);
+  hoop__transfer *stray = hoop__tctx_divert(ctx, index, frame, &buf);
   if (!stray)
     return NULL;
   head = ib_frag(stray);

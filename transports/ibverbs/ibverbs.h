@@ -99,10 +99,10 @@ enum ib_peer_state {
 typedef struct ib_request {
   hoop__fragment frag;
 } ib_request;
-_Static_assert(sizeof(ib_request) <= HOOP__REQUEST_STATE_BYTES,
+_Static_assert(sizeof(ib_request) <= HOOP__TRANSFER_STATE_BYTES,
                "a request's transport state holds ibverbs's fragment");
 
-static inline hoop__fragment *ib_frag(hoop__request *req) {
+static inline hoop__fragment *ib_frag(hoop__transfer *req) {
   return &((ib_request *)(void *)req->transport_state)->frag;
 }
 
@@ -137,7 +137,7 @@ typedef struct ib_peer {
   struct ibv_mr *zsend_mr; /* the registration the head message's source lies in */
   size_t zsend_posted;     /* payload bytes whose writes are posted */
   int zwrites_inflight;    /* posted pieces not yet completed */
-  hoop__request *zsend_finishing;
+  hoop__transfer *zsend_finishing;
   int cts_seen; /* the CTS for the head message arrived: */
   int cts_zcopy;
   uint32_t cts_rkey;

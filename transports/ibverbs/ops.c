@@ -120,7 +120,7 @@ static int parked_after_bye(ib_state *state, const ib_peer *peer) {
   return 0;
 }
 
-static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop__request *req,
+static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop__transfer *req,
                         int is_send) {
   req->peer = index;
   req->is_send = is_send;
@@ -161,12 +161,12 @@ static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop_
 }
 
 static hoop_result ib_isend(hoop__tctx *ctx, int peer, const void *buf, size_t len,
-                            hoop__request *req) {
+                            hoop__transfer *req) {
   /* The transport never writes through a send buffer; the cast only shares the fragment type. */
   return post(ctx, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result ib_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req) {
+static hoop_result ib_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__transfer *req) {
   return post(ctx, peer, buf, len, req, 0);
 }
 
@@ -176,7 +176,7 @@ static int ib_pending(hoop__tctx *ctx, int peer) {
   return (p->recv_head ? HOOP__PENDING_RECV : 0) | (p->send_head ? HOOP__PENDING_SEND : 0);
 }
 
-static hoop_result ib_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
+static hoop_result ib_timed_out(hoop__tctx *ctx, const hoop__transfer *req, int in_grace) {
   (void)in_grace;
   return hoop__ib_peer_error(
       ctx, req->peer, HOOP_ERR_TIMEOUT, req->is_send ? "send" : "receive",

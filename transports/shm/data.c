@@ -1,6 +1,6 @@
-/* data.c - the shared-memory transport's data path: messages placed in the pair's channel slot by
+/* data.c - the shared-memory transport's data path: messages placed in the pair's lane slot by
  * slot and taken out in order, big ones read by the receiver straight from the sender's memory
- * (process_vm_readv) where that works, and the progress engine that spins over the channels and
+ * (process_vm_readv) where that works, and the progress engine that spins over the lanes and
  * sleeps on the pairs' sockets. */
 #include <errno.h>
 #include <poll.h>
@@ -21,7 +21,7 @@
 
 /* ---- queues ---------------------------------------------------------------------------------- */
 
-static void enqueue(shm_queue *queue, hoop__request *req) {
+static void enqueue(shm_queue *queue, hoop__transfer *req) {
   shm_req(req)->next = NULL;
   if (queue->tail)
     shm_req(queue->tail)->next = req;
@@ -30,8 +30,8 @@ static void enqueue(shm_queue *queue, hoop__request *req) {
   queue->tail = req;
 }
 
-static hoop__request *dequeue(shm_queue *queue) {
-  hoop__request *req = queue->head;
+static hoop__transfer *dequeue(shm_queue *queue) {
+  hoop__transfer *req = queue->head;
   queue->head = shm_req(req)->next;
   if (!queue->head)
     queue->tail = NULL;
@@ -45,7 +45,7 @@ static void complete(shm_queue *queue) {
 /* ---- bells ----------------------------------------------------------------------------------- */
 
 /* The sleep protocol is Dekker's: a rank about to sleep raises its flag, then looks at the
- * channels once more; a rank that changes a channel then looks at the flag. Each side needs a
+ * lanes once more; a rank that changes a lane then looks at the flag. Each side needs a
  * full fence between its store and its load, or both could miss the other. The side that sleeps
  * is the slow one: with membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) it makes every thread of
  * every registered process pass a fence (an interrupt to the CPUs running them; a thread not
@@ -113,7 +113,7 @@ static void fence_for(const shm_state *state, const shm_peer *p) {
 }
 
 /* If the peer sleeps, wake it: its flag was raised before it last looked. */
-static void ring_bell(shm_peer *p) {
+static void wake_peer(shm_peer *p) {
   _Atomic uint32_t *flag = &p->seg->sleeping[!p->side].flag;
   if (atomic_load_explicit(flag, memory_order_relaxed) &&
       atomic_exchange_explicit(flag, 0, memory_order_relaxed)) {
@@ -133,11 +133,11 @@ static void ring(const shm_state *state, shm_peer *p) {
   if (!p->seg)
     return;
   fence_for(state, p);
-  ring_bell(p);
+  wake_peer(p);
 }
 
 /* The same for several peers after one change (a board's word), with one fence at most. */
-void hoop__shm_ring(hoop__tctx *ctx, const int *peers, int n) {
+void hoop__shm_wake(hoop__tctx *ctx, const int *peers, int n) {
   shm_state *state = shm_of(ctx);
   if (!state->peers)
     return;
@@ -152,13 +152,13 @@ void hoop__shm_ring(hoop__tctx *ctx, const int *peers, int n) {
       fenced = 1;
     }
     atomic_signal_fence(memory_order_seq_cst);
-    ring_bell(p);
+    wake_peer(p);
   }
 }
 
 /* ---- sending --------------------------------------------------------------------------------- */
 
-static void encode(shm_slot *slot, uint32_t type, const hoop__request *req) {
+static void encode(shm_slot *slot, uint32_t type, const hoop__transfer *req) {
   if (type == SHM_MORE)
     hoop__put_be32(slot->frame + 4, type);
   else
@@ -167,20 +167,20 @@ static void encode(shm_slot *slot, uint32_t type, const hoop__request *req) {
 
 /* Place what fits of the queued sends; returns whether a slot was published. */
 static int drive_sends(shm_state *state, shm_peer *p) {
-  shm_channel *chan = &p->seg->chan[p->side];
+  shm_lane *lane = &p->seg->lane[p->side];
   int published = 0;
   while (p->sends.head) {
-    hoop__request *req = p->sends.head;
+    hoop__transfer *req = p->sends.head;
     shm_request *r = shm_req(req);
     int rndv = !r->started && state->cma_min && req->len >= state->cma_min &&
                atomic_load_explicit(&p->seg->can_read[!p->side].flag, memory_order_relaxed);
     while (!r->started || r->done < req->len) {
       if (p->head - p->freed >= SHM_SLOTS) {
-        p->freed = atomic_load_explicit(&chan->tail, memory_order_acquire);
+        p->freed = atomic_load_explicit(&lane->tail, memory_order_acquire);
         if (p->head - p->freed >= SHM_SLOTS)
           goto full;
       }
-      shm_slot *slot = &chan->slots[p->head % SHM_SLOTS];
+      shm_slot *slot = &lane->slots[p->head % SHM_SLOTS];
       if (rndv) {
         encode(slot, SHM_RNDV, req);
         uint64_t addr = (uint64_t)(uintptr_t)r->buf;
@@ -212,20 +212,20 @@ full:
 
 /* The peer's next slot, if it has published it. */
 static shm_slot *next_slot(shm_peer *p) {
-  shm_slot *slot = &p->seg->chan[!p->side].slots[p->taken % SHM_SLOTS];
+  shm_slot *slot = &p->seg->lane[!p->side].slots[p->taken % SHM_SLOTS];
   return atomic_load_explicit(&slot->seq, memory_order_acquire) == p->taken + 1 ? slot : NULL;
 }
 
 /* Give the slot just read back to the peer. */
 static void take_slot(shm_peer *p) {
-  atomic_store_explicit(&p->seg->chan[!p->side].tail, ++p->taken, memory_order_release);
+  atomic_store_explicit(&p->seg->lane[!p->side].tail, ++p->taken, memory_order_release);
 }
 
 /* Sends the peer has read from this rank's memory are complete. */
 static int finish_read(shm_peer *p) {
   if (!p->unread.head)
     return 0;
-  uint64_t read = atomic_load_explicit(&p->seg->chan[p->side].read, memory_order_acquire);
+  uint64_t read = atomic_load_explicit(&p->seg->lane[p->side].read, memory_order_acquire);
   int moved = 0;
   while (p->unread.head && shm_req(p->unread.head)->ticket <= read) {
     complete(&p->unread);
@@ -239,11 +239,11 @@ static int finish_read(shm_peer *p) {
 /* The receive that the message starting in slot goes to (see "binding" in transport.h): the first
  * posted of its channel, moved to the front; a stray when only other channels' are posted; NULL
  * when nothing is posted (or out of memory, the failure recorded). */
-static hoop__request *bind_recv(hoop__tctx *ctx, int peer, const shm_slot *slot) {
+static hoop__transfer *bind_recv(hoop__tctx *ctx, int peer, const shm_slot *slot) {
   shm_peer *p = &shm_of(ctx)->peers[peer];
   uint16_t channel = hoop__frame_channel(slot->frame);
-  hoop__request *prev = NULL;
-  for (hoop__request *req = p->recvs.head; req; prev = req, req = shm_req(req)->next) {
+  hoop__transfer *prev = NULL;
+  for (hoop__transfer *req = p->recvs.head; req; prev = req, req = shm_req(req)->next) {
     if (req->channel != channel)
       continue;
     if (prev) {
@@ -258,7 +258,7 @@ static hoop__request *bind_recv(hoop__tctx *ctx, int peer, const shm_slot *slot)
   if (!p->recvs.head)
     return NULL;
   char *buf;
-  hoop__request *stray = hoop__tctx_divert(ctx, peer, slot->frame, &buf);
+  hoop__transfer *stray = hoop__tctx_divert(ctx, peer, slot->frame, &buf);
   if (!stray)
     return NULL;
   shm_request *r = shm_req(stray);
@@ -307,7 +307,7 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
   shm_slot *slot;
   while ((slot = next_slot(p)) != NULL) {
     uint32_t type = hoop__frame_type(slot->frame);
-    hoop__request *req = p->recvs.head;
+    hoop__transfer *req = p->recvs.head;
     if (req && !shm_req(req)->started && type != SHM_MORE && !(req = bind_recv(ctx, peer, slot))) {
       if ((result = *ctx->failed) != HOOP_OK)
         break;
@@ -339,7 +339,7 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
         if ((result = cma_read(ctx, peer, r->buf, req->len, addr)) != HOOP_OK)
           break;
         take_slot(p);
-        atomic_fetch_add_explicit(&p->seg->chan[!p->side].read, 1, memory_order_release);
+        atomic_fetch_add_explicit(&p->seg->lane[!p->side].read, 1, memory_order_release);
         freed = *moved = 1;
         complete(&p->recvs);
         continue;
@@ -373,10 +373,10 @@ static hoop_result drive_recvs(hoop__tctx *ctx, int peer, int *moved) {
  * looked at. */
 static int drive_watches(shm_peer *p) {
   int moved = 0;
-  hoop__request *prev = NULL, *req = p->watches.head;
+  hoop__transfer *prev = NULL, *req = p->watches.head;
   while (req) {
     shm_request *r = shm_req(req);
-    hoop__request *next = r->next;
+    hoop__transfer *next = r->next;
     const _Atomic uint64_t *word = (const _Atomic uint64_t *)(const void *)r->buf;
     if (atomic_load_explicit(word, memory_order_acquire) >= r->ticket) {
       if (prev)
@@ -398,7 +398,7 @@ static int drive_watches(shm_peer *p) {
 static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved);
 
 hoop_result hoop__shm_board_watch(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
-                                  uint64_t value, hoop__request *req) {
+                                  uint64_t value, hoop__transfer *req) {
   if (*ctx->failed)
     return *ctx->failed;
   shm_peer *p = &shm_of(ctx)->peers[peer];
@@ -446,7 +446,7 @@ static hoop_result drive_peer(hoop__tctx *ctx, int peer, int *moved) {
   return result;
 }
 
-hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
+hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__transfer *req,
                            int is_send) {
   if (*ctx->failed)
     return *ctx->failed;
@@ -518,8 +518,8 @@ static hoop_result drive_every_peer(hoop__tctx *ctx, int *moved) {
 }
 
 /* Act on what the poll set's revents say is readable. A peer publishes a message before it
- * rings, sends a notice or aborts through the rendezvous server, and a failure unmaps the
- * segments: so channels are drained before a socket or the watched descriptor is read, and a
+ * wakes it, sends a notice or aborts through the rendezvous server, and a failure unmaps the
+ * segments: so lanes are drained before a socket or the watched descriptor is read, and a
  * message that came before the news still completes its receive (a peer that aborted right after
  * sending this rank's last message). */
 static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
@@ -543,7 +543,7 @@ static hoop_result poll_sockets(hoop__tctx *ctx, int timeout_ms, int *moved, int
   return ready > 0 ? handle_pollset(ctx, moved) : HOOP_OK;
 }
 
-/* After a poll that ran out, with the sleeping flags still up: work waiting in a channel means a
+/* After a poll that ran out, with the sleeping flags still up: work waiting in a lane means a
  * peer changed what this rank waits for and its bell never came, unless the bell is on its way
  * (rung after the poll gave up: still in a socket). Such a bell costs the poll's timeout, not a
  * hang, and no result shows it: the trace says so, which tests/test_shm.sh counts. */
@@ -557,7 +557,7 @@ static hoop_result look_after_timeout(hoop__tctx *ctx, int timeout_ms, int *here
   return result;
 }
 
-/* One round: move what is ready on every channel. When nothing moved and the caller allows it,
+/* One round: move what is ready on every lane. When nothing moved and the caller allows it,
  * sleep on the sockets: this rank raises its sleeping flags, looks once more (what a peer did
  * before seeing the flags is seen here; what it does after rings the bell), then polls. While
  * spinning, the sockets are looked at every SOCKET_EVERY rounds, so that a notice or a death is

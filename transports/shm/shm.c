@@ -48,12 +48,13 @@
 #define GOODBYE_WAIT_S 0.5
 
 static hoop_result shm_isend(hoop__tctx *ctx, int peer, const void *buf, size_t len,
-                             hoop__request *req) {
+                             hoop__transfer *req) {
   /* Never written through; the cast only shares the request's buffer field. */
   return hoop__shm_post(ctx, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result shm_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req) {
+static hoop_result shm_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len,
+                             hoop__transfer *req) {
   return hoop__shm_post(ctx, peer, buf, len, req, 0);
 }
 
@@ -83,7 +84,7 @@ static char process_state(pid_t pid) {
 /* A peer on this host whose process runs is waiting for another rank: over shared memory a
  * stall reaches every rank of a chain within microseconds, so they all reach the timeout
  * together, and the grace lets the story come from the rank next to the stopped one. */
-static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
+static hoop_result shm_timed_out(hoop__tctx *ctx, const hoop__transfer *req, int in_grace) {
   shm_state *state = shm_of(ctx);
   char st = state->peers ? process_state(state->peers[req->peer].pid) : 0;
   if (st == 'T' || st == 't')
@@ -207,5 +208,5 @@ const hoop__transport_ops hoop__shm_transport = {
     .board_create = hoop__shm_board_create,
     .board_attach = hoop__shm_board_attach,
     .board_watch = hoop__shm_board_watch,
-    .board_ring = hoop__shm_ring,
+    .board_wake = hoop__shm_wake,
 };

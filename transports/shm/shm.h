@@ -15,7 +15,7 @@
 #include "transport/transport.h"
 
 #define SHM_LINE 64
-/* A pair's segment holds two channels (one per direction) of SHM_SLOTS slots each. */
+/* A pair's segment holds two lanes (one per direction) of SHM_SLOTS slots each. */
 #define SHM_SLOTS 16
 #define SHM_SLOT_BYTES (64 * 1024)
 
@@ -48,7 +48,7 @@ enum shm_control {
  * small message costs the receiver one cache miss. Bigger payloads go in data. */
 #define SHM_INLINE 8
 typedef struct shm_slot {
-  /* The slot's position in the channel + 1 once its message is published (written last). */
+  /* The slot's position in the lane + 1 once its message is published (written last). */
   _Alignas(SHM_LINE) _Atomic uint64_t seq;
   uint32_t bytes; /* payload in this slot: in inline_data when at most SHM_INLINE, else in data */
   uint32_t unused;
@@ -64,13 +64,13 @@ _Static_assert(offsetof(shm_slot, inline_data) + SHM_INLINE == SHM_LINE,
  * publishes a slot by its seq; the consumer frees slots by advancing tail, which the producer
  * reads only when the queue looks full. Counters only grow; each is written by one side, on a cache
  * line of its own. */
-typedef struct shm_channel {
+typedef struct shm_lane {
   _Alignas(SHM_LINE) _Atomic uint64_t tail; /* slots taken (consumer) */
   _Alignas(SHM_LINE) _Atomic uint64_t read; /* SHM_RNDV messages read (consumer) */
   _Alignas(SHM_LINE) shm_slot slots[SHM_SLOTS];
-} shm_channel;
+} shm_lane;
 
-/* Side 0 is the lower rank, which creates the segment; channel s carries side s's messages. */
+/* Side 0 is the lower rank, which creates the segment; lane s carries side s's messages. */
 typedef struct shm_segment {
   _Alignas(SHM_LINE) uint32_t magic, version;
   /* sleeping[s]: side s is about to sleep or sleeps in poll(); whoever changes what it waits for
@@ -88,26 +88,26 @@ typedef struct shm_segment {
   struct {
     _Alignas(SHM_LINE) _Atomic uint32_t flag;
   } asym[2];
-  shm_channel chan[2];
+  shm_lane lane[2];
 } shm_segment;
 
 /* What shm keeps in a request. */
 typedef struct shm_request {
-  struct hoop__request *next;
+  struct hoop__transfer *next;
   char *buf;
   size_t done;     /* bytes placed (send) or taken (receive) */
   int started;     /* send: its first slot is out; receive: its header was checked */
-  uint64_t ticket; /* SHM_RNDV send: complete when the channel's read count passes it */
+  uint64_t ticket; /* SHM_RNDV send: complete when the lane's read count passes it */
 } shm_request;
-_Static_assert(sizeof(shm_request) <= HOOP__REQUEST_STATE_BYTES,
+_Static_assert(sizeof(shm_request) <= HOOP__TRANSFER_STATE_BYTES,
                "a request's transport state holds shm's");
 
-static inline shm_request *shm_req(hoop__request *req) {
+static inline shm_request *shm_req(hoop__transfer *req) {
   return (shm_request *)(void *)req->transport_state;
 }
 
 typedef struct shm_queue {
-  hoop__request *head, *tail;
+  hoop__transfer *head, *tail;
 } shm_queue;
 
 /* Boards a peer may have handed over that no communicator has taken yet. */
@@ -131,7 +131,7 @@ typedef struct shm_peer {
   uint64_t tickets; /* SHM_RNDV messages sent */
   uint64_t head;    /* slots this rank published to the peer */
   uint64_t freed;   /* the peer's tail as last read: slots it has taken */
-  uint64_t taken;   /* slots this rank took from the peer's channel */
+  uint64_t taken;   /* slots this rank took from the peer's lane */
   uint8_t in[2048]; /* what came on the socket and is not taken yet */
   size_t in_len;
   shm_queue watches; /* watches of words the peer raises on a board (board.c) */
@@ -188,16 +188,16 @@ int hoop__shm_segment_make(const char *name, size_t bytes, void **map);
 void *hoop__shm_segment_map(int fd, size_t bytes);
 
 /* data.c */
-hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
+hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__transfer *req,
                            int is_send);
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
 hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved);
 /* After changing a word of a board that the n peers may wait for: wake those that sleep. */
-void hoop__shm_ring(hoop__tctx *ctx, const int *peers, int n);
+void hoop__shm_wake(hoop__tctx *ctx, const int *peers, int n);
 /* A watch: req completes once *word is at least value (a word of a board that peer raises). */
 hoop_result hoop__shm_board_watch(hoop__tctx *ctx, int peer, const _Atomic uint64_t *word,
-                                  uint64_t value, hoop__request *req);
+                                  uint64_t value, hoop__transfer *req);
 
 /* board.c */
 /* A descriptor that came on peer's socket, and a board message: both in the order sent. */

@@ -21,7 +21,7 @@
  * rounded up to STRIPE_ALIGN, and the last fragment takes whatever remains, so that every byte is
  * in one fragment whatever the length. An empty message is one empty fragment on stream 0: its
  * frame header, with the call's fingerprint, still travels. */
-int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req) {
+int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__transfer *req) {
   int used = len < STRIPE_MIN_BYTES ? 1 : state->nstreams;
   size_t share = (len + (size_t)used - 1) / (size_t)used;
   size_t part = (share + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
@@ -143,7 +143,7 @@ static hoop__fragment *bind_recv(hoop__tctx *ctx, int peer, tcp_stream *stream) 
                                           hoop__frame_channel(stream->recv_frame));
   if (!head && stream->recv_head) {
     char *buf;
-    hoop__request *stray = hoop__tctx_divert(ctx, peer, stream->recv_frame, &buf);
+    hoop__transfer *stray = hoop__tctx_divert(ctx, peer, stream->recv_frame, &buf);
     if (!stray)
       return NULL;
     stray->pending = hoop__tcp_cut_message(state, buf, stray->len, stray);
@@ -154,7 +154,7 @@ static hoop__fragment *bind_recv(hoop__tctx *ctx, int peer, tcp_stream *stream) 
   if (!head)
     return NULL;
   /* Nothing of it has moved yet: pending is still its count of fragments. */
-  hoop__request *req = head->owner;
+  hoop__transfer *req = head->owner;
   for (int s = 1; s < req->pending; s++) {
     tcp_stream *other = &state->peers[peer].streams[s];
     hoop__tcp_enqueue(&other->recv_head, &other->recv_tail, &tcp_frags(req)[s]);

@@ -38,7 +38,7 @@
 
 /* ---- the ops --------------------------------------------------------------------------------- */
 
-static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req,
+static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__transfer *req,
                         int is_send) {
   req->peer = peer;
   req->is_send = is_send;
@@ -75,12 +75,13 @@ static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__
 }
 
 static hoop_result tcp_isend(hoop__tctx *ctx, int peer, const void *buf, size_t len,
-                             hoop__request *req) {
+                             hoop__transfer *req) {
   /* The transport never writes through a send buffer; the cast only shares the fragment type. */
   return post(ctx, peer, (void *)(uintptr_t)buf, len, req, 1);
 }
 
-static hoop_result tcp_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__request *req) {
+static hoop_result tcp_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len,
+                             hoop__transfer *req) {
   return post(ctx, peer, buf, len, req, 0);
 }
 
@@ -97,7 +98,7 @@ static int tcp_pending(hoop__tctx *ctx, int peer) {
   return pending;
 }
 
-static hoop_result tcp_timed_out(hoop__tctx *ctx, const hoop__request *req, int in_grace) {
+static hoop_result tcp_timed_out(hoop__tctx *ctx, const hoop__transfer *req, int in_grace) {
   (void)in_grace;
   return hoop__tcp_peer_error(
       ctx, req->peer, HOOP_ERR_TIMEOUT,

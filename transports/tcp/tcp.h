@@ -19,10 +19,10 @@ enum frame_type { FRAME_DATA = 1, FRAME_NOTICE = 2, FRAME_BYE = 3 };
 typedef struct tcp_request {
   hoop__fragment frags[HOOP__MAX_STREAMS];
 } tcp_request;
-_Static_assert(sizeof(tcp_request) <= HOOP__REQUEST_STATE_BYTES,
+_Static_assert(sizeof(tcp_request) <= HOOP__TRANSFER_STATE_BYTES,
                "a request's transport state holds TCP's fragments");
 
-static inline hoop__fragment *tcp_frags(hoop__request *req) {
+static inline hoop__fragment *tcp_frags(hoop__transfer *req) {
   return ((tcp_request *)(void *)req->transport_state)->frags;
 }
 
@@ -80,7 +80,7 @@ hoop_result hoop__tcp_connect(hoop__tctx *ctx, int peer);
 
 /* data.c */
 /* Cut a message into one fragment per stream used; returns how many. */
-int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__request *req);
+int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__transfer *req);
 void hoop__tcp_enqueue(hoop__fragment **head, hoop__fragment **tail, hoop__fragment *frag);
 /* Read and drop up to bytes from fd without waiting; 0 when all were there. */
 int hoop__tcp_discard(int fd, size_t bytes);

@@ -1,6 +1,7 @@
-/* ipc.c - CUDA IPC between ranks of one host (coll/ipc.c): a device buffer exported by a legacy
- * IPC handle or, for the virtual memory management API's memory, by its allocations' descriptors
- * (vmm.c, vmm_server.c); this process's exports, cached; a peer's mapped and closed (see cuda.h).
+/* ipc.c - CUDA IPC between ranks of one host (coll/path_ipc.c): a device buffer exported by a
+ * legacy IPC handle or, for the virtual memory management API's memory, by its allocations'
+ * descriptors (vmm.c, vmm_server.c); this process's exports, cached; a peer's mapped and closed
+ * (see cuda.h).
  */
 #include "config.h"
 

@@ -162,6 +162,17 @@ unsigned hoop__mem_kinds_here(void) {
   return hoop__cuda_loaded() ? hoop__mem_cuda.caps : 0;
 }
 
+static const hoop__device_ops device_ops = {
+    .context_of = hoop__cuda_context_of,
+    .ipc_export = hoop__cuda_ipc_export,
+    .ready = hoop__cuda_ready,
+    .stream_wait = hoop__cuda_stream_wait,
+    .begin = hoop__cuda_kind_begin,
+    .scratch = hoop__cuda_kind_scratch,
+    .flushed = hoop__cuda_kind_flushed,
+    .gdr_flush_mode = hoop__cuda_gdr_flush_mode,
+};
+
 const hoop__mem_ops hoop__mem_cuda = {
     .name = "cuda",
     .caps = HOOP__MEMCAP_MAP | HOOP__MEMCAP_NET,
@@ -173,4 +184,5 @@ const hoop__mem_ops hoop__mem_cuda = {
     .many_max = HOOP__CUDA_MANY_MAX,
     .copy_queued = hoop__cuda_copy_async,
     .sync = cuda_sync,
+    .device = &device_ops,
 };

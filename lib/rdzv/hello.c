@@ -1,4 +1,4 @@
-/* requests.c - what a client asks: a HELLO (join a job) or a STATUS_REQ, each checked against
+/* hello.c - a client's first message: a HELLO (join a job) or a STATUS_REQ, each checked against
  * its proof over the connection's challenge when the server has a token. */
 #include <errno.h>
 #include <limits.h>

@@ -1,0 +1,25 @@
+/* state.h - the rendezvous client's state of a communicator (hoop_comm.rdzv), which only lib/rdzv
+ * sees (lib/floors: "own"): what the kept connection has said and been told. The connection's
+ * descriptor itself, hoop_comm.rdzv_fd, is the interface the transports' waits poll. */
+#ifndef HOOP__RDZV_STATE_H
+#define HOOP__RDZV_STATE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+#include "proto/wire.h"
+
+struct hoop__rdzv_state {
+  int goodbye; /* ABORT or BYE sent: the server expects nothing more */
+  /* Why the connection went, once it did, for a later shrink's error: the words, and the
+   * server's code when it was an ERROR (the rank left out), else 0. */
+  char lost[HOOP__WIRE_MAX_MESSAGE + 256];
+  hoop_result lost_code;
+  atomic_int newcomers; /* newcomers waiting, as the server last said (PENDING) */
+  size_t inlen;         /* bytes of in[] read and not yet taken */
+  uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_NOTICE_PAYLOAD];
+};
+
+#endif

@@ -78,17 +78,17 @@ fi
   = 2 ] || fail "sleeping ranks: HOOP_SHM_MEMBARRIER=0 did not turn membarrier off"
 
 # The board takes the small calls of ranks that share one host (each rank's trace names the
-# algorithm of every run: flat), and HOOP_SHM_BOARD=0 leaves them to messages.
+# algorithm of every run: board), and HOOP_SHM_BOARD=0 leaves them to messages.
 for board in 1 0; do
   rm -f "$work/trace-$board".*
   HOOP_SHM_BOARD=$board HOOP_TRACE=$work/trace-$board "$hooprun" -np 2 --timeout 60 "$bench" \
     allreduce -s 8 -n 3 -w 0 >"$work/board-$board.log" 2>&1 || fail "board=$board: exit $?"
   for r in 0 1; do
-    flat=$(grep -o '"algorithm":"flat"' "$work/trace-$board.$r" 2>/dev/null | wc -l)
-    if [ "$board" = 1 ] && [ "$flat" -lt 3 ]; then
-      fail "board: rank $r ran $flat calls on the board, not every allreduce"
-    elif [ "$board" = 0 ] && [ "$flat" != 0 ]; then
-      fail "HOOP_SHM_BOARD=0: rank $r still ran $flat calls on the board"
+    ran=$(grep -o '"algorithm":"board"' "$work/trace-$board.$r" 2>/dev/null | wc -l)
+    if [ "$board" = 1 ] && [ "$ran" -lt 3 ]; then
+      fail "board: rank $r ran $ran calls on the board, not every allreduce"
+    elif [ "$board" = 0 ] && [ "$ran" != 0 ]; then
+      fail "HOOP_SHM_BOARD=0: rank $r still ran $ran calls on the board"
     fi
   done
 done
@@ -126,7 +126,7 @@ if [ -f "$nomemfd" ]; then
   grep -q "^\[0\].*shm: no [0-9]*-byte board for small calls (Too many open files): they go as messages" \
     "$work/nomemfd.log" || fail "no board (memfd refused): rank 0 did not say why there is no board"
   for r in 0 1 2; do
-    [ "$(grep -c '"algorithm":"flat"' "$work/trace-nomemfd.$r" 2>/dev/null)" = 0 ] ||
+    [ "$(grep -c '"algorithm":"board"' "$work/trace-nomemfd.$r" 2>/dev/null)" = 0 ] ||
       fail "no board (memfd refused): rank $r ran calls on a board"
     grep -q '"algorithm"' "$work/trace-nomemfd.$r" 2>/dev/null ||
       fail "no board (memfd refused): rank $r's trace is empty"

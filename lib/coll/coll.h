@@ -212,17 +212,17 @@ hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *
 hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__alltoall_pairwise(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__alltoall_bruck(hoop_comm *comm, const hoop__coll_args *args);
-/* flat.c: the small calls on the communicator's board; each runs the small-call algorithm of
- * messages where the board is missing or the call does not fit it. hoop__flat_open maps the board
- * (tune.c, at the first call that tunes: every rank at once) where every rank can. */
-hoop_result hoop__allreduce_flat(hoop_comm *comm, const hoop__coll_args *args);
-hoop_result hoop__broadcast_flat(hoop_comm *comm, const hoop__coll_args *args);
-hoop_result hoop__allgather_flat(hoop_comm *comm, const hoop__coll_args *args);
-hoop_result hoop__barrier_flat(hoop_comm *comm, const hoop__coll_args *args);
-hoop_result hoop__reduce_scatter_flat(hoop_comm *comm, const hoop__coll_args *args);
-hoop_result hoop__alltoall_flat(hoop_comm *comm, const hoop__coll_args *args);
-hoop_result hoop__flat_open(hoop_comm *comm);
-void hoop__flat_free(hoop_comm *comm);
+/* board.c: the small calls on the communicator's board; each runs the small-call algorithm of
+ * messages where the board is missing or the call does not fit it. hoop__coll_board_open maps the
+ * board (tune.c, at the first call that tunes: every rank at once) where every rank can. */
+hoop_result hoop__allreduce_board(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__broadcast_board(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allgather_board(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__barrier_board(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_board(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__alltoall_board(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__coll_board_open(hoop_comm *comm);
+void hoop__coll_board_free(hoop_comm *comm);
 
 /* Free the point-to-point messages' kept stages (p2p.c; hoop_finalize). */
 void hoop__p2p_free(hoop_comm *comm);

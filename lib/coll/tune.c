@@ -59,12 +59,12 @@ enum {
   GA_LINEAR,
   SC_TREE,
   SC_LINEAR,
-  AR_FLAT,
-  BC_FLAT,
-  AG_FLAT,
-  BAR_FLAT,
-  RS_FLAT,
-  A2A_FLAT,
+  AR_BOARD,
+  BC_BOARD,
+  AG_BOARD,
+  BAR_BOARD,
+  RS_BOARD,
+  A2A_BOARD,
   ALGORITHMS
 };
 
@@ -124,19 +124,19 @@ static const algorithm algorithms[] = {
                  "binomial tree: each child gets its subtree's blocks, log2(n) rounds"},
     [SC_LINEAR] = {HOOP__COLL_SCATTER, "linear", hoop__scatter_linear, WHOLE,
                    "the root sends every block straight to its owner"},
-    /* The board's (flat.c): every rank's part in its own slot of one shared segment. */
-    [AR_FLAT] = {HOOP__COLL_ALLREDUCE, "flat", hoop__allreduce_flat, WHOLE,
-                 "on the board: every rank reduces every rank's slot"},
-    [BC_FLAT] = {HOOP__COLL_BROADCAST, "flat", hoop__broadcast_flat, WHOLE,
-                 "on the board: the root publishes, every rank copies"},
-    [AG_FLAT] = {HOOP__COLL_ALLGATHER, "flat", hoop__allgather_flat, WHOLE,
-                 "on the board: every rank copies every rank's slot"},
-    [BAR_FLAT] = {HOOP__COLL_BARRIER, "flat", hoop__barrier_flat, WHOLE,
-                  "on the board: every rank waits for every rank's slot"},
-    [RS_FLAT] = {HOOP__COLL_REDUCE_SCATTER, "flat", hoop__reduce_scatter_flat, WHOLE,
-                 "on the board: every rank reduces its block from every rank's slot"},
-    [A2A_FLAT] = {HOOP__COLL_ALLTOALL, "flat", hoop__alltoall_flat, WHOLE,
-                  "on the board: every rank copies its block from every rank's slot"},
+    /* The board's (board.c): every rank's part in its own slot of one shared segment. */
+    [AR_BOARD] = {HOOP__COLL_ALLREDUCE, "board", hoop__allreduce_board, WHOLE,
+                  "on the board: every rank reduces every rank's slot"},
+    [BC_BOARD] = {HOOP__COLL_BROADCAST, "board", hoop__broadcast_board, WHOLE,
+                  "on the board: the root publishes, every rank copies"},
+    [AG_BOARD] = {HOOP__COLL_ALLGATHER, "board", hoop__allgather_board, WHOLE,
+                  "on the board: every rank copies every rank's slot"},
+    [BAR_BOARD] = {HOOP__COLL_BARRIER, "board", hoop__barrier_board, WHOLE,
+                   "on the board: every rank waits for every rank's slot"},
+    [RS_BOARD] = {HOOP__COLL_REDUCE_SCATTER, "board", hoop__reduce_scatter_board, WHOLE,
+                  "on the board: every rank reduces its block from every rank's slot"},
+    [A2A_BOARD] = {HOOP__COLL_ALLTOALL, "board", hoop__alltoall_board, WHOLE,
+                   "on the board: every rank copies its block from every rank's slot"},
 };
 
 static const char *const coll_names[HOOP__COLL_COUNT] = {
@@ -178,17 +178,17 @@ typedef struct cutover {
 } cutover;
 
 static const cutover cutovers[] = {
-    /* Small calls on one host: through the board, with no message, frame or queue (flat.c). The
+    /* Small calls on one host: through the board, with no message, frame or queue (board.c). The
      * sizes compared are as below (an allgather's gathered bytes, a reduce-scatter's and an
      * all-to-all's whole input); the measurements are in bench/TUNING.md. */
-    {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_FLAT]},
+    {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_BOARD]},
     /* A 2-rank broadcast of 4 KiB went faster as a message (0.81 of its time on the board);
      * from 4 ranks on the board won at every size up to its slot's (TUNING.md). */
-    {HOOP__COLL_BROADCAST, BOARD | TWO_RANKS, 2048, &algorithms[BC_FLAT]},
-    {HOOP__COLL_ALLGATHER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AG_FLAT]},
-    {HOOP__COLL_BARRIER, BOARD, NO_LIMIT, &algorithms[BAR_FLAT]},
-    {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_FLAT]},
-    {HOOP__COLL_ALLTOALL, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[A2A_FLAT]},
+    {HOOP__COLL_BROADCAST, BOARD | TWO_RANKS, 2048, &algorithms[BC_BOARD]},
+    {HOOP__COLL_ALLGATHER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AG_BOARD]},
+    {HOOP__COLL_BARRIER, BOARD, NO_LIMIT, &algorithms[BAR_BOARD]},
+    {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
+    {HOOP__COLL_ALLTOALL, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[A2A_BOARD]},
     /* 2 ranks: rd's one exchange wins until the ring (= halving-doubling there) moves half the
      * bytes per rank; over shared memory sooner (rd's copies of the whole buffer cost more than
      * a wait: 13.0 against 11.4 us at 64 KiB, 105 against 34 at 256 KiB). */
@@ -218,7 +218,7 @@ static const cutover cutovers[] = {
      * them per call where every chain rank makes one (4 ranks on 2 cores, 8 B: 2.9-6.2 us against
      * 8.2-11.6; 3 ranks: 3.4-5.5 against 7.9-11.0; level at 32 KiB; TUNING.md). */
     {HOOP__COLL_BROADCAST, TWO_RANKS, NO_LIMIT, &algorithms[BC_TREE]},
-    {HOOP__COLL_BROADCAST, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[BC_FLAT]},
+    {HOOP__COLL_BROADCAST, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[BC_BOARD]},
     {HOOP__COLL_BROADCAST, CROWDED | SHARED, NO_LIMIT, &algorithms[BC_TREE]},
     {HOOP__COLL_BROADCAST, CROWDED, 32 * 1024, &algorithms[BC_CHAIN]},
     {HOOP__COLL_BROADCAST, CROWDED, NO_LIMIT, &algorithms[BC_TREE]},
@@ -293,6 +293,8 @@ static unsigned job_shape(const hoop_comm *comm) {
 }
 
 static const algorithm *find(hoop__coll coll, const char *name, size_t len) {
+  if (len == 4 && strncmp(name, "flat", 4) == 0) /* the board's algorithms' name up to 0.1 */
+    name = "board", len = 5;
   for (size_t i = 0; i < ALGORITHMS; i++)
     if (algorithms[i].coll == coll && strlen(algorithms[i].name) == len &&
         strncmp(algorithms[i].name, name, len) == 0)
@@ -306,9 +308,9 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
   return hoop__set_error(
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
-      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, flat; broadcast: "
-      "chain, tree, flat; allgather: ring, rd, bruck, direct, flat; barrier: dissemination, "
-      "flat; reduce_scatter: ring, direct, halving, flat; alltoall: pairwise, bruck, flat; "
+      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board; broadcast: "
+      "chain, tree, board; allgather: ring, rd, bruck, direct, board; barrier: dissemination, "
+      "board; reduce_scatter: ring, direct, halving, board; alltoall: pairwise, bruck, board; "
       "alltoallv: pairwise)",
       comm->call, text, why);
 }
@@ -400,7 +402,7 @@ static hoop_result read_tuning(hoop_comm *comm) {
       (strcmp(comm->transport_mode, "auto") != 0 || comm->coll->hosts->count == comm->size);
   /* Every rank is in this call (the first that tunes), and decides alike whether to try. */
   if (comm->coll->all_shared && comm->local_size == comm->size &&
-      (result = hoop__flat_open(comm)) != HOOP_OK)
+      (result = hoop__coll_board_open(comm)) != HOOP_OK)
     return result;
   comm->coll->tuning_read = 1;
   return HOOP_OK;

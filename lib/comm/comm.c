@@ -571,7 +571,7 @@ static hoop_result finalize_view(hoop_comm *comm) {
     hoop__net_leave(comm);
   }
   hoop__stage_free(comm);
-  hoop__flat_free(comm);
+  hoop__coll_board_free(comm);
   hoop__arena_spare_free(comm);
   hoop__cuda_pipe_free(comm);
   hoop__paths_free(comm);
@@ -612,7 +612,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__trace_close(comm);
   hoop__registrations_release(comm);
   hoop__stage_free(comm);
-  hoop__flat_free(comm);
+  hoop__coll_board_free(comm);
   hoop__arena_spare_free(comm);
   hoop__cuda_pipe_free(comm);
   hoop__paths_free(comm);

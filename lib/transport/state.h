@@ -28,7 +28,7 @@ struct hoop__transport_state {
    * receive waiting for their last bytes: net's. */
   struct hoop__stray *strays, *strays_tail;
   int strays_waited;
-  /* The board the small calls of a communicator on one host go through (board.c; coll/flat.c
+  /* The board the small calls of a communicator on one host go through (board.c; coll/board.c
    * opens it): mapped by every rank, or by none. */
   struct hoop__board *board;
 };

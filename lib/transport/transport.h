@@ -444,7 +444,7 @@ _Static_assert(HOOP__BOARD_DONE_EVERY < HOOP__BOARD_SLOTS,
  * every other's slot. */
 #define HOOP__BOARD_MAX_RANKS 8
 typedef struct hoop__board hoop__board;
-/* The communicator's board (coll/flat.c opens and closes it; the waits peek at it), or NULL. */
+/* The communicator's board (coll/board.c opens and closes it; the waits peek at it), or NULL. */
 hoop__board *hoop__transport_board(const hoop_comm *comm);
 void hoop__transport_set_board(hoop_comm *comm, hoop__board *board);
 /* Map comm's board (every rank at once, in the same call): *board NULL where this rank has none

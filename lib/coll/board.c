@@ -1,4 +1,4 @@
-/* flat.c - small calls on one host through the communicator's board (transport.h): each rank
+/* board.c - small calls on one host through the communicator's board (transport.h): each rank
  * writes its part into a slot of its own and publishes it, and reads its peers' slots in place.
  * No message, frame or queue is involved: a small allreduce costs each rank one store of its line
  * and one miss per peer; a broadcast's root publishes and goes on, up to HOOP__BOARD_SLOTS - 1
@@ -24,7 +24,7 @@ static hoop_result ring_agree(hoop_comm *comm, int *flag) {
   return result;
 }
 
-hoop_result hoop__flat_open(hoop_comm *comm) {
+hoop_result hoop__coll_board_open(hoop_comm *comm) {
   if (comm->size < 2 || comm->size > HOOP__BOARD_MAX_RANKS)
     return HOOP_OK;
   /* Alike on every rank: whether to try (HOOP_SHM_BOARD; trying connects every pair), and
@@ -46,7 +46,7 @@ hoop_result hoop__flat_open(hoop_comm *comm) {
   return HOOP_OK;
 }
 
-void hoop__flat_free(hoop_comm *comm) {
+void hoop__coll_board_free(hoop_comm *comm) {
   hoop__board_close(hoop__transport_board(comm));
   hoop__transport_set_board(comm, NULL);
 }
@@ -93,7 +93,7 @@ static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t se
   return result;
 }
 
-hoop_result hoop__allreduce_flat(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__allreduce_board(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__board *board = board_for(comm, args->bytes);
   if (!board)
     return hoop__allreduce_rd(comm, args);
@@ -108,7 +108,7 @@ hoop_result hoop__allreduce_flat(hoop_comm *comm, const hoop__coll_args *args) {
   return result;
 }
 
-hoop_result hoop__broadcast_flat(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__broadcast_board(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__board *board = board_for(comm, args->bytes);
   if (!board)
     return hoop__broadcast_tree(comm, args);
@@ -127,7 +127,7 @@ hoop_result hoop__broadcast_flat(hoop_comm *comm, const hoop__coll_args *args) {
   return result;
 }
 
-hoop_result hoop__barrier_flat(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__barrier_board(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__board *board = hoop__transport_board(comm);
   if (!board)
     return hoop__barrier_dissemination(comm, args);
@@ -141,7 +141,7 @@ hoop_result hoop__barrier_flat(hoop_comm *comm, const hoop__coll_args *args) {
 }
 
 /* The own block is in place already (the dispatcher's prepare). */
-hoop_result hoop__allgather_flat(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__allgather_board(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__board *board = board_for(comm, args->bytes);
   if (!board)
     return (comm->size & (comm->size - 1)) == 0 ? hoop__allgather_rd(comm, args)
@@ -182,7 +182,7 @@ static hoop_result post_others(hoop_comm *comm, hoop__board *board, uint64_t seq
  * its input and every other slot. Only this rank computes its block, so the order need not be
  * the same on every rank: its own input first, then the others in rank order (an in-place call's
  * output is that input block, which a reduction may overwrite as it reads). */
-hoop_result hoop__reduce_scatter_flat(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__reduce_scatter_board(hoop_comm *comm, const hoop__coll_args *args) {
   size_t total = args->bytes * (size_t)comm->size;
   hoop__board *board = board_for(comm, total);
   if (!board)
@@ -211,7 +211,7 @@ hoop_result hoop__reduce_scatter_flat(hoop_comm *comm, const hoop__coll_args *ar
 /* Each rank publishes the blocks of its input meant for the others (its own block's place in the
  * slot is left as it was) and takes its block from every other rank's slot; its own goes from its
  * input straight to its output (where the input is the output it is in place already). */
-hoop_result hoop__alltoall_flat(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__alltoall_board(hoop_comm *comm, const hoop__coll_args *args) {
   size_t total = args->bytes * (size_t)comm->size;
   hoop__board *board = board_for(comm, total);
   if (!board)

@@ -14,7 +14,9 @@ ${MAKE:-make} -s -C "$build" install DESTDIR="$dest" >"$work/install.log" 2>&1 |
   { cat "$work/install.log"; echo "FAIL: make install DESTDIR=$dest"; exit 1; }
 fail() { echo "FAIL: $*"; exit 1; }
 prefix=$(sed -n 's/^prefix=//p' "$build/hoop.pc")
-libdir=$(sed -n 's/^libdir=//p' "$build/hoop.pc" | sed "s|\${exec_prefix}|$prefix|")
+# libdir as hoop.pc writes it: "${exec_prefix}/lib" by default, "${prefix}/lib/<triplet>" as
+# Debian's packaging configures it; both expanded.
+libdir=$(sed -n 's/^libdir=//p' "$build/hoop.pc" | sed "s|\${exec_prefix}|$prefix|; s|\${prefix}|$prefix|")
 for f in bin/hooprun bin/hoopd bin/hoop-bench include/hoop.h include/hoop_version.h \
   share/man/man3/hoop.3 share/man/man1/hooprun.1 share/man/man1/hoop-bench.1 \
   share/man/man7/hoop-env.7 share/man/man8/hoopd.8; do

@@ -15,6 +15,7 @@
 #include "coll/paths.h"
 #include "comm/comm.h"
 #include "comm/launchers.h"
+#include "comm/state.h"
 #include "comm/watch.h"
 #include "config.h"
 #include "core/env.h"
@@ -251,7 +252,7 @@ static hoop_result host_rendezvous(hoop_comm *comm, const struct sockaddr *serve
       (unsigned)(comm->timeout_s * 1000 > 4e9 ? 4e9 : comm->timeout_s * 1000 + 0.5);
   options.token = comm->token[0] ? comm->token : NULL;
   char err[256];
-  if (hoop__rdzv_thread_start(&options, &comm->server, err, sizeof err) != 0)
+  if (hoop__rdzv_thread_start(&options, &comm->life->server, err, sizeof err) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: hosting the rendezvous on %s: %s",
                            comm->rendezvous, err);
   HOOP__INFO(HOOP_SUBSYS_RDZV, "hosting the rendezvous for job '%s' on %s", comm->job, listen);
@@ -383,11 +384,13 @@ hoop_comm *hoop__comm_new(void) {
   comm->mem_state = hoop__mem_state_new();
   comm->transport = hoop__transport_state_new();
   comm->rdzv = hoop__rendezvous_state_new();
-  if (!comm->coll || !comm->mem_state || !comm->transport || !comm->rdzv) {
+  comm->life = calloc(1, sizeof *comm->life);
+  if (!comm->coll || !comm->mem_state || !comm->transport || !comm->rdzv || !comm->life) {
     free(comm->coll);
     free(comm->mem_state);
     free(comm->transport);
     free(comm->rdzv);
+    free(comm->life);
     free(comm);
     return NULL;
   }
@@ -399,7 +402,7 @@ hoop_comm *hoop__comm_new(void) {
   comm->mem = &hoop__mem_host;
   hoop__lock_init(&comm->call_lock);
   comm->net = comm;
-  comm->next_channel = 1;
+  comm->life->next_channel = 1;
   pthread_mutexattr_t recursive;
   pthread_mutexattr_init(&recursive);
   pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
@@ -552,6 +555,7 @@ static void free_struct(hoop_comm *comm) {
   hoop__mem_state_free(comm);
   hoop__rendezvous_state_free(comm);
   hoop__transport_state_free(comm);
+  free(comm->life);
   pthread_mutex_destroy(&comm->net_lock);
   pthread_mutex_destroy(&comm->queue_lock);
   pthread_cond_destroy(&comm->queue_cond);
@@ -579,7 +583,7 @@ static hoop_result finalize_view(hoop_comm *comm) {
   hoop__host_scratch_free(comm);
   /* Counted out whatever it had: a view of a job of one rank has no transports. */
   hoop__net_enter(comm);
-  net->views--;
+  net->life->views--;
   hoop__net_leave(comm);
   hoop__table_free(&comm->table);
   free(comm->net_rank_of);
@@ -590,22 +594,22 @@ static hoop_result finalize_view(hoop_comm *comm) {
 hoop_result hoop_finalize(hoop_comm *comm) {
   if (!comm)
     return HOOP_OK;
-  if (comm->net == comm && comm->views > 0)
+  if (comm->net == comm && comm->life->views > 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_finalize: %d sub-communicator%s split from this communicator "
                            "must be finalized first (they use its connections)",
-                           comm->views, comm->views == 1 ? "" : "s");
+                           comm->life->views, comm->life->views == 1 ? "" : "s");
   hoop_result result = hoop__requests_finalize(comm);
   if (result != HOOP_OK)
     return result;
   if (comm->net != comm)
     return finalize_view(comm);
   /* The generations before and after this one on this rank forget it. */
-  if (comm->successor)
-    comm->successor->predecessor = NULL;
-  if (comm->predecessor)
-    comm->predecessor->successor = NULL;
-  free(comm->prev_rank);
+  if (comm->life->successor)
+    comm->life->successor->life->predecessor = NULL;
+  if (comm->life->predecessor)
+    comm->life->predecessor->life->successor = NULL;
+  free(comm->life->prev_rank);
   hoop__fused_free(comm);
   hoop__p2p_free(comm);
   hoop__launcher_watch_stop(comm);
@@ -622,7 +626,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
    * stops last: the other ranks may still be finishing their last call; that their rendezvous
    * connections then close is no failure to them. */
   hoop__rendezvous_leave(comm);
-  hoop__rdzv_thread_stop(comm->server);
+  hoop__rdzv_thread_stop(comm->life->server);
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
   hoop__host_scratch_free(comm);

@@ -13,6 +13,7 @@
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "comm/state.h"
 #include "comm/watch.h"
 #include "core/env.h"
 #include "core/trace.h"
@@ -40,8 +41,8 @@ static void copy_settings(hoop_comm *to, const hoop_comm *from) {
 /* The rendezvous connection (and the server hosted here, if any) pass from one to the other. */
 static void take_connection(hoop_comm *to, hoop_comm *from) {
   hoop__rendezvous_hand_over(to, from);
-  to->server = from->server;
-  from->server = NULL;
+  to->life->server = from->life->server;
+  from->life->server = NULL;
 }
 
 /* Record result on comm as a failure of its own (hoop_init's rule: a communicator that could not
@@ -238,9 +239,10 @@ static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const c
   if (result == HOOP_OK && !grow) {
     hoop_comm *next = *newcomm;
     int32_t mine = comm->rank;
-    next->prev_rank = malloc((size_t)next->size * sizeof *next->prev_rank);
-    result = next->prev_rank ? hoop_allgather(next, &mine, next->prev_rank, 1, HOOP_INT32)
-                             : hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", call);
+    next->life->prev_rank = malloc((size_t)next->size * sizeof *next->life->prev_rank);
+    result = next->life->prev_rank
+                 ? hoop_allgather(next, &mine, next->life->prev_rank, 1, HOOP_INT32)
+                 : hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", call);
     if (result != HOOP_OK) {
       hoop__set_error(comm, result, "%s", next->last_error);
       hoop_finalize(next);
@@ -248,9 +250,9 @@ static hoop_result next_generation(hoop_comm *comm, hoop_comm **newcomm, const c
       return result;
     }
     /* Channels the views carry over stay theirs on the new connections. */
-    next->next_channel = comm->next_channel;
-    comm->successor = next;
-    next->predecessor = comm;
+    next->life->next_channel = comm->life->next_channel;
+    comm->life->successor = next;
+    next->life->predecessor = comm;
   }
   return result;
 }

@@ -4,15 +4,16 @@
  * channel of its own (transport.h, "binding"), and its transfers name net's ranks (net_rank_of).
  *
  * The channel: every rank keeps the lowest channel no communicator of its has used
- * (net->next_channel); a split takes the highest of those among comm's ranks, and each of them
- * moves past it. Two communicators that share a pair of ranks were made by splits both ranks took
- * part in, the later one above the earlier's channel on both; communicators made by one split
+ * (net->life->next_channel); a split takes the highest of those among comm's ranks, and each of
+ * them moves past it. Two communicators that share a pair of ranks were made by splits both ranks
+ * took part in, the later one above the earlier's channel on both; communicators made by one split
  * with different colors share no rank. So a channel is never in use twice on one connection. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
 #include "comm/comm.h"
+#include "comm/state.h"
 #include "transport/transport.h"
 
 /* Channels fit the frame's 16 bits; 0 is net's own. */
@@ -79,7 +80,7 @@ static hoop_result make_view(hoop_comm *comm, const int *members, int n, int min
   /* net's transports, shared: never finalized through the view (see hoop_finalize). */
   hoop__transport_view_join(view, net);
   hoop__net_enter(comm);
-  net->views++;
+  net->life->views++;
   hoop__net_leave(comm);
   *out = view;
   return HOOP_OK;
@@ -127,18 +128,18 @@ hoop_result hoop_comm_split(hoop_comm *comm, int color, int key, hoop_comm **new
   /* The channel agreement assumes every rank makes its splits in one order: two at once in one
    * process could pick the same channel for communicators that share a connection. */
   int busy = 0;
-  if (!atomic_compare_exchange_strong(&net->splitting, &busy, 1))
+  if (!atomic_compare_exchange_strong(&net->life->splitting, &busy, 1))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_comm_split: another split of this job runs in another thread; "
                            "splits are made one at a time, in the same order on every rank");
   hoop_result result = split_locked(comm, color, key, newcomm);
-  atomic_store(&net->splitting, 0);
+  atomic_store(&net->life->splitting, 0);
   return result;
 }
 
 static hoop_result split_locked(hoop_comm *comm, int color, int key, hoop_comm **newcomm) {
   hoop_comm *net = hoop__net(comm);
-  member mine = {color, key, (int32_t)net->next_channel};
+  member mine = {color, key, (int32_t)net->life->next_channel};
   member *all = malloc((size_t)comm->size * sizeof *all);
   int *members = malloc((size_t)comm->size * sizeof *members);
   ordered *order = malloc((size_t)comm->size * sizeof *order);
@@ -159,7 +160,7 @@ static hoop_result split_locked(hoop_comm *comm, int color, int key, hoop_comm *
                              "connections (one per split)",
                              CHANNEL_MAX);
   if (result == HOOP_OK) {
-    net->next_channel = channel + 1;
+    net->life->next_channel = channel + 1;
     int n = 0, index = -1;
     for (int r = 0; r < comm->size; r++)
       if (all[r].color == color && color != HOOP_SPLIT_NONE)
@@ -187,7 +188,7 @@ static hoop_result create_locked(hoop_comm *comm, const int *ranks, int n, int m
   hoop_comm *net = hoop__net(comm);
   /* The channel: the highest next channel among the members, gathered by the first and sent back
    * to each, with point-to-point messages on comm. */
-  uint32_t channel = net->next_channel, theirs;
+  uint32_t channel = net->life->next_channel, theirs;
   hoop_result result = HOOP_OK;
   if (mine == 0) {
     for (int i = 1; i < n && result == HOOP_OK; i++)
@@ -207,7 +208,7 @@ static hoop_result create_locked(hoop_comm *comm, const int *ranks, int n, int m
                            "hoop_comm_create_group: the job has used all %u channels of its "
                            "connections (one per split)",
                            CHANNEL_MAX);
-  net->next_channel = channel + 1;
+  net->life->next_channel = channel + 1;
   return make_view(comm, ranks, n, mine, (uint16_t)channel, newcomm);
 }
 
@@ -241,20 +242,20 @@ hoop_result hoop_comm_create_group(hoop_comm *comm, const int *ranks, int n, hoo
                            comm->rank);
   hoop_comm *net = hoop__net(comm);
   int busy = 0;
-  if (!atomic_compare_exchange_strong(&net->splitting, &busy, 1))
+  if (!atomic_compare_exchange_strong(&net->life->splitting, &busy, 1))
     return hoop__set_error(
         comm, HOOP_ERR_INVALID_ARG,
         "hoop_comm_create_group: another split of this job runs in another "
         "thread; splits are made one at a time, in the same order on every rank");
   begin_sharing(net);
   hoop_result result = create_locked(comm, ranks, n, mine, newcomm);
-  atomic_store(&net->splitting, 0);
+  atomic_store(&net->life->splitting, 0);
   return result;
 }
 
 hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm) {
-  hoop_comm *next = view->net->successor;
-  if (!next || !next->prev_rank)
+  hoop_comm *next = view->net->life->successor;
+  if (!next || !next->life->prev_rank)
     return hoop__set_error(view, HOOP_ERR_INVALID_ARG,
                            "hoop_comm_shrink: shrink the communicator hoop_init made first (every "
                            "survivor calls hoop_comm_shrink on it), then its sub-communicators");
@@ -266,7 +267,7 @@ hoop_result hoop__view_shrink(hoop_comm *view, hoop_comm **newcomm) {
   int n = 0, mine = -1;
   for (int i = 0; i < view->size; i++)
     for (int r = 0; r < next->size; r++) {
-      if (next->prev_rank[r] != view->net_rank_of[i])
+      if (next->life->prev_rank[r] != view->net_rank_of[i])
         continue;
       if (i == view->rank)
         mine = n;

@@ -1,4 +1,5 @@
 /* watch.c - the launcher watch (see watch.h). */
+#include "comm/state.h"
 #include "config.h"
 
 #include <errno.h>
@@ -88,7 +89,7 @@ static void launcher_gone(hoop_comm *comm, long pid, const char *how) {
 
 static void *watch_main(void *arg) {
   hoop_comm *comm = arg;
-  struct hoop__watch *w = comm->watch;
+  struct hoop__watch *w = comm->life->watch;
   struct pollfd fds[3] = {
       {w->stop[0], POLLIN, 0}, {w->pidfd, POLLIN, 0}, {w->rdzv_fd, POLLRDHUP, 0}};
   for (;;) {
@@ -123,7 +124,7 @@ static void *watch_main(void *arg) {
 
 void hoop__launcher_watch_start(hoop_comm *comm) {
   const char *spec = hoop__env_get("HOOP_LAUNCHER");
-  if (!spec[0] || comm->watch)
+  if (!spec[0] || comm->life->watch)
     return;
   long pid = 0;
   unsigned long long started = 0;
@@ -158,7 +159,7 @@ void hoop__launcher_watch_start(hoop_comm *comm) {
     free(w);
     return;
   }
-  comm->watch = w;
+  comm->life->watch = w;
   if (gone) {
     launcher_gone(comm, pid, "it exited before this rank started watching");
     return;
@@ -171,14 +172,14 @@ void hoop__launcher_watch_start(hoop_comm *comm) {
   HOOP__TRACE(HOOP_SUBSYS_INIT, "watching the launcher (pid %ld%s%s)", pid,
               w->pidfd >= 0 ? ", its process" : "",
               w->rdzv_fd >= 0 ? ", its rendezvous connection" : "");
-  comm->watch_running = 1;
+  comm->life->watch_running = 1;
 }
 
 void hoop__launcher_watch_stop(hoop_comm *comm) {
-  struct hoop__watch *w = comm->watch;
+  struct hoop__watch *w = comm->life->watch;
   if (!w)
     return;
-  if (comm->watch_running) {
+  if (comm->life->watch_running) {
     char byte = 1;
     if (write(w->stop[1], &byte, 1) < 0)
       HOOP__TRACE(HOOP_SUBSYS_INIT, "stopping the launcher watch: %s", strerror(errno));
@@ -191,6 +192,6 @@ void hoop__launcher_watch_stop(hoop_comm *comm) {
   if (w->rdzv_fd >= 0)
     close(w->rdzv_fd);
   free(w);
-  comm->watch = NULL;
-  comm->watch_running = 0;
+  comm->life->watch = NULL;
+  comm->life->watch_running = 0;
 }

@@ -80,6 +80,8 @@ typedef struct hoop__rdzv_state hoop__rdzv_state;
 /* The transport layer's state of a communicator (transport/state.h, which only lib/transport
  * sees). */
 typedef struct hoop__transport_state hoop__transport_state;
+/* The communicator's life's state (comm/state.h, which only lib/comm sees). */
+typedef struct hoop__comm_life hoop__comm_life;
 
 struct hoop_comm {
   int rank, size, local_rank, local_size;
@@ -102,14 +104,6 @@ struct hoop_comm {
   /* The communicator whose post or wait drives the transports now (under the lock), for the
    * call its failure messages name; NULL: net's own. */
   const hoop_comm *net_caller;
-  int views;             /* sub-communicators alive */
-  uint32_t next_channel; /* the lowest channel no communicator of this rank has used */
-  atomic_int splitting;  /* a hoop_comm_split of one of net's communicators runs */
-  /* Shrinking with sub-communicators: the generation that followed this net on this rank
-   * (hoop_comm_shrink's, until it is finalized), and in that one each rank's rank before it (-1
-   * for a newcomer), so that the views of this net can follow it (hoop__view_shrink). */
-  hoop_comm *successor, *predecessor;
-  int *prev_rank;
   uint32_t generation; /* shrinks since the job's first table (hoop_comm_shrink) */
   char job[HOOP__WIRE_MAX_JOB + 1];
   char rendezvous[HOOP__WIRE_MAX_HOST + 8];
@@ -122,8 +116,7 @@ struct hoop_comm {
                                           keyed by (transport/shared.c): the table's nonce, or
                                           with a token a proof derived from it and the token */
 
-  char transport_mode[16];          /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
-  struct hoop__rdzv_thread *server; /* the embedded rendezvous server, when this rank hosts it */
+  char transport_mode[16]; /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */
   int rdzv_fd;
@@ -148,6 +141,7 @@ struct hoop_comm {
   hoop__coll_state *coll;                                 /* the collectives' own (coll/state.h) */
   hoop__mem_state *mem_state;                             /* the memory kinds' own (mem/state.h) */
   hoop__transport_state *transport; /* the transport layer's own (transport/state.h) */
+  hoop__comm_life *life;            /* the communicator's life's own (comm/state.h) */
 
   /* hoop_abort from another thread: the reason is stored, the flag raised, and whoever holds
    * call_lock (the thread inside a call, woken through the transport) carries it out. */
@@ -162,8 +156,6 @@ struct hoop_comm {
   /* The host kind's scratch, that algorithms receive into (mem/host.c): the memory kinds', read
    * by the transports (hoop__tctx_scratch), which may keep registrations of it. */
   hoop__host_buf scratch;
-  struct hoop__watch *watch; /* the launcher watch (comm/watch.c), or NULL */
-  int watch_running;
 
   /* Posted calls not yet started, run in order by whoever holds call_lock (core/progress.c): the
    * progress thread, or a thread waiting for one of them. queue_lock guards the queue, the

@@ -173,10 +173,17 @@ if size > 1:
           "process sets: %r %r" % (evens, firsts))
     if evens.included():
         t = hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum, process_set=evens)
-        b = hvd.broadcast(torch.tensor([rank]), root_rank=evens.size() - 1, process_set=evens)
-        o = hvd.broadcast_object("from %d" % rank, root_rank=0, process_set=evens)
-        check(t.item() == sum(evens.ranks) and b.item() == evens.ranks[-1] and o == "from 0",
+        # Roots are ranks of the job, as in Horovod: the set's last member, not its index.
+        last = evens.ranks[-1]
+        b = hvd.broadcast(torch.tensor([rank]), root_rank=last, process_set=evens)
+        o = hvd.broadcast_object("from %d" % rank, root_rank=last, process_set=evens)
+        check(t.item() == sum(evens.ranks) and b.item() == last and o == "from %d" % last,
               "collectives on the even ranks: %s %s %r" % (t.tolist(), b.tolist(), o))
+        try:
+            hvd.broadcast(torch.tensor([rank]), root_rank=1, process_set=evens)
+            check(False, "a broadcast on the even ranks from rank 1 was accepted")
+        except hvd.InvalidArgument as err:
+            check("not a member" in str(err), "root outside the set: %s" % err)
     else:
         try:
             hvd.allreduce(torch.ones(1), process_set=evens)

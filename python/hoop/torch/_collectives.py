@@ -9,10 +9,9 @@ import torch
 from .. import Mismatch, Unsupported
 from ._compression import Compression
 from ._handles import _post, synchronize
-from ._job import _root
 from ._plain import gather_shapes
 from ._ops import _op, global_process_set
-from ._sets import _process_set
+from ._sets import _process_set, _set_root
 
 
 def _checked(tensor, call):
@@ -127,9 +126,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     call = "hvd.broadcast_async_"
     comm = _process_set(process_set, call)
     _checked(tensor, call)
-    _root(root_rank, comm, call)
+    root = _set_root(root_rank, process_set, comm, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
-    request = comm.ibroadcast(buf, root=root_rank, name=name)
+    request = comm.ibroadcast(buf, root=root, name=name)
 
     def finish():
         if buf is not tensor:

@@ -8,10 +8,9 @@ import pickle
 
 import torch
 
-from ._job import _root
 from ._plain import _bounded, _widest
 from ._ops import global_process_set
-from ._sets import _process_set
+from ._sets import _process_set, _set_root
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -19,7 +18,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     root's bytes: the root can run code on every rank (trust your peers)."""
     call = "hvd.broadcast_object"
     comm = _process_set(process_set, call)
-    _root(root_rank, comm, call)
+    root_rank = _set_root(root_rank, process_set, comm, call)
     if comm.rank == root_rank:
         data = bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         length = torch.tensor([len(data)], dtype=torch.int64)

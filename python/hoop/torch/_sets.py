@@ -2,12 +2,13 @@
 
 Every rank registers a process set (hvd.add_process_set, or hvd.init(process_sets=...)) at the
 same point, the ranks outside it too, as Horovod requires; its members then run collectives on it
-with process_set=, at the same time as the job's and other sets' calls. Ranks inside a set (its
-rank(), and the root_rank of its broadcasts) count from 0 in the set's own order.
+with process_set=, at the same time as the job's and other sets' calls. As in Horovod, the
+root_rank of a broadcast on a set is a rank of the job (a member of the set), while the set's own
+rank() counts from 0 in the set's order.
 """
 
 from .. import InvalidArgument
-from ._job import _live
+from ._job import _live, _root
 from ._ops import _GlobalProcessSet, global_process_set
 
 
@@ -101,6 +102,20 @@ def _process_set(process_set, call):
                                                                   process_set),
                               InvalidArgument.code)
     return process_set._comm
+
+
+def _set_root(root_rank, process_set, comm, call):
+    """The rank in comm (process_set's communicator) of root_rank, a rank of the job as Horovod
+    counts it; InvalidArgument when it is not one, or not a member of the set."""
+    if process_set is None or isinstance(process_set, _GlobalProcessSet):
+        _root(root_rank, comm, call)
+        return root_rank
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int) or \
+            root_rank not in process_set.ranks:
+        raise InvalidArgument("%s: root_rank %r is not a member of %r (root_rank is a rank of "
+                              "the job, as in Horovod)" % (call, root_rank, process_set),
+                              InvalidArgument.code)
+    return process_set.ranks.index(root_rank)
 
 
 __all__ = ["ProcessSet", "add_process_set", "remove_process_set", "global_process_set"]

@@ -1,5 +1,6 @@
 #!/bin/sh
 # hoop.torch under hooprun with Debian's /usr/bin/python3 and python3-torch:
+# - tests/python/autograd_worker.py on 1, 3 and 4 ranks: gradients through the collectives;
 # - tests/python/hvd_worker.py on 1 to 4 ranks: Horovod's API, every dtype and op, both
 #   broadcasts, allgather, objects, DistributedOptimizer against a one-process reference (plain,
 #   fp16, buckets, backward_passes_per_step, a missing gradient), join, and the refusals;
@@ -75,6 +76,16 @@ for transport in shm tcp; do
     echo "FAIL: trust_worker.py over $transport:"; echo "$out" | grep -E 'PASS|FAIL' | cut -c1-300
     echo "$out" | tail -20; status=1
   fi
+done
+
+# Gradients through hvd.allreduce, allgather, broadcast, alltoall and reducescatter
+# (tests/python/autograd_worker.py): each input's gradient against one computed in the worker from
+# every rank's weights, on 1 to 4 ranks.
+for np in 1 3 4; do
+  out=$("$hooprun" -np $np --timeout 60 "$python" "$src/tests/python/autograd_worker.py" 2>&1)
+  echo "$out" | grep -E "autograd worker|FAIL" | head -8 | cut -c1-200 | sed "s/^/  $np ranks: /"
+  [ "$(echo "$out" | grep -c "autograd worker: 9 cases, 0 failed")" = $np ] || {
+    echo "FAIL: autograd_worker.py on $np ranks:"; echo "$out" | tail -20; status=1; }
 done
 
 # Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):

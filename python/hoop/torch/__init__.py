@@ -18,7 +18,8 @@ or on a GPU where libhoop takes CUDA buffers (hoop.cuda_supported(): ranks of on
 other's GPU memory by CUDA IPC, other ranks stage through host memory). What Horovod has and hoop
 does not (Adasum) raises an error naming it. Process sets are sub-communicators of the job's,
 running at the same time as the job's calls; hvd.elastic goes on after lost ranks (shrink) and
-takes in newcomers (grow).
+takes in newcomers (grow). allreduce, allgather, broadcast, alltoall and reducescatter record a
+backward pass for a tensor that requires grad, by Horovod's rules (_autograd).
 
 Failing well: ``broadcast_parameters``, ``broadcast_optimizer_state`` and ``DistributedOptimizer``
 check that every rank has the same tensor names, shapes and dtypes, and otherwise raise
@@ -36,7 +37,8 @@ bytes, tensors, or lists, tuples and dicts of them.
 
 The package is split by responsibility: _ops (op names), _sets (process sets), _compression, _job
 (init, rank, size; the one module that holds the communicator), _handles (poll, synchronize),
-_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _objects
+_collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _autograd
+(their backward passes), _objects
 (the pickled object calls), _plain (values between ranks without pickle), _params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
 (DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic) and _backend
 (the torch.distributed backend). This module re-exports their public names.

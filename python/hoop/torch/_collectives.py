@@ -7,6 +7,7 @@ import math
 import torch
 
 from .. import Mismatch, Unsupported
+from . import _autograd
 from ._compression import Compression
 from ._handles import _post, synchronize
 from ._plain import gather_shapes
@@ -66,8 +67,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """A new tensor: op (default Average) over the ranks of tensor, sent compressed."""
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                      postscale_factor, process_set))
+    if _autograd.wants_grad(compressed):
+        out = _autograd.allreduce(compressed, average, name, op, prescale_factor,
+                                  postscale_factor, process_set)
+    else:
+        out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
+                                          postscale_factor, process_set))
     return compression.decompress(out, ctx)
 
 
@@ -146,6 +151,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor holding root_rank's tensor."""
+    if _autograd.wants_grad(tensor):
+        return _autograd.broadcast(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
@@ -197,6 +204,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along the first dimension, in rank order."""
+    if _autograd.wants_grad(tensor):
+        return _autograd.allgather(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
@@ -256,7 +265,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Rows of tensor to every rank (see alltoall_async): the rows received, and with splits the
     count from each rank, as Horovod returns them."""
-    out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    if _autograd.wants_grad(tensor):
+        out, received = _autograd.alltoall(tensor, splits, name, process_set)
+    else:
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return out if splits is None else (out, received)
 
 
@@ -298,8 +310,12 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=None,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """This rank's rows of tensor reduced over the ranks (default Average)."""
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                          postscale_factor))
+    if _autograd.wants_grad(compressed):
+        out = _autograd.reducescatter(compressed, name, op, process_set, prescale_factor,
+                                      postscale_factor)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                              postscale_factor))
     return compression.decompress(out, ctx)
 
 

@@ -9,7 +9,8 @@
 #   and Horovod's names in each call's fingerprint;
 # - tests/python/timeout_worker.py on 3 ranks: init_process_group's and new_group's timeouts
 #   and Work.wait(timeout), as torch.distributed programs set them;
-# - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one;
+# - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one, and
+#   tests/python/hvd_elastic_sampler.py: the same with a DistributedOptimizer and an ElasticSampler;
 # - tests/python/fail_worker.py: an exception on one rank, under the Horovod API and under the
 #   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
 #   on every rank within 5 s; a killed rank is PeerLost naming it;
@@ -106,6 +107,13 @@ out=$("$hooprun" -np 3 --min-np 2 --timeout 30 "$python" "$src/tests/python/hvd_
 echo "$out" | grep -E 'elastic|FAIL|Error' | head -6
 [ "$(echo "$out" | grep -c 'hvd elastic ok')" = 2 ] || {
   echo "FAIL: hvd.elastic did not go on without the lost rank"; echo "$out" | tail -20; status=1; }
+# The same as Horovod's elastic example keeps it: a DistributedOptimizer and an ElasticSampler in
+# the TorchState (tests/python/hvd_elastic_sampler.py).
+out=$("$hooprun" -np 3 --min-np 2 --timeout 30 "$python" "$src/tests/python/hvd_elastic_sampler.py" 2>&1)
+echo "$out" | grep -E 'elastic sampler|FAIL|Error' | head -6
+[ "$(echo "$out" | grep -c 'hvd elastic sampler ok')" = 2 ] || {
+  echo "FAIL: hvd.elastic with DistributedOptimizer and ElasticSampler"; echo "$out" | tail -20
+  status=1; }
 
 data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then

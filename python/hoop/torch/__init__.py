@@ -40,7 +40,7 @@ The package is split by responsibility: _ops (op names), _sets (process sets), _
 _collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _autograd
 (their backward passes), _objects
 (the pickled object calls), _plain (values between ranks without pickle), _params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
-(DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic) and _backend
+(DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic), _sampler (its ElasticSampler) and _backend
 (the torch.distributed backend). This module re-exports their public names.
 """
 

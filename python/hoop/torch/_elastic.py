@@ -27,6 +27,7 @@ from .. import Aborted, Failed, HoopError, PeerLost, ProtocolError, Timeout
 from . import _handles, _job
 from . import _plain
 from ._params import broadcast_optimizer_state, broadcast_parameters
+from ._sampler import ElasticSampler
 
 # What a lost or stopped rank makes a call raise: the job goes on without it.
 _JOB_FAILURES = (PeerLost, Timeout, Aborted, Failed, ProtocolError)
@@ -103,18 +104,26 @@ class ObjectState(State):
 
 
 class TorchState(ObjectState):
-    """A model's parameters and an optimizer's state, with plain attributes (kwargs)."""
+    """A model's parameters and an optimizer's state, with plain attributes (kwargs) and
+    ElasticSamplers (kwargs too: saved, restored and synced by their state_dict). A
+    DistributedOptimizer in it follows the job's communicator through resets (as it does
+    anywhere), its gradients' calls on the old one dropped."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         self.model, self.optimizer = model, optimizer
         self._model_saved = self._optimizer_saved = None
-        super().__init__(**kwargs)
+        self._samplers = {k: v for k, v in kwargs.items() if isinstance(v, ElasticSampler)}
+        self._samplers_saved = {}
+        for name, sampler in self._samplers.items():
+            setattr(self, name, sampler)
+        super().__init__(**{k: v for k, v in kwargs.items() if k not in self._samplers})
 
     def save(self):
         if self.model is not None:
             self._model_saved = copy.deepcopy(self.model.state_dict())
         if self.optimizer is not None:
             self._optimizer_saved = copy.deepcopy(self.optimizer.state_dict())
+        self._samplers_saved = {k: s.state_dict() for k, s in self._samplers.items()}
         super().save()
 
     def restore(self):
@@ -122,13 +131,20 @@ class TorchState(ObjectState):
             self.model.load_state_dict(self._model_saved)
         if self.optimizer is not None and self._optimizer_saved is not None:
             self.optimizer.load_state_dict(self._optimizer_saved)
+        for name, saved in self._samplers_saved.items():
+            self._samplers[name].load_state_dict(saved)
         super().restore()
 
     def sync(self):
+        if hasattr(self.optimizer, "_reset") and hasattr(self.optimizer, "_inflight"):
+            self.optimizer._reset()  # a DistributedOptimizer: no call of the old communicator
         if self.model is not None:
             broadcast_parameters(self.model.state_dict(), root_rank=0)
         if self.optimizer is not None:
             broadcast_optimizer_state(self.optimizer, root_rank=0)
+        comm = _job._live("hvd.elastic.TorchState.sync")
+        for name in sorted(self._samplers):
+            self._samplers[name]._sync(comm, "hvd.elastic.TorchState.sync")
         super().sync()
 
 
@@ -173,4 +189,5 @@ def run(func):
     return wrapper
 
 
-__all__ = ["run", "State", "ObjectState", "TorchState", "HostsUpdatedInterrupt"]
+__all__ = ["run", "State", "ObjectState", "TorchState", "HostsUpdatedInterrupt",
+           "ElasticSampler"]

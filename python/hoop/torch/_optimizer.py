@@ -34,10 +34,12 @@ class _DistributedMixin:
     """What DistributedOptimizer adds to the user's optimizer class (see there)."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups, sparse_as_dense, comm):
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set):
         super().__init__(params)
         call = "hvd.DistributedOptimizer"
-        self._comm = comm  # the job's, or a process set's
+        # The job's communicator, or a process set's, looked up at each use (_comm): after an
+        # elastic reset the job's is the next generation's.
+        self._process_set = process_set
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         if op not in (Average, Sum):
@@ -52,8 +54,7 @@ class _DistributedMixin:
         # after; otherwise hoop's own avg or sum.
         self._op = Sum if gradient_predivide_factor != 1.0 else op
         self._prescale = 1.0 / gradient_predivide_factor
-        self._postscale = (gradient_predivide_factor / self._comm.size
-                           if gradient_predivide_factor != 1.0 else 1.0)
+        self._predivide = gradient_predivide_factor
         self._passes = backward_passes_per_step
 
         ordered = [p for group in self.param_groups for p in group["params"]]
@@ -84,8 +85,15 @@ class _DistributedMixin:
         self._reset()
         self._should_synchronize = True
         self._synchronized = False
-        if self._comm.size > 1:
-            self._register_hooks()
+        self._register_hooks()  # idle while the job has one rank (it may grow)
+
+    @property
+    def _comm(self):
+        return _process_set(self._process_set, "hvd.DistributedOptimizer")
+
+    @property
+    def _postscale(self):
+        return self._predivide / self._comm.size if self._predivide != 1.0 else 1.0
 
     def _make_buckets(self, groups, call):
         """Fixed buckets, the same on every rank: parameters in the reverse of their order (as
@@ -131,6 +139,8 @@ class _DistributedMixin:
 
     def _make_hook(self, p):
         def hook(*ignored):
+            if self._comm.size == 1:
+                return  # nothing to average (synchronize returns at once)
             if self._delay[p] <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before "
@@ -262,10 +272,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     waits for them, then steps. Buckets are fixed and go out in one order on every rank, so no
     coordinator is needed. The result is an instance of the optimizer's own class."""
     call = "hvd.DistributedOptimizer"
-    comm = _process_set(process_set, call)
+    _process_set(process_set, call)  # refused at once where it would be at each step
     if groups is None and num_groups:
         groups = num_groups
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedMixin, base), {"__module__": base.__module__})
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, sparse_as_dense, comm)
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)

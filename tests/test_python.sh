@@ -40,6 +40,13 @@ for np in 1 2 3 4; do
     status=1
   fi
 done
+# A chain of waits reaching a timeout: the rank that a peer gave up on names the rank it waits
+# for itself (tests/python/chain_worker.py).
+out=$(HOOP_TRANSPORT=shm "$build/tools/hooprun" -np 3 --timeout 60 "$python" \
+  "$src/tests/python/chain_worker.py" 2>&1)
+echo "$out" | grep '^\[1\] chain' | cut -c1-160
+echo "$out" | grep -q '^\[1\] chain: rank 1: .*gave up waiting for this rank, which was itself waiting for rank 0' || {
+  echo "FAIL: chain of waits: rank 1 did not name rank 0"; echo "$out" | tail -10; status=1; }
 # A job that loses a rank and goes on: Communicator.shrink() under hooprun --min-np.
 out=$("$build/tools/hooprun" -np 3 --min-np 2 --timeout 30 "$python" \
   "$src/tests/python/elastic_worker.py" 2>&1)

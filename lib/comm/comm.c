@@ -399,6 +399,7 @@ hoop_comm *hoop__comm_new(void) {
   comm->local_size = 1;
   comm->fail_origin = -1;
   comm->rdzv_fd = -1;
+  comm->waiting_for = -1;
   comm->mem = &hoop__mem_host;
   hoop__lock_init(&comm->call_lock);
   comm->net = comm;

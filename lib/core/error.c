@@ -177,6 +177,15 @@ hoop_result hoop__peer_notice(hoop_comm *comm, int peer, hoop_result code, int o
     return hoop__fail(comm, code, "%s", text);
   unsigned long long seq;
   const char *call = hoop__net_call(comm, &seq);
+  /* A peer that gave up waiting for this rank while this rank waited for another (a chain of
+   * waits that all reach the timeout at once): the story is the rank this one waits for. */
+  int waited = hoop__net(comm)->waiting_for;
+  if (origin == comm->rank && code == HOOP_ERR_TIMEOUT && waited >= 0 && waited != comm->rank &&
+      waited != peer)
+    return hoop__fail(comm, code,
+                      "%s (call #%llu): rank %d gave up waiting for this rank, which was itself "
+                      "waiting for rank %d (told by rank %d: %s)",
+                      call ? call : "hoop", seq, peer, waited, peer, text);
   return hoop__fail(comm, code,
                     "%s (call #%llu): aborted because rank %d failed (told by rank %d): %s",
                     call ? call : "hoop", seq, origin, peer, text);

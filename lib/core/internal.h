@@ -131,6 +131,7 @@ struct hoop_comm {
   double call_started; /* when the running call began, for the stall warning */
   int stall_warned;    /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */
   int call_waited;     /* the running call read the clock while it waited (transport/wait.c) */
+  int waiting_for;     /* net's: the rank its running wait waits for (transport/wait.c), or -1 */
   int kernel_ranks;    /* ranks on this rank's kernel, any network namespace (transport/select.c) */
   hoop_result failed;  /* sticky: once set, every call is refused */
   char last_error[1024];

@@ -335,6 +335,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
   hoop_comm *net = hoop__net(comm);
   double now = hoop__now();
   comm->call_waited = 1;
+  net->waiting_for = req->peer; /* for a peer's notice that blames this rank (core/error.c) */
   if (!state->started) {
     state->started = 1;
     state->deadline = now + comm->timeout_s;
@@ -419,6 +420,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
     }
   }
   result = hoop__drive_end(comm, outer, result);
+  net->waiting_for = -1;
   state->deadline = deadline;
   state->in_grace = in_grace;
   return result;

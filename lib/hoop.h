@@ -125,6 +125,8 @@ typedef struct hoop_config {
   int join_running;       /* 1: a newcomer: join the job that runs under this id at its next
                              generation (hoop_comm_grow); size is then only a bound and rank
                              is ignored */
+  int reproducible;       /* 1: reproducible mode (hoop_comm_set_reproducible); 0: as
+                             HOOP_REPRODUCIBLE says (default off) */
 } hoop_config;
 
 /* Fill config (struct_size bytes of it) with the defaults. Call it through hoop_config_init. */
@@ -224,6 +226,20 @@ HOOP_API unsigned int hoop_comm_generation(const hoop_comm *comm);
 HOOP_API hoop_result hoop_comm_set_timeout(hoop_comm *comm, double seconds);
 /* comm's timeout in seconds (0 for a NULL comm). */
 HOOP_API double hoop_comm_timeout(const hoop_comm *comm);
+
+/* Reproducible mode (hoop(3), "Reproducible reductions"): on (1), every reducing call on comm
+ * (allreduce, reduce-scatter, reduce, allreduce_many, in every form) returns bits that depend only
+ * on the inputs and the rank count: each element is combined over one fixed binary tree of the
+ * ranks in rank order, whatever algorithm, transport, host layout, chunk size, fusion or buffer
+ * kind the call goes by. Off (0), the fastest algorithm decides the order, and the bits may change
+ * with those. From the next call on; every rank of comm must set it alike (with HOOP_CHECK_CALLS,
+ * ranks that differ fail with HOOP_ERR_MISMATCH where messages carry the difference).
+ * Sub-communicators made afterwards start with comm's setting. HOOP_REPRODUCIBLE=1, or
+ * hoop_config's reproducible, turns it on at init. HOOP_ERR_INVALID_ARG for a NULL comm or another
+ * value. */
+HOOP_API hoop_result hoop_comm_set_reproducible(hoop_comm *comm, int on);
+/* 1 when comm is in reproducible mode (0 for a NULL comm). */
+HOOP_API int hoop_comm_reproducible(const hoop_comm *comm);
 
 HOOP_API int hoop_rank(const hoop_comm *comm);
 HOOP_API int hoop_size(const hoop_comm *comm);

@@ -154,6 +154,51 @@ START_TEST(test_comm_timeout) {
 }
 END_TEST
 
+/* hoop_comm_set_reproducible: off by default, 1 and 0 taken and read back, a sub-communicator
+ * made afterwards starts with it; other values refused with a message; HOOP_REPRODUCIBLE and
+ * hoop_config's reproducible turn it on at init, a bad HOOP_REPRODUCIBLE fails init. A reducing
+ * call on one rank gives its input in the mode too. */
+START_TEST(test_comm_reproducible) {
+  hoop_comm *comm = single_rank();
+  ck_assert_int_eq(hoop_comm_reproducible(comm), 0);
+  ck_assert_int_eq(hoop_comm_set_reproducible(comm, 1), HOOP_OK);
+  ck_assert_int_eq(hoop_comm_reproducible(comm), 1);
+  ASSERT_INVALID(hoop_comm_set_reproducible(comm, 2), comm);
+  ck_assert_int_eq(hoop_comm_reproducible(comm), 1);
+  ck_assert_int_eq(hoop_comm_set_reproducible(NULL, 1), HOOP_ERR_INVALID_ARG);
+  ck_assert_int_eq(hoop_comm_reproducible(NULL), 0);
+  hoop_comm *row = NULL;
+  ck_assert_int_eq(hoop_comm_split(comm, 0, 0, &row), HOOP_OK);
+  ck_assert_int_eq(hoop_comm_reproducible(row), 1);
+  float in[3] = {1.5f, -2.25f, 1e-8f}, out[3] = {0};
+  ck_assert_int_eq(hoop_allreduce(row, in, out, 3, HOOP_FLOAT32, HOOP_AVG), HOOP_OK);
+  ck_assert(memcmp(in, out, sizeof in) == 0);
+  ck_assert_int_eq(hoop_comm_set_reproducible(row, 0), HOOP_OK);
+  ck_assert(hoop_comm_reproducible(row) == 0 && hoop_comm_reproducible(comm) == 1);
+  ck_assert_int_eq(hoop_finalize(row), HOOP_OK);
+  ck_assert_int_eq(hoop_finalize(comm), HOOP_OK);
+
+  hoop_config config;
+  hoop_config_init(&config);
+  config.size = 1;
+  config.reproducible = 1;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_OK);
+  ck_assert_int_eq(hoop_comm_reproducible(comm), 1);
+  ck_assert_int_eq(hoop_finalize(comm), HOOP_OK);
+  setenv("HOOP_REPRODUCIBLE", "1", 1);
+  comm = single_rank();
+  ck_assert_int_eq(hoop_comm_reproducible(comm), 1);
+  ck_assert_int_eq(hoop_finalize(comm), HOOP_OK);
+  setenv("HOOP_REPRODUCIBLE", "yes", 1);
+  config.reproducible = 0;
+  ck_assert_int_eq(hoop_init(&comm, &config), HOOP_ERR_INVALID_ARG);
+  ck_assert_msg(strstr(hoop_last_error(comm), "HOOP_REPRODUCIBLE 'yes' is not 0 or 1"), "%s",
+                hoop_last_error(comm));
+  hoop_finalize(comm);
+  unsetenv("HOOP_REPRODUCIBLE");
+}
+END_TEST
+
 /* hoop_register and hoop_deregister: bad arguments are refused with a message that names them,
  * and a registered buffer works in collectives (over TCP registration is bookkeeping only). */
 START_TEST(test_register_arguments) {
@@ -657,6 +702,7 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_invalid_arguments);
   tcase_add_test(tc, test_call_names);
   tcase_add_test(tc, test_comm_timeout);
+  tcase_add_test(tc, test_comm_reproducible);
   tcase_add_test(tc, test_invalid_config);
   tcase_add_test(tc, test_config_size_and_version);
   tcase_add_test(tc, test_register_arguments);

@@ -832,6 +832,111 @@ START_TEST(test_finish_leaves_other_ops_alone) {
 }
 END_TEST
 
+/* ---- the fixed tree ----------------------------------------------------------------------------
+ */
+
+/* The tree of reduce.h, recursively: [lo, hi) split at the largest power of two below hi - lo. */
+static int tree_split(int n) {
+  int p = 1;
+  while (p * 2 < n)
+    p *= 2;
+  return p;
+}
+static float tree_f(const float *x, int lo, int hi, int prod) {
+  if (hi - lo == 1)
+    return x[lo];
+  int mid = lo + tree_split(hi - lo);
+  float a = tree_f(x, lo, mid, prod), b = tree_f(x, mid, hi, prod);
+  return prod ? a * b : a + b;
+}
+static double tree_d(const double *x, int lo, int hi) {
+  if (hi - lo == 1)
+    return x[lo];
+  int mid = lo + tree_split(hi - lo);
+  return tree_d(x, lo, mid) + tree_d(x, mid, hi);
+}
+
+/* hoop__reduce_fixed on 1 to 40 sources of 300 elements (three tiles, the last partial) against
+ * the recursive tree: float32 sum and prod, float64 sum, bfloat16 sum (in float, rounded once),
+ * float32 avg; dst the last source exactly. Values of mixed signs and exponents, which round
+ * differently in every order. */
+START_TEST(test_reduce_fixed_tree) {
+  enum { COUNT = 300, MAX = 40 };
+  static float f[MAX][COUNT];
+  static double d[MAX][COUNT];
+  static uint16_t b[MAX][COUNT];
+  unsigned seed = 7;
+  for (int r = 0; r < MAX; r++)
+    for (int i = 0; i < COUNT; i++) {
+      seed = seed * 1103515245u + 12345u;
+      double v = ldexp(1.0 + (seed >> 8 & 0xffff) / 65536.0, (int)(seed >> 24) % 25 - 12);
+      v = seed & 1 ? -v : v;
+      d[r][i] = v;
+      f[r][i] = (float)v;
+      b[r][i] = hoop__float_to_bf16((float)v);
+    }
+  for (int n = 1; n <= MAX; n++) {
+    const void *srcs[MAX];
+    float got[COUNT], want[COUNT], col[MAX];
+    double dgot[COUNT], dcol[MAX];
+    uint16_t bgot[COUNT];
+    for (int op = 0; op < 3; op++) {
+      hoop_op hop = op == 0 ? HOOP_SUM : op == 1 ? HOOP_PROD : HOOP_AVG;
+      for (int r = 0; r < n; r++)
+        srcs[r] = f[r];
+      hoop__reduce_fixed(got, srcs, n, COUNT, HOOP_FLOAT32, hop);
+      for (int i = 0; i < COUNT; i++) {
+        for (int r = 0; r < n; r++)
+          col[r] = op == 1 ? 1.0f + f[r][i] / 1024.0f : f[r][i];
+        want[i] = tree_f(col, 0, n, op == 1);
+        if (op == 2)
+          want[i] /= (float)n;
+      }
+      if (op == 1) { /* products of values near 1, which stay in range over 40 sources */
+        static float near1[MAX][COUNT];
+        for (int r = 0; r < n; r++) {
+          for (int i = 0; i < COUNT; i++)
+            near1[r][i] = 1.0f + f[r][i] / 1024.0f;
+          srcs[r] = near1[r];
+        }
+        hoop__reduce_fixed(got, srcs, n, COUNT, HOOP_FLOAT32, hop);
+      }
+      ck_assert_msg(memcmp(got, want, sizeof got) == 0, "float32 %s over %d sources",
+                    hoop_op_name(hop), n);
+    }
+    for (int r = 0; r < n; r++)
+      srcs[r] = d[r];
+    hoop__reduce_fixed(dgot, srcs, n, COUNT, HOOP_FLOAT64, HOOP_SUM);
+    for (int i = 0; i < COUNT; i++) {
+      for (int r = 0; r < n; r++)
+        dcol[r] = d[r][i];
+      double w = tree_d(dcol, 0, n);
+      ck_assert_msg(memcmp(&dgot[i], &w, sizeof w) == 0, "float64 sum over %d sources, element %d",
+                    n, i);
+    }
+    for (int r = 0; r < n; r++)
+      srcs[r] = b[r];
+    hoop__reduce_fixed(bgot, srcs, n, COUNT, HOOP_BFLOAT16, HOOP_SUM);
+    for (int i = 0; i < COUNT; i++) {
+      for (int r = 0; r < n; r++)
+        col[r] = hoop__bf16_to_float(b[r][i]);
+      ck_assert_msg(bgot[i] == hoop__float_to_bf16(tree_f(col, 0, n, 0)),
+                    "bfloat16 sum over %d sources, element %d", n, i);
+    }
+    /* In place: the last source is the destination. */
+    static float last[COUNT];
+    memcpy(last, f[n - 1], sizeof last);
+    for (int r = 0; r < n; r++)
+      srcs[r] = r == n - 1 ? last : f[r];
+    hoop__reduce_fixed(last, srcs, n, COUNT, HOOP_FLOAT32, HOOP_SUM);
+    for (int r = 0; r < n; r++)
+      srcs[r] = f[r];
+    hoop__reduce_fixed(got, srcs, n, COUNT, HOOP_FLOAT32, HOOP_SUM);
+    ck_assert_msg(memcmp(got, last, sizeof got) == 0, "float32 sum in place over %d sources", n);
+  }
+}
+END_TEST
+
 /* ---- runner ---------------------------------------------------------------------------------- */
 
 static Suite *reduce_suite(void) {
@@ -866,6 +971,10 @@ static Suite *reduce_suite(void) {
   tcase_add_test(bf16, test_bf16_every_tie);
   tcase_add_test(bf16, test_bf16_random_floats);
   suite_add_tcase(s, bf16);
+
+  TCase *fixed = tcase_create("fixed tree");
+  tcase_add_test(fixed, test_reduce_fixed_tree);
+  suite_add_tcase(s, fixed);
 
   TCase *finish = tcase_create("finish");
   tcase_add_test(finish, test_finish_integers_round_toward_zero);

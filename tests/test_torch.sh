@@ -89,6 +89,19 @@ for np in 1 3 4; do
     echo "FAIL: autograd_worker.py on $np ranks:"; echo "$out" | tail -20; status=1; }
 done
 
+# Reproducible mode from Python (tests/python/repro_worker.py): hoop.Communicator(reproducible=
+# True), the backend under torch.use_deterministic_algorithms(True), and hvd on the same job, bit
+# for bit against the fixed tree computed in torch; over shared memory and TCP.
+for transport in shm tcp; do
+  for part in comm torch; do
+    out=$(HOOP_TRANSPORT=$transport "$hooprun" -np 3 --timeout 60 "$python" \
+      "$src/tests/python/repro_worker.py" $part 2>&1)
+    echo "$out" | grep -E "repro worker|FAIL" | head -4 | cut -c1-200 | sed "s/^/  $transport $part: /"
+    [ "$(echo "$out" | grep -c "repro worker: [0-9]* cases, 0 failed")" = 3 ] || {
+      echo "FAIL: repro_worker.py $part over $transport:"; echo "$out" | tail -20; status=1; }
+  done
+done
+
 # Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):
 # HOOP_TIMEOUT=2 in the environment, a group's own timeout wins over it, a late rank 0 is waited
 # for that long and not longer, and Work.wait(timeout) stops at its own.

@@ -405,50 +405,55 @@ hoop_result hoop__direct_reduce(hoop_comm *comm, hoop__arena *arena, const char 
   return result;
 }
 
-hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__direct_share(hoop_comm *comm, hoop__arena *arena, char *dst, const size_t *offset,
+                               const size_t *length, size_t esize) {
   int n = comm->size, r = comm->rank;
-  ring_plan plan;
-  plan_segments(comm, args->count, args->esize, &plan);
-  char *dst = args->recvbuf;
   /* The receives of each other segment apart (indexed by its owner), to wait for them segment by
    * segment: a result that is drained while the call runs leaves as each one lands (mem/kind.h). */
   hoop__arena *landing = calloc((size_t)n, sizeof *landing);
   if (!landing)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests", comm->call);
-  hoop__arena arena = {0};
-  hoop_result result =
-      hoop__direct_reduce(comm, &arena, args->sendbuf, dst + plan.offset[r], plan.offset,
-                          plan.length, args->esize, args->dtype, args->op);
-  /* The finished segment to every peer, and every other segment from its owner, in place. A
-   * segment this rank sent from an in-place buffer is written here only once its owner has
+  /* A segment this rank sent from an in-place buffer is written here only once its owner has
    * finished it, after reading all of this rank's part. */
+  hoop_result result = HOOP_OK;
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int peer = (r + k) % n;
-    result = hoop__arena_isend_chunks(comm, &arena, peer, dst + plan.offset[r], plan.length[r],
-                                      args->esize);
+    result = hoop__arena_isend_chunks(comm, arena, peer, dst + offset[r], length[r], esize);
   }
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int peer = (r - k + n) % n;
-    size_t cut = hoop__chunk_bytes(comm, plan.length[peer], args->esize);
-    for (size_t done = 0; done < plan.length[peer] && result == HOOP_OK; done += cut) {
+    size_t cut = hoop__chunk_bytes(comm, length[peer], esize);
+    for (size_t done = 0; done < length[peer] && result == HOOP_OK; done += cut) {
       hoop__transfer *req = hoop__arena_next(comm, &landing[peer]);
-      result =
-          req ? hoop__irecv(comm, peer, dst + plan.offset[peer] + done,
-                            plan.length[peer] - done < cut ? plan.length[peer] - done : cut, req)
-              : HOOP_ERR_SYSTEM;
+      result = req ? hoop__irecv(comm, peer, dst + offset[peer] + done,
+                                 length[peer] - done < cut ? length[peer] - done : cut, req)
+                   : HOOP_ERR_SYSTEM;
     }
   }
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int peer = (r - k + n) % n;
     result = hoop__arena_wait_all(comm, &landing[peer]);
     if (result == HOOP_OK)
-      hoop__kind_done(comm, dst + plan.offset[peer], plan.length[peer]);
+      hoop__kind_done(comm, dst + offset[peer], length[peer]);
   }
   if (result == HOOP_OK)
-    result = hoop__arena_wait_all(comm, &arena);
+    result = hoop__arena_wait_all(comm, arena);
   for (int k = 0; k < n; k++)
     hoop__arena_free(&landing[k]);
   free(landing);
+  return result;
+}
+
+hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args) {
+  ring_plan plan;
+  plan_segments(comm, args->count, args->esize, &plan);
+  char *dst = args->recvbuf;
+  hoop__arena arena = {0};
+  hoop_result result =
+      hoop__direct_reduce(comm, &arena, args->sendbuf, dst + plan.offset[comm->rank], plan.offset,
+                          plan.length, args->esize, args->dtype, args->op);
+  if (result == HOOP_OK)
+    result = hoop__direct_share(comm, &arena, dst, plan.offset, plan.length, args->esize);
   hoop__arena_free(&arena);
   return result;
 }

@@ -3,8 +3,9 @@
  * No message, frame or queue is involved: a small allreduce costs each rank one store of its line
  * and one miss per peer; a broadcast's root publishes and goes on, up to HOOP__BOARD_SLOTS - 1
  * calls ahead of its slowest receiver. Every rank reduces the slots in rank order, so all get the
- * same bits. A call that does not fit a slot, or a communicator without a board, runs the
- * algorithm the cut-over table would choose for small calls without the board. */
+ * same bits; in reproducible mode over the fixed tree (repro.c), as every other path would. A call
+ * that does not fit a slot, or a communicator without a board, runs the algorithm the cut-over
+ * table would choose for small calls without the board. */
 #include "coll/coll.h"
 #include "core/env.h"
 
@@ -76,12 +77,27 @@ static hoop_result wait_all(hoop_comm *comm, hoop__board *board, uint64_t seq) {
   return result;
 }
 
+/* Reproducible mode: every rank's part over the fixed tree (repro.c), this rank's from its input
+ * (mine) and the others' from their slots, at byte offset at of each slot of total bytes. */
+static hoop_result reduce_fixed(hoop_comm *comm, hoop__board *board, uint64_t seq,
+                                const hoop__coll_args *args, const void *mine, size_t at,
+                                size_t total) {
+  const void *srcs[HOOP__BOARD_MAX_RANKS];
+  for (int r = 0; r < comm->size; r++)
+    srcs[r] = r == comm->rank ? mine : (const char *)hoop__board_slot(board, r, seq, total) + at;
+  return hoop__kind_reduce_fixed(comm, args->recvbuf, srcs, comm->size, args->count, args->dtype,
+                                 args->op);
+}
+
 /* An allreduce's result: every slot (of count elements), reduced in rank order on every rank, so
  * that all ranks get the same bits. */
 static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t seq,
                                 const hoop__coll_args *args) {
   size_t bytes = args->bytes, count = args->count;
   void *dst = args->recvbuf;
+  if (comm->reproducible)
+    return reduce_fixed(comm, board, seq, args, hoop__board_slot(board, comm->rank, seq, bytes), 0,
+                        bytes);
   hoop_result result =
       hoop__kind_reduce3(comm, dst, hoop__board_slot(board, 0, seq, bytes),
                          hoop__board_slot(board, 1, seq, bytes), count, args->dtype, args->op);
@@ -96,7 +112,8 @@ static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t se
 hoop_result hoop__allreduce_board(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__board *board = board_for(comm, args->bytes);
   if (!board)
-    return hoop__allreduce_rd(comm, args);
+    return comm->reproducible ? hoop__allreduce_repro_all(comm, args)
+                              : hoop__allreduce_rd(comm, args);
   uint64_t seq = hoop__board_next(board);
   hoop_result result = post(comm, board, seq, args->sendbuf, args->bytes);
   if (result == HOOP_OK)
@@ -186,10 +203,22 @@ hoop_result hoop__reduce_scatter_board(hoop_comm *comm, const hoop__coll_args *a
   size_t total = args->bytes * (size_t)comm->size;
   hoop__board *board = board_for(comm, total);
   if (!board)
-    return hoop__reduce_scatter_direct(comm, args);
+    return comm->reproducible ? hoop__reduce_scatter_repro(comm, args)
+                              : hoop__reduce_scatter_direct(comm, args);
   uint64_t seq = hoop__board_next(board);
   size_t mine = (size_t)comm->rank * args->bytes;
   hoop_result result = post_others(comm, board, seq, args, total);
+  if (comm->reproducible) {
+    /* Every part is needed before the tree's first step: all slots first. */
+    if (result == HOOP_OK)
+      result = wait_all(comm, board, seq);
+    if (result == HOOP_OK)
+      result =
+          reduce_fixed(comm, board, seq, args, (const char *)args->sendbuf + mine, mine, total);
+    if (result == HOOP_OK)
+      hoop__board_done(comm, board, seq, 1);
+    return result;
+  }
   const void *acc = (const char *)args->sendbuf + mine;
   for (int r = 0; r < comm->size && result == HOOP_OK; r++) {
     if (r == comm->rank)

@@ -132,6 +132,12 @@ hoop_result hoop__direct_reduce(hoop_comm *comm, hoop__arena *arena, const char 
                                 const size_t *offset, const size_t *length, size_t esize,
                                 hoop_dtype dtype, hoop_op op);
 
+/* The second half of the direct algorithm: this rank's finished segment of dst (offset[rank],
+ * length[rank]) to every peer, and every other segment from its owner into its place in dst;
+ * waits for those and for every request on arena. */
+hoop_result hoop__direct_share(hoop_comm *comm, hoop__arena *arena, char *dst, const size_t *offset,
+                               const size_t *length, size_t esize);
+
 /* Receives a ring pass keeps posted ahead of the chunk it waits for (see hoop__recv_ahead). */
 #define HOOP__RING_RECV_DEPTH 2
 
@@ -172,6 +178,7 @@ typedef struct hoop__algo {
   hoop__algo_fn run;
   hoop__algo_traits traits;
   const char *what;
+  int repro; /* in reproducible mode it combines over the fixed tree (repro.c) */
 } hoop__algo;
 
 /* dispatch.c: the checks of a call's arguments, made when it is posted (HOOP_OK, or the error
@@ -223,6 +230,19 @@ hoop_result hoop__reduce_scatter_board(hoop_comm *comm, const hoop__coll_args *a
 hoop_result hoop__alltoall_board(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__coll_board_open(hoop_comm *comm);
 void hoop__coll_board_free(hoop_comm *comm);
+
+/* repro.c: reproducible mode's algorithms, each element combined over mem/reduce.h's fixed tree
+ * (the board's allreduce and reduce-scatter do the same in that mode). */
+hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
+/* A reducing collective in reproducible mode on comm. */
+static inline int hoop__coll_repro(const hoop_comm *comm, hoop__coll coll) {
+  return comm->reproducible && (coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE ||
+                                coll == HOOP__COLL_REDUCE_SCATTER);
+}
 
 /* Free the point-to-point messages' kept stages (p2p.c; hoop_finalize). */
 void hoop__p2p_free(hoop_comm *comm);

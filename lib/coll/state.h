@@ -24,6 +24,7 @@ struct hoop__coll_state {
     const void *algo;
   } tune_last[HOOP__COLL_COUNT];
   const char *algo_name; /* the running collective's algorithm (tune.c), for the trace */
+  int repro_told;        /* reproducible mode passed over HOOP_ALGO's choice, said (tune.c) */
   /* Every rank is on this host and they outnumber its online CPUs: ranks take turns on the
    * cores, so hops cost wakeups and copies rather than link time (same on every rank). */
   int crowded;

@@ -65,6 +65,11 @@ enum {
   BAR_BOARD,
   RS_BOARD,
   A2A_BOARD,
+  AR_REPRO,
+  AR_REPRO_ALL,
+  RS_REPRO,
+  RD_REPRO,
+  RD_REPRO_ALL,
   ALGORITHMS
 };
 
@@ -126,7 +131,7 @@ static const algorithm algorithms[] = {
                    "the root sends every block straight to its owner"},
     /* The board's (board.c): every rank's part in its own slot of one shared segment. */
     [AR_BOARD] = {HOOP__COLL_ALLREDUCE, "board", hoop__allreduce_board, WHOLE,
-                  "on the board: every rank reduces every rank's slot"},
+                  "on the board: every rank reduces every rank's slot", 1},
     [BC_BOARD] = {HOOP__COLL_BROADCAST, "board", hoop__broadcast_board, WHOLE,
                   "on the board: the root publishes, every rank copies"},
     [AG_BOARD] = {HOOP__COLL_ALLGATHER, "board", hoop__allgather_board, WHOLE,
@@ -134,9 +139,25 @@ static const algorithm algorithms[] = {
     [BAR_BOARD] = {HOOP__COLL_BARRIER, "board", hoop__barrier_board, WHOLE,
                    "on the board: every rank waits for every rank's slot"},
     [RS_BOARD] = {HOOP__COLL_REDUCE_SCATTER, "board", hoop__reduce_scatter_board, WHOLE,
-                  "on the board: every rank reduces its block from every rank's slot"},
+                  "on the board: every rank reduces its block from every rank's slot", 1},
     [A2A_BOARD] = {HOOP__COLL_ALLTOALL, "board", hoop__alltoall_board, WHOLE,
                    "on the board: every rank copies its block from every rank's slot"},
+    /* Reproducible mode's (repro.c): every element over the fixed tree of the ranks. */
+    [AR_REPRO] = {HOOP__COLL_ALLREDUCE, "repro", hoop__allreduce_repro, WHOLE,
+                  "each segment's owner reduces every rank's part over the fixed tree, then "
+                  "sends it to every rank",
+                  1},
+    [AR_REPRO_ALL] = {HOOP__COLL_ALLREDUCE, "repro-all", hoop__allreduce_repro_all, WHOLE,
+                      "every rank takes every rank's input and reduces them over the fixed tree",
+                      1},
+    [RS_REPRO] = {HOOP__COLL_REDUCE_SCATTER, "repro", hoop__reduce_scatter_repro, WHOLE,
+                  "each rank reduces its block from every rank's part over the fixed tree", 1},
+    [RD_REPRO] = {HOOP__COLL_REDUCE, "repro", hoop__reduce_repro, WHOLE,
+                  "each segment's owner reduces every rank's part over the fixed tree, then sends "
+                  "it to the root",
+                  1},
+    [RD_REPRO_ALL] = {HOOP__COLL_REDUCE, "repro-all", hoop__reduce_repro_all, WHOLE,
+                      "the root takes every rank's input and reduces them over the fixed tree", 1},
 };
 
 static const char *const coll_names[HOOP__COLL_COUNT] = {
@@ -271,6 +292,21 @@ static const cutover cutovers[] = {
 };
 #define CUTOVERS (sizeof cutovers / sizeof cutovers[0])
 
+/* Reproducible mode's rows for the reducing collectives (hoop__coll_repro): only algorithms that
+ * combine over the fixed tree. Small calls take every input whole where one round of messages
+ * beats the owner algorithm's two. */
+#define REPRO_ALL_BYTES (16 * 1024)
+static const cutover repro_cutovers[] = {
+    {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_BOARD]},
+    {HOOP__COLL_ALLREDUCE, ANY, REPRO_ALL_BYTES, &algorithms[AR_REPRO_ALL]},
+    {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_REPRO]},
+    {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
+    {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_REPRO]},
+    {HOOP__COLL_REDUCE, ANY, REPRO_ALL_BYTES, &algorithms[RD_REPRO_ALL]},
+    {HOOP__COLL_REDUCE, ANY, NO_LIMIT, &algorithms[RD_REPRO]},
+};
+#define REPRO_CUTOVERS (sizeof repro_cutovers / sizeof repro_cutovers[0])
+
 /* The job's shape, the same on every rank: the rank count, and the rank table's host counts. */
 static unsigned job_shape(const hoop_comm *comm) {
   int n = comm->size;
@@ -308,10 +344,11 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
   return hoop__set_error(
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
-      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board; broadcast: "
-      "chain, tree, board; allgather: ring, rd, bruck, direct, board; barrier: dissemination, "
-      "board; reduce_scatter: ring, direct, halving, board; alltoall: pairwise, bruck, board; "
-      "alltoallv: pairwise)",
+      "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board, repro, "
+      "repro-all; broadcast: chain, tree, board; allgather: ring, rd, bruck, direct, board; "
+      "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro; "
+      "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "
+      "repro, repro-all; gather, scatter: tree, linear)",
       comm->call, text, why);
 }
 
@@ -408,10 +445,42 @@ static hoop_result read_tuning(hoop_comm *comm) {
   return HOOP_OK;
 }
 
+/* Reproducible mode's choice: HOOP_ALGO's algorithm where it combines over the fixed tree (any
+ * other is passed over, said once at info), else the first of its rows that fits. */
+static hoop_result tune_repro(hoop_comm *comm, const hoop__coll_args *args,
+                              const hoop__algo **out) {
+  int forced = comm->coll->forced_algo[args->coll];
+  if (forced >= 0 && algorithms[forced].repro) {
+    *out = &algorithms[forced];
+    return HOOP_OK;
+  }
+  if (forced >= 0 && !comm->coll->repro_told) {
+    HOOP__INFO(HOOP_SUBSYS_COLL,
+               "reproducible mode: HOOP_ALGO's %s:%s does not combine over the fixed tree; "
+               "reducing calls choose among those that do",
+               coll_names[args->coll], algorithms[forced].name);
+    comm->coll->repro_told = 1;
+  }
+  size_t bytes =
+      args->coll == HOOP__COLL_REDUCE_SCATTER ? args->bytes * (size_t)comm->size : args->bytes;
+  unsigned shape = job_shape(comm);
+  for (size_t i = 0; i < REPRO_CUTOVERS; i++) {
+    const cutover *row = &repro_cutovers[i];
+    if (row->coll == args->coll && (shape & row->when) == row->when && bytes <= row->max_bytes) {
+      *out = row->algo;
+      return HOOP_OK;
+    }
+  }
+  return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: no algorithm fits (tune.c's table)",
+                         comm->call);
+}
+
 hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo **out) {
   hoop_result result;
   if (!comm->coll->tuning_read && (result = read_tuning(comm)) != HOOP_OK)
     return result;
+  if (hoop__coll_repro(comm, args->coll))
+    return tune_repro(comm, args, out);
   int forced = comm->coll->forced_algo[args->coll];
   if (forced >= 0) {
     *out = &algorithms[forced];
@@ -488,6 +557,10 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
    * communicator whose ranks agreed that none has one never asks again. */
   if (comm->size < 2 || !comm->coll->hosts || !hoop__mem_kinds_built() ||
       comm->coll->path_kinds == HOOP__PATH_KINDS_ASKED)
+    return 0;
+  /* Reproducible mode's tree runs on host memory (the device kind has no kernel for it yet):
+   * reducing calls on device buffers are staged, alike on every rank. */
+  if (hoop__coll_repro(comm, args->coll))
     return 0;
   /* Each path's settings (alike on every rank) bound the calls it may take from below. */
   if (!comm->coll->path_floor_known) {

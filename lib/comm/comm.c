@@ -63,6 +63,20 @@ double hoop_comm_timeout(const hoop_comm *comm) {
   return comm ? comm->timeout_s : 0;
 }
 
+hoop_result hoop_comm_set_reproducible(hoop_comm *comm, int on) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  if (on != 0 && on != 1)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_comm_set_reproducible: %d is not 0 or 1", on);
+  comm->reproducible = on;
+  return HOOP_OK;
+}
+
+int hoop_comm_reproducible(const hoop_comm *comm) {
+  return comm ? comm->reproducible : 0;
+}
+
 unsigned int hoop_comm_generation(const hoop_comm *comm) {
   return comm ? comm->generation : 0;
 }
@@ -423,7 +437,8 @@ hoop_comm *hoop__comm_new(void) {
   return comm;
 }
 
-/* HOOP_CHECK_CALLS and HOOP_STALL_WARN, which hoop_config does not carry. */
+/* HOOP_CHECK_CALLS, HOOP_STALL_WARN and HOOP_REPRODUCIBLE (which hoop_config's reproducible can
+ * only turn on). */
 hoop_result hoop__comm_read_checks(hoop_comm *comm) {
   long check;
   if (hoop__parse_int(hoop__env_get("HOOP_CHECK_CALLS"), 0, 1, &check) != 0)
@@ -431,6 +446,12 @@ hoop_result hoop__comm_read_checks(hoop_comm *comm) {
                            "hoop_init: HOOP_CHECK_CALLS '%s' is not 0 or 1",
                            hoop__env_get("HOOP_CHECK_CALLS"));
   comm->check_calls = (int)check;
+  long reproducible;
+  if (hoop__parse_int(hoop__env_get("HOOP_REPRODUCIBLE"), 0, 1, &reproducible) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: HOOP_REPRODUCIBLE '%s' is not 0 or 1",
+                           hoop__env_get("HOOP_REPRODUCIBLE"));
+  comm->reproducible = (int)reproducible;
   if (hoop__parse_double(hoop__env_get("HOOP_STALL_WARN"), 0.001, 1e9, &comm->stall_warn_s) != 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: HOOP_STALL_WARN '%s' is not a positive number of seconds",
@@ -476,6 +497,8 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
            config->transport && config->transport[0] ? config->transport : "auto");
   comm->timeout_s = config->timeout_s;
   comm->tcp_streams = config->tcp_streams;
+  if (config->reproducible)
+    comm->reproducible = 1;
   comm->size = config->size;
   if (hoop__coll_state_size(comm) != HOOP_OK)
     return init_failed(comm, hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory"));

@@ -28,6 +28,7 @@ void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from) {
   to->timeout_s = from->timeout_s;
   to->tcp_streams = from->tcp_streams;
   to->check_calls = from->check_calls;
+  to->reproducible = from->reproducible;
   to->stall_warn_s = from->stall_warn_s;
 }
 

@@ -134,6 +134,11 @@ static const hoop__env_var env_table[] = {
      "1: every message carries its call's fingerprint {seq, collective, "
      "count, dtype, op, root} and ranks that call different collectives "
      "get HOOP_ERR_MISMATCH; 0 turns the check off"},
+    {"HOOP_REPRODUCIBLE", "0",
+     "1: every reducing call's bits depend only on its inputs and the rank "
+     "count (each element combined over one fixed tree of the ranks), whatever "
+     "the algorithm, transport, hosts, chunks or buffer kind; 0: the fastest "
+     "algorithm decides the order (hoop(3), Reproducible reductions)"},
     {"HOOP_STALL_WARN", "60",
      "seconds a collective may wait before it logs a warning naming "
      "the ranks it is still waiting for"},

@@ -11,7 +11,8 @@
 /* Layout of a collective's: seq (8 bytes), collective (hoop__coll + 1), dtype (1), op (+1, 1),
  * root (+1, 2 bytes: 0 for none; a job has at most HOOP__WIRE_MAX_RANKS ranks), count (6 bytes:
  * 2^48 - 1 stands for that many or more, which no memory holds), the tag of the call's name (4
- * bytes, 0 for none), 1 byte 0; integers big-endian. A point-to-point message's: see
+ * bytes, 0 for none), 1 byte: 1 for a reducing call in reproducible mode, else 0; integers
+ * big-endian. A point-to-point message's: see
  * hoop__fingerprint_p2p. */
 static const char *const collective_names[HOOP__COLL_COUNT] = {
     [HOOP__COLL_ALLREDUCE] = "hoop_allreduce",
@@ -72,7 +73,10 @@ void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, ho
   hoop__put_be16(fp + 13, (uint16_t)(wide >> 32));
   hoop__put_be32(fp + 15, (uint32_t)wide);
   hoop__put_be32(fp + 19, name_tag);
-  fp[23] = 0;
+  /* Reproducible mode changes what a reducing call computes: ranks that differ in it must not
+   * meet as if they agreed. */
+  fp[23] = comm->reproducible && (coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE ||
+                                  coll == HOOP__COLL_REDUCE_SCATTER);
 }
 
 /* ---- the calls' names ------------------------------------------------------------------------ */
@@ -175,6 +179,8 @@ static void fingerprint_describe(hoop_comm *comm, const uint8_t *fp, char *out, 
     n += snprintf(out + n, outlen - (size_t)n, ", %s", op);
   if (root >= 0 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", root %ld", root);
+  if (fp[23] && n >= 0 && (size_t)n < outlen)
+    n += snprintf(out + n, outlen - (size_t)n, ", reproducible");
   if (n >= 0 && (size_t)n < outlen)
     snprintf(out + n, outlen - (size_t)n, "%s)", name);
 }

@@ -127,6 +127,8 @@ struct hoop_comm {
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES]; /* the running call's, see coll/dispatch.c */
   hoop__names names;                            /* the calls' names, see core/fingerprint.c */
   int check_calls;     /* HOOP_CHECK_CALLS: send and compare fingerprints */
+  int reproducible;    /* reducing calls' bits fixed by the inputs alone (HOOP_REPRODUCIBLE,
+                          hoop_comm_set_reproducible; lib/coll/repro.c) */
   double stall_warn_s; /* HOOP_STALL_WARN */
   double call_started; /* when the running call began, for the stall warning */
   int stall_warned;    /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */

@@ -26,6 +26,11 @@ typedef struct hoop__mem_ops {
   /* dst = a op b over count elements (dst may be a or b), done when it returns. */
   hoop_result (*reduce3)(hoop_comm *comm, void *dst, const void *a, const void *b, size_t count,
                          hoop_dtype dtype, hoop_op op);
+  /* dst = the nsrcs sources over reproducible mode's fixed tree (mem/reduce.h,
+   * hoop__reduce_fixed), AVG divided by nsrcs; dst may be one of them. NULL: the kind cannot
+   * (the dispatcher keeps reproducible calls off it). */
+  hoop_result (*reduce_fixed)(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
+                              size_t count, hoop_dtype dtype, hoop_op op);
   /* AVG's final division by nranks (nothing for the other ops), done when it returns. */
   hoop_result (*finish)(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype, hoop_op op,
                         int nranks);
@@ -104,6 +109,15 @@ static inline hoop_result hoop__kind_reduce3(hoop_comm *comm, void *dst, const v
                                              hoop_op op) {
   return comm->mem->reduce3(comm, dst, a, b, count, dtype, op);
 }
+static inline hoop_result hoop__kind_reduce_fixed(hoop_comm *comm, void *dst,
+                                                  const void *const *srcs, int nsrcs, size_t count,
+                                                  hoop_dtype dtype, hoop_op op) {
+  if (!comm->mem->reduce_fixed)
+    return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED,
+                           "%s: reproducible mode cannot reduce in %s memory", comm->call,
+                           comm->mem->name);
+  return comm->mem->reduce_fixed(comm, dst, srcs, nsrcs, count, dtype, op);
+}
 static inline hoop_result hoop__kind_finish(hoop_comm *comm, void *buf, size_t count,
                                             hoop_dtype dtype, hoop_op op, int nranks) {
   return comm->mem->finish(comm, buf, count, dtype, op, nranks);
@@ -138,8 +152,8 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
 
 /* The host kind's operations, as every kind that is host memory underneath names them. */
 #define HOOP__MEM_HOST_OPS                                                                         \
-  .reduce3 = hoop__host_reduce3, .finish = hoop__host_finish, .copy = hoop__host_copy,             \
-  .scratch = hoop__host_scratch
+  .reduce3 = hoop__host_reduce3, .reduce_fixed = hoop__host_reduce_fixed,                          \
+  .finish = hoop__host_finish, .copy = hoop__host_copy, .scratch = hoop__host_scratch
 
 /* A buffer of the library's own grown to at least bytes: page-locked in the context of the device
  * memory at near where the driver gives it (near NULL: ordinary memory, 64-byte aligned), and
@@ -152,6 +166,8 @@ void hoop__host_buf_free(hoop_comm *comm, hoop__host_buf *buf);
 /* The host kind's operations, for kinds that are host memory with something added (piped). */
 hoop_result hoop__host_reduce3(hoop_comm *comm, void *dst, const void *a, const void *b,
                                size_t count, hoop_dtype dtype, hoop_op op);
+hoop_result hoop__host_reduce_fixed(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
+                                    size_t count, hoop_dtype dtype, hoop_op op);
 hoop_result hoop__host_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                               hoop_op op, int nranks);
 hoop_result hoop__host_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);

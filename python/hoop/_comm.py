@@ -57,9 +57,11 @@ class Request:
 
 
 class Communicator:
-    """A joined job (hoop_init_from_env): started by hooprun, or alone as a job of one rank."""
+    """A joined job (hoop_init_from_env): started by hooprun, or alone as a job of one rank.
+    reproducible: True or False sets the communicator's reproducible mode (see the property);
+    None leaves it as HOOP_REPRODUCIBLE says."""
 
-    def __init__(self, _handle=None):
+    def __init__(self, _handle=None, reproducible=None):
         handle = _handle
         if handle is None:
             handle = ctypes.c_void_p()
@@ -79,6 +81,8 @@ class Communicator:
         self.size = _lib.hoop_size(handle)
         self.local_rank = _lib.hoop_local_rank(handle)
         self.local_size = _lib.hoop_local_size(handle)
+        if reproducible is not None:
+            self.reproducible = reproducible
         _alive.add(self)
         _hooks.install()  # the process has joined a job: hoop's exit and exception hooks
 
@@ -432,6 +436,19 @@ class Communicator:
     @timeout.setter
     def timeout(self, seconds):
         self._check(_lib.hoop_comm_set_timeout(self._live("timeout"), float(seconds)))
+
+    @property
+    def reproducible(self):
+        """Whether reducing calls return bits that depend only on their inputs and the rank count
+        (hoop_comm_set_reproducible; hoop(3), "Reproducible reductions"): every element combined
+        over one fixed tree of the ranks, whatever the algorithm, transport, hosts, chunks, fusion
+        or buffer kind. Set it alike on every rank; it applies from the next call on, and to the
+        sub-communicators split from this one afterwards. HOOP_REPRODUCIBLE's until set."""
+        return bool(_lib.hoop_comm_reproducible(self._live("reproducible")))
+
+    @reproducible.setter
+    def reproducible(self, on):
+        self._check(_lib.hoop_comm_set_reproducible(self._live("reproducible"), 1 if on else 0))
 
     @property
     def generation(self):

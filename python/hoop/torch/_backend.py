@@ -211,6 +211,21 @@ class ProcessGroupHoop(ProcessGroup):
         seconds = _timeout_s(timeout)
         if seconds is not None:
             self._comm.timeout = seconds
+        # torch.use_deterministic_algorithms(True) asks for results that do not change from run
+        # to run: the group's reductions combine over hoop's fixed tree (hoop(3)).
+        if torch.are_deterministic_algorithms_enabled():
+            self._comm.reproducible = True
+
+    @property
+    def reproducible(self):
+        """The group's reproducible mode (hoop.Communicator.reproducible): on where
+        torch.use_deterministic_algorithms(True) was on when the group was made, or
+        HOOP_REPRODUCIBLE=1; settable, alike on every member."""
+        return self._comm.reproducible
+
+    @reproducible.setter
+    def reproducible(self, on):
+        self._comm.reproducible = on
 
     def _forget(self, work):
         if work in self._pending:

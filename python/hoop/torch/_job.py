@@ -4,6 +4,8 @@ This module holds the communicator of the Horovod API (_comm, bound by init() an
 The others ask _live() for it, never keep a copy of their own.
 """
 
+import torch
+
 from .. import InvalidArgument, Unsupported, _shared_comm
 from . import _handles
 
@@ -19,6 +21,10 @@ def init(comm=None, process_sets=None):
                           "ranks with hooprun)", Unsupported.code)
     if _comm is None or _comm._handle is None:
         _comm = _shared_comm()
+    # As the torch backend does: deterministic algorithms ask for reductions whose bits do not
+    # change from run to run (hoop(3), "Reproducible reductions").
+    if torch.are_deterministic_algorithms_enabled():
+        _comm.reproducible = True
     if process_sets:
         from ._sets import add_process_set
         for process_set in process_sets:

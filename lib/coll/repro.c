@@ -1,0 +1,209 @@
+/* repro.c - reproducible mode's algorithms for the reducing collectives (hoop(3), "Reproducible
+ * reductions"). Whichever rank computes an element combines every rank's part of it over the one
+ * fixed tree of mem/reduce.h (hoop__reduce_fixed: the ranks in rank order, the root splitting at
+ * the largest power of two below the rank count), so the bits depend on the inputs and the rank
+ * count alone: not on the algorithm, the transport, the hosts, the chunk size, the fusion or the
+ * memory the buffers live in.
+ *
+ * Owner (large calls): the input is cut into one block per rank, as the direct allreduce cuts it;
+ * every rank sends each peer that peer's block of its input, and receives every peer's part of its
+ * own block a chunk at a time (HOOP_CHUNK_BYTES), reducing each chunk over the tree as soon as all
+ * its parts are in while the next chunk's are on the wire. Then an allreduce's finished blocks go
+ * to every rank, a reduce's to the root. Each rank moves (n-1)/n of the input each way per phase,
+ * as the ring does.
+ *
+ * All (small calls): every rank sends its whole input to every rank that needs the result (every
+ * rank, or a reduce's root), which reduces all n inputs over the tree: one round of messages
+ * instead of two, for calls whose latency is the messages'. */
+#include <stdlib.h>
+
+#include "coll/coll.h"
+#include "coll/state.h"
+
+/* Chunks of the own block whose parts are received at once. */
+#define WINDOW 2
+
+/* Post receives of len bytes from peer into buf on arena, cut as the sender's
+ * hoop__arena_isend_chunks cuts the same length. */
+static hoop_result recv_chunks(hoop_comm *comm, hoop__arena *arena, int peer, char *buf, size_t len,
+                               size_t esize) {
+  size_t cut = hoop__chunk_bytes(comm, len, esize);
+  for (size_t done = 0; done < len; done += cut) {
+    hoop__transfer *req = hoop__arena_next(comm, arena);
+    if (!req)
+      return HOOP_ERR_SYSTEM;
+    hoop_result result = hoop__irecv(comm, peer, buf + done, len - done < cut ? len - done : cut, req);
+    if (result != HOOP_OK)
+      return result;
+  }
+  return HOOP_OK;
+}
+
+/* The first phase of the owner algorithm: block p of src (bytes [offset[p], offset[p] +
+ * length[p])) to each peer p, and this rank's block reduced over the tree from every rank's part
+ * into own (length[rank] bytes; own may be this rank's block of src, exactly). The sends stay on
+ * arena. */
+static hoop_result owner_reduce(hoop_comm *comm, hoop__arena *arena, const char *src, char *own,
+                                const size_t *offset, const size_t *length,
+                                const hoop__coll_args *args) {
+  int n = comm->size, r = comm->rank;
+  size_t esize = args->esize, len = length[r];
+  hoop_result result = HOOP_OK;
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r + k) % n;
+    result = hoop__arena_isend_chunks(comm, arena, peer, src + offset[peer], length[peer], esize);
+  }
+  if (result != HOOP_OK || len == 0)
+    return result;
+  size_t chunk = hoop__chunk_bytes(comm, len, esize), chunks = (len + chunk - 1) / chunk;
+  size_t slots = (size_t)WINDOW * (size_t)(n - 1);
+  char *scratch = hoop__kind_scratch(comm, slots * chunk);
+  hoop__transfer *reqs = calloc(slots, sizeof *reqs);
+  const void **srcs = calloc((size_t)n, sizeof *srcs);
+  if (!scratch || !reqs || !srcs) {
+    free(reqs);
+    free(srcs);
+    return scratch ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for requests",
+                                     comm->call)
+                   : HOOP_ERR_SYSTEM;
+  }
+  /* Slot (window w, peer p) holds p's part of a chunk; this rank's own part is read in place. */
+#define SLOT(w, p) ((size_t)(w) * (size_t)(n - 1) + (size_t)((p) < r ? (p) : (p) - 1))
+  size_t posted = 0;
+  for (size_t c = 0; c < chunks && result == HOOP_OK; c++) {
+    for (; posted < chunks && posted < c + WINDOW && result == HOOP_OK; posted++) {
+      size_t w = posted % WINDOW, at = posted * chunk;
+      size_t clen = len - at < chunk ? len - at : chunk;
+      for (int p = 0; p < n && result == HOOP_OK; p++)
+        if (p != r)
+          result = hoop__irecv(comm, p, scratch + SLOT(w, p) * chunk, clen, &reqs[SLOT(w, p)]);
+    }
+    size_t w = c % WINDOW, at = c * chunk;
+    size_t clen = len - at < chunk ? len - at : chunk;
+    for (int p = 0; p < n && result == HOOP_OK; p++) {
+      if (p == r) {
+        srcs[p] = src + offset[r] + at;
+        continue;
+      }
+      result = hoop__wait(comm, &reqs[SLOT(w, p)]);
+      srcs[p] = scratch + SLOT(w, p) * chunk;
+    }
+    if (result == HOOP_OK)
+      result = hoop__kind_reduce_fixed(comm, own + at, srcs, n, clen / esize, args->dtype, args->op);
+  }
+#undef SLOT
+  free(reqs);
+  free(srcs);
+  return result;
+}
+
+/* Block p of count elements: the direct allreduce's segments, in comm's block tables. */
+static void plan_segments(hoop_comm *comm, size_t count, size_t esize) {
+  for (int i = 0; i < comm->size; i++) {
+    size_t first, elems;
+    hoop__segment(count, comm->size, i, &first, &elems);
+    comm->coll->block_offset[i] = first * esize;
+    comm->coll->block_length[i] = elems * esize;
+  }
+}
+
+hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args) {
+  plan_segments(comm, args->count, args->esize);
+  const size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
+  char *dst = args->recvbuf;
+  hoop__arena arena = {0};
+  hoop_result result =
+      owner_reduce(comm, &arena, args->sendbuf, dst + offset[comm->rank], offset, length, args);
+  if (result == HOOP_OK)
+    result = hoop__direct_share(comm, &arena, dst, offset, length, args->esize);
+  hoop__arena_free(&arena);
+  return result;
+}
+
+hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args) {
+  for (int i = 0; i < comm->size; i++) {
+    comm->coll->block_offset[i] = (size_t)i * args->bytes;
+    comm->coll->block_length[i] = args->bytes;
+  }
+  hoop__arena arena = {0};
+  hoop_result result = owner_reduce(comm, &arena, args->sendbuf, args->recvbuf,
+                                    comm->coll->block_offset, comm->coll->block_length, args);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  return result;
+}
+
+/* A reduce's owner algorithm: the blocks finished, then each to the root, which finishes its own
+ * in place. Other ranks' blocks are kept in host memory of the call's own (their recvbuf need not
+ * exist). */
+hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size, r = comm->rank, root = args->root;
+  plan_segments(comm, args->count, args->esize);
+  const size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
+  char *own = NULL;
+  if (r == root)
+    own = (char *)args->recvbuf + offset[r];
+  else if (length[r] && !(own = malloc(length[r])))
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes for a block",
+                           comm->call, length[r]);
+  hoop__arena arena = {0};
+  hoop_result result = owner_reduce(comm, &arena, args->sendbuf, own, offset, length, args);
+  if (result == HOOP_OK && r != root)
+    result = hoop__arena_isend_chunks(comm, &arena, root, own, length[r], args->esize);
+  for (int p = 0; p < n && result == HOOP_OK && r == root; p++)
+    if (p != r)
+      result = recv_chunks(comm, &arena, p, (char *)args->recvbuf + offset[p], length[p],
+                           args->esize);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  hoop__arena_free(&arena);
+  if (r != root)
+    free(own);
+  return result;
+}
+
+/* The all algorithm: every rank's whole input to each rank that takes the result (root -1: every
+ * rank), which reduces them all over the tree into recvbuf. */
+static hoop_result all_reduce(hoop_comm *comm, const hoop__coll_args *args, int root) {
+  int n = comm->size, r = comm->rank;
+  size_t bytes = args->bytes;
+  int takes = root < 0 || r == root;
+  hoop__arena arena = {0};
+  hoop_result result = HOOP_OK;
+  char *scratch = NULL;
+  const void **srcs = NULL;
+  if (takes) {
+    scratch = hoop__kind_scratch(comm, (size_t)(n - 1) * bytes);
+    if (!scratch)
+      return HOOP_ERR_SYSTEM;
+    if (!(srcs = calloc((size_t)n, sizeof *srcs)))
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
+    for (int p = 0; p < n && result == HOOP_OK; p++) {
+      srcs[p] = p == r ? args->sendbuf : scratch + (size_t)(p < r ? p : p - 1) * bytes;
+      if (p != r)
+        result = recv_chunks(comm, &arena, p, (char *)srcs[p], bytes, args->esize);
+    }
+  }
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int peer = (r + k) % n;
+    if (root < 0 || peer == root)
+      result = hoop__arena_isend_chunks(comm, &arena, peer, args->sendbuf, bytes, args->esize);
+  }
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &arena);
+  if (result == HOOP_OK && takes)
+    result =
+        hoop__kind_reduce_fixed(comm, args->recvbuf, srcs, n, args->count, args->dtype, args->op);
+  hoop__arena_free(&arena);
+  free(srcs);
+  return result;
+}
+
+hoop_result hoop__allreduce_repro_all(hoop_comm *comm, const hoop__coll_args *args) {
+  return all_reduce(comm, args, -1);
+}
+
+hoop_result hoop__reduce_repro_all(hoop_comm *comm, const hoop__coll_args *args) {
+  return all_reduce(comm, args, args->root);
+}

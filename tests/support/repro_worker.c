@@ -1,0 +1,429 @@
+/* repro_worker.c - reproducible mode checked bit for bit (tests/test_repro.sh runs it under hooprun
+ * on many paths). Every rank makes every rank's input itself: random floats of mixed signs over
+ * a wide range of exponents, whose sums and products round differently in every order. It runs
+ * each reducing call (allreduce out of place and in place, iallreduce, allreduce_many fused over
+ * uneven pieces, reduce-scatter out of place and in place, reduce to two roots) for float16,
+ * bfloat16, float32, float64 and two integer types, every op, odd counts on both sides of the
+ * algorithms' cut-overs; and compares each result's bytes (memcmp) with the fixed tree of
+ * hoop(3), computed here without libhoop: leaves in rank order, the root split at the largest
+ * power of two below the rank count, float16 and bfloat16 combined in float and rounded once, AVG
+ * divided once at the end.
+ *
+ * usage: repro_worker [--quick] [--fake-hosts N] [--default] [--device | --stream]
+ *   --device: every buffer a call gets is a device copy (HOOP_CUDA_LIBRARY's driver: a GPU, or
+ *   the stand-in); --stream: the same, through the stream-ordered calls where they exist.
+ *   --default: leave the communicator in its default mode; the results are still digested (and
+ *   printed by rank 0) but not required to match the tree, so that test_repro.sh can show that
+ *   the default mode's bits differ between paths while reproducible mode's do not.
+ * Prints "repro_worker rank R: C checks, F failed, digest D"; exit 1 on a failure. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hoop.h"
+#include "devmem.h"
+
+static hoop_comm *comm;
+static int rank, nranks, expect_tree = 1;
+static size_t checks, failures;
+static uint64_t digest = 1469598103934665603ull;
+
+static void must(hoop_result result, const char *what) {
+  if (result != HOOP_OK) {
+    fprintf(stderr, "repro_worker rank %d: %s: %s: %s\n", rank, what, hoop_strerror(result),
+            hoop_last_error(comm));
+    exit(1);
+  }
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "repro_worker: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+/* ---- values, without libhoop --------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static float bits_to_float(uint32_t b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+static float half_to_float(uint16_t h) {
+  int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  double v = exp == 0 ? ldexp(man, -24) : exp == 31 ? INFINITY : ldexp(1024 + man, exp - 25);
+  return (float)(sign ? -v : v);
+}
+
+/* Round to nearest even: the quantum of x's binade (2^-24 below the normals) divides x exactly. */
+static uint16_t float_to_half(float f) {
+  double x = fabs((double)f);
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  if (isnan(f))
+    return sign | 0x7e00;
+  int e;
+  frexp(x, &e); /* x = m 2^e, m in [0.5, 1) */
+  double quantum = x < ldexp(1, -14) ? ldexp(1, -24) : ldexp(1, e - 11);
+  double q = nearbyint(x / quantum) * quantum;
+  if (q >= 65520.0 || isinf(x))
+    return sign | 0x7c00;
+  if (q < ldexp(1, -14))
+    return sign | (uint16_t)(q / ldexp(1, -24));
+  frexp(q, &e);
+  uint16_t man = (uint16_t)((q / ldexp(1, e - 11)) - 1024);
+  return sign | (uint16_t)((e - 1 + 15) << 10) | man;
+}
+
+static float bf16_to_float(uint16_t b) {
+  return bits_to_float((uint32_t)b << 16);
+}
+
+static uint16_t float_to_bf16(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  if (isnan(f))
+    return (uint16_t)((b >> 16) | 0x40);
+  uint32_t lower = b & 0xffff, upper = b >> 16;
+  if (lower > 0x8000 || (lower == 0x8000 && (upper & 1)))
+    upper++;
+  return (uint16_t)upper;
+}
+
+/* Rank r's element i: for sums and extremes a sign, a mantissa and an exponent over 2^-12..2^12
+ * (2^-6..2^6 for the 16-bit types); for products 1 plus or minus up to 1/8, whose products over 8
+ * ranks stay in range and still round. */
+static double value(int r, size_t i, hoop_dtype dtype, hoop_op op, unsigned seed) {
+  uint64_t h = mix(mix(mix(seed) ^ (uint64_t)r) ^ i) ^ (uint64_t)dtype << 8;
+  double mant = 1.0 + (double)(h >> 11 & 0xfffff) / 1048576.0;
+  int span = dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16 ? 6 : 12;
+  int exp = (int)(h >> 40 & 0xff) % (2 * span + 1) - span;
+  double sign = h >> 63 ? -1.0 : 1.0;
+  if (op == HOOP_PROD)
+    return 1.0 + sign * (mant - 1.0) / 8.0;
+  return sign * ldexp(mant, exp);
+}
+
+static void fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int r, unsigned seed) {
+  for (size_t i = 0; i < count; i++) {
+    double v = value(r, i, dtype, op, seed);
+    switch (dtype) {
+    case HOOP_FLOAT16: ((uint16_t *)buf)[i] = float_to_half((float)v); break;
+    case HOOP_BFLOAT16: ((uint16_t *)buf)[i] = float_to_bf16((float)v); break;
+    case HOOP_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case HOOP_FLOAT64: ((double *)buf)[i] = v; break;
+    case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)(v * 1e5); break;
+    case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)(v * 1e9) * 1000003; break;
+    default: abort();
+    }
+  }
+}
+
+/* ---- the tree of hoop(3), in the types it names ----------------------------------------------
+ */
+
+#define COMBINE(op, a, b)                                                                          \
+  ((op) == HOOP_PROD  ? (a) * (b)                                                                  \
+   : (op) == HOOP_MIN ? ((a) < (b) ? (a) : (b))                                                    \
+   : (op) == HOOP_MAX ? ((a) > (b) ? (a) : (b))                                                    \
+                      : (a) + (b))
+
+static int split(int n) { /* the largest power of two below n (n >= 2) */
+  int p = 1;
+  while (p * 2 < n)
+    p *= 2;
+  return p;
+}
+
+/* leaves[r] holds rank r's element, widened (16-bit types to float). */
+static float tree_float(const float *leaves, int lo, int hi, hoop_op op) {
+  if (hi - lo == 1)
+    return leaves[lo];
+  int mid = lo + split(hi - lo);
+  float a = tree_float(leaves, lo, mid, op), b = tree_float(leaves, mid, hi, op);
+  return COMBINE(op, a, b);
+}
+static double tree_double(const double *leaves, int lo, int hi, hoop_op op) {
+  if (hi - lo == 1)
+    return leaves[lo];
+  int mid = lo + split(hi - lo);
+  double a = tree_double(leaves, lo, mid, op), b = tree_double(leaves, mid, hi, op);
+  return COMBINE(op, a, b);
+}
+/* Integers wrap: combined as unsigned 64-bit and truncated to the type at each node. */
+static int64_t tree_int(const int64_t *leaves, int lo, int hi, hoop_op op, int bits) {
+  if (hi - lo == 1)
+    return leaves[lo];
+  int mid = lo + split(hi - lo);
+  int64_t a = tree_int(leaves, lo, mid, op, bits), b = tree_int(leaves, mid, hi, op, bits);
+  if (op == HOOP_MIN || op == HOOP_MAX)
+    return COMBINE(op, a, b);
+  uint64_t u = op == HOOP_PROD ? (uint64_t)a * (uint64_t)b : (uint64_t)a + (uint64_t)b;
+  return bits == 32 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+}
+
+/* The expected bytes of elements [first, first + count) of the reduction of every rank's input
+ * of total elements. */
+static void expected(void *out, size_t first, size_t count, size_t total, hoop_dtype dtype,
+                     hoop_op op, unsigned seed) {
+  size_t esize = hoop_dtype_size(dtype);
+  unsigned char *inputs = xmalloc((size_t)nranks * total * esize);
+  for (int r = 0; r < nranks; r++)
+    fill(inputs + (size_t)r * total * esize, total, dtype, op, r, seed);
+  float fl[256];
+  double dl[256];
+  int64_t il[256];
+  for (size_t i = first; i < first + count; i++) {
+    for (int r = 0; r < nranks; r++) {
+      const unsigned char *at = inputs + ((size_t)r * total + i) * esize;
+      switch (dtype) {
+      case HOOP_FLOAT16: fl[r] = half_to_float(*(const uint16_t *)at); break;
+      case HOOP_BFLOAT16: fl[r] = bf16_to_float(*(const uint16_t *)at); break;
+      case HOOP_FLOAT32: fl[r] = *(const float *)at; break;
+      case HOOP_FLOAT64: dl[r] = *(const double *)at; break;
+      case HOOP_INT32: il[r] = *(const int32_t *)at; break;
+      case HOOP_INT64: il[r] = *(const int64_t *)at; break;
+      default: abort();
+      }
+    }
+    unsigned char *dst = (unsigned char *)out + (i - first) * esize;
+    if (dtype == HOOP_FLOAT64) {
+      double v = tree_double(dl, 0, nranks, op);
+      if (op == HOOP_AVG)
+        v /= (double)nranks;
+      memcpy(dst, &v, esize);
+    } else if (dtype == HOOP_INT32 || dtype == HOOP_INT64) {
+      int bits = dtype == HOOP_INT32 ? 32 : 64;
+      int64_t v = tree_int(il, 0, nranks, op, bits);
+      if (op == HOOP_AVG)
+        v /= nranks;
+      if (bits == 32) {
+        int32_t w = (int32_t)v;
+        memcpy(dst, &w, 4);
+      } else {
+        memcpy(dst, &v, 8);
+      }
+    } else {
+      float v = tree_float(fl, 0, nranks, op);
+      if (op == HOOP_AVG)
+        v /= (float)nranks;
+      uint16_t h = dtype == HOOP_FLOAT16 ? float_to_half(v) : float_to_bf16(v);
+      if (dtype == HOOP_FLOAT32)
+        memcpy(dst, &v, 4);
+      else
+        memcpy(dst, &h, 2);
+    }
+  }
+  free(inputs);
+}
+
+/* ---- the checks ------------------------------------------------------------------------------
+ */
+
+static void compare(const char *what, const void *got, size_t first, size_t count, size_t total,
+                    hoop_dtype dtype, hoop_op op, unsigned seed) {
+  size_t esize = hoop_dtype_size(dtype);
+  for (size_t i = 0; i < count * esize; i++)
+    digest = (digest ^ ((const unsigned char *)got)[i]) * 1099511628211ull;
+  checks++;
+  if (!expect_tree)
+    return;
+  unsigned char *want = xmalloc(count * esize);
+  expected(want, first, count, total, dtype, op, seed);
+  if (memcmp(want, got, count * esize) != 0) {
+    size_t i = 0;
+    while (memcmp((const unsigned char *)want + i * esize, (const unsigned char *)got + i * esize,
+                  esize) == 0)
+      i++;
+    uint64_t w = 0, g = 0;
+    memcpy(&w, (const unsigned char *)want + i * esize, esize);
+    memcpy(&g, (const unsigned char *)got + i * esize, esize);
+    if (failures++ < 10)
+      fprintf(stderr,
+              "repro_worker rank %d of %d: %s count %zu %s %s: element %zu is 0x%llx, the tree "
+              "gives 0x%llx\n",
+              rank, nranks, what, total, hoop_dtype_name(dtype), hoop_op_name(op), first + i,
+              (unsigned long long)g, (unsigned long long)w);
+  }
+  free(want);
+}
+
+/* --device: the calls' buffers are device copies (tests/support/devmem.h), with --stream the
+ * stream-ordered forms where there are some. */
+static int device;
+static void *stream;
+
+static void *dev(const void *host, size_t bytes) {
+  return device ? devmem_put(host, bytes) : (void *)host;
+}
+/* The call's buffer back into host (when it was a device copy, freed). */
+static void back(void *host, void *used, size_t bytes) {
+  if (used != host) {
+    devmem_get(host, used, bytes);
+    devmem_free(used);
+  }
+}
+static void drop(const void *host, void *used) {
+  if (used != host)
+    devmem_free(used);
+}
+
+static hoop_result allreduce(const void *in, void *out, size_t count, hoop_dtype dtype,
+                             hoop_op op) {
+  return stream ? hoop_allreduce_stream(comm, in, out, count, dtype, op, stream)
+                : hoop_allreduce(comm, in, out, count, dtype, op);
+}
+
+static void check(size_t count, hoop_dtype dtype, hoop_op op, unsigned seed) {
+  size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
+  unsigned char *in = xmalloc(bytes), *out = xmalloc(bytes);
+  fill(in, count, dtype, op, rank, seed);
+
+  void *din = dev(in, bytes), *dout = dev(out, bytes);
+  must(allreduce(din, dout, count, dtype, op), "hoop_allreduce");
+  back(out, dout, bytes);
+  compare("allreduce", out, 0, count, count, dtype, op, seed);
+  memcpy(out, in, bytes);
+  dout = dev(out, bytes);
+  must(allreduce(dout, dout, count, dtype, op), "hoop_allreduce in place");
+  back(out, dout, bytes);
+  compare("allreduce in place", out, 0, count, count, dtype, op, seed);
+
+  hoop_request *req;
+  dout = dev(out, bytes);
+  must(hoop_iallreduce(comm, din, dout, count, dtype, op, &req), "hoop_iallreduce");
+  must(hoop_wait(req), "hoop_wait");
+  back(out, dout, bytes);
+  compare("iallreduce", out, 0, count, count, dtype, op, seed);
+
+  /* Fused: three uneven pieces, the middle one in place. */
+  size_t c0 = count / 3, c1 = count / 2 - count / 3, c2 = count - c0 - c1;
+  unsigned char *mid = xmalloc(c1 * esize);
+  memcpy(mid, in + c0 * esize, c1 * esize);
+  dout = dev(out, bytes);
+  void *dmid = dev(mid, c1 * esize);
+  const void *sends[3] = {din, dmid, (char *)din + (c0 + c1) * esize};
+  void *recvs[3] = {dout, dmid, (char *)dout + (c0 + c1) * esize};
+  size_t counts[3] = {c0, c1, c2};
+  must(hoop_allreduce_many(comm, 3, sends, recvs, counts, dtype, op), "hoop_allreduce_many");
+  back(out, dout, bytes);
+  back(mid, dmid, c1 * esize);
+  memcpy(out + c0 * esize, mid, c1 * esize);
+  compare("allreduce_many", out, 0, count, count, dtype, op, seed);
+  free(mid);
+
+  /* Reduce-scatter of nranks blocks of count / nranks + 1 elements. */
+  size_t block = count / (size_t)nranks + 1, total = block * (size_t)nranks;
+  unsigned char *rs_in = xmalloc(total * esize), *rs_out = xmalloc(block * esize);
+  fill(rs_in, total, dtype, op, rank, seed + 1);
+  void *drs_in = dev(rs_in, total * esize), *drs_out = dev(rs_out, block * esize);
+  must(stream ? hoop_reduce_scatter_stream(comm, drs_in, drs_out, block, dtype, op, stream)
+              : hoop_reduce_scatter(comm, drs_in, drs_out, block, dtype, op),
+       "hoop_reduce_scatter");
+  back(rs_out, drs_out, block * esize);
+  compare("reduce_scatter", rs_out, (size_t)rank * block, block, total, dtype, op, seed + 1);
+  size_t mine = (size_t)rank * block * esize;
+  must(hoop_reduce_scatter(comm, drs_in, (char *)drs_in + mine, block, dtype, op),
+       "hoop_reduce_scatter in place");
+  back(rs_in, drs_in, total * esize);
+  compare("reduce_scatter in place", rs_in + mine, (size_t)rank * block, block, total, dtype, op,
+          seed + 1);
+  free(rs_in);
+  free(rs_out);
+
+  /* Reduce to the last rank out of place, to rank 0 in place. */
+  int root = nranks - 1;
+  dout = dev(out, bytes);
+  must(stream ? hoop_reduce_stream(comm, din, rank == root ? dout : NULL, count, dtype, op, root,
+                                   stream)
+              : hoop_reduce(comm, din, rank == root ? dout : NULL, count, dtype, op, root),
+       "hoop_reduce");
+  back(out, dout, bytes);
+  if (rank == root)
+    compare("reduce", out, 0, count, count, dtype, op, seed);
+  drop(in, din);
+  memcpy(out, in, bytes);
+  dout = dev(out, bytes);
+  must(hoop_reduce(comm, dout, rank == 0 ? dout : NULL, count, dtype, op, 0),
+       "hoop_reduce in place");
+  back(out, dout, bytes);
+  if (rank == 0)
+    compare("reduce in place", out, 0, count, count, dtype, op, seed);
+  free(in);
+  free(out);
+}
+
+int main(int argc, char **argv) {
+  int quick = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--default") == 0)
+      expect_tree = 0;
+    else if (strcmp(argv[i], "--device") == 0)
+      device = 1;
+    else if (strcmp(argv[i], "--stream") == 0)
+      device = 2;
+    else if (strcmp(argv[i], "--fake-hosts") == 0 && i + 1 < argc) {
+      int per_host = atoi(argv[++i]);
+      const char *mine = getenv("HOOP_RANK");
+      char name[64];
+      snprintf(name, sizeof name, "fake-host-%d", (mine ? atoi(mine) : 0) / (per_host ? per_host : 1));
+      setenv("HOOP_HOSTNAME", name, 1);
+    }
+  }
+  if (device) {
+    char why[256];
+    if (devmem_init(why, sizeof why) != 0) {
+      fprintf(stderr, "repro_worker: --device: %s\n", why);
+      return 1;
+    }
+    if (device == 2)
+      stream = devmem_stream();
+  }
+  must(hoop_init_from_env(&comm), "hoop_init_from_env");
+  rank = hoop_rank(comm);
+  nranks = hoop_size(comm);
+  if (nranks > 256) {
+    fprintf(stderr, "repro_worker: at most 256 ranks\n");
+    return 1;
+  }
+  must(hoop_comm_set_reproducible(comm, expect_tree), "hoop_comm_set_reproducible");
+  if (hoop_comm_reproducible(comm) != expect_tree) {
+    fprintf(stderr, "repro_worker rank %d: hoop_comm_reproducible says %d\n", rank,
+            hoop_comm_reproducible(comm));
+    return 1;
+  }
+  /* Both sides of the small calls' cut-overs and of the board's slot; a count that several
+   * chunks of 4 KiB cut unevenly. */
+  static const size_t counts[] = {1, 7, 1001, 6007, 70001};
+  static const hoop_dtype dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT64,  HOOP_BFLOAT16,
+                                      HOOP_FLOAT16, HOOP_INT32,    HOOP_INT64};
+  static const hoop_op ops[] = {HOOP_SUM, HOOP_AVG, HOOP_PROD, HOOP_MIN, HOOP_MAX};
+  unsigned seed = 17;
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        int floating = dtypes[d] != HOOP_INT32 && dtypes[d] != HOOP_INT64;
+        /* The large count for the sums of every float type, once per other case. */
+        if (counts[c] == 70001 && (quick || (ops[o] != HOOP_SUM && ops[o] != HOOP_AVG) || !floating))
+          continue;
+        check(counts[c], dtypes[d], ops[o], seed++);
+      }
+  printf("repro_worker rank %d: %zu checks, %zu failed, digest %016llx\n", rank, checks, failures,
+         (unsigned long long)digest);
+  hoop_finalize(comm);
+  return failures ? 1 : 0;
+}

@@ -292,6 +292,42 @@ elastic() {
 }
 elastic
 
+# Reproducible mode across hosts (hoop(3), "Reproducible reductions"): 4 ranks laid out 4x1, 2x2
+# and 1x4 over the namespace hosts (TCP between them, shared memory within) compare every reducing
+# call with the fixed tree (tests/support/repro_worker.c) and must print the same digests; in the
+# default mode the 4x1 and 1x4 layouts (ring or halving-doubling across hosts, the board and
+# direct within one) must not, or the inputs could not tell a layout's order.
+repro() {
+  local mode=$1 layout out digests=$work/repro.$1.digests
+  : >"$digests"
+  for layout in "$h1:1,$h2:1,$h3:1,$h4:1" "$h1:2,$h2:2" "$h1:4"; do
+    out=$work/repro.$mode.$(echo "$layout" | tr -c '0-9a-z' '_').out
+    "$hooprun" --rendezvous 10.77.0.1:29400 --rsh 'ip netns exec' -H "$layout" --timeout 60 \
+      "$build/tests/repro_worker" --quick $([ "$mode" = default ] && echo --default) \
+      >"$out" 2>&1 || { fail "reproducible ($mode) on $layout: hooprun exited with $?:"; cat "$out"; return; }
+    [ "$(grep -c ', 0 failed, digest' "$out")" = 4 ] ||
+      { fail "reproducible ($mode) on $layout: not every rank passed:"; cat "$out"; return; }
+    grep -o 'rank [0-9]*: .*digest [0-9a-f]*' "$out" | sed 's/: .*digest / /' | sort -n |
+      tr '\n' ' ' >>"$digests"
+    echo >>"$digests"
+  done
+}
+repro repro
+n=$(sort -u "$work/repro.repro.digests" | wc -l)
+if [ "$n" = 1 ]; then
+  echo "ok: reproducible mode: 4 ranks as 4x1, 2x2 and 1x4 hosts give the tree's bits, one result"
+else
+  fail "reproducible mode: the layouts 4x1, 2x2 and 1x4 gave $n different results"
+  cat "$work/repro.repro.digests"
+fi
+repro default
+n=$(sort -u "$work/repro.default.digests" | wc -l)
+if [ "$n" -ge 2 ]; then
+  echo "ok: the default mode: the same layouts give $n different results"
+else
+  fail "the default mode gave one result on 4x1, 2x2 and 1x4: the check cannot see a layout"
+fi
+
 if [ $failures != 0 ]; then
   echo "hoopd's log:"
   cat "$work/hoopd.log"

@@ -835,29 +835,54 @@ END_TEST
 /* ---- the fixed tree ----------------------------------------------------------------------------
  */
 
-/* The tree of reduce.h, recursively: [lo, hi) split at the largest power of two below hi - lo. */
-static int tree_split(int n) {
+/* The tree of reduce.h, bottom up: with p the largest power of two <= n and rem = n - p, leaf v
+ * is sources 2v and 2v + 1 combined for v < rem, source v + rem after; then adjacent leaves,
+ * pairs of them, and so on (recursive doubling's fold and rounds). */
+enum { TREE_MAX = 64 };
+static int tree_leaves(int n, int *rem) {
   int p = 1;
-  while (p * 2 < n)
+  while (p * 2 <= n)
     p *= 2;
+  *rem = n - p;
   return p;
 }
-static float tree_f(const float *x, int lo, int hi, int prod) {
-  if (hi - lo == 1)
-    return x[lo];
-  int mid = lo + tree_split(hi - lo);
-  float a = tree_f(x, lo, mid, prod), b = tree_f(x, mid, hi, prod);
-  return prod ? a * b : a + b;
+static float tree_f(const float *x, int n, int prod) {
+  float v[TREE_MAX];
+  int rem, p = tree_leaves(n, &rem);
+  for (int i = 0; i < p; i++)
+    v[i] = i < rem ? (prod ? x[2 * i] * x[2 * i + 1] : x[2 * i] + x[2 * i + 1]) : x[i + rem];
+  for (int w = 1; w < p; w *= 2)
+    for (int i = 0; i < p; i += 2 * w)
+      v[i] = prod ? v[i] * v[i + w] : v[i] + v[i + w];
+  return v[0];
 }
-static double tree_d(const double *x, int lo, int hi) {
-  if (hi - lo == 1)
-    return x[lo];
-  int mid = lo + tree_split(hi - lo);
-  return tree_d(x, lo, mid) + tree_d(x, mid, hi);
+static double tree_d(const double *x, int n) {
+  double v[TREE_MAX];
+  int rem, p = tree_leaves(n, &rem);
+  for (int i = 0; i < p; i++)
+    v[i] = i < rem ? x[2 * i] + x[2 * i + 1] : x[i + rem];
+  for (int w = 1; w < p; w *= 2)
+    for (int i = 0; i < p; i += 2 * w)
+      v[i] = v[i] + v[i + w];
+  return v[0];
+}
+/* bfloat16: every sum rounded back. */
+static uint16_t tree_bf16(const uint16_t *x, int n) {
+  uint16_t v[TREE_MAX];
+  int rem, p = tree_leaves(n, &rem);
+#define BF_ADD(a, b) hoop__float_to_bf16(hoop__bf16_to_float(a) + hoop__bf16_to_float(b))
+  for (int i = 0; i < p; i++)
+    v[i] = i < rem ? BF_ADD(x[2 * i], x[2 * i + 1]) : x[i + rem];
+  for (int w = 1; w < p; w *= 2)
+    for (int i = 0; i < p; i += 2 * w)
+      v[i] = BF_ADD(v[i], v[i + w]);
+#undef BF_ADD
+  return v[0];
 }
 
 /* hoop__reduce_fixed on 1 to 40 sources of 300 elements (three tiles, the last partial) against
- * the recursive tree: float32 sum and prod, float64 sum, bfloat16 sum (in float, rounded once),
+ * the tree computed bottom up: float32 sum and prod, float64 sum, bfloat16 sum (rounded back at
+ * every step),
  * float32 avg; dst the last source exactly. Values of mixed signs and exponents, which round
  * differently in every order. */
 START_TEST(test_reduce_fixed_tree) {
@@ -879,7 +904,7 @@ START_TEST(test_reduce_fixed_tree) {
     const void *srcs[MAX];
     float got[COUNT], want[COUNT], col[MAX];
     double dgot[COUNT], dcol[MAX];
-    uint16_t bgot[COUNT];
+    uint16_t bgot[COUNT], bcol[MAX];
     for (int op = 0; op < 3; op++) {
       hoop_op hop = op == 0 ? HOOP_SUM : op == 1 ? HOOP_PROD : HOOP_AVG;
       for (int r = 0; r < n; r++)
@@ -888,7 +913,7 @@ START_TEST(test_reduce_fixed_tree) {
       for (int i = 0; i < COUNT; i++) {
         for (int r = 0; r < n; r++)
           col[r] = op == 1 ? 1.0f + f[r][i] / 1024.0f : f[r][i];
-        want[i] = tree_f(col, 0, n, op == 1);
+        want[i] = tree_f(col, n, op == 1);
         if (op == 2)
           want[i] /= (float)n;
       }
@@ -910,7 +935,7 @@ START_TEST(test_reduce_fixed_tree) {
     for (int i = 0; i < COUNT; i++) {
       for (int r = 0; r < n; r++)
         dcol[r] = d[r][i];
-      double w = tree_d(dcol, 0, n);
+      double w = tree_d(dcol, n);
       ck_assert_msg(memcmp(&dgot[i], &w, sizeof w) == 0, "float64 sum over %d sources, element %d",
                     n, i);
     }
@@ -919,9 +944,9 @@ START_TEST(test_reduce_fixed_tree) {
     hoop__reduce_fixed(bgot, srcs, n, COUNT, HOOP_BFLOAT16, HOOP_SUM);
     for (int i = 0; i < COUNT; i++) {
       for (int r = 0; r < n; r++)
-        col[r] = hoop__bf16_to_float(b[r][i]);
-      ck_assert_msg(bgot[i] == hoop__float_to_bf16(tree_f(col, 0, n, 0)),
-                    "bfloat16 sum over %d sources, element %d", n, i);
+        bcol[r] = b[r][i];
+      ck_assert_msg(bgot[i] == tree_bf16(bcol, n), "bfloat16 sum over %d sources, element %d", n,
+                    i);
     }
     /* In place: the last source is the destination. */
     static float last[COUNT];

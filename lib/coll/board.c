@@ -112,8 +112,7 @@ static hoop_result reduce_slots(hoop_comm *comm, hoop__board *board, uint64_t se
 hoop_result hoop__allreduce_board(hoop_comm *comm, const hoop__coll_args *args) {
   hoop__board *board = board_for(comm, args->bytes);
   if (!board)
-    return comm->reproducible ? hoop__allreduce_repro_all(comm, args)
-                              : hoop__allreduce_rd(comm, args);
+    return hoop__allreduce_rd(comm, args); /* whose order is the fixed tree's too */
   uint64_t seq = hoop__board_next(board);
   hoop_result result = post(comm, board, seq, args->sendbuf, args->bytes);
   if (result == HOOP_OK)

@@ -1,9 +1,10 @@
 /* repro.c - reproducible mode's algorithms for the reducing collectives (hoop(3), "Reproducible
  * reductions"). Whichever rank computes an element combines every rank's part of it over the one
- * fixed tree of mem/reduce.h (hoop__reduce_fixed: the ranks in rank order, the root splitting at
- * the largest power of two below the rank count), so the bits depend on the inputs and the rank
- * count alone: not on the algorithm, the transport, the hosts, the chunk size, the fusion or the
- * memory the buffers live in.
+ * fixed tree of mem/reduce.h (hoop__reduce_fixed: recursive doubling's fold and rounds, over the
+ * ranks in rank order), so the bits depend on the inputs and the rank count alone: not on the
+ * algorithm, the transport, the hosts, the chunk size, the fusion or the memory the buffers live
+ * in. Small allreduces need nothing of this file: the board combines its slots over the tree, and
+ * recursive doubling's order is the tree's.
  *
  * Owner (large calls): the input is cut into one block per rank, as the direct allreduce cuts it;
  * every rank sends each peer that peer's block of its input, and receives every peer's part of its
@@ -32,7 +33,8 @@ static hoop_result recv_chunks(hoop_comm *comm, hoop__arena *arena, int peer, ch
     hoop__transfer *req = hoop__arena_next(comm, arena);
     if (!req)
       return HOOP_ERR_SYSTEM;
-    hoop_result result = hoop__irecv(comm, peer, buf + done, len - done < cut ? len - done : cut, req);
+    hoop_result result =
+        hoop__irecv(comm, peer, buf + done, len - done < cut ? len - done : cut, req);
     if (result != HOOP_OK)
       return result;
   }
@@ -68,7 +70,7 @@ static hoop_result owner_reduce(hoop_comm *comm, hoop__arena *arena, const char 
                    : HOOP_ERR_SYSTEM;
   }
   /* Slot (window w, peer p) holds p's part of a chunk; this rank's own part is read in place. */
-#define SLOT(w, p) ((size_t)(w) * (size_t)(n - 1) + (size_t)((p) < r ? (p) : (p) - 1))
+#define SLOT(w, p) ((size_t)(w) * (size_t)(n - 1) + (size_t)((p) < r ? (p) : (p)-1))
   size_t posted = 0;
   for (size_t c = 0; c < chunks && result == HOOP_OK; c++) {
     for (; posted < chunks && posted < c + WINDOW && result == HOOP_OK; posted++) {
@@ -89,7 +91,8 @@ static hoop_result owner_reduce(hoop_comm *comm, hoop__arena *arena, const char 
       srcs[p] = scratch + SLOT(w, p) * chunk;
     }
     if (result == HOOP_OK)
-      result = hoop__kind_reduce_fixed(comm, own + at, srcs, n, clen / esize, args->dtype, args->op);
+      result =
+          hoop__kind_reduce_fixed(comm, own + at, srcs, n, clen / esize, args->dtype, args->op);
   }
 #undef SLOT
   free(reqs);
@@ -153,8 +156,8 @@ hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args) {
     result = hoop__arena_isend_chunks(comm, &arena, root, own, length[r], args->esize);
   for (int p = 0; p < n && result == HOOP_OK && r == root; p++)
     if (p != r)
-      result = recv_chunks(comm, &arena, p, (char *)args->recvbuf + offset[p], length[p],
-                           args->esize);
+      result =
+          recv_chunks(comm, &arena, p, (char *)args->recvbuf + offset[p], length[p], args->esize);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);

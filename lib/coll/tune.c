@@ -76,7 +76,9 @@ enum {
 static const algorithm algorithms[] = {
     [AR_RING] = {HOOP__COLL_ALLREDUCE, "ring", hoop__allreduce_ring, RING_ORDER,
                  "ring reduce-scatter + ring allgather"},
-    [AR_RD] = {HOOP__COLL_ALLREDUCE, "rd", hoop__allreduce_rd, WHOLE_SCRATCH, "recursive doubling"},
+    /* Recursive doubling combines over the fixed tree itself (its fold, then its rounds). */
+    [AR_RD] = {HOOP__COLL_ALLREDUCE, "rd", hoop__allreduce_rd, WHOLE_SCRATCH, "recursive doubling",
+               1},
     [AR_HD] = {HOOP__COLL_ALLREDUCE, "hd", hoop__allreduce_hd, WHOLE,
                "Rabenseifner's halving-doubling"},
     [AR_HIER] = {HOOP__COLL_ALLREDUCE, "hier", hoop__allreduce_hier, BY_HOST,
@@ -293,12 +295,13 @@ static const cutover cutovers[] = {
 #define CUTOVERS (sizeof cutovers / sizeof cutovers[0])
 
 /* Reproducible mode's rows for the reducing collectives (hoop__coll_repro): only algorithms that
- * combine over the fixed tree. Small calls take every input whole where one round of messages
- * beats the owner algorithm's two. */
+ * combine over the fixed tree. Small allreduces run as in the default mode (the board, recursive
+ * doubling, whose order is the tree's); a small reduce's root takes every input whole, one round
+ * where the owner algorithm has two. */
 #define REPRO_ALL_BYTES (16 * 1024)
 static const cutover repro_cutovers[] = {
     {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_BOARD]},
-    {HOOP__COLL_ALLREDUCE, ANY, REPRO_ALL_BYTES, &algorithms[AR_REPRO_ALL]},
+    {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, &algorithms[AR_RD]},
     {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_REPRO]},
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_REPRO]},

@@ -315,91 +315,41 @@ void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, 
 
 /* ---- The fixed tree (reproducible mode) ------------------------------------------------------ */
 
-/* hoop__reduce_fixed's tree, evaluated a tile at a time as a binary counter: each source is pushed
- * as a run of width 1, and while the two runs on top have the same width they are combined (the
- * earlier one on the left). At the end the runs left are combined from the top down. That is the
- * tree whose root splits [0, n) at the largest power of two below n, the same split again on each
- * side: recursive doubling's for a power-of-two n. A run is held in the accumulating type: float
- * for float16 and bfloat16 (converted once, rounded once at the end), the element type else. */
+/* hoop__reduce_fixed's tree, a tile at a time. With p the largest power of two <= n and rem =
+ * n - p, virtual leaf v is sources 2v and 2v + 1 combined for v < rem and source v + rem for the
+ * others; the p virtual leaves are combined as a binary counter: each is pushed as a run of width
+ * 1, and while the two runs on top have the same width they are combined (the earlier one on the
+ * left), which over p leaves is the perfect tree of adjacent pairs, then pairs of pairs. Recursive
+ * doubling's fold and rounds compute the same tree (coll/allreduce.c). Runs are held in the
+ * element type and combined by the kernels above, so float16 and bfloat16 are rounded back at
+ * every node, as every algorithm's hop rounds them. */
 enum { TREE_TILE = 128, TREE_LEVELS = 34 };
 
-typedef void tree_convert(void *restrict out, const void *restrict in, size_t n);
-typedef void tree_divide(void *buf, size_t n, int nranks);
-
-typedef struct tree_type {
-  size_t esize, asize;      /* bytes of an element and of its accumulator */
-  tree_convert *load;       /* element to accumulator; NULL: the same type */
-  tree_convert *store;      /* and back */
-  reduce_kernel *const *op; /* HOOP_OP_COUNT kernels on accumulators */
-  tree_divide *divide;      /* AVG's division, on accumulators */
-} tree_type;
-
-#define DEFINE_TREE_DIVIDE(type, T)                                                                \
-  static void tree_divide_##type(void *buf, size_t n, int nranks) {                                \
-    divide_##type((T *)buf, n, nranks);                                                            \
-  }
-DEFINE_TREE_DIVIDE(int8, int8_t)
-DEFINE_TREE_DIVIDE(uint8, uint8_t)
-DEFINE_TREE_DIVIDE(int32, int32_t)
-DEFINE_TREE_DIVIDE(uint32, uint32_t)
-DEFINE_TREE_DIVIDE(int64, int64_t)
-DEFINE_TREE_DIVIDE(uint64, uint64_t)
-DEFINE_TREE_DIVIDE(float32, float)
-DEFINE_TREE_DIVIDE(float64, double)
-
-#define DEFINE_TREE_CONVERT(type)                                                                  \
-  static void tree_load_##type(void *restrict out, const void *restrict in, size_t n) {            \
-    load_##type(out, in, n);                                                                       \
-  }                                                                                                \
-  static void tree_store_##type(void *restrict out, const void *restrict in, size_t n) {           \
-    store_##type(out, in, n);                                                                      \
-  }
-DEFINE_TREE_CONVERT(float16)
-DEFINE_TREE_CONVERT(bfloat16)
-
-static const tree_type tree_types[HOOP_DTYPE_COUNT] = {
-    [HOOP_INT8] = {1, 1, NULL, NULL, kernels[HOOP_INT8], tree_divide_int8},
-    [HOOP_UINT8] = {1, 1, NULL, NULL, kernels[HOOP_UINT8], tree_divide_uint8},
-    [HOOP_INT32] = {4, 4, NULL, NULL, kernels[HOOP_INT32], tree_divide_int32},
-    [HOOP_UINT32] = {4, 4, NULL, NULL, kernels[HOOP_UINT32], tree_divide_uint32},
-    [HOOP_INT64] = {8, 8, NULL, NULL, kernels[HOOP_INT64], tree_divide_int64},
-    [HOOP_UINT64] = {8, 8, NULL, NULL, kernels[HOOP_UINT64], tree_divide_uint64},
-    [HOOP_FLOAT16] = {2, 4, tree_load_float16, tree_store_float16, kernels[HOOP_FLOAT32],
-                      tree_divide_float32},
-    [HOOP_BFLOAT16] = {2, 4, tree_load_bfloat16, tree_store_bfloat16, kernels[HOOP_FLOAT32],
-                       tree_divide_float32},
-    [HOOP_FLOAT32] = {4, 4, NULL, NULL, kernels[HOOP_FLOAT32], tree_divide_float32},
-    [HOOP_FLOAT64] = {8, 8, NULL, NULL, kernels[HOOP_FLOAT64], tree_divide_float64},
-};
-
-/* One tile of m elements at element offset at. */
-static void tree_tile(const tree_type *type, reduce_kernel *combine, unsigned char *stack,
-                      void *dst, const void *const *srcs, int n, size_t at, size_t m, int divide) {
+/* One tile of m elements at element offset at, esize bytes each. */
+static void tree_tile(reduce_kernel *combine, size_t esize, unsigned char *stack, void *dst,
+                      const void *const *srcs, int n, size_t at, size_t m) {
   size_t width[TREE_LEVELS];
-  int depth = 0;
-  size_t tile_bytes = TREE_TILE * type->asize;
-  for (int i = 0; i < n;) {
+  int depth = 0, p = 1;
+  while (p * 2 <= n)
+    p *= 2;
+  int rem = n - p;
+  size_t tile_bytes = TREE_TILE * esize;
+#define SRC(i) ((const unsigned char *)srcs[i] + at * esize)
+  for (int v = 0; v < p;) {
     unsigned char *top = stack + (size_t)depth * tile_bytes;
-    const unsigned char *x = (const unsigned char *)srcs[i] + at * type->esize;
-    if (i + 1 < n) {
-      /* A pair of sources is a run of width 2 at once. */
-      const unsigned char *y = (const unsigned char *)srcs[i + 1] + at * type->esize;
-      if (type->load) {
-        type->load(top, x, m);
-        type->load(top + tile_bytes, y, m);
-        combine(top, top, top + tile_bytes, m);
-      } else {
-        combine(top, x, y, m);
-      }
-      width[depth++] = 2;
-      i += 2;
-    } else {
-      if (type->load)
-        type->load(top, x, m);
-      else
-        memcpy(top, x, m * type->esize);
+    if (v < rem) {
+      combine(top, SRC(2 * v), SRC(2 * v + 1), m);
       width[depth++] = 1;
-      i++;
+      v++;
+    } else if (v % 2 == 0 && v + 1 < p) {
+      /* Two virtual leaves that are sources themselves: a run of width 2 at once. */
+      combine(top, SRC(v + rem), SRC(v + 1 + rem), m);
+      width[depth++] = 2;
+      v += 2;
+    } else {
+      memcpy(top, SRC(v + rem), m * esize);
+      width[depth++] = 1;
+      v++;
     }
     while (depth >= 2 && width[depth - 2] == width[depth - 1]) {
       unsigned char *left = stack + (size_t)(depth - 2) * tile_bytes;
@@ -408,28 +358,19 @@ static void tree_tile(const tree_type *type, reduce_kernel *combine, unsigned ch
       depth--;
     }
   }
-  for (; depth >= 2; depth--) {
-    unsigned char *left = stack + (size_t)(depth - 2) * tile_bytes;
-    combine(left, left, left + tile_bytes, m);
-  }
-  if (divide > 1)
-    type->divide(stack, m, divide);
-  unsigned char *out = (unsigned char *)dst + at * type->esize;
-  if (type->store)
-    type->store(out, stack, m);
-  else
-    memcpy(out, stack, m * type->esize);
+#undef SRC
+  memcpy((unsigned char *)dst + at * esize, stack, m * esize);
 }
 
 void hoop__reduce_fixed(void *dst, const void *const *srcs, int n, size_t count, hoop_dtype dtype,
                         hoop_op op) {
   if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT || n < 1)
     return;
-  const tree_type *type = &tree_types[dtype];
-  /* The runs of one tile: at most one per bit of n, and one more while a pair is pushed. */
+  size_t esize = hoop_dtype_size(dtype);
+  /* The runs of one tile: at most one per bit of p. */
   _Alignas(64) unsigned char stack[TREE_LEVELS * TREE_TILE * 8];
-  int divide = op == HOOP_AVG ? n : 0;
   for (size_t at = 0; at < count; at += TREE_TILE)
-    tree_tile(type, type->op[op], stack, dst, srcs, n, at,
-              count - at < TREE_TILE ? count - at : TREE_TILE, divide);
+    tree_tile(kernels[dtype][op], esize, stack, dst, srcs, n, at,
+              count - at < TREE_TILE ? count - at : TREE_TILE);
+  hoop__reduce_finish(dst, count, dtype, op, n);
 }

@@ -29,12 +29,13 @@ void hoop__reduce(void *dst, const void *src, size_t count, hoop_dtype dtype, ho
 void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int nranks);
 
 /* Reproducible mode's reduction (hoop(3), "Reproducible reductions"): dst[i] = the n sources'
- * elements i combined over a fixed binary tree of the sources in their order, the tree whose root
- * splits [0, n) at the largest power of two below n and each side the same way (recursive
- * doubling's for a power-of-two n: ((s0 op s1) op (s2 op s3)) ...), with HOOP_AVG's sum divided
- * by n once at the end. float16 and bfloat16 are widened to float once, combined in float through
- * the whole tree and rounded once; the other types combine in their own type, as hoop__reduce3
- * does. The bits depend only on the sources and their order. dst may be one of the sources
+ * elements i combined over one fixed tree of the sources in their order: with p the largest power
+ * of two <= n and rem = n - p, sources 2v and 2v + 1 are paired for v < rem, and the p leaves so
+ * made (those pairs, then the sources left, in order) are combined as a perfect binary tree of
+ * adjacent pairs, the lower operand on the left: recursive doubling's order
+ * (((s0 op s1) op s2) op (s3 op s4) for 5). Every step rounds as hoop__reduce3 does (float16 and
+ * bfloat16 in float, rounded back), and HOOP_AVG's sum is then divided as hoop__reduce_finish
+ * divides. The bits depend only on the sources and their order. dst may be one of the sources
  * (exactly), not overlap one partly. */
 void hoop__reduce_fixed(void *dst, const void *const *srcs, int n, size_t count, hoop_dtype dtype,
                         hoop_op op);

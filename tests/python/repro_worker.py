@@ -2,9 +2,10 @@
 torch backend under torch.use_deterministic_algorithms(True), and hoop.torch (hvd) on the same
 job. Each rank makes every rank's input itself (floats of mixed signs over 2^-12..2^12, whose sums
 round differently in every order) and compares the result bit for bit with the fixed tree of
-hoop(3), computed here in torch: the ranks in rank order, the root split at the largest power of
-two below the rank count, float32 for float32, bfloat16 and float16 (rounded once at the end),
-float64 for float64, Average the sum divided once.
+hoop(3), computed here in torch: with p the largest power of two <= the rank count, the first
+2(n - p) ranks paired, then adjacent pairs of the p leaves, lower ranks on the left; float32
+steps for float32, bfloat16 and float16 (those rounded back at every step), float64 for float64;
+Average the sum divided once.
 
 usage: repro_worker.py comm|torch    each a job of its own (a process joins its job once): comm
 runs hoop.Communicator's calls, torch the backend's and then hvd's; prints "repro worker: N
@@ -44,18 +45,29 @@ def value(rank, count, dtype, seed):
     return (sign * mant * torch.pow(2.0, exp)).to(dtype)
 
 
-def tree(parts):
-    if len(parts) == 1:
-        return parts[0]
+def tree(parts, dtype):
+    """hoop(3)'s tree: with p the largest power of two <= n, the first 2(n - p) ranks paired, then
+    adjacent pairs of the p leaves, and so on, lower ranks on the left; each step in float32 (or
+    float64) and, for the 16-bit types, rounded back to them."""
+    def op(a, b):
+        return (a + b).to(dtype).to(a.dtype)
+    n = len(parts)
     p = 1
-    while p * 2 < len(parts):
+    while p * 2 <= n:
         p *= 2
-    return tree(parts[:p]) + tree(parts[p:])
+    rem = n - p
+    leaves = [op(parts[2 * v], parts[2 * v + 1]) if v < rem else parts[v + rem] for v in range(p)]
+    width = 1
+    while width < p:
+        for v in range(0, p, 2 * width):
+            leaves[v] = op(leaves[v], leaves[v + width])
+        width *= 2
+    return leaves[0]
 
 
 def expected(size, count, dtype, seed, average=False):
     wide = torch.float64 if dtype == torch.float64 else torch.float32
-    total = tree([value(r, count, dtype, seed).to(wide) for r in range(size)])
+    total = tree([value(r, count, dtype, seed).to(wide) for r in range(size)], dtype)
     if average:
         total = total / size
     return total.to(dtype)

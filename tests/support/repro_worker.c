@@ -5,9 +5,10 @@
  * uneven pieces, reduce-scatter out of place and in place, reduce to two roots) for float16,
  * bfloat16, float32, float64 and two integer types, every op, odd counts on both sides of the
  * algorithms' cut-overs; and compares each result's bytes (memcmp) with the fixed tree of
- * hoop(3), computed here without libhoop: leaves in rank order, the root split at the largest
- * power of two below the rank count, float16 and bfloat16 combined in float and rounded once, AVG
- * divided once at the end.
+ * hoop(3), computed here without libhoop: with p the largest power of two <= the rank count n,
+ * the first 2(n - p) ranks paired, then a perfect tree of adjacent pairs over the p leaves, lower
+ * ranks on the left (recursive doubling's order); float16 and bfloat16 combined in float and
+ * rounded back at every step; AVG the sum divided once at the end.
  *
  * usage: repro_worker [--quick] [--fake-hosts N] [--default] [--device | --stream]
  *   --device: every buffer a call gets is a device copy (HOOP_CUDA_LIBRARY's driver: a GPU, or
@@ -22,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hoop.h"
 #include "devmem.h"
+#include "hoop.h"
 
 static hoop_comm *comm;
 static int rank, nranks, expect_tree = 1;
@@ -134,45 +135,49 @@ static void fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int r, u
 /* ---- the tree of hoop(3), in the types it names ----------------------------------------------
  */
 
-#define COMBINE(op, a, b)                                                                          \
-  ((op) == HOOP_PROD  ? (a) * (b)                                                                  \
-   : (op) == HOOP_MIN ? ((a) < (b) ? (a) : (b))                                                    \
-   : (op) == HOOP_MAX ? ((a) > (b) ? (a) : (b))                                                    \
-                      : (a) + (b))
-
-static int split(int n) { /* the largest power of two below n (n >= 2) */
-  int p = 1;
-  while (p * 2 < n)
-    p *= 2;
-  return p;
+/* a op b as the element type computes it: float32 in float; float16 and bfloat16 in float and
+ * rounded back to their type; float64 in double (each value held exactly in a double). */
+static double combine_float(hoop_dtype dtype, hoop_op op, double a, double b) {
+  if (dtype == HOOP_FLOAT64)
+    return op == HOOP_PROD  ? a * b
+           : op == HOOP_MIN ? (a < b ? a : b)
+           : op == HOOP_MAX ? (a > b ? a : b)
+                            : a + b;
+  float x = (float)a, y = (float)b;
+  float r = op == HOOP_PROD  ? x * y
+            : op == HOOP_MIN ? (x < y ? x : y)
+            : op == HOOP_MAX ? (x > y ? x : y)
+                             : x + y;
+  if (dtype == HOOP_FLOAT16)
+    r = half_to_float(float_to_half(r));
+  else if (dtype == HOOP_BFLOAT16)
+    r = bf16_to_float(float_to_bf16(r));
+  return r;
 }
 
-/* leaves[r] holds rank r's element, widened (16-bit types to float). */
-static float tree_float(const float *leaves, int lo, int hi, hoop_op op) {
-  if (hi - lo == 1)
-    return leaves[lo];
-  int mid = lo + split(hi - lo);
-  float a = tree_float(leaves, lo, mid, op), b = tree_float(leaves, mid, hi, op);
-  return COMBINE(op, a, b);
-}
-static double tree_double(const double *leaves, int lo, int hi, hoop_op op) {
-  if (hi - lo == 1)
-    return leaves[lo];
-  int mid = lo + split(hi - lo);
-  double a = tree_double(leaves, lo, mid, op), b = tree_double(leaves, mid, hi, op);
-  return COMBINE(op, a, b);
-}
-/* Integers wrap: combined as unsigned 64-bit and truncated to the type at each node. */
-static int64_t tree_int(const int64_t *leaves, int lo, int hi, hoop_op op, int bits) {
-  if (hi - lo == 1)
-    return leaves[lo];
-  int mid = lo + split(hi - lo);
-  int64_t a = tree_int(leaves, lo, mid, op, bits), b = tree_int(leaves, mid, hi, op, bits);
+/* Integers wrap: combined as unsigned 64-bit and truncated to the type. */
+static int64_t combine_int(int bits, hoop_op op, int64_t a, int64_t b) {
   if (op == HOOP_MIN || op == HOOP_MAX)
-    return COMBINE(op, a, b);
+    return op == HOOP_MIN ? (a < b ? a : b) : (a > b ? a : b);
   uint64_t u = op == HOOP_PROD ? (uint64_t)a * (uint64_t)b : (uint64_t)a + (uint64_t)b;
   return bits == 32 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
 }
+
+/* The tree bottom up, in place over x[0..n): with p the largest power of two <= n and rem = n - p,
+ * leaf v is x[2v] op x[2v+1] for v < rem and x[v + rem] after; then adjacent leaves, pairs of
+ * them, and so on; the lower ranks' operand always on the left. */
+#define TREE(x, n, COMBINE)                                                                        \
+  do {                                                                                             \
+    int p_ = 1;                                                                                    \
+    while (p_ * 2 <= (n))                                                                          \
+      p_ *= 2;                                                                                     \
+    int rem_ = (n)-p_;                                                                             \
+    for (int v_ = 0; v_ < p_; v_++)                                                                \
+      x[v_] = v_ < rem_ ? COMBINE(x[2 * v_], x[2 * v_ + 1]) : x[v_ + rem_];                        \
+    for (int w_ = 1; w_ < p_; w_ *= 2)                                                             \
+      for (int v_ = 0; v_ < p_; v_ += 2 * w_)                                                      \
+        x[v_] = COMBINE(x[v_], x[v_ + w_]);                                                        \
+  } while (0)
 
 /* The expected bytes of elements [first, first + count) of the reduction of every rank's input
  * of total elements. */
@@ -182,9 +187,9 @@ static void expected(void *out, size_t first, size_t count, size_t total, hoop_d
   unsigned char *inputs = xmalloc((size_t)nranks * total * esize);
   for (int r = 0; r < nranks; r++)
     fill(inputs + (size_t)r * total * esize, total, dtype, op, r, seed);
-  float fl[256];
-  double dl[256];
+  double fl[256];
   int64_t il[256];
+  int bits = dtype == HOOP_INT32 ? 32 : 64;
   for (size_t i = first; i < first + count; i++) {
     for (int r = 0; r < nranks; r++) {
       const unsigned char *at = inputs + ((size_t)r * total + i) * esize;
@@ -192,38 +197,37 @@ static void expected(void *out, size_t first, size_t count, size_t total, hoop_d
       case HOOP_FLOAT16: fl[r] = half_to_float(*(const uint16_t *)at); break;
       case HOOP_BFLOAT16: fl[r] = bf16_to_float(*(const uint16_t *)at); break;
       case HOOP_FLOAT32: fl[r] = *(const float *)at; break;
-      case HOOP_FLOAT64: dl[r] = *(const double *)at; break;
+      case HOOP_FLOAT64: fl[r] = *(const double *)at; break;
       case HOOP_INT32: il[r] = *(const int32_t *)at; break;
       case HOOP_INT64: il[r] = *(const int64_t *)at; break;
       default: abort();
       }
     }
     unsigned char *dst = (unsigned char *)out + (i - first) * esize;
+    if (dtype == HOOP_INT32 || dtype == HOOP_INT64) {
+#define INT_COMBINE(a, b) combine_int(bits, op, a, b)
+      TREE(il, nranks, INT_COMBINE);
+      int64_t v = il[0];
+      if (op == HOOP_AVG)
+        v /= nranks; /* the sum wrapped to the type, divided toward zero */
+      int32_t w = (int32_t)v;
+      memcpy(dst, bits == 32 ? (const void *)&w : (const void *)&v, esize);
+      continue;
+    }
+#define FLOAT_COMBINE(a, b) combine_float(dtype, op, a, b)
+    TREE(fl, nranks, FLOAT_COMBINE);
+    double v = fl[0];
+    /* AVG: the sum divided once, in float (the 16-bit types rounded once more) or double. */
+    if (op == HOOP_AVG)
+      v = dtype == HOOP_FLOAT64 ? v / (double)nranks : (double)((float)v / (float)nranks);
     if (dtype == HOOP_FLOAT64) {
-      double v = tree_double(dl, 0, nranks, op);
-      if (op == HOOP_AVG)
-        v /= (double)nranks;
-      memcpy(dst, &v, esize);
-    } else if (dtype == HOOP_INT32 || dtype == HOOP_INT64) {
-      int bits = dtype == HOOP_INT32 ? 32 : 64;
-      int64_t v = tree_int(il, 0, nranks, op, bits);
-      if (op == HOOP_AVG)
-        v /= nranks;
-      if (bits == 32) {
-        int32_t w = (int32_t)v;
-        memcpy(dst, &w, 4);
-      } else {
-        memcpy(dst, &v, 8);
-      }
+      memcpy(dst, &v, 8);
+    } else if (dtype == HOOP_FLOAT32) {
+      float f = (float)v;
+      memcpy(dst, &f, 4);
     } else {
-      float v = tree_float(fl, 0, nranks, op);
-      if (op == HOOP_AVG)
-        v /= (float)nranks;
-      uint16_t h = dtype == HOOP_FLOAT16 ? float_to_half(v) : float_to_bf16(v);
-      if (dtype == HOOP_FLOAT32)
-        memcpy(dst, &v, 4);
-      else
-        memcpy(dst, &h, 2);
+      uint16_t h = dtype == HOOP_FLOAT16 ? float_to_half((float)v) : float_to_bf16((float)v);
+      memcpy(dst, &h, 2);
     }
   }
   free(inputs);
@@ -380,7 +384,8 @@ int main(int argc, char **argv) {
       int per_host = atoi(argv[++i]);
       const char *mine = getenv("HOOP_RANK");
       char name[64];
-      snprintf(name, sizeof name, "fake-host-%d", (mine ? atoi(mine) : 0) / (per_host ? per_host : 1));
+      snprintf(name, sizeof name, "fake-host-%d",
+               (mine ? atoi(mine) : 0) / (per_host ? per_host : 1));
       setenv("HOOP_HOSTNAME", name, 1);
     }
   }
@@ -409,8 +414,8 @@ int main(int argc, char **argv) {
   /* Both sides of the small calls' cut-overs and of the board's slot; a count that several
    * chunks of 4 KiB cut unevenly. */
   static const size_t counts[] = {1, 7, 1001, 6007, 70001};
-  static const hoop_dtype dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT64,  HOOP_BFLOAT16,
-                                      HOOP_FLOAT16, HOOP_INT32,    HOOP_INT64};
+  static const hoop_dtype dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT64, HOOP_BFLOAT16,
+                                      HOOP_FLOAT16, HOOP_INT32,   HOOP_INT64};
   static const hoop_op ops[] = {HOOP_SUM, HOOP_AVG, HOOP_PROD, HOOP_MIN, HOOP_MAX};
   unsigned seed = 17;
   for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
@@ -418,7 +423,8 @@ int main(int argc, char **argv) {
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         int floating = dtypes[d] != HOOP_INT32 && dtypes[d] != HOOP_INT64;
         /* The large count for the sums of every float type, once per other case. */
-        if (counts[c] == 70001 && (quick || (ops[o] != HOOP_SUM && ops[o] != HOOP_AVG) || !floating))
+        if (counts[c] == 70001 &&
+            (quick || (ops[o] != HOOP_SUM && ops[o] != HOOP_AVG) || !floating))
           continue;
         check(counts[c], dtypes[d], ops[o], seed++);
       }

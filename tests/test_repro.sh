@@ -73,7 +73,10 @@ paths() {
   if [ "$cuda" = yes ] && [ "$np" -le 4 ]; then
     extra="--device"
     run "$np" "$mode" "shm, device buffers, CUDA IPC from 0 bytes" HOOP_TRANSPORT=shm \
-      HOOP_CUDA_LIBRARY="$driver" HOOP_CUDA_IPC_MIN_BYTES=0
+      HOOP_CUDA_LIBRARY="$driver" HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=info HOOP_DEBUG_SUBSYS=coll
+    # The mode's own GPU kernel read the peers' buffers (the tree over up to 8 ranks of one host).
+    grep -q "ipc: .* reads the peers' device buffers directly" "$log" ||
+      fail "$np ranks, $mode: device buffers on one host did not go by CUDA IPC"
     extra="--stream"
     run "$np" "$mode" "tcp, device buffers, stream-ordered calls" HOOP_TRANSPORT=tcp \
       HOOP_CUDA_LIBRARY="$driver"

@@ -236,6 +236,7 @@ void hoop__coll_board_free(hoop_comm *comm);
 hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_repro_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
 /* A reducing collective in reproducible mode on comm. */

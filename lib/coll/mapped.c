@@ -4,8 +4,9 @@
  * ever waits for another process, so members sharing one device cannot deadlock.
  *
  * Allreduce: member i reduces block i of every member's input, in member order, in passes of up to
- * the kind's many_max sources (the same results as the host kind's chain of reduce3), into block i
- * of its own result; after a barrier it copies every other block from its owner's result; the
+ * the kind's many_max sources (the same results as the host kind's chain of reduce3; in
+ * reproducible mode in one pass over the fixed tree, hoop__reduce_fixed's bits), into block i of
+ * its own result; after a barrier it copies every other block from its owner's result; the
  * caller's last barrier keeps each result unchanged until every peer has read it. Reduce-scatter:
  * member i reduces block i of every member's input into its result, and that is all. Broadcast:
  * every member copies the root's buffer. Allgather: every member copies each peer's block.
@@ -41,12 +42,22 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
   /* In place, block r of this rank's input is the result's: a first pass that does not read it
    * would overwrite it before its turn, so the partial result goes to scratch then (the path made
    * it ready). */
+  const void *srcs[HOOP__MEM_MANY_MAX];
+  hoop_result result = HOOP_OK;
+  if (comm->reproducible) {
+    /* Every member's part over the fixed tree in one pass (tune.c takes this path in the mode
+     * only where the members fit one and it is not host by host); in place too, as each element
+     * is read from every source before it is written. */
+    for (int q = 0; q < n; q++)
+      srcs[q] = mapped->sends[hoop__member(group, q)] + at;
+    result = kind->reduce_many_tree(comm, dst, srcs, n, len, args->dtype, args->op,
+                                    args->op == HOOP_AVG ? comm->size : 0);
+    return result == HOOP_OK ? kind->sync(comm) : result;
+  }
   char *acc = dst;
   if (dst == mapped->sends[comm->rank] + at && group->index >= many &&
       !(acc = hoop__kind_scratch(comm, len * args->esize)))
     return HOOP_ERR_SYSTEM;
-  const void *srcs[HOOP__MEM_MANY_MAX];
-  hoop_result result = HOOP_OK;
   for (int q = 0; q < n && result == HOOP_OK;) {
     int k = 0;
     if (q > 0)

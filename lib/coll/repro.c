@@ -137,6 +137,27 @@ hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *a
   return result;
 }
 
+/* A small reduce-scatter: the whole input allreduced by recursive doubling (whose order is the
+ * fixed tree's) into a copy of the call's own, this rank's block kept: log2(n) rounds where the
+ * owner algorithm sends n - 1 messages, which small calls pay for in latency. */
+hoop_result hoop__reduce_scatter_repro_rd(hoop_comm *comm, const hoop__coll_args *args) {
+  size_t total = args->bytes * (size_t)comm->size;
+  char *all = malloc(total);
+  if (!all)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes", comm->call,
+                           total);
+  hoop__coll_args whole = *args;
+  whole.recvbuf = all;
+  whole.count = args->count * (size_t)comm->size;
+  whole.bytes = total;
+  hoop_result result = hoop__allreduce_rd(comm, &whole);
+  if (result == HOOP_OK)
+    result =
+        hoop__kind_copy(comm, args->recvbuf, all + (size_t)comm->rank * args->bytes, args->bytes);
+  free(all);
+  return result;
+}
+
 /* A reduce's owner algorithm: the blocks finished, then each to the root, which finishes its own
  * in place. Other ranks' blocks are kept in host memory of the call's own (their recvbuf need not
  * exist). */

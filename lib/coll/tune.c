@@ -68,6 +68,7 @@ enum {
   AR_REPRO,
   AR_REPRO_ALL,
   RS_REPRO,
+  RS_REPRO_RD,
   RD_REPRO,
   RD_REPRO_ALL,
   ALGORITHMS
@@ -154,6 +155,8 @@ static const algorithm algorithms[] = {
                       1},
     [RS_REPRO] = {HOOP__COLL_REDUCE_SCATTER, "repro", hoop__reduce_scatter_repro, WHOLE,
                   "each rank reduces its block from every rank's part over the fixed tree", 1},
+    [RS_REPRO_RD] = {HOOP__COLL_REDUCE_SCATTER, "repro-rd", hoop__reduce_scatter_repro_rd, WHOLE,
+                     "the whole input allreduced by recursive doubling, this rank's block kept", 1},
     [RD_REPRO] = {HOOP__COLL_REDUCE, "repro", hoop__reduce_repro, WHOLE,
                   "each segment's owner reduces every rank's part over the fixed tree, then sends "
                   "it to the root",
@@ -304,6 +307,8 @@ static const cutover repro_cutovers[] = {
     {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, &algorithms[AR_RD]},
     {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_REPRO]},
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
+    {HOOP__COLL_REDUCE_SCATTER, SHARED, NO_LIMIT, &algorithms[RS_REPRO]},
+    {HOOP__COLL_REDUCE_SCATTER, ANY, 32 * 1024, &algorithms[RS_REPRO_RD]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_REPRO]},
     {HOOP__COLL_REDUCE, ANY, REPRO_ALL_BYTES, &algorithms[RD_REPRO_ALL]},
     {HOOP__COLL_REDUCE, ANY, NO_LIMIT, &algorithms[RD_REPRO]},
@@ -349,7 +354,8 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board, repro, "
       "repro-all; broadcast: chain, tree, board; allgather: ring, rd, bruck, direct, board; "
-      "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro; "
+      "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro, "
+      "repro-rd; "
       "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "
       "repro, repro-all; gather, scatter: tree, linear)",
       comm->call, text, why);
@@ -561,9 +567,11 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   if (comm->size < 2 || !comm->coll->hosts || !hoop__mem_kinds_built() ||
       comm->coll->path_kinds == HOOP__PATH_KINDS_ASKED)
     return 0;
-  /* Reproducible mode's tree runs on host memory (the device kind has no kernel for it yet):
-   * reducing calls on device buffers are staged, alike on every rank. */
-  if (hoop__coll_repro(comm, args->coll))
+  /* Reproducible mode: only the path whose kernels combine over the fixed tree, CUDA IPC on one
+   * host, where every rank's part fits one pass of the device kind's tree kernel; the others'
+   * reducing calls are staged and reduced on the host, alike on every rank. */
+  int repro = hoop__coll_repro(comm, args->coll);
+  if (repro && (!hoop__mem_cuda.reduce_many_tree || comm->size > hoop__mem_cuda.many_max))
     return 0;
   /* Each path's settings (alike on every rank) bound the calls it may take from below. */
   if (!comm->coll->path_floor_known) {
@@ -581,7 +589,8 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   for (size_t i = 0; i < PATHS; i++) {
     const path_row *row = &paths[i];
     if (!(row->colls & (1u << args->coll)) || (shape & row->when) != row->when ||
-        (row->by_host && !algo->traits.by_host))
+        (row->by_host && !algo->traits.by_host) ||
+        (repro && (row->by_host || row->path != &hoop__path_ipc)))
       continue;
     int go = row->path->enabled(comm, args, algo, row->by_host, result);
     if (go > 0) {

@@ -168,6 +168,10 @@ hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, s
 hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
                                          int divide);
+/* The same over reproducible mode's fixed tree (kernels.cu's hoop_tree_*). */
+hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide);
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
 /* The same, calling meanwhile(comm) between looks at the stream (the GPUDirect path moves the
  * transports' messages while its kernels run); its failure ends the wait early and is returned,

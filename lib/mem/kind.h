@@ -51,6 +51,10 @@ typedef struct hoop__mem_ops {
    * rounds it, then divided by divide unless it is 0; 1 to many_max sources, dst may be one. */
   hoop_result (*reduce_many)(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
                              size_t count, hoop_dtype dtype, hoop_op op, int divide);
+  /* The same over reproducible mode's fixed tree (hoop__reduce_fixed's, bit for bit), with the
+   * divide (AVG) after it; NULL where the kind cannot. */
+  hoop_result (*reduce_many_tree)(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
+                                  size_t count, hoop_dtype dtype, hoop_op op, int divide);
   int many_max; /* at most HOOP__MEM_MANY_MAX */
   hoop_result (*copy_queued)(hoop_comm *comm, void *dst, const void *src, size_t bytes);
   hoop_result (*sync)(hoop_comm *comm);

@@ -41,6 +41,7 @@ typedef struct kernel_set {
   CUfunction reduce[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   CUfunction divide[HOOP_DTYPE_COUNT];
   CUfunction many[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
+  CUfunction tree[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   int loaded;              /* the functions are there */
   hoop_result load_failed; /* the kernels could not be loaded here (not tried again), and why */
   char load_why[160];
@@ -113,6 +114,10 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
         if (result == HOOP_OK && (err = hoop__cuda_drv.module_get_function(&set->many[d][o], module,
                                                                            name)) != CUDA_SUCCESS)
           result = hoop__cuda_driver_error(comm, name, err);
+        snprintf(name, sizeof name, "hoop_tree_%s_%s", dtype_names[d], op_names[o]);
+        if (result == HOOP_OK && (err = hoop__cuda_drv.module_get_function(&set->tree[d][o], module,
+                                                                           name)) != CUDA_SUCCESS)
+          result = hoop__cuda_driver_error(comm, name, err);
       }
       snprintf(name, sizeof name, "hoop_divide_%s", dtype_names[d]);
       if (result == HOOP_OK &&
@@ -135,7 +140,8 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
 
 /* Run a kernel over count elements in ptr's context on hoop's stream there, and wait for it if
  * wait: op >= 0 the reduction of dtype and op, -1 the division, -2 - op the many-source reduction
- * of op. */
+ * of op, TREE - op the many sources over the fixed tree. */
+#define TREE (-2 - HOOP_OP_COUNT)
 static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, size_t count,
                           void **params, int wait) {
   CUcontext context = NULL;
@@ -147,9 +153,10 @@ static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, s
   kernel_set *set = NULL;
   hoop_result result = kernels_for(comm, context, &set, 1);
   if (result == HOOP_OK) {
-    CUfunction f = op >= 0    ? set->reduce[dtype][op]
-                   : op == -1 ? set->divide[dtype]
-                              : set->many[dtype][-2 - op];
+    CUfunction f = op >= 0     ? set->reduce[dtype][op]
+                   : op == -1  ? set->divide[dtype]
+                   : op > TREE ? set->many[dtype][-2 - op]
+                               : set->tree[dtype][TREE - op];
     size_t per = 16 / hoop_dtype_size((hoop_dtype)dtype);
     size_t blocks = (count / per + THREADS - 1) / THREADS;
     blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
@@ -214,9 +221,9 @@ typedef struct many_sources {
 _Static_assert(sizeof(many_sources) == 72 && offsetof(many_sources, n) == 64,
                "many_sources must match lib/mem/cuda/kernels.cu");
 
-hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
-                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
-                                         int divide) {
+/* The many-source kernels' launch: tree, over the fixed tree rather than left to right. */
+static hoop_result launch_many(hoop_comm *comm, void *dst, const void *const *srcs, int nsrcs,
+                               size_t count, hoop_dtype dtype, hoop_op op, int divide, int tree) {
   if (count == 0)
     return HOOP_OK;
   if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT || nsrcs < 1 ||
@@ -226,7 +233,19 @@ hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void 
   for (int j = 0; j < nsrcs; j++)
     sources.src[j] = srcs[j];
   void *params[] = {&dst, &sources, &count, &divide};
-  return launch(comm, dst, dtype, -2 - (int)op, count, params, 0);
+  return launch(comm, dst, dtype, tree ? TREE - (int)op : -2 - (int)op, count, params, 0);
+}
+
+hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide) {
+  return launch_many(comm, dst, srcs, nsrcs, count, dtype, op, divide, 0);
+}
+
+hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide) {
+  return launch_many(comm, dst, srcs, nsrcs, count, dtype, op, divide, 1);
 }
 
 /* The kernel set of near's context, current on this thread for the caller (pop it after). */

@@ -15,6 +15,12 @@
  * block of every rank's input): dst = ((s0 op s1) op s2) ..., each step rounded to the element
  * type as the chain of two-operand kernels would, then divided by `divide` when it is not 0 (AVG).
  * Each element is read from every source before it is written, so dst may be one of them.
+ *
+ * hoop_tree_<dtype>_<op> takes the same sources and combines them over reproducible mode's fixed
+ * tree instead (lib/mem/reduce.h, hoop__reduce_fixed): with p the largest power of two <= n and
+ * rem = n - p, leaf v is sources 2v and 2v + 1 combined for v < rem and source v + rem after,
+ * then adjacent leaves, pairs of them and so on, the lower operand on the left, each step rounded
+ * as the two-operand kernels round it; so a device buffer gets the host's bits.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -252,6 +258,47 @@ __device__ static void many_loop(typename K::elem *dst, const many_sources &s, s
   }
 }
 
+/* One element over the fixed tree of the sources (p, rem as above). Unrolled to HOOP_MANY_MAX, so
+ * that the leaves stay in registers. */
+template <typename K, typename Op>
+__device__ static typename K::elem tree_element(const many_sources &s, size_t i, int p, int rem) {
+  typedef typename K::elem T;
+  T v[HOOP_MANY_MAX];
+#pragma unroll
+  for (int j = 0; j < HOOP_MANY_MAX; j++) {
+    if (j >= p)
+      break;
+    if (j < rem && 2 * j + 1 < HOOP_MANY_MAX)
+      v[j] = K::template combine<Op>(((const T *)s.src[2 * j])[i], ((const T *)s.src[2 * j + 1])[i]);
+    else if (j + rem < HOOP_MANY_MAX)
+      v[j] = ((const T *)s.src[j + rem])[i];
+  }
+#pragma unroll
+  for (int w = 1; w < HOOP_MANY_MAX; w *= 2)
+#pragma unroll
+    for (int j = 0; j + w < HOOP_MANY_MAX; j += 2 * w)
+      if (j + w < p)
+        v[j] = K::template combine<Op>(v[j], v[j + w]);
+  return v[0];
+}
+
+/* dst[i] = the sources' elements i over the fixed tree, divided by divide unless it is 0. */
+template <typename K, typename Op>
+__device__ static void tree_loop(typename K::elem *dst, const many_sources &s, size_t n,
+                                 int divide) {
+  int p = 1;
+  while (p * 2 <= s.n)
+    p *= 2;
+  int rem = s.n - p;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    typename K::elem acc = tree_element<K, Op>(s, i, p, rem);
+    if (divide)
+      acc = K::divide(acc, divide);
+    dst[i] = acc;
+  }
+}
+
 template <typename K>
 __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -277,6 +324,12 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
     many_loop<K, FOP>((K::elem *)dst, s, n, divide);                                              \
   }
 
+#define DEFINE_TREE(name, K, OP, FOP)                                                               \
+  extern "C" __global__ void hoop_tree_##name##_##OP(void *dst, many_sources s, size_t n,        \
+                                                     int divide) {                               \
+    tree_loop<K, FOP>((K::elem *)dst, s, n, divide);                                              \
+  }
+
 #define DEFINE_DIVIDE(name, K)                                                                      \
   extern "C" __global__ void hoop_divide_##name(void *buf, size_t n, int nranks) {               \
     divide_loop<K>((K::elem *)buf, n, nranks);                                                    \
@@ -291,6 +344,10 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_MANY(name, K, prod, op_prod)                                                               \
   DEFINE_MANY(name, K, min, op_min)                                                                 \
   DEFINE_MANY(name, K, max, op_max)                                                                 \
+  DEFINE_TREE(name, K, sum, op_sum)                                                                 \
+  DEFINE_TREE(name, K, prod, op_prod)                                                               \
+  DEFINE_TREE(name, K, min, op_min)                                                                 \
+  DEFINE_TREE(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
 #define DEFINE_FLOATS(name, K)                                                                      \
@@ -302,6 +359,10 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_MANY(name, K, prod, op_fprod)                                                              \
   DEFINE_MANY(name, K, min, op_min)                                                                 \
   DEFINE_MANY(name, K, max, op_max)                                                                 \
+  DEFINE_TREE(name, K, sum, op_fsum)                                                                \
+  DEFINE_TREE(name, K, prod, op_fprod)                                                              \
+  DEFINE_TREE(name, K, min, op_min)                                                                 \
+  DEFINE_TREE(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
 /* The half types combine in float with the float ops. */
@@ -326,6 +387,10 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_MANY(name, K, prod, op_fprod)                                                              \
   DEFINE_MANY(name, K, min, op_min)                                                                 \
   DEFINE_MANY(name, K, max, op_max)                                                                 \
+  DEFINE_TREE(name, K, sum, op_fsum)                                                                \
+  DEFINE_TREE(name, K, prod, op_fprod)                                                              \
+  DEFINE_TREE(name, K, min, op_min)                                                                 \
+  DEFINE_TREE(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
 typedef plain<int32_t, uint32_t> k_int32;

@@ -181,6 +181,7 @@ const hoop__mem_ops hoop__mem_cuda = {
     .copy = cuda_copy,
     .scratch = cuda_scratch,
     .reduce_many = hoop__cuda_reduce_many_async,
+    .reduce_many_tree = hoop__cuda_reduce_tree_async,
     .many_max = HOOP__CUDA_MANY_MAX,
     .copy_queued = hoop__cuda_copy_async,
     .sync = cuda_sync,

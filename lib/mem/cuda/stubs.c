@@ -154,6 +154,12 @@ hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void 
   return hoop__set_error(comm, HOOP_ERR_UNSUPPORTED, "this libhoop was built without CUDA");
 }
 
+hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void *const *srcs,
+                                         int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
+                                         int divide) {
+  return hoop__cuda_reduce_many_async(comm, dst, srcs, nsrcs, count, dtype, op, divide);
+}
+
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
   return hoop__cuda_copy(comm, dst, src, bytes);
 }

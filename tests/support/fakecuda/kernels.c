@@ -37,8 +37,9 @@ static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
     [HOOP_FLOAT16] = "float16", [HOOP_BFLOAT16] = "bfloat16", [HOOP_FLOAT32] = "float32",
     [HOOP_FLOAT64] = "float64"};
 static const char *const op_names[] = {"sum", "prod", "min", "max"};
-/* [dtype][op]: hoop_reduce_, [dtype][4]: hoop_divide_, [dtype][5 + op]: hoop_many_ */
-static struct CUfunc_st functions[HOOP_DTYPE_COUNT][9];
+/* [dtype][op]: hoop_reduce_, [dtype][4]: hoop_divide_, [dtype][5 + op]: hoop_many_,
+ * [dtype][9 + op]: hoop_tree_ (launched as the many-source kernels are: the same parameters) */
+static struct CUfunc_st functions[HOOP_DTYPE_COUNT][13];
 
 static CUresult fake_module_load_data(CUmodule *module, const void *image) {
   if (ctx_depth == 0)
@@ -72,6 +73,9 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
       snprintf(want, sizeof want, "hoop_many_%s_%s", dtype_names[d], op_names[o]);
       if (strcmp(name, want) == 0)
         return function_named(f, &functions[d][5 + o], name, FAKECUDA_MANY, d);
+      snprintf(want, sizeof want, "hoop_tree_%s_%s", dtype_names[d], op_names[o]);
+      if (strcmp(name, want) == 0)
+        return function_named(f, &functions[d][9 + o], name, FAKECUDA_MANY, d);
     }
     snprintf(want, sizeof want, "hoop_divide_%s", dtype_names[d]);
     if (strcmp(name, want) == 0)

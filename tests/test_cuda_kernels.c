@@ -167,7 +167,8 @@ static void run_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, si
  * divided by the rank count in the last pass) into a buffer of its own (over -1) or over input
  * `over`, against the host's chain of reduce.c calls. split > 0 reduces them as the CUDA IPC
  * allreduce does past HOOP__CUDA_MANY_MAX ranks: the first split inputs in one pass, then the
- * partial result and the rest in a second. */
+ * partial result and the rest in a second. split -1: the tree kernel (reproducible mode's, against
+ * reduce.c's hoop__reduce_fixed). */
 static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t n, size_t off,
                           int nsrcs, int over, int split) {
   enum { MAXSRC = 2 * HOOP__CUDA_MANY_MAX };
@@ -182,16 +183,26 @@ static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t 
     srcs[j] = din[j] + off * esize;
   }
   unsigned char *hdst = host + off * esize;
-  memcpy(hdst, in[0] + off * esize, n * esize);
-  for (int j = 1; j < nsrcs; j++)
-    hoop__reduce(hdst, in[j] + off * esize, n, dtype, op);
-  hoop__reduce_finish(hdst, n, dtype, op, nsrcs);
+  if (split < 0) {
+    const void *hsrcs[MAXSRC];
+    for (int j = 0; j < nsrcs; j++)
+      hsrcs[j] = in[j] + off * esize;
+    hoop__reduce_fixed(hdst, hsrcs, nsrcs, n, dtype, op);
+  } else {
+    memcpy(hdst, in[0] + off * esize, n * esize);
+    for (int j = 1; j < nsrcs; j++)
+      hoop__reduce(hdst, in[j] + off * esize, n, dtype, op);
+    hoop__reduce_finish(hdst, n, dtype, op, nsrcs);
+  }
   unsigned char *ddst = over < 0 ? devmem_put(NULL, bytes) : NULL;
   devmem_sync();
   unsigned char *dst = ddst ? ddst : din[over];
   int divide = op == HOOP_AVG ? nsrcs : 0;
   hoop_result result;
-  if (split > 0) {
+  if (split < 0) {
+    result =
+        hoop__cuda_reduce_tree_async(comm, dst + off * esize, srcs, nsrcs, n, dtype, op, divide);
+  } else if (split > 0) {
     result = hoop__cuda_reduce_many_async(comm, dst + off * esize, srcs, split, n, dtype, op, 0);
     const void *rest[HOOP__CUDA_MANY_MAX] = {dst + off * esize};
     for (int j = split; j < nsrcs; j++)
@@ -218,9 +229,10 @@ static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t 
       char hs[20], ds[20];
       hex(hs, hdst + where * esize, esize);
       hex(ds, back + (off + where) * esize, esize);
-      printf("FAIL: many %s %s, %d sources (split %d), n %zu offset %zu over %d: element %zu: "
+      printf("FAIL: %s %s %s, %d sources (split %d), n %zu offset %zu over %d: element %zu: "
              "host %s, GPU %s\n",
-             hoop_dtype_name(dtype), hoop_op_name(op), nsrcs, split, n, off, over, where, hs, ds);
+             split < 0 ? "tree" : "many", hoop_dtype_name(dtype), hoop_op_name(op), nsrcs, split, n,
+             off, over, where, hs, ds);
     }
   }
   for (int j = 0; j < nsrcs; j++) {
@@ -263,6 +275,10 @@ int main(void) {
                         (size_t)(nsrcs + v / 2) % 2, nsrcs, overs[v], 0);
       }
       run_many_case(comm, (hoop_dtype)d, (hoop_op)o, 65537, 0, 10, 0, HOOP__CUDA_MANY_MAX);
+      /* Reproducible mode's tree kernel on 1 to 8 sources, over the first or into its own. */
+      for (int nsrcs = 1; nsrcs <= HOOP__CUDA_MANY_MAX; nsrcs++)
+        run_many_case(comm, (hoop_dtype)d, (hoop_op)o, nsrcs % 2 ? 65537 : 1031, (size_t)nsrcs % 2,
+                      nsrcs, nsrcs % 3 ? -1 : 0, -1);
       run_many_case(comm, (hoop_dtype)d, (hoop_op)o, 1031, 1, 10, 7, HOOP__CUDA_MANY_MAX);
     }
   printf("test_cuda_kernels: %zu cases, %zu failed\n", checks, failures);

@@ -58,8 +58,9 @@ paths() {
     HOOP_ASYNC_PROGRESS=1
   for algo in "allreduce:ring,reduce_scatter:ring,reduce:tree" \
     "allreduce:rd,reduce_scatter:halving,reduce:linear" \
-    "allreduce:hd,reduce_scatter:direct,reduce:direct" "allreduce:direct" "allreduce:hier" \
-    "allreduce:repro,reduce:repro" "allreduce:repro-all,reduce:repro-all"; do
+    "allreduce:hd,reduce_scatter:direct,reduce:direct" "allreduce:direct,reduce:repro-tree" \
+    "allreduce:hier" "allreduce:repro,reduce:repro,reduce_scatter:repro" \
+    "allreduce:repro-all,reduce:repro-all,reduce_scatter:repro-rd"; do
     run "$np" "$mode" "tcp, HOOP_ALGO=$algo" HOOP_TRANSPORT=tcp HOOP_ALGO="$algo"
   done
   if [ "$np" = 4 ]; then

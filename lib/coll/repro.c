@@ -158,6 +158,79 @@ hoop_result hoop__reduce_scatter_repro_rd(hoop_comm *comm, const hoop__coll_args
   return result;
 }
 
+/* A reduce of small and middling inputs over the tree itself, as recursive doubling folds and
+ * combines but towards one rank: the first 2(n - p) ranks fold pairwise (the even one's input to
+ * the odd one, which combines it on the left), then a binomial tree over the p remaining, in which
+ * at each round the member whose virtual rank has the round's bit set sends its partial result to
+ * the one below and leaves: adjacent pairs, then pairs of pairs, the fixed tree's order. Virtual
+ * rank 0 ends with the result and sends it to the root if it is another rank: fold, log2(p) rounds
+ * and one more message, where the owner algorithm sends n - 1 messages from every rank. */
+hoop_result hoop__reduce_repro_tree(hoop_comm *comm, const hoop__coll_args *args) {
+  int r = comm->rank, root = args->root;
+  size_t bytes = args->bytes;
+  hoop__halving plan; /* its pairing: p, rem, the virtual ranks */
+  hoop__halving_plan(comm, args->count, &plan);
+  int holder = hoop__halving_rank(&plan, 0);
+  hoop__transfer req;
+  hoop_result result = HOOP_OK;
+  if (plan.folded) {
+    result = hoop__isend(comm, r + 1, args->sendbuf, bytes, &req);
+    if (result == HOOP_OK)
+      result = hoop__wait(comm, &req);
+  } else {
+    /* acc: the partial result (the root's recvbuf where the root holds it at the end); part: a
+     * peer's partial result. */
+    char *acc = r == root ? args->recvbuf : NULL, *own = NULL;
+    char *part = malloc(bytes);
+    if (!acc)
+      acc = own = malloc(bytes);
+    if (!part || !acc) {
+      free(part);
+      free(own);
+      return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes", comm->call,
+                             bytes);
+    }
+    result = hoop__kind_copy(comm, acc, args->sendbuf, bytes);
+    if (result == HOOP_OK && r < 2 * plan.rem) {
+      result = hoop__irecv(comm, r - 1, part, bytes, &req);
+      if (result == HOOP_OK)
+        result = hoop__wait(comm, &req);
+      if (result == HOOP_OK)
+        result = hoop__kind_reduce3(comm, acc, part, acc, args->count, args->dtype, args->op);
+    }
+    for (int mask = 1; mask < plan.p && result == HOOP_OK; mask <<= 1) {
+      int peer = hoop__halving_rank(&plan, plan.vrank ^ mask);
+      if (plan.vrank & mask) {
+        result = hoop__isend(comm, peer, acc, bytes, &req);
+        if (result == HOOP_OK)
+          result = hoop__wait(comm, &req);
+        break;
+      }
+      result = hoop__irecv(comm, peer, part, bytes, &req);
+      if (result == HOOP_OK)
+        result = hoop__wait(comm, &req);
+      if (result == HOOP_OK)
+        result = hoop__kind_reduce3(comm, acc, acc, part, args->count, args->dtype, args->op);
+    }
+    if (result == HOOP_OK && r == holder) {
+      result = hoop__kind_finish(comm, acc, args->count, args->dtype, args->op, comm->size);
+      if (result == HOOP_OK && root != holder) {
+        result = hoop__isend(comm, root, acc, bytes, &req);
+        if (result == HOOP_OK)
+          result = hoop__wait(comm, &req);
+      }
+    }
+    free(part);
+    free(own);
+  }
+  if (result == HOOP_OK && r == root && root != holder) {
+    result = hoop__irecv(comm, holder, args->recvbuf, bytes, &req);
+    if (result == HOOP_OK)
+      result = hoop__wait(comm, &req);
+  }
+  return result;
+}
+
 /* A reduce's owner algorithm: the blocks finished, then each to the root, which finishes its own
  * in place. Other ranks' blocks are kept in host memory of the call's own (their recvbuf need not
  * exist). */

@@ -71,6 +71,7 @@ enum {
   RS_REPRO_RD,
   RD_REPRO,
   RD_REPRO_ALL,
+  RD_REPRO_TREE,
   ALGORITHMS
 };
 
@@ -161,6 +162,10 @@ static const algorithm algorithms[] = {
                   "each segment's owner reduces every rank's part over the fixed tree, then sends "
                   "it to the root",
                   1},
+    [RD_REPRO_TREE] = {HOOP__COLL_REDUCE, "repro-tree", hoop__reduce_repro_tree, WHOLE,
+                       "recursive doubling's fold, then a binomial tree over the rest towards "
+                       "the first, which sends the result to the root",
+                       1},
     [RD_REPRO_ALL] = {HOOP__COLL_REDUCE, "repro-all", hoop__reduce_repro_all, WHOLE,
                       "the root takes every rank's input and reduces them over the fixed tree", 1},
 };
@@ -301,16 +306,16 @@ static const cutover cutovers[] = {
  * combine over the fixed tree. Small allreduces run as in the default mode (the board, recursive
  * doubling, whose order is the tree's); a small reduce's root takes every input whole, one round
  * where the owner algorithm has two. */
-#define REPRO_ALL_BYTES (16 * 1024)
 static const cutover repro_cutovers[] = {
     {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_BOARD]},
     {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, &algorithms[AR_RD]},
     {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_REPRO]},
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
     {HOOP__COLL_REDUCE_SCATTER, SHARED, NO_LIMIT, &algorithms[RS_REPRO]},
-    {HOOP__COLL_REDUCE_SCATTER, ANY, 32 * 1024, &algorithms[RS_REPRO_RD]},
+    {HOOP__COLL_REDUCE_SCATTER, ANY, 16 * 1024, &algorithms[RS_REPRO_RD]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_REPRO]},
-    {HOOP__COLL_REDUCE, ANY, REPRO_ALL_BYTES, &algorithms[RD_REPRO_ALL]},
+    {HOOP__COLL_REDUCE, ONE_HOST | SHARED, 1024 * 1024, &algorithms[RD_REPRO_ALL]},
+    {HOOP__COLL_REDUCE, ANY, 64 * 1024, &algorithms[RD_REPRO_TREE]},
     {HOOP__COLL_REDUCE, ANY, NO_LIMIT, &algorithms[RD_REPRO]},
 };
 #define REPRO_CUTOVERS (sizeof repro_cutovers / sizeof repro_cutovers[0])
@@ -357,7 +362,7 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro, "
       "repro-rd; "
       "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "
-      "repro, repro-all; gather, scatter: tree, linear)",
+      "repro, repro-all, repro-tree; gather, scatter: tree, linear)",
       comm->call, text, why);
 }
 

@@ -58,6 +58,8 @@ static hoop_result owner_reduce(hoop_comm *comm, hoop__arena *arena, const char 
   if (result != HOOP_OK || len == 0)
     return result;
   size_t chunk = hoop__chunk_bytes(comm, len, esize), chunks = (len + chunk - 1) / chunk;
+  if (chunk > len)
+    chunk = len; /* one piece, as the senders cut it: no bigger slots than that */
   size_t slots = (size_t)WINDOW * (size_t)(n - 1);
   char *scratch = hoop__kind_scratch(comm, slots * chunk);
   hoop__transfer *reqs = calloc(slots, sizeof *reqs);

@@ -81,6 +81,7 @@ typedef struct hoop__hosts {
   int count;               /* hosts in the job */
   int per_host;            /* ranks on this rank's host */
   int even;                /* 1: at least 2 hosts, every one with the same per_host, at least 2 */
+  int consecutive;         /* even, and every host's ranks consecutive (host h: h * per_host on) */
   int host_index;          /* this rank's host among them, in order of their lowest rank */
   int local_index;         /* this rank's place on its host */
   int *local;              /* per_host entries: the ranks of this host, in rank order */
@@ -235,6 +236,7 @@ void hoop__coll_board_free(hoop_comm *comm);
  * (the board's allreduce and reduce-scatter do the same in that mode). */
 hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args);

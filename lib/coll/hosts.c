@@ -64,6 +64,9 @@ hoop_result hoop__hosts_plan(hoop_comm *comm) {
     hosts->cross[hosts->count++] = at;
   }
   hosts->even = hosts->even == 0 && hosts->count > 1 && hosts->per_host > 1;
+  hosts->consecutive = hosts->even;
+  for (int r = 0; r < n && hosts->consecutive; r++)
+    hosts->consecutive = leader[r] == r - r % hosts->per_host;
   free(leader);
   comm->coll->hosts = hosts;
   return HOOP_OK;

@@ -41,19 +41,22 @@ static hoop_result recv_chunks(hoop_comm *comm, hoop__arena *arena, int peer, ch
   return HOOP_OK;
 }
 
-/* The first phase of the owner algorithm: block p of src (bytes [offset[p], offset[p] +
- * length[p])) to each peer p, and this rank's block reduced over the tree from every rank's part
- * into own (length[rank] bytes; own may be this rank's block of src, exactly). The sends stay on
- * arena. */
-static hoop_result owner_reduce(hoop_comm *comm, hoop__arena *arena, const char *src, char *own,
-                                const size_t *offset, const size_t *length,
-                                const hoop__coll_args *args) {
-  int n = comm->size, r = comm->rank;
-  size_t esize = args->esize, len = length[r];
+/* The first phase of the owner algorithm among group's members (the whole communicator, or the
+ * ranks of one host, or one rank of each host): block q of src (bytes [offset[q], offset[q] +
+ * length[q]), q a member's index) to each other member, and this member's block combined over the
+ * tree from every member's part, in member order, into own (length[index] bytes; own may be this
+ * member's block of src, exactly). AVG is divided by the member count: pass HOOP_SUM where the
+ * members' results are parts of a larger sum. The sends stay on arena. */
+static hoop_result owner_reduce(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                                const char *src, char *own, const size_t *offset,
+                                const size_t *length, size_t esize, hoop_dtype dtype, hoop_op op) {
+  int n = group->size, r = group->index;
+  size_t len = length[r];
   hoop_result result = HOOP_OK;
   for (int k = 1; k < n && result == HOOP_OK; k++) {
-    int peer = (r + k) % n;
-    result = hoop__arena_isend_chunks(comm, arena, peer, src + offset[peer], length[peer], esize);
+    int q = (r + k) % n;
+    result = hoop__arena_isend_chunks(comm, arena, hoop__member(group, q), src + offset[q],
+                                      length[q], esize);
   }
   if (result != HOOP_OK || len == 0)
     return result;
@@ -71,35 +74,55 @@ static hoop_result owner_reduce(hoop_comm *comm, hoop__arena *arena, const char 
                                      comm->call)
                    : HOOP_ERR_SYSTEM;
   }
-  /* Slot (window w, peer p) holds p's part of a chunk; this rank's own part is read in place. */
-#define SLOT(w, p) ((size_t)(w) * (size_t)(n - 1) + (size_t)((p) < r ? (p) : (p)-1))
+  /* Slot (window w, member q) holds q's part of a chunk; this member's own is read in place. */
+#define SLOT(w, q) ((size_t)(w) * (size_t)(n - 1) + (size_t)((q) < r ? (q) : (q)-1))
   size_t posted = 0;
   for (size_t c = 0; c < chunks && result == HOOP_OK; c++) {
     for (; posted < chunks && posted < c + WINDOW && result == HOOP_OK; posted++) {
       size_t w = posted % WINDOW, at = posted * chunk;
       size_t clen = len - at < chunk ? len - at : chunk;
-      for (int p = 0; p < n && result == HOOP_OK; p++)
-        if (p != r)
-          result = hoop__irecv(comm, p, scratch + SLOT(w, p) * chunk, clen, &reqs[SLOT(w, p)]);
+      for (int q = 0; q < n && result == HOOP_OK; q++)
+        if (q != r)
+          result = hoop__irecv(comm, hoop__member(group, q), scratch + SLOT(w, q) * chunk, clen,
+                               &reqs[SLOT(w, q)]);
     }
     size_t w = c % WINDOW, at = c * chunk;
     size_t clen = len - at < chunk ? len - at : chunk;
-    for (int p = 0; p < n && result == HOOP_OK; p++) {
-      if (p == r) {
-        srcs[p] = src + offset[r] + at;
+    for (int q = 0; q < n && result == HOOP_OK; q++) {
+      if (q == r) {
+        srcs[q] = src + offset[r] + at;
         continue;
       }
-      result = hoop__wait(comm, &reqs[SLOT(w, p)]);
-      srcs[p] = scratch + SLOT(w, p) * chunk;
+      result = hoop__wait(comm, &reqs[SLOT(w, q)]);
+      srcs[q] = scratch + SLOT(w, q) * chunk;
     }
     if (result == HOOP_OK)
-      result =
-          hoop__kind_reduce_fixed(comm, own + at, srcs, n, clen / esize, args->dtype, args->op);
+      result = hoop__kind_reduce_fixed(comm, own + at, srcs, n, clen / esize, dtype, op);
   }
 #undef SLOT
   free(reqs);
   free(srcs);
   return result;
+}
+
+/* The second phase among group's members: this member's finished block of dst to every other
+ * member, and every other member's block from it into its place; waits for those and for every
+ * request on arena. */
+static hoop_result group_share(hoop_comm *comm, const hoop__group *group, hoop__arena *arena,
+                               char *dst, const size_t *offset, const size_t *length,
+                               size_t esize) {
+  int n = group->size, r = group->index;
+  hoop_result result = HOOP_OK;
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int q = (r + k) % n;
+    result = hoop__arena_isend_chunks(comm, arena, hoop__member(group, q), dst + offset[r],
+                                      length[r], esize);
+  }
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int q = (r - k + n) % n;
+    result = recv_chunks(comm, arena, hoop__member(group, q), dst + offset[q], length[q], esize);
+  }
+  return result == HOOP_OK ? hoop__arena_wait_all(comm, arena) : result;
 }
 
 /* Block p of count elements: the direct allreduce's segments, in comm's block tables. */
@@ -117,11 +140,64 @@ hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args) 
   const size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
   char *dst = args->recvbuf;
   hoop__arena arena = {0};
-  hoop_result result =
-      owner_reduce(comm, &arena, args->sendbuf, dst + offset[comm->rank], offset, length, args);
+  hoop__group whole = hoop__whole(comm);
+  hoop_result result = owner_reduce(comm, &whole, &arena, args->sendbuf, dst + offset[comm->rank],
+                                    offset, length, args->esize, args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__direct_share(comm, &arena, dst, offset, length, args->esize);
   hoop__arena_free(&arena);
+  return result;
+}
+
+/* Host by host, where each host holds 2^k consecutive ranks: the tree's subtrees are then the
+ * hosts (the fold pairs neighbours, which share a host, and a host's ranks make whole subtrees),
+ * and the hosts combine over the same tree as ranks would. So each host's ranks combine their
+ * segments over the host's subtree (owner), the ranks at one place on every host combine their
+ * segment over the hosts' tree (owner among them) and share it, and each host's ranks share the
+ * segments: the links carry what the default's host-by-host algorithm sends, and the bits are the
+ * flat tree's. Elsewhere the flat owner algorithm. */
+hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *args) {
+  const hoop__hosts *hosts = comm->coll->hosts;
+  int per_host = hosts ? hosts->per_host : 0;
+  if (!hosts || !hosts->consecutive || (per_host & (per_host - 1)) != 0)
+    return hoop__allreduce_repro(comm, args);
+  hoop__group local = {per_host, hosts->local_index, hosts->local};
+  hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
+  hoop_op partial = args->op == HOOP_AVG ? HOOP_SUM : args->op;
+  size_t esize = args->esize, *seg_off = comm->coll->block_offset,
+         *seg_len = comm->coll->block_length;
+  for (int j = 0; j < per_host; j++) {
+    size_t first, elems;
+    hoop__segment(args->count, per_host, j, &first, &elems);
+    seg_off[j] = first * esize;
+    seg_len[j] = elems * esize;
+  }
+  size_t mine = seg_off[local.index], mine_count = seg_len[local.index] / esize;
+  size_t *sub_off = hosts->offset, *sub_len = hosts->length;
+  for (int h = 0; h < cross.size; h++) {
+    size_t first, elems;
+    hoop__segment(mine_count, cross.size, h, &first, &elems);
+    sub_off[h] = mine + first * esize;
+    sub_len[h] = elems * esize;
+  }
+  char *dst = args->recvbuf;
+  hoop__arena within = {0}, across = {0}, out = {0};
+  hoop_result result = owner_reduce(comm, &local, &within, args->sendbuf, dst + mine, seg_off,
+                                    seg_len, esize, args->dtype, partial);
+  if (result == HOOP_OK)
+    result = owner_reduce(comm, &cross, &across, dst, dst + sub_off[cross.index], sub_off, sub_len,
+                          esize, args->dtype, partial);
+  if (result == HOOP_OK)
+    result = group_share(comm, &cross, &across, dst, sub_off, sub_len, esize);
+  if (result == HOOP_OK)
+    result = hoop__kind_finish(comm, dst + mine, mine_count, args->dtype, args->op, comm->size);
+  if (result == HOOP_OK)
+    result = group_share(comm, &local, &out, dst, seg_off, seg_len, esize);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &within);
+  hoop__arena_free(&within);
+  hoop__arena_free(&across);
+  hoop__arena_free(&out);
   return result;
 }
 
@@ -131,8 +207,10 @@ hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *a
     comm->coll->block_length[i] = args->bytes;
   }
   hoop__arena arena = {0};
-  hoop_result result = owner_reduce(comm, &arena, args->sendbuf, args->recvbuf,
-                                    comm->coll->block_offset, comm->coll->block_length, args);
+  hoop__group whole = hoop__whole(comm);
+  hoop_result result =
+      owner_reduce(comm, &whole, &arena, args->sendbuf, args->recvbuf, comm->coll->block_offset,
+                   comm->coll->block_length, args->esize, args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);
@@ -247,7 +325,9 @@ hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args) {
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes for a block",
                            comm->call, length[r]);
   hoop__arena arena = {0};
-  hoop_result result = owner_reduce(comm, &arena, args->sendbuf, own, offset, length, args);
+  hoop__group whole = hoop__whole(comm);
+  hoop_result result = owner_reduce(comm, &whole, &arena, args->sendbuf, own, offset, length,
+                                    args->esize, args->dtype, args->op);
   if (result == HOOP_OK && r != root)
     result = hoop__arena_isend_chunks(comm, &arena, root, own, length[r], args->esize);
   for (int p = 0; p < n && result == HOOP_OK && r == root; p++)

@@ -67,6 +67,7 @@ enum {
   A2A_BOARD,
   AR_REPRO,
   AR_REPRO_ALL,
+  AR_REPRO_HIER,
   RS_REPRO,
   RS_REPRO_RD,
   RD_REPRO,
@@ -154,6 +155,11 @@ static const algorithm algorithms[] = {
     [AR_REPRO_ALL] = {HOOP__COLL_ALLREDUCE, "repro-all", hoop__allreduce_repro_all, WHOLE,
                       "every rank takes every rank's input and reduces them over the fixed tree",
                       1},
+    [AR_REPRO_HIER] = {HOOP__COLL_ALLREDUCE, "repro-hier", hoop__allreduce_repro_hier, WHOLE,
+                       "host by host where each host holds 2^k consecutive ranks (the tree's "
+                       "subtrees): each host's segments, then the hosts', over the tree; repro "
+                       "elsewhere",
+                       1},
     [RS_REPRO] = {HOOP__COLL_REDUCE_SCATTER, "repro", hoop__reduce_scatter_repro, WHOLE,
                   "each rank reduces its block from every rank's part over the fixed tree", 1},
     [RS_REPRO_RD] = {HOOP__COLL_REDUCE_SCATTER, "repro-rd", hoop__reduce_scatter_repro_rd, WHOLE,
@@ -309,6 +315,7 @@ static const cutover cutovers[] = {
 static const cutover repro_cutovers[] = {
     {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_BOARD]},
     {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, &algorithms[AR_RD]},
+    {HOOP__COLL_ALLREDUCE, HOSTS, NO_LIMIT, &algorithms[AR_REPRO_HIER]},
     {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_REPRO]},
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
     {HOOP__COLL_REDUCE_SCATTER, SHARED, NO_LIMIT, &algorithms[RS_REPRO]},
@@ -358,7 +365,8 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board, repro, "
-      "repro-all; broadcast: chain, tree, board; allgather: ring, rd, bruck, direct, board; "
+      "repro-all, repro-hier; broadcast: chain, tree, board; allgather: ring, rd, bruck, direct, "
+      "board; "
       "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro, "
       "repro-rd; "
       "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "

@@ -68,7 +68,7 @@ paths() {
     run "$np" "$mode" "2x2 hosts" HOOP_TRANSPORT=auto
     run "$np" "$mode" "2x2 hosts, HOOP_ALGO=allreduce:hier" HOOP_ALGO=allreduce:hier
     run "$np" "$mode" "2x2 hosts over TCP, HOOP_ALGO=allreduce:repro-hier, 4 KiB chunks" \
-      HOOP_TRANSPORT=tcp HOOP_ALGO=allreduce:repro-hier HOOP_CHUNK_BYTES=4096
+      HOOP_TRANSPORT=tcp HOOP_ALGO=allreduce:repro-hier,reduce_scatter:repro-hier HOOP_CHUNK_BYTES=4096
     extra=""
   fi
   # Device buffers: on the stand-in driver here (the GPU's with HOOP_REPRO_DRIVER=libcuda.so.1),

@@ -239,6 +239,7 @@ hoop_result hoop__allreduce_repro_all(hoop_comm *comm, const hoop__coll_args *ar
 hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro_rd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_repro_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro_tree(hoop_comm *comm, const hoop__coll_args *args);

@@ -217,6 +217,63 @@ hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *a
   return result;
 }
 
+/* The reduce-scatter host by host, on the layouts repro-hier takes (else the flat owners): rank
+ * h * P + j ends with block h * P + j. The blocks the ranks at place j of every host end with are
+ * packed together (for j, then h), so that each host's place-j rank combines them over its host's
+ * subtree (owners among the host's ranks), and then the place-j ranks combine each other's blocks
+ * over the hosts' tree (owners among them): the flat tree's bits, the default's bytes on the
+ * links. */
+hoop_result hoop__reduce_scatter_repro_hier(hoop_comm *comm, const hoop__coll_args *args) {
+  const hoop__hosts *hosts = comm->coll->hosts;
+  int per_host = hosts ? hosts->per_host : 0;
+  if (!hosts || !hosts->consecutive || (per_host & (per_host - 1)) != 0)
+    return hoop__reduce_scatter_repro(comm, args);
+  int count = hosts->count;
+  hoop__group local = {per_host, hosts->local_index, hosts->local};
+  hoop__group cross = {count, hosts->host_index, hosts->cross};
+  hoop_op partial = args->op == HOOP_AVG ? HOOP_SUM : args->op;
+  size_t bytes = args->bytes, group_bytes = bytes * (size_t)count;
+  char *packed = malloc(bytes * (size_t)comm->size + group_bytes);
+  if (!packed)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: cannot allocate %zu bytes", comm->call,
+                           bytes * (size_t)comm->size + group_bytes);
+  char *mine = packed + bytes * (size_t)comm->size; /* the place's blocks, this host's sums */
+  hoop_result result = HOOP_OK;
+  for (int j = 0; j < per_host && result == HOOP_OK; j++)
+    for (int h = 0; h < count && result == HOOP_OK; h++)
+      result =
+          hoop__kind_copy(comm, packed + ((size_t)j * count + h) * bytes,
+                          (const char *)args->sendbuf + ((size_t)h * per_host + j) * bytes, bytes);
+  size_t *off = comm->coll->block_offset, *len = comm->coll->block_length;
+  for (int j = 0; j < per_host; j++) {
+    off[j] = (size_t)j * group_bytes;
+    len[j] = group_bytes;
+  }
+  hoop__arena within = {0}, across = {0};
+  if (result == HOOP_OK)
+    result = owner_reduce(comm, &local, &within, packed, mine, off, len, args->esize, args->dtype,
+                          partial);
+  size_t *sub_off = hosts->offset, *sub_len = hosts->length;
+  for (int h = 0; h < count; h++) {
+    sub_off[h] = (size_t)h * bytes;
+    sub_len[h] = bytes;
+  }
+  /* In place the result is this rank's block of sendbuf, which nothing reads any more. */
+  if (result == HOOP_OK)
+    result = owner_reduce(comm, &cross, &across, mine, args->recvbuf, sub_off, sub_len, args->esize,
+                          args->dtype, partial);
+  if (result == HOOP_OK)
+    result = hoop__kind_finish(comm, args->recvbuf, args->count, args->dtype, args->op, comm->size);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &across);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &within);
+  hoop__arena_free(&within);
+  hoop__arena_free(&across);
+  free(packed);
+  return result;
+}
+
 /* A small reduce-scatter: the whole input allreduced by recursive doubling (whose order is the
  * fixed tree's) into a copy of the call's own, this rank's block kept: log2(n) rounds where the
  * owner algorithm sends n - 1 messages, which small calls pay for in latency. */

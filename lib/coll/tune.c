@@ -70,6 +70,7 @@ enum {
   AR_REPRO_HIER,
   RS_REPRO,
   RS_REPRO_RD,
+  RS_REPRO_HIER,
   RD_REPRO,
   RD_REPRO_ALL,
   RD_REPRO_TREE,
@@ -164,6 +165,11 @@ static const algorithm algorithms[] = {
                   "each rank reduces its block from every rank's part over the fixed tree", 1},
     [RS_REPRO_RD] = {HOOP__COLL_REDUCE_SCATTER, "repro-rd", hoop__reduce_scatter_repro_rd, WHOLE,
                      "the whole input allreduced by recursive doubling, this rank's block kept", 1},
+    [RS_REPRO_HIER] = {HOOP__COLL_REDUCE_SCATTER, "repro-hier", hoop__reduce_scatter_repro_hier,
+                       WHOLE,
+                       "host by host where each host holds 2^k consecutive ranks: each host's "
+                       "blocks, then the hosts', over the tree; repro elsewhere",
+                       1},
     [RD_REPRO] = {HOOP__COLL_REDUCE, "repro", hoop__reduce_repro, WHOLE,
                   "each segment's owner reduces every rank's part over the fixed tree, then sends "
                   "it to the root",
@@ -320,6 +326,7 @@ static const cutover repro_cutovers[] = {
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
     {HOOP__COLL_REDUCE_SCATTER, SHARED, NO_LIMIT, &algorithms[RS_REPRO]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, 16 * 1024, &algorithms[RS_REPRO_RD]},
+    {HOOP__COLL_REDUCE_SCATTER, HOSTS, NO_LIMIT, &algorithms[RS_REPRO_HIER]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_REPRO]},
     {HOOP__COLL_REDUCE, ONE_HOST | SHARED, 1024 * 1024, &algorithms[RD_REPRO_ALL]},
     {HOOP__COLL_REDUCE, ANY, 64 * 1024, &algorithms[RD_REPRO_TREE]},
@@ -368,7 +375,7 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       "repro-all, repro-hier; broadcast: chain, tree, board; allgather: ring, rd, bruck, direct, "
       "board; "
       "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro, "
-      "repro-rd; "
+      "repro-rd, repro-hier; "
       "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "
       "repro, repro-all, repro-tree; gather, scatter: tree, linear)",
       comm->call, text, why);

@@ -52,10 +52,7 @@ hoop_result hoop__allgather_rd(hoop_comm *comm, const hoop__coll_args *args) {
 }
 
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args) {
-  for (int i = 0; i < comm->size; i++) {
-    comm->coll->block_offset[i] = (size_t)i * args->bytes;
-    comm->coll->block_length[i] = args->bytes;
-  }
+  hoop__plan_blocks(comm, args->bytes);
   hoop__arena arena = {0};
   hoop__group whole = hoop__whole(comm);
   hoop_result result =

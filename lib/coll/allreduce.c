@@ -21,14 +21,9 @@ typedef struct ring_plan {
 } ring_plan;
 
 static void plan_segments(hoop_comm *comm, size_t count, size_t esize, ring_plan *plan) {
+  hoop__plan_segments(comm, count, esize);
   plan->offset = comm->coll->block_offset;
   plan->length = comm->coll->block_length;
-  for (int i = 0; i < comm->size; i++) {
-    size_t first, elems;
-    hoop__segment(count, comm->size, i, &first, &elems);
-    plan->offset[i] = first * esize;
-    plan->length[i] = elems * esize;
-  }
 }
 
 /* dst = op(lower rank's part, higher rank's part), whichever of mine and theirs is this rank's:

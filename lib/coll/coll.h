@@ -26,6 +26,12 @@ hoop__coll_state *hoop__coll_state_new(void);
 hoop_result hoop__coll_state_size(hoop_comm *comm);
 void hoop__coll_state_free(hoop_comm *comm);
 
+/* The running call's blocks in comm's block tables (coll/state.h): block i is bytes long at i *
+ * bytes (hoop__plan_blocks); or the count elements of esize bytes cut into near-equal segments, one
+ * per rank (hoop__plan_segments, hoop__segment's). */
+void hoop__plan_blocks(hoop_comm *comm, size_t bytes);
+void hoop__plan_segments(hoop_comm *comm, size_t count, size_t esize);
+
 /* Posted requests must not move while the transport holds them, so they live in fixed blocks
  * that are never reallocated. */
 typedef struct hoop__arena_block hoop__arena_block;

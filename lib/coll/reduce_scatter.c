@@ -11,17 +11,9 @@
 #include "coll/coll.h"
 #include "coll/state.h"
 
-/* Block i of the input: [i * bytes, (i + 1) * bytes), in comm's block tables. */
-static void plan_blocks(hoop_comm *comm, size_t bytes) {
-  for (int i = 0; i < comm->size; i++) {
-    comm->coll->block_offset[i] = (size_t)i * bytes;
-    comm->coll->block_length[i] = bytes;
-  }
-}
-
 hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *args) {
   int n = comm->size;
-  plan_blocks(comm, args->bytes);
+  hoop__plan_blocks(comm, args->bytes);
   size_t chunk_max = hoop__chunk_bytes(comm, args->bytes, args->esize);
   /* The receive slices, then room for the partial sums of every block at its place (they are
    * sent from there; the finished block goes straight to recvbuf). */
@@ -51,7 +43,7 @@ hoop_result hoop__reduce_scatter_ring(hoop_comm *comm, const hoop__coll_args *ar
 }
 
 hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *args) {
-  plan_blocks(comm, args->bytes);
+  hoop__plan_blocks(comm, args->bytes);
   hoop__arena arena = {0};
   hoop_result result =
       hoop__direct_reduce(comm, &arena, args->sendbuf, args->recvbuf, comm->coll->block_offset,

@@ -125,18 +125,8 @@ static hoop_result group_share(hoop_comm *comm, const hoop__group *group, hoop__
   return result == HOOP_OK ? hoop__arena_wait_all(comm, arena) : result;
 }
 
-/* Block p of count elements: the direct allreduce's segments, in comm's block tables. */
-static void plan_segments(hoop_comm *comm, size_t count, size_t esize) {
-  for (int i = 0; i < comm->size; i++) {
-    size_t first, elems;
-    hoop__segment(count, comm->size, i, &first, &elems);
-    comm->coll->block_offset[i] = first * esize;
-    comm->coll->block_length[i] = elems * esize;
-  }
-}
-
 hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args) {
-  plan_segments(comm, args->count, args->esize);
+  hoop__plan_segments(comm, args->count, args->esize);
   const size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
   char *dst = args->recvbuf;
   hoop__arena arena = {0};
@@ -156,11 +146,19 @@ hoop_result hoop__allreduce_repro(hoop_comm *comm, const hoop__coll_args *args) 
  * segment over the hosts' tree (owner among them) and share it, and each host's ranks share the
  * segments: the links carry what the default's host-by-host algorithm sends, and the bits are the
  * flat tree's. Elsewhere the flat owner algorithm. */
-hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *args) {
+/* The hosts if they are the tree's subtrees: each holds 2^k consecutive ranks (alike on every
+ * rank: from the rank table); else NULL. */
+static const hoop__hosts *host_subtrees(const hoop_comm *comm) {
   const hoop__hosts *hosts = comm->coll->hosts;
-  int per_host = hosts ? hosts->per_host : 0;
-  if (!hosts || !hosts->consecutive || (per_host & (per_host - 1)) != 0)
+  return hosts && hosts->consecutive && (hosts->per_host & (hosts->per_host - 1)) == 0 ? hosts
+                                                                                       : NULL;
+}
+
+hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *args) {
+  const hoop__hosts *hosts = host_subtrees(comm);
+  if (!hosts)
     return hoop__allreduce_repro(comm, args);
+  int per_host = hosts->per_host;
   hoop__group local = {per_host, hosts->local_index, hosts->local};
   hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
   hoop_op partial = args->op == HOOP_AVG ? HOOP_SUM : args->op;
@@ -202,10 +200,7 @@ hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *a
 }
 
 hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args) {
-  for (int i = 0; i < comm->size; i++) {
-    comm->coll->block_offset[i] = (size_t)i * args->bytes;
-    comm->coll->block_length[i] = args->bytes;
-  }
+  hoop__plan_blocks(comm, args->bytes);
   hoop__arena arena = {0};
   hoop__group whole = hoop__whole(comm);
   hoop_result result =
@@ -224,10 +219,10 @@ hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *a
  * over the hosts' tree (owners among them): the flat tree's bits, the default's bytes on the
  * links. */
 hoop_result hoop__reduce_scatter_repro_hier(hoop_comm *comm, const hoop__coll_args *args) {
-  const hoop__hosts *hosts = comm->coll->hosts;
-  int per_host = hosts ? hosts->per_host : 0;
-  if (!hosts || !hosts->consecutive || (per_host & (per_host - 1)) != 0)
+  const hoop__hosts *hosts = host_subtrees(comm);
+  if (!hosts)
     return hoop__reduce_scatter_repro(comm, args);
+  int per_host = hosts->per_host;
   int count = hosts->count;
   hoop__group local = {per_host, hosts->local_index, hosts->local};
   hoop__group cross = {count, hosts->host_index, hosts->cross};
@@ -373,7 +368,7 @@ hoop_result hoop__reduce_repro_tree(hoop_comm *comm, const hoop__coll_args *args
  * exist). */
 hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args) {
   int n = comm->size, r = comm->rank, root = args->root;
-  plan_segments(comm, args->count, args->esize);
+  hoop__plan_segments(comm, args->count, args->esize);
   const size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
   char *own = NULL;
   if (r == root)

@@ -23,6 +23,22 @@ hoop_result hoop__coll_state_size(hoop_comm *comm) {
   return offsets && lengths ? HOOP_OK : HOOP_ERR_SYSTEM;
 }
 
+void hoop__plan_blocks(hoop_comm *comm, size_t bytes) {
+  for (int i = 0; i < comm->size; i++) {
+    comm->coll->block_offset[i] = (size_t)i * bytes;
+    comm->coll->block_length[i] = bytes;
+  }
+}
+
+void hoop__plan_segments(hoop_comm *comm, size_t count, size_t esize) {
+  for (int i = 0; i < comm->size; i++) {
+    size_t first, elems;
+    hoop__segment(count, comm->size, i, &first, &elems);
+    comm->coll->block_offset[i] = first * esize;
+    comm->coll->block_length[i] = elems * esize;
+  }
+}
+
 void hoop__coll_state_free(hoop_comm *comm) {
   hoop__coll_state *coll = comm->coll;
   if (!coll)

@@ -251,8 +251,7 @@ hoop_result hoop__reduce_repro_all(hoop_comm *comm, const hoop__coll_args *args)
 hoop_result hoop__reduce_repro_tree(hoop_comm *comm, const hoop__coll_args *args);
 /* A reducing collective in reproducible mode on comm. */
 static inline int hoop__coll_repro(const hoop_comm *comm, hoop__coll coll) {
-  return comm->reproducible && (coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE ||
-                                coll == HOOP__COLL_REDUCE_SCATTER);
+  return comm->reproducible && hoop__coll_reduces(coll);
 }
 
 /* Free the point-to-point messages' kept stages (p2p.c; hoop_finalize). */

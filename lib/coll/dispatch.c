@@ -264,18 +264,14 @@ const char *hoop__coll_call_name(hoop__coll coll) {
 /* Validate, settle count 0 and one rank, choose, run. */
 static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
-  hoop_result result =
-      coll_begin(comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
-                 coll->has_data && !args->checked,
-                 args->coll == HOOP__COLL_ALLREDUCE || args->coll == HOOP__COLL_REDUCE_SCATTER ||
-                         args->coll == HOOP__COLL_REDUCE
-                     ? (int)args->op
-                     : -1,
-                 args->coll == HOOP__COLL_BROADCAST || args->coll == HOOP__COLL_REDUCE ||
-                         args->coll == HOOP__COLL_GATHER || args->coll == HOOP__COLL_SCATTER
-                     ? args->root
-                     : -1,
-                 args->name_tag);
+  hoop_result result = coll_begin(
+      comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
+      coll->has_data && !args->checked, hoop__coll_reduces(args->coll) ? (int)args->op : -1,
+      args->coll == HOOP__COLL_BROADCAST || args->coll == HOOP__COLL_REDUCE ||
+              args->coll == HOOP__COLL_GATHER || args->coll == HOOP__COLL_SCATTER
+          ? args->root
+          : -1,
+      args->name_tag);
   if (result != HOOP_OK)
     return coll_end(comm, result, args->bytes);
   if (coll->check && !args->checked && (result = coll->check(comm, args)) != HOOP_OK)

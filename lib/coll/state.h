@@ -18,10 +18,11 @@ struct hoop__coll_state {
   int tuning_read;
   int forced_algo[HOOP__COLL_COUNT];
   size_t chunk_bytes;
-  /* Each collective's last choice (tune.c): the size it was made for and the algorithm. */
+  /* Each collective's last choice (tune.c): the size and mode it was made for, the algorithm. */
   struct {
     size_t bytes;
     const void *algo;
+    int repro; /* chosen in reproducible mode (which has rows of its own) */
   } tune_last[HOOP__COLL_COUNT];
   const char *algo_name; /* the running collective's algorithm (tune.c), for the trace */
   int repro_told;        /* reproducible mode passed over HOOP_ALGO's choice, said (tune.c) */

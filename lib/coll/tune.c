@@ -474,12 +474,16 @@ static hoop_result read_tuning(hoop_comm *comm) {
   return HOOP_OK;
 }
 
-/* Reproducible mode's choice: HOOP_ALGO's algorithm where it combines over the fixed tree (any
- * other is passed over, said once at info), else the first of its rows that fits. */
-static hoop_result tune_repro(hoop_comm *comm, const hoop__coll_args *args,
-                              const hoop__algo **out) {
+hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo **out) {
+  hoop_result result;
+  if (!comm->coll->tuning_read && (result = read_tuning(comm)) != HOOP_OK)
+    return result;
+  /* Reproducible mode's reducing calls take only algorithms that combine over the fixed tree:
+   * HOOP_ALGO's choice where it does (any other passed over, said once at info), else its own
+   * rows. */
+  int repro = hoop__coll_repro(comm, args->coll);
   int forced = comm->coll->forced_algo[args->coll];
-  if (forced >= 0 && algorithms[forced].repro) {
+  if (forced >= 0 && (!repro || algorithms[forced].repro)) {
     *out = &algorithms[forced];
     return HOOP_OK;
   }
@@ -490,31 +494,6 @@ static hoop_result tune_repro(hoop_comm *comm, const hoop__coll_args *args,
                coll_names[args->coll], algorithms[forced].name);
     comm->coll->repro_told = 1;
   }
-  size_t bytes =
-      args->coll == HOOP__COLL_REDUCE_SCATTER ? args->bytes * (size_t)comm->size : args->bytes;
-  unsigned shape = job_shape(comm);
-  for (size_t i = 0; i < REPRO_CUTOVERS; i++) {
-    const cutover *row = &repro_cutovers[i];
-    if (row->coll == args->coll && (shape & row->when) == row->when && bytes <= row->max_bytes) {
-      *out = row->algo;
-      return HOOP_OK;
-    }
-  }
-  return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: no algorithm fits (tune.c's table)",
-                         comm->call);
-}
-
-hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const hoop__algo **out) {
-  hoop_result result;
-  if (!comm->coll->tuning_read && (result = read_tuning(comm)) != HOOP_OK)
-    return result;
-  if (hoop__coll_repro(comm, args->coll))
-    return tune_repro(comm, args, out);
-  int forced = comm->coll->forced_algo[args->coll];
-  if (forced >= 0) {
-    *out = &algorithms[forced];
-    return HOOP_OK;
-  }
   /* The rows compare the gathered result of an allgather, and a reduce-scatter's or an
    * alltoall's whole input. */
   size_t bytes = args->coll == HOOP__COLL_ALLGATHER || args->coll == HOOP__COLL_REDUCE_SCATTER ||
@@ -522,19 +501,24 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
                          args->coll == HOOP__COLL_SCATTER
                      ? args->bytes * (size_t)comm->size
                      : args->bytes;
-  /* The job's shape never changes: a call of the size before takes the algorithm before, without
-   * the walk down the table (tens of rows, as long as the rest of a small call's bookkeeping). */
-  if (comm->coll->tune_last[args->coll].algo && comm->coll->tune_last[args->coll].bytes == bytes) {
+  /* The job's shape never changes: a call of the size before (in the mode before) takes the
+   * algorithm before, without the walk down the table (tens of rows, as long as the rest of a
+   * small call's bookkeeping). */
+  if (comm->coll->tune_last[args->coll].algo && comm->coll->tune_last[args->coll].bytes == bytes &&
+      comm->coll->tune_last[args->coll].repro == repro) {
     *out = comm->coll->tune_last[args->coll].algo;
     return HOOP_OK;
   }
+  const cutover *rows = repro ? repro_cutovers : cutovers;
+  size_t nrows = repro ? REPRO_CUTOVERS : CUTOVERS;
   unsigned shape = job_shape(comm);
-  for (size_t i = 0; i < CUTOVERS; i++) {
-    const cutover *row = &cutovers[i];
+  for (size_t i = 0; i < nrows; i++) {
+    const cutover *row = &rows[i];
     if (row->coll == args->coll && (shape & row->when) == row->when && bytes <= row->max_bytes) {
       *out = row->algo;
       comm->coll->tune_last[args->coll].bytes = bytes;
       comm->coll->tune_last[args->coll].algo = row->algo;
+      comm->coll->tune_last[args->coll].repro = repro;
       return HOOP_OK;
     }
   }

@@ -75,8 +75,7 @@ void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, ho
   hoop__put_be32(fp + 19, name_tag);
   /* Reproducible mode changes what a reducing call computes: ranks that differ in it must not
    * meet as if they agreed. */
-  fp[23] = comm->reproducible && (coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE ||
-                                  coll == HOOP__COLL_REDUCE_SCATTER);
+  fp[23] = comm->reproducible && hoop__coll_reduces(coll);
 }
 
 /* ---- the calls' names ------------------------------------------------------------------------ */

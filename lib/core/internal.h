@@ -48,6 +48,12 @@ typedef enum hoop__coll {
   HOOP__COLL_COUNT
 } hoop__coll;
 
+/* The collectives that take an op and combine the ranks' values (reproducible mode's). */
+static inline int hoop__coll_reduces(hoop__coll coll) {
+  return coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE_SCATTER ||
+         coll == HOOP__COLL_REDUCE;
+}
+
 struct hoop__tctx;
 struct hoop__mem_ops;
 

@@ -60,7 +60,8 @@ paths() {
     "allreduce:rd,reduce_scatter:halving,reduce:linear" \
     "allreduce:hd,reduce_scatter:direct,reduce:direct" "allreduce:direct,reduce:repro-tree" \
     "allreduce:hier" "allreduce:repro,reduce:repro,reduce_scatter:repro" \
-    "allreduce:repro-all,reduce:repro-all,reduce_scatter:repro-rd"; do
+    "allreduce:repro-all,reduce:repro-all,reduce_scatter:repro-rd" \
+    "allreduce:repro-hd,reduce_scatter:repro-halving"; do
     run "$np" "$mode" "tcp, HOOP_ALGO=$algo" HOOP_TRANSPORT=tcp HOOP_ALGO="$algo"
   done
   if [ "$np" = 4 ]; then
@@ -104,6 +105,8 @@ for np in 2 3 4 5 8; do
     run "$np" repro "tcp, 4 KiB chunks" HOOP_TRANSPORT=tcp HOOP_CHUNK_BYTES=4096
     run "$np" repro "tcp, HOOP_ALGO=ring" HOOP_TRANSPORT=tcp HOOP_ALGO=ring
     run "$np" repro "tcp, HOOP_ALGO=hd" HOOP_TRANSPORT=tcp HOOP_ALGO=hd
+    run "$np" repro "tcp, HOOP_ALGO=repro-hd, repro-halving" HOOP_TRANSPORT=tcp \
+      HOOP_ALGO=allreduce:repro-hd,reduce_scatter:repro-halving
   else
     paths "$np" repro
   fi

@@ -153,7 +153,7 @@ hoop_result hoop__halving_reduce(hoop_comm *comm, hoop__arena *arena, const char
     src = work;
   }
   for (int round = 0; round < plan->rounds; round++) {
-    int mask = plan->p >> (round + 1);
+    int mask = plan->mask[round];
     int peer = hoop__halving_rank(plan, plan->vrank ^ mask);
     size_t keep_first = round + 1 < plan->rounds ? plan->lo[round + 1] : plan->first;
     size_t keep_last = round + 1 < plan->rounds ? plan->hi[round + 1] : plan->last;
@@ -174,7 +174,8 @@ hoop_result hoop__halving_reduce(hoop_comm *comm, hoop__arena *arena, const char
  * with mask m is written again only in the doubling round with mask m, by the same partner, which
  * sends it only after it has received all of that range. */
 static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const char *sendbuf,
-                                    char *recvbuf, size_t count, hoop_dtype dtype, hoop_op op) {
+                                    char *recvbuf, size_t count, hoop_dtype dtype, hoop_op op,
+                                    int near_first) {
   int r = comm->rank;
   size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
   /* Every range a round receives is at most the whole buffer, so its chunks are at most this. */
@@ -183,7 +184,7 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
   if (!scratch)
     return HOOP_ERR_SYSTEM;
   hoop__halving plan;
-  hoop__halving_plan(comm, count, &plan);
+  hoop__halving_plan_order(comm, count, near_first, &plan);
   hoop_result result;
   if (plan.folded) {
     hoop__transfer req;
@@ -208,14 +209,25 @@ static hoop_result halving_doubling(hoop_comm *comm, hoop__arena *arena, const c
 /* ---- the algorithms, as the dispatcher calls them ---------------------------------------------
  */
 
-hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args) {
+static hoop_result allreduce_halving(hoop_comm *comm, const hoop__coll_args *args, int near_first) {
   hoop__arena arena = {0};
   hoop_result result = halving_doubling(comm, &arena, args->sendbuf, args->recvbuf, args->count,
-                                        args->dtype, args->op);
+                                        args->dtype, args->op, near_first);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);
   return result;
+}
+
+hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args) {
+  return allreduce_halving(comm, args, 0);
+}
+
+/* Reproducible mode's halving-doubling: the same rounds with neighbours paired first, so that
+ * each part is combined over the fixed tree (the fold's pairs, then adjacent pairs, pairs of
+ * pairs; the lower rank's part on the left) and moves what halving-doubling moves. */
+hoop_result hoop__allreduce_repro_hd(hoop_comm *comm, const hoop__coll_args *args) {
+  return allreduce_halving(comm, args, 1);
 }
 
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args) {

@@ -206,6 +206,7 @@ void hoop__fused_free(hoop_comm *comm);
 hoop_result hoop__allreduce_ring(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__allreduce_repro_hd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args);
@@ -245,6 +246,7 @@ hoop_result hoop__allreduce_repro_all(hoop_comm *comm, const hoop__coll_args *ar
 hoop_result hoop__allreduce_repro_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro_rd(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_repro_halving(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_repro_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_repro_all(hoop_comm *comm, const hoop__coll_args *args);
@@ -335,17 +337,23 @@ hoop_result hoop__recv_ahead_take(hoop_comm *comm, hoop__recv_ahead *ahead,
  * with mask m (p/2 first, then down to 1) a rank keeps one half of the range it owns, the lower
  * one if its virtual rank has bit m clear, and its partner, the virtual rank that differs in bit
  * m, keeps the other; after log2(p) rounds virtual rank v owns the v-th of p near-equal parts.
- * The doubling rounds run the halving ones backwards, each trading what the rank owns for the
- * other half of the range it owned before the matching halving round. */
+ * With near_first the masks run the other way, 1 first, then up to p/2: neighbours combine
+ * first, then pairs of pairs, so every element is combined over the fixed tree of reproducible
+ * mode (hoop(3)); virtual rank v then owns the part numbered by v's bits reversed. The doubling
+ * rounds run the halving ones backwards, each trading what the rank owns for the other half of
+ * the range it owned before the matching halving round. */
 #define HOOP__HALVING_MAX_ROUNDS 30
 typedef struct hoop__halving {
   int p, rem, vrank, folded; /* folded: this rank hands its part to rank + 1 and sits out */
   int rounds;                /* log2(p) */
+  int mask[HOOP__HALVING_MAX_ROUNDS]; /* each round's partner differs in this bit */
   size_t lo[HOOP__HALVING_MAX_ROUNDS], hi[HOOP__HALVING_MAX_ROUNDS]; /* owned before each round */
   size_t first, last; /* owned after the last halving round */
 } hoop__halving;
 
 void hoop__halving_plan(const hoop_comm *comm, size_t count, hoop__halving *plan);
+void hoop__halving_plan_order(const hoop_comm *comm, size_t count, int near_first,
+                              hoop__halving *plan);
 /* The fold and the halving rounds on the plan of a rank that does not fold (allreduce.c): work
  * (count elements) ends holding [plan->first, plan->last) reduced over every rank (AVG not yet
  * divided); the rounds read sendbuf first, then work. Sends stay on arena; chunks are received

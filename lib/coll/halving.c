@@ -7,6 +7,11 @@ int hoop__halving_rank(const hoop__halving *plan, int vrank) {
 }
 
 void hoop__halving_plan(const hoop_comm *comm, size_t count, hoop__halving *plan) {
+  hoop__halving_plan_order(comm, count, 0, plan);
+}
+
+void hoop__halving_plan_order(const hoop_comm *comm, size_t count, int near_first,
+                              hoop__halving *plan) {
   int n = comm->size, r = comm->rank;
   plan->p = 1;
   while (plan->p * 2 <= n)
@@ -16,7 +21,9 @@ void hoop__halving_plan(const hoop_comm *comm, size_t count, hoop__halving *plan
   plan->vrank = r < 2 * plan->rem ? r / 2 : r - plan->rem;
   size_t first = 0, last = count;
   plan->rounds = 0;
-  for (int mask = plan->p / 2; mask > 0; mask >>= 1, plan->rounds++) {
+  for (int k = 1; k < plan->p; k <<= 1, plan->rounds++) {
+    int mask = near_first ? k : plan->p / (2 * k);
+    plan->mask[plan->rounds] = mask;
     size_t mid = first + (last - first) / 2;
     plan->lo[plan->rounds] = first;
     plan->hi[plan->rounds] = last;
@@ -33,7 +40,7 @@ hoop_result hoop__doubling_rounds(hoop_comm *comm, hoop__arena *arena, char *buf
                                   const hoop__halving *plan) {
   size_t first = plan->first, last = plan->last;
   for (int round = plan->rounds - 1; round >= 0; round--) {
-    int mask = plan->p >> (round + 1);
+    int mask = plan->mask[round];
     int peer = hoop__halving_rank(plan, plan->vrank ^ mask);
     /* The partner owns the other half of [lo, hi): receive it in place. */
     size_t other_first = plan->vrank & mask ? plan->lo[round] : last;

@@ -54,10 +54,12 @@ hoop_result hoop__reduce_scatter_direct(hoop_comm *comm, const hoop__coll_args *
   return result;
 }
 
-hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args) {
+/* Recursive halving over the whole input. With near_first (reproducible mode) neighbours pair
+ * first, which leaves rank r the part numbered by r's bits reversed; so the blocks are first copied
+ * into work in that order (block b at part reverse(b)), and each rank still ends with its own. */
+static hoop_result reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args,
+                                          int near_first) {
   int n = comm->size;
-  if (n & (n - 1))
-    return hoop__reduce_scatter_ring(comm, args); /* the plan would fold ranks, who own nothing */
   size_t count = args->count * (size_t)n, total = count * args->esize;
   size_t slice = hoop__chunk_bytes(comm, total, args->esize);
   size_t slices = HOOP__RING_RECV_DEPTH * slice;
@@ -69,10 +71,23 @@ hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args 
   char *work = scratch + slices;
   hoop__halving
       plan; /* with n a power of two and count a multiple of n, rank r ends with block r */
-  hoop__halving_plan(comm, count, &plan);
+  hoop__halving_plan_order(comm, count, near_first, &plan);
+  const char *input = args->sendbuf;
+  hoop_result result = HOOP_OK;
+  if (near_first) {
+    for (int b = 0; b < n && result == HOOP_OK; b++) {
+      int part = 0;
+      for (int k = 1, bit = n / 2; k < n; k <<= 1, bit >>= 1)
+        part |= b & k ? bit : 0;
+      result = hoop__kind_copy(comm, work + (size_t)part * args->bytes,
+                               args->sendbuf + (size_t)b * args->bytes, args->bytes);
+    }
+    input = work;
+  }
   hoop__arena arena = {0};
-  hoop_result result = hoop__halving_reduce(comm, &arena, args->sendbuf, work, count, args->dtype,
-                                            args->op, scratch, slice, &plan);
+  if (result == HOOP_OK)
+    result = hoop__halving_reduce(comm, &arena, input, work, count, args->dtype, args->op, scratch,
+                                  slice, &plan);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   char *mine = work + plan.first * args->esize;
@@ -82,4 +97,20 @@ hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args 
     result = hoop__kind_copy(comm, args->recvbuf, mine, args->bytes);
   hoop__arena_free(&arena);
   return result;
+}
+
+hoop_result hoop__reduce_scatter_halving(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size;
+  if (n & (n - 1))
+    return hoop__reduce_scatter_ring(comm, args); /* the plan would fold ranks, who own nothing */
+  return reduce_scatter_halving(comm, args, 0);
+}
+
+/* Reproducible mode's: neighbours paired first, each block combined over the fixed tree (a
+ * power-of-two rank count; recursive doubling's whole-input allreduce elsewhere). */
+hoop_result hoop__reduce_scatter_repro_halving(hoop_comm *comm, const hoop__coll_args *args) {
+  int n = comm->size;
+  if (n & (n - 1))
+    return hoop__reduce_scatter_repro_rd(comm, args);
+  return reduce_scatter_halving(comm, args, 1);
 }

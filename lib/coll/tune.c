@@ -68,9 +68,11 @@ enum {
   AR_REPRO,
   AR_REPRO_ALL,
   AR_REPRO_HIER,
+  AR_REPRO_HD,
   RS_REPRO,
   RS_REPRO_RD,
   RS_REPRO_HIER,
+  RS_REPRO_HALVING,
   RD_REPRO,
   RD_REPRO_ALL,
   RD_REPRO_TREE,
@@ -161,6 +163,8 @@ static const algorithm algorithms[] = {
                        "subtrees): each host's segments, then the hosts', over the tree; repro "
                        "elsewhere",
                        1},
+    [AR_REPRO_HD] = {HOOP__COLL_ALLREDUCE, "repro-hd", hoop__allreduce_repro_hd, WHOLE,
+                     "halving-doubling with neighbours paired first (the fixed tree's pairs)", 1},
     [RS_REPRO] = {HOOP__COLL_REDUCE_SCATTER, "repro", hoop__reduce_scatter_repro, WHOLE,
                   "each rank reduces its block from every rank's part over the fixed tree", 1},
     [RS_REPRO_RD] = {HOOP__COLL_REDUCE_SCATTER, "repro-rd", hoop__reduce_scatter_repro_rd, WHOLE,
@@ -170,6 +174,11 @@ static const algorithm algorithms[] = {
                        "host by host where each host holds 2^k consecutive ranks: each host's "
                        "blocks, then the hosts', over the tree; repro elsewhere",
                        1},
+    [RS_REPRO_HALVING] = {HOOP__COLL_REDUCE_SCATTER, "repro-halving",
+                          hoop__reduce_scatter_repro_halving, WHOLE_SCRATCH,
+                          "recursive halving with neighbours paired first (a power-of-two rank "
+                          "count; repro-rd elsewhere)",
+                          1},
     [RD_REPRO] = {HOOP__COLL_REDUCE, "repro", hoop__reduce_repro, WHOLE,
                   "each segment's owner reduces every rank's part over the fixed tree, then sends "
                   "it to the root",
@@ -322,9 +331,14 @@ static const cutover repro_cutovers[] = {
     {HOOP__COLL_ALLREDUCE, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[AR_BOARD]},
     {HOOP__COLL_ALLREDUCE, ANY, 32 * 1024, &algorithms[AR_RD]},
     {HOOP__COLL_ALLREDUCE, HOSTS, NO_LIMIT, &algorithms[AR_REPRO_HIER]},
+    {HOOP__COLL_ALLREDUCE, TWO_RANKS, NO_LIMIT, &algorithms[AR_REPRO_HD]},
+    {HOOP__COLL_ALLREDUCE, ONE_HOST, NO_LIMIT, &algorithms[AR_REPRO]},
+    {HOOP__COLL_ALLREDUCE, POW2, 1024 * 1024, &algorithms[AR_REPRO_HD]},
+    {HOOP__COLL_ALLREDUCE, NOT_POW2, 256 * 1024, &algorithms[AR_REPRO_HD]},
     {HOOP__COLL_ALLREDUCE, ANY, NO_LIMIT, &algorithms[AR_REPRO]},
     {HOOP__COLL_REDUCE_SCATTER, BOARD, HOOP__BOARD_PAYLOAD, &algorithms[RS_BOARD]},
     {HOOP__COLL_REDUCE_SCATTER, SHARED, NO_LIMIT, &algorithms[RS_REPRO]},
+    {HOOP__COLL_REDUCE_SCATTER, POW2, 256 * 1024, &algorithms[RS_REPRO_HALVING]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, 16 * 1024, &algorithms[RS_REPRO_RD]},
     {HOOP__COLL_REDUCE_SCATTER, HOSTS, NO_LIMIT, &algorithms[RS_REPRO_HIER]},
     {HOOP__COLL_REDUCE_SCATTER, ANY, NO_LIMIT, &algorithms[RS_REPRO]},
@@ -372,10 +386,11 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board, repro, "
-      "repro-all, repro-hier; broadcast: chain, tree, board; allgather: ring, rd, bruck, direct, "
+      "repro-all, repro-hier, repro-hd; broadcast: chain, tree, board; allgather: ring, rd, bruck, "
+      "direct, "
       "board; "
       "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro, "
-      "repro-rd, repro-hier; "
+      "repro-rd, repro-hier, repro-halving; "
       "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "
       "repro, repro-all, repro-tree; gather, scatter: tree, linear)",
       comm->call, text, why);

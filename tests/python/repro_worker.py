@@ -121,6 +121,29 @@ def torch_apis():
                   expected(size, count, dtype, seed, average=True))
             seed += 1
 
+    # The backend's option (pg_options) sets the mode of a group either way, over the flag.
+    from hoop.torch import ProcessGroupHoop
+    off = dist.new_group(list(range(size)), pg_options=ProcessGroupHoop.Options(reproducible=False))
+    if getattr(off, "reproducible", True):
+        failures.append("new_group(pg_options=Options(reproducible=False)) is reproducible")
+    torch.use_deterministic_algorithms(False)
+    on = dist.new_group(list(range(size)), pg_options={"reproducible": True})
+    if not getattr(on, "reproducible", False):
+        failures.append("new_group(pg_options={'reproducible': True}) is not reproducible")
+    for dtype in (torch.float32, torch.float16):
+        t = value(rank, 3001, dtype, seed)
+        dist.all_reduce(t, group=on)
+        check("dist.all_reduce over pg_options' group %s" % dtype, t,
+              expected(size, 3001, dtype, seed))
+        seed += 1
+    for bad in (ProcessGroupHoop.Options(reproducible="yes"), {"reproducable": True}, 3):
+        try:
+            dist.new_group(list(range(size)), pg_options=bad)
+            failures.append("new_group(pg_options=%r) did not fail" % (bad,))
+        except TypeError as err:
+            if "pg_options" not in str(err):
+                failures.append("new_group(pg_options=%r): %s" % (bad, err))
+
     # Horovod's API on the same job.
     hvd.init()
     for dtype in (torch.float32, torch.bfloat16):

@@ -195,11 +195,49 @@ class _Completer:
 _completer = _Completer()
 
 
+class Options:
+    """The hoop backend's pg_options, as NCCL's are ProcessGroupNCCL.Options:
+    dist.init_process_group("hoop", pg_options=ProcessGroupHoop.Options(reproducible=True)), or
+    new_group(..., pg_options=...). reproducible: True or False sets the group's reproducible mode
+    (hoop(3), "Reproducible reductions"), alike on every member; None leaves it to
+    HOOP_REPRODUCIBLE and torch.use_deterministic_algorithms."""
+
+    def __init__(self, reproducible=None):
+        self.reproducible = reproducible
+
+    def __repr__(self):
+        return "ProcessGroupHoop.Options(reproducible=%r)" % (self.reproducible,)
+
+
+def _option_reproducible(options):
+    """options' reproducible setting (None where it sets none), or TypeError naming what it got."""
+    if options is None:
+        return None
+    if isinstance(options, dict):
+        unknown = sorted(set(options) - {"reproducible"})
+        if unknown:
+            raise TypeError("hoop backend: pg_options has no %s (it takes reproducible)"
+                            % ", ".join(map(str, unknown)))
+        on = options.get("reproducible")
+    elif isinstance(options, Options):
+        on = options.reproducible
+    else:
+        raise TypeError("hoop backend: pg_options must be a ProcessGroupHoop.Options (or a dict "
+                        "of its fields), not %s" % type(options).__name__)
+    if on is not None and not isinstance(on, bool):
+        raise TypeError("hoop backend: pg_options' reproducible must be True, False or None, "
+                        "not %r" % (on,))
+    return on
+
+
 class ProcessGroupHoop(ProcessGroup):
     """torch.distributed's process group over a hoop Communicator: the job's (hoop.init()) for
     the default group, a sub-communicator of it (hoop_comm_create_group) for a new_group."""
 
-    def __init__(self, store, rank, size, timeout, comm=None):
+    Options = Options
+
+    def __init__(self, store, rank, size, timeout, comm=None, options=None):
+        reproducible = _option_reproducible(options)  # before anything is made
         super().__init__(rank, size)
         self._comm = comm if comm is not None else _shared_comm()
         if self._comm.rank != rank or self._comm.size != size:
@@ -215,6 +253,8 @@ class ProcessGroupHoop(ProcessGroup):
         # to run: the group's reductions combine over hoop's fixed tree (hoop(3)).
         if torch.are_deterministic_algorithms_enabled():
             self._comm.reproducible = True
+        if reproducible is not None:
+            self._comm.reproducible = reproducible
 
     @property
     def reproducible(self):
@@ -458,12 +498,21 @@ def _timeout_s(timeout):
     return seconds
 
 
-def _create(store, rank, size, timeout, *rest):
+def _create(store, rank, size, timeout, options=None):
     global _default_made
+    _option_reproducible(options)  # a bad pg_options fails before a communicator is made
     if not _default_made:
         _default_made = True
-        return ProcessGroupHoop(store, rank, size, timeout)
-    return ProcessGroupHoop(store, rank, size, timeout, comm=_group_comm(store, rank, size))
+        return ProcessGroupHoop(store, rank, size, timeout, options=options)
+    return ProcessGroupHoop(store, rank, size, timeout, comm=_group_comm(store, rank, size),
+                            options=options)
+
+
+def _create_extended(backend_options, pg_options):
+    """The creator under register_backend(extended_api=True), which hands it the pg_options of
+    init_process_group and new_group (torch 1.13 and 2.x alike)."""
+    return _create(backend_options.store, backend_options.group_rank, backend_options.group_size,
+                   backend_options.timeout, pg_options)
 
 
 if "hoop" not in dict(dist.Backend.__members__ if hasattr(dist.Backend, "__members__") else {}):
@@ -471,10 +520,12 @@ if "hoop" not in dict(dist.Backend.__members__ if hasattr(dist.Backend, "__membe
         # torch 2.x asks which devices a backend serves (and warns when not told); 1.13 has no such
         # argument.
         import inspect
-        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
-            dist.Backend.register_backend("hoop", _create, devices=["cpu", "cuda"])
+        _params = inspect.signature(dist.Backend.register_backend).parameters
+        _extra = {"devices": ["cpu", "cuda"]} if "devices" in _params else {}
+        if "extended_api" in _params:
+            dist.Backend.register_backend("hoop", _create_extended, extended_api=True, **_extra)
         else:
-            dist.Backend.register_backend("hoop", _create)
+            dist.Backend.register_backend("hoop", _create, **_extra)
     except (RuntimeError, ValueError) as err:  # registered already (a second import)
         if "already" not in str(err).lower():
             raise

@@ -13,10 +13,18 @@ static double input_value(hoop_op op, int r, size_t i) {
   return op == HOOP_PROD ? 1.0 : (double)((r * 7 + (int)(i % 13)) % 5) + 1;
 }
 
+static int is_float(hoop_dtype dtype) {
+  return dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16 || dtype == HOOP_FLOAT32 ||
+         dtype == HOOP_FLOAT64;
+}
+
 static void store(void *buf, size_t i, hoop_dtype dtype, double v) {
   switch (dtype) {
   case HOOP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
   case HOOP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HOOP_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case HOOP_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+  case HOOP_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
   case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
   case HOOP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
   case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
@@ -48,15 +56,21 @@ void bench_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int r) {
 
 static double expected_reduction(size_t i, hoop_op op, hoop_dtype dtype, int nranks) {
   double acc = input_value(op, 0, i);
+  if (dtype == HOOP_BOOL) /* every input is true (nonzero): or, and give true, xor the parity */
+    return op == HOOP_BXOR ? nranks % 2 : 1;
   for (int r = 1; r < nranks; r++) {
     double v = input_value(op, r, i);
-    acc = op == HOOP_PROD  ? acc * v
-          : op == HOOP_MIN ? fmin(acc, v)
-          : op == HOOP_MAX ? fmax(acc, v)
-                           : acc + v;
+    int64_t a = (int64_t)acc, b = (int64_t)v;
+    acc = op == HOOP_PROD   ? acc * v
+          : op == HOOP_MIN  ? fmin(acc, v)
+          : op == HOOP_MAX  ? fmax(acc, v)
+          : op == HOOP_BAND ? (double)(a & b)
+          : op == HOOP_BOR  ? (double)(a | b)
+          : op == HOOP_BXOR ? (double)(a ^ b)
+                            : acc + v;
   }
   if (op == HOOP_AVG)
-    acc = dtype <= HOOP_UINT64 ? trunc(acc / nranks) : acc / nranks;
+    acc = is_float(dtype) ? acc / nranks : trunc(acc / nranks);
   return acc;
 }
 
@@ -72,7 +86,7 @@ long bench_count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op 
                           : input_value(op, from_rank, first + i);
     store(cell, 0, dtype, want);
     if (memcmp(cell, (const char *)buf + i * esize, esize) != 0 &&
-        !(reduced && op == HOOP_AVG && dtype > HOOP_UINT64))
+        !(reduced && op == HOOP_AVG && is_float(dtype)))
       wrong++;
   }
   return wrong;

@@ -71,15 +71,24 @@ typedef enum hoop_dtype {
   HOOP_BFLOAT16, /* bfloat16, stored as uint16_t; reduced in float */
   HOOP_FLOAT32,
   HOOP_FLOAT64,
+  HOOP_INT16,
+  HOOP_UINT16,
+  HOOP_BOOL, /* one byte, 0 false, any other value true; combined values are 0 or 1 */
   HOOP_DTYPE_COUNT
 } hoop_dtype;
 
+/* Integers wrap in their own type. On HOOP_BOOL, SUM and MAX are logical or, PROD and MIN logical
+ * and, and AVG is refused. The bitwise ops take the integer types and bool only (HOOP_BAND,
+ * HOOP_BOR and HOOP_BXOR on a float type: HOOP_ERR_INVALID_ARG). */
 typedef enum hoop_op {
   HOOP_SUM = 0,
   HOOP_PROD,
   HOOP_MIN,
   HOOP_MAX,
   HOOP_AVG, /* sum divided by the rank count; integer types round toward zero */
+  HOOP_BAND,
+  HOOP_BOR,
+  HOOP_BXOR,
   HOOP_OP_COUNT
 } hoop_op;
 
@@ -245,6 +254,11 @@ HOOP_API int hoop_rank(const hoop_comm *comm);
 HOOP_API int hoop_size(const hoop_comm *comm);
 HOOP_API int hoop_local_rank(const hoop_comm *comm); /* index among the ranks on this host */
 HOOP_API int hoop_local_size(const hoop_comm *comm); /* number of ranks on this host */
+/* Horovod's cross rank and size: among the ranks whose local rank is this rank's, this rank's
+ * index (in rank order) and their number; on hosts that each run the same number of ranks, this
+ * host's index and the number of hosts. -1 for a NULL comm. */
+HOOP_API int hoop_cross_rank(const hoop_comm *comm);
+HOOP_API int hoop_cross_size(const hoop_comm *comm);
 
 /* 1 when collectives accept CUDA device buffers: this libhoop was built with CUDA and the driver
  * (HOOP_CUDA_LIBRARY) loads, which this call does if no collective has yet; it never initialises

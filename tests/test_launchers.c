@@ -136,6 +136,12 @@ static int run_child(int index, int n, void *arg) {
             index % per_host, per_host, hoop_local_rank(comm), hoop_local_size(comm));
     failures++;
   }
+  /* Horovod's cross rank and size: equal hosts, so the host's index and the host count. */
+  if (hoop_cross_rank(comm) != index / per_host || hoop_cross_size(comm) != n / per_host) {
+    fprintf(stderr, "child %d: expected cross rank %d of %d, got %d of %d\n", index,
+            index / per_host, n / per_host, hoop_cross_rank(comm), hoop_cross_size(comm));
+    failures++;
+  }
   int64_t value = index + 1;
   if (hoop_allreduce(comm, &value, &value, 1, HOOP_INT64, HOOP_SUM) != HOOP_OK ||
       value != (int64_t)n * (n + 1) / 2) {

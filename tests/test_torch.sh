@@ -7,6 +7,7 @@
 # - tests/python/trust_worker.py on 3 ranks, shared memory and TCP: no peer's bytes unpickled
 #   outside the *_object calls (a member's crafted pickle is refused naming it, and never runs),
 #   and Horovod's names in each call's fingerprint;
+# - tests/python/lifecycle_worker.py on 3 ranks: destroy_process_group, init again, abort;
 # - tests/python/timeout_worker.py on 3 ranks: init_process_group's and new_group's timeouts
 #   and Work.wait(timeout), as torch.distributed programs set them;
 # - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one, and
@@ -42,13 +43,17 @@ mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 status=0
 
-for np in 1 2 3 4; do
-  out=$("$hooprun" -np "$np" --timeout 120 "$python" "$src/tests/python/hvd_worker.py" 2>&1)
+# The last run: 3 ranks as 2 hosts (2 + 1; HOOP_HOSTNAME), for the local and cross ranks.
+for np in 1 2 3 4 3x2; do
+  per_host=0
+  [ "$np" = 3x2 ] && np=3 per_host=2
+  out=$(HVD_WORKER_PER_HOST=$per_host "$hooprun" -np "$np" --timeout 120 "$python" \
+    "$src/tests/python/hvd_worker.py" 2>&1)
   code=$?
   echo "$out" | grep -E 'checks|FAIL|Error' | head -20
   good=$(echo "$out" | grep -c ' checks, 0 failed')
   if [ $code != 0 ] || [ "$good" != "$np" ]; then
-    echo "FAIL: hvd_worker.py on $np ranks: hooprun exited $code, $good of $np ranks passed"
+    echo "FAIL: hvd_worker.py on $np ranks ($per_host per host): hooprun exited $code, $good of $np ranks passed"
     echo "$out" | tail -30; status=1
   fi
 done
@@ -114,6 +119,13 @@ for case in pass fail wait; do
     echo "FAIL: timeout case '$case':"; echo "$out" | tail -20; status=1
   fi
 done
+
+# A group's life cycle (tests/python/lifecycle_worker.py): destroy_process_group frees a new
+# group's communicator and lets init_process_group run again; abort() fails every member at once.
+out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/lifecycle_worker.py" 2>&1)
+echo "$out" | grep -E "lifecycle worker|FAIL" | head -6 | cut -c1-200
+[ "$(echo "$out" | grep -c "lifecycle worker: \(29\|30\) cases, 0 failed")" = 3 ] || {
+  echo "FAIL: lifecycle_worker.py:"; echo "$out" | tail -20; status=1; }
 
 # hvd.elastic: a rank lost in the middle of an epoch; the survivors restore, shrink, sync, finish.
 out=$("$hooprun" -np 3 --min-np 2 --timeout 30 "$python" "$src/tests/python/hvd_elastic.py" 2>&1)

@@ -256,6 +256,10 @@ static inline int hoop__coll_repro(const hoop_comm *comm, hoop__coll coll) {
   return comm->reproducible && hoop__coll_reduces(coll);
 }
 
+/* HOOP_OK where op applies to dtype, else HOOP_ERR_INVALID_ARG recorded as "call: ..." naming
+ * both (dispatch.c). */
+hoop_result hoop__check_op(hoop_comm *comm, const char *call, hoop_dtype dtype, hoop_op op);
+
 /* Free the point-to-point messages' kept stages (p2p.c; hoop_finalize). */
 void hoop__p2p_free(hoop_comm *comm);
 

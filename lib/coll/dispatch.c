@@ -99,10 +99,19 @@ typedef struct collective {
   hoop_result (*prepare)(hoop_comm *comm, const hoop__coll_args *args);
 } collective;
 
+hoop_result hoop__check_op(hoop_comm *comm, const char *call, hoop_dtype dtype, hoop_op op) {
+  const char *why = hoop__op_refused(dtype, op);
+  if (!why)
+    return HOOP_OK;
+  if ((unsigned)op >= HOOP_OP_COUNT)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown op %d", call, (int)op);
+  return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: op %s on %s: %s", call, hoop_op_name(op),
+                         hoop_dtype_name(dtype) ? hoop_dtype_name(dtype) : "an unknown dtype", why);
+}
+
 static hoop_result check_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
-  if ((unsigned)args->op >= HOOP_OP_COUNT)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: unknown op %d",
-                           (int)args->op);
+  if (hoop__check_op(comm, "hoop_allreduce", args->dtype, args->op) != HOOP_OK)
+    return HOOP_ERR_INVALID_ARG;
   if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: %s is NULL with count %zu",
                            args->sendbuf ? "recvbuf" : "sendbuf", args->count);
@@ -127,9 +136,8 @@ static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args)
 }
 
 static hoop_result check_reduce_scatter(hoop_comm *comm, const hoop__coll_args *args) {
-  if ((unsigned)args->op >= HOOP_OP_COUNT)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_reduce_scatter: unknown op %d",
-                           (int)args->op);
+  if (hoop__check_op(comm, "hoop_reduce_scatter", args->dtype, args->op) != HOOP_OK)
+    return HOOP_ERR_INVALID_ARG;
   if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_reduce_scatter: %s is NULL with recvcount %zu",
@@ -211,8 +219,9 @@ static hoop_result check_rooted(hoop_comm *comm, const hoop__coll_args *args) {
   if (args->root < 0 || args->root >= comm->size)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: root %d is not in 0..%d", call,
                            args->root, comm->size - 1);
-  if (args->coll == HOOP__COLL_REDUCE && (unsigned)args->op >= HOOP_OP_COUNT)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown op %d", call, (int)args->op);
+  if (args->coll == HOOP__COLL_REDUCE &&
+      hoop__check_op(comm, call, args->dtype, args->op) != HOOP_OK)
+    return HOOP_ERR_INVALID_ARG;
   int root = comm->rank == args->root;
   int scatter = args->coll == HOOP__COLL_SCATTER;
   if (args->count > 0 && !args->sendbuf && (root || !scatter))

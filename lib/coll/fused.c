@@ -163,8 +163,8 @@ static hoop_result check_many(hoop_comm *comm, const char *call, size_t n,
                               const size_t *counts, hoop_dtype dtype, hoop_op op) {
   if (hoop_dtype_size(dtype) == 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown dtype %d", call, (int)dtype);
-  if ((unsigned)op >= HOOP_OP_COUNT)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: unknown op %d", call, (int)op);
+  if (hoop__check_op(comm, call, dtype, op) != HOOP_OK)
+    return HOOP_ERR_INVALID_ARG;
   if (n > 0 && (!sendbufs || !recvbufs || !counts))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with %zu buffers", call,
                            !sendbufs   ? "sendbufs"

@@ -47,6 +47,29 @@ int hoop_local_rank(const hoop_comm *comm) {
 int hoop_local_size(const hoop_comm *comm) {
   return comm ? comm->local_size : -1;
 }
+/* The ranks that share this rank's local rank: how many come before it (index) and in all. A job
+ * of one rank has no table. */
+static int cross_count(const hoop_comm *comm, int *index) {
+  int count = 0;
+  *index = 0;
+  for (int i = 0; i < comm->size && comm->table.peers; i++)
+    if ((int)comm->table.peers[i].local_rank == comm->local_rank) {
+      *index += i < comm->rank;
+      count++;
+    }
+  return count ? count : 1;
+}
+int hoop_cross_rank(const hoop_comm *comm) {
+  int index;
+  if (!comm)
+    return -1;
+  cross_count(comm, &index);
+  return index;
+}
+int hoop_cross_size(const hoop_comm *comm) {
+  int index;
+  return comm ? cross_count(comm, &index) : -1;
+}
 hoop_result hoop_comm_set_timeout(hoop_comm *comm, double seconds) {
   if (!comm)
     return HOOP_ERR_INVALID_ARG;

@@ -2,6 +2,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/internal.h"
 #include "hoop.h"
 
 static const struct {
@@ -13,12 +14,31 @@ static const struct {
     [HOOP_INT64] = {"int64", 8},     [HOOP_UINT64] = {"uint64", 8},
     [HOOP_FLOAT16] = {"float16", 2}, [HOOP_BFLOAT16] = {"bfloat16", 2},
     [HOOP_FLOAT32] = {"float32", 4}, [HOOP_FLOAT64] = {"float64", 8},
+    [HOOP_INT16] = {"int16", 2},     [HOOP_UINT16] = {"uint16", 2},
+    [HOOP_BOOL] = {"bool", 1},
 };
 
 static const char *const ops[HOOP_OP_COUNT] = {
-    [HOOP_SUM] = "sum", [HOOP_PROD] = "prod", [HOOP_MIN] = "min",
-    [HOOP_MAX] = "max", [HOOP_AVG] = "avg",
+    [HOOP_SUM] = "sum", [HOOP_PROD] = "prod", [HOOP_MIN] = "min", [HOOP_MAX] = "max",
+    [HOOP_AVG] = "avg", [HOOP_BAND] = "band", [HOOP_BOR] = "bor", [HOOP_BXOR] = "bxor",
 };
+
+static int is_float(hoop_dtype dtype) {
+  return dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16 || dtype == HOOP_FLOAT32 ||
+         dtype == HOOP_FLOAT64;
+}
+
+const char *hoop__op_refused(hoop_dtype dtype, hoop_op op) {
+  if ((unsigned)op >= HOOP_OP_COUNT)
+    return "unknown op";
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT)
+    return "unknown dtype";
+  if (op >= HOOP_BAND && is_float(dtype))
+    return "a bitwise op takes integer and bool dtypes only";
+  if (op == HOOP_AVG && dtype == HOOP_BOOL)
+    return "bool has no average (sum is logical or)";
+  return NULL;
+}
 
 size_t hoop_dtype_size(hoop_dtype dtype) {
   return (unsigned)dtype < HOOP_DTYPE_COUNT ? dtypes[dtype].size : 0;
@@ -39,7 +59,9 @@ int hoop_dtype_from_name(const char *name, hoop_dtype *dtype) {
     hoop_dtype dtype;
   } aliases[] = {{"float", HOOP_FLOAT32}, {"double", HOOP_FLOAT64}, {"half", HOOP_FLOAT16},
                  {"bf16", HOOP_BFLOAT16}, {"fp16", HOOP_FLOAT16},   {"fp32", HOOP_FLOAT32},
-                 {"fp64", HOOP_FLOAT64},  {"int", HOOP_INT32},      {"char", HOOP_INT8}};
+                 {"fp64", HOOP_FLOAT64},  {"int", HOOP_INT32},      {"char", HOOP_INT8},
+                 {"short", HOOP_INT16},   {"int16_t", HOOP_INT16},  {"uint16_t", HOOP_UINT16},
+                 {"_Bool", HOOP_BOOL}};
   if (!name)
     return -1;
   for (int i = 0; i < HOOP_DTYPE_COUNT; i++)

@@ -48,6 +48,10 @@ typedef enum hoop__coll {
   HOOP__COLL_COUNT
 } hoop__coll;
 
+/* NULL where op applies to dtype; else why not ("a bitwise op takes integer and bool dtypes
+ * only", ...), for the calls' errors (dtype.c). */
+const char *hoop__op_refused(hoop_dtype dtype, hoop_op op);
+
 /* The collectives that take an op and combine the ranks' values (reproducible mode's). */
 static inline int hoop__coll_reduces(hoop__coll coll) {
   return coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE_SCATTER ||

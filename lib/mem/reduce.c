@@ -9,8 +9,8 @@
 
 /* x and y are elements of type T; U is the type the arithmetic happens in. Signed integers use
  * their unsigned twin, where overflow wraps instead of being undefined; the conversion back is
- * modular in gcc and clang (implementation-defined, not undefined). The integer types are 8, 32
- * and 64 bits wide, so a U narrower than int promotes to int without overflowing even in prod.
+ * modular in gcc and clang (implementation-defined, not undefined). A U narrower than int is 8
+ * bits wide, which promotes to int without overflowing even in prod.
  *
  * MIN and MAX follow x86 minps/maxps, which lets the loops vectorise: a NaN in y is returned, a
  * NaN in x is not, and min(-0, +0) is +0 while min(+0, -0) is -0. So whether a NaN reaches the
@@ -19,6 +19,19 @@
 #define COMBINE_PROD(T, U, x, y) ((T)((U)(x) * (U)(y)))
 #define COMBINE_MIN(T, U, x, y) ((x) < (y) ? (x) : (y))
 #define COMBINE_MAX(T, U, x, y) ((x) > (y) ? (x) : (y))
+#define COMBINE_BAND(T, U, x, y) ((T)((U)(x) & (U)(y)))
+#define COMBINE_BOR(T, U, x, y) ((T)((U)(x) | (U)(y)))
+#define COMBINE_BXOR(T, U, x, y) ((T)((U)(x) ^ (U)(y)))
+/* bool: each operand taken as 0 or 1, the op applied, the result made 0 or 1 again; so SUM and
+ * MAX are or, PROD and MIN and. */
+#define BOOL_OF(COMBINE, x, y) (uint8_t)(COMBINE(uint8_t, uint32_t, (x) != 0, (y) != 0) != 0)
+#define COMBINE_BOOL_SUM(T, U, x, y) BOOL_OF(COMBINE_SUM, x, y)
+#define COMBINE_BOOL_PROD(T, U, x, y) BOOL_OF(COMBINE_PROD, x, y)
+#define COMBINE_BOOL_MIN(T, U, x, y) BOOL_OF(COMBINE_MIN, x, y)
+#define COMBINE_BOOL_MAX(T, U, x, y) BOOL_OF(COMBINE_MAX, x, y)
+#define COMBINE_BOOL_BAND(T, U, x, y) BOOL_OF(COMBINE_BAND, x, y)
+#define COMBINE_BOOL_BOR(T, U, x, y) BOOL_OF(COMBINE_BOR, x, y)
+#define COMBINE_BOOL_BXOR(T, U, x, y) BOOL_OF(COMBINE_BXOR, x, y)
 
 /* Runs body for i from 0 to n - 1: whole spans of 64 elements, then the rest. gcc -O2 vectorises
  * only loops that need no scalar epilogue and pay off at once, so the inner loop has a constant
@@ -73,16 +86,35 @@ typedef void reduce_kernel(void *dst, const void *a, const void *b, size_t count
   DEFINE_KERNEL(reduce_##type##_min, T, U, COMBINE_MIN)                                            \
   DEFINE_KERNEL(reduce_##type##_max, T, U, COMBINE_MAX)
 
+#define DEFINE_BITWISE(type, T, U)                                                                 \
+  DEFINE_KERNEL(reduce_##type##_band, T, U, COMBINE_BAND)                                          \
+  DEFINE_KERNEL(reduce_##type##_bor, T, U, COMBINE_BOR)                                            \
+  DEFINE_KERNEL(reduce_##type##_bxor, T, U, COMBINE_BXOR)
+
+#define DEFINE_INTEGER_KERNELS(type, T, U)                                                         \
+  DEFINE_KERNELS(type, T, U)                                                                       \
+  DEFINE_BITWISE(type, T, U)
+
 /* On baseline x86-64 all of these vectorise except int64 and uint64 prod, min and max: SSE2 has no
- * 64-bit multiply or compare, so those stay scalar. */
-DEFINE_KERNELS(int8, int8_t, uint8_t)
-DEFINE_KERNELS(uint8, uint8_t, uint8_t)
-DEFINE_KERNELS(int32, int32_t, uint32_t)
-DEFINE_KERNELS(uint32, uint32_t, uint32_t)
-DEFINE_KERNELS(int64, int64_t, uint64_t)
-DEFINE_KERNELS(uint64, uint64_t, uint64_t)
+ * 64-bit multiply or compare, so those stay scalar. The 16-bit types compute in uint32_t: uint16_t
+ * would promote to int, whose product of two large values overflows. */
+DEFINE_INTEGER_KERNELS(int8, int8_t, uint8_t)
+DEFINE_INTEGER_KERNELS(uint8, uint8_t, uint8_t)
+DEFINE_INTEGER_KERNELS(int16, int16_t, uint32_t)
+DEFINE_INTEGER_KERNELS(uint16, uint16_t, uint32_t)
+DEFINE_INTEGER_KERNELS(int32, int32_t, uint32_t)
+DEFINE_INTEGER_KERNELS(uint32, uint32_t, uint32_t)
+DEFINE_INTEGER_KERNELS(int64, int64_t, uint64_t)
+DEFINE_INTEGER_KERNELS(uint64, uint64_t, uint64_t)
 DEFINE_KERNELS(float32, float, float)
 DEFINE_KERNELS(float64, double, double)
+DEFINE_KERNEL(reduce_bool_sum, uint8_t, uint8_t, COMBINE_BOOL_SUM)
+DEFINE_KERNEL(reduce_bool_prod, uint8_t, uint8_t, COMBINE_BOOL_PROD)
+DEFINE_KERNEL(reduce_bool_min, uint8_t, uint8_t, COMBINE_BOOL_MIN)
+DEFINE_KERNEL(reduce_bool_max, uint8_t, uint8_t, COMBINE_BOOL_MAX)
+DEFINE_KERNEL(reduce_bool_band, uint8_t, uint8_t, COMBINE_BOOL_BAND)
+DEFINE_KERNEL(reduce_bool_bor, uint8_t, uint8_t, COMBINE_BOOL_BOR)
+DEFINE_KERNEL(reduce_bool_bxor, uint8_t, uint8_t, COMBINE_BOOL_BXOR)
 
 /* ---- float16 and bfloat16 conversions -------------------------------------------------------- */
 
@@ -238,25 +270,45 @@ DEFINE_HALF_KERNELS(bfloat16)
 
 /* ---- Dispatch -------------------------------------------------------------------------------- */
 
-/* AVG reduces as SUM; hoop__reduce_finish divides at the end. */
+/* AVG reduces as SUM; hoop__reduce_finish divides at the end. The float types have no bitwise
+ * ops and bool no AVG (NULL: the calls refuse them first, hoop__op_refused). */
 #define KERNEL_ROW(dtype, type)                                                                    \
   [dtype] = {[HOOP_SUM] = reduce_##type##_sum,                                                     \
              [HOOP_PROD] = reduce_##type##_prod,                                                   \
              [HOOP_MIN] = reduce_##type##_min,                                                     \
              [HOOP_MAX] = reduce_##type##_max,                                                     \
              [HOOP_AVG] = reduce_##type##_sum}
+#define INTEGER_ROW(dtype, type)                                                                   \
+  [dtype] = {[HOOP_SUM] = reduce_##type##_sum, [HOOP_PROD] = reduce_##type##_prod,                 \
+             [HOOP_MIN] = reduce_##type##_min, [HOOP_MAX] = reduce_##type##_max,                   \
+             [HOOP_AVG] = reduce_##type##_sum, [HOOP_BAND] = reduce_##type##_band,                 \
+             [HOOP_BOR] = reduce_##type##_bor, [HOOP_BXOR] = reduce_##type##_bxor}
 
 static reduce_kernel *const kernels[HOOP_DTYPE_COUNT][HOOP_OP_COUNT] = {
-    KERNEL_ROW(HOOP_INT8, int8),       KERNEL_ROW(HOOP_UINT8, uint8),
-    KERNEL_ROW(HOOP_INT32, int32),     KERNEL_ROW(HOOP_UINT32, uint32),
-    KERNEL_ROW(HOOP_INT64, int64),     KERNEL_ROW(HOOP_UINT64, uint64),
-    KERNEL_ROW(HOOP_FLOAT16, float16), KERNEL_ROW(HOOP_BFLOAT16, bfloat16),
-    KERNEL_ROW(HOOP_FLOAT32, float32), KERNEL_ROW(HOOP_FLOAT64, float64),
+    INTEGER_ROW(HOOP_INT8, int8),
+    INTEGER_ROW(HOOP_UINT8, uint8),
+    INTEGER_ROW(HOOP_INT16, int16),
+    INTEGER_ROW(HOOP_UINT16, uint16),
+    INTEGER_ROW(HOOP_INT32, int32),
+    INTEGER_ROW(HOOP_UINT32, uint32),
+    INTEGER_ROW(HOOP_INT64, int64),
+    INTEGER_ROW(HOOP_UINT64, uint64),
+    KERNEL_ROW(HOOP_FLOAT16, float16),
+    KERNEL_ROW(HOOP_BFLOAT16, bfloat16),
+    KERNEL_ROW(HOOP_FLOAT32, float32),
+    KERNEL_ROW(HOOP_FLOAT64, float64),
+    [HOOP_BOOL] = {[HOOP_SUM] = reduce_bool_sum,
+                   [HOOP_PROD] = reduce_bool_prod,
+                   [HOOP_MIN] = reduce_bool_min,
+                   [HOOP_MAX] = reduce_bool_max,
+                   [HOOP_BAND] = reduce_bool_band,
+                   [HOOP_BOR] = reduce_bool_bor,
+                   [HOOP_BXOR] = reduce_bool_bxor},
 };
 
 void hoop__reduce3(void *dst, const void *a, const void *b, size_t count, hoop_dtype dtype,
                    hoop_op op) {
-  if ((unsigned)dtype < HOOP_DTYPE_COUNT && (unsigned)op < HOOP_OP_COUNT)
+  if ((unsigned)dtype < HOOP_DTYPE_COUNT && (unsigned)op < HOOP_OP_COUNT && kernels[dtype][op])
     kernels[dtype][op](dst, a, b, count);
 }
 
@@ -276,6 +328,8 @@ void hoop__reduce(void *dst, const void *src, size_t count, hoop_dtype dtype, ho
 
 DEFINE_DIVIDE(int8, int8_t, int)
 DEFINE_DIVIDE(uint8, uint8_t, int)
+DEFINE_DIVIDE(int16, int16_t, int)
+DEFINE_DIVIDE(uint16, uint16_t, int)
 DEFINE_DIVIDE(int32, int32_t, int32_t)
 DEFINE_DIVIDE(uint32, uint32_t, uint32_t)
 DEFINE_DIVIDE(int64, int64_t, int64_t)
@@ -301,6 +355,8 @@ void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, 
   switch (dtype) {
   case HOOP_INT8: divide_int8(buf, count, nranks); break;
   case HOOP_UINT8: divide_uint8(buf, count, nranks); break;
+  case HOOP_INT16: divide_int16(buf, count, nranks); break;
+  case HOOP_UINT16: divide_uint16(buf, count, nranks); break;
   case HOOP_INT32: divide_int32(buf, count, nranks); break;
   case HOOP_UINT32: divide_uint32(buf, count, nranks); break;
   case HOOP_INT64: divide_int64(buf, count, nranks); break;
@@ -364,7 +420,8 @@ static void tree_tile(reduce_kernel *combine, size_t esize, unsigned char *stack
 
 void hoop__reduce_fixed(void *dst, const void *const *srcs, int n, size_t count, hoop_dtype dtype,
                         hoop_op op) {
-  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT || n < 1)
+  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT || n < 1 ||
+      !kernels[dtype][op])
     return;
   size_t esize = hoop_dtype_size(dtype);
   /* The runs of one tile: at most one per bit of p. */

@@ -81,6 +81,9 @@ class Communicator:
         self.size = _lib.hoop_size(handle)
         self.local_rank = _lib.hoop_local_rank(handle)
         self.local_size = _lib.hoop_local_size(handle)
+        # Horovod's: among the ranks with this local rank (on equal hosts, the host's index).
+        self.cross_rank = _lib.hoop_cross_rank(handle)
+        self.cross_size = _lib.hoop_cross_size(handle)
         if reproducible is not None:
             self.reproducible = reproducible
         _alive.add(self)

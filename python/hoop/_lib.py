@@ -61,7 +61,8 @@ _lib.hoop_last_error.argtypes = [_c.c_void_p]
 _lib.hoop_init_from_env.argtypes = [_c.POINTER(_c.c_void_p)]
 _lib.hoop_finalize.argtypes = [_c.c_void_p]
 _lib.hoop_abort.argtypes = [_c.c_void_p, _c.c_char_p]
-for _name in ("hoop_rank", "hoop_size", "hoop_local_rank", "hoop_local_size"):
+for _name in ("hoop_rank", "hoop_size", "hoop_local_rank", "hoop_local_size", "hoop_cross_rank",
+              "hoop_cross_size"):
     getattr(_lib, _name).argtypes = [_c.c_void_p]
 _lib.hoop_allreduce.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_size_t, _c.c_int,
                                 _c.c_int]
@@ -139,18 +140,20 @@ def library_version():
 # ---- data types and operations ---------------------------------------------------------------
 
 DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
-          "bfloat16": 7, "float32": 8, "float64": 9}
-_DTYPE_SIZES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 2, 8: 4, 9: 8}
-OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+          "bfloat16": 7, "float32": 8, "float64": 9, "int16": 10, "uint16": 11, "bool": 12}
+_DTYPE_SIZES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 2, 8: 4, 9: 8, 10: 2, 11: 2, 12: 1}
+# band, bor, bxor: the integer dtypes and bool only; bool's sum and max are or, prod and min and.
+OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "band": 5, "bor": 6, "bxor": 7}
 
 # memoryview formats (struct codes) and their hoop dtypes, by item size where C types vary.
 _FORMATS = {"b": "int8", "B": "uint8", "e": "float16", "f": "float32", "d": "float64",
-            "c": "uint8"}
-_SIGNED = {1: "int8", 2: None, 4: "int32", 8: "int64"}
-_UNSIGNED = {1: "uint8", 2: None, 4: "uint32", 8: "uint64"}
-_TORCH = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int32": "int32",
-          "torch.int64": "int64", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
-          "torch.float32": "float32", "torch.float64": "float64"}
+            "c": "uint8", "?": "bool"}
+_SIGNED = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+_UNSIGNED = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+_TORCH = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int16": "int16",
+          "torch.int32": "int32", "torch.int64": "int64", "torch.float16": "float16",
+          "torch.bfloat16": "bfloat16", "torch.float32": "float32", "torch.float64": "float64",
+          "torch.bool": "bool"}
 
 
 def _dtype_code(name, call):

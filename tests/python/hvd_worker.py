@@ -9,12 +9,19 @@ buckets, backward_passes_per_step 2, a parameter some ranks never use); join wit
 and the errors. Prints one summary line per rank.
 """
 
+import os
 import sys
 
 import torch
 
+import hoop
 import hoop.torch as hvd
 
+# HVD_WORKER_PER_HOST=k: each k ranks report a host of their own (HOOP_HOSTNAME), as if the job ran
+# on size/k hosts, to check local and cross ranks.
+per_host = int(os.environ.get("HVD_WORKER_PER_HOST", "0"))
+if per_host:
+    os.environ["HOOP_HOSTNAME"] = "fake-host-%d" % (int(os.environ["HOOP_RANK"]) // per_host)
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
 checks = failures = 0
@@ -26,6 +33,16 @@ def check(ok, what):
     if not ok:
         failures += 1
         print("rank %d FAIL: %s" % (rank, what), file=sys.stderr, flush=True)
+
+
+# Horovod's local and cross ranks: the job's host layout, and hvd.cuda_built() as hoop says.
+k = per_host or size
+hosts = (size + k - 1) // k
+want = (rank % k, min(k, size - rank // k * k), rank // k,
+        hosts if rank % k < size - (hosts - 1) * k else hosts - 1)
+got = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+check(got == want, "(local_rank, local_size, cross_rank, cross_size) %s, not %s" % (got, want))
+check(hvd.cuda_built() == hoop.cuda_supported(), "hvd.cuda_built() is not hoop.cuda_supported()")
 
 
 def data(r, n, dtype, op):

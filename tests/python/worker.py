@@ -17,9 +17,16 @@ checks = failures = 0
 
 # struct codes; bfloat16 travels as its 16 bits (the top half of a float32).
 CODES = {"int8": "b", "uint8": "B", "int32": "i", "uint32": "I", "int64": "q", "uint64": "Q",
-         "float16": "e", "bfloat16": "H", "float32": "f", "float64": "d"}
+         "float16": "e", "bfloat16": "H", "float32": "f", "float64": "d", "int16": "h",
+         "uint16": "H", "bool": "?"}
 BITS = {"int8": 8, "uint8": 8, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64}
 FLOATS = ("float16", "bfloat16", "float32", "float64")
+BITWISE = ("band", "bor", "bxor")
+
+
+def refused(dtype, op):
+    """What libhoop refuses: bitwise ops on float dtypes, and bool's average."""
+    return (dtype in FLOATS and op in BITWISE) or (dtype == "bool" and op == "avg")
 
 
 def fail(what):
@@ -46,8 +53,12 @@ def decode(dtype, data):
 
 def value(dtype, op, r, i):
     """Rank r's element i: small, so that sums and products are exact in every dtype."""
+    if dtype == "bool":
+        return (r * 5 + i * 3) % 3 != 0
+    if op in BITWISE:  # bits that differ across ranks, negative for the signed types
+        return (r * 37 + i * 11) % 251 - (0 if dtype.startswith("uint") else 125)
     if op == "prod":
-        pick = (1, 2, 1, -1, 1) if dtype not in ("uint8", "uint32", "uint64") else (1, 2, 1, 1, 3)
+        pick = (1, 2, 1, 1, 3) if dtype.startswith("uint") else (1, 2, 1, -1, 1)
         v = pick[(r + i) % 5]
     elif dtype.startswith("uint"):
         v = (r * 7 + i * 3) % 5
@@ -58,6 +69,17 @@ def value(dtype, op, r, i):
 
 def reference(dtype, op, i):
     vals = [value(dtype, op, r, i) for r in range(size)]
+    if dtype == "bool":  # sum and max are or, prod and min and
+        if op in ("sum", "max", "bor"):
+            return any(vals)
+        if op == "bxor":
+            return sum(vals) % 2 == 1
+        return all(vals)
+    if op in BITWISE:
+        out = vals[0]
+        for v in vals[1:]:
+            out = out & v if op == "band" else out | v if op == "bor" else out ^ v
+        return out
     if op in ("sum", "avg"):
         total = sum(vals)
         if op == "avg":
@@ -83,6 +105,15 @@ def close(dtype, got, want):
 
 def check_allreduce(dtype, op, count, in_place, blocking=True):
     global checks
+    if refused(dtype, op):
+        checks += 1
+        try:
+            comm.allreduce(bytearray(16), op=op, dtype=dtype)
+            fail("allreduce %s %s did not raise" % (dtype, op))
+        except hoop.InvalidArgument as err:
+            if op not in str(err):
+                fail("allreduce %s %s: the error does not name the op: %s" % (dtype, op, err))
+        return None
     send = encode(dtype, [value(dtype, op, rank, i) for i in range(count)])
     recv = send if in_place else bytearray(len(send))
     if blocking:
@@ -115,7 +146,8 @@ for dtype in CODES:
 posted = []
 for n, dtype in enumerate(CODES):
     for op in hoop.OPS:
-        posted.append(check_allreduce(dtype, op, 97 + n, n % 2 == 0, blocking=False))
+        if not refused(dtype, op):
+            posted.append(check_allreduce(dtype, op, 97 + n, n % 2 == 0, blocking=False))
 for k, (req, dtype, op, count, recv) in enumerate(reversed(posted)):
     if k % 2:
         while not req.test():

@@ -400,6 +400,11 @@ static void batch(int n, size_t big) {
     it->kind = (enum kind)(i % KINDS);
     it->dtype = (hoop_dtype)((i / KINDS + i) % HOOP_DTYPE_COUNT);
     it->op = (hoop_op)((i / 3) % HOOP_OP_COUNT);
+    /* The pairs hoop.h refuses (bitwise ops on float types, bool's AVG) take a sum instead. */
+    int is_float = it->dtype == HOOP_FLOAT16 || it->dtype == HOOP_BFLOAT16 ||
+                   it->dtype == HOOP_FLOAT32 || it->dtype == HOOP_FLOAT64;
+    if ((is_float && it->op >= HOOP_BAND) || (it->dtype == HOOP_BOOL && it->op == HOOP_AVG))
+      it->op = HOOP_SUM;
     it->count = i % 11 == 0 ? big : odd_counts[(size_t)i % NCOUNTS];
     it->root = i % nranks;
     it->in_place = (i / KINDS) % 2;

@@ -19,7 +19,17 @@ static int is_float(hoop_dtype dtype) {
 }
 
 static int is_signed(hoop_dtype dtype) {
-  return dtype == HOOP_INT8 || dtype == HOOP_INT32 || dtype == HOOP_INT64 || is_float(dtype);
+  return dtype == HOOP_INT8 || dtype == HOOP_INT16 || dtype == HOOP_INT32 || dtype == HOOP_INT64 ||
+         is_float(dtype);
+}
+
+static int is_bitwise(hoop_op op) {
+  return op == HOOP_BAND || op == HOOP_BOR || op == HOOP_BXOR;
+}
+
+/* The integer types' width in bits (bool's 8). */
+static int width_bits(hoop_dtype dtype) {
+  return 8 * (int)hoop_dtype_size(dtype);
 }
 
 /* The input as a number. Sums use [-3, 3] (or [0, 6] unsigned); products use +-1 and +-2 (1 and 2
@@ -27,6 +37,19 @@ static int is_signed(hoop_dtype dtype) {
 static double input_value(hoop_dtype dtype, hoop_op op, int rank, size_t index, unsigned seed) {
   uint64_t h =
       mix(((uint64_t)seed << 40) ^ ((uint64_t)rank << 32) ^ index ^ ((uint64_t)dtype << 56));
+  /* bool: false, true and another true byte (2), which results must make 1. */
+  if (dtype == HOOP_BOOL)
+    return (double)(h % 3);
+  /* Bitwise: random bits over the type's width (at most 40, exact in a double), mostly ones for
+   * and so that it does not end all zeros over many ranks; signed types sign-extended. */
+  if (is_bitwise(op)) {
+    int w = width_bits(dtype) < 40 ? width_bits(dtype) : 40;
+    uint64_t bits = op == HOOP_BAND ? ~(h & mix(h) & mix(h + 1)) : h;
+    bits &= ((uint64_t)1 << w) - 1;
+    if (is_signed(dtype) && (bits >> (w - 1)) & 1)
+      return (double)(int64_t)(bits | ~(((uint64_t)1 << w) - 1));
+    return (double)bits;
+  }
   switch (op) {
   case HOOP_PROD: {
     double v = (h & 1) ? 2.0 : 1.0;
@@ -36,6 +59,8 @@ static double input_value(hoop_dtype dtype, hoop_op op, int rank, size_t index, 
   case HOOP_MAX:
     if (dtype == HOOP_INT8 || dtype == HOOP_UINT8)
       return is_signed(dtype) ? (double)(int)(h % 256) - 128 : (double)(h % 256);
+    if (dtype == HOOP_INT16 || dtype == HOOP_UINT16)
+      return is_signed(dtype) ? (double)(int)(h % 65536) - 32768 : (double)(h % 65536);
     if (dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16)
       return (double)(int)(h % 2001) - 1000; /* rounded to the format by stored() */
     return is_signed(dtype) ? (double)(int64_t)(h % 2000001) - 1000000 : (double)(h % 2000001);
@@ -96,6 +121,9 @@ static void store(void *buf, size_t i, hoop_dtype dtype, double v) {
   switch (dtype) {
   case HOOP_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
   case HOOP_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HOOP_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case HOOP_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+  case HOOP_BOOL: ((uint8_t *)buf)[i] = (uint8_t)v; break;
   case HOOP_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
   case HOOP_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
   case HOOP_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
@@ -112,6 +140,9 @@ static double load(const void *buf, size_t i, hoop_dtype dtype) {
   switch (dtype) {
   case HOOP_INT8: return ((const int8_t *)buf)[i];
   case HOOP_UINT8: return ((const uint8_t *)buf)[i];
+  case HOOP_INT16: return ((const int16_t *)buf)[i];
+  case HOOP_UINT16: return ((const uint16_t *)buf)[i];
+  case HOOP_BOOL: return ((const uint8_t *)buf)[i];
   case HOOP_INT32: return ((const int32_t *)buf)[i];
   case HOOP_UINT32: return ((const uint32_t *)buf)[i];
   case HOOP_INT64: return (double)((const int64_t *)buf)[i];
@@ -141,6 +172,8 @@ static double wrap_integer(hoop_dtype dtype, uint64_t bits) {
   switch (dtype) {
   case HOOP_INT8: return (int8_t)(uint8_t)bits;
   case HOOP_UINT8: return (uint8_t)bits;
+  case HOOP_INT16: return (int16_t)(uint16_t)bits;
+  case HOOP_UINT16: return (uint16_t)bits;
   case HOOP_INT32: return (int32_t)(uint32_t)bits;
   case HOOP_UINT32: return (uint32_t)bits;
   case HOOP_INT64: return (double)(int64_t)bits;
@@ -148,7 +181,25 @@ static double wrap_integer(hoop_dtype dtype, uint64_t bits) {
   }
 }
 
+/* bool over the ranks: any nonzero byte true; sum and max or, prod and min and; a combined value
+ * is 0 or 1. */
+static double expected_bool(hoop_op op, int nranks, size_t i, unsigned seed) {
+  double first = stored(HOOP_BOOL, input_value(HOOP_BOOL, op, 0, i, seed));
+  if (nranks == 1)
+    return first; /* nothing combined: the input as it is */
+  int acc = first != 0;
+  for (int r = 1; r < nranks; r++) {
+    int v = stored(HOOP_BOOL, input_value(HOOP_BOOL, op, r, i, seed)) != 0;
+    acc = op == HOOP_BXOR                                      ? acc != v
+          : op == HOOP_SUM || op == HOOP_MAX || op == HOOP_BOR ? acc || v
+                                                               : acc && v;
+  }
+  return acc;
+}
+
 static double expected(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsigned seed) {
+  if (dtype == HOOP_BOOL)
+    return expected_bool(op, nranks, i, seed);
   double acc = stored(dtype, input_value(dtype, op, 0, i, seed));
   uint64_t bits = (uint64_t)(int64_t)acc;
   for (int r = 1; r < nranks; r++) {
@@ -165,10 +216,13 @@ static double expected(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsig
       break;
     case HOOP_MIN: acc = v < acc ? v : acc; break;
     case HOOP_MAX: acc = v > acc ? v : acc; break;
+    case HOOP_BAND: bits &= (uint64_t)(int64_t)v; break;
+    case HOOP_BOR: bits |= (uint64_t)(int64_t)v; break;
+    case HOOP_BXOR: bits ^= (uint64_t)(int64_t)v; break;
     default: break;
     }
   }
-  if (!is_float(dtype) && (op == HOOP_SUM || op == HOOP_PROD))
+  if (!is_float(dtype) && (op == HOOP_SUM || op == HOOP_PROD || is_bitwise(op)))
     return wrap_integer(dtype, bits);
   if (op == HOOP_AVG)
     return is_float(dtype) ? acc / nranks : trunc(acc / nranks);

@@ -27,12 +27,11 @@ static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
     [HOOP_INT8] = "int8",       [HOOP_UINT8] = "uint8",       [HOOP_INT32] = "int32",
     [HOOP_UINT32] = "uint32",   [HOOP_INT64] = "int64",       [HOOP_UINT64] = "uint64",
     [HOOP_FLOAT16] = "float16", [HOOP_BFLOAT16] = "bfloat16", [HOOP_FLOAT32] = "float32",
-    [HOOP_FLOAT64] = "float64"};
-static const char *const op_names[HOOP_OP_COUNT] = {[HOOP_SUM] = "sum",
-                                                    [HOOP_PROD] = "prod",
-                                                    [HOOP_MIN] = "min",
-                                                    [HOOP_MAX] = "max",
-                                                    [HOOP_AVG] = "sum"};
+    [HOOP_FLOAT64] = "float64", [HOOP_INT16] = "int16",       [HOOP_UINT16] = "uint16",
+    [HOOP_BOOL] = "bool"};
+static const char *const op_names[HOOP_OP_COUNT] = {
+    [HOOP_SUM] = "sum", [HOOP_PROD] = "prod", [HOOP_MIN] = "min", [HOOP_MAX] = "max",
+    [HOOP_AVG] = "sum", [HOOP_BAND] = "band", [HOOP_BOR] = "bor", [HOOP_BXOR] = "bxor"};
 
 /* The module loaded in one context, its functions, and a stream of hoop's own there. */
 typedef struct kernel_set {
@@ -106,6 +105,8 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
     char name[64];
     for (int d = 0; d < HOOP_DTYPE_COUNT && result == HOOP_OK; d++) {
       for (int o = 0; o < HOOP_OP_COUNT && result == HOOP_OK; o++) {
+        if (hoop__op_refused((hoop_dtype)d, (hoop_op)o))
+          continue; /* no kernel: the calls refuse it first (bitwise on floats, bool's AVG) */
         snprintf(name, sizeof name, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
         if ((err = hoop__cuda_drv.module_get_function(&set->reduce[d][o], module, name)) !=
             CUDA_SUCCESS)
@@ -176,7 +177,7 @@ static hoop_result reduce3(hoop_comm *comm, void *dst, const void *a, const void
                            hoop_dtype dtype, hoop_op op, int wait) {
   if (count == 0)
     return HOOP_OK;
-  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT)
+  if (hoop__op_refused(dtype, op))
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype or op");
   void *params[] = {&dst, &a, &b, &count};
   return launch(comm, dst, dtype, op, count, params, wait);
@@ -226,8 +227,7 @@ static hoop_result launch_many(hoop_comm *comm, void *dst, const void *const *sr
                                size_t count, hoop_dtype dtype, hoop_op op, int divide, int tree) {
   if (count == 0)
     return HOOP_OK;
-  if ((unsigned)dtype >= HOOP_DTYPE_COUNT || (unsigned)op >= HOOP_OP_COUNT || nsrcs < 1 ||
-      nsrcs > HOOP__CUDA_MANY_MAX)
+  if (hoop__op_refused(dtype, op) || nsrcs < 1 || nsrcs > HOOP__CUDA_MANY_MAX)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: bad dtype, op or source count");
   many_sources sources = {.n = nsrcs};
   for (int j = 0; j < nsrcs; j++)

@@ -47,6 +47,21 @@ struct op_max {
     return x > y ? x : y;
   }
 };
+struct op_band {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return (T)((U)x & (U)y);
+  }
+};
+struct op_bor {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return (T)((U)x | (U)y);
+  }
+};
+struct op_bxor {
+  template <typename T, typename U> __device__ static T apply(T x, T y) {
+    return (T)((U)x ^ (U)y);
+  }
+};
 
 /* ---- float16 and bfloat16 through float (reduce.c's conversions, unchanged) -------------------- */
 
@@ -111,6 +126,19 @@ template <typename T> struct small_int {
   }
   __device__ static T divide(T x, int nranks) {
     return (T)((int)x / nranks);
+  }
+};
+
+/* bool: each operand taken as 0 or 1, the op applied, the result made 0 or 1 again (reduce.c's
+ * BOOL_OF): sum and max are or, prod and min and. It has no average. */
+struct boolean {
+  typedef uint8_t elem;
+  template <typename Op> __device__ static uint8_t combine(uint8_t x, uint8_t y) {
+    return (uint8_t)(Op::template apply<uint8_t, uint32_t>(x != 0, y != 0) != 0);
+  }
+  __device__ static uint8_t divide(uint8_t x, int nranks) {
+    (void)nranks; /* never launched: the calls refuse bool's AVG */
+    return x;
   }
 };
 
@@ -348,7 +376,20 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_TREE(name, K, prod, op_prod)                                                               \
   DEFINE_TREE(name, K, min, op_min)                                                                 \
   DEFINE_TREE(name, K, max, op_max)                                                                 \
-  DEFINE_DIVIDE(name, K)
+  DEFINE_DIVIDE(name, K)                                                                            \
+  DEFINE_BITWISE(name, K)
+
+/* The bitwise ops: the integer types and bool. */
+#define DEFINE_BITWISE(name, K)                                                                     \
+  DEFINE_REDUCE(name, K, band)                                                                      \
+  DEFINE_REDUCE(name, K, bor)                                                                       \
+  DEFINE_REDUCE(name, K, bxor)                                                                      \
+  DEFINE_MANY(name, K, band, op_band)                                                               \
+  DEFINE_MANY(name, K, bor, op_bor)                                                                 \
+  DEFINE_MANY(name, K, bxor, op_bxor)                                                               \
+  DEFINE_TREE(name, K, band, op_band)                                                               \
+  DEFINE_TREE(name, K, bor, op_bor)                                                                 \
+  DEFINE_TREE(name, K, bxor, op_bxor)
 
 #define DEFINE_FLOATS(name, K)                                                                      \
   DEFINE_FLOAT_REDUCE(name, K, sum, op_fsum)                                                        \
@@ -393,6 +434,18 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_TREE(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
+/* The 16-bit types compute in uint32_t (uint16_t would promote to int, whose product of two
+ * large values overflows) and divide in int. */
+template <typename T> struct short_int {
+  typedef T elem;
+  template <typename Op> __device__ static T combine(T x, T y) {
+    return Op::template apply<T, uint32_t>(x, y);
+  }
+  __device__ static T divide(T x, int nranks) {
+    return (T)((int)x / nranks);
+  }
+};
+
 typedef plain<int32_t, uint32_t> k_int32;
 typedef plain<uint32_t, uint32_t> k_uint32;
 typedef plain<int64_t, uint64_t> k_int64;
@@ -400,6 +453,9 @@ typedef plain<uint64_t, uint64_t> k_uint64;
 
 DEFINE_INTS(int8, small_int<int8_t>)
 DEFINE_INTS(uint8, small_int<uint8_t>)
+DEFINE_INTS(int16, short_int<int16_t>)
+DEFINE_INTS(uint16, short_int<uint16_t>)
+DEFINE_INTS(bool, boolean)
 DEFINE_INTS(int32, k_int32)
 DEFINE_INTS(uint32, k_uint32)
 DEFINE_INTS(int64, k_int64)

@@ -24,21 +24,22 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work
 
-from .. import HoopError, Timeout, _shared_comm
+from .. import Failed, HoopError, Timeout, _shared_comm
 
 __all__ = ["ProcessGroupHoop"]
 
 
 def _op_name(op, call):
     table = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
-             dist.ReduceOp.MAX: "max"}
+             dist.ReduceOp.MAX: "max", dist.ReduceOp.BAND: "band", dist.ReduceOp.BOR: "bor",
+             dist.ReduceOp.BXOR: "bxor"}
     if hasattr(dist.ReduceOp, "AVG"):
         table[dist.ReduceOp.AVG] = "avg"
     for known, name in table.items():
         if op == known:
             return name
     raise NotImplementedError("hoop backend: %s with reduce op %s is not supported (SUM, PRODUCT, "
-                              "MIN, MAX, AVG and PREMUL_SUM are)" % (call, op))
+                              "MIN, MAX, AVG, BAND, BOR, BXOR and PREMUL_SUM are)" % (call, op))
 
 
 def _reduction(opts, call):
@@ -230,6 +231,18 @@ def _option_reproducible(options):
     return on
 
 
+class _Ended:
+    """What stands for the communicator of a group that was shut down or aborted: every call on
+    the group raises, naming the call and what ended the group."""
+
+    def __init__(self, how):
+        self._how = how
+
+    def __getattr__(self, name):
+        raise Failed("hoop backend: %s on a process group that was %s; make a new group"
+                     % (name.lstrip("i"), self._how), Failed.code)
+
+
 class ProcessGroupHoop(ProcessGroup):
     """torch.distributed's process group over a hoop Communicator: the job's (hoop.init()) for
     the default group, a sub-communicator of it (hoop_comm_create_group) for a new_group."""
@@ -239,6 +252,7 @@ class ProcessGroupHoop(ProcessGroup):
     def __init__(self, store, rank, size, timeout, comm=None, options=None):
         reproducible = _option_reproducible(options)  # before anything is made
         super().__init__(rank, size)
+        self._owns_comm = comm is not None  # a new_group's own; else the job's, shared with hvd
         self._comm = comm if comm is not None else _shared_comm()
         if self._comm.rank != rank or self._comm.size != size:
             raise RuntimeError("hoop backend: torch.distributed says rank %d of %d, hoop's job "
@@ -266,6 +280,37 @@ class ProcessGroupHoop(ProcessGroup):
     @reproducible.setter
     def reproducible(self, on):
         self._comm.reproducible = on
+
+    def shutdown(self):
+        """torch 2.x's ProcessGroup.shutdown, which destroy_process_group calls (hoop.torch makes
+        it do so on every torch): the group's outstanding works are waited for, then a
+        new_group's communicator is freed. The default group's is the job's: it stays, shared with
+        hvd and ready for another init_process_group (rank 0's rendezvous cannot be joined twice),
+        and goes at hvd.shutdown() or exit. The group's calls then raise hoop.Failed."""
+        if isinstance(self._comm, _Ended):
+            return
+        for work in list(self._pending):
+            try:
+                work.wait()
+            except RuntimeError:
+                pass
+        self._pending.clear()
+        comm, self._comm = self._comm, _Ended("shut down (destroy_process_group)")
+        if self._owns_comm:
+            comm.finalize()
+        else:
+            global _default_made
+            _default_made = False  # the next init_process_group's default group is the job's again
+
+    def abort(self):
+        """torch 2.x's ProcessGroup.abort, to leave a hang at once: hoop_abort on the group's
+        communicator, whose connections are the job's, so every group of the job fails on every
+        member (their current and next calls raise, naming this rank and the abort), where NCCL's
+        fails only the group's own communicator. The group's calls then raise hoop.Failed."""
+        if isinstance(self._comm, _Ended):
+            return
+        comm, self._comm = self._comm, _Ended("aborted")
+        comm.abort("the process group was aborted on rank %d (ProcessGroup.abort)" % comm.rank)
 
     def _forget(self, work):
         if work in self._pending:
@@ -513,6 +558,36 @@ def _create_extended(backend_options, pg_options):
     init_process_group and new_group (torch 1.13 and 2.x alike)."""
     return _create(backend_options.store, backend_options.group_rank, backend_options.group_size,
                    backend_options.timeout, pg_options)
+
+
+def _mapped_groups():
+    """The process groups torch.distributed knows of now (1.13: _pg_map; 2.x: _world.pg_map)."""
+    c10d = dist.distributed_c10d
+    world = getattr(c10d, "_world", None)
+    mapped = getattr(world, "pg_map", None) if world is not None else None
+    return list(mapped if mapped is not None else getattr(c10d, "_pg_map", {}))
+
+
+def _wrap_destroy(destroy):
+    """destroy_process_group, then shutdown() of each hoop group it dropped (new groups first, the
+    default last): torch before 2.9 calls no method of a group it destroys."""
+    import functools
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group=None):
+        before = [pg for pg in _mapped_groups() if isinstance(pg, ProcessGroupHoop)]
+        destroy(group)
+        still = set(map(id, _mapped_groups()))
+        for pg in sorted((pg for pg in before if id(pg) not in still),
+                         key=lambda pg: not pg._owns_comm):
+            pg.shutdown()
+    destroy_process_group._hoop_wrapped = True
+    return destroy_process_group
+
+
+if not getattr(dist.destroy_process_group, "_hoop_wrapped", False):
+    dist.destroy_process_group = dist.distributed_c10d.destroy_process_group = \
+        _wrap_destroy(dist.destroy_process_group)
 
 
 if "hoop" not in dict(dist.Backend.__members__ if hasattr(dist.Backend, "__members__") else {}):

@@ -74,6 +74,18 @@ def local_size():
     return _live("hvd.local_size").local_size
 
 
+def cross_rank():
+    """Horovod's: this rank's index among the ranks whose local rank is its own (on hosts that
+    each run the same number of ranks, this host's index)."""
+    return _live("hvd.cross_rank").cross_rank
+
+
+def cross_size():
+    """Horovod's: the number of ranks whose local rank is this rank's (the number of hosts, on
+    hosts that each run the same number of ranks)."""
+    return _live("hvd.cross_size").cross_size
+
+
 def mpi_threads_supported():
     return False
 
@@ -83,7 +95,15 @@ def _built_false():
 
 
 mpi_built = mpi_enabled = gloo_built = gloo_enabled = nccl_built = ddl_built = ccl_built = \
-    cuda_built = rocm_built = _built_false
+    rocm_built = _built_false
+
+
+def cuda_built():
+    """True where hoop's collectives take CUDA tensors: libhoop was built with CUDA and the driver
+    loads (hoop.cuda_supported()), which is what Horovod programs ask cuda_built() before they
+    hand it GPU tensors."""
+    from .. import cuda_supported
+    return cuda_supported()
 
 
 def _unsupported(name, why):
@@ -93,9 +113,7 @@ def _unsupported(name, why):
     return refuse
 
 
-for _name, _why in (("cross_rank", "hoop does not number hosts"),
-                    ("cross_size", "hoop does not number hosts"),
-                    ("start_timeline", "use HOOP_TRACE=FILE for a Chrome trace"),
+for _name, _why in (("start_timeline", "use HOOP_TRACE=FILE for a Chrome trace"),
                     ("stop_timeline", "use HOOP_TRACE=FILE for a Chrome trace")):
     globals()[_name] = _unsupported(_name, _why)
 

@@ -27,19 +27,24 @@ struct many_sources { /* lib/mem/cuda/kernels.cu's, passed by value */
 };
 
 static const size_t esizes[HOOP_DTYPE_COUNT] = {
-    [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,  [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
-    [HOOP_INT64] = 8,   [HOOP_UINT64] = 8, [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
-    [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8};
+    [HOOP_INT8] = 1,    [HOOP_UINT8] = 1,   [HOOP_INT32] = 4,   [HOOP_UINT32] = 4,
+    [HOOP_INT64] = 8,   [HOOP_UINT64] = 8,  [HOOP_FLOAT16] = 2, [HOOP_BFLOAT16] = 2,
+    [HOOP_FLOAT32] = 4, [HOOP_FLOAT64] = 8, [HOOP_INT16] = 2,   [HOOP_UINT16] = 2,
+    [HOOP_BOOL] = 1};
 
 static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
     [HOOP_INT8] = "int8",       [HOOP_UINT8] = "uint8",       [HOOP_INT32] = "int32",
     [HOOP_UINT32] = "uint32",   [HOOP_INT64] = "int64",       [HOOP_UINT64] = "uint64",
     [HOOP_FLOAT16] = "float16", [HOOP_BFLOAT16] = "bfloat16", [HOOP_FLOAT32] = "float32",
-    [HOOP_FLOAT64] = "float64"};
-static const char *const op_names[] = {"sum", "prod", "min", "max"};
-/* [dtype][op]: hoop_reduce_, [dtype][4]: hoop_divide_, [dtype][5 + op]: hoop_many_,
- * [dtype][9 + op]: hoop_tree_ (launched as the many-source kernels are: the same parameters) */
-static struct CUfunc_st functions[HOOP_DTYPE_COUNT][13];
+    [HOOP_FLOAT64] = "float64", [HOOP_INT16] = "int16",       [HOOP_UINT16] = "uint16",
+    [HOOP_BOOL] = "bool"};
+/* The kernels' op names (AVG runs as sum), NOPS of them. */
+static const char *const op_names[] = {"sum", "prod", "min", "max", "band", "bor", "bxor"};
+#define NOPS ((int)(sizeof op_names / sizeof op_names[0]))
+/* [dtype][op]: hoop_reduce_, [dtype][NOPS + op]: hoop_many_, [dtype][2 NOPS + op]: hoop_tree_
+ * (launched as the many-source kernels are: the same parameters), [dtype][3 NOPS]:
+ * hoop_divide_ */
+static struct CUfunc_st functions[HOOP_DTYPE_COUNT][3 * NOPS + 1];
 
 static CUresult fake_module_load_data(CUmodule *module, const void *image) {
   if (ctx_depth == 0)
@@ -66,20 +71,20 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
     return CUDA_ERROR_INVALID_HANDLE;
   char want[64];
   for (int d = 0; d < HOOP_DTYPE_COUNT; d++) {
-    for (int o = 0; o < 4; o++) {
+    for (int o = 0; o < NOPS; o++) {
       snprintf(want, sizeof want, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
       if (strcmp(name, want) == 0)
         return function_named(f, &functions[d][o], name, FAKECUDA_REDUCE, d);
       snprintf(want, sizeof want, "hoop_many_%s_%s", dtype_names[d], op_names[o]);
       if (strcmp(name, want) == 0)
-        return function_named(f, &functions[d][5 + o], name, FAKECUDA_MANY, d);
+        return function_named(f, &functions[d][NOPS + o], name, FAKECUDA_MANY, d);
       snprintf(want, sizeof want, "hoop_tree_%s_%s", dtype_names[d], op_names[o]);
       if (strcmp(name, want) == 0)
-        return function_named(f, &functions[d][9 + o], name, FAKECUDA_MANY, d);
+        return function_named(f, &functions[d][2 * NOPS + o], name, FAKECUDA_MANY, d);
     }
     snprintf(want, sizeof want, "hoop_divide_%s", dtype_names[d]);
     if (strcmp(name, want) == 0)
-      return function_named(f, &functions[d][4], name, FAKECUDA_DIVIDE, d);
+      return function_named(f, &functions[d][3 * NOPS], name, FAKECUDA_DIVIDE, d);
   }
   return CUDA_ERROR_NOT_FOUND;
 }

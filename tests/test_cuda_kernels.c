@@ -69,6 +69,8 @@ static void fill(unsigned char *buf, size_t n, hoop_dtype dtype, int which) {
     uint64_t r = next_random();
     unsigned char *cell = buf + i * esize;
     memcpy(cell, &r, esize);
+    if (dtype == HOOP_BOOL) /* as many false as true, and some true bytes other than 1 */
+      *cell = (unsigned char)((r >> 8) % 2 ? (r >> 16) % 4 : 0);
     if (i % 8 != 0)
       continue;
     size_t k = (i / 8 + (size_t)which * 5) % 16;

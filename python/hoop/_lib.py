@@ -153,7 +153,8 @@ _UNSIGNED = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 _TORCH = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int16": "int16",
           "torch.int32": "int32", "torch.int64": "int64", "torch.float16": "float16",
           "torch.bfloat16": "bfloat16", "torch.float32": "float32", "torch.float64": "float64",
-          "torch.bool": "bool"}
+          "torch.bool": "bool", "torch.uint16": "uint16", "torch.uint32": "uint32",
+          "torch.uint64": "uint64"}  # the last three: torch 2.3 on
 
 
 def _dtype_code(name, call):

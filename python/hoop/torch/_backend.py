@@ -522,7 +522,8 @@ _default_made = False
 
 def _group_comm(store, rank, size):
     """The members of a new group learn each other's ranks in the job through the group's own
-    store (torch passes the creator none), then make the sub-communicator together."""
+    store (the creator's four-argument form passes no ranks, and this one route serves both
+    forms), then make the sub-communicator together."""
     world = _shared_comm()
     store.set("hoop/job_rank/%d" % rank, str(world.rank))
     members = [int(store.get("hoop/job_rank/%d" % r)) for r in range(size)]
@@ -570,7 +571,9 @@ def _mapped_groups():
 
 def _wrap_destroy(destroy):
     """destroy_process_group, then shutdown() of each hoop group it dropped (new groups first, the
-    default last): torch before 2.9 calls no method of a group it destroys."""
+    default last): torch before 2.9 calls no method of a group it destroys. Only the names bound
+    after this import see the wrapper (a `from torch.distributed import destroy_process_group`
+    made earlier keeps torch's own, whose new groups then keep their communicators until exit)."""
     import functools
 
     @functools.wraps(destroy)

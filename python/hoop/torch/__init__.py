@@ -41,7 +41,8 @@ _collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier)
 (their backward passes), _objects
 (the pickled object calls), _plain (values between ranks without pickle), _params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
 (DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic), _sampler (its ElasticSampler) and _backend
-(the torch.distributed backend). This module re-exports their public names.
+(the torch.distributed backend, with _works, its Work objects, and _groups, its pg_options and the
+end of a group). This module re-exports their public names.
 """
 
 from .. import (Aborted, HoopError, InvalidArgument, Mismatch, PeerLost,  # noqa: F401

@@ -15,16 +15,15 @@ torch 2.x). Tensors live on the CPU, or on a GPU where libhoop takes CUDA buffer
 the backend does not have raise NotImplementedError naming the call and what to use instead.
 """
 
-import datetime
 import os
-import queue
-import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroup, Work
+from torch._C._distributed_c10d import ProcessGroup
 
-from .. import Failed, HoopError, Timeout, _shared_comm
+from .. import _shared_comm
+from ._groups import Options, _Ended, _option_reproducible, _wrap_destroy
+from ._works import _Work
 
 __all__ = ["ProcessGroupHoop"]
 
@@ -69,178 +68,6 @@ def _premul(tensor, factor, in_place):
     if factor is None:
         return tensor
     return tensor.mul_(factor) if in_place else tensor * factor
-
-
-class _Work(Work):
-    """One collective of the process group: hoop requests, and what to do once they complete.
-
-    Its future (get_future, which DistributedDataParallel chains its bucket's work on) completes
-    when the collective does, set by the completer thread; so backward goes on while the
-    collective runs on hoop's progress thread."""
-
-    def __init__(self, group, requests, result, then=None):
-        super().__init__()
-        self._group = group
-        self._requests = requests
-        self._result = result
-        self._then = then
-        self._error = None
-        self._done = False
-        self._future = None
-        self._waiter = None  # the thread that waits for it, once Work.wait had a timeout
-        self._lock = threading.Lock()  # one thread at a time completes the requests
-
-    def _complete(self):
-        with self._lock:
-            if self._done:
-                return
-            try:
-                for request in self._requests:
-                    request.wait()
-                if self._then:
-                    self._then()
-            except HoopError as err:
-                self._error = err
-            self._done = True
-        self._group._forget(self)
-
-    def is_completed(self):
-        if self._done:
-            return True
-        if not self._lock.acquire(blocking=False):
-            return False  # the completer thread is waiting for it
-        try:
-            ready = all(request.test() for request in self._requests)
-        except HoopError:
-            ready = True  # failed: _complete records the error
-        finally:
-            self._lock.release()
-        if ready:
-            self._complete()
-        return self._done
-
-    def is_success(self):
-        return self.is_completed() and self._error is None
-
-    def exception(self):
-        return self._error
-
-    def wait(self, timeout=datetime.timedelta(0)):
-        """Until the collective completes; with a timeout (a timedelta or seconds, 0 for none),
-        raises hoop.Timeout once that passes first. The collective stays posted then: wait again,
-        or end the job."""
-        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
-        if seconds > 0 and not self._done:
-            # Waited for on a thread of its own (hoop_wait runs without the GIL), so that this one
-            # can stop at the timeout: hoop_test may itself run the call to its end.
-            with self._lock:
-                if self._waiter is None and not self._done:
-                    self._waiter = threading.Thread(target=self._complete, daemon=True,
-                                                    name="hoop-work-wait")
-                    self._waiter.start()
-            if self._waiter is not None:
-                self._waiter.join(seconds)
-            if not self._done:
-                raise Timeout("hoop backend: Work.wait: the collective did not complete within "
-                              "its timeout of %g s (it stays posted; wait again or end the job)"
-                              % seconds, Timeout.code)
-        self._complete()
-        if self._error is not None:
-            raise RuntimeError("hoop backend: %s" % self._error) from self._error
-        return True
-
-    def synchronize(self):
-        self.wait()
-
-    def result(self):
-        self.wait()
-        return self._result
-
-    def get_future(self):
-        if self._future is None:
-            self._future = torch.futures.Future()
-            _completer.add(self)
-        return self._future
-
-    def _settle(self):
-        """On the completer thread: complete, then set the future."""
-        try:
-            self.wait()
-            self._future.set_result(self._result)
-        except RuntimeError as err:
-            self._future.set_exception(err)
-
-
-class _Completer:
-    """A daemon thread that completes the works whose futures were asked for, in order, blocked in
-    hoop_wait (which ctypes runs without the GIL)."""
-
-    def __init__(self):
-        self._queue = queue.SimpleQueue()
-        self._thread = None
-        self._lock = threading.Lock()
-
-    def add(self, work):
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="hoop-futures",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put(work)
-
-    def _run(self):
-        while True:
-            self._queue.get()._settle()
-
-
-_completer = _Completer()
-
-
-class Options:
-    """The hoop backend's pg_options, as NCCL's are ProcessGroupNCCL.Options:
-    dist.init_process_group("hoop", pg_options=ProcessGroupHoop.Options(reproducible=True)), or
-    new_group(..., pg_options=...). reproducible: True or False sets the group's reproducible mode
-    (hoop(3), "Reproducible reductions"), alike on every member; None leaves it to
-    HOOP_REPRODUCIBLE and torch.use_deterministic_algorithms."""
-
-    def __init__(self, reproducible=None):
-        self.reproducible = reproducible
-
-    def __repr__(self):
-        return "ProcessGroupHoop.Options(reproducible=%r)" % (self.reproducible,)
-
-
-def _option_reproducible(options):
-    """options' reproducible setting (None where it sets none), or TypeError naming what it got."""
-    if options is None:
-        return None
-    if isinstance(options, dict):
-        unknown = sorted(set(options) - {"reproducible"})
-        if unknown:
-            raise TypeError("hoop backend: pg_options has no %s (it takes reproducible)"
-                            % ", ".join(map(str, unknown)))
-        on = options.get("reproducible")
-    elif isinstance(options, Options):
-        on = options.reproducible
-    else:
-        raise TypeError("hoop backend: pg_options must be a ProcessGroupHoop.Options (or a dict "
-                        "of its fields), not %s" % type(options).__name__)
-    if on is not None and not isinstance(on, bool):
-        raise TypeError("hoop backend: pg_options' reproducible must be True, False or None, "
-                        "not %r" % (on,))
-    return on
-
-
-class _Ended:
-    """What stands for the communicator of a group that was shut down or aborted: every call on
-    the group raises, naming the call and what ended the group."""
-
-    def __init__(self, how):
-        self._how = how
-
-    def __getattr__(self, name):
-        raise Failed("hoop backend: %s on a process group that was %s; make a new group"
-                     % (name.lstrip("i"), self._how), Failed.code)
 
 
 class ProcessGroupHoop(ProcessGroup):
@@ -561,36 +388,9 @@ def _create_extended(backend_options, pg_options):
                    backend_options.timeout, pg_options)
 
 
-def _mapped_groups():
-    """The process groups torch.distributed knows of now (1.13: _pg_map; 2.x: _world.pg_map)."""
-    c10d = dist.distributed_c10d
-    world = getattr(c10d, "_world", None)
-    mapped = getattr(world, "pg_map", None) if world is not None else None
-    return list(mapped if mapped is not None else getattr(c10d, "_pg_map", {}))
-
-
-def _wrap_destroy(destroy):
-    """destroy_process_group, then shutdown() of each hoop group it dropped (new groups first, the
-    default last): torch before 2.9 calls no method of a group it destroys. Only the names bound
-    after this import see the wrapper (a `from torch.distributed import destroy_process_group`
-    made earlier keeps torch's own, whose new groups then keep their communicators until exit)."""
-    import functools
-
-    @functools.wraps(destroy)
-    def destroy_process_group(group=None):
-        before = [pg for pg in _mapped_groups() if isinstance(pg, ProcessGroupHoop)]
-        destroy(group)
-        still = set(map(id, _mapped_groups()))
-        for pg in sorted((pg for pg in before if id(pg) not in still),
-                         key=lambda pg: not pg._owns_comm):
-            pg.shutdown()
-    destroy_process_group._hoop_wrapped = True
-    return destroy_process_group
-
-
 if not getattr(dist.destroy_process_group, "_hoop_wrapped", False):
     dist.destroy_process_group = dist.distributed_c10d.destroy_process_group = \
-        _wrap_destroy(dist.destroy_process_group)
+        _wrap_destroy(dist.destroy_process_group, ProcessGroupHoop)
 
 
 if "hoop" not in dict(dist.Backend.__members__ if hasattr(dist.Backend, "__members__") else {}):

@@ -118,11 +118,13 @@ template <typename T, typename U> struct plain {
   }
 };
 
-/* int8 and uint8 divide in int, so that a rank count above 127 is not truncated first. */
-template <typename T> struct small_int {
+/* The 8- and 16-bit integers: arithmetic in U (uint8_t for 8 bits; uint32_t for 16, as uint16_t
+ * would promote to int, whose product of two large values overflows), and the division in int, so
+ * that a rank count above the type's range is not truncated first. */
+template <typename T, typename U> struct narrow_int {
   typedef T elem;
   template <typename Op> __device__ static T combine(T x, T y) {
-    return Op::template apply<T, uint8_t>(x, y);
+    return Op::template apply<T, U>(x, y);
   }
   __device__ static T divide(T x, int nranks) {
     return (T)((int)x / nranks);
@@ -363,33 +365,22 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
     divide_loop<K>((K::elem *)buf, n, nranks);                                                    \
   }
 
-#define DEFINE_INTS(name, K)                                                                        \
-  DEFINE_REDUCE(name, K, sum)                                                                       \
-  DEFINE_REDUCE(name, K, prod)                                                                      \
-  DEFINE_REDUCE(name, K, min)                                                                       \
-  DEFINE_REDUCE(name, K, max)                                                                       \
-  DEFINE_MANY(name, K, sum, op_sum)                                                                 \
-  DEFINE_MANY(name, K, prod, op_prod)                                                               \
-  DEFINE_MANY(name, K, min, op_min)                                                                 \
-  DEFINE_MANY(name, K, max, op_max)                                                                 \
-  DEFINE_TREE(name, K, sum, op_sum)                                                                 \
-  DEFINE_TREE(name, K, prod, op_prod)                                                               \
-  DEFINE_TREE(name, K, min, op_min)                                                                 \
-  DEFINE_TREE(name, K, max, op_max)                                                                 \
-  DEFINE_DIVIDE(name, K)                                                                            \
-  DEFINE_BITWISE(name, K)
+/* One op of an integer type (or bool): its two-source, many-source and fixed-tree kernels. */
+#define DEFINE_INT_OP(name, K, OP)                                                                  \
+  DEFINE_REDUCE(name, K, OP)                                                                        \
+  DEFINE_MANY(name, K, OP, op_##OP)                                                                 \
+  DEFINE_TREE(name, K, OP, op_##OP)
 
-/* The bitwise ops: the integer types and bool. */
-#define DEFINE_BITWISE(name, K)                                                                     \
-  DEFINE_REDUCE(name, K, band)                                                                      \
-  DEFINE_REDUCE(name, K, bor)                                                                       \
-  DEFINE_REDUCE(name, K, bxor)                                                                      \
-  DEFINE_MANY(name, K, band, op_band)                                                               \
-  DEFINE_MANY(name, K, bor, op_bor)                                                                 \
-  DEFINE_MANY(name, K, bxor, op_bxor)                                                               \
-  DEFINE_TREE(name, K, band, op_band)                                                               \
-  DEFINE_TREE(name, K, bor, op_bor)                                                                 \
-  DEFINE_TREE(name, K, bxor, op_bxor)
+/* The integer types and bool: every op, the bitwise ones included, and the division. */
+#define DEFINE_INTS(name, K)                                                                        \
+  DEFINE_INT_OP(name, K, sum)                                                                       \
+  DEFINE_INT_OP(name, K, prod)                                                                      \
+  DEFINE_INT_OP(name, K, min)                                                                       \
+  DEFINE_INT_OP(name, K, max)                                                                       \
+  DEFINE_INT_OP(name, K, band)                                                                      \
+  DEFINE_INT_OP(name, K, bor)                                                                       \
+  DEFINE_INT_OP(name, K, bxor)                                                                      \
+  DEFINE_DIVIDE(name, K)
 
 #define DEFINE_FLOATS(name, K)                                                                      \
   DEFINE_FLOAT_REDUCE(name, K, sum, op_fsum)                                                        \
@@ -434,27 +425,19 @@ __device__ static void divide_loop(typename K::elem *buf, size_t n, int nranks) 
   DEFINE_TREE(name, K, max, op_max)                                                                 \
   DEFINE_DIVIDE(name, K)
 
-/* The 16-bit types compute in uint32_t (uint16_t would promote to int, whose product of two
- * large values overflows) and divide in int. */
-template <typename T> struct short_int {
-  typedef T elem;
-  template <typename Op> __device__ static T combine(T x, T y) {
-    return Op::template apply<T, uint32_t>(x, y);
-  }
-  __device__ static T divide(T x, int nranks) {
-    return (T)((int)x / nranks);
-  }
-};
-
+typedef narrow_int<int8_t, uint8_t> k_int8;
+typedef narrow_int<uint8_t, uint8_t> k_uint8;
+typedef narrow_int<int16_t, uint32_t> k_int16;
+typedef narrow_int<uint16_t, uint32_t> k_uint16;
 typedef plain<int32_t, uint32_t> k_int32;
 typedef plain<uint32_t, uint32_t> k_uint32;
 typedef plain<int64_t, uint64_t> k_int64;
 typedef plain<uint64_t, uint64_t> k_uint64;
 
-DEFINE_INTS(int8, small_int<int8_t>)
-DEFINE_INTS(uint8, small_int<uint8_t>)
-DEFINE_INTS(int16, short_int<int16_t>)
-DEFINE_INTS(uint16, short_int<uint16_t>)
+DEFINE_INTS(int8, k_int8)
+DEFINE_INTS(uint8, k_uint8)
+DEFINE_INTS(int16, k_int16)
+DEFINE_INTS(uint16, k_uint16)
 DEFINE_INTS(bool, boolean)
 DEFINE_INTS(int32, k_int32)
 DEFINE_INTS(uint32, k_uint32)

@@ -268,6 +268,69 @@ HOOP_API int hoop_cuda_supported(void);
 /* The detailed message of the last failure on comm ("" if none). Valid until the next call. */
 HOOP_API const char *hoop_last_error(const hoop_comm *comm);
 
+/* ---- Statistics: who is slow ----------------------------------------------------------------- */
+/* Every collective measures how long this rank waited in it and for which peer; on the job's
+ * communicator each rank also describes its waits in its last calls to the rendezvous server
+ * every HOOP_STATS_PERIOD seconds, and the server, comparing the ranks call by call, answers with
+ * how late each rank comes to the calls that need every rank (allreduce, allgather, barrier,
+ * reduce-scatter, all-to-all): the others' extra wait. hoop(3), "Finding the slow rank". */
+
+/* One collective's figures. */
+typedef struct hoop_coll_stats {
+  uint64_t calls;  /* calls made (refused ones too) */
+  uint64_t bytes;  /* their payload on this rank (allgather: its own block) */
+  double time_s;   /* time inside them: of the calls that waited or moved 64 KiB or more (a
+                      small call that found its peers' data there is not timed) */
+  double waited_s; /* of which waiting for peers */
+} hoop_coll_stats;
+
+/* The collectives in hoop_stats.colls, in this order (hoop_stats_coll_name names each). */
+#define HOOP_STATS_COLLS 10
+HOOP_API const char *hoop_stats_coll_name(int index); /* "allreduce"...; NULL out of range */
+
+typedef struct hoop_stats {
+  double since_s;    /* since the communicator began */
+  uint64_t calls;    /* every collective's calls */
+  uint64_t bytes;    /* and their payload */
+  double in_calls_s; /* time inside collectives */
+  double waited_s;   /* of which waiting for peers */
+  double wait_share; /* waited_s / since_s: the share of this rank's time spent waiting */
+  hoop_coll_stats colls[HOOP_STATS_COLLS];
+  /* From the rendezvous server's last answer (the job's communicator, and the communicators
+   * split from it, whose ranks it maps): the rank that came latest (by its median lateness) and
+   * how late; -1 and 0 while none is known. */
+  int slowest_rank;
+  double slowest_late_s;
+  unsigned int late_calls; /* the calls the lateness figures cover (every rank described them) */
+  int reporting;           /* ranks whose account the server holds */
+  double view_age_s;       /* since the server's answer came; -1: none came */
+} hoop_stats;
+
+/* One peer's figures; the lateness is from the server's answer (-1 when the answer names no such
+ * figure: none came, or the job has more ranks than an answer names, the latest 32). */
+typedef struct hoop_peer_stats {
+  int rank;                /* the peer's rank in the communicator */
+  double late_median_s;    /* how much later than the earliest rank it came: median */
+  double late_p99_s;       /* 99th percentile */
+  double late_max_s;       /* and most, over the calls of late_calls */
+  double waited_s;         /* time this rank waited for it (any communicator sharing the link) */
+  uint64_t bytes_sent;     /* bytes this rank posted to it */
+  uint64_t bytes_received; /* and from it */
+} hoop_peer_stats;
+
+/* Fill *stats, and peers[0..npeers) for the communicator's ranks 0..npeers-1 (this rank's own
+ * entry: no waits or bytes, its lateness as for any rank); peers may be NULL when npeers is 0.
+ * Any thread, any time (a call's figures count once it ends). HOOP_ERR_INVALID_ARG for a NULL
+ * comm or stats, a negative npeers or one above the size. Call it through hoop_comm_stats: the
+ * sizes let a newer library fill only the fields this program knows. */
+HOOP_API hoop_result hoop_comm_stats_sized(hoop_comm *comm, hoop_stats *stats, size_t stats_size,
+                                           hoop_peer_stats *peers, size_t peer_size, int npeers);
+
+static inline hoop_result hoop_comm_stats(hoop_comm *comm, hoop_stats *stats,
+                                          hoop_peer_stats *peers, int npeers) {
+  return hoop_comm_stats_sized(comm, stats, sizeof *stats, peers, sizeof *peers, npeers);
+}
+
 /* ---- Collectives ----------------------------------------------------------------------------- */
 /* All ranks call the same collectives in the same order with matching arguments. count is in
  * elements and may be 0. Buffers must not overlap except as stated. In a build with CUDA, any

@@ -47,6 +47,16 @@ out=$(HOOP_TRANSPORT=shm "$build/tools/hooprun" -np 3 --timeout 60 "$python" \
 echo "$out" | grep '^\[1\] chain' | cut -c1-160
 echo "$out" | grep -q '^\[1\] chain: rank 1: .*gave up waiting for this rank, which was itself waiting for rank 0' || {
   echo "FAIL: chain of waits: rank 1 did not name rank 0"; echo "$out" | tail -10; status=1; }
+# Finding the slow rank: Communicator.stats() on every rank names the rank slowed on purpose.
+out=$(HOOP_STATS_PERIOD=0.3 "$build/tools/hooprun" -np 3 --timeout 60 "$python" \
+  "$src/tests/python/stats_worker.py" 2>&1)
+code=$?
+if [ $code != 0 ] || [ "$(echo "$out" | grep -c 'stats: rank [0-9]: ok')" != 3 ]; then
+  echo "FAIL: Communicator.stats(): hooprun exited $code; its output:"; echo "$out" | tail -20
+  status=1
+else
+  echo "$out" | grep 'stats: rank'
+fi
 # A job that loses a rank and goes on: Communicator.shrink() under hooprun --min-np.
 out=$("$build/tools/hooprun" -np 3 --min-np 2 --timeout 30 "$python" \
   "$src/tests/python/elastic_worker.py" 2>&1)

@@ -1343,11 +1343,12 @@ static void expect_quiet(int fd, unsigned ms, const char *who) {
   expect_no_reply(fd, who);
 }
 
-/* A job's status lists waiting jobs only: 1 if job is listed. */
+/* A job's status lists it as waiting: 1 if job is listed so. */
 static int job_listed(const char *job) {
   hoop__status status;
   query_status(&status);
-  int listed = status_job(&status, job) != NULL;
+  const hoop__job_status *entry = status_job(&status, job);
+  int listed = entry && !entry->health.running;
   hoop__status_free(&status);
   return listed;
 }
@@ -1518,6 +1519,99 @@ START_TEST(test_once_waits_for_members) {
 END_TEST
 
 /* Each case gets a fresh server when `fixture` says so; the others start their own. */
+/* ---- health: members' STATS, the server's VIEW, a running job's status ---- */
+
+/* rank's STATS: calls first..first+n-1, in which it waited base_us, less late_us[rank] (the
+ * rank that comes later waits less). */
+static void send_stats(int fd, uint32_t first, uint32_t n, uint32_t base_us, uint32_t late_us,
+                       const char *who) {
+  hoop__stats_msg msg = {.calls = first + n, .bytes = 4096, .since_us = 10000000};
+  for (uint32_t i = 0; i < n; i++) {
+    msg.samples[i].seq = first + i;
+    msg.samples[i].waited_us =
+        base_us - late_us + (i % 3) * 10; /* every rank alike, call by call */
+    msg.waited_us += msg.samples[i].waited_us;
+  }
+  msg.in_calls_us = msg.waited_us + 1000;
+  msg.nsamples = n;
+  hoop__wbuf out = {0};
+  ck_assert_int_eq(hoop__wire_encode_stats(&out, &msg), 0);
+  send_bytes(fd, out.data, out.len, who);
+  hoop__wbuf_free(&out);
+}
+
+static void expect_view(int fd, hoop__view_msg *view, const char *who) {
+  uint8_t *payload;
+  uint32_t len;
+  uint16_t type = read_message(fd, &payload, &len, who, "a VIEW");
+  int rc = type == HOOP_MSG_VIEW ? hoop__wire_decode_view(payload, len, 3, view) : -1;
+  free(payload);
+  ck_assert_msg(rc == 0, "%s: expected a VIEW, got a message of type %u (decoded: %d)", who, type,
+                rc);
+}
+
+/* Three members describe calls 1..40; rank 1 comes 7 ms after the others, rank 2 1 ms after: each
+ * VIEW names rank 1 first, late by 7 ms, then rank 2 by 1 ms, over the 40 calls every rank
+ * described; the status lists the job as running with the same, its call rate and time waiting.
+ * A member's next STATS within 250 ms gets no answer; one whose calls are out of order is closed,
+ * a loss to the others. */
+START_TEST(test_stats_view_and_health) {
+  int fds[3];
+  uint32_t late[3] = {0, 7000, 1000};
+  join_running("healthy", 3, fds);
+  hoop__view_msg view;
+  for (int i = 0; i < 3; i++) {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", i);
+    send_stats(fds[i], 1, 40, 9000, late[i], who);
+    expect_view(fds[i], &view, who);
+  }
+  /* The last member's answer was made from every member's STATS (the first ones' from fewer). */
+  ck_assert_msg(view.reporting == 3 && view.calls == 40 && view.nlate == 3,
+                "expected a view of 3 ranks over 40 calls, got %u ranks over %u calls, %u named",
+                view.reporting, view.calls, view.nlate);
+  ck_assert_msg(view.late[0].rank == 1 && view.late[0].median_us == 7000 &&
+                    view.late[1].rank == 2 && view.late[1].median_us == 1000 &&
+                    view.late[2].rank == 0 && view.late[2].max_us == 0,
+                "expected rank 1 late 7000 us, rank 2 1000 us, rank 0 0; got %u %u, %u %u, %u %u",
+                view.late[0].rank, view.late[0].median_us, view.late[1].rank,
+                view.late[1].median_us, view.late[2].rank, view.late[2].median_us);
+  hoop__status status;
+  query_status(&status);
+  const hoop__job_status *job = status_job(&status, "healthy");
+  ck_assert_msg(job && job->health.running && job->health.reporting == 3 &&
+                    job->health.calls == 40 && job->health.nlate == 3 &&
+                    job->health.late[0].rank == 1 && job->health.late[0].median_us == 7000,
+                "status: expected 'healthy' running, rank 1 first at 7000 us");
+  /* Each member: 41 calls in 10 s, waiting 40 calls' worth of its waits (360, 80 and 320 ms of
+   * the 10 s: 25 permille on average). */
+  ck_assert_msg(job->health.calls_per_s == 4, "status: %u calls per second, expected 4",
+                job->health.calls_per_s);
+  ck_assert_msg(job->health.wait_permille == 25, "status: waiting %u permille, expected 25",
+                job->health.wait_permille);
+  hoop__status_free(&status);
+  send_stats(fds[0], 41, 10, 9000, 0, "rank 0 again at once");
+  expect_quiet(fds[0], 100, "rank 0 answered at most every 250 ms");
+  /* Calls out of order: a malformed STATS. */
+  hoop__stats_msg bad = {.nsamples = 2, .samples = {{5, 1}, {4, 1}}};
+  uint8_t raw[HOOP__WIRE_HEADER_SIZE + 44 + 16]; /* five u64, the count, two samples */
+  hoop__wbuf out = {0};
+  bad.samples[1].seq = 6; /* encodable, then broken in place */
+  ck_assert_int_eq(hoop__wire_encode_stats(&out, &bad), 0);
+  ck_assert(out.len == sizeof raw);
+  memcpy(raw, out.data, out.len);
+  hoop__wbuf_free(&out);
+  raw[sizeof raw - 5] = 4; /* the second call's number, low byte: 6 -> 4 */
+  send_bytes(fds[2], raw, sizeof raw, "rank 2's malformed STATS");
+  expect_closed(fds[2], "rank 2 after a malformed STATS");
+  expect_notice(fds[0], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",
+                "rank 0");
+  close(fds[2]);
+  say_bye(fds[0], "rank 0");
+  say_bye(fds[1], "rank 1");
+}
+END_TEST
+
 static TCase *add_case(Suite *s, const char *name, int fixture) {
   TCase *tc = tcase_create(name);
   tcase_add_checked_fixture(tc, fixture ? start_default_server : NULL, stop_server);
@@ -1598,6 +1692,7 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_member_garbage_closes_only_it);
   tcase_add_test(tc, test_abort_before_join_refused);
   tcase_add_test(tc, test_running_job_frees_its_id);
+  tcase_add_test(tc, test_stats_view_and_health);
   tc = add_case(s, "kept_own_server", 0);
   tcase_add_test(tc, test_abort_after_failed_proof_refused);
   tcase_add_test(tc, test_once_waits_for_members);

@@ -8,6 +8,7 @@
 #   outside the *_object calls (a member's crafted pickle is refused naming it, and never runs),
 #   and Horovod's names in each call's fingerprint;
 # - tests/python/lifecycle_worker.py on 3 ranks: destroy_process_group, init again, abort;
+# - tests/python/stats_worker.py on 3 ranks: hvd.stats() and the group's stats() name the slow rank;
 # - tests/python/timeout_worker.py on 3 ranks: init_process_group's and new_group's timeouts
 #   and Work.wait(timeout), as torch.distributed programs set them;
 # - tests/python/hvd_elastic.py: hvd.elastic on 3 ranks (hooprun --min-np 2) losing one, and
@@ -126,6 +127,13 @@ out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/lifecycle_worke
 echo "$out" | grep -E "lifecycle worker|FAIL" | head -6 | cut -c1-200
 [ "$(echo "$out" | grep -c "lifecycle worker: \(29\|30\) cases, 0 failed")" = 3 ] || {
   echo "FAIL: lifecycle_worker.py:"; echo "$out" | tail -20; status=1; }
+
+# Finding the slow rank through hvd.stats() and the backend's group (tests/python/stats_worker.py).
+out=$(HOOP_STATS_PERIOD=0.3 "$hooprun" -np 3 --timeout 60 "$python" \
+  "$src/tests/python/stats_worker.py" torch 2>&1)
+echo "$out" | grep 'stats: rank'
+[ "$(echo "$out" | grep -c 'stats: rank [0-9]: ok')" = 3 ] || {
+  echo "FAIL: hvd.stats():"; echo "$out" | tail -20; status=1; }
 
 # hvd.elastic: a rank lost in the middle of an epoch; the survivors restore, shrink, sync, finish.
 out=$("$hooprun" -np 3 --min-np 2 --timeout 30 "$python" "$src/tests/python/hvd_elastic.py" 2>&1)

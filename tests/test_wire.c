@@ -83,6 +83,13 @@ static void sample_status(hoop__status *status, hoop__job_status jobs[2]) {
   jobs[1].size = 16;
   jobs[1].joined = 5;
   jobs[1].waited_ms = 70000;
+  jobs[1].health = (hoop__job_health){.running = 1,
+                                      .reporting = 5,
+                                      .calls_per_s = 812,
+                                      .wait_permille = 431,
+                                      .calls = 64,
+                                      .nlate = 2,
+                                      .late = {{3, 5100, 5900, 6200}, {0, 10, 300, 310}}};
   status->njobs = 2;
   status->jobs = jobs;
 }
@@ -125,6 +132,24 @@ static void sample_shrink(hoop__shrink_msg *msg) {
   msg->accused[1] = 6;
 }
 
+/* A STATS of three calls, and a VIEW naming two ranks of a job of 5. */
+static void sample_stats(hoop__stats_msg *msg) {
+  memset(msg, 0, sizeof *msg);
+  *msg = (hoop__stats_msg){.calls = 1234567890123ull,
+                           .bytes = 0x0102030405060708ull,
+                           .in_calls_us = 700000,
+                           .waited_us = 650000,
+                           .since_us = 1000000,
+                           .nsamples = 3,
+                           .samples = {{40, 5000}, {41, 5100}, {0xfffffff0u, 4900}}};
+}
+
+static void sample_view(hoop__view_msg *msg) {
+  memset(msg, 0, sizeof *msg);
+  *msg = (hoop__view_msg){
+      .calls = 63, .reporting = 5, .nlate = 2, .late = {{3, 5100, 5900, 6200}, {4, 0, 0, 7}}};
+}
+
 /* Decode payload as type; 0 or -1 as the decoder says, with anything allocated freed. */
 static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__hello hello;
@@ -134,9 +159,13 @@ static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__abort_msg abort_msg;
   hoop__notice notice;
   hoop__shrink_msg shrink;
+  hoop__stats_msg stats;
+  hoop__view_msg view;
   int rc = -1;
   switch (type) {
   case HOOP_MSG_HELLO: rc = hoop__wire_decode_hello(payload, len, &hello); break;
+  case HOOP_MSG_STATS: rc = hoop__wire_decode_stats(payload, len, &stats); break;
+  case HOOP_MSG_VIEW: rc = hoop__wire_decode_view(payload, len, 5, &view); break;
   case HOOP_MSG_TABLE:
     rc = hoop__wire_decode_table(payload, len, &table);
     if (rc == 0)
@@ -166,8 +195,18 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
   hoop__abort_msg abort_msg;
   hoop__notice notice;
   hoop__shrink_msg shrink;
+  hoop__stats_msg stats;
+  hoop__view_msg view;
   int rc = -1;
   switch (type) {
+  case HOOP_MSG_STATS:
+    sample_stats(&stats);
+    rc = hoop__wire_encode_stats(wb, &stats);
+    break;
+  case HOOP_MSG_VIEW:
+    sample_view(&view);
+    rc = hoop__wire_encode_view(wb, &view);
+    break;
   case HOOP_MSG_HELLO:
     sample_hello(&hello, 3);
     rc = hoop__wire_encode_hello(wb, &hello);
@@ -204,7 +243,7 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
 
 static const hoop__msg_type decoded_types[] = {HOOP_MSG_HELLO,  HOOP_MSG_TABLE, HOOP_MSG_ERROR,
                                                HOOP_MSG_STATUS, HOOP_MSG_ABORT, HOOP_MSG_NOTICE,
-                                               HOOP_MSG_SHRINK};
+                                               HOOP_MSG_SHRINK, HOOP_MSG_STATS, HOOP_MSG_VIEW};
 #define NDECODED (sizeof decoded_types / sizeof decoded_types[0])
 
 /* ---- round trips ----------------------------------------------------------------------------- */
@@ -569,6 +608,113 @@ END_TEST
 
 /* A status whose hosts claim more ranks than joined, or list a host with none, is refused by the
  * encoder and by the decoder alike. */
+/* STATS and VIEW survive a round trip, and their bytes are the ones committed here: a change to
+ * the encoder and the decoder together, which a round trip cannot see, breaks them against a
+ * hoopd of this version. */
+static const char stats_bytes[] = /* header, five u64, the count, three {seq, wait} */
+    "484f4f500005000d00000044"
+    "0000011f71fb04cb"
+    "0102030405060708"
+    "00000000000aae60"
+    "000000000009eb10"
+    "00000000000f4240"
+    "00000003"
+    "0000002800001388"
+    "00000029000013ec"
+    "fffffff000001324";
+static const char view_bytes[] = /* header, calls, reporting, count, two late ranks */
+    "484f4f500005000e0000002c"
+    "0000003f"
+    "00000005"
+    "00000002"
+    "00000003000013ec0000170c00001838"
+    "00000004000000000000000000000007";
+
+static void expect_bytes(const hoop__wbuf *wb, const char *hex, const char *what) {
+  char got[2 * 1024 + 1] = "";
+  ck_assert(wb->len * 2 < sizeof got);
+  for (size_t i = 0; i < wb->len; i++)
+    snprintf(got + 2 * i, 3, "%02x", ((const uint8_t *)wb->data)[i]);
+  ck_assert_msg(strcmp(got, hex) == 0, "%s: expected the bytes\n%s\ngot\n%s", what, hex, got);
+}
+
+START_TEST(test_stats_and_view_round_trip) {
+  hoop__stats_msg stats, stats_back;
+  sample_stats(&stats);
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_stats(&wb, &stats), 0);
+  const uint8_t *payload = payload_of(&wb, HOOP_MSG_STATS);
+  ck_assert_int_eq(hoop__wire_decode_stats(payload, wb.len - HOOP__WIRE_HEADER_SIZE, &stats_back),
+                   0);
+  ck_assert(memcmp(&stats, &stats_back, sizeof stats) == 0);
+  expect_bytes(&wb, stats_bytes, "STATS");
+  hoop__wbuf_free(&wb);
+
+  hoop__view_msg view, view_back;
+  sample_view(&view);
+  ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), 0);
+  payload = payload_of(&wb, HOOP_MSG_VIEW);
+  size_t len = wb.len - HOOP__WIRE_HEADER_SIZE;
+  ck_assert_int_eq(hoop__wire_decode_view(payload, len, 5, &view_back), 0);
+  ck_assert(memcmp(&view, &view_back, sizeof view) == 0);
+  expect_bytes(&wb, view_bytes, "VIEW");
+  /* Ranks outside the job, more reporting than ranks. */
+  ck_assert_int_eq(hoop__wire_decode_view(payload, len, 4, &view_back), -1);
+  ck_assert_int_eq(hoop__wire_decode_view(payload, len, 3, &view_back), -1);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
+/* What a STATS or a VIEW may not say: calls out of order or twice, more samples than fit,
+ * waiting longer than the calls took or the calls longer than the time measured, a late rank
+ * whose median passes its p99 or its p99 its maximum. */
+START_TEST(test_stats_and_view_refusals) {
+  hoop__stats_msg stats;
+  hoop__wbuf wb = {0};
+  sample_stats(&stats);
+  stats.samples[1].seq = 40;
+  ck_assert_int_eq(hoop__wire_encode_stats(&wb, &stats), -1);
+  sample_stats(&stats);
+  stats.nsamples = HOOP__WIRE_STATS_SAMPLES + 1;
+  ck_assert_int_eq(hoop__wire_encode_stats(&wb, &stats), -1);
+  struct {
+    uint64_t in_calls, waited, since;
+  } bad[] = {{100, 101, 1000}, {1001, 10, 1000}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sample_stats(&stats);
+    stats.in_calls_us = bad[i].in_calls;
+    stats.waited_us = bad[i].waited;
+    stats.since_us = bad[i].since;
+    hoop__wbuf_free(&wb);
+    ck_assert_int_eq(hoop__wire_encode_stats(&wb, &stats), 0); /* the encoder leaves them */
+    hoop__stats_msg back;
+    ck_assert_int_eq(hoop__wire_decode_stats(payload_of(&wb, HOOP_MSG_STATS),
+                                             wb.len - HOOP__WIRE_HEADER_SIZE, &back),
+                     -1);
+  }
+  hoop__wbuf_free(&wb);
+  hoop__view_msg view;
+  sample_view(&view);
+  view.late[0].median_us = 6000; /* above its p99 */
+  ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), -1);
+  sample_view(&view);
+  view.late[1].p99_us = 8; /* above its maximum */
+  ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), -1);
+  sample_view(&view);
+  view.nlate = HOOP__WIRE_MAX_LATE + 1;
+  ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), -1);
+  hoop__status status;
+  hoop__job_status jobs[2];
+  sample_status(&status, jobs);
+  jobs[1].health.wait_permille = 1001;
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &status), -1);
+  sample_status(&status, jobs);
+  jobs[1].health.late[0].rank = 16; /* the job has 16 ranks */
+  ck_assert_int_eq(hoop__wire_encode_status(&wb, &status), -1);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
 START_TEST(test_status_hosts_must_add_up) {
   hoop__status in;
   hoop__job_status jobs[2];
@@ -1030,6 +1176,8 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_bye_is_empty);
   tcase_add_test(round, test_status_round_trip);
   tcase_add_test(round, test_status_hosts_must_add_up);
+  tcase_add_test(round, test_stats_and_view_round_trip);
+  tcase_add_test(round, test_stats_and_view_refusals);
   tcase_add_test(round, test_empty_status_round_trip);
   tcase_add_test(round, test_encoders_append);
   tcase_add_test(round, test_table_of_max_ranks);

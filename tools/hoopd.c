@@ -59,7 +59,9 @@ static void usage(FILE *out) {
           "  --token-file FILE    admit only ranks (and status queries) that prove they know\n"
           "                       the token in FILE (mode 600); without it HOOP_TOKEN_FILE or\n"
           "                       HOOP_TOKEN is used if set; see hoopd(8) for the trust model\n"
-          "  --status ADDR:PORT   print the jobs a running daemon is waiting for, then exit\n"
+          "  --status ADDR:PORT   print the jobs a running daemon is waiting for, and those it\n"
+          "                       runs with their health (call rate, time waiting, the ranks\n"
+          "                       the others wait for), then exit\n"
           "  -v, --verbose        log more (trace level)\n"
           "  --help               print this help and exit\n"
           "  --version            print the version and exit\n"
@@ -181,21 +183,65 @@ static void print_hosts(const hoop__job_status *job) {
   printf("\n");
 }
 
-static void print_status(const hoop__status *status) {
-  if (status->njobs == 0) {
-    printf("no jobs waiting\n");
-    return;
-  }
-  printf("%-24s %-13s %-10s %s\n", "JOB", "JOINED/SIZE", "WAITED", "MISSING RANKS");
+/* "2: 5.1 ms (p99 5.9, max 6.3)": a late rank's figures. */
+static void print_late(const hoop__late *late, int first) {
+  printf("%s%u: %.1f ms (p99 %.1f, max %.1f)", first ? "" : "; ", late->rank,
+         late->median_us / 1000.0, late->p99_us / 1000.0, late->max_us / 1000.0);
+}
+
+/* The running jobs: their ranks, call rate, time waiting and the ranks the others waited for. */
+static void print_running(const hoop__status *status) {
+  int header = 0;
   for (uint32_t i = 0; i < status->njobs; i++) {
     const hoop__job_status *job = &status->jobs[i];
-    char joined[32], waited[32], missing[1024];
-    snprintf(joined, sizeof joined, "%u/%u", job->joined, job->size);
-    snprintf(waited, sizeof waited, "%.1f s", job->waited_ms / 1000.0);
-    describe_missing(job, missing, sizeof missing);
-    printf("%-24s %-13s %-10s %s\n", job->job, joined, waited, missing);
-    print_hosts(job);
+    const hoop__job_health *health = &job->health;
+    if (!health->running)
+      continue;
+    if (!header++)
+      printf("%-24s %-13s %-10s %-9s %s\n", "RUNNING JOB", "RANKS", "CALLS/S", "WAITING",
+             "LATE RANKS: how much later than the first they come (median over the calls)");
+    char ranks[32], rate[32], waiting[32];
+    snprintf(ranks, sizeof ranks, "%u/%u", job->joined, job->size);
+    if (health->reporting == 0) {
+      printf("%-24s %-13s (no rank has reported yet: HOOP_STATS_PERIOD=0, or it just began)\n",
+             job->job, ranks);
+      continue;
+    }
+    snprintf(rate, sizeof rate, "%u", health->calls_per_s);
+    snprintf(waiting, sizeof waiting, "%.1f%%", health->wait_permille / 10.0);
+    printf("%-24s %-13s %-10s %-9s ", job->job, ranks, rate, waiting);
+    if (health->calls == 0)
+      printf("(no calls that every rank described yet)");
+    for (uint32_t l = 0; l < health->nlate; l++)
+      print_late(&health->late[l], l == 0);
+    printf("\n");
+    if (health->calls > 0)
+      printf("    over the last %u calls that need every rank, %u of %u ranks reporting\n",
+             health->calls, health->reporting, job->size);
   }
+}
+
+static void print_status(const hoop__status *status) {
+  uint32_t waiting = 0;
+  for (uint32_t i = 0; i < status->njobs; i++)
+    waiting += !status->jobs[i].health.running;
+  if (waiting == 0) {
+    printf("no jobs waiting\n");
+  } else {
+    printf("%-24s %-13s %-10s %s\n", "JOB", "JOINED/SIZE", "WAITED", "MISSING RANKS");
+    for (uint32_t i = 0; i < status->njobs; i++) {
+      const hoop__job_status *job = &status->jobs[i];
+      if (job->health.running)
+        continue;
+      char joined[32], waited[32], missing[1024];
+      snprintf(joined, sizeof joined, "%u/%u", job->joined, job->size);
+      snprintf(waited, sizeof waited, "%.1f s", job->waited_ms / 1000.0);
+      describe_missing(job, missing, sizeof missing);
+      printf("%-24s %-13s %-10s %s\n", job->job, joined, waited, missing);
+      print_hosts(job);
+    }
+  }
+  print_running(status);
 }
 
 /* The token from --token-file, which overrides the environment, else from HOOP_TOKEN_FILE or

@@ -24,6 +24,21 @@
  * sized to its ranks (again when its size changes) and freed with it last. */
 hoop__coll_state *hoop__coll_state_new(void);
 hoop_result hoop__coll_state_size(hoop_comm *comm);
+
+/* ---- what the calls measured (tally.c) ---- */
+/* The tally begins with the state (HOOP_STATS_PERIOD read). */
+void hoop__coll_tally_start(hoop__coll_state *coll);
+/* A call of which ended after seconds (at least the time it waited, comm->call_wait_ns), its
+ * payload bytes. */
+void hoop__coll_tally(hoop_comm *comm, hoop__coll which, size_t bytes, double seconds);
+/* From any thread: a collective's calls, their bytes, time inside them and waiting in them. */
+void hoop__coll_tally_read(const hoop_comm *comm, hoop__coll which, uint64_t *calls,
+                           uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns);
+/* When the tally began (hoop__now). */
+double hoop__coll_tally_began(const hoop_comm *comm);
+/* At a call's start on the job's communicator: at each multiple of HOOP_STATS_PERIOD on the
+ * wall clock, the STATS that describes the last calls goes to the rendezvous server. */
+void hoop__coll_tally_report(hoop_comm *comm);
 void hoop__coll_state_free(hoop_comm *comm);
 
 /* The running call's blocks in comm's block tables (coll/state.h): block i is bytes long at i *

@@ -15,6 +15,10 @@
 #include "mem/stage.h"
 #include "rdzv/client.h"
 
+/* Payloads from which a call's start and end are read from the clock even when it never waited:
+ * copying them takes time worth recording. */
+#define FLIGHT_CLOCK_BYTES (64 * 1024)
+
 /* How often a collective, at its start, reads the rendezvous connection for notices. */
 #define RDZV_LOOK_EVERY_S 0.001
 
@@ -47,6 +51,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
     comm->coll->rdzv_looked_at = now;
     hoop__net_enter(comm); /* views' threads read it too, while they drive net's transports */
     hoop__rendezvous_check(comm);
+    hoop__coll_tally_report(comm);
     hoop__net_leave(comm);
   }
   if (hoop__net_failed(comm))
@@ -59,17 +64,17 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->call_started = now;
   comm->stall_warned = 0;
   comm->call_waited = 0;
+  comm->call_wait_ns = 0;
+  comm->call_clock_start =
+      has_data && count * hoop_dtype_size(dtype) >= FLIGHT_CLOCK_BYTES ? hoop__now() : 0;
   hoop__fingerprint_encode(comm, which, count, dtype, op, root, name_tag);
   comm->coll->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
                                                has_data ? count * hoop_dtype_size(dtype) : 0, now);
   return HOOP_OK;
 }
 
-/* Payloads from which a call's end is read from the clock even when it never waited: copying
- * them takes time worth recording. */
-#define FLIGHT_CLOCK_BYTES (64 * 1024)
-
-static hoop_result coll_end(hoop_comm *comm, hoop_result result, size_t bytes) {
+static hoop_result coll_end(hoop_comm *comm, hoop_result result, const hoop__coll_args *args) {
+  size_t bytes = args->bytes;
   /* A call that failed half way may have left requests of its stack frame queued in the
    * transport: failing the communicator drops them. Argument errors happen before any post. */
   if (result != HOOP_OK && result != HOOP_ERR_INVALID_ARG)
@@ -78,11 +83,14 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result, size_t bytes) {
    * recorder shows it ended when it began. Others end on the coarse clock the call began on
    * (5 ns; durations to the kernel's tick, a few ms, which is what a hung call's diagnosis
    * needs). */
-  if (comm->call)
-    hoop__flight_end(comm->coll->flight_slot, result,
-                     comm->call_waited || bytes >= FLIGHT_CLOCK_BYTES || result != HOOP_OK
-                         ? hoop__now_coarse()
-                         : comm->call_started);
+  if (comm->call) {
+    double end = comm->call_waited || bytes >= FLIGHT_CLOCK_BYTES || result != HOOP_OK
+                     ? hoop__now_coarse()
+                     : comm->call_started;
+    hoop__flight_end(comm->coll->flight_slot, result, end);
+    hoop__coll_tally(comm, args->coll, bytes,
+                     comm->call_clock_start > 0 ? hoop__now() - comm->call_clock_start : 0);
+  }
   comm->call = NULL;
   return result;
 }
@@ -282,9 +290,9 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
           : -1,
       args->name_tag);
   if (result != HOOP_OK)
-    return coll_end(comm, result, args->bytes);
+    return coll_end(comm, result, args);
   if (coll->check && !args->checked && (result = coll->check(comm, args)) != HOOP_OK)
-    return coll_end(comm, result, args->bytes);
+    return coll_end(comm, result, args);
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);
     args->bytes = args->count * args->esize;
@@ -292,28 +300,28 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
      * takes part. */
     if (args->bytes == 0 && args->coll != HOOP__COLL_ALLTOALLV) {
       comm->coll->algo_name = "no data";
-      return coll_end(comm, hoop__coll_no_data(comm), args->bytes);
+      return coll_end(comm, hoop__coll_no_data(comm), args);
     }
   }
   const hoop__algo *algo = NULL;
   if (comm->size > 1 && (result = hoop__coll_tune(comm, args, &algo)) != HOOP_OK)
-    return coll_end(comm, result, args->bytes);
+    return coll_end(comm, result, args);
   comm->coll->algo_name = algo ? algo->name : "one rank";
   /* Device buffers that every rank's path can take as they are (tune.c's table of paths). */
   if (coll->has_data && comm->size > 1 && hoop__coll_path(comm, args, algo, coll->prepare, &result))
-    return coll_end(comm, result, args->bytes);
+    return coll_end(comm, result, args);
   /* Device buffers: the algorithm runs on host copies (mem/stage.c). */
   hoop__stage stage;
   if (coll->has_data &&
       (result = hoop__stage_in(comm, args, algo ? &algo->traits : NULL, &stage)) != HOOP_OK)
-    return coll_end(comm, result, args->bytes);
+    return coll_end(comm, result, args);
   if (coll->prepare)
     result = coll->prepare(comm, args);
   if (result == HOOP_OK && comm->size > 1)
     result = algo->run(comm, args);
   if (coll->has_data)
     result = hoop__stage_out(comm, &stage, result);
-  return coll_end(comm, result, args->bytes);
+  return coll_end(comm, result, args);
 }
 
 /* The caller holds call_lock (core/progress.c runs the queue). */

@@ -7,8 +7,10 @@
 
 hoop__coll_state *hoop__coll_state_new(void) {
   hoop__coll_state *coll = calloc(1, sizeof *coll);
-  if (coll)
+  if (coll) {
     coll->chunk_bytes = HOOP__CHUNK_BYTES; /* HOOP_CHUNK_BYTES's default until a call reads it */
+    hoop__coll_tally_start(coll);
+  }
   return coll;
 }
 

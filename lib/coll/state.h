@@ -5,7 +5,9 @@
 #ifndef HOOP__COLL_STATE_H
 #define HOOP__COLL_STATE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/internal.h"
 
@@ -52,7 +54,22 @@ struct hoop__coll_state {
   hoop__host_buf p2p_stage[HOOP__P2P_STAGES];
   int p2p_stage_busy[HOOP__P2P_STAGES];
   struct hoop__arena_block *arena_spare; /* a request block kept for the next call (ring.c) */
-  long flight_slot;      /* the running call's entry in the flight recorder (dispatch.c) */
+  long flight_slot; /* the running call's entry in the flight recorder (dispatch.c) */
+  /* What hoop_comm_stats gives (stats.c, dispatch.c): by collective, calls, payload bytes, time
+   * inside them and time waiting in them, written at each call's end and read from any thread. */
+  struct {
+    _Atomic uint64_t calls, bytes, time_ns, wait_ns;
+  } tally[HOOP__COLL_COUNT];
+  double began; /* when the communicator's collectives began (hoop__now) */
+  /* The job's communicator only: how long this rank waited in its last calls that need every
+   * rank, by seq % HOOP__WIRE_STATS_SAMPLES (seq 0: none yet), which a STATS to the rendezvous
+   * server describes at each multiple of stats_period_s of the wall clock (stats_due: the next;
+   * 0: none are sent). */
+  struct {
+    uint64_t seq;
+    uint32_t wait_us;
+  } samples[HOOP__WIRE_STATS_SAMPLES];
+  double stats_period_s, stats_due;
   double rdzv_looked_at; /* when a call last read the rendezvous connection (dispatch.c) */
 };
 

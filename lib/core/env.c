@@ -139,6 +139,10 @@ static const hoop__env_var env_table[] = {
      "count (each element combined over one fixed tree of the ranks), whatever "
      "the algorithm, transport, hosts, chunks or buffer kind; 0: the fastest "
      "algorithm decides the order (hoop(3), Reproducible reductions)"},
+    {"HOOP_STATS_PERIOD", "2",
+     "seconds between the summaries each rank sends its rendezvous server (how long it waited "
+     "in its last calls), from which the server names the late ranks to every rank "
+     "(hoop_comm_stats) and to hoopd --status; 0: none are sent (0.1 to 3600)"},
     {"HOOP_STALL_WARN", "60",
      "seconds a collective may wait before it logs a warning naming "
      "the ranks it is still waiting for"},

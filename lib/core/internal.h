@@ -136,16 +136,21 @@ struct hoop_comm {
   const char *call;                             /* the collective running now, for error messages */
   uint8_t fingerprint[HOOP__FINGERPRINT_BYTES]; /* the running call's, see coll/dispatch.c */
   hoop__names names;                            /* the calls' names, see core/fingerprint.c */
-  int check_calls;     /* HOOP_CHECK_CALLS: send and compare fingerprints */
-  int reproducible;    /* reducing calls' bits fixed by the inputs alone (HOOP_REPRODUCIBLE,
-                          hoop_comm_set_reproducible; lib/coll/repro.c) */
-  double stall_warn_s; /* HOOP_STALL_WARN */
-  double call_started; /* when the running call began, for the stall warning */
-  int stall_warned;    /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */
-  int call_waited;     /* the running call read the clock while it waited (transport/wait.c) */
-  int waiting_for;     /* net's: the rank its running wait waits for (transport/wait.c), or -1 */
-  int kernel_ranks;    /* ranks on this rank's kernel, any network namespace (transport/select.c) */
-  hoop_result failed;  /* sticky: once set, every call is refused */
+  int check_calls;       /* HOOP_CHECK_CALLS: send and compare fingerprints */
+  int reproducible;      /* reducing calls' bits fixed by the inputs alone (HOOP_REPRODUCIBLE,
+                            hoop_comm_set_reproducible; lib/coll/repro.c) */
+  double stall_warn_s;   /* HOOP_STALL_WARN */
+  double call_started;   /* when the running call began, for the stall warning */
+  int stall_warned;      /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */
+  int call_waited;       /* the running call read the clock while it waited (transport/wait.c) */
+  uint64_t call_wait_ns; /* how long the running call waited for peers (transport/wait.c) */
+  /* When the running call began on the precise clock, read only where it costs nothing worth
+   * saying: at the start of a call of 64 KiB or more, else where its first wait began
+   * (transport/wait.c); 0 while not read. A call that never waited took no time to count. */
+  double call_clock_start;
+  int waiting_for;    /* net's: the rank its running wait waits for (transport/wait.c), or -1 */
+  int kernel_ranks;   /* ranks on this rank's kernel, any network namespace (transport/select.c) */
+  hoop_result failed; /* sticky: once set, every call is refused */
   char last_error[1024];
   char fail_reason[1024]; /* the message of the failure that set `failed` */
   int fail_origin;        /* the rank whose failure started it (this one, a lost peer...) */

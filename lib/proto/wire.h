@@ -18,7 +18,7 @@
 #include "util/buf.h"
 
 #define HOOP__WIRE_MAGIC 0x484f4f50u
-#define HOOP__WIRE_VERSION 4
+#define HOOP__WIRE_VERSION 5
 #define HOOP__WIRE_HEADER_SIZE 12
 
 #define HOOP__WIRE_MAX_JOB 128      /* bytes of a job id */
@@ -33,6 +33,9 @@
 #define HOOP__WIRE_MAX_MISSING 64      /* missing ranks listed per job in a status reply */
 #define HOOP__WIRE_MAX_STATUS_HOSTS 16 /* hosts listed per job in a status reply */
 #define HOOP__WIRE_MAX_ACCUSED 64      /* ranks a SHRINK names as failed */
+#define HOOP__WIRE_STATS_SAMPLES 64    /* calls a STATS describes, at most */
+#define HOOP__WIRE_MAX_LATE 32         /* ranks a VIEW names, slowest first */
+#define HOOP__WIRE_STATUS_LATE 4       /* ranks a status reply names per running job */
 
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
  * header, before reading them. */
@@ -60,23 +63,30 @@
  * A newcomer (a HELLO with rank HOOP__HELLO_NEWCOMER) joins a job that is running: the server
  * holds it, tells the members how many newcomers wait (PENDING), and puts it in the next
  * generation, after the members (hoop_comm_grow, or a shrink). A table after the first carries
- * its generation number at its end. */
+ * its generation number at its end.
+ *
+ * Health (version 5): a member sends STATS on its kept connection every few seconds (how much it
+ * waited in each of its last calls, and its totals); the server answers each with a VIEW of the
+ * job: the ranks the others waited for longest, and how long (rdzv/health.c). A STATUS lists the
+ * running jobs too, with their health. */
 typedef enum hoop__msg_type {
-  HOOP_MSG_HELLO = 1,       /* client -> server: join a job */
-  HOOP_MSG_TABLE = 2,       /* server -> client: the job is complete; here is the rank table */
-  HOOP_MSG_ERROR = 3,       /* server -> client: the join failed (code + message) */
-  HOOP_MSG_STATUS_REQ = 4,  /* client -> server: list the jobs waiting */
-  HOOP_MSG_STATUS = 5,      /* server -> client: the jobs waiting */
-  HOOP_MSG_CHALLENGE = 6,   /* server -> client, first on every connection: flags and a nonce */
-  HOOP_MSG_ABORT = 7,       /* member -> server, after its TABLE: it aborts, tell the others */
-  HOOP_MSG_BYE = 8,         /* member -> server: it finalized; its connection closing is no loss */
-  HOOP_MSG_NOTICE = 9,      /* server -> member: another member aborted or was lost */
-  HOOP_MSG_SHRINK = 10,     /* member -> server: join the next generation of the job's survivors */
-  HOOP_MSG_PENDING = 11,    /* server -> member: newcomers wait to join the next generation */
-  HOOP_MSG_TABLE_PROOF = 12 /* server -> client, right after its first TABLE when the server
-                               holds a token: the server's proof of it, over the HELLO's nonce */
+  HOOP_MSG_HELLO = 1,        /* client -> server: join a job */
+  HOOP_MSG_TABLE = 2,        /* server -> client: the job is complete; here is the rank table */
+  HOOP_MSG_ERROR = 3,        /* server -> client: the join failed (code + message) */
+  HOOP_MSG_STATUS_REQ = 4,   /* client -> server: list the jobs waiting */
+  HOOP_MSG_STATUS = 5,       /* server -> client: the jobs waiting */
+  HOOP_MSG_CHALLENGE = 6,    /* server -> client, first on every connection: flags and a nonce */
+  HOOP_MSG_ABORT = 7,        /* member -> server, after its TABLE: it aborts, tell the others */
+  HOOP_MSG_BYE = 8,          /* member -> server: it finalized; its connection closing is no loss */
+  HOOP_MSG_NOTICE = 9,       /* server -> member: another member aborted or was lost */
+  HOOP_MSG_SHRINK = 10,      /* member -> server: join the next generation of the job's survivors */
+  HOOP_MSG_PENDING = 11,     /* server -> member: newcomers wait to join the next generation */
+  HOOP_MSG_TABLE_PROOF = 12, /* server -> client, right after its first TABLE when the server
+                                holds a token: the server's proof of it, over the HELLO's nonce */
+  HOOP_MSG_STATS = 13,       /* member -> server: what it waited for in its last calls */
+  HOOP_MSG_VIEW = 14         /* server -> member: the job's late ranks, in answer to STATS */
 } hoop__msg_type;
-#define HOOP__MSG_LAST HOOP_MSG_TABLE_PROOF
+#define HOOP__MSG_LAST HOOP_MSG_VIEW
 
 /* The bytes at the start of a TABLE's payload that differ between members (size, rank, nonce):
  * a TABLE_PROOF covers them and a digest of the rest, which is the same for every member. */
@@ -166,6 +176,46 @@ typedef struct hoop__shrink_msg {
   uint32_t accused[HOOP__WIRE_MAX_ACCUSED]; /* ranks it takes for failed, < HOOP__WIRE_MAX_RANKS */
 } hoop__shrink_msg;
 
+/* One rank's lateness: over the calls every rank described, how much longer the rank that waited
+ * longest waited than this one (that is, how much later this one came), in microseconds. */
+typedef struct hoop__late {
+  uint32_t rank;
+  uint32_t median_us, p99_us, max_us;
+} hoop__late;
+
+/* STATS: a member's own account. A sample is one call of the job's communicator that needs every
+ * rank (allreduce, allgather, barrier, reduce-scatter, all-to-all), by its sequence number. */
+typedef struct hoop__stats_msg {
+  uint64_t calls, bytes; /* collective calls since the communicator began, and their payload */
+  uint64_t in_calls_us;  /* time inside them */
+  uint64_t waited_us;    /* of which waiting for peers */
+  uint64_t since_us;     /* time since the communicator began */
+  uint32_t nsamples;     /* at most HOOP__WIRE_STATS_SAMPLES */
+  struct {
+    uint32_t seq;       /* the call's number (its low 32 bits) */
+    uint32_t waited_us; /* how long this rank waited in it */
+  } samples[HOOP__WIRE_STATS_SAMPLES];
+} hoop__stats_msg;
+
+/* VIEW: the job as the server sees it from the members' STATS. */
+typedef struct hoop__view_msg {
+  uint32_t calls;     /* calls compared: those every member described */
+  uint32_t reporting; /* members whose STATS the server holds */
+  uint32_t nlate;     /* entries in late[], at most HOOP__WIRE_MAX_LATE, latest first */
+  hoop__late late[HOOP__WIRE_MAX_LATE];
+} hoop__view_msg;
+
+/* A running job's health in a STATUS (zeros for a job still waiting). */
+typedef struct hoop__job_health {
+  uint32_t running;       /* 1: the table went out */
+  uint32_t reporting;     /* members whose STATS the server holds */
+  uint32_t calls_per_s;   /* collective calls per second, the members' median */
+  uint32_t wait_permille; /* the share of time the members spent waiting, their mean, in 1/1000 */
+  uint32_t calls;         /* calls the late ranks' figures cover */
+  uint32_t nlate;         /* at most HOOP__WIRE_STATUS_LATE, latest first */
+  hoop__late late[HOOP__WIRE_STATUS_LATE];
+} hoop__job_health;
+
 typedef struct hoop__job_status {
   char job[HOOP__WIRE_MAX_JOB + 1];
   uint32_t size;      /* ranks expected */
@@ -178,6 +228,7 @@ typedef struct hoop__job_status {
     char name[HOOP__WIRE_MAX_HOST + 1];
     uint32_t ranks; /* ranks joined from it */
   } hosts[HOOP__WIRE_MAX_STATUS_HOSTS];
+  hoop__job_health health;
 } hoop__job_status;
 
 typedef struct hoop__status {
@@ -206,6 +257,8 @@ int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 int hoop__wire_encode_shrink(hoop__wbuf *wb, const hoop__shrink_msg *msg);
 int hoop__wire_encode_pending(hoop__wbuf *wb, uint32_t newcomers);
 int hoop__wire_encode_table_proof(hoop__wbuf *wb, const hoop__table_proof *msg);
+int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg);
+int hoop__wire_encode_view(hoop__wbuf *wb, const hoop__view_msg *msg);
 
 /* Decode the first HOOP__WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -226,6 +279,9 @@ int hoop__wire_decode_notice(const uint8_t *payload, size_t len, hoop__notice *o
 int hoop__wire_decode_shrink(const uint8_t *payload, size_t len, hoop__shrink_msg *out);
 int hoop__wire_decode_pending(const uint8_t *payload, size_t len, uint32_t *newcomers);
 int hoop__wire_decode_table_proof(const uint8_t *payload, size_t len, hoop__table_proof *out);
+int hoop__wire_decode_stats(const uint8_t *payload, size_t len, hoop__stats_msg *out);
+/* size: the job's, which every rank named must be below. */
+int hoop__wire_decode_view(const uint8_t *payload, size_t len, uint32_t size, hoop__view_msg *out);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

@@ -289,7 +289,7 @@ int hoop__rendezvous_fd(const hoop_comm *comm) {
 }
 
 /* Stop using the connection; aborts then travel on the data connections alone. */
-static void drop_connection(hoop_comm *comm, const char *why) {
+void hoop__rendezvous_drop(hoop_comm *comm, const char *why) {
   HOOP__INFO(HOOP_SUBSYS_RDZV,
              "rendezvous connection: %s; no longer watched (notices of aborts "
              "still come over the data connections)",
@@ -309,7 +309,7 @@ static hoop_result take_notice(hoop_comm *comm, const hoop__notice *notice) {
   hoop_result code = (hoop_result)notice->code;
   if ((code != HOOP_ERR_ABORTED && code != HOOP_ERR_PEER_LOST) ||
       notice->origin >= (uint32_t)comm->size || (int)notice->origin == comm->rank) {
-    drop_connection(comm, "a NOTICE with an unknown code or rank");
+    hoop__rendezvous_drop(comm, "a NOTICE with an unknown code or rank");
     return HOOP_OK;
   }
   comm->fail_origin = (int)notice->origin;
@@ -340,6 +340,13 @@ static hoop_result take_messages(hoop_comm *comm) {
       comm->rdzv->inlen -= total;
       continue;
     }
+    if (rc == 0 && header.type == HOOP_MSG_VIEW) {
+      hoop__rendezvous_take_view(comm, comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, header.length);
+      size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
+      memmove(comm->rdzv->in, comm->rdzv->in + total, comm->rdzv->inlen - total);
+      comm->rdzv->inlen -= total;
+      continue;
+    }
     if (rc == 0 && header.type == HOOP_MSG_ERROR) {
       /* Left out of a shrink by the other ranks: this communicator is over. */
       char err[HOOP__WIRE_MAX_MESSAGE + 256];
@@ -348,7 +355,7 @@ static hoop_result take_messages(hoop_comm *comm) {
       /* Kept as the reason the connection went: a failure seen first (a peer's data connection
        * closing as the others go on without this rank) hides it, and the shrink that follows
        * must still say that this rank is out of the job. */
-      drop_connection(comm, err);
+      hoop__rendezvous_drop(comm, err);
       comm->rdzv->lost_code = code;
       if (comm->failed)
         return comm->failed;
@@ -357,7 +364,7 @@ static hoop_result take_messages(hoop_comm *comm) {
     if (rc < 0 || header.type != HOOP_MSG_NOTICE ||
         hoop__wire_decode_notice(comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, header.length, &notice) !=
             0) {
-      drop_connection(comm, "the server sent a malformed or unexpected message");
+      hoop__rendezvous_drop(comm, "the server sent a malformed or unexpected message");
       return HOOP_OK;
     }
     size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
@@ -381,7 +388,7 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
     if (n <= 0) {
       char why[128];
       snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
-      drop_connection(comm, why);
+      hoop__rendezvous_drop(comm, why);
       return HOOP_OK;
     }
     comm->rdzv->inlen += (size_t)n;
@@ -442,7 +449,7 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
   int saved = errno;
   hoop__wbuf_free(&out);
   if (rc != 0) {
-    drop_connection(comm, "sending SHRINK failed");
+    hoop__rendezvous_drop(comm, "sending SHRINK failed");
     return hoop__set_error(comm, HOOP_ERR_PEER_LOST,
                            "hoop_comm_shrink: cannot ask the rendezvous server: %s",
                            strerror(saved));
@@ -456,7 +463,7 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
                          : failure == EPROTO  ? HOOP_ERR_PROTOCOL
                                               : HOOP_ERR_PEER_LOST;
       if (failure != ETIMEDOUT)
-        drop_connection(comm, "lost while shrinking");
+        hoop__rendezvous_drop(comm, "lost while shrinking");
       return hoop__set_error(
           comm, code, "hoop_comm_shrink: waiting for the rendezvous server's new table: %s",
           failure == ETIMEDOUT ? "no answer within the timeout"
@@ -466,8 +473,10 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
               : strerror(failure));
     }
     hoop_result result = HOOP_OK;
-    /* NOTICEs are about the old generation, known already; PENDING counts are taken in. */
-    if (header.type == HOOP_MSG_NOTICE || header.type == HOOP_MSG_PENDING) {
+    /* NOTICEs are about the old generation, known already, as are VIEWs; PENDING counts are
+     * taken in. */
+    if (header.type == HOOP_MSG_NOTICE || header.type == HOOP_MSG_PENDING ||
+        header.type == HOOP_MSG_VIEW) {
       free(payload);
       continue;
     }
@@ -475,10 +484,10 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
     free(payload);
     if (result != HOOP_OK && header.type == HOOP_MSG_ERROR) {
       /* The server's words and code stay the reason, for a later shrink's error. */
-      drop_connection(comm, comm->last_error);
+      hoop__rendezvous_drop(comm, comm->last_error);
       comm->rdzv->lost_code = result;
     } else if (result != HOOP_OK) {
-      drop_connection(comm, "an unexpected message while shrinking");
+      hoop__rendezvous_drop(comm, "an unexpected message while shrinking");
     }
     return result;
   }
@@ -573,10 +582,17 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
 }
 
 hoop__rdzv_state *hoop__rendezvous_state_new(void) {
-  return calloc(1, sizeof(hoop__rdzv_state));
+  hoop__rdzv_state *state = calloc(1, sizeof(hoop__rdzv_state));
+  if (state && pthread_mutex_init(&state->view_lock, NULL) != 0) {
+    free(state);
+    return NULL;
+  }
+  return state;
 }
 
 void hoop__rendezvous_state_free(hoop_comm *comm) {
+  if (comm->rdzv)
+    pthread_mutex_destroy(&comm->rdzv->view_lock);
   free(comm->rdzv);
   comm->rdzv = NULL;
 }

@@ -63,6 +63,15 @@ hoop_result hoop__rendezvous_lost(const hoop_comm *comm, const char **why);
 /* The newcomers waiting to join, as the server last said (PENDING). */
 int hoop__rendezvous_newcomers(const hoop_comm *comm);
 
+/* The job's communicator's STATS (coll/tally.c) on the kept connection, written within a short
+ * time or the connection dropped (logged); nothing without a connection. The server answers with a
+ * VIEW, which a later look at the connection takes in. */
+void hoop__rendezvous_stats(hoop_comm *comm, const hoop__stats_msg *msg);
+
+/* The server's last VIEW into *view, and how many seconds ago it came: -1 (and *view emptied)
+ * when none came. Any thread. */
+double hoop__rendezvous_view(const hoop_comm *comm, hoop__view_msg *view);
+
 /* At finalize: BYE (unless an ABORT went out), so that closing is no loss; then close. */
 void hoop__rendezvous_leave(hoop_comm *comm);
 

@@ -134,8 +134,10 @@ void hoop__rdzv_send_error(rdzv_client *client, hoop_result code, const char *fm
 static void on_client_closed(uv_handle_t *handle) {
   rdzv_client *client = handle->data;
   hoop__rdzv_server *server = client->server;
-  if (--client->open_handles == 0)
+  if (--client->open_handles == 0) {
+    hoop__rdzv_report_free(client);
     free(client);
+  }
   hoop__rdzv_handle_closed(server);
 }
 

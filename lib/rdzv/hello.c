@@ -166,7 +166,7 @@ static void status_hosts(const rdzv_job *job, hoop__job_status *out) {
   }
 }
 
-static void fill_job_status(const rdzv_job *job, uint64_t now, hoop__job_status *out) {
+static void fill_job_status(rdzv_job *job, uint64_t now, hoop__job_status *out) {
   uint64_t waited = now - job->created_ms;
   snprintf(out->job, sizeof out->job, "%s", job->id);
   out->size = job->size;
@@ -174,20 +174,23 @@ static void fill_job_status(const rdzv_job *job, uint64_t now, hoop__job_status 
   out->waited_ms = waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
   out->nmissing = hoop__rdzv_missing_ranks(job, out->missing, HOOP__WIRE_MAX_MISSING);
   status_hosts(job, out);
+  hoop__rdzv_job_health(job, &out->health);
 }
 
-/* Reply with the jobs waiting, oldest first (as many as a STATUS holds). */
+/* Reply with the jobs waiting, oldest first, then the jobs running with their health (as many
+ * as a STATUS holds). */
 static void send_status(rdzv_client *client) {
   hoop__rdzv_server *server = client->server;
   hoop__status status = {0};
-  uint32_t listed = server->njobs < HOOP__WIRE_MAX_STATUS_JOBS ? (uint32_t)server->njobs
-                                                               : HOOP__WIRE_MAX_STATUS_JOBS;
+  uint32_t jobs = (uint32_t)server->njobs + (uint32_t)server->nrunning;
+  uint32_t listed = jobs < HOOP__WIRE_MAX_STATUS_JOBS ? jobs : HOOP__WIRE_MAX_STATUS_JOBS;
   rdzv_reply *reply = calloc(1, sizeof *reply);
   status.jobs = calloc(listed ? listed : 1, sizeof *status.jobs);
   uint64_t now = uv_now(server->loop);
-  for (rdzv_job *job = server->jobs; job && status.jobs && status.njobs < listed; job = job->next)
-    if (!job->running)
-      fill_job_status(job, now, &status.jobs[status.njobs++]);
+  for (int running = 0; running < 2; running++)
+    for (rdzv_job *job = server->jobs; job && status.jobs && status.njobs < listed; job = job->next)
+      if (job->running == running && !job->forgotten && job->joined > 0)
+        fill_job_status(job, now, &status.jobs[status.njobs++]);
   int rc = reply && status.jobs ? hoop__wire_encode_status(&reply->message, &status) : -1;
   hoop__status_free(&status);
   if (rc != 0) {
@@ -197,8 +200,8 @@ static void send_status(rdzv_client *client) {
     hoop__rdzv_client_close(client);
     return;
   }
-  HOOP__INFO(HOOP_SUBSYS_RDZV, "status query from %s: %d jobs waiting", client->peer,
-             server->njobs);
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "status query from %s: %d jobs waiting, %d running", client->peer,
+             server->njobs, server->nrunning);
   hoop__rdzv_client_send(client, reply);
 }
 

@@ -64,7 +64,8 @@ struct rdzv_client {
   uint8_t challenge[HOOP__WIRE_CHALLENGE];   /* sent first; a request's proof is over it */
   char peer[64];
   char from[64]; /* peer without its port: what the limit of idle connections per address counts */
-  uint64_t accepted_ms; /* uv_now at its accept */
+  uint64_t accepted_ms;       /* uv_now at its accept */
+  struct rdzv_report *report; /* a member's last STATS (health.c), or NULL */
   size_t inlen;
   uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_CLIENT_PAYLOAD];
 };
@@ -90,6 +91,12 @@ struct rdzv_job {
   rdzv_client **newcomers; /* waiting to join the next generation, in order of arrival */
   uint32_t nnewcomers, newcomers_capacity;
   int forgotten; /* job_forget ran; freed once its timer has closed */
+  /* The job's health from its members' STATS (health.c): the last view, and when it was made
+   * (loop time; 0: never). */
+  hoop__view_msg view;
+  hoop__job_health health;
+  uint64_t view_ms;
+  int view_stale; /* a STATS came since */
 };
 
 struct hoop__rdzv_server {
@@ -168,6 +175,13 @@ rdzv_job *hoop__rdzv_job_create(hoop__rdzv_server *server, const hoop__hello *he
 int hoop__rdzv_job_add_member(rdzv_job *job, rdzv_client *client);
 void hoop__rdzv_job_remove_member(rdzv_job *job, rdzv_client *client);
 uint32_t hoop__rdzv_missing_ranks(const rdzv_job *job, int32_t *out, uint32_t max);
+
+/* ---- health.c: the members' STATS, the job's VIEW and its health in a status ------------------
+ */
+void hoop__rdzv_member_stats(rdzv_client *client, const hoop__stats_msg *msg);
+/* The job's health as a status gives it (zeros for a job still waiting). */
+void hoop__rdzv_job_health(rdzv_job *job, hoop__job_health *out);
+void hoop__rdzv_report_free(rdzv_client *client);
 
 /* ---- table.c: a job's rank table, and its members while it runs ------------------------------ */
 void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client);

@@ -4,6 +4,7 @@
 #ifndef HOOP__RDZV_STATE_H
 #define HOOP__RDZV_STATE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,8 +19,19 @@ struct hoop__rdzv_state {
   char lost[HOOP__WIRE_MAX_MESSAGE + 256];
   hoop_result lost_code;
   atomic_int newcomers; /* newcomers waiting, as the server last said (PENDING) */
-  size_t inlen;         /* bytes of in[] read and not yet taken */
+  /* The server's last VIEW of the job (report.c), and when it came (hoop__now; 0: none yet),
+   * under view_lock: hoop_comm_stats reads it from any thread. */
+  pthread_mutex_t view_lock;
+  hoop__view_msg view;
+  double view_at;
+  size_t inlen; /* bytes of in[] read and not yet taken */
   uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_NOTICE_PAYLOAD];
 };
+
+/* Stop using the kept connection (client.c), saying why in the log. */
+void hoop__rendezvous_drop(hoop_comm *comm, const char *why);
+/* A VIEW's payload from the kept connection (report.c): kept if well formed, else the connection
+ * is dropped. */
+void hoop__rendezvous_take_view(hoop_comm *comm, const uint8_t *payload, size_t len);
 
 #endif

@@ -224,9 +224,9 @@ void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client) {
   }
 }
 
-/* A member's connection carries nothing but an ABORT for its own rank, a SHRINK and a BYE. Anything
- * else (or anything after the BYE) closes it; with no goodbye said, that reads as a loss to the
- * others: a member that breaks the protocol is broken. */
+/* A member's connection carries nothing but an ABORT for its own rank, a SHRINK, STATS and a BYE.
+ * Anything else (or anything after the BYE) closes it; with no goodbye said, that reads as a loss
+ * to the others: a member that breaks the protocol is broken. */
 void hoop__rdzv_member_refuse(rdzv_client *client, const char *what) {
   HOOP__WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank,
              client->job->id, client->peer, what);
@@ -237,6 +237,7 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
                            const uint8_t *payload) {
   hoop__abort_msg abort_msg;
   hoop__shrink_msg shrink_msg;
+  hoop__stats_msg stats_msg;
   if (client->said_goodbye) {
     hoop__rdzv_member_refuse(client, "a message after its BYE or ABORT");
   } else if (header->type == HOOP_MSG_BYE) {
@@ -273,6 +274,11 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
       hoop__rdzv_member_refuse(client, "a malformed SHRINK");
     else
       hoop__rdzv_shrink_request(client, &shrink_msg);
+  } else if (header->type == HOOP_MSG_STATS) {
+    if (hoop__wire_decode_stats(payload, header->length, &stats_msg) != 0)
+      hoop__rdzv_member_refuse(client, "a malformed STATS");
+    else if (!client->job->shrinking)
+      hoop__rdzv_member_stats(client, &stats_msg);
   } else {
     hoop__rdzv_member_refuse(client, "a message type that members do not send");
   }

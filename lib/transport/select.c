@@ -209,7 +209,12 @@ static void fail_hook(hoop_comm *comm) {
 hoop_result hoop__transport_agree(hoop_comm *comm) {
   comm->transport->peer_transport =
       calloc((size_t)comm->size, sizeof *comm->transport->peer_transport);
-  if (!comm->transport->peer_transport)
+  size_t n = (size_t)comm->size;
+  comm->transport->peer_wait_ns = calloc(n, sizeof *comm->transport->peer_wait_ns);
+  comm->transport->peer_sent = calloc(n, sizeof *comm->transport->peer_sent);
+  comm->transport->peer_received = calloc(n, sizeof *comm->transport->peer_received);
+  if (!comm->transport->peer_transport || !comm->transport->peer_wait_ns ||
+      !comm->transport->peer_sent || !comm->transport->peer_received)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
   hoop__hook_register(comm, HOOP__HOOK_FAIL, fail_hook);
   hoop__hook_register(comm, HOOP__HOOK_WAKE, hoop__transports_wake);
@@ -346,6 +351,9 @@ void hoop__transport_state_free(hoop_comm *comm) {
   if (!comm->transport)
     return;
   free(comm->transport->peer_transport);
+  free(comm->transport->peer_wait_ns);
+  free(comm->transport->peer_sent);
+  free(comm->transport->peer_received);
   free(comm->transport->sleep_fds);
   free(comm->transport);
   comm->transport = NULL;
@@ -384,6 +392,18 @@ hoop__tctx *hoop__transport_at(const hoop_comm *comm, int t) {
 
 int hoop__transport_of_peer(const hoop_comm *comm, int peer) {
   return comm->transport->peer_transport[peer];
+}
+
+void hoop__transport_peer_tally(const hoop_comm *comm, int net_peer, uint64_t *wait_ns,
+                                uint64_t *sent, uint64_t *received) {
+  const hoop__transport_state *nets = comm->net->transport;
+  if (!nets->peer_wait_ns) {
+    *wait_ns = *sent = *received = 0;
+    return;
+  }
+  *wait_ns = atomic_load_explicit(&nets->peer_wait_ns[net_peer], memory_order_relaxed);
+  *sent = atomic_load_explicit(&nets->peer_sent[net_peer], memory_order_relaxed);
+  *received = atomic_load_explicit(&nets->peer_received[net_peer], memory_order_relaxed);
 }
 
 int hoop__transports_up(const hoop_comm *comm) {

@@ -5,6 +5,7 @@
 #ifndef HOOP__TRANSPORT_STATE_H
 #define HOOP__TRANSPORT_STATE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,10 @@ struct hoop__transport_state {
   /* The board the small calls of a communicator on one host go through (board.c; coll/board.c
    * opens it): mapped by every rank, or by none. */
   struct hoop__board *board;
+  /* What this rank's posts and waits measured, by peer (net's, size entries each, written under
+   * the net lock and read by hoop_comm_stats from any thread): the time it waited for each, the
+   * bytes it posted to and from each. */
+  _Atomic uint64_t *peer_wait_ns, *peer_sent, *peer_received;
 };
 
 #endif

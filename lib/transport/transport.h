@@ -445,6 +445,10 @@ _Static_assert(HOOP__BOARD_DONE_EVERY < HOOP__BOARD_SLOTS,
 #define HOOP__BOARD_MAX_RANKS 8
 typedef struct hoop__board hoop__board;
 /* The communicator's board (coll/board.c opens and closes it; the waits peek at it), or NULL. */
+/* What this rank measured of its net's rank net_peer, as hoop_comm_stats gives it (any thread):
+ * the time it waited for it, the bytes posted to and from it (every communicator of the net). */
+void hoop__transport_peer_tally(const hoop_comm *comm, int net_peer, uint64_t *wait_ns,
+                                uint64_t *sent, uint64_t *received);
 hoop__board *hoop__transport_board(const hoop_comm *comm);
 void hoop__transport_set_board(hoop_comm *comm, hoop__board *board);
 /* Map comm's board (every rank at once, in the same call): *board NULL where this rank has none

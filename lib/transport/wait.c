@@ -57,11 +57,21 @@ hoop_result hoop__drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result
 
 /* A stamped request to its transport, as comm's rank peer; a receive first looks for a stray of
  * its channel that came before it. */
+/* Add v to a counter that only the holder of the net lock writes and any thread may read. */
+static inline void tally(_Atomic uint64_t *counter, uint64_t v) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
+                        memory_order_relaxed);
+}
+
 static hoop_result post(hoop_comm *comm, int peer, int is_send, void *buf, size_t len,
                         hoop__transfer *req) {
   hoop_comm *net = hoop__net(comm);
   hoop_result result;
   const hoop_comm *outer = hoop__drive_begin(comm);
+  if (net->transport->peer_sent)
+    tally(is_send ? &net->transport->peer_sent[req->peer]
+                  : &net->transport->peer_received[req->peer],
+          len);
   if (is_send || !net->transport->strays || !hoop__stray_take(comm, req->peer, buf, req, &result)) {
     hoop__tctx *ctx = hoop__transport_of(comm, peer);
     result = is_send ? ctx->ops->isend(ctx, req->peer, buf, len, req)
@@ -333,8 +343,10 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
       return result;
   }
   hoop_comm *net = hoop__net(comm);
-  double now = hoop__now();
+  double now = hoop__now(), began = now;
   comm->call_waited = 1;
+  if (comm->call_clock_start == 0)
+    comm->call_clock_start = began;
   net->waiting_for = req->peer; /* for a peer's notice that blames this rank (core/error.c) */
   if (!state->started) {
     state->started = 1;
@@ -419,6 +431,12 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
       spin_pause(comm);
     }
   }
+  /* The time waited, to the last clock reading (which a spin takes every few rounds): for this
+   * call's account (coll/dispatch.c) and the peer's (hoop_comm_stats). */
+  uint64_t waited_ns = now > began ? (uint64_t)((now - began) * 1e9) : 0;
+  comm->call_wait_ns += waited_ns;
+  if (net->transport->peer_wait_ns)
+    tally(&net->transport->peer_wait_ns[req->peer], waited_ns);
   result = hoop__drive_end(comm, outer, result);
   net->waiting_for = -1;
   state->deadline = deadline;

@@ -453,6 +453,16 @@ class Communicator:
     def reproducible(self, on):
         self._check(_lib.hoop_comm_set_reproducible(self._live("reproducible"), 1 if on else 0))
 
+    def stats(self):
+        """What this rank measured (hoop_comm_stats; hoop(3), "Finding the slow rank"): a dict of
+        since_s, calls, bytes, in_calls_s, waited_s, wait_share, colls (per collective called:
+        calls, bytes, time_s, waited_s), slowest_rank and slowest_late_s (None until the
+        rendezvous server names one), late_calls, reporting, view_age_s, and peers: per rank of
+        this communicator its late_median_s, late_p99_s and late_max_s (None where not known),
+        waited_s, bytes_sent and bytes_received."""
+        from ._stats import comm_stats
+        return comm_stats(self._live("stats"), self.size, self._check)
+
     @property
     def generation(self):
         """0 for the job as started, one more per shrink or growth."""

@@ -123,6 +123,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
+  case HOOP_MSG_STATS: {
+    hoop__stats_msg stats;
+    if (hoop__wire_decode_stats(payload, header.length, &stats) == 0) {
+      if (hoop__wire_encode_stats(&wb, &stats) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
+  case HOOP_MSG_VIEW: {
+    hoop__view_msg view;
+    if (hoop__wire_decode_view(payload, header.length, HOOP__WIRE_MAX_RANKS, &view) == 0) {
+      if (hoop__wire_encode_view(&wb, &view) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
   default: break;
   }
   hoop__wbuf_free(&wb);

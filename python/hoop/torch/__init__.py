@@ -51,7 +51,7 @@ from ._backend import ProcessGroupHoop  # registers the torch.distributed backen
 from ._ops import Adasum, Average, Max, Min, Product, Sum, global_process_set
 from ._compression import (BF16Compressor, Compression, Compressor,  # noqa: F401
                            FP16Compressor, NoneCompressor)
-from ._job import init, is_initialized, local_rank, local_size, rank, shutdown, size
+from ._job import init, is_initialized, local_rank, local_size, rank, shutdown, size, stats
 # Horovod's names that hoop answers with False, or refuses with hoop.Unsupported naming them.
 from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: F401
                    elastic, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
@@ -82,7 +82,7 @@ __all__ = [
     "broadcast_object", "allgather_object", "DistributedOptimizer", "Compression", "Average", "Sum",
     "Min", "Max", "Product", "Adasum", "HoopError", "Aborted", "PeerLost", "Mismatch", "Timeout",
     "ProcessGroupHoop", "global_process_set", "ProcessSet", "add_process_set",
-    "remove_process_set", "SyncBatchNorm",
+    "remove_process_set", "SyncBatchNorm", "stats",
 ]
 
 # What Horovod raises where hoop does too (for `except hvd.HorovodInternalError`).

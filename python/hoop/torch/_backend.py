@@ -108,6 +108,11 @@ class ProcessGroupHoop(ProcessGroup):
     def reproducible(self, on):
         self._comm.reproducible = on
 
+    def stats(self):
+        """hoop's own: what this rank measured of the group's calls, and which ranks come late
+        (hoop.Communicator.stats; ranks of the group)."""
+        return self._comm.stats()
+
     def shutdown(self):
         """torch 2.x's ProcessGroup.shutdown, which destroy_process_group calls (hoop.torch makes
         it do so on every torch): the group's outstanding works are waited for, then a

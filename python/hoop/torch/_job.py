@@ -86,6 +86,13 @@ def cross_size():
     return _live("hvd.cross_size").cross_size
 
 
+def stats():
+    """hoop's own, not Horovod's: what this rank measured of the job's calls and the rendezvous
+    server's word on which ranks come late (hoop.Communicator.stats; hoop(3), "Finding the slow
+    rank")."""
+    return _live("hvd.stats").stats()
+
+
 def mpi_threads_supported():
     return False
 

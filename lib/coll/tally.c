@@ -1,0 +1,128 @@
+/* tally.c - what the collectives measure of their own calls: each call's time and wait by
+ * collective (read by hoop_comm_stats), and on the job's communicator how long this rank waited
+ * in each of its last calls that need every rank, which it describes to its rendezvous server
+ * every HOOP_STATS_PERIOD seconds. The server compares the ranks' waits call by call: the rank
+ * that comes last waits least, and the others' extra wait is how late it came (rdzv/health.c). */
+#include <stdlib.h>
+#include <time.h>
+
+#include "coll/coll.h"
+#include "coll/state.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "rdzv/client.h"
+
+/* A counter that one thread (the call's) writes and any may read. */
+static inline void add(_Atomic uint64_t *counter, uint64_t v) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
+                        memory_order_relaxed);
+}
+
+/* The calls whose every rank waits for every other: how long a rank waited in one of them tells
+ * how much earlier than the last rank it came. */
+static int needs_every_rank(hoop__coll coll) {
+  return coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_ALLGATHER ||
+         coll == HOOP__COLL_BARRIER || coll == HOOP__COLL_REDUCE_SCATTER ||
+         coll == HOOP__COLL_ALLTOALL || coll == HOOP__COLL_ALLTOALLV;
+}
+
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The next multiple of the period on the wall clock: every rank describes its calls at the same
+ * moments, so that their last calls are the same ones. */
+static double next_due(double period) {
+  double now = wall_now();
+  return ((double)(long long)(now / period) + 1) * period;
+}
+
+void hoop__coll_tally_start(hoop__coll_state *coll) {
+  coll->began = hoop__now();
+  const char *text = hoop__env_get("HOOP_STATS_PERIOD");
+  double period = 2;
+  if (hoop__parse_double(text, 0, 3600, &period) != 0 || (period > 0 && period < 0.1)) {
+    HOOP__WARN(HOOP_SUBSYS_ENV, "HOOP_STATS_PERIOD '%s' is not 0 or 0.1 to 3600 seconds; using 2",
+               text);
+    period = 2;
+  }
+  coll->stats_period_s = period;
+  coll->stats_due = period > 0 ? next_due(period) : 0;
+}
+
+void hoop__coll_tally(hoop_comm *comm, hoop__coll which, size_t bytes, double seconds) {
+  hoop__coll_state *coll = comm->coll;
+  uint64_t wait_ns = comm->call_wait_ns;
+  uint64_t time_ns = seconds > 0 ? (uint64_t)(seconds * 1e9) : 0;
+  if (time_ns < wait_ns) /* the last clock reading of a spinning wait may be a little late */
+    time_ns = wait_ns;
+  add(&coll->tally[which].calls, 1);
+  add(&coll->tally[which].bytes, bytes);
+  add(&coll->tally[which].time_ns, time_ns);
+  add(&coll->tally[which].wait_ns, wait_ns);
+  if (comm->net == comm && needs_every_rank(which)) {
+    uint64_t us = wait_ns / 1000;
+    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].seq = comm->seq;
+    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].wait_us =
+        us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+  }
+}
+
+void hoop__coll_tally_read(const hoop_comm *comm, hoop__coll which, uint64_t *calls,
+                           uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns) {
+  const hoop__coll_state *coll = comm->coll;
+  *calls = atomic_load_explicit(&coll->tally[which].calls, memory_order_relaxed);
+  *bytes = atomic_load_explicit(&coll->tally[which].bytes, memory_order_relaxed);
+  *time_ns = atomic_load_explicit(&coll->tally[which].time_ns, memory_order_relaxed);
+  *wait_ns = atomic_load_explicit(&coll->tally[which].wait_ns, memory_order_relaxed);
+}
+
+double hoop__coll_tally_began(const hoop_comm *comm) {
+  return comm->coll->began;
+}
+
+/* Order samples by call number. */
+static int by_seq(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+void hoop__coll_tally_report(hoop_comm *comm) {
+  hoop__coll_state *coll = comm->coll;
+  if (coll->stats_due <= 0 || comm->net != comm || comm->rdzv_fd < 0)
+    return;
+  double wall = wall_now();
+  if (wall < coll->stats_due)
+    return;
+  coll->stats_due = next_due(coll->stats_period_s);
+  hoop__stats_msg msg = {0};
+  for (int c = 0; c < HOOP__COLL_COUNT; c++) {
+    uint64_t calls, bytes, time_ns, wait_ns;
+    hoop__coll_tally_read(comm, (hoop__coll)c, &calls, &bytes, &time_ns, &wait_ns);
+    msg.calls += calls;
+    msg.bytes += bytes;
+    msg.in_calls_us += time_ns / 1000;
+    msg.waited_us += wait_ns / 1000;
+  }
+  double since = hoop__now() - coll->began;
+  msg.since_us = since > 0 ? (uint64_t)(since * 1e6) : 0;
+  if (msg.in_calls_us > msg.since_us)
+    msg.in_calls_us = msg.since_us;
+  if (msg.waited_us > msg.in_calls_us)
+    msg.waited_us = msg.in_calls_us;
+  /* The last calls, oldest first, by their number (each packed with its wait for the sort). */
+  uint64_t packed[HOOP__WIRE_STATS_SAMPLES];
+  uint32_t n = 0;
+  for (int i = 0; i < HOOP__WIRE_STATS_SAMPLES; i++)
+    if (coll->samples[i].seq > 0 && coll->samples[i].seq + HOOP__WIRE_STATS_SAMPLES > comm->seq)
+      packed[n++] = coll->samples[i].seq << 32 | coll->samples[i].wait_us;
+  qsort(packed, n, sizeof *packed, by_seq);
+  for (uint32_t i = 0; i < n; i++) {
+    msg.samples[i].seq = (uint32_t)(packed[i] >> 32);
+    msg.samples[i].waited_us = (uint32_t)packed[i];
+  }
+  msg.nsamples = n;
+  hoop__rendezvous_stats(comm, &msg);
+}

@@ -12,6 +12,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "hoopd_metrics.h"
 #include "proto/auth.h"
 #include "proto/wire.h"
 #include "rdzv/client.h"
@@ -25,6 +26,8 @@ typedef struct hoopd_args {
   const char *listen;
   const char *status;     /* --status ADDR, or NULL to serve */
   const char *token_file; /* --token-file, or NULL */
+  const char *metrics;    /* --metrics ADDR, or NULL */
+  const char *metrics_token_file;
   int max_jobs;
   int idle_per_address;
   double idle_timeout_s;
@@ -34,6 +37,7 @@ typedef struct hoopd_args {
 
 typedef struct hoopd_daemon {
   hoop__rdzv_server *server;
+  hoopd_metrics *metrics;
   uv_signal_t sigterm, sigint;
 } hoopd_daemon;
 
@@ -62,6 +66,12 @@ static void usage(FILE *out) {
           "  --status ADDR:PORT   print the jobs a running daemon is waiting for, and those it\n"
           "                       runs with their health (call rate, time waiting, the ranks\n"
           "                       the others wait for), then exit\n"
+          "  --metrics ADDR:PORT  serve Prometheus metrics at http://ADDR:PORT/metrics (jobs,\n"
+          "                       ranks, joins, refusals, failures; per running job its call\n"
+          "                       rate, bytes, time waiting, late ranks); a non-loopback\n"
+          "                       address needs --metrics-token-file\n"
+          "  --metrics-token-file FILE  a token scrapers must send (Authorization: Bearer);\n"
+          "                       not the ranks' token\n"
           "  -v, --verbose        log more (trace level)\n"
           "  --help               print this help and exit\n"
           "  --version            print the version and exit\n"
@@ -78,6 +88,8 @@ enum {
   OPT_KEEPALIVE,
   OPT_STATUS,
   OPT_TOKEN_FILE,
+  OPT_METRICS,
+  OPT_METRICS_TOKEN_FILE,
   OPT_HELP,
   OPT_VERSION
 };
@@ -90,6 +102,8 @@ static const struct option long_options[] = {
     {"keepalive", required_argument, NULL, OPT_KEEPALIVE},
     {"status", required_argument, NULL, OPT_STATUS},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"metrics-token-file", required_argument, NULL, OPT_METRICS_TOKEN_FILE},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -135,6 +149,8 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
       break;
     case OPT_STATUS: args->status = optarg; break;
     case OPT_TOKEN_FILE: args->token_file = optarg; break;
+    case OPT_METRICS: args->metrics = optarg; break;
+    case OPT_METRICS_TOKEN_FILE: args->metrics_token_file = optarg; break;
     case 'v': args->verbose = 1; break;
     case OPT_HELP: usage(stdout); return 1;
     case OPT_VERSION: printf("hoopd (hoop) %s\n", PACKAGE_VERSION); return 1;
@@ -286,6 +302,7 @@ static int show_status(const char *where, const char *token) {
 static void on_signal(uv_signal_t *handle, int signum) {
   hoopd_daemon *daemon = handle->data;
   HOOP__INFO(HOOP_SUBSYS_RDZV, "%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  hoopd_metrics_close(daemon->metrics);
   hoop__rdzv_server_close(daemon->server);
   uv_close((uv_handle_t *)&daemon->sigterm, NULL);
   uv_close((uv_handle_t *)&daemon->sigint, NULL);
@@ -322,6 +339,19 @@ static int fit_connections(void) {
   return fit;
 }
 
+/* --metrics, with its own token (never the ranks'), read from its file. */
+static int start_metrics(const hoopd_args *args, uv_loop_t *loop, hoopd_daemon *daemon, char *err,
+                         size_t errlen) {
+  char bearer[HOOP__MAX_TOKEN + 1] = "";
+  if (args->metrics_token_file && hoop__auth_load_token(NULL, args->metrics_token_file, bearer,
+                                                        sizeof bearer, err, errlen) != 0)
+    return -1;
+  int rc = hoopd_metrics_start(loop, daemon->server, args->metrics, bearer, &daemon->metrics, err,
+                               errlen);
+  hoop__auth_wipe(bearer, sizeof bearer);
+  return rc;
+}
+
 static int serve(const hoopd_args *args, const char *token) {
   /* A client that hangs up while we write must not kill the daemon: the write fails instead. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR) {
@@ -341,6 +371,12 @@ static int serve(const hoopd_args *args, const char *token) {
   uv_loop_t *loop = uv_default_loop();
   if (hoop__rdzv_server_start(loop, &options, &daemon.server, err, sizeof err) != 0) {
     fprintf(stderr, "hoopd: %s\n", err);
+    return 1;
+  }
+  if (args->metrics && start_metrics(args, loop, &daemon, err, sizeof err) != 0) {
+    fprintf(stderr, "hoopd: %s\n", err);
+    hoop__rdzv_server_close(daemon.server);
+    uv_run(loop, UV_RUN_DEFAULT);
     return 1;
   }
   if (token[0])

@@ -11,8 +11,8 @@
 _Static_assert(HOOP_STATS_COLLS == HOOP__COLL_COUNT, "hoop_stats.colls is one per collective");
 
 static const char *const coll_names[HOOP_STATS_COLLS] = {
-    "allreduce",      "broadcast", "allgather", "barrier", "reduce_scatter",
-    "alltoall",       "alltoallv", "reduce",    "gather",  "scatter",
+    "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter",
+    "alltoall",  "alltoallv", "reduce",    "gather",  "scatter",
 };
 
 const char *hoop_stats_coll_name(int index) {
@@ -36,8 +36,8 @@ static void gather(hoop_comm *comm, hoop_stats *stats, hoop_peer_stats *peers, i
   for (int c = 0; c < HOOP__COLL_COUNT; c++) {
     uint64_t calls, bytes, time_ns, wait_ns;
     hoop__coll_tally_read(comm, (hoop__coll)c, &calls, &bytes, &time_ns, &wait_ns);
-    stats->colls[c] = (hoop_coll_stats){calls, bytes, (double)time_ns * 1e-9,
-                                        (double)wait_ns * 1e-9};
+    stats->colls[c] =
+        (hoop_coll_stats){calls, bytes, (double)time_ns * 1e-9, (double)wait_ns * 1e-9};
     stats->calls += calls;
     stats->bytes += bytes;
     stats->in_calls_s += (double)time_ns * 1e-9;
@@ -86,8 +86,8 @@ hoop_result hoop_comm_stats_sized(hoop_comm *comm, hoop_stats *stats, size_t sta
     return HOOP_ERR_INVALID_ARG;
   if (!stats || stats_size == 0 || npeers < 0 || npeers > comm->size || (npeers > 0 && !peers) ||
       (npeers > 0 && peer_size == 0))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_comm_stats: %s", !stats || stats_size == 0 ? "stats is NULL"
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_comm_stats: %s",
+                           !stats || stats_size == 0 ? "stats is NULL"
                            : npeers < 0 || npeers > comm->size
                                ? "npeers is not in 0..the communicator's size"
                                : "peers is NULL with npeers above 0");

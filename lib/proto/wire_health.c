@@ -81,7 +81,8 @@ int hoop__wire_decode_stats(const uint8_t *payload, size_t len, hoop__stats_msg 
       in.bad = 1; /* by call number, each once */
   }
   /* Time inside calls within the time measured, waiting within the time inside calls. */
-  if (reader_done(&in) != 0 || out->waited_us > out->in_calls_us || out->in_calls_us > out->since_us)
+  if (reader_done(&in) != 0 || out->waited_us > out->in_calls_us ||
+      out->in_calls_us > out->since_us)
     return -1;
   return 0;
 }

@@ -174,6 +174,7 @@ void hoop__rdzv_on_client_timer(uv_timer_t *timer) {
   else
     HOOP__INFO(HOOP_SUBSYS_RDZV, "closing %s: no complete request within %s s", client->peer,
                seconds);
+  client->server->refusals[REFUSED_IDLE]++;
   hoop__rdzv_client_close(client);
 }
 
@@ -305,6 +306,7 @@ static void limit_idle(hoop__rdzv_server *server, const rdzv_client *newest) {
                  "closed %s: more than %d connections from %s had sent no request for %d ms (the "
                  "limit per address); the oldest go",
                  c->peer, server->max_idle_per_address - 1, c->from, IDLE_GRACE_MS);
+    server->refusals[REFUSED_LIMIT]++;
     hoop__rdzv_client_close(c);
   }
 }
@@ -363,6 +365,7 @@ void hoop__rdzv_on_connection(uv_stream_t *listener, int status) {
   HOOP__TRACE(HOOP_SUBSYS_RDZV, "connection from %s", client->peer);
   uv_timer_start(&client->timer, hoop__rdzv_on_client_timer, server->idle_ms, 0);
   if (busy && !make_room(server, client)) {
+    server->refusals[REFUSED_LIMIT]++;
     HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: %d connections open, the limit, none of them silent",
                client->peer, server->max_connections);
     hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM,

@@ -226,6 +226,10 @@ void hoop__rdzv_member_stats(rdzv_client *client, const hoop__stats_msg *msg) {
   hoop__rdzv_client_send(client, reply);
 }
 
+void hoop__rdzv_report_last(const rdzv_client *client, hoop__stats_msg *out) {
+  *out = client->report->last;
+}
+
 void hoop__rdzv_job_health(rdzv_job *job, hoop__job_health *out) {
   memset(out, 0, sizeof *out);
   if (!job->running)

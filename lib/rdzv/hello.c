@@ -26,6 +26,7 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
   hoop__rdzv_server *server = client->server;
   rdzv_job *job = hoop__rdzv_job_find(server, hello->job);
   if (!job && server->njobs >= server->max_jobs) {
+    server->refusals[REFUSED_LIMIT]++;
     HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' would exceed the limit of %d jobs",
                client->peer, hello->job, server->max_jobs);
     hoop__rdzv_send_error(client, HOOP_ERR_SYSTEM,
@@ -40,6 +41,7 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
     return NULL;
   }
   if (hello->size != job->size) {
+    server->refusals[REFUSED_MISMATCH]++;
     HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' has %u ranks, the HELLO says %u",
                client->peer, job->id, job->size, hello->size);
     hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
@@ -49,6 +51,7 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
     return NULL;
   }
   if (hello->rank >= 0 && hoop__rdzv_bit_test(job->taken, (uint32_t)hello->rank)) {
+    server->refusals[REFUSED_MISMATCH]++;
     HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: rank %d of job '%s' is already taken", client->peer,
                hello->rank, job->id);
     hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
@@ -84,6 +87,7 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t
     snprintf(what, sizeof what, "a rank of job '%s' on host '%s'", hello->job, hello->host);
   HOOP__WARN(HOOP_SUBSYS_RDZV, "refused %s from %s: %s", what, client->peer,
              len ? "wrong token" : "no token");
+  server->refusals[REFUSED_AUTH]++;
   hoop__rdzv_send_error(client, HOOP_ERR_AUTH,
                         "authentication failed: %s; the server admits only holders of its token "
                         "(HOOP_TOKEN or HOOP_TOKEN_FILE)",
@@ -100,6 +104,7 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
     return;
   }
   if (client->server->once_over) {
+    client->server->refusals[REFUSED_MISMATCH]++;
     hoop__rdzv_send_error(client, HOOP_ERR_INVALID_ARG,
                           "this rendezvous server served its one job and takes only newcomers "
                           "to it now; job '%s' refused",
@@ -109,6 +114,7 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
   hoop__rdzv_server *server = client->server;
   if (server->only_job[0] &&
       (strcmp(hello->job, server->only_job) != 0 || hello->size != server->only_size)) {
+    server->refusals[REFUSED_MISMATCH]++;
     /* A rank's own server: a stranger's HELLO must neither start a job nor end the real one's
      * wait, and learns nothing of it (a real rank of another size is told to compare). */
     HOOP__INFO(HOOP_SUBSYS_RDZV,
@@ -132,6 +138,7 @@ static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
     return;
   }
   uv_timer_stop(&client->timer); /* a member waits for its job, however long that takes */
+  server->joins++;
   /* Never drop a member sooner than it would give up on its peers itself. */
   uint32_t own_s = hello->timeout_ms / 1000 + (hello->timeout_ms % 1000 != 0);
   if (own_s > (uint32_t)client->keepalive_s)
@@ -208,6 +215,7 @@ static void send_status(rdzv_client *client) {
 /* A malformed request closes its own connection and nothing else. */
 void hoop__rdzv_refuse_malformed(rdzv_client *client, const char *what) {
   HOOP__WARN(HOOP_SUBSYS_RDZV, "closing %s: %s", client->peer, what);
+  client->server->refusals[REFUSED_MALFORMED]++;
   hoop__rdzv_client_close(client);
 }
 
@@ -223,6 +231,7 @@ void hoop__rdzv_handle_input(rdzv_client *client) {
                "closing %s: malformed header "
                "(magic 0x%08x, version %u, type %u, length %u)",
                client->peer, header.magic, header.version, header.type, header.length);
+    client->server->refusals[REFUSED_MALFORMED]++;
     hoop__rdzv_client_close(client);
     return;
   }
@@ -245,8 +254,10 @@ void hoop__rdzv_handle_input(rdzv_client *client) {
   } else if (header.type == HOOP_MSG_STATUS_REQ) {
     if (hoop__wire_decode_status_req(payload, header.length, &request) != 0)
       hoop__rdzv_refuse_malformed(client, "malformed STATUS_REQ");
-    else if (proof_ok(client, NULL, request.proof, request.proof_len))
+    else if (proof_ok(client, NULL, request.proof, request.proof_len)) {
+      client->server->status_queries++;
       send_status(client);
+    }
   } else {
     hoop__rdzv_refuse_malformed(client, "a message type that clients do not send");
   }

@@ -323,6 +323,7 @@ static void on_job_timer(uv_timer_t *timer) {
   snprintf(message, sizeof message, "%s", t.data ? t.data : "rendezvous timed out");
   hoop__buf_free(&t);
   HOOP__INFO(HOOP_SUBSYS_RDZV, "%s", message);
+  server->refusals[REFUSED_TIMEOUT]++;
   uint32_t count;
   rdzv_client **members = hoop__rdzv_job_take_members(job, &count);
   for (uint32_t i = 0; i < count; i++)

@@ -47,6 +47,11 @@ typedef struct hoop__rdzv_options {
 int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
                             hoop__rdzv_server **out, char *err, size_t errlen);
 
+/* The server's jobs, ranks, joins, refusals, failures and running jobs' health, appended to out
+ * in Prometheus' text exposition format (metrics.c), from the loop's thread. */
+struct hoop__buf;
+void hoop__rdzv_metrics_text(hoop__rdzv_server *server, struct hoop__buf *out);
+
 /* The port actually bound (useful with port 0). */
 int hoop__rdzv_server_port(const hoop__rdzv_server *server);
 

@@ -40,6 +40,17 @@
 #define TABLE_HEAD (HOOP__WIRE_HEADER_SIZE + 8 + HOOP__WIRE_NONCE)
 #define TABLE_RANK_AT (HOOP__WIRE_HEADER_SIZE + 4)
 
+/* Why the server refused a request or a connection, as its metrics count them (metrics.c). */
+typedef enum rdzv_refusal {
+  REFUSED_AUTH,      /* no proof of the token, or a wrong one */
+  REFUSED_MALFORMED, /* bytes that are not the protocol (a member's too) */
+  REFUSED_LIMIT,     /* connections or jobs at their limit, silent connections of one address */
+  REFUSED_MISMATCH,  /* a HELLO that does not fit its job (size, a taken rank, another job) */
+  REFUSED_IDLE,      /* no complete request within the idle timeout */
+  REFUSED_TIMEOUT,   /* a job whose ranks did not all come within its timeout */
+  REFUSALS
+} rdzv_refusal;
+
 typedef struct rdzv_job rdzv_job;
 typedef struct rdzv_client rdzv_client;
 
@@ -124,6 +135,9 @@ struct hoop__rdzv_server {
   int njobs;                  /* waiting, not running */
   int nrunning;
   int pending_writes;
+  /* What the metrics count (metrics.c): ranks that joined a job, refusals by cause, members'
+   * aborts and losses relayed, status queries answered. */
+  uint64_t joins, refusals[REFUSALS], aborts, losses, status_queries;
 };
 
 /* A reply on its way to one client: a whole message of its own, or the shared TABLE body behind
@@ -182,6 +196,8 @@ void hoop__rdzv_member_stats(rdzv_client *client, const hoop__stats_msg *msg);
 /* The job's health as a status gives it (zeros for a job still waiting). */
 void hoop__rdzv_job_health(rdzv_job *job, hoop__job_health *out);
 void hoop__rdzv_report_free(rdzv_client *client);
+/* A member's last STATS (it has sent one: client->report set). */
+void hoop__rdzv_report_last(const rdzv_client *client, hoop__stats_msg *out);
 
 /* ---- table.c: a job's rank table, and its members while it runs ------------------------------ */
 void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client);

@@ -211,6 +211,7 @@ void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client) {
                  job->id, client->rank, client->peer);
     }
     job_relay(job, client, HOOP_ERR_PEER_LOST, client->rank, message);
+    job->server->losses++;
   } else {
     HOOP__TRACE(HOOP_SUBSYS_RDZV, "job '%s': rank %u left; %u still connected", job->id,
                 client->rank, job->joined);
@@ -228,6 +229,7 @@ void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client) {
  * Anything else (or anything after the BYE) closes it; with no goodbye said, that reads as a loss
  * to the others: a member that breaks the protocol is broken. */
 void hoop__rdzv_member_refuse(rdzv_client *client, const char *what) {
+  client->server->refusals[REFUSED_MALFORMED]++;
   HOOP__WARN(HOOP_SUBSYS_RDZV, "closing rank %u of job '%s' (%s): %s", client->rank,
              client->job->id, client->peer, what);
   hoop__rdzv_client_close(client);
@@ -267,6 +269,7 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
     snprintf(message, sizeof message, "%s", text.data ? text.data : "aborted");
     hoop__buf_free(&text);
     job_relay(client->job, client, HOOP_ERR_ABORTED, client->rank, message);
+    client->server->aborts++;
     if (client->job && client->job->shrinking)
       hoop__rdzv_shrink_member_left(client->job);
   } else if (header->type == HOOP_MSG_SHRINK) {

@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
       hoop_stats stats;
       must(hoop_comm_stats(comm, &stats, NULL, 0), "hoop_comm_stats");
       double late = stats.slowest_late_s * 1000;
-      if (named_after < 0 && stats.slowest_rank == slow && fabs(late - delay_ms) <= 0.2 * delay_ms) {
+      if (named_after < 0 && stats.slowest_rank == slow &&
+          fabs(late - delay_ms) <= 0.2 * delay_ms) {
         named_after = now_s() - began;
         named = stats.slowest_rank;
         named_late = late;
@@ -131,8 +132,7 @@ int main(int argc, char **argv) {
     received += peers[p].bytes_received;
     waited += peers[p].waited_s;
   }
-  check(peers[rank].bytes_sent == 0 && peers[rank].bytes_received == 0 &&
-            peers[rank].waited_s == 0,
+  check(peers[rank].bytes_sent == 0 && peers[rank].bytes_received == 0 && peers[rank].waited_s == 0,
         "this rank's own entry is empty");
   /* The board carries small calls on one host without messages: bytes only where there are. */
   check(waited <= stats.waited_s + 1e-6, "the waits by peer add up to at most the calls' waits");

@@ -19,9 +19,9 @@
 #include "util/buf.h"
 #include "util/netaddr.h"
 
-#define REQUEST_MAX 8192        /* bytes of a request's line and headers */
-#define REQUEST_WAIT_MS 5000    /* for the whole request, and for the reply to be taken */
-#define CONNECTIONS_MAX 32      /* at once; more are closed at their accept */
+#define REQUEST_MAX 8192     /* bytes of a request's line and headers */
+#define REQUEST_WAIT_MS 5000 /* for the whole request, and for the reply to be taken */
+#define CONNECTIONS_MAX 32   /* at once; more are closed at their accept */
 #define BEARER_MAX 256
 
 struct hoopd_metrics {
@@ -249,8 +249,7 @@ static int loopback(const struct sockaddr_storage *addr) {
     return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
   if (addr->ss_family == AF_INET6) {
     const struct in6_addr *a = &((const struct sockaddr_in6 *)addr)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a) ||
-           (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
   }
   return 0;
 }

@@ -1,4 +1,5 @@
-/* hoopd_metrics.h - hoopd --metrics: the rendezvous server's metrics over HTTP (hoopd_metrics.c). */
+/* hoopd_metrics.h - hoopd --metrics: the rendezvous server's metrics over HTTP (hoopd_metrics.c).
+ */
 #ifndef HOOPD_METRICS_H
 #define HOOPD_METRICS_H
 

@@ -28,9 +28,6 @@ hoop_result hoop__coll_state_size(hoop_comm *comm);
 /* ---- what the calls measured (tally.c) ---- */
 /* The tally begins with the state (HOOP_STATS_PERIOD read). */
 void hoop__coll_tally_start(hoop__coll_state *coll);
-/* A call of which ended after seconds (at least the time it waited, comm->call_wait_ns), its
- * payload bytes. */
-void hoop__coll_tally(hoop_comm *comm, hoop__coll which, size_t bytes, double seconds);
 /* From any thread: a collective's calls, their bytes, time inside them and waiting in them. */
 void hoop__coll_tally_read(const hoop_comm *comm, hoop__coll which, uint64_t *calls,
                            uint64_t *bytes, uint64_t *time_ns, uint64_t *wait_ns);

@@ -65,11 +65,10 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->stall_warned = 0;
   comm->call_waited = 0;
   comm->call_wait_ns = 0;
-  comm->call_clock_start =
-      has_data && count * hoop_dtype_size(dtype) >= FLIGHT_CLOCK_BYTES ? hoop__now() : 0;
+  size_t bytes = has_data ? count * hoop_dtype_size(dtype) : 0;
+  comm->call_clock_start = comm->call_clock_last = bytes >= FLIGHT_CLOCK_BYTES ? hoop__now() : 0;
   hoop__fingerprint_encode(comm, which, count, dtype, op, root, name_tag);
-  comm->coll->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call,
-                                               has_data ? count * hoop_dtype_size(dtype) : 0, now);
+  comm->coll->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call, bytes, now);
   return HOOP_OK;
 }
 
@@ -88,8 +87,12 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result, const hoop__col
                      ? hoop__now_coarse()
                      : comm->call_started;
     hoop__flight_end(comm->coll->flight_slot, result, end);
+    /* A small call's time ends with its last wait: a clock reading would cost it 20 ns. */
+    double last = bytes >= FLIGHT_CLOCK_BYTES ? hoop__now() : comm->call_clock_last;
     hoop__coll_tally(comm, args->coll, bytes,
-                     comm->call_clock_start > 0 ? hoop__now() - comm->call_clock_start : 0);
+                     comm->call_clock_start > 0 && last > comm->call_clock_start
+                         ? last - comm->call_clock_start
+                         : 0);
   }
   comm->call = NULL;
   return result;

@@ -73,4 +73,45 @@ struct hoop__coll_state {
   double rdzv_looked_at; /* when a call last read the rendezvous connection (dispatch.c) */
 };
 
+/* ---- a call's tally, at its end (dispatch.c; inline: small calls pay for every call) ---- */
+
+/* A counter that one thread (the call's) writes and any may read. */
+static inline void hoop__tally_add(_Atomic uint64_t *counter, uint64_t v) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
+                        memory_order_relaxed);
+}
+
+/* The calls whose every rank waits for every other: how long a rank waited in one of them tells
+ * how much earlier than the last rank it came. */
+static inline int hoop__needs_every_rank(hoop__coll coll) {
+  return coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_ALLGATHER ||
+         coll == HOOP__COLL_BARRIER || coll == HOOP__COLL_REDUCE_SCATTER ||
+         coll == HOOP__COLL_ALLTOALL || coll == HOOP__COLL_ALLTOALLV;
+}
+
+/* A call of which ended after seconds (at least the time it waited, comm->call_wait_ns), its
+ * payload bytes. */
+static inline void hoop__coll_tally(hoop_comm *comm, hoop__coll which, size_t bytes,
+                                    double seconds) {
+  hoop__coll_state *coll = comm->coll;
+  uint64_t wait_ns = comm->call_wait_ns;
+  hoop__tally_add(&coll->tally[which].calls, 1);
+  if (bytes)
+    hoop__tally_add(&coll->tally[which].bytes, bytes);
+  /* Most small calls neither waited nor were timed: they add nothing more. */
+  if (seconds > 0 || wait_ns) {
+    uint64_t time_ns = seconds > 0 ? (uint64_t)(seconds * 1e9) : 0;
+    if (time_ns < wait_ns) /* the last clock reading of a spinning wait may be a little late */
+      time_ns = wait_ns;
+    hoop__tally_add(&coll->tally[which].time_ns, time_ns);
+    hoop__tally_add(&coll->tally[which].wait_ns, wait_ns);
+  }
+  if (comm->net == comm && hoop__needs_every_rank(which)) {
+    uint64_t us = wait_ns / 1000;
+    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].seq = comm->seq;
+    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].wait_us =
+        us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+  }
+}
+
 #endif

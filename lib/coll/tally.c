@@ -12,20 +12,6 @@
 #include "core/log.h"
 #include "rdzv/client.h"
 
-/* A counter that one thread (the call's) writes and any may read. */
-static inline void add(_Atomic uint64_t *counter, uint64_t v) {
-  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
-                        memory_order_relaxed);
-}
-
-/* The calls whose every rank waits for every other: how long a rank waited in one of them tells
- * how much earlier than the last rank it came. */
-static int needs_every_rank(hoop__coll coll) {
-  return coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_ALLGATHER ||
-         coll == HOOP__COLL_BARRIER || coll == HOOP__COLL_REDUCE_SCATTER ||
-         coll == HOOP__COLL_ALLTOALL || coll == HOOP__COLL_ALLTOALLV;
-}
-
 static double wall_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -50,24 +36,6 @@ void hoop__coll_tally_start(hoop__coll_state *coll) {
   }
   coll->stats_period_s = period;
   coll->stats_due = period > 0 ? next_due(period) : 0;
-}
-
-void hoop__coll_tally(hoop_comm *comm, hoop__coll which, size_t bytes, double seconds) {
-  hoop__coll_state *coll = comm->coll;
-  uint64_t wait_ns = comm->call_wait_ns;
-  uint64_t time_ns = seconds > 0 ? (uint64_t)(seconds * 1e9) : 0;
-  if (time_ns < wait_ns) /* the last clock reading of a spinning wait may be a little late */
-    time_ns = wait_ns;
-  add(&coll->tally[which].calls, 1);
-  add(&coll->tally[which].bytes, bytes);
-  add(&coll->tally[which].time_ns, time_ns);
-  add(&coll->tally[which].wait_ns, wait_ns);
-  if (comm->net == comm && needs_every_rank(which)) {
-    uint64_t us = wait_ns / 1000;
-    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].seq = comm->seq;
-    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].wait_us =
-        us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-  }
 }
 
 void hoop__coll_tally_read(const hoop_comm *comm, hoop__coll which, uint64_t *calls,

@@ -144,10 +144,11 @@ struct hoop_comm {
   int stall_warned;      /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */
   int call_waited;       /* the running call read the clock while it waited (transport/wait.c) */
   uint64_t call_wait_ns; /* how long the running call waited for peers (transport/wait.c) */
-  /* When the running call began on the precise clock, read only where it costs nothing worth
-   * saying: at the start of a call of 64 KiB or more, else where its first wait began
-   * (transport/wait.c); 0 while not read. A call that never waited took no time to count. */
-  double call_clock_start;
+  /* When the running call began and last read the precise clock, read only where it costs
+   * nothing worth saying: at the start and end of a call of 64 KiB or more, else where its first
+   * wait began and its last wait ended (transport/wait.c); 0 while not read. A call that never
+   * waited took no time to count. */
+  double call_clock_start, call_clock_last;
   int waiting_for;    /* net's: the rank its running wait waits for (transport/wait.c), or -1 */
   int kernel_ranks;   /* ranks on this rank's kernel, any network namespace (transport/select.c) */
   hoop_result failed; /* sticky: once set, every call is refused */

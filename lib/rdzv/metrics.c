@@ -8,9 +8,9 @@
 #include "rdzv/server_impl.h"
 
 static const char *const refusal_names[REFUSALS] = {
-    [REFUSED_AUTH] = "auth",         [REFUSED_MALFORMED] = "malformed",
-    [REFUSED_LIMIT] = "limit",       [REFUSED_MISMATCH] = "mismatch",
-    [REFUSED_IDLE] = "idle",         [REFUSED_TIMEOUT] = "timeout",
+    [REFUSED_AUTH] = "auth",   [REFUSED_MALFORMED] = "malformed",
+    [REFUSED_LIMIT] = "limit", [REFUSED_MISMATCH] = "mismatch",
+    [REFUSED_IDLE] = "idle",   [REFUSED_TIMEOUT] = "timeout",
 };
 
 static void family(hoop__buf *out, const char *name, const char *type, const char *help) {
@@ -89,16 +89,21 @@ void hoop__rdzv_metrics_text(hoop__rdzv_server *server, hoop__buf *out) {
       {"hoop_job_size", "gauge", "A running job's ranks."},
       {"hoop_job_ranks", "gauge", "A running job's ranks still connected."},
       {"hoop_job_reporting_ranks", "gauge", "Ranks of a running job whose summaries count."},
-      {"hoop_job_calls_per_second", "gauge", "A running job's collective calls per second "
-                                             "(the ranks' median)."},
-      {"hoop_job_calls_total", "counter", "Collective calls the ranks of a running job made "
-                                          "(summed over its ranks)."},
-      {"hoop_job_bytes_total", "counter", "Payload bytes of a running job's collective calls "
-                                          "(summed over its ranks)."},
-      {"hoop_job_wait_ratio", "gauge", "The share of their time a running job's ranks spend "
-                                       "waiting for each other (their mean)."},
-      {"hoop_job_slowest_rank", "gauge", "The rank of a running job that comes latest to its "
-                                         "calls (-1: none known)."},
+      {"hoop_job_calls_per_second", "gauge",
+       "A running job's collective calls per second "
+       "(the ranks' median)."},
+      {"hoop_job_calls_total", "counter",
+       "Collective calls the ranks of a running job made "
+       "(summed over its ranks)."},
+      {"hoop_job_bytes_total", "counter",
+       "Payload bytes of a running job's collective calls "
+       "(summed over its ranks)."},
+      {"hoop_job_wait_ratio", "gauge",
+       "The share of their time a running job's ranks spend "
+       "waiting for each other (their mean)."},
+      {"hoop_job_slowest_rank", "gauge",
+       "The rank of a running job that comes latest to its "
+       "calls (-1: none known)."},
       {"hoop_job_slowest_rank_lateness_seconds", "gauge",
        "How much later than the first rank the latest rank comes (median)."},
       {"hoop_job_rank_lateness_seconds", "gauge",
@@ -122,7 +127,9 @@ void hoop__rdzv_metrics_text(hoop__rdzv_server *server, hoop__buf *out) {
       case 4: job_sample(out, per_job[f].name, job, NULL, calls); break;
       case 5: job_sample(out, per_job[f].name, job, NULL, bytes); break;
       case 6: job_sample(out, per_job[f].name, job, NULL, health.wait_permille / 1000.0); break;
-      case 7: job_sample(out, per_job[f].name, job, NULL, known ? (double)health.late[0].rank : -1.0); break;
+      case 7:
+        job_sample(out, per_job[f].name, job, NULL, known ? (double)health.late[0].rank : -1.0);
+        break;
       case 8:
         job_sample(out, per_job[f].name, job, NULL, known ? health.late[0].median_us * 1e-6 : 0);
         break;

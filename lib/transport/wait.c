@@ -435,6 +435,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
    * call's account (coll/dispatch.c) and the peer's (hoop_comm_stats). */
   uint64_t waited_ns = now > began ? (uint64_t)((now - began) * 1e9) : 0;
   comm->call_wait_ns += waited_ns;
+  comm->call_clock_last = now;
   if (net->transport->peer_wait_ns)
     tally(&net->transport->peer_wait_ns[req->peer], waited_ns);
   result = hoop__drive_end(comm, outer, result);

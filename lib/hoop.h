@@ -304,6 +304,12 @@ typedef struct hoop_stats {
   unsigned int late_calls; /* the calls the lateness figures cover (every rank described them) */
   int reporting;           /* ranks whose account the server holds */
   double view_age_s;       /* since the server's answer came; -1: none came */
+  /* The job's slowest link in the ranks' last periods, from the same answer: messages of 64 KiB
+   * or more from rank slowest_link_from to rank slowest_link_to (of comm; -1 when either is not
+   * one of comm's, or none is known) came at slowest_link_goodput bytes per second, first byte to
+   * last. TCP links only; 0 while none is known. */
+  int slowest_link_from, slowest_link_to;
+  double slowest_link_goodput;
 } hoop_stats;
 
 /* One peer's figures; the lateness is from the server's answer (-1 when the answer names no such
@@ -316,6 +322,9 @@ typedef struct hoop_peer_stats {
   double waited_s;         /* time this rank waited for it (any communicator sharing the link) */
   uint64_t bytes_sent;     /* bytes this rank posted to it */
   uint64_t bytes_received; /* and from it */
+  double goodput;          /* bytes per second of its messages of 64 KiB or more to this rank,
+                              from first byte to last, over the communicator's life (TCP); -1:
+                              none measured */
 } hoop_peer_stats;
 
 /* Fill *stats, and peers[0..npeers) for the communicator's ranks 0..npeers-1 (this rank's own

@@ -6,8 +6,9 @@
 # must say which; then hooprun itself is killed and every rank on every host must end on its own;
 # then one host's link goes down under a running job (no FIN, no RST) and every
 # rank elsewhere must fail within HOOP_TIMEOUT plus a bound, saying why, and hoopd must drop
-# that host's silent connections within its --keepalive; last, an elastic sgd run loses a rank on
-# one host, goes on, and takes in its replacement. Needs root and working
+# that host's silent connections within its --keepalive; then an elastic sgd run loses a rank on
+# one host, goes on, and takes in its replacement; reproducible mode's layouts; last, one host's
+# link shaped to a quarter of the others' is named the slowest link. Needs root and working
 # `ip netns`; skipped (exit 77) otherwise.
 set -u
 build=$(cd "${HOOP_BUILDDIR:-.}" && pwd)
@@ -326,6 +327,48 @@ if [ "$n" -ge 2 ]; then
   echo "ok: the default mode: the same layouts give $n different results"
 else
   fail "the default mode gave one result on 4x1, 2x2 and 1x4: the check cannot see a layout"
+fi
+
+# The slow link (hoop(3), "Finding the slow rank"): every host's link shaped to 400 Mbit/s, h3's
+# to a quarter of it; 4 ranks (rank 2 on h3) allreduce 1 MiB over TCP for 8 s, and every rank's
+# hoop_comm_stats must name rank 2 as the sender on the job's slowest link, at 100 Mbit/s (12.5
+# MB/s) within a factor of 3 (tbf lets a burst through, and the first period is short), and
+# hoopd --status must list it first while the job runs.
+# HOOP_STATS_PERIOD=1, scaled from the default 2 s.
+out=$work/slowlink.out
+for h in $h1 $h2 $h3 $h4; do
+  rate=400mbit
+  [ "$h" = "$h3" ] && rate=100mbit
+  ip netns exec "$h" tc qdisc add dev eth0 root tbf rate $rate burst 256kb latency 20ms ||
+    fail "slow link: tc tbf on $h"
+done
+HOOP_STATS_PERIOD=1 "$hooprun" --rendezvous 10.77.0.1:29400 --rsh 'ip netns exec' \
+  -H "$h1:1,$h2:1,$h3:1,$h4:1" -x HOOP_STATS_PERIOD=1 --timeout 60 "$build/tests/stats_worker" \
+  --slow -1 --slow-link 2 --count 262144 --seconds 8 >"$out" 2>&1 &
+job=$!
+status=""
+for _ in $(seq 80); do
+  sleep 0.2
+  line=$(ip netns exec "$h2" "$hoopd" --status 10.77.0.1:29400 2>&1 | grep 'slowest links')
+  case $line in *": 2 -> "*) status=$line; break ;; esac
+done
+wait "$job"
+code=$?
+for h in $h1 $h2 $h3 $h4; do
+  ip netns exec "$h" tc qdisc del dev eth0 root 2>/dev/null
+done
+if [ $code != 0 ] || [ "$(grep -c ', 0 failed' "$out")" != 4 ]; then
+  fail "slow link: hooprun exited $code; its output:"
+  cat "$out"
+else
+  grep 'slowest link' "$out" | sed 's/^/    /'
+  bad=$(grep 'slowest link' "$out" | awk '{ if ($7 != "2" || $11 < 4 || $11 > 40) print }')
+  [ -z "$bad" ] || fail "slow link: a rank did not name 2 at 4-40 MB/s: $bad"
+  if [ -z "$status" ]; then
+    fail "slow link: hoopd --status never named the link from rank 2 first"
+  else
+    echo "ok: the slow link named by every rank and by hoopd --status:$status"
+  fi
 fi
 
 if [ $failures != 0 ]; then

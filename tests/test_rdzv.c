@@ -1522,10 +1522,14 @@ END_TEST
 /* ---- health: members' STATS, the server's VIEW, a running job's status ---- */
 
 /* rank's STATS: calls first..first+n-1, in which it waited base_us, less late_us[rank] (the
- * rank that comes later waits less). */
+ * rank that comes later waits less); 1 MiB came from rank link_from in link_us (none: -1). */
 static void send_stats(int fd, uint32_t first, uint32_t n, uint32_t base_us, uint32_t late_us,
-                       const char *who) {
+                       int link_from, uint64_t link_us, const char *who) {
   hoop__stats_msg msg = {.calls = first + n, .bytes = 4096, .since_us = 10000000};
+  if (link_from >= 0) {
+    msg.nlinks = 1;
+    msg.links[0] = (hoop__link){.from = (uint32_t)link_from, .bytes = 1 << 20, .us = link_us};
+  }
   for (uint32_t i = 0; i < n; i++) {
     msg.samples[i].seq = first + i;
     msg.samples[i].waited_us =
@@ -1552,18 +1556,21 @@ static void expect_view(int fd, hoop__view_msg *view, const char *who) {
 
 /* Three members describe calls 1..40; rank 1 comes 7 ms after the others, rank 2 1 ms after: each
  * VIEW names rank 1 first, late by 7 ms, then rank 2 by 1 ms, over the 40 calls every rank
- * described; the status lists the job as running with the same, its call rate and time waiting.
+ * described, and the slowest links the members measured (2 -> 0 before 0 -> 1, 2 -> 1 not at
+ * all); the status lists the job as running with the same, its call rate and time waiting.
  * A member's next STATS within 250 ms gets no answer; one whose calls are out of order is closed,
  * a loss to the others. */
 START_TEST(test_stats_view_and_health) {
   int fds[3];
   uint32_t late[3] = {0, 7000, 1000};
+  int link_from[3] = {2, 0, -1};
+  uint64_t link_us[3] = {40000, 10000, 0};
   join_running("healthy", 3, fds);
   hoop__view_msg view;
   for (int i = 0; i < 3; i++) {
     char who[32];
     snprintf(who, sizeof who, "rank %d", i);
-    send_stats(fds[i], 1, 40, 9000, late[i], who);
+    send_stats(fds[i], 1, 40, 9000, late[i], link_from[i], link_us[i], who);
     expect_view(fds[i], &view, who);
   }
   /* The last member's answer was made from every member's STATS (the first ones' from fewer). */
@@ -1576,6 +1583,10 @@ START_TEST(test_stats_view_and_health) {
                 "expected rank 1 late 7000 us, rank 2 1000 us, rank 0 0; got %u %u, %u %u, %u %u",
                 view.late[0].rank, view.late[0].median_us, view.late[1].rank,
                 view.late[1].median_us, view.late[2].rank, view.late[2].median_us);
+  ck_assert_msg(view.nlinks == 2 && view.links[0].from == 2 && view.links[0].to == 0 &&
+                    view.links[0].us == 40000 && view.links[1].from == 0 && view.links[1].to == 1,
+                "expected the links 2 -> 0 then 0 -> 1, got %u links, the first %u -> %u",
+                view.nlinks, view.links[0].from, view.links[0].to);
   hoop__status status;
   query_status(&status);
   const hoop__job_status *job = status_job(&status, "healthy");
@@ -1583,6 +1594,8 @@ START_TEST(test_stats_view_and_health) {
                     job->health.calls == 40 && job->health.nlate == 3 &&
                     job->health.late[0].rank == 1 && job->health.late[0].median_us == 7000,
                 "status: expected 'healthy' running, rank 1 first at 7000 us");
+  ck_assert_msg(job->health.nlinks == 2 && job->health.links[0].from == 2,
+                "status: expected the slowest link from rank 2");
   /* Each member: 41 calls in 10 s, waiting 40 calls' worth of its waits (360, 80 and 320 ms of
    * the 10 s: 25 permille on average). */
   ck_assert_msg(job->health.calls_per_s == 4, "status: %u calls per second, expected 4",
@@ -1590,18 +1603,18 @@ START_TEST(test_stats_view_and_health) {
   ck_assert_msg(job->health.wait_permille == 25, "status: waiting %u permille, expected 25",
                 job->health.wait_permille);
   hoop__status_free(&status);
-  send_stats(fds[0], 41, 10, 9000, 0, "rank 0 again at once");
+  send_stats(fds[0], 41, 10, 9000, 0, -1, 0, "rank 0 again at once");
   expect_quiet(fds[0], 100, "rank 0 answered at most every 250 ms");
   /* Calls out of order: a malformed STATS. */
   hoop__stats_msg bad = {.nsamples = 2, .samples = {{5, 1}, {4, 1}}};
-  uint8_t raw[HOOP__WIRE_HEADER_SIZE + 44 + 16]; /* five u64, the count, two samples */
+  uint8_t raw[HOOP__WIRE_HEADER_SIZE + 44 + 16 + 4]; /* five u64, the count, two samples, 0 links */
   hoop__wbuf out = {0};
   bad.samples[1].seq = 6; /* encodable, then broken in place */
   ck_assert_int_eq(hoop__wire_encode_stats(&out, &bad), 0);
   ck_assert(out.len == sizeof raw);
   memcpy(raw, out.data, out.len);
   hoop__wbuf_free(&out);
-  raw[sizeof raw - 5] = 4; /* the second call's number, low byte: 6 -> 4 */
+  raw[sizeof raw - 9] = 4; /* the second call's number, low byte: 6 -> 4 */
   send_bytes(fds[2], raw, sizeof raw, "rank 2's malformed STATS");
   expect_closed(fds[2], "rank 2 after a malformed STATS");
   expect_notice(fds[0], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",

@@ -89,7 +89,9 @@ static void sample_status(hoop__status *status, hoop__job_status jobs[2]) {
                                       .wait_permille = 431,
                                       .calls = 64,
                                       .nlate = 2,
-                                      .late = {{3, 5100, 5900, 6200}, {0, 10, 300, 310}}};
+                                      .late = {{3, 5100, 5900, 6200}, {0, 10, 300, 310}},
+                                      .nlinks = 1,
+                                      .links = {{3, 0, 65536, 500}}};
   status->njobs = 2;
   status->jobs = jobs;
 }
@@ -141,13 +143,19 @@ static void sample_stats(hoop__stats_msg *msg) {
                            .waited_us = 650000,
                            .since_us = 1000000,
                            .nsamples = 3,
-                           .samples = {{40, 5000}, {41, 5100}, {0xfffffff0u, 4900}}};
+                           .samples = {{40, 5000}, {41, 5100}, {0xfffffff0u, 4900}},
+                           .nlinks = 1,
+                           .links = {{.from = 2, .bytes = 1048576, .us = 8000}}};
 }
 
 static void sample_view(hoop__view_msg *msg) {
   memset(msg, 0, sizeof *msg);
-  *msg = (hoop__view_msg){
-      .calls = 63, .reporting = 5, .nlate = 2, .late = {{3, 5100, 5900, 6200}, {4, 0, 0, 7}}};
+  *msg = (hoop__view_msg){.calls = 63,
+                          .reporting = 5,
+                          .nlate = 2,
+                          .late = {{3, 5100, 5900, 6200}, {4, 0, 0, 7}},
+                          .nlinks = 1,
+                          .links = {{.from = 2, .to = 4, .bytes = 1048576, .us = 8000}}};
 }
 
 /* Decode payload as type; 0 or -1 as the decoder says, with anything allocated freed. */
@@ -611,8 +619,8 @@ END_TEST
 /* STATS and VIEW survive a round trip, and their bytes are the ones committed here: a change to
  * the encoder and the decoder together, which a round trip cannot see, breaks them against a
  * hoopd of this version. */
-static const char stats_bytes[] = /* header, five u64, the count, three {seq, wait} */
-    "484f4f500005000d00000044"
+static const char stats_bytes[] = /* header, five u64, the count, three {seq, wait}, a link */
+    "484f4f500005000d0000005c"
     "0000011f71fb04cb"
     "0102030405060708"
     "00000000000aae60"
@@ -621,14 +629,23 @@ static const char stats_bytes[] = /* header, five u64, the count, three {seq, wa
     "00000003"
     "0000002800001388"
     "00000029000013ec"
-    "fffffff000001324";
-static const char view_bytes[] = /* header, calls, reporting, count, two late ranks */
-    "484f4f500005000e0000002c"
+    "fffffff000001324"
+    "00000001"
+    "00000002"
+    "0000000000100000"
+    "0000000000001f40";
+static const char view_bytes[] = /* header, calls, reporting, count, two late ranks, a link */
+    "484f4f500005000e00000048"
     "0000003f"
     "00000005"
     "00000002"
     "00000003000013ec0000170c00001838"
-    "00000004000000000000000000000007";
+    "00000004000000000000000000000007"
+    "00000001"
+    "00000002"
+    "00000004"
+    "0000000000100000"
+    "0000000000001f40";
 
 static void expect_bytes(const hoop__wbuf *wb, const char *hex, const char *what) {
   char got[2 * 1024 + 1] = "";
@@ -667,7 +684,8 @@ END_TEST
 
 /* What a STATS or a VIEW may not say: calls out of order or twice, more samples than fit,
  * waiting longer than the calls took or the calls longer than the time measured, a late rank
- * whose median passes its p99 or its p99 its maximum. */
+ * whose median passes its p99 or its p99 its maximum, a link from a rank to itself or with
+ * nothing measured, more links than fit. */
 START_TEST(test_stats_and_view_refusals) {
   hoop__stats_msg stats;
   hoop__wbuf wb = {0};
@@ -703,6 +721,16 @@ START_TEST(test_stats_and_view_refusals) {
   sample_view(&view);
   view.nlate = HOOP__WIRE_MAX_LATE + 1;
   ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), -1);
+  /* A link from a rank to itself, one that measured nothing, one too many. */
+  sample_view(&view);
+  view.links[0].to = view.links[0].from;
+  ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), -1);
+  sample_view(&view);
+  view.links[0].bytes = 0;
+  ck_assert_int_eq(hoop__wire_encode_view(&wb, &view), -1);
+  sample_stats(&stats);
+  stats.nlinks = HOOP__WIRE_MAX_LINKS + 1;
+  ck_assert_int_eq(hoop__wire_encode_stats(&wb, &stats), -1);
   hoop__status status;
   hoop__job_status jobs[2];
   sample_status(&status, jobs);

@@ -234,6 +234,15 @@ static void print_running(const hoop__status *status) {
     if (health->calls > 0)
       printf("    over the last %u calls that need every rank, %u of %u ranks reporting\n",
              health->calls, health->reporting, job->size);
+    if (health->nlinks > 0) {
+      printf("    slowest links (large messages, first byte to last): ");
+      for (uint32_t l = 0; l < health->nlinks; l++) {
+        const hoop__link *link = &health->links[l];
+        printf("%s%u -> %u: %.1f MB/s", l ? "; " : "", link->from, link->to,
+               (double)link->bytes / (double)link->us);
+      }
+      printf("\n");
+    }
   }
 }
 

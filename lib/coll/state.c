@@ -45,6 +45,7 @@ void hoop__coll_state_free(hoop_comm *comm) {
   hoop__coll_state *coll = comm->coll;
   if (!coll)
     return;
+  free(coll->link_seen);
   free(coll->block_length);
   free(coll->block_offset);
   free(coll->hosts);

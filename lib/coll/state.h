@@ -70,6 +70,9 @@ struct hoop__coll_state {
     uint32_t wait_us;
   } samples[HOOP__WIRE_STATS_SAMPLES];
   double stats_period_s, stats_due;
+  /* Each peer's link figures at the last STATS (bytes, then ns; 2 x size, made at the first), so
+   * that a STATS names the links slowest since the one before. */
+  uint64_t *link_seen;
   double rdzv_looked_at; /* when a call last read the rendezvous connection (dispatch.c) */
 };
 

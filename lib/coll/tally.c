@@ -4,6 +4,7 @@
  * every HOOP_STATS_PERIOD seconds. The server compares the ranks' waits call by call: the rank
  * that comes last waits least, and the others' extra wait is how late it came (rdzv/health.c). */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "coll/coll.h"
@@ -11,6 +12,10 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "rdzv/client.h"
+#include "transport/transport.h"
+
+/* A link that moved less than this since the last STATS is not named: too little to time. */
+#define LINK_NAMED_BYTES (256 * 1024)
 
 static double wall_now(void) {
   struct timespec ts;
@@ -57,6 +62,38 @@ static int by_seq(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The links into this rank that were slowest since the last STATS (in bytes per second), at most
+ * HOOP__WIRE_MAX_LINKS, slowest first. */
+static void slowest_links(hoop_comm *comm, hoop__stats_msg *msg) {
+  hoop__coll_state *coll = comm->coll;
+  if (!coll->link_seen && !(coll->link_seen = calloc(2 * (size_t)comm->size, sizeof(uint64_t))))
+    return;
+  for (int p = 0; p < comm->size; p++) {
+    if (p == comm->rank)
+      continue;
+    hoop__peer_tally tally;
+    hoop__transport_peer_tally(comm, p, &tally);
+    uint64_t bytes = tally.link_bytes - coll->link_seen[2 * p];
+    uint64_t us = (tally.link_ns - coll->link_seen[2 * p + 1]) / 1000;
+    coll->link_seen[2 * p] = tally.link_bytes;
+    coll->link_seen[2 * p + 1] = tally.link_ns;
+    if (bytes < LINK_NAMED_BYTES || us == 0)
+      continue;
+    hoop__link link = {.from = (uint32_t)p, .bytes = bytes, .us = us};
+    /* Insert by goodput, slowest first: bytes/us compared as products. */
+    uint32_t at = msg->nlinks;
+    while (at > 0 && (double)link.bytes * (double)msg->links[at - 1].us <
+                         (double)msg->links[at - 1].bytes * (double)link.us)
+      at--;
+    if (at >= HOOP__WIRE_MAX_LINKS)
+      continue;
+    uint32_t keep = msg->nlinks < HOOP__WIRE_MAX_LINKS ? msg->nlinks : HOOP__WIRE_MAX_LINKS - 1;
+    memmove(&msg->links[at + 1], &msg->links[at], (keep - at) * sizeof link);
+    msg->links[at] = link;
+    msg->nlinks = keep + 1;
+  }
+}
+
 void hoop__coll_tally_report(hoop_comm *comm) {
   hoop__coll_state *coll = comm->coll;
   if (coll->stats_due <= 0 || comm->net != comm || comm->rdzv_fd < 0)
@@ -92,5 +129,6 @@ void hoop__coll_tally_report(hoop_comm *comm) {
     msg.samples[i].waited_us = (uint32_t)packed[i];
   }
   msg.nsamples = n;
+  slowest_links(comm, &msg);
   hoop__rendezvous_stats(comm, &msg);
 }

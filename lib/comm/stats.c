@@ -60,11 +60,17 @@ static void gather(hoop_comm *comm, hoop_stats *stats, hoop_peer_stats *peers, i
       break;
     }
   }
+  stats->slowest_link_from = stats->slowest_link_to = -1;
+  if (view.nlinks > 0) {
+    stats->slowest_link_from = rank_of_net(comm, view.links[0].from);
+    stats->slowest_link_to = rank_of_net(comm, view.links[0].to);
+    stats->slowest_link_goodput = (double)view.links[0].bytes / ((double)view.links[0].us * 1e-6);
+  }
   for (int p = 0; p < npeers; p++) {
     hoop_peer_stats *peer = &peers[p];
     memset(peer, 0, sizeof *peer);
     peer->rank = p;
-    peer->late_median_s = peer->late_p99_s = peer->late_max_s = -1;
+    peer->late_median_s = peer->late_p99_s = peer->late_max_s = peer->goodput = -1;
     int net_rank = hoop__net_rank(comm, p);
     for (uint32_t i = 0; i < view.nlate && view.calls > 0; i++)
       if (view.late[i].rank == (uint32_t)net_rank) {
@@ -74,9 +80,13 @@ static void gather(hoop_comm *comm, hoop_stats *stats, hoop_peer_stats *peers, i
       }
     if (p == comm->rank || !hoop__transports_up(comm))
       continue;
-    uint64_t wait_ns;
-    hoop__transport_peer_tally(comm, net_rank, &wait_ns, &peer->bytes_sent, &peer->bytes_received);
-    peer->waited_s = (double)wait_ns * 1e-9;
+    hoop__peer_tally tally;
+    hoop__transport_peer_tally(comm, net_rank, &tally);
+    peer->waited_s = (double)tally.wait_ns * 1e-9;
+    peer->bytes_sent = tally.sent;
+    peer->bytes_received = tally.received;
+    peer->goodput =
+        tally.link_ns > 0 ? (double)tally.link_bytes / ((double)tally.link_ns * 1e-9) : -1;
   }
 }
 

@@ -294,8 +294,8 @@ int hoop__wire_decode_error(const uint8_t *payload, size_t len, hoop__error_msg 
   return reader_done(&in) != 0 || out->code == 0 ? -1 : 0;
 }
 
-/* Smallest encoding of one job in a status: an empty job id, five u32, and a health of six. */
-#define STATUS_JOB_MIN 46
+/* Smallest encoding of one job in a status: an empty job id, five u32, and a health of seven. */
+#define STATUS_JOB_MIN 50
 
 static void get_job_status(reader *in, hoop__job_status *job) {
   get_name(in, job->job, HOOP__WIRE_MAX_JOB);

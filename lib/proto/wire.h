@@ -36,6 +36,7 @@
 #define HOOP__WIRE_STATS_SAMPLES 64    /* calls a STATS describes, at most */
 #define HOOP__WIRE_MAX_LATE 32         /* ranks a VIEW names, slowest first */
 #define HOOP__WIRE_STATUS_LATE 4       /* ranks a status reply names per running job */
+#define HOOP__WIRE_MAX_LINKS 4         /* links a STATS, a VIEW or a status names, slowest first */
 
 /* Largest payload a client may send (HELLO, STATUS_REQ): the server refuses bigger ones at the
  * header, before reading them. */
@@ -183,6 +184,14 @@ typedef struct hoop__late {
   uint32_t median_us, p99_us, max_us;
 } hoop__late;
 
+/* A link's goodput over a period: the bytes of the large messages (64 KiB or more) that came over
+ * it, and the time they took from first byte to last. A STATS names the sender only (the link ends
+ * at the member); a VIEW or a status both ends. */
+typedef struct hoop__link {
+  uint32_t from, to;
+  uint64_t bytes, us;
+} hoop__link;
+
 /* STATS: a member's own account. A sample is one call of the job's communicator that needs every
  * rank (allreduce, allgather, barrier, reduce-scatter, all-to-all), by its sequence number. */
 typedef struct hoop__stats_msg {
@@ -195,6 +204,8 @@ typedef struct hoop__stats_msg {
     uint32_t seq;       /* the call's number (its low 32 bits) */
     uint32_t waited_us; /* how long this rank waited in it */
   } samples[HOOP__WIRE_STATS_SAMPLES];
+  uint32_t nlinks; /* its slowest links in, since its last STATS (to: unused) */
+  hoop__link links[HOOP__WIRE_MAX_LINKS];
 } hoop__stats_msg;
 
 /* VIEW: the job as the server sees it from the members' STATS. */
@@ -203,6 +214,8 @@ typedef struct hoop__view_msg {
   uint32_t reporting; /* members whose STATS the server holds */
   uint32_t nlate;     /* entries in late[], at most HOOP__WIRE_MAX_LATE, latest first */
   hoop__late late[HOOP__WIRE_MAX_LATE];
+  uint32_t nlinks; /* the job's slowest links in the members' last periods, slowest first */
+  hoop__link links[HOOP__WIRE_MAX_LINKS];
 } hoop__view_msg;
 
 /* A running job's health in a STATUS (zeros for a job still waiting). */
@@ -214,6 +227,8 @@ typedef struct hoop__job_health {
   uint32_t calls;         /* calls the late ranks' figures cover */
   uint32_t nlate;         /* at most HOOP__WIRE_STATUS_LATE, latest first */
   hoop__late late[HOOP__WIRE_STATUS_LATE];
+  uint32_t nlinks; /* the slowest links, slowest first */
+  hoop__link links[HOOP__WIRE_MAX_LINKS];
 } hoop__job_health;
 
 typedef struct hoop__job_status {

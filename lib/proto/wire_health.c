@@ -3,11 +3,14 @@
  *
  * Payload layouts (after the 12-byte header; u64 as two big-endian u32, high first):
  *   STATS       u64 calls, u64 bytes, u64 in_calls_us, u64 waited_us, u64 since_us,
- *               u32 nsamples, nsamples x {u32 seq, u32 waited_us} (seq ascending)
- *   VIEW        u32 calls, u32 reporting, u32 nlate, nlate x late
+ *               u32 nsamples, nsamples x {u32 seq, u32 waited_us} (seq ascending),
+ *               u32 nlinks, nlinks x {u32 from, u64 bytes, u64 us}
+ *   VIEW        u32 calls, u32 reporting, u32 nlate, nlate x late, u32 nlinks, nlinks x link
  *   late        u32 rank, u32 median_us, u32 p99_us, u32 max_us
+ *   link        u32 from, u32 to, u64 bytes, u64 us
  *   health      (in a STATUS, after a job's hosts) u32 running, u32 reporting, u32 calls_per_s,
- *               u32 wait_permille, u32 calls, u32 nlate, nlate x late
+ *               u32 wait_permille, u32 calls, u32 nlate, nlate x late, u32 nlinks, nlinks x link
+ * A link's bytes and time are not 0 (a link with nothing measured is not named).
  */
 #include "proto/wire.h"
 #include "proto/wire_io.h"
@@ -43,8 +46,59 @@ static void get_late(reader *in, hoop__late *late, uint32_t size) {
     in->bad = 1;
 }
 
+/* A link: its ends inside the job and apart, something measured. */
+static int link_valid(const hoop__link *link, uint32_t size, int both_ends) {
+  return link->from < size && link->bytes > 0 && link->us > 0 &&
+         (!both_ends || (link->to < size && link->to != link->from));
+}
+
+static void put_link(hoop__wbuf *wb, const hoop__link *link, int both_ends) {
+  put_u32(wb, link->from);
+  if (both_ends)
+    put_u32(wb, link->to);
+  put_u64(wb, link->bytes);
+  put_u64(wb, link->us);
+}
+
+static void get_link(reader *in, hoop__link *link, uint32_t size, int both_ends) {
+  link->from = get_u32(in);
+  link->to = both_ends ? get_u32(in) : 0;
+  link->bytes = get_u64(in);
+  link->us = get_u64(in);
+  if (!link_valid(link, size, both_ends))
+    in->bad = 1;
+}
+
+/* nlinks and the links, as every message carries them last. */
+static int links_valid(uint32_t nlinks, const hoop__link *links, uint32_t size, int both_ends) {
+  if (nlinks > HOOP__WIRE_MAX_LINKS)
+    return 0;
+  for (uint32_t i = 0; i < nlinks; i++)
+    if (!link_valid(&links[i], size, both_ends))
+      return 0;
+  return 1;
+}
+
+static void put_links(hoop__wbuf *wb, uint32_t nlinks, const hoop__link *links, int both_ends) {
+  put_u32(wb, nlinks);
+  for (uint32_t i = 0; i < nlinks; i++)
+    put_link(wb, &links[i], both_ends);
+}
+
+static void get_links(reader *in, uint32_t *nlinks, hoop__link *links, uint32_t size,
+                      int both_ends) {
+  *nlinks = get_u32(in);
+  if (*nlinks > HOOP__WIRE_MAX_LINKS) {
+    in->bad = 1;
+    return;
+  }
+  for (uint32_t i = 0; i < *nlinks && !in->bad; i++)
+    get_link(in, &links[i], size, both_ends);
+}
+
 int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg) {
-  if (msg->nsamples > HOOP__WIRE_STATS_SAMPLES)
+  if (msg->nsamples > HOOP__WIRE_STATS_SAMPLES ||
+      !links_valid(msg->nlinks, msg->links, HOOP__WIRE_MAX_RANKS, 0))
     return -1;
   for (uint32_t i = 1; i < msg->nsamples; i++)
     if (msg->samples[i].seq <= msg->samples[i - 1].seq)
@@ -60,6 +114,7 @@ int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg) {
     put_u32(wb, msg->samples[i].seq);
     put_u32(wb, msg->samples[i].waited_us);
   }
+  put_links(wb, msg->nlinks, msg->links, 0);
   return finish_message(wb, start);
 }
 
@@ -80,6 +135,7 @@ int hoop__wire_decode_stats(const uint8_t *payload, size_t len, hoop__stats_msg 
     if (i > 0 && out->samples[i].seq <= out->samples[i - 1].seq)
       in.bad = 1; /* by call number, each once */
   }
+  get_links(&in, &out->nlinks, out->links, HOOP__WIRE_MAX_RANKS, 0);
   /* Time inside calls within the time measured, waiting within the time inside calls. */
   if (reader_done(&in) != 0 || out->waited_us > out->in_calls_us ||
       out->in_calls_us > out->since_us)
@@ -93,12 +149,15 @@ int hoop__wire_encode_view(hoop__wbuf *wb, const hoop__view_msg *msg) {
   for (uint32_t i = 0; i < msg->nlate; i++)
     if (!late_valid(&msg->late[i], HOOP__WIRE_MAX_RANKS))
       return -1;
+  if (!links_valid(msg->nlinks, msg->links, HOOP__WIRE_MAX_RANKS, 1))
+    return -1;
   size_t start = begin_message(wb, HOOP_MSG_VIEW);
   put_u32(wb, msg->calls);
   put_u32(wb, msg->reporting);
   put_u32(wb, msg->nlate);
   for (uint32_t i = 0; i < msg->nlate; i++)
     put_late(wb, &msg->late[i]);
+  put_links(wb, msg->nlinks, msg->links, 1);
   return finish_message(wb, start);
 }
 
@@ -112,6 +171,7 @@ int hoop__wire_decode_view(const uint8_t *payload, size_t len, uint32_t size, ho
     return -1;
   for (uint32_t i = 0; i < out->nlate && !in.bad; i++)
     get_late(&in, &out->late[i], size);
+  get_links(&in, &out->nlinks, out->links, size, 1);
   return reader_done(&in);
 }
 
@@ -122,7 +182,7 @@ int hoop__wire_health_valid(const hoop__job_health *health, uint32_t size) {
   for (uint32_t i = 0; i < health->nlate; i++)
     if (!late_valid(&health->late[i], size))
       return 0;
-  return 1;
+  return links_valid(health->nlinks, health->links, size, 1);
 }
 
 void hoop__wire_put_health(hoop__wbuf *wb, const hoop__job_health *health) {
@@ -134,6 +194,7 @@ void hoop__wire_put_health(hoop__wbuf *wb, const hoop__job_health *health) {
   put_u32(wb, health->nlate);
   for (uint32_t i = 0; i < health->nlate; i++)
     put_late(wb, &health->late[i]);
+  put_links(wb, health->nlinks, health->links, 1);
 }
 
 void hoop__wire_get_health(reader *in, hoop__job_health *health, uint32_t size) {
@@ -150,4 +211,5 @@ void hoop__wire_get_health(reader *in, hoop__job_health *health, uint32_t size) 
   }
   for (uint32_t i = 0; i < health->nlate && !in->bad; i++)
     get_late(in, &health->late[i], size);
+  get_links(in, &health->nlinks, health->links, size, 1);
 }

@@ -98,6 +98,32 @@ static void member_rates(const rdzv_report *report, double *calls_per_s, double 
     *wait_share = 1;
 }
 
+/* The slowest links the members measured in their last periods, slowest first, into out (at most
+ * HOOP__WIRE_MAX_LINKS): each member names those into it, the server puts them together. */
+static uint32_t slowest_links(rdzv_client **members, uint32_t n, hoop__link *out) {
+  uint32_t count = 0;
+  for (uint32_t m = 0; m < n; m++) {
+    const hoop__stats_msg *last = &members[m]->report->last;
+    for (uint32_t l = 0; l < last->nlinks; l++) {
+      hoop__link link = last->links[l];
+      link.to = members[m]->rank;
+      if (link.from == link.to)
+        continue;
+      uint32_t at = count;
+      while (at > 0 && (double)link.bytes * (double)out[at - 1].us <
+                           (double)out[at - 1].bytes * (double)link.us)
+        at--;
+      if (at >= HOOP__WIRE_MAX_LINKS)
+        continue;
+      uint32_t keep = count < HOOP__WIRE_MAX_LINKS ? count : HOOP__WIRE_MAX_LINKS - 1;
+      memmove(&out[at + 1], &out[at], (keep - at) * sizeof link);
+      out[at] = link;
+      count = keep + 1;
+    }
+  }
+  return count;
+}
+
 static int by_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -118,6 +144,8 @@ static void make_view(rdzv_job *job, uint64_t now) {
     return;
   }
   job->view.reporting = job->health.reporting = n;
+  job->view.nlinks = job->health.nlinks = slowest_links(members, n, job->view.links);
+  memcpy(job->health.links, job->view.links, job->view.nlinks * sizeof job->view.links[0]);
   /* The calls every reporter described: the first one's that all others hold too. */
   uint32_t *waits = malloc((size_t)n * VIEW_CALLS * sizeof *waits);
   hoop__late *late = malloc((size_t)n * sizeof *late);

@@ -108,6 +108,9 @@ void hoop__rdzv_metrics_text(hoop__rdzv_server *server, hoop__buf *out) {
        "How much later than the first rank the latest rank comes (median)."},
       {"hoop_job_rank_lateness_seconds", "gauge",
        "How much later than the first rank a late rank comes, by quantile (the latest 4)."},
+      {"hoop_job_link_goodput_bytes_per_second", "gauge",
+       "The slowest links' goodput in the ranks' last periods (large messages, first byte to "
+       "last), by sending and receiving rank (the slowest 4)."},
   };
   for (size_t f = 0; f < sizeof per_job / sizeof per_job[0]; f++) {
     family(out, per_job[f].name, per_job[f].type, per_job[f].help);
@@ -132,6 +135,15 @@ void hoop__rdzv_metrics_text(hoop__rdzv_server *server, hoop__buf *out) {
         break;
       case 8:
         job_sample(out, per_job[f].name, job, NULL, known ? health.late[0].median_us * 1e-6 : 0);
+        break;
+      case 10:
+        for (uint32_t l = 0; l < health.nlinks; l++) {
+          const hoop__link *link = &health.links[l];
+          char extra[64];
+          snprintf(extra, sizeof extra, "from=\"%u\",to=\"%u\"", link->from, link->to);
+          job_sample(out, per_job[f].name, job, extra,
+                     (double)link->bytes / ((double)link->us * 1e-6));
+        }
         break;
       default:
         for (uint32_t l = 0; known && l < health.nlate; l++) {

@@ -213,8 +213,11 @@ hoop_result hoop__transport_agree(hoop_comm *comm) {
   comm->transport->peer_wait_ns = calloc(n, sizeof *comm->transport->peer_wait_ns);
   comm->transport->peer_sent = calloc(n, sizeof *comm->transport->peer_sent);
   comm->transport->peer_received = calloc(n, sizeof *comm->transport->peer_received);
+  comm->transport->link_bytes = calloc(n, sizeof *comm->transport->link_bytes);
+  comm->transport->link_ns = calloc(n, sizeof *comm->transport->link_ns);
   if (!comm->transport->peer_transport || !comm->transport->peer_wait_ns ||
-      !comm->transport->peer_sent || !comm->transport->peer_received)
+      !comm->transport->peer_sent || !comm->transport->peer_received ||
+      !comm->transport->link_bytes || !comm->transport->link_ns)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory");
   hoop__hook_register(comm, HOOP__HOOK_FAIL, fail_hook);
   hoop__hook_register(comm, HOOP__HOOK_WAKE, hoop__transports_wake);
@@ -354,6 +357,8 @@ void hoop__transport_state_free(hoop_comm *comm) {
   free(comm->transport->peer_wait_ns);
   free(comm->transport->peer_sent);
   free(comm->transport->peer_received);
+  free(comm->transport->link_bytes);
+  free(comm->transport->link_ns);
   free(comm->transport->sleep_fds);
   free(comm->transport);
   comm->transport = NULL;
@@ -394,16 +399,28 @@ int hoop__transport_of_peer(const hoop_comm *comm, int peer) {
   return comm->transport->peer_transport[peer];
 }
 
-void hoop__transport_peer_tally(const hoop_comm *comm, int net_peer, uint64_t *wait_ns,
-                                uint64_t *sent, uint64_t *received) {
+void hoop__transport_peer_tally(const hoop_comm *comm, int net_peer, hoop__peer_tally *out) {
   const hoop__transport_state *nets = comm->net->transport;
-  if (!nets->peer_wait_ns) {
-    *wait_ns = *sent = *received = 0;
+  memset(out, 0, sizeof *out);
+  if (!nets->peer_wait_ns)
     return;
-  }
-  *wait_ns = atomic_load_explicit(&nets->peer_wait_ns[net_peer], memory_order_relaxed);
-  *sent = atomic_load_explicit(&nets->peer_sent[net_peer], memory_order_relaxed);
-  *received = atomic_load_explicit(&nets->peer_received[net_peer], memory_order_relaxed);
+  out->wait_ns = atomic_load_explicit(&nets->peer_wait_ns[net_peer], memory_order_relaxed);
+  out->sent = atomic_load_explicit(&nets->peer_sent[net_peer], memory_order_relaxed);
+  out->received = atomic_load_explicit(&nets->peer_received[net_peer], memory_order_relaxed);
+  out->link_bytes = atomic_load_explicit(&nets->link_bytes[net_peer], memory_order_relaxed);
+  out->link_ns = atomic_load_explicit(&nets->link_ns[net_peer], memory_order_relaxed);
+}
+
+void hoop__tctx_link_time(hoop__tctx *ctx, int peer, size_t bytes, double seconds) {
+  hoop__transport_state *mine = ctx->comm->transport;
+  if (!mine->link_bytes || seconds <= 0)
+    return;
+  _Atomic uint64_t *b = &mine->link_bytes[peer], *ns = &mine->link_ns[peer];
+  atomic_store_explicit(b, atomic_load_explicit(b, memory_order_relaxed) + bytes,
+                        memory_order_relaxed);
+  atomic_store_explicit(ns,
+                        atomic_load_explicit(ns, memory_order_relaxed) + (uint64_t)(seconds * 1e9),
+                        memory_order_relaxed);
 }
 
 int hoop__transports_up(const hoop_comm *comm) {

@@ -36,6 +36,8 @@ struct hoop__transport_state {
    * the net lock and read by hoop_comm_stats from any thread): the time it waited for each, the
    * bytes it posted to and from each. */
   _Atomic uint64_t *peer_wait_ns, *peer_sent, *peer_received;
+  /* And the links' (hoop__tctx_link_time): bytes of large messages from each, and their time. */
+  _Atomic uint64_t *link_bytes, *link_ns;
 };
 
 #endif

@@ -444,11 +444,23 @@ _Static_assert(HOOP__BOARD_DONE_EVERY < HOOP__BOARD_SLOTS,
  * every other's slot. */
 #define HOOP__BOARD_MAX_RANKS 8
 typedef struct hoop__board hoop__board;
-/* The communicator's board (coll/board.c opens and closes it; the waits peek at it), or NULL. */
 /* What this rank measured of its net's rank net_peer, as hoop_comm_stats gives it (any thread):
- * the time it waited for it, the bytes posted to and from it (every communicator of the net). */
-void hoop__transport_peer_tally(const hoop_comm *comm, int net_peer, uint64_t *wait_ns,
-                                uint64_t *sent, uint64_t *received);
+ * the time it waited for it, the bytes posted to and from it (every communicator of the net), and
+ * the link's: the bytes of the messages of at least HOOP__LINK_MIN_BYTES that came from it, and
+ * the time each took from its first byte to its last. */
+typedef struct hoop__peer_tally {
+  uint64_t wait_ns, sent, received, link_bytes, link_ns;
+} hoop__peer_tally;
+void hoop__transport_peer_tally(const hoop_comm *comm, int net_peer, hoop__peer_tally *out);
+
+/* Messages at least this large time the link they come over (hoop__tctx_link_time): smaller ones
+ * take too little time for a clock to tell the link's rate from its latency. */
+#define HOOP__LINK_MIN_BYTES (64 * 1024)
+/* Called by a transport: a message of bytes from peer took seconds from its first byte to its last
+ * (under the net lock). */
+void hoop__tctx_link_time(hoop__tctx *ctx, int peer, size_t bytes, double seconds);
+
+/* The communicator's board (coll/board.c opens and closes it; the waits peek at it), or NULL. */
 hoop__board *hoop__transport_board(const hoop_comm *comm);
 void hoop__transport_set_board(hoop_comm *comm, hoop__board *board);
 /* Map comm's board (every rank at once, in the same call): *board NULL where this rank has none

@@ -459,7 +459,8 @@ class Communicator:
         calls, bytes, time_s, waited_s), slowest_rank and slowest_late_s (None until the
         rendezvous server names one), late_calls, reporting, view_age_s, and peers: per rank of
         this communicator its late_median_s, late_p99_s and late_max_s (None where not known),
-        waited_s, bytes_sent and bytes_received."""
+        waited_s, bytes_sent, bytes_received and goodput (bytes/s of its large messages here, None
+        where none); slowest_link: (from, to, bytes/s) of the job's slowest link, or None."""
         from ._stats import comm_stats
         return comm_stats(self._live("stats"), self.size, self._check)
 

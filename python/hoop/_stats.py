@@ -18,13 +18,16 @@ class _Stats(_c.Structure):
                 ("in_calls_s", _c.c_double), ("waited_s", _c.c_double),
                 ("wait_share", _c.c_double), ("colls", _CollStats * _COLLS),
                 ("slowest_rank", _c.c_int), ("slowest_late_s", _c.c_double),
-                ("late_calls", _c.c_uint), ("reporting", _c.c_int), ("view_age_s", _c.c_double)]
+                ("late_calls", _c.c_uint), ("reporting", _c.c_int), ("view_age_s", _c.c_double),
+                ("slowest_link_from", _c.c_int), ("slowest_link_to", _c.c_int),
+                ("slowest_link_goodput", _c.c_double)]
 
 
 class _PeerStats(_c.Structure):
     _fields_ = [("rank", _c.c_int), ("late_median_s", _c.c_double), ("late_p99_s", _c.c_double),
                 ("late_max_s", _c.c_double), ("waited_s", _c.c_double),
-                ("bytes_sent", _c.c_uint64), ("bytes_received", _c.c_uint64)]
+                ("bytes_sent", _c.c_uint64), ("bytes_received", _c.c_uint64),
+                ("goodput", _c.c_double)]
 
 
 _lib.hoop_comm_stats_sized.argtypes = [_c.c_void_p, _c.POINTER(_Stats), _c.c_size_t,
@@ -59,8 +62,11 @@ def comm_stats(handle, size, check):
         "slowest_late_s": stats.slowest_late_s if stats.slowest_rank >= 0 else None,
         "late_calls": stats.late_calls, "reporting": stats.reporting,
         "view_age_s": _late(stats.view_age_s),
+        "slowest_link": (stats.slowest_link_from, stats.slowest_link_to,
+                         stats.slowest_link_goodput) if stats.slowest_link_goodput > 0 else None,
         "peers": [{"rank": p.rank, "late_median_s": _late(p.late_median_s),
                    "late_p99_s": _late(p.late_p99_s), "late_max_s": _late(p.late_max_s),
                    "waited_s": p.waited_s, "bytes_sent": p.bytes_sent,
-                   "bytes_received": p.bytes_received} for p in peers],
+                   "bytes_received": p.bytes_received, "goodput": _late(p.goodput)}
+                  for p in peers],
     }

@@ -58,6 +58,8 @@ peers = stats["peers"]
 assert [p["rank"] for p in peers] == list(range(size))
 assert peers[rank]["bytes_sent"] == 0 and peers[rank]["waited_s"] == 0
 assert peers[slow]["late_median_s"] is not None
+# Messages of 1 KiB time no link: no goodput, no slowest link.
+assert stats["slowest_link"] is None and all(p["goodput"] is None for p in peers), stats
 assert peers[slow]["late_median_s"] <= peers[slow]["late_p99_s"] <= peers[slow]["late_max_s"]
 if use_torch:
     group = dist.distributed_c10d._get_default_group()

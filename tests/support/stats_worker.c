@@ -2,7 +2,10 @@
  * under hooprun). Every rank runs steps of one allreduce (its result checked); rank --slow sleeps
  * --delay-ms before each. Rank 0 decides when to stop (a flag in the allreduce), after --seconds.
  * Each rank reads hoop_comm_stats every 100 ms and notes when the rendezvous server's answer first
- * names the slow rank as the latest, with its median lateness within 20% of the delay.
+ * names the slow rank as the latest, with its median lateness within 20% of the delay; with
+ * --slow-link S (and --count large enough to time links: each allreduce's payload, in floats), when
+ * it first names rank S as the sender on the job's slowest link (tests/netns-test.sh shapes S's
+ * host's link). --slow -1: no rank is slowed, and lateness is not checked.
  *
  * It then checks what every rank's figures must say: the allreduce's calls counted once each, the
  * payload, time waiting within time inside calls, bytes and waits by peer (this rank's own entry
@@ -19,7 +22,7 @@
 
 #include "hoop.h"
 
-#define COUNT 1000 /* floats per allreduce, and one more: rank 0's stop flag */
+#define COUNT 1000 /* floats per allreduce by default, and one more: rank 0's stop flag */
 
 static hoop_comm *comm;
 static int rank, size;
@@ -53,7 +56,8 @@ static float input(int r, long s, int i) {
 }
 
 int main(int argc, char **argv) {
-  int slow = 1;
+  int slow = 1, slow_link = -1;
+  size_t count = COUNT;
   double delay_ms = 5, seconds = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--slow") == 0)
@@ -62,35 +66,40 @@ int main(int argc, char **argv) {
       delay_ms = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--seconds") == 0)
       seconds = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--slow-link") == 0)
+      slow_link = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--count") == 0)
+      count = (size_t)atol(argv[i + 1]);
   }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);
   size = hoop_size(comm);
-  float *buf = malloc((COUNT + 1) * sizeof *buf);
+  float *buf = malloc((count + 1) * sizeof *buf);
   hoop_peer_stats *peers = calloc((size_t)size, sizeof *peers);
   if (!buf || !peers)
     return 1;
 
   double began = now_s(), named_after = -1, named_late = 0, next_look = began;
-  int named = -1;
+  double link_after = -1, link_goodput = 0;
+  int named = -1, link_to = -1;
   long steps = 0;
   for (;;) {
     if (rank == slow)
       usleep((useconds_t)(delay_ms * 1000));
-    for (int i = 0; i < COUNT; i++)
-      buf[i] = input(rank, steps, i);
-    buf[COUNT] = rank == 0 && now_s() - began >= seconds ? 1.0f : 0.0f;
-    must(hoop_allreduce(comm, buf, buf, COUNT + 1, HOOP_FLOAT32, HOOP_SUM), "hoop_allreduce");
+    for (size_t i = 0; i < count; i++)
+      buf[i] = input(rank, steps, (int)(i % 100000));
+    buf[count] = rank == 0 && now_s() - began >= seconds ? 1.0f : 0.0f;
+    must(hoop_allreduce(comm, buf, buf, count + 1, HOOP_FLOAT32, HOOP_SUM), "hoop_allreduce");
     int wrong = 0;
-    for (int i = 0; i < COUNT; i++) {
+    for (size_t i = 0; i < count; i++) {
       double want = 0;
       for (int r = 0; r < size; r++)
-        want += input(r, steps, i);
+        want += input(r, steps, (int)(i % 100000));
       wrong += fabs(buf[i] - want) > 1e-4 * fabs(want) + 1e-5;
     }
     check(!wrong, "the allreduce's result");
     steps++;
-    if (buf[COUNT] > 0)
+    if (buf[count] > 0)
       break;
     if (now_s() >= next_look) {
       next_look += 0.1;
@@ -103,6 +112,11 @@ int main(int argc, char **argv) {
         named = stats.slowest_rank;
         named_late = late;
       }
+      if (link_after < 0 && slow_link >= 0 && stats.slowest_link_from == slow_link) {
+        link_after = now_s() - began;
+        link_to = stats.slowest_link_to;
+        link_goodput = stats.slowest_link_goodput;
+      }
     }
   }
 
@@ -112,13 +126,15 @@ int main(int argc, char **argv) {
   check(strcmp(hoop_stats_coll_name(0), "allreduce") == 0 && hoop_stats_coll_name(10) == NULL,
         "hoop_stats_coll_name");
   check(ar->calls == (uint64_t)steps, "one allreduce counted per step");
-  check(ar->bytes == (uint64_t)steps * (COUNT + 1) * sizeof(float), "the allreduces' payload");
+  check(ar->bytes == (uint64_t)steps * (count + 1) * sizeof(float), "the allreduces' payload");
   check(stats.calls == ar->calls && stats.bytes == ar->bytes, "the totals are the allreduces'");
   check(stats.waited_s <= stats.in_calls_s + 1e-9 && stats.in_calls_s <= stats.since_s + 0.01,
         "waiting within the calls, the calls within the communicator's life");
   check(stats.wait_share >= 0 && stats.wait_share <= 1, "the share of time waiting");
   /* Every rank but the slow one waits the delay in every step, most of its time. */
-  if (rank != slow)
+  if (slow < 0)
+    ;
+  else if (rank != slow)
     check(stats.wait_share > 0.3, "a rank that waits for the slow one waits most of its time");
   else
     check(stats.wait_share < 0.3, "the slow rank waits little");
@@ -136,8 +152,9 @@ int main(int argc, char **argv) {
         "this rank's own entry is empty");
   /* The board carries small calls on one host without messages: bytes only where there are. */
   check(waited <= stats.waited_s + 1e-6, "the waits by peer add up to at most the calls' waits");
-  check(peers[slow].late_median_s >= 0 && peers[slow].late_median_s <= peers[slow].late_p99_s &&
-            peers[slow].late_p99_s <= peers[slow].late_max_s,
+  int who = slow >= 0 ? slow : 0;
+  check(peers[who].late_median_s >= 0 && peers[who].late_median_s <= peers[who].late_p99_s &&
+            peers[who].late_p99_s <= peers[who].late_max_s,
         "the slow rank's lateness: median <= p99 <= max");
 
   /* Lateness in a communicator of the even or the odd ranks: the slow rank by its rank there. */
@@ -145,7 +162,10 @@ int main(int argc, char **argv) {
   must(hoop_comm_split(comm, rank % 2, rank, &half), "hoop_comm_split");
   hoop_stats hs;
   must(hoop_comm_stats(half, &hs, NULL, 0), "hoop_comm_stats on the split");
-  if (rank % 2 == slow % 2)
+  if (slow < 0)
+    check(hs.slowest_rank >= -1 && hs.slowest_rank < hoop_size(half),
+          "the split names one of its own ranks or none");
+  else if (rank % 2 == slow % 2)
     check(hs.slowest_rank == slow / 2, "the split names the slow rank by its rank in the split");
   else
     check(hs.slowest_rank != -1 && hs.slowest_rank < hoop_size(half),
@@ -170,7 +190,14 @@ int main(int argc, char **argv) {
   printf("stats_worker rank %d: named rank %d late %.2f ms after %.1f s; steps %ld; waited %.2f s "
          "(share %.2f)\n",
          rank, named, named_late, named_after, steps, stats.waited_s, stats.wait_share);
-  check(named == slow, "the slow rank was named within the run, late by the delay within 20%");
+  if (slow >= 0)
+    check(named == slow, "the slow rank was named within the run, late by the delay within 20%");
+  if (slow_link >= 0) {
+    printf("stats_worker rank %d: slowest link %d -> %d at %.1f MB/s after %.1f s\n", rank,
+           slow_link, link_to, link_goodput / 1e6, link_after);
+    check(link_after >= 0, "the slow link's sender was named within the run");
+    check(peers[slow_link].goodput != 0, "a goodput from the slow link's sender");
+  }
   printf("stats_worker rank %d: %d checks, %d failed\n", rank, checks, failures);
   must(hoop_finalize(comm), "hoop_finalize");
   free(buf);

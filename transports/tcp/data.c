@@ -207,7 +207,16 @@ static hoop_result take_frame(hoop__tctx *ctx, int peer, tcp_stream *stream, siz
     return result;
   stream->recv_checked = 1;
   head->done = extra;
+  stream->first_at = head->owner->len >= HOOP__LINK_MIN_BYTES ? hoop__now() : 0;
   return HOOP_OK;
+}
+
+/* The head message is all in: a large one's time from its header to its last byte is the link's
+ * (hoop_comm_stats' goodput by peer). */
+static void link_time(hoop__tctx *ctx, int peer, tcp_stream *stream, const hoop__fragment *head) {
+  if (stream->first_at > 0 && head->owner)
+    hoop__tctx_link_time(ctx, peer, head->owner->len, hoop__now() - stream->first_at);
+  stream->first_at = 0;
 }
 
 /* The message at the head of stream 0's receive queue is complete: take it off, ready for the
@@ -248,7 +257,7 @@ static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stre
       head = stream->recv_head; /* the receive the frame was bound to */
       /* An empty message is complete with its header; there is nothing to read for it. */
       if (head && stream->recv_checked && head->len == 0 && finish_head(stream))
-        return HOOP_OK;
+        return HOOP_OK; /* empty: no link time to count */
       continue;
     } else {
       iov[parts++] = (struct iovec){head->buf + head->done, head->len - head->done};
@@ -280,8 +289,11 @@ static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stre
     } else {
       head->done += got;
     }
-    if (head && stream->recv_checked && head->done == head->len && finish_head(stream))
-      return HOOP_OK;
+    if (head && stream->recv_checked && head->done == head->len) {
+      link_time(ctx, peer, stream, head);
+      if (finish_head(stream))
+        return HOOP_OK;
+    }
   }
   return stream->recv_head ? frame_closed(ctx, peer, stream, 0) : HOOP_OK;
 }

@@ -41,6 +41,8 @@ typedef struct tcp_stream {
   size_t notice_len, notice_done;
   int eof;
   double peeked_at; /* stream 0: when a send last looked for what the peer sent (hoop__now) */
+  double first_at;  /* stream 0: when the head message's header came, for one of at least
+                       HOOP__LINK_MIN_BYTES (the link's time, hoop__tctx_link_time); 0: none */
 } tcp_stream;
 
 typedef struct tcp_peer {

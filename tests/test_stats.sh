@@ -5,7 +5,8 @@
 # the run (stats_worker checks its own figures too), and `hoopd --status` must show the job
 # running with rank 2 first among its late ranks. Scaled down from the goal (16 ranks over
 # 4 namespace hosts, named within 10 s): HOOP_STATS_PERIOD=0.5 instead of 2, a 6 s run. The
-# same over TCP, and with the progress thread's non-blocking calls off. hoopd also serves its
+# same over TCP, and with the progress thread's non-blocking calls off; hooprun --report and
+# SIGUSR1 to hooprun say the same on hooprun's stderr. hoopd also serves its
 # metrics (--metrics, with a metrics token): checked by promtool, refused without the token, and
 # scraped by a real Prometheus (Debian's) during the jobs, whose own API must then say that rank 2
 # was the slowest, by about 5 ms.
@@ -186,6 +187,23 @@ PY
   awk -v late="${late:-0}" 'BEGIN { exit !(late >= 0.004 && late <= 0.0065) }' ||
     fail "prometheus: the slowest rank's lateness is $late s, not 4-6.5 ms"
 fi
+
+# hooprun's own account: --report every second with its embedded server, and SIGUSR1 to one that
+# uses the test's hoopd; each names rank 2 first among the late ranks, late by 4-9 ms.
+HOOP_STATS_PERIOD=0.5 "$hooprun" -np 4 --report 1 --timeout 60 "$worker" --slow 2 --delay-ms 5 \
+  --seconds 4 >"$work/report.log" 2>&1 || fail "hooprun --report: exit $?"
+grep -q '^hooprun: report: .* late ranks: 2: [4-9][0-9.]* ms' "$work/report.log" ||
+  { fail "hooprun --report never named rank 2 first"; grep report "$work/report.log"; }
+grep '^hooprun: report' "$work/report.log" | tail -1 | cut -c1-160 | sed 's/^/  --report: /'
+HOOP_TOKEN_FILE=$work/token HOOP_STATS_PERIOD=0.5 "$hooprun" -np 4 --rendezvous "$addr" \
+  --timeout 60 "$worker" --slow 2 --delay-ms 5 --seconds 5 >"$work/usr1.log" 2>&1 &
+job=$!
+sleep 3
+kill -USR1 "$job"
+wait "$job" || fail "hooprun after SIGUSR1: exit $?"
+grep -q '^hooprun: report: .* late ranks: 2: [4-9][0-9.]* ms' "$work/usr1.log" ||
+  { fail "SIGUSR1: hooprun did not name rank 2 first"; grep -v stats_worker "$work/usr1.log"; }
+grep '^hooprun: report' "$work/usr1.log" | cut -c1-160 | sed 's/^/  SIGUSR1: /'
 
 # Ranks that send no summaries: the job runs, hoop_comm_stats says no answer came.
 if ! HOOP_TOKEN_FILE=$work/token HOOP_STATS_PERIOD=0 "$hooprun" -np 2 --rendezvous "$addr" \

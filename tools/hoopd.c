@@ -17,6 +17,7 @@
 #include "proto/wire.h"
 #include "rdzv/client.h"
 #include "rdzv/server.h"
+#include "util/buf.h"
 #include "util/netaddr.h"
 
 #define DEFAULT_LISTEN "0.0.0.0:29400"
@@ -199,12 +200,6 @@ static void print_hosts(const hoop__job_status *job) {
   printf("\n");
 }
 
-/* "2: 5.1 ms (p99 5.9, max 6.3)": a late rank's figures. */
-static void print_late(const hoop__late *late, int first) {
-  printf("%s%u: %.1f ms (p99 %.1f, max %.1f)", first ? "" : "; ", late->rank,
-         late->median_us / 1000.0, late->p99_us / 1000.0, late->max_us / 1000.0);
-}
-
 /* The running jobs: their ranks, call rate, time waiting and the ranks the others waited for. */
 static void print_running(const hoop__status *status) {
   int header = 0;
@@ -225,24 +220,19 @@ static void print_running(const hoop__status *status) {
     }
     snprintf(rate, sizeof rate, "%u", health->calls_per_s);
     snprintf(waiting, sizeof waiting, "%.1f%%", health->wait_permille / 10.0);
-    printf("%-24s %-13s %-10s %-9s ", job->job, ranks, rate, waiting);
-    if (health->calls == 0)
-      printf("(no calls that every rank described yet)");
-    for (uint32_t l = 0; l < health->nlate; l++)
-      print_late(&health->late[l], l == 0);
-    printf("\n");
+    hoop__buf text = {0};
+    hoop__health_late_text(health, &text);
+    printf("%-24s %-13s %-10s %-9s %s\n", job->job, ranks, rate, waiting,
+           text.data ? text.data : "");
     if (health->calls > 0)
       printf("    over the last %u calls that need every rank, %u of %u ranks reporting\n",
              health->calls, health->reporting, job->size);
+    text.len = 0;
     if (health->nlinks > 0) {
-      printf("    slowest links (large messages, first byte to last): ");
-      for (uint32_t l = 0; l < health->nlinks; l++) {
-        const hoop__link *link = &health->links[l];
-        printf("%s%u -> %u: %.1f MB/s", l ? "; " : "", link->from, link->to,
-               (double)link->bytes / (double)link->us);
-      }
-      printf("\n");
+      hoop__health_links_text(health, &text);
+      printf("    slowest links (large messages, first byte to last): %s\n", text.data);
     }
+    hoop__buf_free(&text);
   }
 }
 

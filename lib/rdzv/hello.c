@@ -184,21 +184,30 @@ static void fill_job_status(rdzv_job *job, uint64_t now, hoop__job_status *out) 
   hoop__rdzv_job_health(job, &out->health);
 }
 
+int hoop__rdzv_server_status(hoop__rdzv_server *server, hoop__status *status) {
+  memset(status, 0, sizeof *status);
+  uint32_t jobs = (uint32_t)server->njobs + (uint32_t)server->nrunning;
+  uint32_t listed = jobs < HOOP__WIRE_MAX_STATUS_JOBS ? jobs : HOOP__WIRE_MAX_STATUS_JOBS;
+  status->jobs = calloc(listed ? listed : 1, sizeof *status->jobs);
+  if (!status->jobs)
+    return -1;
+  uint64_t now = uv_now(server->loop);
+  for (int running = 0; running < 2; running++)
+    for (rdzv_job *job = server->jobs; job && status->njobs < listed; job = job->next)
+      if (job->running == running && !job->forgotten && job->joined > 0)
+        fill_job_status(job, now, &status->jobs[status->njobs++]);
+  return 0;
+}
+
 /* Reply with the jobs waiting, oldest first, then the jobs running with their health (as many
  * as a STATUS holds). */
 static void send_status(rdzv_client *client) {
   hoop__rdzv_server *server = client->server;
   hoop__status status = {0};
-  uint32_t jobs = (uint32_t)server->njobs + (uint32_t)server->nrunning;
-  uint32_t listed = jobs < HOOP__WIRE_MAX_STATUS_JOBS ? jobs : HOOP__WIRE_MAX_STATUS_JOBS;
   rdzv_reply *reply = calloc(1, sizeof *reply);
-  status.jobs = calloc(listed ? listed : 1, sizeof *status.jobs);
-  uint64_t now = uv_now(server->loop);
-  for (int running = 0; running < 2; running++)
-    for (rdzv_job *job = server->jobs; job && status.jobs && status.njobs < listed; job = job->next)
-      if (job->running == running && !job->forgotten && job->joined > 0)
-        fill_job_status(job, now, &status.jobs[status.njobs++]);
-  int rc = reply && status.jobs ? hoop__wire_encode_status(&reply->message, &status) : -1;
+  int rc = reply && hoop__rdzv_server_status(server, &status) == 0
+               ? hoop__wire_encode_status(&reply->message, &status)
+               : -1;
   hoop__status_free(&status);
   if (rc != 0) {
     HOOP__WARN(HOOP_SUBSYS_RDZV, "out of memory answering the status query of %s", client->peer);

@@ -9,6 +9,8 @@
 
 #include <uv.h>
 
+#include "proto/wire.h"
+
 typedef struct hoop__rdzv_server hoop__rdzv_server;
 
 /* Client connections a server holds at once unless told otherwise. */
@@ -51,6 +53,16 @@ int hoop__rdzv_server_start(uv_loop_t *loop, const hoop__rdzv_options *options,
  * in Prometheus' text exposition format (metrics.c), from the loop's thread. */
 struct hoop__buf;
 void hoop__rdzv_metrics_text(hoop__rdzv_server *server, struct hoop__buf *out);
+
+/* The jobs waiting, oldest first, then those running with their health, as a STATUS lists them
+ * (at most HOOP__WIRE_MAX_STATUS_JOBS), into *status (free it with hoop__status_free), from the
+ * loop's thread: 0, or -1 out of memory. */
+int hoop__rdzv_server_status(hoop__rdzv_server *server, hoop__status *status);
+
+/* A running job's late ranks ("2: 5.2 ms (p99 5.5, max 5.9); 0: ...") and slowest links
+ * ("2 -> 3: 12.3 MB/s; ..."), appended to out (health_text.c). */
+void hoop__health_late_text(const hoop__job_health *health, struct hoop__buf *out);
+void hoop__health_links_text(const hoop__job_health *health, struct hoop__buf *out);
 
 /* The port actually bound (useful with port 0). */
 int hoop__rdzv_server_port(const hoop__rdzv_server *server);

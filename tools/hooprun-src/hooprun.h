@@ -8,7 +8,8 @@
  * options.c reads the command line and the host lists; env.c builds a rank's environment and
  * command line; spawn.c starts the ranks, here or through the remote shell, and reports their
  * exits; output.c forwards the ranks' output and holds the sinks, the growable text and hooprun's
- * messages; policy.c stops and finishes the job (the grace and drain timers, signals). */
+ * messages; policy.c stops and finishes the job (the grace and drain timers, signals); report.c
+ * reports the job's health (SIGUSR1, --report). */
 #ifndef HOOP__HOOPRUN_H
 #define HOOP__HOOPRUN_H
 
@@ -64,7 +65,8 @@ typedef struct hooprun_options {
   int nexports;
   int tag_output;
   int verbose;
-  char **command; /* prog and its arguments: the tail of argv, ending with NULL */
+  double report_s; /* --report: seconds between health reports (0: only on SIGUSR1) */
+  char **command;  /* prog and its arguments: the tail of argv, ending with NULL */
 } hooprun_options;
 
 struct hooprun_job;
@@ -121,6 +123,8 @@ typedef struct hooprun_job {
   uv_timer_t grace_timer;
   uv_timer_t drain_timer;
   uv_timer_t linger_timer; /* --min-np: ranks still running long after the job finished */
+  uv_signal_t sigusr1;     /* a health report (report.c) */
+  uv_timer_t report_timer; /* --report's */
   hooprun_sink stdout_sink;
   hooprun_sink stderr_sink;
   hooprun_text lines; /* tagged lines on their way to a sink */
@@ -168,5 +172,10 @@ void hooprun_job_finished_by_some(hooprun_job *job);
 void hooprun_job_progress(hooprun_job *job);
 void hooprun_job_finish(hooprun_job *job);
 void hooprun_on_signal(uv_signal_t *handle, int signum);
+
+/* report.c: the job's health on stderr, now, on SIGUSR1 and every --report seconds. */
+void hooprun_report(hooprun_job *job);
+int hooprun_report_start(hooprun_job *job);
+void hooprun_report_stop(hooprun_job *job);
 
 #endif

@@ -81,7 +81,7 @@ static int init_handles(hooprun_job *job) {
     hooprun_say(job, "cannot catch signals: %s", hooprun_error_text(err));
     return -1;
   }
-  return 0;
+  return hooprun_report_start(job);
 }
 
 static void on_rendezvous_done(void *arg) {

@@ -46,6 +46,9 @@ static const char help_text[] =
     "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
     "  --tag-output         prefix each line of the ranks' output with \"[rank] \" (default)\n"
     "  --no-tag-output      forward the ranks' lines as they are\n"
+    "  --report S           every S seconds, say on stderr how the job runs: calls per second,\n"
+    "                       time waiting, the ranks the others wait for, the slowest links\n"
+    "                       (also on SIGUSR1, without --report)\n"
     "  -v, --verbose        say on stderr what hooprun does: server port, starts, exits\n"
     "  -h, --help           show this help and exit\n"
     "  --version            show the version and exit\n"
@@ -80,6 +83,7 @@ typedef enum option_id {
   OPT_TAG,
   OPT_NO_TAG,
   OPT_VERBOSE,
+  OPT_REPORT,
   OPT_HELP,
   OPT_VERSION
 } option_id;
@@ -102,6 +106,7 @@ static const struct {
     {{"--tag-output"}, 0, OPT_TAG},
     {{"--no-tag-output"}, 0, OPT_NO_TAG},
     {{"-v", "--verbose"}, 0, OPT_VERBOSE},
+    {{"--report"}, 1, OPT_REPORT},
     {{"-h", "--help"}, 0, OPT_HELP},
     {{"--version"}, 0, OPT_VERSION},
 };
@@ -315,6 +320,10 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
   case OPT_TAG:
   case OPT_NO_TAG: options->tag_output = id == OPT_TAG; return 0;
   case OPT_VERBOSE: options->verbose = 1; return 0;
+  case OPT_REPORT:
+    if (hoop__parse_double(value, 0.1, 86400, &options->report_s) != 0)
+      return usage_error(job, "--report: '%s' is not a number of seconds (0.1 to 86400)", value);
+    return 0;
   case OPT_HELP: hooprun_sink_write(job, &job->stdout_sink, help_text, strlen(help_text)); return 1;
   case OPT_VERSION:
     hooprun_sink_write(job, &job->stdout_sink, "hooprun (hoop) " PACKAGE_VERSION "\n",

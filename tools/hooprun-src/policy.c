@@ -126,6 +126,7 @@ void hooprun_job_finish(hooprun_job *job) {
   uv_timer_stop(&job->linger_timer);
   uv_signal_stop(&job->sigint);
   uv_signal_stop(&job->sigterm);
+  hooprun_report_stop(job);
   if (job->server) {
     hoop__rdzv_server_close(job->server);
     job->server = NULL;

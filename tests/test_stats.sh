@@ -6,7 +6,8 @@
 # running with rank 2 first among its late ranks. Scaled down from the issue's goal (16 ranks over
 # 4 namespace hosts, named within 10 s): HOOP_STATS_PERIOD=0.5 instead of 2, a 6 s run. The
 # same over TCP, and with the progress thread's non-blocking calls off; hooprun --report and
-# SIGUSR1 to hooprun say the same on hooprun's stderr. hoopd also serves its
+# SIGUSR1 to hooprun say the same on hooprun's stderr, and hoopd --dump fetches every rank's flight
+# recorder while the job runs. hoopd also serves its
 # metrics (--metrics, with a metrics token): checked by promtool, refused without the token, and
 # scraped by a real Prometheus (Debian's) during the jobs, whose own API must then say that rank 2
 # was the slowest, by about 5 ms.
@@ -204,6 +205,33 @@ wait "$job" || fail "hooprun after SIGUSR1: exit $?"
 grep -q '^hooprun: report: .* late ranks: 2: [4-9][0-9.]* ms' "$work/usr1.log" ||
   { fail "SIGUSR1: hooprun did not name rank 2 first"; grep -v stats_worker "$work/usr1.log"; }
 grep '^hooprun: report' "$work/usr1.log" | cut -c1-160 | sed 's/^/  SIGUSR1: /'
+
+# hoopd --dump: every rank's flight recorder through hoopd while the job runs (ranks 0, 1 and 3
+# wait for rank 2 most of the time), without stopping it; refused without the token; an unknown
+# job is an error.
+HOOP_TOKEN_FILE=$work/token HOOP_STATS_PERIOD=0.5 "$hooprun" -np 4 --rendezvous "$addr" \
+  --job dumped --timeout 60 "$worker" --slow 2 --delay-ms 5 --seconds 4 >"$work/dumped.log" 2>&1 &
+job=$!
+sleep 2
+HOOP_TOKEN_FILE=$work/token "$hoopd" --dump "$addr" dumped >"$work/dump" 2>&1 ||
+  fail "hoopd --dump: exit $?: $(cat "$work/dump")"
+"$hoopd" --dump "$addr" dumped >"$work/dump.stranger" 2>&1 &&
+  fail "hoopd --dump without the token was answered"
+grep -q 'requires a token\|authentication failed' "$work/dump.stranger" ||
+  fail "hoopd --dump without the token: $(cat "$work/dump.stranger")"
+wait "$job" || fail "the dumped job: exit $?"
+for r in 0 1 2 3; do
+  grep -q "^    rank $r (pid [0-9]* on [^)]*): \(in hoop_allreduce (call #[0-9]*)\|not in a collective\)" \
+    "$work/dump" || fail "hoopd --dump: no account from rank $r"
+done
+[ "$(grep -c 'call #[0-9]* hoop_allreduce 4004 bytes: ' "$work/dump")" -ge 40 ] ||
+  fail "hoopd --dump: fewer than 40 calls in the flight recorders"
+grep -q 'waiting for rank 2' "$work/dump" || fail "hoopd --dump: nobody waits for rank 2"
+grep '^    rank [0-9] (pid' "$work/dump" | sed 's/^ */  --dump: /'
+HOOP_TOKEN_FILE=$work/token "$hoopd" --dump "$addr" nosuchjob >"$work/dump.none" 2>&1 &&
+  fail "hoopd --dump of an unknown job succeeded"
+grep -q "no job 'nosuchjob' is running" "$work/dump.none" ||
+  fail "hoopd --dump of an unknown job: $(cat "$work/dump.none")"
 
 # Ranks that send no summaries: the job runs, hoop_comm_stats says no answer came.
 if ! HOOP_TOKEN_FILE=$work/token HOOP_STATS_PERIOD=0 "$hooprun" -np 2 --rendezvous "$addr" \

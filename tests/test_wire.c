@@ -158,6 +158,10 @@ static void sample_view(hoop__view_msg *msg) {
                           .links = {{.from = 2, .to = 4, .bytes = 1048576, .us = 8000}}};
 }
 
+static hoop__dump_entry sample_entries[2] = {
+    {0, "rank 0 (pid 7 on vm): in hoop_allreduce (call #3) for 0.006 s, waiting for rank 1\n"},
+    {1, "(no answer within 5 s)"}};
+
 /* Decode payload as type; 0 or -1 as the decoder says, with anything allocated freed. */
 static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__hello hello;
@@ -169,9 +173,19 @@ static int decode_as(hoop__msg_type type, const uint8_t *payload, size_t len) {
   hoop__shrink_msg shrink;
   hoop__stats_msg stats;
   hoop__view_msg view;
+  hoop__dump_req dump_req;
+  hoop__dump_reply dump_reply;
+  char flight[HOOP__WIRE_MAX_FLIGHT + 1];
   int rc = -1;
   switch (type) {
   case HOOP_MSG_HELLO: rc = hoop__wire_decode_hello(payload, len, &hello); break;
+  case HOOP_MSG_DUMP_REQ: rc = hoop__wire_decode_dump_req(payload, len, &dump_req); break;
+  case HOOP_MSG_FLIGHT: rc = hoop__wire_decode_flight(payload, len, flight); break;
+  case HOOP_MSG_DUMP_REPLY:
+    rc = hoop__wire_decode_dump_reply(payload, len, &dump_reply);
+    if (rc == 0)
+      hoop__dump_reply_free(&dump_reply);
+    break;
   case HOOP_MSG_STATS: rc = hoop__wire_decode_stats(payload, len, &stats); break;
   case HOOP_MSG_VIEW: rc = hoop__wire_decode_view(payload, len, 5, &view); break;
   case HOOP_MSG_TABLE:
@@ -205,8 +219,13 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
   hoop__shrink_msg shrink;
   hoop__stats_msg stats;
   hoop__view_msg view;
+  hoop__dump_req dump_req = {.proof_len = 32, .proof = {1, 2}, .job = "run7"};
+  hoop__dump_reply dump_reply = {.n = 2, .entries = sample_entries};
   int rc = -1;
   switch (type) {
+  case HOOP_MSG_DUMP_REQ: rc = hoop__wire_encode_dump_req(wb, &dump_req); break;
+  case HOOP_MSG_FLIGHT: rc = hoop__wire_encode_flight(wb, sample_entries[0].text); break;
+  case HOOP_MSG_DUMP_REPLY: rc = hoop__wire_encode_dump_reply(wb, &dump_reply, 4096); break;
   case HOOP_MSG_STATS:
     sample_stats(&stats);
     rc = hoop__wire_encode_stats(wb, &stats);
@@ -249,9 +268,10 @@ static void encode_sample(hoop__msg_type type, hoop__wbuf *wb) {
   ck_assert_msg(rc == 0, "encoding the sample of type %d: expected 0, got %d", (int)type, rc);
 }
 
-static const hoop__msg_type decoded_types[] = {HOOP_MSG_HELLO,  HOOP_MSG_TABLE, HOOP_MSG_ERROR,
-                                               HOOP_MSG_STATUS, HOOP_MSG_ABORT, HOOP_MSG_NOTICE,
-                                               HOOP_MSG_SHRINK, HOOP_MSG_STATS, HOOP_MSG_VIEW};
+static const hoop__msg_type decoded_types[] = {
+    HOOP_MSG_HELLO, HOOP_MSG_TABLE,    HOOP_MSG_ERROR,  HOOP_MSG_STATUS,
+    HOOP_MSG_ABORT, HOOP_MSG_NOTICE,   HOOP_MSG_SHRINK, HOOP_MSG_STATS,
+    HOOP_MSG_VIEW,  HOOP_MSG_DUMP_REQ, HOOP_MSG_FLIGHT, HOOP_MSG_DUMP_REPLY};
 #define NDECODED (sizeof decoded_types / sizeof decoded_types[0])
 
 /* ---- round trips ----------------------------------------------------------------------------- */
@@ -743,6 +763,47 @@ START_TEST(test_stats_and_view_refusals) {
 }
 END_TEST
 
+/* hoopd --dump's messages round trip; a request names a job, a FLIGHT is bounded, a reply's
+ * texts are cut to the cap asked. */
+START_TEST(test_dump_round_trip) {
+  hoop__wbuf wb = {0};
+  hoop__dump_req req = {.proof_len = 32, .proof = {9}, .job = "run7"}, req_back;
+  ck_assert_int_eq(hoop__wire_encode_dump_req(&wb, &req), 0);
+  ck_assert_int_eq(hoop__wire_decode_dump_req(payload_of(&wb, HOOP_MSG_DUMP_REQ),
+                                              wb.len - HOOP__WIRE_HEADER_SIZE, &req_back),
+                   0);
+  ck_assert(memcmp(&req, &req_back, sizeof req) == 0);
+  hoop__wbuf_free(&wb);
+  req.job[0] = '\0';
+  ck_assert_int_eq(hoop__wire_encode_dump_req(&wb, &req), -1);
+  hoop__wbuf_free(&wb);
+  ck_assert_int_eq(hoop__wire_encode_dump(&wb), 0);
+  ck_assert_int_eq(hoop__wire_decode_dump(payload_of(&wb, HOOP_MSG_DUMP), 0), 0);
+  hoop__wbuf_free(&wb);
+  static char big[HOOP__WIRE_MAX_FLIGHT + 2];
+  memset(big, 'x', sizeof big - 1);
+  ck_assert_int_eq(hoop__wire_encode_flight(&wb, big), -1);
+  big[HOOP__WIRE_MAX_FLIGHT] = '\0';
+  hoop__wbuf_free(&wb);
+  ck_assert_int_eq(hoop__wire_encode_flight(&wb, big), 0);
+  static char text[HOOP__WIRE_MAX_FLIGHT + 1];
+  ck_assert_int_eq(hoop__wire_decode_flight(payload_of(&wb, HOOP_MSG_FLIGHT),
+                                            wb.len - HOOP__WIRE_HEADER_SIZE, text),
+                   0);
+  ck_assert(strcmp(text, big) == 0);
+  hoop__wbuf_free(&wb);
+  hoop__dump_reply reply = {.n = 2, .entries = sample_entries}, back;
+  ck_assert_int_eq(hoop__wire_encode_dump_reply(&wb, &reply, 10), 0);
+  ck_assert_int_eq(hoop__wire_decode_dump_reply(payload_of(&wb, HOOP_MSG_DUMP_REPLY),
+                                                wb.len - HOOP__WIRE_HEADER_SIZE, &back),
+                   0);
+  ck_assert(back.n == 2 && back.entries[1].rank == 1 &&
+            strcmp(back.entries[0].text, "rank 0 (pi") == 0);
+  hoop__dump_reply_free(&back);
+  hoop__wbuf_free(&wb);
+}
+END_TEST
+
 START_TEST(test_status_hosts_must_add_up) {
   hoop__status in;
   hoop__job_status jobs[2];
@@ -1206,6 +1267,7 @@ static Suite *wire_suite(void) {
   tcase_add_test(round, test_status_hosts_must_add_up);
   tcase_add_test(round, test_stats_and_view_round_trip);
   tcase_add_test(round, test_stats_and_view_refusals);
+  tcase_add_test(round, test_dump_round_trip);
   tcase_add_test(round, test_empty_status_round_trip);
   tcase_add_test(round, test_encoders_append);
   tcase_add_test(round, test_table_of_max_ranks);

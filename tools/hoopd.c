@@ -26,6 +26,8 @@
 typedef struct hoopd_args {
   const char *listen;
   const char *status;     /* --status ADDR, or NULL to serve */
+  const char *dump;       /* --dump ADDR, or NULL */
+  const char *dump_job;   /* the job --dump asks about */
   const char *token_file; /* --token-file, or NULL */
   const char *metrics;    /* --metrics ADDR, or NULL */
   const char *metrics_token_file;
@@ -46,6 +48,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "Usage: hoopd [OPTIONS]\n"
           "       hoopd --status ADDR:PORT\n"
+          "       hoopd --dump ADDR:PORT JOB\n"
           "\n"
           "The hoop rendezvous daemon: ranks of any number of jobs meet here, each job keyed by\n"
           "its id (HOOP_JOB), and receive the rank table once all of them have joined.\n"
@@ -67,6 +70,9 @@ static void usage(FILE *out) {
           "  --status ADDR:PORT   print the jobs a running daemon is waiting for, and those it\n"
           "                       runs with their health (call rate, time waiting, the ranks\n"
           "                       the others wait for), then exit\n"
+          "  --dump ADDR:PORT JOB print every rank's flight recorder of the running job JOB\n"
+          "                       (its running call, whom it waits for, its last calls),\n"
+          "                       fetched through the daemon without stopping the job\n"
           "  --metrics ADDR:PORT  serve Prometheus metrics at http://ADDR:PORT/metrics (jobs,\n"
           "                       ranks, joins, refusals, failures; per running job its call\n"
           "                       rate, bytes, time waiting, late ranks); a non-loopback\n"
@@ -88,6 +94,7 @@ enum {
   OPT_IDLE,
   OPT_KEEPALIVE,
   OPT_STATUS,
+  OPT_DUMP,
   OPT_TOKEN_FILE,
   OPT_METRICS,
   OPT_METRICS_TOKEN_FILE,
@@ -102,6 +109,7 @@ static const struct option long_options[] = {
     {"idle-timeout", required_argument, NULL, OPT_IDLE},
     {"keepalive", required_argument, NULL, OPT_KEEPALIVE},
     {"status", required_argument, NULL, OPT_STATUS},
+    {"dump", required_argument, NULL, OPT_DUMP},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"metrics-token-file", required_argument, NULL, OPT_METRICS_TOKEN_FILE},
@@ -149,6 +157,7 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
       args->keepalive_s = (int)seconds;
       break;
     case OPT_STATUS: args->status = optarg; break;
+    case OPT_DUMP: args->dump = optarg; break;
     case OPT_TOKEN_FILE: args->token_file = optarg; break;
     case OPT_METRICS: args->metrics = optarg; break;
     case OPT_METRICS_TOKEN_FILE: args->metrics_token_file = optarg; break;
@@ -157,6 +166,12 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
     case OPT_VERSION: printf("hoopd (hoop) %s\n", PACKAGE_VERSION); return 1;
     default: fprintf(stderr, "Try 'hoopd --help'.\n"); return -1;
     }
+  }
+  if (args->dump && optind < argc)
+    args->dump_job = argv[optind++];
+  if (args->dump && !args->dump_job) {
+    fprintf(stderr, "hoopd: --dump needs the job's id: hoopd --dump ADDR:PORT JOB\n");
+    return -1;
   }
   if (optind < argc) {
     fprintf(stderr, "hoopd: unexpected argument '%s'\nTry 'hoopd --help'.\n", argv[optind]);
@@ -272,19 +287,66 @@ static int load_token(const hoopd_args *args, char *out, size_t cap) {
   return rc;
 }
 
-static int show_status(const char *where, const char *token) {
+/* The daemon's address: 0, 2 (not an address) or 1 (it does not resolve), said on stderr. */
+static int daemon_address(const char *option, const char *where, struct sockaddr_storage *addr,
+                          socklen_t *addrlen) {
   char host[HOOP__WIRE_MAX_HOST + 1], err[512];
   int port;
-  struct sockaddr_storage addr;
-  socklen_t addrlen;
   if (hoop__split_hostport(where, host, sizeof host, &port) != 0 || port == 0) {
-    fprintf(stderr, "hoopd: --status '%s' is not host:port or [v6]:port\n", where);
+    fprintf(stderr, "hoopd: %s '%s' is not host:port or [v6]:port\n", option, where);
     return 2;
   }
-  if (hoop__resolve(host[0] ? host : "127.0.0.1", port, &addr, &addrlen, err, sizeof err) != 0) {
+  if (hoop__resolve(host[0] ? host : "127.0.0.1", port, addr, addrlen, err, sizeof err) != 0) {
     fprintf(stderr, "hoopd: %s\n", err);
     return 1;
   }
+  return 0;
+}
+
+/* A rank's text as it came, but for control bytes (other than line ends), which a member could
+ * send to the operator's terminal: shown as '?'. Each line indented. */
+static void print_text(const char *text) {
+  printf("    ");
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+    if (*p == '\n')
+      printf(p[1] ? "\n    " : "\n");
+    else
+      putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+  }
+  if (!text[0] || text[strlen(text) - 1] != '\n')
+    printf("\n");
+}
+
+static int show_dump(const char *where, const char *job, const char *token) {
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  char err[512];
+  int rc = daemon_address("--dump", where, &addr, &addrlen);
+  if (rc != 0)
+    return rc;
+  hoop__dump_reply reply;
+  if (hoop__rendezvous_dump((struct sockaddr *)&addr, addrlen,
+                            HOOP__DUMP_WAIT_MS / 1000.0 + STATUS_TIMEOUT_S, token, job, &reply, err,
+                            sizeof err) != HOOP_OK) {
+    fprintf(stderr, "hoopd: %s\n", err);
+    return 1;
+  }
+  printf("job '%s': %u ranks\n", job, reply.n);
+  for (uint32_t i = 0; i < reply.n; i++) {
+    printf("rank %u:\n", reply.entries[i].rank);
+    print_text(reply.entries[i].text);
+  }
+  hoop__dump_reply_free(&reply);
+  return 0;
+}
+
+static int show_status(const char *where, const char *token) {
+  struct sockaddr_storage addr;
+  socklen_t addrlen;
+  char err[512];
+  int rc = daemon_address("--status", where, &addr, &addrlen);
+  if (rc != 0)
+    return rc;
   hoop__status status;
   if (hoop__rendezvous_status((struct sockaddr *)&addr, addrlen, STATUS_TIMEOUT_S, token, &status,
                               err, sizeof err) != HOOP_OK) {
@@ -407,6 +469,8 @@ int main(int argc, char **argv) {
     return 2;
   if (args.status) {
     rc = show_status(args.status, token);
+  } else if (args.dump) {
+    rc = show_dump(args.dump, args.dump_job, token);
   } else {
     hoop__log_set(args.verbose ? HOOP_LOG_TRACE : HOOP_LOG_INFO, HOOP_SUBSYS_ALL);
     hoop__log_set_prefix("hoopd");

@@ -76,7 +76,11 @@ static void add_seconds(line *out, int64_t us) {
   add_text(out, frac);
 }
 
-static void emit(const line *out) {
+/* Where the lines go: stderr from the signal handler, a buffer for hoopd --dump. */
+typedef void (*sink)(const line *out, void *arg);
+
+static void to_stderr(const line *out, void *arg) {
+  (void)arg;
   size_t done = 0;
   while (done < out->len) {
     ssize_t n = write(STDERR_FILENO, out->text + done, out->len - done);
@@ -86,18 +90,10 @@ static void emit(const line *out) {
   }
 }
 
-static void dump(int signo) {
-  (void)signo;
+/* The calls from the first'th ever begun on, oldest first, each as a line to emit. */
+static void calls(long first, long total, sink emit, void *arg) {
   int64_t now = now_us();
-  long total = atomic_load_explicit(&written, memory_order_relaxed),
-       first = total > FLIGHT_ENTRIES ? total - FLIGHT_ENTRIES : 0;
   line out = {.len = 0};
-  add_text(&out, "hoop flight recorder (pid ");
-  add_number(&out, (uint64_t)getpid());
-  add_text(&out, "): the last ");
-  add_number(&out, (uint64_t)(total - first));
-  add_text(&out, " calls, oldest first\n");
-  emit(&out);
   for (long i = first; i < total; i++) {
     const flight_entry *entry = &ring[i % FLIGHT_ENTRIES];
     out.len = 0;
@@ -123,8 +119,50 @@ static void dump(int signo) {
       add_seconds(&out, now - entry->start_us);
     }
     add_text(&out, " s\n");
-    emit(&out);
+    emit(&out, arg);
   }
+}
+
+static void dump(int signo) {
+  (void)signo;
+  long total = atomic_load_explicit(&written, memory_order_relaxed),
+       first = total > FLIGHT_ENTRIES ? total - FLIGHT_ENTRIES : 0;
+  line out = {.len = 0};
+  add_text(&out, "hoop flight recorder (pid ");
+  add_number(&out, (uint64_t)getpid());
+  add_text(&out, "): the last ");
+  add_number(&out, (uint64_t)(total - first));
+  add_text(&out, " calls, oldest first\n");
+  to_stderr(&out, NULL);
+  calls(first, total, to_stderr, NULL);
+}
+
+typedef struct text_sink {
+  char *out;
+  size_t cap, len;
+} text_sink;
+
+static void to_text(const line *out, void *arg) {
+  text_sink *text = arg;
+  if (text->len + out->len < text->cap) {
+    memcpy(text->out + text->len, out->text, out->len);
+    text->len += out->len;
+  }
+  text->out[text->len] = '\0';
+}
+
+size_t hoop__flight_text(char *out, size_t cap) {
+  if (cap == 0)
+    return 0;
+  out[0] = '\0';
+  long total = atomic_load_explicit(&written, memory_order_relaxed);
+  /* The newest calls that fit: a line takes at most 256 bytes, and most far fewer. */
+  long fit = (long)(cap / 96), first = total > fit ? total - fit : 0;
+  if (total - first > FLIGHT_ENTRIES)
+    first = total - FLIGHT_ENTRIES;
+  text_sink text = {out, cap, 0};
+  calls(first, total, to_text, &text);
+  return text.len;
 }
 
 /* Only where nobody else chose what SIGUSR1 does: its default is to kill the process. */

@@ -4,6 +4,7 @@
 #define HOOP__FLIGHT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "hoop.h"
@@ -15,5 +16,8 @@ void hoop__flight_install(void);
 long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes, double now);
 /* Record its end at end (hoop__now's clock). */
 void hoop__flight_end(long slot, hoop_result result, double end);
+/* The last calls, oldest first, a line each as the SIGUSR1 dump writes them, as many of the newest
+ * as fit in out (cap bytes, NUL included; whole lines only): its length. */
+size_t hoop__flight_text(char *out, size_t cap);
 
 #endif /* HOOP__FLIGHT_H */

@@ -14,6 +14,7 @@
  * never be replayed as another. */
 #define HOOP__AUTH_JOIN "hoop-join"     /* a HELLO: over the challenge and the HELLO's fields */
 #define HOOP__AUTH_STATUS "hoop-status" /* a STATUS_REQ: over the challenge */
+#define HOOP__AUTH_DUMP "hoop-dump"     /* a DUMP_REQ: over the challenge */
 #define HOOP__AUTH_DATA "hoop-data"     /* the data connections' key: over the job's nonce */
 #define HOOP__AUTH_LINK "hoop-link"     /* a data connection's handshake: its ends, its stream */
 #define HOOP__AUTH_TABLE "hoop-table"   /* a TABLE_PROOF: the server's, over the rank's challenge */

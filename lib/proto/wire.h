@@ -69,7 +69,13 @@
  * Health (version 5): a member sends STATS on its kept connection every few seconds (how much it
  * waited in each of its last calls, and its totals); the server answers each with a VIEW of the
  * job: the ranks the others waited for longest, and how long (rdzv/health.c). A STATUS lists the
- * running jobs too, with their health. */
+ * running jobs too, with their health.
+ *
+ * A DUMP_REQ (on a connection of its own, proving the token as a STATUS_REQ does) asks for one
+ * running job's flight recorders without stopping it: the server sends each member DUMP on its
+ * kept connection, each answers FLIGHT (its running call, whom it waits for, its last calls), and
+ * the server replies DUMP_REPLY once every member answered or HOOP__DUMP_WAIT_MS passed, naming
+ * those that did not. */
 typedef enum hoop__msg_type {
   HOOP_MSG_HELLO = 1,        /* client -> server: join a job */
   HOOP_MSG_TABLE = 2,        /* server -> client: the job is complete; here is the rank table */
@@ -85,9 +91,13 @@ typedef enum hoop__msg_type {
   HOOP_MSG_TABLE_PROOF = 12, /* server -> client, right after its first TABLE when the server
                                 holds a token: the server's proof of it, over the HELLO's nonce */
   HOOP_MSG_STATS = 13,       /* member -> server: what it waited for in its last calls */
-  HOOP_MSG_VIEW = 14         /* server -> member: the job's late ranks, in answer to STATS */
+  HOOP_MSG_VIEW = 14,        /* server -> member: the job's late ranks, in answer to STATS */
+  HOOP_MSG_DUMP_REQ = 15,    /* client -> server: every member's flight recorder, of one job */
+  HOOP_MSG_DUMP = 16,        /* server -> member: send your flight recorder (FLIGHT) */
+  HOOP_MSG_FLIGHT = 17,      /* member -> server: its flight recorder, as text */
+  HOOP_MSG_DUMP_REPLY = 18   /* server -> client: the members' FLIGHTs, by rank */
 } hoop__msg_type;
-#define HOOP__MSG_LAST HOOP_MSG_VIEW
+#define HOOP__MSG_LAST HOOP_MSG_DUMP_REPLY
 
 /* The bytes at the start of a TABLE's payload that differ between members (size, rank, nonce):
  * a TABLE_PROOF covers them and a digest of the rest, which is the same for every member. */
@@ -231,6 +241,26 @@ typedef struct hoop__job_health {
   hoop__link links[HOOP__WIRE_MAX_LINKS];
 } hoop__job_health;
 
+#define HOOP__WIRE_MAX_FLIGHT 3800 /* bytes of a member's FLIGHT text */
+#define HOOP__DUMP_WAIT_MS 5000    /* how long the server waits for the members' FLIGHTs */
+
+typedef struct hoop__dump_req {
+  uint16_t proof_len;
+  uint8_t proof[HOOP__WIRE_MAX_PROOF];
+  char job[HOOP__WIRE_MAX_JOB + 1];
+} hoop__dump_req;
+
+/* A DUMP_REPLY: per member, its rank and its FLIGHT text (or why there is none). */
+typedef struct hoop__dump_entry {
+  uint32_t rank;
+  char text[HOOP__WIRE_MAX_FLIGHT + 1];
+} hoop__dump_entry;
+
+typedef struct hoop__dump_reply {
+  uint32_t n;
+  hoop__dump_entry *entries; /* owned, free with hoop__dump_reply_free */
+} hoop__dump_reply;
+
 typedef struct hoop__job_status {
   char job[HOOP__WIRE_MAX_JOB + 1];
   uint32_t size;      /* ranks expected */
@@ -274,6 +304,11 @@ int hoop__wire_encode_pending(hoop__wbuf *wb, uint32_t newcomers);
 int hoop__wire_encode_table_proof(hoop__wbuf *wb, const hoop__table_proof *msg);
 int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg);
 int hoop__wire_encode_view(hoop__wbuf *wb, const hoop__view_msg *msg);
+int hoop__wire_encode_dump_req(hoop__wbuf *wb, const hoop__dump_req *msg);
+int hoop__wire_encode_dump(hoop__wbuf *wb);
+int hoop__wire_encode_flight(hoop__wbuf *wb, const char *text);
+/* The entries' texts are cut to text_cap bytes each (a reply of many ranks stays in bounds). */
+int hoop__wire_encode_dump_reply(hoop__wbuf *wb, const hoop__dump_reply *msg, size_t text_cap);
 
 /* Decode the first HOOP__WIRE_HEADER_SIZE bytes of buf. Returns 0 if valid, 1 if len is still too
  * short, -1 if the magic, version or type is wrong or the length exceeds max_payload. */
@@ -297,6 +332,12 @@ int hoop__wire_decode_table_proof(const uint8_t *payload, size_t len, hoop__tabl
 int hoop__wire_decode_stats(const uint8_t *payload, size_t len, hoop__stats_msg *out);
 /* size: the job's, which every rank named must be below. */
 int hoop__wire_decode_view(const uint8_t *payload, size_t len, uint32_t size, hoop__view_msg *out);
+int hoop__wire_decode_dump_req(const uint8_t *payload, size_t len, hoop__dump_req *out);
+int hoop__wire_decode_dump(const uint8_t *payload, size_t len); /* a DUMP's payload is empty */
+/* text: HOOP__WIRE_MAX_FLIGHT + 1 bytes. */
+int hoop__wire_decode_flight(const uint8_t *payload, size_t len, char *text);
+int hoop__wire_decode_dump_reply(const uint8_t *payload, size_t len, hoop__dump_reply *out);
+void hoop__dump_reply_free(hoop__dump_reply *reply);
 
 void hoop__table_free(hoop__table *table);
 void hoop__status_free(hoop__status *status);

@@ -340,8 +340,13 @@ static hoop_result take_messages(hoop_comm *comm) {
       comm->rdzv->inlen -= total;
       continue;
     }
-    if (rc == 0 && header.type == HOOP_MSG_VIEW) {
-      hoop__rendezvous_take_view(comm, comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, header.length);
+    if (rc == 0 && (header.type == HOOP_MSG_VIEW || header.type == HOOP_MSG_DUMP)) {
+      if (header.type == HOOP_MSG_VIEW)
+        hoop__rendezvous_take_view(comm, comm->rdzv->in + HOOP__WIRE_HEADER_SIZE, header.length);
+      else
+        hoop__rendezvous_take_dump(comm, header.length);
+      if (comm->rdzv_fd < 0) /* dropped: it was malformed, or the answer could not go */
+        return HOOP_OK;
       size_t total = HOOP__WIRE_HEADER_SIZE + header.length;
       memmove(comm->rdzv->in, comm->rdzv->in + total, comm->rdzv->inlen - total);
       comm->rdzv->inlen -= total;
@@ -476,7 +481,7 @@ hoop_result hoop__rendezvous_shrink(hoop_comm *comm, const hoop__shrink_msg *msg
     /* NOTICEs are about the old generation, known already, as are VIEWs; PENDING counts are
      * taken in. */
     if (header.type == HOOP_MSG_NOTICE || header.type == HOOP_MSG_PENDING ||
-        header.type == HOOP_MSG_VIEW) {
+        header.type == HOOP_MSG_VIEW || header.type == HOOP_MSG_DUMP) {
       free(payload);
       continue;
     }
@@ -533,12 +538,21 @@ void hoop__rendezvous_leave(hoop_comm *comm) {
   comm->rdzv_fd = -1;
 }
 
-hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t server_len,
-                                    double timeout_s, const char *token, hoop__status *status,
-                                    char *err, size_t errlen) {
+/* One request on a connection of its own (a status query, a dump): connect, take the challenge,
+ * send what make encodes with the proof of the token for purpose over the challenge (none without
+ * a token), and read one reply of type want: HOOP_OK with *payload (malloc'ed, NULL when empty)
+ * and its length; else the error in err. */
+typedef int (*request_maker)(hoop__wbuf *out, const uint8_t *proof, uint16_t proof_len,
+                             const void *arg);
+
+static hoop_result one_request(const struct sockaddr *server, socklen_t server_len,
+                               double timeout_s, const char *token, const char *purpose,
+                               request_maker make, const void *arg, uint16_t want, const char *what,
+                               uint8_t **payload, uint32_t *len, char *err, size_t errlen) {
   char where[128];
   hoop__format_sockaddr(server, where, sizeof where);
   double deadline = hoop__now() + timeout_s;
+  *payload = NULL;
   int fd = hoop__connect_deadline(server, server_len, deadline);
   if (fd < 0) {
     snprintf(err, errlen, "cannot connect to %s: %s", where, strerror(errno));
@@ -551,33 +565,88 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
     close(fd);
     return result;
   }
-  hoop__status_req request = {0};
+  uint8_t proof[HOOP__AUTH_PROOF];
+  uint16_t proof_len = 0;
   if (token && token[0]) {
-    request.proof_len = HOOP__AUTH_PROOF;
-    hoop__auth_proof(token, strlen(token), HOOP__AUTH_STATUS, challenge.nonce, HOOP__WIRE_CHALLENGE,
-                     NULL, 0, request.proof);
+    proof_len = HOOP__AUTH_PROOF;
+    hoop__auth_proof(token, strlen(token), purpose, challenge.nonce, HOOP__WIRE_CHALLENGE, NULL, 0,
+                     proof);
   }
   result = HOOP_ERR_SYSTEM;
   hoop__wbuf out = {0};
   hoop__wire_header header;
-  uint8_t *payload = NULL;
-  if (hoop__wire_encode_status_req(&out, &request) != 0 ||
+  if (make(&out, proof, proof_len, arg) != 0 ||
       hoop__write_full(fd, out.data, out.len, deadline) != 0 ||
-      read_message(fd, HOOP__WIRE_MAX_PAYLOAD, deadline, &header, &payload) != 0) {
-    snprintf(err, errlen, "status query to %s: %s", where,
+      read_message(fd, HOOP__WIRE_MAX_PAYLOAD, deadline, &header, payload) != 0) {
+    snprintf(err, errlen, "%s to %s: %s", what, where,
              errno == EPROTO ? "malformed reply" : strerror(errno));
   } else if (header.type == HOOP_MSG_ERROR) {
-    result = server_error(&header, payload, where, err, errlen);
-  } else if (header.type != HOOP_MSG_STATUS ||
-             hoop__wire_decode_status(payload, header.length, status) != 0) {
-    snprintf(err, errlen, "status query to %s: unexpected reply", where);
+    result = server_error(&header, *payload, where, err, errlen);
+  } else if (header.type != want) {
+    snprintf(err, errlen, "%s to %s: unexpected reply", what, where);
     result = HOOP_ERR_PROTOCOL;
   } else {
+    *len = header.length;
     result = HOOP_OK;
   }
-  free(payload);
+  if (result != HOOP_OK) {
+    free(*payload);
+    *payload = NULL;
+  }
   hoop__wbuf_free(&out);
   close(fd);
+  return result;
+}
+
+static int make_status_req(hoop__wbuf *out, const uint8_t *proof, uint16_t proof_len,
+                           const void *arg) {
+  (void)arg;
+  hoop__status_req request = {.proof_len = proof_len};
+  memcpy(request.proof, proof, proof_len);
+  return hoop__wire_encode_status_req(out, &request);
+}
+
+hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t server_len,
+                                    double timeout_s, const char *token, hoop__status *status,
+                                    char *err, size_t errlen) {
+  uint8_t *payload;
+  uint32_t len = 0;
+  hoop_result result =
+      one_request(server, server_len, timeout_s, token, HOOP__AUTH_STATUS, make_status_req, NULL,
+                  HOOP_MSG_STATUS, "status query", &payload, &len, err, errlen);
+  if (result == HOOP_OK && hoop__wire_decode_status(payload, len, status) != 0) {
+    snprintf(err, errlen, "status query: malformed reply");
+    result = HOOP_ERR_PROTOCOL;
+  }
+  free(payload);
+  return result;
+}
+
+static int make_dump_req(hoop__wbuf *out, const uint8_t *proof, uint16_t proof_len,
+                         const void *arg) {
+  hoop__dump_req request = {.proof_len = proof_len};
+  memcpy(request.proof, proof, proof_len);
+  snprintf(request.job, sizeof request.job, "%s", (const char *)arg);
+  return hoop__wire_encode_dump_req(out, &request);
+}
+
+hoop_result hoop__rendezvous_dump(const struct sockaddr *server, socklen_t server_len,
+                                  double timeout_s, const char *token, const char *job,
+                                  hoop__dump_reply *reply, char *err, size_t errlen) {
+  uint8_t *payload;
+  uint32_t len = 0;
+  if (!job[0] || strlen(job) > HOOP__WIRE_MAX_JOB) {
+    snprintf(err, errlen, "'%s' is not a job id (1 to %d bytes)", job, HOOP__WIRE_MAX_JOB);
+    return HOOP_ERR_INVALID_ARG;
+  }
+  hoop_result result =
+      one_request(server, server_len, timeout_s, token, HOOP__AUTH_DUMP, make_dump_req, job,
+                  HOOP_MSG_DUMP_REPLY, "dump request", &payload, &len, err, errlen);
+  if (result == HOOP_OK && hoop__wire_decode_dump_reply(payload, len, reply) != 0) {
+    snprintf(err, errlen, "dump request: malformed reply");
+    result = HOOP_ERR_PROTOCOL;
+  }
+  free(payload);
   return result;
 }
 

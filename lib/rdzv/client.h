@@ -24,6 +24,13 @@ hoop_result hoop__rendezvous_status(const struct sockaddr *server, socklen_t ser
                                     double timeout_s, const char *token, hoop__status *status,
                                     char *err, size_t errlen);
 
+/* Ask the server for the flight recorders of every member of the running job `job` (hoopd
+ * --dump), proving token (NULL or "": none) if it asks; the reply comes once every member
+ * answered or the server's HOOP__DUMP_WAIT_MS passed, so timeout_s should be longer. */
+hoop_result hoop__rendezvous_dump(const struct sockaddr *server, socklen_t server_len,
+                                  double timeout_s, const char *token, const char *job,
+                                  hoop__dump_reply *reply, char *err, size_t errlen);
+
 /* The kept connection, for a transport's wait to poll along with its own descriptors (-1: none).
  * When it is readable (or in error), the wait calls hoop__rendezvous_check. */
 int hoop__rendezvous_fd(const hoop_comm *comm);

@@ -147,6 +147,7 @@ void hoop__rdzv_client_close(rdzv_client *client) {
   client->closing = 1;
   hoop__rdzv_server *server = client->server;
   HOOP__TRACE(HOOP_SUBSYS_RDZV, "closing the connection from %s", client->peer);
+  hoop__rdzv_dump_forget_requester(client);
   if (client->pending_job)
     hoop__rdzv_newcomer_left(client);
   if (client->job && client->job->running)

@@ -65,8 +65,8 @@ static rdzv_job *job_for_hello(rdzv_client *client, const hoop__hello *hello) {
 
 /* With a token: 1 if proof (len bytes) is the one for purpose over this connection's challenge
  * (and, for a HELLO, over its fields); else the refusal is logged, its ERROR sent, and 0. */
-static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t *proof,
-                    size_t len) {
+static int proof_ok(rdzv_client *client, const hoop__hello *hello, const char *purpose,
+                    const uint8_t *proof, size_t len) {
   hoop__rdzv_server *server = client->server;
   if (!server->token[0])
     return 1;
@@ -77,12 +77,14 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t
       return 0;
     }
   } else {
-    hoop__auth_proof(server->token, strlen(server->token), HOOP__AUTH_STATUS, client->challenge,
+    hoop__auth_proof(server->token, strlen(server->token), purpose, client->challenge,
                      sizeof client->challenge, NULL, 0, expected);
   }
   if (len == HOOP__AUTH_PROOF && hoop__auth_equal(proof, expected, HOOP__AUTH_PROOF))
     return 1;
   char what[HOOP__WIRE_MAX_JOB + HOOP__WIRE_MAX_HOST + 64] = "a status query";
+  if (strcmp(purpose, HOOP__AUTH_DUMP) == 0)
+    snprintf(what, sizeof what, "a dump request");
   if (hello)
     snprintf(what, sizeof what, "a rank of job '%s' on host '%s'", hello->job, hello->host);
   HOOP__WARN(HOOP_SUBSYS_RDZV, "refused %s from %s: %s", what, client->peer,
@@ -97,7 +99,7 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const uint8_t
 }
 
 static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
-  if (!proof_ok(client, hello, hello->proof, hello->proof_len))
+  if (!proof_ok(client, hello, HOOP__AUTH_JOIN, hello->proof, hello->proof_len))
     return;
   if (hello->rank == HOOP__HELLO_NEWCOMER) {
     hoop__rdzv_newcomer_hello(client, hello);
@@ -255,7 +257,13 @@ void hoop__rdzv_handle_input(rdzv_client *client) {
   client->inlen = 0;
   hoop__hello hello;
   hoop__status_req request;
-  if (header.type == HOOP_MSG_HELLO) {
+  hoop__dump_req dump;
+  if (header.type == HOOP_MSG_DUMP_REQ) {
+    if (hoop__wire_decode_dump_req(payload, header.length, &dump) != 0)
+      hoop__rdzv_refuse_malformed(client, "malformed DUMP_REQ");
+    else if (proof_ok(client, NULL, HOOP__AUTH_DUMP, dump.proof, dump.proof_len))
+      hoop__rdzv_dump_request(client, &dump);
+  } else if (header.type == HOOP_MSG_HELLO) {
     if (hoop__wire_decode_hello(payload, header.length, &hello) != 0)
       hoop__rdzv_refuse_malformed(client, "malformed HELLO");
     else
@@ -263,7 +271,7 @@ void hoop__rdzv_handle_input(rdzv_client *client) {
   } else if (header.type == HOOP_MSG_STATUS_REQ) {
     if (hoop__wire_decode_status_req(payload, header.length, &request) != 0)
       hoop__rdzv_refuse_malformed(client, "malformed STATUS_REQ");
-    else if (proof_ok(client, NULL, request.proof, request.proof_len)) {
+    else if (proof_ok(client, NULL, HOOP__AUTH_STATUS, request.proof, request.proof_len)) {
       client->server->status_queries++;
       send_status(client);
     }

@@ -137,6 +137,7 @@ void hoop__rdzv_job_forget(rdzv_job *job) {
   if (job->forgotten)
     return;
   job->forgotten = 1;
+  hoop__rdzv_dump_forget_job(job);
   hoop__rdzv_newcomers_drop(job);
   for (uint32_t i = 0; i < job->joined; i++)
     job->members[i]->job = NULL;

@@ -77,6 +77,7 @@ struct rdzv_client {
   char from[64]; /* peer without its port: what the limit of idle connections per address counts */
   uint64_t accepted_ms;       /* uv_now at its accept */
   struct rdzv_report *report; /* a member's last STATS (health.c), or NULL */
+  struct rdzv_dump *dump;     /* a dump it asked for and waits for (dump.c), or NULL */
   size_t inlen;
   uint8_t in[HOOP__WIRE_HEADER_SIZE + HOOP__WIRE_MAX_CLIENT_PAYLOAD];
 };
@@ -107,7 +108,8 @@ struct rdzv_job {
   hoop__view_msg view;
   hoop__job_health health;
   uint64_t view_ms;
-  int view_stale; /* a STATS came since */
+  int view_stale;         /* a STATS came since */
+  struct rdzv_dump *dump; /* a dump on its way (dump.c), or NULL */
 };
 
 struct hoop__rdzv_server {
@@ -198,6 +200,12 @@ void hoop__rdzv_job_health(rdzv_job *job, hoop__job_health *out);
 void hoop__rdzv_report_free(rdzv_client *client);
 /* A member's last STATS (it has sent one: client->report set). */
 void hoop__rdzv_report_last(const rdzv_client *client, hoop__stats_msg *out);
+
+/* ---- dump.c: hoopd --dump, the members' flight recorders ------------------------------------ */
+void hoop__rdzv_dump_request(rdzv_client *client, const hoop__dump_req *req);
+void hoop__rdzv_member_flight(rdzv_client *member, const char *text);
+void hoop__rdzv_dump_forget_job(rdzv_job *job);
+void hoop__rdzv_dump_forget_requester(rdzv_client *client);
 
 /* ---- table.c: a job's rank table, and its members while it runs ------------------------------ */
 void hoop__rdzv_job_member_left(rdzv_job *job, rdzv_client *client);

@@ -30,6 +30,9 @@ struct hoop__rdzv_state {
 
 /* Stop using the kept connection (client.c), saying why in the log. */
 void hoop__rendezvous_drop(hoop_comm *comm, const char *why);
+/* The server asks for this rank's flight recorder (a DUMP of len payload bytes; report.c): the
+ * FLIGHT goes out at once. */
+void hoop__rendezvous_take_dump(hoop_comm *comm, size_t len);
 /* A VIEW's payload from the kept connection (report.c): kept if well formed, else the connection
  * is dropped. */
 void hoop__rendezvous_take_view(hoop_comm *comm, const uint8_t *payload, size_t len);

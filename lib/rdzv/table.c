@@ -240,6 +240,7 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
   hoop__abort_msg abort_msg;
   hoop__shrink_msg shrink_msg;
   hoop__stats_msg stats_msg;
+  char flight[HOOP__WIRE_MAX_FLIGHT + 1];
   if (client->said_goodbye) {
     hoop__rdzv_member_refuse(client, "a message after its BYE or ABORT");
   } else if (header->type == HOOP_MSG_BYE) {
@@ -277,6 +278,11 @@ static void member_message(rdzv_client *client, const hoop__wire_header *header,
       hoop__rdzv_member_refuse(client, "a malformed SHRINK");
     else
       hoop__rdzv_shrink_request(client, &shrink_msg);
+  } else if (header->type == HOOP_MSG_FLIGHT) {
+    if (hoop__wire_decode_flight(payload, header->length, flight) != 0)
+      hoop__rdzv_member_refuse(client, "a malformed FLIGHT");
+    else
+      hoop__rdzv_member_flight(client, flight);
   } else if (header->type == HOOP_MSG_STATS) {
     if (hoop__wire_decode_stats(payload, header->length, &stats_msg) != 0)
       hoop__rdzv_member_refuse(client, "a malformed STATS");

@@ -132,6 +132,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     break;
   }
+  case HOOP_MSG_DUMP_REQ: {
+    hoop__dump_req req;
+    if (hoop__wire_decode_dump_req(payload, header.length, &req) == 0) {
+      if (hoop__wire_encode_dump_req(&wb, &req) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
+  case HOOP_MSG_FLIGHT: {
+    static char text[HOOP__WIRE_MAX_FLIGHT + 1];
+    if (hoop__wire_decode_flight(payload, header.length, text) == 0) {
+      if (hoop__wire_encode_flight(&wb, text) != 0)
+        abort();
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
+  case HOOP_MSG_DUMP_REPLY: {
+    hoop__dump_reply reply;
+    if (hoop__wire_decode_dump_reply(payload, header.length, &reply) == 0) {
+      if (hoop__wire_encode_dump_reply(&wb, &reply, HOOP__WIRE_MAX_FLIGHT) != 0)
+        abort();
+      hoop__dump_reply_free(&reply);
+      expect_same(&wb, data, size);
+    }
+    break;
+  }
   case HOOP_MSG_VIEW: {
     hoop__view_msg view;
     if (hoop__wire_decode_view(payload, header.length, HOOP__WIRE_MAX_RANKS, &view) == 0) {

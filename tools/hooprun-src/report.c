@@ -1,7 +1,8 @@
 /* report.c - hooprun's account of the running job's health (hoop(3), "Finding the slow rank"):
  * on SIGUSR1, and every --report seconds, one line on stderr with the job's call rate, the share
  * of time its ranks wait, the ranks the others wait for and the slowest links, from the rendezvous
- * server's view: hooprun's own server, or the hoopd of --rendezvous (asked with the ranks' token). */
+ * server's view: hooprun's own server, or the hoopd of --rendezvous (asked with the ranks' token).
+ */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>

@@ -12,8 +12,14 @@
  * is back where it was); the tables are checked (size, rank, every entry) on a sample of
  * clients.
  *
+ * --stats S (issue 55): before they leave, the members send S seconds of health summaries as ranks
+ * do (a STATS of 64 calls every 2 s, at the same moments of the wall clock, each taking the VIEW
+ * that answers it), and a line says how much of a core the server used for them, and how many
+ * bytes per second each rank sent.
+ *
  * usage: rdzv-load [-n RANKS] [-H HOSTS] [-r ROUNDS] [--token-file FILE] [--server-log FILE]
- *                  (--hoopd PATH | --embedded)       (--server-log: hoopd's standard error) */
+ *                  [--stats S] (--hoopd PATH | --embedded) (--server-log: hoopd's standard error)
+ */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -60,6 +66,7 @@ typedef struct load {
   int ep;
   client *clients;
   int connected, holding, failed;
+  double stats_s; /* --stats: seconds of summaries before the members leave (0: none) */
 } load;
 
 static double now(void) {
@@ -358,6 +365,68 @@ static void on_readable(load *l, client *c, int *checked) {
   }
 }
 
+/* The server's CPU time so far (user and system), in seconds. */
+static double server_cpu(pid_t pid) {
+  char path[64], text[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return 0;
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  const char *p = strrchr(text, ')'); /* after the command's name, which may hold spaces */
+  unsigned long utime = 0, stime = 0;
+  if (p)
+    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime);
+  return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The members' summaries for stats_s seconds: every 2 s each sends a STATS of 64 calls (the same
+ * calls, as the ranks of one job describe), and drains the VIEWs that answer. */
+static void summaries(load *l) {
+  hoop__stats_msg msg = {.calls = 1000, .bytes = 1 << 20, .since_us = 10000000};
+  double cpu0 = server_cpu(l->server), start = now(), next = start;
+  uint64_t sent = 0, round = 0;
+  struct epoll_event events[256];
+  uint8_t drain[4096];
+  while (now() - start < l->stats_s) {
+    if (now() >= next) {
+      next += 2.0;
+      round++;
+      for (int i = 0; i < l->n; i++) {
+        client *c = &l->clients[i];
+        if (c->phase != HOLDING)
+          continue;
+        msg.nsamples = HOOP__WIRE_STATS_SAMPLES;
+        msg.waited_us = msg.in_calls_us = 0;
+        for (uint32_t k = 0; k < msg.nsamples; k++) {
+          msg.samples[k].seq = (uint32_t)(round * 64 + k + 1);
+          msg.samples[k].waited_us = (uint32_t)(100 + (c->rank * 7 + k) % 50);
+          msg.waited_us += msg.samples[k].waited_us;
+        }
+        msg.in_calls_us = msg.waited_us;
+        hoop__wbuf out = {0};
+        if (hoop__wire_encode_stats(&out, &msg) == 0 &&
+            send(c->fd, out.data, out.len, MSG_NOSIGNAL) == (ssize_t)out.len)
+          sent += out.len;
+        hoop__wbuf_free(&out);
+      }
+    }
+    int ready = epoll_wait(l->ep, events, 256, 50);
+    for (int e = 0; e < ready; e++) {
+      client *c = events[e].data.ptr;
+      while (c->phase == HOLDING && recv(c->fd, drain, sizeof drain, MSG_DONTWAIT) > 0)
+        ;
+    }
+  }
+  double elapsed = now() - start, cpu = server_cpu(l->server) - cpu0;
+  printf("summaries: %d ranks, a STATS every 2 s for %.0f s: the server used %.1f%% of a core; "
+         "%.0f bytes/s per rank\n",
+         l->holding, elapsed, 100 * cpu / elapsed,
+         (double)sent / elapsed / (l->holding ? l->holding : 1));
+}
+
 static int by_time(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -383,6 +452,14 @@ static void round_of(load *l, int round) {
     c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
       die("socket: too few descriptors? (ulimit -n)");
+    /* Each simulated host's clients come from an address of its own (127.1.0.0/16 is loopback
+     * too), as a job's hosts do: the server's limit of silent connections per address counts
+     * per host, not all clients as one. */
+    int h = (int)((long)i * l->hosts / l->n);
+    struct sockaddr_in from = {.sin_family = AF_INET,
+                               .sin_addr.s_addr = htonl(0x7f010000u | (uint32_t)(h + 1))};
+    if (bind(c->fd, (struct sockaddr *)&from, sizeof from) != 0)
+      die("bind to a client address of 127.1.0.0/16");
     int rc = connect(c->fd, (struct sockaddr *)&a, sizeof a);
     c->phase = rc == 0 ? CHALLENGE : CONNECTING;
     if (rc != 0 && errno != EINPROGRESS)
@@ -428,6 +505,8 @@ static void round_of(load *l, int round) {
     if (l->clients[i].phase == HOLDING)
       joins[njoins++] = l->clients[i].joined - l->clients[i].started;
   qsort(joins, (size_t)njoins, sizeof *joins, by_time);
+  if (l->stats_s > 0)
+    summaries(l);
   /* The members say BYE and leave, as ranks finalizing do. */
   hoop__wbuf bye = {0};
   hoop__wire_encode_bye(&bye);
@@ -456,11 +535,10 @@ static void round_of(load *l, int round) {
 
 int main(int argc, char **argv) {
   load l = {.n = 1024, .hosts = 128, .rounds = 3};
-  static const struct option options[] = {{"hoopd", required_argument, NULL, 'd'},
-                                          {"embedded", no_argument, NULL, 'e'},
-                                          {"token-file", required_argument, NULL, 't'},
-                                          {"server-log", required_argument, NULL, 'l'},
-                                          {NULL, 0, NULL, 0}};
+  static const struct option options[] = {
+      {"hoopd", required_argument, NULL, 'd'},      {"embedded", no_argument, NULL, 'e'},
+      {"token-file", required_argument, NULL, 't'}, {"server-log", required_argument, NULL, 'l'},
+      {"stats", required_argument, NULL, 's'},      {NULL, 0, NULL, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "n:H:r:", options, NULL)) != -1) {
     switch (opt) {
@@ -471,6 +549,7 @@ int main(int argc, char **argv) {
     case 'e': l.embedded = 1; break;
     case 't': l.token_file = optarg; break;
     case 'l': l.server_log = optarg; break;
+    case 's': l.stats_s = atof(optarg); break;
     default:
       die("usage: rdzv-load [-n RANKS] [-H HOSTS] [-r ROUNDS] [--token-file FILE] "
           "(--hoopd PATH | --embedded)");

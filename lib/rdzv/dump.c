@@ -113,8 +113,7 @@ void hoop__rdzv_dump_request(rdzv_client *client, const hoop__dump_req *req) {
   uv_timer_stop(&client->timer); /* the dump's own timer bounds the wait */
   for (uint32_t i = 0; i < job->joined; i++) {
     rdzv_client *member = job->members[i];
-    if (member->said_goodbye || !member->has_table || member->closing ||
-        member->rank >= job->size)
+    if (member->said_goodbye || !member->has_table || member->closing || member->rank >= job->size)
       continue;
     snprintf(entries[member->rank].text, sizeof entries[member->rank].text,
              "(no answer within %d s: the rank is not inside a hoop call, or its host is slow)\n",

@@ -206,6 +206,28 @@ grep -q '^hooprun: report: .* late ranks: 2: [4-9][0-9.]* ms' "$work/usr1.log" |
   { fail "SIGUSR1: hooprun did not name rank 2 first"; grep -v stats_worker "$work/usr1.log"; }
 grep '^hooprun: report' "$work/usr1.log" | cut -c1-160 | sed 's/^/  SIGUSR1: /'
 
+# HOOP_TRACE's timeline says whom each rank waited for: the other ranks' "waits" tracks name
+# rank 2 for most of the run, and each collective's event carries its wait.
+if [ -x "$python" ]; then
+  HOOP_TRACE=$work/trace HOOP_STATS_PERIOD=0 "$hooprun" -np 4 --timeout 60 "$worker" --slow 2 \
+    --delay-ms 5 --seconds 1.5 >"$work/trace.log" 2>&1
+  "$python" - "$work/trace" <<'PY' || fail "HOOP_TRACE: the waits do not name rank 2"
+import collections, json, sys
+bad = 0
+for rank in (0, 1, 3):
+    events = json.load(open("%s.%d" % (sys.argv[1], rank)))
+    waits = collections.Counter()
+    for e in events:
+        if e.get("cat") == "wait":
+            waits[e["args"]["peer"]] += e["dur"] / 1e6
+    waited = sum(e["args"]["waited_us"] for e in events if e.get("cat") == "collective") / 1e6
+    print("  trace: rank %d waited %.2f s in its calls, %.2f s of them for rank 2" %
+          (rank, waited, waits[2]))
+    bad += waits[2] < 0.5 * waited or waited < 0.5
+sys.exit(1 if bad else 0)
+PY
+fi
+
 # hoopd --dump: every rank's flight recorder through hoopd while the job runs (ranks 0, 1 and 3
 # wait for rank 2 most of the time), without stopping it; refused without the token; an unknown
 # job is an error.

@@ -32,8 +32,10 @@ hoop_result hoop__trace_open(hoop_comm *comm, const char *transports) {
           "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d of "
           "%d\"}},\n"
           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":"
-          "\"collectives\"}}",
-          comm->rank, comm->rank, comm->size, comm->rank);
+          "\"collectives\"}},\n"
+          "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":"
+          "\"waits\"}}",
+          comm->rank, comm->rank, comm->size, comm->rank, comm->rank);
   comm->trace = file;
   HOOP__INFO(HOOP_SUBSYS_INIT, "HOOP_TRACE: writing this rank's timeline to %s", name);
   return HOOP_OK;
@@ -62,6 +64,14 @@ void hoop__trace_done(hoop_comm *comm, uint64_t id, const char *call, hoop_resul
           call, (unsigned long long)id, comm->rank, at * 1e6, hoop_strerror(result));
 }
 
+void hoop__trace_wait(hoop_comm *comm, int peer, size_t bytes, double start, double end) {
+  fprintf(comm->trace,
+          ",\n{\"name\":\"wait for rank %d\",\"cat\":\"wait\",\"ph\":\"X\",\"pid\":%d,\"tid\":2,"
+          "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"peer\":%d,\"bytes\":%zu,\"seq\":%llu}}",
+          peer, comm->rank, start * 1e6, (end - start) * 1e6, peer, bytes,
+          (unsigned long long)comm->seq);
+}
+
 void hoop__trace_run(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
                      size_t bytes, const char *algorithm, hoop_result result, double start,
                      double end) {
@@ -69,8 +79,9 @@ void hoop__trace_run(hoop_comm *comm, const char *call, size_t count, hoop_dtype
   fprintf(comm->trace,
           ",\n{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,"
           "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"seq\":%llu,\"count\":%zu,\"dtype\":\"%s\","
-          "\"bytes\":%zu,\"algorithm\":\"%s\",\"transport\":\"%s\",\"result\":\"%s\"}}",
+          "\"bytes\":%zu,\"algorithm\":\"%s\",\"transport\":\"%s\",\"result\":\"%s\","
+          "\"waited_us\":%.3f}}",
           call, comm->rank, start * 1e6, (end - start) * 1e6, (unsigned long long)comm->seq, count,
           dtype_name ? dtype_name : "?", bytes, algorithm, comm->trace_transport,
-          hoop_strerror(result));
+          hoop_strerror(result), (double)comm->call_wait_ns * 1e-3);
 }

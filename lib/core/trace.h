@@ -1,7 +1,9 @@
 /* trace.h - HOOP_TRACE=FILE: a timeline of every call, per rank, in the Chrome trace event format
  * (JSON), which Perfetto and chrome://tracing open: each call's post and completion as an async
- * span on the rank's "requests" track, and each collective's run (its bytes, count, dtype,
- * algorithm and transport) as a complete event on its "collectives" track. */
+ * span on the rank's "requests" track, each collective's run (its bytes, count, dtype, algorithm,
+ * transport and the time it waited for peers) as a complete event on its "collectives" track, and
+ * each wait for a peer of 10 us or more as a complete event on its "waits" track, naming the peer:
+ * a view of the job's files shows whom each rank waited for, and when. */
 #ifndef HOOP__TRACE_H
 #define HOOP__TRACE_H
 
@@ -26,6 +28,11 @@ static inline int hoop__tracing(const hoop_comm *comm) {
 void hoop__trace_post(hoop_comm *comm, uint64_t id, const char *call, size_t bytes, double at);
 void hoop__trace_done(hoop_comm *comm, uint64_t id, const char *call, hoop_result result,
                       double at);
+/* Waits shorter than this are not traced: a spinning wait of a small call would add an event per
+ * message. */
+#define HOOP__TRACE_WAIT_MIN_S 10e-6
+/* This rank waited for peer (comm's rank) from start to end, for a message of bytes. */
+void hoop__trace_wait(hoop_comm *comm, int peer, size_t bytes, double start, double end);
 /* A collective ran from start to end on this rank. */
 void hoop__trace_run(hoop_comm *comm, const char *call, size_t count, hoop_dtype dtype,
                      size_t bytes, const char *algorithm, hoop_result result, double start,

@@ -91,7 +91,8 @@ hoop_result hoop__ib_poll_cq(hoop__tctx *ctx, int *moved) {
 
 static hoop_result drive_peers(hoop__tctx *ctx, int *moved) {
   ib_state *state = ib_state_of(ctx);
-  for (int p = 0; p < ctx->size; p++) {
+  /* No slots before the first connection (a rank whose first calls go over shared memory). */
+  for (int p = 0; state->peers && p < ctx->size; p++) {
     ib_peer *peer = &state->peers[p];
     if (peer->state != IB_PEER_UP)
       continue;
@@ -119,7 +120,7 @@ static hoop_result drain_async(hoop__tctx *ctx, int *moved) {
     const char *what = ibv_event_type_str(type);
     if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
         type == IBV_EVENT_QP_ACCESS_ERR) {
-      for (int p = 0; p < ctx->size; p++)
+      for (int p = 0; state->peers && p < ctx->size; p++)
         if (state->peers[p].id && state->peers[p].id->qp == qp) {
           char detail[96];
           snprintf(detail, sizeof detail, "asynchronous event %s", what);

@@ -369,7 +369,10 @@ static hoop_result build_pollset(hoop__tctx *ctx, int watch) {
                                            state->wake_fd, watch);
   if (result != HOOP_OK)
     return result;
-  for (int p = 0; p < ctx->size; p++) {
+  /* No peer has a connection yet (their slots come with the first): only the wake and watched
+   * descriptors. A rank whose first calls go to peers on its host over shared memory polls here
+   * before any (4 ranks per host crashed here at their first allreduce). */
+  for (int p = 0; state->peers && p < ctx->size; p++) {
     for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];
       int reading = stream->recv_head ||

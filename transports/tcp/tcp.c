@@ -89,7 +89,7 @@ static hoop_result tcp_irecv(hoop__tctx *ctx, int peer, void *buf, size_t len,
 static int tcp_pending(hoop__tctx *ctx, int peer) {
   tcp_state *state = state_of(ctx);
   int pending = 0;
-  for (int s = 0; s < state->nstreams && state->peers[peer].connected; s++) {
+  for (int s = 0; state->peers && s < state->nstreams && state->peers[peer].connected; s++) {
     if (state->peers[peer].streams[s].recv_head)
       pending |= HOOP__PENDING_RECV;
     if (state->peers[peer].streams[s].send_head)

@@ -5,7 +5,8 @@
  * names the slow rank as the latest, with its median lateness within 20% of the delay; with
  * --slow-link S (and --count large enough to time links: each allreduce's payload, in floats), when
  * it first names rank S as the sender on the job's slowest link (tests/netns-test.sh shapes S's
- * host's link). --slow -1: no rank is slowed, and lateness is not checked.
+ * host's link). --slow -1: no rank is slowed, and lateness is not checked. --expect-goodput: some
+ * peer's large messages to this rank were timed (a goodput), as over TCP and ibverbs they are.
  *
  * It then checks what every rank's figures must say: the allreduce's calls counted once each, the
  * payload, time waiting within time inside calls, bytes and waits by peer (this rank's own entry
@@ -56,10 +57,17 @@ static float input(int r, long s, int i) {
 }
 
 int main(int argc, char **argv) {
-  int slow = 1, slow_link = -1;
+  int slow = 1, slow_link = -1, expect_goodput = 0;
   size_t count = COUNT;
   double delay_ms = 5, seconds = 4;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--expect-goodput") == 0)
+      expect_goodput = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--expect-goodput") == 0) {
+      i--;
+      continue;
+    }
     if (strcmp(argv[i], "--slow") == 0)
       slow = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--delay-ms") == 0)
@@ -192,6 +200,14 @@ int main(int argc, char **argv) {
          rank, named, named_late, named_after, steps, stats.waited_s, stats.wait_share);
   if (slow >= 0)
     check(named == slow, "the slow rank was named within the run, late by the delay within 20%");
+  if (expect_goodput) {
+    double best = -1;
+    for (int p = 0; p < size; p++)
+      if (peers[p].goodput > best)
+        best = peers[p].goodput;
+    printf("stats_worker rank %d: goodput from its peers up to %.1f MB/s\n", rank, best / 1e6);
+    check(best > 0, "a goodput from a peer that sent this rank large messages");
+  }
   if (slow_link >= 0) {
     printf("stats_worker rank %d: slowest link %d -> %d at %.1f MB/s after %.1f s\n", rank,
            slow_link, link_to, link_goodput / 1e6, link_after);

@@ -432,8 +432,13 @@ static hoop__fragment *bind_recv(hoop__tctx *ctx, int index, const uint8_t *fram
   return head;
 }
 
-static void finish_recv_head(ib_peer *peer) {
+static void finish_recv_head(hoop__tctx *ctx, int index, ib_peer *peer) {
   hoop__fragment *frag = peer->recv_head;
+  /* A large message's time from its header to its last byte (or the RDMA write's ZDONE) is the
+   * link's (hoop_comm_stats' goodput by peer). */
+  if (peer->head_first_at > 0)
+    hoop__tctx_link_time(ctx, index, frag->owner->len, hoop__now() - peer->head_first_at);
+  peer->head_first_at = 0;
   peer->recv_head = frag->next;
   if (!peer->recv_head)
     peer->recv_tail = NULL;
@@ -469,7 +474,7 @@ static hoop_result finish_zcopy(hoop__tctx *ctx, int index) {
   ib_peer *peer = &ib_state_of(ctx)->peers[index];
   peer->recv_head->done = peer->recv_head->len;
   peer->head_zcopy = 0;
-  finish_recv_head(peer);
+  finish_recv_head(ctx, index, peer);
   return HOOP_OK;
 }
 
@@ -509,6 +514,8 @@ hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
       if (checked != HOOP_OK)
         return checked;
       peer->head_checked = 1;
+      if (kind != IB_SLOT_ZDONE) /* a ZDONE ends the message its RTS began */
+        peer->head_first_at = head->owner->len >= HOOP__LINK_MIN_BYTES ? hoop__now() : 0;
       data += IB_HEADER_BYTES;
       bytes -= IB_HEADER_BYTES;
       if (kind != IB_SLOT_HEADER) {
@@ -541,7 +548,7 @@ hoop_result hoop__ib_drive_recv(hoop__tctx *ctx, int index, int *moved) {
       memcpy(head->buf + head->done, data, bytes);
       head->done += bytes;
       if (head->done == head->len)
-        finish_recv_head(peer);
+        finish_recv_head(ctx, index, peer);
     }
     peer->slots_consumed++;
     peer->credits_owed++;

@@ -153,6 +153,8 @@ typedef struct ib_peer {
   uint32_t credits_owed; /* slots consumed and not yet returned */
   int head_checked;      /* the head receive was compared with the slot's header */
   int head_zcopy;        /* the head receive offered its buffer in a CTS: ZDONE (or DATA) next */
+  double head_first_at;  /* when the head receive's header came, for one of at least
+                            HOOP__LINK_MIN_BYTES (the link's time, hoop__tctx_link_time); 0: none */
   int cts_pending;       /* a CTS waits for a slot to go out in */
   uint8_t cts_out[IB_CTS_BYTES];
 

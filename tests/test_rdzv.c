@@ -1625,6 +1625,111 @@ START_TEST(test_stats_view_and_health) {
 }
 END_TEST
 
+/* A shrink starts the job's health afresh: the health of 3 ranks (rank 2 late, a link from rank
+ * 2) is not shown for the 2 left, whose status still encodes (a health naming rank 2 of a job of
+ * 2 would not); a STATS naming a link from a rank outside the job has it dropped, and the VIEW
+ * the members get decodes at the new size. */
+START_TEST(test_shrink_forgets_health) {
+  int fds[3];
+  uint32_t late[3] = {0, 0, 3000};
+  join_running("shrunk", 3, fds);
+  hoop__view_msg view;
+  for (int i = 0; i < 3; i++) {
+    send_stats(fds[i], 1, 20, 9000, late[i], i == 0 ? 2 : -1, 40000, "a member");
+    expect_view(fds[i], &view, "a member");
+  }
+  close(fds[2]);
+  expect_notice(fds[0], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",
+                "rank 0");
+  expect_notice(fds[1], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",
+                "rank 1");
+  send_shrink(fds[0], 0, JOB_TIMEOUT_MS);
+  send_shrink(fds[1], 1, JOB_TIMEOUT_MS);
+  for (int i = 0; i < 2; i++) {
+    uint8_t *payload;
+    uint32_t len;
+    hoop__table table;
+    uint16_t type = read_message(fds[i], &payload, &len, "a survivor", "the next TABLE");
+    ck_assert(type == HOOP_MSG_TABLE && hoop__wire_decode_table(payload, len, &table) == 0);
+    ck_assert_uint_eq(table.size, 2);
+    hoop__table_free(&table);
+    free(payload);
+  }
+  hoop__status status;
+  query_status(&status); /* fails the test if the server cannot encode it */
+  const hoop__job_status *job = status_job(&status, "shrunk");
+  ck_assert_msg(job && job->health.running && job->health.reporting == 0 && job->health.nlate == 0,
+                "status after the shrink: expected the job running with no health yet");
+  hoop__status_free(&status);
+  send_stats(fds[0], 1, 20, 9000, 0, 2, 40000, "rank 0 of 2"); /* a link from no rank of 2 */
+  uint8_t *payload;
+  uint32_t len;
+  uint16_t type = read_message(fds[0], &payload, &len, "rank 0 of 2", "a VIEW");
+  ck_assert_msg(type == HOOP_MSG_VIEW && hoop__wire_decode_view(payload, len, 2, &view) == 0 &&
+                    view.nlinks == 0,
+                "rank 0 of 2: expected a VIEW of the new size without the link from rank 2");
+  free(payload);
+  say_bye(fds[0], "rank 0");
+  say_bye(fds[1], "rank 1");
+}
+END_TEST
+
+/* hoopd --dump's exchange: a DUMP_REQ for a running job sends every member DUMP; their FLIGHTs
+ * come back in the DUMP_REPLY by rank (the silent one named so, after 5 s); a second DUMP_REQ on
+ * the same connection (the same proof would serve) is never read, and the server serves on. */
+START_TEST(test_dump_exchange) {
+  int fds[3];
+  join_running("dumped", 3, fds);
+  int asker = connect_server();
+  hoop__dump_req req = {.job = "dumped"};
+  hoop__wbuf wb = {0};
+  ck_assert_int_eq(hoop__wire_encode_dump_req(&wb, &req), 0);
+  send_bytes(asker, wb.data, wb.len, "the dump request");
+  for (int i = 0; i < 2; i++) { /* rank 2 stays silent */
+    uint8_t *payload;
+    uint32_t len;
+    uint16_t type = read_message(fds[i], &payload, &len, "a member", "a DUMP");
+    ck_assert_msg(type == HOOP_MSG_DUMP && len == 0, "member %d: expected a DUMP, got %u", i, type);
+    free(payload);
+    if (i == 0) /* the members were asked: a second request on the asker's connection */
+      send_bytes(asker, wb.data, wb.len, "a second dump request");
+    char text[64];
+    snprintf(text, sizeof text, "rank %d: in hoop_allreduce\n", i);
+    hoop__wbuf flight = {0};
+    ck_assert_int_eq(hoop__wire_encode_flight(&flight, text), 0);
+    send_bytes(fds[i], flight.data, flight.len, "a FLIGHT");
+    hoop__wbuf_free(&flight);
+  }
+  hoop__wbuf_free(&wb);
+  uint8_t *payload;
+  uint32_t len;
+  uint16_t type = read_message(asker, &payload, &len, "the asker", "a DUMP_REPLY");
+  hoop__dump_reply reply;
+  ck_assert_msg(type == HOOP_MSG_DUMP_REPLY &&
+                    hoop__wire_decode_dump_reply(payload, len, &reply) == 0 && reply.n == 3,
+                "expected a DUMP_REPLY of 3 ranks, got type %u", type);
+  free(payload);
+  ck_assert(strcmp(reply.entries[1].text, "rank 1: in hoop_allreduce\n") == 0);
+  ck_assert_msg(strstr(reply.entries[2].text, "no answer within"), "rank 2's entry: '%s'",
+                reply.entries[2].text);
+  hoop__dump_reply_free(&reply);
+  expect_closed(asker, "the asker, once answered");
+  close(asker);
+  /* Rank 2 answers late: nothing happens; the server still answers a status query. */
+  uint8_t *dump_payload;
+  uint32_t dump_len;
+  ck_assert_int_eq(read_message(fds[2], &dump_payload, &dump_len, "rank 2", "a DUMP"),
+                   HOOP_MSG_DUMP);
+  free(dump_payload);
+  ck_assert_int_eq(hoop__wire_encode_flight(&wb, "late"), 0);
+  send_bytes(fds[2], wb.data, wb.len, "a late FLIGHT");
+  hoop__wbuf_free(&wb);
+  ck_assert(job_listed("dumped") == 0);
+  for (int i = 0; i < 3; i++)
+    say_bye(fds[i], "a member");
+}
+END_TEST
+
 static TCase *add_case(Suite *s, const char *name, int fixture) {
   TCase *tc = tcase_create(name);
   tcase_add_checked_fixture(tc, fixture ? start_default_server : NULL, stop_server);
@@ -1706,6 +1811,8 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_abort_before_join_refused);
   tcase_add_test(tc, test_running_job_frees_its_id);
   tcase_add_test(tc, test_stats_view_and_health);
+  tcase_add_test(tc, test_shrink_forgets_health);
+  tcase_add_test(tc, test_dump_exchange);
   tc = add_case(s, "kept_own_server", 0);
   tcase_add_test(tc, test_abort_after_failed_proof_refused);
   tcase_add_test(tc, test_once_waits_for_members);

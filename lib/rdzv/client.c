@@ -635,8 +635,11 @@ hoop_result hoop__rendezvous_dump(const struct sockaddr *server, socklen_t serve
                                   hoop__dump_reply *reply, char *err, size_t errlen) {
   uint8_t *payload;
   uint32_t len = 0;
-  if (!job[0] || strlen(job) > HOOP__WIRE_MAX_JOB) {
-    snprintf(err, errlen, "'%s' is not a job id (1 to %d bytes)", job, HOOP__WIRE_MAX_JOB);
+  int control = 0;
+  for (const unsigned char *p = (const unsigned char *)job; *p; p++)
+    control |= *p < 0x20 || *p == 0x7f;
+  if (!job[0] || strlen(job) > HOOP__WIRE_MAX_JOB || control) {
+    snprintf(err, errlen, "not a job id: 1 to %d bytes, no control characters", HOOP__WIRE_MAX_JOB);
     return HOOP_ERR_INVALID_ARG;
   }
   hoop_result result =

@@ -110,9 +110,16 @@ void hoop__rdzv_dump_request(rdzv_client *client, const hoop__dump_req *req) {
   server->open_handles++;
   job->dump = dump;
   client->dump = dump;
-  uv_timer_stop(&client->timer); /* the dump's own timer bounds the wait */
-  for (uint32_t i = 0; i < job->joined; i++) {
-    rdzv_client *member = job->members[i];
+  uv_timer_stop(&client->timer);             /* the dump's own timer bounds the wait */
+  uv_read_stop((uv_stream_t *)&client->tcp); /* one request per connection: no second dump */
+  /* A send that fails at once closes its member, which leaves the job's list (and may end the
+   * job, and with it this dump): ask from a copy, and look at the dump after. */
+  uint32_t count = job->joined;
+  rdzv_client **members = malloc((count ? count : 1) * sizeof *members);
+  if (members)
+    memcpy(members, job->members, count * sizeof *members);
+  for (uint32_t i = 0; members && i < count && !dump->finished; i++) {
+    rdzv_client *member = members[i];
     if (member->said_goodbye || !member->has_table || member->closing || member->rank >= job->size)
       continue;
     snprintf(entries[member->rank].text, sizeof entries[member->rank].text,
@@ -128,6 +135,9 @@ void hoop__rdzv_dump_request(rdzv_client *client, const hoop__dump_req *req) {
     dump->waiting++;
     hoop__rdzv_client_send(member, ask);
   }
+  free(members);
+  if (dump->finished)
+    return;
   HOOP__INFO(HOOP_SUBSYS_RDZV, "dump of job '%s' for %s: asked %u ranks", job->id, client->peer,
              dump->waiting);
   if (dump->waiting == 0)

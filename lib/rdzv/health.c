@@ -237,6 +237,13 @@ void hoop__rdzv_member_stats(rdzv_client *client, const hoop__stats_msg *msg) {
   uint64_t now = uv_now(client->server->loop);
   report->before = report->last;
   report->last = *msg;
+  /* Links from ranks of this job only (a member's word: its VIEW goes to every member, whose
+   * decoders refuse a rank outside the job). */
+  uint32_t kept = 0;
+  for (uint32_t l = 0; l < msg->nlinks; l++)
+    if (msg->links[l].from < job->size && msg->links[l].from != client->rank)
+      report->last.links[kept++] = msg->links[l];
+  report->last.nlinks = kept;
   report->received_ms = now;
   job->view_stale = 1;
   if (report->answered_ms && now - report->answered_ms < ANSWER_EVERY_MS)
@@ -252,6 +259,13 @@ void hoop__rdzv_member_stats(rdzv_client *client, const hoop__stats_msg *msg) {
   }
   reply->keep_open = 1;
   hoop__rdzv_client_send(client, reply);
+}
+
+void hoop__rdzv_health_forget(rdzv_job *job) {
+  memset(&job->view, 0, sizeof job->view);
+  memset(&job->health, 0, sizeof job->health);
+  job->view_ms = 0;
+  job->view_stale = 0;
 }
 
 void hoop__rdzv_report_last(const rdzv_client *client, hoop__stats_msg *out) {

@@ -258,7 +258,9 @@ void hoop__rdzv_handle_input(rdzv_client *client) {
   hoop__hello hello;
   hoop__status_req request;
   hoop__dump_req dump;
-  if (header.type == HOOP_MSG_DUMP_REQ) {
+  if (client->dump) { /* reading stopped with its request: cannot happen */
+    hoop__rdzv_refuse_malformed(client, "a request after its DUMP_REQ");
+  } else if (header.type == HOOP_MSG_DUMP_REQ) {
     if (hoop__wire_decode_dump_req(payload, header.length, &dump) != 0)
       hoop__rdzv_refuse_malformed(client, "malformed DUMP_REQ");
     else if (proof_ok(client, NULL, HOOP__AUTH_DUMP, dump.proof, dump.proof_len))

@@ -13,6 +13,15 @@ static const char *const refusal_names[REFUSALS] = {
     [REFUSED_IDLE] = "idle",   [REFUSED_TIMEOUT] = "timeout",
 };
 
+/* A running job whose id a later running job took again (an id is free once its job runs): its
+ * series would repeat the later one's labels, which the format forbids; the later one is shown. */
+static int shadowed(const rdzv_job *job) {
+  for (const rdzv_job *later = job->next; later; later = later->next)
+    if (later->running && !later->forgotten && later->joined > 0 && strcmp(later->id, job->id) == 0)
+      return 1;
+  return 0;
+}
+
 static void family(hoop__buf *out, const char *name, const char *type, const char *help) {
   hoop__buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -115,7 +124,7 @@ void hoop__rdzv_metrics_text(hoop__rdzv_server *server, hoop__buf *out) {
   for (size_t f = 0; f < sizeof per_job / sizeof per_job[0]; f++) {
     family(out, per_job[f].name, per_job[f].type, per_job[f].help);
     for (rdzv_job *job = server->jobs; job; job = job->next) {
-      if (!job->running || job->forgotten || job->joined == 0)
+      if (!job->running || job->forgotten || job->joined == 0 || shadowed(job))
         continue;
       hoop__job_health health;
       hoop__rdzv_job_health(job, &health);

@@ -71,7 +71,9 @@ void hoop__rendezvous_take_dump(hoop_comm *comm, size_t len) {
 void hoop__rendezvous_take_view(hoop_comm *comm, const uint8_t *payload, size_t len) {
   hoop__view_msg view;
   if (hoop__wire_decode_view(payload, len, (uint32_t)comm->size, &view) != 0) {
-    hoop__rendezvous_drop(comm, "the server sent a malformed VIEW");
+    /* Advice, not the job's life: dropping the connection would read as this rank's loss. */
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "the rendezvous server sent a VIEW this rank cannot read; kept "
+                                 "the last one");
     return;
   }
   pthread_mutex_lock(&comm->rdzv->view_lock);

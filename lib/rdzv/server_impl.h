@@ -198,6 +198,8 @@ void hoop__rdzv_member_stats(rdzv_client *client, const hoop__stats_msg *msg);
 /* The job's health as a status gives it (zeros for a job still waiting). */
 void hoop__rdzv_job_health(rdzv_job *job, hoop__job_health *out);
 void hoop__rdzv_report_free(rdzv_client *client);
+/* A new generation: the job's view and health are made again from the members' next STATS. */
+void hoop__rdzv_health_forget(rdzv_job *job);
 /* A member's last STATS (it has sent one: client->report set). */
 void hoop__rdzv_report_last(const rdzv_client *client, hoop__stats_msg *out);
 

@@ -291,8 +291,11 @@ static void shrink_complete(rdzv_job *job) {
   }
   job->generation = generation;
   job->size = nin;
+  /* The health of the generation before: its ranks' numbers and calls no longer hold. */
+  hoop__rdzv_health_forget(job);
   shared->refs = 1;
   for (uint32_t i = 0; i < nin; i++) {
+    hoop__rdzv_report_free(in[i]);
     in[i]->rank = i;
     in[i]->shrink_asked = 0;
     snprintf(in[i]->hello.addr, sizeof in[i]->hello.addr, "%s", in[i]->shrink_addr);

@@ -11,8 +11,9 @@
 #include "rdzv/client.h"
 #include "util/netaddr.h"
 
-/* How long a report waits for a hoopd's status reply: it runs on hooprun's loop. */
-#define STATUS_WAIT_S 2.0
+/* How long a report waits for a hoopd's status reply: it runs on hooprun's loop, whose forwarding
+ * of the ranks' output waits meanwhile. */
+#define STATUS_WAIT_S 1.0
 
 /* The status of the server that holds the job: 0, or -1 with the reason in err. */
 static int job_status(hooprun_job *job, hoop__status *status, char *err, size_t errlen) {

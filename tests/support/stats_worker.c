@@ -5,7 +5,9 @@
  * names the slow rank as the latest, with its median lateness within 20% of the delay; with
  * --slow-link S (and --count large enough to time links: each allreduce's payload, in floats), when
  * it first names rank S as the sender on the job's slowest link (tests/netns-test.sh shapes S's
- * host's link). --slow -1: no rank is slowed, and lateness is not checked. --expect-goodput: some
+ * host's link). --slow -1: no rank is slowed, and lateness is not checked. --tolerance F: the
+ * lateness named may be off the delay by F of it (default 0.2; the slow rank's sleep overshoots
+ * where ranks far outnumber the CPUs, and it comes that much later). --expect-goodput: some
  * peer's large messages to this rank were timed (a goodput), as over TCP and ibverbs they are.
  *
  * It then checks what every rank's figures must say: the allreduce's calls counted once each, the
@@ -59,7 +61,7 @@ static float input(int r, long s, int i) {
 int main(int argc, char **argv) {
   int slow = 1, slow_link = -1, expect_goodput = 0;
   size_t count = COUNT;
-  double delay_ms = 5, seconds = 4;
+  double delay_ms = 5, seconds = 4, tolerance = 0.2;
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--expect-goodput") == 0)
       expect_goodput = 1;
@@ -74,6 +76,8 @@ int main(int argc, char **argv) {
       delay_ms = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--seconds") == 0)
       seconds = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--tolerance") == 0)
+      tolerance = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--slow-link") == 0)
       slow_link = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--count") == 0)
@@ -115,7 +119,7 @@ int main(int argc, char **argv) {
       must(hoop_comm_stats(comm, &stats, NULL, 0), "hoop_comm_stats");
       double late = stats.slowest_late_s * 1000;
       if (named_after < 0 && stats.slowest_rank == slow &&
-          fabs(late - delay_ms) <= 0.2 * delay_ms) {
+          fabs(late - delay_ms) <= tolerance * delay_ms) {
         named_after = now_s() - began;
         named = stats.slowest_rank;
         named_late = late;
@@ -199,7 +203,8 @@ int main(int argc, char **argv) {
          "(share %.2f)\n",
          rank, named, named_late, named_after, steps, stats.waited_s, stats.wait_share);
   if (slow >= 0)
-    check(named == slow, "the slow rank was named within the run, late by the delay within 20%");
+    check(named == slow, "the slow rank was named within the run, late by the delay within the "
+                         "tolerance (20% unless told)");
   if (expect_goodput) {
     double best = -1;
     for (int p = 0; p < size; p++)

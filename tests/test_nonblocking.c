@@ -167,7 +167,8 @@ static int json_value(const char **at) {
 }
 
 /* Two ranks with HOOP_TRACE: each rank's file is one JSON array that holds a span ("b" and "e")
- * for every collective the rank called and a run ("X") with its algorithm for each. */
+ * for every collective the rank called and a run (a "collective" event) with its algorithm for
+ * each, beside the waits' events. */
 START_TEST(test_trace) {
   char dir[] = "/tmp/hoop-trace-XXXXXX";
   ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
@@ -192,7 +193,9 @@ START_TEST(test_trace) {
     ck_assert_msg(*at == '\0', "%s has bytes after its JSON value", path);
     ck_assert_msg(text[0] == '[', "%s is not a JSON array", path);
     int posted = procs_count(text, "\"ph\":\"b\""), done = procs_count(text, "\"ph\":\"e\"");
-    int runs = procs_count(text, "\"ph\":\"X\""), algos = procs_count(text, "\"algorithm\":\"");
+    /* Runs are the collectives' complete events; the waits' are complete events too. */
+    int runs = procs_count(text, "\"cat\":\"collective\""),
+        algos = procs_count(text, "\"algorithm\":\"");
     ck_assert_msg(posted == calls && done == calls,
                   "rank %d called %d collectives; its trace has %d posts and %d completions", r,
                   calls, posted, done);

@@ -337,16 +337,24 @@ fi
 # the goal; 16 ranks on this machine's 2 CPUs make rank 9's sleep overshoot, so that it really
 # comes 5.5-6.1 ms late, as every rank measures), and hoopd --status lists it first while the
 # job runs. The lateness each rank saw is printed.
+# Built with the sanitizers, every call is several times slower and rank 9 comes later still
+# (7-8 ms): there the test asks only that it be named, whatever its lateness.
 out=$work/slowrank.out
+tolerance=0.3
+[ "${HOOP_SANITIZED:-no}" = yes ] && tolerance=20
 "$hooprun" --rendezvous 10.77.0.1:29400 --rsh 'ip netns exec' -H "$h1:4,$h2:4,$h3:4,$h4:4" \
-  --timeout 120 "$build/tests/stats_worker" --slow 9 --delay-ms 5 --seconds 12 --tolerance 0.3 \
-  >"$out" 2>&1 &
+  --timeout 120 "$build/tests/stats_worker" --slow 9 --delay-ms 5 --seconds 12 \
+  --tolerance "$tolerance" >"$out" 2>&1 &
 job=$!
 status=""
 for _ in $(seq 50); do
   sleep 0.2
   line=$(ip netns exec "$h2" "$hoopd" --status 10.77.0.1:29400 2>&1 | grep '^hooprun')
-  echo "$line" | grep -q '%  *9: \([4-6]\.[0-9]\|7\.0\) ms' && { status=$line; break; }
+  if [ "$tolerance" = 20 ]; then
+    echo "$line" | grep -q '%  *9: [0-9.]* ms' && { status=$line; break; }
+  else
+    echo "$line" | grep -q '%  *9: \([4-6]\.[0-9]\|7\.0\) ms' && { status=$line; break; }
+  fi
 done
 wait "$job"
 code=$?

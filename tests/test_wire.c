@@ -772,7 +772,10 @@ START_TEST(test_dump_round_trip) {
   ck_assert_int_eq(hoop__wire_decode_dump_req(payload_of(&wb, HOOP_MSG_DUMP_REQ),
                                               wb.len - HOOP__WIRE_HEADER_SIZE, &req_back),
                    0);
-  ck_assert(memcmp(&req, &req_back, sizeof req) == 0);
+  /* Field by field: a struct's padding need not match. */
+  ck_assert(req_back.proof_len == req.proof_len &&
+            memcmp(req_back.proof, req.proof, req.proof_len) == 0 &&
+            strcmp(req_back.job, req.job) == 0);
   hoop__wbuf_free(&wb);
   req.job[0] = '\0';
   ck_assert_int_eq(hoop__wire_encode_dump_req(&wb, &req), -1);

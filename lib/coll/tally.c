@@ -80,17 +80,7 @@ static void slowest_links(hoop_comm *comm, hoop__stats_msg *msg) {
     if (bytes < LINK_NAMED_BYTES || us == 0)
       continue;
     hoop__link link = {.from = (uint32_t)p, .bytes = bytes, .us = us};
-    /* Insert by goodput, slowest first: bytes/us compared as products. */
-    uint32_t at = msg->nlinks;
-    while (at > 0 && (double)link.bytes * (double)msg->links[at - 1].us <
-                         (double)msg->links[at - 1].bytes * (double)link.us)
-      at--;
-    if (at >= HOOP__WIRE_MAX_LINKS)
-      continue;
-    uint32_t keep = msg->nlinks < HOOP__WIRE_MAX_LINKS ? msg->nlinks : HOOP__WIRE_MAX_LINKS - 1;
-    memmove(&msg->links[at + 1], &msg->links[at], (keep - at) * sizeof link);
-    msg->links[at] = link;
-    msg->nlinks = keep + 1;
+    hoop__links_insert(msg->links, &msg->nlinks, &link);
   }
 }
 

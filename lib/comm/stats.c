@@ -19,16 +19,6 @@ const char *hoop_stats_coll_name(int index) {
   return index >= 0 && index < HOOP_STATS_COLLS ? coll_names[index] : NULL;
 }
 
-/* comm's rank whose net rank is net_rank, or -1 when it is not one of comm's. */
-static int rank_of_net(const hoop_comm *comm, uint32_t net_rank) {
-  if (!comm->net_rank_of)
-    return net_rank < (uint32_t)comm->size ? (int)net_rank : -1;
-  for (int r = 0; r < comm->size; r++)
-    if ((uint32_t)comm->net_rank_of[r] == net_rank)
-      return r;
-  return -1;
-}
-
 static void gather(hoop_comm *comm, hoop_stats *stats, hoop_peer_stats *peers, int npeers) {
   memset(stats, 0, sizeof *stats);
   double since = hoop__now() - hoop__coll_tally_began(comm);
@@ -53,7 +43,7 @@ static void gather(hoop_comm *comm, hoop_stats *stats, hoop_peer_stats *peers, i
   stats->reporting = (int)view.reporting;
   stats->slowest_rank = -1;
   for (uint32_t i = 0; i < view.nlate && view.calls > 0; i++) {
-    int r = rank_of_net(comm, view.late[i].rank);
+    int r = hoop__comm_rank_of_net(comm, (int)view.late[i].rank);
     if (r >= 0) {
       stats->slowest_rank = r;
       stats->slowest_late_s = view.late[i].median_us * 1e-6;
@@ -62,8 +52,8 @@ static void gather(hoop_comm *comm, hoop_stats *stats, hoop_peer_stats *peers, i
   }
   stats->slowest_link_from = stats->slowest_link_to = -1;
   if (view.nlinks > 0) {
-    stats->slowest_link_from = rank_of_net(comm, view.links[0].from);
-    stats->slowest_link_to = rank_of_net(comm, view.links[0].to);
+    stats->slowest_link_from = hoop__comm_rank_of_net(comm, (int)view.links[0].from);
+    stats->slowest_link_to = hoop__comm_rank_of_net(comm, (int)view.links[0].to);
     stats->slowest_link_goodput = (double)view.links[0].bytes / ((double)view.links[0].us * 1e-6);
   }
   for (int p = 0; p < npeers; p++) {

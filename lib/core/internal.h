@@ -291,6 +291,16 @@ static inline hoop_comm *hoop__net(hoop_comm *comm) {
 static inline int hoop__net_rank(const hoop_comm *comm, int r) {
   return comm->net_rank_of ? comm->net_rank_of[r] : r;
 }
+/* comm's rank whose net rank is net_rank, or -1 when that rank is not one of comm's (a search:
+ * for statistics and traces, not for a call's path). */
+static inline int hoop__comm_rank_of_net(const hoop_comm *comm, int net_rank) {
+  if (!comm->net_rank_of)
+    return net_rank >= 0 && net_rank < comm->size ? net_rank : -1;
+  for (int r = 0; r < comm->size; r++)
+    if (comm->net_rank_of[r] == net_rank)
+      return r;
+  return -1;
+}
 /* Take and give back net's lock (a no-op while no view exists); enter wakes a holder that
  * sleeps in the transports (HOOP__HOOK_WAKE). yield: between two rounds of a wait, with the lock
  * given back, let a thread that waits for it in. */

@@ -302,6 +302,10 @@ int hoop__wire_encode_notice(hoop__wbuf *wb, const hoop__notice *msg);
 int hoop__wire_encode_shrink(hoop__wbuf *wb, const hoop__shrink_msg *msg);
 int hoop__wire_encode_pending(hoop__wbuf *wb, uint32_t newcomers);
 int hoop__wire_encode_table_proof(hoop__wbuf *wb, const hoop__table_proof *msg);
+/* Put link among the n slowest of links (at most HOOP__WIRE_MAX_LINKS, slowest first by bytes
+ * per microsecond), where it belongs; past the last place, it is left out. */
+void hoop__links_insert(hoop__link *links, uint32_t *n, const hoop__link *link);
+
 int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg);
 int hoop__wire_encode_view(hoop__wbuf *wb, const hoop__view_msg *msg);
 int hoop__wire_encode_dump_req(hoop__wbuf *wb, const hoop__dump_req *msg);

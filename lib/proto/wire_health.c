@@ -96,6 +96,20 @@ static void get_links(reader *in, uint32_t *nlinks, hoop__link *links, uint32_t 
     get_link(in, &links[i], size, both_ends);
 }
 
+void hoop__links_insert(hoop__link *links, uint32_t *n, const hoop__link *link) {
+  /* Goodputs compared as products: bytes/us without a division. */
+  uint32_t at = *n;
+  while (at > 0 && (double)link->bytes * (double)links[at - 1].us <
+                       (double)links[at - 1].bytes * (double)link->us)
+    at--;
+  if (at >= HOOP__WIRE_MAX_LINKS)
+    return;
+  uint32_t keep = *n < HOOP__WIRE_MAX_LINKS ? *n : HOOP__WIRE_MAX_LINKS - 1;
+  memmove(&links[at + 1], &links[at], (keep - at) * sizeof *link);
+  links[at] = *link;
+  *n = keep + 1;
+}
+
 int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg) {
   if (msg->nsamples > HOOP__WIRE_STATS_SAMPLES ||
       !links_valid(msg->nlinks, msg->links, HOOP__WIRE_MAX_RANKS, 0))

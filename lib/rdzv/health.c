@@ -107,18 +107,8 @@ static uint32_t slowest_links(rdzv_client **members, uint32_t n, hoop__link *out
     for (uint32_t l = 0; l < last->nlinks; l++) {
       hoop__link link = last->links[l];
       link.to = members[m]->rank;
-      if (link.from == link.to)
-        continue;
-      uint32_t at = count;
-      while (at > 0 && (double)link.bytes * (double)out[at - 1].us <
-                           (double)out[at - 1].bytes * (double)link.us)
-        at--;
-      if (at >= HOOP__WIRE_MAX_LINKS)
-        continue;
-      uint32_t keep = count < HOOP__WIRE_MAX_LINKS ? count : HOOP__WIRE_MAX_LINKS - 1;
-      memmove(&out[at + 1], &out[at], (keep - at) * sizeof link);
-      out[at] = link;
-      count = keep + 1;
+      if (link.from != link.to)
+        hoop__links_insert(out, &count, &link);
     }
   }
   return count;

@@ -58,16 +58,6 @@ hoop_result hoop__drive_end(hoop_comm *comm, const hoop_comm *outer, hoop_result
 
 /* A stamped request to its transport, as comm's rank peer; a receive first looks for a stray of
  * its channel that came before it. */
-/* comm's rank of net's rank net_rank (a transfer's peer), or net's when comm is not a view. */
-static int comm_rank_of(const hoop_comm *comm, int net_rank) {
-  if (!comm->net_rank_of)
-    return net_rank;
-  for (int r = 0; r < comm->size; r++)
-    if (comm->net_rank_of[r] == net_rank)
-      return r;
-  return net_rank;
-}
-
 /* Add v to a counter that only the holder of the net lock writes and any thread may read. */
 static inline void tally(_Atomic uint64_t *counter, uint64_t v) {
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v,
@@ -450,7 +440,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
   if (net->transport->peer_wait_ns)
     tally(&net->transport->peer_wait_ns[req->peer], waited_ns);
   if (hoop__tracing(comm) && now - began >= HOOP__TRACE_WAIT_MIN_S)
-    hoop__trace_wait(comm, comm_rank_of(comm, req->peer), req->len, began, now);
+    hoop__trace_wait(comm, hoop__comm_rank_of_net(comm, req->peer), req->len, began, now);
   result = hoop__drive_end(comm, outer, result);
   net->waiting_for = -1;
   state->deadline = deadline;

@@ -136,6 +136,9 @@ typedef struct hoop_config {
                              is ignored */
   int reproducible;       /* 1: reproducible mode (hoop_comm_set_reproducible); 0: as
                              HOOP_REPRODUCIBLE says (default off) */
+  int compress;           /* the wire format across hosts (hoop_comm_set_compress): a
+                             HOOP_COMPRESS_* format with its flags; 0: as HOOP_COMPRESS says
+                             (default none) */
 } hoop_config;
 
 /* Fill config (struct_size bytes of it) with the defaults. Call it through hoop_config_init. */
@@ -249,6 +252,56 @@ HOOP_API double hoop_comm_timeout(const hoop_comm *comm);
 HOOP_API hoop_result hoop_comm_set_reproducible(hoop_comm *comm, int on);
 /* 1 when comm is in reproducible mode (0 for a NULL comm). */
 HOOP_API int hoop_comm_reproducible(const hoop_comm *comm);
+
+/* Compressed reductions (hoop(3), "Slow links"): float32, float16 and bfloat16 sum and average
+ * in allreduce, reduce-scatter and allreduce_many may cross hosts in a smaller wire format. Within
+ * a host nothing is compressed: each host's ranks reduce exactly, the ranks at the same place on
+ * every host exchange their host's partial sums compressed, once each, adding them in float32,
+ * and each block's result is compressed once more by the rank that summed it, which keeps the
+ * values it sent, as every other rank does: every rank ends with the same bits. Jobs on one host,
+ * or whose hosts run different numbers of ranks, are not compressed. The formats, and what each
+ * costs in accuracy (per conversion; a result has been through at most two):
+ *   HOOP_COMPRESS_BF16: bfloat16, 2 bytes an element; relative error at most 2^-8.
+ *   HOOP_COMPRESS_FP8:  float8 e4m3 scaled per block of HOOP_COMPRESS_BLOCK elements (448 is the
+ *                       block's largest magnitude), 1 byte an element and 4 a block; relative
+ *                       error at most 2^-4, absolute at most 2^-10 of the scale below 2^-6 of it.
+ *   HOOP_COMPRESS_INT8: integers -127..127 scaled per block by its largest magnitude; error at
+ *                       most 1/254 of that magnitude, about 3.9x fewer bytes than float32.
+ * Flags, or'ed into the format: HOOP_COMPRESS_STOCHASTIC rounds stochastically instead of to
+ * nearest (unbiased; error below one step; the random bits come from the call's number, so every
+ * run of a job draws the same); HOOP_COMPRESS_FEEDBACK keeps what compression dropped from
+ * buffers registered with hoop_register and adds it to the next call on the same elements (error
+ * feedback, for training: 4 bytes per element of this rank's share of the buffer, ranks-per-host
+ * of it plus the block it sums). A block holding a NaN or infinity arrives as NaN; a block whose
+ * largest magnitude is below 2^-100 arrives as zeros. */
+typedef enum hoop_compress {
+  HOOP_COMPRESS_NONE = 0,
+  HOOP_COMPRESS_BF16 = 1,
+  HOOP_COMPRESS_FP8 = 2,
+  HOOP_COMPRESS_INT8 = 3,
+} hoop_compress;
+#define HOOP_COMPRESS_STOCHASTIC 0x100
+#define HOOP_COMPRESS_FEEDBACK 0x200
+#define HOOP_COMPRESS_BLOCK 128
+
+/* comm's format from the next call on: it applies to every call it can (the dtypes and ops
+ * above), and the others stay exact. Every rank sets it alike (with HOOP_CHECK_CALLS, ranks that
+ * differ fail with HOOP_ERR_MISMATCH). Reproducible mode overrides it: its calls are never
+ * compressed. Sub-communicators start with comm's format. HOOP_COMPRESS (none, bf16, fp8, int8,
+ * with +stochastic and +feedback) or hoop_config's compress sets it at init.
+ * HOOP_ERR_INVALID_ARG for a NULL comm or an unknown format or flag. */
+HOOP_API hoop_result hoop_comm_set_compress(hoop_comm *comm, int format);
+/* comm's format and flags (0 for a NULL comm). */
+HOOP_API int hoop_comm_compress(const hoop_comm *comm);
+/* The format of the next collective this thread posts on comm (as hoop_name_next: that one call,
+ * blocking or not; HOOP_COMPRESS_NONE makes it exact). Unlike the communicator's format, a call
+ * given one that it cannot take (another dtype or op, a collective other than allreduce,
+ * reduce-scatter and allreduce_many) is refused with HOOP_ERR_INVALID_ARG naming both.
+ * HOOP_ERR_INVALID_ARG for a NULL comm or an unknown format. */
+HOOP_API hoop_result hoop_compress_next(hoop_comm *comm, int format);
+/* "int8+stochastic" for a format and its flags, NULL for an unknown one; and back (0, or -1). */
+HOOP_API const char *hoop_compress_name(int format, char *buf, size_t len);
+HOOP_API int hoop_compress_from_name(const char *name, int *format);
 
 HOOP_API int hoop_rank(const hoop_comm *comm);
 HOOP_API int hoop_size(const hoop_comm *comm);

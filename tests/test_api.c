@@ -96,13 +96,13 @@ START_TEST(test_call_names) {
   ck_assert_uint_ne(a, b);
 
   uint8_t ours[HOOP__FINGERPRINT_BYTES], theirs[HOOP__FINGERPRINT_BYTES];
-  hoop__fingerprint_encode(comm, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, a);
+  hoop__fingerprint_encode(comm, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, a, 0);
   memcpy(ours, hoop__fingerprint_bytes(comm), sizeof ours);
-  hoop__fingerprint_encode(comm, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, b);
+  hoop__fingerprint_encode(comm, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, b, 0);
   memcpy(theirs, hoop__fingerprint_bytes(comm), sizeof theirs);
   ck_assert(!hoop__fingerprints_match(ours, theirs));
   ck_assert_uint_eq(hoop__fingerprint_count(ours), 3);
-  hoop__fingerprint_encode(comm, HOOP__COLL_BROADCAST, (size_t)1 << 47, HOOP_INT8, -1, 16383, 0);
+  hoop__fingerprint_encode(comm, HOOP__COLL_BROADCAST, (size_t)1 << 47, HOOP_INT8, -1, 16383, 0, 0);
   ck_assert_uint_eq(hoop__fingerprint_count(hoop__fingerprint_bytes(comm)), (size_t)1 << 47);
   ck_assert_int_eq(hoop__mismatch(comm, 1, theirs, ours, 0, 0), HOOP_ERR_MISMATCH);
   const char *text = hoop_last_error(comm);
@@ -117,15 +117,31 @@ START_TEST(test_call_names) {
   long_name[3] = '\n';
   ck_assert_int_eq(hoop_name_next(other, long_name), HOOP_OK);
   uint32_t l = hoop__name_take(other);
-  hoop__fingerprint_encode(other, HOOP__COLL_BARRIER, 0, HOOP_UINT8, -1, -1, l);
+  hoop__fingerprint_encode(other, HOOP__COLL_BARRIER, 0, HOOP_UINT8, -1, -1, l, 0);
   memcpy(ours, hoop__fingerprint_bytes(other), sizeof ours);
-  hoop__fingerprint_encode(other, HOOP__COLL_BARRIER, 0, HOOP_UINT8, -1, -1, 0x1234abcd);
+  hoop__fingerprint_encode(other, HOOP__COLL_BARRIER, 0, HOOP_UINT8, -1, -1, 0x1234abcd, 0);
   memcpy(theirs, hoop__fingerprint_bytes(other), sizeof theirs);
   hoop__mismatch(other, 1, theirs, ours, 0, 0);
   text = hoop_last_error(other);
   ck_assert_msg(strstr(text, "name \"nnn?nnnn") && strstr(text, "name #1234abcd"), "%s", text);
   const char *shown = strstr(text, "name \"") + 6;
   ck_assert_msg(strchr(shown, '"') - shown == HOOP_NAME_MAX - 1, "%s", text);
+  hoop_comm *third = single_rank();
+  /* A call compressed on one rank and exact, or in another format, on the other. */
+  hoop__fingerprint_encode(third, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, 0,
+                           HOOP_COMPRESS_INT8 | HOOP_COMPRESS_STOCHASTIC);
+  memcpy(ours, hoop__fingerprint_bytes(third), sizeof ours);
+  hoop__fingerprint_encode(third, HOOP__COLL_ALLREDUCE, 3, HOOP_FLOAT32, HOOP_SUM, -1, 0,
+                           HOOP_COMPRESS_BF16);
+  memcpy(theirs, hoop__fingerprint_bytes(third), sizeof theirs);
+  ck_assert(!hoop__fingerprints_match(ours, theirs));
+  ck_assert_int_eq(hoop__mismatch(third, 1, theirs, ours, 0, 0), HOOP_ERR_MISMATCH);
+  text = hoop_last_error(third);
+  ck_assert_msg(strstr(text, "compressed int8+stochastic) on rank 0") &&
+                    strstr(text, "compressed bf16) on rank 1"),
+                "%s", text);
+
+  hoop_finalize(third);
   hoop_finalize(other);
   hoop_finalize(comm);
 }

@@ -52,6 +52,7 @@ static hoop__coll_args call_args(hoop__coll coll, const void *sendbuf, void *rec
   args.sendcounts = args.sdispls = args.recvcounts = args.rdispls = NULL;
   args.checked = 0;
   args.name_tag = 0;
+  args.compress = HOOP__COMPRESS_COMM;
   return args;
 }
 
@@ -66,7 +67,11 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
   if (request)
     *request = NULL;
   uint32_t name_tag = hoop__name_take(comm); /* the named call is this one, refused or not */
+  int compress = hoop__compress_take(comm);
   hoop_result result = hoop__coll_validate(comm, args);
+  if (result == HOOP_OK)
+    result = hoop__coll_check_compress(comm, hoop__coll_call_name(args->coll), args->coll,
+                                       args->dtype, args->op, compress);
   if (result != HOOP_OK)
     return result;
   if (!request) {
@@ -76,6 +81,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
     req.args = *args;
     req.args.checked = 1;
     req.args.name_tag = name_tag;
+    req.args.compress = compress;
     return hoop__request_call(comm, &req.base);
   }
   /* An alltoallv's four arrays are copied behind the request: the caller may reuse them. */
@@ -87,6 +93,7 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
   req->args = *args;
   req->args.checked = 1;
   req->args.name_tag = name_tag;
+  req->args.compress = compress;
   if (arrays) {
     size_t n = (size_t)comm->size, *copy = (size_t *)(req + 1);
     const size_t *from[4] = {args->sendcounts, args->sdispls, args->recvcounts, args->rdispls};

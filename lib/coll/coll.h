@@ -104,6 +104,8 @@ typedef struct hoop__hosts {
   int local_index;         /* this rank's place on its host */
   int *local;              /* per_host entries: the ranks of this host, in rank order */
   int *cross;              /* count entries: on each host, the rank at local_index (when even) */
+  int *at;                 /* count * per_host entries: the rank at place l of host h at
+                              h * per_host + l (when even, or one rank per host) */
   size_t *offset, *length; /* count entries each: the blocks of a pass across the hosts */
 } hoop__hosts;
 
@@ -206,6 +208,10 @@ typedef struct hoop__algo {
 hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
 const char *hoop__coll_call_name(hoop__coll coll);
+/* A wire format asked for one call (hoop_compress_next; compress, or HOOP__COMPRESS_COMM for none
+ * asked) that the call can take: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded naming both. */
+hoop_result hoop__coll_check_compress(hoop_comm *comm, const char *call, hoop__coll coll,
+                                      hoop_dtype dtype, hoop_op op, int compress);
 
 /* api.c: HOOP_OK if a non-blocking call was given somewhere to put its request, else
  * HOOP_ERR_INVALID_ARG (recorded when there is a communicator). */
@@ -221,6 +227,15 @@ hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_repro_hd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args);
+/* compressed.c: the calls whose bytes between hosts go in args->compress's format; where the job
+ * does not fit (hoop__compressed_fits), or the call is exact, hier's allreduce and the ring's
+ * reduce-scatter. */
+hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *args);
+hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_args *args);
+/* Whether the job's hosts take compressed calls: two or more, each with as many ranks. */
+int hoop__compressed_fits(const hoop_comm *comm);
+/* Free compressed calls' buffers (hoop_finalize). */
+void hoop__compressed_free(hoop_comm *comm);
 hoop_result hoop__broadcast_tree(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__broadcast_chain(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allgather_ring(hoop_comm *comm, const hoop__coll_args *args);

@@ -40,7 +40,7 @@ static hoop_result check_dtype_count(hoop_comm *comm, const char *call, size_t c
  * check_dtype: unless the post checked them already (hoop__coll_validate). */
 static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll which, size_t count,
                               hoop_dtype dtype, int has_data, int check_dtype, int op, int root,
-                              uint32_t name_tag) {
+                              uint32_t name_tag, int compress) {
   hoop__check_abort(comm);
   /* Another rank's abort or loss that the server told of since the last call fails this one.
    * Looking costs a system call, which back-to-back small calls would pay every time, so calls
@@ -67,7 +67,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->call_wait_ns = 0;
   size_t bytes = has_data ? count * hoop_dtype_size(dtype) : 0;
   comm->call_clock_start = comm->call_clock_last = bytes >= FLIGHT_CLOCK_BYTES ? hoop__now() : 0;
-  hoop__fingerprint_encode(comm, which, count, dtype, op, root, name_tag);
+  hoop__fingerprint_encode(comm, which, count, dtype, op, root, name_tag, compress);
   comm->coll->flight_slot = hoop__flight_begin(comm->rank, comm->seq, call, bytes, now);
   return HOOP_OK;
 }
@@ -281,9 +281,51 @@ const char *hoop__coll_call_name(hoop__coll coll) {
   return collectives[coll].call;
 }
 
+/* ---- compressed calls ------------------------------------------------------------------------ */
+
+/* The calls a wire format applies to: float sums and averages that every rank ends with or owns a
+ * block of. */
+static int compressible(hoop__coll coll, hoop_dtype dtype, hoop_op op) {
+  return (coll == HOOP__COLL_ALLREDUCE || coll == HOOP__COLL_REDUCE_SCATTER) &&
+         (dtype == HOOP_FLOAT32 || dtype == HOOP_FLOAT16 || dtype == HOOP_BFLOAT16) &&
+         (op == HOOP_SUM || op == HOOP_AVG);
+}
+
+hoop_result hoop__coll_check_compress(hoop_comm *comm, const char *call, hoop__coll coll,
+                                      hoop_dtype dtype, hoop_op op, int compress) {
+  if (compress == HOOP__COMPRESS_COMM || compress == HOOP_COMPRESS_NONE)
+    return HOOP_OK;
+  char name[48];
+  hoop_compress_name(compress, name, sizeof name);
+  if (comm->reproducible)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: compressed (%s) in reproducible mode: its bits would depend on the "
+                           "hosts",
+                           call, name);
+  if (!compressible(coll, dtype, op))
+    return hoop__set_error(
+        comm, HOOP_ERR_INVALID_ARG,
+        "%s: compressed (%s) on %s %s: compression takes float32, float16 or bfloat16 sum or avg "
+        "in allreduce, reduce_scatter and allreduce_many",
+        call, name, hoop_dtype_name(dtype) ? hoop_dtype_name(dtype) : "an unknown dtype",
+        hoop_op_name(op) ? hoop_op_name(op) : "an unknown op");
+  return HOOP_OK;
+}
+
+/* The format the call goes by: the one it asked for, else the communicator's where it applies
+ * (never in reproducible mode). */
+static int call_compress(const hoop_comm *comm, const hoop__coll_args *args) {
+  if (args->compress != HOOP__COMPRESS_COMM)
+    return args->compress;
+  return !comm->reproducible && compressible(args->coll, args->dtype, args->op) ? comm->compress
+                                                                                : 0;
+}
+
 /* Validate, settle count 0 and one rank, choose, run. */
 static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
   const collective *coll = &collectives[args->coll];
+  int asked = args->compress;
+  args->compress = call_compress(comm, args);
   hoop_result result = coll_begin(
       comm, coll->call, args->coll, args->count, args->dtype, coll->has_data,
       coll->has_data && !args->checked, hoop__coll_reduces(args->coll) ? (int)args->op : -1,
@@ -291,10 +333,14 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
               args->coll == HOOP__COLL_GATHER || args->coll == HOOP__COLL_SCATTER
           ? args->root
           : -1,
-      args->name_tag);
+      args->name_tag, args->compress);
   if (result != HOOP_OK)
     return coll_end(comm, result, args);
   if (coll->check && !args->checked && (result = coll->check(comm, args)) != HOOP_OK)
+    return coll_end(comm, result, args);
+  if (!args->checked &&
+      (result = hoop__coll_check_compress(comm, coll->call, args->coll, args->dtype, args->op,
+                                          asked)) != HOOP_OK)
     return coll_end(comm, result, args);
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);

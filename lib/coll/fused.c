@@ -26,6 +26,7 @@ typedef struct fused_request {
   void *const *recvbufs;
   const size_t *counts;
   uint32_t name_tag; /* hoop_name_next's, which each piece carries */
+  int compress;      /* hoop_compress_next's, or the communicator's (HOOP__COMPRESS_COMM) */
 } fused_request;
 
 /* ---- running a fused request ----------------------------------------------------------------- */
@@ -86,7 +87,8 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
                               .dtype = req->dtype,
                               .op = req->op,
                               .root = -1,
-                              .name_tag = req->name_tag};
+                              .name_tag = req->name_tag,
+                              .compress = req->compress};
       result = hoop__coll_run(comm, &args);
       buf++;
       continue;
@@ -117,7 +119,8 @@ static hoop_result run_fused(hoop_comm *comm, hoop_request *request) {
                             .dtype = req->dtype,
                             .op = req->op,
                             .root = -1,
-                            .name_tag = req->name_tag};
+                            .name_tag = req->name_tag,
+                            .compress = req->compress};
     result = hoop__coll_run(comm, &args);
     /* Unpack what this piece carried, in the order it was packed. */
     for (size_t b = first_buf, from = first_at, done = 0; result == HOOP_OK && done < filled; b++) {
@@ -185,7 +188,10 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   if (!comm)
     return HOOP_ERR_INVALID_ARG;
   uint32_t name_tag = hoop__name_take(comm);
+  int compress = hoop__compress_take(comm);
   hoop_result result = check_many(comm, call, n, sendbufs, recvbufs, counts, dtype, op);
+  if (result == HOOP_OK)
+    result = hoop__coll_check_compress(comm, call, HOOP__COLL_ALLREDUCE, dtype, op, compress);
   if (result != HOOP_OK)
     return result;
   /* A set may be empty (nbufs 0): its request still runs in its turn. */
@@ -198,7 +204,8 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
         .sendbufs = sendbufs,
         .recvbufs = recvbufs,
         .counts = counts,
-        .name_tag = name_tag};
+        .name_tag = name_tag,
+        .compress = compress};
     if ((result = hoop__request_post(comm, &req.base)) != HOOP_OK)
       return result;
     hoop__request_wait_done(comm, &req.base);
@@ -228,6 +235,7 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   req->recvbufs = recvs;
   req->counts = copied;
   req->name_tag = name_tag;
+  req->compress = compress;
   req->base.run = run_fused;
   req->base.release = release_arrays;
   req->base.bytes = fused_bytes(n, copied, dtype);

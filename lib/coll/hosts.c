@@ -21,8 +21,8 @@ static int host_leader(const hoop_comm *comm, int r) {
 
 hoop_result hoop__hosts_plan(hoop_comm *comm) {
   int n = comm->size;
-  /* One block: the struct, then local (n), cross (n), offset and length (n each). */
-  size_t bytes = sizeof(hoop__hosts) + 2 * (size_t)n * sizeof(int) + 2 * (size_t)n * sizeof(size_t);
+  /* One block: the struct, then offset and length (n each), local, cross and at (n each). */
+  size_t bytes = sizeof(hoop__hosts) + 3 * (size_t)n * sizeof(int) + 2 * (size_t)n * sizeof(size_t);
   hoop__hosts *hosts = calloc(1, bytes);
   if (!hosts)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
@@ -30,6 +30,7 @@ hoop_result hoop__hosts_plan(hoop_comm *comm) {
   hosts->length = hosts->offset + n;
   hosts->local = (int *)(hosts->length + n);
   hosts->cross = hosts->local + n;
+  hosts->at = hosts->cross + n;
   int *leader = malloc((size_t)n * sizeof *leader);
   if (!leader) {
     free(hosts);
@@ -63,6 +64,15 @@ hoop_result hoop__hosts_plan(hoop_comm *comm) {
       hosts->host_index = hosts->count;
     hosts->cross[hosts->count++] = at;
   }
+  /* Every host's ranks by place, where every host has as many. */
+  if (hosts->even == 0)
+    for (int r = 0, h = 0; r < n; r++)
+      if (leader[r] == r) {
+        for (int q = r, l = 0; q < n; q++)
+          if (leader[q] == r)
+            hosts->at[h * hosts->per_host + l++] = q;
+        h++;
+      }
   hosts->even = hosts->even == 0 && hosts->count > 1 && hosts->per_host > 1;
   hosts->consecutive = hosts->even;
   for (int r = 0; r < n && hosts->consecutive; r++)

@@ -54,6 +54,9 @@ struct hoop__coll_state {
   hoop__host_buf p2p_stage[HOOP__P2P_STAGES];
   int p2p_stage_busy[HOOP__P2P_STAGES];
   struct hoop__arena_block *arena_spare; /* a request block kept for the next call (ring.c) */
+  /* Compressed calls' pieces and sums, and a reduce-scatter's input laid out by place
+   * (compressed.c), kept for the next calls. */
+  hoop__host_buf compress_buf, compress_input;
   long flight_slot; /* the running call's entry in the flight recorder (dispatch.c) */
   /* What hoop_comm_stats gives (stats.c, dispatch.c): by collective, calls, payload bytes, time
    * inside them and time waiting in them, written at each call's end and read from any thread. */

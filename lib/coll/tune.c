@@ -76,6 +76,8 @@ enum {
   RD_REPRO,
   RD_REPRO_ALL,
   RD_REPRO_TREE,
+  AR_COMPRESSED,
+  RS_COMPRESSED,
   ALGORITHMS
 };
 
@@ -183,6 +185,14 @@ static const algorithm algorithms[] = {
                   "each segment's owner reduces every rank's part over the fixed tree, then sends "
                   "it to the root",
                   1},
+    /* A call with a wire format (compressed.c), where the job's hosts take one. */
+    [AR_COMPRESSED] = {HOOP__COLL_ALLREDUCE, "compressed", hoop__allreduce_compressed, BY_HOST,
+                       "host by host, the partial sums between hosts in the call's wire format, "
+                       "each block summed by one rank (hier where the call is exact)"},
+    [RS_COMPRESSED] = {HOOP__COLL_REDUCE_SCATTER, "compressed", hoop__reduce_scatter_compressed,
+                       WHOLE,
+                       "host by host, the partial sums between hosts in the call's wire "
+                       "format (the ring where the call is exact)"},
     [RD_REPRO_TREE] = {HOOP__COLL_REDUCE, "repro-tree", hoop__reduce_repro_tree, WHOLE,
                        "recursive doubling's fold, then a binomial tree over the rest towards "
                        "the first, which sends the result to the root",
@@ -386,10 +396,11 @@ static hoop_result bad_algo(hoop_comm *comm, const char *text, const char *why) 
       comm, HOOP_ERR_INVALID_ARG,
       "%s: HOOP_ALGO '%s' %s (auto, ring, rd, hd, or a list such as "
       "'allreduce:hd,broadcast:chain'; allreduce: ring, rd, hd, hier, direct, board, repro, "
-      "repro-all, repro-hier, repro-hd; broadcast: chain, tree, board; allgather: ring, rd, bruck, "
+      "repro-all, repro-hier, repro-hd, compressed; broadcast: chain, tree, board; allgather: "
+      "ring, rd, bruck, "
       "direct, board; "
       "barrier: dissemination, board; reduce_scatter: ring, direct, halving, board, repro, "
-      "repro-rd, repro-hier, repro-halving; "
+      "repro-rd, repro-hier, repro-halving, compressed; "
       "alltoall: pairwise, bruck, board; alltoallv: pairwise; reduce: tree, linear, direct, "
       "repro, repro-all, repro-tree; gather, scatter: tree, linear)",
       comm->call, text, why);
@@ -495,6 +506,12 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
   /* Reproducible mode's reducing calls take only algorithms that combine over the fixed tree:
    * HOOP_ALGO's choice where it does (any other passed over, said once at info), else its own
    * rows. */
+  /* A call with a wire format goes host by host where the job's hosts take one; elsewhere it is
+   * exact, as every call within a host is. */
+  if (args->compress && hoop__compressed_fits(comm)) {
+    *out = &algorithms[args->coll == HOOP__COLL_ALLREDUCE ? AR_COMPRESSED : RS_COMPRESSED];
+    return HOOP_OK;
+  }
   int repro = hoop__coll_repro(comm, args->coll);
   int forced = comm->coll->forced_algo[args->coll];
   if (forced >= 0 && (!repro || algorithms[forced].repro)) {
@@ -588,6 +605,9 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   /* Reproducible mode: only the path whose kernels combine over the fixed tree, CUDA IPC on one
    * host, where every rank's part fits one pass of the device kind's tree kernel; the others'
    * reducing calls are staged and reduced on the host, alike on every rank. */
+  /* Compressed calls are encoded on the host: their device buffers are staged. */
+  if (args->compress && hoop__compressed_fits(comm))
+    return 0;
   int repro = hoop__coll_repro(comm, args->coll);
   if (repro && (!hoop__mem_cuda.reduce_many_tree || comm->size > hoop__mem_cuda.many_max))
     return 0;

@@ -70,36 +70,6 @@ int hoop_cross_size(const hoop_comm *comm) {
   int index;
   return comm ? cross_count(comm, &index) : -1;
 }
-hoop_result hoop_comm_set_timeout(hoop_comm *comm, double seconds) {
-  if (!comm)
-    return HOOP_ERR_INVALID_ARG;
-  if (!(seconds > 0) || seconds > 1e9)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_comm_set_timeout: %g is not a number of seconds above 0 (and "
-                           "at most 1e9)",
-                           seconds);
-  comm->timeout_s = seconds;
-  return HOOP_OK;
-}
-
-double hoop_comm_timeout(const hoop_comm *comm) {
-  return comm ? comm->timeout_s : 0;
-}
-
-hoop_result hoop_comm_set_reproducible(hoop_comm *comm, int on) {
-  if (!comm)
-    return HOOP_ERR_INVALID_ARG;
-  if (on != 0 && on != 1)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_comm_set_reproducible: %d is not 0 or 1", on);
-  comm->reproducible = on;
-  return HOOP_OK;
-}
-
-int hoop_comm_reproducible(const hoop_comm *comm) {
-  return comm ? comm->reproducible : 0;
-}
-
 unsigned int hoop_comm_generation(const hoop_comm *comm) {
   return comm ? comm->generation : 0;
 }
@@ -460,8 +430,8 @@ hoop_comm *hoop__comm_new(void) {
   return comm;
 }
 
-/* HOOP_CHECK_CALLS, HOOP_STALL_WARN and HOOP_REPRODUCIBLE (which hoop_config's reproducible can
- * only turn on). */
+/* HOOP_CHECK_CALLS, HOOP_STALL_WARN, HOOP_REPRODUCIBLE (which hoop_config's reproducible can
+ * only turn on) and HOOP_COMPRESS (which hoop_config's compress overrides). */
 hoop_result hoop__comm_read_checks(hoop_comm *comm) {
   long check;
   if (hoop__parse_int(hoop__env_get("HOOP_CHECK_CALLS"), 0, 1, &check) != 0)
@@ -475,6 +445,12 @@ hoop_result hoop__comm_read_checks(hoop_comm *comm) {
                            "hoop_init: HOOP_REPRODUCIBLE '%s' is not 0 or 1",
                            hoop__env_get("HOOP_REPRODUCIBLE"));
   comm->reproducible = (int)reproducible;
+  const char *compress = hoop__env_get("HOOP_COMPRESS");
+  if (compress && hoop_compress_from_name(compress, &comm->compress) != 0)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "hoop_init: HOOP_COMPRESS '%s' is not none, bf16, fp8 or int8 (with "
+                           "+stochastic, +feedback)",
+                           compress);
   if (hoop__parse_double(hoop__env_get("HOOP_STALL_WARN"), 0.001, 1e9, &comm->stall_warn_s) != 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "hoop_init: HOOP_STALL_WARN '%s' is not a positive number of seconds",
@@ -522,6 +498,13 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
   comm->tcp_streams = config->tcp_streams;
   if (config->reproducible)
     comm->reproducible = 1;
+  if (config->compress && !hoop__compress_known(config->compress))
+    return init_failed(comm, hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                                             "hoop_init: compress %#x is not a format with known "
+                                             "flags",
+                                             (unsigned)config->compress));
+  if (config->compress)
+    comm->compress = config->compress;
   comm->size = config->size;
   if (hoop__coll_state_size(comm) != HOOP_OK)
     return init_failed(comm, hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: out of memory"));
@@ -616,6 +599,7 @@ static void free_struct(hoop_comm *comm) {
 static hoop_result finalize_view(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
   hoop__fused_free(comm);
+  hoop__compressed_free(comm);
   hoop__p2p_free(comm);
   hoop__trace_close(comm);
   if (hoop__transport_count(comm) > 0) {
@@ -660,6 +644,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
     comm->life->predecessor->life->successor = NULL;
   free(comm->life->prev_rank);
   hoop__fused_free(comm);
+  hoop__compressed_free(comm);
   hoop__p2p_free(comm);
   hoop__launcher_watch_stop(comm);
   hoop__trace_close(comm);

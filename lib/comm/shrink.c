@@ -29,6 +29,7 @@ void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from) {
   to->tcp_streams = from->tcp_streams;
   to->check_calls = from->check_calls;
   to->reproducible = from->reproducible;
+  to->compress = from->compress;
   to->stall_warn_s = from->stall_warn_s;
 }
 

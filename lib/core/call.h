@@ -25,6 +25,10 @@ typedef struct hoop__coll_args {
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
   int checked;       /* the post's checks passed (coll/api.c): the run need not make them again */
   uint32_t name_tag; /* the name the program gave the call (hoop_name_next), 0 for none */
+  /* The wire format across hosts (hoop.h's HOOP_COMPRESS_* with its flags): as posted, the one
+   * hoop_compress_next asked for or HOOP__COMPRESS_COMM for the communicator's; once the call
+   * runs, the one it goes by (0: exact). */
+  int compress;
 } hoop__coll_args;
 
 /* The bytes a call's result holds on each rank: the gathered blocks of an allgather, else the

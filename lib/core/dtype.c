@@ -1,4 +1,5 @@
 /* dtype.c - names and sizes of the data types and reduction operations, and result names. */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -86,6 +87,58 @@ int hoop_op_from_name(const char *name, hoop_op *op) {
       return 0;
     }
   return -1;
+}
+
+/* ---- compressed wire formats ----------------------------------------------------------------- */
+
+static const char *const compress_formats[] = {"none", "bf16", "fp8", "int8"};
+static const struct {
+  const char *name;
+  int flag;
+} compress_flags[] = {{"stochastic", HOOP_COMPRESS_STOCHASTIC},
+                      {"feedback", HOOP_COMPRESS_FEEDBACK}};
+#define COMPRESS_FLAGS (HOOP_COMPRESS_STOCHASTIC | HOOP_COMPRESS_FEEDBACK)
+
+int hoop__compress_known(int format) {
+  int base = format & 0xff, flags = format & ~0xff;
+  return format >= 0 && base <= HOOP_COMPRESS_INT8 && (flags & ~COMPRESS_FLAGS) == 0 &&
+         (base != HOOP_COMPRESS_NONE || flags == 0);
+}
+
+const char *hoop_compress_name(int format, char *buf, size_t len) {
+  if (!buf || !hoop__compress_known(format))
+    return NULL;
+  int n = snprintf(buf, len, "%s", compress_formats[format & 0xff]);
+  for (size_t i = 0; i < sizeof compress_flags / sizeof compress_flags[0]; i++)
+    if (format & compress_flags[i].flag && n >= 0 && (size_t)n < len)
+      n += snprintf(buf + n, len - (size_t)n, "+%s", compress_flags[i].name);
+  return n >= 0 && (size_t)n < len ? buf : NULL;
+}
+
+int hoop_compress_from_name(const char *name, int *format) {
+  if (!name || !format)
+    return -1;
+  int parsed = -1;
+  size_t len = strcspn(name, "+");
+  for (int i = 0; i <= HOOP_COMPRESS_INT8; i++)
+    if (strlen(compress_formats[i]) == len && strncasecmp(name, compress_formats[i], len) == 0)
+      parsed = i;
+  if (parsed < 0 && len == 8 && strncasecmp(name, "bfloat16", 8) == 0)
+    parsed = HOOP_COMPRESS_BF16;
+  for (const char *at = name + len; parsed >= 0 && *at == '+'; at += len) {
+    at++;
+    len = strcspn(at, "+");
+    int flag = 0;
+    for (size_t i = 0; i < sizeof compress_flags / sizeof compress_flags[0]; i++)
+      if (strlen(compress_flags[i].name) == len &&
+          strncasecmp(at, compress_flags[i].name, len) == 0)
+        flag = compress_flags[i].flag;
+    parsed = flag ? parsed | flag : -1;
+  }
+  if (parsed < 0 || !hoop__compress_known(parsed))
+    return -1;
+  *format = parsed;
+  return 0;
 }
 
 const char *hoop_strerror(hoop_result result) {

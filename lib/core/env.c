@@ -139,6 +139,10 @@ static const hoop__env_var env_table[] = {
      "count (each element combined over one fixed tree of the ranks), whatever "
      "the algorithm, transport, hosts, chunks or buffer kind; 0: the fastest "
      "algorithm decides the order (hoop(3), Reproducible reductions)"},
+    {"HOOP_COMPRESS", "none",
+     "the wire format of float sums and averages between hosts: none, bf16, fp8 or int8, with "
+     "+stochastic (stochastic rounding) and +feedback (error feedback on registered buffers); "
+     "within a host nothing is compressed (hoop(3), Slow links)"},
     {"HOOP_STATS_PERIOD", "2",
      "seconds between the summaries each rank sends its rendezvous server (how long it waited "
      "in its last calls), from which the server names the late ranks to every rank "

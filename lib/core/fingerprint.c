@@ -11,7 +11,8 @@
 /* Layout of a collective's: seq (8 bytes), collective (hoop__coll + 1), dtype (1), op (+1, 1),
  * root (+1, 2 bytes: 0 for none; a job has at most HOOP__WIRE_MAX_RANKS ranks), count (6 bytes:
  * 2^48 - 1 stands for that many or more, which no memory holds), the tag of the call's name (4
- * bytes, 0 for none), 1 byte: 1 for a reducing call in reproducible mode, else 0; integers
+ * bytes, 0 for none), 1 byte: 1 for a reducing call in reproducible mode, else the wire format
+ * across hosts shifted left by one, with 0x40 for stochastic rounding; integers
  * big-endian. A point-to-point message's: see
  * hoop__fingerprint_p2p. */
 static const char *const collective_names[HOOP__COLL_COUNT] = {
@@ -62,7 +63,7 @@ static uint32_t fingerprint_tag(const uint8_t *fp) {
 }
 
 void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, hoop_dtype dtype,
-                              int op, int root, uint32_t name_tag) {
+                              int op, int root, uint32_t name_tag, int compress) {
   uint8_t *fp = comm->fingerprint;
   uint64_t wide = (uint64_t)count < COUNT_MAX ? (uint64_t)count : COUNT_MAX;
   hoop__put_be64(fp, comm->seq);
@@ -76,6 +77,9 @@ void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, ho
   /* Reproducible mode changes what a reducing call computes: ranks that differ in it must not
    * meet as if they agreed. */
   fp[23] = comm->reproducible && hoop__coll_reduces(coll);
+  /* So does a wire format, and its encoded messages' lengths differ. */
+  if (compress > 0)
+    fp[23] = (uint8_t)((compress & 0x1f) << 1 | (compress & HOOP_COMPRESS_STOCHASTIC ? 0x40 : 0));
 }
 
 /* ---- the calls' names ------------------------------------------------------------------------ */
@@ -118,6 +122,30 @@ hoop_result hoop_name_next(hoop_comm *comm, const char *name) {
   pending.comm = comm;
   pending.tag = tag;
   return HOOP_OK;
+}
+
+/* The format hoop_compress_next gave this thread's next collective, and the communicator. */
+static _Thread_local struct {
+  const hoop_comm *comm;
+  int format;
+} pending_format;
+
+hoop_result hoop_compress_next(hoop_comm *comm, int format) {
+  if (!comm)
+    return HOOP_ERR_INVALID_ARG;
+  pending_format.comm = NULL;
+  if (!hoop__compress_known(format))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_compress_next: unknown format %#x",
+                           (unsigned)format);
+  pending_format.comm = comm;
+  pending_format.format = format;
+  return HOOP_OK;
+}
+
+int hoop__compress_take(const hoop_comm *comm) {
+  int format = pending_format.comm == comm ? pending_format.format : HOOP__COMPRESS_COMM;
+  pending_format.comm = NULL;
+  return format;
 }
 
 uint32_t hoop__name_take(const hoop_comm *comm) {
@@ -178,8 +206,16 @@ static void fingerprint_describe(hoop_comm *comm, const uint8_t *fp, char *out, 
     n += snprintf(out + n, outlen - (size_t)n, ", %s", op);
   if (root >= 0 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", root %ld", root);
-  if (fp[23] && n >= 0 && (size_t)n < outlen)
+  char format[48];
+  if (fp[23] == 1 && n >= 0 && (size_t)n < outlen)
     n += snprintf(out + n, outlen - (size_t)n, ", reproducible");
+  else if (fp[23] && n >= 0 && (size_t)n < outlen)
+    n += snprintf(
+        out + n, outlen - (size_t)n, ", compressed %s",
+        hoop_compress_name((fp[23] >> 1 & 0x1f) | (fp[23] & 0x40 ? HOOP_COMPRESS_STOCHASTIC : 0),
+                           format, sizeof format)
+            ? format
+            : "in an unknown format");
   if (n >= 0 && (size_t)n < outlen)
     snprintf(out + n, outlen - (size_t)n, "%s)", name);
 }

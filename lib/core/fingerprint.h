@@ -8,10 +8,13 @@
 /* Write comm->fingerprint for the call about to run (comm->seq already counts it); op and root -1
  * when the call has none, name_tag 0 when it has no name (hoop__name_take). */
 void hoop__fingerprint_encode(hoop_comm *comm, hoop__coll coll, size_t count, hoop_dtype dtype,
-                              int op, int root, uint32_t name_tag);
+                              int op, int root, uint32_t name_tag, int compress);
 /* The tag of the name hoop_name_next gave this thread's next collective on comm (0: none), taken:
  * the thread's next call carries no name unless it is named again. Called once per post. */
 uint32_t hoop__name_take(const hoop_comm *comm);
+/* The format hoop_compress_next gave this thread's next collective on comm (HOOP__COMPRESS_COMM:
+ * none asked), taken as the name is. */
+int hoop__compress_take(const hoop_comm *comm);
 /* A point-to-point message's fingerprint, into fp: always carried and compared (count, dtype and
  * tag), whatever HOOP_CHECK_CALLS says. */
 void hoop__fingerprint_p2p(uint8_t *fp, int is_send, size_t count, hoop_dtype dtype, int tag);

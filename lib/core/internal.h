@@ -51,6 +51,10 @@ typedef enum hoop__coll {
 /* NULL where op applies to dtype; else why not ("a bitwise op takes integer and bool dtypes
  * only", ...), for the calls' errors (dtype.c). */
 const char *hoop__op_refused(hoop_dtype dtype, hoop_op op);
+/* Whether format is a HOOP_COMPRESS_* format with known flags (none takes no flags). */
+int hoop__compress_known(int format);
+/* A call's wire format when none was asked for it: the communicator's. */
+#define HOOP__COMPRESS_COMM (-1)
 
 /* The collectives that take an op and combine the ranks' values (reproducible mode's). */
 static inline int hoop__coll_reduces(hoop__coll coll) {
@@ -139,6 +143,8 @@ struct hoop_comm {
   int check_calls;       /* HOOP_CHECK_CALLS: send and compare fingerprints */
   int reproducible;      /* reducing calls' bits fixed by the inputs alone (HOOP_REPRODUCIBLE,
                             hoop_comm_set_reproducible; lib/coll/repro.c) */
+  int compress;          /* the wire format across hosts and its flags (HOOP_COMPRESS,
+                            hoop_comm_set_compress; lib/coll/compressed.c) */
   double stall_warn_s;   /* HOOP_STALL_WARN */
   double call_started;   /* when the running call began, for the stall warning */
   int stall_warned;      /* stall warnings the running call has logged (one per HOOP_STALL_WARN) */

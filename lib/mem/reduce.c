@@ -241,6 +241,24 @@ static void store_bfloat16(uint16_t *restrict out, const float *restrict in, siz
   VECTOR_LOOP(i, n, out[i] = float_to_bf16(in[i]));
 }
 
+void hoop__to_float(float *out, const void *in, hoop_dtype dtype, size_t count) {
+  if (dtype == HOOP_FLOAT16)
+    load_float16(out, in, count);
+  else if (dtype == HOOP_BFLOAT16)
+    load_bfloat16(out, in, count);
+  else if ((const void *)out != in)
+    memmove(out, in, count * sizeof(float));
+}
+
+void hoop__from_float(void *out, const float *in, hoop_dtype dtype, size_t count) {
+  if (dtype == HOOP_FLOAT16)
+    store_float16(out, in, count);
+  else if (dtype == HOOP_BFLOAT16)
+    store_bfloat16(out, in, count);
+  else if ((const void *)out != (const void *)in)
+    memmove(out, in, count * sizeof(float));
+}
+
 /* Both inputs are converted before the block is written back, so dst may alias a or b. */
 static void reduce_blocks(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t count,
                           half_load *load, half_store *store, float_combine *combine) {

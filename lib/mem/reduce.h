@@ -40,6 +40,11 @@ void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, 
 void hoop__reduce_fixed(void *dst, const void *const *srcs, int n, size_t count, hoop_dtype dtype,
                         hoop_op op);
 
+/* count elements of a float dtype (float32, float16, bfloat16) to float and back, the 16-bit
+ * ones rounded to nearest even as the kernels round them. Other dtypes are the caller's error. */
+void hoop__to_float(float *out, const void *in, hoop_dtype dtype, size_t count);
+void hoop__from_float(void *out, const float *in, hoop_dtype dtype, size_t count);
+
 /* Conversions used by the kernels, exposed for tests and for callers that pack gradients. */
 float hoop__half_to_float(uint16_t h);
 uint16_t hoop__float_to_half(float f);

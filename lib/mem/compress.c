@@ -1,0 +1,325 @@
+/* compress.c - the wire formats of compressed reductions (compress.h). Each piece is worked a
+ * block of HOOP_COMPRESS_BLOCK elements at a time, widened to float first; the loops over a whole
+ * block have a constant trip count, so that gcc -O2 vectorises them (reduce.c's rule), and use
+ * only selects and integer arithmetic on the floats' bits where a branch would stop it. */
+#include "mem/compress.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "mem/reduce.h"
+
+#define BLOCK HOOP_COMPRESS_BLOCK
+
+/* Below this a block's largest magnitude is taken for zero: its scale's inverse must stay finite. */
+#define TINY 0x1p-100f
+
+/* Adding and taking away 1.5 * 2^23 rounds a float of magnitude below 2^22 to an integer, to
+ * nearest even (the default rounding mode), in two vectorisable additions. */
+#define ROUNDER 0x1.8p23f
+
+static inline uint32_t float_bits(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+static inline float bits_float(uint32_t b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+static inline float round_even(float v) {
+  return (v + ROUNDER) - ROUNDER;
+}
+
+/* The random bits of element index of a stochastic encode: murmur3's finaliser over the index
+ * mixed with the seed. */
+static inline uint32_t random_bits(uint32_t seed, uint32_t index) {
+  uint32_t h = (index * 0x9e3779b1u) ^ seed;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+/* Uniform in [0, 1), 24 bits of it. */
+static inline float uniform(uint32_t bits) {
+  return (float)(int32_t)(bits >> 8) * 0x1p-24f;
+}
+
+/* What encoding one block needs besides its values. */
+typedef struct block_round {
+  int stochastic;
+  uint32_t seed, first; /* element first + i draws random_bits(seed, first + i) */
+} block_round;
+
+/* ---- int8 and fp8: a scale per block ---------------------------------------------------------
+ */
+
+/* The largest magnitude's bits (non-negative floats order as their bits; a NaN's are above
+ * infinity's). */
+static inline uint32_t magnitude_bits(const float *x, size_t n) {
+  uint32_t top = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t a = float_bits(x[i]) & 0x7fffffffu;
+    top = a > top ? a : top;
+  }
+  return top;
+}
+
+/* The block's scale (what code 1, or the top code qmax, stands for: scale * qmax is the largest
+ * magnitude) and its inverse; NaN for a block holding NaN or infinity, 0 for a tiny one. */
+static inline void block_scale(uint32_t top, float qmax, float *scale, float *inverse) {
+  float largest = bits_float(top);
+  if (top >= 0x7f800000u) {
+    *scale = NAN;
+    *inverse = 0;
+  } else if (largest < TINY) {
+    *scale = *inverse = 0;
+  } else {
+    *scale = largest / qmax;
+    *inverse = qmax / largest;
+  }
+}
+
+/* The integer at or below v (|v| below 2^22): one less than v rounded where that went up, read
+ * from the sign of the difference as an integer (a float compare would stop the vectoriser). */
+static inline int32_t floor_int(float v) {
+  float t = round_even(v);
+  return (int32_t)t - ((int32_t)float_bits(t - v) > 0);
+}
+
+/* c clamped to -127..127. */
+static inline int8_t int8_clamp(int32_t c) {
+  c = c > 127 ? 127 : c;
+  return (int8_t)(c < -127 ? -127 : c);
+}
+
+static inline void int8_codes(int8_t *code, const float *x, size_t n, float inverse,
+                              const block_round *round) {
+  if (!round->stochastic) {
+    for (size_t i = 0; i < n; i++) {
+      code[i] = int8_clamp((int32_t)round_even(x[i] * inverse));
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float u = uniform(random_bits(round->seed, round->first + (uint32_t)i));
+    code[i] = int8_clamp(floor_int(x[i] * inverse + u));
+  }
+}
+
+static inline float int8_value(int8_t code) {
+  return (float)code;
+}
+
+/* float8 e4m3 (bias 7, no infinities, 448 its largest finite value): a magnitude of at least
+ * 2^-6 keeps 3 mantissa bits, rounded on the float's bits; below, a multiple of 2^-9. Each
+ * conversion is two loops, as reduce.c's float16 ones: the float arithmetic of the subnormal
+ * range for every element, then integer selects (gcc sinks arithmetic that feeds a select under
+ * its condition, where it no longer vectorises). Magnitudes compare as their bits: 448 is
+ * 0x43e00000, 2^-6 0x3c800000. */
+#define FP8_MAX_BITS 0x43e00000u
+#define FP8_NORMAL_BITS 0x3c800000u
+
+static inline uint32_t fp8_magnitude(float v) {
+  uint32_t bits = float_bits(v) & 0x7fffffffu;
+  return bits < FP8_MAX_BITS ? bits : FP8_MAX_BITS;
+}
+
+/* The code of the magnitude whose bits are ab, given its subnormal code and what rounding adds
+ * to the 20 dropped bits; sign is the value's sign bit. */
+static inline uint8_t fp8_code(uint32_t sign, uint32_t ab, uint32_t subnormal, uint32_t add) {
+  uint32_t normal = ((ab + add) >> 20) - ((127u - 7u) << 3);
+  normal = normal < 0x7eu ? normal : 0x7eu;
+  return (uint8_t)(sign | (ab < FP8_NORMAL_BITS ? subnormal : normal));
+}
+
+static inline void fp8_codes(uint8_t *code, const float *x, size_t n, float inverse,
+                             const block_round *round) {
+  uint32_t subnormal[BLOCK], random[BLOCK];
+  if (!round->stochastic) {
+    for (size_t i = 0; i < n; i++)
+      subnormal[i] = (uint32_t)(int32_t)round_even(bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f);
+    for (size_t i = 0; i < n; i++) {
+      uint32_t ab = fp8_magnitude(x[i] * inverse);
+      uint32_t sign = (float_bits(x[i]) >> 24) & 0x80u;
+      code[i] = fp8_code(sign, ab, subnormal[i], 0x7ffffu + ((ab >> 20) & 1u));
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    random[i] = random_bits(round->seed, round->first + (uint32_t)i);
+    float scaled = bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f + uniform(random[i]);
+    subnormal[i] = (uint32_t)floor_int(scaled);
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t sign = (float_bits(x[i]) >> 24) & 0x80u;
+    code[i] = fp8_code(sign, fp8_magnitude(x[i] * inverse), subnormal[i], random[i] >> 12);
+  }
+}
+
+/* The 256 codes' values, for decoding: a load each beats the two loops of selects. */
+#define FP8_MAGNITUDE(c)                                                                           \
+  (((c) >> 3 & 15) ? (1.0f + (float)((c)&7) / 8.0f) * (float)(1u << ((c) >> 3 & 15)) * 0x1p-7f     \
+                   : (float)((c)&7) * 0x1p-9f)
+#define FP8_VALUE(c) ((c)&0x80 ? -FP8_MAGNITUDE((c)&0x7f) : FP8_MAGNITUDE(c))
+#define FP8_4(c) FP8_VALUE(c), FP8_VALUE((c) + 1), FP8_VALUE((c) + 2), FP8_VALUE((c) + 3)
+#define FP8_16(c) FP8_4(c), FP8_4((c) + 4), FP8_4((c) + 8), FP8_4((c) + 12)
+#define FP8_64(c) FP8_16(c), FP8_16((c) + 16), FP8_16((c) + 32), FP8_16((c) + 48)
+static const float fp8_table[256] = {FP8_64(0), FP8_64(64), FP8_64(128), FP8_64(192)};
+
+static inline void fp8_values(float *value, const uint8_t *code, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++)
+    value[i] = fp8_table[code[i]] * scale;
+}
+
+/* ---- bf16 -----------------------------------------------------------------------------------
+ */
+
+static inline void bf16_codes(uint16_t *code, const float *x, size_t n, const block_round *round) {
+  if (!round->stochastic) {
+    hoop__from_float(code, x, HOOP_BFLOAT16, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits = float_bits(x[i]);
+    uint32_t up = random_bits(round->seed, round->first + (uint32_t)i) >> 16;
+    uint32_t rounded = (bits + up) >> 16;
+    code[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x40u : rounded);
+  }
+}
+
+static inline float bf16_value(uint16_t code) {
+  return bits_float((uint32_t)code << 16);
+}
+
+/* ---- pieces ---------------------------------------------------------------------------------
+ */
+
+size_t hoop__compress_bytes(int format, size_t count) {
+  switch (hoop__compress_format(format)) {
+  case HOOP_COMPRESS_BF16:
+    return 2 * count;
+  case HOOP_COMPRESS_FP8:
+  case HOOP_COMPRESS_INT8:
+    return count + sizeof(float) * ((count + BLOCK - 1) / BLOCK);
+  default:
+    return count * sizeof(float);
+  }
+}
+
+/* One block of n (at most BLOCK) elements: x holds them widened (and the residual added); the
+ * codes go to code, the scale to *scale. */
+static void encode_block(int format, void *code, float *scale, const float *x, size_t n,
+                         const block_round *round) {
+  if (format == HOOP_COMPRESS_BF16) {
+    if (n == BLOCK)
+      bf16_codes(code, x, BLOCK, round);
+    else
+      bf16_codes(code, x, n, round);
+    return;
+  }
+  float qmax = format == HOOP_COMPRESS_INT8 ? 127.0f : 448.0f, inverse;
+  block_scale(n == BLOCK ? magnitude_bits(x, BLOCK) : magnitude_bits(x, n), qmax, scale, &inverse);
+  if (format == HOOP_COMPRESS_INT8)
+    n == BLOCK ? int8_codes(code, x, BLOCK, inverse, round) : int8_codes(code, x, n, inverse, round);
+  else
+    n == BLOCK ? fp8_codes(code, x, BLOCK, inverse, round) : fp8_codes(code, x, n, inverse, round);
+}
+
+static inline void int8_values(float *value, const int8_t *code, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++)
+    value[i] = int8_value(code[i]) * scale;
+}
+
+
+static inline void bf16_values(float *value, const uint16_t *code, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    value[i] = bf16_value(code[i]);
+}
+
+/* The values of block b's n codes, each times its scale, into value. */
+static void decode_block(int format, float *value, const char *piece, size_t count, size_t b,
+                         size_t n) {
+  if (format == HOOP_COMPRESS_BF16) {
+    const uint16_t *code = (const uint16_t *)(const void *)piece + b * BLOCK;
+    n == BLOCK ? bf16_values(value, code, BLOCK) : bf16_values(value, code, n);
+    return;
+  }
+  float scale;
+  memcpy(&scale, piece + b * sizeof(float), sizeof scale);
+  const char *codes = piece + sizeof(float) * ((count + BLOCK - 1) / BLOCK) + b * BLOCK;
+  if (format == HOOP_COMPRESS_INT8)
+    n == BLOCK ? int8_values(value, (const int8_t *)codes, BLOCK, scale)
+               : int8_values(value, (const int8_t *)codes, n, scale);
+  else
+    n == BLOCK ? fp8_values(value, (const uint8_t *)codes, BLOCK, scale)
+               : fp8_values(value, (const uint8_t *)codes, n, scale);
+}
+
+static inline void add_to(float *restrict sum, const float *restrict value, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    sum[i] += value[i];
+}
+
+/* What the encoding dropped of each value; nothing where it was not finite, so that one step of
+ * infinities (a loss scaler's overflow) does not poison every later one. */
+static inline void keep_dropped(float *restrict kept, const float *restrict x,
+                                const float *restrict value, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float dropped = x[i] - value[i];
+    kept[i] = dropped - dropped == 0.0f ? dropped : 0.0f;
+  }
+}
+
+void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, size_t count,
+                    float *residual, hoop__rounding rounding) {
+  format = hoop__compress_format(format);
+  size_t esize = hoop_dtype_size(dtype), blocks = (count + BLOCK - 1) / BLOCK;
+  char *scales = out, *codes = (char *)out + (format == HOOP_COMPRESS_BF16 ? 0 : 4 * blocks);
+  size_t code_size = format == HOOP_COMPRESS_BF16 ? 2 : 1;
+  block_round round = {rounding.seed != 0, (uint32_t)(rounding.seed ^ (rounding.seed >> 32)),
+                       (uint32_t)rounding.first};
+  float x[BLOCK], scale = 0, value[BLOCK];
+  for (size_t b = 0; b < blocks; b++) {
+    size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
+    hoop__to_float(x, (const char *)in + b * BLOCK * esize, dtype, n);
+    float *kept = residual ? residual + b * BLOCK : NULL;
+    if (kept)
+      n == BLOCK ? add_to(x, kept, BLOCK) : add_to(x, kept, n);
+    encode_block(format, codes + b * BLOCK * code_size, &scale, x, n, &round);
+    if (format != HOOP_COMPRESS_BF16)
+      memcpy(scales + b * sizeof scale, &scale, sizeof scale);
+    if (kept) {
+      decode_block(format, value, out, count, b, n);
+      n == BLOCK ? keep_dropped(kept, x, value, BLOCK) : keep_dropped(kept, x, value, n);
+    }
+    round.first += BLOCK;
+  }
+}
+
+void hoop__expand_add(int format, float *acc, const void *in, size_t count) {
+  format = hoop__compress_format(format);
+  float value[BLOCK];
+  for (size_t b = 0, blocks = (count + BLOCK - 1) / BLOCK; b < blocks; b++) {
+    size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
+    decode_block(format, value, in, count, b, n);
+    n == BLOCK ? add_to(acc + b * BLOCK, value, BLOCK) : add_to(acc + b * BLOCK, value, n);
+  }
+}
+
+void hoop__expand(int format, void *out, hoop_dtype dtype, const void *in, size_t count) {
+  format = hoop__compress_format(format);
+  size_t esize = hoop_dtype_size(dtype);
+  float value[BLOCK];
+  for (size_t b = 0, blocks = (count + BLOCK - 1) / BLOCK; b < blocks; b++) {
+    size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
+    decode_block(format, value, in, count, b, n);
+    hoop__from_float((char *)out + b * BLOCK * esize, value, dtype, n);
+  }
+}

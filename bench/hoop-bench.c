@@ -479,6 +479,7 @@ int main(int argc, char **argv) {
     die("hoop_init_from_env", result);
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
+  bench_compressed(hoop_comm_compress(comm), nranks);
   if (opt.coll == BENCH_SENDRECV && nranks < 2) {
     if (rank == 0)
       fprintf(stderr, "hoop-bench: sendrecv needs 2 ranks or more\n");

@@ -56,6 +56,9 @@ void bench_parse_options(int argc, char **argv, bench_options *opt);
  * of kind (a bench_coll) over nranks ranks should have left: elements first.. of the reduced
  * inputs (allreduce, reduce_scatter), or of rank from_rank's input (the others). */
 void bench_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int r);
+/* After init: the communicator's wire format (hoop_comm_compress), which lets float sums be off
+ * by its steps. */
+void bench_compressed(int format, int nranks);
 long bench_count_wrong(const void *buf, size_t count, hoop_dtype dtype, hoop_op op, int kind,
                        int from_rank, size_t first, int nranks);
 

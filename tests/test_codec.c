@@ -58,7 +58,8 @@ START_TEST(test_bytes) {
 }
 END_TEST
 
-/* Every finite float8 code decodes to its e4m3 value times the scale, and encodes back to itself. */
+/* Every finite float8 code decodes to its e4m3 value times the scale, and encodes back to itself.
+ */
 START_TEST(test_fp8_every_code) {
   float x[256], back[256];
   unsigned char piece[256 + 8];
@@ -165,8 +166,8 @@ START_TEST(test_feedback_drains) {
     for (int i = b; i < b + BLOCK && i < N; i++) {
       double want = (double)g[i] * STEPS;
       /* What is left is the last step's residual, within one bound (and float sums' rounding). */
-      ck_assert_msg(fabs(total[i] - want) <= 2 * bound_of(format, 2 * g[i], 2 * largest) +
-                                                 STEPS * 0x1p-22 * fabs(want),
+      ck_assert_msg(fabs(total[i] - want) <=
+                        2 * bound_of(format, 2 * g[i], 2 * largest) + STEPS * 0x1p-22 * fabs(want),
                     "format %#x: %d steps of %.9g summed to %.9g", format, STEPS, g[i], total[i]);
       ck_assert(fabs(residual[i] - (want - total[i])) <= 1e-5 * fabs(want) + 1e-30);
     }
@@ -174,8 +175,8 @@ START_TEST(test_feedback_drains) {
 }
 END_TEST
 
-/* A block with NaN or infinity arrives as NaN and leaves no residual; a tiny block arrives as zeros;
- * the blocks beside them are untouched. */
+/* A block with NaN or infinity arrives as NaN and leaves no residual; a tiny block arrives as
+ * zeros; the blocks beside them are untouched. */
 START_TEST(test_special_blocks) {
   int format = formats[_i];
   float x[3 * BLOCK], back[3 * BLOCK], residual[3 * BLOCK] = {0};

@@ -16,13 +16,21 @@
 #include "mem/kind.h"
 #include "mem/reduce.h"
 
+/* The chunks a block goes in, at least, unless that makes them smaller than PIPELINE_MIN_ELEMS. */
+#define PIPELINE 8
+#define PIPELINE_MIN_ELEMS 16384
+
 /* Pieces start on cache lines in the exchange's buffer. */
 static size_t line_up(size_t bytes) {
   return (bytes + 63) & ~(size_t)63;
 }
 
 /* One exchange among the members of group (one rank of each host): src holds count elements, this
- * host's partial sums; block j of them (hoop__segment's) is summed by member j. */
+ * host's partial sums; block j of them (hoop__segment's) is summed by member j. Each block goes in
+ * the same number of chunks (chunk c of block j: hoop__segment's c-th of its elements), through a
+ * pipeline: chunk c + 1's pieces are encoded and sent while chunk c is summed and its sum sent,
+ * and chunk c - 1's sums arrive, so that the links stay busy while the CPU encodes and decodes.
+ * Between two members, each side posts its sends and receives in the same order. */
 typedef struct exchange {
   const hoop__group *group;
   const char *src;
@@ -31,12 +39,28 @@ typedef struct exchange {
   hoop_dtype dtype;
   hoop_op op;
   int format, spread; /* spread: allreduce (every block to every member) */
-  /* the buffer: a staged piece per block (sends), a received piece per member, the float sums */
-  char *stage, *land;
-  float *sum;
-  size_t *first, *elems, *stage_at, *land_at; /* per member */
-  hoop__transfer **recvs;                     /* per member: the receive of its piece */
+  int members, me, chunks;
+  size_t *first, *elems; /* per member: its block */
+  /* per member and chunk (index j * chunks + c): where the piece it sends or receives lies in
+   * the buffer; stage: this member's pieces of block j (and, at its own index, its sums); pieces:
+   * member j's piece of this member's block; sums: member j's sums of its block */
+  size_t *stage_at, *pieces_at, *sums_at;
+  hoop__transfer **piece_recv, **sum_recv;
+  char *buf;
+  float *sum; /* this member's block, summed */
 } exchange;
+
+/* Chunk c of member j's block: its first element (in src) and its count. */
+static void chunk_of(const exchange *ex, int j, int c, size_t *first, size_t *elems) {
+  hoop__segment(ex->elems[j], ex->chunks, c, first, elems);
+  *first += ex->first[j];
+}
+
+static size_t piece_bytes(const exchange *ex, int j, int c) {
+  size_t first, elems;
+  chunk_of(ex, j, c, &first, &elems);
+  return hoop__compress_bytes(ex->format, elems);
+}
 
 /* The random bits of a stochastic encode: alike for every run of the job, different for every
  * call, rank and step (0 when the format rounds to nearest). */
@@ -51,126 +75,162 @@ static hoop__rounding rounding_of(const hoop_comm *comm, const exchange *ex, int
 /* Lay the exchange's pieces out in the communicator's buffer for it. */
 static hoop_result plan(hoop_comm *comm, exchange *ex) {
   int h = ex->group->size, me = ex->group->index;
-  size_t *sizes = calloc(4 * (size_t)h, sizeof *sizes);
-  ex->recvs = calloc((size_t)h, sizeof *ex->recvs);
-  if (!sizes || !ex->recvs) {
-    free(sizes);
-    free(ex->recvs);
-    ex->recvs = NULL;
+  ex->members = h, ex->me = me;
+  size_t largest = 0;
+  ex->first = calloc(2 * (size_t)h, sizeof *ex->first);
+  if (!ex->first)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
-  }
-  ex->first = sizes, ex->elems = sizes + h, ex->stage_at = sizes + 2 * h,
-  ex->land_at = sizes + 3 * h;
-  size_t staged = 0, landed = 0;
+  ex->elems = ex->first + h;
   for (int j = 0; j < h; j++) {
     hoop__segment(ex->count, h, j, &ex->first[j], &ex->elems[j]);
-    size_t piece = line_up(hoop__compress_bytes(ex->format, ex->elems[j]));
-    ex->stage_at[j] = staged;
-    staged += piece;
+    largest = ex->elems[j] > largest ? ex->elems[j] : largest;
   }
-  /* A landing place holds a peer's piece of this member's block, then (allreduce) the peer's
-   * finished block. */
-  size_t mine = line_up(hoop__compress_bytes(ex->format, ex->elems[me]));
-  for (int j = 0; j < h; j++) {
-    size_t theirs = line_up(hoop__compress_bytes(ex->format, ex->elems[j]));
-    ex->land_at[j] = landed;
-    landed += j == me ? 0 : mine > theirs ? mine : theirs;
-  }
+  /* HOOP_CHUNK_BYTES of the call's elements a chunk, fewer where that leaves a block fewer than
+   * PIPELINE chunks (the pipeline needs a few to hide the encoding), whole blocks of the format. */
+  size_t chunk = comm->coll->chunk_bytes / ex->esize;
+  if (largest / PIPELINE < chunk)
+    chunk = largest / PIPELINE > PIPELINE_MIN_ELEMS ? largest / PIPELINE : PIPELINE_MIN_ELEMS;
+  chunk = (chunk + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK * HOOP_COMPRESS_BLOCK;
+  ex->chunks = (int)((largest + chunk - 1) / chunk);
+  ex->chunks = ex->chunks < 1 ? 1 : ex->chunks > 4096 ? 4096 : ex->chunks;
+  size_t pieces = (size_t)h * (size_t)ex->chunks;
+  ex->stage_at = calloc(3 * pieces, sizeof *ex->stage_at);
+  ex->piece_recv = calloc(2 * pieces, sizeof *ex->piece_recv);
+  if (!ex->stage_at || !ex->piece_recv)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
+  ex->pieces_at = ex->stage_at + pieces, ex->sums_at = ex->pieces_at + pieces;
+  ex->sum_recv = ex->piece_recv + pieces;
+  size_t at = 0;
+  for (int j = 0; j < h; j++)
+    for (int c = 0; c < ex->chunks; c++) {
+      size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+      ex->stage_at[i] = at;
+      at += line_up(piece_bytes(ex, j, c));
+      if (j == me)
+        continue;
+      ex->pieces_at[i] = at;
+      at += line_up(piece_bytes(ex, me, c));
+      ex->sums_at[i] = at;
+      at += ex->spread ? line_up(piece_bytes(ex, j, c)) : 0;
+    }
   size_t sums = line_up(ex->elems[me] * sizeof(float));
-  char *buf = hoop__host_buf_grow(comm, &comm->coll->compress_buf, staged + landed + sums, NULL,
-                                  "for compressed pieces");
-  if (!buf)
+  ex->buf = hoop__host_buf_grow(comm, &comm->coll->compress_buf, at + sums, NULL,
+                                "for compressed pieces");
+  if (!ex->buf)
     return HOOP_ERR_SYSTEM;
-  ex->stage = buf;
-  ex->land = buf + staged;
-  ex->sum = (float *)(void *)(buf + staged + landed);
+  ex->sum = (float *)(void *)(ex->buf + at);
   return HOOP_OK;
 }
 
 static void unplan(exchange *ex) {
   free(ex->first);
-  free(ex->recvs);
+  free(ex->stage_at);
+  free(ex->piece_recv);
 }
 
-/* Receive every peer's piece at its landing place: of this member's block (step one), or of the
- * peer's own (theirs: step two). */
-static hoop_result post_receives(hoop_comm *comm, exchange *ex, hoop__arena *landing, int theirs) {
-  int h = ex->group->size, me = ex->group->index;
-  for (int k = 1; k < h; k++) {
-    int j = (me + h - k) % h;
-    size_t bytes = hoop__compress_bytes(ex->format, ex->elems[theirs ? j : me]);
-    ex->recvs[j] = hoop__arena_next(comm, landing);
-    if (!ex->recvs[j])
-      return HOOP_ERR_SYSTEM;
-    hoop_result result =
-        hoop__irecv(comm, hoop__member(ex->group, j), ex->land + ex->land_at[j], bytes, ex->recvs[j]);
-    if (result != HOOP_OK)
-      return result;
-  }
-  return HOOP_OK;
-}
-
-/* Step one: every peer's block, encoded, to it (the next member first, so that no member is
- * everyone's first); this member's block summed in float32 from its own part and every peer's
- * piece, in member order. */
-static hoop_result sum_block(hoop_comm *comm, exchange *ex, hoop__arena *sends,
-                             hoop__arena *landing) {
-  int h = ex->group->size, me = ex->group->index;
-  hoop_result result = post_receives(comm, ex, landing, 0);
+/* Chunk c's pieces: every peer's piece of this member's block received, and this member's piece
+ * of every peer's block encoded and sent (the next member first, so that no member is everyone's
+ * first). */
+static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena *sends,
+                               hoop__arena *landing) {
+  int h = ex->members, me = ex->me;
+  hoop_result result = HOOP_OK;
   for (int k = 1; k < h && result == HOOP_OK; k++) {
     int j = (me + k) % h;
-    char *piece = ex->stage + ex->stage_at[j];
-    hoop__compress(ex->format, piece, ex->src + ex->first[j] * ex->esize, ex->dtype, ex->elems[j],
-                   NULL, rounding_of(comm, ex, 0, ex->first[j]));
-    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), piece,
-                               hoop__compress_bytes(ex->format, ex->elems[j]));
+    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    ex->piece_recv[i] = hoop__arena_next(comm, landing);
+    result = ex->piece_recv[i]
+                 ? hoop__irecv(comm, hoop__member(ex->group, j), ex->buf + ex->pieces_at[i],
+                               piece_bytes(ex, me, c), ex->piece_recv[i])
+                 : HOOP_ERR_SYSTEM;
   }
-  if (result != HOOP_OK)
-    return result;
-  hoop__to_float(ex->sum, ex->src + ex->first[me] * ex->esize, ex->dtype, ex->elems[me]);
-  for (int j = 0; j < h && result == HOOP_OK; j++)
-    if (j != me && (result = hoop__wait(comm, ex->recvs[j])) == HOOP_OK)
-      hoop__expand_add(ex->format, ex->sum, ex->land + ex->land_at[j], ex->elems[me]);
-  if (result == HOOP_OK)
-    hoop__reduce_finish(ex->sum, ex->elems[me], HOOP_FLOAT32, ex->op, comm->size);
+  for (int k = 1; k < h && result == HOOP_OK; k++) {
+    int j = (me + k) % h;
+    size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    chunk_of(ex, j, c, &first, &elems);
+    char *piece = ex->buf + ex->stage_at[i];
+    hoop__compress(ex->format, piece, ex->src + first * ex->esize, ex->dtype, elems, NULL,
+                   rounding_of(comm, ex, 0, first));
+    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), piece,
+                               hoop__compress_bytes(ex->format, elems));
+  }
   return result;
 }
 
-/* Step two of an allreduce: this member's sum, encoded once, to every peer and decoded into its
- * own place; every other block from the member that summed it. */
-static hoop_result spread_blocks(hoop_comm *comm, exchange *ex, hoop__arena *sends,
-                                 hoop__arena *landing) {
-  int h = ex->group->size, me = ex->group->index;
-  char *piece = ex->stage + ex->stage_at[me];
-  size_t bytes = hoop__compress_bytes(ex->format, ex->elems[me]);
-  hoop_result result = post_receives(comm, ex, landing, 1);
-  if (result == HOOP_OK)
-    hoop__compress(ex->format, piece, ex->sum, HOOP_FLOAT32, ex->elems[me], NULL,
-                   rounding_of(comm, ex, 1, ex->first[me]));
-  for (int k = 1; k < h && result == HOOP_OK; k++)
-    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, (me + k) % h), piece, bytes);
+/* Chunk c of this member's block summed in float32, its own part exactly and every peer's piece
+ * decoded, in member order; for an allreduce, the sum encoded once and sent to every peer (whose
+ * sums of chunk c are received), and decoded into this member's own place as they will decode
+ * it. A reduce-scatter's sum goes to dst as it is. */
+static hoop_result sum_chunk(hoop_comm *comm, exchange *ex, int c, hoop__arena *sends,
+                             hoop__arena *landing) {
+  int h = ex->members, me = ex->me;
+  size_t first, elems;
+  chunk_of(ex, me, c, &first, &elems);
+  float *sum = ex->sum + (first - ex->first[me]);
+  hoop__to_float(sum, ex->src + first * ex->esize, ex->dtype, elems);
+  hoop_result result = HOOP_OK;
+  for (int j = 0; j < h && result == HOOP_OK; j++) {
+    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    if (j != me && (result = hoop__wait(comm, ex->piece_recv[i])) == HOOP_OK)
+      hoop__expand_add(ex->format, sum, ex->buf + ex->pieces_at[i], elems);
+  }
   if (result != HOOP_OK)
     return result;
-  hoop__expand(ex->format, ex->dst + ex->first[me] * ex->esize, ex->dtype, piece, ex->elems[me]);
+  hoop__reduce_finish(sum, elems, HOOP_FLOAT32, ex->op, comm->size);
+  if (!ex->spread) {
+    hoop__from_float(ex->dst + (first - ex->first[me]) * ex->esize, sum, ex->dtype, elems);
+    return HOOP_OK;
+  }
   for (int k = 1; k < h && result == HOOP_OK; k++) {
-    int j = (me + h - k) % h;
-    if ((result = hoop__wait(comm, ex->recvs[j])) == HOOP_OK)
-      hoop__expand(ex->format, ex->dst + ex->first[j] * ex->esize, ex->dtype,
-                   ex->land + ex->land_at[j], ex->elems[j]);
+    int j = (me + k) % h;
+    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    ex->sum_recv[i] = hoop__arena_next(comm, landing);
+    result = ex->sum_recv[i]
+                 ? hoop__irecv(comm, hoop__member(ex->group, j), ex->buf + ex->sums_at[i],
+                               piece_bytes(ex, j, c), ex->sum_recv[i])
+                 : HOOP_ERR_SYSTEM;
+  }
+  char *piece = ex->buf + ex->stage_at[(size_t)me * (size_t)ex->chunks + (size_t)c];
+  if (result == HOOP_OK)
+    hoop__compress(ex->format, piece, sum, HOOP_FLOAT32, elems, NULL,
+                   rounding_of(comm, ex, 1, first));
+  for (int k = 1; k < h && result == HOOP_OK; k++)
+    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, (me + k) % h), piece,
+                               hoop__compress_bytes(ex->format, elems));
+  if (result == HOOP_OK)
+    hoop__expand(ex->format, ex->dst + first * ex->esize, ex->dtype, piece, elems);
+  return result;
+}
+
+/* Chunk c's sums from every peer, decoded into their places. */
+static hoop_result take_sums(hoop_comm *comm, exchange *ex, int c) {
+  hoop_result result = HOOP_OK;
+  for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
+    size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    if (j == ex->me || (result = hoop__wait(comm, ex->sum_recv[i])) != HOOP_OK)
+      continue;
+    chunk_of(ex, j, c, &first, &elems);
+    hoop__expand(ex->format, ex->dst + first * ex->esize, ex->dtype, ex->buf + ex->sums_at[i],
+                 elems);
   }
   return result;
 }
 
 static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   hoop_result result = plan(comm, ex);
-  if (result != HOOP_OK)
-    return result;
   hoop__arena sends = {0}, landing = {0};
-  result = sum_block(comm, ex, &sends, &landing);
+  if (result == HOOP_OK)
+    result = send_pieces(comm, ex, 0, &sends, &landing);
+  for (int c = 0; c < ex->chunks && result == HOOP_OK; c++) {
+    if (c + 1 < ex->chunks)
+      result = send_pieces(comm, ex, c + 1, &sends, &landing);
+    if (result == HOOP_OK)
+      result = sum_chunk(comm, ex, c, &sends, &landing);
+    if (result == HOOP_OK && ex->spread && c > 0)
+      result = take_sums(comm, ex, c - 1);
+  }
   if (result == HOOP_OK && ex->spread)
-    result = spread_blocks(comm, ex, &sends, &landing);
-  else if (result == HOOP_OK)
-    hoop__from_float(ex->dst, ex->sum, ex->dtype, ex->elems[ex->group->index]);
+    result = take_sums(comm, ex, ex->chunks - 1);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &sends);
   hoop__arena_free(&landing);

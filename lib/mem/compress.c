@@ -11,7 +11,8 @@
 
 #define BLOCK HOOP_COMPRESS_BLOCK
 
-/* Below this a block's largest magnitude is taken for zero: its scale's inverse must stay finite. */
+/* Below this a block's largest magnitude is taken for zero: its scale's inverse must stay finite.
+ */
 #define TINY 0x1p-100f
 
 /* Adding and taking away 1.5 * 2^23 rounds a float of magnitude below 2^22 to an integer, to
@@ -62,13 +63,13 @@ typedef struct block_round {
 
 /* The largest magnitude's bits (non-negative floats order as their bits; a NaN's are above
  * infinity's). */
-static inline uint32_t magnitude_bits(const float *x, size_t n) {
-  uint32_t top = 0;
+static inline uint32_t magnitude_bits(const float *restrict x, size_t n) {
+  int32_t top = 0; /* signed: SSE2 compares only signed integers */
   for (size_t i = 0; i < n; i++) {
-    uint32_t a = float_bits(x[i]) & 0x7fffffffu;
+    int32_t a = (int32_t)(float_bits(x[i]) & 0x7fffffffu);
     top = a > top ? a : top;
   }
-  return top;
+  return (uint32_t)top;
 }
 
 /* The block's scale (what code 1, or the top code qmax, stands for: scale * qmax is the largest
@@ -99,11 +100,11 @@ static inline int8_t int8_clamp(int32_t c) {
   return (int8_t)(c < -127 ? -127 : c);
 }
 
-static inline void int8_codes(int8_t *code, const float *x, size_t n, float inverse,
-                              const block_round *round) {
+static inline void int8_codes(int8_t *restrict code, const float *restrict x, size_t n,
+                              float inverse, const block_round *round) {
   if (!round->stochastic) {
     for (size_t i = 0; i < n; i++) {
-      code[i] = int8_clamp((int32_t)round_even(x[i] * inverse));
+      code[i] = (int8_t)(int32_t)round_even(x[i] * inverse); /* within +-127: no clamp */
     }
     return;
   }
@@ -139,12 +140,13 @@ static inline uint8_t fp8_code(uint32_t sign, uint32_t ab, uint32_t subnormal, u
   return (uint8_t)(sign | (ab < FP8_NORMAL_BITS ? subnormal : normal));
 }
 
-static inline void fp8_codes(uint8_t *code, const float *x, size_t n, float inverse,
-                             const block_round *round) {
+static inline void fp8_codes(uint8_t *restrict code, const float *restrict x, size_t n,
+                             float inverse, const block_round *round) {
   uint32_t subnormal[BLOCK], random[BLOCK];
   if (!round->stochastic) {
     for (size_t i = 0; i < n; i++)
-      subnormal[i] = (uint32_t)(int32_t)round_even(bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f);
+      subnormal[i] =
+          (uint32_t)(int32_t)round_even(bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f);
     for (size_t i = 0; i < n; i++) {
       uint32_t ab = fp8_magnitude(x[i] * inverse);
       uint32_t sign = (float_bits(x[i]) >> 24) & 0x80u;
@@ -173,15 +175,11 @@ static inline void fp8_codes(uint8_t *code, const float *x, size_t n, float inve
 #define FP8_64(c) FP8_16(c), FP8_16((c) + 16), FP8_16((c) + 32), FP8_16((c) + 48)
 static const float fp8_table[256] = {FP8_64(0), FP8_64(64), FP8_64(128), FP8_64(192)};
 
-static inline void fp8_values(float *value, const uint8_t *code, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++)
-    value[i] = fp8_table[code[i]] * scale;
-}
-
 /* ---- bf16 -----------------------------------------------------------------------------------
  */
 
-static inline void bf16_codes(uint16_t *code, const float *x, size_t n, const block_round *round) {
+static inline void bf16_codes(uint16_t *restrict code, const float *restrict x, size_t n,
+                              const block_round *round) {
   if (!round->stochastic) {
     hoop__from_float(code, x, HOOP_BFLOAT16, n);
     return;
@@ -203,13 +201,10 @@ static inline float bf16_value(uint16_t code) {
 
 size_t hoop__compress_bytes(int format, size_t count) {
   switch (hoop__compress_format(format)) {
-  case HOOP_COMPRESS_BF16:
-    return 2 * count;
+  case HOOP_COMPRESS_BF16: return 2 * count;
   case HOOP_COMPRESS_FP8:
-  case HOOP_COMPRESS_INT8:
-    return count + sizeof(float) * ((count + BLOCK - 1) / BLOCK);
-  default:
-    return count * sizeof(float);
+  case HOOP_COMPRESS_INT8: return count + sizeof(float) * ((count + BLOCK - 1) / BLOCK);
+  default: return count * sizeof(float);
   }
 }
 
@@ -227,40 +222,51 @@ static void encode_block(int format, void *code, float *scale, const float *x, s
   float qmax = format == HOOP_COMPRESS_INT8 ? 127.0f : 448.0f, inverse;
   block_scale(n == BLOCK ? magnitude_bits(x, BLOCK) : magnitude_bits(x, n), qmax, scale, &inverse);
   if (format == HOOP_COMPRESS_INT8)
-    n == BLOCK ? int8_codes(code, x, BLOCK, inverse, round) : int8_codes(code, x, n, inverse, round);
+    n == BLOCK ? int8_codes(code, x, BLOCK, inverse, round)
+               : int8_codes(code, x, n, inverse, round);
   else
     n == BLOCK ? fp8_codes(code, x, BLOCK, inverse, round) : fp8_codes(code, x, n, inverse, round);
 }
 
-static inline void int8_values(float *value, const int8_t *code, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++)
-    value[i] = int8_value(code[i]) * scale;
-}
-
-
-static inline void bf16_values(float *value, const uint16_t *code, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    value[i] = bf16_value(code[i]);
-}
-
-/* The values of block b's n codes, each times its scale, into value. */
-static void decode_block(int format, float *value, const char *piece, size_t count, size_t b,
-                         size_t n) {
-  if (format == HOOP_COMPRESS_BF16) {
-    const uint16_t *code = (const uint16_t *)(const void *)piece + b * BLOCK;
-    n == BLOCK ? bf16_values(value, code, BLOCK) : bf16_values(value, code, n);
-    return;
+/* The codes' values times their scale, written (SET) or added (ADD) to value[0..n). */
+#define SET(place, v) ((place) = (v))
+#define ADD(place, v) ((place) += (v))
+#define DEFINE_DECODERS(MODE)                                                                      \
+  static inline void int8_##MODE(float *restrict value, const int8_t *restrict code, size_t n,     \
+                                 float scale) {                                                    \
+    for (size_t i = 0; i < n; i++)                                                                 \
+      MODE(value[i], int8_value(code[i]) * scale);                                                 \
+  }                                                                                                \
+  static inline void fp8_##MODE(float *restrict value, const uint8_t *restrict code, size_t n,     \
+                                float scale) {                                                     \
+    for (size_t i = 0; i < n; i++)                                                                 \
+      MODE(value[i], fp8_table[code[i]] * scale);                                                  \
+  }                                                                                                \
+  static inline void bf16_##MODE(float *restrict value, const uint16_t *restrict code, size_t n) { \
+    for (size_t i = 0; i < n; i++)                                                                 \
+      MODE(value[i], bf16_value(code[i]));                                                         \
+  }                                                                                                \
+  /* Block b (n codes) of an encoded piece of count elements. */                                   \
+  static void decode_##MODE(int format, float *value, const char *piece, size_t count, size_t b,   \
+                            size_t n) {                                                            \
+    if (format == HOOP_COMPRESS_BF16) {                                                            \
+      const uint16_t *code = (const uint16_t *)(const void *)piece + b * BLOCK;                    \
+      n == BLOCK ? bf16_##MODE(value, code, BLOCK) : bf16_##MODE(value, code, n);                  \
+      return;                                                                                      \
+    }                                                                                              \
+    float scale;                                                                                   \
+    memcpy(&scale, piece + b * sizeof(float), sizeof scale);                                       \
+    const char *codes = piece + sizeof(float) * ((count + BLOCK - 1) / BLOCK) + b * BLOCK;         \
+    if (format == HOOP_COMPRESS_INT8)                                                              \
+      n == BLOCK ? int8_##MODE(value, (const int8_t *)codes, BLOCK, scale)                         \
+                 : int8_##MODE(value, (const int8_t *)codes, n, scale);                            \
+    else                                                                                           \
+      n == BLOCK ? fp8_##MODE(value, (const uint8_t *)codes, BLOCK, scale)                         \
+                 : fp8_##MODE(value, (const uint8_t *)codes, n, scale);                            \
   }
-  float scale;
-  memcpy(&scale, piece + b * sizeof(float), sizeof scale);
-  const char *codes = piece + sizeof(float) * ((count + BLOCK - 1) / BLOCK) + b * BLOCK;
-  if (format == HOOP_COMPRESS_INT8)
-    n == BLOCK ? int8_values(value, (const int8_t *)codes, BLOCK, scale)
-               : int8_values(value, (const int8_t *)codes, n, scale);
-  else
-    n == BLOCK ? fp8_values(value, (const uint8_t *)codes, BLOCK, scale)
-               : fp8_values(value, (const uint8_t *)codes, n, scale);
-}
+
+DEFINE_DECODERS(SET)
+DEFINE_DECODERS(ADD)
 
 static inline void add_to(float *restrict sum, const float *restrict value, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -288,15 +294,20 @@ void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, siz
   float x[BLOCK], scale = 0, value[BLOCK];
   for (size_t b = 0; b < blocks; b++) {
     size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
-    hoop__to_float(x, (const char *)in + b * BLOCK * esize, dtype, n);
     float *kept = residual ? residual + b * BLOCK : NULL;
-    if (kept)
-      n == BLOCK ? add_to(x, kept, BLOCK) : add_to(x, kept, n);
-    encode_block(format, codes + b * BLOCK * code_size, &scale, x, n, &round);
+    /* float32 without a residual is encoded where it lies. */
+    const float *values = (const float *)in + b * BLOCK;
+    if (dtype != HOOP_FLOAT32 || kept) {
+      hoop__to_float(x, (const char *)in + b * BLOCK * esize, dtype, n);
+      if (kept)
+        n == BLOCK ? add_to(x, kept, BLOCK) : add_to(x, kept, n);
+      values = x;
+    }
+    encode_block(format, codes + b * BLOCK * code_size, &scale, values, n, &round);
     if (format != HOOP_COMPRESS_BF16)
       memcpy(scales + b * sizeof scale, &scale, sizeof scale);
     if (kept) {
-      decode_block(format, value, out, count, b, n);
+      decode_SET(format, value, out, count, b, n);
       n == BLOCK ? keep_dropped(kept, x, value, BLOCK) : keep_dropped(kept, x, value, n);
     }
     round.first += BLOCK;
@@ -305,11 +316,9 @@ void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, siz
 
 void hoop__expand_add(int format, float *acc, const void *in, size_t count) {
   format = hoop__compress_format(format);
-  float value[BLOCK];
   for (size_t b = 0, blocks = (count + BLOCK - 1) / BLOCK; b < blocks; b++) {
     size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
-    decode_block(format, value, in, count, b, n);
-    n == BLOCK ? add_to(acc + b * BLOCK, value, BLOCK) : add_to(acc + b * BLOCK, value, n);
+    decode_ADD(format, acc + b * BLOCK, in, count, b, n);
   }
 }
 
@@ -319,7 +328,11 @@ void hoop__expand(int format, void *out, hoop_dtype dtype, const void *in, size_
   float value[BLOCK];
   for (size_t b = 0, blocks = (count + BLOCK - 1) / BLOCK; b < blocks; b++) {
     size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
-    decode_block(format, value, in, count, b, n);
+    if (dtype == HOOP_FLOAT32) {
+      decode_SET(format, (float *)out + b * BLOCK, in, count, b, n);
+      continue;
+    }
+    decode_SET(format, value, in, count, b, n);
     hoop__from_float((char *)out + b * BLOCK * esize, value, dtype, n);
   }
 }

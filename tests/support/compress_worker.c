@@ -144,7 +144,7 @@ static void forget(expected *e) {
 
 /* Element first + i of the reduced inputs, held at i of buf, against its bound. */
 static void check_element(const void *buf, size_t i, size_t first, hoop_dtype dtype, hoop_op op,
-                         int format, const expected *e, const char *what) {
+                          int format, const expected *e, const char *what) {
   double got = load(buf, i, dtype), sum = e->sum[first + i], near = e->near[first + i];
   double divide = op == HOOP_AVG ? nranks : 1;
   double u = dtype_step(dtype);
@@ -177,7 +177,8 @@ static void check_result(const void *buf, const void *exact, size_t first, size_
   for (size_t i = 0; i < count; i++)
     differ += memcmp((const char *)buf + i * esize, (const char *)exact + i * esize, esize) != 0;
   char detail[128];
-  snprintf(detail, sizeof detail, "%zu of %zu elements differ from the exact call's", differ, count);
+  snprintf(detail, sizeof detail, "%zu of %zu elements differ from the exact call's", differ,
+           count);
   /* bfloat16 in bf16 carries the hosts' sums exactly: on two hosts its one rounding is the exact
    * call's. */
   int carried = dtype == HOOP_BFLOAT16 && (format & 0xff) == HOOP_COMPRESS_BF16;
@@ -214,8 +215,7 @@ static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, 
   static const char *const forms[] = {"allreduce", "allreduce in place", "iallreduce",
                                       "allreduce_many"};
   snprintf(what, sizeof what, "%s %s %s count %zu %s (%s)", forms[form], dtype_name(dtype),
-           hoop_op_name(op), count,
-           hoop_compress_name(format, name, sizeof name) ? name : "?",
+           hoop_op_name(op), count, hoop_compress_name(format, name, sizeof name) ? name : "?",
            per_call ? "per call" : "communicator");
   if (per_call)
     must(hoop_compress_next(comm, format), "hoop_compress_next");
@@ -247,8 +247,8 @@ static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, 
   free(recv);
 }
 
-static void run_reduce_scatter(int in_place, size_t count, hoop_dtype dtype, hoop_op op,
-                               int format, int per_call, unsigned seed) {
+static void run_reduce_scatter(int in_place, size_t count, hoop_dtype dtype, hoop_op op, int format,
+                               int per_call, unsigned seed) {
   size_t esize = hoop_dtype_size(dtype), total = count * (size_t)nranks;
   char *send = xcalloc(total, esize), *recv = xcalloc(total, esize), what[160], name[48];
   for (size_t i = 0; i < total; i++)
@@ -346,7 +346,9 @@ int main(int argc, char **argv) {
   nranks = hoop_size(comm);
   per_host = hoop_local_size(comm);
   hosts = uneven ? 1 : nranks / per_host;
-  static const int formats[] = {HOOP_COMPRESS_INT8, HOOP_COMPRESS_FP8, HOOP_COMPRESS_BF16,
+  static const int formats[] = {HOOP_COMPRESS_INT8,
+                                HOOP_COMPRESS_FP8,
+                                HOOP_COMPRESS_BF16,
                                 HOOP_COMPRESS_INT8 | HOOP_COMPRESS_STOCHASTIC,
                                 HOOP_COMPRESS_FP8 | HOOP_COMPRESS_STOCHASTIC,
                                 HOOP_COMPRESS_BF16 | HOOP_COMPRESS_STOCHASTIC};

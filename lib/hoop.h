@@ -269,11 +269,15 @@ HOOP_API int hoop_comm_reproducible(const hoop_comm *comm);
  *                       most 1/254 of that magnitude, about 3.9x fewer bytes than float32.
  * Flags, or'ed into the format: HOOP_COMPRESS_STOCHASTIC rounds stochastically instead of to
  * nearest (unbiased; error below one step; the random bits come from the call's number, so every
- * run of a job draws the same); HOOP_COMPRESS_FEEDBACK keeps what compression dropped from
- * buffers registered with hoop_register and adds it to the next call on the same elements (error
- * feedback, for training: 4 bytes per element of this rank's share of the buffer, ranks-per-host
- * of it plus the block it sums). A block holding a NaN or infinity arrives as NaN; a block whose
- * largest magnitude is below 2^-100 arrives as zeros. */
+ * run of a job draws the same); HOOP_COMPRESS_FEEDBACK keeps what compression dropped and adds it
+ * to the next call of the same shape on the same input (error feedback, for training), with the
+ * registration (hoop_register) that holds the call's sendbuf: 4 bytes for each element this rank
+ * sends between hosts (the call's count over the ranks per host; a reduce-scatter's whole input
+ * over them) and for each element of the block it sums (that over the hosts), per registered
+ * buffer and call shape, freed by hoop_deregister. Asked for one call (hoop_compress_next) on an
+ * unregistered input, or for allreduce_many, it is refused; set on the communicator it applies
+ * to registered inputs. A block holding a NaN or infinity arrives as NaN (and leaves no residual);
+ * a block whose largest magnitude is below 2^-100 arrives as zeros. */
 typedef enum hoop_compress {
   HOOP_COMPRESS_NONE = 0,
   HOOP_COMPRESS_BF16 = 1,

@@ -209,9 +209,12 @@ hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
 const char *hoop__coll_call_name(hoop__coll coll);
 /* A wire format asked for one call (hoop_compress_next; compress, or HOOP__COMPRESS_COMM for none
- * asked) that the call can take: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded naming both. */
+ * asked) that the call can take: HOOP_OK, or HOOP_ERR_INVALID_ARG recorded naming both. With
+ * error feedback, the call's input (input_bytes at input; NULL: allreduce_many's buffers) must be
+ * registered. */
 hoop_result hoop__coll_check_compress(hoop_comm *comm, const char *call, hoop__coll coll,
-                                      hoop_dtype dtype, hoop_op op, int compress);
+                                      hoop_dtype dtype, hoop_op op, int compress, const void *input,
+                                      size_t input_bytes);
 
 /* api.c: HOOP_OK if a non-blocking call was given somewhere to put its request, else
  * HOOP_ERR_INVALID_ARG (recorded when there is a communicator). */

@@ -48,6 +48,11 @@ typedef struct exchange {
   hoop__transfer **piece_recv, **sum_recv;
   char *buf;
   float *sum; /* this member's block, summed */
+  /* Error feedback: the call's input and its bytes (NULL: none); what the encodings dropped, of
+   * the pieces sent (by element of src) and of this member's sums, kept with its registration. */
+  const void *feedback_buf;
+  size_t feedback_bytes;
+  float *kept_pieces, *kept_sums;
 } exchange;
 
 /* Chunk c of member j's block: its first element (in src) and its count. */
@@ -149,7 +154,8 @@ static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena
     size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
     chunk_of(ex, j, c, &first, &elems);
     char *piece = ex->buf + ex->stage_at[i];
-    hoop__compress(ex->format, piece, ex->src + first * ex->esize, ex->dtype, elems, NULL,
+    hoop__compress(ex->format, piece, ex->src + first * ex->esize, ex->dtype, elems,
+                   ex->kept_pieces ? ex->kept_pieces + first : NULL,
                    rounding_of(comm, ex, 0, first));
     result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), piece,
                                hoop__compress_bytes(ex->format, elems));
@@ -192,7 +198,8 @@ static hoop_result sum_chunk(hoop_comm *comm, exchange *ex, int c, hoop__arena *
   }
   char *piece = ex->buf + ex->stage_at[(size_t)me * (size_t)ex->chunks + (size_t)c];
   if (result == HOOP_OK)
-    hoop__compress(ex->format, piece, sum, HOOP_FLOAT32, elems, NULL,
+    hoop__compress(ex->format, piece, sum, HOOP_FLOAT32, elems,
+                   ex->kept_sums ? ex->kept_sums + (first - ex->first[ex->me]) : NULL,
                    rounding_of(comm, ex, 1, first));
   for (int k = 1; k < h && result == HOOP_OK; k++)
     result = hoop__arena_isend(comm, sends, hoop__member(ex->group, (me + k) % h), piece,
@@ -216,8 +223,26 @@ static hoop_result take_sums(hoop_comm *comm, exchange *ex, int c) {
   return result;
 }
 
+/* Error feedback's residuals, kept with the input's registration for calls of this shape: this
+ * rank's pieces of the exchange, and its sums; none where the input is not registered. */
+static void find_residuals(hoop_comm *comm, exchange *ex) {
+  if (!ex->feedback_buf)
+    return;
+  size_t own = ex->spread ? ex->elems[ex->me] : 0;
+  uint64_t key = ((uint64_t)ex->count * 0x9e3779b97f4a7c15u) ^ (uint64_t)ex->dtype << 56 ^
+                 (uint64_t)ex->spread << 48 ^ (uint64_t)ex->me << 32 ^ (uint64_t)ex->members;
+  float *kept =
+      hoop__registration_floats(comm, ex->feedback_buf, ex->feedback_bytes, ex->count + own, key);
+  if (kept) {
+    ex->kept_pieces = kept;
+    ex->kept_sums = own ? kept + ex->count : NULL;
+  }
+}
+
 static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   hoop_result result = plan(comm, ex);
+  if (result == HOOP_OK)
+    find_residuals(comm, ex);
   hoop__arena sends = {0}, landing = {0};
   if (result == HOOP_OK)
     result = send_pieces(comm, ex, 0, &sends, &landing);
@@ -267,7 +292,9 @@ hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *a
                  .dtype = args->dtype,
                  .op = args->op,
                  .format = args->compress,
-                 .spread = 1};
+                 .spread = 1,
+                 .feedback_buf = args->feedback_buf,
+                 .feedback_bytes = args->bytes};
   if (local.size == 1)
     return run_exchange(comm, &ex);
   /* hier's steps within the host, exact, around the exchange of this rank's segment. */
@@ -319,7 +346,9 @@ hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_ar
                  .esize = esize,
                  .dtype = args->dtype,
                  .op = args->op,
-                 .format = args->compress};
+                 .format = args->compress,
+                 .feedback_buf = args->feedback_buf,
+                 .feedback_bytes = part * (size_t)local.size};
   if (local.size == 1)
     return run_exchange(comm, &ex);
   char *laid = hoop__host_buf_grow(comm, &comm->coll->compress_input, part * (size_t)local.size,

@@ -292,7 +292,8 @@ static int compressible(hoop__coll coll, hoop_dtype dtype, hoop_op op) {
 }
 
 hoop_result hoop__coll_check_compress(hoop_comm *comm, const char *call, hoop__coll coll,
-                                      hoop_dtype dtype, hoop_op op, int compress) {
+                                      hoop_dtype dtype, hoop_op op, int compress, const void *input,
+                                      size_t input_bytes) {
   if (compress == HOOP__COMPRESS_COMM || compress == HOOP_COMPRESS_NONE)
     return HOOP_OK;
   char name[48];
@@ -309,6 +310,14 @@ hoop_result hoop__coll_check_compress(hoop_comm *comm, const char *call, hoop__c
         "in allreduce, reduce_scatter and allreduce_many",
         call, name, hoop_dtype_name(dtype) ? hoop_dtype_name(dtype) : "an unknown dtype",
         hoop_op_name(op) ? hoop_op_name(op) : "an unknown op");
+  if ((compress & HOOP_COMPRESS_FEEDBACK) &&
+      (!input || !hoop__registered(comm, input, input_bytes)))
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                           "%s: compressed (%s): error feedback keeps what compression dropped "
+                           "with the input's registration, and %s",
+                           call, name,
+                           input ? "sendbuf is not in a buffer registered with hoop_register"
+                                 : "allreduce_many packs its buffers: use hoop_allreduce");
   return HOOP_OK;
 }
 
@@ -340,8 +349,10 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
     return coll_end(comm, result, args);
   if (!args->checked &&
       (result = hoop__coll_check_compress(comm, coll->call, args->coll, args->dtype, args->op,
-                                          asked)) != HOOP_OK)
+                                          asked, NULL, 0)) != HOOP_OK)
     return coll_end(comm, result, args);
+  /* Error feedback's residuals live with the caller's input, which staging replaces. */
+  args->feedback_buf = args->compress & HOOP_COMPRESS_FEEDBACK ? args->sendbuf : NULL;
   if (coll->has_data) {
     args->esize = hoop_dtype_size(args->dtype);
     args->bytes = args->count * args->esize;

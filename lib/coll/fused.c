@@ -191,7 +191,8 @@ static hoop_result start_many(hoop_comm *comm, const char *call, size_t n,
   int compress = hoop__compress_take(comm);
   hoop_result result = check_many(comm, call, n, sendbufs, recvbufs, counts, dtype, op);
   if (result == HOOP_OK)
-    result = hoop__coll_check_compress(comm, call, HOOP__COLL_ALLREDUCE, dtype, op, compress);
+    result =
+        hoop__coll_check_compress(comm, call, HOOP__COLL_ALLREDUCE, dtype, op, compress, NULL, 0);
   if (result != HOOP_OK)
     return result;
   /* A set may be empty (nbufs 0): its request still runs in its turn. */

@@ -29,6 +29,9 @@ typedef struct hoop__coll_args {
    * hoop_compress_next asked for or HOOP__COMPRESS_COMM for the communicator's; once the call
    * runs, the one it goes by (0: exact). */
   int compress;
+  /* With error feedback, the caller's input (before any staging): the residuals live with its
+   * registration. */
+  const void *feedback_buf;
 } hoop__coll_args;
 
 /* The bytes a call's result holds on each rank: the gathered blocks of an allgather, else the

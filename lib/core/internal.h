@@ -214,6 +214,9 @@ typedef struct hoop__registration {
   const hoop_comm *owner;
   int device;             /* a user's registration of device memory */
   void *transport_mem[4]; /* HOOP__MAX_TRANSPORTS */
+  /* Floats kept with it for the calls on it (error feedback's residuals), one array per call
+   * shape: hoop__registration_floats. */
+  struct hoop__kept *kept;
 } hoop__registration;
 
 /* The registration in net's table that covers all of [ptr, ptr + len), or NULL (the transports,
@@ -224,6 +227,14 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
  * something of it (for device memory: mem/gdr.c found a way to register it for GPUDirect RDMA);
  * *device (if not NULL) says whether it is a user's registration of device memory. */
 int hoop__registered_for_peers(hoop_comm *comm, const void *ptr, size_t len, int *device);
+/* Whether a user's registration holds all of [ptr, ptr + len). */
+int hoop__registered(hoop_comm *comm, const void *ptr, size_t len);
+/* count floats kept with the user's registration that holds [ptr, ptr + len) until it is
+ * deregistered, for calls at ptr of the shape key names (one array for each ptr, key and count
+ * asked with; zeroed when made). NULL when no registration holds it, or memory ran out. Under
+ * call_lock. */
+float *hoop__registration_floats(hoop_comm *comm, const void *ptr, size_t len, size_t count,
+                                 uint64_t key);
 /* Deregister everything comm registered (hoop_finalize, before the transport goes). */
 void hoop__registrations_release(hoop_comm *comm);
 /* A registration of the library's own memory (the GPUDirect path's device scratch), made with

@@ -47,6 +47,15 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
   return NULL;
 }
 
+/* One array of floats kept with a registration. */
+struct hoop__kept {
+  struct hoop__kept *next;
+  const void *at;
+  uint64_t key;
+  size_t count;
+  float floats[];
+};
+
 /* What the transports made of reg, released. */
 static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
   for (int t = 0; t < hoop__transport_count(comm); t++) {
@@ -123,6 +132,11 @@ hoop_result hoop_register(hoop_comm *comm, void *ptr, size_t bytes, hoop_mem_han
 static void release(hoop_comm *comm, size_t index) {
   hoop__registration *reg = &comm->mem_state->regs[index];
   release_transport_mem(comm, reg);
+  while (reg->kept) {
+    struct hoop__kept *next = reg->kept->next;
+    free(reg->kept);
+    reg->kept = next;
+  }
   comm->mem_state->device_regs -= (size_t)reg->device;
   memmove(reg, reg + 1, (comm->mem_state->reg_count - index - 1) * sizeof *reg);
   comm->mem_state->reg_count--;
@@ -162,6 +176,33 @@ int hoop__registered_for_peers(hoop_comm *comm, const void *ptr, size_t len, int
     *device = reg ? reg->device : 0;
   hoop__net_leave(comm);
   return reg != NULL;
+}
+
+int hoop__registered(hoop_comm *comm, const void *ptr, size_t len) {
+  hoop__net_enter(comm);
+  const hoop__registration *reg = hoop__registration_find(comm, ptr, len);
+  int found = reg && reg->handle != 0;
+  hoop__net_leave(comm);
+  return found;
+}
+
+float *hoop__registration_floats(hoop_comm *comm, const void *ptr, size_t len, size_t count,
+                                 uint64_t key) {
+  hoop__net_enter(comm);
+  hoop__registration *reg = (hoop__registration *)hoop__registration_find(comm, ptr, len);
+  struct hoop__kept *kept = reg && reg->handle != 0 ? reg->kept : NULL;
+  while (kept && (kept->at != ptr || kept->key != key || kept->count != count))
+    kept = kept->next;
+  if (!kept && reg && reg->handle != 0 &&
+      (kept = calloc(1, sizeof *kept + count * sizeof(float))) != NULL) {
+    kept->next = reg->kept;
+    kept->at = ptr;
+    kept->key = key;
+    kept->count = count;
+    reg->kept = kept;
+  }
+  hoop__net_leave(comm);
+  return kept ? kept->floats : NULL;
 }
 
 hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes) {

@@ -326,6 +326,70 @@ static void refusals(void) {
         "format names", "int8+stochastic, int9 or none+stochastic read wrong");
 }
 
+/* Error feedback on a registered buffer: a constant gradient allreduced K times (in place, refilled
+ * each time) sums to K times the exact sum within what one call's conversions can leave behind
+ * (each member's residual of its pieces and of its sums: (H + 1) steps of the nearby magnitude,
+ * and float32's rounding of each call's sums), where without feedback each call drops about as
+ * much again. Feedback asked on an unregistered buffer, or for allreduce_many, is refused. */
+static void feedback(void) {
+  enum { K = 16 };
+  size_t count = 20011;
+  unsigned seed = 77;
+  float *buf = xcalloc(count, sizeof *buf);
+  double *total = xcalloc(count, sizeof *total);
+  char detail[512];
+  must(hoop_compress_next(comm, HOOP_COMPRESS_INT8 | HOOP_COMPRESS_FEEDBACK), "hoop_compress_next");
+  hoop_result r = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
+  snprintf(detail, sizeof detail, "%s: %s", hoop_strerror(r), hoop_last_error(comm));
+  check(r == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "hoop_register"),
+        "feedback on an unregistered buffer is refused", detail);
+  must(hoop_compress_next(comm, HOOP_COMPRESS_INT8 | HOOP_COMPRESS_FEEDBACK), "hoop_compress_next");
+  const void *sends[1] = {buf};
+  void *recvs[1] = {buf};
+  r = hoop_allreduce_many(comm, 1, sends, recvs, &count, HOOP_FLOAT32, HOOP_SUM);
+  snprintf(detail, sizeof detail, "%s: %s", hoop_strerror(r), hoop_last_error(comm));
+  check(r == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "allreduce_many"),
+        "feedback for allreduce_many is refused", detail);
+  hoop_mem_handle handle;
+  must(hoop_register(comm, buf, count * sizeof *buf, &handle), "hoop_register");
+  expected e = expect(count, HOOP_FLOAT32, seed);
+  double worst[2] = {0,
+                     0}; /* with feedback, without: the largest error over the nearby magnitude */
+  for (int with = 1; with >= 0; with--) {
+    memset(total, 0, count * sizeof *total);
+    for (int k = 0; k < K; k++) {
+      for (size_t i = 0; i < count; i++)
+        buf[i] = (float)value(rank, i, seed);
+      must(hoop_compress_next(comm, HOOP_COMPRESS_INT8 | (with ? HOOP_COMPRESS_FEEDBACK : 0)),
+           "hoop_compress_next");
+      must(hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM), "feedback allreduce");
+      for (size_t i = 0; i < count; i++)
+        total[i] += buf[i];
+    }
+    for (size_t i = 0; i < count; i++) {
+      double err = fabs(total[i] - K * e.sum[i]) / e.near[i];
+      worst[with] = err > worst[with] ? err : worst[with];
+    }
+  }
+  double bound = (hosts + 1) * format_step(HOOP_COMPRESS_INT8) + K * (nranks + 4) * 0x1p-24;
+  snprintf(detail, sizeof detail,
+           "%d calls with feedback: off by %.3g of the nearby magnitude, the bound %.3g "
+           "(without feedback %.3g)",
+           K, worst[1], bound, worst[0]);
+  if (hosts > 1) {
+    check(worst[1] <= bound, "feedback drains what compression dropped", detail);
+    check(worst[0] > bound, "without feedback the same calls drift past the bound", detail);
+  } else {
+    check(worst[1] <= K * (nranks + 4) * 0x1p-24, "one host: exact with or without", detail);
+  }
+  if (rank == 0)
+    printf("compress_worker: %s\n", detail);
+  must(hoop_deregister(comm, handle), "hoop_deregister");
+  forget(&e);
+  free(total);
+  free(buf);
+}
+
 int main(int argc, char **argv) {
   int quick = 0;
   for (int i = 1; i < argc; i++) {
@@ -371,6 +435,7 @@ int main(int argc, char **argv) {
         must(hoop_comm_set_compress(comm, HOOP_COMPRESS_NONE), "hoop_comm_set_compress");
       }
   refusals();
+  feedback();
   printf("compress_worker rank %d: %zu checks, %zu failed (%d hosts x %d)\n", rank, checks,
          failures, hosts, per_host);
   must(hoop_finalize(comm), "hoop_finalize");

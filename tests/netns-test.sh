@@ -330,6 +330,24 @@ else
   fail "the default mode gave one result on 4x1, 2x2 and 1x4: the check cannot see a layout"
 fi
 
+# Compressed reductions across real hosts (hoop(3), "Slow links"): compress_worker checks each
+# format's results against sums in double within hoop(3)'s bound, the same bits on every rank, the
+# calls compressed between hosts and exact within one, and error feedback draining, over TCP
+# between the namespace hosts and shared memory within them: 4x1, 2x2 and 4x2.
+for layout in "$h1:1,$h2:1,$h3:1,$h4:1" "$h1:2,$h2:2" "$h1:2,$h2:2,$h3:2,$h4:2"; do
+  out=$work/compress.$(echo "$layout" | tr -c '0-9a-z' '_').out
+  np=$(echo "$layout" | tr ',' '\n' | awk -F: '{n += $2} END {print n}')
+  "$hooprun" --rendezvous 10.77.0.1:29400 --rsh 'ip netns exec' -H "$layout" --timeout 120 \
+    "$build/tests/compress_worker" --quick >"$out" 2>&1
+  code=$?
+  if [ $code != 0 ] || [ "$(grep -c 'checks, 0 failed' "$out")" != "$np" ]; then
+    fail "compressed reductions on $layout: exit $code; the output:"
+    grep -m 20 'FAIL\|error\|checks' "$out"
+  else
+    echo "ok: compressed reductions on $layout: $(grep -m 1 -o '[0-9]* checks, 0 failed ([0-9]* hosts x [0-9]*)' "$out") on each rank; $(grep -m 1 -o '16 calls with feedback: off by [0-9.e-]*' "$out")"
+  fi
+done
+
 # The slow rank at scale (issue 55's goal): 16 ranks over the 4 hosts, 4 each (which also checks
 # that a rank whose first calls go over shared memory polls TCP safely: that crashed before any
 # TCP peer had a slot), rank 9 sleeping 5 ms before each allreduce, the default HOOP_STATS_PERIOD

@@ -108,6 +108,18 @@ for transport in shm tcp; do
   done
 done
 
+# Compressed reductions from Python (tests/python/compress_worker.py): the Communicator's compress
+# setting and per-call keyword, refusals, error feedback on a registered buffer,
+# hvd.Compression.int8 in DistributedOptimizer (replicas bitwise alike) and the backend's
+# pg_options; 2 fake hosts of 2 ranks over TCP (compressed) and one host (exact).
+for np in 2 4; do
+  out=$(HOOP_TRANSPORT=tcp "$hooprun" -np $np --timeout 60 "$python" \
+    "$src/tests/python/compress_worker.py" 2>&1)
+  echo "$out" | grep -E "compress worker|FAIL" | head -4 | cut -c1-200 | sed "s/^/  $np ranks: /"
+  [ "$(echo "$out" | grep -c "compress worker: [0-9]* cases, 0 failed")" = $np ] || {
+    echo "FAIL: compress_worker.py on $np ranks:"; echo "$out" | tail -20; status=1; }
+done
+
 # Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):
 # HOOP_TIMEOUT=2 in the environment, a group's own timeout wins over it, a late rank 0 is waited
 # for that long and not longer, and Work.wait(timeout) stops at its own.

@@ -9,6 +9,7 @@ from . import _hooks
 from ._errors import _ERRORS, Failed, HoopError, InvalidArgument
 from ._lib import (_DTYPE_SIZES, _NAME_SHOWN, _Buffer, _dtype_code, _lib, _name_tag,
                    _op_code)
+from ._settings import Settings, _compress_code
 
 # Communicators the program never finalized leave the job at exit, with a goodbye, rather than
 # vanish (which the other ranks and hooprun would report as a lost rank): _hooks.finalize_at_exit.
@@ -56,12 +57,14 @@ class Request:
 # ---- the communicator ------------------------------------------------------------------------
 
 
-class Communicator:
+class Communicator(Settings):
     """A joined job (hoop_init_from_env): started by hooprun, or alone as a job of one rank.
-    reproducible: True or False sets the communicator's reproducible mode (see the property);
-    None leaves it as HOOP_REPRODUCIBLE says."""
+    reproducible: True or False sets the communicator's reproducible mode, compress its wire
+    format between hosts (see the properties); None leaves them as HOOP_REPRODUCIBLE and
+    HOOP_COMPRESS say. The timeout, reproducible, compress, register and deregister members are
+    Settings'."""
 
-    def __init__(self, _handle=None, reproducible=None):
+    def __init__(self, _handle=None, reproducible=None, compress=None):
         handle = _handle
         if handle is None:
             handle = ctypes.c_void_p()
@@ -86,6 +89,8 @@ class Communicator:
         self.cross_size = _lib.hoop_cross_size(handle)
         if reproducible is not None:
             self.reproducible = reproducible
+        if compress is not None:
+            self.compress = compress
         _alive.add(self)
         _hooks.install()  # the process has joined a job: hoop's exit and exception hooks
 
@@ -118,14 +123,18 @@ class Communicator:
 
     # -- collectives --
 
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None, name=None):
-        """recvbuf = op over ranks of sendbuf (in place without recvbuf); returns recvbuf."""
-        return self._allreduce("hoop_allreduce", sendbuf, recvbuf, op, dtype, False, name)
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None, name=None, compress=None):
+        """recvbuf = op over ranks of sendbuf (in place without recvbuf); returns recvbuf.
+        compress: this call's wire format between hosts ("int8"...; see the property)."""
+        return self._allreduce("hoop_allreduce", sendbuf, recvbuf, op, dtype, False, name,
+                               compress)
 
-    def iallreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None, name=None):
-        return self._allreduce("hoop_iallreduce", sendbuf, recvbuf, op, dtype, True, name)
+    def iallreduce(self, sendbuf, recvbuf=None, op="sum", dtype=None, name=None, compress=None):
+        return self._allreduce("hoop_iallreduce", sendbuf, recvbuf, op, dtype, True, name,
+                               compress)
 
-    def _allreduce(self, call, sendbuf, recvbuf, op, dtype, nonblocking, name=None):
+    def _allreduce(self, call, sendbuf, recvbuf, op, dtype, nonblocking, name=None,
+                   compress=None):
         handle = self._live(call)
         opcode = _op_code(op, call)
         out = sendbuf if recvbuf is None else recvbuf
@@ -134,17 +143,19 @@ class Communicator:
         if src.dtype != dst.dtype or src.nbytes != dst.nbytes:
             raise InvalidArgument("%s: sendbuf and recvbuf differ in dtype or size" % call)
         args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
-        return self._run(call, args, (src, dst), out, nonblocking, name)
+        return self._run(call, args, (src, dst), out, nonblocking, name, compress)
 
-    def allreduce_many(self, buffers, op="sum", dtype=None, name=None):
+    def allreduce_many(self, buffers, op="sum", dtype=None, name=None, compress=None):
         """Allreduce every buffer of the list in place, as one fused transfer (hoop_allreduce_many:
         Horovod's tensor fusion). The buffers share one dtype. Returns the list."""
-        return self._allreduce_many("hoop_allreduce_many", buffers, op, dtype, False, name)
+        return self._allreduce_many("hoop_allreduce_many", buffers, op, dtype, False, name,
+                                    compress)
 
-    def iallreduce_many(self, buffers, op="sum", dtype=None, name=None):
-        return self._allreduce_many("hoop_iallreduce_many", buffers, op, dtype, True, name)
+    def iallreduce_many(self, buffers, op="sum", dtype=None, name=None, compress=None):
+        return self._allreduce_many("hoop_iallreduce_many", buffers, op, dtype, True, name,
+                                    compress)
 
-    def _allreduce_many(self, call, buffers, op, dtype, nonblocking, name=None):
+    def _allreduce_many(self, call, buffers, op, dtype, nonblocking, name=None, compress=None):
         handle = self._live(call)
         opcode = _op_code(op, call)
         held = [_Buffer(b, dtype, call, True) for b in buffers]
@@ -155,7 +166,7 @@ class Communicator:
         counts = (ctypes.c_size_t * max(n, 1))(*[b.count(call) for b in held])
         code = held[0].dtype if held else _dtype_code(dtype or "float32", call)
         args = (handle, n, ptrs, ptrs, counts, code, opcode)
-        return self._run(call, args, (held, ptrs, counts), buffers, nonblocking, name)
+        return self._run(call, args, (held, ptrs, counts), buffers, nonblocking, name, compress)
 
     def broadcast(self, buf, root=0, dtype=None, name=None):
         """Copy root's buf to every rank's buf; returns buf."""
@@ -263,17 +274,18 @@ class Communicator:
         return self._run(call, (handle, src.address, dst.address, src.count(call), src.dtype),
                          (src, dst), recvbuf, nonblocking, name)
 
-    def reduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None, name=None):
+    def reduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None, name=None, compress=None):
         """recvbuf = this rank's block of op over ranks of sendbuf, which holds size blocks of
         recvbuf's size (block r to rank r). Returns recvbuf."""
         return self._reduce_scatter("hoop_reduce_scatter", sendbuf, recvbuf, op, dtype, False,
-                                    name)
+                                    name, compress)
 
-    def ireduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None, name=None):
+    def ireduce_scatter(self, sendbuf, recvbuf, op="sum", dtype=None, name=None, compress=None):
         return self._reduce_scatter("hoop_ireduce_scatter", sendbuf, recvbuf, op, dtype, True,
-                                    name)
+                                    name, compress)
 
-    def _reduce_scatter(self, call, sendbuf, recvbuf, op, dtype, nonblocking, name=None):
+    def _reduce_scatter(self, call, sendbuf, recvbuf, op, dtype, nonblocking, name=None,
+                        compress=None):
         handle = self._live(call)
         opcode = _op_code(op, call)
         dst = _Buffer(recvbuf, dtype, call, True)
@@ -283,7 +295,7 @@ class Communicator:
                                   "the same dtype, not %d" % (call, self.size, dst.nbytes,
                                                               src.nbytes))
         args = (handle, src.address, dst.address, dst.count(call), dst.dtype, opcode)
-        return self._run(call, args, (src, dst), recvbuf, nonblocking, name)
+        return self._run(call, args, (src, dst), recvbuf, nonblocking, name, compress)
 
     def alltoall(self, sendbuf, recvbuf, dtype=None, name=None):
         """Block j of sendbuf (size equal blocks) to rank j; block i of recvbuf from rank i.
@@ -350,10 +362,12 @@ class Communicator:
     def ibarrier(self, name=None):
         return self._run("hoop_ibarrier", (self._live("hoop_ibarrier"),), (), None, True, name)
 
-    def _run(self, call, args, keep, result, nonblocking, name=None):
+    def _run(self, call, args, keep, result, nonblocking, name=None, compress=None):
         """Call libhoop's call with args; name (every collective takes one, as Horovod's calls
         do) goes into the call's fingerprint (hoop_name_next): ranks whose calls at one position
-        carry different names fail with Mismatch naming both, instead of mixing their data."""
+        carry different names fail with Mismatch naming both, instead of mixing their data.
+        compress: the call's wire format (hoop_compress_next), refused where it cannot apply."""
+        code = _compress_code(compress, call)
         if name is not None:
             if not isinstance(name, str):
                 raise TypeError("%s: name must be a str, not %s" % (call, type(name).__name__))
@@ -363,6 +377,8 @@ class Communicator:
             self._names[_name_tag(data)] = name[:_NAME_SHOWN]
             if len(self._names) > 4096:
                 del self._names[next(iter(self._names))]
+        if code is not None:
+            self._check(_lib.hoop_compress_next(args[0], code))
         if not nonblocking:
             self._check(getattr(_lib, call)(*args))
             return result
@@ -428,30 +444,6 @@ class Communicator:
     def newcomers(self):
         """How many newcomers wait to join, as the rendezvous server last told this rank."""
         return _lib.hoop_comm_newcomers(self._live("newcomers"))
-
-    @property
-    def timeout(self):
-        """Seconds a call waits with nothing moving before it raises Timeout naming the rank it
-        waits for (hoop_comm_set_timeout): HOOP_TIMEOUT's until set. Setting it applies from the
-        next call on, and to the sub-communicators split from this one afterwards."""
-        return _lib.hoop_comm_timeout(self._live("timeout"))
-
-    @timeout.setter
-    def timeout(self, seconds):
-        self._check(_lib.hoop_comm_set_timeout(self._live("timeout"), float(seconds)))
-
-    @property
-    def reproducible(self):
-        """Whether reducing calls return bits that depend only on their inputs and the rank count
-        (hoop_comm_set_reproducible; hoop(3), "Reproducible reductions"): every element combined
-        over one fixed tree of the ranks, whatever the algorithm, transport, hosts, chunks, fusion
-        or buffer kind. Set it alike on every rank; it applies from the next call on, and to the
-        sub-communicators split from this one afterwards. HOOP_REPRODUCIBLE's until set."""
-        return bool(_lib.hoop_comm_reproducible(self._live("reproducible")))
-
-    @reproducible.setter
-    def reproducible(self, on):
-        self._check(_lib.hoop_comm_set_reproducible(self._live("reproducible"), 1 if on else 0))
 
     def stats(self):
         """What this rank measured (hoop_comm_stats; hoop(3), "Finding the slow rank"): a dict of

@@ -112,6 +112,14 @@ _lib.hoop_comm_timeout.restype = _c.c_double
 _lib.hoop_comm_set_reproducible.argtypes = [_c.c_void_p, _c.c_int]
 _lib.hoop_comm_reproducible.argtypes = [_c.c_void_p]
 _lib.hoop_name_next.argtypes = [_c.c_void_p, _c.c_char_p]
+_lib.hoop_comm_set_compress.argtypes = [_c.c_void_p, _c.c_int]
+_lib.hoop_comm_compress.argtypes = [_c.c_void_p]
+_lib.hoop_compress_next.argtypes = [_c.c_void_p, _c.c_int]
+_lib.hoop_compress_name.argtypes = [_c.c_int, _c.c_char_p, _c.c_size_t]
+_lib.hoop_compress_name.restype = _c.c_char_p
+_lib.hoop_compress_from_name.argtypes = [_c.c_char_p, _c.POINTER(_c.c_int)]
+_lib.hoop_register.argtypes = [_c.c_void_p, _c.c_void_p, _c.c_size_t, _c.POINTER(_c.c_uint64)]
+_lib.hoop_deregister.argtypes = [_c.c_void_p, _c.c_uint64]
 _lib.hoop_test.argtypes = [_c.c_void_p, _c.POINTER(_c.c_int)]
 _lib.hoop_wait.argtypes = [_c.c_void_p]
 

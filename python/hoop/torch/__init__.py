@@ -50,7 +50,8 @@ from .. import (Aborted, HoopError, InvalidArgument, Mismatch, PeerLost,  # noqa
 from ._backend import ProcessGroupHoop  # registers the torch.distributed backend "hoop"
 from ._ops import Adasum, Average, Max, Min, Product, Sum, global_process_set
 from ._compression import (BF16Compressor, Compression, Compressor,  # noqa: F401
-                           FP16Compressor, NoneCompressor)
+                           FP8Compressor, FP16Compressor, Int8Compressor, NoneCompressor,
+                           WireBF16Compressor)
 from ._job import init, is_initialized, local_rank, local_size, rank, shutdown, size, stats
 # Horovod's names that hoop answers with False, or refuses with hoop.Unsupported naming them.
 from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: F401

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
 from .. import _shared_comm
-from ._groups import Options, _Ended, _option_reproducible, _wrap_destroy
+from ._groups import Options, _Ended, _read_options, _wrap_destroy
 from ._works import _Work
 
 __all__ = ["ProcessGroupHoop"]
@@ -77,7 +77,7 @@ class ProcessGroupHoop(ProcessGroup):
     Options = Options
 
     def __init__(self, store, rank, size, timeout, comm=None, options=None):
-        reproducible = _option_reproducible(options)  # before anything is made
+        reproducible, compress = _read_options(options)  # before anything is made
         super().__init__(rank, size)
         self._owns_comm = comm is not None  # a new_group's own; else the job's, shared with hvd
         self._comm = comm if comm is not None else _shared_comm()
@@ -96,6 +96,8 @@ class ProcessGroupHoop(ProcessGroup):
             self._comm.reproducible = True
         if reproducible is not None:
             self._comm.reproducible = reproducible
+        if compress is not None:
+            self._comm.compress = compress
 
     @property
     def reproducible(self):
@@ -378,7 +380,7 @@ def _timeout_s(timeout):
 
 def _create(store, rank, size, timeout, options=None):
     global _default_made
-    _option_reproducible(options)  # a bad pg_options fails before a communicator is made
+    _read_options(options)  # a bad pg_options fails before a communicator is made
     if not _default_made:
         _default_made = True
         return ProcessGroupHoop(store, rank, size, timeout, options=options)

@@ -36,7 +36,7 @@ def _scaled(tensor, factor):
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
+                     postscale_factor=1.0, process_set=global_process_set, _wire=None):
     """Start an in-place allreduce of tensor; returns a handle for synchronize() or poll()."""
     call = "hvd.allreduce_async_"
     op = _op(average, op, call)
@@ -44,7 +44,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     _checked(tensor, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     _scaled(buf, prescale_factor)
-    request = comm.iallreduce(buf, op=op, name=name)
+    request = comm.iallreduce(buf, op=op, name=name, compress=_wire)
 
     def finish():
         _scaled(buf, postscale_factor)
@@ -56,11 +56,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
+                    postscale_factor=1.0, process_set=global_process_set, _wire=None):
     """Start an allreduce into a new tensor; synchronize(handle) returns it."""
     _checked(tensor, "hvd.allreduce_async")
     return allreduce_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
-                            average, name, op, prescale_factor, postscale_factor, process_set)
+                            average, name, op, prescale_factor, postscale_factor, process_set,
+                            _wire)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -72,7 +73,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                                   postscale_factor, process_set)
     else:
         out = synchronize(allreduce_async(compressed, average, name, op, prescale_factor,
-                                          postscale_factor, process_set))
+                                          postscale_factor, process_set,
+                                          getattr(compression, "wire_format", None)))
     return compression.decompress(out, ctx)
 
 

@@ -12,34 +12,42 @@ class Options:
     dist.init_process_group("hoop", pg_options=ProcessGroupHoop.Options(reproducible=True)), or
     new_group(..., pg_options=...). reproducible: True or False sets the group's reproducible mode
     (hoop(3), "Reproducible reductions"), alike on every member; None leaves it to
-    HOOP_REPRODUCIBLE and torch.use_deterministic_algorithms."""
+    HOOP_REPRODUCIBLE and torch.use_deterministic_algorithms. compress: the group's wire format
+    between hosts ("int8", "bf16+feedback"...; hoop(3), "Slow links"); None leaves it to
+    HOOP_COMPRESS."""
 
-    def __init__(self, reproducible=None):
+    def __init__(self, reproducible=None, compress=None):
         self.reproducible = reproducible
+        self.compress = compress
 
     def __repr__(self):
-        return "ProcessGroupHoop.Options(reproducible=%r)" % (self.reproducible,)
+        return "ProcessGroupHoop.Options(reproducible=%r, compress=%r)" % (self.reproducible,
+                                                                           self.compress)
 
 
-def _option_reproducible(options):
-    """options' reproducible setting (None where it sets none), or TypeError naming what it got."""
+def _read_options(options):
+    """options' (reproducible, compress) settings (None where it sets none), or TypeError naming
+    what it got."""
     if options is None:
-        return None
+        return None, None
     if isinstance(options, dict):
-        unknown = sorted(set(options) - {"reproducible"})
+        unknown = sorted(set(options) - {"reproducible", "compress"})
         if unknown:
-            raise TypeError("hoop backend: pg_options has no %s (it takes reproducible)"
-                            % ", ".join(map(str, unknown)))
-        on = options.get("reproducible")
+            raise TypeError("hoop backend: pg_options has no %s (it takes reproducible and "
+                            "compress)" % ", ".join(map(str, unknown)))
+        on, compress = options.get("reproducible"), options.get("compress")
     elif isinstance(options, Options):
-        on = options.reproducible
+        on, compress = options.reproducible, options.compress
     else:
         raise TypeError("hoop backend: pg_options must be a ProcessGroupHoop.Options (or a dict "
                         "of its fields), not %s" % type(options).__name__)
     if on is not None and not isinstance(on, bool):
         raise TypeError("hoop backend: pg_options' reproducible must be True, False or None, "
                         "not %r" % (on,))
-    return on
+    if compress is not None and not isinstance(compress, str):
+        raise TypeError("hoop backend: pg_options' compress must be a format name such as "
+                        "'int8', or None, not %r" % (compress,))
+    return on, compress
 
 
 class _Ended:

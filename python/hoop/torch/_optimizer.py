@@ -82,6 +82,7 @@ class _DistributedMixin:
         self._buckets = self._make_buckets(groups, call)
         self._bucket_of = {p: b for b, bucket in enumerate(self._buckets) for p in bucket}
         self._hooks = []
+        self._flats = {}  # bucket: (communicator, packed buffer, registration) for a wire format
         self._reset()
         self._should_synchronize = True
         self._synchronized = False
@@ -185,13 +186,35 @@ class _DistributedMixin:
             grads.append(wire)
             ctxs.append(ctx)
         last = b == len(self._buckets) - 1
-        if last:
+        flag = torch.full((1,), join_flag, dtype=grads[0].dtype) if last else None
+        wire = getattr(self._compression, "wire_format", None)
+        if wire:
+            # A wire format between hosts: the bucket packed into a buffer of its own, registered,
+            # where error feedback keeps what compression dropped, element by element; the join
+            # count travels exact beside it.
+            flat = self._flat(b, grads)
+            torch.cat([g.reshape(-1) for g in grads], out=flat)
+            requests = [self._comm.iallreduce(flat, op=self._op, compress=wire + "+feedback")]
+            if last:
+                requests.append(self._comm.iallreduce(flag, op=self._op))
+            self._inflight.append((b, requests, grads, ctxs, flat))
+        else:
             # One more element rides with the last bucket: how many ranks have joined (join()).
-            grads.append(torch.full((1,), join_flag, dtype=grads[0].dtype))
-        request = self._comm.iallreduce_many(grads, op=self._op)
-        self._inflight.append((b, request, grads, ctxs))
+            requests = [self._comm.iallreduce_many(grads + ([flag] if last else []), op=self._op)]
+            self._inflight.append((b, requests, grads, ctxs, None))
         self._next = b + 1
-        return grads[-1] if last else None
+        return flag
+
+    def _flat(self, b, grads):
+        """Bucket b's packed buffer for a wire format, registered with the communicator that
+        allreduces it (made anew after an elastic reset)."""
+        comm, numel = self._comm, sum(g.numel() for g in grads)
+        held = self._flats.get(b)
+        if held is None or held[0] is not comm or held[1].numel() != numel:
+            flat = torch.empty(numel, dtype=grads[0].dtype, device=grads[0].device)
+            held = (comm, flat, comm.register(flat))
+            self._flats[b] = held
+        return held[1]
 
     def synchronize(self):
         """Finish every gradient's allreduce (starting those whose hook never ran, as zeros if
@@ -202,8 +225,11 @@ class _DistributedMixin:
         while self._next < len(self._buckets):
             self._post(self._next)
         try:
-            for b, request, grads, ctxs in self._inflight:
-                request.wait()
+            for b, requests, grads, ctxs, flat in self._inflight:
+                for request in requests:
+                    request.wait()
+                if flat is not None:
+                    _unpack(flat, grads)
                 for p, wire, ctx in zip(self._buckets[b], grads, ctxs):
                     if wire is p.grad:
                         _scaled(wire, self._postscale)
@@ -255,11 +281,19 @@ class _DistributedMixin:
         for b in range(len(self._buckets)):
             flag = self._post(b, join_flag=1.0)
             joined = flag if flag is not None else joined
-        for _, request, _, _ in self._inflight:
-            request.wait()
+        for _, requests, _, _, _ in self._inflight:
+            for request in requests:
+                request.wait()
         self._reset()
         value = float(joined.float().item())
         return int(round(value * self._comm.size if self._op == Average else value))
+
+
+def _unpack(flat, grads):
+    at = 0
+    for g in grads:
+        g.copy_(flat[at:at + g.numel()].view_as(g))
+        at += g.numel()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

@@ -117,6 +117,16 @@ static void unpack(const averager *a, const fusion_group *group, tensor *tensors
       tensors[i].grad[k] = a->wire_dtype == HOOP_FLOAT16 ? half_to_float(wire16[at]) : wire32[at];
 }
 
+hoop_result averager_compress(averager *a, int format) {
+  a->compress = format;
+  if (!(format & HOOP_COMPRESS_FEEDBACK) || a->handle)
+    return HOOP_OK;
+  size_t largest = 0;
+  for (int g = 0; g < a->ngroups; g++)
+    largest = a->groups[g].elements > largest ? a->groups[g].elements : largest;
+  return hoop_register(a->comm, a->buffer, largest * hoop_dtype_size(a->wire_dtype), &a->handle);
+}
+
 hoop_result averager_run(averager *a, tensor *tensors, size_t global_batch) {
   float scale = 1.0f / (float)global_batch;
   for (int g = 0; g < a->ngroups; g++) {
@@ -126,8 +136,10 @@ hoop_result averager_run(averager *a, tensor *tensors, size_t global_batch) {
     double packed = now_seconds();
     /* In place: every rank ends with the same sum, bit for bit, because each element is added up
      * on one rank and then copied around the ring. The parameters stay identical on all ranks. */
-    hoop_result result =
-        hoop_allreduce(a->comm, a->buffer, a->buffer, group->elements, a->wire_dtype, HOOP_SUM);
+    hoop_result result = a->compress ? hoop_compress_next(a->comm, a->compress) : HOOP_OK;
+    if (result == HOOP_OK)
+      result =
+          hoop_allreduce(a->comm, a->buffer, a->buffer, group->elements, a->wire_dtype, HOOP_SUM);
     double reduced = now_seconds();
     if (result != HOOP_OK)
       return result;
@@ -139,6 +151,9 @@ hoop_result averager_run(averager *a, tensor *tensors, size_t global_batch) {
 }
 
 void averager_free(averager *a) {
+  if (a->handle)
+    hoop_deregister(a->comm, a->handle);
+  a->handle = 0;
   free(a->buffer);
   a->buffer = NULL;
 }

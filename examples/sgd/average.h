@@ -22,6 +22,8 @@ typedef struct averager {
   fusion_group groups[MODEL_MAX_TENSORS];
   int ngroups;              /* allreduce calls per step */
   void *buffer;             /* the fusion buffer: room for the largest group in wire_dtype */
+  int compress;             /* the wire format between hosts (--compress), 0 for none */
+  hoop_mem_handle handle;   /* the buffer's registration, where compress keeps error feedback */
   double allreduce_seconds; /* spent in hoop_allreduce */
   double packing_seconds;   /* spent copying into and out of the buffer */
 } averager;
@@ -31,6 +33,10 @@ typedef struct averager {
  * allreduce per tensor. Return 0, or -1 when the buffer cannot be allocated. */
 int averager_init(averager *a, hoop_comm *comm, const tensor *tensors, int ntensors,
                   size_t fusion_bytes, int fp16);
+/* Send every group compressed in format between hosts (hoop_compress_next); with
+ * HOOP_COMPRESS_FEEDBACK the fusion buffer is registered, so that what one step's compression
+ * dropped is added to the next step's. */
+hoop_result averager_compress(averager *a, int format);
 
 /* Replace each tensor's grad (this rank's sum over its examples) by the sum over every rank's
  * examples divided by global_batch: the mean gradient of the global batch. */

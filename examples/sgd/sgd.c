@@ -36,6 +36,7 @@ typedef struct options {
   size_t hidden; /* 0: softmax classifier */
   uint64_t seed;
   int fp16_allreduce;
+  int compress; /* --compress: the wire format between hosts */
   size_t fusion_bytes;
   int overlap; /* allreduce each layer's gradients while the layers below are computed */
   int overlap_slices;
@@ -76,6 +77,9 @@ static void usage(FILE *out) {
       "  --hidden N            hidden ReLU units; 0 for a softmax classifier (default %zu)\n"
       "  --seed N              seed of the data, the weights and the shuffles (default %llu)\n"
       "  --fp16-allreduce      send gradients as float16, summed in float32 at each hop\n"
+      "  --compress F          send gradients between hosts as F (int8, fp8, bf16; +feedback\n"
+      "                        carries what one step dropped into the next; man hoop, Slow\n"
+      "                        links); within a host they stay exact\n"
       "  --fusion-bytes N      pack gradient tensors into allreduce buffers of up to N bytes\n"
       "                        (K, M suffixes; 0: one allreduce per tensor; default 64M)\n"
       "  --overlap, --no-overlap\n"
@@ -146,7 +150,7 @@ static void parse_options(int argc, char **argv, options *opt) {
   /* clang-format off */
   enum { EPOCHS = 1, BATCH, LR, MOMENTUM, HIDDEN, SEED, FP16, FUSION, TRAIN_IMAGES, TRAIN_LABELS,
          TEST_IMAGES, TEST_LABELS, SYNTHETIC, SAVE, VERBOSE, OVERLAP, NO_OVERLAP, OVERLAP_SLICES,
-         ELASTIC, FAIL_RANK, FAIL_STEP, HELP };
+         ELASTIC, FAIL_RANK, FAIL_STEP, COMPRESS, HELP };
   static const struct option longs[] = {
       {"epochs", required_argument, 0, EPOCHS},
       {"batch", required_argument, 0, BATCH},
@@ -155,6 +159,7 @@ static void parse_options(int argc, char **argv, options *opt) {
       {"hidden", required_argument, 0, HIDDEN},
       {"seed", required_argument, 0, SEED},
       {"fp16-allreduce", no_argument, 0, FP16},
+      {"compress", required_argument, 0, COMPRESS},
       {"fusion-bytes", required_argument, 0, FUSION},
       {"overlap", no_argument, 0, OVERLAP},
       {"no-overlap", no_argument, 0, NO_OVERLAP},
@@ -183,6 +188,10 @@ static void parse_options(int argc, char **argv, options *opt) {
     case HIDDEN: opt->hidden = parse_count(name, optarg, 0, 1 << 16); break;
     case SEED: opt->seed = parse_count(name, optarg, 0, SIZE_MAX); break;
     case FP16: opt->fp16_allreduce = 1; break;
+    case COMPRESS:
+      if (hoop_compress_from_name(optarg, &opt->compress) != 0)
+        usage_error("--compress takes none, bf16, fp8 or int8, with +stochastic or +feedback");
+      break;
     case FUSION: opt->fusion_bytes = parse_count(name, optarg, 1, SIZE_MAX); break;
     case OVERLAP: opt->overlap = 1; break;
     case NO_OVERLAP: opt->overlap = 0; break;
@@ -329,8 +338,10 @@ static void build_model(trainer *t, int newcomer) {
   if (averager_init(&t->averager, t->comm, t->model.tensors, t->model.ntensors, t->opt.fusion_bytes,
                     t->opt.fp16_allreduce) != 0)
     fail(t, "no memory for the fusion buffer");
-  /* float16 gradients travel through the averager's buffer, which --overlap does not use. */
-  if (t->opt.fp16_allreduce)
+  check(t, averager_compress(&t->averager, t->opt.compress), "registering the fusion buffer");
+  /* float16 and compressed gradients travel through the averager's buffer, which --overlap does
+   * not use. */
+  if (t->opt.fp16_allreduce || t->opt.compress)
     t->opt.overlap = 0;
   size_batch_buffers(t);
 }

@@ -133,22 +133,32 @@ static void unplan(exchange *ex) {
   free(ex->piece_recv);
 }
 
+/* Chunk c of every peer's block (sums: its sums) or of this member's (its pieces) received from
+ * it, into its place in the buffer, its transfer kept by member and chunk. */
+static hoop_result post_receives(hoop_comm *comm, exchange *ex, int c, int sums,
+                                 hoop__arena *landing) {
+  int h = ex->members, me = ex->me;
+  hoop_result result = HOOP_OK;
+  for (int k = 1; k < h && result == HOOP_OK; k++) {
+    int j = (me + k) % h;
+    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    hoop__transfer **recv = sums ? &ex->sum_recv[i] : &ex->piece_recv[i];
+    *recv = hoop__arena_next(comm, landing);
+    result = *recv ? hoop__irecv(comm, hoop__member(ex->group, j),
+                                 ex->buf + (sums ? ex->sums_at[i] : ex->pieces_at[i]),
+                                 piece_bytes(ex, sums ? j : me, c), *recv)
+                   : HOOP_ERR_SYSTEM;
+  }
+  return result;
+}
+
 /* Chunk c's pieces: every peer's piece of this member's block received, and this member's piece
  * of every peer's block encoded and sent (the next member first, so that no member is everyone's
  * first). */
 static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena *sends,
                                hoop__arena *landing) {
   int h = ex->members, me = ex->me;
-  hoop_result result = HOOP_OK;
-  for (int k = 1; k < h && result == HOOP_OK; k++) {
-    int j = (me + k) % h;
-    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
-    ex->piece_recv[i] = hoop__arena_next(comm, landing);
-    result = ex->piece_recv[i]
-                 ? hoop__irecv(comm, hoop__member(ex->group, j), ex->buf + ex->pieces_at[i],
-                               piece_bytes(ex, me, c), ex->piece_recv[i])
-                 : HOOP_ERR_SYSTEM;
-  }
+  hoop_result result = post_receives(comm, ex, c, 0, landing);
   for (int k = 1; k < h && result == HOOP_OK; k++) {
     int j = (me + k) % h;
     size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
@@ -187,15 +197,7 @@ static hoop_result sum_chunk(hoop_comm *comm, exchange *ex, int c, hoop__arena *
     hoop__from_float(ex->dst + (first - ex->first[me]) * ex->esize, sum, ex->dtype, elems);
     return HOOP_OK;
   }
-  for (int k = 1; k < h && result == HOOP_OK; k++) {
-    int j = (me + k) % h;
-    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
-    ex->sum_recv[i] = hoop__arena_next(comm, landing);
-    result = ex->sum_recv[i]
-                 ? hoop__irecv(comm, hoop__member(ex->group, j), ex->buf + ex->sums_at[i],
-                               piece_bytes(ex, j, c), ex->sum_recv[i])
-                 : HOOP_ERR_SYSTEM;
-  }
+  result = post_receives(comm, ex, c, 1, landing);
   char *piece = ex->buf + ex->stage_at[(size_t)me * (size_t)ex->chunks + (size_t)c];
   if (result == HOOP_OK)
     hoop__compress(ex->format, piece, sum, HOOP_FLOAT32, elems,

@@ -19,18 +19,6 @@
  * nearest even (the default rounding mode), in two vectorisable additions. */
 #define ROUNDER 0x1.8p23f
 
-static inline uint32_t float_bits(float f) {
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  return b;
-}
-
-static inline float bits_float(uint32_t b) {
-  float f;
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-
 static inline float round_even(float v) {
   return (v + ROUNDER) - ROUNDER;
 }
@@ -66,7 +54,7 @@ typedef struct block_round {
 static inline uint32_t magnitude_bits(const float *restrict x, size_t n) {
   int32_t top = 0; /* signed: SSE2 compares only signed integers */
   for (size_t i = 0; i < n; i++) {
-    int32_t a = (int32_t)(float_bits(x[i]) & 0x7fffffffu);
+    int32_t a = (int32_t)(hoop__float_bits(x[i]) & 0x7fffffffu);
     top = a > top ? a : top;
   }
   return (uint32_t)top;
@@ -75,7 +63,7 @@ static inline uint32_t magnitude_bits(const float *restrict x, size_t n) {
 /* The block's scale (what code 1, or the top code qmax, stands for: scale * qmax is the largest
  * magnitude) and its inverse; NaN for a block holding NaN or infinity, 0 for a tiny one. */
 static inline void block_scale(uint32_t top, float qmax, float *scale, float *inverse) {
-  float largest = bits_float(top);
+  float largest = hoop__bits_float(top);
   if (top >= 0x7f800000u) {
     *scale = NAN;
     *inverse = 0;
@@ -91,7 +79,7 @@ static inline void block_scale(uint32_t top, float qmax, float *scale, float *in
  * from the sign of the difference as an integer (a float compare would stop the vectoriser). */
 static inline int32_t floor_int(float v) {
   float t = round_even(v);
-  return (int32_t)t - ((int32_t)float_bits(t - v) > 0);
+  return (int32_t)t - ((int32_t)hoop__float_bits(t - v) > 0);
 }
 
 /* c clamped to -127..127. */
@@ -128,7 +116,7 @@ static inline float int8_value(int8_t code) {
 #define FP8_NORMAL_BITS 0x3c800000u
 
 static inline uint32_t fp8_magnitude(float v) {
-  uint32_t bits = float_bits(v) & 0x7fffffffu;
+  uint32_t bits = hoop__float_bits(v) & 0x7fffffffu;
   return bits < FP8_MAX_BITS ? bits : FP8_MAX_BITS;
 }
 
@@ -146,21 +134,21 @@ static inline void fp8_codes(uint8_t *restrict code, const float *restrict x, si
   if (!round->stochastic) {
     for (size_t i = 0; i < n; i++)
       subnormal[i] =
-          (uint32_t)(int32_t)round_even(bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f);
+          (uint32_t)(int32_t)round_even(hoop__bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f);
     for (size_t i = 0; i < n; i++) {
       uint32_t ab = fp8_magnitude(x[i] * inverse);
-      uint32_t sign = (float_bits(x[i]) >> 24) & 0x80u;
+      uint32_t sign = (hoop__float_bits(x[i]) >> 24) & 0x80u;
       code[i] = fp8_code(sign, ab, subnormal[i], 0x7ffffu + ((ab >> 20) & 1u));
     }
     return;
   }
   for (size_t i = 0; i < n; i++) {
     random[i] = random_bits(round->seed, round->first + (uint32_t)i);
-    float scaled = bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f + uniform(random[i]);
+    float scaled = hoop__bits_float(fp8_magnitude(x[i] * inverse)) * 512.0f + uniform(random[i]);
     subnormal[i] = (uint32_t)floor_int(scaled);
   }
   for (size_t i = 0; i < n; i++) {
-    uint32_t sign = (float_bits(x[i]) >> 24) & 0x80u;
+    uint32_t sign = (hoop__float_bits(x[i]) >> 24) & 0x80u;
     code[i] = fp8_code(sign, fp8_magnitude(x[i] * inverse), subnormal[i], random[i] >> 12);
   }
 }
@@ -185,7 +173,7 @@ static inline void bf16_codes(uint16_t *restrict code, const float *restrict x, 
     return;
   }
   for (size_t i = 0; i < n; i++) {
-    uint32_t bits = float_bits(x[i]);
+    uint32_t bits = hoop__float_bits(x[i]);
     uint32_t up = random_bits(round->seed, round->first + (uint32_t)i) >> 16;
     uint32_t rounded = (bits + up) >> 16;
     code[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x40u : rounded);
@@ -193,7 +181,7 @@ static inline void bf16_codes(uint16_t *restrict code, const float *restrict x, 
 }
 
 static inline float bf16_value(uint16_t code) {
-  return bits_float((uint32_t)code << 16);
+  return hoop__bits_float((uint32_t)code << 16);
 }
 
 /* ---- pieces ---------------------------------------------------------------------------------

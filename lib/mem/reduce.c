@@ -118,18 +118,6 @@ DEFINE_KERNEL(reduce_bool_bxor, uint8_t, uint8_t, COMBINE_BOOL_BXOR)
 
 /* ---- float16 and bfloat16 conversions -------------------------------------------------------- */
 
-static inline uint32_t float_bits(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-static inline float bits_float(uint32_t bits) {
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 /* The conversions to and from float16 are split in two steps so that their block loops below
  * vectorise: one with the float arithmetic that subnormals need, done for every element, and one
  * of integer selects. gcc will not vectorise a loop that does float arithmetic under a condition
@@ -154,20 +142,20 @@ static inline uint32_t half_widen(uint16_t half, uint32_t subnormal) {
 }
 
 static inline float half_to_float(uint16_t half) {
-  return bits_float(half_widen(half, float_bits(half_subnormal(half))));
+  return hoop__bits_float(half_widen(half, hoop__float_bits(half_subnormal(half))));
 }
 
 /* Step 1 of float_to_half: the half bits of |f| if that is below 2^-14, the subnormal range.
  * Adding 0.5 puts the float's last mantissa bit at 2^-24, the half subnormal step, so the float
  * addition rounds to nearest even for us (in the default rounding mode). */
 static inline uint16_t half_round_subnormal(float f) {
-  float magnitude = bits_float(float_bits(f) & 0x7fffffff);
-  return (uint16_t)(float_bits(magnitude + 0.5f) - float_bits(0.5f));
+  float magnitude = hoop__bits_float(hoop__float_bits(f) & 0x7fffffff);
+  return (uint16_t)(hoop__float_bits(magnitude + 0.5f) - hoop__float_bits(0.5f));
 }
 
 /* Step 2: the half bits of f, given half_round_subnormal(f). */
 static inline uint16_t half_narrow(float f, uint16_t subnormal) {
-  uint32_t bits = float_bits(f);
+  uint32_t bits = hoop__float_bits(f);
   uint32_t sign = (bits >> 16) & 0x8000;
   int32_t mag = (int32_t)(bits & 0x7fffffff);
   /* Normal halves: rebias the exponent from 127 to 15 and round the 13 dropped bits to nearest
@@ -185,11 +173,11 @@ static inline uint16_t float_to_half(float f) {
 }
 
 static inline float bf16_to_float(uint16_t bf16) {
-  return bits_float((uint32_t)bf16 << 16);
+  return hoop__bits_float((uint32_t)bf16 << 16);
 }
 
 static inline uint16_t float_to_bf16(float f) {
-  uint32_t bits = float_bits(f);
+  uint32_t bits = hoop__float_bits(f);
   /* Round the 16 dropped bits to nearest even; a carry bumps the exponent, up to inf. */
   uint32_t rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
   /* Rounding would turn some NaNs into inf; keep them NaN, quiet, with sign and top payload. */
@@ -225,7 +213,7 @@ typedef void float_combine(float *restrict acc, const float *restrict in, size_t
 
 static void load_float16(float *restrict out, const uint16_t *restrict in, size_t n) {
   VECTOR_LOOP(i, n, out[i] = half_subnormal(in[i]));
-  VECTOR_LOOP(i, n, out[i] = bits_float(half_widen(in[i], float_bits(out[i]))));
+  VECTOR_LOOP(i, n, out[i] = hoop__bits_float(half_widen(in[i], hoop__float_bits(out[i]))));
 }
 
 static void store_float16(uint16_t *restrict out, const float *restrict in, size_t n) {

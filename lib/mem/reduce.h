@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hoop.h"
 
@@ -39,6 +40,19 @@ void hoop__reduce_finish(void *buf, size_t count, hoop_dtype dtype, hoop_op op, 
  * (exactly), not overlap one partly. */
 void hoop__reduce_fixed(void *dst, const void *const *srcs, int n, size_t count, hoop_dtype dtype,
                         hoop_op op);
+
+/* A float's bits, and back. */
+static inline uint32_t hoop__float_bits(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+static inline float hoop__bits_float(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 /* count elements of a float dtype (float32, float16, bfloat16) to float and back, the 16-bit
  * ones rounded to nearest even as the kernels round them. Other dtypes are the caller's error. */

@@ -59,12 +59,6 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 /* Rank r's element i, before it is rounded to the dtype. */
 static double value(int r, size_t i, unsigned seed) {

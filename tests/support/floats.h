@@ -1,5 +1,6 @@
-/* floats.h - the 16-bit float types converted without libhoop, for the tests' own references:
- * float16 and bfloat16 to float exactly, and float to them rounded to nearest even. */
+/* floats.h - the tests' own numbers, without libhoop: the 16-bit float types converted (float16
+ * and bfloat16 to float exactly, and float to them rounded to nearest even), and the mixer the
+ * workers draw their inputs from. */
 #ifndef HOOP_TEST_FLOATS_H
 #define HOOP_TEST_FLOATS_H
 
@@ -51,6 +52,14 @@ static inline uint16_t float_to_bf16(float f) {
   if (lower > 0x8000 || (lower == 0x8000 && (upper & 1)))
     upper++;
   return (uint16_t)upper;
+}
+
+/* splitmix64's finaliser: a well-spread 64-bit value from any seed. */
+static inline uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
 #endif

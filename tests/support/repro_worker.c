@@ -51,12 +51,6 @@ static void *xmalloc(size_t bytes) {
 
 /* ---- values, without libhoop --------------------------------------------------------------- */
 
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 /* Rank r's element i: for sums and extremes a sign, a mantissa and an exponent over 2^-12..2^12
  * (2^-6..2^6 for the 16-bit types); for products 1 plus or minus up to 1/8, whose products over 8

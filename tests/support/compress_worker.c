@@ -59,7 +59,6 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-
 /* Rank r's element i, before it is rounded to the dtype. */
 static double value(int r, size_t i, unsigned seed) {
   uint64_t h = mix(mix(mix(seed) ^ (uint64_t)r) ^ i);

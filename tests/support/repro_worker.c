@@ -51,7 +51,6 @@ static void *xmalloc(size_t bytes) {
 
 /* ---- values, without libhoop --------------------------------------------------------------- */
 
-
 /* Rank r's element i: for sums and extremes a sign, a mantissa and an exponent over 2^-12..2^12
  * (2^-6..2^6 for the 16-bit types); for products 1 plus or minus up to 1/8, whose products over 8
  * ranks stay in range and still round. */

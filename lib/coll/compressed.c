@@ -266,6 +266,16 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   return result;
 }
 
+/* The exchange as hier's step between hosts, on this rank's segment, in place. */
+static hoop_result exchange_between(hoop_comm *comm, const hoop__group *cross, char *segment,
+                                    size_t count, void *arg) {
+  exchange *ex = arg;
+  ex->group = cross;
+  ex->src = ex->dst = segment;
+  ex->count = count;
+  return run_exchange(comm, ex);
+}
+
 /* ---- the algorithms ------------------------------------------------------------------------- */
 
 int hoop__compressed_fits(const hoop_comm *comm) {
@@ -300,34 +310,7 @@ hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *a
   if (local.size == 1)
     return run_exchange(comm, &ex);
   /* hier's steps within the host, exact, around the exchange of this rank's segment. */
-  size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
-  for (int i = 0; i < local.size; i++) {
-    size_t first, elems;
-    hoop__segment(args->count, local.size, i, &first, &elems);
-    offset[i] = first * esize;
-    length[i] = elems * esize;
-  }
-  int own = (local.index + 1) % local.size;
-  size_t chunk_max = hoop__chunk_bytes(comm, length[0], esize);
-  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
-  if (!scratch)
-    return HOOP_ERR_SYSTEM;
-  hoop__arena arena = {0};
-  hoop__ring_rs rs = {args->sendbuf, args->recvbuf, NULL,        offset,   length, 0,
-                      scratch,       chunk_max,     args->dtype, args->op, 0,      0};
-  hoop_result result = hoop__ring_reduce_scatter(comm, &local, &arena, &rs);
-  if (result == HOOP_OK)
-    result = hoop__arena_wait_all(comm, &arena);
-  ex.src = ex.dst = (char *)args->recvbuf + offset[own];
-  ex.count = length[own] / esize;
-  if (result == HOOP_OK)
-    result = run_exchange(comm, &ex);
-  if (result == HOOP_OK)
-    result = hoop__ring_circulate(comm, &local, &arena, args->recvbuf, offset, length, 1, esize, 0);
-  if (result == HOOP_OK)
-    result = hoop__arena_wait_all(comm, &arena);
-  hoop__arena_free(&arena);
-  return result;
+  return hoop__hier_around(comm, args, exchange_between, &ex);
 }
 
 /* A reduce-scatter: the ranks at place l of every host own their blocks together, so each host's

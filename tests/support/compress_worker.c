@@ -194,10 +194,6 @@ static void check_same_bits(const void *buf, size_t bytes, const char *what) {
   free(all);
 }
 
-static const char *dtype_name(hoop_dtype dtype) {
-  return hoop_dtype_name(dtype);
-}
-
 /* One allreduce form: 0 out of place, 1 in place, 2 non-blocking, 3 allreduce_many (two pieces). */
 static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, int format,
                           int per_call, unsigned seed) {
@@ -207,7 +203,7 @@ static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, 
     store(send, i, dtype, value(rank, i, seed));
   static const char *const forms[] = {"allreduce", "allreduce in place", "iallreduce",
                                       "allreduce_many"};
-  snprintf(what, sizeof what, "%s %s %s count %zu %s (%s)", forms[form], dtype_name(dtype),
+  snprintf(what, sizeof what, "%s %s %s count %zu %s (%s)", forms[form], hoop_dtype_name(dtype),
            hoop_op_name(op), count, hoop_compress_name(format, name, sizeof name) ? name : "?",
            per_call ? "per call" : "communicator");
   if (per_call)
@@ -247,7 +243,7 @@ static void run_reduce_scatter(int in_place, size_t count, hoop_dtype dtype, hoo
   for (size_t i = 0; i < total; i++)
     store(send, i, dtype, value(rank, i, seed));
   snprintf(what, sizeof what, "reduce_scatter%s %s %s count %zu %s (%s)",
-           in_place ? " in place" : "", dtype_name(dtype), hoop_op_name(op), count,
+           in_place ? " in place" : "", hoop_dtype_name(dtype), hoop_op_name(op), count,
            hoop_compress_name(format, name, sizeof name) ? name : "?",
            per_call ? "per call" : "communicator");
   if (per_call)

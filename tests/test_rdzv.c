@@ -1739,26 +1739,83 @@ static TCase *add_case(Suite *s, const char *name, int fixture) {
 }
 
 /* A data connection's proof is bound to its transport, both ends, the stream, the generation and
- * the job's key: bytes seen on one link are refused on any other, and the key is not among them. */
+ * the job's key, and keyed by the pair's secret: bytes seen on one link are refused on any other,
+ * no key is among them, and no third rank can make the proof of a pair it is not in. */
+typedef struct keyed_rank {
+  uint8_t key_public[HOOP__AUTH_KEY], key_secret[HOOP__AUTH_KEY];
+  hoop__keyring ring;
+  hoop__tctx ctx;
+} keyed_rank;
+
+static void keyed_ranks(keyed_rank *ranks, int n, hoop__table *table, const uint8_t *nonce) {
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(hoop__auth_keypair(ranks[r].key_public, ranks[r].key_secret), 0);
+    memcpy(table->peers[r].key, ranks[r].key_public, HOOP__AUTH_KEY);
+  }
+  for (int r = 0; r < n; r++)
+    ranks[r].ctx = (hoop__tctx){.rank = r,
+                                .size = n,
+                                .table = table,
+                                .data_nonce = nonce,
+                                .key_public = ranks[r].key_public,
+                                .key_secret = ranks[r].key_secret,
+                                .keyring = &ranks[r].ring};
+}
+
 START_TEST(test_link_proof_binding) {
   uint8_t nonce[HOOP__WIRE_NONCE], other_nonce[HOOP__WIRE_NONCE];
   memset(nonce, 7, sizeof nonce);
   memset(other_nonce, 8, sizeof other_nonce);
-  hoop__table table = {.generation = 0}, next = {.generation = 1};
-  hoop__tctx ctx = {.data_nonce = nonce, .table = &table};
+  hoop__peer_entry peers[4] = {0};
+  hoop__table table = {.size = 4, .peers = peers, .generation = 0};
+  hoop__table next = {.size = 4, .peers = peers, .generation = 1};
+  keyed_rank ranks[4];
+  memset(ranks, 0, sizeof ranks);
+  keyed_ranks(ranks, 4, &table, nonce);
+  const hoop__tctx *one = &ranks[1].ctx, *two = &ranks[2].ctx;
   uint8_t proof[HOOP__WIRE_NONCE];
-  hoop__link_proof(&ctx, "tcp", 1, 2, 0, proof);
+  hoop__link_proof(one, "tcp", 1, 2, 0, proof);
   ck_assert(memcmp(proof, nonce, sizeof proof) != 0);
-  ck_assert(hoop__link_proof_ok(&ctx, "tcp", 1, 2, 0, proof));
-  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 2, 1, 0, proof)); /* the other way round */
-  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 1, 3, 0, proof)); /* another receiver */
-  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 0, 2, 0, proof)); /* another sender */
-  ck_assert(!hoop__link_proof_ok(&ctx, "tcp", 1, 2, 1, proof)); /* another stream */
-  ck_assert(!hoop__link_proof_ok(&ctx, "shm", 1, 2, 0, proof)); /* another transport */
-  hoop__tctx later = {.data_nonce = nonce, .table = &next};
+  ck_assert(hoop__link_proof_ok(two, "tcp", 1, 2, 0, proof));
+  ck_assert(hoop__link_proof_ok(one, "tcp", 1, 2, 0, proof));            /* both ends compute it */
+  ck_assert(!hoop__link_proof_ok(two, "tcp", 2, 1, 0, proof));           /* the other way round */
+  ck_assert(!hoop__link_proof_ok(&ranks[3].ctx, "tcp", 1, 3, 0, proof)); /* another receiver */
+  ck_assert(!hoop__link_proof_ok(two, "tcp", 0, 2, 0, proof));           /* another sender */
+  ck_assert(!hoop__link_proof_ok(two, "tcp", 1, 2, 1, proof));           /* another stream */
+  ck_assert(!hoop__link_proof_ok(two, "shm", 1, 2, 0, proof));           /* another transport */
+  hoop__tctx later = *two;
+  later.table = &next;
   ck_assert(!hoop__link_proof_ok(&later, "tcp", 1, 2, 0, proof)); /* another generation */
-  hoop__tctx stranger = {.data_nonce = other_nonce, .table = &table};
-  ck_assert(!hoop__link_proof_ok(&stranger, "tcp", 1, 2, 0, proof)); /* another key */
+  hoop__tctx stranger = *two;
+  stranger.data_nonce = other_nonce;
+  ck_assert(!hoop__link_proof_ok(&stranger, "tcp", 1, 2, 0, proof)); /* another job's key */
+  /* Rank 3 is a member with the job's key, but not of the pair: what it makes for 1 -> 2 is
+   * refused, and so is rank 1's proof checked with rank 3's key pair in rank 1's place. */
+  uint8_t forged[HOOP__WIRE_NONCE];
+  hoop__link_proof(&ranks[3].ctx, "tcp", 1, 2, 0, forged);
+  ck_assert(!hoop__link_proof_ok(two, "tcp", 1, 2, 0, forged));
+  hoop__tctx impostor = *one;
+  impostor.key_public = ranks[3].key_public;
+  impostor.key_secret = ranks[3].key_secret;
+  hoop__keyring impostor_ring = {0};
+  impostor.keyring = &impostor_ring;
+  hoop__link_proof(&impostor, "tcp", 1, 2, 0, forged);
+  ck_assert(!hoop__link_proof_ok(two, "tcp", 1, 2, 0, forged));
+  /* The reply and the seal keys: each way its own, both ends alike. */
+  uint8_t reply[HOOP__AUTH_PROOF], checked[HOOP__AUTH_PROOF], back[HOOP__AUTH_PROOF];
+  const uint8_t hello[4] = {1, 2, 3, 4};
+  ck_assert_int_eq(hoop__link_mac(two, HOOP__AUTH_REPLY, "tcp", 2, 1, 0, hello, 4, reply), 0);
+  ck_assert_int_eq(hoop__link_mac(one, HOOP__AUTH_REPLY, "tcp", 2, 1, 0, hello, 4, checked), 0);
+  ck_assert(memcmp(reply, checked, sizeof reply) == 0);
+  ck_assert_int_eq(hoop__link_mac(one, HOOP__AUTH_SEAL, "tcp", 1, 2, 0, hello, 4, checked), 0);
+  ck_assert_int_eq(hoop__link_mac(one, HOOP__AUTH_SEAL, "tcp", 2, 1, 0, hello, 4, back), 0);
+  ck_assert(memcmp(checked, back, sizeof back) != 0);
+  ck_assert(memcmp(reply, checked, sizeof reply) != 0);
+  ck_assert_int_eq(hoop__link_mac(&ranks[3].ctx, HOOP__AUTH_SEAL, "tcp", 1, 2, 0, hello, 4, back),
+                   -1);
+  for (int r = 0; r < 4; r++)
+    hoop__keyring_free(&ranks[r].ring);
+  hoop__keyring_free(&impostor_ring);
 }
 END_TEST
 

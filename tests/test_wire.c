@@ -640,7 +640,7 @@ END_TEST
  * the encoder and the decoder together, which a round trip cannot see, breaks them against a
  * hoopd of this version. */
 static const char stats_bytes[] = /* header, five u64, the count, three {seq, wait}, a link */
-    "484f4f500005000d0000005c"
+    "484f4f500006000d0000005c"
     "0000011f71fb04cb"
     "0102030405060708"
     "00000000000aae60"
@@ -655,7 +655,7 @@ static const char stats_bytes[] = /* header, five u64, the count, three {seq, wa
     "0000000000100000"
     "0000000000001f40";
 static const char view_bytes[] = /* header, calls, reporting, count, two late ranks, a link */
-    "484f4f500005000e00000048"
+    "484f4f500006000e00000048"
     "0000003f"
     "00000005"
     "00000002"

@@ -318,6 +318,9 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
 
   hoop__hello hello;
   memset(&hello, 0, sizeof hello);
+  if (hoop__auth_keypair(comm->key_public, comm->key_secret) != 0)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: libsodium cannot make a key pair");
+  memcpy(hello.key, comm->key_public, sizeof hello.key);
   snprintf(hello.job, sizeof hello.job, "%s", comm->job);
   hello.size = config->join_running ? 1 : (uint32_t)config->size;
   hello.rank = config->join_running ? HOOP__HELLO_NEWCOMER : config->rank;
@@ -663,6 +666,7 @@ hoop_result hoop_finalize(hoop_comm *comm) {
   hoop__rdzv_thread_stop(comm->life->server);
   hoop__table_free(&comm->table);
   hoop__auth_wipe(comm->token, sizeof comm->token);
+  hoop__auth_wipe(comm->key_secret, sizeof comm->key_secret);
   hoop__host_scratch_free(comm);
   hoop__strays_free(comm);
   free_struct(comm);

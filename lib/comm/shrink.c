@@ -33,11 +33,14 @@ void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from) {
   to->stall_warn_s = from->stall_warn_s;
 }
 
-/* What a new generation keeps of its communicator's configuration: the settings, and the token
- * (it connects anew, authenticating as the job's members do). */
+/* What a new generation keeps of its communicator's configuration: the settings, the token (it
+ * connects anew, authenticating as the job's members do) and the key pair (the server keeps the
+ * public key of the member's HELLO). */
 static void copy_settings(hoop_comm *to, const hoop_comm *from) {
   hoop__comm_copy_settings(to, from);
   memcpy(to->token, from->token, sizeof to->token);
+  memcpy(to->key_public, from->key_public, sizeof to->key_public);
+  memcpy(to->key_secret, from->key_secret, sizeof to->key_secret);
 }
 
 /* The rendezvous connection (and the server hosted here, if any) pass from one to the other. */

@@ -102,6 +102,10 @@ static const hoop__env_var env_table[] = {
      "commas, ^ to exclude, = for exact names; default: the interface that "
      "routes to the rendezvous server"},
     {"HOOP_TCP_STREAMS", "2", "TCP connections per peer (1-8); large messages are striped"},
+    {"HOOP_ENCRYPT", "0",
+     "seal every byte of the TCP connections with an AEAD: 0 (no), 1 (AES-256-GCM where the CPU "
+     "has AES instructions, else ChaCha20-Poly1305), aes256gcm or chacha20poly1305; every rank "
+     "the same. Shared memory and CUDA IPC within a host stay in clear; ibverbs is not used"},
     {"HOOP_ALGO", "auto",
      "auto|ring|rd|hd, or per collective 'allreduce:hd,broadcast:chain': "
      "allreduce ring|rd|hd, broadcast chain|tree, allgather ring|rd|bruck, "

@@ -129,6 +129,10 @@ struct hoop_comm {
   uint8_t data_nonce[HOOP__WIRE_NONCE]; /* the job's data key, which data connections' proofs are
                                           keyed by (transport/shared.c): the table's nonce, or
                                           with a token a proof derived from it and the token */
+  /* This rank's key pair (proto/auth.h), made at hoop_init and kept by every generation: the
+   * public half travels in the HELLO and the rank table, the secret half is wiped at finalize. */
+  uint8_t key_public[HOOP__AUTH_KEY];
+  uint8_t key_secret[HOOP__AUTH_KEY];
 
   char transport_mode[16]; /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out

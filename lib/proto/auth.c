@@ -68,6 +68,26 @@ void hoop__auth_digest(const uint8_t *data, size_t len, uint8_t out[HOOP__AUTH_P
   crypto_hash_sha256(out, data, len);
 }
 
+int hoop__auth_keypair(uint8_t public_key[HOOP__AUTH_KEY], uint8_t secret_key[HOOP__AUTH_KEY]) {
+  _Static_assert(crypto_kx_PUBLICKEYBYTES == HOOP__AUTH_KEY &&
+                     crypto_kx_SECRETKEYBYTES == HOOP__AUTH_KEY &&
+                     crypto_kx_SESSIONKEYBYTES == HOOP__AUTH_KEY,
+                 "crypto_kx's keys are HOOP__AUTH_KEY bytes");
+  if (hoop__auth_init() != 0)
+    return -1;
+  return crypto_kx_keypair(public_key, secret_key) == 0 ? 0 : -1;
+}
+
+int hoop__auth_pair_keys(int lower, const uint8_t *public_key, const uint8_t *secret_key,
+                         const uint8_t *peer_key, uint8_t tx[HOOP__AUTH_KEY],
+                         uint8_t rx[HOOP__AUTH_KEY]) {
+  if (hoop__auth_init() != 0)
+    return -1;
+  int made = lower ? crypto_kx_client_session_keys(rx, tx, public_key, secret_key, peer_key)
+                   : crypto_kx_server_session_keys(rx, tx, public_key, secret_key, peer_key);
+  return made == 0 ? 0 : -1;
+}
+
 void hoop__auth_wipe(void *buf, size_t len) {
   sodium_memzero(buf, len);
 }

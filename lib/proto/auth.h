@@ -18,6 +18,10 @@
 #define HOOP__AUTH_DATA "hoop-data"     /* the data connections' key: over the job's nonce */
 #define HOOP__AUTH_LINK "hoop-link"     /* a data connection's handshake: its ends, its stream */
 #define HOOP__AUTH_TABLE "hoop-table"   /* a TABLE_PROOF: the server's, over the rank's challenge */
+#define HOOP__AUTH_REPLY "hoop-reply"   /* an acceptor's answer to a data connection's handshake */
+#define HOOP__AUTH_SEAL "hoop-seal"     /* an encrypted connection's key, one each way */
+
+#define HOOP__AUTH_KEY 32 /* bytes of a rank's public or secret key, and of a pair's keys */
 
 /* 0 once libsodium is ready (idempotent, thread-safe), -1 if it cannot start. */
 int hoop__auth_init(void);
@@ -58,6 +62,20 @@ int hoop__auth_read_token(const char *path, char *out, size_t cap, char *err, si
  * or when hoop__auth_read_token refuses the file. */
 int hoop__auth_load_token(const char *token, const char *file, char *out, size_t cap, char *err,
                           size_t errlen);
+
+/* A rank's own key pair (X25519, libsodium's crypto_kx), made at hoop_init: the public half goes
+ * to the rendezvous in its HELLO and to every member in the rank table; the secret half never
+ * leaves the process. 0, or -1 if libsodium cannot start. */
+int hoop__auth_keypair(uint8_t public_key[HOOP__AUTH_KEY], uint8_t secret_key[HOOP__AUTH_KEY]);
+
+/* The keys of the pair this rank makes with a peer, from this rank's key pair and the peer's
+ * public key: tx keys what this rank sends or proves to the peer, rx what the peer sends or proves
+ * to this rank (the peer computes the same two, the other way round). Only the two ranks of the
+ * pair can compute them. lower: this rank's number is below the peer's (the two ends must take
+ * the two roles of crypto_kx). -1 when the peer's key is unusable (a low-order point). */
+int hoop__auth_pair_keys(int lower, const uint8_t *public_key, const uint8_t *secret_key,
+                         const uint8_t *peer_key, uint8_t tx[HOOP__AUTH_KEY],
+                         uint8_t rx[HOOP__AUTH_KEY]);
 
 /* Wipe a secret from memory in a way the compiler keeps. */
 void hoop__auth_wipe(void *buf, size_t len);

@@ -50,6 +50,7 @@ int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
   put_u16(wb, msg->proof_len);
   put_bytes(wb, msg->proof, msg->proof_len);
   put_bytes(wb, msg->nonce, HOOP__WIRE_CHALLENGE);
+  put_bytes(wb, msg->key, HOOP__WIRE_KEY);
   return finish_message(wb, start);
 }
 
@@ -75,6 +76,7 @@ int hoop__wire_encode_table(hoop__wbuf *wb, const hoop__table *msg) {
     put_str(wb, peer->addr, strlen(peer->addr));
     put_u32(wb, peer->local_rank);
     put_u32(wb, peer->local_size);
+    put_bytes(wb, peer->key, HOOP__WIRE_KEY);
   }
   if (msg->generation)
     put_u32(wb, msg->generation);
@@ -237,20 +239,26 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
   const uint8_t *nonce = take(&in, HOOP__WIRE_CHALLENGE);
   if (nonce)
     memcpy(out->nonce, nonce, HOOP__WIRE_CHALLENGE);
+  const uint8_t *key = take(&in, HOOP__WIRE_KEY);
+  if (key)
+    memcpy(out->key, key, HOOP__WIRE_KEY);
   if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP__WIRE_MAX_RANKS ||
       out->rank < HOOP__HELLO_NEWCOMER || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
     return -1;
   return 0;
 }
 
-/* Smallest encoding of one table entry: two empty strings and two u32. */
-#define TABLE_ENTRY_MIN 12
+/* Smallest encoding of one table entry: two empty strings, two u32 and a key. */
+#define TABLE_ENTRY_MIN (12 + HOOP__WIRE_KEY)
 
 static void get_peer_entry(reader *in, hoop__peer_entry *peer, uint32_t size) {
   get_name(in, peer->host, HOOP__WIRE_MAX_HOST);
   get_name(in, peer->addr, HOOP__WIRE_MAX_ADDR);
   peer->local_rank = get_u32(in);
   peer->local_size = get_u32(in);
+  const uint8_t *key = take(in, HOOP__WIRE_KEY);
+  if (key)
+    memcpy(peer->key, key, HOOP__WIRE_KEY);
   if (peer->local_rank >= peer->local_size || peer->local_size > size)
     in->bad = 1;
 }

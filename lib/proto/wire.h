@@ -18,7 +18,7 @@
 #include "util/buf.h"
 
 #define HOOP__WIRE_MAGIC 0x484f4f50u
-#define HOOP__WIRE_VERSION 5
+#define HOOP__WIRE_VERSION 6
 #define HOOP__WIRE_HEADER_SIZE 12
 
 #define HOOP__WIRE_MAX_JOB 128      /* bytes of a job id */
@@ -28,6 +28,7 @@
 #define HOOP__WIRE_MAX_PROOF 64     /* bytes of an auth proof */
 #define HOOP__WIRE_NONCE 16         /* bytes of the per-job nonce */
 #define HOOP__WIRE_CHALLENGE 32     /* bytes of the server's per-connection challenge */
+#define HOOP__WIRE_KEY 32           /* bytes of a rank's public key (proto/auth.h) */
 #define HOOP__WIRE_MAX_RANKS 16384  /* ranks in one job */
 #define HOOP__WIRE_MAX_STATUS_JOBS 256
 #define HOOP__WIRE_MAX_MISSING 64      /* missing ranks listed per job in a status reply */
@@ -45,7 +46,9 @@
 #define HOOP__WIRE_MAX_NOTICE_PAYLOAD (4 + 4 + 2 + HOOP__WIRE_MAX_MESSAGE)
 /* Largest payload of any message (a TABLE for HOOP__WIRE_MAX_RANKS ranks fits). */
 #define HOOP__WIRE_MAX_PAYLOAD                                                                     \
-  (HOOP__WIRE_MAX_RANKS * (2 + HOOP__WIRE_MAX_HOST + 2 + HOOP__WIRE_MAX_ADDR + 8) + 64)
+  (HOOP__WIRE_MAX_RANKS *                                                                          \
+       (2 + HOOP__WIRE_MAX_HOST + 2 + HOOP__WIRE_MAX_ADDR + 8 + HOOP__WIRE_KEY) +                  \
+   64)
 
 /* A connection: the server speaks first with CHALLENGE; the client sends one request (HELLO or
  * STATUS_REQ, carrying a proof when the challenge asks for one). A STATUS_REQ is answered and the
@@ -65,6 +68,10 @@
  * holds it, tells the members how many newcomers wait (PENDING), and puts it in the next
  * generation, after the members (hoop_comm_grow, or a shrink). A table after the first carries
  * its generation number at its end.
+ *
+ * Keys (version 6): a HELLO carries the rank's public key, and the TABLE every member's, so that
+ * each pair of ranks keys its data connections with a secret only the two of them hold
+ * (transport/shared.c).
  *
  * Health (version 5): a member sends STATS on its kept connection every few seconds (how much it
  * waited in each of its last calls, and its totals); the server answers each with a VIEW of the
@@ -126,6 +133,7 @@ typedef struct hoop__hello {
   uint16_t proof_len;
   uint8_t proof[HOOP__WIRE_MAX_PROOF];
   uint8_t nonce[HOOP__WIRE_CHALLENGE]; /* the rank's own challenge to the server (random) */
+  uint8_t key[HOOP__WIRE_KEY];         /* the rank's public key */
 } hoop__hello;
 
 typedef struct hoop__table_proof {
@@ -148,6 +156,7 @@ typedef struct hoop__peer_entry {
   char addr[HOOP__WIRE_MAX_ADDR + 1];
   uint32_t local_rank;
   uint32_t local_size;
+  uint8_t key[HOOP__WIRE_KEY]; /* the rank's public key, from its HELLO */
 } hoop__peer_entry;
 
 typedef struct hoop__table {

@@ -73,6 +73,7 @@ static shared_table *next_table(rdzv_client **in, uint32_t n, uint32_t generatio
     snprintf(table.peers[i].addr, sizeof table.peers[i].addr, "%s", in[i]->shrink_addr);
     table.peers[i].local_rank = slots[i].local_rank;
     table.peers[i].local_size = slots[i].local_size;
+    memcpy(table.peers[i].key, in[i]->hello.key, sizeof table.peers[i].key);
   }
   ok = ok && hoop__wire_encode_table(&shared->wire, &table) == 0;
   free(table.peers);

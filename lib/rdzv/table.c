@@ -84,6 +84,7 @@ static shared_table *build_table(rdzv_job *job, uint32_t *ranks) {
     snprintf(peer->addr, sizeof peer->addr, "%s", job->members[i]->hello.addr);
     peer->local_rank = slots[i].local_rank;
     peer->local_size = slots[i].local_size;
+    memcpy(peer->key, job->members[i]->hello.key, sizeof peer->key);
     ranks[i] = (uint32_t)slots[i].rank;
   }
   if (ok && hoop__wire_encode_table(&shared->wire, &table) != 0)

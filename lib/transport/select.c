@@ -106,6 +106,9 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                         .ifname = comm->ifname,
                         .tcp_streams = comm->tcp_streams,
                         .data_nonce = comm->data_nonce,
+                        .key_public = comm->key_public,
+                        .key_secret = comm->key_secret,
+                        .keyring = &comm->transport->keyring,
                         .failed = &comm->failed,
                         .kernel_ranks = &comm->kernel_ranks,
                         .watch_fd = &comm->rdzv_fd,
@@ -342,6 +345,7 @@ void hoop__transport_finalize(hoop_comm *comm) {
   comm->transport->transports = NULL;
   comm->transport->peer_transport = NULL;
   comm->transport->ntransports = 0;
+  hoop__keyring_free(&comm->transport->keyring);
 }
 
 /* ---- the layer's state, as the other layers see it ------------------------------------------- */

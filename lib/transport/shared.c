@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -40,15 +41,74 @@ void *hoop__tctx_registered(const hoop__tctx *ctx, const void *ptr, size_t len) 
 
 /* ---- what both transports do alike ----------------------------------------------------------- */
 
-void hoop__link_proof(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
-                      uint32_t stream, uint8_t *out) {
-  uint8_t ends[16], proof[HOOP__AUTH_PROOF];
+/* The keys of the pair this rank makes with peer, computed on first use; NULL when the peer's key
+ * is unusable or memory ran out (every MAC of the pair is then random, and refused). */
+static const uint8_t (*pair_keys(const hoop__tctx *ctx, int peer))[HOOP__AUTH_KEY] {
+  hoop__keyring *ring = ctx->keyring;
+  if (!ring || !ctx->table || peer < 0 || peer >= (int)ctx->table->size || peer == ctx->rank)
+    return NULL;
+  if (ring->size != (int)ctx->table->size) {
+    hoop__keyring_free(ring);
+    ring->known = calloc(ctx->table->size, sizeof *ring->known);
+    ring->keys = calloc(ctx->table->size, sizeof *ring->keys);
+    if (!ring->known || !ring->keys) {
+      hoop__keyring_free(ring);
+      return NULL;
+    }
+    ring->size = (int)ctx->table->size;
+  }
+  if (ring->known[peer] == 0)
+    ring->known[peer] = hoop__auth_pair_keys(ctx->rank < peer, ctx->key_public, ctx->key_secret,
+                                             ctx->table->peers[peer].key, ring->keys[peer][0],
+                                             ring->keys[peer][1]) == 0
+                            ? 1
+                            : -1;
+  return ring->known[peer] == 1 ? ring->keys[peer] : NULL;
+}
+
+void hoop__keyring_free(hoop__keyring *ring) {
+  if (ring->keys)
+    hoop__auth_wipe(ring->keys, (size_t)ring->size * sizeof *ring->keys);
+  free(ring->keys);
+  free(ring->known);
+  *ring = (hoop__keyring){0};
+}
+
+int hoop__link_mac(const hoop__tctx *ctx, const char *purpose, const char *transport, uint32_t from,
+                   uint32_t to, uint32_t stream, const uint8_t *bind, size_t bind_len,
+                   uint8_t out[HOOP__AUTH_PROOF]) {
+  int outward = from == (uint32_t)ctx->rank;
+  const uint8_t(*keys)[HOOP__AUTH_KEY] =
+      outward || to == (uint32_t)ctx->rank ? pair_keys(ctx, (int)(outward ? to : from)) : NULL;
+  if (!keys) {
+    hoop__auth_random(out, HOOP__AUTH_PROOF);
+    return -1;
+  }
+  uint8_t ends[16 + HOOP__WIRE_NONCE + 256];
+  size_t len = 16 + HOOP__WIRE_NONCE;
   hoop__put_be32(ends, from);
   hoop__put_be32(ends + 4, to);
   hoop__put_be32(ends + 8, stream);
   hoop__put_be32(ends + 12, ctx->table ? ctx->table->generation : 0);
-  hoop__auth_proof((const char *)ctx->data_nonce, HOOP__WIRE_NONCE, HOOP__AUTH_LINK,
-                   (const uint8_t *)transport, strlen(transport) + 1, ends, sizeof ends, proof);
+  memcpy(ends + 16, ctx->data_nonce, HOOP__WIRE_NONCE);
+  if (bind_len > sizeof ends - len)
+    bind_len = sizeof ends - len;
+  if (bind_len)
+    memcpy(ends + len, bind, bind_len);
+  len += bind_len;
+  /* A transport's name and its NUL, then the rest, keyed by the pair's key of this direction. */
+  uint8_t named[32];
+  size_t name_len = strlen(transport) + 1 < sizeof named ? strlen(transport) + 1 : sizeof named;
+  memcpy(named, transport, name_len);
+  hoop__auth_proof((const char *)keys[outward ? 0 : 1], HOOP__AUTH_KEY, purpose, named, name_len,
+                   ends, len, out);
+  return 0;
+}
+
+void hoop__link_proof(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
+                      uint32_t stream, uint8_t *out) {
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_LINK, transport, from, to, stream, NULL, 0, proof);
   memcpy(out, proof, HOOP__WIRE_NONCE);
 }
 

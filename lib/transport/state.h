@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/internal.h"
+#include "transport/transport.h"
 
 struct hoop__transport_state {
   /* The transports this rank listens on, in priority order, each with its context; after the
@@ -38,6 +39,8 @@ struct hoop__transport_state {
   _Atomic uint64_t *peer_wait_ns, *peer_sent, *peer_received;
   /* And the links' (hoop__tctx_link_time): bytes of large messages from each, and their time. */
   _Atomic uint64_t *link_bytes, *link_ns;
+  /* The pairs' keys (shared.c): net's, by net rank. */
+  struct hoop__keyring keyring;
 };
 
 #endif

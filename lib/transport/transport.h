@@ -90,6 +90,10 @@ typedef struct hoop__tctx {
   const char *ifname; /* HOOP_IFNAME, "" for the route to the rendezvous */
   int tcp_streams;
   const uint8_t *data_nonce; /* the job's data key, for hoop__link_proof (core/internal.h) */
+  /* This rank's key pair (core/internal.h), and the keys of the pairs it makes, computed once a
+   * pair needs them (shared.c; owned by the transport layer's state). */
+  const uint8_t *key_public, *key_secret;
+  struct hoop__keyring *keyring;
   const hoop_result *failed; /* the communicator's failure, HOOP_OK while it works */
   /* The ranks on this rank's kernel, whatever their network namespaces (0 until the table is
    * agreed; see the kernel_ranks op): for what the transport logs of the host. */
@@ -306,16 +310,34 @@ hoop__pollset_handle(hoop__tctx *ctx, hoop__pollset *set, int wake_fd,
                      hoop_result (*before_watched)(hoop__tctx *ctx, int *moved), int *moved);
 void hoop__pollset_free(hoop__pollset *set);
 
-/* What a data connection presents, rather than the job's data key itself: HMAC-SHA256 keyed by
- * that key (ctx->data_nonce) over the transport's name, both ranks (from connects or writes, to
- * reads), the stream and the table's generation, cut to HOOP__WIRE_NONCE bytes. No key crosses the
- * wire, and bytes seen on one connection open no other: another pair, stream, transport or
- * generation wants other bytes, and this one's slot is taken by then. ok: 1 when got is what
- * from must present to to. */
+/* The keys of the pairs this rank makes (shared.c): for each peer of the table, tx and rx of
+ * hoop__auth_pair_keys, once a connection needed them; known[peer] 1 when computed, -1 when the
+ * peer's published key was unusable. */
+typedef struct hoop__keyring {
+  int size;
+  int8_t *known;
+  uint8_t (*keys)[2][HOOP__AUTH_KEY];
+} hoop__keyring;
+void hoop__keyring_free(hoop__keyring *ring);
+
+/* What a data connection presents: HMAC-SHA256 keyed by the key of the pair from -> to (which
+ * only those two ranks can compute: neither a stranger nor another member can stand in for
+ * either), over the transport's name, both ranks (from connects or writes, to reads), the stream,
+ * the table's generation and the job's data key (ctx->data_nonce), cut to HOOP__WIRE_NONCE bytes.
+ * No key crosses the wire, and bytes seen on one connection open no other: another pair, stream,
+ * transport or generation wants other bytes, and this one's slot is taken by then. ok: 1 when got
+ * is what from must present to to. One of from and to must be this rank. */
 void hoop__link_proof(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
                       uint32_t stream, uint8_t *out);
 int hoop__link_proof_ok(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
                         uint32_t stream, const uint8_t *got);
+/* The same MAC for another purpose (proto/auth.h's HOOP__AUTH_*), over bind_len more bytes (a
+ * handshake it answers or keys), whole (HOOP__AUTH_PROOF bytes): an acceptor's answer
+ * (HOOP__AUTH_REPLY, proving it back to the connector) and an encrypted connection's keys
+ * (HOOP__AUTH_SEAL). 0, or -1 (out random) when the pair has no usable key. */
+int hoop__link_mac(const hoop__tctx *ctx, const char *purpose, const char *transport, uint32_t from,
+                   uint32_t to, uint32_t stream, const uint8_t *bind, size_t bind_len,
+                   uint8_t out[HOOP__AUTH_PROOF]);
 
 /* What both transports do alike. The wake eventfd: created non-blocking, written by hoop_abort's
  * thread (wake), and emptied by the waiting thread when poll finds it readable (drain; a read

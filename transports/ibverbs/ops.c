@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "ibverbs.h"
 #include "util/be.h"
 #include "util/netaddr.h"
@@ -78,6 +79,13 @@ static hoop_result ib_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
   state->wake_fd = hoop__wake_open();
   if (state->wake_fd < 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
+  /* RDMA writes land in the peer's memory as they left this one's: nothing could seal them. */
+  const char *encrypt = hoop__env_get("HOOP_ENCRYPT");
+  if (strcmp(encrypt, "0") != 0 && strcmp(encrypt, "no") != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
+                           "ibverbs: HOOP_ENCRYPT=%s, and RDMA carries data in clear; TCP "
+                           "serves the pairs across hosts instead",
+                           encrypt);
   hoop_result result = hoop__ib_choose_device(ctx, state, toward);
   if (result == HOOP_OK)
     result = hoop__ib_listen_cm(ctx, state);

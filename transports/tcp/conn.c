@@ -16,12 +16,20 @@
 #include "util/sockio.h"
 
 #define HANDSHAKE_MAGIC 0x54504f48u /* "HOPT" */
-#define HANDSHAKE_BYTES (16 + HOOP__WIRE_NONCE)
+#define HANDSHAKE_WORDS 20          /* magic, from, stream, streams, cipher */
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 hoop_result hoop__tcp_peer_error(hoop__tctx *ctx, int peer, hoop_result code, const char *what,
                                  int err) {
+  if (err == EACCES)
+    return hoop__peer_failed(ctx, peer, HOOP_ERR_AUTH, what,
+                             "the end that answered at its address did not prove to be it (it "
+                             "lacks the pair's key)");
+  if (err == EBADMSG)
+    return hoop__peer_failed(ctx, peer, HOOP_ERR_AUTH, what,
+                             "an encrypted frame failed its check (changed, replayed or reordered "
+                             "on the way); none of it was delivered");
   return hoop__peer_failed(ctx, peer, code, what, err ? strerror(err) : "connection closed");
 }
 
@@ -104,6 +112,10 @@ hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                            "(0-1000000)",
                            spin);
   state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
+  const char *encrypt = hoop__env_get("HOOP_ENCRYPT"), *why;
+  if (hoop__seal_choose(encrypt, &state->cipher, &why) != 0)
+    return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG, "tcp: HOOP_ENCRYPT '%s': %s", encrypt,
+                           why);
 
   struct sockaddr_storage local;
   socklen_t local_len;
@@ -144,16 +156,83 @@ static hoop_result ensure_peers(hoop__tctx *ctx) {
   return HOOP_OK;
 }
 
-/* {magic, from rank, stream index, streams per peer} then the link's proof (bound to both ranks,
- * the stream and the generation). Both ends must cut messages over the same number of streams, so
- * a rank whose HOOP_TCP_STREAMS differs is refused with a message that says so, instead of
- * exchanging misaligned bytes. */
+/* {magic, from rank, stream index, streams per peer, cipher}, 16 random bytes, then the link's
+ * proof (bound to both ranks, the stream and the generation, and over the bytes before it). Both
+ * ends must cut messages over the same number of streams and seal them alike, so a rank whose
+ * HOOP_TCP_STREAMS or HOOP_ENCRYPT differs is refused with a message that says so, instead of
+ * exchanging misaligned bytes. The random bytes make each connection's answer and keys its own. */
 static void encode_handshake(const hoop__tctx *ctx, uint8_t *out, uint32_t to, uint32_t stream,
-                             uint32_t nstreams) {
+                             uint32_t nstreams, uint32_t cipher) {
   uint32_t from = (uint32_t)ctx->rank;
-  uint32_t words[4] = {htonl(HANDSHAKE_MAGIC), htonl(from), htonl(stream), htonl(nstreams)};
-  memcpy(out, words, 16);
-  hoop__link_proof(ctx, "tcp", from, to, stream, out + 16);
+  uint32_t words[5] = {htonl(HANDSHAKE_MAGIC), htonl(from), htonl(stream), htonl(nstreams),
+                       htonl(cipher)};
+  memcpy(out, words, HANDSHAKE_WORDS);
+  hoop__auth_random(out + HANDSHAKE_WORDS, HOOP__WIRE_NONCE);
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_LINK, "tcp", from, to, stream, out,
+                 HANDSHAKE_WORDS + HOOP__WIRE_NONCE, proof);
+  memcpy(out + HANDSHAKE_WORDS + HOOP__WIRE_NONCE, proof, HOOP__WIRE_NONCE);
+}
+
+static int handshake_proven(const hoop__tctx *ctx, const uint8_t *hello, uint32_t from,
+                            uint32_t stream) {
+  uint8_t want[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_LINK, "tcp", from, (uint32_t)ctx->rank, stream, hello,
+                 HANDSHAKE_WORDS + HOOP__WIRE_NONCE, want);
+  return hoop__auth_equal(hello + HANDSHAKE_WORDS + HOOP__WIRE_NONCE, want, HOOP__WIRE_NONCE);
+}
+
+/* The acceptor's answer, first on every stream it accepted: the pair's MAC of its own direction
+ * over the connector's handshake, which the connector checks before it believes a byte of the
+ * stream (data.c), so that no acceptor is unproven. */
+static void encode_reply(const hoop__tctx *ctx, uint8_t *out, uint32_t to, uint32_t stream,
+                         const uint8_t *hello) {
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "tcp", (uint32_t)ctx->rank, to, stream, hello,
+                 HOOP__TCP_HANDSHAKE, proof);
+  memcpy(out, proof, HOOP__TCP_REPLY);
+}
+
+const char *hoop__tcp_cipher_name(hoop__cipher cipher) {
+  return hoop__seal_cipher_name(cipher);
+}
+
+/* Each way its own key: the pair's MAC of that direction over the handshake, which holds the
+ * connector's random bytes, so that no two connections share a key and a record's number never
+ * repeats under one. */
+hoop_result hoop__tcp_seal_start(hoop__tctx *ctx, int peer, int index, tcp_stream *stream,
+                                 const uint8_t *hello) {
+  tcp_state *state = state_of(ctx);
+  if (state->cipher == HOOP__CIPHER_NONE)
+    return HOOP_OK;
+  uint8_t tx[HOOP__AUTH_PROOF], rx[HOOP__AUTH_PROOF];
+  _Static_assert(HOOP__AUTH_PROOF == HOOP__SEAL_KEY, "a MAC is a key's length");
+  int keyed = hoop__link_mac(ctx, HOOP__AUTH_SEAL, "tcp", (uint32_t)ctx->rank, (uint32_t)peer,
+                             (uint32_t)index, hello, HOOP__TCP_HANDSHAKE, tx) == 0 &&
+              hoop__link_mac(ctx, HOOP__AUTH_SEAL, "tcp", (uint32_t)peer, (uint32_t)ctx->rank,
+                             (uint32_t)index, hello, HOOP__TCP_HANDSHAKE, rx) == 0;
+  stream->seal = keyed ? malloc(sizeof *stream->seal) : NULL;
+  int ready = stream->seal && hoop__seal_init(stream->seal, state->cipher, tx, rx) == 0;
+  hoop__auth_wipe(tx, sizeof tx);
+  hoop__auth_wipe(rx, sizeof rx);
+  if (!ready) {
+    free(stream->seal);
+    stream->seal = NULL;
+    return hoop__fail(ctx->comm, keyed ? HOOP_ERR_SYSTEM : HOOP_ERR_AUTH,
+                      keyed ? "tcp: out of memory for an encrypted connection to rank %d"
+                            : "tcp: rank %d published a key no pair can be made with",
+                      peer);
+  }
+  return HOOP_OK;
+}
+
+int hoop__tcp_reply_ok(const hoop__tctx *ctx, int peer, int index, const tcp_stream *stream) {
+  uint8_t want[HOOP__TCP_REPLY];
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "tcp", (uint32_t)peer, (uint32_t)ctx->rank, (uint32_t)index,
+                 stream->hello, HOOP__TCP_HANDSHAKE, proof);
+  memcpy(want, proof, sizeof want);
+  return hoop__auth_equal(stream->reply, want, sizeof want);
 }
 
 static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
@@ -168,12 +247,16 @@ static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
     if (fd < 0)
       return hoop__tcp_peer_error(
           ctx, peer, errno == ETIMEDOUT ? HOOP_ERR_TIMEOUT : HOOP_ERR_PEER_LOST, "connect", errno);
-    state->peers[peer].streams[s].fd = fd;
+    tcp_stream *stream = &state->peers[peer].streams[s];
+    stream->fd = fd;
     tune_socket(ctx, fd);
-    uint8_t hello[HANDSHAKE_BYTES];
-    encode_handshake(ctx, hello, (uint32_t)peer, (uint32_t)s, (uint32_t)state->nstreams);
-    if (hoop__write_full(fd, hello, sizeof hello, deadline) != 0)
+    encode_handshake(ctx, stream->hello, (uint32_t)peer, (uint32_t)s, (uint32_t)state->nstreams,
+                     (uint32_t)state->cipher);
+    if (hoop__write_full(fd, stream->hello, HOOP__TCP_HANDSHAKE, deadline) != 0)
       return hoop__tcp_peer_error(ctx, peer, HOOP_ERR_PEER_LOST, "handshake", errno);
+    hoop_result sealed = hoop__tcp_seal_start(ctx, peer, s, stream, stream->hello);
+    if (sealed != HOOP_OK)
+      return sealed;
   }
   state->peers[peer].connected = 1;
   return HOOP_OK;
@@ -207,7 +290,7 @@ static int tcp_read(hoop__pending_conn *conn, size_t bytes, char *why, size_t wh
   return 1;
 }
 
-static const hoop__pending_ops tcp_pending = {"tcp", HANDSHAKE_BYTES, tcp_admit, tcp_read};
+static const hoop__pending_ops tcp_pending = {"tcp", HOOP__TCP_HANDSHAKE, tcp_admit, tcp_read};
 
 /* Accept connections until one presents a handshake, and file it under the rank it names;
  * strangers are closed. */
@@ -221,14 +304,20 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   int fd = conn.fd;
   tune_socket(ctx, fd);
   const uint8_t *hello = conn.buf;
-  uint32_t words[4];
-  memcpy(words, hello, 16);
+  uint32_t words[5];
+  memcpy(words, hello, HANDSHAKE_WORDS);
   uint32_t from = ntohl(words[1]), stream = ntohl(words[2]), nstreams = ntohl(words[3]);
+  uint32_t cipher = ntohl(words[4]);
   if (ntohl(words[0]) != HANDSHAKE_MAGIC || from >= (uint32_t)ctx->size || (int)from >= ctx->rank ||
-      !hoop__link_proof_ok(ctx, "tcp", from, (uint32_t)ctx->rank, stream, hello + 16))
+      !handshake_proven(ctx, hello, from, stream))
     goto refuse;
-  if (nstreams != (uint32_t)state->nstreams) {
+  if (nstreams != (uint32_t)state->nstreams || cipher != (uint32_t)state->cipher) {
     close(fd);
+    if (cipher != (uint32_t)state->cipher)
+      return hoop__fail(ctx->comm, HOOP_ERR_INVALID_ARG,
+                        "tcp: rank %u seals its connections with %s but this rank with %s; every "
+                        "rank of a job must use the same HOOP_ENCRYPT",
+                        from, hoop__tcp_cipher_name(cipher), hoop__tcp_cipher_name(state->cipher));
     return hoop__fail(ctx->comm, HOOP_ERR_INVALID_ARG,
                       "tcp: rank %u uses HOOP_TCP_STREAMS=%u but this rank uses %d; every rank "
                       "of a job must use the same value",
@@ -236,8 +325,20 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   }
   if (stream >= (uint32_t)state->nstreams || state->peers[from].streams[stream].fd >= 0)
     goto refuse;
+  uint8_t reply[HOOP__TCP_REPLY];
+  encode_reply(ctx, reply, from, stream, hello);
+  /* A fresh connection's send buffer takes these few bytes at once. */
+  if (hoop__write_full(fd, reply, sizeof reply, deadline) != 0) {
+    close(fd);
+    return hoop__tcp_peer_error(ctx, (int)from, HOOP_ERR_PEER_LOST, "handshake", errno);
+  }
   tcp_peer *peer = &state->peers[from];
-  peer->streams[stream].fd = fd;
+  tcp_stream *accepted = &peer->streams[stream];
+  accepted->fd = fd;
+  accepted->reply_got = HOOP__TCP_REPLY; /* it proved itself; this end proves itself by the reply */
+  accepted->proven = 1;
+  if (hoop__tcp_seal_start(ctx, (int)from, (int)stream, accepted, hello) != HOOP_OK)
+    return *ctx->failed;
   if (++peer->streams_up == state->nstreams)
     peer->connected = 1;
   return HOOP_OK;

@@ -58,6 +58,85 @@ static void dequeue_done(hoop__fragment **head, hoop__fragment **tail) {
 
 /* ---- moving bytes ---------------------------------------------------------------------------- */
 
+/* sendmsg and recvmsg on a stream, through its seal under HOOP_ENCRYPT (seal.h). */
+static ssize_t stream_send(tcp_stream *stream, struct iovec *iov, int n) {
+  if (stream->seal)
+    return hoop__seal_send(stream->seal, stream->fd, iov, n);
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+  return sendmsg(stream->fd, &msg, MSG_NOSIGNAL);
+}
+
+static ssize_t stream_recv(tcp_stream *stream, struct iovec *iov, int n) {
+  if (stream->seal)
+    return hoop__seal_recv(stream->seal, stream->fd, iov, n);
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+  return recvmsg(stream->fd, &msg, 0);
+}
+
+/* A stream this rank connected: the acceptor's answer comes before anything else on it, and
+ * nothing the stream carries is read before the answer proves the peer. 1: proven; 0: not all of
+ * it is in yet; -1 with errno (EACCES: it does not prove the peer). */
+static int take_reply(hoop__tctx *ctx, int peer, int index, tcp_stream *stream) {
+  while (!stream->proven) {
+    if (stream->reply_got == HOOP__TCP_REPLY) {
+      if (!hoop__tcp_reply_ok(ctx, peer, index, stream)) {
+        errno = EACCES;
+        return -1;
+      }
+      stream->proven = 1;
+      break;
+    }
+    ssize_t n =
+        recv(stream->fd, stream->reply + stream->reply_got, HOOP__TCP_REPLY - stream->reply_got, 0);
+    if (n > 0)
+      stream->reply_got += (size_t)n;
+    else if (n < 0 && errno == EINTR)
+      continue;
+    else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    else {
+      errno = n < 0 ? errno : ECONNRESET;
+      return -1;
+    }
+  }
+  return 1;
+}
+
+int hoop__tcp_write_all(tcp_stream *stream, struct iovec *iov, int n, double deadline) {
+  while (n > 0) {
+    if (iov->iov_len == 0) {
+      iov++;
+      n--;
+      continue;
+    }
+    ssize_t sent = stream_send(stream, iov, n);
+    if (sent < 0 && errno == EINTR)
+      continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      double left = deadline - hoop__now();
+      struct pollfd pfd = {.fd = stream->fd, .events = POLLOUT};
+      if (left <= 0 || (poll(&pfd, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR)) {
+        errno = left <= 0 ? ETIMEDOUT : errno;
+        return -1;
+      }
+      continue;
+    }
+    if (sent < 0)
+      return -1;
+    for (size_t left = (size_t)sent; left > 0 && n > 0;) {
+      size_t take = left < iov->iov_len ? left : iov->iov_len;
+      iov->iov_base = (char *)iov->iov_base + take;
+      iov->iov_len -= take;
+      left -= take;
+      if (iov->iov_len == 0) {
+        iov++;
+        n--;
+      }
+    }
+  }
+  return 0;
+}
+
 /* Each returns 0 when the kernel asks us to wait (or the queue is empty), else an errno; a peer
  * that closed its end reads as ECONNRESET. On stream 0 (framed) each message goes after its
  * header. */
@@ -76,8 +155,7 @@ static int drive_send(tcp_stream *stream, int framed, int *moved) {
     if (header_left)
       iov[parts++] = (struct iovec){stream->send_frame + stream->send_frame_done, header_left};
     iov[parts++] = (struct iovec){frag->buf + frag->done, frag->len - frag->done};
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)parts};
-    ssize_t n = sendmsg(stream->fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = stream_send(stream, iov, parts);
     if (n > 0) {
       *moved = 1;
       size_t sent = (size_t)n, into_header = sent < header_left ? sent : header_left;
@@ -102,7 +180,8 @@ static int drive_send(tcp_stream *stream, int framed, int *moved) {
 static int drive_recv(tcp_stream *stream, int *moved) {
   while (stream->recv_head) {
     hoop__fragment *frag = stream->recv_head;
-    ssize_t n = recv(stream->fd, frag->buf + frag->done, frag->len - frag->done, 0);
+    struct iovec iov = {frag->buf + frag->done, frag->len - frag->done};
+    ssize_t n = stream_recv(stream, &iov, 1);
     if (n > 0) {
       *moved = 1;
       frag->done += (size_t)n;
@@ -232,6 +311,12 @@ static int finish_head(tcp_stream *stream) {
 /* Stream 0's receive side: headers, notices and payloads in turn; reads headers even when nothing
  * is posted (at most one header ahead). A payload's first bytes ride with its header's read. */
 static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stream, int *moved) {
+  int proven = stream->eof ? 1 : take_reply(ctx, peer, 0, stream);
+  if (proven < 0)
+    return errno == EACCES ? hoop__tcp_peer_error(ctx, peer, HOOP_ERR_AUTH, "receive", EACCES)
+                           : frame_closed(ctx, peer, stream, errno);
+  if (proven == 0)
+    return HOOP_OK;
   while (!stream->eof) {
     hoop__fragment *head = stream->recv_head;
     struct iovec iov[2];
@@ -264,8 +349,7 @@ static hoop_result drive_recv_framed(hoop__tctx *ctx, int peer, tcp_stream *stre
     }
     if (iov[0].iov_len == 0 && in_notice)
       return frame_closed(ctx, peer, stream, 0);
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)parts};
-    ssize_t n = recvmsg(stream->fd, &msg, 0);
+    ssize_t n = stream_recv(stream, iov, parts);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -306,6 +390,23 @@ static size_t stream0_share(const tcp_state *state, uint64_t len) {
   return (size_t)(used == 1 || len < part ? len : part);
 }
 
+/* The same on a stream, through its seal. */
+static int discard_stream(tcp_stream *stream, size_t bytes) {
+  if (!stream->seal)
+    return hoop__tcp_discard(stream->fd, bytes);
+  char sink[4096];
+  while (bytes > 0) {
+    struct iovec iov = {sink, bytes < sizeof sink ? bytes : sizeof sink};
+    ssize_t n = stream_recv(stream, &iov, 1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    bytes -= (size_t)n;
+  }
+  return 0;
+}
+
 /* Read and drop up to bytes from fd without waiting; 0 when all were there. */
 int hoop__tcp_discard(int fd, size_t bytes) {
   char sink[65536];
@@ -333,8 +434,7 @@ static hoop_result read_last_words(hoop__tctx *ctx, int peer, int *moved) {
     if (control->recv_frame_done < FRAME_BYTES || control->recv_head || control->notice_len ||
         control->eof)
       break;
-    if (hoop__tcp_discard(control->fd,
-                          stream0_share(state, hoop__frame_length(control->recv_frame))) != 0)
+    if (discard_stream(control, stream0_share(state, hoop__frame_length(control->recv_frame))) != 0)
       break;
     control->recv_frame_done = 0;
   }
@@ -349,8 +449,10 @@ hoop_result hoop__tcp_drive_stream(hoop__tctx *ctx, int peer, int index, int rea
   hoop_result result = HOOP_OK;
   if (!err && reading && index == 0)
     result = drive_recv_framed(ctx, peer, stream, moved);
-  else if (!err && reading)
-    err = drive_recv(stream, moved);
+  else if (!err && reading) {
+    int proven = take_reply(ctx, peer, index, stream);
+    err = proven < 0 ? errno : proven ? drive_recv(stream, moved) : 0;
+  }
   if (result != HOOP_OK || !err)
     return result;
   /* The connection broke: a peer that failed sent its reason first; read it if it is there. */
@@ -398,21 +500,48 @@ static hoop_result handle_pollset(hoop__tctx *ctx, int *moved) {
   return hoop__pollset_handle(ctx, &state->pollset, state->wake_fd, drive_ready, NULL, moved);
 }
 
+/* Under HOOP_ENCRYPT, what a stream's seal holds of what came (a record read whole, of which the
+ * receives posted so far took a part) is no longer in the kernel, and poll() would not say it is
+ * there: the streams that hold some and have a receive for it are driven before any poll. */
+static hoop_result drive_buffered(hoop__tctx *ctx, int *moved) {
+  tcp_state *state = state_of(ctx);
+  if (state->cipher == HOOP__CIPHER_NONE || !state->peers)
+    return HOOP_OK;
+  for (int p = 0; p < ctx->size; p++) {
+    for (int s = 0; s < state->nstreams && state->peers[p].connected; s++) {
+      tcp_stream *stream = &state->peers[p].streams[s];
+      int wanted = stream->recv_head || (s == 0 && !stream->eof);
+      if (!stream->seal || !wanted || !hoop__seal_buffered(stream->seal))
+        continue;
+      hoop_result result = hoop__tcp_drive_stream(ctx, p, s, 1, moved);
+      if (result != HOOP_OK)
+        return result;
+    }
+  }
+  return HOOP_OK;
+}
+
 /* One round of the progress engine: poll every stream that has work, for at most timeout_ms, and
  * move what is ready. *moved tells whether any byte moved. */
 hoop_result hoop__tcp_progress(hoop__tctx *ctx, int timeout_ms, int *moved) {
   tcp_state *state = state_of(ctx);
-  int ready = 0;
-  hoop_result result = build_pollset(ctx, 1);
+  int ready = 0, found = 0;
+  hoop_result result = drive_buffered(ctx, &found);
+  if (result != HOOP_OK || found) {
+    *moved |= found;
+    return result;
+  }
+  result = build_pollset(ctx, 1);
   if (result == HOOP_OK)
     result = hoop__pollset_wait(ctx, &state->pollset, timeout_ms, &ready);
   return result == HOOP_OK && ready > 0 ? handle_pollset(ctx, moved) : result;
 }
 
 hoop_result hoop__tcp_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved) {
-  (void)moved;
   tcp_state *state = state_of(ctx);
-  hoop_result result = build_pollset(ctx, 0);
+  hoop_result result = drive_buffered(ctx, moved);
+  if (result == HOOP_OK)
+    result = build_pollset(ctx, 0);
   *fds = state->pollset.fds;
   *n = result == HOOP_OK ? state->pollset.used : 0;
   return result;

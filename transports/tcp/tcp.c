@@ -140,13 +140,16 @@ static double tcp_spin_s(hoop__tctx *ctx) {
 static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
   uint8_t frame[FRAME_BYTES + NOTICE_MAX];
   size_t len = 0;
-  if (control->send_framed && (control->send_frame_done > 0 || control->send_head->done > 0)) {
+  /* Under HOOP_ENCRYPT a record may be half written before any of its bytes count as sent. */
+  int begun =
+      control->send_framed && (control->send_frame_done > 0 || control->send_head->done > 0 ||
+                               (control->seal && control->seal->out_len > 0));
+  if (begun) {
     hoop__fragment *frag = control->send_head;
-    double deadline = hoop__now() + GOODBYE_WAIT_S;
-    if (hoop__write_full(control->fd, control->send_frame + control->send_frame_done,
-                         FRAME_BYTES - control->send_frame_done, deadline) != 0 ||
-        hoop__write_full(control->fd, frag->buf + frag->done, frag->len - frag->done, deadline) !=
-            0)
+    struct iovec rest[2] = {
+        {control->send_frame + control->send_frame_done, FRAME_BYTES - control->send_frame_done},
+        {frag->buf + frag->done, frag->len - frag->done}};
+    if (hoop__tcp_write_all(control, rest, 2, hoop__now() + GOODBYE_WAIT_S) != 0)
       return;
   }
   if (*ctx->failed) {
@@ -167,7 +170,8 @@ static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
   double wait_s = *ctx->failed                  ? GOODBYE_WAIT_S
                   : ctx->timeout_s < BYE_WAIT_S ? ctx->timeout_s
                                                 : BYE_WAIT_S;
-  if (hoop__write_full(control->fd, frame, FRAME_BYTES + len, hoop__now() + wait_s) != 0)
+  struct iovec last = {frame, FRAME_BYTES + len};
+  if (hoop__tcp_write_all(control, &last, 1, hoop__now() + wait_s) != 0)
     HOOP__TRACE(HOOP_SUBSYS_NET, "could not tell a peer why this rank closes: %s", strerror(errno));
 }
 
@@ -216,6 +220,9 @@ static void tcp_shutdown(hoop__tctx *ctx) {
       tcp_stream *stream = &state->peers[p].streams[s];
       if (stream->fd >= 0)
         close(stream->fd);
+      if (stream->seal)
+        hoop__seal_free(stream->seal);
+      free(stream->seal);
       memset(stream, 0, sizeof *stream);
       stream->fd = -1;
     }

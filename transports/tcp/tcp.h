@@ -6,6 +6,7 @@
 
 #include <poll.h>
 
+#include "seal.h"
 #include "transport/pending.h"
 #include "transport/transport.h"
 
@@ -14,6 +15,10 @@
 #define NOTICE_MAX 1023
 #define CONGESTION_NAME_MAX 16 /* the kernel's TCP_CA_NAME_MAX, with its terminating NUL */
 enum frame_type { FRAME_DATA = 1, FRAME_NOTICE = 2, FRAME_BYE = 3 };
+/* A connection's handshake (conn.c: five words, 16 random bytes, the proof), and the acceptor's
+ * answer to it. */
+#define HOOP__TCP_HANDSHAKE (20 + 2 * HOOP__WIRE_NONCE)
+#define HOOP__TCP_REPLY HOOP__WIRE_NONCE
 
 /* What TCP keeps in a request: a fragment per stream it is striped over. */
 typedef struct tcp_request {
@@ -28,6 +33,14 @@ static inline hoop__fragment *tcp_frags(hoop__transfer *req) {
 
 typedef struct tcp_stream {
   int fd;
+  /* A stream this rank connected: its handshake, and the acceptor's answer as it comes; nothing
+   * the stream carries is believed before the answer proves the peer (proven). An accepted
+   * stream is proven at once. */
+  uint8_t hello[HOOP__TCP_HANDSHAKE];
+  uint8_t reply[HOOP__TCP_REPLY];
+  size_t reply_got;
+  int proven;
+  hoop__seal *seal; /* HOOP_ENCRYPT: the stream's records (seal.h); NULL in clear */
   hoop__fragment *send_head, *send_tail;
   hoop__fragment *recv_head, *recv_tail;
   /* Stream 0 only: the frame header of the message at the head of each queue. */
@@ -57,7 +70,8 @@ typedef struct tcp_state {
   int wake_fd;           /* an eventfd in every poll set, written by hoop_abort from any thread */
   hoop__pending pending; /* accepted connections whose handshake is not all in */
   int nstreams;
-  double spin_s; /* HOOP_TCP_SPIN_US: how long a wait polls without sleeping; < 0: auto */
+  hoop__cipher cipher; /* HOOP_ENCRYPT: what seals every connection (HOOP__CIPHER_NONE: none) */
+  double spin_s;       /* HOOP_TCP_SPIN_US: how long a wait polls without sleeping; < 0: auto */
   /* HOOP_TCP_CONGESTION: the congestion control every connection gets, "" for auto (conn.c's
    * IN_HOST_CONGESTION within a host with a CPU per rank, the system's elsewhere), or NULL for
    * the system's. */
@@ -79,6 +93,13 @@ hoop_result hoop__tcp_peer_error(hoop__tctx *ctx, int peer, hoop_result code, co
 hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, char *addr,
                              size_t addrlen);
 hoop_result hoop__tcp_connect(hoop__tctx *ctx, int peer);
+/* 1 when the answer the acceptor of this rank's stream index to peer sent proves it. */
+int hoop__tcp_reply_ok(const hoop__tctx *ctx, int peer, int index, const tcp_stream *stream);
+/* Under HOOP_ENCRYPT, the stream's seal, keyed by the pair's keys and its handshake (hello); a
+ * failure (out of memory) fails the communicator. */
+hoop_result hoop__tcp_seal_start(hoop__tctx *ctx, int peer, int index, tcp_stream *stream,
+                                 const uint8_t *hello);
+const char *hoop__tcp_cipher_name(hoop__cipher cipher);
 
 /* data.c */
 /* Cut a message into one fragment per stream used; returns how many. */
@@ -86,6 +107,9 @@ int hoop__tcp_cut_message(tcp_state *state, char *buf, size_t len, hoop__transfe
 void hoop__tcp_enqueue(hoop__fragment **head, hoop__fragment **tail, hoop__fragment *frag);
 /* Read and drop up to bytes from fd without waiting; 0 when all were there. */
 int hoop__tcp_discard(int fd, size_t bytes);
+/* Write the n pieces of iov on the stream (sealed under HOOP_ENCRYPT, after any record half
+ * written), waiting until deadline: 0, or -1 with errno. */
+int hoop__tcp_write_all(tcp_stream *stream, struct iovec *iov, int n, double deadline);
 /* Move what the kernel takes and gives on one stream; with reading 0, only its sends. */
 hoop_result hoop__tcp_drive_stream(hoop__tctx *ctx, int peer, int index, int reading, int *moved);
 /* One round of the progress engine (the hoop__wait_hooks progress hook). */

@@ -40,8 +40,8 @@ int main(int argc, char **argv) {
       crypto_aead_aes256gcm_encrypt_detached_afternm(sealed, sealed_tag, NULL, text, len, ad, 4,
                                                      NULL, nonce, aes);
     else
-      crypto_aead_chacha20poly1305_ietf_encrypt_detached(sealed, sealed_tag, NULL, text, len, ad,
-                                                         4, NULL, nonce, key);
+      crypto_aead_chacha20poly1305_ietf_encrypt_detached(sealed, sealed_tag, NULL, text, len, ad, 4,
+                                                         NULL, nonce, key);
     for (int opening = 0; opening < 2; opening++) {
       int failed = 0;
       size_t bytes = 0;
@@ -51,11 +51,11 @@ int main(int argc, char **argv) {
           unsigned char fresh[12] = {0};
           fresh[11] = (unsigned char)(i + 1);
           if (cipher == 0 && !opening)
-            crypto_aead_aes256gcm_encrypt_detached_afternm(text, tag, NULL, text, len, ad, 4,
-                                                           NULL, fresh, aes);
+            crypto_aead_aes256gcm_encrypt_detached_afternm(text, tag, NULL, text, len, ad, 4, NULL,
+                                                           fresh, aes);
           else if (cipher == 0)
-            failed |= crypto_aead_aes256gcm_decrypt_detached_afternm(
-                text, NULL, sealed, len, sealed_tag, ad, 4, nonce, aes);
+            failed |= crypto_aead_aes256gcm_decrypt_detached_afternm(text, NULL, sealed, len,
+                                                                     sealed_tag, ad, 4, nonce, aes);
           else if (!opening)
             crypto_aead_chacha20poly1305_ietf_encrypt_detached(text, tag, NULL, text, len, ad, 4,
                                                                NULL, fresh, key);

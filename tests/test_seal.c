@@ -84,7 +84,8 @@ static void inject(wire *w, const uint8_t *bytes, size_t len) {
   }
 }
 
-/* Seal all of len bytes at data into the middle's hands: the raw bytes, their length in *raw_len. */
+/* Seal all of len bytes at data into the middle's hands: the raw bytes, their length in *raw_len.
+ */
 static uint8_t *seal_all(wire *w, const uint8_t *data, size_t len, size_t *raw_len) {
   uint8_t *raw = NULL;
   size_t have = 0, sent = 0;

@@ -40,7 +40,7 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION = 0x484F4F50, 4
+MAGIC, VERSION = 0x484F4F50, 6  # lib/proto/wire.h: HOOP__WIRE_VERSION
 HELLO, TABLE, ERROR, STATUS_REQ, STATUS, CHALLENGE = 1, 2, 3, 4, 5, 6
 
 
@@ -57,7 +57,7 @@ def text(value):
 def hello(job, size, rank, timeout_ms=60000, proof=b"", addr="127.0.0.1:9"):
     return message(HELLO, text(job) + struct.pack(">IiI", size, rank, timeout_ms) +
                    text("stranger") + text(addr) + struct.pack(">H", len(proof)) + proof +
-                   os.urandom(32))
+                   os.urandom(32) + os.urandom(32))  # its challenge, its public key
 
 
 def answer(s, limit=3.0):

@@ -24,10 +24,11 @@
 #include "util/be.h"
 #include "util/sockio.h"
 
-/* The connecting rank's hello: {magic, version, from, to, nonce, probe address, probe value}. */
-#define HELLO_BYTES (16 + HOOP__WIRE_NONCE + 16)
-/* The accepting rank's answer: {SHM_HELLO, pad[3], magic, from, pad, probe address, value}. */
-#define ANSWER_BYTES (16 + 16)
+#define HELLO_BYTES SHM_HELLO_BYTES
+/* The accepting rank's answer: {SHM_HELLO, pad[3], magic, from, pad, probe address, value}, then
+ * its proof: the pair's MAC of the acceptor's direction over the hello (so that no acceptor is
+ * unproven, as over TCP). */
+#define ANSWER_BYTES (16 + 16 + HOOP__WIRE_NONCE)
 
 int hoop__shm_segment_make(const char *name, size_t bytes, void **map) {
   *map = NULL;
@@ -372,6 +373,7 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   hoop__link_proof(ctx, "shm", (uint32_t)ctx->rank, (uint32_t)peer, 0, hello + 16);
   hoop__put_be64(hello + 16 + HOOP__WIRE_NONCE, (uint64_t)(uintptr_t)&state->probe);
   hoop__put_be64(hello + 24 + HOOP__WIRE_NONCE, state->probe);
+  memcpy(p->hello, hello, sizeof hello);
   ssize_t sent = hoop__send_with_fd(fd, hello, sizeof hello, memfd);
   int err = errno;
   close(memfd);
@@ -487,6 +489,10 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   hoop__put_be32(answer + 8, (uint32_t)ctx->rank);
   hoop__put_be64(answer + 16, (uint64_t)(uintptr_t)&state->probe);
   hoop__put_be64(answer + 24, state->probe);
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "shm", (uint32_t)ctx->rank, from, 0, hello, HELLO_BYTES,
+                 proof);
+  memcpy(answer + 32, proof, HOOP__WIRE_NONCE);
   /* A peer that already finished (its call failed on its own, a job of one call) has closed its
    * end after its bye or notice: what it said, or its silence, tells which. */
   if (send(fd, answer, sizeof answer, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof answer)
@@ -526,6 +532,13 @@ static hoop_result take_answer(hoop__tctx *ctx, int peer, const uint8_t *msg) {
   if (p->side != 0 || p->answered || hoop__get_be32(msg + 4) != SHM_MAGIC ||
       hoop__get_be32(msg + 8) != (uint32_t)peer)
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d sent a malformed answer", peer);
+  uint8_t proof[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "shm", (uint32_t)peer, (uint32_t)ctx->rank, 0, p->hello,
+                 HELLO_BYTES, proof);
+  if (!hoop__auth_equal(msg + 32, proof, HOOP__WIRE_NONCE))
+    return hoop__peer_failed(ctx, peer, HOOP_ERR_AUTH, "connect",
+                             "the end that answered at its address did not prove to be it (it "
+                             "lacks the pair's key)");
   p->answered = 1;
   decide_cma(ctx, peer, hoop__get_be64(msg + 16), hoop__get_be64(msg + 24));
   return HOOP_OK;

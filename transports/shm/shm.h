@@ -113,8 +113,13 @@ typedef struct shm_queue {
 /* Boards a peer may have handed over that no communicator has taken yet. */
 #define SHM_PEER_FDS 4
 
+/* The connecting rank's hello (conn.c): {magic, version, from, to, proof, probe address, probe
+ * value}. */
+#define SHM_HELLO_BYTES (16 + HOOP__WIRE_NONCE + 16)
+
 typedef struct shm_peer {
   int fd; /* the pair's socket: bells, notices, bye; its closing is the peer's death */
+  uint8_t hello[SHM_HELLO_BYTES]; /* side 0: the hello it sent, which the answer must prove */
   shm_segment *seg;
   int side; /* this rank's side of the segment */
   pid_t pid;

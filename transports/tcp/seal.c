@@ -50,12 +50,9 @@ int hoop__seal_choose(const char *value, hoop__cipher *cipher, const char **why)
 
 const char *hoop__seal_cipher_name(hoop__cipher cipher) {
   switch (cipher) {
-  case HOOP__CIPHER_NONE:
-    return "nothing (in clear)";
-  case HOOP__CIPHER_AES256GCM:
-    return "AES-256-GCM";
-  case HOOP__CIPHER_CHACHA20POLY1305:
-    return "ChaCha20-Poly1305";
+  case HOOP__CIPHER_NONE: return "nothing (in clear)";
+  case HOOP__CIPHER_AES256GCM: return "AES-256-GCM";
+  case HOOP__CIPHER_CHACHA20POLY1305: return "ChaCha20-Poly1305";
   }
   return "an unknown cipher";
 }
@@ -105,13 +102,12 @@ static void seal_record(hoop__seal *seal, size_t len) {
   hoop__put_be32(seal->out, (uint32_t)len);
   uint8_t *text = seal->out + HEADER;
   if (seal->cipher == HOOP__CIPHER_AES256GCM)
-    crypto_aead_aes256gcm_encrypt_detached_afternm(
-        text, text + len, NULL, text, len, seal->out, HEADER, NULL, nonce,
-        &((crypto_aead_aes256gcm_state *)seal->aes)[0]);
+    crypto_aead_aes256gcm_encrypt_detached_afternm(text, text + len, NULL, text, len, seal->out,
+                                                   HEADER, NULL, nonce,
+                                                   &((crypto_aead_aes256gcm_state *)seal->aes)[0]);
   else
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(text, text + len, NULL, text, len,
-                                                       seal->out, HEADER, NULL, nonce,
-                                                       seal->tx_key);
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(text, text + len, NULL, text, len, seal->out,
+                                                       HEADER, NULL, nonce, seal->tx_key);
 }
 
 /* Open the record of len bytes at the start of in, in place: 0, or -1 when it fails its check. */
@@ -119,13 +115,12 @@ static int open_record(hoop__seal *seal, size_t len) {
   uint8_t nonce[12];
   make_nonce(nonce, seal->rx_seq);
   uint8_t *text = seal->in + HEADER;
-  int opened =
-      seal->cipher == HOOP__CIPHER_AES256GCM
-          ? crypto_aead_aes256gcm_decrypt_detached_afternm(
-                text, NULL, text, len, text + len, seal->in, HEADER, nonce,
-                &((crypto_aead_aes256gcm_state *)seal->aes)[1])
-          : crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-                text, NULL, text, len, text + len, seal->in, HEADER, nonce, seal->rx_key);
+  int opened = seal->cipher == HOOP__CIPHER_AES256GCM
+                   ? crypto_aead_aes256gcm_decrypt_detached_afternm(
+                         text, NULL, text, len, text + len, seal->in, HEADER, nonce,
+                         &((crypto_aead_aes256gcm_state *)seal->aes)[1])
+                   : crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+                         text, NULL, text, len, text + len, seal->in, HEADER, nonce, seal->rx_key);
   if (opened != 0)
     return -1;
   seal->rx_seq++;
@@ -136,8 +131,8 @@ ssize_t hoop__seal_send(hoop__seal *seal, int fd, const struct iovec *iov, int n
   if (seal->out_len == 0) {
     size_t len = 0;
     for (int i = 0; i < n && len < HOOP__SEAL_RECORD; i++) {
-      size_t take = iov[i].iov_len < HOOP__SEAL_RECORD - len ? iov[i].iov_len
-                                                              : HOOP__SEAL_RECORD - len;
+      size_t take =
+          iov[i].iov_len < HOOP__SEAL_RECORD - len ? iov[i].iov_len : HOOP__SEAL_RECORD - len;
       if (take)
         memcpy(seal->out + HEADER + len, iov[i].iov_base, take);
       len += take;

@@ -2,14 +2,15 @@
 # test_encrypt.sh - HOOP_ENCRYPT (hoop-env(7)) in real jobs over TCP, with Debian's python3 and
 # tests/python/encrypt_worker.py, which checks every allreduce and broadcast against values it
 # computes. Each run below must end as it says:
-#  - 3 ranks sealed with the default cipher and 2 with ChaCha20-Poly1305 over 4 streams: right
+#  - 3 ranks sealed with the default cipher (HOOP_ENCRYPT=1, and hooprun --encrypt) and 2 with ChaCha20-Poly1305 over 4 streams: right
 #    results; strace sees every byte the ranks send, and the marker the broadcast carries is in
 #    none of them, where a run in clear shows it (so the check can see it);
 #  - one rank in clear beside one sealed: refused, saying HOOP_ENCRYPT differs;
 #  - a man in the middle (tests/support/tamper.c, preloaded into rank 1) changing a byte of a
 #    sealed record, or sending a record twice: rank 0's call fails naming rank 1 and saying the
 #    frame failed its check, rank 1's names rank 0, and no rank reports a wrong result;
-#  - HOOP_ENCRYPT with HOOP_TRANSPORT=ibverbs, or a value that is not one: refused, saying why.
+#  - HOOP_ENCRYPT with HOOP_TRANSPORT=ibverbs, or a value that is not one, and hooprun -x
+#    HOOP_TOKEN (the token on a command line): refused, saying why.
 # It skips without python3 or strace, and under the sanitizers (an ASan-built libhoop cannot load
 # into a python that is not).
 set -u
@@ -39,13 +40,15 @@ fail() {
   failures=$((failures + 1))
 }
 
-# sealed NP LABEL [VAR=value ...]: the run passes, and no send of it carries the marker.
+# sealed NP LABEL HOOPRUN-OPTION [VAR=value ...]: the run passes, and no send of it carries the
+# marker.
 sealed() {
-  np=$1 label=$2
-  shift 2
+  np=$1 label=$2 option=$3
+  shift 3
   log=$work/sealed.log trace=$work/sealed.trace
+  # shellcheck disable=SC2086
   env HOOP_TRANSPORT=tcp "$@" strace -f -qq -e trace=sendmsg,sendto,write,writev -s 100000 \
-    -o "$trace" "$hooprun" -np "$np" --timeout 120 "$python" "$worker" 3 >"$log" 2>&1
+    -o "$trace" "$hooprun" -np "$np" --timeout 120 $option "$python" "$worker" 3 >"$log" 2>&1
   code=$?
   right=$(grep -c 'rounds right' "$log")
   sends=$(grep -c 'sendmsg\|sendto' "$trace")
@@ -70,8 +73,10 @@ if [ "$seen" -lt 1 ]; then
 else
   echo "ok: in clear, $seen sends traced carry the marker"
 fi
-sealed 3 "3 ranks, HOOP_ENCRYPT=1" HOOP_ENCRYPT=1
-sealed 2 "2 ranks, chacha20poly1305, 4 streams" HOOP_ENCRYPT=chacha20poly1305 HOOP_TCP_STREAMS=4
+sealed 3 "3 ranks, HOOP_ENCRYPT=1" --tag-output HOOP_ENCRYPT=1
+sealed 3 "3 ranks, hooprun --encrypt" --encrypt
+sealed 2 "2 ranks, chacha20poly1305, 4 streams" --tag-output HOOP_ENCRYPT=chacha20poly1305 \
+  HOOP_TCP_STREAMS=4
 
 # One rank in clear, one sealed.
 HOOP_ENCRYPT=1 HOOP_TRANSPORT=tcp "$hooprun" -np 2 --timeout 30 sh -c \
@@ -112,7 +117,13 @@ echo "$out" | grep -q 'RDMA carries data in clear' ||
 out=$(HOOP_ENCRYPT=rot13 HOOP_TRANSPORT=tcp "$hooprun" -np 2 --timeout 30 "$python" "$worker" 1 2>&1)
 echo "$out" | grep -q "HOOP_ENCRYPT 'rot13': not 0, 1, aes256gcm or chacha20poly1305" ||
   fail "HOOP_ENCRYPT=rot13 was not refused: $(echo "$out" | tail -n 3)"
-[ "$failures" = 0 ] && echo "ok: HOOP_ENCRYPT with ibverbs, and HOOP_ENCRYPT=rot13: refused, saying why"
+# hooprun -x HOOP_TOKEN would put the token on the remote shell's command line, seen in ps.
+out=$("$hooprun" -np 1 -x HOOP_TOKEN=not-here true 2>&1)
+code=$?
+[ "$code" = 2 ] && echo "$out" | grep -q 'the token would show on the ranks. command lines' ||
+  fail "hooprun -x HOOP_TOKEN=...: exit $code: $out"
+[ "$failures" = 0 ] &&
+  echo "ok: HOOP_ENCRYPT with ibverbs, HOOP_ENCRYPT=rot13 and hooprun -x HOOP_TOKEN: refused, saying why"
 
 echo "test_encrypt.sh: $failures failures"
 [ "$failures" = 0 ]

@@ -42,7 +42,8 @@ static const char help_text[] =
     "                       it joins the running job (HOOP_JOIN=1) when the others make\n"
     "                       room for it with hoop_comm_grow\n"
     "  -x VAR               pass VAR on to the ranks (on this host they get it anyway)\n"
-    "  -x VAR=VALUE         set VAR to VALUE for the ranks\n"
+    "  -x VAR=VALUE         set VAR to VALUE for the ranks (not HOOP_TOKEN: see below)\n"
+    "  --encrypt            seal every byte the ranks send over TCP (HOOP_ENCRYPT=1; hoop-env(7))\n"
     "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
     "  --tag-output         prefix each line of the ranks' output with \"[rank] \" (default)\n"
     "  --no-tag-output      forward the ranks' lines as they are\n"
@@ -54,7 +55,8 @@ static const char help_text[] =
     "  --version            show the version and exit\n"
     "\n"
     "A job whose rendezvous hooprun serves gets a fresh random token (HOOP_TOKEN), so that only\n"
-    "its ranks can join it; ranks on other hosts read it from their stdin.\n"
+    "its ranks can join it; ranks on other hosts read it from their stdin, as they read the\n"
+    "token of --rendezvous's hoopd.\n"
     "Ranks read stdin (rank 0 only) and inherit hooprun's environment (on other hosts: what the\n"
     "remote shell gives them, plus -x and the HOOP_ variables). With other hosts, the embedded\n"
     "server listens on every address and ranks get the one that routes to the first remote host\n"
@@ -84,6 +86,7 @@ typedef enum option_id {
   OPT_NO_TAG,
   OPT_VERBOSE,
   OPT_REPORT,
+  OPT_ENCRYPT,
   OPT_HELP,
   OPT_VERSION
 } option_id;
@@ -107,6 +110,7 @@ static const struct {
     {{"--no-tag-output"}, 0, OPT_NO_TAG},
     {{"-v", "--verbose"}, 0, OPT_VERBOSE},
     {{"--report"}, 1, OPT_REPORT},
+    {{"--encrypt"}, 0, OPT_ENCRYPT},
     {{"-h", "--help"}, 0, OPT_HELP},
     {{"--version"}, 0, OPT_VERSION},
 };
@@ -145,6 +149,12 @@ static int add_export(hooprun_job *job, const char *spec) {
   hooprun_options *options = &job->options;
   if (spec[0] == '\0' || spec[0] == '=')
     return usage_error(job, "-x: '%s' does not start with a variable name", spec);
+  /* On another host a -x setting is a word of the remote shell's command line, which every user
+   * there reads in ps. */
+  if (strcmp(spec, "HOOP_TOKEN") == 0 || strncmp(spec, "HOOP_TOKEN=", 11) == 0)
+    return usage_error(job, "-x HOOP_TOKEN: the token would show on the ranks' command lines; "
+                            "set HOOP_TOKEN or HOOP_TOKEN_FILE in hooprun's own environment, and "
+                            "hooprun hands it to every rank on its stdin");
   if (!strchr(spec, '=') && !getenv(spec)) {
     hooprun_say(job, "-x %s: not set in hooprun's environment; ignored", spec);
     return 0;
@@ -324,6 +334,7 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
     if (hoop__parse_double(value, 0.1, 86400, &options->report_s) != 0)
       return usage_error(job, "--report: '%s' is not a number of seconds (0.1 to 86400)", value);
     return 0;
+  case OPT_ENCRYPT: return add_export(job, "HOOP_ENCRYPT=1");
   case OPT_HELP: hooprun_sink_write(job, &job->stdout_sink, help_text, strlen(help_text)); return 1;
   case OPT_VERSION:
     hooprun_sink_write(job, &job->stdout_sink, "hooprun (hoop) " PACKAGE_VERSION "\n",

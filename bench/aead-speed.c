@@ -1,6 +1,8 @@
 /* aead-speed.c - what HOOP_ENCRYPT's AEADs cost one core: records of HOOP__SEAL_RECORD bytes
- * sealed and opened in place, as transports/tcp/seal.c does, for about a second each; prints GB/s
- * (10^9 bytes of plaintext a second) for each cipher this CPU has. Usage: aead-speed [SECONDS] */
+ * sealed and opened, as transports/tcp/seal.c does, for about a second each; prints GB/s (10^9
+ * bytes of plaintext a second) for each cipher this CPU has. Then what the per-rank keys cost
+ * hoop_init: a rank's key pair, and a pair's keys (crypto_kx, once per peer a rank connects to).
+ * Usage: aead-speed [SECONDS] */
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +76,20 @@ int main(int argc, char **argv) {
              (double)bytes / (end - start) * 1e-9, len);
     }
   }
+  unsigned char pk[2][crypto_kx_PUBLICKEYBYTES], sk[2][crypto_kx_SECRETKEYBYTES];
+  unsigned char rx[crypto_kx_SESSIONKEYBYTES], tx[crypto_kx_SESSIONKEYBYTES];
+  int pairs = 0, made = 0;
+  double start = now(), end = start;
+  for (; end - start < seconds / 4; made++, end = now())
+    crypto_kx_keypair(pk[made % 2], sk[made % 2]);
+  printf("%-18s %8.1f us each\n", "a rank's key pair", (end - start) / made * 1e6);
+  start = end = now();
+  for (; end - start < seconds / 4; pairs++, end = now())
+    if (crypto_kx_client_session_keys(rx, tx, pk[0], sk[0], pk[1]) != 0) {
+      fprintf(stderr, "aead-speed: a pair's keys could not be made\n");
+      return 1;
+    }
+  printf("%-18s %8.1f us each (a peer's, once)\n", "a pair's keys", (end - start) / pairs * 1e6);
   sodium_free(aes);
   free(text);
   free(sealed);

@@ -3,7 +3,7 @@
 # HOOP_TRANSPORT=auto chooses and logs, a job that mixes shared memory and TCP, HOOP_SHM=0, and
 # what a rank killed in the middle of a transfer leaves: an error naming it on every other rank,
 # and no segment, socket or file behind; a stranger's hellos carrying many descriptors, refused
-# with every descriptor closed.
+# with every descriptor closed; a listener's queue kept full, a connect that fails in time.
 set -u
 build=${HOOP_BUILDDIR:-.}
 hooprun=$build/tools/hooprun
@@ -231,11 +231,41 @@ if [ -x "$python" ] && [ -d /proc/self/fd ] && [ "${HOOP_SANITIZED:-no}" != yes 
   [ "$(count ' done' "$work/hostile.log")" = 6 ] || fail "hostile hello: the job did not complete"
 fi
 
+# 6. A listener's queue kept full by another process of the job's user (shm_backlog.py), while its
+# rank is away from it: a rank connecting to it fails within the timeout (3 s), naming the rank and
+# saying why, instead of blocking in connect(2) until the other accepts (before: for as long as
+# the queue stayed full).
+if [ -x "$python" ] && [ "${HOOP_SANITIZED:-no}" != yes ]; then
+  HOOP_SHM_BOARD=0 HOOP_TRANSPORT=shm PYTHONPATH=$src/python HOOP_LIBRARY=$build/lib/.libs/libhoop.so.1 \
+    timeout 60 "$hooprun" -np 4 --timeout 3 "$python" "$src/tests/support/shm_backlog_worker.py" \
+    "$work/backlog.ready" >"$work/backlog.log" 2>&1 &
+  job=$!
+  pid=
+  for _ in $(seq 300); do
+    pid=$(sed -n 's/^\[2\] RANK2PID \([0-9]*\)$/\1/p' "$work/backlog.log")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  timeout 30 "$python" "$src/tests/support/shm_backlog.py" "$pid" "$work/backlog.ready" \
+    >"$work/filler.log" 2>&1 &
+  filler=$!
+  wait "$job"
+  kill "$filler" 2>/dev/null
+  took=$(sed -n 's/^\[0\] SEND-FAILED after \([0-9.]*\) s: .*lost rank 2 .*queue stayed full.*/\1/p' \
+    "$work/backlog.log")
+  queued=$(sed -n 's/^shm_backlog: \([0-9]*\) connections queued.*/\1/p' "$work/filler.log")
+  if [ -z "$took" ] || [ "${queued:-0}" -lt 1 ] || [ "${took%.*}" -ge 6 ]; then
+    fail "a listener's queue kept full: rank 0's send did not fail within the timeout naming rank 2 (queued ${queued:-none}, failed after ${took:-never})"
+  else
+    echo "a listener's queue kept full ($queued connections): rank 0's send failed after $took s naming rank 2"
+  fi
+fi
+
 if [ "$failures" -gt 0 ]; then
-  for log in auto mixed bad kill hostile; do
+  for log in auto mixed bad kill hostile backlog filler; do
     echo "---- $log.log"
     tail -n 30 "$work/$log.log"
   done
   exit 1
 fi
-echo "shm: choice, the board, mixed job, bad setting, kill and leftovers, hostile hellos: all as expected"
+echo "shm: choice, the board, mixed job, bad setting, kill and leftovers, hostile hellos, a full listener queue: all as expected"

@@ -332,17 +332,27 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   if (!name || !name[1])
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d published a bad address '%s'",
                       peer, entry);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: socket: %s", strerror(errno));
   p->fd = fd;
   struct sockaddr_un addr;
   socklen_t addr_len = abstract_addr(&addr, name + 1);
-  if (connect(fd, (struct sockaddr *)&addr, addr_len) != 0)
-    return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "connect", strerror(errno));
-  int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    return hoop__fail(ctx->comm, HOOP_ERR_SYSTEM, "shm: fcntl: %s", strerror(errno));
+  /* A listener whose queue is full (the peer busy elsewhere, or another process of this user
+   * keeping it full) says EAGAIN: try again until the timeout, never blocking past it. */
+  double deadline = hoop__now() + ctx->timeout_s;
+  while (connect(fd, (struct sockaddr *)&addr, addr_len) != 0) {
+    if (errno != EAGAIN && errno != EINTR)
+      return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "connect", strerror(errno));
+    if (hoop__now() >= deadline)
+      return hoop__peer_failed(ctx, peer, HOOP_ERR_TIMEOUT, "connect",
+                               "its listener's queue stayed full for the timeout (busy, or kept "
+                               "full by another process of this user)");
+    hoop_result news = hoop__check_abort(ctx->comm);
+    if (news != HOOP_OK || *ctx->failed)
+      return news != HOOP_OK ? news : *ctx->failed;
+    poll(NULL, 0, 1);
+  }
   /* The segment goes to the listener only if it runs as this user: another user listening under
    * the peer's name would get the pair's memory. */
   uid_t uid = 0;

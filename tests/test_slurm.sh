@@ -177,9 +177,9 @@ on 1 srun -N 4 --ntasks-per-node=1 --export=ALL,HOOP_DEBUG=info "$bench" broadca
 grep -o "using Slurm's variables.*" "$work/where.out" | sort | sed 's/^/  /'
 [ "$(grep -c "using Slurm's variables.*rendezvous node1:" "$work/where.out")" = 4 ] ||
   fail "the ranks did not meet at node1"
-# No token here: each rank says once what that means.
+# No token here: rank 0 says once what that means, for the whole job.
 grep -m1 -o 'job .* has no token.*' "$work/where.out" | sed 's/^/  /'
-[ "$(grep -c 'has no token' "$work/where.out")" = 4 ] || fail "not every rank warned once of no token"
+[ "$(grep -c 'has no token' "$work/where.out")" = 1 ] || fail "the job did not warn once of no token"
 
 # ---- 2. sbatch: the SGD example on Fashion-MNIST -----------------------------------------------
 echo "== slurm: sbatch examples/slurm/sgd.sbatch (4 nodes x 2 ranks, Fashion-MNIST)"

@@ -289,17 +289,26 @@ static hoop_result load_token(hoop_comm *comm, const hoop_config *config) {
   return HOOP_OK;
 }
 
-/* A job without a token, its rendezvous reachable from other hosts: whoever reaches it and knows
- * (or guesses) the job id can join, read the ranks' data and change it. Said once per process. */
+/* A job without a token: whoever reaches its rendezvous and knows (or guesses) the job id can
+ * join, read the ranks' data and change it; on loopback, any user of this host, who can also take
+ * the port first. Said once per job, by rank 0 (once per process). */
 static void warn_no_token(const hoop_comm *comm, const struct sockaddr *server) {
   static atomic_int warned;
-  if (comm->token[0] || comm->size < 2 || hoop__is_loopback(server) || atomic_exchange(&warned, 1))
+  if (comm->token[0] || comm->size < 2 || comm->rank != 0 || atomic_exchange(&warned, 1))
     return;
-  HOOP__WARN(HOOP_SUBSYS_RDZV,
-             "job '%s' has no token: anyone who can reach the rendezvous at %s can join it and "
-             "read or change its data; give every rank HOOP_TOKEN_FILE, a file of mode 600 holding "
-             "the same secret (hoopd(8), SECURITY)",
-             comm->job, comm->rendezvous);
+  if (hoop__is_loopback(server))
+    HOOP__WARN(HOOP_SUBSYS_RDZV,
+               "job '%s' has no token: any user of this host can take the rendezvous port (%s) "
+               "first, or join the job and read or change its data; give every rank "
+               "HOOP_TOKEN_FILE, a file of mode 600 holding the same secret, or start it with "
+               "hooprun, which makes one (hoopd(8), SECURITY)",
+               comm->job, comm->rendezvous);
+  else
+    HOOP__WARN(HOOP_SUBSYS_RDZV,
+               "job '%s' has no token: anyone who can reach the rendezvous at %s can join it and "
+               "read or change its data; give every rank HOOP_TOKEN_FILE, a file of mode 600 "
+               "holding the same secret (hoopd(8), SECURITY)",
+               comm->job, comm->rendezvous);
 }
 
 static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
@@ -311,7 +320,6 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
       hoop__comm_resolve_server(comm, &server, &server_len, host, sizeof host, &port);
   if (result != HOOP_OK)
     return result;
-  warn_no_token(comm, (const struct sockaddr *)&server);
   if (config->serve_rendezvous &&
       (result = host_rendezvous(comm, (struct sockaddr *)&server, port)) != HOOP_OK)
     return result;
@@ -350,6 +358,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
                            "rendezvous: the table says rank %u of %u, expected %d of %d",
                            comm->table.rank, comm->table.size, config->rank, config->size);
   comm->rank = (int)comm->table.rank;
+  warn_no_token(comm, (const struct sockaddr *)&server);
   if ((result = hoop__transport_agree(comm)) != HOOP_OK)
     return result;
   comm->local_rank = (int)comm->table.peers[comm->rank].local_rank;

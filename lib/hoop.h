@@ -139,6 +139,10 @@ typedef struct hoop_config {
   int compress;           /* the wire format across hosts (hoop_comm_set_compress): a
                              HOOP_COMPRESS_* format with its flags; 0: as HOOP_COMPRESS says
                              (default none) */
+  const char *encrypt;    /* seal every byte of the TCP connections: "0", "1" (AES-256-GCM where
+                             the CPU has AES instructions, else ChaCha20-Poly1305), "aes256gcm"
+                             or "chacha20poly1305", alike on every rank; NULL: as HOOP_ENCRYPT
+                             says (default "0"). See hoop-env(7) */
 } hoop_config;
 
 /* Fill config (struct_size bytes of it) with the defaults. Call it through hoop_config_init. */

@@ -647,6 +647,54 @@ START_TEST(test_streams_must_agree) {
 }
 END_TEST
 
+/* hoop_config's encrypt reaches the TCP transport: a job sealed with ChaCha20-Poly1305 through it
+ * works, whatever HOOP_ENCRYPT says; a rank whose config says "0" beside one that seals is refused
+ * naming both; a value that is not one is refused at the listener. */
+typedef struct encrypt_case {
+  int port;
+  const char *mine[2];
+  int ok; /* the job should work */
+} encrypt_case;
+static int encrypt_by_config(int index, int n, void *arg) {
+  const encrypt_case *c = arg;
+  char rendezvous[64];
+  hoop_config config;
+  procs_local_config(&config, rendezvous, sizeof rendezvous, c->port, index, n);
+  config.timeout_s = 10;
+  config.transport = "tcp";
+  config.encrypt = c->mine[index];
+  hoop_comm *comm = NULL;
+  hoop_result result = hoop_init(&comm, &config);
+  float value[3] = {1.5f, (float)index, 2.0f};
+  if (result == HOOP_OK)
+    result = hoop_allreduce(comm, value, value, 3, HOOP_FLOAT32, HOOP_SUM);
+  const char *error = hoop_last_error(comm);
+  int bad = c->ok ? result != HOOP_OK || value[0] != 3.0f || value[1] != 1.0f : result == HOOP_OK;
+  if (!c->ok && index == 1 && strcmp(c->mine[1], "rot13") != 0)
+    bad |= strstr(error, "seals its connections with ChaCha20-Poly1305 but this rank with "
+                         "nothing (in clear)") == NULL;
+  if (!c->ok && strcmp(c->mine[index], "rot13") == 0)
+    bad |= strstr(error, "HOOP_ENCRYPT 'rot13'") == NULL;
+  if (bad)
+    fprintf(stderr, "rank %d (encrypt %s): got %s: %s\n", index, c->mine[index],
+            hoop_strerror(result), error);
+  hoop_finalize(comm);
+  return bad;
+}
+
+START_TEST(test_encrypt_config) {
+  setenv("HOOP_ENCRYPT", "0", 1);
+  encrypt_case cases[] = {{0, {"chacha20poly1305", "chacha20poly1305"}, 1},
+                          {0, {"chacha20poly1305", "0"}, 0},
+                          {0, {"rot13", "rot13"}, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cases[i].port = procs_free_port();
+    ck_assert_msg(procs_fork_ranks(2, encrypt_by_config, &cases[i], 40) == 0, "case %zu", i);
+  }
+  unsetenv("HOOP_ENCRYPT");
+}
+END_TEST
+
 /* ---- the call lock (util/lock.h) ---------------------------------------------------------- */
 
 /* Threads add to a plain counter under the lock, half of them taking it, half trying until they
@@ -737,6 +785,7 @@ static Suite *api_suite(void) {
   tcase_add_test(tc, test_no_server);
   tcase_add_test(tc, test_abort_and_refusal);
   tcase_add_test(tc, test_streams_must_agree);
+  tcase_add_test(tc, test_encrypt_config);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -2,7 +2,8 @@
 # test_encrypt.sh - HOOP_ENCRYPT (hoop-env(7)) in real jobs over TCP, with Debian's python3 and
 # tests/python/encrypt_worker.py, which checks every allreduce and broadcast against values it
 # computes. Each run below must end as it says:
-#  - 3 ranks sealed with the default cipher (HOOP_ENCRYPT=1, and hooprun --encrypt) and 2 with ChaCha20-Poly1305 over 4 streams: right
+#  - 3 ranks sealed with the default cipher (HOOP_ENCRYPT=1, and hooprun --encrypt), 2 through
+#    hoop.Communicator(encrypt=...), and 2 with ChaCha20-Poly1305 over 4 streams: right
 #    results; strace sees every byte the ranks send, and the marker the broadcast carries is in
 #    none of them, where a run in clear shows it (so the check can see it);
 #  - one rank in clear beside one sealed: refused, saying HOOP_ENCRYPT differs;
@@ -75,6 +76,8 @@ else
 fi
 sealed 3 "3 ranks, HOOP_ENCRYPT=1" --tag-output HOOP_ENCRYPT=1
 sealed 3 "3 ranks, hooprun --encrypt" --encrypt
+sealed 2 "2 ranks, hoop.Communicator(encrypt='chacha20poly1305')" --tag-output \
+  PY_ENCRYPT=chacha20poly1305
 sealed 2 "2 ranks, chacha20poly1305, 4 streams" --tag-output HOOP_ENCRYPT=chacha20poly1305 \
   HOOP_TCP_STREAMS=4
 

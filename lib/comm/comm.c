@@ -508,6 +508,13 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
            config->transport && config->transport[0] ? config->transport : "auto");
   comm->timeout_s = config->timeout_s;
   comm->tcp_streams = config->tcp_streams;
+  const char *encrypt = config->encrypt ? config->encrypt : hoop__env_get("HOOP_ENCRYPT");
+  if (strlen(encrypt) >= sizeof comm->encrypt)
+    return init_failed(comm, hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
+                                             "hoop_init: encrypt '%.40s' is not 0, 1, aes256gcm "
+                                             "or chacha20poly1305",
+                                             encrypt));
+  snprintf(comm->encrypt, sizeof comm->encrypt, "%s", encrypt);
   if (config->reproducible)
     comm->reproducible = 1;
   if (config->compress && !hoop__compress_known(config->compress))

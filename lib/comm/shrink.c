@@ -25,6 +25,7 @@ void hoop__comm_copy_settings(hoop_comm *to, const hoop_comm *from) {
   memcpy(to->rendezvous, from->rendezvous, sizeof to->rendezvous);
   memcpy(to->ifname, from->ifname, sizeof to->ifname);
   memcpy(to->transport_mode, from->transport_mode, sizeof to->transport_mode);
+  memcpy(to->encrypt, from->encrypt, sizeof to->encrypt);
   to->timeout_s = from->timeout_s;
   to->tcp_streams = from->tcp_streams;
   to->check_calls = from->check_calls;

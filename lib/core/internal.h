@@ -135,6 +135,7 @@ struct hoop_comm {
   uint8_t key_secret[HOOP__AUTH_KEY];
 
   char transport_mode[16]; /* HOOP_TRANSPORT: auto, shm, tcp or ibverbs */
+  char encrypt[24];        /* HOOP_ENCRYPT or hoop_config's encrypt: what seals TCP connections */
   /* The rendezvous connection, kept after the join (-1: none): this rank's ABORT and BYE go out
    * on it, and NOTICEs of other ranks' aborts and losses come in (see rdzv/client.h). */
   int rdzv_fd;

@@ -105,6 +105,7 @@ hoop_result hoop__transport_listen(hoop_comm *comm, const char *mode, const stru
                         .timeout_s = comm->timeout_s,
                         .ifname = comm->ifname,
                         .tcp_streams = comm->tcp_streams,
+                        .encrypt = comm->encrypt,
                         .data_nonce = comm->data_nonce,
                         .key_public = comm->key_public,
                         .key_secret = comm->key_secret,

@@ -89,6 +89,7 @@ typedef struct hoop__tctx {
   double timeout_s;
   const char *ifname; /* HOOP_IFNAME, "" for the route to the rendezvous */
   int tcp_streams;
+  const char *encrypt;       /* HOOP_ENCRYPT's value, as hoop_init took it */
   const uint8_t *data_nonce; /* the job's data key, for hoop__link_proof (core/internal.h) */
   /* This rank's key pair (core/internal.h), and the keys of the pairs it makes, computed once a
    * pair needs them (shared.c; owned by the transport layer's state). */

@@ -2,6 +2,7 @@
 sub-communicators over libhoop's communicator."""
 
 import ctypes
+import os
 import re
 import weakref
 
@@ -9,7 +10,7 @@ from . import _hooks
 from ._errors import _ERRORS, Failed, HoopError, InvalidArgument
 from ._lib import (_DTYPE_SIZES, _NAME_SHOWN, _Buffer, _dtype_code, _lib, _name_tag,
                    _op_code)
-from ._settings import Settings, _compress_code
+from ._settings import Settings, _compress_code, _encrypt_value
 
 # Communicators the program never finalized leave the job at exit, with a goodbye, rather than
 # vanish (which the other ranks and hooprun would report as a lost rank): _hooks.finalize_at_exit.
@@ -61,11 +62,14 @@ class Communicator(Settings):
     """A joined job (hoop_init_from_env): started by hooprun, or alone as a job of one rank.
     reproducible: True or False sets the communicator's reproducible mode, compress its wire
     format between hosts (see the properties); None leaves them as HOOP_REPRODUCIBLE and
-    HOOP_COMPRESS say. The timeout, reproducible, compress, register and deregister members are
-    Settings'."""
+    HOOP_COMPRESS say. encrypt (True, False or a cipher's name) seals the job's TCP connections,
+    which are made here: it sets HOOP_ENCRYPT in this process's environment first. The timeout,
+    reproducible, compress, register and deregister members are Settings'."""
 
-    def __init__(self, _handle=None, reproducible=None, compress=None):
+    def __init__(self, _handle=None, reproducible=None, compress=None, encrypt=None):
         handle = _handle
+        if encrypt is not None:
+            os.environ["HOOP_ENCRYPT"] = _encrypt_value(encrypt)
         if handle is None:
             handle = ctypes.c_void_p()
             code = _lib.hoop_init_from_env(ctypes.byref(handle))

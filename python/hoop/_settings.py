@@ -23,6 +23,17 @@ def _compress_code(value, call):
     return code.value
 
 
+def _encrypt_value(value):
+    """HOOP_ENCRYPT's value for Communicator(encrypt=...): True "1" (the CPU's best cipher),
+    False "0", or a cipher's name."""
+    if value is True or value is False:
+        return "1" if value else "0"
+    if value in ("0", "1", "aes256gcm", "chacha20poly1305"):
+        return value
+    raise ValueError("hoop.Communicator: encrypt must be True, False, 'aes256gcm' or "
+                     "'chacha20poly1305', not %r" % (value,))
+
+
 def _compress_name(code):
     buf = ctypes.create_string_buffer(48)
     name = _lib.hoop_compress_name(code, buf, len(buf))

@@ -2,7 +2,7 @@
 elements and a broadcast of bytes that spell a marker, each result checked against one computed
 here. Prints "encrypt worker rank R: N rounds right" and exits 0; a call that fails prints "encrypt
 worker rank R: round K failed: MESSAGE" and exits 3; a wrong result prints "WRONG" and exits 4.
-Usage: encrypt_worker.py ROUNDS"""
+Usage: encrypt_worker.py ROUNDS; PY_ENCRYPT, when set, is given to hoop.Communicator(encrypt=)."""
 
 import array
 import os
@@ -12,7 +12,7 @@ import hoop
 
 MARKER = b"hoop-plaintext-marker:"
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-comm = hoop.Communicator()
+comm = hoop.Communicator(encrypt=os.environ.get("PY_ENCRYPT") or None)
 rank, size = comm.rank, comm.size
 n = 300000
 for k in range(rounds):

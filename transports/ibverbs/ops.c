@@ -10,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/env.h"
 #include "ibverbs.h"
 #include "util/be.h"
 #include "util/netaddr.h"
@@ -80,7 +79,7 @@ static hoop_result ib_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
   if (state->wake_fd < 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
   /* RDMA writes land in the peer's memory as they left this one's: nothing could seal them. */
-  const char *encrypt = hoop__env_get("HOOP_ENCRYPT");
+  const char *encrypt = ctx->encrypt && ctx->encrypt[0] ? ctx->encrypt : "0";
   if (strcmp(encrypt, "0") != 0 && strcmp(encrypt, "no") != 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
                            "ibverbs: HOOP_ENCRYPT=%s, and RDMA carries data in clear; TCP "

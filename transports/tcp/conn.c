@@ -112,7 +112,7 @@ hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                            "(0-1000000)",
                            spin);
   state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
-  const char *encrypt = hoop__env_get("HOOP_ENCRYPT"), *why;
+  const char *encrypt = ctx->encrypt && ctx->encrypt[0] ? ctx->encrypt : "0", *why;
   if (hoop__seal_choose(encrypt, &state->cipher, &why) != 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG, "tcp: HOOP_ENCRYPT '%s': %s", encrypt,
                            why);

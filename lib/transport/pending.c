@@ -89,6 +89,31 @@ static void read_waiting(hoop__pending *pending, const hoop__pending_ops *ops) {
     read_one(pending, ops, i);
 }
 
+/* The oldest connection short of a handshake of the place that holds the most such, whatever
+ * its age; -1 when every connection of the set has its handshake. */
+static int busiest_oldest(const hoop__pending *pending) {
+  int best = -1, best_count = 0;
+  for (int i = 0; i < pending->n; i++) {
+    const hoop__pending_conn *c = &pending->conn[i];
+    if (c->whole)
+      continue;
+    int count = 0, oldest = -1;
+    for (int j = 0; j < pending->n; j++) {
+      const hoop__pending_conn *d = &pending->conn[j];
+      if (d->whole || strcmp(d->from, c->from) != 0)
+        continue;
+      count++;
+      if (oldest < 0 || d->deadline < pending->conn[oldest].deadline)
+        oldest = j;
+    }
+    if (count > best_count) {
+      best_count = count;
+      best = oldest;
+    }
+  }
+  return best;
+}
+
 /* A newly accepted connection whose handshake is not whole yet joins the set, making room. */
 static void add(hoop__pending *pending, const hoop__pending_ops *ops, hoop__pending_conn *conn) {
   double now = hoop__now();
@@ -102,12 +127,19 @@ static void add(hoop__pending *pending, const hoop__pending_ops *ops, hoop__pend
       victim = pending->n == HOOP__PENDING_MAX ? droppable(pending, NULL, now, &all_count) : -1;
       why = "too many connections waiting at once: the oldest goes";
     }
+    /* Full, and none has waited long: a place opening connections faster than the grace (a
+     * churning stranger) would otherwise keep every newcomer out. The place holding the most
+     * gives up its oldest, as hoopd's server does; only a set of whole handshakes refuses. */
+    if (victim < 0 && pending->n == HOOP__PENDING_MAX) {
+      victim = busiest_oldest(pending);
+      why = "too many connections waiting at once: the oldest of the place holding the most goes";
+    }
     if (victim >= 0) {
       hoop__pending_refuse(&pending->conn[victim], ops->name, why);
       take_out(pending, victim);
     } else if (pending->n == HOOP__PENDING_MAX) {
       hoop__pending_refuse(conn, ops->name,
-                           "too many connections waiting at once, none of them for long");
+                           "too many connections waiting at once, every one with its handshake");
       return;
     }
   }

@@ -8,9 +8,11 @@
  * (shared memory): past either, the waiting ones are read once more, and the oldest of those
  * still short of a handshake after HOOP__PENDING_GRACE_S is dropped for the newcomer. A real
  * peer's handshake follows its connection at once, so a burst of real peers (many ranks of one
- * host) is never dropped: with none old enough to drop, the set grows to HOOP__PENDING_MAX, and
- * only past that is the newcomer refused. Every refusal is logged at info with where it came
- * from; the first of a process also as a warning. */
+ * host) is never dropped: with none old enough to drop, the set grows to HOOP__PENDING_MAX. Past
+ * that, the place holding the most connections short of a handshake gives up its oldest, whatever
+ * its age (a stranger churning connections faster than the grace would otherwise keep every real
+ * peer out), and only a set of whole handshakes refuses the newcomer. Every refusal is logged at
+ * info with where it came from; the first of a process also as a warning. */
 #ifndef HOOP__TRANSPORT_PENDING_H
 #define HOOP__TRANSPORT_PENDING_H
 

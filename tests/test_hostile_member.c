@@ -1,9 +1,11 @@
 /* test_hostile_member.c - a member of a running job cannot harm a peer through the shared-memory
- * transport (issue 37). Rank 0 of a real 4-rank job, which knows the job's data key, opens its own
- * connections to rank 2 before the pair 0-2 is connected (ring neighbours connect at init; 0 and 2
- * are not) and presents hellos with valid proofs but segments it could cut later, or for another
- * member's place. Rank 2 must refuse each one, log it at HOOP_DEBUG=info and close what it
- * received; the job then completes with results checked against their closed forms. */
+ * transport (issue 37), nor stand in for another member (issue 56). Rank 0 of a real 4-rank job,
+ * which knows the job's data key, opens its own connections to rank 2 before the pair 0-2 is
+ * connected (ring neighbours connect at init; 0 and 2 are not) and presents hellos with valid
+ * proofs but segments it could cut later, or for another member's place; and to rank 3, a hello in
+ * rank 1's place on the pair 1-3, not connected yet, proven with the job's key and rank 0's own key
+ * pair, over shared memory and over TCP. Each must be refused, logged at HOOP_DEBUG=info with what
+ * it received closed; the job then completes with results checked against their closed forms. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "hoop.h"
+#include "proto/auth.h"
 #include "shm/shm.h"
 #include "support/procs.h"
 #include "transport/transport.h"
@@ -48,6 +51,7 @@ typedef struct member_job {
   int port;
   char dir[64];
   atomic_int victim_counted;
+  atomic_int attack_sent; /* rank 1 connects to rank 3 only after the forged hello is queued */
   atomic_long hostile_pid;
 } member_job;
 
@@ -59,21 +63,29 @@ typedef struct hostile_hello {
   uint32_t proof_from, proof_to; /* the pair whose proof it carries */
   size_t bytes;
   int seals;
+  int target; /* the rank whose listener it goes to */
 } hostile_hello;
 
 #define ALL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 static const hostile_hello hellos[] = {
-    {"an unsealed segment, cut to 0 bytes once rank 2 decides", 0, 2, 0, 2, sizeof(shm_segment), 0},
+    {"an unsealed segment, cut to 0 bytes once rank 2 decides", 0, 2, 0, 2, sizeof(shm_segment), 0,
+     VICTIM},
     {"a segment sealed against shrinking but open to further seals", 0, 2, 0, 2,
-     sizeof(shm_segment), F_SEAL_SHRINK | F_SEAL_GROW},
-    {"a sealed segment of one page", 0, 2, 0, 2, 4096, ALL_SEALS},
+     sizeof(shm_segment), F_SEAL_SHRINK | F_SEAL_GROW, VICTIM},
+    {"a sealed segment of one page", 0, 2, 0, 2, 4096, ALL_SEALS, VICTIM},
     {"a hello for rank 1, with rank 0's proof for rank 1", 0, 1, 0, 1, sizeof(shm_segment),
-     ALL_SEALS},
-    {"rank 1's hello, in the place rank 1 took at init", 1, 2, 1, 2, sizeof(shm_segment),
-     ALL_SEALS},
+     ALL_SEALS, VICTIM},
+    {"rank 1's hello, in the place rank 1 took at init", 1, 2, 1, 2, sizeof(shm_segment), ALL_SEALS,
+     VICTIM},
     {"rank 3's hello (a higher rank never connects to a lower)", 3, 2, 3, 2, sizeof(shm_segment),
-     ALL_SEALS},
+     ALL_SEALS, VICTIM},
+    /* A member in another's place on a pair not connected yet (the ring of hoop_init joins 0-1,
+     * 1-2, 2-3 and 3-0): with one key per job this proof was right, and rank 3 would have taken
+     * rank 0's segment for rank 1's, refusing rank 1 later. Now the proof wants the pair's key. */
+    {"rank 1's hello to rank 3 (pair 1-3, not connected yet), proven with rank 0's own keys", 1, 3,
+     1, 3, sizeof(shm_segment), ALL_SEALS, 3},
 };
+#define IMPERSONATED 1 /* hellos aimed at rank 3, the last of the list */
 #define HELLOS (sizeof hellos / sizeof hellos[0])
 
 /* The hostile member's side of its connections: each socket, and the unsealed segment it keeps
@@ -123,10 +135,11 @@ static int make_segment(const hostile_hello *hello) {
 /* Connect to rank 2's shared-memory listener, named by its entry in the rank table ("KEY/NAME"),
  * and send hello with its segment. The socket, or -1. */
 static int send_hello(const hoop__tctx *shm, const hostile_hello *hello, int memfd) {
-  const char *name = strrchr(shm->table->peers[VICTIM].addr, '/');
+  int target = hello->target;
+  const char *name = strrchr(shm->table->peers[target].addr, '/');
   if (!name || !name[1]) {
-    fprintf(stderr, "hostile: rank 2's entry '%s' names no listener\n",
-            shm->table->peers[VICTIM].addr);
+    fprintf(stderr, "hostile: rank %d's entry '%s' names no listener\n", target,
+            shm->table->peers[target].addr);
     return -1;
   }
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -139,7 +152,15 @@ static int send_hello(const hoop__tctx *shm, const hostile_hello *hello, int mem
   hoop__put_be32(bytes + 4, SHM_VERSION);
   hoop__put_be32(bytes + 8, hello->from);
   hoop__put_be32(bytes + 12, hello->to);
-  hoop__link_proof(shm, "shm", hello->proof_from, hello->proof_to, 0, bytes + 16);
+  /* The best a member can do for another's place: the proof of that place, made with its own key
+   * pair (and the job's key, which every member holds). */
+  hoop__keyring ring = {0};
+  hoop__tctx as_other = *shm;
+  as_other.keyring = &ring;
+  if (hello->proof_from != (uint32_t)shm->rank && hello->proof_to != (uint32_t)shm->rank)
+    as_other.rank = (int)hello->proof_from;
+  hoop__link_proof(&as_other, "shm", hello->proof_from, hello->proof_to, 0, bytes + 16);
+  hoop__keyring_free(&ring);
   hoop__put_be64(bytes + 16 + HOOP__WIRE_NONCE, 0);
   hoop__put_be64(bytes + 24 + HOOP__WIRE_NONCE, 0);
   int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -203,8 +224,9 @@ static int attack_begin(hoop_comm *comm, member_job *job, attack *at) {
       at->unsealed = memfd;
     else
       close(memfd);
-    fprintf(stderr, "hostile: sent rank 2 %s\n", hellos[i].what);
+    fprintf(stderr, "hostile: sent rank %d %s\n", hellos[i].target, hellos[i].what);
   }
+  atomic_store(&job->attack_sent, 1);
   if (pthread_create(&at->cutter, NULL, cut_when_decided, at) != 0) {
     fprintf(stderr, "hostile: pthread_create failed\n");
     return -1;
@@ -320,7 +342,11 @@ static int member_rank(int rank, int n, void *arg) {
   if (rank == HOSTILE) {
     atomic_store(&job->hostile_pid, (long)getpid());
     bad |= attack_begin(comm, job, &at);
+    atomic_store(&job->attack_sent, 1); /* also when it failed: rank 1 must not wait forever */
   }
+  for (double waited = 0; rank == 1 && !atomic_load(&job->attack_sent) && waited < JOB_TIMEOUT_S;
+       waited += 0.01)
+    nap(0.01);
   bad |= alltoall_checked(comm, rank, n);
   bad |= allreduces_checked(comm, rank, n);
   bad |= alltoall_checked(comm, rank, n);
@@ -349,6 +375,115 @@ static char *rank_log(const member_job *job, int rank) {
   return procs_slurp(path);
 }
 
+/* ---- over TCP -------------------------------------------------------------------------------- */
+
+/* What rank 3's TCP listener logs for a handshake it refuses (transports/tcp/conn.c). */
+#define TCP_REFUSAL                                                                                \
+  "tcp: refused a connection that did not present this job's handshake (from 127.0.0.1: not "      \
+  "this job's handshake, or a stream already open)"
+
+/* Rank 0: a TCP handshake to rank 3 in rank 1's place (stream 0 of the pair 1-3), as the wire
+ * has it: {magic "HOPT", from, stream, streams, cipher}, 16 random bytes, then the proof over
+ * them, made with the job's key and rank 0's key pair. The socket, or -1. */
+static int forge_tcp(hoop_comm *comm) {
+  hoop__tctx *tcp = hoop__transport_of(comm, 3);
+  struct sockaddr_storage addr;
+  socklen_t len;
+  if (strcmp(tcp->ops->name, "tcp") != 0 ||
+      hoop__peer_sockaddr(tcp, 3, "hostile", &addr, &len) != HOOP_OK)
+    return -1;
+  uint8_t hello[20 + 2 * HOOP__WIRE_NONCE], proof[HOOP__AUTH_PROOF];
+  hoop__put_be32(hello, 0x54504f48u);
+  hoop__put_be32(hello + 4, 1);
+  hoop__put_be32(hello + 8, 0);
+  hoop__put_be32(hello + 12, (uint32_t)tcp->tcp_streams);
+  hoop__put_be32(hello + 16, 0);
+  hoop__auth_random(hello + 20, HOOP__WIRE_NONCE);
+  hoop__keyring ring = {0};
+  hoop__tctx as_other = *tcp;
+  as_other.keyring = &ring;
+  as_other.rank = 1;
+  hoop__link_mac(&as_other, HOOP__AUTH_LINK, "tcp", 1, 3, 0, hello, 20 + HOOP__WIRE_NONCE, proof);
+  hoop__keyring_free(&ring);
+  memcpy(hello + 20 + HOOP__WIRE_NONCE, proof, HOOP__WIRE_NONCE);
+  int fd = hoop__connect_deadline((struct sockaddr *)&addr, len, hoop__now() + 5);
+  if (fd >= 0 && hoop__write_full(fd, hello, sizeof hello, hoop__now() + 5) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  fprintf(stderr, "hostile: sent rank 3 a TCP handshake in rank 1's place%s\n",
+          fd < 0 ? ": FAILED" : "");
+  return fd;
+}
+
+static int tcp_rank(int rank, int n, void *arg) {
+  member_job *job = arg;
+  char path[128];
+  snprintf(path, sizeof path, "%s/rank%d.log", job->dir, rank);
+  int log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (log < 0 || dup2(log, 2) < 0)
+    return 3;
+  close(log);
+  setvbuf(stderr, NULL, _IONBF, 0);
+  setenv("HOOP_DEBUG", "info", 1);
+  hoop_comm *comm = procs_join(job->port, rank, n, JOB_TIMEOUT_S, "tcp");
+  if (!comm)
+    return 2;
+  int bad = 0, sock = -1;
+  if (rank == HOSTILE) {
+    atomic_store(&job->hostile_pid, (long)getpid());
+    sock = forge_tcp(comm);
+    bad |= sock < 0;
+    atomic_store(&job->attack_sent, 1);
+  }
+  for (double waited = 0; rank == 1 && !atomic_load(&job->attack_sent) && waited < JOB_TIMEOUT_S;
+       waited += 0.01)
+    nap(0.01);
+  bad |= alltoall_checked(comm, rank, n);
+  bad |= allreduces_checked(comm, rank, n);
+  if (rank == HOSTILE && sock >= 0) {
+    if (verdict(sock, 5.0) != 0) {
+      fprintf(stderr, "hostile: rank 3 kept the handshake in rank 1's place\n");
+      bad = -1;
+    }
+    close(sock);
+  }
+  if (hoop_finalize(comm) != HOOP_OK)
+    bad = -1;
+  fprintf(stderr, "rank %d: %s\n", rank, bad ? "FAILED" : "ok");
+  return bad ? 1 : 0;
+}
+
+START_TEST(test_member_in_another_place_tcp) {
+  member_job *job =
+      mmap(NULL, sizeof *job, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_msg(job != MAP_FAILED, "mmap of the ranks' shared state failed");
+  job->port = procs_free_port();
+  snprintf(job->dir, sizeof job->dir, "/tmp/hoop-member-XXXXXX");
+  ck_assert_msg(mkdtemp(job->dir) != NULL, "mkdtemp failed");
+  atomic_init(&job->attack_sent, 0);
+  atomic_init(&job->hostile_pid, 0);
+  int failed = procs_fork_ranks(RANKS, tcp_rank, job, 2 * JOB_TIMEOUT_S);
+  char *logs[RANKS];
+  for (int r = 0; r < RANKS; r++) {
+    logs[r] = rank_log(job, r);
+    if (failed)
+      fprintf(stderr, "---- rank %d's log\n%s", r, logs[r] ? logs[r] : "(none)\n");
+  }
+  ck_assert_msg(failed == 0, "%d of %d ranks failed (expected none; logs above)", failed, RANKS);
+  int refused = logs[3] ? procs_count(logs[3], TCP_REFUSAL) : 0;
+  ck_assert_msg(refused == 1, "rank 3 logged %d refusals ('%s'): expected 1", refused, TCP_REFUSAL);
+  for (int r = 0; r < RANKS; r++)
+    free(logs[r]);
+  if (!getenv("HOOP_TEST_KEEP")) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", job->dir);
+    ck_assert_int_eq(system(cmd), 0);
+  }
+  munmap(job, sizeof *job);
+}
+END_TEST
+
 START_TEST(test_member_hellos_refused) {
   member_job *job =
       mmap(NULL, sizeof *job, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -357,6 +492,7 @@ START_TEST(test_member_hellos_refused) {
   snprintf(job->dir, sizeof job->dir, "/tmp/hoop-member-XXXXXX");
   ck_assert_msg(mkdtemp(job->dir) != NULL, "mkdtemp failed");
   atomic_init(&job->victim_counted, 0);
+  atomic_init(&job->attack_sent, 0);
   atomic_init(&job->hostile_pid, 0);
   int failed = procs_fork_ranks(RANKS, member_rank, job, 2 * JOB_TIMEOUT_S + VERDICT_WAIT_S);
 
@@ -372,9 +508,13 @@ START_TEST(test_member_hellos_refused) {
   char refusal[256];
   snprintf(refusal, sizeof refusal, REFUSAL, atomic_load(&job->hostile_pid));
   int refused = logs[VICTIM] ? procs_count(logs[VICTIM], refusal) : 0;
-  ck_assert_msg(refused == (int)HELLOS,
+  ck_assert_msg(refused == (int)HELLOS - IMPERSONATED,
                 "rank 2 logged %d refusals of rank 0's hellos: expected %zu ('%s')", refused,
-                HELLOS, refusal);
+                HELLOS - IMPERSONATED, refusal);
+  int impersonation = logs[3] ? procs_count(logs[3], refusal) : 0;
+  ck_assert_msg(impersonation == IMPERSONATED,
+                "rank 3 logged %d refusals of rank 0's hello in rank 1's place: expected %d ('%s')",
+                impersonation, IMPERSONATED, refusal);
   for (int r = 0; r < RANKS; r++) {
     char ok[32];
     snprintf(ok, sizeof ok, "rank %d: ok\n", r);
@@ -396,6 +536,7 @@ static Suite *hostile_member_suite(void) {
   TCase *tc = tcase_create("shm");
   tcase_set_timeout(tc, 2 * JOB_TIMEOUT_S + VERDICT_WAIT_S + 30);
   tcase_add_test(tc, test_member_hellos_refused);
+  tcase_add_test(tc, test_member_in_another_place_tcp);
   suite_add_tcase(s, tc);
   return s;
 }

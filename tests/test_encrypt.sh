@@ -12,8 +12,10 @@
 #    frame failed its check, rank 1's names rank 0, and no rank reports a wrong result;
 #  - HOOP_ENCRYPT with HOOP_TRANSPORT=ibverbs, or a value that is not one, and hooprun -x
 #    HOOP_TOKEN (the token on a command line): refused, saying why.
-# It skips without python3 or strace, and under the sanitizers (an ASan-built libhoop cannot load
-# into a python that is not).
+#  - the torch backend's ProcessGroupHoop.Options(encrypt=...): sealed (strace), right, and a
+#    new_group asking for another setting refused.
+# It skips without python3, strace or torch (after running the rest), and under the sanitizers (an
+# ASan-built libhoop cannot load into a python that is not).
 set -u
 build=${HOOP_BUILDDIR:-.}
 src=${HOOP_SRCDIR:-.}
@@ -81,6 +83,25 @@ sealed 2 "2 ranks, hoop.Communicator(encrypt='chacha20poly1305')" --tag-output \
 sealed 2 "2 ranks, chacha20poly1305, 4 streams" --tag-output HOOP_ENCRYPT=chacha20poly1305 \
   HOOP_TCP_STREAMS=4
 
+# The torch backend's option: ProcessGroupHoop.Options(encrypt=...) on the default group seals the
+# job it joins (HOOP_ENCRYPT unset); a new_group asking for another setting is refused.
+if "$python" -c 'import torch' 2>/dev/null; then
+  HOOP_TRANSPORT=tcp strace -f -qq -e trace=sendmsg,sendto,write,writev -s 100000 \
+    -o "$work/torch.trace" "$hooprun" -np 2 --timeout 120 "$python" \
+    "$src/tests/python/encrypt_torch.py" chacha20poly1305 >"$work/torch.log" 2>&1
+  code=$?
+  right=$(grep -c 'encrypt torch rank .: right' "$work/torch.log")
+  seen=$(grep -c 'hoop-plaintext-marker' "$work/torch.trace")
+  if [ "$code" != 0 ] || [ "$right" != 2 ] || [ "$seen" != 0 ]; then
+    fail "torch backend, Options(encrypt='chacha20poly1305'): exit $code, $right of 2 right, $seen sends with the marker"
+    grep -v ' TRACE \| INFO ' "$work/torch.log" | tail -n 8
+  else
+    echo "ok: torch backend, Options(encrypt='chacha20poly1305'): 2 ranks right, no send with the marker, a new_group asking for another setting refused"
+  fi
+else
+  torch_missing=yes
+fi
+
 # One rank in clear, one sealed.
 HOOP_ENCRYPT=1 HOOP_TRANSPORT=tcp "$hooprun" -np 2 --timeout 30 sh -c \
   'if [ "$HOOP_RANK" = 1 ]; then HOOP_ENCRYPT=0; export HOOP_ENCRYPT; fi; exec "$0" "$@"' \
@@ -129,4 +150,8 @@ code=$?
   echo "ok: HOOP_ENCRYPT with ibverbs, HOOP_ENCRYPT=rot13 and hooprun -x HOOP_TOKEN: refused, saying why"
 
 echo "test_encrypt.sh: $failures failures"
-[ "$failures" = 0 ]
+[ "$failures" = 0 ] || exit 1
+if [ "${torch_missing:-no}" = yes ]; then
+  echo "SKIP: the torch backend's option: $python has no torch (Debian: apt-get install python3-torch); the rest passed"
+  exit 77
+fi

@@ -36,10 +36,10 @@ def init():
 _shared = None
 
 
-def _shared_comm():
+def _shared_comm(encrypt=None):
     """The one Communicator hoop.torch's Horovod API and its torch.distributed backend share, so
-    that a program using both joins the job once."""
+    that a program using both joins the job once (encrypt: Communicator's, when it joins here)."""
     global _shared
     if _shared is None or _shared._handle is None:
-        _shared = Communicator()
+        _shared = Communicator(encrypt=encrypt)
     return _shared

@@ -70,6 +70,7 @@ class Communicator(Settings):
         handle = _handle
         if encrypt is not None:
             os.environ["HOOP_ENCRYPT"] = _encrypt_value(encrypt)
+        self._encrypt = os.environ.get("HOOP_ENCRYPT", "0")
         if handle is None:
             handle = ctypes.c_void_p()
             code = _lib.hoop_init_from_env(ctypes.byref(handle))

@@ -44,6 +44,12 @@ class Settings:
     """The settings a Communicator shares with its sub-communicators made afterwards."""
 
     @property
+    def encrypt(self):
+        """HOOP_ENCRYPT's value when the job was joined ("0", "1" or a cipher's name): what seals
+        its TCP connections, which are made then (read only)."""
+        return self._encrypt
+
+    @property
     def timeout(self):
         """Seconds a call waits with nothing moving before it raises Timeout naming the rank it
         waits for (hoop_comm_set_timeout): HOOP_TIMEOUT's until set. Setting it applies from the

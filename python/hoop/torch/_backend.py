@@ -77,10 +77,14 @@ class ProcessGroupHoop(ProcessGroup):
     Options = Options
 
     def __init__(self, store, rank, size, timeout, comm=None, options=None):
-        reproducible, compress = _read_options(options)  # before anything is made
+        reproducible, compress, encrypt = _read_options(options)  # before anything is made
         super().__init__(rank, size)
         self._owns_comm = comm is not None  # a new_group's own; else the job's, shared with hvd
-        self._comm = comm if comm is not None else _shared_comm()
+        self._comm = comm if comm is not None else _shared_comm(encrypt)
+        if encrypt is not None and self._comm.encrypt != encrypt:
+            raise ValueError("hoop backend: pg_options' encrypt %r, but the job's connections were "
+                             "made with HOOP_ENCRYPT=%s when it was joined (give the first group "
+                             "the option, or set HOOP_ENCRYPT)" % (encrypt, self._comm.encrypt))
         if self._comm.rank != rank or self._comm.size != size:
             raise RuntimeError("hoop backend: torch.distributed says rank %d of %d, hoop's job "
                                "says rank %d of %d (start the ranks with hooprun, or give both "

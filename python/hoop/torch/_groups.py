@@ -5,6 +5,7 @@ hoop's groups down on every torch."""
 import torch.distributed as dist
 
 from .. import Failed
+from .._settings import _encrypt_value
 
 
 class Options:
@@ -14,30 +15,34 @@ class Options:
     (hoop(3), "Reproducible reductions"), alike on every member; None leaves it to
     HOOP_REPRODUCIBLE and torch.use_deterministic_algorithms. compress: the group's wire format
     between hosts ("int8", "bf16+feedback"...; hoop(3), "Slow links"); None leaves it to
-    HOOP_COMPRESS."""
+    HOOP_COMPRESS. encrypt: True, False or a cipher's name seals the job's TCP connections
+    (HOOP_ENCRYPT in hoop-env(7)): they are the job's, made when it is joined, so only the first
+    group of a process that has not joined yet can choose; later it must say what the job has."""
 
-    def __init__(self, reproducible=None, compress=None):
+    def __init__(self, reproducible=None, compress=None, encrypt=None):
         self.reproducible = reproducible
         self.compress = compress
+        self.encrypt = encrypt
 
     def __repr__(self):
-        return "ProcessGroupHoop.Options(reproducible=%r, compress=%r)" % (self.reproducible,
-                                                                           self.compress)
+        return "ProcessGroupHoop.Options(reproducible=%r, compress=%r, encrypt=%r)" % (
+            self.reproducible, self.compress, self.encrypt)
 
 
 def _read_options(options):
-    """options' (reproducible, compress) settings (None where it sets none), or TypeError naming
-    what it got."""
+    """options' (reproducible, compress, encrypt) settings (None where it sets none), or
+    TypeError naming what it got."""
     if options is None:
-        return None, None
+        return None, None, None
     if isinstance(options, dict):
-        unknown = sorted(set(options) - {"reproducible", "compress"})
+        unknown = sorted(set(options) - {"reproducible", "compress", "encrypt"})
         if unknown:
-            raise TypeError("hoop backend: pg_options has no %s (it takes reproducible and "
-                            "compress)" % ", ".join(map(str, unknown)))
+            raise TypeError("hoop backend: pg_options has no %s (it takes reproducible, "
+                            "compress and encrypt)" % ", ".join(map(str, unknown)))
         on, compress = options.get("reproducible"), options.get("compress")
+        encrypt = options.get("encrypt")
     elif isinstance(options, Options):
-        on, compress = options.reproducible, options.compress
+        on, compress, encrypt = options.reproducible, options.compress, options.encrypt
     else:
         raise TypeError("hoop backend: pg_options must be a ProcessGroupHoop.Options (or a dict "
                         "of its fields), not %s" % type(options).__name__)
@@ -47,7 +52,7 @@ def _read_options(options):
     if compress is not None and not isinstance(compress, str):
         raise TypeError("hoop backend: pg_options' compress must be a format name such as "
                         "'int8', or None, not %r" % (compress,))
-    return on, compress
+    return on, compress, None if encrypt is None else _encrypt_value(encrypt)
 
 
 class _Ended:

@@ -12,7 +12,8 @@
 #define HEADER 4
 #define WHOLE(len) (HEADER + (len) + HOOP__SEAL_TAG)
 #define OUT_CAP WHOLE(HOOP__SEAL_RECORD)
-#define IN_CAP (2 * WHOLE(HOOP__SEAL_RECORD)) /* a record, and the next one read ahead */
+#define AHEAD 4096                                /* read past a record, for the next small ones */
+#define IN_CAP (WHOLE(HOOP__SEAL_RECORD) + AHEAD) /* a record, and what came after it */
 
 _Static_assert(crypto_aead_aes256gcm_KEYBYTES == HOOP__SEAL_KEY &&
                    crypto_aead_chacha20poly1305_ietf_KEYBYTES == HOOP__SEAL_KEY &&
@@ -95,51 +96,73 @@ static void make_nonce(uint8_t nonce[12], uint64_t seq) {
   hoop__put_be64(nonce + 4, seq);
 }
 
-/* Seal len bytes at out + HEADER in place, their length before them, the tag after. */
-static void seal_record(hoop__seal *seal, size_t len) {
+/* Seal len bytes of plaintext at text (out + HEADER, or the caller's buffer) into out, their
+ * length before them, the tag after. */
+static void seal_record(hoop__seal *seal, const uint8_t *text, size_t len) {
   uint8_t nonce[12];
   make_nonce(nonce, seal->tx_seq++);
   hoop__put_be32(seal->out, (uint32_t)len);
-  uint8_t *text = seal->out + HEADER;
+  uint8_t *sealed = seal->out + HEADER;
   if (seal->cipher == HOOP__CIPHER_AES256GCM)
-    crypto_aead_aes256gcm_encrypt_detached_afternm(text, text + len, NULL, text, len, seal->out,
+    crypto_aead_aes256gcm_encrypt_detached_afternm(sealed, sealed + len, NULL, text, len, seal->out,
                                                    HEADER, NULL, nonce,
                                                    &((crypto_aead_aes256gcm_state *)seal->aes)[0]);
   else
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(text, text + len, NULL, text, len, seal->out,
-                                                       HEADER, NULL, nonce, seal->tx_key);
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(
+        sealed, sealed + len, NULL, text, len, seal->out, HEADER, NULL, nonce, seal->tx_key);
 }
 
-/* Open the record of len bytes at the start of in, in place: 0, or -1 when it fails its check. */
-static int open_record(hoop__seal *seal, size_t len) {
+/* Open the record of len bytes at the start of in into text (in + HEADER itself, or the caller's
+ * buffer): 0, or -1 when it fails its check. */
+static int open_record(hoop__seal *seal, size_t len, uint8_t *text) {
   uint8_t nonce[12];
   make_nonce(nonce, seal->rx_seq);
-  uint8_t *text = seal->in + HEADER;
-  int opened = seal->cipher == HOOP__CIPHER_AES256GCM
-                   ? crypto_aead_aes256gcm_decrypt_detached_afternm(
-                         text, NULL, text, len, text + len, seal->in, HEADER, nonce,
-                         &((crypto_aead_aes256gcm_state *)seal->aes)[1])
-                   : crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-                         text, NULL, text, len, text + len, seal->in, HEADER, nonce, seal->rx_key);
+  const uint8_t *sealed = seal->in + HEADER;
+  int opened =
+      seal->cipher == HOOP__CIPHER_AES256GCM
+          ? crypto_aead_aes256gcm_decrypt_detached_afternm(
+                text, NULL, sealed, len, sealed + len, seal->in, HEADER, nonce,
+                &((crypto_aead_aes256gcm_state *)seal->aes)[1])
+          : crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+                text, NULL, sealed, len, sealed + len, seal->in, HEADER, nonce, seal->rx_key);
   if (opened != 0)
     return -1;
   seal->rx_seq++;
   return 0;
 }
 
+/* The first used bytes of in are taken: what came after them moves up. */
+static void drop(hoop__seal *seal, size_t used) {
+  memmove(seal->in, seal->in + used, seal->in_got - used);
+  seal->in_got -= used;
+}
+
 ssize_t hoop__seal_send(hoop__seal *seal, int fd, const struct iovec *iov, int n) {
   if (seal->out_len == 0) {
+    while (n > 0 && iov->iov_len == 0) {
+      iov++;
+      n--;
+    }
     size_t len = 0;
-    for (int i = 0; i < n && len < HOOP__SEAL_RECORD; i++) {
-      size_t take =
-          iov[i].iov_len < HOOP__SEAL_RECORD - len ? iov[i].iov_len : HOOP__SEAL_RECORD - len;
-      if (take)
-        memcpy(seal->out + HEADER + len, iov[i].iov_base, take);
-      len += take;
+    if (n > 0 && iov->iov_len >= HOOP__SEAL_RECORD) { /* from the caller's buffer, no copy */
+      len = HOOP__SEAL_RECORD;
+      seal_record(seal, iov->iov_base, len);
+    } else if (n == 1) {
+      len = iov->iov_len;
+      seal_record(seal, iov->iov_base, len);
+    } else {
+      for (int i = 0; i < n && len < HOOP__SEAL_RECORD; i++) {
+        size_t take =
+            iov[i].iov_len < HOOP__SEAL_RECORD - len ? iov[i].iov_len : HOOP__SEAL_RECORD - len;
+        if (take)
+          memcpy(seal->out + HEADER + len, iov[i].iov_base, take);
+        len += take;
+      }
+      if (len)
+        seal_record(seal, seal->out + HEADER, len);
     }
     if (len == 0)
       return 0;
-    seal_record(seal, len);
     seal->out_len = WHOLE(len);
     seal->out_done = 0;
     seal->out_plain = len;
@@ -180,12 +203,11 @@ ssize_t hoop__seal_recv(hoop__seal *seal, int fd, const struct iovec *iov, int n
       }
       return (ssize_t)given;
     }
-    if (seal->plain_len) { /* the record at the start is all taken: the next one moves up */
-      size_t used = WHOLE(seal->plain_len);
-      memmove(seal->in, seal->in + used, seal->in_got - used);
-      seal->in_got -= used;
+    if (seal->plain_len) { /* the record at the start is all taken */
+      drop(seal, WHOLE(seal->plain_len));
       seal->plain_len = seal->plain_at = 0;
     }
+    size_t want = HEADER - (seal->in_got < HEADER ? seal->in_got : HEADER);
     if (seal->in_got >= HEADER) {
       uint32_t len = hoop__get_be32(seal->in);
       if (len == 0 || len > HOOP__SEAL_RECORD) {
@@ -193,14 +215,28 @@ ssize_t hoop__seal_recv(hoop__seal *seal, int fd, const struct iovec *iov, int n
         continue;
       }
       if (seal->in_got >= WHOLE(len)) {
-        if (open_record(seal, len) != 0)
+        /* Straight into the caller's buffer when the whole record fits its first piece (a
+         * record that fails its check may leave that piece zeroed: the call fails anyway). */
+        if (n > 0 && iov[0].iov_len >= len) {
+          if (open_record(seal, len, iov[0].iov_base) != 0) {
+            seal->broken = 1;
+            continue;
+          }
+          drop(seal, WHOLE(len));
+          return (ssize_t)len;
+        }
+        if (open_record(seal, len, seal->in + HEADER) != 0)
           seal->broken = 1;
         else
           seal->plain_len = len;
         continue;
       }
+      want = WHOLE(len) - seal->in_got;
     }
-    ssize_t got = recv(fd, seal->in + seal->in_got, IN_CAP - seal->in_got, 0);
+    want += AHEAD;
+    if (want > IN_CAP - seal->in_got)
+      want = IN_CAP - seal->in_got;
+    ssize_t got = recv(fd, seal->in + seal->in_got, want, 0);
     if (got > 0)
       seal->in_got += (size_t)got;
     else if (got == 0)

@@ -319,20 +319,30 @@ static int allreduces_checked(hoop_comm *comm, int rank, int n) {
   return bad;
 }
 
-/* One rank of the job, its stderr (the library's log too) in DIR/rank<N>.log. */
-static int member_rank(int rank, int n, void *arg) {
-  member_job *job = arg;
+/* A rank of the job joined over transport, its stderr (the library's log too) in
+ * DIR/rank<N>.log; NULL when it could not (*code: what the rank exits with). */
+static hoop_comm *join_logged(const member_job *job, int rank, int n, const char *transport,
+                              int *code) {
   char path[128];
   snprintf(path, sizeof path, "%s/rank%d.log", job->dir, rank);
   int log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  *code = 3;
   if (log < 0 || dup2(log, 2) < 0)
-    return 3;
+    return NULL;
   close(log);
   setvbuf(stderr, NULL, _IONBF, 0);
   setenv("HOOP_DEBUG", "info", 1);
-  hoop_comm *comm = procs_join(job->port, rank, n, JOB_TIMEOUT_S, "shm");
+  *code = 2;
+  return procs_join(job->port, rank, n, JOB_TIMEOUT_S, transport);
+}
+
+/* One rank of the job over shared memory. */
+static int member_rank(int rank, int n, void *arg) {
+  member_job *job = arg;
+  int code;
+  hoop_comm *comm = join_logged(job, rank, n, "shm", &code);
   if (!comm)
-    return 2;
+    return code;
   int bad = 0, fds_before = open_fds();
   attack at = {.unsealed = -1};
   for (size_t i = 0; i < HELLOS; i++)
@@ -418,17 +428,10 @@ static int forge_tcp(hoop_comm *comm) {
 
 static int tcp_rank(int rank, int n, void *arg) {
   member_job *job = arg;
-  char path[128];
-  snprintf(path, sizeof path, "%s/rank%d.log", job->dir, rank);
-  int log = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (log < 0 || dup2(log, 2) < 0)
-    return 3;
-  close(log);
-  setvbuf(stderr, NULL, _IONBF, 0);
-  setenv("HOOP_DEBUG", "info", 1);
-  hoop_comm *comm = procs_join(job->port, rank, n, JOB_TIMEOUT_S, "tcp");
+  int code;
+  hoop_comm *comm = join_logged(job, rank, n, "tcp", &code);
   if (!comm)
-    return 2;
+    return code;
   int bad = 0, sock = -1;
   if (rank == HOSTILE) {
     atomic_store(&job->hostile_pid, (long)getpid());

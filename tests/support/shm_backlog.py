@@ -3,15 +3,12 @@ pid (connections it has not accepted), as another process of the job's user coul
 the file READY and hold the connections for 20 s. Prints how many it made."""
 import socket
 import sys
+
+from shm_listener import listener_of
 import time
 
 pid, ready = sys.argv[1], sys.argv[2]
-name = None
-with open("/proc/net/unix") as table:
-    for line in table:
-        parts = line.split()
-        if len(parts) >= 8 and parts[-1].startswith("@hoop-shm-%s-" % pid):
-            name = parts[-1][1:]
+name = listener_of(pid)
 if not name:
     sys.exit("shm_backlog: no listener of pid %s" % pid)
 held = []

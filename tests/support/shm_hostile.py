@@ -7,13 +7,10 @@ import os
 import socket
 import sys
 
+from shm_listener import listener_of
+
 pid = sys.argv[1]
-name = None
-with open("/proc/net/unix") as table:
-    for line in table:
-        parts = line.split()
-        if len(parts) >= 8 and parts[-1].startswith("@hoop-shm-%s-" % pid):
-            name = parts[-1][1:]
+name = listener_of(pid)
 if not name:
     sys.exit("shm_hostile: no listener of pid %s" % pid)
 sent = 0

@@ -533,6 +533,33 @@ START_TEST(test_idle_per_address_option) {
 }
 END_TEST
 
+/* hoopd --require-encrypt: a job whose ranks do not seal their connections is refused, saying
+ * how to; the same job with HOOP_ENCRYPT=1 runs. */
+START_TEST(test_require_encrypt) {
+  char log[] = "/tmp/hoopd-sealed-XXXXXX";
+  start_hoopd_logging(log, "--require-encrypt", NULL);
+  char logs[2][32] = {"/tmp/hoop-clear-0-XXXXXX", "/tmp/hoop-clear-1-XXXXXX"};
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    int fd = mkstemp(logs[r]);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    pids[r] = start_rank_with("clear", 2, r, logs[r], NULL);
+  }
+  for (int r = 0; r < 2; r++) {
+    expect_failed_with(pids[r], logs[r], "admits only ranks that seal their data connections",
+                       "a rank without HOOP_ENCRYPT at hoopd --require-encrypt");
+    unlink(logs[r]);
+  }
+  pid_t a = start_rank_with("sealed", 2, 0, NULL, "HOOP_ENCRYPT=1");
+  pid_t b = start_rank_with("sealed", 2, 1, NULL, "HOOP_ENCRYPT=1");
+  ck_assert_msg(procs_wait(a, 120) == 0, "a sealed rank at hoopd --require-encrypt failed");
+  ck_assert_msg(procs_wait(b, 120) == 0, "a sealed rank at hoopd --require-encrypt failed");
+  stop_hoopd();
+  unlink(log);
+}
+END_TEST
+
 static double seconds_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -816,6 +843,7 @@ static Suite *hoopd_suite(void) {
   tcase_add_test(tc, test_open_file_limit);
   tcase_add_test(tc, test_keepalive_follows_rank_timeout);
   tcase_add_test(tc, test_idle_per_address_option);
+  tcase_add_test(tc, test_require_encrypt);
   tcase_add_test(tc, test_connection_flood_from_one_address);
   suite_add_tcase(s, tc);
   return s;

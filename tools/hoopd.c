@@ -35,6 +35,7 @@ typedef struct hoopd_args {
   int idle_per_address;
   double idle_timeout_s;
   int keepalive_s;
+  int require_encrypt;
   int verbose;
 } hoopd_args;
 
@@ -67,6 +68,8 @@ static void usage(FILE *out) {
           "  --token-file FILE    admit only ranks (and status queries) that prove they know\n"
           "                       the token in FILE (mode 600); without it HOOP_TOKEN_FILE or\n"
           "                       HOOP_TOKEN is used if set; see hoopd(8) for the trust model\n"
+          "  --require-encrypt    admit only ranks that seal their TCP connections\n"
+          "                       (HOOP_ENCRYPT=1 or a cipher, hooprun --encrypt)\n"
           "  --status ADDR:PORT   print the jobs a running daemon is waiting for, and those it\n"
           "                       runs with their health (call rate, time waiting, the ranks\n"
           "                       the others wait for), then exit\n"
@@ -98,6 +101,7 @@ enum {
   OPT_TOKEN_FILE,
   OPT_METRICS,
   OPT_METRICS_TOKEN_FILE,
+  OPT_REQUIRE_ENCRYPT,
   OPT_HELP,
   OPT_VERSION
 };
@@ -113,6 +117,7 @@ static const struct option long_options[] = {
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"metrics-token-file", required_argument, NULL, OPT_METRICS_TOKEN_FILE},
+    {"require-encrypt", no_argument, NULL, OPT_REQUIRE_ENCRYPT},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -126,6 +131,7 @@ static int parse_args(int argc, char **argv, hoopd_args *args) {
   while ((opt = getopt_long(argc, argv, "v", long_options, NULL)) != -1) {
     switch (opt) {
     case OPT_LISTEN: args->listen = optarg; break;
+    case OPT_REQUIRE_ENCRYPT: args->require_encrypt = 1; break;
     case OPT_MAX_JOBS:
       if (hoop__parse_int(optarg, 1, 1000000, &jobs) != 0) {
         fprintf(stderr, "hoopd: --max-jobs '%s' is not a number from 1 to 1000000\n", optarg);
@@ -426,6 +432,7 @@ static int serve(const hoopd_args *args, const char *token) {
   options.max_idle_per_address = args->idle_per_address;
   options.idle_timeout_s = args->idle_timeout_s;
   options.keepalive_s = args->keepalive_s;
+  options.require_sealed = args->require_encrypt;
   options.token = token;
   options.max_connections = fit_connections();
   char err[512];

@@ -38,7 +38,7 @@ int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
   long addr = field_len(msg->addr, sizeof msg->addr, HOOP__WIRE_MAX_ADDR);
   if (job < 0 || host < 0 || addr < 0 || msg->size == 0 || msg->size > HOOP__WIRE_MAX_RANKS ||
       msg->rank < HOOP__HELLO_NEWCOMER || (msg->rank >= 0 && (uint32_t)msg->rank >= msg->size) ||
-      msg->proof_len > HOOP__WIRE_MAX_PROOF)
+      msg->proof_len > HOOP__WIRE_MAX_PROOF || (msg->flags & ~HOOP__HELLO_FLAGS))
     return -1;
   size_t start = begin_message(wb, HOOP_MSG_HELLO);
   put_str(wb, msg->job, (size_t)job);
@@ -51,6 +51,7 @@ int hoop__wire_encode_hello(hoop__wbuf *wb, const hoop__hello *msg) {
   put_bytes(wb, msg->proof, msg->proof_len);
   put_bytes(wb, msg->nonce, HOOP__WIRE_CHALLENGE);
   put_bytes(wb, msg->key, HOOP__WIRE_KEY);
+  put_u32(wb, msg->flags);
   return finish_message(wb, start);
 }
 
@@ -242,8 +243,10 @@ int hoop__wire_decode_hello(const uint8_t *payload, size_t len, hoop__hello *out
   const uint8_t *key = take(&in, HOOP__WIRE_KEY);
   if (key)
     memcpy(out->key, key, HOOP__WIRE_KEY);
-  if (reader_done(&in) != 0 || out->size == 0 || out->size > HOOP__WIRE_MAX_RANKS ||
-      out->rank < HOOP__HELLO_NEWCOMER || (out->rank >= 0 && (uint32_t)out->rank >= out->size))
+  out->flags = get_u32(&in);
+  if (reader_done(&in) != 0 || (out->flags & ~HOOP__HELLO_FLAGS) || out->size == 0 ||
+      out->size > HOOP__WIRE_MAX_RANKS || out->rank < HOOP__HELLO_NEWCOMER ||
+      (out->rank >= 0 && (uint32_t)out->rank >= out->size))
     return -1;
   return 0;
 }

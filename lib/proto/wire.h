@@ -121,6 +121,9 @@ typedef struct hoop__wire_header {
 } hoop__wire_header;
 
 /* hello.rank of a newcomer to a running job (its size is ignored: send 1). */
+/* HELLO flags: the rank seals its TCP connections (HOOP_ENCRYPT), which a server may require. */
+#define HOOP__HELLO_SEALED 1u
+#define HOOP__HELLO_FLAGS HOOP__HELLO_SEALED
 #define HOOP__HELLO_NEWCOMER (-2)
 
 typedef struct hoop__hello {
@@ -134,6 +137,7 @@ typedef struct hoop__hello {
   uint8_t proof[HOOP__WIRE_MAX_PROOF];
   uint8_t nonce[HOOP__WIRE_CHALLENGE]; /* the rank's own challenge to the server (random) */
   uint8_t key[HOOP__WIRE_KEY];         /* the rank's public key */
+  uint32_t flags;                      /* HOOP__HELLO_* */
 } hoop__hello;
 
 typedef struct hoop__table_proof {

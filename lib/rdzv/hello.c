@@ -101,6 +101,16 @@ static int proof_ok(rdzv_client *client, const hoop__hello *hello, const char *p
 static void handle_hello(rdzv_client *client, const hoop__hello *hello) {
   if (!proof_ok(client, hello, HOOP__AUTH_JOIN, hello->proof, hello->proof_len))
     return;
+  if (client->server->require_sealed && !(hello->flags & HOOP__HELLO_SEALED)) {
+    client->server->refusals[REFUSED_AUTH]++;
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: job '%s' rank %d does not seal its connections",
+               client->peer, hello->job, hello->rank);
+    hoop__rdzv_send_error(client, HOOP_ERR_AUTH,
+                          "this rendezvous server admits only ranks that seal their data "
+                          "connections: set HOOP_ENCRYPT=1 on every rank (hooprun --encrypt; "
+                          "hoopd(8), --require-encrypt)");
+    return;
+  }
   if (hello->rank == HOOP__HELLO_NEWCOMER) {
     hoop__rdzv_newcomer_hello(client, hello);
     return;

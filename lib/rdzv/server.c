@@ -108,6 +108,7 @@ static void set_options(hoop__rdzv_server *server, const hoop__rdzv_options *opt
   server->idle_ms = idle_s > 1e9 ? (uint64_t)1e12 : (uint64_t)(idle_s * 1000);
   server->keepalive_s = options->keepalive_s > 0 ? options->keepalive_s : DEFAULT_KEEPALIVE_S;
   server->once = options->once;
+  server->require_sealed = options->require_sealed;
   server->elastic = options->elastic;
   if (options->once && options->only_job) {
     snprintf(server->only_job, sizeof server->only_job, "%s", options->only_job);

@@ -39,6 +39,8 @@ typedef struct hoop__rdzv_options {
                                and the job waits for its ranks as long as only_timeout_ms says
                                (not as the first HELLO says). Copied. */
   unsigned only_size, only_timeout_ms;
+  int require_sealed; /* 1: refuse every HELLO of a rank that does not seal its TCP connections
+                         (HOOP__HELLO_SEALED; hoopd --require-encrypt) */
   void (*on_done)(void *arg); /* with once: called when that job is over and its replies flushed */
   void *arg;
 } hoop__rdzv_options;

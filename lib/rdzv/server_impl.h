@@ -125,7 +125,8 @@ struct hoop__rdzv_server {
   uint64_t idle_ms;
   int keepalive_s;
   int once, once_over, done_called;
-  int elastic; /* with once: newcomers to the running job are still taken */
+  int require_sealed; /* hoop__rdzv_options' */
+  int elastic;        /* with once: newcomers to the running job are still taken */
   char only_job[HOOP__WIRE_MAX_JOB + 1]; /* "": any job; else this one alone, of only_size */
   uint32_t only_size, only_timeout_ms;
   char token[HOOP__MAX_TOKEN + 1]; /* "" when requests need no proof */

@@ -57,7 +57,8 @@ def text(value):
 def hello(job, size, rank, timeout_ms=60000, proof=b"", addr="127.0.0.1:9"):
     return message(HELLO, text(job) + struct.pack(">IiI", size, rank, timeout_ms) +
                    text("stranger") + text(addr) + struct.pack(">H", len(proof)) + proof +
-                   os.urandom(32) + os.urandom(32))  # its challenge, its public key
+                   os.urandom(32) + os.urandom(32) +  # its challenge, its public key
+                   struct.pack(">I", 0))  # flags
 
 
 def answer(s, limit=3.0):

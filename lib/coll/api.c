@@ -68,11 +68,11 @@ static hoop_result start(hoop_comm *comm, const hoop__coll_args *args, hoop_requ
     *request = NULL;
   uint32_t name_tag = hoop__name_take(comm); /* the named call is this one, refused or not */
   int compress = hoop__compress_take(comm);
-  hoop_result result = hoop__coll_validate(comm, args);
+  hoop_result result = hoop__coll_validate(comm, args, name);
   if (result == HOOP_OK)
     result = hoop__coll_check_compress(
-        comm, hoop__coll_call_name(args->coll), args->coll, args->dtype, args->op, compress,
-        args->sendbuf,
+        comm, name ? name : hoop__coll_call_name(args->coll), args->coll, args->dtype, args->op,
+        compress, args->sendbuf,
         args->count * hoop_dtype_size(args->dtype) *
             (args->coll == HOOP__COLL_REDUCE_SCATTER ? (size_t)comm->size : 1));
   if (result != HOOP_OK)

@@ -203,9 +203,10 @@ typedef struct hoop__algo {
 } hoop__algo;
 
 /* dispatch.c: the checks of a call's arguments, made when it is posted (HOOP_OK, or the error
- * recorded); running a call, with the communicator's call_lock held (core/progress.c runs the
- * queue); and the public name of a collective ("hoop_allreduce"). */
-hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args);
+ * recorded, naming call: the entry point, NULL for the blocking one's name); running a call, with
+ * the communicator's call_lock held (core/progress.c runs the queue); and the public name of a
+ * collective ("hoop_allreduce"). */
+hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args, const char *call);
 hoop_result hoop__coll_run(hoop_comm *comm, hoop__coll_args *args);
 const char *hoop__coll_call_name(hoop__coll coll);
 /* A wire format asked for one call (hoop_compress_next; compress, or HOOP__COMPRESS_COMM for none

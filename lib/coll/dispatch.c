@@ -105,7 +105,7 @@ typedef struct collective {
   const char *call;
   int has_data; /* count and dtype are checked, and count 0 has its own path */
   /* Arguments the common checks do not cover; HOOP_OK or the error recorded. */
-  hoop_result (*check)(hoop_comm *comm, const hoop__coll_args *args);
+  hoop_result (*check)(hoop_comm *comm, const hoop__coll_args *args, const char *call);
   /* Run before the algorithm, and as the whole call on one rank (NULL: nothing). */
   hoop_result (*prepare)(hoop_comm *comm, const hoop__coll_args *args);
 } collective;
@@ -120,38 +120,38 @@ hoop_result hoop__check_op(hoop_comm *comm, const char *call, hoop_dtype dtype, 
                          hoop_dtype_name(dtype) ? hoop_dtype_name(dtype) : "an unknown dtype", why);
 }
 
-static hoop_result check_allreduce(hoop_comm *comm, const hoop__coll_args *args) {
-  if (hoop__check_op(comm, "hoop_allreduce", args->dtype, args->op) != HOOP_OK)
+static hoop_result check_allreduce(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
+  if (hoop__check_op(comm, call, args->dtype, args->op) != HOOP_OK)
     return HOOP_ERR_INVALID_ARG;
   if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allreduce: %s is NULL with count %zu",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with count %zu", call,
                            args->sendbuf ? "recvbuf" : "sendbuf", args->count);
   return HOOP_OK;
 }
 
-static hoop_result check_broadcast(hoop_comm *comm, const hoop__coll_args *args) {
+static hoop_result check_broadcast(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
   if (args->root < 0 || args->root >= comm->size)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_broadcast: root %d is not in 0..%d",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: root %d is not in 0..%d", call,
                            args->root, comm->size - 1);
   if (args->count > 0 && !args->recvbuf)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_broadcast: buf is NULL with count %zu",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: buf is NULL with count %zu", call,
                            args->count);
   return HOOP_OK;
 }
 
-static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args) {
+static hoop_result check_allgather(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
   if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_allgather: %s is NULL with count %zu",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with count %zu", call,
                            args->sendbuf ? "recvbuf" : "sendbuf", args->count);
   return HOOP_OK;
 }
 
-static hoop_result check_reduce_scatter(hoop_comm *comm, const hoop__coll_args *args) {
-  if (hoop__check_op(comm, "hoop_reduce_scatter", args->dtype, args->op) != HOOP_OK)
+static hoop_result check_reduce_scatter(hoop_comm *comm, const hoop__coll_args *args,
+                                        const char *call) {
+  if (hoop__check_op(comm, call, args->dtype, args->op) != HOOP_OK)
     return HOOP_ERR_INVALID_ARG;
   if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
-                           "hoop_reduce_scatter: %s is NULL with recvcount %zu",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with recvcount %zu", call,
                            args->sendbuf ? "recvbuf" : "sendbuf", args->count);
   return HOOP_OK;
 }
@@ -162,20 +162,22 @@ static hoop_result prepare_reduce_scatter(hoop_comm *comm, const hoop__coll_args
                          : HOOP_OK;
 }
 
-static hoop_result check_alltoall(hoop_comm *comm, const hoop__coll_args *args) {
+static hoop_result check_alltoall(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
   if (args->count > 0 && (!args->sendbuf || !args->recvbuf))
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "hoop_alltoall: %s is NULL with count %zu",
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL with count %zu", call,
                            args->sendbuf ? "recvbuf" : "sendbuf", args->count);
   return HOOP_OK;
 }
 
 /* Every count and displacement in range, buffers where blocks lie, and this rank's block to itself
  * as long as the one it expects from itself. */
-static hoop_result check_alltoallv(hoop_comm *comm, const hoop__coll_args *args) {
-  const char *call = "hoop_alltoallv";
+static hoop_result check_alltoallv(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
   if (!args->sendcounts || !args->sdispls || !args->recvcounts || !args->rdispls)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: a count or displacement array is NULL",
-                           call);
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: %s is NULL", call,
+                           !args->sendcounts   ? "sendcounts"
+                           : !args->sdispls    ? "sdispls"
+                           : !args->recvcounts ? "recvcounts"
+                                               : "rdispls");
   size_t esize = hoop_dtype_size(args->dtype), limit = SIZE_MAX / esize;
   size_t sent = 0, received = 0;
   for (int p = 0; p < comm->size; p++) {
@@ -225,8 +227,7 @@ static hoop_result prepare_allgather(hoop_comm *comm, const hoop__coll_args *arg
 
 /* Reduce, gather, scatter: a root in range; the buffers that matter on this rank given (the
  * root's result, or its blocks). */
-static hoop_result check_rooted(hoop_comm *comm, const hoop__coll_args *args) {
-  const char *call = hoop__coll_call_name(args->coll);
+static hoop_result check_rooted(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
   if (args->root < 0 || args->root >= comm->size)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "%s: root %d is not in 0..%d", call,
                            args->root, comm->size - 1);
@@ -268,13 +269,15 @@ static const collective collectives[HOOP__COLL_COUNT] = {
 /* The checks a post makes before queueing the call (HOOP_OK, or the error recorded); a call that
  * did not come through them (args->checked 0: the fused allreduce's pieces) has them made when it
  * runs. */
-hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args) {
+hoop_result hoop__coll_validate(hoop_comm *comm, const hoop__coll_args *args, const char *call) {
   const collective *coll = &collectives[args->coll];
   hoop_result result;
+  if (!call)
+    call = coll->call;
   if (coll->has_data &&
-      (result = check_dtype_count(comm, coll->call, args->count, args->dtype)) != HOOP_OK)
+      (result = check_dtype_count(comm, call, args->count, args->dtype)) != HOOP_OK)
     return result;
-  return coll->check ? coll->check(comm, args) : HOOP_OK;
+  return coll->check ? coll->check(comm, args, call) : HOOP_OK;
 }
 
 const char *hoop__coll_call_name(hoop__coll coll) {
@@ -345,7 +348,7 @@ static hoop_result coll_run(hoop_comm *comm, hoop__coll_args *args) {
       args->name_tag, args->compress);
   if (result != HOOP_OK)
     return coll_end(comm, result, args);
-  if (coll->check && !args->checked && (result = coll->check(comm, args)) != HOOP_OK)
+  if (coll->check && !args->checked && (result = coll->check(comm, args, coll->call)) != HOOP_OK)
     return coll_end(comm, result, args);
   if (!args->checked &&
       (result = hoop__coll_check_compress(comm, coll->call, args->coll, args->dtype, args->op,

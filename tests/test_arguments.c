@@ -212,7 +212,8 @@ static int argument_rank(int rank, int n, void *arg) {
     char message[1024];
     snprintf(message, sizeof message, "%s", hoop_last_error(comm));
     if (result != HOOP_ERR_INVALID_ARG || !strstr(message, c->call) || !strstr(message, c->arg)) {
-      fprintf(stderr, "rank %d: %s with a bad %s: expected HOOP_ERR_INVALID_ARG naming both, got %s: %s\n",
+      fprintf(stderr,
+              "rank %d: %s with a bad %s: expected HOOP_ERR_INVALID_ARG naming both, got %s: %s\n",
               rank, c->call, c->arg, hoop_strerror(result), message);
       bad++;
     }
@@ -241,12 +242,14 @@ static int argument_rank(int rank, int n, void *arg) {
     bad++;
   }
   if (bad)
-    fprintf(stderr, "rank %d: %d of the table's %zu refusals (and the calls without a "
-                    "communicator) were not as expected\n",
+    fprintf(stderr,
+            "rank %d: %d of the table's %zu refusals (and the calls without a "
+            "communicator) were not as expected\n",
             rank, bad, CALLS);
   else
-    fprintf(stderr, "rank %d: %zu bad calls refused, each naming the call and the argument, the "
-                    "communicator working after each\n",
+    fprintf(stderr,
+            "rank %d: %zu bad calls refused, each naming the call and the argument, the "
+            "communicator working after each\n",
             rank, CALLS);
   hoop_finalize(comm);
   return bad != 0;

@@ -105,9 +105,10 @@ static int mismatch_rank(int rank, int n, void *arg) {
 START_TEST(test_mismatch_table) {
   const mismatch *m = &table[_i];
   job j = {procs_free_port(), m};
-  ck_assert_msg(procs_fork_ranks(2, mismatch_rank, &j, 60) == 0, "%s: not a mismatch on both "
-                                                                  "ranks within 5 s naming both "
-                                                                  "(above)",
+  ck_assert_msg(procs_fork_ranks(2, mismatch_rank, &j, 60) == 0,
+                "%s: not a mismatch on both "
+                "ranks within 5 s naming both "
+                "(above)",
                 m->what);
 }
 END_TEST

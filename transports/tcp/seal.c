@@ -64,8 +64,8 @@ int hoop__seal_init(hoop__seal *seal, hoop__cipher cipher, const uint8_t *tx_key
   seal->cipher = cipher;
   memcpy(seal->tx_key, tx_key, HOOP__SEAL_KEY);
   memcpy(seal->rx_key, rx_key, HOOP__SEAL_KEY);
-  seal->out = malloc(OUT_CAP);
-  seal->in = malloc(IN_CAP);
+  /* The record buffers come with the first send and the first receive: a job of many peers
+   * pays for the connections it uses each way. */
   if (cipher == HOOP__CIPHER_AES256GCM) {
     /* libsodium's AES state must be 16-byte aligned. */
     crypto_aead_aes256gcm_state *aes = NULL;
@@ -75,7 +75,7 @@ int hoop__seal_init(hoop__seal *seal, hoop__cipher cipher, const uint8_t *tx_key
     }
     seal->aes = aes;
   }
-  if (!seal->out || !seal->in || (cipher == HOOP__CIPHER_AES256GCM && !seal->aes)) {
+  if (cipher == HOOP__CIPHER_AES256GCM && !seal->aes) {
     hoop__seal_free(seal);
     return -1;
   }
@@ -138,6 +138,10 @@ static void drop(hoop__seal *seal, size_t used) {
 }
 
 ssize_t hoop__seal_send(hoop__seal *seal, int fd, const struct iovec *iov, int n) {
+  if (!seal->out && !(seal->out = malloc(OUT_CAP))) {
+    errno = ENOMEM;
+    return -1;
+  }
   if (seal->out_len == 0) {
     while (n > 0 && iov->iov_len == 0) {
       iov++;
@@ -186,6 +190,10 @@ ssize_t hoop__seal_send(hoop__seal *seal, int fd, const struct iovec *iov, int n
 }
 
 ssize_t hoop__seal_recv(hoop__seal *seal, int fd, const struct iovec *iov, int n) {
+  if (!seal->in && !(seal->in = malloc(IN_CAP))) {
+    errno = ENOMEM;
+    return -1;
+  }
   for (;;) {
     if (seal->broken) {
       errno = EBADMSG;

@@ -51,7 +51,8 @@ typedef struct hoop__seal {
 int hoop__seal_choose(const char *value, hoop__cipher *cipher, const char **why);
 const char *hoop__seal_cipher_name(hoop__cipher cipher);
 
-/* Ready the seal of a connection (its buffers allocated): 0, or -1 out of memory. */
+/* Ready the seal of a connection (its record buffers come with its first send and receive): 0, or
+ * -1 out of memory. */
 int hoop__seal_init(hoop__seal *seal, hoop__cipher cipher, const uint8_t *tx_key,
                     const uint8_t *rx_key);
 void hoop__seal_free(hoop__seal *seal);

@@ -385,6 +385,29 @@ static char *rank_log(const member_job *job, int rank) {
   return procs_slurp(path);
 }
 
+/* The ranks' shared state, in memory the forked ranks share, with a port and a folder for logs. */
+static member_job *new_job(void) {
+  member_job *job =
+      mmap(NULL, sizeof *job, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_msg(job != MAP_FAILED, "mmap of the ranks' shared state failed");
+  job->port = procs_free_port();
+  snprintf(job->dir, sizeof job->dir, "/tmp/hoop-member-XXXXXX");
+  ck_assert_msg(mkdtemp(job->dir) != NULL, "mkdtemp failed");
+  atomic_init(&job->victim_counted, 0);
+  atomic_init(&job->attack_sent, 0);
+  atomic_init(&job->hostile_pid, 0);
+  return job;
+}
+
+static void end_job(member_job *job) {
+  if (!getenv("HOOP_TEST_KEEP")) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", job->dir);
+    ck_assert_int_eq(system(cmd), 0);
+  }
+  munmap(job, sizeof *job);
+}
+
 /* ---- over TCP -------------------------------------------------------------------------------- */
 
 /* What rank 3's TCP listener logs for a handshake it refuses (transports/tcp/conn.c). */
@@ -458,14 +481,7 @@ static int tcp_rank(int rank, int n, void *arg) {
 }
 
 START_TEST(test_member_in_another_place_tcp) {
-  member_job *job =
-      mmap(NULL, sizeof *job, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_msg(job != MAP_FAILED, "mmap of the ranks' shared state failed");
-  job->port = procs_free_port();
-  snprintf(job->dir, sizeof job->dir, "/tmp/hoop-member-XXXXXX");
-  ck_assert_msg(mkdtemp(job->dir) != NULL, "mkdtemp failed");
-  atomic_init(&job->attack_sent, 0);
-  atomic_init(&job->hostile_pid, 0);
+  member_job *job = new_job();
   int failed = procs_fork_ranks(RANKS, tcp_rank, job, 2 * JOB_TIMEOUT_S);
   char *logs[RANKS];
   for (int r = 0; r < RANKS; r++) {
@@ -478,25 +494,12 @@ START_TEST(test_member_in_another_place_tcp) {
   ck_assert_msg(refused == 1, "rank 3 logged %d refusals ('%s'): expected 1", refused, TCP_REFUSAL);
   for (int r = 0; r < RANKS; r++)
     free(logs[r]);
-  if (!getenv("HOOP_TEST_KEEP")) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", job->dir);
-    ck_assert_int_eq(system(cmd), 0);
-  }
-  munmap(job, sizeof *job);
+  end_job(job);
 }
 END_TEST
 
 START_TEST(test_member_hellos_refused) {
-  member_job *job =
-      mmap(NULL, sizeof *job, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ck_assert_msg(job != MAP_FAILED, "mmap of the ranks' shared state failed");
-  job->port = procs_free_port();
-  snprintf(job->dir, sizeof job->dir, "/tmp/hoop-member-XXXXXX");
-  ck_assert_msg(mkdtemp(job->dir) != NULL, "mkdtemp failed");
-  atomic_init(&job->victim_counted, 0);
-  atomic_init(&job->attack_sent, 0);
-  atomic_init(&job->hostile_pid, 0);
+  member_job *job = new_job();
   int failed = procs_fork_ranks(RANKS, member_rank, job, 2 * JOB_TIMEOUT_S + VERDICT_WAIT_S);
 
   char *logs[RANKS];
@@ -525,12 +528,7 @@ START_TEST(test_member_hellos_refused) {
                   "rank %d's log does not end with '%s' (its log above)", r, ok);
     free(logs[r]);
   }
-  if (!getenv("HOOP_TEST_KEEP")) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", job->dir);
-    ck_assert_int_eq(system(cmd), 0);
-  }
-  munmap(job, sizeof *job);
+  end_job(job);
 }
 END_TEST
 

@@ -329,7 +329,7 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
   if (hoop__auth_keypair(comm->key_public, comm->key_secret) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "hoop_init: libsodium cannot make a key pair");
   memcpy(hello.key, comm->key_public, sizeof hello.key);
-  if (strcmp(comm->encrypt, "0") != 0 && strcmp(comm->encrypt, "no") != 0 && comm->encrypt[0])
+  if (hoop__encrypt_asked(comm->encrypt))
     hello.flags |= HOOP__HELLO_SEALED;
   snprintf(hello.job, sizeof hello.job, "%s", comm->job);
   hello.size = config->join_running ? 1 : (uint32_t)config->size;

@@ -97,26 +97,35 @@ int hoop__link_mac(const hoop__tctx *ctx, const char *purpose, const char *trans
     memcpy(ends + len, bind, bind_len);
   len += bind_len;
   /* A transport's name and its NUL, then the rest, keyed by the pair's key of this direction. */
-  uint8_t named[32];
-  size_t name_len = strlen(transport) + 1 < sizeof named ? strlen(transport) + 1 : sizeof named;
-  memcpy(named, transport, name_len);
-  hoop__auth_proof((const char *)keys[outward ? 0 : 1], HOOP__AUTH_KEY, purpose, named, name_len,
-                   ends, len, out);
+  hoop__auth_proof((const char *)keys[outward ? 0 : 1], HOOP__AUTH_KEY, purpose,
+                   (const uint8_t *)transport, strlen(transport) + 1, ends, len, out);
   return 0;
+}
+
+void hoop__link_tag(const hoop__tctx *ctx, const char *purpose, const char *transport,
+                    uint32_t from, uint32_t to, uint32_t stream, const uint8_t *bind,
+                    size_t bind_len, uint8_t *out) {
+  uint8_t mac[HOOP__AUTH_PROOF];
+  hoop__link_mac(ctx, purpose, transport, from, to, stream, bind, bind_len, mac);
+  memcpy(out, mac, HOOP__WIRE_NONCE);
+}
+
+int hoop__link_tag_ok(const hoop__tctx *ctx, const char *purpose, const char *transport,
+                      uint32_t from, uint32_t to, uint32_t stream, const uint8_t *bind,
+                      size_t bind_len, const uint8_t *got) {
+  uint8_t want[HOOP__WIRE_NONCE];
+  hoop__link_tag(ctx, purpose, transport, from, to, stream, bind, bind_len, want);
+  return hoop__auth_equal(got, want, sizeof want);
 }
 
 void hoop__link_proof(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
                       uint32_t stream, uint8_t *out) {
-  uint8_t proof[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_LINK, transport, from, to, stream, NULL, 0, proof);
-  memcpy(out, proof, HOOP__WIRE_NONCE);
+  hoop__link_tag(ctx, HOOP__AUTH_LINK, transport, from, to, stream, NULL, 0, out);
 }
 
 int hoop__link_proof_ok(const hoop__tctx *ctx, const char *transport, uint32_t from, uint32_t to,
                         uint32_t stream, const uint8_t *got) {
-  uint8_t want[HOOP__WIRE_NONCE];
-  hoop__link_proof(ctx, transport, from, to, stream, want);
-  return hoop__auth_equal(got, want, sizeof want);
+  return hoop__link_tag_ok(ctx, HOOP__AUTH_LINK, transport, from, to, stream, NULL, 0, got);
 }
 
 int hoop__wake_open(void) {

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "core/internal.h"
@@ -339,6 +340,20 @@ int hoop__link_proof_ok(const hoop__tctx *ctx, const char *transport, uint32_t f
 int hoop__link_mac(const hoop__tctx *ctx, const char *purpose, const char *transport, uint32_t from,
                    uint32_t to, uint32_t stream, const uint8_t *bind, size_t bind_len,
                    uint8_t out[HOOP__AUTH_PROOF]);
+/* The same cut to HOOP__WIRE_NONCE bytes, as handshakes carry it (link_proof's is the
+ * HOOP__AUTH_LINK one over nothing more); ok: 1 when got is it. */
+void hoop__link_tag(const hoop__tctx *ctx, const char *purpose, const char *transport,
+                    uint32_t from, uint32_t to, uint32_t stream, const uint8_t *bind,
+                    size_t bind_len, uint8_t *out);
+int hoop__link_tag_ok(const hoop__tctx *ctx, const char *purpose, const char *transport,
+                      uint32_t from, uint32_t to, uint32_t stream, const uint8_t *bind,
+                      size_t bind_len, const uint8_t *got);
+
+/* Whether a setting of HOOP_ENCRYPT (ctx->encrypt; NULL or "" for unset) asks for sealing: not 0
+ * or no. Whether the value names a cipher is the TCP transport's to say. */
+static inline int hoop__encrypt_asked(const char *value) {
+  return value && value[0] && strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
+}
 
 /* What both transports do alike. The wake eventfd: created non-blocking, written by hoop_abort's
  * thread (wake), and emptied by the waiting thread when poll finds it readable (drain; a read

@@ -79,12 +79,11 @@ static hoop_result ib_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
   if (state->wake_fd < 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_SYSTEM, "ibverbs: eventfd: %s", strerror(errno));
   /* RDMA writes land in the peer's memory as they left this one's: nothing could seal them. */
-  const char *encrypt = ctx->encrypt && ctx->encrypt[0] ? ctx->encrypt : "0";
-  if (strcmp(encrypt, "0") != 0 && strcmp(encrypt, "no") != 0)
+  if (hoop__encrypt_asked(ctx->encrypt))
     return hoop__set_error(ctx->comm, HOOP_ERR_UNSUPPORTED,
                            "ibverbs: HOOP_ENCRYPT=%s, and RDMA carries data in clear; TCP "
                            "serves the pairs across hosts instead",
-                           encrypt);
+                           ctx->encrypt);
   hoop_result result = hoop__ib_choose_device(ctx, state, toward);
   if (result == HOOP_OK)
     result = hoop__ib_listen_cm(ctx, state);

@@ -499,10 +499,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   hoop__put_be32(answer + 8, (uint32_t)ctx->rank);
   hoop__put_be64(answer + 16, (uint64_t)(uintptr_t)&state->probe);
   hoop__put_be64(answer + 24, state->probe);
-  uint8_t proof[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "shm", (uint32_t)ctx->rank, from, 0, hello, HELLO_BYTES,
-                 proof);
-  memcpy(answer + 32, proof, HOOP__WIRE_NONCE);
+  hoop__link_tag(ctx, HOOP__AUTH_REPLY, "shm", (uint32_t)ctx->rank, from, 0, hello, HELLO_BYTES,
+                 answer + 32);
   /* A peer that already finished (its call failed on its own, a job of one call) has closed its
    * end after its bye or notice: what it said, or its silence, tells which. */
   if (send(fd, answer, sizeof answer, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof answer)
@@ -542,10 +540,8 @@ static hoop_result take_answer(hoop__tctx *ctx, int peer, const uint8_t *msg) {
   if (p->side != 0 || p->answered || hoop__get_be32(msg + 4) != SHM_MAGIC ||
       hoop__get_be32(msg + 8) != (uint32_t)peer)
     return hoop__fail(ctx->comm, HOOP_ERR_PROTOCOL, "shm: rank %d sent a malformed answer", peer);
-  uint8_t proof[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "shm", (uint32_t)peer, (uint32_t)ctx->rank, 0, p->hello,
-                 HELLO_BYTES, proof);
-  if (!hoop__auth_equal(msg + 32, proof, HOOP__WIRE_NONCE))
+  if (!hoop__link_tag_ok(ctx, HOOP__AUTH_REPLY, "shm", (uint32_t)peer, (uint32_t)ctx->rank, 0,
+                         p->hello, HELLO_BYTES, msg + 32))
     return hoop__peer_failed(ctx, peer, HOOP_ERR_AUTH, "connect",
                              "the end that answered at its address did not prove to be it (it "
                              "lacks the pair's key)");

@@ -112,7 +112,7 @@ hoop_result hoop__tcp_listen(hoop__tctx *ctx, const struct sockaddr *toward, cha
                            "(0-1000000)",
                            spin);
   state->spin_s = spin_us < 0 ? -1.0 : (double)spin_us * 1e-6;
-  const char *encrypt = ctx->encrypt && ctx->encrypt[0] ? ctx->encrypt : "0", *why;
+  const char *encrypt = hoop__encrypt_asked(ctx->encrypt) ? ctx->encrypt : "0", *why;
   if (hoop__seal_choose(encrypt, &state->cipher, &why) != 0)
     return hoop__set_error(ctx->comm, HOOP_ERR_INVALID_ARG, "tcp: HOOP_ENCRYPT '%s': %s", encrypt,
                            why);
@@ -168,33 +168,15 @@ static void encode_handshake(const hoop__tctx *ctx, uint8_t *out, uint32_t to, u
                        htonl(cipher)};
   memcpy(out, words, HANDSHAKE_WORDS);
   hoop__auth_random(out + HANDSHAKE_WORDS, HOOP__WIRE_NONCE);
-  uint8_t proof[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_LINK, "tcp", from, to, stream, out,
-                 HANDSHAKE_WORDS + HOOP__WIRE_NONCE, proof);
-  memcpy(out + HANDSHAKE_WORDS + HOOP__WIRE_NONCE, proof, HOOP__WIRE_NONCE);
+  hoop__link_tag(ctx, HOOP__AUTH_LINK, "tcp", from, to, stream, out,
+                 HANDSHAKE_WORDS + HOOP__WIRE_NONCE, out + HANDSHAKE_WORDS + HOOP__WIRE_NONCE);
 }
 
 static int handshake_proven(const hoop__tctx *ctx, const uint8_t *hello, uint32_t from,
                             uint32_t stream) {
-  uint8_t want[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_LINK, "tcp", from, (uint32_t)ctx->rank, stream, hello,
-                 HANDSHAKE_WORDS + HOOP__WIRE_NONCE, want);
-  return hoop__auth_equal(hello + HANDSHAKE_WORDS + HOOP__WIRE_NONCE, want, HOOP__WIRE_NONCE);
-}
-
-/* The acceptor's answer, first on every stream it accepted: the pair's MAC of its own direction
- * over the connector's handshake, which the connector checks before it believes a byte of the
- * stream (data.c), so that no acceptor is unproven. */
-static void encode_reply(const hoop__tctx *ctx, uint8_t *out, uint32_t to, uint32_t stream,
-                         const uint8_t *hello) {
-  uint8_t proof[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "tcp", (uint32_t)ctx->rank, to, stream, hello,
-                 HOOP__TCP_HANDSHAKE, proof);
-  memcpy(out, proof, HOOP__TCP_REPLY);
-}
-
-const char *hoop__tcp_cipher_name(hoop__cipher cipher) {
-  return hoop__seal_cipher_name(cipher);
+  return hoop__link_tag_ok(ctx, HOOP__AUTH_LINK, "tcp", from, (uint32_t)ctx->rank, stream, hello,
+                           HANDSHAKE_WORDS + HOOP__WIRE_NONCE,
+                           hello + HANDSHAKE_WORDS + HOOP__WIRE_NONCE);
 }
 
 /* Each way its own key: the pair's MAC of that direction over the handshake, which holds the
@@ -226,13 +208,12 @@ hoop_result hoop__tcp_seal_start(hoop__tctx *ctx, int peer, int index, tcp_strea
   return HOOP_OK;
 }
 
+/* The acceptor's answer, first on every stream it accepted: the pair's tag of the acceptor's
+ * direction over the connector's handshake, which the connector checks before it believes a byte
+ * of the stream (data.c), so that no acceptor is unproven. */
 int hoop__tcp_reply_ok(const hoop__tctx *ctx, int peer, int index, const tcp_stream *stream) {
-  uint8_t want[HOOP__TCP_REPLY];
-  uint8_t proof[HOOP__AUTH_PROOF];
-  hoop__link_mac(ctx, HOOP__AUTH_REPLY, "tcp", (uint32_t)peer, (uint32_t)ctx->rank, (uint32_t)index,
-                 stream->hello, HOOP__TCP_HANDSHAKE, proof);
-  memcpy(want, proof, sizeof want);
-  return hoop__auth_equal(stream->reply, want, sizeof want);
+  return hoop__link_tag_ok(ctx, HOOP__AUTH_REPLY, "tcp", (uint32_t)peer, (uint32_t)ctx->rank,
+                           (uint32_t)index, stream->hello, HOOP__TCP_HANDSHAKE, stream->reply);
 }
 
 static hoop_result connect_streams(hoop__tctx *ctx, int peer, double deadline) {
@@ -317,7 +298,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
       return hoop__fail(ctx->comm, HOOP_ERR_INVALID_ARG,
                         "tcp: rank %u seals its connections with %s but this rank with %s; every "
                         "rank of a job must use the same HOOP_ENCRYPT",
-                        from, hoop__tcp_cipher_name(cipher), hoop__tcp_cipher_name(state->cipher));
+                        from, hoop__seal_cipher_name(cipher),
+                        hoop__seal_cipher_name(state->cipher));
     return hoop__fail(ctx->comm, HOOP_ERR_INVALID_ARG,
                       "tcp: rank %u uses HOOP_TCP_STREAMS=%u but this rank uses %d; every rank "
                       "of a job must use the same value",
@@ -326,7 +308,8 @@ static hoop_result accept_one(hoop__tctx *ctx, double deadline) {
   if (stream >= (uint32_t)state->nstreams || state->peers[from].streams[stream].fd >= 0)
     goto refuse;
   uint8_t reply[HOOP__TCP_REPLY];
-  encode_reply(ctx, reply, from, stream, hello);
+  hoop__link_tag(ctx, HOOP__AUTH_REPLY, "tcp", (uint32_t)ctx->rank, from, stream, hello,
+                 HOOP__TCP_HANDSHAKE, reply);
   /* A fresh connection's send buffer takes these few bytes at once. */
   if (hoop__write_full(fd, reply, sizeof reply, deadline) != 0) {
     close(fd);

@@ -99,7 +99,6 @@ int hoop__tcp_reply_ok(const hoop__tctx *ctx, int peer, int index, const tcp_str
  * failure (out of memory) fails the communicator. */
 hoop_result hoop__tcp_seal_start(hoop__tctx *ctx, int peer, int index, tcp_stream *stream,
                                  const uint8_t *hello);
-const char *hoop__tcp_cipher_name(hoop__cipher cipher);
 
 /* data.c */
 /* Cut a message into one fragment per stream used; returns how many. */

@@ -160,6 +160,9 @@ static void check_refused(const char *call, hoop_result got, hoop_dtype dtype, h
          hoop_dtype_name(dtype), hoop_op_name(op), hoop_strerror(got), hoop_last_error(comm));
 }
 
+/* REF_WIDE while the reducing checks draw inputs over the whole range (reference.h), else 0. */
+static unsigned wide_inputs;
+
 static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_place) {
   if (refused_pair(dtype, op)) {
     char buf[64] = {0}, out[64];
@@ -168,7 +171,7 @@ static void check_allreduce(size_t count, hoop_dtype dtype, hoop_op op, int in_p
     return;
   }
   size_t esize = hoop_dtype_size(dtype);
-  unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op);
+  unsigned seed = (unsigned)(count * 31 + (size_t)dtype * 7 + (size_t)op) | wide_inputs;
   char *send = xmalloc(count * esize), *recv = xmalloc(count * esize),
        *copy = xmalloc(count * esize);
   ref_fill(send, count, dtype, op, rank, seed);
@@ -267,7 +270,7 @@ static void check_reduce_scatter(size_t count, hoop_dtype dtype, hoop_op op, int
     return;
   }
   size_t esize = hoop_dtype_size(dtype), block = count * esize, total = block * (size_t)nranks;
-  unsigned seed = (unsigned)(count * 37 + (size_t)dtype * 11 + (size_t)op);
+  unsigned seed = (unsigned)(count * 37 + (size_t)dtype * 11 + (size_t)op) | wide_inputs;
   char *send = xmalloc(total), *recv = xmalloc(block), *copy = xmalloc(total);
   ref_fill(send, count * (size_t)nranks, dtype, op, rank, seed);
   memcpy(copy, send, total);
@@ -311,7 +314,8 @@ static void check_reduce(size_t count, hoop_dtype dtype, hoop_op op, int root, i
     return;
   }
   size_t esize = hoop_dtype_size(dtype), bytes = count * esize;
-  unsigned seed = (unsigned)(count * 41 + (size_t)dtype * 5 + (size_t)op + (size_t)root);
+  unsigned seed =
+      (unsigned)(count * 41 + (size_t)dtype * 5 + (size_t)op + (size_t)root) | wide_inputs;
   int is_root = rank == root;
   in_place = in_place && is_root;
   char *send = xmalloc(bytes), *recv = xmalloc(bytes), *copy = xmalloc(bytes);
@@ -794,6 +798,24 @@ int main(int argc, char **argv) {
     check_gather(big / 8 + 1, HOOP_UINT8, root, root % 2);
     check_scatter(big / 8 + 3, HOOP_FLOAT64, root, (root + 1) % 2);
   }
+
+  /* Inputs that can show an order or precision bug: floats that round (checked within the bound
+   * any order keeps) and integers over their whole width (int64 and uint64 past 2^63). */
+  wide_inputs = REF_WIDE;
+  static const size_t wide_counts[] = {1, 7, 1031};
+  for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
+    for (int op = 0; op < HOOP_OP_COUNT; op++)
+      for (size_t c = 0; c < sizeof wide_counts / sizeof wide_counts[0]; c++) {
+        check_allreduce(wide_counts[c], (hoop_dtype)dtype, (hoop_op)op, (int)c % 2);
+        check_reduce_scatter(wide_counts[c], (hoop_dtype)dtype, (hoop_op)op, (int)(c + 1) % 2);
+        check_reduce(wide_counts[c], (hoop_dtype)dtype, (hoop_op)op, (int)c % nranks, (int)c % 2);
+      }
+  check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0);
+  check_allreduce(big, HOOP_BFLOAT16, HOOP_SUM, 1);
+  check_allreduce(big / 3, HOOP_UINT64, HOOP_SUM, 0);
+  check_reduce_scatter(big / 2 + 1, HOOP_FLOAT16, HOOP_AVG, 0);
+  check_reduce(big / 2 + 1, HOOP_FLOAT64, HOOP_SUM, nranks - 1, 0);
+  wide_inputs = 0;
 
   if (register_mode == 3)
     check_registered(quick);

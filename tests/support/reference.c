@@ -27,9 +27,27 @@ static int is_bitwise(hoop_op op) {
   return op == HOOP_BAND || op == HOOP_BOR || op == HOOP_BXOR;
 }
 
+static int wide(unsigned seed) {
+  return (seed & REF_WIDE) != 0;
+}
+
 /* The integer types' width in bits (bool's 8). */
 static int width_bits(hoop_dtype dtype) {
   return 8 * (int)hoop_dtype_size(dtype);
+}
+
+/* A wide float input: a full 53-bit mantissa (stored() rounds it to the dtype), so that sums and
+ * products round and their order shows. Sums and averages spread over 2^-3 to 2^4 with both
+ * signs, so that partial sums cancel; products lie in +-[0.5, 2), whose product over 9 ranks fits
+ * float16. */
+static double wide_float(hoop_op op, uint64_t h) {
+  double frac = (double)(mix(h) >> 11) * 0x1p-53; /* [0, 1) */
+  double sign = (h & 1) ? -1.0 : 1.0;
+  if (op == HOOP_PROD)
+    return sign * (1.0 + frac) * ((h & 2) ? 0.5 : 1.0);
+  if (op == HOOP_MIN || op == HOOP_MAX)
+    return sign * (1.0 + frac) * ldexp(1, (int)((h >> 2) % 24) - 12);
+  return sign * (1.0 + frac) * ldexp(1, (int)((h >> 2) % 8) - 3);
 }
 
 /* The input as a number. Sums use [-3, 3] (or [0, 6] unsigned); products use +-1 and +-2 (1 and 2
@@ -40,6 +58,8 @@ static double input_value(hoop_dtype dtype, hoop_op op, int rank, size_t index, 
   /* bool: false, true and another true byte (2), which results must make 1. */
   if (dtype == HOOP_BOOL)
     return (double)(h % 3);
+  if (wide(seed) && is_float(dtype))
+    return wide_float(op, h);
   /* Bitwise: random bits over the type's width (at most 40, exact in a double), mostly ones for
    * and so that it does not end all zeros over many ranks; signed types sign-extended. */
   if (is_bitwise(op)) {
@@ -162,22 +182,98 @@ static double stored(hoop_dtype dtype, double v) {
   return load(cell, 0, dtype);
 }
 
-void ref_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank, unsigned seed) {
-  for (size_t i = 0; i < count; i++)
-    store(buf, i, dtype, input_value(dtype, op, rank, i, seed));
+/* ---- Integers, as two's complement bits ------------------------------------------------------
+ * Every integer value below is held as the 64 bits of its value sign-extended (zero-extended for
+ * the unsigned types), so that int64 and uint64 are exact over their whole range, where a double
+ * holds only 53 bits. */
+
+static int is_integer(hoop_dtype dtype) {
+  return !is_float(dtype) && dtype != HOOP_BOOL;
 }
 
-/* Wrap an integer result to the dtype's width, as two's complement arithmetic does. */
-static double wrap_integer(hoop_dtype dtype, uint64_t bits) {
-  switch (dtype) {
-  case HOOP_INT8: return (int8_t)(uint8_t)bits;
-  case HOOP_UINT8: return (uint8_t)bits;
-  case HOOP_INT16: return (int16_t)(uint16_t)bits;
-  case HOOP_UINT16: return (uint16_t)bits;
-  case HOOP_INT32: return (int32_t)(uint32_t)bits;
-  case HOOP_UINT32: return (uint32_t)bits;
-  case HOOP_INT64: return (double)(int64_t)bits;
-  default: return (double)bits;
+/* bits cut to the dtype's width and extended back to 64. */
+static uint64_t extend(hoop_dtype dtype, uint64_t bits) {
+  int w = width_bits(dtype);
+  if (w >= 64)
+    return bits;
+  uint64_t mask = ((uint64_t)1 << w) - 1;
+  bits &= mask;
+  if (is_signed(dtype) && (bits >> (w - 1)) & 1)
+    bits |= ~mask;
+  return bits;
+}
+
+/* Narrow inputs are input_value's; wide ones random bits over the whole width (mostly ones for
+ * band, as there). */
+static uint64_t input_bits(hoop_dtype dtype, hoop_op op, int rank, size_t index, unsigned seed) {
+  if (!wide(seed))
+    return (uint64_t)(int64_t)input_value(dtype, op, rank, index, seed);
+  uint64_t h =
+      mix(((uint64_t)seed << 40) ^ ((uint64_t)rank << 32) ^ index ^ ((uint64_t)dtype << 56));
+  return extend(dtype, op == HOOP_BAND ? ~(h & mix(h) & mix(h + 1)) : mix(h ^ 0x5bd1e995u));
+}
+
+static void store_bits(void *buf, size_t i, hoop_dtype dtype, uint64_t bits) {
+  switch (hoop_dtype_size(dtype)) {
+  case 1: ((uint8_t *)buf)[i] = (uint8_t)bits; break;
+  case 2: ((uint16_t *)buf)[i] = (uint16_t)bits; break;
+  case 4: ((uint32_t *)buf)[i] = (uint32_t)bits; break;
+  default: ((uint64_t *)buf)[i] = bits; break;
+  }
+}
+
+static uint64_t load_bits(const void *buf, size_t i, hoop_dtype dtype) {
+  switch (hoop_dtype_size(dtype)) {
+  case 1: return extend(dtype, ((const uint8_t *)buf)[i]);
+  case 2: return extend(dtype, ((const uint16_t *)buf)[i]);
+  case 4: return extend(dtype, ((const uint32_t *)buf)[i]);
+  default: return ((const uint64_t *)buf)[i];
+  }
+}
+
+static int less_bits(hoop_dtype dtype, uint64_t a, uint64_t b) {
+  return is_signed(dtype) ? (int64_t)a < (int64_t)b : a < b;
+}
+
+/* op over the ranks in modular arithmetic, as the dtype's own would wrap; avg divides the wrapped
+ * sum, truncating toward zero. */
+static uint64_t expected_bits(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsigned seed) {
+  uint64_t acc = input_bits(dtype, op, 0, i, seed);
+  for (int r = 1; r < nranks; r++) {
+    uint64_t v = input_bits(dtype, op, r, i, seed);
+    switch (op) {
+    case HOOP_SUM:
+    case HOOP_AVG: acc += v; break;
+    case HOOP_PROD: acc *= v; break;
+    case HOOP_MIN: acc = less_bits(dtype, v, acc) ? v : acc; break;
+    case HOOP_MAX: acc = less_bits(dtype, acc, v) ? v : acc; break;
+    case HOOP_BAND: acc &= v; break;
+    case HOOP_BOR: acc |= v; break;
+    case HOOP_BXOR: acc ^= v; break;
+    default: break;
+    }
+  }
+  acc = extend(dtype, acc);
+  if (op == HOOP_AVG)
+    acc = is_signed(dtype) ? (uint64_t)((int64_t)acc / nranks) : acc / (uint64_t)nranks;
+  return extend(dtype, acc);
+}
+
+static void describe_bits(char *msg, size_t msglen, const char *what, hoop_dtype dtype,
+                          uint64_t want, uint64_t got) {
+  if (is_signed(dtype))
+    snprintf(msg, msglen, "%s: expected %lld, got %lld", what, (long long)want, (long long)got);
+  else
+    snprintf(msg, msglen, "%s: expected %llu, got %llu", what, (unsigned long long)want,
+             (unsigned long long)got);
+}
+
+void ref_fill(void *buf, size_t count, hoop_dtype dtype, hoop_op op, int rank, unsigned seed) {
+  for (size_t i = 0; i < count; i++) {
+    if (is_integer(dtype))
+      store_bits(buf, i, dtype, input_bits(dtype, op, rank, i, seed));
+    else
+      store(buf, i, dtype, input_value(dtype, op, rank, i, seed));
   }
 }
 
@@ -197,55 +293,85 @@ static double expected_bool(hoop_op op, int nranks, size_t i, unsigned seed) {
   return acc;
 }
 
-static double expected(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsigned seed) {
+/* The float dtypes' unit roundoff (half the distance from 1 to the next value) and their
+ * smallest subnormal. */
+static double unit_roundoff(hoop_dtype dtype) {
+  return dtype == HOOP_FLOAT64   ? 0x1p-53
+         : dtype == HOOP_FLOAT32 ? 0x1p-24
+         : dtype == HOOP_FLOAT16 ? 0x1p-11
+                                 : 0x1p-8;
+}
+
+static double smallest(hoop_dtype dtype) {
+  return dtype == HOOP_FLOAT64   ? 0x1p-1074
+         : dtype == HOOP_FLOAT32 ? 0x1p-149
+         : dtype == HOOP_FLOAT16 ? 0x1p-24
+                                 : 0x1p-133;
+}
+
+/* A float (or bool) result over the ranks, in long double, and how far a right answer may lie
+ * from it (*bound). Narrow inputs are exact in any order (bound 0), but for avg's division.
+ * Wide ones round: the n - 1 additions or multiplications of any order each err by at most u
+ * times the magnitude so far, which is at most sum |x| (or |product| for prod), twice for the
+ * 16-bit types (added in float, stored in their own), and avg's division and the last store
+ * once more: (n + 2) u sum |x| bounds them all, (n + 2) u sum |x| / n for avg, plus the
+ * dtype's smallest step for each rounding near zero. */
+static long double expected(hoop_dtype dtype, hoop_op op, int nranks, size_t i, unsigned seed,
+                            double *bound) {
+  *bound = 0;
   if (dtype == HOOP_BOOL)
     return expected_bool(op, nranks, i, seed);
-  double acc = stored(dtype, input_value(dtype, op, 0, i, seed));
-  uint64_t bits = (uint64_t)(int64_t)acc;
+  long double acc = stored(dtype, input_value(dtype, op, 0, i, seed)), magnitude = fabsl(acc);
   for (int r = 1; r < nranks; r++) {
     double v = stored(dtype, input_value(dtype, op, r, i, seed));
     switch (op) {
     case HOOP_SUM:
     case HOOP_AVG:
       acc += v;
-      bits += (uint64_t)(int64_t)v;
+      magnitude += fabs(v);
       break;
-    case HOOP_PROD:
-      acc *= v;
-      bits *= (uint64_t)(int64_t)v;
-      break;
+    case HOOP_PROD: acc *= v; break;
     case HOOP_MIN: acc = v < acc ? v : acc; break;
     case HOOP_MAX: acc = v > acc ? v : acc; break;
-    case HOOP_BAND: bits &= (uint64_t)(int64_t)v; break;
-    case HOOP_BOR: bits |= (uint64_t)(int64_t)v; break;
-    case HOOP_BXOR: bits ^= (uint64_t)(int64_t)v; break;
     default: break;
     }
   }
-  if (!is_float(dtype) && (op == HOOP_SUM || op == HOOP_PROD || is_bitwise(op)))
-    return wrap_integer(dtype, bits);
-  if (op == HOOP_AVG)
-    return is_float(dtype) ? acc / nranks : trunc(acc / nranks);
+  if (op == HOOP_PROD)
+    magnitude = fabsl(acc);
+  if (op == HOOP_AVG) {
+    acc /= nranks;
+    magnitude /= nranks;
+  }
+  if (op == HOOP_AVG && !wide(seed)) {
+    /* Exact sums, one rounding in the division (and the 16-bit store). */
+    *bound = 2 * unit_roundoff(dtype) * (double)fabsl(acc) + smallest(dtype);
+  } else if (wide(seed) && op != HOOP_MIN && op != HOOP_MAX) {
+    double n2 = nranks + 2;
+    *bound = n2 * unit_roundoff(dtype) * (double)magnitude + n2 * smallest(dtype);
+  }
   return acc;
-}
-
-static int close_enough(hoop_dtype dtype, hoop_op op, double want, double got) {
-  if (op != HOOP_AVG || !is_float(dtype))
-    return want == got;
-  double tolerance = dtype == HOOP_FLOAT64   ? 1e-12
-                     : dtype == HOOP_FLOAT32 ? 1e-6
-                     : dtype == HOOP_FLOAT16 ? 1e-3
-                                             : 8e-3;
-  return fabs(want - got) <= tolerance * (fabs(want) > 1 ? fabs(want) : 1);
 }
 
 size_t ref_check_reduced(const void *buf, size_t first, size_t count, hoop_dtype dtype, hoop_op op,
                          int nranks, unsigned seed, char *msg, size_t msglen) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; i++) {
-    double want = expected(dtype, op, nranks, first + i, seed), got = load(buf, i, dtype);
-    if (!close_enough(dtype, op, want, got) && wrong++ == 0)
-      snprintf(msg, msglen, "element %zu: expected %.17g, got %.17g", first + i, want, got);
+    if (is_integer(dtype)) {
+      uint64_t want = expected_bits(dtype, op, nranks, first + i, seed),
+               got = load_bits(buf, i, dtype);
+      if (want != got && wrong++ == 0) {
+        char what[48];
+        snprintf(what, sizeof what, "element %zu", first + i);
+        describe_bits(msg, msglen, what, dtype, want, got);
+      }
+      continue;
+    }
+    double bound;
+    long double want = expected(dtype, op, nranks, first + i, seed, &bound);
+    double got = load(buf, i, dtype);
+    if (!(fabsl(want - got) <= bound) && wrong++ == 0)
+      snprintf(msg, msglen, "element %zu: expected %.17Lg (within %.3g), got %.17g", first + i,
+               want, bound, got);
   }
   return wrong;
 }
@@ -259,6 +385,15 @@ size_t ref_check_equal(const void *buf, size_t count, hoop_dtype dtype, hoop_op 
                        unsigned seed, char *msg, size_t msglen) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; i++) {
+    if (is_integer(dtype)) {
+      uint64_t want = input_bits(dtype, op, rank, i, seed), got = load_bits(buf, i, dtype);
+      if (want != got && wrong++ == 0) {
+        char what[64];
+        snprintf(what, sizeof what, "element %zu (rank %d's input)", i, rank);
+        describe_bits(msg, msglen, what, dtype, want, got);
+      }
+      continue;
+    }
     double want = stored(dtype, input_value(dtype, op, rank, i, seed)), got = load(buf, i, dtype);
     if (want != got && wrong++ == 0)
       snprintf(msg, msglen, "element %zu: expected %.17g (rank %d's input), got %.17g", i, want,

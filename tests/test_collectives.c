@@ -15,6 +15,30 @@
 #include "hoop.h"
 #include "support/procs.h"
 
+/* The fewest checks a whole run of coll_worker makes (one rank, --quick: 6343 now). */
+enum { MIN_CHECKS = 6000 };
+
+/* How many ranks of an np-rank job the output shows passing: the summary line of each rank, from
+ * hooprun's "[r] " prefix, naming that rank of np, MIN_CHECKS checks or more and 0 failed; each
+ * rank counted once. */
+static int workers_passed(const char *out, int np) {
+  int passed = 0;
+  unsigned char seen[64] = {0};
+  for (const char *line = out; line && *line;
+       line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    int prefix, r, n;
+    unsigned long checks, failed;
+    if (sscanf(line, "[%d] coll_worker rank %d of %d: %lu checks, %lu failed", &prefix, &r, &n,
+               &checks, &failed) == 5 &&
+        prefix == r && n == np && r >= 0 && r < np && r < 64 && !seen[r] && checks >= MIN_CHECKS &&
+        failed == 0) {
+      seen[r] = 1;
+      passed++;
+    }
+  }
+  return passed;
+}
+
 /* Run coll_worker on np ranks under hooprun, with env_add ("NAME=value", NULL-ended, or NULL)
  * added to the ranks' environment. */
 static void run_workers_fake_hosts(int np, int quick, char *const env_add[], char *per_host) {
@@ -39,10 +63,22 @@ static void run_workers_fake_hosts(int np, int quick, char *const env_add[], cha
                   per_host ? per_host : NULL,
                   per_host && quick ? "--quick" : NULL,
                   NULL};
-  int code = procs_run(argv, env_add, NULL, 480);
+  char out_path[64];
+  snprintf(out_path, sizeof out_path, "%s/out", dir);
+  int code = procs_run(argv, env_add, out_path, 480);
+  char *out = procs_slurp(out_path);
+  ck_assert_msg(out != NULL, "cannot read %s", out_path);
+  fputs(out, stdout);
   ck_assert_msg(code == 0, "hooprun -np %d coll_worker%s%s: expected exit 0, got %d%s", np,
                 env_add ? " with " : "", env_add ? env_add[0] : "", code,
                 code == -1 ? " (killed after 480 s)" : "");
+  /* An exit status of 0 is not enough: every rank of one np-rank job must say how many checks it
+   * ran, all passed, and no fewer than a whole run makes (a worker that ran none exits 0 too). */
+  ck_assert_msg(workers_passed(out, np) == np,
+                "hooprun -np %d coll_worker%s%s: not %d ranks of one job each reporting %d or more "
+                "checks and 0 failed (output above)",
+                np, env_add ? " with " : "", env_add ? env_add[0] : "", np, MIN_CHECKS);
+  free(out);
   char cmd[4200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ck_assert_int_eq(system(cmd), 0);

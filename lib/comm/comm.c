@@ -360,6 +360,8 @@ static hoop_result join_job(hoop_comm *comm, const hoop_config *config) {
                            "rendezvous: the table says rank %u of %u, expected %d of %d",
                            comm->table.rank, comm->table.size, config->rank, config->size);
   comm->rank = (int)comm->table.rank;
+  HOOP__INFO(HOOP_SUBSYS_RDZV, "joined job '%s' as rank %d of %d", comm->job, comm->rank,
+             comm->size);
   warn_no_token(comm, (const struct sockaddr *)&server);
   if ((result = hoop__transport_agree(comm)) != HOOP_OK)
     return result;

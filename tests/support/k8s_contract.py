@@ -16,6 +16,7 @@ image's paths are this tree's (sgd: examples/sgd/sgd; /opt/hoop/: the source tre
 
 import argparse
 import atexit
+import fcntl
 import os
 import re
 import shlex
@@ -43,19 +44,40 @@ def fail(why):
     sys.exit(1)
 
 
+# Locks this process keeps: the ports reserved below stay reserved until it exits.
+_port_locks = []
+
+
 def free_port(pair=False):
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if not pair or port >= 65535:
+    """A port (and the next, with pair) reserved as procs_free_port and ports.sh reserve them:
+    below the ephemeral range, locked through /tmp/hoop-test-ports, none listening now."""
+    span = 2 if pair else 1
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    first = max(1024, low - 12000)
+    os.makedirs("/tmp/hoop-test-ports", mode=0o1777, exist_ok=True)
+    for tries in range(4000):
+        port = first + (os.getpid() * 7919 + tries * 131) % (low - first - span)
+        held = []
+        for p in range(port, port + span):
+            path = "/tmp/hoop-test-ports/%d" % p
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+            except OSError:
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                with socket.socket() as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind(("127.0.0.1", p))
+            except OSError:
+                os.close(fd)
+                break
+            held.append(fd)
+        if len(held) == span:
+            _port_locks.extend(held)
             return port
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
+        for fd in held:
+            os.close(fd)
     fail("no free port")
 
 
@@ -249,6 +271,7 @@ procs = []
 for pod in pods:
     env = dict(base)
     env.update(pod["env"])
+    env["HOOP_DEBUG"] = "info"  # each rank's "joined job ... as rank R of N", checked below
     out = open(os.path.join(work, pod["hostname"] + ".out"), "w+")
     procs.append((pod, out, subprocess.Popen(pod["argv"], env=env, stdout=out,
                                              stderr=subprocess.STDOUT)))
@@ -268,6 +291,20 @@ for pod, _, proc in procs:
         proc.kill()
 if bad:
     fail("\n".join(bad))
+# Every pod exiting 0 is not enough: n pods that each ran a job of its own would too. They must
+# have formed one job of n ranks, each pod a different rank.
+joined = []
+for pod in pods:
+    m = re.search(r"joined job '([^']*)' as rank (\d+) of (\d+)", pod["output"])
+    if not m:
+        fail("%s never said it joined a job:\n%s" % (pod["hostname"], pod["output"][-2000:]))
+    joined.append((m.group(1), int(m.group(2)), int(m.group(3))))
+if len({j[0] for j in joined}) != 1 or {j[2] for j in joined} != {len(pods)} or \
+        sorted(j[1] for j in joined) != list(range(len(pods))):
+    fail("the pods did not form one job of %d ranks: %s" % (
+        len(pods), ", ".join("%s: job %s rank %d of %d" % ((p["hostname"],) + j)
+                             for p, j in zip(pods, joined))))
+print("  one job '%s' of %d ranks, each pod a rank" % (joined[0][0], len(pods)))
 print("  %s's last lines:" % pods[0]["hostname"])
 for line in pods[0]["output"].strip().splitlines()[-3:]:
     print("    " + line)

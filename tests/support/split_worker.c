@@ -249,7 +249,11 @@ static void round_of_calls(group *g, size_t count, int salt) {
     for (size_t i = 0; i < count; i++)
       bad += recv[i] != value(g->world[from], i, salt);
     check(bad == 0, "%s ring shift of %zu (round %d): %zu wrong", g->name, count, salt, bad);
-    /* Empty messages travel too (their frames carry the channel), posted both ways at once. */
+    /* Empty messages travel too (their frames carry the channel), posted both ways at once: they
+     * write nothing, and are taken, so that the one-element messages that follow on the same tags
+     * are the ones those tags match next. */
+    recv[0] = recv[count * (size_t)n - 1] = -1;
+    bufs_in(&b, 1);
     hoop_request *e[4];
     must(comm, hoop_irecv(comm, b.recv, 0, HOOP_INT64, from, 1, &e[0]), "hoop_irecv (empty)");
     must(comm, hoop_irecv(comm, b.recv, 0, HOOP_INT64, to, 2, &e[1]), "hoop_irecv (empty)");
@@ -257,7 +261,25 @@ static void round_of_calls(group *g, size_t count, int salt) {
     must(comm, hoop_isend(comm, b.send, 0, HOOP_INT64, from, 2, &e[3]), "hoop_isend (empty)");
     for (int k = 3; k >= 0; k--)
       must(comm, hoop_wait(e[k]), "hoop_wait (empty)");
-    check(1, "");
+    bufs_out(&b);
+    check(recv[0] == -1 && recv[count * (size_t)n - 1] == -1,
+          "%s empty messages (round %d) wrote into the receive buffer", g->name, salt);
+    if (count * (size_t)n >= 2) {
+      int64_t *last = b.recv + count * (size_t)n - 1;
+      must(comm, hoop_irecv(comm, b.recv, 1, HOOP_INT64, from, 1, &e[0]), "hoop_irecv (after)");
+      must(comm, hoop_irecv(comm, last, 1, HOOP_INT64, to, 2, &e[1]), "hoop_irecv (after)");
+      must(comm, hoop_isend(comm, b.send, 1, HOOP_INT64, to, 1, &e[2]), "hoop_isend (after)");
+      must(comm, hoop_isend(comm, b.send, 1, HOOP_INT64, from, 2, &e[3]), "hoop_isend (after)");
+      for (int k = 0; k < 4; k++)
+        must(comm, hoop_wait(e[k]), "hoop_wait (after)");
+      bufs_out(&b);
+      check(recv[0] == value(g->world[from], 0, salt) &&
+                recv[count * (size_t)n - 1] == value(g->world[to], 0, salt),
+            "%s the messages after the empty ones (round %d): got %lld and %lld, expected %lld "
+            "and %lld",
+            g->name, salt, (long long)recv[0], (long long)recv[count * (size_t)n - 1],
+            (long long)value(g->world[from], 0, salt), (long long)value(g->world[to], 0, salt));
+    }
   }
   /* Non-blocking calls outstanding together (the communicator's progress thread runs them),
    * completed out of order: an allreduce into the upper half and an alltoall. */

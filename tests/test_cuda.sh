@@ -324,7 +324,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null &&
     echo "FAIL: VMM memory without ptrace permission"; echo "$out" | tail -20; status=1
   fi
 else
-  echo "  (VMM memory without ptrace permission: not run; it needs root and a build tree nobody can read)"
+  echo "SKIP-PART: VMM memory without ptrace permission: it needs root and a build tree nobody can read"
 fi
 # Not exportable (requestedHandleTypes without POSIX file descriptors): staged, saying why.
 out=$(DEVMEM_VMM=noexport HOOP_CUDA_LIBRARY=$fake HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_DEBUG=info \

@@ -30,6 +30,6 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1 && ip netns list >/dev/nu
     try "$kind, four netns hosts" -N -k $kind -n 1
   done
 else
-  echo "(no root or no 'ip netns': the netns trials are skipped)"
+  echo "SKIP-PART: the netns trials: no root or no 'ip netns'"
 fi
 exit $status

@@ -364,8 +364,16 @@ static void expect_connections_held(int count, int held) {
 START_TEST(test_open_file_limit) {
   struct rlimit own;
   ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &own), 0);
-  if (own.rlim_cur != RLIM_INFINITY && own.rlim_cur < 400)
-    return; /* this test process itself cannot open 300 connections */
+  if (own.rlim_cur != RLIM_INFINITY && own.rlim_cur < 400) {
+    /* This process opens 300 connections: a soft limit below that is raised where the hard one
+     * lets it; a part left out says so, for CI's gate (.ci/gate). */
+    own.rlim_cur = own.rlim_max == RLIM_INFINITY || own.rlim_max >= 400 ? 400 : own.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &own) != 0 || own.rlim_cur < 400) {
+      printf("SKIP-PART: test_open_file_limit: this process may open only %lu files (hard limit)\n",
+             (unsigned long)own.rlim_max);
+      return;
+    }
+  }
   char log[] = "/tmp/hoop-nofile-XXXXXX";
   int log_fd = mkstemp(log);
   ck_assert_int_ge(log_fd, 0);

@@ -111,20 +111,8 @@ for transport in ${HOSTILE_LISTENERS-tcp shm}; do
       fail "$transport, 1000 connections of $user: a rank's peak memory $peak kB, without: $base_peak kB"
   done
 done
-# A port P, with P + 1 free too (torchrun's rank 0 hosts the rendezvous at MASTER_PORT + 1).
-free_port() {
-  "$python" -c '
-import socket
-for _ in range(100):
-    a, b = socket.socket(), socket.socket()
-    try:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]; b.bind(("127.0.0.1", p + 1))
-        print(p); break
-    except OSError:
-        pass
-    finally:
-        a.close(); b.close()'
-}
+# Ports P and P + 1 (torchrun's rank 0 hosts the rendezvous at MASTER_PORT + 1), reserved.
+. "$src/tests/support/ports.sh"
 
 # as USER CMD...: run CMD as USER (this one, or another through runuser).
 as_user() {
@@ -151,7 +139,8 @@ rdzv_run() {
   mkdir -p "$dir"
   chmod 755 "$dir"
   rm -f "$work/go"
-  port=$(free_port)
+  reserve_port 2 || fail "$name: no free port"
+  port=$PORT
   case $mode in
   hoopd)
     "$build/tools/hoopd" --listen "127.0.0.1:$port" --token-file "$work/token" >"$dir/server.log" 2>&1 &
@@ -273,7 +262,7 @@ if command -v strace >/dev/null && strace -f -qq -o /dev/null true 2>/dev/null; 
     done
   done
 else
-  echo "SKIP: no strace that may trace (it shows what someone who reads the wire sees): the rendezvous attacks and replays did not run"
+  echo "SKIP-PART: the rendezvous attacks and replays: no strace that may trace (it shows what someone who reads the wire sees)"
 fi
 
 if [ $failures -gt 0 ]; then

@@ -13,9 +13,9 @@ check() {
 }
 check "$src/examples/k8s/indexed-job.yaml"
 if [ "${HOOP_SANITIZED:-no}" = yes ]; then
-  echo "pytorchjob.yaml: skipped (libhoop is built with the sanitizers, which $py cannot load)"
+  echo "SKIP-PART: pytorchjob.yaml: libhoop is built with the sanitizers, which $py cannot load"
 elif $py -c 'import torch' 2>/dev/null && [ -d /usr/share/datasets/fashion-mnist ]; then
   check "$src/examples/k8s/pytorchjob.yaml" --extra-args "--steps 20"
 else
-  echo "pytorchjob.yaml: skipped (no python3-torch or dataset-fashion-mnist)"
+  echo "SKIP-PART: pytorchjob.yaml: no python3-torch or dataset-fashion-mnist"
 fi

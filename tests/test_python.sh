@@ -110,5 +110,7 @@ dist.destroy_process_group()' 2>&1)
     echo "DistributedDataParallel on the hoop backend: the same 5 losses, collectives (reduce, gather, scatter, isend/irecv, uneven all_to_all_single, new_group subsets), ZeroRedundancyOptimizer steps and parameters as on gloo; reduce_scatter, PREMUL_SUM, the coalesced calls and the group's name checked"
   fi
   rm -f "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$" "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"
+elif [ $status = 0 ]; then
+  echo "SKIP-PART: torch.distributed (gloo, DistributedDataParallel, the hoop backend) and the workers' torch cases: $python has no torch (Debian: apt-get install python3-torch)"
 fi
 exit $status

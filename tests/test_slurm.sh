@@ -193,7 +193,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   grep -q 'test accuracy' "$out" 2>/dev/null || fail "no test accuracy in the job's output"
   grep -q 'sgd: 8 ranks' "$out" 2>/dev/null || fail "the job did not run 8 ranks"
 else
-  echo "  skipped: no dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"
+  echo "SKIP-PART: the sbatch job: no dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"
 fi
 
 # ---- 3. a rank killed: every other rank ends within HOOP_TIMEOUT + 1 s ------------------------

@@ -162,7 +162,7 @@ echo "$out" | grep -E 'elastic sampler|FAIL|Error' | head -6
 
 data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
-  echo "SKIP (examples only): no Fashion-MNIST in $data (Debian: apt-get install dataset-fashion-mnist)"
+  echo "SKIP-PART: the examples: no Fashion-MNIST in $data (Debian: apt-get install dataset-fashion-mnist)"
   exit $status
 fi
 ex=$src/examples/torch

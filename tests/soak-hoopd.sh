@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # Soak: 200 short jobs of 2 ranks through one hoopd, up to 8 at once. hoopd's open descriptors and
 # resident memory are read after a warm-up and at the end and must stay flat; with SOAK_VALGRIND=1
 # hoopd runs under valgrind memcheck, which must report no error and no leak at exit.
@@ -8,7 +8,10 @@ build=${HOOP_BUILDDIR:-.}
 jobs=${1:-200}
 parallel=8
 work=$(mktemp -d)
-port=$(( 20000 + $$ % 20000 ))
+# A port below the ephemeral range, reserved for this run (tests/support/ports.sh).
+. "$(dirname "$0")/support/ports.sh"
+reserve_port || { echo "soak: no free port"; exit 1; }
+port=$PORT
 hoopd_pid=
 cleanup() {
   [ -n "$hoopd_pid" ] && kill "$hoopd_pid" 2>/dev/null || true

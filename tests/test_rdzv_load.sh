@@ -6,6 +6,7 @@
 # never asserted: this machine is shared.
 set -u
 build=${HOOP_BUILDDIR:-.}
+src=${HOOP_SRCDIR:-.}
 load=$build/bench/rdzv-load
 [ -x "$load" ] || { echo "SKIP: no $load"; exit 77; }
 work=$(mktemp -d)
@@ -41,7 +42,9 @@ check embedded+token --embedded --token-file "$work/token"
 # SYN cookies make it look connected to the rank, which waits for the server's greeting): a relay
 # that holds its first connection silent and passes the others to hoopd. The rank that got the
 # silent one must connect again after 5 s and the job complete, with a line that says why.
-hoopd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$src/tests/support/ports.sh"
+reserve_port || { echo "FAIL: no free port"; exit 1; }
+hoopd_port=$PORT
 "$build/tools/hoopd" --listen "127.0.0.1:$hoopd_port" 2>"$work/hoopd.log" &
 hoopd_pid=$!
 python3 - "$hoopd_port" >"$work/relay.port" 2>"$work/relay.err" <<'PY' &

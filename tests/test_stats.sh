@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # test_stats.sh - finding the slow rank (hoop(3), "Finding the slow rank"): 4 ranks under hooprun,
 # joined through a hoopd of the test's own, run allreduces while rank 2 sleeps 5 ms before each.
 # Every rank's hoop_comm_stats must name rank 2 as the latest, late by 5 ms within 20%, within
@@ -13,6 +13,7 @@
 # was the slowest, by about 5 ms.
 set -u
 build=${HOOP_BUILDDIR:-.}
+src=${HOOP_SRCDIR:-.}
 hooprun=$build/tools/hooprun
 hoopd=$build/tools/hoopd
 worker=$build/tests/stats_worker
@@ -83,9 +84,12 @@ scrape_configs:
     static_configs:
       - targets: ['$metrics']
 EOF
-  # Its web port: one the kernel has free now, tried again should another take it first.
+  # Its web port: reserved (tests/support/ports.sh), tried again should something outside the
+  # tests take it first.
+  . "$src/tests/support/ports.sh"
   for _ in 1 2 3 4 5; do
-    prom_port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    reserve_port || break
+    prom_port=$PORT
     prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
       --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
     prom_pid=$!

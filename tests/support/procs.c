@@ -8,10 +8,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,17 +122,44 @@ hoop_comm *procs_join(int port, int index, int n, double timeout_s, const char *
   return comm;
 }
 
-int procs_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof addr;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
-      getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-    port = ntohs(addr.sin_port);
+/* Whether port may be bound on 127.0.0.1 now (as the servers bind: SO_REUSEADDR). */
+static int port_bindable(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+  struct sockaddr_in addr = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) == 0 &&
+           bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
   if (fd >= 0)
     close(fd);
-  return port;
+  return ok;
+}
+
+int procs_free_port(void) {
+  enum { SPAN = 12000 };
+  static const char dir[] = "/tmp/hoop-test-ports";
+  static unsigned tries;
+  int low = 32768;
+  char *range = procs_slurp("/proc/sys/net/ipv4/ip_local_port_range");
+  if (range && atoi(range) > 0)
+    low = atoi(range);
+  free(range);
+  int first = low - SPAN > 1024 ? low - SPAN : 1024;
+  if (mkdir(dir, 01777) == 0)
+    chmod(dir, 01777); /* every user's tests share it */
+  for (int i = 0; i < 4000; i++) {
+    int port =
+        first + (int)(((unsigned)getpid() * 7919u + tries++ * 131u) % (unsigned)(low - first));
+    char path[64];
+    snprintf(path, sizeof path, "%s/%d", dir, port);
+    int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+      continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && port_bindable(port))
+      return port; /* fd stays open: the lock lasts as long as this process */
+    close(fd);
+  }
+  return -1;
 }
 
 char *procs_slurp(const char *path) {

@@ -36,7 +36,11 @@ void procs_local_config(struct hoop_config *config, char *rendezvous, size_t len
 struct hoop_comm;
 struct hoop_comm *procs_join(int port, int index, int n, double timeout_s, const char *transport);
 
-/* A free TCP port on 127.0.0.1 (bound and released; good enough for tests). */
+/* A TCP port that no other test takes while this process lives, free on 127.0.0.1 now: below
+ * the kernel's ephemeral range (which bind to port 0 and outgoing connections draw from, so no
+ * connection made meanwhile can land on it), and reserved by a lock on a file named for it in
+ * /tmp/hoop-test-ports, which tests/support/ports.sh and k8s_contract.py take too. The lock is
+ * held until this process and the children it forked exit. -1 if none could be had. */
 int procs_free_port(void);
 
 /* Read a whole file into a malloc'ed string (NULL on error). */

@@ -147,12 +147,12 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
   const char *outer = comm->call;
   comm->call = req->name;
   *result = HOOP_OK;
-  if (p2p->transfer.pending && comm->failed) {
+  if (hoop__transfer_pending(&p2p->transfer) && comm->failed) {
     /* Ended by the communicator's failure (a transfer that ended before it stands). */
     *result =
         hoop__set_error(comm, comm->failed, "%s: %s", req->name,
                         comm->fail_reason[0] ? comm->fail_reason : hoop_strerror(comm->failed));
-  } else if (wait && p2p->transfer.pending) {
+  } else if (wait && hoop__transfer_pending(&p2p->transfer)) {
     /* A slice; HOOP_STALL_WARN counts from the wait's start. */
     double started = comm->call_started;
     int warned = comm->stall_warned;
@@ -164,13 +164,13 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
     p2p->stall_warned = comm->stall_warned;
     comm->call_started = started;
     comm->stall_warned = warned;
-    if (*result == HOOP_OK && p2p->transfer.pending) {
+    if (*result == HOOP_OK && hoop__transfer_pending(&p2p->transfer)) {
       comm->call = outer;
       return 0;
     }
-  } else if (p2p->transfer.pending) {
+  } else if (hoop__transfer_pending(&p2p->transfer)) {
     *result = hoop__poll_some(comm, &p2p->transfer, &p2p->waiting);
-    if (*result == HOOP_OK && p2p->transfer.pending) {
+    if (*result == HOOP_OK && hoop__transfer_pending(&p2p->transfer)) {
       comm->call = outer;
       return 0;
     }

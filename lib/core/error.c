@@ -63,9 +63,10 @@ hoop_result hoop__set_error(hoop_comm *comm, hoop_result code, const char *fmt, 
   return code;
 }
 
-/* From now on every call on comm is refused with the last error recorded. */
+/* From now on every call on comm is refused with the last error recorded. The code goes last,
+ * with release: a view of this net that reads it in another thread without the net's lock
+ * (hoop__net_failed) then reads the words and origin whole. */
 static void mark_failed(hoop_comm *comm, hoop_result code) {
-  comm->failed = code;
   memcpy(comm->fail_reason, comm->last_error, sizeof comm->fail_reason);
   /* A failure of this rank's own (not a peer's notice): peers are told it started here. */
   if (!comm->fail_cause[0]) {
@@ -73,6 +74,7 @@ static void mark_failed(hoop_comm *comm, hoop_result code) {
       comm->fail_origin = comm->rank;
     memcpy(comm->fail_cause, comm->last_error, sizeof comm->fail_cause);
   }
+  __atomic_store_n(&comm->failed, code, __ATOMIC_RELEASE);
 }
 
 hoop_result hoop__fail(hoop_comm *comm, hoop_result code, const char *fmt, ...) {
@@ -224,9 +226,12 @@ void hoop__net_yield(hoop_comm *comm) {
 
 hoop_result hoop__net_failed(hoop_comm *comm) {
   hoop_comm *net = hoop__net(comm);
-  if (comm->failed || net == comm || !net->failed)
+  if (comm->failed || net == comm)
     return comm->failed;
-  comm->failed = net->failed;
+  hoop_result failed = __atomic_load_n(&net->failed, __ATOMIC_ACQUIRE); /* see mark_failed */
+  if (!failed)
+    return HOOP_OK;
+  comm->failed = failed;
   comm->fail_origin = net->fail_origin;
   memcpy(comm->fail_reason, net->fail_reason, sizeof comm->fail_reason);
   memcpy(comm->fail_cause, net->fail_cause, sizeof comm->fail_cause);

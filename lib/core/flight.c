@@ -32,6 +32,10 @@ typedef struct flight_entry {
  * claim one entry) or 64 others begin while the first runs, and then that entry may mix the two,
  * as it may while the handler reads it: a diagnostic, not a record. */
 static flight_entry ring[FLIGHT_ENTRIES];
+/* Its fields are read and written as relaxed atomics (plain moves): that race is meant, and so
+ * said to the compiler and to ThreadSanitizer. */
+#define PUT(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELAXED)
+#define GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 static _Atomic long written; /* entries ever begun; the next goes at written % N */
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 
@@ -96,27 +100,30 @@ static void calls(long first, long total, sink emit, void *arg) {
   line out = {.len = 0};
   for (long i = first; i < total; i++) {
     const flight_entry *entry = &ring[i % FLIGHT_ENTRIES];
+    const char *call = GET(entry->call);
+    int64_t start_us = GET(entry->start_us), end_us = GET(entry->end_us);
+    hoop_result result = GET(entry->result);
     out.len = 0;
     add_text(&out, "  rank ");
-    add_number(&out, (uint64_t)entry->rank);
+    add_number(&out, (uint64_t)GET(entry->rank));
     add_text(&out, " call #");
-    add_number(&out, entry->seq);
+    add_number(&out, GET(entry->seq));
     add_text(&out, " ");
-    add_text(&out, entry->call ? entry->call : "?");
+    add_text(&out, call ? call : "?");
     add_text(&out, " ");
-    add_number(&out, entry->bytes);
+    add_number(&out, GET(entry->bytes));
     add_text(&out, " bytes: ");
-    if (entry->end_us) {
-      add_text(&out, entry->result == HOOP_OK ? "done" : "failed (");
-      if (entry->result != HOOP_OK) {
-        add_text(&out, hoop_strerror(entry->result));
+    if (end_us) {
+      add_text(&out, result == HOOP_OK ? "done" : "failed (");
+      if (result != HOOP_OK) {
+        add_text(&out, hoop_strerror(result));
         add_text(&out, ")");
       }
       add_text(&out, " in ");
-      add_seconds(&out, entry->end_us - entry->start_us);
+      add_seconds(&out, end_us - start_us);
     } else {
       add_text(&out, "running for ");
-      add_seconds(&out, now - entry->start_us);
+      add_seconds(&out, now - start_us);
     }
     add_text(&out, " s\n");
     emit(&out, arg);
@@ -187,13 +194,13 @@ long hoop__flight_begin(int rank, uint64_t seq, const char *call, uint64_t bytes
   long slot = atomic_load_explicit(&written, memory_order_relaxed);
   atomic_store_explicit(&written, slot + 1, memory_order_relaxed);
   flight_entry *entry = &ring[slot % FLIGHT_ENTRIES];
-  entry->end_us = 0;
-  entry->rank = rank;
-  entry->seq = seq;
-  entry->call = call;
-  entry->bytes = bytes;
-  entry->result = HOOP_OK;
-  entry->start_us = (int64_t)(now * 1e6);
+  PUT(entry->end_us, 0);
+  PUT(entry->rank, rank);
+  PUT(entry->seq, seq);
+  PUT(entry->call, call);
+  PUT(entry->bytes, bytes);
+  PUT(entry->result, HOOP_OK);
+  PUT(entry->start_us, (int64_t)(now * 1e6));
   return slot;
 }
 
@@ -201,9 +208,9 @@ void hoop__flight_end(long slot, hoop_result result, double end) {
   /* The slot may have been reused by 64 newer calls of other communicators. */
   if (slot >= 0 && atomic_load_explicit(&written, memory_order_relaxed) - slot <= FLIGHT_ENTRIES) {
     flight_entry *entry = &ring[slot % FLIGHT_ENTRIES];
-    entry->result = result;
-    int64_t end_us = (int64_t)(end * 1e6);
+    PUT(entry->result, result);
+    int64_t end_us = (int64_t)(end * 1e6), start_us = GET(entry->start_us);
     /* end_us 0 says "running": a call that ended in the microsecond it began ends one later. */
-    entry->end_us = end_us > entry->start_us ? end_us : entry->start_us + 1;
+    PUT(entry->end_us, end_us > start_us ? end_us : start_us + 1);
   }
 }

@@ -93,7 +93,7 @@ static hoop_result deliver(hoop_comm *comm, hoop__stray *stray, void *buf, hoop_
     result = atomic_load(&stray_copy)(comm, buf, stray->buf, stray->req.len);
   if (result != HOOP_OK) /* the receive must not look complete: everyone learns of it */
     result = hoop__fail_as_recorded(comm, result);
-  req->pending = 0;
+  hoop__transfer_set_pending(req, 0);
   unlink_stray(hoop__net(comm), stray);
   free(stray);
   return result;
@@ -111,14 +111,14 @@ int hoop__stray_take(hoop_comm *comm, int wpeer, void *buf, hoop__transfer *req,
   *result = hoop__frame_check(ctx, wpeer, stray->frame, req);
   if (*result != HOOP_OK)
     return 1;
-  if (stray->req.pending == 0) {
+  if (hoop__transfer_pending(&stray->req) == 0) {
     *result = deliver(comm, stray, buf, req);
     return 1;
   }
   stray->waiter = req;
   stray->waiter_buf = buf;
   stray->waiter_comm = comm;
-  req->pending = 1;
+  hoop__transfer_set_pending(req, 1);
   net->transport->strays_waited++;
   return 1;
 }
@@ -128,7 +128,7 @@ hoop_result hoop__strays_settle(hoop_comm *net) {
   hoop__stray *stray = net->transport->strays;
   while (stray && net->transport->strays_waited > 0) {
     hoop__stray *next = stray->next;
-    if (stray->waiter && stray->req.pending == 0) {
+    if (stray->waiter && hoop__transfer_pending(&stray->req) == 0) {
       net->transport->strays_waited--;
       hoop_result delivered = deliver(stray->waiter_comm, stray, stray->waiter_buf, stray->waiter);
       if (result == HOOP_OK)

@@ -42,7 +42,10 @@ typedef struct hoop__transfer {
   /* The communicator whose message it is (hoop_comm_split): 0 for the one hoop_init made. It
    * travels in the frame, and a receive takes only a message of its own channel. */
   uint16_t channel;
-  int pending; /* fragments not finished; 0 when the transfer is complete */
+  /* Fragments not finished; 0 when the transfer is complete. Written by whichever thread drives
+   * the net (holding its lock), read by the thread that waits for it, which may not hold it:
+   * through hoop__transfer_pending and hoop__transfer_set_pending below. */
+  int pending;
   size_t len;
   /* The call's fingerprint, opaque to the transport: sent with the message, and compared with
    * the sender's on arrival (all zero: not checked). */
@@ -51,6 +54,16 @@ typedef struct hoop__transfer {
    * struct over it and checks at compile time that it fits. Transfers never allocate. */
   _Alignas(max_align_t) unsigned char transport_state[HOOP__TRANSFER_STATE_BYTES];
 } hoop__transfer;
+
+/* A transfer's pending count as its waiter reads it: a read that sees 0 acquires what the thread
+ * that completed it delivered (the bytes of a receive). Written with release for the same reason,
+ * one writer at a time (the net lock's holder). Both are plain moves on x86. */
+static inline int hoop__transfer_pending(const hoop__transfer *req) {
+  return __atomic_load_n(&req->pending, __ATOMIC_ACQUIRE);
+}
+static inline void hoop__transfer_set_pending(hoop__transfer *req, int n) {
+  __atomic_store_n(&req->pending, n, __ATOMIC_RELEASE);
+}
 
 #define HOOP__PENDING_RECV 1
 #define HOOP__PENDING_SEND 2

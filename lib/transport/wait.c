@@ -333,12 +333,12 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__transfer *req) {
 
 hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s,
                             hoop__wait_state *state) {
-  if (req->pending == 0)
+  if (hoop__transfer_pending(req) == 0)
     return HOOP_OK;
   /* A message that is there already, or comes within one round, costs no clock reading. */
   if (!state->started && slice_s <= 0) {
     hoop_result result = hoop__progress_once(comm);
-    if (req->pending == 0)
+    if (hoop__transfer_pending(req) == 0)
       return HOOP_OK;
     if (result != HOOP_OK)
       return result;
@@ -348,7 +348,6 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
   comm->call_waited = 1;
   if (comm->call_clock_start == 0)
     comm->call_clock_start = began;
-  net->waiting_for = req->peer; /* for a peer's notice that blames this rank (core/error.c) */
   if (!state->started) {
     state->started = 1;
     state->deadline = now + comm->timeout_s;
@@ -362,9 +361,14 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
   unsigned rounds = 0;
   hoop_result result = HOOP_OK;
   /* Round by round under the net lock (views of one net may wait in several threads at once):
-   * the request may be completed by any of them, reading req->pending under the lock. */
+   * the request may be completed by any of them, reading hoop__transfer_pending(req) under the
+   * lock. */
   const hoop_comm *outer = hoop__drive_begin(comm);
-  while (req->pending > 0) {
+  /* Whom this wait waits for, for a peer's notice that blames this rank (core/error.c): the net's,
+   * so written only while this thread holds the net, and given back before it lets go. */
+  int waited_before = net->waiting_for;
+  net->waiting_for = req->peer;
+  while (hoop__transfer_pending(req) > 0) {
     if (until > 0 && now >= until)
       break;
     if (hoop__check_abort(net) != HOOP_OK || net->failed || comm->failed) {
@@ -403,7 +407,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
     /* Reading ahead may find a peer's notice after this request's last byte: the request itself
      * still completed; the failure stays recorded for what follows. */
     if (result != HOOP_OK) {
-      result = req->pending == 0 ? HOOP_OK : result;
+      result = hoop__transfer_pending(req) == 0 ? HOOP_OK : result;
       break;
     }
     /* A spinning round took no time to speak of: its clock reading still serves. */
@@ -423,11 +427,14 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
       deadline = hoop__now() + (comm->timeout_s < 1.0 ? comm->timeout_s : 1.0) * TIMEOUT_GRACE;
     }
     if (atomic_load_explicit(&net->net_shared, memory_order_relaxed)) {
+      net->waiting_for = waited_before;
       hoop__drive_end(comm, outer, HOOP_OK);
       hoop__net_yield(comm);
       if (spinning && !moved)
         spin_pause(comm);
       outer = hoop__drive_begin(comm);
+      waited_before = net->waiting_for;
+      net->waiting_for = req->peer;
     } else if (spinning && !moved) {
       spin_pause(comm);
     }
@@ -441,15 +448,15 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
     tally(&net->transport->peer_wait_ns[req->peer], waited_ns);
   if (hoop__tracing(comm) && now - began >= HOOP__TRACE_WAIT_MIN_S)
     hoop__trace_wait(comm, hoop__comm_rank_of_net(comm, req->peer), req->len, began, now);
+  net->waiting_for = waited_before;
   result = hoop__drive_end(comm, outer, result);
-  net->waiting_for = -1;
   state->deadline = deadline;
   state->in_grace = in_grace;
   return result;
 }
 
 hoop_result hoop__poll_some(hoop_comm *comm, hoop__transfer *req, hoop__wait_state *state) {
-  if (req->pending == 0)
+  if (hoop__transfer_pending(req) == 0)
     return HOOP_OK;
   hoop_comm *net = hoop__net(comm);
   double now = hoop__now();
@@ -469,11 +476,11 @@ hoop_result hoop__poll_some(hoop_comm *comm, hoop__transfer *req, hoop__wait_sta
   if (result == HOOP_OK && net->transport->strays_waited)
     result = hoop__strays_settle(net);
   if (result != HOOP_OK) {
-    result = req->pending == 0 ? HOOP_OK : result;
+    result = hoop__transfer_pending(req) == 0 ? HOOP_OK : result;
   } else if (moved) {
     state->deadline = now + comm->timeout_s;
     state->in_grace = 0;
-  } else if (req->pending > 0 && now > state->deadline) {
+  } else if (hoop__transfer_pending(req) > 0 && now > state->deadline) {
     hoop__tctx *ctx = &net->transport->transports[net->transport->peer_transport[req->peer]];
     result = ctx->ops->timed_out(ctx, req, state->in_grace);
     if (result == HOOP_OK) { /* the peer runs: a grace, as in hoop__wait_some */

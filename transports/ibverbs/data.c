@@ -141,7 +141,7 @@ static hoop_result send_small(hoop__tctx *ctx, int index, const uint8_t *bytes, 
 
 void hoop__ib_zsend_complete(ib_peer *peer) {
   if (peer->zsend_finishing && peer->zwrites_inflight == 0) {
-    peer->zsend_finishing->pending--;
+    hoop__transfer_set_pending(peer->zsend_finishing, peer->zsend_finishing->pending - 1);
     peer->zsend_finishing = NULL;
   }
 }
@@ -296,7 +296,7 @@ hoop_result hoop__ib_drive_send(hoop__tctx *ctx, int index, int *moved) {
         peer->send_tail = NULL;
       peer->head_started = 0;
       peer->zsend_state = IB_ZSEND_NONE;
-      frag->owner->pending--;
+      hoop__transfer_set_pending(frag->owner, frag->owner->pending - 1);
     }
   }
   return HOOP_OK;
@@ -427,7 +427,7 @@ static hoop__fragment *bind_recv(hoop__tctx *ctx, int index, const uint8_t *fram
     return NULL;
   head = ib_frag(stray);
   *head = (hoop__fragment){.owner = stray, .buf = buf, .len = stray->len, .next = peer->recv_head};
-  stray->pending = 1;
+  hoop__transfer_set_pending(stray, 1);
   peer->recv_head = head;
   return head;
 }
@@ -443,7 +443,7 @@ static void finish_recv_head(hoop__tctx *ctx, int index, ib_peer *peer) {
   if (!peer->recv_head)
     peer->recv_tail = NULL;
   peer->head_checked = 0;
-  frag->owner->pending--;
+  hoop__transfer_set_pending(frag->owner, frag->owner->pending - 1);
 }
 
 /* An RTS for the head receive (its header already checked against it): offer the buffer when

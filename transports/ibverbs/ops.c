@@ -130,7 +130,7 @@ static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop_
                         int is_send) {
   req->peer = index;
   req->is_send = is_send;
-  req->pending = 0;
+  hoop__transfer_set_pending(req, 0);
   if (*ctx->failed)
     return *ctx->failed;
   hoop_result result = ensure_peers(ctx);
@@ -148,7 +148,7 @@ static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop_
   frag->len = len;
   frag->done = 0;
   frag->next = NULL;
-  req->pending = 1;
+  hoop__transfer_set_pending(req, 1);
   hoop__fragment **head = is_send ? &peer->send_head : &peer->recv_head;
   hoop__fragment **tail = is_send ? &peer->send_tail : &peer->recv_tail;
   if (*tail)
@@ -159,7 +159,8 @@ static hoop_result post(hoop__tctx *ctx, int index, void *buf, size_t len, hoop_
   int moved = 0;
   if (is_send)
     return hoop__ib_drive_send(ctx, index, &moved);
-  if ((result = hoop__ib_drive_recv(ctx, index, &moved)) != HOOP_OK || !parked || req->pending == 0)
+  if ((result = hoop__ib_drive_recv(ctx, index, &moved)) != HOOP_OK || !parked ||
+      hoop__transfer_pending(req) == 0)
     return result;
   /* What the peer sent before its bye did not fill this receive, and nothing more will come. */
   return hoop__ib_peer_error(ctx, index, HOOP_ERR_PEER_LOST, "receive",

@@ -96,7 +96,7 @@ hoop_result hoop__shm_board_create(hoop__tctx *ctx, uint16_t channel, const int 
     if (ranks[i] != ctx->rank)
       result = hand_over(ctx, ranks[i], channel, bytes, memfd);
   if (memfd >= 0)
-    close(memfd);
+    hoop__shm_segment_close(memfd);
   return result;
 }
 

@@ -30,6 +30,10 @@
  * unproven, as over TCP). */
 #define ANSWER_BYTES (16 + 16 + HOOP__WIRE_NONCE)
 
+__attribute__((noinline)) void hoop__shm_segment_close(int memfd) {
+  close(memfd);
+}
+
 int hoop__shm_segment_make(const char *name, size_t bytes, void **map) {
   *map = NULL;
   int memfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -44,7 +48,7 @@ int hoop__shm_segment_make(const char *name, size_t bytes, void **map) {
     }
   }
   int err = errno;
-  close(memfd);
+  hoop__shm_segment_close(memfd);
   errno = err;
   return -1;
 }
@@ -386,7 +390,7 @@ static hoop_result connect_peer(hoop__tctx *ctx, int peer) {
   memcpy(p->hello, hello, sizeof hello);
   ssize_t sent = hoop__send_with_fd(fd, hello, sizeof hello, memfd);
   int err = errno;
-  close(memfd);
+  hoop__shm_segment_close(memfd);
   if (sent != (ssize_t)sizeof hello)
     return hoop__peer_failed(ctx, peer, HOOP_ERR_PEER_LOST, "handing over the segment",
                              sent < 0 ? strerror(err) : "short write");

@@ -39,7 +39,7 @@ static hoop__transfer *dequeue(shm_queue *queue) {
 }
 
 static void complete(shm_queue *queue) {
-  dequeue(queue)->pending = 0;
+  hoop__transfer_set_pending(dequeue(queue), 0);
 }
 
 /* ---- bells ----------------------------------------------------------------------------------- */
@@ -203,7 +203,7 @@ static int drive_sends(shm_state *state, shm_peer *p) {
       r->ticket = ++p->tickets;
       enqueue(&p->unread, req);
     } else {
-      req->pending = 0;
+      hoop__transfer_set_pending(req, 0);
     }
   }
 full:
@@ -266,7 +266,7 @@ static hoop__transfer *bind_recv(hoop__tctx *ctx, int peer, const shm_slot *slot
   r->done = 0;
   r->started = 0;
   r->ticket = 0;
-  stray->pending = 1;
+  hoop__transfer_set_pending(stray, 1);
   r->next = p->recvs.head;
   p->recvs.head = stray;
   return stray;
@@ -385,7 +385,7 @@ static int drive_watches(shm_peer *p) {
         p->watches.head = next;
       if (p->watches.tail == req)
         p->watches.tail = prev;
-      req->pending = 0;
+      hoop__transfer_set_pending(req, 0);
       moved = 1;
     } else {
       prev = req;
@@ -407,7 +407,7 @@ hoop_result hoop__shm_board_watch(hoop__tctx *ctx, int peer, const _Atomic uint6
   r->done = 0;
   r->started = 0;
   r->ticket = value;
-  req->pending = 1;
+  hoop__transfer_set_pending(req, 1);
   enqueue(&p->watches, req);
   int moved = 0;
   return drive_peer(ctx, peer, &moved);
@@ -459,7 +459,7 @@ hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoo
   r->done = 0;
   r->started = 0;
   r->ticket = 0;
-  req->pending = 1;
+  hoop__transfer_set_pending(req, 1);
   enqueue(is_send ? &p->sends : &p->recvs, req);
   int moved = 0;
   return drive_peer(ctx, peer, &moved);

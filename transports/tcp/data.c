@@ -53,7 +53,7 @@ static void dequeue_done(hoop__fragment **head, hoop__fragment **tail) {
   *head = frag->next;
   if (!*head)
     *tail = NULL;
-  frag->owner->pending--;
+  hoop__transfer_set_pending(frag->owner, frag->owner->pending - 1);
 }
 
 /* ---- moving bytes ---------------------------------------------------------------------------- */
@@ -225,7 +225,7 @@ static hoop__fragment *bind_recv(hoop__tctx *ctx, int peer, tcp_stream *stream) 
     hoop__transfer *stray = hoop__tctx_divert(ctx, peer, stream->recv_frame, &buf);
     if (!stray)
       return NULL;
-    stray->pending = hoop__tcp_cut_message(state, buf, stray->len, stray);
+    hoop__transfer_set_pending(stray, hoop__tcp_cut_message(state, buf, stray->len, stray));
     head = &tcp_frags(stray)[0];
     head->next = stream->recv_head;
     stream->recv_head = head;

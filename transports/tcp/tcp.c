@@ -42,7 +42,7 @@ static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__
                         int is_send) {
   req->peer = peer;
   req->is_send = is_send;
-  req->pending = 0;
+  hoop__transfer_set_pending(req, 0);
   if (*ctx->failed)
     return *ctx->failed;
   hoop_result result = hoop__tcp_connect(ctx, peer);
@@ -50,7 +50,7 @@ static hoop_result post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoop__
     return result;
   tcp_state *state = state_of(ctx);
   int n = hoop__tcp_cut_message(state, buf, len, req);
-  req->pending = n;
+  hoop__transfer_set_pending(req, n);
   int moved = 0;
   /* A receive's stripes past stream 0 are queued once its frame is read and bound to it
    * (data.c's bind_recv): another channel's message may come first. */

@@ -254,6 +254,8 @@ static void round_of_calls(group *g, size_t count, int salt) {
      * are the ones those tags match next. */
     recv[0] = recv[count * (size_t)n - 1] = -1;
     bufs_in(&b, 1);
+    if (device_buffers)
+      devmem_sync(); /* the empty calls copy nothing that would order the upload before bufs_out */
     hoop_request *e[4];
     must(comm, hoop_irecv(comm, b.recv, 0, HOOP_INT64, from, 1, &e[0]), "hoop_irecv (empty)");
     must(comm, hoop_irecv(comm, b.recv, 0, HOOP_INT64, to, 2, &e[1]), "hoop_irecv (empty)");

@@ -805,16 +805,21 @@ int main(int argc, char **argv) {
   static const size_t wide_counts[] = {1, 7, 1031};
   for (int dtype = 0; dtype < HOOP_DTYPE_COUNT; dtype++)
     for (int op = 0; op < HOOP_OP_COUNT; op++)
-      for (size_t c = 0; c < sizeof wide_counts / sizeof wide_counts[0]; c++) {
+      for (size_t c = device_mode ? 2 : 0; c < sizeof wide_counts / sizeof wide_counts[0]; c++) {
         check_allreduce(wide_counts[c], (hoop_dtype)dtype, (hoop_op)op, (int)c % 2);
         check_reduce_scatter(wide_counts[c], (hoop_dtype)dtype, (hoop_op)op, (int)(c + 1) % 2);
         check_reduce(wide_counts[c], (hoop_dtype)dtype, (hoop_op)op, (int)c % nranks, (int)c % 2);
       }
-  check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0);
-  check_allreduce(big, HOOP_BFLOAT16, HOOP_SUM, 1);
-  check_allreduce(big / 3, HOOP_UINT64, HOOP_SUM, 0);
-  check_reduce_scatter(big / 2 + 1, HOOP_FLOAT16, HOOP_AVG, 0);
-  check_reduce(big / 2 + 1, HOOP_FLOAT64, HOOP_SUM, nranks - 1, 0);
+  /* On device buffers only the 1031-element cases: the algorithms are the same as on host
+   * memory, and each call there costs the stand-in driver's checks (test_cuda.sh runs about 50
+   * jobs of this worker). */
+  if (!device_mode) {
+    check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0);
+    check_allreduce(big, HOOP_BFLOAT16, HOOP_SUM, 1);
+    check_allreduce(big / 3, HOOP_UINT64, HOOP_SUM, 0);
+    check_reduce_scatter(big / 2 + 1, HOOP_FLOAT16, HOOP_AVG, 0);
+    check_reduce(big / 2 + 1, HOOP_FLOAT64, HOOP_SUM, nranks - 1, 0);
+  }
   wide_inputs = 0;
 
   if (register_mode == 3)

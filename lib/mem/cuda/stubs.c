@@ -99,6 +99,12 @@ int hoop__cuda_dmabuf_fd(const void *base, size_t len, int *fd, char *why, size_
   return -1;
 }
 
+int hoop__cuda_gdr_flush_mode(const void *ptr, char *why, size_t whylen) {
+  (void)ptr;
+  snprintf(why, whylen, "this libhoop was built without CUDA");
+  return -1;
+}
+
 hoop_result hoop__cuda_reduce_finish(hoop_comm *comm, void *buf, size_t count, hoop_dtype dtype,
                                      hoop_op op, int nranks) {
   (void)buf, (void)count, (void)dtype, (void)op, (void)nranks;

@@ -27,7 +27,8 @@ int main(int argc, char **argv) {
   strcpy(hello.job, "job-1");
   strcpy(hello.host, "node7");
   strcpy(hello.addr, "10.0.0.7:41000");
-  hoop__peer_entry peers[2] = {{"node1", "10.0.0.1:5000", 0, 2}, {"node1", "[::1]:5001", 1, 2}};
+  hoop__peer_entry peers[2] = {{"node1", "10.0.0.1:5000", 0, 2, {1, 2, 3}},
+                               {"node1", "[::1]:5001", 1, 2, {4, 5, 6}}};
   hoop__table table = {.size = 2, .rank = 1, .nonce = {9, 8, 7}, .peers = peers};
   hoop__error_msg error = {.code = 2};
   strcpy(error.message, "rendezvous timed out: 1 of 2 ranks joined; missing ranks: 1");

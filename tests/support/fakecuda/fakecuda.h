@@ -43,14 +43,15 @@
  * device fault makes the real driver's calls fail), to see what hoop does when the driver does.
  *
  * Asynchronous copies (cuMemcpyAsync) and events really are asynchronous: a worker thread carries
- * out each stream's queue in order, FAKECUDA_ASYNC_DELAY_US microseconds per operation (default
- * 200), so that a caller that reads a copy's destination before waiting for its event or stream
- * reads stale bytes, and the tests catch it. cuEventSynchronize and cuStreamSynchronize wait for
- * the worker. Every stream has a queue and a worker of its own: the legacy default stream (NULL),
- * which the synchronous copies wait for, as the real ones do, and each stream created
- * (non-blocking, as hoop makes its own), not ordered after any other stream's work. The
- * synchronous copies keep the driver's documented exceptions: device to device, and from pageable
- * host memory to the device, they return with the copy still queued on the legacy default stream.
+ * out each stream's queue in order, each operation no sooner than FAKECUDA_ASYNC_DELAY_US
+ * microseconds after it was queued (default 200), so that a caller that reads a copy's
+ * destination before waiting for its event or stream reads stale bytes, and the tests catch it.
+ * cuEventSynchronize and cuStreamSynchronize wait for the worker. Every stream has a queue and a
+ * worker of its own: the legacy default stream (NULL), which the synchronous copies wait for, as
+ * the real ones do, and each stream created (non-blocking, as hoop makes its own), not ordered
+ * after any other stream's work. The synchronous copies keep the driver's documented exceptions:
+ * device to device, and from pageable host memory to the device, they return with the copy still
+ * queued on the legacy default stream.
  *
  * Races: work queued on a stream that touches bytes that work on another stream writes (or writes
  * bytes it reads) aborts the process with both described, if that other work is still queued or
@@ -137,6 +138,7 @@ typedef struct async_op {
   const char *from; /* NULL: an event's marker (or a kernel) */
   size_t bytes;
   unsigned long long seq;
+  unsigned long long due_ns; /* not carried out before this (CLOCK_MONOTONIC): queued + the delay */
   struct async_op *next;
   /* A kernel (kernel 1): kernels.cu's own code, compiled for the CPU (kernels_host.cc), run over
    * the grid it was launched with. */

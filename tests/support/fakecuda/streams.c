@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fakecuda.h"
@@ -30,6 +32,8 @@ typedef struct queue {
   int nunseen;
   pthread_t worker;
   int started;
+  /* Each queue's own (not one for all: every copy would wake every stream's worker and waiter). */
+  pthread_cond_t queued_cond, done_cond; /* work queued; work done (set up with the worker) */
 } queue;
 
 struct CUevent_st {
@@ -38,7 +42,6 @@ struct CUevent_st {
 };
 
 pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t queue_cond = PTHREAD_COND_INITIALIZER; /* work queued, or work done */
 static queue queues[MAX_STREAMS]; /* [0]: the legacy default stream; then one per stream */
 static long delay_us = -1;
 
@@ -52,16 +55,27 @@ int known_stream(CUstream stream) {
                             stream->index == (int)(stream - streams));
 }
 
+static unsigned long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
 static void *worker_main(void *arg) {
   queue *q = arg;
+  /* Wake at the due time, not up to the default 50 us of slack after it. */
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   pthread_mutex_lock(&queue_lock);
   for (;;) {
     while (!q->head)
-      pthread_cond_wait(&queue_cond, &queue_lock);
+      pthread_cond_wait(&q->queued_cond, &queue_lock);
     async_op *op = q->head;
     pthread_mutex_unlock(&queue_lock);
-    if (delay_us > 0)
-      usleep((useconds_t)delay_us);
+    /* Not before its due time: a queue of several waits about one delay in all, not one each. */
+    while (op->due_ns > now_ns()) {
+      struct timespec due = {(time_t)(op->due_ns / 1000000000), (long)(op->due_ns % 1000000000)};
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
+    }
     if (op->kernel)
       fakecuda_launch(&op->k, op->grid, op->block);
     else if (op->from)
@@ -88,7 +102,7 @@ static void *worker_main(void *arg) {
     } else {
       free(op);
     }
-    pthread_cond_broadcast(&queue_cond);
+    pthread_cond_broadcast(&q->done_cond);
   }
   return NULL;
 }
@@ -186,6 +200,8 @@ unsigned long long enqueue_op(int qi, char *to, const char *from, size_t bytes,
     delay_us = text ? atol(text) : 200;
   }
   if (!q->started) {
+    pthread_cond_init(&q->queued_cond, NULL);
+    pthread_cond_init(&q->done_cond, NULL);
     if (pthread_create(&q->worker, NULL, worker_main, q) != 0) {
       pthread_mutex_unlock(&queue_lock);
       free(op);
@@ -198,13 +214,14 @@ unsigned long long enqueue_op(int qi, char *to, const char *from, size_t bytes,
   if (kernel)
     *op = *kernel;
   op->to = to, op->from = from, op->bytes = bytes, op->seq = seq, op->next = NULL;
+  op->due_ns = delay_us > 0 ? now_ns() + (unsigned long long)delay_us * 1000 : 0;
   check_race(qi, op);
   if (q->tail)
     q->tail->next = op;
   else
     q->head = op;
   q->tail = op;
-  pthread_cond_broadcast(&queue_cond);
+  pthread_cond_signal(&q->queued_cond);
   pthread_mutex_unlock(&queue_lock);
   return seq; /* not op->seq: the worker may have done and freed op by now */
 }
@@ -243,8 +260,8 @@ void wait_done(int qi, unsigned long long seq) {
   pthread_mutex_lock(&queue_lock);
   if (seq == 0)
     seq = q->queued;
-  while (q->done < seq)
-    pthread_cond_wait(&queue_cond, &queue_lock);
+  while (q->started && q->done < seq) /* nothing was ever queued where no worker started */
+    pthread_cond_wait(&q->done_cond, &queue_lock);
   observe(q, seq);
   pthread_mutex_unlock(&queue_lock);
 }

@@ -242,6 +242,7 @@ rdzv_attack() {
     sleep 0.1
   done
   hellos_seen=$("$python" "$src/tests/support/hostile.py" seen hello "$dir"/strace.? | paste -sd,)
+  [ "$hellos" -ge 5 ] || fail "$name: strace saw $hellos of ranks 0-4's HELLOs (hostile.py's header out of date?)"
   # shellcheck disable=SC2046
   as_user "$user" "$python" "$src/tests/support/hostile.py" rdzv "$addr" "$job" 6 5 "$token_known" \
     $(tr ',' ' ' <<<"$hellos_seen") >"$dir/attacks.log" 2>&1 ||

@@ -121,7 +121,9 @@ def rdzv(where, job, size, rank, token_known, replays):
         s.close()
 
 
-SEEN = {"hello": "484f4f5000040001", "tcp": "54504f48", "shm": "53504f48"}
+# How each kind begins on the wire: the rendezvous header of a HELLO (magic, this version, kind),
+# the data handshakes' magics.
+SEEN = {"hello": "%08x%04x%04x" % (MAGIC, VERSION, HELLO), "tcp": "54504f48", "shm": "53504f48"}
 
 
 def seen(kind, files):

@@ -15,8 +15,8 @@
  * payload, time waiting within time inside calls, bytes and waits by peer (this rank's own entry
  * empty), the slowest rank mapped into a communicator split from the job's (even and odd ranks),
  * and the argument checks. Prints one line "stats_worker rank R: named rank S late M ms after T s;
- * steps N; waited W s (share P)" and "stats_worker rank R: C checks, F failed"; exit 1 on a
- * failure. */
+ * steps N; waited W s (share P); the slow rank slept Z ms" and "stats_worker rank R: C checks, F
+ * failed"; exit 1 on a failure. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

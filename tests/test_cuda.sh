@@ -417,8 +417,9 @@ lane_vmm() { # VMM memory, descriptors, non-blocking calls, failures, Python, ho
 
 max=${HOOP_CUDA_LANES:-4}
 [ "${HOOP_SANITIZED:-no}" = yes ] && max=${HOOP_CUDA_LANES:-2}
+all_lanes="lane_ipc lane_hosts lane_staged lane_pipelined lane_chain lane_vmm"
 running=""
-for lane in lane_ipc lane_hosts lane_staged lane_pipelined lane_chain lane_vmm; do
+for lane in $all_lanes; do
   if [ "$(echo $running | wc -w)" -ge "$max" ]; then # wait for the oldest
     set -- $running
     wait "$1"
@@ -435,7 +436,7 @@ for lane in lane_ipc lane_hosts lane_staged lane_pipelined lane_chain lane_vmm; 
   running="$running $!"
 done
 wait
-for lane in lane_ipc lane_hosts lane_staged lane_pipelined lane_chain lane_vmm; do
+for lane in $all_lanes; do
   echo "== $lane"
   cat "$lanes/$lane.out"
   case $(cat "$lanes/$lane.status" 2>/dev/null) in

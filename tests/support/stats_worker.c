@@ -26,8 +26,8 @@
 
 #include "hoop.h"
 
-#define COUNT                                                                                      \
-  1000           /* floats per allreduce by default, and two more: rank 0's stop flag, the sleep */
+/* Floats per allreduce by default, and two more: rank 0's stop flag, the slow rank's sleep. */
+#define COUNT 1000
 #define SLEPT 64 /* the slow rank's last sleeps, whose median the lateness named is held to */
 
 static hoop_comm *comm;
@@ -56,7 +56,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Rank r's input of step s, element i: not small integers, so that a wrong sum shows. */
 static int by_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -72,6 +71,7 @@ static double median(const double *values, int n) {
   return sorted[(n - 1) / 2];
 }
 
+/* Rank r's input of step s, element i: not small integers, so that a wrong sum shows. */
 static float input(int r, long s, int i) {
   return (float)(r + 1) * 0.37f + (float)((s * 7 + i) % 113) * 0.011f;
 }

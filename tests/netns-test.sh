@@ -357,9 +357,10 @@ done
 # of 2 s: every rank's hoop_comm_stats names rank 9 within 10 s, late by its sleep within 30% of
 # the 5 ms (20% is the goal). 16 ranks on this machine's 2 CPUs make rank 9's sleep overshoot, by
 # more the busier the machine (5.5-6.1 ms alone, 7.4 ms beside test_cuda.sh's lanes, where a
-# check against 5 ms failed on every rank): stats_worker holds the lateness named to the median of
-# the sleeps rank 9 measured. hoopd --status must list it first while the job runs, 4-10 ms late.
-# The lateness each rank saw, and rank 9's sleep, are printed.
+# check against 5 ms failed on every rank), and it comes later still than its sleep: stats_worker
+# holds the lateness named to the median of the lateness the ranks' arrival times show (their
+# clock is one kernel's). hoopd --status must list it first while the job runs, 4-10 ms late.
+# The lateness each rank saw, that of the clock, and rank 9's sleep are printed.
 # Built with the sanitizers, every call is several times slower and rank 9 comes later still
 # (7-8 ms): there the test asks only that it be named, whatever its lateness.
 out=$work/slowrank.out
@@ -389,10 +390,11 @@ if [ $code != 0 ] || [ "$(grep -c ', 0 failed' "$out")" != 16 ]; then
 else
   late=$(grep -o 'named rank 9 late [0-9.]* ms after [0-9.]* s' "$out" | awk '{print $5}' | sort -n)
   after=$(grep -o 'named rank 9 late [0-9.]* ms after [0-9.]* s' "$out" | awk '{print $8}' | sort -n)
-  slept=$(grep -o 'the slow rank slept [0-9.]* ms' "$out" | awk '{print $5}' | sort -n | uniq | paste -sd/)
+  came=$(grep -o 'the slow rank came [0-9.]* ms late' "$out" | awk '{print $5}' | sort -n)
+  slept=$(grep -o 'it slept [0-9.]* ms' "$out" | awk '{print $3}' | sort -n | uniq | paste -sd/)
   shares=$(grep -o 'stats_worker rank [0-9]*: named.*(share [0-9.]*)' "$out" |
     sed 's/stats_worker rank \([0-9]*\):.*(share \([0-9.]*\))/\1 \2/' | sort -n -k2)
-  echo "ok: 16 ranks on 4 hosts name rank 9, late $(echo "$late" | head -1)-$(echo "$late" | tail -1) ms (it slept $slept ms), within $(echo "$after" | tail -1) s"
+  echo "ok: 16 ranks on 4 hosts name rank 9, late $(echo "$late" | head -1)-$(echo "$late" | tail -1) ms (by the clock it came $(echo "$came" | head -1)-$(echo "$came" | tail -1) ms late; it slept $slept ms), within $(echo "$after" | tail -1) s"
   echo "    shares of time waiting: rank 9 $(echo "$shares" | awk '$1 == 9 {print $2}'), the others $(echo "$shares" | awk '$1 != 9 {print $2}' | head -1)-$(echo "$shares" | awk '$1 != 9 {print $2}' | tail -1)"
   [ -n "$(echo "$after" | awk '$1 > 10')" ] && fail "slow rank on 16 ranks: named after more than 10 s"
   [ -z "$status" ] && fail "slow rank on 16 ranks: hoopd --status never named rank 9 first, 4-10 ms late"

@@ -250,8 +250,8 @@ for r in 0 1 2 3; do
   grep -q "^    rank $r (pid [0-9]* on [^)]*): \(in hoop_allreduce (call #[0-9]*)\|not in a collective\)" \
     "$work/dump" || fail "hoopd --dump: no account from rank $r"
 done
-# stats_worker's allreduce: 1000 floats, rank 0's stop flag and the slow rank's sleep.
-[ "$(grep -c 'call #[0-9]* hoop_allreduce 4008 bytes: ' "$work/dump")" -ge 40 ] ||
+# stats_worker's allreduce: 1000 floats, rank 0's stop flag, the slow rank's sleep, and 4 ranks' arrivals.
+[ "$(grep -c 'call #[0-9]* hoop_allreduce 4024 bytes: ' "$work/dump")" -ge 40 ] ||
   fail "hoopd --dump: fewer than 40 calls in the flight recorders"
 grep -q 'waiting for rank 2' "$work/dump" || fail "hoopd --dump: nobody waits for rank 2"
 grep '^    rank [0-9] (pid' "$work/dump" | sed 's/^ */  --dump: /'

@@ -108,7 +108,7 @@ NodeName=node1 NodeAddr=10.77.0.1 CPUs=2 RealMemory=512 State=UNKNOWN
 NodeName=node2 NodeAddr=10.77.0.2 CPUs=2 RealMemory=512 State=UNKNOWN
 NodeName=node3 NodeAddr=10.77.0.3 CPUs=2 RealMemory=512 State=UNKNOWN
 NodeName=node4 NodeAddr=10.77.0.4 CPUs=2 RealMemory=512 State=UNKNOWN
-PartitionName=debug Nodes=node[1-4] Default=YES MaxTime=INFINITE OverSubscribe=YES State=UP
+PartitionName=debug Nodes=node[1-4] Default=YES MaxTime=INFINITE OverSubscribe=FORCE:2 State=UP
 EOF
 
 # A command on host i: its network namespace, its host name, its /etc/hosts. Not `ip netns exec`,
@@ -156,6 +156,26 @@ alive() {
   done
   echo $n
 }
+
+# ---- 0. a job past its time limit (checked last) -------------------------------------------------
+# Slurm ends a job 60-90 s after its limit of 1 minute: the job begins first and runs beside the
+# others (the partition lets two jobs share a CPU: OverSubscribe=FORCE:2), its 8 ranks idle in
+# their job (nb_worker --idle: initialised, no calls). Ranks busy in allreduce, as before, held
+# both CPUs all that time, and the test waited for it alone; a step ended in the middle of its
+# calls is the scancel case's.
+echo "== slurm: a job with a time limit of 1 minute: 8 ranks idle in it"
+limit_job=$(on 1 sbatch --parsable -t 1 -N 4 --ntasks-per-node=2 -o "$work/out/limit-%j.out" \
+  --wrap "srun $build/tests/nb_worker --idle 600")
+limit_t0=$(date +%s)
+seen=0 ready=0 # the most ranks seen running at once; those that said ready
+for _ in $(seq 300); do
+  n=$(alive nb_worker)
+  [ "$n" -gt "$seen" ] && seen=$n
+  ready=$(cat "$work/out/limit-$limit_job.out" 2>/dev/null | grep -c 'nb_worker rank [0-7] ready')
+  [ "$seen" = 8 ] && [ "$ready" = 8 ] && break
+  sleep 0.1
+done
+echo "  job $limit_job: $seen ranks running, $ready said ready, $(($(date +%s) - limit_t0)) s after sbatch"
 
 # ---- 1. srun of the collectives check, with a token file as the README says ----------------------------------------------------------
 echo "== slurm: srun -N 4 --ntasks-per-node=2 coll_worker --quick --ranks-per-host 2 (HOOP_TOKEN_FILE)"
@@ -248,27 +268,19 @@ wait $srun_pid
 echo "  job $job cancelled: $(alive hoop-bench) ranks left $took ms later"
 [ "$(alive hoop-bench)" = 0 ] || fail "ranks left behind after scancel"
 
-# Its 8 ranks idle in their job (nb_worker --idle: initialised, no calls) until Slurm ends it:
-# ranks busy in allreduce, as before, held both CPUs for the 60-90 s Slurm takes, and slowed
-# every test beside this one; a step ended in the middle of its calls is the scancel case's.
-echo "== slurm: a job past its time limit (1 minute)"
-job=$(on 1 sbatch --parsable -t 1 -N 4 --ntasks-per-node=2 -o "$work/out/limit-%j.out" \
-  --wrap "srun $build/tests/nb_worker --idle 600")
-t0=$(date +%s)
+echo "== slurm: the job past its time limit, begun with the others"
+t0=$limit_t0
 state=
-seen=0 # the most ranks seen running at once
 while [ $(($(date +%s) - t0)) -lt 150 ]; do
-  state=$(on 1 squeue -h -j "$job" -t all -o %T 2>/dev/null)
+  state=$(on 1 squeue -h -j "$limit_job" -t all -o %T 2>/dev/null)
   case $state in TIMEOUT | FAILED | COMPLETED | CANCELLED) break ;; esac
-  n=$(alive nb_worker)
-  [ "$n" -gt "$seen" ] && seen=$n
   sleep 1
 done
+job=$limit_job
 for _ in $(seq 100); do
   [ "$(alive nb_worker)" = 0 ] && break
   sleep 0.1
 done
-ready=$(cat "$work"/out/limit-"$job".out 2>/dev/null | grep -c 'nb_worker rank [0-7] ready')
 echo "  job $job: $seen ranks ran ($ready said ready); $state after $(($(date +%s) - t0)) s; $(alive nb_worker) ranks left"
 [ "$seen" = 8 ] && [ "$ready" = 8 ] || fail "job $job: not 8 ranks running in their job before the limit"
 [ "$state" = TIMEOUT ] || fail "job $job ended $state, not TIMEOUT"

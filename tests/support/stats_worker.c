@@ -32,7 +32,7 @@
 /* Floats per allreduce by default, and 2 + size more: rank 0's stop flag, the slow rank's sleep,
  * each rank's arrival (ms on CLOCK_MONOTONIC modulo 65536: a float holds it to 4 us). */
 #define COUNT 1000
-#define SLEPT 64 /* the slow rank's last sleeps, whose median the lateness named is held to */
+#define SLEPT 64 /* the last steps, whose median lateness by the clock is the reference */
 
 static hoop_comm *comm;
 static int rank, size;

@@ -167,12 +167,12 @@ echo "== slurm: a job with a time limit of 1 minute: 8 ranks idle in it"
 limit_job=$(on 1 sbatch --parsable -t 1 -N 4 --ntasks-per-node=2 -o "$work/out/limit-%j.out" \
   --wrap "srun $build/tests/nb_worker --idle 600")
 limit_t0=$(date +%s)
-seen=0 ready=0 # the most ranks seen running at once; those that said ready
+seen=0 ready=0 # the most nb_worker processes seen at once (12 once, under load); the ranks ready
 for _ in $(seq 300); do
   n=$(alive nb_worker)
   [ "$n" -gt "$seen" ] && seen=$n
   ready=$(cat "$work/out/limit-$limit_job.out" 2>/dev/null | grep -c 'nb_worker rank [0-7] ready')
-  [ "$seen" = 8 ] && [ "$ready" = 8 ] && break
+  [ "$seen" -ge 8 ] && [ "$ready" = 8 ] && break
   sleep 0.1
 done
 echo "  job $limit_job: $seen ranks running, $ready said ready, $(($(date +%s) - limit_t0)) s after sbatch"
@@ -271,9 +271,11 @@ echo "  job $job cancelled: $(alive hoop-bench) ranks left $took ms later"
 echo "== slurm: the job past its time limit, begun with the others"
 t0=$limit_t0
 state=
-while [ $(($(date +%s) - t0)) -lt 150 ]; do
+# Asked at least once: under load the parts before this took longer than the 150 s allowed.
+while :; do
   state=$(on 1 squeue -h -j "$limit_job" -t all -o %T 2>/dev/null)
   case $state in TIMEOUT | FAILED | COMPLETED | CANCELLED) break ;; esac
+  [ $(($(date +%s) - t0)) -lt 150 ] || break
   sleep 1
 done
 job=$limit_job
@@ -282,7 +284,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 echo "  job $job: $seen ranks ran ($ready said ready); $state after $(($(date +%s) - t0)) s; $(alive nb_worker) ranks left"
-[ "$seen" = 8 ] && [ "$ready" = 8 ] || fail "job $job: not 8 ranks running in their job before the limit"
+[ "$seen" -ge 8 ] && [ "$ready" = 8 ] || fail "job $job: not 8 ranks running in their job before the limit"
 [ "$state" = TIMEOUT ] || fail "job $job ended $state, not TIMEOUT"
 [ "$(alive nb_worker)" = 0 ] || fail "ranks left behind after the time limit"
 

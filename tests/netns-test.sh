@@ -355,20 +355,18 @@ done
 # that a rank whose first calls go over shared memory polls TCP safely: that crashed before any
 # TCP peer had a slot), rank 9 sleeping 5 ms before each allreduce, the default HOOP_STATS_PERIOD
 # of 2 s: every rank's hoop_comm_stats names rank 9 within 10 s, late by what the clock shows
-# within 50% of the 5 ms. 16 ranks on this machine's 2 CPUs make rank 9's sleep overshoot, by
-# more the busier the machine (5.5-6.1 ms alone, 7.4 ms beside test_cuda.sh's lanes, where a
-# check against 5 ms failed on every rank), and it comes later still than its sleep: stats_worker
-# holds the lateness named to the median of the lateness the ranks' arrival times show (their
-# clock is one kernel's). Alone, hoop's figure is within 0.2 ms of the clock's; in a loaded make
-# check its figure moves from period to period (the clock 7.08 ms, the first figures within 30%
-# 5.71-9.44 ms, and 4 of the 16 ranks saw none within 30% in 12 s): 30% is the goal, 50% what
-# this shared 2-CPU machine holds to. hoopd --status must list it first while the job runs, 4-10
-# ms late.
+# within 20% of the 5 ms (stats_worker's default). 16 ranks on this machine's 2 CPUs make rank 9
+# come later than its sleep, by more the busier the machine: stats_worker holds the lateness
+# named to the median of the lateness the ranks' arrival times show, and hoopd compares the
+# ranks' arrivals by the same clock (one kernel's, which the namespaces share). Before it did
+# (waits alone), a loaded make check saw hoop's figure move 5.71-9.44 ms from period to period
+# where the clock said 7.08 ms. hoopd --status must list it first while the job runs, 4-10 ms
+# late.
 # The lateness each rank saw, that of the clock, and rank 9's sleep are printed.
 # Built with the sanitizers, every call is several times slower and rank 9 comes later still
 # (7-8 ms): there the test asks only that it be named, whatever its lateness.
 out=$work/slowrank.out
-tolerance=0.5
+tolerance=0.2
 [ "${HOOP_SANITIZED:-no}" = yes ] && tolerance=20
 "$hooprun" --rendezvous 10.77.0.1:29400 --rsh 'ip netns exec' -H "$h1:4,$h2:4,$h3:4,$h4:4" \
   --timeout 120 "$build/tests/stats_worker" --slow 9 --delay-ms 5 --seconds 12 \

@@ -1521,20 +1521,18 @@ END_TEST
 /* Each case gets a fresh server when `fixture` says so; the others start their own. */
 /* ---- health: members' STATS, the server's VIEW, a running job's status ---- */
 
-/* rank's STATS: calls first..first+n-1, in which it waited base_us, less late_us[rank] (the
- * rank that comes later waits less); 1 MiB came from rank link_from in link_us (none: -1). */
-static void send_stats(int fd, uint32_t first, uint32_t n, uint32_t base_us, uint32_t late_us,
-                       int link_from, uint64_t link_us, const char *who) {
-  hoop__stats_msg msg = {.calls = first + n, .bytes = 4096, .since_us = 10000000};
+/* A member's STATS of calls first..first+n-1: in call first+i it waited waited[i] and came at
+ * came[i] by clock `clock` (0: its own); 1 MiB came from rank link_from in link_us (none: -1). */
+static void send_samples(int fd, uint32_t first, uint32_t n, const uint32_t *waited, uint64_t clock,
+                         const uint32_t *came, int link_from, uint64_t link_us, const char *who) {
+  hoop__stats_msg msg = {.calls = first + n, .bytes = 4096, .since_us = 10000000, .clock = clock};
   if (link_from >= 0) {
     msg.nlinks = 1;
     msg.links[0] = (hoop__link){.from = (uint32_t)link_from, .bytes = 1 << 20, .us = link_us};
   }
   for (uint32_t i = 0; i < n; i++) {
-    msg.samples[i].seq = first + i;
-    msg.samples[i].waited_us =
-        base_us - late_us + (i % 3) * 10; /* every rank alike, call by call */
-    msg.waited_us += msg.samples[i].waited_us;
+    msg.samples[i] = (hoop__stats_sample){first + i, waited[i], came ? came[i] : 0};
+    msg.waited_us += waited[i];
   }
   msg.in_calls_us = msg.waited_us + 1000;
   msg.nsamples = n;
@@ -1544,14 +1542,29 @@ static void send_stats(int fd, uint32_t first, uint32_t n, uint32_t base_us, uin
   hoop__wbuf_free(&out);
 }
 
-static void expect_view(int fd, hoop__view_msg *view, const char *who) {
+/* rank's STATS on a clock of its own: calls first..first+n-1, in which it waited base_us, less
+ * late_us (the rank that comes later waits less); links as send_samples. */
+static void send_stats(int fd, uint32_t first, uint32_t n, uint32_t base_us, uint32_t late_us,
+                       int link_from, uint64_t link_us, const char *who) {
+  uint32_t waited[HOOP__WIRE_STATS_SAMPLES];
+  for (uint32_t i = 0; i < n; i++)
+    waited[i] = base_us - late_us + (i % 3) * 10; /* every rank alike, call by call */
+  send_samples(fd, first, n, waited, 0, NULL, link_from, link_us, who);
+}
+
+/* A VIEW of a job of size ranks (expect_view: of 3). */
+static void expect_view_of(int fd, uint32_t size, hoop__view_msg *view, const char *who) {
   uint8_t *payload;
   uint32_t len;
   uint16_t type = read_message(fd, &payload, &len, who, "a VIEW");
-  int rc = type == HOOP_MSG_VIEW ? hoop__wire_decode_view(payload, len, 3, view) : -1;
+  int rc = type == HOOP_MSG_VIEW ? hoop__wire_decode_view(payload, len, size, view) : -1;
   free(payload);
   ck_assert_msg(rc == 0, "%s: expected a VIEW, got a message of type %u (decoded: %d)", who, type,
                 rc);
+}
+
+static void expect_view(int fd, hoop__view_msg *view, const char *who) {
+  expect_view_of(fd, 3, view, who);
 }
 
 /* Three members describe calls 1..40; rank 1 comes 7 ms after the others, rank 2 1 ms after: each
@@ -1607,14 +1620,14 @@ START_TEST(test_stats_view_and_health) {
   expect_quiet(fds[0], 100, "rank 0 answered at most every 250 ms");
   /* Calls out of order: a malformed STATS. */
   hoop__stats_msg bad = {.nsamples = 2, .samples = {{5, 1}, {4, 1}}};
-  uint8_t raw[HOOP__WIRE_HEADER_SIZE + 44 + 16 + 4]; /* five u64, the count, two samples, 0 links */
+  uint8_t raw[HOOP__WIRE_HEADER_SIZE + 52 + 24 + 4]; /* six u64, the count, two samples, 0 links */
   hoop__wbuf out = {0};
   bad.samples[1].seq = 6; /* encodable, then broken in place */
   ck_assert_int_eq(hoop__wire_encode_stats(&out, &bad), 0);
   ck_assert(out.len == sizeof raw);
   memcpy(raw, out.data, out.len);
   hoop__wbuf_free(&out);
-  raw[sizeof raw - 9] = 4; /* the second call's number, low byte: 6 -> 4 */
+  raw[sizeof raw - 13] = 4; /* the second call's number, low byte: 6 -> 4 */
   send_bytes(fds[2], raw, sizeof raw, "rank 2's malformed STATS");
   expect_closed(fds[2], "rank 2 after a malformed STATS");
   expect_notice(fds[0], HOOP_ERR_PEER_LOST, 2, "rank 2 lost (rendezvous connection closed)",
@@ -1622,6 +1635,90 @@ START_TEST(test_stats_view_and_health) {
   close(fds[2]);
   say_bye(fds[0], "rank 0");
   say_bye(fds[1], "rank 1");
+}
+END_TEST
+
+/* Lateness by the clock where members share one. Four members, 40 calls each:
+ * - All on one clock (its microseconds wrapping past 2^32 in the run): rank 2 comes 5 ms after
+ *   rank 0, rank 3 0.3 ms after. Their waits say otherwise, as on a machine whose ranks outnumber
+ *   its CPUs: in every other call rank 1 learned 4 ms late that the last one came. The view names
+ *   rank 2 late by 5 ms, rank 3 by 0.3 ms, ranks 0 and 1 by nothing.
+ * - On two clocks, ranks 0 and 1 on one, 2 and 3 on another that reads 2^31 us apart: between
+ *   them only the first-comers' waits compare (rank 2, first on its clock, waited 1 ms less than
+ *   rank 0: 1 ms late), within each the clock (rank 3 came 2 ms after rank 2: 3 ms late; rank 1
+ *   0.5 ms after rank 0, with a noisy wait that does not count).
+ * Each again with its last rank, which waited not at all, saying not when it came: it came when
+ * the first on its clock to see the call through saw it (rank 0 at 5 ms; rank 2 at 1 + 2 ms). */
+START_TEST(test_stats_view_by_clock) {
+  static const struct {
+    const char *job;
+    uint64_t clock[4];
+    uint32_t offset[4]; /* each clock's reading at the same moment, less rank 0's */
+    uint32_t came[4], waited[4], noise[4], want[4];
+    uint32_t unsaid; /* the ranks (a bit each) that say not when they came: came_us 0 */
+  } cases[] = {
+      {"one-clock",
+       {77, 77, 77, 77},
+       {0, 0, 0, 0},
+       {0, 0, 5000, 300},
+       {5000, 5000, 0, 4700},
+       {0, 4000, 0, 0},
+       {0, 0, 5000, 300},
+       0},
+      {"two-clocks",
+       {77, 77, 99, 99},
+       {0, 0, 1u << 31, 1u << 31},
+       {0, 500, 1000, 3000},
+       {3000, 2500, 2000, 0},
+       {0, 3000, 0, 0},
+       {0, 500, 1000, 3000},
+       0},
+      {"one-clock-unsaid",
+       {77, 77, 77, 77},
+       {0, 0, 0, 0},
+       {0, 0, 5000, 300},
+       {5000, 5000, 0, 4700},
+       {0, 4000, 0, 0},
+       {0, 0, 5000, 300},
+       1u << 2},
+      {"two-clocks-unsaid",
+       {77, 77, 99, 99},
+       {0, 0, 1u << 31, 1u << 31},
+       {0, 500, 1000, 3000},
+       {3000, 2500, 2000, 0},
+       {0, 3000, 0, 0},
+       {0, 500, 1000, 3000},
+       1u << 3},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int fds[4];
+    join_running(cases[k].job, 4, fds);
+    hoop__view_msg view;
+    for (int r = 0; r < 4; r++) {
+      uint32_t waited[40], came[40];
+      for (uint32_t i = 0; i < 40; i++) {
+        came[i] = cases[k].unsaid >> r & 1
+                      ? 0
+                      : 0xfffe0000u + i * 20000 + cases[k].offset[r] + cases[k].came[r];
+        waited[i] = cases[k].waited[r] + (i % 2) * cases[k].noise[r];
+      }
+      send_samples(fds[r], 1, 40, waited, cases[k].clock[r], came, -1, 0, cases[k].job);
+      expect_view_of(fds[r], 4, &view, cases[k].job);
+    }
+    ck_assert_msg(view.calls == 40 && view.nlate == 4, "%s: %u calls, %u ranks named", cases[k].job,
+                  view.calls, view.nlate);
+    for (uint32_t i = 0; i < 4; i++) {
+      uint32_t r = view.late[i].rank;
+      ck_assert_msg(r < 4 && view.late[i].median_us == cases[k].want[r] &&
+                        view.late[i].max_us == cases[k].want[r],
+                    "%s: rank %u late %u us (max %u), expected %u", cases[k].job, r,
+                    view.late[i].median_us, view.late[i].max_us, r < 4 ? cases[k].want[r] : 0);
+    }
+    ck_assert_msg(view.late[0].rank == (k % 2 == 0 ? 2u : 3u), "%s: rank %u named first",
+                  cases[k].job, view.late[0].rank);
+    for (int r = 0; r < 4; r++)
+      say_bye(fds[r], cases[k].job);
+  }
 }
 END_TEST
 
@@ -1868,6 +1965,7 @@ static Suite *rdzv_suite(void) {
   tcase_add_test(tc, test_abort_before_join_refused);
   tcase_add_test(tc, test_running_job_frees_its_id);
   tcase_add_test(tc, test_stats_view_and_health);
+  tcase_add_test(tc, test_stats_view_by_clock);
   tcase_add_test(tc, test_shrink_forgets_health);
   tcase_add_test(tc, test_dump_exchange);
   tc = add_case(s, "kept_own_server", 0);

@@ -28,6 +28,11 @@ fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
 }
+# A job that failed: its ranks' own failures, which say which check.
+job_failed() {
+  fail "$1"
+  grep -v '^stats_worker rank [0-9]*: named\|: [0-9]* checks, 0 failed$' "$2" | head -20 | sed 's/^/    /'
+}
 
 # A hoopd of the test's own on ports the kernel picks (it logs which), with a token for the ranks
 # and another for its metrics, which it serves on every address.
@@ -196,7 +201,7 @@ fi
 # hooprun's own account: --report every second with its embedded server, and SIGUSR1 to one that
 # uses the test's hoopd; each names rank 2 first among the late ranks, late by 4-9 ms.
 HOOP_STATS_PERIOD=0.5 "$hooprun" -np 4 --report 1 --timeout 60 "$worker" --slow 2 --delay-ms 5 \
-  --seconds 4 >"$work/report.log" 2>&1 || fail "hooprun --report: exit $?"
+  --seconds 4 >"$work/report.log" 2>&1 || job_failed "hooprun --report: exit $?" "$work/report.log"
 grep -q '^hooprun: report: .* late ranks: 2: [4-9][0-9.]* ms' "$work/report.log" ||
   { fail "hooprun --report never named rank 2 first"; grep report "$work/report.log"; }
 grep '^hooprun: report' "$work/report.log" | tail -1 | cut -c1-160 | sed 's/^/  --report: /'
@@ -205,7 +210,7 @@ HOOP_TOKEN_FILE=$work/token HOOP_STATS_PERIOD=0.5 "$hooprun" -np 4 --rendezvous 
 job=$!
 sleep 3
 kill -USR1 "$job"
-wait "$job" || fail "hooprun after SIGUSR1: exit $?"
+wait "$job" || job_failed "hooprun after SIGUSR1: exit $?" "$work/usr1.log"
 grep -q '^hooprun: report: .* late ranks: 2: [4-9][0-9.]* ms' "$work/usr1.log" ||
   { fail "SIGUSR1: hooprun did not name rank 2 first"; grep -v stats_worker "$work/usr1.log"; }
 grep '^hooprun: report' "$work/usr1.log" | cut -c1-160 | sed 's/^/  SIGUSR1: /'
@@ -236,13 +241,13 @@ fi
 # wait for rank 2 most of the time), without stopping it; refused without the token; an unknown
 # job is an error.
 HOOP_TOKEN_FILE=$work/token HOOP_STATS_PERIOD=0.5 "$hooprun" -np 4 --rendezvous "$addr" \
-  --job dumped --timeout 60 "$worker" --slow 2 --delay-ms 5 --seconds 4 >"$work/dumped.log" 2>&1 &
+  --job dumped --timeout 60 "$worker" --slow 2 --delay-ms 5 --seconds 6 >"$work/dumped.log" 2>&1 &
 job=$!
-sleep 2
+sleep 1.5
 # Each dump is one moment, and each rank's account its own moment: in a loaded make check all
-# of ranks 0, 1 and 3 were once between calls. Up to 4 dumps, 0.3 s apart (the job runs 4 s),
-# until one shows a rank waiting for rank 2.
-for _ in 1 2 3 4; do
+# of ranks 0, 1 and 3 were once between calls (and beside 6 busy loops, in 4 dumps running). Up
+# to 10 dumps, 0.3 s apart (the job runs 6 s), until one shows a rank waiting for rank 2.
+for _ in 1 2 3 4 5 6 7 8 9 10; do
   HOOP_TOKEN_FILE=$work/token "$hoopd" --dump "$addr" dumped >"$work/dump" 2>&1 || {
     fail "hoopd --dump: exit $?: $(cat "$work/dump")"
     break
@@ -254,7 +259,7 @@ done
   fail "hoopd --dump without the token was answered"
 grep -q 'requires a token\|authentication failed' "$work/dump.stranger" ||
   fail "hoopd --dump without the token: $(cat "$work/dump.stranger")"
-wait "$job" || fail "the dumped job: exit $?"
+wait "$job" || job_failed "the dumped job: exit $?" "$work/dumped.log"
 for r in 0 1 2 3; do
   grep -q "^    rank $r (pid [0-9]* on [^)]*): \(in hoop_allreduce (call #[0-9]*)\|not in a collective\)" \
     "$work/dump" || fail "hoopd --dump: no account from rank $r"

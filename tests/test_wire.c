@@ -140,15 +140,17 @@ static void sample_shrink(hoop__shrink_msg *msg) {
 /* A STATS of three calls, and a VIEW naming two ranks of a job of 5. */
 static void sample_stats(hoop__stats_msg *msg) {
   memset(msg, 0, sizeof *msg);
-  *msg = (hoop__stats_msg){.calls = 1234567890123ull,
-                           .bytes = 0x0102030405060708ull,
-                           .in_calls_us = 700000,
-                           .waited_us = 650000,
-                           .since_us = 1000000,
-                           .nsamples = 3,
-                           .samples = {{40, 5000}, {41, 5100}, {0xfffffff0u, 4900}},
-                           .nlinks = 1,
-                           .links = {{.from = 2, .bytes = 1048576, .us = 8000}}};
+  *msg = (hoop__stats_msg){
+      .calls = 1234567890123ull,
+      .bytes = 0x0102030405060708ull,
+      .in_calls_us = 700000,
+      .waited_us = 650000,
+      .since_us = 1000000,
+      .clock = 0x8877665544332211ull,
+      .nsamples = 3,
+      .samples = {{40, 5000, 0xfffff000u}, {41, 5100, 0x00001234u}, {0xfffffff0u, 4900, 77}},
+      .nlinks = 1,
+      .links = {{.from = 2, .bytes = 1048576, .us = 8000}}};
 }
 
 static void sample_view(hoop__view_msg *msg) {
@@ -644,23 +646,24 @@ END_TEST
 /* STATS and VIEW survive a round trip, and their bytes are the ones committed here: a change to
  * the encoder and the decoder together, which a round trip cannot see, breaks them against a
  * hoopd of this version. */
-static const char stats_bytes[] = /* header, five u64, the count, three {seq, wait}, a link */
-    "484f4f500006000d0000005c"
+static const char stats_bytes[] = /* header, six u64, the count, three {seq, wait, came}, a link */
+    "484f4f500007000d00000070"
     "0000011f71fb04cb"
     "0102030405060708"
     "00000000000aae60"
     "000000000009eb10"
     "00000000000f4240"
+    "8877665544332211"
     "00000003"
-    "0000002800001388"
-    "00000029000013ec"
-    "fffffff000001324"
+    "0000002800001388fffff000"
+    "00000029000013ec00001234"
+    "fffffff0000013240000004d"
     "00000001"
     "00000002"
     "0000000000100000"
     "0000000000001f40";
 static const char view_bytes[] = /* header, calls, reporting, count, two late ranks, a link */
-    "484f4f500006000e00000048"
+    "484f4f500007000e00000048"
     "0000003f"
     "00000005"
     "00000002"

@@ -62,6 +62,7 @@ static hoop_result coll_begin(hoop_comm *comm, const char *call, hoop__coll whic
   comm->call = call;
   comm->seq++;
   comm->call_started = now;
+  comm->call_came = now != comm->call_ended ? hoop__now() : 0;
   comm->stall_warned = 0;
   comm->call_waited = 0;
   comm->call_wait_ns = 0;
@@ -87,6 +88,7 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result, const hoop__col
                      ? hoop__now_coarse()
                      : comm->call_started;
     hoop__flight_end(comm->coll->flight_slot, result, end);
+    comm->call_ended = end;
     /* A small call's time ends with its last wait: a clock reading would cost it 20 ns. */
     double last = bytes >= FLIGHT_CLOCK_BYTES ? hoop__now() : comm->call_clock_last;
     hoop__coll_tally(comm, args->coll, bytes,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/internal.h"
+#include "util/clock.h"
 
 #define HOOP__P2P_STAGES 4
 
@@ -64,15 +65,16 @@ struct hoop__coll_state {
     _Atomic uint64_t calls, bytes, time_ns, wait_ns;
   } tally[HOOP__COLL_COUNT];
   double began; /* when the communicator's collectives began (hoop__now) */
-  /* The job's communicator only: how long this rank waited in its last calls that need every
-   * rank, by seq % HOOP__WIRE_STATS_SAMPLES (seq 0: none yet), which a STATS to the rendezvous
-   * server describes at each multiple of stats_period_s of the wall clock (stats_due: the next;
-   * 0: none are sent). */
+  /* The job's communicator only: when this rank came to its last calls that need every rank
+   * and how long it waited in them, by seq % HOOP__WIRE_STATS_SAMPLES (seq 0: none yet), which a
+   * STATS to the rendezvous server describes at each multiple of stats_period_s of the wall clock
+   * (stats_due: the next; 0: none are sent), with whose clock it read (clock: hoop__clock_id). */
   struct {
     uint64_t seq;
-    uint32_t wait_us;
+    uint32_t wait_us, came_us;
   } samples[HOOP__WIRE_STATS_SAMPLES];
   double stats_period_s, stats_due;
+  uint64_t clock;
   /* Each peer's link figures at the last STATS (bytes, then ns; 2 x size, made at the first), so
    * that a STATS names the links slowest since the one before. */
   uint64_t *link_seen;
@@ -114,9 +116,17 @@ static inline void hoop__coll_tally(hoop_comm *comm, hoop__coll which, size_t by
   }
   if (comm->net == comm && hoop__needs_every_rank(which)) {
     uint64_t us = wait_ns / 1000;
+    /* When it came, where a precise clock reading says: the call's start after a tick away,
+     * else where a large call began or a call first waited. A small call back to back with the
+     * last that found every message there reads none (a reading would cost it 20 ns): it came
+     * last, which the server tells from the others' (0: not known). */
+    double came = comm->call_came > 0 ? comm->call_came : comm->call_clock_start;
+    uint32_t came_us = came > 0 ? (uint32_t)(uint64_t)(came * 1e6) : 0;
     coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].seq = comm->seq;
     coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].wait_us =
         us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    coll->samples[comm->seq % HOOP__WIRE_STATS_SAMPLES].came_us =
+        came > 0 && came_us == 0 ? 1 : came_us;
   }
 }
 

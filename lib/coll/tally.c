@@ -1,8 +1,8 @@
 /* tally.c - what the collectives measure of their own calls: each call's time and wait by
  * collective (read by hoop_comm_stats), and on the job's communicator how long this rank waited
  * in each of its last calls that need every rank, which it describes to its rendezvous server
- * every HOOP_STATS_PERIOD seconds. The server compares the ranks' waits call by call: the rank
- * that comes last waits least, and the others' extra wait is how late it came (rdzv/health.c). */
+ * every HOOP_STATS_PERIOD seconds, with when it came to each. The server compares them call by
+ * call: by the clock where ranks share one, else by their waits (rdzv/health.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -107,18 +107,23 @@ void hoop__coll_tally_report(hoop_comm *comm) {
     msg.in_calls_us = msg.since_us;
   if (msg.waited_us > msg.in_calls_us)
     msg.waited_us = msg.in_calls_us;
-  /* The last calls, oldest first, by their number (each packed with its wait for the sort). */
+  /* The last calls, oldest first, by their number (each packed with its slot for the sort). */
   uint64_t packed[HOOP__WIRE_STATS_SAMPLES];
   uint32_t n = 0;
   for (int i = 0; i < HOOP__WIRE_STATS_SAMPLES; i++)
     if (coll->samples[i].seq > 0 && coll->samples[i].seq + HOOP__WIRE_STATS_SAMPLES > comm->seq)
-      packed[n++] = coll->samples[i].seq << 32 | coll->samples[i].wait_us;
+      packed[n++] = coll->samples[i].seq << 32 | (uint32_t)i;
   qsort(packed, n, sizeof *packed, by_seq);
   for (uint32_t i = 0; i < n; i++) {
-    msg.samples[i].seq = (uint32_t)(packed[i] >> 32);
-    msg.samples[i].waited_us = (uint32_t)packed[i];
+    uint32_t slot = (uint32_t)packed[i];
+    msg.samples[i].seq = (uint32_t)coll->samples[slot].seq;
+    msg.samples[i].waited_us = coll->samples[slot].wait_us;
+    msg.samples[i].came_us = coll->samples[slot].came_us;
   }
   msg.nsamples = n;
+  if (!coll->clock)
+    coll->clock = hoop__clock_id();
+  msg.clock = coll->clock;
   slowest_links(comm, &msg);
   hoop__rendezvous_stats(comm, &msg);
 }

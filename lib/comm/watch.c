@@ -19,6 +19,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "rdzv/client.h"
+#include "util/clock.h"
 
 /* How long the launcher's pidfd may lag behind its rendezvous connection's closing. */
 #define LEFT_OUT_WAIT_MS 2000
@@ -57,20 +58,9 @@ static uint64_t start_time(long pid) {
   return value;
 }
 
-static void boot_id(char *out, size_t outlen) {
-  out[0] = '\0';
-  FILE *file = fopen("/proc/sys/kernel/random/boot_id", "re");
-  if (!file)
-    return;
-  if (!fgets(out, (int)outlen, file))
-    out[0] = '\0';
-  fclose(file);
-  out[strcspn(out, "\n")] = '\0';
-}
-
 void hoop__launcher_identity(char *out, size_t outlen) {
   char boot[64];
-  boot_id(boot, sizeof boot);
+  hoop__boot_id(boot, sizeof boot);
   long pid = (long)getpid();
   snprintf(out, outlen, "%ld:%" PRIu64 ":%s", pid, start_time(pid), boot);
 }
@@ -139,7 +129,7 @@ void hoop__launcher_watch_start(hoop_comm *comm) {
     return;
   w->pid = pid;
   w->pidfd = w->rdzv_fd = -1;
-  boot_id(mine, sizeof mine);
+  hoop__boot_id(mine, sizeof mine);
   int gone = 0;
   if (mine[0] && strcmp(mine, boot) == 0) {
     /* The launcher's machine: its process, if it is still the one that started this rank. */

@@ -160,6 +160,11 @@ struct hoop_comm {
    * wait began and its last wait ended (transport/wait.c); 0 while not read. A call that never
    * waited took no time to count. */
   double call_clock_start, call_clock_last;
+  /* When the running call began by the precise clock, read only where the coarse clock moved
+   * since the last call ended (call_ended, coarse): this rank was away a tick or more, which a
+   * reading costs nothing beside; 0 while not read. Where it came to a call that needs every
+   * rank (coll/state.h), for the rendezvous server's lateness figures. */
+  double call_came, call_ended;
   int waiting_for;    /* net's: the rank its running wait waits for (transport/wait.c), or -1 */
   int kernel_ranks;   /* ranks on this rank's kernel, any network namespace (transport/select.c) */
   hoop_result failed; /* sticky: once set, every call is refused */

@@ -18,7 +18,7 @@
 #include "util/buf.h"
 
 #define HOOP__WIRE_MAGIC 0x484f4f50u
-#define HOOP__WIRE_VERSION 6
+#define HOOP__WIRE_VERSION 7
 #define HOOP__WIRE_HEADER_SIZE 12
 
 #define HOOP__WIRE_MAX_JOB 128      /* bytes of a job id */
@@ -200,8 +200,8 @@ typedef struct hoop__shrink_msg {
   uint32_t accused[HOOP__WIRE_MAX_ACCUSED]; /* ranks it takes for failed, < HOOP__WIRE_MAX_RANKS */
 } hoop__shrink_msg;
 
-/* One rank's lateness: over the calls every rank described, how much longer the rank that waited
- * longest waited than this one (that is, how much later this one came), in microseconds. */
+/* One rank's lateness: over the calls every rank described, how much later than the first rank
+ * this one came to each (rdzv/health.c), in microseconds. */
 typedef struct hoop__late {
   uint32_t rank;
   uint32_t median_us, p99_us, max_us;
@@ -215,18 +215,27 @@ typedef struct hoop__link {
   uint64_t bytes, us;
 } hoop__link;
 
-/* STATS: a member's own account. A sample is one call of the job's communicator that needs every
- * rank (allreduce, allgather, barrier, reduce-scatter, all-to-all), by its sequence number. */
+/* One call of the job's communicator that needs every rank (allreduce, allgather, barrier,
+ * reduce-scatter, all-to-all), as a member describes it. */
+typedef struct hoop__stats_sample {
+  uint32_t seq;       /* the call's number (its low 32 bits) */
+  uint32_t waited_us; /* how long this rank waited in it */
+  uint32_t came_us;   /* when this rank came to it: its clock's microseconds, low 32 bits (0:
+                         not known; a rank that neither waited nor was away reads no clock) */
+} hoop__stats_sample;
+
+/* STATS: a member's own account, its last calls by their sequence numbers. */
 typedef struct hoop__stats_msg {
   uint64_t calls, bytes; /* collective calls since the communicator began, and their payload */
   uint64_t in_calls_us;  /* time inside them */
   uint64_t waited_us;    /* of which waiting for peers */
   uint64_t since_us;     /* time since the communicator began */
-  uint32_t nsamples;     /* at most HOOP__WIRE_STATS_SAMPLES */
-  struct {
-    uint32_t seq;       /* the call's number (its low 32 bits) */
-    uint32_t waited_us; /* how long this rank waited in it */
-  } samples[HOOP__WIRE_STATS_SAMPLES];
+  /* Whose clock the samples' came_us read: members with the same nonzero clock share one
+   * (CLOCK_MONOTONIC of one boot of one kernel, network namespaces included: a hash of its boot
+   * id); 0: not comparable with any other. */
+  uint64_t clock;
+  uint32_t nsamples; /* at most HOOP__WIRE_STATS_SAMPLES */
+  hoop__stats_sample samples[HOOP__WIRE_STATS_SAMPLES];
   uint32_t nlinks; /* its slowest links in, since its last STATS (to: unused) */
   hoop__link links[HOOP__WIRE_MAX_LINKS];
 } hoop__stats_msg;

@@ -123,10 +123,12 @@ int hoop__wire_encode_stats(hoop__wbuf *wb, const hoop__stats_msg *msg) {
   put_u64(wb, msg->in_calls_us);
   put_u64(wb, msg->waited_us);
   put_u64(wb, msg->since_us);
+  put_u64(wb, msg->clock);
   put_u32(wb, msg->nsamples);
   for (uint32_t i = 0; i < msg->nsamples; i++) {
     put_u32(wb, msg->samples[i].seq);
     put_u32(wb, msg->samples[i].waited_us);
+    put_u32(wb, msg->samples[i].came_us);
   }
   put_links(wb, msg->nlinks, msg->links, 0);
   return finish_message(wb, start);
@@ -140,12 +142,14 @@ int hoop__wire_decode_stats(const uint8_t *payload, size_t len, hoop__stats_msg 
   out->in_calls_us = get_u64(&in);
   out->waited_us = get_u64(&in);
   out->since_us = get_u64(&in);
+  out->clock = get_u64(&in);
   out->nsamples = get_u32(&in);
   if (out->nsamples > HOOP__WIRE_STATS_SAMPLES)
     return -1;
   for (uint32_t i = 0; i < out->nsamples; i++) {
     out->samples[i].seq = get_u32(&in);
     out->samples[i].waited_us = get_u32(&in);
+    out->samples[i].came_us = get_u32(&in);
     if (i > 0 && out->samples[i].seq <= out->samples[i - 1].seq)
       in.bad = 1; /* by call number, each once */
   }

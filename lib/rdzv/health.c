@@ -2,12 +2,19 @@
  * others waited for, and how long (the VIEW each member gets back, and the health a status shows).
  *
  * A member describes its last calls that need every rank (allreduce, allgather, barrier,
- * reduce-scatter, all-to-all), each by its number and how long the member waited in it. In such a
- * call every rank waits until the last one comes, so the rank that waited longest came first, and
- * how much less another rank waited is how much later it came: its lateness in that call. The
- * server compares the calls every reporting member described, and gives each rank the median,
- * 99th percentile and maximum of its lateness over them; no clocks are compared, only each rank's
- * own durations. */
+ * reduce-scatter, all-to-all), each by its number, when the member came to it and how long it
+ * waited in it. A rank's lateness in such a call is how much later than the first rank it came.
+ * Members that read one clock (one kernel's monotonic clock: one host, its network namespaces
+ * included) are compared by it. Between clocks only durations compare: every rank waits until the
+ * last one comes, so of the ranks that came first on each clock, the one that waited longest came
+ * first of all, and how much less another waited is how much later it came. The server compares
+ * the calls every reporting member described, and gives each rank the median, 99th percentile and
+ * maximum of its lateness over them.
+ *
+ * Clocks where they are shared, because waits alone mislead where ranks outnumber the CPUs: a
+ * waiting rank learns that the last one came only when it runs again, up to a scheduler's tick
+ * later (4 ms) than it came, and the longest of such waits, taken for the first rank's, made
+ * lateness look 8 ms where the clock said 5. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,9 +67,9 @@ static uint32_t reporters(const rdzv_job *job, uint64_t now, rdzv_client **out) 
   return n;
 }
 
-/* The wait of a member in call seq, or -1 when it did not describe that call. Samples come
+/* A member's sample of call seq, or NULL when it did not describe that call. Samples come
  * ordered by call number. */
-static int64_t wait_in_one(const hoop__stats_msg *msg, uint32_t seq) {
+static const hoop__stats_sample *sample_in_one(const hoop__stats_msg *msg, uint32_t seq) {
   uint32_t low = 0, high = msg->nsamples;
   while (low < high) {
     uint32_t mid = (low + high) / 2;
@@ -71,16 +78,88 @@ static int64_t wait_in_one(const hoop__stats_msg *msg, uint32_t seq) {
     else
       high = mid;
   }
-  return low < msg->nsamples && msg->samples[low].seq == seq ? (int64_t)msg->samples[low].waited_us
-                                                             : -1;
+  return low < msg->nsamples && msg->samples[low].seq == seq ? &msg->samples[low] : NULL;
 }
 
 /* The same in either of its last two STATS: the members send theirs at the same moments, but
  * the server takes them one by one, and the first of a round finds the others' of the round
  * before, which describe the calls before it; the last two overlap. */
-static int64_t wait_in(const rdzv_report *report, uint32_t seq) {
-  int64_t w = wait_in_one(&report->last, seq);
-  return w >= 0 ? w : wait_in_one(&report->before, seq);
+static const hoop__stats_sample *sample_in(const rdzv_report *report, uint32_t seq) {
+  const hoop__stats_sample *s = sample_in_one(&report->last, seq);
+  return s ? s : sample_in_one(&report->before, seq);
+}
+
+typedef struct by_clock_entry {
+  uint64_t clock;
+  uint32_t member;
+} by_clock_entry;
+
+static int by_clock(const void *a, const void *b) {
+  const by_clock_entry *x = a, *y = b;
+  if (x->clock != y->clock)
+    return x->clock < y->clock ? -1 : 1;
+  return x->member < y->member ? -1 : x->member > y->member;
+}
+
+/* Each member's clock as a number 0..groups-1 into group (members of one nonzero clock share
+ * one; clock 0 is a member's own); the number of clocks, or 0 out of memory. */
+static uint32_t clock_groups(rdzv_client **members, uint32_t n, uint32_t *group) {
+  by_clock_entry *order = malloc((size_t)n * sizeof *order);
+  if (!order)
+    return 0;
+  for (uint32_t m = 0; m < n; m++)
+    order[m] = (by_clock_entry){members[m]->report->last.clock, m};
+  qsort(order, n, sizeof *order, by_clock);
+  uint32_t groups = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (i == 0 || order[i].clock == 0 || order[i].clock != order[i - 1].clock)
+      groups++;
+    group[order[i].member] = groups - 1;
+  }
+  free(order);
+  return groups;
+}
+
+/* Each member's lateness in one call into late (column stride apart), from its samples row:
+ * by its clock after the first on it, and that one's by its wait against the longest wait of
+ * the first on each clock. A member that says not when it came (it neither waited nor was away,
+ * so every message was there: it came last) came when the first on its clock to see the call
+ * through saw it (came plus waited, least of those that say), a little after. scratch: 2 x n. */
+static void call_lateness(const hoop__stats_sample **row, uint32_t n, const uint32_t *group,
+                          uint32_t groups, int64_t *scratch, uint32_t *late, size_t stride) {
+  /* On each clock, times in microseconds after a reading of one of its members (base). */
+  int64_t *came = scratch, *seen = scratch + n;
+  uint32_t *base = (uint32_t *)(scratch + n + groups), *first = base + groups;
+  for (uint32_t g = 0; g < groups; g++) {
+    base[g] = first[g] = UINT32_MAX;
+    seen[g] = INT64_MAX;
+  }
+  for (uint32_t m = 0; m < n; m++) {
+    uint32_t g = group[m];
+    if (row[m]->came_us == 0)
+      continue;
+    if (base[g] == UINT32_MAX)
+      base[g] = row[m]->came_us;
+    came[m] = (int32_t)(row[m]->came_us - base[g]);
+    if (came[m] + row[m]->waited_us < seen[g])
+      seen[g] = came[m] + row[m]->waited_us;
+  }
+  for (uint32_t m = 0; m < n; m++) {
+    uint32_t g = group[m];
+    if (row[m]->came_us == 0)
+      came[m] = seen[g] == INT64_MAX ? 0 : seen[g];
+    if (first[g] == UINT32_MAX || came[m] < came[first[g]])
+      first[g] = m;
+  }
+  uint32_t most = 0;
+  for (uint32_t g = 0; g < groups; g++)
+    if (row[first[g]]->waited_us > most)
+      most = row[first[g]]->waited_us;
+  for (uint32_t m = 0; m < n; m++) {
+    uint32_t f = first[group[m]];
+    uint64_t us = (uint64_t)(most - row[f]->waited_us) + (uint64_t)(came[m] - came[f]);
+    late[(size_t)m * stride] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+  }
 }
 
 /* The rate of a member's calls and its share of time waiting, over its last two STATS (over its
@@ -137,39 +216,37 @@ static void make_view(rdzv_job *job, uint64_t now) {
   job->view.nlinks = job->health.nlinks = slowest_links(members, n, job->view.links);
   memcpy(job->health.links, job->view.links, job->view.nlinks * sizeof job->view.links[0]);
   /* The calls every reporter described: the first one's that all others hold too. */
-  uint32_t *waits = malloc((size_t)n * VIEW_CALLS * sizeof *waits);
+  uint32_t *lateness = malloc((size_t)n * VIEW_CALLS * sizeof *lateness);
   hoop__late *late = malloc((size_t)n * sizeof *late);
   double *rates = malloc((size_t)n * sizeof *rates);
+  const hoop__stats_sample **row = malloc((size_t)n * sizeof *row);
+  uint32_t *group = malloc((size_t)n * sizeof *group), groups = 0;
+  /* call_lateness's scratch: came by member, then by clock the time seen, the base and first. */
+  int64_t *scratch = malloc((size_t)n * 3 * sizeof *scratch);
+  if (group)
+    groups = clock_groups(members, n, group);
   uint32_t ncalls = 0;
-  if (waits && late && rates) {
+  if (lateness && late && rates && row && scratch && groups > 0) {
     /* The first member's calls, from both its STATS, each once, in order. */
     const rdzv_report *first = members[0]->report;
     uint32_t ncandidates = 0, candidates[VIEW_CALLS];
     for (uint32_t c = 0; c < first->before.nsamples; c++)
-      if (wait_in_one(&first->last, first->before.samples[c].seq) < 0)
+      if (!sample_in_one(&first->last, first->before.samples[c].seq))
         candidates[ncandidates++] = first->before.samples[c].seq;
     for (uint32_t c = 0; c < first->last.nsamples; c++)
       candidates[ncandidates++] = first->last.samples[c].seq;
     for (uint32_t c = 0; c < ncandidates; c++) {
-      uint32_t seq = candidates[c], most = 0;
       uint32_t m = 0;
-      for (; m < n; m++) {
-        int64_t w = wait_in(members[m]->report, seq);
-        if (w < 0)
-          break;
-        waits[(size_t)m * VIEW_CALLS + ncalls] = (uint32_t)w;
-        if ((uint32_t)w > most)
-          most = (uint32_t)w;
-      }
+      for (; m < n && (row[m] = sample_in(members[m]->report, candidates[c])); m++)
+        ;
       if (m < n)
         continue;
-      for (m = 0; m < n; m++) /* lateness: how much less than the longest wait it waited */
-        waits[(size_t)m * VIEW_CALLS + ncalls] = most - waits[(size_t)m * VIEW_CALLS + ncalls];
+      call_lateness(row, n, group, groups, scratch, &lateness[ncalls], VIEW_CALLS);
       ncalls++;
     }
     double share = 0;
     for (uint32_t m = 0; m < n; m++) {
-      uint32_t *mine = &waits[(size_t)m * VIEW_CALLS];
+      uint32_t *mine = &lateness[(size_t)m * VIEW_CALLS];
       late[m].rank = members[m]->rank;
       if (ncalls > 0) {
         qsort(mine, ncalls, sizeof *mine, by_u32);
@@ -201,9 +278,12 @@ static void make_view(rdzv_job *job, uint64_t now) {
   } else {
     HOOP__WARN(HOOP_SUBSYS_RDZV, "job '%s': out of memory for its health", job->id);
   }
+  free(scratch);
+  free(group);
+  free(row);
   free(rates);
   free(late);
-  free(waits);
+  free(lateness);
   free(members);
 }
 

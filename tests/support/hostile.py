@@ -40,7 +40,12 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION = 0x484F4F50, 6  # lib/proto/wire.h: HOOP__WIRE_VERSION
+# The protocol's version as lib/proto/wire.h says (a stranger that speaks the current one gets
+# past the header check, which is the point).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib", "proto",
+                       "wire.h")) as header:
+    VERSION = int(re.search(r"#define HOOP__WIRE_VERSION (\d+)", header.read()).group(1))
+MAGIC = 0x484F4F50
 HELLO, TABLE, ERROR, STATUS_REQ, STATUS, CHALLENGE = 1, 2, 3, 4, 5, 6
 
 

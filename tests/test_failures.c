@@ -386,6 +386,69 @@ START_TEST(test_abort_in_large_allreduce) {
 }
 END_TEST
 
+/* The same with rank 1 paused (SIGSTOP) as rank 0 aborts, as a loaded host pauses a process: for
+ * 0.3 s, rank 0's notice waits behind data rank 1 has not read; for 0.8 s, rank 0 gives up on
+ * telling it over their connections (rank 1 takes nothing for longer than rank 0 waits), and only
+ * the server has the reason. Either way rank 1, resumed, must hear it, not take the closed
+ * connections for rank 0's crash. */
+typedef struct pause_case {
+  int port;
+  pid_t *pid1;    /* shared: rank 1's pid */
+  long paused_ms; /* how long rank 1 stays stopped: from 100 ms before the abort */
+  hoop_comm *comm;
+} pause_case;
+
+static void *pause_then_abort(void *arg) {
+  pause_case *pc = arg;
+  sleep(1);
+  kill(*pc->pid1, SIGSTOP);
+  struct timespec pause = {0, 100 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  hoop_abort(pc->comm, "stop the large one");
+  pause = (struct timespec){pc->paused_ms / 1000, (pc->paused_ms % 1000 - 100) * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  kill(*pc->pid1, SIGCONT);
+  return NULL;
+}
+
+static int abort_paused_rank(int index, int n, void *arg) {
+  pause_case *pc = arg;
+  if (index == 1)
+    *pc->pid1 = getpid();
+  hoop_comm *comm = procs_join(pc->port, index, n, 30, NULL);
+  if (!comm)
+    return 10;
+  size_t count = 4u << 20;
+  float *buf = calloc(count, sizeof *buf);
+  pthread_t thread;
+  pc->comm = comm;
+  if (index == 0)
+    pthread_create(&thread, NULL, pause_then_abort, pc);
+  hoop_result result = HOOP_OK;
+  double start = now_s();
+  while (buf && result == HOOP_OK && now_s() - start < 20)
+    result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
+  int bad = result != HOOP_ERR_ABORTED ||
+            strstr(hoop_last_error(comm), "aborted by rank 0: stop the large one") == NULL;
+  if (bad)
+    fprintf(stderr, "rank %d (paused): expected HOOP_ERR_ABORTED with the reason, got %s: %s\n",
+            index, hoop_strerror(result), hoop_last_error(comm));
+  free(buf);
+  hoop_finalize(comm);
+  if (index == 0)
+    pthread_join(thread, NULL);
+  return bad;
+}
+
+START_TEST(test_abort_while_peer_paused) {
+  pid_t *pid1 = mmap(NULL, sizeof *pid1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_msg(pid1 != MAP_FAILED, "mmap: expected shared memory, got an error");
+  pause_case pc = {procs_free_port(), pid1, _i == 0 ? 300 : 800, NULL};
+  ck_assert_int_eq(procs_fork_ranks(2, abort_paused_rank, &pc, 40), 0);
+  munmap(pid1, sizeof *pid1);
+}
+END_TEST
+
 START_TEST(test_abort_from_thread) {
   int port = procs_free_port();
   ck_assert_int_eq(procs_fork_ranks(2, abort_thread_rank, &port, 30), 0);
@@ -873,6 +936,7 @@ static Suite *failures_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_abort_from_thread);
   tcase_add_test(tc, test_abort_in_large_allreduce);
+  tcase_add_loop_test(tc, test_abort_while_peer_paused, 0, 2);
   tcase_add_test(tc, test_stall_warning);
   tcase_add_test(tc, test_stall_warning_p2p);
   suite_add_tcase(s, tc);

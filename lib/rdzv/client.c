@@ -5,6 +5,7 @@
 #include "rdzv/client.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,8 +394,11 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
     if (n <= 0) {
       char why[128];
       snprintf(why, sizeof why, "%s", n == 0 ? "closed by the server" : strerror(errno));
-      hoop__rendezvous_drop(comm, why);
-      return HOOP_OK;
+      /* What came before the close still counts (hoop__rendezvous_abort_pending reads ahead). */
+      hoop_result result = take_messages(comm);
+      if (comm->rdzv_fd >= 0)
+        hoop__rendezvous_drop(comm, why);
+      return result;
     }
     comm->rdzv->inlen += (size_t)n;
     hoop_result result = take_messages(comm);
@@ -402,6 +406,56 @@ hoop_result hoop__rendezvous_check(hoop_comm *comm) {
       return result;
   }
   return HOOP_OK;
+}
+
+/* Whether the whole messages in comm->rdzv->in hold an abort's NOTICE; *count: how many there
+ * are. */
+static int abort_in_buffer(const hoop_comm *comm, int *count) {
+  *count = 0;
+  for (size_t at = 0; at < comm->rdzv->inlen;) {
+    hoop__wire_header header;
+    if (hoop__wire_decode_header(comm->rdzv->in + at, comm->rdzv->inlen - at,
+                                 HOOP__WIRE_MAX_NOTICE_PAYLOAD, &header) != 0 ||
+        comm->rdzv->inlen - at < HOOP__WIRE_HEADER_SIZE + header.length)
+      return 0;
+    hoop__notice notice;
+    if (header.type == HOOP_MSG_NOTICE &&
+        hoop__wire_decode_notice(comm->rdzv->in + at + HOOP__WIRE_HEADER_SIZE, header.length,
+                                 &notice) == 0 &&
+        notice.code == (uint32_t)HOOP_ERR_ABORTED)
+      return 1;
+    (*count)++;
+    at += HOOP__WIRE_HEADER_SIZE + header.length;
+  }
+  return 0;
+}
+
+int hoop__rendezvous_abort_pending(hoop_comm *comm, double wait_s) {
+  double deadline = hoop__now() + wait_s;
+  int before = -1, count;
+  while (comm->rdzv_fd >= 0) {
+    if (abort_in_buffer(comm, &count))
+      return 1;
+    if (before >= 0 && count > before)
+      return 0; /* news, and not an abort */
+    if (before < 0)
+      before = count;
+    if (comm->rdzv->inlen == sizeof comm->rdzv->in)
+      return 0;
+    ssize_t n = recv(comm->rdzv_fd, comm->rdzv->in + comm->rdzv->inlen,
+                     sizeof comm->rdzv->in - comm->rdzv->inlen, MSG_DONTWAIT);
+    if (n > 0) {
+      comm->rdzv->inlen += (size_t)n;
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      return 0; /* closed or broken: hoop__rendezvous_check says so */
+    double left = deadline - hoop__now();
+    struct pollfd pfd = {.fd = comm->rdzv_fd, .events = POLLIN};
+    if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) == 0)
+      return 0;
+  }
+  return 0;
 }
 
 /* Read one whole message from the kept connection, taking first what the state's in[] already

@@ -41,6 +41,12 @@ int hoop__rendezvous_fd(const hoop_comm *comm);
  * a server that goes away, or rank 0 hosting it finalizing first, is no failure of the job. */
 hoop_result hoop__rendezvous_check(hoop_comm *comm);
 
+/* Whether the server's NOTICE of another rank's abort waits on the kept connection: reads what
+ * has come, waiting up to wait_s for the next message, and takes none of them (the next
+ * hoop__rendezvous_check does). A peer that aborts tells the server before its data connections
+ * close, and a close seen first is no reason to call it lost: its own words are on their way. */
+int hoop__rendezvous_abort_pending(hoop_comm *comm, double wait_s);
+
 /* hoop_abort's message to the server, which relays it to every other rank: ABORT {this rank,
  * comm->abort_reason}, written within a bounded time (the server may be gone or stuck); best
  * effort. The abort hook (core/error.c) of a communicator that keeps the connection. */

@@ -17,6 +17,10 @@
 #include "util/be.h"
 #include "util/netaddr.h"
 
+/* How long a rank that saw a peer's connection close waits for the server's word that the peer
+ * aborted; any other news from the server, or its connection closing, ends the wait sooner. */
+#define LAST_WORDS_WAIT_S 0.1
+
 /* ---- the core's side, for transports --------------------------------------------------------- */
 
 hoop_result hoop__tctx_watched(hoop__tctx *ctx) {
@@ -235,11 +239,19 @@ hoop_result hoop__peer_failed(hoop__tctx *ctx, int peer, hoop_result code, const
                               const char *detail) {
   hoop_comm *comm = ctx->comm;
   const hoop__peer_entry *entry = &comm->table.peers[peer];
+  unsigned long long seq;
+  const char *call = hoop__net_call(comm, &seq);
+  /* A connection closed by a peer that aborted: its reason, which it told the server first, may
+   * be on its way (its notice on the connection may not have come before the close). */
+  if (code == HOOP_ERR_PEER_LOST && call && !comm->failed &&
+      hoop__rendezvous_abort_pending(comm, LAST_WORDS_WAIT_S)) {
+    hoop_result told = hoop__rendezvous_check(comm);
+    if (told != HOOP_OK)
+      return told;
+  }
   /* This rank is fine; the peer is the one that failed, and peers told of it should say so. */
   if (!comm->failed && comm->fail_origin < 0)
     comm->fail_origin = peer;
-  unsigned long long seq;
-  const char *call = hoop__net_call(comm, &seq);
   return hoop__fail(comm, code, "%s (call #%llu): lost rank %d (%s, host %s): %s: %s",
                     call ? call : "hoop_init", seq, peer, entry->addr, entry->host, what, detail);
 }

@@ -133,10 +133,38 @@ static double tcp_spin_s(hoop__tctx *ctx) {
 }
 
 /* Before closing: a notice of why (after a failure) or a bye (at finalize). A message half sent
- * on stream 0 is finished first (its buffer is still the running call's) if the peer takes it
- * within GOODBYE_WAIT_S; else the peer just sees the connection close. */
+ * on stream 0 is finished first (its buffer is still the running call's) if the peer takes it;
+ * else the peer just sees the connection close. After a failure this rank waits for a peer that
+ * takes nothing for GOODBYE_WAIT_S (a stopped or dead one), and for one that reads, however slowly
+ * (a loaded host), up to BYE_WAIT_S within the timeout. */
 #define GOODBYE_WAIT_S 0.5
 #define BYE_WAIT_S 30.0
+
+static size_t iov_left(const struct iovec *iov, int n) {
+  size_t left = 0;
+  for (int i = 0; i < n; i++)
+    left += iov[i].iov_len;
+  return left;
+}
+
+/* hoop__tcp_write_all, giving up after patience_s in which the peer took nothing, or at until. */
+static int write_patiently(tcp_stream *stream, struct iovec *iov, int n, double patience_s,
+                           double until) {
+  for (;;) {
+    size_t before = iov_left(iov, n);
+    double now = hoop__now(), deadline = now + patience_s < until ? now + patience_s : until;
+    if (hoop__tcp_write_all(stream, iov, n, deadline) == 0)
+      return 0;
+    if (errno != ETIMEDOUT || iov_left(iov, n) == before || hoop__now() >= until)
+      return -1;
+  }
+}
+
+/* When this rank stops waiting for its peers to take its last words. */
+static double goodbye_until(const hoop__tctx *ctx) {
+  return hoop__now() + (ctx->timeout_s < BYE_WAIT_S ? ctx->timeout_s : BYE_WAIT_S);
+}
+
 static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
   uint8_t frame[FRAME_BYTES + NOTICE_MAX];
   size_t len = 0;
@@ -149,7 +177,7 @@ static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
     struct iovec rest[2] = {
         {control->send_frame + control->send_frame_done, FRAME_BYTES - control->send_frame_done},
         {frag->buf + frag->done, frag->len - frag->done}};
-    if (hoop__tcp_write_all(control, rest, 2, hoop__now() + GOODBYE_WAIT_S) != 0)
+    if (write_patiently(control, rest, 2, GOODBYE_WAIT_S, goodbye_until(ctx)) != 0)
       return;
   }
   if (*ctx->failed) {
@@ -167,26 +195,28 @@ static void say_goodbye(hoop__tctx *ctx, tcp_stream *control) {
   /* A clean goodbye may sit behind this rank's last chunks, which a live peer is still reading
    * (on a loaded host or a slow link that takes more than GOODBYE_WAIT_S); without it the peer
    * would take the close for a crash. So it waits up to BYE_WAIT_S, within the timeout. */
-  double wait_s = *ctx->failed                  ? GOODBYE_WAIT_S
-                  : ctx->timeout_s < BYE_WAIT_S ? ctx->timeout_s
-                                                : BYE_WAIT_S;
+  double until = goodbye_until(ctx);
   struct iovec last = {frame, FRAME_BYTES + len};
-  if (hoop__tcp_write_all(control, &last, 1, hoop__now() + wait_s) != 0)
+  if (write_patiently(control, &last, 1, *ctx->failed ? GOODBYE_WAIT_S : until - hoop__now(),
+                      until) != 0)
     HOOP__TRACE(HOOP_SUBSYS_NET, "could not tell a peer why this rank closes: %s", strerror(errno));
 }
 
 /* Closing a socket with unread input resets the connection, and a reset throws away what this
- * side had not sent yet: the notice, if the peer was slow to read. So after a failure each
- * connection is half-closed, and closed once the peer has taken everything (or after
- * GOODBYE_WAIT_S), dropping what it still sends meanwhile. */
-static void drain_before_close(tcp_state *state, int size) {
-  double deadline = hoop__now() + GOODBYE_WAIT_S;
+ * side had not sent yet: the notice, if the peer was slow to read. So after a failure stream 0 of
+ * each connection is half-closed, and every stream is closed (tcp_shutdown) once the peer has
+ * taken all of stream 0 (waiting as say_goodbye waits), dropping what it still sends meanwhile.
+ * The other streams stay open till then: a peer that saw one of them close before the notice had
+ * come on stream 0 would take the close for a crash (test_failures' abort in a large allreduce,
+ * once, under load). */
+static void drain_before_close(hoop__tctx *ctx, tcp_state *state, int size) {
+  double until = goodbye_until(ctx), deadline = hoop__now() + GOODBYE_WAIT_S;
   for (int p = 0; p < size; p++)
-    for (int s = 0; s < HOOP__MAX_STREAMS; s++)
-      if (state->peers[p].streams[s].fd >= 0)
-        shutdown(state->peers[p].streams[s].fd, SHUT_WR);
-  for (int unsent = 1; unsent && hoop__now() < deadline;) {
-    unsent = 0;
+    if (state->peers[p].streams[0].fd >= 0)
+      shutdown(state->peers[p].streams[0].fd, SHUT_WR);
+  long least = -1; /* the fewest bytes stream 0 held unsent so far, all peers together */
+  for (double now = hoop__now(); now < deadline && now < until; now = hoop__now()) {
+    long unsent = 0;
     for (int p = 0; p < size; p++) {
       for (int s = 0; s < HOOP__MAX_STREAMS; s++) {
         int fd = state->peers[p].streams[s].fd, queued = 0;
@@ -198,11 +228,16 @@ static void drain_before_close(tcp_state *state, int size) {
         socklen_t info_len = sizeof info;
         if (s == 0 && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_len) == 0 &&
             info.tcpi_state != TCP_CLOSE && ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0)
-          unsent = 1;
+          unsent += queued;
       }
     }
-    if (unsent)
-      poll(NULL, 0, 1);
+    if (unsent == 0)
+      break;
+    if (least < 0 || unsent < least) { /* a peer took some: it is alive, if slow */
+      least = unsent;
+      deadline = now + GOODBYE_WAIT_S;
+    }
+    poll(NULL, 0, 1);
   }
 }
 
@@ -214,7 +249,7 @@ static void tcp_shutdown(hoop__tctx *ctx) {
     if (state->peers[p].connected && !state->peers[p].streams[0].eof)
       say_goodbye(ctx, &state->peers[p].streams[0]);
   if (state->peers && *ctx->failed)
-    drain_before_close(state, ctx->size);
+    drain_before_close(ctx, state, ctx->size);
   for (int p = 0; state->peers && p < ctx->size; p++) {
     for (int s = 0; s < HOOP__MAX_STREAMS; s++) {
       tcp_stream *stream = &state->peers[p].streams[s];

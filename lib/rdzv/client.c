@@ -384,6 +384,12 @@ static hoop_result take_messages(hoop_comm *comm) {
 }
 
 hoop_result hoop__rendezvous_check(hoop_comm *comm) {
+  /* What hoop__rendezvous_abort_pending read ahead, first. */
+  if (comm->rdzv_fd >= 0 && comm->rdzv->inlen > 0) {
+    hoop_result result = take_messages(comm);
+    if (result != HOOP_OK)
+      return result;
+  }
   while (comm->rdzv_fd >= 0) {
     ssize_t n = recv(comm->rdzv_fd, comm->rdzv->in + comm->rdzv->inlen,
                      sizeof comm->rdzv->in - comm->rdzv->inlen, MSG_DONTWAIT);

@@ -32,8 +32,6 @@ typedef struct queue {
   int nunseen;
   pthread_t worker;
   int started;
-  int running; /* the head is being carried out (by the worker or a host thread that waits) */
-  int idle;    /* the worker waits for work with no time set */
   /* Each queue's own (not one for all: every copy would wake every stream's worker and waiter). */
   pthread_cond_t queued_cond, done_cond; /* work queued; work done (set up with the worker) */
 } queue;
@@ -63,81 +61,48 @@ static unsigned long long now_ns(void) {
   return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-/* The worker carries out work only this long past its due time: a host thread that waits for
- * work carries it out itself, without a handoff between threads (two context switches per
- * operation, most of test_cuda.sh's CPU time); the worker is there for work nobody waits for. */
-#define LAZY_NS 5000000ull
-
-static void sleep_until(unsigned long long due_ns) {
-  /* Wake at the due time, not up to the default 50 us of slack after it (set once per thread:
-   * the worker's, and a waiting host thread's). */
-  static __thread int slack_set;
-  if (!slack_set && due_ns > now_ns()) {
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    slack_set = 1;
-  }
-  while (due_ns > now_ns()) {
-    struct timespec due = {(time_t)(due_ns / 1000000000), (long)(due_ns % 1000000000)};
-    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
-  }
-}
-
-/* Carry out q's head, not before its due time (queue_lock held, and released meanwhile; the
- * caller set q->running): a queue of several waits about one delay in all, not one each. */
-static void run_head(queue *q) {
-  async_op *op = q->head;
-  pthread_mutex_unlock(&queue_lock);
-  sleep_until(op->due_ns);
-  if (op->kernel)
-    fakecuda_launch(&op->k, op->grid, op->block);
-  else if (op->from)
-    memmove(op->to, op->from, op->bytes);
-  pthread_mutex_lock(&queue_lock);
-  q->head = op->next;
-  if (!q->head)
-    q->tail = NULL;
-  q->done = op->seq;
-  q->running = 0;
-  free(op->owned);
-  op->owned = NULL, op->next = NULL;
-  if (op->seq > q->observed && (op->kernel || op->from)) {
-    if (q->unseen_tail)
-      q->unseen_tail->next = op;
-    else
-      q->unseen_head = op;
-    q->unseen_tail = op;
-    if (++q->nunseen > MAX_UNSEEN) { /* a bound on what is remembered: the oldest goes */
-      async_op *old = q->unseen_head;
-      q->unseen_head = old->next;
-      free(old);
-      q->nunseen--;
-    }
-  } else {
-    free(op);
-  }
-  pthread_cond_broadcast(&q->done_cond);
-}
-
 static void *worker_main(void *arg) {
   queue *q = arg;
+  /* Wake at the due time, not up to the default 50 us of slack after it. */
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   pthread_mutex_lock(&queue_lock);
   for (;;) {
-    if (!q->head) {
-      q->idle = 1;
+    while (!q->head)
       pthread_cond_wait(&q->queued_cond, &queue_lock);
-      q->idle = 0;
-      continue;
+    async_op *op = q->head;
+    pthread_mutex_unlock(&queue_lock);
+    /* Not before its due time: a queue of several waits about one delay in all, not one each. */
+    while (op->due_ns > now_ns()) {
+      struct timespec due = {(time_t)(op->due_ns / 1000000000), (long)(op->due_ns % 1000000000)};
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
     }
-    unsigned long long when = q->head->due_ns + LAZY_NS;
-    if (q->running || now_ns() < when) {
-      if (q->running)
-        when = now_ns() + LAZY_NS;
-      struct timespec until = {(time_t)(when / 1000000000), (long)(when % 1000000000)};
-      pthread_cond_timedwait(&q->queued_cond, &queue_lock, &until);
-      continue;
+    if (op->kernel)
+      fakecuda_launch(&op->k, op->grid, op->block);
+    else if (op->from)
+      memmove(op->to, op->from, op->bytes);
+    pthread_mutex_lock(&queue_lock);
+    q->head = op->next;
+    if (!q->head)
+      q->tail = NULL;
+    q->done = op->seq;
+    free(op->owned);
+    op->owned = NULL, op->next = NULL;
+    if (op->seq > q->observed && (op->kernel || op->from)) {
+      if (q->unseen_tail)
+        q->unseen_tail->next = op;
+      else
+        q->unseen_head = op;
+      q->unseen_tail = op;
+      if (++q->nunseen > MAX_UNSEEN) { /* a bound on what is remembered: the oldest goes */
+        async_op *old = q->unseen_head;
+        q->unseen_head = old->next;
+        free(old);
+        q->nunseen--;
+      }
+    } else {
+      free(op);
     }
-    q->running = 1;
-    run_head(q);
+    pthread_cond_broadcast(&q->done_cond);
   }
   return NULL;
 }
@@ -235,11 +200,7 @@ unsigned long long enqueue_op(int qi, char *to, const char *from, size_t bytes,
     delay_us = text ? atol(text) : 200;
   }
   if (!q->started) {
-    pthread_condattr_t monotonic;
-    pthread_condattr_init(&monotonic);
-    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
-    pthread_cond_init(&q->queued_cond, &monotonic);
-    pthread_condattr_destroy(&monotonic);
+    pthread_cond_init(&q->queued_cond, NULL);
     pthread_cond_init(&q->done_cond, NULL);
     if (pthread_create(&q->worker, NULL, worker_main, q) != 0) {
       pthread_mutex_unlock(&queue_lock);
@@ -260,8 +221,7 @@ unsigned long long enqueue_op(int qi, char *to, const char *from, size_t bytes,
   else
     q->head = op;
   q->tail = op;
-  if (q->idle) /* else it wakes by its own timer */
-    pthread_cond_signal(&q->queued_cond);
+  pthread_cond_signal(&q->queued_cond);
   pthread_mutex_unlock(&queue_lock);
   return seq; /* not op->seq: the worker may have done and freed op by now */
 }
@@ -300,14 +260,8 @@ void wait_done(int qi, unsigned long long seq) {
   pthread_mutex_lock(&queue_lock);
   if (seq == 0)
     seq = q->queued;
-  while (q->started && q->done < seq) { /* nothing was ever queued where no worker started */
-    if (q->head && !q->running) {       /* carried out here, in order */
-      q->running = 1;
-      run_head(q);
-    } else {
-      pthread_cond_wait(&q->done_cond, &queue_lock);
-    }
-  }
+  while (q->started && q->done < seq) /* nothing was ever queued where no worker started */
+    pthread_cond_wait(&q->done_cond, &queue_lock);
   observe(q, seq);
   pthread_mutex_unlock(&queue_lock);
 }
@@ -418,11 +372,6 @@ static CUresult fake_stream_query(CUstream stream) {
     return CUDA_ERROR_INVALID_HANDLE;
   queue *q = &queues[queue_of(stream)];
   pthread_mutex_lock(&queue_lock);
-  /* What is due is carried out here (as a wait does), not left for the lazy worker. */
-  while (q->head && !q->running && q->head->due_ns <= now_ns()) {
-    q->running = 1;
-    run_head(q);
-  }
   int done = q->done >= q->queued;
   if (done)
     observe(q, q->done);

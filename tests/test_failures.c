@@ -347,46 +347,8 @@ static int abort_thread_rank(int index, int n, void *arg) {
   return bad;
 }
 
-/* Both ranks run 16 MiB allreduces back to back when rank 0's thread aborts: the half-sent
- * message is finished before the notice, so rank 1 still hears the reason. */
-static void *abort_large_later(void *arg) {
-  sleep(1);
-  hoop_abort(arg, "stop the large one");
-  return NULL;
-}
-
-static int abort_large_rank(int index, int n, void *arg) {
-  hoop_comm *comm = procs_join(*(int *)arg, index, n, 30, NULL);
-  if (!comm)
-    return 10;
-  size_t count = 4u << 20;
-  float *buf = calloc(count, sizeof *buf);
-  pthread_t thread;
-  if (index == 0)
-    pthread_create(&thread, NULL, abort_large_later, comm);
-  hoop_result result = HOOP_OK;
-  double start = now_s();
-  while (buf && result == HOOP_OK && now_s() - start < 20)
-    result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
-  if (index == 0)
-    pthread_join(thread, NULL);
-  int bad = result != HOOP_ERR_ABORTED ||
-            strstr(hoop_last_error(comm), "aborted by rank 0: stop the large one") == NULL;
-  if (bad)
-    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with the reason, got %s: %s\n", index,
-            hoop_strerror(result), hoop_last_error(comm));
-  free(buf);
-  hoop_finalize(comm);
-  return bad;
-}
-
-START_TEST(test_abort_in_large_allreduce) {
-  int port = procs_free_port();
-  ck_assert_int_eq(procs_fork_ranks(2, abort_large_rank, &port, 40), 0);
-}
-END_TEST
-
-/* The same with rank 1 paused (SIGSTOP) as rank 0 aborts, as a loaded host pauses a process: for
+/* 16 MiB allreduces on 2 ranks, rank 0's thread aborting them; rank 1 paused (SIGSTOP) or not as
+ * rank 0 aborts, as a loaded host pauses a process: for
  * 0.3 s, rank 0's notice waits behind data rank 1 has not read; for 0.8 s, rank 0 gives up on
  * telling it over their connections (rank 1 takes nothing for longer than rank 0 waits), and only
  * the server has the reason. Either way rank 1, resumed, must hear it, not take the closed
@@ -401,6 +363,10 @@ typedef struct pause_case {
 static void *pause_then_abort(void *arg) {
   pause_case *pc = arg;
   sleep(1);
+  if (pc->paused_ms == 0) {
+    hoop_abort(pc->comm, "stop the large one");
+    return NULL;
+  }
   kill(*pc->pid1, SIGSTOP);
   struct timespec pause = {0, 100 * 1000 * 1000};
   nanosleep(&pause, NULL);
@@ -431,8 +397,8 @@ static int abort_paused_rank(int index, int n, void *arg) {
   int bad = result != HOOP_ERR_ABORTED ||
             strstr(hoop_last_error(comm), "aborted by rank 0: stop the large one") == NULL;
   if (bad)
-    fprintf(stderr, "rank %d (paused): expected HOOP_ERR_ABORTED with the reason, got %s: %s\n",
-            index, hoop_strerror(result), hoop_last_error(comm));
+    fprintf(stderr, "rank %d: expected HOOP_ERR_ABORTED with the reason, got %s: %s\n", index,
+            hoop_strerror(result), hoop_last_error(comm));
   /* The thread still calls into comm (hoop_abort) until it resumes rank 1: joined before the
    * finalize. Rank 0's connections closed when its call failed, not at its finalize. */
   if (index == 0)
@@ -442,12 +408,24 @@ static int abort_paused_rank(int index, int n, void *arg) {
   return bad;
 }
 
-START_TEST(test_abort_while_peer_paused) {
+/* Rank 0's thread aborts after 1 s, rank 1 paused for paused_ms meanwhile (0: not at all). */
+static void run_abort_large(long paused_ms) {
   pid_t *pid1 = mmap(NULL, sizeof *pid1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ck_assert_msg(pid1 != MAP_FAILED, "mmap: expected shared memory, got an error");
-  pause_case pc = {procs_free_port(), pid1, _i == 0 ? 300 : 800, NULL};
+  pause_case pc = {procs_free_port(), pid1, paused_ms, NULL};
   ck_assert_int_eq(procs_fork_ranks(2, abort_paused_rank, &pc, 40), 0);
   munmap(pid1, sizeof *pid1);
+}
+
+/* Both ranks run 16 MiB allreduces back to back when rank 0's thread aborts: the half-sent
+ * message is finished before the notice, so rank 1 still hears the reason. */
+START_TEST(test_abort_in_large_allreduce) {
+  run_abort_large(0);
+}
+END_TEST
+
+START_TEST(test_abort_while_peer_paused) {
+  run_abort_large(_i == 0 ? 300 : 800);
 }
 END_TEST
 

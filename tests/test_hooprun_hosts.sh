@@ -3,7 +3,8 @@
 # host name and runs the rest here, and one that joins its words into a shell line as ssh does.
 # Checks placement (ranks fill hosts in order, HOOP_HOSTNAME), -H and --hostfile parsing and their
 # errors, quoting for ssh, a real job over the stand-in hosts, and the report of a failed rank;
-# and, on this host alone, how hooprun fits its ranks' descriptors under the open-file limit.
+# --bind-to and --map-by on made-up machines, for ranks hooprun starts and ranks that bind
+# themselves; and, on this host alone, how hooprun fits its ranks' descriptors under the open-file limit.
 set -u
 build=${HOOP_BUILDDIR:-.}
 hooprun=$build/tools/hooprun
@@ -65,7 +66,7 @@ usage_error() {
   shift 2
   "$hooprun" "$@" true >"$work/out" 2>&1
   local code=$?
-  [ $code = 2 ] && grep -q "$pattern" "$work/out" ||
+  [ $code = 2 ] && grep -q -e "$pattern" "$work/out" ||
     { fail "$name: expected exit 2 and '$pattern', got $code:"; cat "$work/out"; }
 }
 usage_error "more ranks than slots" "more than the 3 slots" -np 4 -H a:2,b
@@ -106,6 +107,65 @@ code=$?
 [ $code = 3 ] &&
   grep -q "^hooprun: rank 1 on hostb (pid [0-9]*) exited with status 3$" "$work/out" ||
   { fail "failed remote rank: expected exit 3 and a message naming rank 1 on hostb, got $code:"
+    cat "$work/out"; }
+
+# --bind-to: hooprun binds the ranks it starts here, and ranks on other hosts bind themselves in
+# hoop_init_from_env. The machine is made up (HOOP_SYSFS): CPUs 0 and 1 are two cores of two
+# sockets, or one core's two threads; the ranks run on CPUs 0 and 1 (taskset).
+for cpu in 0 1; do
+  mkdir -p "$work/sys2/devices/system/cpu/cpu$cpu/topology" \
+    "$work/sys2/devices/system/cpu/cpu$cpu/node$cpu" \
+    "$work/sys1/devices/system/cpu/cpu$cpu/topology" "$work/sys1/devices/system/cpu/cpu$cpu/node0"
+  echo "$cpu" >"$work/sys2/devices/system/cpu/cpu$cpu/topology/physical_package_id"
+  echo 0 >"$work/sys2/devices/system/cpu/cpu$cpu/topology/core_id"
+  echo 0 >"$work/sys1/devices/system/cpu/cpu$cpu/topology/physical_package_id"
+  echo 0 >"$work/sys1/devices/system/cpu/cpu$cpu/topology/core_id"
+done
+cpus='grep Cpus_allowed_list /proc/self/status | sed "s/^/$HOOP_RANK /"'
+HOOP_SYSFS=$work/sys2 taskset -c 0,1 "$hooprun" -np 2 --bind-to core sh -c "$cpus" 2>&1 |
+  sort >"$work/out"
+expect "--bind-to core" "$work/out" <<'OUT'
+[0] 0 Cpus_allowed_list:	0
+[1] 1 Cpus_allowed_list:	1
+OUT
+HOOP_SYSFS=$work/sys2 taskset -c 0,1 "$hooprun" -np 3 --bind-to socket --map-by socket \
+  sh -c "$cpus" 2>&1 | sort >"$work/out"
+expect "--bind-to socket --map-by socket" "$work/out" <<'OUT'
+[0] 0 Cpus_allowed_list:	0
+[1] 1 Cpus_allowed_list:	1
+[2] 2 Cpus_allowed_list:	0
+OUT
+HOOP_SYSFS=$work/sys1 taskset -c 0,1 "$hooprun" -np 2 --bind-to core sh -c "$cpus" >"$work/out" 2>&1
+code=$?
+[ $code = 2 ] && ! grep -q Cpus_allowed "$work/out" &&
+  grep -q "^hooprun: --bind-to core: 2 ranks on this host bound to a core each, but the 2 CPUs allowed (0-1) make 1 core; bind to none" "$work/out" ||
+  { fail "--bind-to core, 2 ranks on one core: expected exit 2, no rank started, a message; got $code:"
+    cat "$work/out"; }
+HOOP_SYSFS=$work/sys1 taskset -c 0,1 "$hooprun" -np 2 --bind-to none sh -c "$cpus" 2>&1 |
+  sort >"$work/out"
+expect "--bind-to none" "$work/out" <<'OUT'
+[0] 0 Cpus_allowed_list:	0-1
+[1] 1 Cpus_allowed_list:	0-1
+OUT
+usage_error "bad --bind-to" "--bind-to: 'hwthread' is not none, core, socket or numa" --bind-to hwthread -np 1
+usage_error "bad --map-by" "--map-by: 'ppr:1:node' is not core, slot, socket or numa" --map-by ppr:1:node -np 1
+# Ranks on two stand-in hosts, started through the remote shell, bind themselves; HOOP_DEBUG=info
+# says where each runs.
+HOOP_SYSFS=$work/sys2 HOOP_DEBUG=info taskset -c 0,1 "$hooprun" --rsh "$work/stand-in" \
+  -H hosta:2,hostb:1 --bind-to core "$build/bench/hoop-bench" allreduce -s 8 -n 2 -w 1 -c 1 \
+  >"$work/bench" 2>&1 || { fail "--bind-to core on stand-in hosts:"; cat "$work/bench"; }
+sed -n 's/^\(\[[0-9]\]\) hoop rank [0-9]* [0-9.]* INFO init: runs on \(CPUs [0-9-]*\) .*, \(HOOP_BIND_TO=core\)$/\1 \2 \3/p' \
+  "$work/bench" | sort >"$work/out"
+expect "--bind-to core on stand-in hosts" "$work/out" <<'OUT'
+[0] CPUs 0 HOOP_BIND_TO=core
+[1] CPUs 1 HOOP_BIND_TO=core
+[2] CPUs 0 HOOP_BIND_TO=core
+OUT
+HOOP_SYSFS=$work/sys1 taskset -c 0,1 "$hooprun" --rsh "$work/stand-in" -H hosta:2 --bind-to core \
+  "$build/bench/hoop-bench" allreduce -s 8 -n 2 -w 1 -c 1 >"$work/out" 2>&1
+code=$?
+[ $code != 0 ] && grep -q "HOOP_BIND_TO=core: 2 ranks on this host bound to a core each, but the 2 CPUs allowed (0-1) make 1 core" "$work/out" ||
+  { fail "--bind-to core, 2 ranks of a stand-in host on one core: expected a failure saying why; got $code:"
     cat "$work/out"; }
 
 # hooprun holds 3 descriptors per rank (its stdout and stderr, its rendezvous connection): under a

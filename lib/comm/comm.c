@@ -548,6 +548,7 @@ hoop_result hoop_init(hoop_comm **out, const hoop_config *given) {
       return init_failed(comm, result);
   }
   hoop__comm_log_config(comm);
+  hoop__log_cpus();
   hoop__flight_install();
   char serving[64];
   if ((result = hoop__trace_open(comm, hoop__transports_serving(comm, serving, sizeof serving))) !=
@@ -567,6 +568,8 @@ hoop_result hoop_init_from_env(hoop_comm **out) {
   hoop__launcher_env found;
   memset(&found, 0, sizeof found);
   hoop_result result = hoop__config_from_env(&scratch_comm, &config, &found);
+  if (result == HOOP_OK)
+    result = hoop__bind_from_env(&scratch_comm);
   if (result != HOOP_OK) {
     *out = hoop__comm_new();
     if (*out) {

@@ -27,6 +27,13 @@ void hoop__launcher_check_local_rank(const hoop_comm *comm, const hoop__launcher
 /* The first host of a Slurm host list into out: "node[01-04,7],gpu1" gives "node01" (each
  * bracket's first number as written, zero padding kept). 0, or -1 when list is empty, malformed or
  * the name does not fit in cap bytes. */
+/* HOOP_BIND_TO (bind.c): every thread of this process bound to its CPUs, as hooprun --bind-to
+ * binds the ranks it starts itself. HOOP_OK (also where it is unset or none), or the error
+ * recorded on comm. */
+hoop_result hoop__bind_from_env(hoop_comm *comm);
+/* At HOOP_DEBUG=info, the CPUs this rank may run on. */
+void hoop__log_cpus(void);
+
 int hoop__slurm_first_host(const char *list, char *out, size_t cap);
 
 #endif /* HOOP__LAUNCHERS_H */

@@ -31,6 +31,15 @@ static const hoop__env_var env_table[] = {
     {"HOOP_HOSTNAME", "",
      "host name reported to the rendezvous; ranks with the same name are "
      "one host (contiguous ranks, local ranks); default: gethostname()"},
+    {"HOOP_BIND_TO", "none",
+     "set by hooprun --bind-to for ranks on other hosts: hoop_init_from_env binds every thread "
+     "of the process to a core (core), its socket (socket) or NUMA node (numa) of the CPUs it "
+     "may use, by HOOP_LOCAL_RANK of HOOP_LOCAL_SIZE; none leaves them"},
+    {"HOOP_MAP_BY", "core",
+     "with HOOP_BIND_TO: local ranks take cores in order (core, slot), or a socket or NUMA node "
+     "after the other (socket, numa)"},
+    {"HOOP_LOCAL_RANK", "", "with HOOP_BIND_TO: this rank's place among its host's ranks"},
+    {"HOOP_LOCAL_SIZE", "", "with HOOP_BIND_TO: how many ranks its host runs"},
     {"HOOP_CUDA_PIPELINE_BYTES", "1048576",
      "a ring or direct allreduce, chain broadcast or ring allgather of at least this many bytes "
      "on device memory copies its input in and its result out piece by piece on a stream of "

@@ -102,13 +102,7 @@ void hooprun_env_prepare(hooprun_job *job) {
  * fight the others' for its cores. The same program then runs with backend "gloo" or "hoop". */
 static void torch_settings(const hooprun_job *job, const hooprun_rank *rank, hooprun_env *env) {
   const hooprun_options *options = &job->options;
-  int local_rank = 0, local_size = 0;
-  for (int i = 0; i < options->np; i++)
-    if (job->ranks[i].host == rank->host) {
-      if (i < rank->index)
-        local_rank++;
-      local_size++;
-    }
+  int local_rank = rank->local_rank, local_size = rank->local_size;
   const struct {
     const char *name;
     long value;
@@ -176,6 +170,14 @@ static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hoop
    * of one machine share a kernel host name, and the rendezvous groups local ranks by name. */
   if (rank->host)
     env_format(&env, "HOOP_HOSTNAME=%s", rank->host->name);
+  /* hooprun binds the ranks it starts itself (spawn.c); one on another host binds itself in
+   * hoop_init_from_env, from that host's CPUs (lib/comm/bind.c). */
+  if (options->bind != HOOP__BIND_NONE && rank->host && !rank->host->local) {
+    env_format(&env, "HOOP_BIND_TO=%s", hoop__bind_name(options->bind));
+    env_format(&env, "HOOP_MAP_BY=%s", hoop__map_name(options->map));
+    env_format(&env, "HOOP_LOCAL_RANK=%d", rank->local_rank);
+    env_format(&env, "HOOP_LOCAL_SIZE=%d", rank->local_size);
+  }
   torch_settings(job, rank, &env);
   *env_out = env;
 }

@@ -24,6 +24,7 @@
 #include "proto/wire.h"
 #include "rdzv/server.h"
 #include "util/buf.h"
+#include "util/cpus.h"
 
 /* Bytes read from a rank's pipe at once, into job->read_buf. */
 #define READ_BYTES 65536
@@ -65,8 +66,10 @@ typedef struct hooprun_options {
   int nexports;
   int tag_output;
   int verbose;
-  double report_s; /* --report: seconds between health reports (0: only on SIGUSR1) */
-  char **command;  /* prog and its arguments: the tail of argv, ending with NULL */
+  double report_s;       /* --report: seconds between health reports (0: only on SIGUSR1) */
+  hoop__bind_level bind; /* --bind-to (default none) */
+  hoop__map_level map;   /* --map-by (default core) */
+  char **command;        /* prog and its arguments: the tail of argv, ending with NULL */
 } hooprun_options;
 
 struct hooprun_job;
@@ -89,8 +92,9 @@ typedef struct hooprun_rank {
   const hooprun_host *host; /* NULL without a host list */
   int pid;                  /* of the rank, or of the remote shell that runs it elsewhere */
   int running;
-  int newcomer; /* a replacement: it joins the running job (HOOP_JOIN=1) */
-  char tag[24]; /* "[3] ", or "" with --no-tag-output */
+  int newcomer;               /* a replacement: it joins the running job (HOOP_JOIN=1) */
+  int local_rank, local_size; /* its place among its host's ranks (a replacement: the failed's) */
+  char tag[24];               /* "[3] ", or "" with --no-tag-output */
   uv_process_t process;
   hooprun_output out;
   hooprun_output err;
@@ -108,6 +112,7 @@ typedef struct hooprun_job {
   char token[HOOP__MAX_TOKEN + 1];           /* what the ranks prove to the server; "" for none */
   char launcher[128];   /* HOOP_LAUNCHER: who this hooprun is, so that its ranks end with it */
   int master_port;      /* MASTER_PORT for PyTorch's env:// store on rank 0 (0: not chosen yet) */
+  cpu_set_t allowed;    /* the CPUs hooprun may run on: what --bind-to divides among ranks */
   hooprun_rank *ranks;  /* nslots of them used: options.np, then the replacements */
   int nslots, capacity; /* capacity: options.np, twice that with --max-np */
   int running;          /* ranks started and not yet exited */

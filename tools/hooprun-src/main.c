@@ -62,6 +62,12 @@ static void init_ranks(hooprun_job *job) {
   job->nslots = job->options.np;
   for (int i = 0; i < job->options.np; i++)
     hooprun_init_rank(job, i, host_of_rank(&job->options, i));
+  for (int i = 0; i < job->options.np; i++)
+    for (int j = 0; j < job->options.np; j++)
+      if (job->ranks[j].host == job->ranks[i].host) {
+        job->ranks[i].local_rank += j < i;
+        job->ranks[i].local_size++;
+      }
 }
 
 static int init_handles(hooprun_job *job) {

@@ -43,6 +43,13 @@ static const char help_text[] =
     "                       room for it with hoop_comm_grow\n"
     "  -x VAR               pass VAR on to the ranks (on this host they get it anyway)\n"
     "  -x VAR=VALUE         set VAR to VALUE for the ranks (not HOOP_TOKEN: see below)\n"
+    "  --bind-to WHAT       bind each rank on this host to a core, its socket or NUMA node\n"
+    "                       (core, socket, numa), or not at all (none, the default, as\n"
+    "                       Horovod advises: a rank's data-loader workers need CPUs too);\n"
+    "                       ranks on other hosts bind themselves the same way\n"
+    "  --map-by WHAT        how a host's ranks spread over its cores: in order (core, the\n"
+    "                       default, or slot), or a socket or NUMA node after the other\n"
+    "                       (socket, numa)\n"
     "  --encrypt            seal every byte the ranks send over TCP (HOOP_ENCRYPT=1; hoop-env(7))\n"
     "  --job ID             job id (default: hooprun-<pid>-<random hex>)\n"
     "  --tag-output         prefix each line of the ranks' output with \"[rank] \" (default)\n"
@@ -87,6 +94,8 @@ typedef enum option_id {
   OPT_VERBOSE,
   OPT_REPORT,
   OPT_ENCRYPT,
+  OPT_BIND_TO,
+  OPT_MAP_BY,
   OPT_HELP,
   OPT_VERSION
 } option_id;
@@ -111,6 +120,8 @@ static const struct {
     {{"-v", "--verbose"}, 0, OPT_VERBOSE},
     {{"--report"}, 1, OPT_REPORT},
     {{"--encrypt"}, 0, OPT_ENCRYPT},
+    {{"--bind-to"}, 1, OPT_BIND_TO},
+    {{"--map-by"}, 1, OPT_MAP_BY},
     {{"-h", "--help"}, 0, OPT_HELP},
     {{"--version"}, 0, OPT_VERSION},
 };
@@ -335,6 +346,14 @@ static int apply_option(hooprun_job *job, option_id id, const char *value) {
       return usage_error(job, "--report: '%s' is not a number of seconds (0.1 to 86400)", value);
     return 0;
   case OPT_ENCRYPT: return add_export(job, "HOOP_ENCRYPT=1");
+  case OPT_BIND_TO:
+    if (hoop__bind_parse(value, &options->bind) != 0)
+      return usage_error(job, "--bind-to: '%s' is not none, core, socket or numa", value);
+    return 0;
+  case OPT_MAP_BY:
+    if (hoop__map_parse(value, &options->map) != 0)
+      return usage_error(job, "--map-by: '%s' is not core, slot, socket or numa", value);
+    return 0;
   case OPT_HELP: hooprun_sink_write(job, &job->stdout_sink, help_text, strlen(help_text)); return 1;
   case OPT_VERSION:
     hooprun_sink_write(job, &job->stdout_sink, "hooprun (hoop) " PACKAGE_VERSION "\n",

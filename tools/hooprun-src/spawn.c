@@ -56,6 +56,22 @@ static int output_open(hooprun_job *job, hooprun_output *output, uv_file *write_
 
 static void on_rank_exit(uv_process_t *process, int64_t exit_status, int term_signal);
 
+/* --bind-to for a rank started on this host: the CPUs it gets into *cpus (and their list into
+ * text), from those hooprun was given. 0, or -1 when they cannot be had (more ranks than cores
+ * for --bind-to core). */
+static int rank_cpus(hooprun_job *job, const hooprun_rank *rank, cpu_set_t *cpus, char *text,
+                     size_t textlen) {
+  char why[512];
+  if (hoop__bind_cpus(job->options.bind, job->options.map, rank->local_rank, rank->local_size,
+                      &job->allowed, cpus, why, sizeof why) != 0) {
+    hooprun_say(job, "--bind-to %s: %s; bind to none, socket or numa, or start fewer ranks here",
+                hoop__bind_name(job->options.bind), why);
+    return -1;
+  }
+  hoop__cpus_format(cpus, text, textlen);
+  return 0;
+}
+
 /* A pipe holding the token and a newline, its write end already closed: the read end becomes a
  * remote rank's stdin. The token is far below a pipe's capacity, so the write cannot block. */
 static int token_pipe(hooprun_job *job) {
@@ -106,6 +122,22 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
     }
     stdio[0] = (uv_stdio_container_t){.flags = UV_INHERIT_FD, .data.fd = token_fd};
   }
+  /* A child starts with the mask of the thread that forks it, and keeps it across exec: each of
+   * the rank's threads, from its first, runs where it is bound. */
+  int bound = job->options.bind != HOOP__BIND_NONE && (!rank->host || rank->host->local);
+  cpu_set_t cpus;
+  char cpu_list[256] = "";
+  if (bound && (rank_cpus(job, rank, &cpus, cpu_list, sizeof cpu_list) != 0 ||
+                sched_setaffinity(0, sizeof cpus, &cpus) != 0)) {
+    if (cpu_list[0])
+      hooprun_say(job, "cannot bind rank %d to CPUs %s: %s", rank->index, cpu_list,
+                  strerror(errno));
+    hooprun_close_fd(job, out_fd);
+    hooprun_close_fd(job, err_fd);
+    if (token_fd >= 0)
+      hooprun_close_fd(job, token_fd);
+    return EXIT_USAGE;
+  }
   char **env = hooprun_rank_environment(job, rank);
   char **command = hooprun_rank_command(job, rank);
   uv_process_options_t spawn = {.exit_cb = on_rank_exit,
@@ -116,6 +148,8 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
                                 .stdio = stdio};
   rank->process.data = rank;
   int err = uv_spawn(&job->loop, &rank->process, &spawn);
+  if (bound)
+    sched_setaffinity(0, sizeof job->allowed, &job->allowed);
   hooprun_env_free(env);
   /* Only the rank may hold the write ends, or the pipes would never reach their end. */
   hooprun_close_fd(job, out_fd);
@@ -134,7 +168,8 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank) {
     hooprun_verbose(job, "rank %d started on %s as pid %d: %s %s ...", rank->index,
                     rank->host->name, rank->pid, command[0], command[1] ? command[1] : "");
   else
-    hooprun_verbose(job, "rank %d started as pid %d", rank->index, rank->pid);
+    hooprun_verbose(job, "rank %d started as pid %d%s%s", rank->index, rank->pid,
+                    bound ? ", bound to CPUs " : "", cpu_list);
   hooprun_env_free(command);
   hooprun_output_start(job, &rank->out);
   hooprun_output_start(job, &rank->err);
@@ -145,6 +180,11 @@ void hooprun_start_ranks(hooprun_job *job) {
   hooprun_verbose(job, "starting %d rank%s of '%s'", job->options.np,
                   job->options.np == 1 ? "" : "s", job->options.command[0]);
   hooprun_env_prepare(job);
+  if (sched_getaffinity(0, sizeof job->allowed, &job->allowed) != 0) {
+    CPU_ZERO(&job->allowed);
+    for (long cpu = 0, n = sysconf(_SC_NPROCESSORS_ONLN); cpu < n && cpu < CPU_SETSIZE; cpu++)
+      CPU_SET((int)cpu, &job->allowed);
+  }
   for (int i = 0; i < job->options.np; i++) {
     int status = spawn_rank(job, &job->ranks[i]);
     if (status != 0) {
@@ -188,6 +228,8 @@ static void start_replacement(hooprun_job *job, const hooprun_rank *failed) {
   hooprun_init_rank(job, index, failed->host);
   hooprun_rank *rank = &job->ranks[index];
   rank->newcomer = 1;
+  rank->local_rank = failed->local_rank; /* its GPU, its cores */
+  rank->local_size = failed->local_size;
   if (spawn_rank(job, rank) != 0) {
     hooprun_say(job, "could not start a replacement for rank %d", failed->index);
     return;

@@ -114,7 +114,7 @@ void hoop__p2p_free(hoop_comm *comm) {
  * the peer's matching call would otherwise take this rank's next message instead. */
 static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result result) {
   drop_stage(comm, p2p);
-  hoop__flight_end(p2p->flight_slot, result, hoop__now());
+  hoop__flight_end(p2p->flight_slot, result, hoop__now_coarse());
   return hoop__fail_as_recorded(comm, result);
 }
 
@@ -126,7 +126,10 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
     return hoop__refuse_failed(comm, req->name);
   void *buf = p2p->buf;
   hoop_result result = HOOP_OK;
-  p2p->flight_slot = hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, hoop__now());
+  /* The recorder's times at the kernel's tick: a message's two fine readings would cost as much
+   * as a small message takes (a hang's dump needs seconds). */
+  p2p->flight_slot =
+      hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, hoop__now_coarse());
   if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
     if (!(p2p->stage = take_stage(comm, p2p, p2p->bytes, buf)))
       return not_posted(comm, p2p, HOOP_ERR_SYSTEM);
@@ -157,7 +160,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
     double started = comm->call_started;
     int warned = comm->stall_warned;
     if (p2p->wait_started == 0)
-      p2p->wait_started = hoop__now();
+      p2p->wait_started = hoop__now_coarse();
     comm->call_started = p2p->wait_started;
     comm->stall_warned = p2p->stall_warned;
     *result = hoop__wait_some(comm, &p2p->transfer, WAIT_SLICE_S, &p2p->waiting);
@@ -177,7 +180,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
   }
   if (*result == HOOP_OK && !p2p->is_send && p2p->stage)
     *result = hoop__mem_copy(comm, p2p->buf, p2p->stage, p2p->bytes);
-  hoop__flight_end(p2p->flight_slot, *result, hoop__now());
+  hoop__flight_end(p2p->flight_slot, *result, hoop__now_coarse());
   comm->call = outer;
   drop_stage(comm, p2p);
   return 1;
@@ -219,8 +222,19 @@ static hoop_result start(hoop_comm *comm, int is_send, void *buf, size_t count, 
   p2p_request local, *p2p = request ? calloc(1, sizeof *p2p) : &local;
   if (!p2p)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory for the request", name);
-  if (!request)
-    memset(p2p, 0, sizeof *p2p);
+  size_t bytes = count * hoop_dtype_size(dtype);
+  if (!request) {
+    /* Field by field, as hoop__request_blocking does: not the transfer's state, which posting
+     * stamps. */
+    hoop__request_blocking(&p2p->base, run, bytes, name);
+    p2p->stage = NULL;
+    p2p->stage_slot = -1;
+    p2p->own_stage = (hoop__host_buf){NULL, 0, 0};
+    p2p->waiting = (hoop__wait_state){0};
+    p2p->flight_slot = -1;
+    p2p->wait_started = 0;
+    p2p->stall_warned = 0;
+  }
   p2p->base.run = run;
   p2p->base.advance = advance;
   p2p->base.release = release;
@@ -229,7 +243,7 @@ static hoop_result start(hoop_comm *comm, int is_send, void *buf, size_t count, 
   p2p->is_send = is_send;
   p2p->peer = peer;
   p2p->buf = buf;
-  p2p->bytes = p2p->base.bytes = count * hoop_dtype_size(dtype);
+  p2p->bytes = p2p->base.bytes = bytes;
   hoop__fingerprint_p2p(p2p->fingerprint, is_send, count, dtype, tag);
   if (!request)
     return hoop__request_call(comm, &p2p->base);

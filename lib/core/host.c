@@ -1,5 +1,6 @@
 /* host.c - what every layer asks of this host: whether its ranks outnumber its CPUs (the clock
  * is util/clock.c). */
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -13,9 +14,24 @@ int hoop__host_crowded(const hoop_comm *comm) {
   return outnumber_cpus(comm->local_size);
 }
 
-int hoop__host_oversubscribed(const hoop_comm *comm) {
-  /* The table's host is the host name; ranks that name other hosts may still share this kernel
-   * (containers, network namespaces), and its CPUs are what they take turns on. */
+/* The table's host is the host name; ranks that name other hosts may still share this kernel
+ * (containers, network namespaces), and its CPUs are what they take turns on. */
+static int ranks_here(const hoop_comm *comm) {
   int kernel = comm->net ? comm->net->kernel_ranks : comm->kernel_ranks;
-  return outnumber_cpus(kernel > comm->local_size ? kernel : comm->local_size);
+  return kernel > comm->local_size ? kernel : comm->local_size;
+}
+
+int hoop__host_oversubscribed(const hoop_comm *comm) {
+  return outnumber_cpus(ranks_here(comm));
+}
+
+int hoop__host_crowded_now(const hoop_comm *comm, int asleep) {
+  /* glibc reads /sys for the count at every call: read once. */
+  static _Atomic long cpus;
+  long n = atomic_load_explicit(&cpus, memory_order_relaxed);
+  if (n == 0) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    atomic_store_explicit(&cpus, n, memory_order_relaxed);
+  }
+  return n > 0 && ranks_here(comm) - asleep > n;
 }

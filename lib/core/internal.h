@@ -352,5 +352,8 @@ int hoop__host_oversubscribed(const hoop_comm *comm);
 /* The same by the rank table's local size alone, which every rank of a host sees alike: for
  * choices that must agree across ranks (the tuning table's crowded rows). */
 int hoop__host_crowded(const hoop_comm *comm);
+/* Whether this host's ranks, less the asleep of them known asleep in a wait, still outnumber its
+ * CPUs: cheap enough for a spinning wait to ask every few rounds. */
+int hoop__host_crowded_now(const hoop_comm *comm, int asleep);
 
 #endif /* HOOP__INTERNAL_H */

@@ -78,8 +78,12 @@ hoop_result hoop__request_call(hoop_comm *comm, hoop_request *req) {
       if (hoop__tracing(comm))
         trace_post(comm, req);
       result = req->run(comm, req);
-      /* A blocking send or receive: in flight, waited for as a posted one is, so that calls
-       * other threads post meanwhile run too. */
+      /* A blocking send or receive: its first slice of waiting right here (a small message on
+       * shared memory ends within it, with no request in flight and no lock more); then in
+       * flight, waited for as a posted one is, so that calls other threads post meanwhile run
+       * too. */
+      if (req->advance && result == HOOP_OK && req->advance(comm, req, 1, &result))
+        req->advance = NULL; /* it ended: as a call that ran to its end */
       if (req->advance && result == HOOP_OK) {
         hoop__request_fly(comm, req);
         hoop__lock_release(&comm->call_lock);

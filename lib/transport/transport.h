@@ -175,6 +175,10 @@ typedef struct hoop__transport_ops {
   hoop_result (*timed_out)(hoop__tctx *ctx, const hoop__transfer *req, int in_grace);
   /* How long a wait makes progress without sleeping (see hoop__wait). */
   double (*spin_s)(hoop__tctx *ctx);
+  /* Optional. How many of its peers this transport sees asleep in a wait now (shared memory: a
+   * peer's sleeping flag up): a wait on a host whose ranks outnumber its CPUs gives the CPU up
+   * between rounds only while the ranks awake still outnumber them. */
+  int (*asleep_peers)(hoop__tctx *ctx);
   /* Drop every connection and pending transfer (after a failure, and at abort), first telling
    * each peer why (hoop__tctx_failure). */
   void (*shutdown)(hoop__tctx *ctx);

@@ -303,12 +303,27 @@ hoop_result hoop__progress_once(hoop_comm *comm) {
  * eases the spin on the core's sibling and the memory bus. One, not more: what arrives during the
  * pauses waits for them to end, and a pause takes 28 ns on the development VM's EPYC (up to 40 on
  * recent Intel cores), so the 16 of before added 0.2 us on average to every small message. */
-static void spin_pause(const hoop_comm *comm) {
-  if (comm->transport->spin_yields) {
+static void spin_pause(int yielding) {
+  if (yielding) {
     sched_yield();
     return;
   }
   hoop__cpu_pause();
+}
+
+/* On a host whose ranks outnumber its CPUs (spin_yields): whether a spinning wait gives the CPU
+ * up between rounds now, as it must while the ranks awake outnumber the CPUs (the one it waits
+ * for may be waiting for this CPU). Two ranks of four that exchange messages while the other two
+ * sleep in a wait have a CPU each: a yield would cost each round a system call (4 ranks on 2
+ * CPUs, sendrecv 8 B: 0.47 us one way yielding, 0.19 not). */
+static int yield_now(hoop_comm *net) {
+  int asleep = 0;
+  for (int t = 0; t < net->transport->ntransports; t++) {
+    hoop__tctx *ctx = &net->transport->transports[t];
+    if (ctx->state && ctx->ops->asleep_peers)
+      asleep += ctx->ops->asleep_peers(ctx);
+  }
+  return hoop__host_crowded_now(net, asleep);
 }
 
 /* Asked at the first wait: a transport may decide its spin only once the rank table is known. */
@@ -358,6 +373,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
   double until = slice_s > 0 ? now + slice_s : 0;
   int in_grace = state->in_grace;
   int spinning = now < spin_until;
+  int yielding = spinning && comm->transport->spin_yields && yield_now(net);
   unsigned rounds = 0;
   hoop_result result = HOOP_OK;
   /* Round by round under the net lock (views of one net may wait in several threads at once):
@@ -380,7 +396,10 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
      * as much as a round that finds nothing, and the timeout and the spin's end need no finer
      * a grain than a microsecond. Rounds that yield the CPU (to peers, or to other threads on
      * the net) may each take long: those read it every time. */
-    if (!spinning || ++rounds % CLOCK_EVERY == 0 || comm->transport->spin_yields ||
+    int every = spinning && ++rounds % CLOCK_EVERY == 0;
+    if (every && comm->transport->spin_yields)
+      yielding = yield_now(net);
+    if (!spinning || every || yielding ||
         atomic_load_explicit(&net->net_shared, memory_order_relaxed))
       now = hoop__now();
     /* At every HOOP_STALL_WARN seconds of the wait, not only the first: a rank that waits long
@@ -388,7 +407,7 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
     if (now - comm->call_started > comm->stall_warn_s * (comm->stall_warned + 1))
       warn_stall(comm, now);
     /* A peer on the board in this call's place while this rank waits for a message (board.c). */
-    if (comm->transport->board && (!spinning || rounds % CLOCK_EVERY == 0) &&
+    if (comm->transport->board && (!spinning || every) &&
         (result = hoop__board_peek(comm, comm->transport->board)) != HOOP_OK)
       break;
     double left = deadline - now;
@@ -431,12 +450,12 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
       hoop__drive_end(comm, outer, HOOP_OK);
       hoop__net_yield(comm);
       if (spinning && !moved)
-        spin_pause(comm);
+        spin_pause(yielding);
       outer = hoop__drive_begin(comm);
       waited_before = net->waiting_for;
       net->waiting_for = req->peer;
     } else if (spinning && !moved) {
-      spin_pause(comm);
+      spin_pause(yielding);
     }
   }
   /* The time waited, to the last clock reading (which a spin takes every few rounds): for this

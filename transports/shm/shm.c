@@ -202,6 +202,7 @@ const hoop__transport_ops hoop__shm_transport = {
     .pending = shm_pending,
     .timed_out = shm_timed_out,
     .spin_s = shm_spin_s,
+    .asleep_peers = hoop__shm_asleep_peers,
     .shutdown = shm_shutdown,
     .wake = shm_wake,
     .finalize = shm_finalize,

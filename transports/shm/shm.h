@@ -203,6 +203,8 @@ hoop_result hoop__shm_post(hoop__tctx *ctx, int peer, void *buf, size_t len, hoo
 hoop_result hoop__shm_progress(hoop__tctx *ctx, int timeout_ms, int *moved);
 hoop_result hoop__shm_sleep_prepare(hoop__tctx *ctx, struct pollfd **fds, nfds_t *n, int *moved);
 hoop_result hoop__shm_sleep_done(hoop__tctx *ctx, int *moved);
+/* Peers whose sleeping flag is up: asleep in a wait, or about to be (the ops' asleep_peers). */
+int hoop__shm_asleep_peers(hoop__tctx *ctx);
 /* After changing a word of a board that the n peers may wait for: wake those that sleep. */
 void hoop__shm_wake(hoop__tctx *ctx, const int *peers, int n);
 /* A watch: req completes once *word is at least value (a word of a board that peer raises). */

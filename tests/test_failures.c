@@ -67,6 +67,7 @@ typedef enum mismatch_kind {
 typedef struct mismatch_case {
   int port;
   mismatch_kind kind;
+  int late_rank; /* this rank pauses before its next call, or -1 */
 } mismatch_case;
 
 /* Long enough that a rank that waits for it instead of noticing fails the bound by far. */
@@ -137,7 +138,7 @@ static hoop_result mismatched_call(hoop_comm *comm, mismatch_kind kind, int rank
 static int mismatch_rank(int index, int n, void *arg) {
   const mismatch_case *mc = arg;
   /* Without call fingerprints a point-to-point message still carries its own. */
-  if (mc->kind == P2P_VS_COLLECTIVE)
+  if (mc->kind == P2P_VS_COLLECTIVE || mc->late_rank >= 0)
     setenv("HOOP_CHECK_CALLS", "0", 1);
   hoop_comm *comm = procs_join(mc->port, index, n, MISMATCH_TIMEOUT_S, NULL);
   if (!comm)
@@ -166,8 +167,13 @@ static int mismatch_rank(int index, int n, void *arg) {
                     index == 0);
   /* In the table's cases a rank whose part ends without hearing from the other (a root that only
    * sends, say) must fail in its next call. */
-  if (result == HOOP_OK && (only_sends || mc->kind > BOARD_VS_MESSAGE))
+  if (result == HOOP_OK && (only_sends || mc->kind > BOARD_VS_MESSAGE)) {
+    if (index == mc->late_rank) {
+      struct timespec pause = {0, 200 * 1000 * 1000};
+      nanosleep(&pause, NULL);
+    }
     result = hoop_barrier(comm);
+  }
   double took = now_s() - start;
   const char *message = hoop_last_error(comm);
   /* At 4 ranks the notice of the mismatch others found may also come in before this rank makes
@@ -195,7 +201,7 @@ static int mismatch_rank(int index, int n, void *arg) {
 }
 
 static void run_mismatch_n(mismatch_kind kind, int n) {
-  mismatch_case mc = {procs_free_port(), kind};
+  mismatch_case mc = {procs_free_port(), kind, -1};
   ck_assert_int_eq(procs_fork_ranks(n, mismatch_rank, &mc, 30), 0);
 }
 
@@ -287,6 +293,18 @@ END_TEST
  * empty message's fingerprint as it arrives, before any receive is posted for it. */
 START_TEST(test_mismatch_zero_allgather_4) {
   run_mismatch_n(ZERO_ALLGATHER_ONE_OF_4, 4);
+}
+END_TEST
+
+/* Both ranks take themselves for a scatter's root, so both only send; rank _i reaches the next
+ * call, a barrier on the board, 0.2 s after the other. With HOOP_CHECK_CALLS=0 the waiting one
+ * does not compare the stray message with its call, and the late one waits for nothing (the
+ * other's slot is there), as happens to both when they reach the barrier at once: they still
+ * fail, as each one's slot carries its call before (until 2026-11-29 only a board call's), and
+ * those differ. Both: HOOP_ERR_MISMATCH naming both, within 0.2 s of the late one's call. */
+START_TEST(test_mismatch_roots_one_late) {
+  mismatch_case mc = {procs_free_port(), SCATTER_ROOT, _i};
+  ck_assert_int_eq(procs_fork_ranks(2, mismatch_rank, &mc, 30), 0);
 }
 END_TEST
 
@@ -904,6 +922,7 @@ static Suite *failures_suite(void) {
   tcase_add_test(tc, test_mismatch_zero_allgather);
   tcase_add_test(tc, test_mismatch_zero_allgather_4);
   tcase_add_loop_test(tc, test_mismatch_table, 0, TABLE_KINDS);
+  tcase_add_loop_test(tc, test_mismatch_roots_one_late, 0, 2);
   tcase_add_test(tc, test_mismatch_board_vs_message);
   tcase_add_test(tc, test_mismatch_alltoallv);
   tcase_add_test(tc, test_mismatch_zero_alltoallv);

@@ -89,6 +89,7 @@ static hoop_result coll_end(hoop_comm *comm, hoop_result result, const hoop__col
                      : comm->call_started;
     hoop__flight_end(comm->coll->flight_slot, result, end);
     comm->call_ended = end;
+    hoop__board_note_call(comm);
     /* A small call's time ends with its last wait: a clock reading would cost it 20 ns. */
     double last = bytes >= FLIGHT_CLOCK_BYTES ? hoop__now() : comm->call_clock_last;
     hoop__coll_tally(comm, args->coll, bytes,

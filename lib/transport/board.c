@@ -9,7 +9,8 @@
  *
  * The call before: a broadcast's receivers check the root's fingerprint, but nobody checks theirs,
  * and where every rank takes itself for the root nobody reads anything. The next call that reads a
- * slot compares the writer's call before with its own, and so finds that mismatch too. */
+ * slot compares the writer's call before (on the board or by messages) with its own, and so finds
+ * that mismatch too. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -283,6 +284,12 @@ hoop_result hoop__board_peek(hoop_comm *comm, hoop__board *board) {
       return hoop__mismatch(comm, r, theirs, comm->fingerprint, 0, 0);
   }
   return HOOP_OK;
+}
+
+void hoop__board_note_call(hoop_comm *comm) {
+  hoop__board *board = hoop__transport_board(comm);
+  if (board)
+    memcpy(board->before, comm->fingerprint, sizeof board->before);
 }
 
 void hoop__board_done(hoop_comm *comm, hoop__board *board, uint64_t seq, int every_rank) {

@@ -545,5 +545,10 @@ hoop_result hoop__board_peek(hoop_comm *comm, hoop__board *board);
 /* This rank is done with call seq (read what it needed); every_rank: the call read every rank's
  * slot, so every rank had finished seq - 1. */
 void hoop__board_done(hoop_comm *comm, hoop__board *board, uint64_t seq, int every_rank);
+/* A call of comm's that went by messages (not on the board) ended: its fingerprint is the call
+ * before that the next board call's slot carries. Two ranks that each took themselves for a
+ * scatter's root only sent, and their next call, a barrier on the board, may find both arrived
+ * at once and wait for nothing: only the call before tells them apart. */
+void hoop__board_note_call(hoop_comm *comm);
 
 #endif /* HOOP__TRANSPORT_H */

@@ -25,8 +25,9 @@ static void write_file(const char *path, const char *text) {
   fclose(out);
 }
 
-/* CPU cpu of the made-up machine: its socket, core id and NUMA node. */
-static void add_cpu(int cpu, int socket, int core_id, int node) {
+/* CPU cpu of the made-up machine: its socket, core id, NUMA node, and its core's hardware threads
+ * (NULL: the file is not there, as on older kernels). */
+static void add_cpu(int cpu, int socket, int core_id, int node, const char *siblings) {
   char path[256], text[16];
   snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology", root, cpu);
   char mkdirs[300];
@@ -41,18 +42,34 @@ static void add_cpu(int cpu, int socket, int core_id, int node) {
   write_file(path, text);
   snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/node%d", root, cpu, node);
   ck_assert_int_eq(mkdir(path, 0755), 0);
+  if (siblings) {
+    snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/thread_siblings_list", root,
+             cpu);
+    write_file(path, siblings);
+  }
+}
+
+static void make_root(void) {
+  snprintf(root, sizeof root, "/tmp/hoop-cpus-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  setenv("HOOP_SYSFS", root, 1);
 }
 
 /* 8 CPUs as Linux numbers them: CPU c and c+4 are one core's two threads; cores 0-1 (CPUs 0, 1,
- * 4, 5) are socket 0's, cores 2-3 socket 1's; core k is NUMA node k. */
-static void two_sockets(void) {
-  snprintf(root, sizeof root, "/tmp/hoop-cpus-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(root));
+ * 4, 5) are socket 0's, cores 2-3 socket 1's; core k is NUMA node k. With the threads' lists, or
+ * (siblings 0) with package and core ids alone. */
+static void two_sockets_as(int siblings) {
+  make_root();
   for (int cpu = 0; cpu < 8; cpu++) {
     int core = cpu % 4;
-    add_cpu(cpu, core / 2, core % 2, core);
+    char list[16];
+    snprintf(list, sizeof list, "%d,%d\n", core, core + 4);
+    add_cpu(cpu, core / 2, core % 2, core, siblings ? list : NULL);
   }
-  setenv("HOOP_SYSFS", root, 1);
+}
+
+static void two_sockets(void) {
+  two_sockets_as(1);
 }
 
 static void remove_tree(void) {
@@ -124,6 +141,29 @@ START_TEST(test_cores_sockets_numa) {
 }
 END_TEST
 
+/* Without the threads' lists, cores are told apart by package and core id. */
+START_TEST(test_ids_alone) {
+  two_sockets_as(0);
+  expect_binding("core", "socket", "0-7", 4, (const char *[]){"0,4", "2,6", "1,5", "3,7"});
+  remove_tree();
+}
+END_TEST
+
+/* A package of two dies, each numbering its cores from 0: core ids repeat within the package,
+ * the threads' lists do not. Four cores of one thread each. */
+START_TEST(test_dies_repeat_core_ids) {
+  make_root();
+  for (int cpu = 0; cpu < 4; cpu++) {
+    char list[8];
+    snprintf(list, sizeof list, "%d\n", cpu);
+    add_cpu(cpu, 0, cpu % 2, cpu / 2, list);
+  }
+  expect_binding("core", "core", "0-3", 4, (const char *[]){"0", "1", "2", "3"});
+  expect_binding("numa", "numa", "0-3", 2, (const char *[]){"0-1", "2-3"});
+  remove_tree();
+}
+END_TEST
+
 START_TEST(test_more_ranks_than_cores) {
   two_sockets();
   hoop__bind_level core;
@@ -176,8 +216,8 @@ END_TEST
 /* A rank on another host binds itself in hoop_init_from_env: a child (so that the suite keeps its
  * own CPUs) told it is local rank 1 of 2 runs on this machine's second core afterwards, a thread
  * it started before as well; told it is one of more ranks than there are cores, it refuses with
- * HOOP_ERR_INVALID_ARG and says why. The rendezvous is never reached: HOOP_SIZE is unset, so
- * configuration fails after the binding, or before it for the refusal. */
+ * HOOP_ERR_INVALID_ARG and says why. The job is of one rank (HOOP_SIZE=1): init needs nobody
+ * else, and the local rank and size are HOOP_BIND_TO's alone. */
 static void *idle_thread(void *arg) {
   int fd = *(int *)arg;
   char byte;
@@ -191,7 +231,7 @@ static int child_binding(const char *local_rank, const char *local_size, const c
   setenv("HOOP_LOCAL_SIZE", local_size, 1);
   setenv("HOOP_SIZE", "1", 1);
   setenv("HOOP_RANK", "0", 1);
-  setenv("HOOP_RENDEZVOUS", "127.0.0.1:1", 1); /* nothing listens: init fails after binding */
+  setenv("HOOP_RENDEZVOUS", "127.0.0.1:1", 1); /* a job of one rank asks nobody */
   setenv("HOOP_TIMEOUT", "0.2", 1);
   cpu_set_t before, after, want;
   sched_getaffinity(0, sizeof before, &before);
@@ -229,6 +269,17 @@ static int child_binding(const char *local_rank, const char *local_size, const c
   }
   if (!CPU_EQUAL(&thread_cpus, &want))
     return 15;
+  /* A second communicator of the process (finalize and init again, as Horovod's shutdown and
+   * init do) keeps the binding: it does not divide the one core among the host's ranks again. */
+  hoop_finalize(comm);
+  comm = NULL;
+  hoop_result again = hoop_init_from_env(&comm);
+  sched_getaffinity(0, sizeof after, &after);
+  if (again == HOOP_ERR_INVALID_ARG || again != result || !CPU_EQUAL(&after, &want)) {
+    fprintf(stderr, "second init: %d (first %d): %s\n", again, result,
+            comm ? hoop_last_error(comm) : "");
+    return 16;
+  }
   return 0;
 }
 
@@ -260,6 +311,8 @@ static Suite *cpus_suite(void) {
   Suite *s = suite_create("cpus");
   TCase *tc = tcase_create("topology");
   tcase_add_test(tc, test_cores_sockets_numa);
+  tcase_add_test(tc, test_ids_alone);
+  tcase_add_test(tc, test_dies_repeat_core_ids);
   tcase_add_test(tc, test_more_ranks_than_cores);
   tcase_add_test(tc, test_no_topology);
   tcase_add_test(tc, test_names_and_lists);

@@ -3,6 +3,7 @@
  * and every rank says at HOOP_DEBUG=info which CPUs it runs on. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,18 +19,19 @@ static int bind_every_thread(const cpu_set_t *cpus) {
   DIR *dir = opendir("/proc/self/task");
   if (!dir)
     return sched_setaffinity(0, sizeof *cpus, cpus);
-  int rc = 0;
+  int err = 0;
   for (struct dirent *entry; (entry = readdir(dir)) != NULL;) {
     char *end;
     long tid = strtol(entry->d_name, &end, 10);
     if (entry->d_name[0] == '.' || *end != '\0' || tid <= 0)
       continue;
     /* A thread that ended since the listing is no failure. */
-    if (sched_setaffinity((pid_t)tid, sizeof *cpus, cpus) != 0 && errno != ESRCH)
-      rc = -1;
+    if (sched_setaffinity((pid_t)tid, sizeof *cpus, cpus) != 0 && errno != ESRCH && !err)
+      err = errno;
   }
   closedir(dir);
-  return rc;
+  errno = err;
+  return err ? -1 : 0;
 }
 
 static hoop_result local_number(hoop_comm *comm, const char *name, long min, long max, long *out) {
@@ -51,7 +53,10 @@ hoop_result hoop__bind_from_env(hoop_comm *comm) {
   if (hoop__map_parse(map_text, &map) != 0)
     return hoop__set_error(comm, HOOP_ERR_INVALID_ARG,
                            "HOOP_MAP_BY='%s' is not core, slot, socket or numa", map_text);
-  if (bind == HOOP__BIND_NONE)
+  /* Once per process: a second communicator (a program that finalizes and starts again, as
+   * Horovod's shutdown and init do) would divide the one core the first bound it to. */
+  static atomic_int bound;
+  if (bind == HOOP__BIND_NONE || atomic_load(&bound))
     return HOOP_OK;
   long local_size, local_rank;
   hoop_result result = local_number(comm, "HOOP_LOCAL_SIZE", 1, CPU_SETSIZE, &local_size);
@@ -71,6 +76,7 @@ hoop_result hoop__bind_from_env(hoop_comm *comm) {
   if (bind_every_thread(&cpus) != 0)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "HOOP_BIND_TO=%s: binding to CPUs %s: %s",
                            bind_text, list, strerror(errno));
+  atomic_store(&bound, 1);
   return HOOP_OK;
 }
 

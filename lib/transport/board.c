@@ -62,7 +62,8 @@ struct hoop__board {
   int spin_inline;  /* this rank has a CPU of its own: spin on the word before the wait loop */
   uint64_t seq;     /* calls made on the board */
   uint64_t settled; /* every rank is done with the calls up to here */
-  uint8_t before[HOOP__FINGERPRINT_BYTES]; /* the fingerprint of this rank's last call on it */
+  uint8_t before[HOOP__FINGERPRINT_BYTES]; /* the fingerprint of this rank's last call, on the
+                                              board or by messages (hoop__board_note_call) */
 };
 
 static size_t board_bytes(int n) {

@@ -373,13 +373,14 @@ hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s
   double until = slice_s > 0 ? now + slice_s : 0;
   int in_grace = state->in_grace;
   int spinning = now < spin_until;
-  int yielding = spinning && comm->transport->spin_yields && yield_now(net);
+  int yielding = 0; /* asked under the net lock, below: the transports' state is its */
   unsigned rounds = 0;
   hoop_result result = HOOP_OK;
   /* Round by round under the net lock (views of one net may wait in several threads at once):
    * the request may be completed by any of them, reading hoop__transfer_pending(req) under the
    * lock. */
   const hoop_comm *outer = hoop__drive_begin(comm);
+  yielding = spinning && comm->transport->spin_yields && yield_now(net);
   /* Whom this wait waits for, for a peer's notice that blames this rank (core/error.c): the net's,
    * so written only while this thread holds the net, and given back before it lets go. */
   int waited_before = net->waiting_for;

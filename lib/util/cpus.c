@@ -98,6 +98,23 @@ static int cpu_node(int cpu) {
   return node;
 }
 
+/* The lowest CPU of cpu's core (its hardware threads, thread_siblings_list), or -1 where sysfs
+ * does not say: core_id alone is not unique within a package on parts with several dies or
+ * clusters. */
+static int core_key(int cpu) {
+  char path[512], list[1024];
+  snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+           sysfs_root(), cpu);
+  FILE *in = fopen(path, "re");
+  if (!in)
+    return -1;
+  int first = -1;
+  if (fgets(list, sizeof list, in))
+    first = (int)strtol(list, NULL, 10); /* the list is in order: its first number */
+  fclose(in);
+  return first >= 0 && first < CPU_SETSIZE ? first : -1;
+}
+
 /* The cores that allowed's CPUs belong to, in the order of their lowest CPU; their count, or -1
  * when memory runs out. */
 static int read_cores(const cpu_set_t *allowed, core **out) {
@@ -109,7 +126,10 @@ static int read_cores(const cpu_set_t *allowed, core **out) {
     if (!CPU_ISSET(cpu, allowed))
       continue;
     int socket = cpu_number(cpu, "topology/physical_package_id", 0);
-    int core_id = cpu_number(cpu, "topology/core_id", -1 - cpu);
+    /* A core is known by its first hardware thread, else by its package and core_id, else it is
+     * the CPU alone. */
+    int key = core_key(cpu);
+    int core_id = key >= 0 ? CPU_SETSIZE + key : cpu_number(cpu, "topology/core_id", -1 - cpu);
     int found = -1;
     for (int c = 0; c < ncores && found < 0; c++)
       if (cores[c].socket == socket && cores[c].core_id == core_id)

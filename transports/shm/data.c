@@ -169,6 +169,8 @@ static void encode(shm_slot *slot, uint32_t type, const hoop__transfer *req) {
 int hoop__shm_asleep_peers(hoop__tctx *ctx) {
   shm_state *state = shm_of(ctx);
   int asleep = 0;
+  if (!state->peers) /* no pair connected yet */
+    return 0;
   for (int peer = 0; peer < ctx->size; peer++) {
     const shm_peer *p = &state->peers[peer];
     asleep +=

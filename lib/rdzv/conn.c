@@ -194,7 +194,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   if (nread < 0) {
     if (nread == UV_ETIMEDOUT)
       client->unanswered = 1;
-    if (nread != UV_EOF && nread != UV_ETIMEDOUT)
+    /* A member that said goodbye closes with whatever the server sent it last still unread (a
+     * STATS answer on its way, say), and its kernel then resets the connection: no news. */
+    if (nread == UV_ECONNRESET && client->said_goodbye)
+      HOOP__TRACE(HOOP_SUBSYS_RDZV, "%s reset its connection after its goodbye", client->peer);
+    else if (nread != UV_EOF && nread != UV_ETIMEDOUT)
       HOOP__WARN(HOOP_SUBSYS_RDZV, "reading from %s: %s", client->peer, uv_strerror((int)nread));
     hoop__rdzv_client_close(client); /* a member leaves its job here */
     return;

@@ -6,8 +6,15 @@
 #include "core/internal.h"
 
 static int outnumber_cpus(int ranks) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && ranks > cpus;
+  /* glibc reads /sys for the count at every call, and a spinning wait asks every few rounds
+   * (hoop__host_crowded_now): read once. */
+  static _Atomic long cpus;
+  long n = atomic_load_explicit(&cpus, memory_order_relaxed);
+  if (n == 0) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    atomic_store_explicit(&cpus, n, memory_order_relaxed);
+  }
+  return n > 0 && ranks > n;
 }
 
 int hoop__host_crowded(const hoop_comm *comm) {
@@ -26,12 +33,5 @@ int hoop__host_oversubscribed(const hoop_comm *comm) {
 }
 
 int hoop__host_crowded_now(const hoop_comm *comm, int asleep) {
-  /* glibc reads /sys for the count at every call: read once. */
-  static _Atomic long cpus;
-  long n = atomic_load_explicit(&cpus, memory_order_relaxed);
-  if (n == 0) {
-    n = sysconf(_SC_NPROCESSORS_ONLN);
-    atomic_store_explicit(&cpus, n, memory_order_relaxed);
-  }
-  return n > 0 && ranks_here(comm) - asleep > n;
+  return outnumber_cpus(ranks_here(comm) - asleep);
 }

@@ -6,36 +6,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
+typedef struct level_name {
   const char *name;
   int level;
-} bind_names[] = {{"none", HOOP__BIND_NONE},
-                  {"core", HOOP__BIND_CORE},
-                  {"socket", HOOP__BIND_SOCKET},
-                  {"package", HOOP__BIND_SOCKET},
-                  {"numa", HOOP__BIND_NUMA}},
-  map_names[] = {{"core", HOOP__MAP_CORE},
-                 {"slot", HOOP__MAP_CORE},
-                 {"socket", HOOP__MAP_SOCKET},
-                 {"package", HOOP__MAP_SOCKET},
-                 {"numa", HOOP__MAP_NUMA}};
+} level_name;
 
-int hoop__bind_parse(const char *name, hoop__bind_level *out) {
-  for (size_t i = 0; i < sizeof bind_names / sizeof bind_names[0]; i++)
-    if (strcmp(name, bind_names[i].name) == 0) {
-      *out = (hoop__bind_level)bind_names[i].level;
-      return 0;
-    }
+static const level_name bind_names[] = {{"none", HOOP__BIND_NONE},
+                                        {"core", HOOP__BIND_CORE},
+                                        {"socket", HOOP__BIND_SOCKET},
+                                        {"package", HOOP__BIND_SOCKET},
+                                        {"numa", HOOP__BIND_NUMA}},
+                        map_names[] = {{"core", HOOP__MAP_CORE},
+                                       {"slot", HOOP__MAP_CORE},
+                                       {"socket", HOOP__MAP_SOCKET},
+                                       {"package", HOOP__MAP_SOCKET},
+                                       {"numa", HOOP__MAP_NUMA}};
+
+/* name's level in the table of n names, or -1. */
+static int find_level(const level_name *names, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(name, names[i].name) == 0)
+      return names[i].level;
   return -1;
 }
 
+int hoop__bind_parse(const char *name, hoop__bind_level *out) {
+  int level = find_level(bind_names, sizeof bind_names / sizeof bind_names[0], name);
+  if (level >= 0)
+    *out = (hoop__bind_level)level;
+  return level >= 0 ? 0 : -1;
+}
+
 int hoop__map_parse(const char *name, hoop__map_level *out) {
-  for (size_t i = 0; i < sizeof map_names / sizeof map_names[0]; i++)
-    if (strcmp(name, map_names[i].name) == 0) {
-      *out = (hoop__map_level)map_names[i].level;
-      return 0;
-    }
-  return -1;
+  int level = find_level(map_names, sizeof map_names / sizeof map_names[0], name);
+  if (level >= 0)
+    *out = (hoop__map_level)level;
+  return level >= 0 ? 0 : -1;
 }
 
 const char *hoop__bind_name(hoop__bind_level level) {

@@ -31,9 +31,31 @@ static int wide(unsigned seed) {
   return (seed & REF_WIDE) != 0;
 }
 
+/* A dtype's size in bytes, known here rather than asked of libhoop. */
+static size_t dtype_bytes(hoop_dtype dtype) {
+  switch (dtype) {
+  case HOOP_INT8:
+  case HOOP_UINT8:
+  case HOOP_BOOL: return 1;
+  case HOOP_INT16:
+  case HOOP_UINT16:
+  case HOOP_FLOAT16:
+  case HOOP_BFLOAT16: return 2;
+  case HOOP_INT32:
+  case HOOP_UINT32:
+  case HOOP_FLOAT32: return 4;
+  default: return 8;
+  }
+}
+
 /* The integer types' width in bits (bool's 8). */
 static int width_bits(hoop_dtype dtype) {
-  return 8 * (int)hoop_dtype_size(dtype);
+  return 8 * (int)dtype_bytes(dtype);
+}
+
+/* 2^e for e in [-12, 11], exactly (ldexp's, without its call). */
+static double pow2(int e) {
+  return (double)(1u << (e + 12)) * 0x1p-12;
 }
 
 /* A wide float input: a full 53-bit mantissa (stored() rounds it to the dtype), so that sums and
@@ -46,8 +68,8 @@ static double wide_float(hoop_op op, uint64_t h) {
   if (op == HOOP_PROD)
     return sign * (1.0 + frac) * ((h & 2) ? 0.5 : 1.0);
   if (op == HOOP_MIN || op == HOOP_MAX)
-    return sign * (1.0 + frac) * ldexp(1, (int)((h >> 2) % 24) - 12);
-  return sign * (1.0 + frac) * ldexp(1, (int)((h >> 2) % 8) - 3);
+    return sign * (1.0 + frac) * pow2((int)((h >> 2) % 24) - 12);
+  return sign * (1.0 + frac) * pow2((int)((h >> 2) % 8) - 3);
 }
 
 /* The input as a number. Sums use [-3, 3] (or [0, 6] unsigned); products use +-1 and +-2 (1 and 2
@@ -175,11 +197,27 @@ static double load(const void *buf, size_t i, hoop_dtype dtype) {
   }
 }
 
-/* The value as the dtype stores it (inputs of min/max in 16-bit floats get rounded). */
+/* The value as the dtype stores it (inputs of min/max in 16-bit floats get rounded); the float
+ * types without a trip through memory, and integers that a 16-bit float holds exactly (up to 2^11
+ * in float16, 2^8 in bfloat16) as they are. */
 static double stored(hoop_dtype dtype, double v) {
-  unsigned char cell[8];
-  store(cell, 0, dtype, v);
-  return load(cell, 0, dtype);
+  switch (dtype) {
+  case HOOP_FLOAT64: return v;
+  case HOOP_FLOAT32: return (double)(float)v;
+  case HOOP_FLOAT16:
+    if (fabs(v) <= 2048 && v == (double)(int)v)
+      return v;
+    return from_half(to_half(v));
+  case HOOP_BFLOAT16:
+    if (fabs(v) <= 256 && v == (double)(int)v)
+      return v;
+    return from_bf16(to_bf16(v));
+  default: {
+    unsigned char cell[8];
+    store(cell, 0, dtype, v);
+    return load(cell, 0, dtype);
+  }
+  }
 }
 
 /* ---- Integers, as two's complement bits ------------------------------------------------------
@@ -214,7 +252,7 @@ static uint64_t input_bits(hoop_dtype dtype, hoop_op op, int rank, size_t index,
 }
 
 static void store_bits(void *buf, size_t i, hoop_dtype dtype, uint64_t bits) {
-  switch (hoop_dtype_size(dtype)) {
+  switch (dtype_bytes(dtype)) {
   case 1: ((uint8_t *)buf)[i] = (uint8_t)bits; break;
   case 2: ((uint16_t *)buf)[i] = (uint16_t)bits; break;
   case 4: ((uint32_t *)buf)[i] = (uint32_t)bits; break;
@@ -223,7 +261,7 @@ static void store_bits(void *buf, size_t i, hoop_dtype dtype, uint64_t bits) {
 }
 
 static uint64_t load_bits(const void *buf, size_t i, hoop_dtype dtype) {
-  switch (hoop_dtype_size(dtype)) {
+  switch (dtype_bytes(dtype)) {
   case 1: return extend(dtype, ((const uint8_t *)buf)[i]);
   case 2: return extend(dtype, ((const uint16_t *)buf)[i]);
   case 4: return extend(dtype, ((const uint32_t *)buf)[i]);

@@ -475,6 +475,11 @@ static void grid(hoop_comm *world, int rounds) {
 
 /* The last rank dies after the grid split; every survivor's row and column calls fail naming it. */
 static int kill_last(hoop_comm *world) {
+  /* hooprun stops the job 1 s after the death (SIGTERM, SIGKILL 3 s later): on a loaded machine a
+   * survivor may not have reported by then, so the survivors stay for the 3 s, and each report
+   * leaves at once (not in a buffer that a later kill would lose). */
+  signal(SIGTERM, SIG_IGN);
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int width = world_size % 3 == 0 ? 3 : 2, last = world_size - 1;
   hoop_comm *row = split(world, world_rank / width, world_rank, NULL);
   hoop_comm *col = split(world, world_rank % width, world_rank, NULL);

@@ -15,7 +15,8 @@
 #   tests/python/hvd_elastic_sampler.py: the same with a DistributedOptimizer and an ElasticSampler;
 # - tests/python/fail_worker.py: an exception on one rank, under the Horovod API and under the
 #   torch.distributed backend, ends every other rank within 2 s naming it; a mismatched model fails
-#   on every rank within 5 s; a killed rank is PeerLost naming it;
+#   on every rank within 5 s; a killed rank is PeerLost naming it; two DistributedOptimizers
+#   stepped in another order on one rank fail on every rank naming both buckets;
 # - examples/torch, short runs: the Horovod program on 4 ranks ends with the parameters of 1 rank
 #   at the same global batch (1e-5), the torch.distributed program prints the same loss lines
 #   on gloo and on hoop, and so does the sharded trainer (sharded_mnist.py: parameters gathered,
@@ -59,11 +60,12 @@ for np in 1 2 3 4 3x2; do
   fi
 done
 
-# Failures: 3 ranks; the culprit is rank 2 (model: rank 1), the others must say PASS.
-for mode in raise dist model kill; do
+# Failures: 3 ranks; the culprit is rank 2 (model: rank 1), the others must say PASS (model and
+# order: every rank).
+for mode in raise dist model kill order; do
   out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/fail_worker.py" $mode 2>&1)
   echo "$out" | grep -E '^\[[0-9]\] (PASS|FAIL)' | cut -c1-240
-  want=2; [ $mode = model ] && want=3
+  want=2; [ $mode = model ] || [ $mode = order ] && want=3
   if [ "$(echo "$out" | grep -c "PASS $mode:")" != $want ] || echo "$out" | grep -q "FAIL $mode:"; then
     echo "FAIL: failure case '$mode':"; echo "$out" | tail -30; status=1
   fi

@@ -9,6 +9,8 @@
                            the first difference and the ranks, within 5 s
     fail_worker.py kill    the last rank SIGKILLs itself mid-training: each other rank must raise
                            hoop.PeerLost (or Aborted) naming it
+    fail_worker.py order   two DistributedOptimizers, rank 0 stepping them in the other order:
+                           every rank must raise naming both buckets within 5 s
 
 Each rank that sees what it must prints "PASS <mode>: ..."; anything else prints "FAIL".
 """
@@ -104,5 +106,31 @@ elif mode == "kill":
         text = str(err)
         verdict("rank %d" % culprit in text, "%s after %.2f s: %s"
                 % (type(err).__name__, time.monotonic() - start, text))
+elif mode == "order":
+    # Two optimizers of models of one shape (a GAN's generator and discriminator), their
+    # backward passes made in another order on rank 0: only the buckets' names tell the calls
+    # apart, and without them hoop added one model's gradients to the other's.
+    torch.manual_seed(0)
+    models = {"gen": torch.nn.Linear(4, 4), "disc": torch.nn.Linear(4, 4)}
+    opts = {k: hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                        named_parameters=[(k + "." + n, p)
+                                                          for n, p in m.named_parameters()])
+            for k, m in models.items()}
+    order = ["gen", "disc"] if rank == 0 else ["disc", "gen"]
+    hvd.barrier()
+    start = time.monotonic()
+    try:
+        for k in order:
+            opts[k].zero_grad()
+            models[k](torch.ones(2, 4)).sum().backward()  # the hooks post the bucket
+        for k in order:
+            opts[k].step()
+        verdict(False, "no error: the buckets were matched by their order")
+    except Exception as err:  # noqa: BLE001 (raised in a hook: whatever autograd makes of it)
+        took, text = time.monotonic() - start, str(err)
+        named = '"allreduce.gen.bias+1"' in text and '"allreduce.disc.bias+1"' in text
+        # A rank told by a peer whose last words TCP lost says so (as trust_worker.py allows).
+        ok = took < 5.0 and (named or ("did not arrive" in text and rank != 0))
+        verdict(ok, "%s after %.2f s: %s" % (type(err).__name__, took, text))
 else:
     sys.exit("unknown mode %r" % mode)

@@ -81,6 +81,13 @@ class _DistributedMixin:
         self._params = [p for p in ordered if p.requires_grad]
         self._buckets = self._make_buckets(groups, call)
         self._bucket_of = {p: b for b, bucket in enumerate(self._buckets) for p in bucket}
+        # Each bucket's calls carry a name (Horovod's "allreduce.<parameter>", here the bucket's
+        # first parameter and how many more it holds) into their fingerprint: ranks that post
+        # buckets in another order (two optimizers stepped in another order) fail naming both
+        # instead of adding one bucket to another of the same shape.
+        self._bucket_names = [
+            "allreduce.%s" % self._names[b[0]] + ("+%d" % (len(b) - 1) if len(b) > 1 else "")
+            for b in self._buckets]
         self._hooks = []
         self._flats = {}  # bucket: (communicator, packed buffer, registration) for a wire format
         self._reset()
@@ -194,13 +201,16 @@ class _DistributedMixin:
             # count travels exact beside it.
             flat = self._flat(b, grads)
             torch.cat([g.reshape(-1) for g in grads], out=flat)
-            requests = [self._comm.iallreduce(flat, op=self._op, compress=wire + "+feedback")]
+            name = self._bucket_names[b]
+            requests = [self._comm.iallreduce(flat, op=self._op, compress=wire + "+feedback",
+                                              name=name)]
             if last:
-                requests.append(self._comm.iallreduce(flag, op=self._op))
+                requests.append(self._comm.iallreduce(flag, op=self._op, name=name + ".joined"))
             self._inflight.append((b, requests, grads, ctxs, flat))
         else:
             # One more element rides with the last bucket: how many ranks have joined (join()).
-            requests = [self._comm.iallreduce_many(grads + ([flag] if last else []), op=self._op)]
+            requests = [self._comm.iallreduce_many(grads + ([flag] if last else []), op=self._op,
+                                                   name=self._bucket_names[b])]
             self._inflight.append((b, requests, grads, ctxs, None))
         self._next = b + 1
         return flag
@@ -304,7 +314,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     semantics): a hook on each parameter starts its bucket's allreduce (non-blocking, through hoop)
     as soon as backward has produced the bucket's last gradient, while backward goes on; step()
     waits for them, then steps. Buckets are fixed and go out in one order on every rank, so no
-    coordinator is needed. The result is an instance of the optimizer's own class."""
+    coordinator is needed; each carries a name ("allreduce.<its first parameter>+<how many
+    more>", from named_parameters), so that ranks posting buckets in another order (two
+    optimizers stepped in another order) fail naming both rather than adding unrelated gradients.
+    Without named_parameters the names are "allreduce.noname.<index>", which two optimizers share
+    (as in Horovod). The result is an instance of the optimizer's own class."""
     call = "hvd.DistributedOptimizer"
     _process_set(process_set, call)  # refused at once where it would be at each step
     if groups is None and num_groups:

@@ -39,8 +39,16 @@ static int workers_passed(const char *out, int np) {
   return passed;
 }
 
+/* The large cases' size in the jobs of 5 to 9 ranks (quick = MIDDLE): past every cut-over by
+ * size (a float32 allreduce of 1.6 MB, past halving-doubling's 1 MiB at 8 ranks; 0.8 MB a rank
+ * gathered, 6.4 MB at 8 ranks, past recursive doubling's 4 MiB on one host), and a third of the
+ * whole run's 1300021, whose reference costs each rank n times the buffer (90% of a 9-rank job's
+ * time). */
+#define MIDDLE 2
+#define MIDDLE_COUNT "400009"
+
 /* Run coll_worker on np ranks under hooprun, with env_add ("NAME=value", NULL-ended, or NULL)
- * added to the ranks' environment. */
+ * added to the ranks' environment; quick: 0 the whole run, 1 --quick, MIDDLE. */
 static void run_workers_fake_hosts(int np, int quick, char *const env_add[], char *per_host) {
   char dir[] = "/tmp/hoop-barrier-XXXXXX";
   ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp failed");
@@ -57,10 +65,13 @@ static void run_workers_fake_hosts(int np, int quick, char *const env_add[], cha
                   worker,
                   "--barrier-dir",
                   dir,
-                  per_host ? "--fake-hosts"
-                  : quick  ? "--quick"
-                           : NULL,
-                  per_host ? per_host : NULL,
+                  per_host          ? "--fake-hosts"
+                  : quick == MIDDLE ? "--big"
+                  : quick           ? "--quick"
+                                    : NULL,
+                  per_host          ? per_host
+                  : quick == MIDDLE ? MIDDLE_COUNT
+                                    : NULL,
                   per_host && quick ? "--quick" : NULL,
                   NULL};
   char out_path[64];
@@ -130,7 +141,7 @@ static const struct {
 } count_jobs[] = {{5, NULL},     {6, NULL},     {8, NULL},     {9, NULL},    {1, over_tcp},
                   {5, over_tcp}, {6, over_tcp}, {8, over_tcp}, {9, over_tcp}};
 START_TEST(test_rank_counts) {
-  run_workers_with(count_jobs[_i].np, 0, count_jobs[_i].env);
+  run_workers_with(count_jobs[_i].np, MIDDLE, count_jobs[_i].env);
 }
 END_TEST
 

@@ -3,10 +3,12 @@
  * place and out of place, and checks each result against reference.c. Started N times by hooprun
  * (or by the test itself); exits non-zero if any check failed.
  *
- * Usage: coll_worker [--quick] [--barrier-dir DIR] [--ranks-per-host N] [--register all|even]
- *                    [--fake-hosts N]
+ * Usage: coll_worker [--quick | --big N] [--barrier-dir DIR] [--ranks-per-host N]
+ *                    [--register all|even] [--fake-hosts N]
  *                    [--no-shm-on RANK] [--device all|even|mixed|host0 [--stream] [--late-input]]
  *                    [--no-ptrace] [--hostile-vmm]
+ *
+ * The large cases are about 1300021 elements, 150001 with --quick, N with --big N.
  *
  * --register all: only the large cases, each buffer registered with hoop_register (over ibverbs:
  * zero-copy); --register even: the same, but only even ranks register, so registered senders
@@ -653,11 +655,14 @@ static void hostile_vmm(void) {
 
 int main(int argc, char **argv) {
   int quick = 0;
+  size_t big_count = 0; /* --big */
   const char *barrier_dir = NULL;
   int probe_only = 0, want_stream = 0, hostile = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
+    else if (strcmp(argv[i], "--big") == 0 && i + 1 < argc)
+      big_count = strtoul(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--barrier-dir") == 0 && i + 1 < argc)
       barrier_dir = argv[++i];
     else if (strcmp(argv[i], "--ranks-per-host") == 0 && i + 1 < argc)
@@ -727,7 +732,7 @@ int main(int argc, char **argv) {
         for (int in_place = 0; in_place < 2; in_place++)
           check_allreduce(small_counts[c], (hoop_dtype)dtype, (hoop_op)op, in_place);
   /* Big enough for several pipelined chunks per ring segment; not a multiple of anything. */
-  size_t big = quick ? 150001 : 1300021;
+  size_t big = big_count ? big_count : quick ? 150001 : 1300021;
   check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 0);
   check_allreduce(big, HOOP_FLOAT32, HOOP_SUM, 1);
   check_allreduce(big, HOOP_BFLOAT16, HOOP_AVG, 1);

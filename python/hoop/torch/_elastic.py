@@ -179,6 +179,7 @@ def run(func):
                 state.on_reset()
                 reset = None
             state.sync()
+            _job.newcomer_unsynced = False
             try:
                 return func(state, *args, **kwargs)
             except HostsUpdatedInterrupt:

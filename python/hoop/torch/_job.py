@@ -4,6 +4,8 @@ This module holds the communicator of the Horovod API (_comm, bound by init() an
 The others ask _live() for it, never keep a copy of their own.
 """
 
+import os
+
 import torch
 
 from .. import InvalidArgument, Unsupported, _shared_comm
@@ -13,14 +15,21 @@ from . import _handles
 _comm = None
 
 
+# A newcomer to an elastic job (hooprun --max-np's replacement: HOOP_JOIN=1) until its first
+# hvd.elastic.run sync: the members are in that sync meanwhile, so it makes no call of its own
+# before (DistributedOptimizer's check of the model waits for the sync's).
+newcomer_unsynced = False
+
+
 def init(comm=None, process_sets=None):
     """Join the job hooprun started (a job of one rank when started alone)."""
-    global _comm
+    global _comm, newcomer_unsynced
     if comm is not None:
         raise Unsupported("hvd.init: an MPI communicator is not supported by hoop (start the "
                           "ranks with hooprun)", Unsupported.code)
     if _comm is None or _comm._handle is None:
         _comm = _shared_comm()
+        newcomer_unsynced = os.environ.get("HOOP_JOIN") == "1" and _comm.generation > 0
     # As the torch backend does: deterministic algorithms ask for reductions whose bits do not
     # change from run to run (hoop(3), "Reproducible reductions").
     if torch.are_deterministic_algorithms_enabled():

@@ -9,6 +9,7 @@ import weakref
 import torch
 
 from .. import InvalidArgument, Unsupported
+from . import _job
 from ._collectives import _checked, _scaled
 from ._compression import Compression
 from ._ops import Average, Sum, _op, global_process_set
@@ -76,7 +77,12 @@ class _DistributedMixin:
                                  % (call, len(unnamed), unnamed[0]))
         else:
             self._names = {p: "allreduce.noname.%d" % i for i, p in enumerate(ordered)}
-        _check_same(_optimizer_entries(self, self._names), self._comm, call)
+        # Every rank's parameters alike, but on a newcomer to an elastic job before its first
+        # sync: the members are in that sync (whose broadcast_parameters checks the model against
+        # rank 0's), and a check here would meet it (Horovod's own elastic example makes its
+        # DistributedOptimizer before hvd.elastic.run's function).
+        if not _job.newcomer_unsynced:
+            _check_same(_optimizer_entries(self, self._names), self._comm, call)
 
         self._params = [p for p in ordered if p.requires_grad]
         self._buckets = self._make_buckets(groups, call)

@@ -87,8 +87,8 @@ dist.destroy_process_group()' 2>&1)
       >"${TMPDIR:-/tmp}/hoop-ddp-$backend.$$" 2>&1 || {
       echo "FAIL: ddp.py on $backend:"; tail -20 "${TMPDIR:-/tmp}/hoop-ddp-$backend.$$"; status=1; }
   done
-  gloo_lines=$(grep -E '^\[0\] (step|max|params|reduce |scatter|alltoall|zero)' "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$")
-  hoop_lines=$(grep -E '^\[0\] (step|max|params|reduce |scatter|alltoall|zero)' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$")
+  gloo_lines=$(grep -E '^\[0\] (step|max|params|reduce |scatter|alltoall|zero|hook)' "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$")
+  hoop_lines=$(grep -E '^\[0\] (step|max|params|reduce |scatter|alltoall|zero|hook)' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$")
   if [ -z "$gloo_lines" ] || [ "$gloo_lines" != "$hoop_lines" ]; then
     echo "FAIL: DistributedDataParallel on hoop and on gloo differ:"
     echo "gloo:"; echo "$gloo_lines"; echo "hoop:"; echo "$hoop_lines"; status=1
@@ -107,7 +107,7 @@ dist.destroy_process_group()' 2>&1)
     echo "FAIL: the coalesced calls or the group's name on the hoop backend:"
     grep -E 'coalesced|Error' "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"; status=1
   else
-    echo "DistributedDataParallel on the hoop backend: the same 5 losses, collectives (reduce, gather, scatter, isend/irecv, uneven all_to_all_single, new_group subsets), ZeroRedundancyOptimizer steps and parameters as on gloo; reduce_scatter, PREMUL_SUM, the coalesced calls and the group's name checked"
+    echo "DistributedDataParallel on the hoop backend: the same 5 losses, collectives (reduce, gather, scatter, isend/irecv, uneven all_to_all_single, new_group subsets), ZeroRedundancyOptimizer steps and parameters, and torch's own comm hooks (fp16, PowerSGD) as on gloo; reduce_scatter, PREMUL_SUM, the coalesced calls and the group's name checked"
   fi
   rm -f "${TMPDIR:-/tmp}/hoop-ddp-gloo.$$" "${TMPDIR:-/tmp}/hoop-ddp-hoop.$$"
 elif [ $status = 0 ]; then

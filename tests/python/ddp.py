@@ -1,5 +1,5 @@
 """DistributedDataParallel for a few steps, then all_reduce (async), all_gather, broadcast,
-barrier, ZeroRedundancyOptimizer under DistributedDataParallel, reduce, gather, scatter, isend/irecv, uneven all_to_all_single and collectives on
+barrier, ZeroRedundancyOptimizer under DistributedDataParallel, torch's own DDP comm hooks, reduce, gather, scatter, isend/irecv, uneven all_to_all_single and collectives on
 new_group subsets, on the backend named on the command line: tests/test_python.sh runs it with
 "gloo" and with "hoop" under hooprun and requires the same lines from both. On hoop, reduce_scatter
 (which 1.13's gloo lacks) is checked against its sum, and an unsupported call (a receive from any
@@ -49,6 +49,32 @@ for step in range(4):
     if rank == 0: print("zero step %d loss %.6f" % (step, l.item() / size))
 zopt.consolidate_state_dict(to=0)
 if rank == 0: print("zero params %.5f" % sum(p.sum().item() for p in zmodel.parameters()))
+# torch's own DDP communication hooks (they call all_reduce(async_op=True).get_future() and chain
+# on it, PowerSGD's also within its callbacks): fp16 and bf16 compression and PowerSGD, the same
+# bits on both backends.
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook  # noqa: E402
+for hook_name in ("fp16_compress_hook", "bf16_compress_hook", "powerSGD_hook"):
+    torch.manual_seed(0)
+    hmodel = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    hddp = torch.nn.parallel.DistributedDataParallel(hmodel)
+    if "powerSGD" in hook_name:
+        hddp.register_comm_hook(powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2,
+            use_error_feedback=True, warm_start=True, random_seed=7),
+            getattr(powerSGD_hook, hook_name))
+    else:
+        try:
+            hddp.register_comm_hook(None, getattr(default_hooks, hook_name))
+        except TypeError as err:  # torch 1.13: bf16's hook only where NCCL is (either backend)
+            if rank == 0: print("hook %s refused by torch: %s" % (hook_name, err))
+            continue
+    hopt = torch.optim.SGD(hddp.parameters(), lr=0.1)
+    for step in range(4):
+        x = torch.randn(16, 20, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+        hopt.zero_grad()
+        torch.nn.functional.cross_entropy(hddp(x), y).backward()
+        hopt.step()
+    if rank == 0: print("hook %s params %.8f" % (hook_name, sum(p.double().sum().item() for p in hmodel.parameters())))
 # The calls of sharded, pipelined and expert-parallel training, alike on both backends.
 r = torch.arange(5.0) * (rank + 1); dist.reduce(r, dst=0)
 g_in = torch.full((2,), float(rank) + 0.5)

@@ -121,6 +121,12 @@ class _Completer:
         self._lock = threading.Lock()
 
     def add(self, work):
+        if threading.current_thread() is self._thread:
+            # Asked from a callback of a future this thread is setting (torch runs a future's
+            # then() callbacks in the thread that sets it; PowerSGD's hook posts an all_reduce
+            # there and waits on its future): settled here and now, or it would wait on itself.
+            work._settle()
+            return
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="hoop-futures",

@@ -125,6 +125,18 @@ for np in 2 4; do
     echo "FAIL: compress_worker.py on $np ranks:"; echo "$out" | tail -20; status=1; }
 done
 
+# hoop's DistributedDataParallel comm hook (tests/python/ddp_hooks.py): hvd.allreduce_hook with
+# Compression.none against DDP's own allreduce, .fp16 against torch's fp16_compress_hook, .int8
+# within its bound of the exact average, replicas alike and error feedback; 2 fake hosts of 2 ranks
+# over TCP (compressed), one host and hosts of 2 and 1 (exact).
+for np in 2 3 4; do
+  out=$(HOOP_TRANSPORT=tcp "$hooprun" -np $np --timeout 60 "$python" \
+    "$src/tests/python/ddp_hooks.py" 2>&1)
+  echo "$out" | grep -E "ddp hooks|FAIL" | head -4 | cut -c1-200 | sed "s/^/  $np ranks: /"
+  [ "$(echo "$out" | grep -c "ddp hooks: [0-9]* cases, 0 failed")" = $np ] || {
+    echo "FAIL: ddp_hooks.py on $np ranks:"; echo "$out" | tail -20; status=1; }
+done
+
 # Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):
 # HOOP_TIMEOUT=2 in the environment, a group's own timeout wins over it, a late rank 0 is waited
 # for that long and not longer, and Work.wait(timeout) stops at its own.

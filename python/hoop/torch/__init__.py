@@ -40,7 +40,8 @@ The package is split by responsibility: _ops (op names), _sets (process sets), _
 _collectives (allreduce, broadcast, allgather, alltoall, reducescatter, barrier), _autograd
 (their backward passes), _objects
 (the pickled object calls), _plain (values between ranks without pickle), _params (broadcast_parameters, broadcast_optimizer_state, the same-model check), _optimizer
-(DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _elastic (hvd.elastic), _sampler (its ElasticSampler) and _backend
+(DistributedOptimizer), _join, _syncbn (SyncBatchNorm), _hooks (a DistributedDataParallel comm hook with hoop's
+compression), _elastic (hvd.elastic), _sampler (its ElasticSampler) and _backend
 (the torch.distributed backend, with _works, its Work objects, and _groups, its pg_options and the
 end of a group). This module re-exports their public names.
 """
@@ -71,6 +72,7 @@ from ._params import broadcast_optimizer_state, broadcast_parameters
 from ._optimizer import DistributedOptimizer
 from ._join import join
 from ._syncbn import SyncBatchNorm
+from ._hooks import HookState, allreduce_hook
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -83,7 +85,7 @@ __all__ = [
     "broadcast_object", "allgather_object", "DistributedOptimizer", "Compression", "Average", "Sum",
     "Min", "Max", "Product", "Adasum", "HoopError", "Aborted", "PeerLost", "Mismatch", "Timeout",
     "ProcessGroupHoop", "global_process_set", "ProcessSet", "add_process_set",
-    "remove_process_set", "SyncBatchNorm", "stats",
+    "remove_process_set", "SyncBatchNorm", "stats", "HookState", "allreduce_hook",
 ]
 
 # What Horovod raises where hoop does too (for `except hvd.HorovodInternalError`).

@@ -3,9 +3,9 @@
 # make: compress_worker checks every result against sums it computes in double, within the bound
 # hoop(3) derives for the format, that every rank's result has the same bits, that a call across
 # hosts was compressed and a call within one was not, and the refusals. One host (shared memory:
-# nothing may be compressed), 4 hosts of 1, 2 of 2, 3 of 2 and 2 of 3 ranks (hosts told apart by
-# HOOP_HOSTNAME, over TCP and over shared memory), hosts of different sizes (exact), and the
-# progress thread. The namespace hosts run it over real links in netns-test.sh.
+# nothing may be compressed), 4 hosts of 1, 2 of 2, 3 of 2, 2 of 3, 3 of 3 and 9 of 1 ranks (hosts
+# told apart by HOOP_HOSTNAME, over TCP and over shared memory), hosts of different sizes (exact),
+# and the progress thread. The namespace hosts run it over real links in netns-test.sh.
 set -u
 build=${HOOP_BUILDDIR:-.}
 hooprun=$build/tools/hooprun
@@ -50,6 +50,8 @@ run 4 "2 hosts x 2, TCP, progress thread" HOOP_TRANSPORT=tcp HOOP_ASYNC_PROGRESS
   --fake-hosts 2
 run 6 "3 hosts x 2, TCP" HOOP_TRANSPORT=tcp -- --quick --fake-hosts 2
 run 6 "2 hosts x 3, TCP" HOOP_TRANSPORT=tcp -- --quick --fake-hosts 3
+run 9 "3 hosts x 3, TCP" HOOP_TRANSPORT=tcp -- --quick --fake-hosts 3
+run 9 "9 hosts x 1, shared memory" HOOP_TRANSPORT=shm -- --quick --fake-hosts 1
 run 5 "hosts of 2, 2 and 1 ranks: exact" HOOP_TRANSPORT=tcp -- --quick --fake-hosts 2 --uneven
 
 echo "test_compress.sh: $runs runs, $failures failures"

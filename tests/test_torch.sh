@@ -137,6 +137,13 @@ for np in 2 3 4; do
     echo "FAIL: ddp_hooks.py on $np ranks:"; echo "$out" | tail -20; status=1; }
 done
 
+# What torch 2.x asks of a group by device (tests/python/devices_worker.py), called as torch 2.x
+# calls it: _get_backend, split_group, coalescing around sends and receives; 3 ranks.
+out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/devices_worker.py" 2>&1)
+echo "$out" | grep -E "devices worker|FAIL" | head -4 | cut -c1-200 | sed "s/^/  /"
+[ "$(echo "$out" | grep -c "devices worker: [0-9]* cases, 0 failed")" = 3 ] || {
+  echo "FAIL: devices_worker.py:"; echo "$out" | tail -20; status=1; }
+
 # Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):
 # HOOP_TIMEOUT=2 in the environment, a group's own timeout wins over it, a late rank 0 is waited
 # for that long and not longer, and Work.wait(timeout) stops at its own.
@@ -217,13 +224,15 @@ else
   echo "dist_mnist.py: the same loss lines on gloo and on hoop:"; echo "$hoop"
 fi
 # The sharded trainer (ZeRO-3's pattern: all_gather_into_tensor, reduce_scatter_tensor): 4 ranks
-# on hoop and on gloo print the same loss lines and end within 1e-5 of 1 rank's parameters.
+# on hoop and on gloo print the same loss lines and end within 1e-5 of 1 rank's parameters, and
+# so does hoop with --compress int8+feedback (a group of its own, a registered gradient: on one
+# host nothing is compressed).
 sharded="--global-batch 128 --hidden 256 --steps 20"
-for run in "4 hoop" "4 gloo" "1 hoop"; do
+for run in "4 hoop" "4 gloo" "1 hoop" "4 hoop --compress int8+feedback"; do
   set -- $run
   "$hooprun" -np "$1" --timeout 120 "$python" "$ex/sharded_mnist.py" --backend "$2" $sharded \
-    --save "$tmp/sharded-$1-$2.pt" >"$tmp/sharded-$1-$2.log" 2>&1 || {
-    echo "FAIL: sharded_mnist.py on $1 ranks, $2:"; tail -20 "$tmp/sharded-$1-$2.log"; status=1; }
+    ${3:-} ${4:-} --save "$tmp/sharded-$1-$2${3:-}.pt" >"$tmp/sharded-$1-$2${3:-}.log" 2>&1 || {
+    echo "FAIL: sharded_mnist.py on $1 ranks, $2 ${3:-} ${4:-}:"; tail -20 "$tmp/sharded-$1-$2${3:-}.log"; status=1; }
 done
 gloo=$(grep -E '\] epoch [0-9]+ loss' "$tmp/sharded-4-gloo.log")
 hoop=$(grep -E '\] epoch [0-9]+ loss' "$tmp/sharded-4-hoop.log")
@@ -233,7 +242,8 @@ elif [ -f "$tmp/sharded-1-hoop.pt" ]; then
   diff=$("$python" -c 'import sys, torch
 a = torch.load(sys.argv[1])
 print("%.3g" % max((a - torch.load(p)).abs().max().item() for p in sys.argv[2:]))' \
-    "$tmp/sharded-1-hoop.pt" "$tmp/sharded-4-hoop.pt" "$tmp/sharded-4-gloo.pt")
+    "$tmp/sharded-1-hoop.pt" "$tmp/sharded-4-hoop.pt" "$tmp/sharded-4-gloo.pt" \
+    "$tmp/sharded-4-hoop--compress.pt")
   echo "sharded_mnist.py: the same loss on gloo and hoop ($hoop); 4 ranks and 1 rank differ by $diff"
   "$python" -c "import sys; sys.exit(0 if float('$diff') <= 1e-5 else 1)" || {
     echo "FAIL: more than 1e-5"; status=1; }

@@ -37,6 +37,10 @@ parser.add_argument("--hidden", type=int, default=512)
 parser.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps")
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--data", help="the IDX files' directory (default: Debian's)")
+parser.add_argument("--compress", help="hoop only: the gradients' reduce-scatter in this wire "
+                    "format between hosts (int8, int8+feedback, bf16, fp8: hoop(3), \"Slow links\")")
+parser.add_argument("--fp16", action="store_true",
+                    help="cast the gradient to float16 for its reduce-scatter (Horovod's way)")
 parser.add_argument("--save", help="rank 0 writes the final parameters here (torch.save)")
 args = parser.parse_args()
 
@@ -44,6 +48,8 @@ if args.backend == "hoop":
     import hoop.torch  # noqa: F401  (registers the backend)
 warnings.filterwarnings("ignore", message=".*_reduce_scatter_base is a private function")
 dist.init_process_group(args.backend)
+if args.compress and args.backend != "hoop":
+    sys.exit("--compress is hoop's (backend hoop)")
 rank, size = dist.get_rank(), dist.get_world_size()
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 if args.global_batch % size:
@@ -71,6 +77,16 @@ mine = flat[rank * shard:(rank + 1) * shard].clone()
 momentum = torch.zeros(shard)
 grad_flat = torch.zeros(shard * size)
 grad_mine = torch.zeros(shard)
+grad_group = None
+if args.compress:
+    # The gradients' own group, whose communicator sends its reductions compressed between hosts;
+    # with +feedback, what one step's encoding dropped goes into the next (kept with grad_flat's
+    # registration).
+    grad_group = dist.new_group(list(range(size)), pg_options=hoop.torch.ProcessGroupHoop.Options(
+        compress=args.compress))
+    grad_group.register(grad_flat)
+if args.fp16:
+    grad_wire, grad_wire_mine = grad_flat.half(), grad_mine.half()
 
 
 shards = list(flat.split(shard))  # views: an all_gather into them fills flat
@@ -90,13 +106,18 @@ def scatter_gradient():
     for p in params:
         grad_flat[at:at + p.numel()] = p.grad.reshape(-1)
         at += p.numel()
+    into, what = (grad_wire_mine, grad_wire) if args.fp16 else (grad_mine, grad_flat)
+    if args.fp16:
+        grad_wire.copy_(grad_flat)
     if reduce_scatter and hasattr(dist, "reduce_scatter_tensor"):
-        dist.reduce_scatter_tensor(grad_mine, grad_flat)
+        dist.reduce_scatter_tensor(into, what, group=grad_group)
     elif reduce_scatter:  # torch 1.13's name
-        dist._reduce_scatter_base(grad_mine, grad_flat)
+        dist._reduce_scatter_base(into, what, group=grad_group)
     else:
-        dist.all_reduce(grad_flat)
-        grad_mine.copy_(grad_flat[rank * shard:(rank + 1) * shard])
+        dist.all_reduce(what)
+        into.copy_(what[rank * shard:(rank + 1) * shard])
+    if args.fp16:
+        grad_mine.copy_(grad_wire_mine)
     grad_mine.div_(size)
 
 

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
 from .. import _shared_comm
+from . import _devices
 from ._groups import Options, _Ended, _read_options, _wrap_destroy
 from ._works import _Work
 
@@ -79,6 +80,7 @@ class ProcessGroupHoop(ProcessGroup):
     def __init__(self, store, rank, size, timeout, comm=None, options=None):
         reproducible, compress, encrypt = _read_options(options)  # before anything is made
         super().__init__(rank, size)
+        self._store, self._options = store, options  # for split_group (_devices)
         self._owns_comm = comm is not None  # a new_group's own; else the job's, shared with hvd
         self._comm = comm if comm is not None else _shared_comm(encrypt)
         if encrypt is not None and self._comm.encrypt != encrypt:
@@ -119,6 +121,16 @@ class ProcessGroupHoop(ProcessGroup):
         (hoop.Communicator.stats; ranks of the group)."""
         return self._comm.stats()
 
+    def register(self, tensor):
+        """hoop's own: register a tensor that many of the group's calls take as their input
+        (hoop.Communicator.register), where error feedback ("+feedback" in the group's compress
+        option) keeps what compression dropped, from one call to the next of the same shape.
+        Returns a handle for deregister; the tensor must stay alive until then."""
+        return self._comm.register(tensor)
+
+    def deregister(self, handle):
+        self._comm.deregister(handle)
+
     def shutdown(self):
         """torch 2.x's ProcessGroup.shutdown, which destroy_process_group calls (hoop.torch makes
         it do so on every torch): the group's outstanding works are waited for, then a
@@ -133,6 +145,8 @@ class ProcessGroupHoop(ProcessGroup):
             except RuntimeError:
                 pass
         self._pending.clear()
+        # The store goes too: rank 0's serves the next init_process_group's port.
+        self._store = None
         comm, self._comm = self._comm, _Ended("shut down (destroy_process_group)")
         if self._owns_comm:
             comm.finalize()
@@ -157,7 +171,14 @@ class ProcessGroupHoop(ProcessGroup):
     def _work(self, requests, result, then=None):
         work = _Work(self, requests, result, then)
         self._pending.append(work)
+        if getattr(self, "_coalesced", None) is not None:  # between _start/_end_coalescing
+            self._coalesced.append(work)
         return work
+
+    def get_group_store(self):
+        """The store torch gave the group (torch 2.x keeps it per group; a Python group's C++
+        side has none)."""
+        return self._store
 
     def getBackendName(self):
         return "hoop"
@@ -352,6 +373,8 @@ for _call, _instead in (
                               "naming the rank)")):
     setattr(ProcessGroupHoop, _call, _unsupported(_call, _instead))
 
+
+_devices.install(ProcessGroupHoop)
 
 # The default group takes the job's communicator; every later group (new_group) is a
 # sub-communicator of it, made by its members alone.

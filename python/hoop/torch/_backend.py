@@ -12,7 +12,10 @@ torch.distributed runs on hoop by naming it:
 Nothing here is compiled against torch: the process group is a Python subclass of torch's
 ProcessGroup, over hoop's non-blocking calls (so the same file serves Debian's torch 1.13 and
 torch 2.x). Tensors live on the CPU, or on a GPU where libhoop takes CUDA buffers. The few calls
-the backend does not have raise NotImplementedError naming the call and what to use instead.
+the backend does not have raise NotImplementedError naming the call and what to use instead; the
+README's PyTorch section tables every difference from gloo and NCCL that remains (abort ends every
+group of the job; the default group's communicator outlives destroy_process_group; split_group
+from torch 2.9).
 """
 
 import os

@@ -147,6 +147,24 @@ expect "--bind-to none" "$work/out" <<'OUT'
 [0] 0 Cpus_allowed_list:	0-1
 [1] 1 Cpus_allowed_list:	0-1
 OUT
+# A taskset around hooprun: its ranks learn how many CPUs they share (HOOP_HOST_CPUS), and with
+# more ranks than that libhoop takes the host as crowded (shm fences every message), as it does
+# where the CPUs online are fewer than the ranks; a user's HOOP_HOST_CPUS wins.
+if [ "$(nproc --all)" -gt 1 ]; then
+  taskset -c 0 "$hooprun" -np 2 sh -c 'echo "$HOOP_RANK ${HOOP_HOST_CPUS:-unset}"' 2>&1 |
+    sort >"$work/out"
+  expect "taskset -c 0: HOOP_HOST_CPUS" "$work/out" <<'OUT'
+[0] 0 1
+[1] 1 1
+OUT
+  taskset -c 0 "$hooprun" -np 1 -x HOOP_HOST_CPUS=7 sh -c 'echo "$HOOP_HOST_CPUS"' >"$work/out" 2>&1
+  expect "-x HOOP_HOST_CPUS=7" "$work/out" <<'OUT'
+[0] 7
+OUT
+  crowded=$(HOOP_DEBUG=trace taskset -c 0 "$hooprun" -np 2 "$build/tests/coll_worker" --quick 2>&1 |
+    grep -c "shm: this host's ranks outnumber its CPUs")
+  [ "$crowded" = 2 ] || fail "taskset -c 0, 2 ranks: $crowded of 2 ranks took the host as crowded"
+fi
 usage_error "bad --bind-to" "--bind-to: 'hwthread' is not none, core, socket or numa" --bind-to hwthread -np 1
 usage_error "bad --map-by" "--map-by: 'ppr:1:node' is not core, slot, socket or numa" --map-by ppr:1:node -np 1
 # Ranks on two stand-in hosts, started through the remote shell, bind themselves; HOOP_DEBUG=info

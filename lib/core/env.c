@@ -40,6 +40,10 @@ static const hoop__env_var env_table[] = {
      "after the other (socket, numa)"},
     {"HOOP_LOCAL_RANK", "", "with HOOP_BIND_TO: this rank's place among its host's ranks"},
     {"HOOP_LOCAL_SIZE", "", "with HOOP_BIND_TO: how many ranks its host runs"},
+    {"HOOP_HOST_CPUS", "",
+     "how many CPUs this host's ranks share, where fewer than the host has online (a taskset or "
+     "cpuset around the job): whether ranks outnumber CPUs is judged against it; hooprun sets it "
+     "for the ranks it starts from its own affinity mask; unset: the CPUs online"},
     {"HOOP_CUDA_PIPELINE_BYTES", "1048576",
      "a ring or direct allreduce, chain broadcast or ring allgather of at least this many bytes "
      "on device memory copies its input in and its result out piece by piece on a stream of "

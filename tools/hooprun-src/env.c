@@ -170,6 +170,11 @@ static void rank_settings(const hooprun_job *job, const hooprun_rank *rank, hoop
    * of one machine share a kernel host name, and the rendezvous groups local ranks by name. */
   if (rank->host)
     env_format(&env, "HOOP_HOSTNAME=%s", rank->host->name);
+  /* The CPUs this host's ranks share, where hooprun's mask (a taskset, a cpuset) holds fewer than
+   * the host has online: libhoop judges whether ranks outnumber CPUs against it (core/host.c). */
+  if ((!rank->host || rank->host->local) && !user_set(options, "HOOP_HOST_CPUS") &&
+      CPU_COUNT(&job->allowed) < sysconf(_SC_NPROCESSORS_ONLN))
+    env_format(&env, "HOOP_HOST_CPUS=%d", CPU_COUNT(&job->allowed));
   /* hooprun binds the ranks it starts itself (spawn.c); one on another host binds itself in
    * hoop_init_from_env, from that host's CPUs (lib/comm/bind.c). */
   if (options->bind != HOOP__BIND_NONE && rank->host && !rank->host->local) {

@@ -113,36 +113,35 @@ for transport in shm tcp; do
   done
 done
 
+# cases TRANSPORT SCRIPT LABEL NP...: tests/python/SCRIPT on NP ranks over HOOP_TRANSPORT (auto,
+# tcp...), for each NP; every rank must end with "LABEL: N cases, 0 failed".
+cases() {
+  transport=$1 script=$2 label=$3
+  shift 3
+  for np; do
+    out=$(HOOP_TRANSPORT=$transport "$hooprun" -np "$np" --timeout 60 "$python" \
+      "$src/tests/python/$script" 2>&1)
+    echo "$out" | grep -E "$label|FAIL" | head -4 | cut -c1-200 | sed "s/^/  $np ranks: /"
+    [ "$(echo "$out" | grep -c "$label: [0-9]* cases, 0 failed")" = "$np" ] || {
+      echo "FAIL: $script on $np ranks:"; echo "$out" | tail -20; status=1; }
+  done
+}
+
 # Compressed reductions from Python (tests/python/compress_worker.py): the Communicator's compress
 # setting and per-call keyword, refusals, error feedback on a registered buffer,
 # hvd.Compression.int8 in DistributedOptimizer (replicas bitwise alike) and the backend's
 # pg_options; 2 fake hosts of 2 ranks over TCP (compressed) and one host (exact).
-for np in 2 4; do
-  out=$(HOOP_TRANSPORT=tcp "$hooprun" -np $np --timeout 60 "$python" \
-    "$src/tests/python/compress_worker.py" 2>&1)
-  echo "$out" | grep -E "compress worker|FAIL" | head -4 | cut -c1-200 | sed "s/^/  $np ranks: /"
-  [ "$(echo "$out" | grep -c "compress worker: [0-9]* cases, 0 failed")" = $np ] || {
-    echo "FAIL: compress_worker.py on $np ranks:"; echo "$out" | tail -20; status=1; }
-done
+cases tcp compress_worker.py "compress worker" 2 4
 
 # hoop's DistributedDataParallel comm hook (tests/python/ddp_hooks.py): hvd.allreduce_hook with
 # Compression.none against DDP's own allreduce, .fp16 against torch's fp16_compress_hook, .int8
 # within its bound of the exact average, replicas alike and error feedback; 2 fake hosts of 2 ranks
 # over TCP (compressed), one host and hosts of 2 and 1 (exact).
-for np in 2 3 4; do
-  out=$(HOOP_TRANSPORT=tcp "$hooprun" -np $np --timeout 60 "$python" \
-    "$src/tests/python/ddp_hooks.py" 2>&1)
-  echo "$out" | grep -E "ddp hooks|FAIL" | head -4 | cut -c1-200 | sed "s/^/  $np ranks: /"
-  [ "$(echo "$out" | grep -c "ddp hooks: [0-9]* cases, 0 failed")" = $np ] || {
-    echo "FAIL: ddp_hooks.py on $np ranks:"; echo "$out" | tail -20; status=1; }
-done
+cases tcp ddp_hooks.py "ddp hooks" 2 3 4
 
 # What torch 2.x asks of a group by device (tests/python/devices_worker.py), called as torch 2.x
 # calls it: _get_backend, split_group, coalescing around sends and receives; 3 ranks.
-out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/devices_worker.py" 2>&1)
-echo "$out" | grep -E "devices worker|FAIL" | head -4 | cut -c1-200 | sed "s/^/  /"
-[ "$(echo "$out" | grep -c "devices worker: [0-9]* cases, 0 failed")" = 3 ] || {
-  echo "FAIL: devices_worker.py:"; echo "$out" | tail -20; status=1; }
+cases auto devices_worker.py "devices worker" 3
 
 # Timeouts as torch.distributed programs set them (tests/python/timeout_worker.py, scaled down):
 # HOOP_TIMEOUT=2 in the environment, a group's own timeout wins over it, a late rank 0 is waited

@@ -39,6 +39,7 @@ typedef struct p2p_request {
   hoop__transfer transfer;
   hoop__wait_state waiting; /* HOOP_TIMEOUT across the wait's slices */
   long flight_slot;         /* in the flight recorder, from the post to the end */
+  double posted_at;         /* the post's coarse clock reading (the recorder's start) */
   double wait_started;      /* for HOOP_STALL_WARN, */
   int stall_warned;         /* said once */
 } p2p_request;
@@ -128,8 +129,9 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
   hoop_result result = HOOP_OK;
   /* The recorder's times at the kernel's tick: a message's two fine readings would cost as much
    * as a small message takes (a hang's dump needs seconds). */
+  p2p->posted_at = hoop__now_coarse();
   p2p->flight_slot =
-      hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, hoop__now_coarse());
+      hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, p2p->posted_at);
   if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
     if (!(p2p->stage = take_stage(comm, p2p, p2p->bytes, buf)))
       return not_posted(comm, p2p, HOOP_ERR_SYSTEM);
@@ -160,7 +162,7 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
     double started = comm->call_started;
     int warned = comm->stall_warned;
     if (p2p->wait_started == 0)
-      p2p->wait_started = hoop__now_coarse();
+      p2p->wait_started = p2p->posted_at; /* at the clock's tick, as the warning needs */
     comm->call_started = p2p->wait_started;
     comm->stall_warned = p2p->stall_warned;
     *result = hoop__wait_some(comm, &p2p->transfer, WAIT_SLICE_S, &p2p->waiting);
@@ -180,7 +182,11 @@ static int advance(hoop_comm *comm, hoop_request *req, int wait, hoop_result *re
   }
   if (*result == HOOP_OK && !p2p->is_send && p2p->stage)
     *result = hoop__mem_copy(comm, p2p->buf, p2p->stage, p2p->bytes);
-  hoop__flight_end(p2p->flight_slot, *result, hoop__now_coarse());
+  /* A message that ended within its first wait's spin took no time a hang's dump could show: it
+   * ends when it was posted, as a small collective does (dispatch.c). */
+  hoop__flight_end(p2p->flight_slot, *result,
+                   p2p->waiting.clocked || *result != HOOP_OK ? hoop__now_coarse()
+                                                              : p2p->posted_at);
   comm->call = outer;
   drop_stage(comm, p2p);
   return 1;

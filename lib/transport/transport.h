@@ -441,6 +441,7 @@ hoop_result hoop__wait(hoop_comm *comm, hoop__transfer *req);
  * moved and when its spin ends, so that HOOP_TIMEOUT and the spin count across slices. */
 typedef struct hoop__wait_state {
   int started, in_grace;
+  int clocked; /* the wait read the clock (it did not end within its first rounds) */
   double deadline, spin_until;
 } hoop__wait_state;
 hoop_result hoop__wait_some(hoop_comm *comm, hoop__transfer *req, double slice_s,

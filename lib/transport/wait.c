@@ -274,24 +274,8 @@ static hoop_result progress_all(hoop_comm *comm, int timeout_ms, int *moved) {
   return HOOP_OK;
 }
 
-hoop_result hoop__progress_once(hoop_comm *comm) {
-  hoop_comm *net = hoop__net(comm);
-  if (hoop__net_failed(comm))
-    return comm->failed;
-  const hoop_comm *outer = hoop__drive_begin(comm);
-  hoop_result result = hoop__check_abort(net);
-  if (result == HOOP_OK && net->failed)
-    result = net->failed;
-  int moved = 0;
-  if (result == HOOP_OK)
-    result = progress_all(net, 0, &moved);
-  if (result == HOOP_OK && net->transport->strays_waited)
-    result = hoop__strays_settle(net);
-  return hoop__drive_end(comm, outer, result);
-}
-
-/* Up to rounds rounds of progress without sleeping, until req ends, holding the net throughout
- * (as hoop__progress_once holds it for one). */
+/* Up to rounds rounds of progress without sleeping, until req ends (req is read only past the
+ * first round), holding the net throughout. */
 static hoop_result progress_rounds(hoop_comm *comm, hoop__transfer *req, int rounds) {
   hoop_comm *net = hoop__net(comm);
   if (hoop__net_failed(comm))
@@ -315,6 +299,10 @@ static hoop_result progress_rounds(hoop_comm *comm, hoop__transfer *req, int rou
       result = hoop__strays_settle(net);
   }
   return hoop__drive_end(comm, outer, result);
+}
+
+hoop_result hoop__progress_once(hoop_comm *comm) {
+  return progress_rounds(comm, NULL, 1);
 }
 
 /* Spinning rounds per clock reading in hoop__wait_some. */

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from .. import HoopError, InvalidArgument, _shared_comm
 from ._compression import Compression, _CastCompressor
-from ._works import _completer
+from ._works import _Work
 
 
 class HookState:
@@ -75,23 +75,6 @@ class HookState:
             self._buckets[index] = (comm, buf.data_ptr(), buf.numel(), comm.register(buf))
 
 
-class _Pending:
-    """One bucket's allreduce: its future is set by the completer thread once hoop's request
-    completes."""
-
-    def __init__(self, request, finish):
-        self._request = request
-        self._finish = finish
-        self._future = torch.futures.Future()
-
-    def _settle(self):
-        try:
-            self._request.wait()
-            self._future.set_result(self._finish())
-        except (HoopError, RuntimeError) as err:
-            self._future.set_exception(RuntimeError("hvd.allreduce_hook: %s" % err))
-
-
 def _buffer(bucket):
     return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
 
@@ -112,16 +95,15 @@ def allreduce_hook(state, bucket):
         future = torch.futures.Future()
         future.set_result(buf)
         return future
+    then = None
     if wire_format:
         state._registered(comm, bucket.index(), buf)
         request = comm.iallreduce(buf, op="avg", compress=wire_format + "+feedback", name=name)
-        pending = _Pending(request, lambda: buf)
     elif issubclass(compression, _CastCompressor) and buf.dtype != compression.wire:
         wire = buf.to(compression.wire).div_(comm.size)
         request = comm.iallreduce(wire, op="sum", name=name)
-        pending = _Pending(request, lambda: buf.copy_(wire))
+        then = lambda: buf.copy_(wire)  # noqa: E731
     else:
         request = comm.iallreduce(buf, op="avg", name=name)
-        pending = _Pending(request, lambda: buf)
-    _completer.add(pending)
-    return pending._future
+    # The backend's Work, held by no group: its future is set once the request completes.
+    return _Work(None, [request], buf, then).get_future()

@@ -42,7 +42,8 @@ class _Work(Work):
             except HoopError as err:
                 self._error = err
             self._done = True
-        self._group._forget(self)
+        if self._group is not None:  # None: a DDP hook's (_hooks), which no group holds
+            self._group._forget(self)
 
     def is_completed(self):
         if self._done:

@@ -6,7 +6,8 @@
  * format once on the way in, not at every hop: member j of the H members sums block j, its own
  * part exactly and the others' decoded, in float32 and in member order; for an allreduce it then
  * encodes the sum once and sends it to every member, and keeps the decoded values itself, so
- * every rank ends with the same bits. */
+ * every rank ends with the same bits. An allreduce's steps within the host run chunk by chunk
+ * inside the exchange's pipeline (host_steps), not before and after it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 #include "mem/reduce.h"
 
 /* The chunks a block goes in, at least, unless that makes them smaller than PIPELINE_MIN_ELEMS. */
-#define PIPELINE 8
+#define PIPELINE 16
 #define PIPELINE_MIN_ELEMS 16384
 
 /* Pieces start on cache lines in the exchange's buffer. */
@@ -53,7 +54,28 @@ typedef struct exchange {
   const void *feedback_buf;
   size_t feedback_bytes;
   float *kept_pieces, *kept_sums;
+  struct host_steps *host; /* an allreduce's exact steps within the host, in the pipeline */
 } exchange;
+
+/* An allreduce whose rank shares its host: the host's exact steps run inside the exchange's
+ * pipeline, chunk by chunk, rather than before and after it, so that the links are not idle while
+ * the host reduces and spreads. Local member m owns segment m of the call's elements; for chunk c,
+ * each member sends every other member m its input's chunk c of every block of segment m, and sums
+ * the pieces of its own segment's chunk c that it receives, exactly and in the call's dtype (its
+ * own part first, then the others' from the next member on); that chunk is then encoded and sent
+ * between hosts, and once its sums are decoded it goes to every other member of the host. Chunk
+ * c + 1's pieces within the host are in flight while chunk c is encoded. */
+typedef struct host_steps {
+  const hoop__group *local;
+  const char *input;             /* the call's input */
+  char *out;                     /* the call's output; the exchange runs on this member's segment */
+  size_t *seg_first, *seg_elems; /* per local member */
+  size_t slot;                   /* bytes of one received piece in scratch */
+  char *scratch;                 /* 2 chunks x (members - 1) peers x blocks received pieces */
+  hoop__transfer **recv;         /* their receives, by the same index */
+  const void **parts;            /* per local member: a chunk's pieces, while they are summed */
+  hoop__arena sends, landing;
+} host_steps;
 
 /* Chunk c of member j's block: its first element (in src) and its count. */
 static void chunk_of(const exchange *ex, int j, int c, size_t *first, size_t *elems) {
@@ -86,10 +108,12 @@ static hoop_result plan(hoop_comm *comm, exchange *ex) {
   if (!ex->first)
     return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
   ex->elems = ex->first + h;
-  for (int j = 0; j < h; j++) {
+  for (int j = 0; j < h; j++)
     hoop__segment(ex->count, h, j, &ex->first[j], &ex->elems[j]);
-    largest = ex->elems[j] > largest ? ex->elems[j] : largest;
-  }
+  /* The largest block: of this exchange, or of any member's segment of the host, so that every
+   * member of the host cuts its blocks into the same number of chunks. */
+  size_t basis = ex->host ? ex->host->seg_elems[0] : ex->count;
+  largest = basis / (size_t)h + (basis % (size_t)h != 0);
   /* HOOP_CHUNK_BYTES of the call's elements a chunk, fewer where that leaves a block fewer than
    * PIPELINE chunks (the pipeline needs a few to hide the encoding), whole blocks of the format. */
   size_t chunk = comm->coll->chunk_bytes / ex->esize;
@@ -225,6 +249,129 @@ static hoop_result take_sums(hoop_comm *comm, exchange *ex, int c) {
   return result;
 }
 
+/* ---- the host's steps, in the pipeline ------------------------------------------------------- */
+
+/* Chunk c of block j of local member m's segment: its first element in the call's buffer, and its
+ * count (chunk_of's, for any member). */
+static void slice_of(const exchange *ex, int m, int j, int c, size_t *first, size_t *elems) {
+  size_t block_first, block_elems;
+  hoop__segment(ex->host->seg_elems[m], ex->members, j, &block_first, &block_elems);
+  hoop__segment(block_elems, ex->chunks, c, first, elems);
+  *first += ex->host->seg_first[m] + block_first;
+}
+
+static size_t slot_index(const exchange *ex, int c, int k, int j) {
+  return ((size_t)(c & 1) * (size_t)(ex->host->local->size - 1) + (size_t)(k - 1)) *
+             (size_t)ex->members +
+         (size_t)j;
+}
+
+/* Chunk c's pieces within the host: every other member's pieces of this member's segment received
+ * into scratch, and this member's input for every other member's segment sent to it (the next
+ * member first). Between two members, both sides post in the same order: by chunk, then block. */
+static hoop_result host_post(hoop_comm *comm, exchange *ex, int c) {
+  host_steps *hs = ex->host;
+  int n = hs->local->size, me = hs->local->index;
+  hoop_result result = HOOP_OK;
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int m = (me + k) % n, peer = hoop__member(hs->local, m);
+    for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
+      size_t first, elems, i = slot_index(ex, c, k, j);
+      slice_of(ex, me, j, c, &first, &elems);
+      hs->recv[i] = hoop__arena_next(comm, &hs->landing);
+      if (!hs->recv[i])
+        return HOOP_ERR_SYSTEM;
+      result = hoop__irecv(comm, peer, hs->scratch + i * hs->slot, elems * ex->esize, hs->recv[i]);
+      slice_of(ex, m, j, c, &first, &elems);
+      if (result == HOOP_OK)
+        result = hoop__arena_isend(comm, &hs->sends, peer, hs->input + first * ex->esize,
+                                   elems * ex->esize);
+    }
+  }
+  return result;
+}
+
+/* Chunk c of this member's segment summed exactly into the output, where the exchange takes it;
+ * then chunk c + 1's pieces posted. */
+static hoop_result host_reduce(hoop_comm *comm, exchange *ex, int c) {
+  host_steps *hs = ex->host;
+  int n = hs->local->size, me = hs->local->index;
+  hoop_result result = HOOP_OK;
+  for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
+    size_t first, elems;
+    slice_of(ex, me, j, c, &first, &elems);
+    for (int k = 1; k < n && result == HOOP_OK; k++) {
+      size_t i = slot_index(ex, c, k, j);
+      result = hoop__wait(comm, hs->recv[i]);
+      hs->parts[k] = hs->scratch + i * hs->slot;
+    }
+    if (result != HOOP_OK || elems == 0)
+      continue;
+    char *sum = hs->out + first * ex->esize;
+    hoop__reduce3(sum, hs->input + first * ex->esize, hs->parts[1], elems, ex->dtype, ex->op);
+    for (int k = 2; k < n; k++)
+      hoop__reduce(sum, hs->parts[k], elems, ex->dtype, ex->op);
+  }
+  if (result == HOOP_OK && c + 1 < ex->chunks)
+    result = host_post(comm, ex, c + 1);
+  return result;
+}
+
+/* Chunk c of this member's segment, final, to every other member of the host, and theirs from
+ * them into the output (waited for at the end). */
+static hoop_result host_spread(hoop_comm *comm, exchange *ex, int c) {
+  host_steps *hs = ex->host;
+  int n = hs->local->size, me = hs->local->index;
+  hoop_result result = HOOP_OK;
+  for (int k = 1; k < n && result == HOOP_OK; k++) {
+    int m = (me + k) % n, peer = hoop__member(hs->local, m);
+    for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
+      size_t first, elems;
+      slice_of(ex, m, j, c, &first, &elems);
+      hoop__transfer *recv = hoop__arena_next(comm, &hs->landing);
+      if (!recv)
+        return HOOP_ERR_SYSTEM;
+      result = hoop__irecv(comm, peer, hs->out + first * ex->esize, elems * ex->esize, recv);
+      slice_of(ex, me, j, c, &first, &elems);
+      if (result == HOOP_OK)
+        result = hoop__arena_isend(comm, &hs->sends, peer, hs->out + first * ex->esize,
+                                   elems * ex->esize);
+    }
+  }
+  return result;
+}
+
+/* Scratch for two chunks' received pieces; chunk 0's posted and summed, chunk 1's posted. */
+static hoop_result host_begin(hoop_comm *comm, exchange *ex) {
+  host_steps *hs = ex->host;
+  int n = hs->local->size;
+  size_t largest = hs->seg_elems[0] / (size_t)ex->members + 1;
+  hs->slot = line_up((largest / (size_t)ex->chunks + 1) * ex->esize);
+  size_t slots = 2 * (size_t)(n - 1) * (size_t)ex->members;
+  hs->scratch = hoop__host_buf_grow(comm, &comm->coll->compress_input, slots * hs->slot, NULL,
+                                    "for a compressed allreduce's pieces within the host");
+  hs->recv = calloc(slots, sizeof *hs->recv);
+  hs->parts = calloc((size_t)n, sizeof *hs->parts);
+  if (!hs->scratch || !hs->recv || !hs->parts)
+    return hs->scratch ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call)
+                       : HOOP_ERR_SYSTEM;
+  hoop_result result = host_post(comm, ex, 0);
+  return result == HOOP_OK ? host_reduce(comm, ex, 0) : result;
+}
+
+static hoop_result host_end(hoop_comm *comm, exchange *ex, hoop_result result) {
+  host_steps *hs = ex->host;
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &hs->landing);
+  if (result == HOOP_OK)
+    result = hoop__arena_wait_all(comm, &hs->sends);
+  hoop__arena_free(&hs->landing);
+  hoop__arena_free(&hs->sends);
+  free(hs->recv);
+  free(hs->parts);
+  return result;
+}
+
 /* Error feedback's residuals, kept with the input's registration for calls of this shape: this
  * rank's pieces of the exchange, and its sums; none where the input is not registered. */
 static void find_residuals(hoop_comm *comm, exchange *ex) {
@@ -245,35 +392,35 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   hoop_result result = plan(comm, ex);
   if (result == HOOP_OK)
     find_residuals(comm, ex);
+  if (result == HOOP_OK && ex->host)
+    result = host_begin(comm, ex);
   hoop__arena sends = {0}, landing = {0};
   if (result == HOOP_OK)
     result = send_pieces(comm, ex, 0, &sends, &landing);
   for (int c = 0; c < ex->chunks && result == HOOP_OK; c++) {
-    if (c + 1 < ex->chunks)
+    if (c + 1 < ex->chunks && ex->host)
+      result = host_reduce(comm, ex, c + 1);
+    if (result == HOOP_OK && c + 1 < ex->chunks)
       result = send_pieces(comm, ex, c + 1, &sends, &landing);
     if (result == HOOP_OK)
       result = sum_chunk(comm, ex, c, &sends, &landing);
     if (result == HOOP_OK && ex->spread && c > 0)
       result = take_sums(comm, ex, c - 1);
+    if (result == HOOP_OK && ex->host && c > 0)
+      result = host_spread(comm, ex, c - 1);
   }
   if (result == HOOP_OK && ex->spread)
     result = take_sums(comm, ex, ex->chunks - 1);
+  if (result == HOOP_OK && ex->host)
+    result = host_spread(comm, ex, ex->chunks - 1);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &sends);
+  if (ex->host)
+    result = host_end(comm, ex, result);
   hoop__arena_free(&landing);
   hoop__arena_free(&sends);
   unplan(ex);
   return result;
-}
-
-/* The exchange as hier's step between hosts, on this rank's segment, in place. */
-static hoop_result exchange_between(hoop_comm *comm, const hoop__group *cross, char *segment,
-                                    size_t count, void *arg) {
-  exchange *ex = arg;
-  ex->group = cross;
-  ex->src = ex->dst = segment;
-  ex->count = count;
-  return run_exchange(comm, ex);
 }
 
 /* ---- the algorithms ------------------------------------------------------------------------- */
@@ -309,8 +456,19 @@ hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *a
                  .feedback_bytes = args->bytes};
   if (local.size == 1)
     return run_exchange(comm, &ex);
-  /* hier's steps within the host, exact, around the exchange of this rank's segment. */
-  return hoop__hier_around(comm, args, exchange_between, &ex);
+  host_steps host = {.local = &local, .input = args->sendbuf, .out = args->recvbuf};
+  host.seg_first = calloc(2 * (size_t)local.size, sizeof *host.seg_first);
+  if (!host.seg_first)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
+  host.seg_elems = host.seg_first + local.size;
+  for (int m = 0; m < local.size; m++)
+    hoop__segment(args->count, local.size, m, &host.seg_first[m], &host.seg_elems[m]);
+  ex.host = &host;
+  ex.src = ex.dst = (char *)args->recvbuf + host.seg_first[local.index] * esize;
+  ex.count = host.seg_elems[local.index];
+  hoop_result result = run_exchange(comm, &ex);
+  free(host.seg_first);
+  return result;
 }
 
 /* A reduce-scatter: the ranks at place l of every host own their blocks together, so each host's

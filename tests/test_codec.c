@@ -2,16 +2,18 @@
  * hoop.h documents, value by value: every float8 code's value, the error of each format and
  * rounding within its stated bound of the block's largest magnitude, stochastic rounding without
  * bias, error feedback carrying what was dropped (a constant gradient compressed k times sums to
- * k times it within one bound), blocks with NaN, infinity or only tiny values, and the 16-bit
- * dtypes in and out. */
+ * k times it within one bound), blocks with NaN, infinity or only tiny values, the 16-bit dtypes
+ * in and out, and the codec's AVX2 copy alike in every bit with its baseline copy. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hoop.h"
 #include "mem/compress.h"
+#include "mem/reduce.h"
 
 #define BLOCK HOOP_COMPRESS_BLOCK
 static const int formats[] = {HOOP_COMPRESS_BF16, HOOP_COMPRESS_FP8, HOOP_COMPRESS_INT8};
@@ -232,6 +234,70 @@ START_TEST(test_dtypes_and_sums) {
 }
 END_TEST
 
+#if HOOP__CODEC_AVX2
+/* The AVX2 copy of the codec and the baseline copy: the same pieces, residuals and decoded values,
+ * bit for bit, for each format and rounding, float32, float16 and bfloat16, with and without
+ * feedback, whole and short blocks, values over many magnitudes with NaN, infinities, zeros of
+ * both signs, subnormals and tiny blocks among them; and both decode arbitrary bytes alike. */
+START_TEST(test_copies_alike) {
+  if (!__builtin_cpu_supports("avx2")) {
+    printf("test_copies_alike: this CPU has no AVX2; only the baseline copy runs here\n");
+    return;
+  }
+  int format = formats[_i % 3] | (_i >= 3 ? HOOP_COMPRESS_STOCHASTIC : 0);
+  enum { N = 5 * BLOCK + 37 };
+  static const hoop_dtype dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16};
+  float x[N], kept[2][N], sums[2][N], out[2][N];
+  unsigned char piece[2][N * 4 + 64];
+  for (int i = 0; i < N; i++)
+    x[i] = random_value((uint64_t)i * 7 + (uint64_t)_i, i / BLOCK * 9 - 20 + i % 5);
+  x[3] = NAN, x[BLOCK + 1] = -INFINITY, x[BLOCK + 2] = -0.0f, x[2 * BLOCK + 5] = 0x1p-140f;
+  for (int i = 3 * BLOCK; i < 4 * BLOCK; i++)
+    x[i] = (i % 3 - 1) * 0x1p-120f;
+  for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++)
+    for (int feedback = 0; feedback < 2; feedback++)
+      for (int count = N; count > 0; count -= N - 77) {
+        unsigned char in[N * 4];
+        if (dtypes[d] == HOOP_FLOAT32)
+          memcpy(in, x, sizeof x);
+        else
+          hoop__from_float(in, x, dtypes[d], N);
+        for (int c = 0; c < 2; c++) {
+          for (int i = 0; i < N; i++)
+            kept[c][i] = random_value((uint64_t)i + 99, -8), sums[c][i] = x[N - 1 - i];
+          memset(piece[c], 0, sizeof piece[c]);
+          hoop__rounding r = {_i >= 3 ? (uint64_t)_i * 1000003 + 1 : 0, 17};
+          (c ? hoop__compress_avx2 : hoop__compress_generic)(
+              format, piece[c], in, dtypes[d], (size_t)count, feedback ? kept[c] : NULL, r);
+          (c ? hoop__expand_add_avx2 : hoop__expand_add_generic)(format, sums[c], piece[c],
+                                                                 (size_t)count);
+          (c ? hoop__expand_avx2 : hoop__expand_generic)(format, out[c], dtypes[d], piece[c],
+                                                         (size_t)count);
+        }
+        size_t bytes = hoop__compress_bytes(format, (size_t)count);
+        ck_assert_msg(memcmp(piece[0], piece[1], bytes) == 0,
+                      "format %#x dtype %d feedback %d count %d: the pieces differ", format,
+                      (int)dtypes[d], feedback, count);
+        ck_assert_msg(memcmp(kept[0], kept[1], sizeof kept[0]) == 0,
+                      "format %#x dtype %d: the residuals differ", format, (int)dtypes[d]);
+        ck_assert_msg(memcmp(sums[0], sums[1], sizeof sums[0]) == 0,
+                      "format %#x: the decoded sums differ", format);
+        ck_assert_msg(memcmp(out[0], out[1], (size_t)count * hoop_dtype_size(dtypes[d])) == 0,
+                      "format %#x dtype %d: the decoded values differ", format, (int)dtypes[d]);
+      }
+  /* Arbitrary bytes: every code (and scales of any bits, NaN and infinity among them). */
+  unsigned char junk[N * 2 + 64];
+  for (size_t i = 0; i < sizeof junk; i++)
+    junk[i] = (unsigned char)(mix(i + 5) >> 24);
+  float a[N], b[N];
+  hoop__expand_generic(format, a, HOOP_FLOAT32, junk, N);
+  hoop__expand_avx2(format, b, HOOP_FLOAT32, junk, N);
+  ck_assert_msg(memcmp(a, b, sizeof a) == 0, "format %#x: arbitrary bytes decode differently",
+                format);
+}
+END_TEST
+#endif
+
 int main(void) {
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("formats");
@@ -242,6 +308,9 @@ int main(void) {
   tcase_add_loop_test(tc, test_feedback_drains, 0, 3);
   tcase_add_loop_test(tc, test_special_blocks, 0, 3);
   tcase_add_loop_test(tc, test_dtypes_and_sums, 0, 3);
+#if HOOP__CODEC_AVX2
+  tcase_add_loop_test(tc, test_copies_alike, 0, 6);
+#endif
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -9,6 +9,13 @@
 
 #include "mem/reduce.h"
 
+/* This file is compiled twice: here for the build's baseline, and by compress_avx2.c again for
+ * AVX2, each copy of the codec with its own names (CODEC); the public entry points at its end,
+ * compiled once, choose between them. */
+#ifndef CODEC
+#define CODEC(name) name##_generic
+#endif
+
 #define BLOCK HOOP_COMPRESS_BLOCK
 
 /* Below this a block's largest magnitude is taken for zero: its scale's inverse must stay finite.
@@ -153,15 +160,15 @@ static inline void fp8_codes(uint8_t *restrict code, const float *restrict x, si
   }
 }
 
-/* The 256 codes' values, for decoding: a load each beats the two loops of selects. */
-#define FP8_MAGNITUDE(c)                                                                           \
-  (((c) >> 3 & 15) ? (1.0f + (float)((c)&7) / 8.0f) * (float)(1u << ((c) >> 3 & 15)) * 0x1p-7f     \
-                   : (float)((c)&7) * 0x1p-9f)
-#define FP8_VALUE(c) ((c)&0x80 ? -FP8_MAGNITUDE((c)&0x7f) : FP8_MAGNITUDE(c))
-#define FP8_4(c) FP8_VALUE(c), FP8_VALUE((c) + 1), FP8_VALUE((c) + 2), FP8_VALUE((c) + 3)
-#define FP8_16(c) FP8_4(c), FP8_4((c) + 4), FP8_4((c) + 8), FP8_4((c) + 12)
-#define FP8_64(c) FP8_16(c), FP8_16((c) + 16), FP8_16((c) + 32), FP8_16((c) + 48)
-static const float fp8_table[256] = {FP8_64(0), FP8_64(64), FP8_64(128), FP8_64(192)};
+/* A code's value, from its bits: exponent field e and mantissa m make 2^(e - 7) * (1 + m / 8),
+ * and e = 0 makes m * 2^-9, which is e = 1's value less 2^-6 (exactly); the sign bit is the
+ * float's. Masks rather than selects or a table, so that the loops over a block vectorise. */
+static inline float fp8_value(uint8_t c) {
+  uint32_t e = (uint32_t)(c >> 3) & 15u, m = (uint32_t)c & 7u, subnormal = e == 0;
+  float v = hoop__bits_float((e + subnormal + 120u) << 23 | m << 20) -
+            hoop__bits_float(FP8_NORMAL_BITS & -subnormal);
+  return hoop__bits_float(hoop__float_bits(v) | ((uint32_t)c & 0x80u) << 24);
+}
 
 /* ---- bf16 -----------------------------------------------------------------------------------
  */
@@ -186,15 +193,6 @@ static inline float bf16_value(uint16_t code) {
 
 /* ---- pieces ---------------------------------------------------------------------------------
  */
-
-size_t hoop__compress_bytes(int format, size_t count) {
-  switch (hoop__compress_format(format)) {
-  case HOOP_COMPRESS_BF16: return 2 * count;
-  case HOOP_COMPRESS_FP8:
-  case HOOP_COMPRESS_INT8: return count + sizeof(float) * ((count + BLOCK - 1) / BLOCK);
-  default: return count * sizeof(float);
-  }
-}
 
 /* One block of n (at most BLOCK) elements: x holds them widened (and the residual added); the
  * codes go to code, the scale to *scale. */
@@ -228,7 +226,7 @@ static void encode_block(int format, void *code, float *scale, const float *x, s
   static inline void fp8_##MODE(float *restrict value, const uint8_t *restrict code, size_t n,     \
                                 float scale) {                                                     \
     for (size_t i = 0; i < n; i++)                                                                 \
-      MODE(value[i], fp8_table[code[i]] * scale);                                                  \
+      MODE(value[i], fp8_value(code[i]) * scale);                                                  \
   }                                                                                                \
   static inline void bf16_##MODE(float *restrict value, const uint16_t *restrict code, size_t n) { \
     for (size_t i = 0; i < n; i++)                                                                 \
@@ -261,6 +259,12 @@ static inline void add_to(float *restrict sum, const float *restrict value, size
     sum[i] += value[i];
 }
 
+static inline void sum_of(float *restrict x, const float *restrict a, const float *restrict b,
+                          size_t n) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = a[i] + b[i];
+}
+
 /* What the encoding dropped of each value; nothing where it was not finite, so that one step of
  * infinities (a loss scaler's overflow) does not poison every later one. */
 static inline void keep_dropped(float *restrict kept, const float *restrict x,
@@ -271,8 +275,8 @@ static inline void keep_dropped(float *restrict kept, const float *restrict x,
   }
 }
 
-void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, size_t count,
-                    float *residual, hoop__rounding rounding) {
+void CODEC(hoop__compress)(int format, void *out, const void *in, hoop_dtype dtype, size_t count,
+                           float *residual, hoop__rounding rounding) {
   format = hoop__compress_format(format);
   size_t esize = hoop_dtype_size(dtype), blocks = (count + BLOCK - 1) / BLOCK;
   char *scales = out, *codes = (char *)out + (format == HOOP_COMPRESS_BF16 ? 0 : 4 * blocks);
@@ -285,7 +289,10 @@ void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, siz
     float *kept = residual ? residual + b * BLOCK : NULL;
     /* float32 without a residual is encoded where it lies. */
     const float *values = (const float *)in + b * BLOCK;
-    if (dtype != HOOP_FLOAT32 || kept) {
+    if (dtype == HOOP_FLOAT32 && kept) {
+      n == BLOCK ? sum_of(x, values, kept, BLOCK) : sum_of(x, values, kept, n);
+      values = x;
+    } else if (dtype != HOOP_FLOAT32 || kept) {
       hoop__to_float(x, (const char *)in + b * BLOCK * esize, dtype, n);
       if (kept)
         n == BLOCK ? add_to(x, kept, BLOCK) : add_to(x, kept, n);
@@ -302,7 +309,7 @@ void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, siz
   }
 }
 
-void hoop__expand_add(int format, float *acc, const void *in, size_t count) {
+void CODEC(hoop__expand_add)(int format, float *acc, const void *in, size_t count) {
   format = hoop__compress_format(format);
   for (size_t b = 0, blocks = (count + BLOCK - 1) / BLOCK; b < blocks; b++) {
     size_t n = count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK;
@@ -310,7 +317,7 @@ void hoop__expand_add(int format, float *acc, const void *in, size_t count) {
   }
 }
 
-void hoop__expand(int format, void *out, hoop_dtype dtype, const void *in, size_t count) {
+void CODEC(hoop__expand)(int format, void *out, hoop_dtype dtype, const void *in, size_t count) {
   format = hoop__compress_format(format);
   size_t esize = hoop_dtype_size(dtype);
   float value[BLOCK];
@@ -324,3 +331,63 @@ void hoop__expand(int format, void *out, hoop_dtype dtype, const void *in, size_
     hoop__from_float((char *)out + b * BLOCK * esize, value, dtype, n);
   }
 }
+
+/* ---- the entry points, once ------------------------------------------------------------------
+ */
+#ifndef CODEC_VARIANT
+
+size_t hoop__compress_bytes(int format, size_t count) {
+  switch (hoop__compress_format(format)) {
+  case HOOP_COMPRESS_BF16: return 2 * count;
+  case HOOP_COMPRESS_FP8:
+  case HOOP_COMPRESS_INT8: return count + sizeof(float) * ((count + BLOCK - 1) / BLOCK);
+  default: return count * sizeof(float);
+  }
+}
+
+/* The AVX2 copy where the build has one and the CPU runs it: 8 lanes where SSE2 has 4, and the
+ * 32-bit multiplies of stochastic rounding's hash in vector registers (SSE2 has none). */
+static int avx2(void) {
+#if HOOP__CODEC_AVX2
+  return __builtin_cpu_supports("avx2");
+#else
+  return 0;
+#endif
+}
+
+void hoop__compress(int format, void *out, const void *in, hoop_dtype dtype, size_t count,
+                    float *residual, hoop__rounding rounding) {
+#if HOOP__CODEC_AVX2
+  if (avx2()) {
+    hoop__compress_avx2(format, out, in, dtype, count, residual, rounding);
+    return;
+  }
+#endif
+  hoop__compress_generic(format, out, in, dtype, count, residual, rounding);
+}
+
+void hoop__expand_add(int format, float *acc, const void *in, size_t count) {
+#if HOOP__CODEC_AVX2
+  if (avx2()) {
+    hoop__expand_add_avx2(format, acc, in, count);
+    return;
+  }
+#endif
+  hoop__expand_add_generic(format, acc, in, count);
+}
+
+void hoop__expand(int format, void *out, hoop_dtype dtype, const void *in, size_t count) {
+#if HOOP__CODEC_AVX2
+  if (avx2()) {
+    hoop__expand_avx2(format, out, dtype, in, count);
+    return;
+  }
+#endif
+  hoop__expand_generic(format, out, dtype, in, count);
+}
+
+const char *hoop__codec_name(void) {
+  return avx2() ? "avx2" : "generic";
+}
+
+#endif /* CODEC_VARIANT */

@@ -38,4 +38,24 @@ void hoop__expand_add(int format, float *acc, const void *in, size_t count);
 /* out = the encoded piece in, decoded into dtype (16-bit dtypes rounded to nearest even). */
 void hoop__expand(int format, void *out, hoop_dtype dtype, const void *in, size_t count);
 
+/* The codec's copies (compress.c): for the build's baseline, and on x86-64 with gcc or clang
+ * again for AVX2 (compress_avx2.c), alike in every bit; the calls above take the AVX2 copy where
+ * the CPU has AVX2. hoop__codec_name says which ("avx2" or "generic"). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HOOP__CODEC_AVX2 1
+#else
+#define HOOP__CODEC_AVX2 0
+#endif
+void hoop__compress_generic(int format, void *out, const void *in, hoop_dtype dtype, size_t count,
+                            float *residual, hoop__rounding rounding);
+void hoop__expand_add_generic(int format, float *acc, const void *in, size_t count);
+void hoop__expand_generic(int format, void *out, hoop_dtype dtype, const void *in, size_t count);
+#if HOOP__CODEC_AVX2
+void hoop__compress_avx2(int format, void *out, const void *in, hoop_dtype dtype, size_t count,
+                         float *residual, hoop__rounding rounding);
+void hoop__expand_add_avx2(int format, float *acc, const void *in, size_t count);
+void hoop__expand_avx2(int format, void *out, hoop_dtype dtype, const void *in, size_t count);
+#endif
+const char *hoop__codec_name(void);
+
 #endif /* HOOP__MEM_COMPRESS_H */

@@ -114,9 +114,13 @@ static hoop_result plan(hoop_comm *comm, exchange *ex) {
    * member of the host cuts its blocks into the same number of chunks. */
   size_t basis = ex->host ? ex->host->seg_elems[0] : ex->count;
   largest = basis / (size_t)h + (basis % (size_t)h != 0);
-  /* HOOP_CHUNK_BYTES of the call's elements a chunk, fewer where that leaves a block fewer than
-   * PIPELINE chunks (the pipeline needs a few to hide the encoding), whole blocks of the format. */
+  /* HOOP_CHUNK_BYTES of the call's elements a chunk and an eighth of it on the wire, fewer where
+   * that leaves a block fewer than PIPELINE chunks (the pipeline needs a few to hide the
+   * encoding), whole blocks of the format. */
   size_t chunk = comm->coll->chunk_bytes / ex->esize;
+  size_t wire = comm->coll->chunk_bytes / 8 * HOOP_COMPRESS_BLOCK /
+                hoop__compress_bytes(ex->format, HOOP_COMPRESS_BLOCK);
+  chunk = wire < chunk ? wire : chunk;
   if (largest / PIPELINE < chunk)
     chunk = largest / PIPELINE > PIPELINE_MIN_ELEMS ? largest / PIPELINE : PIPELINE_MIN_ELEMS;
   chunk = (chunk + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK * HOOP_COMPRESS_BLOCK;

@@ -5,9 +5,11 @@
 The program is Horovod's PyTorch example with one line changed (``import hoop.torch as hvd``): every
 rank trains on its shard (DistributedSampler), DistributedOptimizer averages the gradients (fp16 on
 the wire with --fp16), rank 0's parameters and optimizer state are broadcast at the start, and the
-test accuracy is the average of the ranks' shards. --global-batch B keeps the global batch at B
-whatever the number of ranks (B / size per rank, learning rate unscaled), so that a run on 4 ranks
-computes what a run on 1 rank computes; --save writes rank 0's final parameters.
+test accuracy is the average of the ranks' shards. --compression picks hvd.Compression's kind
+(int8, fp8 and wire_bf16: hoop's encodings between hosts, with error feedback). --global-batch B
+keeps the global batch at B whatever the number of ranks (B / size per rank, learning rate
+unscaled), so that a run on 4 ranks computes what a run on 1 rank computes; --save writes rank 0's
+final parameters.
 """
 
 import argparse
@@ -34,6 +36,11 @@ parser.add_argument("--lr", type=float, default=0.01, help="per rank, scaled by 
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--fp16", action="store_true", help="send gradients as float16")
+parser.add_argument("--compression", default="none",
+                    choices=["none", "fp16", "bf16", "int8", "fp8", "wire_bf16"],
+                    help="hvd.Compression's kind: fp16 and bf16 cast as Horovod does; int8, fp8 "
+                         "and wire_bf16 are encoded by hoop between hosts only, with error "
+                         "feedback (--fp16 is --compression fp16)")
 parser.add_argument("--steps", type=int, default=0, help="stop after this many steps in all")
 parser.add_argument("--train-limit", type=int, default=0, help="use only the first N images")
 parser.add_argument("--seed", type=int, default=42)
@@ -67,7 +74,9 @@ model = fashion_mnist.model(args.hidden)
 optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none
+if args.fp16:
+    args.compression = "fp16"
+compression = getattr(hvd.Compression, args.compression)
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                      compression=compression)
 
@@ -110,7 +119,8 @@ for epoch in range(1, args.epochs + 1):
         print("epoch %d: train loss %.4f, test accuracy %.2f%%, %d steps, %.1f s (%.2f ms/step), "
               "%d ranks x batch %d%s" % (epoch, train_loss, accuracy, len(losses), elapsed,
                                          1e3 * elapsed / max(1, len(losses)), hvd.size(), batch,
-                                         ", fp16" if args.fp16 else ""), flush=True)
+                                         "" if args.compression == "none" else
+                                         ", " + args.compression), flush=True)
     if args.steps and steps >= args.steps:
         break
 

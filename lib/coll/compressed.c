@@ -270,26 +270,30 @@ static size_t slot_index(const exchange *ex, int c, int k, int j) {
          (size_t)j;
 }
 
-/* Chunk c's pieces within the host: every other member's pieces of this member's segment received
- * into scratch, and this member's input for every other member's segment sent to it (the next
- * member first). Between two members, both sides post in the same order: by chunk, then block. */
-static hoop_result host_post(hoop_comm *comm, exchange *ex, int c) {
+/* Chunk c between this member and every other member m of its host (the next member first),
+ * block by block, both sides posting in the same order. gather: m's input for this member's
+ * segment received into scratch, and this member's input for m's segment sent to it; else (the
+ * spread) m's final chunk received into the output, and this member's sent to m. */
+static hoop_result host_swap(hoop_comm *comm, exchange *ex, int c, int gather) {
   host_steps *hs = ex->host;
   int n = hs->local->size, me = hs->local->index;
   hoop_result result = HOOP_OK;
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int m = (me + k) % n, peer = hoop__member(hs->local, m);
     for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
-      size_t first, elems, i = slot_index(ex, c, k, j);
-      slice_of(ex, me, j, c, &first, &elems);
-      hs->recv[i] = hoop__arena_next(comm, &hs->landing);
-      if (!hs->recv[i])
+      size_t in_first, in_elems, out_first, out_elems, i = slot_index(ex, c, k, j);
+      slice_of(ex, gather ? me : m, j, c, &in_first, &in_elems);
+      slice_of(ex, gather ? m : me, j, c, &out_first, &out_elems);
+      hoop__transfer *recv = hoop__arena_next(comm, &hs->landing);
+      if (!recv)
         return HOOP_ERR_SYSTEM;
-      result = hoop__irecv(comm, peer, hs->scratch + i * hs->slot, elems * ex->esize, hs->recv[i]);
-      slice_of(ex, m, j, c, &first, &elems);
+      if (gather)
+        hs->recv[i] = recv;
+      char *into = gather ? hs->scratch + i * hs->slot : hs->out + in_first * ex->esize;
+      result = hoop__irecv(comm, peer, into, in_elems * ex->esize, recv);
+      const char *from = (gather ? hs->input : hs->out) + out_first * ex->esize;
       if (result == HOOP_OK)
-        result = hoop__arena_isend(comm, &hs->sends, peer, hs->input + first * ex->esize,
-                                   elems * ex->esize);
+        result = hoop__arena_isend(comm, &hs->sends, peer, from, out_elems * ex->esize);
     }
   }
   return result;
@@ -317,31 +321,7 @@ static hoop_result host_reduce(hoop_comm *comm, exchange *ex, int c) {
       hoop__reduce(sum, hs->parts[k], elems, ex->dtype, ex->op);
   }
   if (result == HOOP_OK && c + 1 < ex->chunks)
-    result = host_post(comm, ex, c + 1);
-  return result;
-}
-
-/* Chunk c of this member's segment, final, to every other member of the host, and theirs from
- * them into the output (waited for at the end). */
-static hoop_result host_spread(hoop_comm *comm, exchange *ex, int c) {
-  host_steps *hs = ex->host;
-  int n = hs->local->size, me = hs->local->index;
-  hoop_result result = HOOP_OK;
-  for (int k = 1; k < n && result == HOOP_OK; k++) {
-    int m = (me + k) % n, peer = hoop__member(hs->local, m);
-    for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
-      size_t first, elems;
-      slice_of(ex, m, j, c, &first, &elems);
-      hoop__transfer *recv = hoop__arena_next(comm, &hs->landing);
-      if (!recv)
-        return HOOP_ERR_SYSTEM;
-      result = hoop__irecv(comm, peer, hs->out + first * ex->esize, elems * ex->esize, recv);
-      slice_of(ex, me, j, c, &first, &elems);
-      if (result == HOOP_OK)
-        result = hoop__arena_isend(comm, &hs->sends, peer, hs->out + first * ex->esize,
-                                   elems * ex->esize);
-    }
-  }
+    result = host_swap(comm, ex, c + 1, 1);
   return result;
 }
 
@@ -359,7 +339,7 @@ static hoop_result host_begin(hoop_comm *comm, exchange *ex) {
   if (!hs->scratch || !hs->recv || !hs->parts)
     return hs->scratch ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call)
                        : HOOP_ERR_SYSTEM;
-  hoop_result result = host_post(comm, ex, 0);
+  hoop_result result = host_swap(comm, ex, 0, 1);
   return result == HOOP_OK ? host_reduce(comm, ex, 0) : result;
 }
 
@@ -411,12 +391,12 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
     if (result == HOOP_OK && ex->spread && c > 0)
       result = take_sums(comm, ex, c - 1);
     if (result == HOOP_OK && ex->host && c > 0)
-      result = host_spread(comm, ex, c - 1);
+      result = host_swap(comm, ex, c - 1, 0);
   }
   if (result == HOOP_OK && ex->spread)
     result = take_sums(comm, ex, ex->chunks - 1);
   if (result == HOOP_OK && ex->host)
-    result = host_spread(comm, ex, ex->chunks - 1);
+    result = host_swap(comm, ex, ex->chunks - 1, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &sends);
   if (ex->host)

@@ -233,7 +233,8 @@ hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args);
 /* hier's steps within the hosts (comm->coll->hosts even), exact, around a step between them:
  * between runs on this rank's segment of recvbuf (count elements) once its host's ranks have
  * reduced it (AVG not yet divided), with the ranks at its place on every host (cross), and must
- * leave it finished; hier's is the ring allreduce, the compressed call's its exchange. */
+ * leave it finished; hier's is the ring allreduce (the compressed allreduce runs its host's steps
+ * inside its exchange instead: compressed.c). */
 typedef hoop_result (*hoop__between_hosts)(hoop_comm *comm, const hoop__group *cross, char *segment,
                                            size_t count, void *arg);
 hoop_result hoop__hier_around(hoop_comm *comm, const hoop__coll_args *args,

@@ -71,9 +71,9 @@ typedef struct host_steps {
   char *out;                     /* the call's output; the exchange runs on this member's segment */
   size_t *seg_first, *seg_elems; /* per local member */
   size_t slot;                   /* bytes of one received piece in scratch */
-  char *scratch;                 /* 2 chunks x (members - 1) peers x blocks received pieces */
-  hoop__transfer **recv;         /* their receives, by the same index */
-  const void **parts;            /* per local member: a chunk's pieces, while they are summed */
+  char *scratch; /* received pieces: 2 chunks x (the host's members - 1) peers x blocks (hosts) */
+  hoop__transfer **recv; /* their receives, by the same index */
+  const void **parts;    /* by offset k from this member: a chunk's pieces, while they are summed */
   hoop__arena sends, landing;
 } host_steps;
 

@@ -86,7 +86,9 @@ static inline void block_scale(uint32_t top, float qmax, float *scale, float *in
  * from the sign of the difference as an integer (a float compare would stop the vectoriser). */
 static inline int32_t floor_int(float v) {
   float t = round_even(v);
-  return (int32_t)t - ((int32_t)hoop__float_bits(t - v) > 0);
+  /* In unsigned arithmetic: a block of NaN or infinity (whose codes no one reads: its scale is
+   * NaN) converts to INT32_MIN here, less one must not overflow. */
+  return (int32_t)((uint32_t)(int32_t)t - (uint32_t)((int32_t)hoop__float_bits(t - v) > 0));
 }
 
 /* c clamped to -127..127. */

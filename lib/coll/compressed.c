@@ -9,7 +9,6 @@
  * every rank ends with the same bits. An allreduce's steps within the host run chunk by chunk
  * inside the exchange's pipeline (host_steps), not before and after it. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "coll/coll.h"
 #include "coll/state.h"
@@ -54,22 +53,27 @@ typedef struct exchange {
   const void *feedback_buf;
   size_t feedback_bytes;
   float *kept_pieces, *kept_sums;
-  struct host_steps *host; /* an allreduce's exact steps within the host, in the pipeline */
+  struct host_steps *host; /* the exact steps within the host, in the pipeline */
 } exchange;
 
-/* An allreduce whose rank shares its host: the host's exact steps run inside the exchange's
- * pipeline, chunk by chunk, rather than before and after it, so that the links are not idle while
- * the host reduces and spreads. Local member m owns segment m of the call's elements; for chunk c,
- * each member sends every other member m its input's chunk c of every block of segment m, and sums
- * the pieces of its own segment's chunk c that it receives, exactly and in the call's dtype (its
- * own part first, then the others' from the next member on); that chunk is then encoded and sent
- * between hosts, and once its sums are decoded it goes to every other member of the host. Chunk
+/* A call whose rank shares its host: the host's exact steps run inside the exchange's pipeline,
+ * chunk by chunk, rather than before and after it, so that the links are not idle while the host
+ * reduces and spreads. Local member m owns a segment: an allreduce's segment m of the call's
+ * elements; a reduce-scatter's blocks of the ranks at place m on every host, in host order (block
+ * j of the exchange is host j's). For chunk c, each member sends every other member m its input's
+ * chunk c of every block of m's segment, and sums the pieces of its own segment's chunk c that it
+ * receives, exactly and in the call's dtype (its own part first, then the others' from the next
+ * member on), where the exchange takes them; that chunk is then encoded and sent between hosts,
+ * and (allreduce) once its sums are decoded it goes to every other member of the host. Chunk
  * c + 1's pieces within the host are in flight while chunk c is encoded. */
 typedef struct host_steps {
   const hoop__group *local;
   const char *input;             /* the call's input */
-  char *out;                     /* the call's output; the exchange runs on this member's segment */
-  size_t *seg_first, *seg_elems; /* per local member */
+  char *out;                     /* the call's output */
+  size_t *seg_first, *seg_elems; /* per local member (allreduce: where its segment starts) */
+  const int *at;                 /* reduce-scatter: the ranks by host and place; NULL: allreduce */
+  size_t block;                  /* reduce-scatter: the elements of one rank's block */
+  char *sums;                    /* this member's summed chunks: the exchange's input */
   size_t slot;                   /* bytes of one received piece in scratch */
   char *scratch; /* received pieces: 2 chunks x (the host's members - 1) peers x blocks (hosts) */
   hoop__transfer **recv; /* their receives, by the same index */
@@ -255,13 +259,18 @@ static hoop_result take_sums(hoop_comm *comm, exchange *ex, int c) {
 
 /* ---- the host's steps, in the pipeline ------------------------------------------------------- */
 
-/* Chunk c of block j of local member m's segment: its first element in the call's buffer, and its
- * count (chunk_of's, for any member). */
-static void slice_of(const exchange *ex, int m, int j, int c, size_t *first, size_t *elems) {
-  size_t block_first, block_elems;
-  hoop__segment(ex->host->seg_elems[m], ex->members, j, &block_first, &block_elems);
-  hoop__segment(block_elems, ex->chunks, c, first, elems);
-  *first += ex->host->seg_first[m] + block_first;
+/* Chunk c of block j of local member m's segment (chunk_of's, for any member): where it lies in
+ * the segment (place) and in the call's input and (allreduce) output, and its count. */
+static void slice_of(const exchange *ex, int m, int j, int c, size_t *place, size_t *input,
+                     size_t *elems) {
+  const host_steps *hs = ex->host;
+  size_t block_first, block_elems, first;
+  hoop__segment(hs->seg_elems[m], ex->members, j, &block_first, &block_elems);
+  hoop__segment(block_elems, ex->chunks, c, &first, elems);
+  *place = block_first + first;
+  *input = (hs->at ? (size_t)hs->at[j * hs->local->size + m] * hs->block
+                   : hs->seg_first[m] + block_first) +
+           first;
 }
 
 static size_t slot_index(const exchange *ex, int c, int k, int j) {
@@ -281,9 +290,9 @@ static hoop_result host_swap(hoop_comm *comm, exchange *ex, int c, int gather) {
   for (int k = 1; k < n && result == HOOP_OK; k++) {
     int m = (me + k) % n, peer = hoop__member(hs->local, m);
     for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
-      size_t in_first, in_elems, out_first, out_elems, i = slot_index(ex, c, k, j);
-      slice_of(ex, gather ? me : m, j, c, &in_first, &in_elems);
-      slice_of(ex, gather ? m : me, j, c, &out_first, &out_elems);
+      size_t place, in_first, in_elems, out_first, out_elems, i = slot_index(ex, c, k, j);
+      slice_of(ex, gather ? me : m, j, c, &place, &in_first, &in_elems);
+      slice_of(ex, gather ? m : me, j, c, &place, &out_first, &out_elems);
       hoop__transfer *recv = hoop__arena_next(comm, &hs->landing);
       if (!recv)
         return HOOP_ERR_SYSTEM;
@@ -299,15 +308,15 @@ static hoop_result host_swap(hoop_comm *comm, exchange *ex, int c, int gather) {
   return result;
 }
 
-/* Chunk c of this member's segment summed exactly into the output, where the exchange takes it;
- * then chunk c + 1's pieces posted. */
+/* Chunk c of this member's segment summed exactly where the exchange takes it; then chunk c + 1's
+ * pieces posted. */
 static hoop_result host_reduce(hoop_comm *comm, exchange *ex, int c) {
   host_steps *hs = ex->host;
   int n = hs->local->size, me = hs->local->index;
   hoop_result result = HOOP_OK;
   for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
-    size_t first, elems;
-    slice_of(ex, me, j, c, &first, &elems);
+    size_t place, first, elems;
+    slice_of(ex, me, j, c, &place, &first, &elems);
     for (int k = 1; k < n && result == HOOP_OK; k++) {
       size_t i = slot_index(ex, c, k, j);
       result = hoop__wait(comm, hs->recv[i]);
@@ -315,7 +324,7 @@ static hoop_result host_reduce(hoop_comm *comm, exchange *ex, int c) {
     }
     if (result != HOOP_OK || elems == 0)
       continue;
-    char *sum = hs->out + first * ex->esize;
+    char *sum = hs->sums + place * ex->esize;
     hoop__reduce3(sum, hs->input + first * ex->esize, hs->parts[1], elems, ex->dtype, ex->op);
     for (int k = 2; k < n; k++)
       hoop__reduce(sum, hs->parts[k], elems, ex->dtype, ex->op);
@@ -325,20 +334,25 @@ static hoop_result host_reduce(hoop_comm *comm, exchange *ex, int c) {
   return result;
 }
 
-/* Scratch for two chunks' received pieces; chunk 0's posted and summed, chunk 1's posted. */
+/* Scratch for two chunks' received pieces (and a reduce-scatter's sums, the exchange's input);
+ * chunk 0's posted and summed, chunk 1's posted. */
 static hoop_result host_begin(hoop_comm *comm, exchange *ex) {
   host_steps *hs = ex->host;
   int n = hs->local->size;
   size_t largest = hs->seg_elems[0] / (size_t)ex->members + 1;
   hs->slot = line_up((largest / (size_t)ex->chunks + 1) * ex->esize);
   size_t slots = 2 * (size_t)(n - 1) * (size_t)ex->members;
-  hs->scratch = hoop__host_buf_grow(comm, &comm->coll->compress_input, slots * hs->slot, NULL,
-                                    "for a compressed allreduce's pieces within the host");
+  size_t sums = hs->at ? line_up(ex->count * ex->esize) : 0;
+  char *buf = hoop__host_buf_grow(comm, &comm->coll->compress_input, sums + slots * hs->slot, NULL,
+                                  "for a compressed call's pieces within the host");
   hs->recv = calloc(slots, sizeof *hs->recv);
   hs->parts = calloc((size_t)n, sizeof *hs->parts);
-  if (!hs->scratch || !hs->recv || !hs->parts)
-    return hs->scratch ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call)
-                       : HOOP_ERR_SYSTEM;
+  if (!buf || !hs->recv || !hs->parts)
+    return buf ? hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call)
+               : HOOP_ERR_SYSTEM;
+  hs->scratch = buf + sums;
+  if (hs->at)
+    ex->src = hs->sums = buf;
   hoop_result result = host_swap(comm, ex, 0, 1);
   return result == HOOP_OK ? host_reduce(comm, ex, 0) : result;
 }
@@ -390,12 +404,12 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
       result = sum_chunk(comm, ex, c, &sends, &landing);
     if (result == HOOP_OK && ex->spread && c > 0)
       result = take_sums(comm, ex, c - 1);
-    if (result == HOOP_OK && ex->host && c > 0)
+    if (result == HOOP_OK && ex->host && ex->spread && c > 0)
       result = host_swap(comm, ex, c - 1, 0);
   }
   if (result == HOOP_OK && ex->spread)
     result = take_sums(comm, ex, ex->chunks - 1);
-  if (result == HOOP_OK && ex->host)
+  if (result == HOOP_OK && ex->host && ex->spread)
     result = host_swap(comm, ex, ex->chunks - 1, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &sends);
@@ -404,6 +418,31 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   hoop__arena_free(&landing);
   hoop__arena_free(&sends);
   unplan(ex);
+  return result;
+}
+
+/* The exchange with the host's steps in it: each member's segment, of ex->count elements (a
+ * reduce-scatter's, each the same) or of the call's count (an allreduce's, which the exchange then
+ * runs on in place in the output). */
+static hoop_result run_with_host(hoop_comm *comm, exchange *ex, host_steps *host) {
+  int n = host->local->size, me = host->local->index;
+  host->seg_first = calloc(2 * (size_t)n, sizeof *host->seg_first);
+  if (!host->seg_first)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
+  host->seg_elems = host->seg_first + n;
+  for (int m = 0; m < n; m++) {
+    if (host->at)
+      host->seg_elems[m] = ex->count;
+    else
+      hoop__segment(ex->count, n, m, &host->seg_first[m], &host->seg_elems[m]);
+  }
+  if (!host->at) {
+    ex->src = ex->dst = host->sums = host->out + host->seg_first[me] * ex->esize;
+    ex->count = host->seg_elems[me];
+  }
+  ex->host = host;
+  hoop_result result = run_exchange(comm, ex);
+  free(host->seg_first);
   return result;
 }
 
@@ -441,70 +480,35 @@ hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *a
   if (local.size == 1)
     return run_exchange(comm, &ex);
   host_steps host = {.local = &local, .input = args->sendbuf, .out = args->recvbuf};
-  host.seg_first = calloc(2 * (size_t)local.size, sizeof *host.seg_first);
-  if (!host.seg_first)
-    return hoop__set_error(comm, HOOP_ERR_SYSTEM, "%s: out of memory", comm->call);
-  host.seg_elems = host.seg_first + local.size;
-  for (int m = 0; m < local.size; m++)
-    hoop__segment(args->count, local.size, m, &host.seg_first[m], &host.seg_elems[m]);
-  ex.host = &host;
-  ex.src = ex.dst = (char *)args->recvbuf + host.seg_first[local.index] * esize;
-  ex.count = host.seg_elems[local.index];
-  hoop_result result = run_exchange(comm, &ex);
-  free(host.seg_first);
-  return result;
+  return run_with_host(comm, &ex, &host);
 }
 
-/* A reduce-scatter: the ranks at place l of every host own their blocks together, so each host's
- * ranks first reduce exactly a copy of the input laid out by place (place l's blocks, in host
- * order, together), which leaves the rank at place l its host's partial sums of them; the
+/* A reduce-scatter: the ranks at place l of every host own their blocks together, so the rank at
+ * place l sums its host's parts of them (host_steps, inside the exchange's pipeline), and the
  * exchange then sums each rank's block across the hosts. */
 hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_args *args) {
   if (!args->compress || !hoop__compressed_fits(comm))
     return hoop__reduce_scatter_ring(comm, args);
   hoop__group local, cross;
   groups(comm, &local, &cross);
-  const hoop__hosts *hosts = comm->coll->hosts;
-  size_t esize = args->esize, block = args->bytes, part = block * (size_t)cross.size;
   exchange ex = {.group = &cross,
                  .src = args->sendbuf,
                  .dst = args->recvbuf,
                  .count = args->count * (size_t)cross.size,
-                 .esize = esize,
+                 .esize = args->esize,
                  .dtype = args->dtype,
                  .op = args->op,
                  .format = args->compress,
                  .feedback_buf = args->feedback_buf,
-                 .feedback_bytes = part * (size_t)local.size};
+                 .feedback_bytes = args->bytes * (size_t)comm->size};
   if (local.size == 1)
     return run_exchange(comm, &ex);
-  char *laid = hoop__host_buf_grow(comm, &comm->coll->compress_input, part * (size_t)local.size,
-                                   NULL, "for a compressed reduce-scatter's input");
-  if (!laid)
-    return HOOP_ERR_SYSTEM;
-  for (int l = 0; l < local.size; l++)
-    for (int h = 0; h < cross.size; h++)
-      memcpy(laid + (size_t)l * part + (size_t)h * block,
-             (const char *)args->sendbuf + (size_t)hosts->at[h * local.size + l] * block, block);
-  size_t *offset = comm->coll->block_offset, *length = comm->coll->block_length;
-  for (int l = 0; l < local.size; l++) {
-    offset[l] = (size_t)l * part;
-    length[l] = part;
-  }
-  size_t chunk_max = hoop__chunk_bytes(comm, part, esize);
-  char *scratch = hoop__kind_scratch(comm, HOOP__RING_RECV_DEPTH * chunk_max);
-  if (!scratch)
-    return HOOP_ERR_SYSTEM;
-  hoop__arena arena = {0};
-  /* shift size - 1: member l ends holding part l. */
-  hoop__ring_rs rs = {laid,    laid,      NULL,        offset,   length, local.size - 1,
-                      scratch, chunk_max, args->dtype, args->op, 0,      0};
-  hoop_result result = hoop__ring_reduce_scatter(comm, &local, &arena, &rs);
-  if (result == HOOP_OK)
-    result = hoop__arena_wait_all(comm, &arena);
-  hoop__arena_free(&arena);
-  ex.src = laid + offset[local.index];
-  return result == HOOP_OK ? run_exchange(comm, &ex) : result;
+  host_steps host = {.local = &local,
+                     .input = args->sendbuf,
+                     .out = args->recvbuf,
+                     .at = comm->coll->hosts->at,
+                     .block = args->count};
+  return run_with_host(comm, &ex, &host);
 }
 
 void hoop__compressed_free(hoop_comm *comm) {

@@ -198,6 +198,10 @@ hoop_result hoop__pending_accept(hoop__tctx *ctx, hoop__pending *pending,
   for (;;) {
     if (take_whole(pending, out))
       return HOOP_OK;
+    /* A failed transport listens no more (its shutdown closed the socket): the peer this rank
+     * waits for will never come, and nothing in the poll below would say so before the timeout. */
+    if (*ctx->failed)
+      return *ctx->failed;
     double now = hoop__now(), until = deadline;
     for (int i = 0; i < pending->n; i++) {
       if (pending->conn[i].deadline <= now) {

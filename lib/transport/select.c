@@ -311,6 +311,10 @@ const char *hoop__transports_serving(const hoop_comm *comm, char *out, size_t le
 
 hoop_result hoop__transport_connect(hoop_comm *comm, int peer) {
   hoop__tctx *ctx = hoop__transport_of(comm, peer);
+  /* After a failure the transports are shut down: a pair is no longer made (an earlier step of
+   * the call may have completed while the failure came in, and the caller goes on to this). */
+  if (*ctx->failed)
+    return *ctx->failed;
   return ctx->ops->connect(ctx, peer);
 }
 

@@ -15,7 +15,9 @@
  * then its row and its column (hoop_comm_shrink on each), and runs rounds on the new ones, rows and
  * columns at once from two threads beside the new job's calls.
  * --kill: after the grid split the last rank dies; every survivor's row and column calls must
- * fail within HOOP_TIMEOUT, naming it. --device: the buffers of every call in CUDA device memory
+ * fail within HOOP_TIMEOUT, naming it; --kill-jitter US: the same, each rank leaving the barrier
+ * before the death up to US microseconds late (the death then meets the survivors' first calls
+ * at any step). --device: the buffers of every call in CUDA device memory
  * (HOOP_CUDA_LIBRARY's driver; the stand-in where there is no GPU), checked through host copies.
  * --rounds N: the grid's rounds per communicator (default 12).
  *
@@ -474,7 +476,7 @@ static void grid(hoop_comm *world, int rounds) {
 }
 
 /* The last rank dies after the grid split; every survivor's row and column calls fail naming it. */
-static int kill_last(hoop_comm *world) {
+static int kill_last(hoop_comm *world, int jitter_us) {
   /* hooprun stops the job 1 s after the death (SIGTERM, SIGKILL 3 s later): on a loaded machine a
    * survivor may not have reported by then, so the survivors stay for the 3 s, and each report
    * leaves at once (not in a buffer that a later kill would lose). */
@@ -486,6 +488,12 @@ static int kill_last(hoop_comm *world) {
   /* A survivor may learn of the death inside this barrier (told by another that left it first):
    * its row and column must then refuse their calls with the same story. */
   hoop_result barrier = hoop_barrier(world);
+  /* --kill-jitter: each rank leaves the barrier a random moment later, so that the death lands
+   * anywhere in the survivors' first calls (their boards' setup included). */
+  if (jitter_us > 0) {
+    srand((unsigned)getpid() ^ (unsigned)(now_s() * 1e6));
+    usleep((useconds_t)(rand() % jitter_us));
+  }
   if (world_rank == last && barrier == HOOP_OK)
     raise(SIGKILL);
   hoop_comm *comms[2] = {row, col};
@@ -615,10 +623,12 @@ static int shrink_after_kill(hoop_comm *world, int rounds) {
 }
 
 int main(int argc, char **argv) {
-  int kill = 0, mismatched = 0, shrink = 0, rounds = 12;
+  int kill = 0, jitter_us = 0, mismatched = 0, shrink = 0, rounds = 12;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--kill") == 0)
       kill = 1;
+    else if (strcmp(argv[i], "--kill-jitter") == 0 && i + 1 < argc)
+      kill = 1, jitter_us = atoi(argv[++i]);
     else if (strcmp(argv[i], "--mismatch") == 0)
       mismatched = 1;
     else if (strcmp(argv[i], "--shrink") == 0)
@@ -638,7 +648,7 @@ int main(int argc, char **argv) {
   world_rank = hoop_rank(world);
   world_size = hoop_size(world);
   if (kill)
-    return kill_last(world);
+    return kill_last(world, jitter_us);
   if (mismatched)
     return mismatch(world);
   if (shrink)

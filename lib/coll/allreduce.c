@@ -294,9 +294,10 @@ hoop_result hoop__allreduce_group(hoop_comm *comm, const hoop__group *group, cha
  * buffer over the network, against 2(n-1)/n for the flat ring, and the hops within a host go
  * through shared memory. Each element is reduced on one rank, so all ranks end with the same
  * bits. Other jobs run the ring. */
-hoop_result hoop__hier_around(hoop_comm *comm, const hoop__coll_args *args,
-                              hoop__between_hosts between, void *arg) {
+hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
   const hoop__hosts *hosts = comm->coll->hosts;
+  if (!hosts || !hosts->even)
+    return hoop__allreduce_ring(comm, args);
   size_t esize = args->esize;
   hoop__group local = {hosts->per_host, hosts->local_index, hosts->local};
   hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
@@ -321,8 +322,8 @@ hoop_result hoop__hier_around(hoop_comm *comm, const hoop__coll_args *args,
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &arena);
   if (result == HOOP_OK)
-    result = between(comm, &cross, (char *)args->recvbuf + plan.offset[own],
-                     plan.length[own] / esize, arg);
+    result = hoop__allreduce_group(comm, &cross, (char *)args->recvbuf + plan.offset[own],
+                                   plan.length[own] / esize, args->dtype, args->op);
   if (result == HOOP_OK)
     result = hoop__ring_circulate(comm, &local, &arena, args->recvbuf, plan.offset, plan.length, 1,
                                   esize, 0);
@@ -330,20 +331,6 @@ hoop_result hoop__hier_around(hoop_comm *comm, const hoop__coll_args *args,
     result = hoop__arena_wait_all(comm, &arena);
   hoop__arena_free(&arena);
   return result;
-}
-
-/* hier's step between hosts: the ring allreduce of the segment. */
-static hoop_result hier_between(hoop_comm *comm, const hoop__group *cross, char *segment,
-                                size_t count, void *arg) {
-  const hoop__coll_args *args = arg;
-  return hoop__allreduce_group(comm, cross, segment, count, args->dtype, args->op);
-}
-
-hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args) {
-  const hoop__hosts *hosts = comm->coll->hosts;
-  if (!hosts || !hosts->even)
-    return hoop__allreduce_ring(comm, args);
-  return hoop__hier_around(comm, args, hier_between, (void *)args);
 }
 
 /* Direct: each rank reduces its own segment straight from every other rank's contribution, then

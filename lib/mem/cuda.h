@@ -172,6 +172,19 @@ hoop_result hoop__cuda_reduce_many_async(hoop_comm *comm, void *dst, const void 
 hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void *const *srcs,
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
                                          int divide);
+/* The wire formats of compressed reductions (mem/compress.h's, bit for bit) on device memory of
+ * one context, queued as the above: piece (hoop__compress_bytes(format, count) bytes) = count
+ * elements of in (float32, float16 or bfloat16) encoded in format (its flags: stochastic rounding
+ * with rounding's draws), residual (count floats, or NULL) added first and then left holding what
+ * the encoding dropped; acc[i] += element i of the piece, in float32; out = the piece decoded into
+ * dtype. HOOP_ERR_INVALID_ARG for another dtype or format. */
+hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, const void *in,
+                                      hoop_dtype dtype, size_t count, float *residual,
+                                      uint64_t seed, uint64_t first);
+hoop_result hoop__cuda_expand_add_async(hoop_comm *comm, int format, float *acc, const void *piece,
+                                        size_t count);
+hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
+                                    const void *piece, size_t count);
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
 /* The same, calling meanwhile(comm) between looks at the stream (the GPUDirect path moves the
  * transports' messages while its kernels run); its failure ends the wait early and is returned,

@@ -15,7 +15,7 @@ import sys
 
 LIMIT = 700
 PYTHON_LIMIT = 500
-SOURCES = (".c", ".h", ".cu", ".cc")
+SOURCES = (".c", ".h", ".cu", ".cuh", ".cc")
 
 
 def read_floors(path):

@@ -41,10 +41,16 @@ typedef struct kernel_set {
   CUfunction divide[HOOP_DTYPE_COUNT];
   CUfunction many[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   CUfunction tree[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
+  /* The codec's (kernels.cu's hoop_codec_*), by the float dtype they read or write (CODEC_DTYPES'
+   * order), and the two that take none. */
+  CUfunction codec_top[3], codec_encode[3], codec_decode[3], codec_scale, codec_decode_add;
   int loaded;              /* the functions are there */
   hoop_result load_failed; /* the kernels could not be loaded here (not tried again), and why */
   char load_why[160];
 } kernel_set;
+
+/* The dtypes the codec kernels take, in their functions' order. */
+static const hoop_dtype codec_dtypes[3] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16};
 
 static kernel_set sets[MAX_CONTEXTS];
 static int nsets;
@@ -57,6 +63,35 @@ int hoop__cuda_kernels_built(void) {
   return 0;
 #endif
 }
+
+#ifdef HOOP_HAVE_CUDA_KERNELS
+static hoop_result codec_function(hoop_comm *comm, CUfunction *f, CUmodule module,
+                                  const char *name) {
+  CUresult err = hoop__cuda_drv.module_get_function(f, module, name);
+  return err == CUDA_SUCCESS ? HOOP_OK : hoop__cuda_driver_error(comm, name, err);
+}
+
+static hoop_result load_codec(hoop_comm *comm, kernel_set *set, CUmodule module) {
+  hoop_result result = HOOP_OK;
+  char name[64];
+  for (int k = 0; k < 3 && result == HOOP_OK; k++) {
+    const char *dtype = dtype_names[codec_dtypes[k]];
+    snprintf(name, sizeof name, "hoop_codec_top_%s", dtype);
+    result = codec_function(comm, &set->codec_top[k], module, name);
+    snprintf(name, sizeof name, "hoop_codec_encode_%s", dtype);
+    if (result == HOOP_OK)
+      result = codec_function(comm, &set->codec_encode[k], module, name);
+    snprintf(name, sizeof name, "hoop_codec_decode_%s", dtype);
+    if (result == HOOP_OK)
+      result = codec_function(comm, &set->codec_decode[k], module, name);
+  }
+  if (result == HOOP_OK)
+    result = codec_function(comm, &set->codec_scale, module, "hoop_codec_scale");
+  if (result == HOOP_OK)
+    result = codec_function(comm, &set->codec_decode_add, module, "hoop_codec_decode_add");
+  return result;
+}
+#endif
 
 /* The stream of hoop's own in context (current on this thread) and, if need_kernels, the kernels
  * loaded there: both made on first use. A driver or build that cannot load the kernels still has
@@ -125,6 +160,8 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
           (err = hoop__cuda_drv.module_get_function(&set->divide[d], module, name)) != CUDA_SUCCESS)
         result = hoop__cuda_driver_error(comm, name, err);
     }
+    if (result == HOOP_OK)
+      result = load_codec(comm, set, module);
     if (result == HOOP_OK) {
       set->loaded = 1;
     } else {
@@ -246,6 +283,102 @@ hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void 
                                          int nsrcs, size_t count, hoop_dtype dtype, hoop_op op,
                                          int divide) {
   return launch_many(comm, dst, srcs, nsrcs, count, dtype, op, divide, 1);
+}
+
+/* ---- the codec ------------------------------------------------------------------------------ */
+
+/* kernels.cu's codec kernels' parameters, one list for all of them. */
+typedef struct codec_args {
+  void *piece, *data;
+  float *residual;
+  size_t count;
+  int format, stochastic;
+  uint32_t seed, first;
+} codec_args;
+
+enum { CODEC_TOP, CODEC_ENCODE, CODEC_SCALE, CODEC_DECODE, CODEC_DECODE_ADD };
+
+/* One codec kernel over units threads (the piece's elements, or its blocks), queued on hoop's
+ * stream in the context of the piece. */
+static hoop_result launch_codec(hoop_comm *comm, int which, int k, size_t units, codec_args *a) {
+  CUcontext context = NULL;
+  if (hoop__cuda_kind_and_context(a->piece, &context) != HOOP__MEM_DEVICE || !context)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", a->piece);
+  CUresult err = hoop__cuda_drv.ctx_push(context);
+  if (err != CUDA_SUCCESS)
+    return hoop__cuda_driver_error(comm, "cuCtxPushCurrent", err);
+  kernel_set *set = NULL;
+  hoop_result result = kernels_for(comm, context, &set, 1);
+  if (result == HOOP_OK) {
+    CUfunction f = which == CODEC_TOP      ? set->codec_top[k]
+                   : which == CODEC_ENCODE ? set->codec_encode[k]
+                   : which == CODEC_SCALE  ? set->codec_scale
+                   : which == CODEC_DECODE ? set->codec_decode[k]
+                                           : set->codec_decode_add;
+    void *params[] = {&a->piece,  &a->data,       &a->residual, &a->count,
+                      &a->format, &a->stochastic, &a->seed,     &a->first};
+    size_t blocks = (units + THREADS - 1) / THREADS;
+    blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
+    if ((err = hoop__cuda_drv.launch_kernel(f, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0,
+                                            set->stream, params, NULL)) != CUDA_SUCCESS)
+      result = hoop__cuda_driver_error(comm, "cuLaunchKernel", err);
+  }
+  CUcontext popped;
+  hoop__cuda_drv.ctx_pop(&popped);
+  return result;
+}
+
+/* The index of dtype among the codec's, or -1 (recorded) for another, or for a bad format. */
+static int codec_kind(hoop_comm *comm, int format, hoop_dtype dtype) {
+  int f = format & 0xff;
+  for (int k = 0; k < 3; k++)
+    if (codec_dtypes[k] == dtype && f >= HOOP_COMPRESS_BF16 && f <= HOOP_COMPRESS_INT8)
+      return k;
+  hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: no codec kernel for format %#x and %s",
+                  (unsigned)format, hoop_dtype_name(dtype) ? hoop_dtype_name(dtype) : "this dtype");
+  return -1;
+}
+
+hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, const void *in,
+                                      hoop_dtype dtype, size_t count, float *residual,
+                                      uint64_t seed, uint64_t first) {
+  int k = codec_kind(comm, format, dtype);
+  if (k < 0)
+    return HOOP_ERR_INVALID_ARG;
+  if (count == 0)
+    return HOOP_OK;
+  /* compress.c's draws: stochastic where the seed is not 0, from its two halves mixed. */
+  codec_args a = {piece,     (void *)(uintptr_t)in,           residual,       count, format & 0xff,
+                  seed != 0, (uint32_t)(seed ^ (seed >> 32)), (uint32_t)first};
+  size_t blocks = (count + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK;
+  int scaled = a.format != HOOP_COMPRESS_BF16;
+  hoop_result result = scaled ? launch_codec(comm, CODEC_TOP, k, blocks, &a) : HOOP_OK;
+  if (result == HOOP_OK)
+    result = launch_codec(comm, CODEC_ENCODE, k, count, &a);
+  if (result == HOOP_OK && scaled)
+    result = launch_codec(comm, CODEC_SCALE, k, blocks, &a);
+  return result;
+}
+
+hoop_result hoop__cuda_expand_add_async(hoop_comm *comm, int format, float *acc, const void *piece,
+                                        size_t count) {
+  if (codec_kind(comm, format, HOOP_FLOAT32) < 0)
+    return HOOP_ERR_INVALID_ARG;
+  if (count == 0)
+    return HOOP_OK;
+  codec_args a = {(void *)(uintptr_t)piece, acc, NULL, count, format & 0xff, 0, 0, 0};
+  return launch_codec(comm, CODEC_DECODE_ADD, 0, count, &a);
+}
+
+hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
+                                    const void *piece, size_t count) {
+  int k = codec_kind(comm, format, dtype);
+  if (k < 0)
+    return HOOP_ERR_INVALID_ARG;
+  if (count == 0)
+    return HOOP_OK;
+  codec_args a = {(void *)(uintptr_t)piece, out, NULL, count, format & 0xff, 0, 0, 0};
+  return launch_codec(comm, CODEC_DECODE, k, count, &a);
 }
 
 /* The kernel set of near's context, current on this thread for the caller (pop it after). */

@@ -447,3 +447,6 @@ DEFINE_HALVES(float16, half16)
 DEFINE_HALVES(bfloat16, bfloat16)
 DEFINE_FLOATS(float32, floating<float>)
 DEFINE_FLOATS(float64, floating<double>)
+
+/* The codec of compressed reductions (lib/mem/compress.c's wire formats), bit for bit. */
+#include "codec.cuh"

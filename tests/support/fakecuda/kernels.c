@@ -16,8 +16,8 @@ static struct CUmod_st the_module;
 
 struct CUfunc_st {
   void *fn;  /* kernels.cu's function */
-  int kind;  /* FAKECUDA_REDUCE, _DIVIDE or _MANY */
-  int dtype; /* for the element size */
+  int kind;  /* FAKECUDA_REDUCE, _DIVIDE, _MANY or _CODEC */
+  int dtype; /* for the element size (a codec kernel's data; -1: it takes none) */
 };
 
 #define MANY_MAX 8
@@ -45,6 +45,12 @@ static const char *const op_names[] = {"sum", "prod", "min", "max", "band", "bor
  * (launched as the many-source kernels are: the same parameters), [dtype][3 NOPS]:
  * hoop_divide_ */
 static struct CUfunc_st functions[HOOP_DTYPE_COUNT][3 * NOPS + 1];
+
+/* The codec's kernels (kernels.cu's hoop_codec_*): the steps that take a float dtype, by dtype;
+ * hoop_codec_scale (no data) and hoop_codec_decode_add (float32 data). */
+static const char *const codec_steps[] = {"top", "encode", "decode"};
+static const int codec_dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16};
+static struct CUfunc_st codec_functions[3][3], codec_scale, codec_decode_add;
 
 static CUresult fake_module_load_data(CUmodule *module, const void *image) {
   if (ctx_depth == 0)
@@ -86,11 +92,54 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
     if (strcmp(name, want) == 0)
       return function_named(f, &functions[d][3 * NOPS], name, FAKECUDA_DIVIDE, d);
   }
+  for (int step = 0; step < 3; step++)
+    for (int k = 0; k < 3; k++) {
+      snprintf(want, sizeof want, "hoop_codec_%s_%s", codec_steps[step],
+               dtype_names[codec_dtypes[k]]);
+      if (strcmp(name, want) == 0)
+        return function_named(f, &codec_functions[step][k], name, FAKECUDA_CODEC, codec_dtypes[k]);
+    }
+  if (strcmp(name, "hoop_codec_scale") == 0)
+    return function_named(f, &codec_scale, name, FAKECUDA_CODEC, -1);
+  if (strcmp(name, "hoop_codec_decode_add") == 0)
+    return function_named(f, &codec_decode_add, name, FAKECUDA_CODEC, HOOP_FLOAT32);
   return CUDA_ERROR_NOT_FOUND;
 }
 
+/* A codec launch's pointers (piece, data, residual, count, format, stochastic, seed, first): the
+ * piece of hoop__compress_bytes' size, the data of count elements unless the kernel takes none,
+ * the residual of count floats where it is given; 0 where one is not device memory. */
+static int codec_params(const struct CUfunc_st *f, void **params, fakecuda_kernel *k) {
+  k->count = *(size_t *)params[3];
+  k->format = *(int *)params[4];
+  k->stochastic = *(int *)params[5];
+  k->seed = *(uint32_t *)params[6];
+  k->first = *(uint32_t *)params[7];
+  size_t blocks = (k->count + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK;
+  size_t piece = k->format == HOOP_COMPRESS_BF16 ? 2 * k->count : k->count + 4 * blocks;
+  void *at = *(void **)params[0], *data = *(void **)params[1];
+  float *residual = *(float **)params[2];
+  if (!find(at, piece))
+    return 0;
+  k->dst = resolve((CUdeviceptr)(uintptr_t)at, piece);
+  if (f->dtype >= 0) {
+    size_t bytes = k->count * esizes[f->dtype];
+    if (!find(data, bytes))
+      return 0;
+    k->data = resolve((CUdeviceptr)(uintptr_t)data, bytes);
+  }
+  if (residual) {
+    if (!find(residual, k->count * sizeof(float)))
+      return 0;
+    k->residual =
+        (float *)(void *)resolve((CUdeviceptr)(uintptr_t)residual, k->count * sizeof(float));
+  }
+  return 1;
+}
+
 /* The parameters are kernels.cu's: (dst, a, b, count) for a reduction, (buf, count, nranks) for
- * the division, (dst, sources, count, divide) for the many-source reduction; every pointer must be
+ * the division, (dst, sources, count, divide) for the many-source reduction, and the codec's
+ * (codec_params); every pointer must be
  * device memory of this process (its own or mapped by IPC), as a kernel cannot read host memory
  * that is not mapped for it. The launch's shape is checked as the driver does (at most 1024
  * threads a block, a grid's y and z below 65536) and the grid is run as it is. */
@@ -109,6 +158,16 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
   async_op op = {.kernel = 1, .grid = {gx, gy, gz}, .block = {bx, by, bz}};
   fakecuda_kernel *k = &op.k;
   k->fn = f->fn, k->kind = f->kind;
+  if (f->kind == FAKECUDA_CODEC) {
+    pthread_mutex_lock(&lock);
+    int ok = codec_params(f, params, k);
+    kernels += ok;
+    pthread_mutex_unlock(&lock);
+    if (!ok)
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    return enqueue_op(queue_of(stream), NULL, NULL, k->count, &op) ? CUDA_SUCCESS
+                                                                   : CUDA_ERROR_OUT_OF_MEMORY;
+  }
   size_t esize = esizes[f->dtype];
   int bad = 0;
   pthread_mutex_lock(&lock);

@@ -104,6 +104,11 @@ void fakecuda_launch(const fakecuda_kernel *k, const unsigned grid[3], const uns
                 ((void (*)(void *, many_sources, size_t, int))k->fn)(k->dst, sources, k->count,
                                                                      k->divide);
                 break;
+              case FAKECUDA_CODEC:
+                ((void (*)(void *, void *, float *, size_t, int, int, uint32_t, uint32_t))k->fn)(
+                    k->dst, k->data, k->residual, k->count, k->format, k->stochastic, k->seed,
+                    k->first);
+                break;
               }
             }
 }

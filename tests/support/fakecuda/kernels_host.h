@@ -5,11 +5,11 @@
 
 #include <stddef.h>
 
-enum { FAKECUDA_REDUCE, FAKECUDA_DIVIDE, FAKECUDA_MANY };
+enum { FAKECUDA_REDUCE, FAKECUDA_DIVIDE, FAKECUDA_MANY, FAKECUDA_CODEC };
 
 /* One launch, its pointers already where the CPU reads the bytes: hoop_reduce_* (dst, a, b,
- * count), hoop_divide_* (dst, count, divide) or hoop_many_* (dst, srcs[0..nsrcs), count, divide).
- */
+ * count), hoop_divide_* (dst, count, divide), hoop_many_* (dst, srcs[0..nsrcs), count, divide) or
+ * hoop_codec_* (dst: the piece, data, residual, count, format, stochastic, seed, first). */
 typedef struct fakecuda_kernel {
   void *fn; /* the kernel, from fakecuda_kernel_named */
   int kind;
@@ -19,6 +19,10 @@ typedef struct fakecuda_kernel {
   int nsrcs;
   size_t count;
   int divide;
+  void *data;
+  float *residual;
+  int format, stochastic;
+  unsigned seed, first;
 } fakecuda_kernel;
 
 /* The kernel of that name (hoop_reduce_float32_sum, ...), or NULL. */

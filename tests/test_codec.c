@@ -122,8 +122,9 @@ START_TEST(test_bounds) {
 END_TEST
 
 /* Stochastic rounding is unbiased: one value encoded with many seeds averages to itself; a
- * value a third of the block's largest, and one 2^14 times smaller (in fp8's subnormal range,
- * which is rounded another way). */
+ * value a third of the block's largest in every format, and in bf16 and fp8 one 2^14 times
+ * smaller (fp8's subnormal range, which is rounded another way; for int8 it would be a 400th of a
+ * step, which the draws' spread could not tell from 0). */
 START_TEST(test_stochastic_unbiased) {
   int format = formats[_i % 3] | HOOP_COMPRESS_STOCHASTIC;
   float x = _i < 3 ? 0.3337f : 0.3337f * 0x1p-14f; /* between steps of every format */
@@ -307,7 +308,7 @@ int main(void) {
   tcase_add_test(tc, test_bytes);
   tcase_add_test(tc, test_fp8_every_code);
   tcase_add_loop_test(tc, test_bounds, 0, 6);
-  tcase_add_loop_test(tc, test_stochastic_unbiased, 0, 6);
+  tcase_add_loop_test(tc, test_stochastic_unbiased, 0, 5);
   tcase_add_loop_test(tc, test_feedback_drains, 0, 3);
   tcase_add_loop_test(tc, test_special_blocks, 0, 3);
   tcase_add_loop_test(tc, test_dtypes_and_sums, 0, 3);

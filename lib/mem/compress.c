@@ -86,8 +86,8 @@ static inline void block_scale(uint32_t top, float qmax, float *scale, float *in
  * from the sign of the difference as an integer (a float compare would stop the vectoriser). */
 static inline int32_t floor_int(float v) {
   float t = round_even(v);
-  /* In unsigned arithmetic: a block of NaN or infinity (whose codes no one reads: its scale is
-   * NaN) converts to INT32_MIN here, less one must not overflow. */
+  /* In unsigned arithmetic: a block of NaN or infinity (whose codes are then set to 0) converts
+   * to INT32_MIN here on x86-64, less one must not overflow. */
   return (int32_t)((uint32_t)(int32_t)t - (uint32_t)((int32_t)hoop__float_bits(t - v) > 0));
 }
 
@@ -307,6 +307,11 @@ void CODEC(hoop__compress)(int format, void *out, const void *in, hoop_dtype dty
     encode_block(format, codes + b * BLOCK * code_size, &scale, values, n, &round);
     if (format != HOOP_COMPRESS_BF16)
       memcpy(scales + b * sizeof scale, &scale, sizeof scale);
+    /* A block holding NaN or infinity (its scale NaN) decodes to NaN whatever its codes: they are
+     * 0, rather than what its values times an inverse of 0 made of them (which depends on how the
+     * machine converts a NaN, and on its NaN's sign). */
+    if (format != HOOP_COMPRESS_BF16 && scale != scale)
+      memset(codes + b * BLOCK * code_size, 0, n);
     if (kept) {
       decode_SET(format, value, out, count, b, n);
       n == BLOCK ? keep_dropped(kept, x, value, BLOCK) : keep_dropped(kept, x, value, n);

@@ -5,9 +5,8 @@
 /* A piece of count elements: bf16, count 2-byte codes; fp8 and int8, one float32 scale per block
  * of CODEC_BLOCK elements (the last may be shorter), then count 1-byte codes (hoop.h's
  * HOOP_COMPRESS_* and compress.h's layout). The same float operations as compress.c, each with its
- * IEEE round-to-nearest intrinsic (no contraction into a fused multiply-add); a float converted to
- * an integer out of range or NaN gives INT32_MIN, as x86-64's conversion does for the host's codec
- * (only the codes of a block whose scale is NaN, which no one reads, depend on it).
+ * IEEE round-to-nearest intrinsic (no contraction into a fused multiply-add); a block holding NaN
+ * or infinity (its scale NaN) has codes 0, whatever the GPU's NaN, as compress.c gives it.
  *
  * An encode is three launches: hoop_codec_top_* (a thread a block) leaves each block's largest
  * magnitude in the scale's place, hoop_codec_encode_* (a thread an element) reads it there and
@@ -26,6 +25,9 @@
 #define ROUNDER 0x1.8p23f
 #define TINY 0x1p-100f
 
+/* A float's integer part, INT32_MIN where it has none in range (x86-64's conversion; C++ leaves
+ * it undefined, and the GPU saturates): only a block of NaN or infinity reaches that, and its
+ * codes are 0 whatever comes of it. */
 __device__ static inline int32_t to_int32(float v) {
   return v >= -0x1p31f && v < 0x1p31f ? (int32_t)v : INT32_MIN;
 }
@@ -157,9 +159,12 @@ __device__ static void codec_encode(void *piece, const void *data, float *residu
                                                 : (uint16_t)((bits + (random >> 16)) >> 16);
     } else {
       float qmax = format == CODEC_INT8 ? 127.0f : 448.0f;
-      block_scale(((const uint32_t *)piece)[i / CODEC_BLOCK], qmax, &scale, &inverse);
+      uint32_t top = ((const uint32_t *)piece)[i / CODEC_BLOCK];
+      block_scale(top, qmax, &scale, &inverse);
       float scaled = __fmul_rn(x, inverse);
-      if (format == CODEC_INT8) {
+      if (top >= 0x7f800000u) {
+        codes[i] = 0; /* a block of NaN or infinity: its codes are 0, as compress.c makes them */
+      } else if (format == CODEC_INT8) {
         /* To nearest the code is within +-127 (no clamp, as compress.c has none). */
         int32_t c = stochastic ? floor_int(__fadd_rn(scaled, uniform(random)))
                                : to_int32(round_even(scaled));

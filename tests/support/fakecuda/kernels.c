@@ -18,6 +18,7 @@ struct CUfunc_st {
   void *fn;  /* kernels.cu's function */
   int kind;  /* FAKECUDA_REDUCE, _DIVIDE, _MANY or _CODEC */
   int dtype; /* for the element size (a codec kernel's data; -1: it takes none) */
+  int step;  /* a codec kernel's FAKECUDA_CODEC_* */
 };
 
 #define MANY_MAX 8
@@ -67,9 +68,17 @@ static CUresult function_named(CUfunction *f, struct CUfunc_st *slot, const char
   void *fn = fakecuda_kernel_named(name);
   if (!fn)
     return CUDA_ERROR_NOT_FOUND;
-  *slot = (struct CUfunc_st){fn, kind, dtype};
+  *slot = (struct CUfunc_st){fn, kind, dtype, 0};
   *f = slot;
   return CUDA_SUCCESS;
+}
+
+/* A codec kernel: as function_named, with its step (FAKECUDA_CODEC_*). */
+static CUresult codec_named(CUfunction *f, struct CUfunc_st *slot, const char *name, int dtype,
+                            int step) {
+  CUresult result = function_named(f, slot, name, FAKECUDA_CODEC, dtype);
+  slot->step = step;
+  return result;
 }
 
 static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const char *name) {
@@ -92,17 +101,18 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
     if (strcmp(name, want) == 0)
       return function_named(f, &functions[d][3 * NOPS], name, FAKECUDA_DIVIDE, d);
   }
+  /* codec_steps' order is FAKECUDA_CODEC_TOP, _ENCODE and _DECODE's. */
   for (int step = 0; step < 3; step++)
     for (int k = 0; k < 3; k++) {
       snprintf(want, sizeof want, "hoop_codec_%s_%s", codec_steps[step],
                dtype_names[codec_dtypes[k]]);
       if (strcmp(name, want) == 0)
-        return function_named(f, &codec_functions[step][k], name, FAKECUDA_CODEC, codec_dtypes[k]);
+        return codec_named(f, &codec_functions[step][k], name, codec_dtypes[k], step);
     }
   if (strcmp(name, "hoop_codec_scale") == 0)
-    return function_named(f, &codec_scale, name, FAKECUDA_CODEC, -1);
+    return codec_named(f, &codec_scale, name, -1, FAKECUDA_CODEC_SCALE);
   if (strcmp(name, "hoop_codec_decode_add") == 0)
-    return function_named(f, &codec_decode_add, name, FAKECUDA_CODEC, HOOP_FLOAT32);
+    return codec_named(f, &codec_decode_add, name, HOOP_FLOAT32, FAKECUDA_CODEC_DECODE_ADD);
   return CUDA_ERROR_NOT_FOUND;
 }
 
@@ -122,8 +132,10 @@ static int codec_params(const struct CUfunc_st *f, void **params, fakecuda_kerne
   if (!find(at, piece))
     return 0;
   k->dst = resolve((CUdeviceptr)(uintptr_t)at, piece);
+  k->step = f->step;
+  k->piece_bytes = piece;
   if (f->dtype >= 0) {
-    size_t bytes = k->count * esizes[f->dtype];
+    size_t bytes = k->data_bytes = k->count * esizes[f->dtype];
     if (!find(data, bytes))
       return 0;
     k->data = resolve((CUdeviceptr)(uintptr_t)data, bytes);

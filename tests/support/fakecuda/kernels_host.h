@@ -23,7 +23,19 @@ typedef struct fakecuda_kernel {
   float *residual;
   int format, stochastic;
   unsigned seed, first;
+  /* A codec kernel's step (FAKECUDA_CODEC_*), and the bytes of its piece and its data, for the
+   * stand-in's race check. */
+  int step;
+  size_t piece_bytes, data_bytes;
 } fakecuda_kernel;
+
+enum {
+  FAKECUDA_CODEC_TOP,
+  FAKECUDA_CODEC_ENCODE,
+  FAKECUDA_CODEC_DECODE,
+  FAKECUDA_CODEC_SCALE,
+  FAKECUDA_CODEC_DECODE_ADD
+};
 
 /* The kernel of that name (hoop_reduce_float32_sum, ...), or NULL. */
 void *fakecuda_kernel_named(const char *name);

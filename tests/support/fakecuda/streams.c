@@ -109,44 +109,86 @@ static void *worker_main(void *arg) {
 
 async_op *running_sync;
 
-/* The bytes an operation writes, and those it reads (up to 9 ranges), where they really are. */
-static int ranges_of(const async_op *op, const char **w, const char *r[9], size_t *bytes) {
-  int n = 0;
-  *bytes = op->bytes;
-  if (op->kernel) {
-    *w = op->k.dst;
-    if (op->k.kind == FAKECUDA_DIVIDE)
-      r[n++] = op->k.dst;
-    if (op->k.kind == FAKECUDA_REDUCE)
-      r[n++] = op->k.a, r[n++] = op->k.b;
-    for (int j = 0; op->k.kind == FAKECUDA_MANY && j < op->k.nsrcs && j < 8; j++)
-      r[n++] = op->k.srcs[j];
-  } else {
-    *w = op->from ? op->to : NULL;
-    if (op->from && !op->staged)
-      r[n++] = op->from;
+/* Ranges of bytes an operation touches, where they really are: those it writes (w, up to 2) and
+ * those it reads (r, up to 9), each with its length. */
+typedef struct ranges {
+  const char *w[2], *r[9];
+  size_t wb[2], rb[9];
+  int nw, nr;
+} ranges;
+
+static void add_range(const char **at, size_t *len, int *n, const void *p, size_t bytes) {
+  if (p && bytes) {
+    at[*n] = p;
+    len[(*n)++] = bytes;
   }
-  return n;
+}
+
+/* A codec kernel's (fakecuda_kernel's step): the piece, its data and its residual. */
+static void codec_ranges(const fakecuda_kernel *k, ranges *g) {
+  size_t residual = k->residual ? k->count * sizeof(float) : 0;
+  switch (k->step) {
+  case FAKECUDA_CODEC_TOP:
+  case FAKECUDA_CODEC_ENCODE:
+    add_range(g->w, g->wb, &g->nw, k->dst, k->piece_bytes);
+    add_range(g->r, g->rb, &g->nr, k->data, k->data_bytes);
+    add_range(g->r, g->rb, &g->nr, k->residual, residual);
+    if (k->step == FAKECUDA_CODEC_ENCODE)
+      add_range(g->w, g->wb, &g->nw, k->residual, residual);
+    break;
+  case FAKECUDA_CODEC_SCALE: add_range(g->w, g->wb, &g->nw, k->dst, k->piece_bytes); break;
+  default: /* the decodes: the piece read, the data written (and read, to add to it) */
+    add_range(g->r, g->rb, &g->nr, k->dst, k->piece_bytes);
+    add_range(g->w, g->wb, &g->nw, k->data, k->data_bytes);
+    if (k->step == FAKECUDA_CODEC_DECODE_ADD)
+      add_range(g->r, g->rb, &g->nr, k->data, k->data_bytes);
+  }
+}
+
+static void ranges_of(const async_op *op, ranges *g) {
+  memset(g, 0, sizeof *g);
+  if (op->kernel && op->k.kind == FAKECUDA_CODEC) {
+    codec_ranges(&op->k, g);
+  } else if (op->kernel) {
+    add_range(g->w, g->wb, &g->nw, op->k.dst, op->bytes);
+    if (op->k.kind == FAKECUDA_DIVIDE)
+      add_range(g->r, g->rb, &g->nr, op->k.dst, op->bytes);
+    if (op->k.kind == FAKECUDA_REDUCE) {
+      add_range(g->r, g->rb, &g->nr, op->k.a, op->bytes);
+      add_range(g->r, g->rb, &g->nr, op->k.b, op->bytes);
+    }
+    for (int j = 0; op->k.kind == FAKECUDA_MANY && j < op->k.nsrcs && j < 8; j++)
+      add_range(g->r, g->rb, &g->nr, op->k.srcs[j], op->bytes);
+  } else if (op->from) {
+    add_range(g->w, g->wb, &g->nw, op->to, op->bytes);
+    if (!op->staged)
+      add_range(g->r, g->rb, &g->nr, op->from, op->bytes);
+  }
 }
 
 static int overlap(const char *a, size_t an, const char *b, size_t bn) {
   return a && b && an && bn && a < b + bn && b < a + an;
 }
 
+/* Whether one of x's writes overlaps any of y's ranges. */
+static int writes_into(const ranges *x, const ranges *y) {
+  for (int i = 0; i < x->nw; i++) {
+    for (int j = 0; j < y->nw; j++)
+      if (overlap(x->w[i], x->wb[i], y->w[j], y->wb[j]))
+        return 1;
+    for (int j = 0; j < y->nr; j++)
+      if (overlap(x->w[i], x->wb[i], y->r[j], y->rb[j]))
+        return 1;
+  }
+  return 0;
+}
+
 /* Whether x and y touch the same bytes and one of them writes them. */
 static int conflict(const async_op *x, const async_op *y) {
-  const char *xw, *yw, *xr[9], *yr[9];
-  size_t xb, yb;
-  int xn = ranges_of(x, &xw, xr, &xb), yn = ranges_of(y, &yw, yr, &yb);
-  if (overlap(xw, xb, yw, yb))
-    return 1;
-  for (int i = 0; i < yn; i++)
-    if (overlap(xw, xb, yr[i], yb))
-      return 1;
-  for (int i = 0; i < xn; i++)
-    if (overlap(yw, yb, xr[i], xb))
-      return 1;
-  return 0;
+  ranges gx, gy;
+  ranges_of(x, &gx);
+  ranges_of(y, &gy);
+  return writes_into(&gx, &gy) || writes_into(&gy, &gx);
 }
 
 /* Say what raced and abort: op on queue qi (-1: a synchronous copy) against p, which is where. */

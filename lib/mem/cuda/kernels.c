@@ -176,37 +176,57 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
   return result;
 }
 
+/* The kernel set of near's context (its kernels loaded if kernels), current on this thread for the
+ * caller (pop it after, as fire does). */
+static hoop_result enter_set(hoop_comm *comm, const void *near, kernel_set **set, int kernels) {
+  CUcontext context = NULL;
+  if (hoop__cuda_kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
+    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", near);
+  CUresult err = hoop__cuda_drv.ctx_push(context);
+  if (err != CUDA_SUCCESS)
+    return hoop__cuda_driver_error(comm, "cuCtxPushCurrent", err);
+  hoop_result result = kernels_for(comm, context, set, kernels);
+  if (result != HOOP_OK) {
+    CUcontext popped;
+    hoop__cuda_drv.ctx_pop(&popped);
+  }
+  return result;
+}
+
+/* Launch f over threads threads (THREADS a block, at most MAX_BLOCKS blocks: the kernels stride)
+ * on set's stream, wait for it if wait, and leave set's context. */
+static hoop_result fire(hoop_comm *comm, kernel_set *set, CUfunction f, size_t threads,
+                        void **params, int wait) {
+  size_t blocks = (threads + THREADS - 1) / THREADS;
+  blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
+  hoop_result result = HOOP_OK;
+  CUresult err = hoop__cuda_drv.launch_kernel(f, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0,
+                                              set->stream, params, NULL);
+  if (err != CUDA_SUCCESS)
+    result = hoop__cuda_driver_error(comm, "cuLaunchKernel", err);
+  else if (wait && (err = hoop__cuda_drv.stream_synchronize(set->stream)) != CUDA_SUCCESS)
+    result = hoop__cuda_driver_error(comm, "cuStreamSynchronize", err);
+  CUcontext popped;
+  hoop__cuda_drv.ctx_pop(&popped);
+  return result;
+}
+
 /* Run a kernel over count elements in ptr's context on hoop's stream there, and wait for it if
  * wait: op >= 0 the reduction of dtype and op, -1 the division, -2 - op the many-source reduction
  * of op, TREE - op the many sources over the fixed tree. */
 #define TREE (-2 - HOOP_OP_COUNT)
 static hoop_result launch(hoop_comm *comm, const void *ptr, int dtype, int op, size_t count,
                           void **params, int wait) {
-  CUcontext context = NULL;
-  if (hoop__cuda_kind_and_context(ptr, &context) != HOOP__MEM_DEVICE || !context)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", ptr);
-  CUresult err = hoop__cuda_drv.ctx_push(context);
-  if (err != CUDA_SUCCESS)
-    return hoop__cuda_driver_error(comm, "cuCtxPushCurrent", err);
   kernel_set *set = NULL;
-  hoop_result result = kernels_for(comm, context, &set, 1);
-  if (result == HOOP_OK) {
-    CUfunction f = op >= 0     ? set->reduce[dtype][op]
-                   : op == -1  ? set->divide[dtype]
-                   : op > TREE ? set->many[dtype][-2 - op]
-                               : set->tree[dtype][TREE - op];
-    size_t per = 16 / hoop_dtype_size((hoop_dtype)dtype);
-    size_t blocks = (count / per + THREADS - 1) / THREADS;
-    blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
-    if ((err = hoop__cuda_drv.launch_kernel(f, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0,
-                                            set->stream, params, NULL)) != CUDA_SUCCESS)
-      result = hoop__cuda_driver_error(comm, "cuLaunchKernel", err);
-    else if (wait && (err = hoop__cuda_drv.stream_synchronize(set->stream)) != CUDA_SUCCESS)
-      result = hoop__cuda_driver_error(comm, "cuStreamSynchronize", err);
-  }
-  CUcontext popped;
-  hoop__cuda_drv.ctx_pop(&popped);
-  return result;
+  hoop_result result = enter_set(comm, ptr, &set, 1);
+  if (result != HOOP_OK)
+    return result;
+  CUfunction f = op >= 0     ? set->reduce[dtype][op]
+                 : op == -1  ? set->divide[dtype]
+                 : op > TREE ? set->many[dtype][-2 - op]
+                             : set->tree[dtype][TREE - op];
+  /* A thread a 16-byte vector. */
+  return fire(comm, set, f, count / (16 / hoop_dtype_size((hoop_dtype)dtype)), params, wait);
 }
 
 /* dst = a op b on hoop's stream; done on return if wait. */
@@ -301,31 +321,18 @@ enum { CODEC_TOP, CODEC_ENCODE, CODEC_SCALE, CODEC_DECODE, CODEC_DECODE_ADD };
 /* One codec kernel over units threads (the piece's elements, or its blocks), queued on hoop's
  * stream in the context of the piece. */
 static hoop_result launch_codec(hoop_comm *comm, int which, int k, size_t units, codec_args *a) {
-  CUcontext context = NULL;
-  if (hoop__cuda_kind_and_context(a->piece, &context) != HOOP__MEM_DEVICE || !context)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", a->piece);
-  CUresult err = hoop__cuda_drv.ctx_push(context);
-  if (err != CUDA_SUCCESS)
-    return hoop__cuda_driver_error(comm, "cuCtxPushCurrent", err);
   kernel_set *set = NULL;
-  hoop_result result = kernels_for(comm, context, &set, 1);
-  if (result == HOOP_OK) {
-    CUfunction f = which == CODEC_TOP      ? set->codec_top[k]
-                   : which == CODEC_ENCODE ? set->codec_encode[k]
-                   : which == CODEC_SCALE  ? set->codec_scale
-                   : which == CODEC_DECODE ? set->codec_decode[k]
-                                           : set->codec_decode_add;
-    void *params[] = {&a->piece,  &a->data,       &a->residual, &a->count,
-                      &a->format, &a->stochastic, &a->seed,     &a->first};
-    size_t blocks = (units + THREADS - 1) / THREADS;
-    blocks = blocks < 1 ? 1 : blocks > MAX_BLOCKS ? MAX_BLOCKS : blocks;
-    if ((err = hoop__cuda_drv.launch_kernel(f, (unsigned)blocks, 1, 1, THREADS, 1, 1, 0,
-                                            set->stream, params, NULL)) != CUDA_SUCCESS)
-      result = hoop__cuda_driver_error(comm, "cuLaunchKernel", err);
-  }
-  CUcontext popped;
-  hoop__cuda_drv.ctx_pop(&popped);
-  return result;
+  hoop_result result = enter_set(comm, a->piece, &set, 1);
+  if (result != HOOP_OK)
+    return result;
+  CUfunction f = which == CODEC_TOP      ? set->codec_top[k]
+                 : which == CODEC_ENCODE ? set->codec_encode[k]
+                 : which == CODEC_SCALE  ? set->codec_scale
+                 : which == CODEC_DECODE ? set->codec_decode[k]
+                                         : set->codec_decode_add;
+  void *params[] = {&a->piece,  &a->data,       &a->residual, &a->count,
+                    &a->format, &a->stochastic, &a->seed,     &a->first};
+  return fire(comm, set, f, units, params, 0);
 }
 
 /* The index of dtype among the codec's, or -1 (recorded) for another, or for a bad format. */
@@ -381,29 +388,13 @@ hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop
   return launch_codec(comm, CODEC_DECODE, k, count, &a);
 }
 
-/* The kernel set of near's context, current on this thread for the caller (pop it after). */
-static hoop_result enter_set(hoop_comm *comm, const void *near, kernel_set **set) {
-  CUcontext context = NULL;
-  if (hoop__cuda_kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", near);
-  CUresult err = hoop__cuda_drv.ctx_push(context);
-  if (err != CUDA_SUCCESS)
-    return hoop__cuda_driver_error(comm, "cuCtxPushCurrent", err);
-  hoop_result result = kernels_for(comm, context, set, 0);
-  if (result != HOOP_OK) {
-    CUcontext popped;
-    hoop__cuda_drv.ctx_pop(&popped);
-  }
-  return result;
-}
-
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
   if (bytes == 0)
     return HOOP_OK;
   if (!hoop__cuda_drv.memcpy_async)
     return hoop__cuda_copy(comm, dst, src, bytes);
   kernel_set *set = NULL;
-  hoop_result result = enter_set(comm, dst, &set);
+  hoop_result result = enter_set(comm, dst, &set, 0);
   if (result != HOOP_OK)
     return result;
   CUresult err = hoop__cuda_drv.memcpy_async((CUdeviceptr)(uintptr_t)dst,
@@ -414,16 +405,12 @@ hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, s
 }
 
 hoop_result hoop__cuda_ready(hoop_comm *comm, const void *near, int kernels) {
-  CUcontext context = NULL;
-  if (hoop__cuda_kind_and_context(near, &context) != HOOP__MEM_DEVICE || !context)
-    return hoop__set_error(comm, HOOP_ERR_INVALID_ARG, "cuda: %p is not device memory", near);
-  CUresult err = hoop__cuda_drv.ctx_push(context);
-  if (err != CUDA_SUCCESS)
-    return hoop__cuda_driver_error(comm, "cuCtxPushCurrent", err);
   kernel_set *set = NULL;
-  hoop_result result = kernels_for(comm, context, &set, kernels);
-  CUcontext popped;
-  hoop__cuda_drv.ctx_pop(&popped);
+  hoop_result result = enter_set(comm, near, &set, kernels);
+  if (result == HOOP_OK) {
+    CUcontext popped;
+    hoop__cuda_drv.ctx_pop(&popped);
+  }
   return result;
 }
 
@@ -434,7 +421,7 @@ hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near) {
 hoop_result hoop__cuda_sync_busy(hoop_comm *comm, const void *near,
                                  hoop_result (*meanwhile)(hoop_comm *comm)) {
   kernel_set *set = NULL;
-  hoop_result result = enter_set(comm, near, &set);
+  hoop_result result = enter_set(comm, near, &set, 0);
   if (result != HOOP_OK)
     return result;
   CUresult err = CUDA_ERROR_NOT_READY;

@@ -274,42 +274,6 @@ static void fill_codec(unsigned char *buf, size_t n, hoop_dtype dtype, int which
   free(x);
 }
 
-static int same_bytes(const unsigned char *a, const unsigned char *b, size_t n, size_t *where) {
-  for (size_t i = 0; i < n; i++)
-    if (a[i] != b[i]) {
-      *where = i;
-      return 0;
-    }
-  return 1;
-}
-
-/* bf16 codes that are both NaN (the GPU's sums make the canonical NaN) count as the same. */
-static int same_codes(int format, const unsigned char *a, const unsigned char *b, size_t bytes,
-                      size_t *where) {
-  if ((format & 0xff) != HOOP_COMPRESS_BF16)
-    return same_bytes(a, b, bytes, where);
-  for (size_t i = 0; i + 1 < bytes; i += 2) {
-    uint16_t x, y;
-    memcpy(&x, a + i, 2);
-    memcpy(&y, b + i, 2);
-    if (x != y && !(is_nan(&x, HOOP_BFLOAT16) && is_nan(&y, HOOP_BFLOAT16))) {
-      *where = i;
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* Floats alike, or both NaN. */
-static int same_floats(const float *a, const float *b, size_t n, size_t *where) {
-  for (size_t i = 0; i < n; i++)
-    if (memcmp(&a[i], &b[i], sizeof a[i]) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
-      *where = i;
-      return 0;
-    }
-  return 1;
-}
-
 static void codec_fail(const char *what, int format, hoop_dtype dtype, size_t n, int feedback,
                        size_t where) {
   failures++;
@@ -359,18 +323,23 @@ static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t
     printf("FAIL: codec format %#x %s n %zu: %s\n", (unsigned)format, hoop_dtype_name(dtype), n,
            hoop_last_error(comm));
   } else {
+    /* bf16 codes that are both NaN (the GPU's sums make the canonical NaN) count as the same;
+     * fp8 and int8 pieces (their scales and codes) must be the same bytes. */
     devmem_get(back, dpiece, piece_bytes);
-    if (!same_codes(format, piece, back, piece_bytes, &where))
+    int bf16 = (format & 0xff) == HOOP_COMPRESS_BF16;
+    if (!same(piece, back, bf16 ? n : piece_bytes, bf16 ? HOOP_BFLOAT16 : HOOP_UINT8, HOOP_SUM,
+              &where))
       codec_fail("piece", format, dtype, n, feedback, where);
     devmem_get(back, dout, n * esize);
     if (!same(out, back, n, dtype, HOOP_SUM, &where))
       codec_fail("decode", format, dtype, n, feedback, where);
     devmem_get(dacc_back, dacc, n * sizeof *acc);
-    if (!same_floats(acc, dacc_back, n, &where))
+    if (!same((unsigned char *)acc, (unsigned char *)dacc_back, n, HOOP_FLOAT32, HOOP_SUM, &where))
       codec_fail("decode-add", format, dtype, n, feedback, where);
     if (feedback) {
       devmem_get(dacc_back, dkept, n * sizeof *kept);
-      if (!same_floats(kept, dacc_back, n, &where))
+      if (!same((unsigned char *)kept, (unsigned char *)dacc_back, n, HOOP_FLOAT32, HOOP_SUM,
+                &where))
         codec_fail("residual", format, dtype, n, feedback, where);
     }
   }

@@ -65,7 +65,8 @@ int hoop__cuda_kernels_built(void) {
 }
 
 #ifdef HOOP_HAVE_CUDA_KERNELS
-static hoop_result codec_function(hoop_comm *comm, CUfunction *f, CUmodule module,
+/* The module's kernel of that name, or the driver's error recorded. */
+static hoop_result function_named(hoop_comm *comm, CUfunction *f, CUmodule module,
                                   const char *name) {
   CUresult err = hoop__cuda_drv.module_get_function(f, module, name);
   return err == CUDA_SUCCESS ? HOOP_OK : hoop__cuda_driver_error(comm, name, err);
@@ -77,18 +78,18 @@ static hoop_result load_codec(hoop_comm *comm, kernel_set *set, CUmodule module)
   for (int k = 0; k < 3 && result == HOOP_OK; k++) {
     const char *dtype = dtype_names[codec_dtypes[k]];
     snprintf(name, sizeof name, "hoop_codec_top_%s", dtype);
-    result = codec_function(comm, &set->codec_top[k], module, name);
+    result = function_named(comm, &set->codec_top[k], module, name);
     snprintf(name, sizeof name, "hoop_codec_encode_%s", dtype);
     if (result == HOOP_OK)
-      result = codec_function(comm, &set->codec_encode[k], module, name);
+      result = function_named(comm, &set->codec_encode[k], module, name);
     snprintf(name, sizeof name, "hoop_codec_decode_%s", dtype);
     if (result == HOOP_OK)
-      result = codec_function(comm, &set->codec_decode[k], module, name);
+      result = function_named(comm, &set->codec_decode[k], module, name);
   }
   if (result == HOOP_OK)
-    result = codec_function(comm, &set->codec_scale, module, "hoop_codec_scale");
+    result = function_named(comm, &set->codec_scale, module, "hoop_codec_scale");
   if (result == HOOP_OK)
-    result = codec_function(comm, &set->codec_decode_add, module, "hoop_codec_decode_add");
+    result = function_named(comm, &set->codec_decode_add, module, "hoop_codec_decode_add");
   return result;
 }
 #endif
@@ -143,22 +144,17 @@ static hoop_result kernels_for(hoop_comm *comm, CUcontext context, kernel_set **
         if (hoop__op_refused((hoop_dtype)d, (hoop_op)o))
           continue; /* no kernel: the calls refuse it first (bitwise on floats, bool's AVG) */
         snprintf(name, sizeof name, "hoop_reduce_%s_%s", dtype_names[d], op_names[o]);
-        if ((err = hoop__cuda_drv.module_get_function(&set->reduce[d][o], module, name)) !=
-            CUDA_SUCCESS)
-          result = hoop__cuda_driver_error(comm, name, err);
+        result = function_named(comm, &set->reduce[d][o], module, name);
         snprintf(name, sizeof name, "hoop_many_%s_%s", dtype_names[d], op_names[o]);
-        if (result == HOOP_OK && (err = hoop__cuda_drv.module_get_function(&set->many[d][o], module,
-                                                                           name)) != CUDA_SUCCESS)
-          result = hoop__cuda_driver_error(comm, name, err);
+        if (result == HOOP_OK)
+          result = function_named(comm, &set->many[d][o], module, name);
         snprintf(name, sizeof name, "hoop_tree_%s_%s", dtype_names[d], op_names[o]);
-        if (result == HOOP_OK && (err = hoop__cuda_drv.module_get_function(&set->tree[d][o], module,
-                                                                           name)) != CUDA_SUCCESS)
-          result = hoop__cuda_driver_error(comm, name, err);
+        if (result == HOOP_OK)
+          result = function_named(comm, &set->tree[d][o], module, name);
       }
       snprintf(name, sizeof name, "hoop_divide_%s", dtype_names[d]);
-      if (result == HOOP_OK &&
-          (err = hoop__cuda_drv.module_get_function(&set->divide[d], module, name)) != CUDA_SUCCESS)
-        result = hoop__cuda_driver_error(comm, name, err);
+      if (result == HOOP_OK)
+        result = function_named(comm, &set->divide[d], module, name);
     }
     if (result == HOOP_OK)
       result = load_codec(comm, set, module);

@@ -154,7 +154,8 @@ void *hoop__cuda_context_of(const void *ptr);
 
 /* Work queued on the kernel stream of hoop's own in the context of the device memory at its first
  * pointer, in order, not waited for: the reduction kernels (dst = a op b; AVG's division), a copy
- * between any two device addresses of that context (peers' mapped memory included). a, b and src
+ * between any two device addresses of that context (peers' mapped memory included), or between
+ * one and host memory (in the device side's context). a, b and src
  * may be peers' memory mapped by hoop__cuda_ipc_open. hoop__cuda_sync waits for all of it. */
 hoop_result hoop__cuda_reduce3_async(hoop_comm *comm, void *dst, const void *a, const void *b,
                                      size_t count, hoop_dtype dtype, hoop_op op);
@@ -177,7 +178,8 @@ hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void 
  * elements of in (float32, float16 or bfloat16) encoded in format (its flags: stochastic rounding
  * with rounding's draws), residual (count floats, or NULL) added first and then left holding what
  * the encoding dropped; acc[i] += element i of the piece, in float32; out = the piece decoded into
- * dtype. HOOP_ERR_INVALID_ARG for another dtype or format. */
+ * dtype; widen: out = in's count elements as float32s. HOOP_ERR_INVALID_ARG for another dtype or
+ * format. */
 hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, const void *in,
                                       hoop_dtype dtype, size_t count, float *residual,
                                       uint64_t seed, uint64_t first);
@@ -185,6 +187,8 @@ hoop_result hoop__cuda_expand_add_async(hoop_comm *comm, int format, float *acc,
                                         size_t count);
 hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
                                     const void *piece, size_t count);
+hoop_result hoop__cuda_widen_async(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
+                                   size_t count);
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
 /* The same, calling meanwhile(comm) between looks at the stream (the GPUDirect path moves the
  * transports' messages while its kernels run); its failure ends the wait early and is returned,

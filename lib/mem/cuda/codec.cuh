@@ -12,8 +12,9 @@
  * magnitude in the scale's place, hoop_codec_encode_* (a thread an element) reads it there and
  * writes the element's code (and what the encoding dropped, with error feedback), and
  * hoop_codec_scale_* (a thread a block) turns the largest magnitude into the scale. bf16 needs
- * only the middle one. Decoding is a thread an element. Every codec kernel takes (piece, data,
- * residual, count, format, stochastic, seed, first): data is the input (dtype) of an encode, the
+ * only the middle one. Decoding is a thread an element, and so is hoop_codec_widen_*, which
+ * starts a float32 sum (its piece) from data. Every codec kernel takes (piece, data, residual,
+ * count, format, stochastic, seed, first): data is the input (dtype) of an encode or a widen, the
  * output of a decode (dtype) or of a decode-add (float32). */
 
 #define CODEC_BLOCK 128
@@ -229,6 +230,14 @@ template <> __device__ void codec_decode<bfloat16>(void *piece, void *data, size
     ((uint16_t *)data)[i] = float_to_bf16(codec_value(piece, format, count, i));
 }
 
+/* A widen: the piece is count float32s, each of data's elements as a float (an exact sum's start,
+ * as compress.c's hoop__to_float). */
+template <typename K> __device__ static void codec_widen(void *piece, const void *data, size_t count) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
+    ((float *)piece)[i] = codec_input<K>(data, NULL, i);
+}
+
 __device__ static void codec_decode_add(void *piece, float *acc, size_t count, int format) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
@@ -252,6 +261,9 @@ __device__ static void codec_decode_add(void *piece, float *acc, size_t count, i
   extern "C" __global__ void hoop_codec_decode_##name(                                             \
       CODEC_PARAMS(piece, data, , count, format, , , )) {                                          \
     codec_decode<K>(piece, data, count, format);                                                  \
+  }                                                                                                \
+  extern "C" __global__ void hoop_codec_widen_##name(CODEC_PARAMS(piece, data, , count, , , , )) { \
+    codec_widen<K>(piece, data, count);                                                           \
   }
 
 DEFINE_CODEC(float32, floating<float>)

@@ -43,7 +43,8 @@ typedef struct kernel_set {
   CUfunction tree[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   /* The codec's (kernels.cu's hoop_codec_*), by the float dtype they read or write (CODEC_DTYPES'
    * order), and the two that take none. */
-  CUfunction codec_top[3], codec_encode[3], codec_decode[3], codec_scale, codec_decode_add;
+  CUfunction codec_top[3], codec_encode[3], codec_decode[3], codec_widen[3], codec_scale,
+      codec_decode_add;
   int loaded;              /* the functions are there */
   hoop_result load_failed; /* the kernels could not be loaded here (not tried again), and why */
   char load_why[160];
@@ -75,16 +76,14 @@ static hoop_result function_named(hoop_comm *comm, CUfunction *f, CUmodule modul
 static hoop_result load_codec(hoop_comm *comm, kernel_set *set, CUmodule module) {
   hoop_result result = HOOP_OK;
   char name[64];
+  static const char *const steps[] = {"top", "encode", "decode", "widen"};
   for (int k = 0; k < 3 && result == HOOP_OK; k++) {
-    const char *dtype = dtype_names[codec_dtypes[k]];
-    snprintf(name, sizeof name, "hoop_codec_top_%s", dtype);
-    result = function_named(comm, &set->codec_top[k], module, name);
-    snprintf(name, sizeof name, "hoop_codec_encode_%s", dtype);
-    if (result == HOOP_OK)
-      result = function_named(comm, &set->codec_encode[k], module, name);
-    snprintf(name, sizeof name, "hoop_codec_decode_%s", dtype);
-    if (result == HOOP_OK)
-      result = function_named(comm, &set->codec_decode[k], module, name);
+    CUfunction *slots[] = {&set->codec_top[k], &set->codec_encode[k], &set->codec_decode[k],
+                           &set->codec_widen[k]};
+    for (int step = 0; step < 4 && result == HOOP_OK; step++) {
+      snprintf(name, sizeof name, "hoop_codec_%s_%s", steps[step], dtype_names[codec_dtypes[k]]);
+      result = function_named(comm, slots[step], module, name);
+    }
   }
   if (result == HOOP_OK)
     result = function_named(comm, &set->codec_scale, module, "hoop_codec_scale");
@@ -312,7 +311,7 @@ typedef struct codec_args {
   uint32_t seed, first;
 } codec_args;
 
-enum { CODEC_TOP, CODEC_ENCODE, CODEC_SCALE, CODEC_DECODE, CODEC_DECODE_ADD };
+enum { CODEC_TOP, CODEC_ENCODE, CODEC_SCALE, CODEC_DECODE, CODEC_DECODE_ADD, CODEC_WIDEN };
 
 /* One codec kernel over units threads (the piece's elements, or its blocks), queued on hoop's
  * stream in the context of the piece. */
@@ -325,6 +324,7 @@ static hoop_result launch_codec(hoop_comm *comm, int which, int k, size_t units,
                  : which == CODEC_ENCODE ? set->codec_encode[k]
                  : which == CODEC_SCALE  ? set->codec_scale
                  : which == CODEC_DECODE ? set->codec_decode[k]
+                 : which == CODEC_WIDEN  ? set->codec_widen[k]
                                          : set->codec_decode_add;
   void *params[] = {&a->piece,  &a->data,       &a->residual, &a->count,
                     &a->format, &a->stochastic, &a->seed,     &a->first};
@@ -384,13 +384,25 @@ hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop
   return launch_codec(comm, CODEC_DECODE, k, count, &a);
 }
 
+hoop_result hoop__cuda_widen_async(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
+                                   size_t count) {
+  int k = codec_kind(comm, HOOP_COMPRESS_BF16, dtype);
+  if (k < 0)
+    return HOOP_ERR_INVALID_ARG;
+  if (count == 0)
+    return HOOP_OK;
+  codec_args a = {out, (void *)(uintptr_t)in, NULL, count, 0, 0, 0, 0};
+  return launch_codec(comm, CODEC_WIDEN, k, count, &a);
+}
+
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
   if (bytes == 0)
     return HOOP_OK;
   if (!hoop__cuda_drv.memcpy_async)
     return hoop__cuda_copy(comm, dst, src, bytes);
+  /* In the context of the device side (a compressed call's pieces go to and from host memory). */
   kernel_set *set = NULL;
-  hoop_result result = enter_set(comm, dst, &set, 0);
+  hoop_result result = enter_set(comm, hoop__cuda_context_of(dst) ? dst : src, &set, 0);
   if (result != HOOP_OK)
     return result;
   CUresult err = hoop__cuda_drv.memcpy_async((CUdeviceptr)(uintptr_t)dst,

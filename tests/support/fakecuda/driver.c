@@ -17,7 +17,7 @@ int initialized;
 struct CUctx_st *const the_context = (struct CUctx_st *)0x1;
 __thread int ctx_depth;
 unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens, flushes,
-    vmm_imports, async_copies;
+    vmm_imports, async_copies, codecs;
 
 static CUresult fake_init(unsigned int flags) {
   (void)flags;
@@ -188,9 +188,9 @@ __attribute__((destructor)) static void report(void) {
   if (f) {
     fprintf(f,
             "copies %llu bytes %llu stream_syncs %llu pinned %llu async %llu kernels %llu "
-            "ipc_opens %llu flushes %llu vmm_imports %llu\n",
+            "ipc_opens %llu flushes %llu vmm_imports %llu codecs %llu\n",
             copies, copied_bytes, stream_syncs, pinned, async_copies, kernels, ipc_opens, flushes,
-            vmm_imports);
+            vmm_imports, codecs);
     fclose(f);
   }
 }

@@ -87,7 +87,7 @@ extern struct CUctx_st *const the_context;
 extern __thread int ctx_depth; /* contexts pushed or set current on this thread */
 /* What FAKECUDA_COUNT reports (under lock). */
 extern unsigned long long copies, copied_bytes, stream_syncs, pinned, kernels, ipc_opens, flushes,
-    vmm_imports, async_copies;
+    vmm_imports, async_copies, codecs;
 
 /* The entry points a file answers for, by the name cuGetProcAddress_v2 is asked for; each table
  * ends with {NULL, NULL}. */

@@ -49,9 +49,10 @@ static struct CUfunc_st functions[HOOP_DTYPE_COUNT][3 * NOPS + 1];
 
 /* The codec's kernels (kernels.cu's hoop_codec_*): the steps that take a float dtype, by dtype;
  * hoop_codec_scale (no data) and hoop_codec_decode_add (float32 data). */
-static const char *const codec_steps[] = {"top", "encode", "decode"};
+static const char *const codec_steps[] = {"top", "encode", "decode", "widen"};
+#define CODEC_STEPS ((int)(sizeof codec_steps / sizeof codec_steps[0]))
 static const int codec_dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16};
-static struct CUfunc_st codec_functions[3][3], codec_scale, codec_decode_add;
+static struct CUfunc_st codec_functions[CODEC_STEPS][3], codec_scale, codec_decode_add;
 
 static CUresult fake_module_load_data(CUmodule *module, const void *image) {
   if (ctx_depth == 0)
@@ -101,13 +102,15 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
     if (strcmp(name, want) == 0)
       return function_named(f, &functions[d][3 * NOPS], name, FAKECUDA_DIVIDE, d);
   }
-  /* codec_steps' order is FAKECUDA_CODEC_TOP, _ENCODE and _DECODE's. */
-  for (int step = 0; step < 3; step++)
+  /* codec_steps' order is FAKECUDA_CODEC_TOP, _ENCODE, _DECODE and _WIDEN's. */
+  static const int step_of[CODEC_STEPS] = {FAKECUDA_CODEC_TOP, FAKECUDA_CODEC_ENCODE,
+                                           FAKECUDA_CODEC_DECODE, FAKECUDA_CODEC_WIDEN};
+  for (int step = 0; step < CODEC_STEPS; step++)
     for (int k = 0; k < 3; k++) {
       snprintf(want, sizeof want, "hoop_codec_%s_%s", codec_steps[step],
                dtype_names[codec_dtypes[k]]);
       if (strcmp(name, want) == 0)
-        return codec_named(f, &codec_functions[step][k], name, codec_dtypes[k], step);
+        return codec_named(f, &codec_functions[step][k], name, codec_dtypes[k], step_of[step]);
     }
   if (strcmp(name, "hoop_codec_scale") == 0)
     return codec_named(f, &codec_scale, name, -1, FAKECUDA_CODEC_SCALE);
@@ -117,8 +120,9 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
 }
 
 /* A codec launch's pointers (piece, data, residual, count, format, stochastic, seed, first): the
- * piece of hoop__compress_bytes' size, the data of count elements unless the kernel takes none,
- * the residual of count floats where it is given; 0 where one is not device memory. */
+ * piece of hoop__compress_bytes' size (a widen's: count floats), the data of count elements unless
+ * the kernel takes none, the residual of count floats where it is given; 0 where one is not device
+ * memory. */
 static int codec_params(const struct CUfunc_st *f, void **params, fakecuda_kernel *k) {
   k->count = *(size_t *)params[3];
   k->format = *(int *)params[4];
@@ -126,7 +130,9 @@ static int codec_params(const struct CUfunc_st *f, void **params, fakecuda_kerne
   k->seed = *(uint32_t *)params[6];
   k->first = *(uint32_t *)params[7];
   size_t blocks = (k->count + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK;
-  size_t piece = k->format == HOOP_COMPRESS_BF16 ? 2 * k->count : k->count + 4 * blocks;
+  size_t piece = f->step == FAKECUDA_CODEC_WIDEN   ? 4 * k->count
+                 : k->format == HOOP_COMPRESS_BF16 ? 2 * k->count
+                                                   : k->count + 4 * blocks;
   void *at = *(void **)params[0], *data = *(void **)params[1];
   float *residual = *(float **)params[2];
   if (!find(at, piece))
@@ -174,6 +180,7 @@ static CUresult fake_launch_kernel(CUfunction f, unsigned int gx, unsigned int g
     pthread_mutex_lock(&lock);
     int ok = codec_params(f, params, k);
     kernels += ok;
+    codecs += ok;
     pthread_mutex_unlock(&lock);
     if (!ok)
       return CUDA_ERROR_ILLEGAL_ADDRESS;

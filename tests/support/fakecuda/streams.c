@@ -130,6 +130,7 @@ static void codec_ranges(const fakecuda_kernel *k, ranges *g) {
   switch (k->step) {
   case FAKECUDA_CODEC_TOP:
   case FAKECUDA_CODEC_ENCODE:
+  case FAKECUDA_CODEC_WIDEN:
     add_range(g->w, g->wb, &g->nw, k->dst, k->piece_bytes);
     add_range(g->r, g->rb, &g->nr, k->data, k->data_bytes);
     add_range(g->r, g->rb, &g->nr, k->residual, residual);

@@ -83,6 +83,14 @@ if [ $gpu = yes ]; then
         echo "FAIL: CUDA tensors on $np ranks"; echo "$out" | tail -20; status=1; }
     done
   fi
+  # Compressed allreduces on device buffers: IPC within each host, the codec's kernels between.
+  for hosts in 2 1; do
+    out=$(HOOP_CUDA_LIBRARY=libcuda.so.1 "$hooprun" -np 4 --timeout 300 "$build/tests/compress_worker" \
+      --quick --fake-hosts $hosts --device all 2>&1)
+    echo "$out" | grep -E 'checks|FAIL' | head -4
+    [ "$(echo "$out" | grep -c ' checks, 0 failed')" = 4 ] || {
+      echo "FAIL: compressed allreduce on the GPU, hosts of $hosts"; echo "$out" | tail -20; status=1; }
+  done
   # The pipelined ring and direct allreduces on the GPU.
   for np in ${HOOP_CUDA_NP:-2 3}; do
     for algo in ring direct; do
@@ -266,6 +274,32 @@ lane_ipc() { # CUDA IPC: every call, traced, the legacy attribute, 10 ranks
   [ "${kernels:-0}" -ge 1000 ] || { echo "FAIL: 10 ranks did not go by CUDA IPC"; status=1; }
 }
 
+lane_compress() { # compressed allreduces: IPC within a host, the codec's kernels between hosts
+  # tests/support/compress_worker.c --device: each result within its format's bound, every rank's
+  # bits alike, and (hosts of at most 2 ranks, rounding to nearest) the same bits as the call on
+  # host buffers. host0: only the first host's ranks on the device, the others encoding on the CPU,
+  # and the two kinds of host must meet message for message (4 KiB chunks: many of them).
+  for case in "4 2 all" "6 2 host0 4096" "4 1 all" "3 1 host0" "6 3 all" "3 3 all"; do
+    set -- $case
+    rm -f "$counts"
+    out=$(HOOP_CUDA_LIBRARY=$fake FAKECUDA_COUNT=$counts FAKECUDA_ASYNC_DELAY_US=50 \
+      HOOP_CUDA_IPC_MIN_BYTES=0 HOOP_CHUNK_BYTES=${4:-1048576} "$hooprun" -np $1 --timeout 300 \
+      "$build/tests/compress_worker" --quick --fake-hosts $2 --device $3 2>&1)
+    codecs=$(awk '{n += $20} END {print n + 0}' "$counts" 2>/dev/null)
+    echo "  compressed, $(($1 / $2)) hosts x $2, --device $3: $codecs codec kernels"
+    if [ "$(echo "$out" | grep -c ' checks, 0 failed')" != "$1" ]; then
+      echo "FAIL: compressed allreduce, $(($1 / $2)) hosts x $2, --device $3"
+      echo "$out" | grep -m 10 'FAIL\|rror'; echo "$out" | tail -5; status=1
+    fi
+    # Across hosts the device ranks encode with the kernels; on one host nothing is encoded.
+    if [ "$1" != "$2" ] && [ "${codecs:-0}" -lt 100 ]; then
+      echo "FAIL: the device ranks did not encode with the codec's kernels"; status=1
+    elif [ "$1" = "$2" ] && [ "${codecs:-0}" != 0 ]; then
+      echo "FAIL: a call within one host was encoded"; status=1
+    fi
+  done
+}
+
 lane_hosts() { # CUDA IPC host by host, registered buffers, late inputs, streams, refusals
   # Host by host (--fake-hosts: several hosts as the rank table sees them): the allreduce that
   # takes hier reduces on each host by IPC and crosses hosts as hier does, so a host whose ranks
@@ -419,7 +453,7 @@ lane_vmm() { # VMM memory, descriptors, non-blocking calls, failures, Python, ho
 
 max=${HOOP_CUDA_LANES:-4}
 [ "${HOOP_SANITIZED:-no}" = yes ] && max=${HOOP_CUDA_LANES:-2}
-all_lanes="lane_ipc lane_hosts lane_staged lane_pipelined lane_chain lane_vmm"
+all_lanes="lane_ipc lane_hosts lane_staged lane_pipelined lane_chain lane_vmm lane_compress"
 running=""
 for lane in $all_lanes; do
   if [ "$(echo $running | wc -w)" -ge "$max" ]; then # wait for the oldest

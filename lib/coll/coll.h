@@ -236,6 +236,15 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
  * reduce-scatter. */
 hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_args *args);
+/* The step between hosts of a compressed allreduce whose host's steps ran elsewhere (CUDA IPC,
+ * coll/mapped.c), on comm->mem's memory: segment holds the len elements of the call's segment at
+ * this rank's place on its host (hoop__segment's over the host's ranks) summed over the host, and
+ * ends summed over every host, message for message as the staged call's step between hosts, so
+ * that hosts of either kind meet. _scratch: the bytes of the kind's scratch it takes (0 when out
+ * of memory), to be had before the call. */
+hoop_result hoop__allreduce_compressed_segment(hoop_comm *comm, const hoop__coll_args *args,
+                                               char *segment, size_t len);
+size_t hoop__allreduce_compressed_scratch(hoop_comm *comm, const hoop__coll_args *args, size_t len);
 /* Whether the job's hosts take compressed calls: two or more, each with as many ranks. */
 int hoop__compressed_fits(const hoop_comm *comm);
 /* Free compressed calls' buffers (hoop_finalize). */
@@ -323,9 +332,14 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
 typedef struct hoop__mapped {
   hoop__group group;
   int by_host;
+  int compressed;        /* by_host: a compressed allreduce (coll/compressed.c's shape) */
   char **sends, **recvs; /* by communicator rank: where each member's buffers are readable here */
   void *host;            /* by_host: host memory for this rank's block */
 } hoop__mapped;
+/* The block of an allreduce's segments (hoop__segment's over the members) that the member at
+ * index reduces: its own, or host by host the next one (hier's ring leaves it there), unless the
+ * call is compressed. */
+int hoop__mapped_own(const hoop__mapped *mapped, int index);
 hoop_result hoop__mapped_run(hoop_comm *comm, const hoop__mapped *mapped,
                              const hoop__coll_args *args);
 /* Every member has arrived (the dissemination barrier, on the group's members). */

@@ -7,7 +7,13 @@
  * part exactly and the others' decoded, in float32 and in member order; for an allreduce it then
  * encodes the sum once and sends it to every member, and keeps the decoded values itself, so
  * every rank ends with the same bits. An allreduce's steps within the host run chunk by chunk
- * inside the exchange's pipeline (host_steps), not before and after it. */
+ * inside the exchange's pipeline (host_steps), not before and after it.
+ *
+ * The exchange encodes and decodes with the memory kind's codec (mem/kind.h): on host memory
+ * compress.c's, and on device memory, where CUDA IPC did the host's steps (coll/mapped.c), the
+ * kind's kernels, the pieces copied between a device mirror of the exchange's buffer and the
+ * buffer itself, which the transports read and write. Either way the messages between hosts are
+ * the same, so a host whose ranks stage their device buffers meets one whose ranks do not. */
 #include <stdlib.h>
 
 #include "coll/coll.h"
@@ -39,6 +45,7 @@ typedef struct exchange {
   hoop_dtype dtype;
   hoop_op op;
   int format, spread; /* spread: allreduce (every block to every member) */
+  size_t basis;       /* the elements whose blocks set the chunks (0: count), alike on every host */
   int members, me, chunks;
   size_t *first, *elems; /* per member: its block */
   /* per member and chunk (index j * chunks + c): where the piece it sends or receives lies in
@@ -47,7 +54,9 @@ typedef struct exchange {
   size_t *stage_at, *pieces_at, *sums_at;
   hoop__transfer **piece_recv, **sum_recv;
   char *buf;
-  float *sum; /* this member's block, summed */
+  size_t bytes, sum_at; /* of buf: the pieces, then (in the kind's memory) the sums */
+  char *dev;  /* device memory: where the kind encodes and decodes buf's pieces (NULL: in buf) */
+  float *sum; /* this member's block, summed, in the kind's memory */
   /* Error feedback: the call's input and its bytes (NULL: none); what the encodings dropped, of
    * the pieces sent (by element of src) and of this member's sums, kept with its registration. */
   const void *feedback_buf;
@@ -116,7 +125,7 @@ static hoop_result plan(hoop_comm *comm, exchange *ex) {
     hoop__segment(ex->count, h, j, &ex->first[j], &ex->elems[j]);
   /* The largest block: of this exchange, or of any member's segment of the host, so that every
    * member of the host cuts its blocks into the same number of chunks. */
-  size_t basis = ex->host ? ex->host->seg_elems[0] : ex->count;
+  size_t basis = ex->basis ? ex->basis : ex->count;
   largest = basis / (size_t)h + (basis % (size_t)h != 0);
   /* HOOP_CHUNK_BYTES of the call's elements a chunk and an eighth of it on the wire, fewer where
    * that leaves a block fewer than PIPELINE chunks (the pipeline needs a few to hide the
@@ -150,13 +159,35 @@ static hoop_result plan(hoop_comm *comm, exchange *ex) {
       ex->sums_at[i] = at;
       at += ex->spread ? line_up(piece_bytes(ex, j, c)) : 0;
     }
-  size_t sums = line_up(ex->elems[me] * sizeof(float));
-  ex->buf = hoop__host_buf_grow(comm, &comm->coll->compress_buf, at + sums, NULL,
-                                "for compressed pieces");
-  if (!ex->buf)
-    return HOOP_ERR_SYSTEM;
-  ex->sum = (float *)(void *)(ex->buf + at);
+  ex->bytes = at + line_up(ex->elems[me] * sizeof(float));
+  ex->sum_at = at;
   return HOOP_OK;
+}
+
+/* Where the kind encodes or decodes the piece at this place of the buffer. */
+static char *work(const exchange *ex, size_t at) {
+  return (ex->dev ? ex->dev : ex->buf) + at;
+}
+
+/* The exchange's buffer, and on device memory its mirror there (the kind's scratch, taken before
+ * any receive is posted). */
+static hoop_result take_buffers(hoop_comm *comm, exchange *ex) {
+  int device = comm->mem->device != NULL;
+  ex->buf = hoop__host_buf_grow(comm, &comm->coll->compress_buf, ex->bytes, device ? ex->src : NULL,
+                                "for compressed pieces");
+  if (!ex->buf || (device && !(ex->dev = hoop__kind_scratch(comm, ex->bytes ? ex->bytes : 1))))
+    return HOOP_ERR_SYSTEM;
+  ex->sum = (float *)(void *)work(ex, ex->sum_at);
+  return HOOP_OK;
+}
+
+/* A piece the kind encoded, copied where the transports read it (once the encoding is done), or
+ * a received one to where the kind decodes it; nothing to do on host memory. */
+static hoop_result out_to_wire(hoop_comm *comm, exchange *ex, size_t at, size_t bytes) {
+  return ex->dev ? hoop__kind_copy(comm, ex->buf + at, ex->dev + at, bytes) : HOOP_OK;
+}
+static hoop_result in_from_wire(hoop_comm *comm, exchange *ex, size_t at, size_t bytes) {
+  return ex->dev ? hoop__kind_copy(comm, ex->dev + at, ex->buf + at, bytes) : HOOP_OK;
 }
 
 static void unplan(exchange *ex) {
@@ -195,12 +226,16 @@ static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena
     int j = (me + k) % h;
     size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
     chunk_of(ex, j, c, &first, &elems);
-    char *piece = ex->buf + ex->stage_at[i];
-    hoop__compress(ex->format, piece, ex->src + first * ex->esize, ex->dtype, elems,
-                   ex->kept_pieces ? ex->kept_pieces + first : NULL,
-                   rounding_of(comm, ex, 0, first));
-    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), piece,
-                               hoop__compress_bytes(ex->format, elems));
+    size_t bytes = hoop__compress_bytes(ex->format, elems);
+    hoop__rounding draws = rounding_of(comm, ex, 0, first);
+    result = comm->mem->encode(
+        comm, ex->format, work(ex, ex->stage_at[i]), ex->src + first * ex->esize, ex->dtype, elems,
+        ex->kept_pieces ? ex->kept_pieces + first : NULL, draws.seed, draws.first);
+    if (result == HOOP_OK)
+      result = out_to_wire(comm, ex, ex->stage_at[i], bytes);
+    if (result == HOOP_OK)
+      result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), ex->buf + ex->stage_at[i],
+                                 bytes);
   }
   return result;
 }
@@ -215,31 +250,39 @@ static hoop_result sum_chunk(hoop_comm *comm, exchange *ex, int c, hoop__arena *
   size_t first, elems;
   chunk_of(ex, me, c, &first, &elems);
   float *sum = ex->sum + (first - ex->first[me]);
-  hoop__to_float(sum, ex->src + first * ex->esize, ex->dtype, elems);
-  hoop_result result = HOOP_OK;
+  hoop_result result = comm->mem->widen(comm, sum, ex->src + first * ex->esize, ex->dtype, elems);
   for (int j = 0; j < h && result == HOOP_OK; j++) {
     size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
-    if (j != me && (result = hoop__wait(comm, ex->piece_recv[i])) == HOOP_OK)
-      hoop__expand_add(ex->format, sum, ex->buf + ex->pieces_at[i], elems);
+    if (j == me || (result = hoop__wait(comm, ex->piece_recv[i])) != HOOP_OK ||
+        (result = in_from_wire(comm, ex, ex->pieces_at[i], piece_bytes(ex, me, c))) != HOOP_OK)
+      continue;
+    result = comm->mem->decode_add(comm, ex->format, sum, work(ex, ex->pieces_at[i]), elems);
   }
+  if (result == HOOP_OK)
+    result = hoop__kind_finish(comm, sum, elems, HOOP_FLOAT32, ex->op, comm->size);
   if (result != HOOP_OK)
     return result;
-  hoop__reduce_finish(sum, elems, HOOP_FLOAT32, ex->op, comm->size);
   if (!ex->spread) {
+    /* (Only host memory runs a reduce-scatter's exchange: tune.c's paths stage the others.) */
     hoop__from_float(ex->dst + (first - ex->first[me]) * ex->esize, sum, ex->dtype, elems);
     return HOOP_OK;
   }
   result = post_receives(comm, ex, c, 1, landing);
-  char *piece = ex->buf + ex->stage_at[(size_t)me * (size_t)ex->chunks + (size_t)c];
+  size_t at = ex->stage_at[(size_t)me * (size_t)ex->chunks + (size_t)c];
+  size_t bytes = hoop__compress_bytes(ex->format, elems);
+  hoop__rounding draws = rounding_of(comm, ex, 1, first);
   if (result == HOOP_OK)
-    hoop__compress(ex->format, piece, sum, HOOP_FLOAT32, elems,
-                   ex->kept_sums ? ex->kept_sums + (first - ex->first[ex->me]) : NULL,
-                   rounding_of(comm, ex, 1, first));
+    result = comm->mem->encode(comm, ex->format, work(ex, at), sum, HOOP_FLOAT32, elems,
+                               ex->kept_sums ? ex->kept_sums + (first - ex->first[ex->me]) : NULL,
+                               draws.seed, draws.first);
+  if (result == HOOP_OK)
+    result = out_to_wire(comm, ex, at, bytes);
   for (int k = 1; k < h && result == HOOP_OK; k++)
-    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, (me + k) % h), piece,
-                               hoop__compress_bytes(ex->format, elems));
+    result =
+        hoop__arena_isend(comm, sends, hoop__member(ex->group, (me + k) % h), ex->buf + at, bytes);
   if (result == HOOP_OK)
-    hoop__expand(ex->format, ex->dst + first * ex->esize, ex->dtype, piece, elems);
+    result = comm->mem->decode(comm, ex->format, ex->dst + first * ex->esize, ex->dtype,
+                               work(ex, at), elems);
   return result;
 }
 
@@ -248,11 +291,12 @@ static hoop_result take_sums(hoop_comm *comm, exchange *ex, int c) {
   hoop_result result = HOOP_OK;
   for (int j = 0; j < ex->members && result == HOOP_OK; j++) {
     size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
-    if (j == ex->me || (result = hoop__wait(comm, ex->sum_recv[i])) != HOOP_OK)
+    if (j == ex->me || (result = hoop__wait(comm, ex->sum_recv[i])) != HOOP_OK ||
+        (result = in_from_wire(comm, ex, ex->sums_at[i], piece_bytes(ex, j, c))) != HOOP_OK)
       continue;
     chunk_of(ex, j, c, &first, &elems);
-    hoop__expand(ex->format, ex->dst + first * ex->esize, ex->dtype, ex->buf + ex->sums_at[i],
-                 elems);
+    result = comm->mem->decode(comm, ex->format, ex->dst + first * ex->esize, ex->dtype,
+                               work(ex, ex->sums_at[i]), elems);
   }
   return result;
 }
@@ -389,6 +433,8 @@ static void find_residuals(hoop_comm *comm, exchange *ex) {
 static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   hoop_result result = plan(comm, ex);
   if (result == HOOP_OK)
+    result = take_buffers(comm, ex);
+  if (result == HOOP_OK)
     find_residuals(comm, ex);
   if (result == HOOP_OK && ex->host)
     result = host_begin(comm, ex);
@@ -413,6 +459,9 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
     result = host_swap(comm, ex, ex->chunks - 1, 0);
   if (result == HOOP_OK)
     result = hoop__arena_wait_all(comm, &sends);
+  /* Device memory: the last decodes done before the caller's peers read the result. */
+  if (result == HOOP_OK && ex->dev)
+    result = comm->mem->sync(comm);
   if (ex->host)
     result = host_end(comm, ex, result);
   hoop__arena_free(&landing);
@@ -440,6 +489,7 @@ static hoop_result run_with_host(hoop_comm *comm, exchange *ex, host_steps *host
     ex->src = ex->dst = host->sums = host->out + host->seg_first[me] * ex->esize;
     ex->count = host->seg_elems[me];
   }
+  ex->basis = host->seg_elems[0];
   ex->host = host;
   hoop_result result = run_exchange(comm, ex);
   free(host->seg_first);
@@ -509,6 +559,43 @@ hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_ar
                      .at = comm->coll->hosts->at,
                      .block = args->count};
   return run_with_host(comm, &ex, &host);
+}
+
+/* The exchange of a host's segment whose host's steps ran elsewhere (coll/mapped.c): as the
+ * staged call's, member for member and chunk for chunk. */
+static exchange segment_exchange(const hoop_comm *comm, const hoop__coll_args *args,
+                                 const hoop__group *cross, char *segment, size_t len) {
+  const hoop__hosts *hosts = comm->coll->hosts;
+  size_t first, basis;
+  hoop__segment(args->count, hosts->per_host, 0, &first, &basis);
+  return (exchange){.group = cross,
+                    .src = segment,
+                    .dst = segment,
+                    .count = len,
+                    .esize = args->esize,
+                    .dtype = args->dtype,
+                    .op = args->op,
+                    .format = args->compress,
+                    .spread = 1,
+                    .basis = basis};
+}
+
+hoop_result hoop__allreduce_compressed_segment(hoop_comm *comm, const hoop__coll_args *args,
+                                               char *segment, size_t len) {
+  hoop__group local, cross;
+  groups(comm, &local, &cross);
+  exchange ex = segment_exchange(comm, args, &cross, segment, len);
+  return run_exchange(comm, &ex);
+}
+
+size_t hoop__allreduce_compressed_scratch(hoop_comm *comm, const hoop__coll_args *args,
+                                          size_t len) {
+  hoop__group local, cross;
+  groups(comm, &local, &cross);
+  exchange ex = segment_exchange(comm, args, &cross, NULL, len);
+  size_t bytes = plan(comm, &ex) == HOOP_OK ? ex.bytes : 0;
+  unplan(&ex);
+  return bytes;
 }
 
 void hoop__compressed_free(hoop_comm *comm) {

@@ -16,20 +16,27 @@
  * each): member i reduces the block hoop__allreduce_hier's ring reduce-scatter would leave with it
  * (block i + 1), allreduces it with the ranks at the same place on the other hosts through host
  * memory (hoop__allreduce_group: hier's step between hosts, message for message, so that a host
- * that runs hier itself meets this one there), then copies the other blocks from their owners. */
+ * that runs hier itself meets this one there), then copies the other blocks from their owners. A
+ * compressed call (mapped->compressed) goes the same way, except that member i reduces block i,
+ * the segment the staged compressed call gives it, and the step between hosts is that call's
+ * (hoop__allreduce_compressed_segment), with the device kind's codec. */
 #include "coll/coll.h"
 #include "coll/state.h"
 
 /* The block of the members' inputs this rank reduces. */
 static int own_block(const hoop__mapped *mapped) {
-  const hoop__group *group = &mapped->group;
-  return mapped->by_host ? (group->index + 1) % group->size : group->index;
+  return hoop__mapped_own(mapped, mapped->group.index);
 }
 
 /* The member that reduces block q. */
 static int block_owner(const hoop__mapped *mapped, int q) {
   int n = mapped->group.size;
-  return hoop__member(&mapped->group, mapped->by_host ? (q - 1 + n) % n : q);
+  return hoop__member(&mapped->group, mapped->by_host && !mapped->compressed ? (q - 1 + n) % n : q);
+}
+
+int hoop__mapped_own(const hoop__mapped *mapped, int index) {
+  const hoop__group *group = &mapped->group;
+  return mapped->by_host && !mapped->compressed ? (index + 1) % group->size : index;
 }
 
 /* Block at of the members' inputs reduced into dst, divided by the rank count at the end unless
@@ -76,6 +83,8 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
  * host kind. Every rank takes part in the ring between hosts, with or without a block. */
 static hoop_result across_hosts(hoop_comm *comm, const hoop__mapped *mapped,
                                 const hoop__coll_args *args, char *block, size_t len) {
+  if (mapped->compressed)
+    return hoop__allreduce_compressed_segment(comm, args, block, len);
   const hoop__hosts *hosts = comm->coll->hosts;
   hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
   static char none[16]; /* the host memory of an empty block */

@@ -180,9 +180,14 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   int ok = 1;
   size_t first, len;
   const hoop__group *group = &ipc->mapped.group;
-  int own = ipc->mapped.by_host ? (group->index + 1) % group->size : group->index;
-  hoop__segment(args->count, group->size, own, &first, &len);
+  hoop__segment(args->count, group->size, hoop__mapped_own(&ipc->mapped, group->index), &first,
+                &len);
   size_t scratch = scratch_needed(comm, args, group->index, len);
+  if (ipc->mapped.compressed) {
+    /* The step between hosts encodes and decodes in the same scratch, once the block is reduced. */
+    size_t exchange = hoop__allreduce_compressed_scratch(comm, args, len);
+    scratch = exchange > scratch ? exchange : scratch;
+  }
   if (hoop__device()->stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
       hoop__device()->ready(comm, send, reduces) != HOOP_OK ||
       hoop__device()->begin(comm, send, 0, 0) != HOOP_OK) {
@@ -381,6 +386,8 @@ static int ipc_enabled(hoop_comm *comm, const hoop__coll_args *args, const hoop_
     return 0;
   const hoop__hosts *hosts = comm->coll->hosts;
   ipc->mapped.by_host = by_host;
+  /* tune.c sends a compressed call here only where the job's hosts take one. */
+  ipc->mapped.compressed = by_host && args->compress;
   ipc->mapped.group = by_host ? (hoop__group){hosts->per_host, hosts->local_index, hosts->local}
                               : hoop__whole(comm);
   return 1;

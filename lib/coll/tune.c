@@ -230,6 +230,7 @@ static const struct family {
 #define SHARED 64u      /* every pair on a transport whose ranks share their host (shared memory) */
 #define REGISTERED 128u /* every pair on a transport that registers memory (verbs), alike */
 #define BOARD 256u      /* the communicator has a board (every rank on one host, 2 to 8 ranks) */
+#define SOLO 512u       /* several hosts, one rank on each */
 #define NO_LIMIT SIZE_MAX
 
 typedef struct cutover {
@@ -376,6 +377,8 @@ static unsigned job_shape(const hoop_comm *comm) {
     shape |= REGISTERED;
   if (hoop__transport_board(comm))
     shape |= BOARD;
+  if (comm->coll->hosts && comm->coll->hosts->count == n && n > 1)
+    shape |= SOLO;
   return shape;
 }
 
@@ -571,6 +574,7 @@ typedef struct path_row {
   const char *name;
   unsigned when;      /* every bit of the job's shape */
   int by_host;        /* the algorithm runs host by host */
+  int compressed;     /* only compressed calls */
   unsigned kind_caps; /* HOOP__MEMCAP_* some rank's memory kind has */
   unsigned colls;     /* the collectives it serves, 1 << HOOP__COLL_*: the others' are staged */
   const hoop__path *path;
@@ -581,15 +585,18 @@ typedef struct path_row {
 static const path_row paths[] = {
     /* All on one host, every pair sharing it: each rank reads its peers' device buffers mapped
      * into its own context, and no byte crosses to the host and back. */
-    {"ipc", ONE_HOST | SHARED, 0, HOOP__MEMCAP_MAP,
+    {"ipc", ONE_HOST | SHARED, 0, 0, HOOP__MEMCAP_MAP,
      COLL(ALLREDUCE) | COLL(BROADCAST) | COLL(ALLGATHER) | COLL(REDUCE_SCATTER) | COLL(ALLTOALL),
      &hoop__path_ipc},
     /* Hosts with as many ranks each, an algorithm that goes host by host: the steps within a host
      * mapped, the step between hosts through host memory (each host settles for itself). */
-    {"ipc+hier", HOSTS, 1, HOOP__MEMCAP_MAP, COLL(ALLREDUCE), &hoop__path_ipc},
+    {"ipc+hier", HOSTS, 1, 0, HOOP__MEMCAP_MAP, COLL(ALLREDUCE), &hoop__path_ipc},
+    /* Hosts of one rank, a compressed allreduce: the same, the rank alone on its host (nothing
+     * to map), so that its step between hosts encodes on the device too. */
+    {"ipc+hier", SOLO, 1, 1, HOOP__MEMCAP_MAP, COLL(ALLREDUCE), &hoop__path_ipc},
     /* Every pair on a transport that registers memory: the algorithm runs on the device buffers
      * themselves, the network reading and writing GPU memory (GPUDirect RDMA). */
-    {"gdr", REGISTERED, 0, HOOP__MEMCAP_NET, COLL(ALLREDUCE) | COLL(BROADCAST) | COLL(ALLGATHER),
+    {"gdr", REGISTERED, 0, 0, HOOP__MEMCAP_NET, COLL(ALLREDUCE) | COLL(BROADCAST) | COLL(ALLGATHER),
      &hoop__path_gdr},
 };
 #define PATHS (sizeof paths / sizeof paths[0])
@@ -605,8 +612,12 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   /* Reproducible mode: only the path whose kernels combine over the fixed tree, CUDA IPC on one
    * host, where every rank's part fits one pass of the device kind's tree kernel; the others'
    * reducing calls are staged and reduced on the host, alike on every rank. */
-  /* Compressed calls are encoded on the host: their device buffers are staged. */
-  if (args->compress && hoop__compressed_fits(comm))
+  /* Compressed calls go by CUDA IPC only: exact on one host, and host by host (an allreduce)
+   * with the device kind's codec in the step between hosts, alike with the staged call's there.
+   * With error feedback, whose residuals are host memory kept with the registration, they are
+   * staged. */
+  int compressed = args->compress && hoop__compressed_fits(comm);
+  if (compressed && ((args->compress & HOOP_COMPRESS_FEEDBACK) || !hoop__mem_cuda.encode))
     return 0;
   int repro = hoop__coll_repro(comm, args->coll);
   if (repro && (!hoop__mem_cuda.reduce_many_tree || comm->size > hoop__mem_cuda.many_max))
@@ -628,7 +639,8 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
     const path_row *row = &paths[i];
     if (!(row->colls & (1u << args->coll)) || (shape & row->when) != row->when ||
         (row->by_host && !algo->traits.by_host) ||
-        (repro && (row->by_host || row->path != &hoop__path_ipc)))
+        (repro && (row->by_host || row->path != &hoop__path_ipc)) ||
+        (compressed ? row->path != &hoop__path_ipc : row->compressed))
       continue;
     int go = row->path->enabled(comm, args, algo, row->by_host, result);
     if (go > 0) {

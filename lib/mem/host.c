@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/compress.h"
 #include "mem/cuda.h"
 #include "mem/kind.h"
 #include "mem/reduce.h"
@@ -27,6 +28,35 @@ hoop_result hoop__host_finish(hoop_comm *comm, void *buf, size_t count, hoop_dty
                               hoop_op op, int nranks) {
   (void)comm;
   hoop__reduce_finish(buf, count, dtype, op, nranks);
+  return HOOP_OK;
+}
+
+hoop_result hoop__host_encode(hoop_comm *comm, int format, void *piece, const void *in,
+                              hoop_dtype dtype, size_t count, float *residual, uint64_t seed,
+                              uint64_t first) {
+  (void)comm;
+  hoop__compress(format, piece, in, dtype, count, residual, (hoop__rounding){seed, first});
+  return HOOP_OK;
+}
+
+hoop_result hoop__host_decode_add(hoop_comm *comm, int format, float *acc, const void *piece,
+                                  size_t count) {
+  (void)comm;
+  hoop__expand_add(format, acc, piece, count);
+  return HOOP_OK;
+}
+
+hoop_result hoop__host_decode(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
+                              const void *piece, size_t count) {
+  (void)comm;
+  hoop__expand(format, out, dtype, piece, count);
+  return HOOP_OK;
+}
+
+hoop_result hoop__host_widen(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
+                             size_t count) {
+  (void)comm;
+  hoop__to_float(out, in, dtype, count);
   return HOOP_OK;
 }
 

@@ -12,6 +12,7 @@
 #define HOOP__MEM_KIND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/internal.h"
 
@@ -58,6 +59,20 @@ typedef struct hoop__mem_ops {
   int many_max; /* at most HOOP__MEM_MANY_MAX */
   hoop_result (*copy_queued)(hoop_comm *comm, void *dst, const void *src, size_t bytes);
   hoop_result (*sync)(hoop_comm *comm);
+
+  /* The wire formats of compressed calls (mem/compress.h's, bit for bit; coll/compressed.c), on
+   * this kind's memory, queued where the kind queues (copy orders after them, sync waits), done
+   * when they return on the host; NULL where the kind has none. encode: piece = count elements of
+   * in encoded, residual (count floats, or NULL) added first and left holding what was dropped,
+   * stochastic with seed's draws from first where seed is not 0; decode_add: acc += the piece, in
+   * float32; decode: out = the piece in dtype; widen: out = in as float32. */
+  hoop_result (*encode)(hoop_comm *comm, int format, void *piece, const void *in, hoop_dtype dtype,
+                        size_t count, float *residual, uint64_t seed, uint64_t first);
+  hoop_result (*decode_add)(hoop_comm *comm, int format, float *acc, const void *piece,
+                            size_t count);
+  hoop_result (*decode)(hoop_comm *comm, int format, void *out, hoop_dtype dtype, const void *piece,
+                        size_t count);
+  hoop_result (*widen)(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype, size_t count);
 
   /* The device memory's own operations, for the device paths (NULL for host memory). */
   const struct hoop__device_ops *device;
@@ -157,7 +172,9 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
 /* The host kind's operations, as every kind that is host memory underneath names them. */
 #define HOOP__MEM_HOST_OPS                                                                         \
   .reduce3 = hoop__host_reduce3, .reduce_fixed = hoop__host_reduce_fixed,                          \
-  .finish = hoop__host_finish, .copy = hoop__host_copy, .scratch = hoop__host_scratch
+  .finish = hoop__host_finish, .copy = hoop__host_copy, .scratch = hoop__host_scratch,             \
+  .encode = hoop__host_encode, .decode_add = hoop__host_decode_add, .decode = hoop__host_decode,   \
+  .widen = hoop__host_widen
 
 /* A buffer of the library's own grown to at least bytes: page-locked in the context of the device
  * memory at near where the driver gives it (near NULL: ordinary memory, 64-byte aligned), and
@@ -176,6 +193,15 @@ hoop_result hoop__host_finish(hoop_comm *comm, void *buf, size_t count, hoop_dty
                               hoop_op op, int nranks);
 hoop_result hoop__host_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 void *hoop__host_scratch(hoop_comm *comm, size_t bytes);
+hoop_result hoop__host_encode(hoop_comm *comm, int format, void *piece, const void *in,
+                              hoop_dtype dtype, size_t count, float *residual, uint64_t seed,
+                              uint64_t first);
+hoop_result hoop__host_decode_add(hoop_comm *comm, int format, float *acc, const void *piece,
+                                  size_t count);
+hoop_result hoop__host_decode(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
+                              const void *piece, size_t count);
+hoop_result hoop__host_widen(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
+                             size_t count);
 /* Free the host kind's scratch (hoop_finalize). */
 void hoop__host_scratch_free(hoop_comm *comm);
 

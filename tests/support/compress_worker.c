@@ -16,7 +16,14 @@
  *   - refusals: integer dtypes, max, broadcast and reproducible mode with a format asked per call
  *     (HOOP_ERR_INVALID_ARG naming the call), while the communicator's format leaves them exact.
  *
- * usage: compress_worker [--quick] [--fake-hosts PER_HOST] [--uneven]
+ * With --device, allreduce's buffers are CUDA device memory (tests/support/devmem.c: the GPU, or
+ * the stand-in driver) on every rank (all) or on the first host's (host0), the others' on the
+ * host, so that a host whose ranks reduce by CUDA IPC and encode with the device's kernels meets
+ * one that encodes on the CPU; where each host runs at most 2 ranks (so that the order of a host's
+ * own sum cannot differ), a device call rounding to nearest must also have the same bits as the
+ * same call on host buffers.
+ *
+ * usage: compress_worker [--quick] [--fake-hosts PER_HOST] [--uneven] [--device all|host0]
  *   --uneven: the hosts run different numbers of ranks, and every call must be exact.
  * Prints "compress_worker rank R: C checks, F failed (H hosts x L)"; exit 1 on a failure. */
 #include <math.h>
@@ -25,12 +32,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devmem.h"
 #include "floats.h"
 #include "hoop.h"
 
 static hoop_comm *comm;
 static int rank, nranks, hosts, per_host;
-static int uneven; /* --uneven: hosts of different sizes, where no call is compressed */
+static int uneven;     /* --uneven: hosts of different sizes, where no call is compressed */
+static int device_run; /* --device: some ranks' allreduce buffers are device memory */
+static int on_device;  /* and this rank's are */
 static size_t checks, failures;
 
 static void must(hoop_result result, const char *what) {
@@ -194,13 +204,36 @@ static void check_same_bits(const void *buf, size_t bytes, const char *what) {
   free(all);
 }
 
-/* One allreduce form: 0 out of place, 1 in place, 2 non-blocking, 3 allreduce_many (two pieces). */
+/* The call (form 0, 1 or 2) on device copies of send and recv, its result back in recv. */
+static hoop_result on_the_device(int form, const char *send, char *recv, size_t count,
+                                 hoop_dtype dtype, hoop_op op) {
+  size_t bytes = count * hoop_dtype_size(dtype);
+  char *dsend = devmem_put(send, bytes), *drecv = form == 1 ? dsend : devmem_put(NULL, bytes);
+  devmem_sync();
+  hoop_result result;
+  hoop_request *req = NULL;
+  if (form == 2 &&
+      (result = hoop_iallreduce(comm, dsend, drecv, count, dtype, op, &req)) == HOOP_OK)
+    result = hoop_wait(req);
+  else if (form != 2)
+    result = hoop_allreduce(comm, dsend, drecv, count, dtype, op);
+  devmem_get(recv, drecv, bytes);
+  if (drecv != dsend)
+    devmem_free(drecv);
+  devmem_free(dsend);
+  return result;
+}
+
+/* One allreduce form: 0 out of place, 1 in place, 2 non-blocking, 3 allreduce_many (two pieces;
+ * with --device out of place instead). */
 static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, int format,
                           int per_call, unsigned seed) {
   size_t esize = hoop_dtype_size(dtype);
   char *send = xcalloc(count, esize), *recv = xcalloc(count, esize), what[160], name[48];
   for (size_t i = 0; i < count; i++)
     store(send, i, dtype, value(rank, i, seed));
+  if (device_run && form == 3)
+    form = 0;
   static const char *const forms[] = {"allreduce", "allreduce in place", "iallreduce",
                                       "allreduce_many"};
   snprintf(what, sizeof what, "%s %s %s count %zu %s (%s)", forms[form], hoop_dtype_name(dtype),
@@ -208,7 +241,9 @@ static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, 
            per_call ? "per call" : "communicator");
   if (per_call)
     must(hoop_compress_next(comm, format), "hoop_compress_next");
-  if (form == 0) {
+  if (on_device) {
+    must(on_the_device(form, send, recv, count, dtype, op), what);
+  } else if (form == 0) {
     must(hoop_allreduce(comm, send, recv, count, dtype, op), what);
   } else if (form == 1) {
     memcpy(recv, send, count * esize);
@@ -226,10 +261,26 @@ static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, 
   }
   char *exact = xcalloc(count, esize);
   must(hoop_compress_next(comm, HOOP_COMPRESS_NONE), "hoop_compress_next");
-  must(hoop_allreduce(comm, send, exact, count, dtype, op), "the exact allreduce");
+  /* (On the device too: on one host its order of the sum may not be the host's.) */
+  must(on_device ? on_the_device(0, send, exact, count, dtype, op)
+                 : hoop_allreduce(comm, send, exact, count, dtype, op),
+       "the exact allreduce");
   expected e = expect(count, dtype, seed);
   check_result(recv, exact, 0, count, dtype, op, format, &e, what);
   check_same_bits(recv, count * esize, what);
+  /* The same call on every rank's host buffers: the same bits, where no draw (they differ from
+   * call to call) or host's order of its sum can tell them apart. */
+  int twin = device_run && !(format & HOOP_COMPRESS_STOCHASTIC) && per_host <= 2;
+  if (twin) {
+    must(hoop_compress_next(comm, format), "hoop_compress_next");
+    must(hoop_allreduce(comm, send, exact, count, dtype, op), "the same call on host buffers");
+    size_t differ = 0;
+    for (size_t i = 0; i < count * esize; i++)
+      differ += recv[i] != exact[i];
+    char detail[96];
+    snprintf(detail, sizeof detail, "%zu bytes differ from the same call on host buffers", differ);
+    check(differ == 0, what, detail);
+  }
   forget(&e);
   free(exact);
   free(send);
@@ -381,11 +432,14 @@ static void feedback(void) {
 
 int main(int argc, char **argv) {
   int quick = 0;
+  const char *device = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
     else if (strcmp(argv[i], "--uneven") == 0)
       uneven = 1;
+    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+      device = argv[++i];
     else if (strcmp(argv[i], "--fake-hosts") == 0 && i + 1 < argc) {
       int per = atoi(argv[++i]);
       const char *mine = getenv("HOOP_RANK");
@@ -394,10 +448,19 @@ int main(int argc, char **argv) {
       setenv("HOOP_HOSTNAME", host, 1);
     }
   }
+  if (device) {
+    char why[256];
+    if (devmem_init(why, sizeof why) != 0) {
+      fprintf(stderr, "compress_worker: --device: %s\n", why);
+      return 77;
+    }
+  }
   must(hoop_init_from_env(&comm), "hoop_init_from_env");
   rank = hoop_rank(comm);
   nranks = hoop_size(comm);
   per_host = hoop_local_size(comm);
+  device_run = device != NULL;
+  on_device = device && (strcmp(device, "all") == 0 || rank < per_host);
   hosts = uneven ? 1 : nranks / per_host;
   static const int formats[] = {HOOP_COMPRESS_INT8,
                                 HOOP_COMPRESS_FP8,

@@ -135,7 +135,8 @@ static hoop_result cuda_copy(hoop_comm *comm, void *dst, const void *src, size_t
     return HOOP_OK;
   hoop_result result = hoop__cuda_kind_flushed(comm);
   if (result == HOOP_OK && (result = hoop__cuda_copy_async(comm, dst, src, bytes)) == HOOP_OK)
-    result = hoop__cuda_sync_busy(comm, dst, hoop__progress_once);
+    result = hoop__cuda_sync_busy(
+        comm, ((struct hoop__cuda_kind *)comm->mem_state->cuda_kind)->near, hoop__progress_once);
   return result;
 }
 
@@ -185,5 +186,11 @@ const hoop__mem_ops hoop__mem_cuda = {
     .many_max = HOOP__CUDA_MANY_MAX,
     .copy_queued = hoop__cuda_copy_async,
     .sync = cuda_sync,
+#ifdef HOOP_HAVE_CUDA
+    .encode = hoop__cuda_compress_async,
+    .decode_add = hoop__cuda_expand_add_async,
+    .decode = hoop__cuda_expand_async,
+    .widen = hoop__cuda_widen_async,
+#endif
     .device = &device_ops,
 };

@@ -414,20 +414,23 @@ static hoop_result host_end(hoop_comm *comm, exchange *ex, hoop_result result) {
   return result;
 }
 
-/* Error feedback's residuals, kept with the input's registration for calls of this shape: this
- * rank's pieces of the exchange, and its sums; none where the input is not registered. */
-static void find_residuals(hoop_comm *comm, exchange *ex) {
+/* Error feedback's residuals, kept with the input's registration for calls of this shape (in the
+ * kind's memory): this rank's pieces of the exchange, and its sums. */
+static hoop_result find_residuals(hoop_comm *comm, exchange *ex) {
   if (!ex->feedback_buf)
-    return;
+    return HOOP_OK;
   size_t own = ex->spread ? ex->elems[ex->me] : 0;
   uint64_t key = ((uint64_t)ex->count * 0x9e3779b97f4a7c15u) ^ (uint64_t)ex->dtype << 56 ^
                  (uint64_t)ex->spread << 48 ^ (uint64_t)ex->me << 32 ^ (uint64_t)ex->members;
-  float *kept =
-      hoop__registration_floats(comm, ex->feedback_buf, ex->feedback_bytes, ex->count + own, key);
-  if (kept) {
-    ex->kept_pieces = kept;
-    ex->kept_sums = own ? kept + ex->count : NULL;
-  }
+  float *kept = hoop__registration_floats(comm, ex->feedback_buf, ex->feedback_bytes,
+                                          ex->count + own, key, ex->dev != NULL);
+  if (!kept)
+    return hoop__set_error(comm, HOOP_ERR_SYSTEM,
+                           "%s: cannot keep %zu floats of error feedback's residuals%s", comm->call,
+                           ex->count + own, ex->dev ? " in device memory" : "");
+  ex->kept_pieces = kept;
+  ex->kept_sums = own ? kept + ex->count : NULL;
+  return HOOP_OK;
 }
 
 static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
@@ -435,7 +438,7 @@ static hoop_result run_exchange(hoop_comm *comm, exchange *ex) {
   if (result == HOOP_OK)
     result = take_buffers(comm, ex);
   if (result == HOOP_OK)
-    find_residuals(comm, ex);
+    result = find_residuals(comm, ex);
   if (result == HOOP_OK && ex->host)
     result = host_begin(comm, ex);
   hoop__arena sends = {0}, landing = {0};
@@ -577,7 +580,9 @@ static exchange segment_exchange(const hoop_comm *comm, const hoop__coll_args *a
                     .op = args->op,
                     .format = args->compress,
                     .spread = 1,
-                    .basis = basis};
+                    .basis = basis,
+                    .feedback_buf = args->feedback_buf,
+                    .feedback_bytes = args->bytes};
 }
 
 hoop_result hoop__allreduce_compressed_segment(hoop_comm *comm, const hoop__coll_args *args,

@@ -613,11 +613,10 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
    * host, where every rank's part fits one pass of the device kind's tree kernel; the others'
    * reducing calls are staged and reduced on the host, alike on every rank. */
   /* Compressed calls go by CUDA IPC only: exact on one host, and host by host (an allreduce)
-   * with the device kind's codec in the step between hosts, alike with the staged call's there.
-   * With error feedback, whose residuals are host memory kept with the registration, they are
-   * staged. */
+   * with the device kind's codec in the step between hosts, alike with the staged call's there
+   * (error feedback's residuals then kept in device memory). */
   int compressed = args->compress && hoop__compressed_fits(comm);
-  if (compressed && ((args->compress & HOOP_COMPRESS_FEEDBACK) || !hoop__mem_cuda.encode))
+  if (compressed && !hoop__mem_cuda.encode)
     return 0;
   int repro = hoop__coll_repro(comm, args->coll);
   if (repro && (!hoop__mem_cuda.reduce_many_tree || comm->size > hoop__mem_cuda.many_max))

@@ -240,11 +240,11 @@ int hoop__registered_for_peers(hoop_comm *comm, const void *ptr, size_t len, int
 /* Whether a user's registration holds all of [ptr, ptr + len). */
 int hoop__registered(hoop_comm *comm, const void *ptr, size_t len);
 /* count floats kept with the user's registration that holds [ptr, ptr + len) until it is
- * deregistered, for calls at ptr of the shape key names (one array for each ptr, key and count
- * asked with; zeroed when made). NULL when no registration holds it, or memory ran out. Under
- * call_lock. */
+ * deregistered, for calls at ptr of the shape key names (one array for each ptr, key, count and
+ * device asked with; zeroed when made), in host memory, or with device in device memory of ptr's
+ * context. NULL when no registration holds it, or memory ran out. Under call_lock. */
 float *hoop__registration_floats(hoop_comm *comm, const void *ptr, size_t len, size_t count,
-                                 uint64_t key);
+                                 uint64_t key, int device);
 /* Deregister everything comm registered (hoop_finalize, before the transport goes). */
 void hoop__registrations_release(hoop_comm *comm);
 /* A registration of the library's own memory (the GPUDirect path's device scratch), made with

@@ -47,14 +47,36 @@ const hoop__registration *hoop__registration_find(const hoop_comm *comm, const v
   return NULL;
 }
 
-/* One array of floats kept with a registration. */
+/* One array of floats kept with a registration: in floats, or in device memory. */
 struct hoop__kept {
   struct hoop__kept *next;
   const void *at;
   uint64_t key;
   size_t count;
+  float *device; /* count floats of device memory beside the registration's (NULL: floats) */
   float floats[];
 };
+
+static void drop_kept(struct hoop__kept *kept) {
+  hoop__cuda_free(kept->device);
+  free(kept);
+}
+
+/* count zeroed floats of device memory in the context of near, or NULL. */
+static float *device_floats(hoop_comm *comm, const void *near, size_t count) {
+  enum { ZEROS = 1 << 20 };
+  size_t bytes = count * sizeof(float);
+  char *dev = hoop__cuda_alloc(bytes, near), *zeros = dev ? calloc(1, ZEROS) : NULL;
+  hoop_result result = zeros ? HOOP_OK : HOOP_ERR_SYSTEM;
+  for (size_t at = 0; at < bytes && result == HOOP_OK; at += ZEROS)
+    result = hoop__mem_copy(comm, dev + at, zeros, bytes - at < ZEROS ? bytes - at : ZEROS);
+  free(zeros);
+  if (result != HOOP_OK) {
+    hoop__cuda_free(dev);
+    return NULL;
+  }
+  return (float *)(void *)dev;
+}
 
 /* What the transports made of reg, released. */
 static void release_transport_mem(hoop_comm *comm, hoop__registration *reg) {
@@ -134,7 +156,7 @@ static void release(hoop_comm *comm, size_t index) {
   release_transport_mem(comm, reg);
   while (reg->kept) {
     struct hoop__kept *next = reg->kept->next;
-    free(reg->kept);
+    drop_kept(reg->kept);
     reg->kept = next;
   }
   comm->mem_state->device_regs -= (size_t)reg->device;
@@ -187,22 +209,28 @@ int hoop__registered(hoop_comm *comm, const void *ptr, size_t len) {
 }
 
 float *hoop__registration_floats(hoop_comm *comm, const void *ptr, size_t len, size_t count,
-                                 uint64_t key) {
+                                 uint64_t key, int device) {
   hoop__net_enter(comm);
   hoop__registration *reg = (hoop__registration *)hoop__registration_find(comm, ptr, len);
   struct hoop__kept *kept = reg && reg->handle != 0 ? reg->kept : NULL;
-  while (kept && (kept->at != ptr || kept->key != key || kept->count != count))
+  while (kept && (kept->at != ptr || kept->key != key || kept->count != count ||
+                  (kept->device != NULL) != (device != 0)))
     kept = kept->next;
   if (!kept && reg && reg->handle != 0 &&
-      (kept = calloc(1, sizeof *kept + count * sizeof(float))) != NULL) {
-    kept->next = reg->kept;
-    kept->at = ptr;
-    kept->key = key;
-    kept->count = count;
-    reg->kept = kept;
+      (kept = calloc(1, sizeof *kept + (device ? 0 : count * sizeof(float)))) != NULL) {
+    if (device && !(kept->device = device_floats(comm, ptr, count))) {
+      free(kept);
+      kept = NULL;
+    } else {
+      kept->next = reg->kept;
+      kept->at = ptr;
+      kept->key = key;
+      kept->count = count;
+      reg->kept = kept;
+    }
   }
   hoop__net_leave(comm);
-  return kept ? kept->floats : NULL;
+  return !kept ? NULL : kept->device ? kept->device : kept->floats;
 }
 
 hoop_result hoop__register_internal(hoop_comm *comm, void *ptr, size_t bytes) {

@@ -390,8 +390,11 @@ static void feedback(void) {
   snprintf(detail, sizeof detail, "%s: %s", hoop_strerror(r), hoop_last_error(comm));
   check(r == HOOP_ERR_INVALID_ARG && strstr(hoop_last_error(comm), "allreduce_many"),
         "feedback for allreduce_many is refused", detail);
+  /* With --device, the calls' buffer is device memory (its residuals too, where it is reduced on
+   * the device). */
+  float *dbuf = on_device ? devmem_put(NULL, count * sizeof *buf) : NULL, *at = dbuf ? dbuf : buf;
   hoop_mem_handle handle;
-  must(hoop_register(comm, buf, count * sizeof *buf, &handle), "hoop_register");
+  must(hoop_register(comm, at, count * sizeof *buf, &handle), "hoop_register");
   expected e = expect(count, HOOP_FLOAT32, seed);
   double worst[2] = {0,
                      0}; /* with feedback, without: the largest error over the nearby magnitude */
@@ -402,7 +405,11 @@ static void feedback(void) {
         buf[i] = (float)value(rank, i, seed);
       must(hoop_compress_next(comm, HOOP_COMPRESS_INT8 | (with ? HOOP_COMPRESS_FEEDBACK : 0)),
            "hoop_compress_next");
-      must(hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM), "feedback allreduce");
+      if (dbuf)
+        devmem_upload(dbuf, buf, count * sizeof *buf);
+      must(hoop_allreduce(comm, at, at, count, HOOP_FLOAT32, HOOP_SUM), "feedback allreduce");
+      if (dbuf)
+        devmem_get(buf, dbuf, count * sizeof *buf);
       for (size_t i = 0; i < count; i++)
         total[i] += buf[i];
     }
@@ -425,6 +432,8 @@ static void feedback(void) {
   if (rank == 0)
     printf("compress_worker: %s\n", detail);
   must(hoop_deregister(comm, handle), "hoop_deregister");
+  if (dbuf)
+    devmem_free(dbuf);
   forget(&e);
   free(total);
   free(buf);

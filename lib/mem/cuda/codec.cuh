@@ -8,7 +8,7 @@
  * IEEE round-to-nearest intrinsic (no contraction into a fused multiply-add); a block holding NaN
  * or infinity (its scale NaN) has codes 0, whatever the GPU's NaN, as compress.c gives it.
  *
- * An encode is three launches: hoop_codec_top_* (a thread a block) leaves each block's largest
+ * An encode is three launches: hoop_codec_top_* (a warp a block) leaves each block's largest
  * magnitude in the scale's place, hoop_codec_encode_* (a thread an element) reads it there and
  * writes the element's code (and what the encoding dropped, with error feedback), and
  * hoop_codec_scale_* (a thread a block) turns the largest magnitude into the scale. bf16 needs
@@ -127,12 +127,37 @@ __device__ static inline float codec_value(void *piece, int format, size_t count
   return __fmul_rn(v, scale);
 }
 
+/* Each block's largest magnitude (as the bits of its absolute value, which order as the values
+ * do; a NaN's above every number), launched with CODEC_WARP threads a block. On the GPU a warp
+ * takes a block: lane l reads its elements l, l + 32, ..., so that the warp's loads are
+ * coalesced, and shuffles leave the largest with lane 0. Compiled for the CPU (the stand-in
+ * driver runs threads one after another and has no shuffles) a thread takes a block, the others
+ * none. Either way the largest of the same integers. */
+#define CODEC_WARP 32
 template <typename K>
 __device__ static void codec_top(void *piece, const void *data, const float *residual,
                                  size_t count) {
   size_t blocks = (count + CODEC_BLOCK - 1) / CODEC_BLOCK;
+  size_t thread = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < blocks; b += stride) {
+#ifdef __CUDA_ARCH__
+  unsigned lane = threadIdx.x % CODEC_WARP;
+  for (size_t b = thread / CODEC_WARP; b < blocks; b += stride / CODEC_WARP) {
+    size_t end = (b + 1) * CODEC_BLOCK < count ? (b + 1) * CODEC_BLOCK : count;
+    int32_t top = 0;
+    for (size_t i = b * CODEC_BLOCK + lane; i < end; i += CODEC_WARP) {
+      int32_t a = (int32_t)(float_bits(codec_input<K>(data, residual, i)) & 0x7fffffffu);
+      top = a > top ? a : top;
+    }
+    for (int apart = CODEC_WARP / 2; apart > 0; apart /= 2) {
+      int32_t other = __shfl_xor_sync(0xffffffffu, top, apart);
+      top = other > top ? other : top;
+    }
+    if (lane == 0)
+      ((uint32_t *)piece)[b] = (uint32_t)top;
+  }
+#else
+  for (size_t b = thread; b < blocks; b += stride) {
     size_t end = (b + 1) * CODEC_BLOCK < count ? (b + 1) * CODEC_BLOCK : count;
     int32_t top = 0;
     for (size_t i = b * CODEC_BLOCK; i < end; i++) {
@@ -141,6 +166,7 @@ __device__ static void codec_top(void *piece, const void *data, const float *res
     }
     ((uint32_t *)piece)[b] = (uint32_t)top;
   }
+#endif
 }
 
 template <typename K>

@@ -355,7 +355,8 @@ hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, 
                   seed != 0, (uint32_t)(seed ^ (seed >> 32)), (uint32_t)first};
   size_t blocks = (count + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK;
   int scaled = a.format != HOOP_COMPRESS_BF16;
-  hoop_result result = scaled ? launch_codec(comm, CODEC_TOP, k, blocks, &a) : HOOP_OK;
+  /* The largest magnitudes a warp a block (codec.cuh's CODEC_WARP). */
+  hoop_result result = scaled ? launch_codec(comm, CODEC_TOP, k, blocks * 32, &a) : HOOP_OK;
   if (result == HOOP_OK)
     result = launch_codec(comm, CODEC_ENCODE, k, count, &a);
   if (result == HOOP_OK && scaled)

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "hoop.h"
+#include "mem/kind.h"
 
 typedef enum hoop__mem_kind {
   HOOP__MEM_HOST = 0, /* ordinary or pinned host memory: the CPU reads it */
@@ -180,15 +181,10 @@ hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void 
  * the encoding dropped; acc[i] += element i of the piece, in float32; out = the piece decoded into
  * dtype; widen: out = in's count elements as float32s. HOOP_ERR_INVALID_ARG for another dtype or
  * format. */
-hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, const void *in,
-                                      hoop_dtype dtype, size_t count, float *residual,
-                                      uint64_t seed, uint64_t first);
-hoop_result hoop__cuda_expand_add_async(hoop_comm *comm, int format, float *acc, const void *piece,
-                                        size_t count);
-hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
-                                    const void *piece, size_t count);
-hoop_result hoop__cuda_widen_async(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
-                                   size_t count);
+hoop__encode_fn hoop__cuda_compress_async;
+hoop__decode_add_fn hoop__cuda_expand_add_async;
+hoop__decode_fn hoop__cuda_expand_async;
+hoop__widen_fn hoop__cuda_widen_async;
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
 /* The same, calling meanwhile(comm) between looks at the stream (the GPUDirect path moves the
  * transports' messages while its kernels run); its failure ends the wait early and is returned,

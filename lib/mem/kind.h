@@ -21,6 +21,18 @@
 #define HOOP__MEMCAP_MAP 1u
 #define HOOP__MEMCAP_NET 2u
 
+/* The compressed calls' codec, as each kind gives it (hoop__mem_ops' encode, decode_add, decode
+ * and widen). */
+typedef hoop_result hoop__encode_fn(hoop_comm *comm, int format, void *piece, const void *in,
+                                    hoop_dtype dtype, size_t count, float *residual, uint64_t seed,
+                                    uint64_t first);
+typedef hoop_result hoop__decode_add_fn(hoop_comm *comm, int format, float *acc, const void *piece,
+                                        size_t count);
+typedef hoop_result hoop__decode_fn(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
+                                    const void *piece, size_t count);
+typedef hoop_result hoop__widen_fn(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
+                                   size_t count);
+
 typedef struct hoop__mem_ops {
   const char *name; /* for the log and the trace: "host", "cuda" */
   unsigned caps;    /* HOOP__MEMCAP_* */
@@ -66,13 +78,10 @@ typedef struct hoop__mem_ops {
    * in encoded, residual (count floats, or NULL) added first and left holding what was dropped,
    * stochastic with seed's draws from first where seed is not 0; decode_add: acc += the piece, in
    * float32; decode: out = the piece in dtype; widen: out = in as float32. */
-  hoop_result (*encode)(hoop_comm *comm, int format, void *piece, const void *in, hoop_dtype dtype,
-                        size_t count, float *residual, uint64_t seed, uint64_t first);
-  hoop_result (*decode_add)(hoop_comm *comm, int format, float *acc, const void *piece,
-                            size_t count);
-  hoop_result (*decode)(hoop_comm *comm, int format, void *out, hoop_dtype dtype, const void *piece,
-                        size_t count);
-  hoop_result (*widen)(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype, size_t count);
+  hoop__encode_fn *encode;
+  hoop__decode_add_fn *decode_add;
+  hoop__decode_fn *decode;
+  hoop__widen_fn *widen;
 
   /* The device memory's own operations, for the device paths (NULL for host memory). */
   const struct hoop__device_ops *device;
@@ -193,15 +202,10 @@ hoop_result hoop__host_finish(hoop_comm *comm, void *buf, size_t count, hoop_dty
                               hoop_op op, int nranks);
 hoop_result hoop__host_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes);
 void *hoop__host_scratch(hoop_comm *comm, size_t bytes);
-hoop_result hoop__host_encode(hoop_comm *comm, int format, void *piece, const void *in,
-                              hoop_dtype dtype, size_t count, float *residual, uint64_t seed,
-                              uint64_t first);
-hoop_result hoop__host_decode_add(hoop_comm *comm, int format, float *acc, const void *piece,
-                                  size_t count);
-hoop_result hoop__host_decode(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
-                              const void *piece, size_t count);
-hoop_result hoop__host_widen(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
-                             size_t count);
+hoop__encode_fn hoop__host_encode;
+hoop__decode_add_fn hoop__host_decode_add;
+hoop__decode_fn hoop__host_decode;
+hoop__widen_fn hoop__host_widen;
 /* Free the host kind's scratch (hoop_finalize). */
 void hoop__host_scratch_free(hoop_comm *comm);
 

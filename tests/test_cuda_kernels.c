@@ -283,7 +283,8 @@ static void codec_fail(const char *what, int format, hoop_dtype dtype, size_t n,
 
 /* One codec case: n elements of dtype encoded (twice with feedback: the second step adds what the
  * first dropped) by the kernels and by compress.c; the pieces, residuals, decoded values (dtype),
- * a float32 decode-add and the input widened to float32 must be the same bits. */
+ * a float32 decode-add, that decode-add's sums narrowed to dtype and the input widened to float32
+ * must be the same bits. */
 static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t n, int feedback) {
   size_t esize = hoop_dtype_size(dtype), piece_bytes = hoop__compress_bytes(format, n);
   unsigned char *in = calloc(1, n * esize + 1), *piece = calloc(1, piece_bytes + 1),
@@ -295,7 +296,7 @@ static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t
   for (size_t i = 0; i < n; i++)
     acc[i] = (float)(i % 7) - 3.25f;
   unsigned char *din = devmem_put(in, n * esize + 1), *dpiece = devmem_put(NULL, piece_bytes + 1);
-  unsigned char *dout = devmem_put(NULL, n * esize + 1);
+  unsigned char *dout = devmem_put(NULL, n * esize + 1), *dnarrow = devmem_put(NULL, n * esize + 1);
   float *dkept = feedback ? devmem_put(kept, (n + 1) * sizeof *kept) : NULL;
   float *dacc = devmem_put(acc, (n + 1) * sizeof *acc), *dwide = devmem_put(NULL, n * sizeof *acc);
   devmem_sync();
@@ -316,6 +317,8 @@ static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t
     result = hoop__cuda_expand_add_async(comm, format, dacc, dpiece, n);
   if (result == HOOP_OK)
     result = hoop__cuda_widen_async(comm, dwide, din, dtype, n);
+  if (result == HOOP_OK)
+    result = hoop__cuda_narrow_async(comm, dnarrow, dtype, dacc, n);
   if (result == HOOP_OK)
     result = hoop__cuda_sync(comm, dpiece);
   checks++;
@@ -338,6 +341,10 @@ static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t
     devmem_get(dacc_back, dacc, n * sizeof *acc);
     if (!same((unsigned char *)acc, (unsigned char *)dacc_back, n, HOOP_FLOAT32, HOOP_SUM, &where))
       codec_fail("decode-add", format, dtype, n, feedback, where);
+    hoop__from_float(out, acc, dtype, n);
+    devmem_get(back, dnarrow, n * esize);
+    if (!same(out, back, n, dtype, HOOP_SUM, &where))
+      codec_fail("narrow", format, dtype, n, feedback, where);
     hoop__to_float(acc, in, dtype, n);
     devmem_get(dacc_back, dwide, n * sizeof *acc);
     if (!same((unsigned char *)acc, (unsigned char *)dacc_back, n, HOOP_FLOAT32, HOOP_SUM, &where))
@@ -354,6 +361,7 @@ static void run_codec_case(hoop_comm *comm, int format, hoop_dtype dtype, size_t
   devmem_free(dout);
   devmem_free(dacc);
   devmem_free(dwide);
+  devmem_free(dnarrow);
   if (dkept)
     devmem_free(dkept);
   free(in);

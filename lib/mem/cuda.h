@@ -179,12 +179,13 @@ hoop_result hoop__cuda_reduce_tree_async(hoop_comm *comm, void *dst, const void 
  * elements of in (float32, float16 or bfloat16) encoded in format (its flags: stochastic rounding
  * with rounding's draws), residual (count floats, or NULL) added first and then left holding what
  * the encoding dropped; acc[i] += element i of the piece, in float32; out = the piece decoded into
- * dtype; widen: out = in's count elements as float32s. HOOP_ERR_INVALID_ARG for another dtype or
- * format. */
+ * dtype; widen: out = in's count elements as float32s; narrow: out = count float32s in dtype.
+ * HOOP_ERR_INVALID_ARG for another dtype or format. */
 hoop__encode_fn hoop__cuda_compress_async;
 hoop__decode_add_fn hoop__cuda_expand_add_async;
 hoop__decode_fn hoop__cuda_expand_async;
 hoop__widen_fn hoop__cuda_widen_async;
+hoop__narrow_fn hoop__cuda_narrow_async;
 hoop_result hoop__cuda_sync(hoop_comm *comm, const void *near);
 /* The same, calling meanwhile(comm) between looks at the stream (the GPUDirect path moves the
  * transports' messages while its kernels run); its failure ends the wait early and is returned,

@@ -60,6 +60,13 @@ hoop_result hoop__host_widen(hoop_comm *comm, float *out, const void *in, hoop_d
   return HOOP_OK;
 }
 
+hoop_result hoop__host_narrow(hoop_comm *comm, void *out, hoop_dtype dtype, const float *in,
+                              size_t count) {
+  (void)comm;
+  hoop__from_float(out, in, dtype, count);
+  return HOOP_OK;
+}
+
 hoop_result hoop__host_copy(hoop_comm *comm, void *dst, const void *src, size_t bytes) {
   (void)comm;
   if (bytes && dst != src)

@@ -21,8 +21,8 @@
 #define HOOP__MEMCAP_MAP 1u
 #define HOOP__MEMCAP_NET 2u
 
-/* The compressed calls' codec, as each kind gives it (hoop__mem_ops' encode, decode_add, decode
- * and widen). */
+/* The compressed calls' codec, as each kind gives it (hoop__mem_ops' encode, decode_add, decode,
+ * widen and narrow). */
 typedef hoop_result hoop__encode_fn(hoop_comm *comm, int format, void *piece, const void *in,
                                     hoop_dtype dtype, size_t count, float *residual, uint64_t seed,
                                     uint64_t first);
@@ -32,6 +32,8 @@ typedef hoop_result hoop__decode_fn(hoop_comm *comm, int format, void *out, hoop
                                     const void *piece, size_t count);
 typedef hoop_result hoop__widen_fn(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
                                    size_t count);
+typedef hoop_result hoop__narrow_fn(hoop_comm *comm, void *out, hoop_dtype dtype, const float *in,
+                                    size_t count);
 
 typedef struct hoop__mem_ops {
   const char *name; /* for the log and the trace: "host", "cuda" */
@@ -77,11 +79,13 @@ typedef struct hoop__mem_ops {
    * when they return on the host; NULL where the kind has none. encode: piece = count elements of
    * in encoded, residual (count floats, or NULL) added first and left holding what was dropped,
    * stochastic with seed's draws from first where seed is not 0; decode_add: acc += the piece, in
-   * float32; decode: out = the piece in dtype; widen: out = in as float32. */
+   * float32; decode: out = the piece in dtype; widen: out = in as float32; narrow: out = in
+   * (float32) in dtype. */
   hoop__encode_fn *encode;
   hoop__decode_add_fn *decode_add;
   hoop__decode_fn *decode;
   hoop__widen_fn *widen;
+  hoop__narrow_fn *narrow;
 
   /* The device memory's own operations, for the device paths (NULL for host memory). */
   const struct hoop__device_ops *device;
@@ -183,7 +187,7 @@ hoop_result hoop__mem_copy(hoop_comm *comm, void *dst, const void *src, size_t b
   .reduce3 = hoop__host_reduce3, .reduce_fixed = hoop__host_reduce_fixed,                          \
   .finish = hoop__host_finish, .copy = hoop__host_copy, .scratch = hoop__host_scratch,             \
   .encode = hoop__host_encode, .decode_add = hoop__host_decode_add, .decode = hoop__host_decode,   \
-  .widen = hoop__host_widen
+  .widen = hoop__host_widen, .narrow = hoop__host_narrow
 
 /* A buffer of the library's own grown to at least bytes: page-locked in the context of the device
  * memory at near where the driver gives it (near NULL: ordinary memory, 64-byte aligned), and
@@ -206,6 +210,7 @@ hoop__encode_fn hoop__host_encode;
 hoop__decode_add_fn hoop__host_decode_add;
 hoop__decode_fn hoop__host_decode;
 hoop__widen_fn hoop__host_widen;
+hoop__narrow_fn hoop__host_narrow;
 /* Free the host kind's scratch (hoop_finalize). */
 void hoop__host_scratch_free(hoop_comm *comm);
 

@@ -12,10 +12,10 @@
  * magnitude in the scale's place, hoop_codec_encode_* (a thread an element) reads it there and
  * writes the element's code (and what the encoding dropped, with error feedback), and
  * hoop_codec_scale_* (a thread a block) turns the largest magnitude into the scale. bf16 needs
- * only the middle one. Decoding is a thread an element, and so is hoop_codec_widen_*, which
- * starts a float32 sum (its piece) from data. Every codec kernel takes (piece, data, residual,
+ * only the middle one. Decoding is a thread an element, and so are hoop_codec_widen_*, which
+ * starts a float32 sum (its piece) from data, and hoop_codec_narrow_*, which ends one in data. Every codec kernel takes (piece, data, residual,
  * count, format, stochastic, seed, first): data is the input (dtype) of an encode or a widen, the
- * output of a decode (dtype) or of a decode-add (float32). */
+ * output of a decode or a narrow (dtype) or of a decode-add (float32). */
 
 #define CODEC_BLOCK 128
 #define CODEC_BF16 1
@@ -235,33 +235,36 @@ __device__ static void codec_scale(void *piece, size_t count, int format) {
   }
 }
 
+/* Element i of data (dtype K) = v, rounded as compress.c's hoop__from_float rounds it. */
+template <typename K> __device__ static inline void codec_store(void *data, size_t i, float v);
+template <> __device__ inline void codec_store<floating<float>>(void *data, size_t i, float v) {
+  ((float *)data)[i] = v;
+}
+template <> __device__ inline void codec_store<half16>(void *data, size_t i, float v) {
+  ((uint16_t *)data)[i] = float_to_half(v);
+}
+template <> __device__ inline void codec_store<bfloat16>(void *data, size_t i, float v) {
+  ((uint16_t *)data)[i] = float_to_bf16(v);
+}
+
 template <typename K>
-__device__ static void codec_decode(void *piece, void *data, size_t count, int format);
-template <> __device__ void codec_decode<floating<float>>(void *piece, void *data, size_t count,
-                                                          int format) {
+__device__ static void codec_decode(void *piece, void *data, size_t count, int format) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-    ((float *)data)[i] = codec_value(piece, format, count, i);
-}
-template <> __device__ void codec_decode<half16>(void *piece, void *data, size_t count,
-                                                 int format) {
-  size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-    ((uint16_t *)data)[i] = float_to_half(codec_value(piece, format, count, i));
-}
-template <> __device__ void codec_decode<bfloat16>(void *piece, void *data, size_t count,
-                                                   int format) {
-  size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-    ((uint16_t *)data)[i] = float_to_bf16(codec_value(piece, format, count, i));
+    codec_store<K>(data, i, codec_value(piece, format, count, i));
 }
 
 /* A widen: the piece is count float32s, each of data's elements as a float (an exact sum's start,
- * as compress.c's hoop__to_float). */
+ * as compress.c's hoop__to_float); a narrow the other way (a finished sum into the dtype). */
 template <typename K> __device__ static void codec_widen(void *piece, const void *data, size_t count) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
     ((float *)piece)[i] = codec_input<K>(data, NULL, i);
+}
+template <typename K> __device__ static void codec_narrow(void *piece, void *data, size_t count) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
+    codec_store<K>(data, i, ((const float *)piece)[i]);
 }
 
 __device__ static void codec_decode_add(void *piece, float *acc, size_t count, int format) {
@@ -290,6 +293,9 @@ __device__ static void codec_decode_add(void *piece, float *acc, size_t count, i
   }                                                                                                \
   extern "C" __global__ void hoop_codec_widen_##name(CODEC_PARAMS(piece, data, , count, , , , )) { \
     codec_widen<K>(piece, data, count);                                                           \
+  }                                                                                                \
+  extern "C" __global__ void hoop_codec_narrow_##name(CODEC_PARAMS(piece, data, , count, , , , )) {\
+    codec_narrow<K>(piece, data, count);                                                          \
   }
 
 DEFINE_CODEC(float32, floating<float>)

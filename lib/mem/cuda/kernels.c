@@ -43,8 +43,8 @@ typedef struct kernel_set {
   CUfunction tree[HOOP_DTYPE_COUNT][HOOP_OP_COUNT];
   /* The codec's (kernels.cu's hoop_codec_*), by the float dtype they read or write (CODEC_DTYPES'
    * order), and the two that take none. */
-  CUfunction codec_top[3], codec_encode[3], codec_decode[3], codec_widen[3], codec_scale,
-      codec_decode_add;
+  CUfunction codec_top[3], codec_encode[3], codec_decode[3], codec_widen[3], codec_narrow[3],
+      codec_scale, codec_decode_add;
   int loaded;              /* the functions are there */
   hoop_result load_failed; /* the kernels could not be loaded here (not tried again), and why */
   char load_why[160];
@@ -76,11 +76,11 @@ static hoop_result function_named(hoop_comm *comm, CUfunction *f, CUmodule modul
 static hoop_result load_codec(hoop_comm *comm, kernel_set *set, CUmodule module) {
   hoop_result result = HOOP_OK;
   char name[64];
-  static const char *const steps[] = {"top", "encode", "decode", "widen"};
+  static const char *const steps[] = {"top", "encode", "decode", "widen", "narrow"};
   for (int k = 0; k < 3 && result == HOOP_OK; k++) {
     CUfunction *slots[] = {&set->codec_top[k], &set->codec_encode[k], &set->codec_decode[k],
-                           &set->codec_widen[k]};
-    for (int step = 0; step < 4 && result == HOOP_OK; step++) {
+                           &set->codec_widen[k], &set->codec_narrow[k]};
+    for (int step = 0; step < 5 && result == HOOP_OK; step++) {
       snprintf(name, sizeof name, "hoop_codec_%s_%s", steps[step], dtype_names[codec_dtypes[k]]);
       result = function_named(comm, slots[step], module, name);
     }
@@ -311,7 +311,15 @@ typedef struct codec_args {
   uint32_t seed, first;
 } codec_args;
 
-enum { CODEC_TOP, CODEC_ENCODE, CODEC_SCALE, CODEC_DECODE, CODEC_DECODE_ADD, CODEC_WIDEN };
+enum {
+  CODEC_TOP,
+  CODEC_ENCODE,
+  CODEC_SCALE,
+  CODEC_DECODE,
+  CODEC_DECODE_ADD,
+  CODEC_WIDEN,
+  CODEC_NARROW
+};
 
 /* One codec kernel over units threads (the piece's elements, or its blocks), queued on hoop's
  * stream in the context of the piece. */
@@ -325,6 +333,7 @@ static hoop_result launch_codec(hoop_comm *comm, int which, int k, size_t units,
                  : which == CODEC_SCALE  ? set->codec_scale
                  : which == CODEC_DECODE ? set->codec_decode[k]
                  : which == CODEC_WIDEN  ? set->codec_widen[k]
+                 : which == CODEC_NARROW ? set->codec_narrow[k]
                                          : set->codec_decode_add;
   void *params[] = {&a->piece,  &a->data,       &a->residual, &a->count,
                     &a->format, &a->stochastic, &a->seed,     &a->first};
@@ -394,6 +403,17 @@ hoop_result hoop__cuda_widen_async(hoop_comm *comm, float *out, const void *in, 
     return HOOP_OK;
   codec_args a = {out, (void *)(uintptr_t)in, NULL, count, 0, 0, 0, 0};
   return launch_codec(comm, CODEC_WIDEN, k, count, &a);
+}
+
+hoop_result hoop__cuda_narrow_async(hoop_comm *comm, void *out, hoop_dtype dtype, const float *in,
+                                    size_t count) {
+  int k = codec_kind(comm, HOOP_COMPRESS_BF16, dtype);
+  if (k < 0)
+    return HOOP_ERR_INVALID_ARG;
+  if (count == 0)
+    return HOOP_OK;
+  codec_args a = {(void *)(uintptr_t)in, out, NULL, count, 0, 0, 0, 0};
+  return launch_codec(comm, CODEC_NARROW, k, count, &a);
 }
 
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {

@@ -191,6 +191,7 @@ const hoop__mem_ops hoop__mem_cuda = {
     .decode_add = hoop__cuda_expand_add_async,
     .decode = hoop__cuda_expand_async,
     .widen = hoop__cuda_widen_async,
+    .narrow = hoop__cuda_narrow_async,
 #endif
     .device = &device_ops,
 };

@@ -49,7 +49,7 @@ static struct CUfunc_st functions[HOOP_DTYPE_COUNT][3 * NOPS + 1];
 
 /* The codec's kernels (kernels.cu's hoop_codec_*): the steps that take a float dtype, by dtype;
  * hoop_codec_scale (no data) and hoop_codec_decode_add (float32 data). */
-static const char *const codec_steps[] = {"top", "encode", "decode", "widen"};
+static const char *const codec_steps[] = {"top", "encode", "decode", "widen", "narrow"};
 #define CODEC_STEPS ((int)(sizeof codec_steps / sizeof codec_steps[0]))
 static const int codec_dtypes[] = {HOOP_FLOAT32, HOOP_FLOAT16, HOOP_BFLOAT16};
 static struct CUfunc_st codec_functions[CODEC_STEPS][3], codec_scale, codec_decode_add;
@@ -102,9 +102,10 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
     if (strcmp(name, want) == 0)
       return function_named(f, &functions[d][3 * NOPS], name, FAKECUDA_DIVIDE, d);
   }
-  /* codec_steps' order is FAKECUDA_CODEC_TOP, _ENCODE, _DECODE and _WIDEN's. */
+  /* codec_steps' FAKECUDA_CODEC_*. */
   static const int step_of[CODEC_STEPS] = {FAKECUDA_CODEC_TOP, FAKECUDA_CODEC_ENCODE,
-                                           FAKECUDA_CODEC_DECODE, FAKECUDA_CODEC_WIDEN};
+                                           FAKECUDA_CODEC_DECODE, FAKECUDA_CODEC_WIDEN,
+                                           FAKECUDA_CODEC_NARROW};
   for (int step = 0; step < CODEC_STEPS; step++)
     for (int k = 0; k < 3; k++) {
       snprintf(want, sizeof want, "hoop_codec_%s_%s", codec_steps[step],
@@ -120,9 +121,9 @@ static CUresult fake_module_get_function(CUfunction *f, CUmodule module, const c
 }
 
 /* A codec launch's pointers (piece, data, residual, count, format, stochastic, seed, first): the
- * piece of hoop__compress_bytes' size (a widen's: count floats), the data of count elements unless
- * the kernel takes none, the residual of count floats where it is given; 0 where one is not device
- * memory. */
+ * piece of hoop__compress_bytes' size (a widen's or a narrow's: count floats), the data of count
+ * elements unless the kernel takes none, the residual of count floats where it is given; 0 where
+ * one is not device memory. */
 static int codec_params(const struct CUfunc_st *f, void **params, fakecuda_kernel *k) {
   k->count = *(size_t *)params[3];
   k->format = *(int *)params[4];
@@ -130,7 +131,8 @@ static int codec_params(const struct CUfunc_st *f, void **params, fakecuda_kerne
   k->seed = *(uint32_t *)params[6];
   k->first = *(uint32_t *)params[7];
   size_t blocks = (k->count + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK;
-  size_t piece = f->step == FAKECUDA_CODEC_WIDEN   ? 4 * k->count
+  int floats = f->step == FAKECUDA_CODEC_WIDEN || f->step == FAKECUDA_CODEC_NARROW;
+  size_t piece = floats                            ? 4 * k->count
                  : k->format == HOOP_COMPRESS_BF16 ? 2 * k->count
                                                    : k->count + 4 * blocks;
   void *at = *(void **)params[0], *data = *(void **)params[1];

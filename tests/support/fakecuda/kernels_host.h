@@ -35,7 +35,8 @@ enum {
   FAKECUDA_CODEC_DECODE,
   FAKECUDA_CODEC_SCALE,
   FAKECUDA_CODEC_DECODE_ADD,
-  FAKECUDA_CODEC_WIDEN
+  FAKECUDA_CODEC_WIDEN,
+  FAKECUDA_CODEC_NARROW
 };
 
 /* The kernel of that name (hoop_reduce_float32_sum, ...), or NULL. */

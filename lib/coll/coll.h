@@ -236,15 +236,17 @@ hoop_result hoop__allreduce_direct(hoop_comm *comm, const hoop__coll_args *args)
  * reduce-scatter. */
 hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *args);
 hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_args *args);
-/* The step between hosts of a compressed allreduce whose host's steps ran elsewhere (CUDA IPC,
- * coll/mapped.c), on comm->mem's memory: segment holds the len elements of the call's segment at
- * this rank's place on its host (hoop__segment's over the host's ranks) summed over the host, and
- * ends summed over every host, message for message as the staged call's step between hosts, so
- * that hosts of either kind meet. _scratch: the bytes of the kind's scratch it takes (0 when out
- * of memory), to be had before the call. */
-hoop_result hoop__allreduce_compressed_segment(hoop_comm *comm, const hoop__coll_args *args,
-                                               char *segment, size_t len);
-size_t hoop__allreduce_compressed_scratch(hoop_comm *comm, const hoop__coll_args *args, size_t len);
+/* The step between hosts of a compressed call whose host's steps ran elsewhere (CUDA IPC,
+ * coll/mapped.c), on comm->mem's memory, message for message as the staged call's step between
+ * hosts, so that hosts of either kind meet. An allreduce: segment holds the len elements of the
+ * call's segment at this rank's place on its host (hoop__segment's over the host's ranks) summed
+ * over the host, and ends summed over every host. A reduce-scatter: segment (the start of the
+ * kind's scratch) holds, host after host, the host's sums of the block of the rank at this rank's
+ * place there, and the call's result ends summed over every host. _scratch: the bytes of the
+ * kind's scratch it takes (0 when out of memory), to be had before the call. */
+hoop_result hoop__compressed_by_host(hoop_comm *comm, const hoop__coll_args *args, char *segment,
+                                     size_t len);
+size_t hoop__compressed_by_host_scratch(hoop_comm *comm, const hoop__coll_args *args, size_t len);
 /* Whether the job's hosts take compressed calls: two or more, each with as many ranks. */
 int hoop__compressed_fits(const hoop_comm *comm);
 /* Free compressed calls' buffers (hoop_finalize). */
@@ -332,7 +334,7 @@ hoop_result hoop__coll_tune(hoop_comm *comm, const hoop__coll_args *args, const 
 typedef struct hoop__mapped {
   hoop__group group;
   int by_host;
-  int compressed;        /* by_host: a compressed allreduce (coll/compressed.c's shape) */
+  int compressed;        /* by_host: a compressed call (coll/compressed.c's shape) */
   char **sends, **recvs; /* by communicator rank: where each member's buffers are readable here */
   void *host;            /* by_host: host memory for this rank's block */
 } hoop__mapped;

@@ -55,8 +55,9 @@ typedef struct exchange {
   hoop__transfer **piece_recv, **sum_recv;
   char *buf;
   size_t bytes, sum_at; /* of buf: the pieces, then (in the kind's memory) the sums */
-  char *dev;  /* device memory: where the kind encodes and decodes buf's pieces (NULL: in buf) */
-  float *sum; /* this member's block, summed, in the kind's memory */
+  char *dev;     /* device memory: where the kind encodes and decodes buf's pieces (NULL: in buf) */
+  size_t dev_at; /* where dev starts in the kind's scratch (a reduce-scatter's sums go before) */
+  float *sum;    /* this member's block, summed, in the kind's memory */
   /* Error feedback: the call's input and its bytes (NULL: none); what the encodings dropped, of
    * the pieces sent (by element of src) and of this member's sums, kept with its registration. */
   const void *feedback_buf;
@@ -175,8 +176,10 @@ static hoop_result take_buffers(hoop_comm *comm, exchange *ex) {
   int device = comm->mem->device != NULL;
   ex->buf = hoop__host_buf_grow(comm, &comm->coll->compress_buf, ex->bytes, device ? ex->src : NULL,
                                 "for compressed pieces");
-  if (!ex->buf || (device && !(ex->dev = hoop__kind_scratch(comm, ex->bytes ? ex->bytes : 1))))
+  char *scratch = device ? hoop__kind_scratch(comm, ex->dev_at + ex->bytes + 1) : NULL;
+  if (!ex->buf || (device && !scratch))
     return HOOP_ERR_SYSTEM;
+  ex->dev = scratch ? scratch + ex->dev_at : NULL;
   ex->sum = (float *)(void *)work(ex, ex->sum_at);
   return HOOP_OK;
 }
@@ -262,11 +265,9 @@ static hoop_result sum_chunk(hoop_comm *comm, exchange *ex, int c, hoop__arena *
     result = hoop__kind_finish(comm, sum, elems, HOOP_FLOAT32, ex->op, comm->size);
   if (result != HOOP_OK)
     return result;
-  if (!ex->spread) {
-    /* (Only host memory runs a reduce-scatter's exchange: tune.c's paths stage the others.) */
-    hoop__from_float(ex->dst + (first - ex->first[me]) * ex->esize, sum, ex->dtype, elems);
-    return HOOP_OK;
-  }
+  if (!ex->spread)
+    return comm->mem->narrow(comm, ex->dst + (first - ex->first[me]) * ex->esize, ex->dtype, sum,
+                             elems);
   result = post_receives(comm, ex, c, 1, landing);
   size_t at = ex->stage_at[(size_t)me * (size_t)ex->chunks + (size_t)c];
   size_t bytes = hoop__compress_bytes(ex->format, elems);
@@ -564,41 +565,50 @@ hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_ar
   return run_with_host(comm, &ex, &host);
 }
 
-/* The exchange of a host's segment whose host's steps ran elsewhere (coll/mapped.c): as the
- * staged call's, member for member and chunk for chunk. */
-static exchange segment_exchange(const hoop_comm *comm, const hoop__coll_args *args,
-                                 const hoop__group *cross, char *segment, size_t len) {
+/* The exchange of a call whose host's steps ran elsewhere (coll/mapped.c), as the staged call's,
+ * member for member and chunk for chunk: an allreduce's segment at this rank's place on its host
+ * (in place), or (segment NULL) a reduce-scatter's sums of the blocks of the ranks at its place on
+ * every host, which the kind's scratch holds before the exchange's mirror. */
+static exchange hosts_exchange(const hoop_comm *comm, const hoop__coll_args *args,
+                               const hoop__group *cross, char *segment, size_t len) {
   const hoop__hosts *hosts = comm->coll->hosts;
-  size_t first, basis;
-  hoop__segment(args->count, hosts->per_host, 0, &first, &basis);
-  return (exchange){.group = cross,
-                    .src = segment,
-                    .dst = segment,
-                    .count = len,
-                    .esize = args->esize,
-                    .dtype = args->dtype,
-                    .op = args->op,
-                    .format = args->compress,
-                    .spread = 1,
-                    .basis = basis,
-                    .feedback_buf = args->feedback_buf,
-                    .feedback_bytes = args->bytes};
+  exchange ex = {.group = cross,
+                 .src = segment,
+                 .dst = segment,
+                 .count = len,
+                 .esize = args->esize,
+                 .dtype = args->dtype,
+                 .op = args->op,
+                 .format = args->compress,
+                 .spread = 1,
+                 .feedback_buf = args->feedback_buf,
+                 .feedback_bytes = args->bytes};
+  if (args->coll == HOOP__COLL_ALLREDUCE) {
+    size_t first;
+    hoop__segment(args->count, hosts->per_host, 0, &first, &ex.basis);
+  } else {
+    ex.dst = args->recvbuf;
+    ex.count = args->count * (size_t)cross->size;
+    ex.spread = 0;
+    ex.feedback_bytes = args->bytes * (size_t)comm->size;
+    ex.dev_at = line_up(ex.count * args->esize);
+  }
+  return ex;
 }
 
-hoop_result hoop__allreduce_compressed_segment(hoop_comm *comm, const hoop__coll_args *args,
-                                               char *segment, size_t len) {
+hoop_result hoop__compressed_by_host(hoop_comm *comm, const hoop__coll_args *args, char *segment,
+                                     size_t len) {
   hoop__group local, cross;
   groups(comm, &local, &cross);
-  exchange ex = segment_exchange(comm, args, &cross, segment, len);
+  exchange ex = hosts_exchange(comm, args, &cross, segment, len);
   return run_exchange(comm, &ex);
 }
 
-size_t hoop__allreduce_compressed_scratch(hoop_comm *comm, const hoop__coll_args *args,
-                                          size_t len) {
+size_t hoop__compressed_by_host_scratch(hoop_comm *comm, const hoop__coll_args *args, size_t len) {
   hoop__group local, cross;
   groups(comm, &local, &cross);
-  exchange ex = segment_exchange(comm, args, &cross, NULL, len);
-  size_t bytes = plan(comm, &ex) == HOOP_OK ? ex.bytes : 0;
+  exchange ex = hosts_exchange(comm, args, &cross, NULL, len);
+  size_t bytes = plan(comm, &ex) == HOOP_OK ? ex.dev_at + ex.bytes + 1 : 0;
   unplan(&ex);
   return bytes;
 }

@@ -19,7 +19,9 @@
  * that runs hier itself meets this one there), then copies the other blocks from their owners. A
  * compressed call (mapped->compressed) goes the same way, except that member i reduces block i,
  * the segment the staged compressed call gives it, and the step between hosts is that call's
- * (hoop__allreduce_compressed_segment), with the device kind's codec. */
+ * (hoop__compressed_by_host), with the device kind's codec. A compressed reduce-scatter host by
+ * host: member l sums its host's parts of the blocks of the ranks at place l on every host, and
+ * the same step between hosts sums them into its result. */
 #include "coll/coll.h"
 #include "coll/state.h"
 
@@ -84,7 +86,7 @@ static hoop_result reduce_block(hoop_comm *comm, const hoop__mapped *mapped,
 static hoop_result across_hosts(hoop_comm *comm, const hoop__mapped *mapped,
                                 const hoop__coll_args *args, char *block, size_t len) {
   if (mapped->compressed)
-    return hoop__allreduce_compressed_segment(comm, args, block, len);
+    return hoop__compressed_by_host(comm, args, block, len);
   const hoop__hosts *hosts = comm->coll->hosts;
   hoop__group cross = {hosts->count, hosts->host_index, hosts->cross};
   static char none[16]; /* the host memory of an empty block */
@@ -129,6 +131,22 @@ static hoop_result mapped_reduce_scatter(hoop_comm *comm, const hoop__mapped *ma
                                          const hoop__coll_args *args) {
   return reduce_block(comm, mapped, args, args->recvbuf, (size_t)comm->rank * args->bytes,
                       args->count);
+}
+
+/* Host by host (a compressed call): the block of the rank at this rank's place on each host, summed
+ * over this host's members into the kind's scratch, host after host (the path made it large
+ * enough), then across hosts into the result. */
+static hoop_result mapped_reduce_scatter_hosts(hoop_comm *comm, const hoop__mapped *mapped,
+                                               const hoop__coll_args *args) {
+  const hoop__hosts *hosts = comm->coll->hosts;
+  char *sums = hoop__kind_scratch(comm, 1);
+  hoop_result result = sums ? HOOP_OK : HOOP_ERR_SYSTEM;
+  for (int j = 0; j < hosts->count && result == HOOP_OK; j++) {
+    int owner = hosts->at[j * hosts->per_host + mapped->group.index];
+    result = reduce_block(comm, mapped, args, sums + (size_t)j * args->bytes,
+                          (size_t)owner * args->bytes, args->count);
+  }
+  return result == HOOP_OK ? hoop__compressed_by_host(comm, args, sums, 0) : result;
 }
 
 /* All-to-all: block r of every member's input copied to where this rank's result keeps it. In
@@ -176,7 +194,9 @@ hoop_result hoop__mapped_run(hoop_comm *comm, const hoop__mapped *mapped,
                              const hoop__coll_args *args) {
   switch (args->coll) {
   case HOOP__COLL_ALLREDUCE: return mapped_allreduce(comm, mapped, args);
-  case HOOP__COLL_REDUCE_SCATTER: return mapped_reduce_scatter(comm, mapped, args);
+  case HOOP__COLL_REDUCE_SCATTER:
+    return mapped->by_host ? mapped_reduce_scatter_hosts(comm, mapped, args)
+                           : mapped_reduce_scatter(comm, mapped, args);
   case HOOP__COLL_ALLTOALL: return mapped_alltoall(comm, mapped, args);
   default: return mapped_copies(comm, mapped, args);
   }

@@ -185,7 +185,7 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
   size_t scratch = scratch_needed(comm, args, group->index, len);
   if (ipc->mapped.compressed) {
     /* The step between hosts encodes and decodes in the same scratch, once the block is reduced. */
-    size_t exchange = hoop__allreduce_compressed_scratch(comm, args, len);
+    size_t exchange = hoop__compressed_by_host_scratch(comm, args, len);
     scratch = exchange > scratch ? exchange : scratch;
   }
   if (hoop__device()->stream_wait(comm, comm->call, NULL, send) != HOOP_OK ||
@@ -197,7 +197,7 @@ static int prepare(hoop_comm *comm, struct hoop__ipc *ipc, const hoop__coll_args
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of device scratch", comm->rank,
              scratch);
     ok = 0;
-  } else if (ipc->mapped.by_host && len &&
+  } else if (ipc->mapped.by_host && !ipc->mapped.compressed && len &&
              !(ipc->mapped.host = hoop__host_buf_grow(comm, &ipc->host, len * args->esize, send,
                                                       "of host memory"))) {
     snprintf(why, whylen, "rank %d cannot allocate %zu bytes of host memory", comm->rank,

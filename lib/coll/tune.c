@@ -190,7 +190,7 @@ static const algorithm algorithms[] = {
                        "host by host, the partial sums between hosts in the call's wire format, "
                        "each block summed by one rank (hier where the call is exact)"},
     [RS_COMPRESSED] = {HOOP__COLL_REDUCE_SCATTER, "compressed", hoop__reduce_scatter_compressed,
-                       WHOLE,
+                       BY_HOST,
                        "host by host, the partial sums between hosts in the call's wire "
                        "format (the ring where the call is exact)"},
     [RD_REPRO_TREE] = {HOOP__COLL_REDUCE, "repro-tree", hoop__reduce_repro_tree, WHOLE,
@@ -591,9 +591,13 @@ static const path_row paths[] = {
     /* Hosts with as many ranks each, an algorithm that goes host by host: the steps within a host
      * mapped, the step between hosts through host memory (each host settles for itself). */
     {"ipc+hier", HOSTS, 1, 0, HOOP__MEMCAP_MAP, COLL(ALLREDUCE), &hoop__path_ipc},
-    /* Hosts of one rank, a compressed allreduce: the same, the rank alone on its host (nothing
-     * to map), so that its step between hosts encodes on the device too. */
-    {"ipc+hier", SOLO, 1, 1, HOOP__MEMCAP_MAP, COLL(ALLREDUCE), &hoop__path_ipc},
+    /* The same for a compressed reduce-scatter (each host's sums by IPC, the codec on the device
+     * between hosts); and hosts of one rank, a compressed allreduce or reduce-scatter, the rank
+     * alone on its host (nothing to map), so that its step between hosts encodes on the device
+     * too. */
+    {"ipc+hier", HOSTS, 1, 1, HOOP__MEMCAP_MAP, COLL(REDUCE_SCATTER), &hoop__path_ipc},
+    {"ipc+hier", SOLO, 1, 1, HOOP__MEMCAP_MAP, COLL(ALLREDUCE) | COLL(REDUCE_SCATTER),
+     &hoop__path_ipc},
     /* Every pair on a transport that registers memory: the algorithm runs on the device buffers
      * themselves, the network reading and writing GPU memory (GPUDirect RDMA). */
     {"gdr", REGISTERED, 0, 0, HOOP__MEMCAP_NET, COLL(ALLREDUCE) | COLL(BROADCAST) | COLL(ALLGATHER),
@@ -612,9 +616,9 @@ int hoop__coll_path(hoop_comm *comm, const hoop__coll_args *args, const hoop__al
   /* Reproducible mode: only the path whose kernels combine over the fixed tree, CUDA IPC on one
    * host, where every rank's part fits one pass of the device kind's tree kernel; the others'
    * reducing calls are staged and reduced on the host, alike on every rank. */
-  /* Compressed calls go by CUDA IPC only: exact on one host, and host by host (an allreduce)
-   * with the device kind's codec in the step between hosts, alike with the staged call's there
-   * (error feedback's residuals then kept in device memory). */
+  /* Compressed calls go by CUDA IPC only: exact on one host, and host by host with the device
+   * kind's codec in the step between hosts, alike with the staged call's there (error feedback's
+   * residuals then kept in device memory). */
   int compressed = args->compress && hoop__compressed_fits(comm);
   if (compressed && !hoop__mem_cuda.encode)
     return 0;

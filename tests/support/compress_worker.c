@@ -16,12 +16,13 @@
  *   - refusals: integer dtypes, max, broadcast and reproducible mode with a format asked per call
  *     (HOOP_ERR_INVALID_ARG naming the call), while the communicator's format leaves them exact.
  *
- * With --device, allreduce's buffers are CUDA device memory (tests/support/devmem.c: the GPU, or
- * the stand-in driver) on every rank (all) or on the first host's (host0), the others' on the
- * host, so that a host whose ranks reduce by CUDA IPC and encode with the device's kernels meets
- * one that encodes on the CPU; where each host runs at most 2 ranks (so that the order of a host's
- * own sum cannot differ), a device call rounding to nearest must also have the same bits as the
- * same call on host buffers.
+ * With --device, allreduce's and reduce-scatter's buffers are CUDA device memory
+ * (tests/support/devmem.c: the GPU, or the stand-in driver) on every rank (all) or on the first
+ * host's (host0), the others' on the host, so that a host whose ranks reduce by CUDA IPC and encode
+ * with the device's kernels meets one that encodes on the CPU; where each host runs at most 2 ranks
+ * (so that the order of a host's own sum cannot differ), a device call rounding to nearest must
+ * also have the same bits as the same call on host buffers (error feedback's calls too, on a
+ * registered device buffer).
  *
  * usage: compress_worker [--quick] [--fake-hosts PER_HOST] [--uneven] [--device all|host0]
  *   --uneven: the hosts run different numbers of ranks, and every call must be exact.
@@ -224,6 +225,22 @@ static hoop_result on_the_device(int form, const char *send, char *recv, size_t 
   return result;
 }
 
+/* A reduce-scatter on a device copy of send (in place: the result in its block of it), its
+ * result back in out. */
+static hoop_result rs_on_the_device(int in_place, const char *send, char *out, size_t count,
+                                    hoop_dtype dtype, hoop_op op) {
+  size_t bytes = count * hoop_dtype_size(dtype), total = bytes * (size_t)nranks;
+  char *dsend = devmem_put(send, total),
+       *dout = in_place ? dsend + (size_t)rank * bytes : devmem_put(NULL, bytes);
+  devmem_sync();
+  hoop_result result = hoop_reduce_scatter(comm, dsend, dout, count, dtype, op);
+  devmem_get(out, dout, bytes);
+  if (!in_place)
+    devmem_free(dout);
+  devmem_free(dsend);
+  return result;
+}
+
 /* One allreduce form: 0 out of place, 1 in place, 2 non-blocking, 3 allreduce_many (two pieces;
  * with --device out of place instead). */
 static void run_allreduce(int form, size_t count, hoop_dtype dtype, hoop_op op, int format,
@@ -304,12 +321,24 @@ static void run_reduce_scatter(int in_place, size_t count, hoop_dtype dtype, hoo
     memcpy(recv, send, total * esize);
     out = recv + (size_t)rank * count * esize;
   }
-  must(hoop_reduce_scatter(comm, in_place ? recv : send, out, count, dtype, op), what);
+  if (on_device)
+    must(rs_on_the_device(in_place, send, out, count, dtype, op), what);
+  else
+    must(hoop_reduce_scatter(comm, in_place ? recv : send, out, count, dtype, op), what);
   char *exact = xcalloc(count, esize);
   must(hoop_compress_next(comm, HOOP_COMPRESS_NONE), "hoop_compress_next");
-  must(hoop_reduce_scatter(comm, send, exact, count, dtype, op), "the exact reduce_scatter");
+  must(on_device ? rs_on_the_device(0, send, exact, count, dtype, op)
+                 : hoop_reduce_scatter(comm, send, exact, count, dtype, op),
+       "the exact reduce_scatter");
   expected e = expect(total, dtype, seed);
   check_result(out, exact, (size_t)rank * count, count, dtype, op, format, &e, what);
+  /* As for allreduce: the same bits as the call on host buffers, where nothing tells them apart. */
+  if (device_run && !(format & HOOP_COMPRESS_STOCHASTIC) && per_host <= 2) {
+    must(hoop_compress_next(comm, format), "hoop_compress_next");
+    must(hoop_reduce_scatter(comm, send, exact, count, dtype, op), "the same call on host buffers");
+    check(memcmp(out, exact, count * esize) == 0, what,
+          "the result differs from the same call on host buffers");
+  }
   free(exact);
   forget(&e);
   free(send);

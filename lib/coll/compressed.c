@@ -514,23 +514,31 @@ static void groups(const hoop_comm *comm, hoop__group *local, hoop__group *cross
   *cross = (hoop__group){hosts->count, hosts->host_index, hosts->cross};
 }
 
+/* The exchange of a call among the ranks at this rank's place on every host: an allreduce's of
+ * every element (every block to every member), a reduce-scatter's of the blocks of those ranks
+ * (each member's result its own). */
+static exchange call_exchange(const hoop_comm *comm, const hoop__coll_args *args,
+                              const hoop__group *cross) {
+  int spread = args->coll == HOOP__COLL_ALLREDUCE;
+  return (exchange){.group = cross,
+                    .src = args->sendbuf,
+                    .dst = args->recvbuf,
+                    .count = spread ? args->count : args->count * (size_t)cross->size,
+                    .esize = args->esize,
+                    .dtype = args->dtype,
+                    .op = args->op,
+                    .format = args->compress,
+                    .spread = spread,
+                    .feedback_buf = args->feedback_buf,
+                    .feedback_bytes = spread ? args->bytes : args->bytes * (size_t)comm->size};
+}
+
 hoop_result hoop__allreduce_compressed(hoop_comm *comm, const hoop__coll_args *args) {
   if (!args->compress || !hoop__compressed_fits(comm))
     return hoop__allreduce_hier(comm, args);
   hoop__group local, cross;
   groups(comm, &local, &cross);
-  size_t esize = args->esize;
-  exchange ex = {.group = &cross,
-                 .src = args->sendbuf,
-                 .dst = args->recvbuf,
-                 .count = args->count,
-                 .esize = esize,
-                 .dtype = args->dtype,
-                 .op = args->op,
-                 .format = args->compress,
-                 .spread = 1,
-                 .feedback_buf = args->feedback_buf,
-                 .feedback_bytes = args->bytes};
+  exchange ex = call_exchange(comm, args, &cross);
   if (local.size == 1)
     return run_exchange(comm, &ex);
   host_steps host = {.local = &local, .input = args->sendbuf, .out = args->recvbuf};
@@ -545,16 +553,7 @@ hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_ar
     return hoop__reduce_scatter_ring(comm, args);
   hoop__group local, cross;
   groups(comm, &local, &cross);
-  exchange ex = {.group = &cross,
-                 .src = args->sendbuf,
-                 .dst = args->recvbuf,
-                 .count = args->count * (size_t)cross.size,
-                 .esize = args->esize,
-                 .dtype = args->dtype,
-                 .op = args->op,
-                 .format = args->compress,
-                 .feedback_buf = args->feedback_buf,
-                 .feedback_bytes = args->bytes * (size_t)comm->size};
+  exchange ex = call_exchange(comm, args, &cross);
   if (local.size == 1)
     return run_exchange(comm, &ex);
   host_steps host = {.local = &local,
@@ -566,31 +565,19 @@ hoop_result hoop__reduce_scatter_compressed(hoop_comm *comm, const hoop__coll_ar
 }
 
 /* The exchange of a call whose host's steps ran elsewhere (coll/mapped.c), as the staged call's,
- * member for member and chunk for chunk: an allreduce's segment at this rank's place on its host
- * (in place), or (segment NULL) a reduce-scatter's sums of the blocks of the ranks at its place on
+ * member for member and chunk for chunk: an allreduce's on its segment at this rank's place on
+ * its host (in place), a reduce-scatter's on its sums of the blocks of the ranks at its place on
  * every host, which the kind's scratch holds before the exchange's mirror. */
 static exchange hosts_exchange(const hoop_comm *comm, const hoop__coll_args *args,
                                const hoop__group *cross, char *segment, size_t len) {
-  const hoop__hosts *hosts = comm->coll->hosts;
-  exchange ex = {.group = cross,
-                 .src = segment,
-                 .dst = segment,
-                 .count = len,
-                 .esize = args->esize,
-                 .dtype = args->dtype,
-                 .op = args->op,
-                 .format = args->compress,
-                 .spread = 1,
-                 .feedback_buf = args->feedback_buf,
-                 .feedback_bytes = args->bytes};
-  if (args->coll == HOOP__COLL_ALLREDUCE) {
+  exchange ex = call_exchange(comm, args, cross);
+  ex.src = segment;
+  if (ex.spread) {
     size_t first;
-    hoop__segment(args->count, hosts->per_host, 0, &first, &ex.basis);
+    hoop__segment(args->count, comm->coll->hosts->per_host, 0, &first, &ex.basis);
+    ex.dst = segment;
+    ex.count = len;
   } else {
-    ex.dst = args->recvbuf;
-    ex.count = args->count * (size_t)cross->size;
-    ex.spread = 0;
-    ex.feedback_bytes = args->bytes * (size_t)comm->size;
     ex.dev_at = line_up(ex.count * args->esize);
   }
   return ex;

@@ -373,47 +373,38 @@ hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, 
   return result;
 }
 
-hoop_result hoop__cuda_expand_add_async(hoop_comm *comm, int format, float *acc, const void *piece,
-                                        size_t count) {
-  if (codec_kind(comm, format, HOOP_FLOAT32) < 0)
-    return HOOP_ERR_INVALID_ARG;
-  if (count == 0)
-    return HOOP_OK;
-  codec_args a = {(void *)(uintptr_t)piece, acc, NULL, count, format & 0xff, 0, 0, 0};
-  return launch_codec(comm, CODEC_DECODE_ADD, 0, count, &a);
-}
-
-hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
-                                    const void *piece, size_t count) {
+/* A codec kernel a thread an element of count, over a piece and its data (their float dtype's
+ * kernel; a widen's or narrow's piece is count floats and its format any valid one). */
+static hoop_result codec_each(hoop_comm *comm, int which, int format, hoop_dtype dtype,
+                              const void *piece, const void *data, size_t count) {
   int k = codec_kind(comm, format, dtype);
   if (k < 0)
     return HOOP_ERR_INVALID_ARG;
   if (count == 0)
     return HOOP_OK;
-  codec_args a = {(void *)(uintptr_t)piece, out, NULL, count, format & 0xff, 0, 0, 0};
-  return launch_codec(comm, CODEC_DECODE, k, count, &a);
+  codec_args a = {
+      (void *)(uintptr_t)piece, (void *)(uintptr_t)data, NULL, count, format & 0xff, 0, 0, 0};
+  return launch_codec(comm, which, k, count, &a);
+}
+
+hoop_result hoop__cuda_expand_add_async(hoop_comm *comm, int format, float *acc, const void *piece,
+                                        size_t count) {
+  return codec_each(comm, CODEC_DECODE_ADD, format, HOOP_FLOAT32, piece, acc, count);
+}
+
+hoop_result hoop__cuda_expand_async(hoop_comm *comm, int format, void *out, hoop_dtype dtype,
+                                    const void *piece, size_t count) {
+  return codec_each(comm, CODEC_DECODE, format, dtype, piece, out, count);
 }
 
 hoop_result hoop__cuda_widen_async(hoop_comm *comm, float *out, const void *in, hoop_dtype dtype,
                                    size_t count) {
-  int k = codec_kind(comm, HOOP_COMPRESS_BF16, dtype);
-  if (k < 0)
-    return HOOP_ERR_INVALID_ARG;
-  if (count == 0)
-    return HOOP_OK;
-  codec_args a = {out, (void *)(uintptr_t)in, NULL, count, 0, 0, 0, 0};
-  return launch_codec(comm, CODEC_WIDEN, k, count, &a);
+  return codec_each(comm, CODEC_WIDEN, HOOP_COMPRESS_BF16, dtype, out, in, count);
 }
 
 hoop_result hoop__cuda_narrow_async(hoop_comm *comm, void *out, hoop_dtype dtype, const float *in,
                                     size_t count) {
-  int k = codec_kind(comm, HOOP_COMPRESS_BF16, dtype);
-  if (k < 0)
-    return HOOP_ERR_INVALID_ARG;
-  if (count == 0)
-    return HOOP_OK;
-  codec_args a = {(void *)(uintptr_t)in, out, NULL, count, 0, 0, 0, 0};
-  return launch_codec(comm, CODEC_NARROW, k, count, &a);
+  return codec_each(comm, CODEC_NARROW, HOOP_COMPRESS_BF16, dtype, in, out, count);
 }
 
 hoop_result hoop__cuda_copy_async(hoop_comm *comm, void *dst, const void *src, size_t bytes) {

@@ -160,7 +160,9 @@ done
 # group's communicator and lets init_process_group run again; abort() fails every member at once.
 out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/lifecycle_worker.py" 2>&1)
 echo "$out" | grep -E "lifecycle worker|FAIL" | head -6 | cut -c1-200
-[ "$(echo "$out" | grep -c "lifecycle worker: \(29\|30\) cases, 0 failed")" = 3 ] || {
+# Rank 0 runs 29 cases, the others 30, and 31 where rank 0's abort overtook their barrier (the
+# worker then checks that the barrier failed as the calls after it must).
+[ "$(echo "$out" | grep -c "lifecycle worker: \(29\|30\|31\) cases, 0 failed")" = 3 ] || {
   echo "FAIL: lifecycle_worker.py:"; echo "$out" | tail -20; status=1; }
 
 # Finding the slow rank through hvd.stats() and the backend's group (tests/python/stats_worker.py).

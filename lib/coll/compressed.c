@@ -184,13 +184,18 @@ static hoop_result take_buffers(hoop_comm *comm, exchange *ex) {
   return HOOP_OK;
 }
 
-/* A piece the kind encoded, copied where the transports read it (once the encoding is done), or
- * a received one to where the kind decodes it; nothing to do on host memory. */
+/* Device memory: a piece the kind encoded, queued to be copied where the transports read it
+ * (after the encoding), and a received one to where the kind decodes it (before the decoding,
+ * which is queued after it; the buffer's bytes stay until the exchange's last wait); wire_ready
+ * waits for the copies out. Nothing to do on host memory. */
 static hoop_result out_to_wire(hoop_comm *comm, exchange *ex, size_t at, size_t bytes) {
-  return ex->dev ? hoop__kind_copy(comm, ex->buf + at, ex->dev + at, bytes) : HOOP_OK;
+  return ex->dev ? comm->mem->copy_queued(comm, ex->buf + at, ex->dev + at, bytes) : HOOP_OK;
 }
 static hoop_result in_from_wire(hoop_comm *comm, exchange *ex, size_t at, size_t bytes) {
-  return ex->dev ? hoop__kind_copy(comm, ex->dev + at, ex->buf + at, bytes) : HOOP_OK;
+  return ex->dev ? comm->mem->copy_queued(comm, ex->dev + at, ex->buf + at, bytes) : HOOP_OK;
+}
+static hoop_result wire_ready(hoop_comm *comm, exchange *ex) {
+  return ex->dev ? comm->mem->sync(comm) : HOOP_OK;
 }
 
 static void unplan(exchange *ex) {
@@ -220,7 +225,7 @@ static hoop_result post_receives(hoop_comm *comm, exchange *ex, int c, int sums,
 
 /* Chunk c's pieces: every peer's piece of this member's block received, and this member's piece
  * of every peer's block encoded and sent (the next member first, so that no member is everyone's
- * first). */
+ * first): each as soon as it is encoded on the host, all after one wait on the device. */
 static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena *sends,
                                hoop__arena *landing) {
   int h = ex->members, me = ex->me;
@@ -236,9 +241,17 @@ static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena
         ex->kept_pieces ? ex->kept_pieces + first : NULL, draws.seed, draws.first);
     if (result == HOOP_OK)
       result = out_to_wire(comm, ex, ex->stage_at[i], bytes);
-    if (result == HOOP_OK)
+    if (result == HOOP_OK && !ex->dev)
       result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), ex->buf + ex->stage_at[i],
                                  bytes);
+  }
+  if (result == HOOP_OK && ex->dev)
+    result = wire_ready(comm, ex);
+  for (int k = 1; k < h && result == HOOP_OK && ex->dev; k++) {
+    int j = (me + k) % h;
+    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), ex->buf + ex->stage_at[i],
+                               piece_bytes(ex, j, c));
   }
   return result;
 }
@@ -278,6 +291,8 @@ static hoop_result sum_chunk(hoop_comm *comm, exchange *ex, int c, hoop__arena *
                                draws.seed, draws.first);
   if (result == HOOP_OK)
     result = out_to_wire(comm, ex, at, bytes);
+  if (result == HOOP_OK)
+    result = wire_ready(comm, ex);
   for (int k = 1; k < h && result == HOOP_OK; k++)
     result =
         hoop__arena_isend(comm, sends, hoop__member(ex->group, (me + k) % h), ex->buf + at, bytes);

@@ -25,6 +25,15 @@
 #include "coll/coll.h"
 #include "coll/state.h"
 
+/* Whether member i reduces block i + 1 (hier's shape host by host) rather than block i. */
+static int shifted(const hoop__mapped *mapped) {
+  return mapped->by_host && !mapped->compressed;
+}
+
+int hoop__mapped_own(const hoop__mapped *mapped, int index) {
+  return shifted(mapped) ? (index + 1) % mapped->group.size : index;
+}
+
 /* The block of the members' inputs this rank reduces. */
 static int own_block(const hoop__mapped *mapped) {
   return hoop__mapped_own(mapped, mapped->group.index);
@@ -33,12 +42,7 @@ static int own_block(const hoop__mapped *mapped) {
 /* The member that reduces block q. */
 static int block_owner(const hoop__mapped *mapped, int q) {
   int n = mapped->group.size;
-  return hoop__member(&mapped->group, mapped->by_host && !mapped->compressed ? (q - 1 + n) % n : q);
-}
-
-int hoop__mapped_own(const hoop__mapped *mapped, int index) {
-  const hoop__group *group = &mapped->group;
-  return mapped->by_host && !mapped->compressed ? (index + 1) % group->size : index;
+  return hoop__member(&mapped->group, shifted(mapped) ? (q - 1 + n) % n : q);
 }
 
 /* Block at of the members' inputs reduced into dst, divided by the rank count at the end unless

@@ -13,9 +13,10 @@
  * writes the element's code (and what the encoding dropped, with error feedback), and
  * hoop_codec_scale_* (a thread a block) turns the largest magnitude into the scale. bf16 needs
  * only the middle one. Decoding is a thread an element, and so are hoop_codec_widen_*, which
- * starts a float32 sum (its piece) from data, and hoop_codec_narrow_*, which ends one in data. Every codec kernel takes (piece, data, residual,
- * count, format, stochastic, seed, first): data is the input (dtype) of an encode or a widen, the
- * output of a decode or a narrow (dtype) or of a decode-add (float32). */
+ * starts a float32 sum (its piece) from data, and hoop_codec_narrow_*, which ends one in data.
+ * Every codec kernel takes (piece, data, residual, count, format, stochastic, seed, first): data
+ * is the input (dtype) of an encode or a widen, the output of a decode or a narrow (dtype) or of a
+ * decode-add (float32). */
 
 #define CODEC_BLOCK 128
 #define CODEC_BF16 1
@@ -256,7 +257,8 @@ __device__ static void codec_decode(void *piece, void *data, size_t count, int f
 
 /* A widen: the piece is count float32s, each of data's elements as a float (an exact sum's start,
  * as compress.c's hoop__to_float); a narrow the other way (a finished sum into the dtype). */
-template <typename K> __device__ static void codec_widen(void *piece, const void *data, size_t count) {
+template <typename K>
+__device__ static void codec_widen(void *piece, const void *data, size_t count) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
     ((float *)piece)[i] = codec_input<K>(data, NULL, i);

@@ -18,7 +18,9 @@
  * is the input (dtype) of an encode or a widen, the output of a decode or a narrow (dtype) or of a
  * decode-add (float32). */
 
-#define CODEC_BLOCK 128
+#include "codec_shape.h"
+
+#define CODEC_BLOCK HOOP__CODEC_BLOCK
 #define CODEC_BF16 1
 #define CODEC_FP8 2
 #define CODEC_INT8 3
@@ -134,7 +136,7 @@ __device__ static inline float codec_value(void *piece, int format, size_t count
  * coalesced, and shuffles leave the largest with lane 0. Compiled for the CPU (the stand-in
  * driver runs threads one after another and has no shuffles) a thread takes a block, the others
  * none. Either way the largest of the same integers. */
-#define CODEC_WARP 32
+#define CODEC_WARP HOOP__CODEC_WARP
 template <typename K>
 __device__ static void codec_top(void *piece, const void *data, const float *residual,
                                  size_t count) {

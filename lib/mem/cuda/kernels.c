@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "mem/cuda/codec_shape.h"
 #include "mem/cuda/driver.h"
 
 #ifdef HOOP_HAVE_CUDA_KERNELS
@@ -22,6 +23,9 @@
 #define MAX_CONTEXTS 16
 #define THREADS 256
 #define MAX_BLOCKS 32768
+
+_Static_assert(HOOP__CODEC_BLOCK == HOOP_COMPRESS_BLOCK,
+               "codec.cuh's blocks are the wire format's (hoop.h)");
 
 static const char *const dtype_names[HOOP_DTYPE_COUNT] = {
     [HOOP_INT8] = "int8",       [HOOP_UINT8] = "uint8",       [HOOP_INT32] = "int32",
@@ -364,8 +368,9 @@ hoop_result hoop__cuda_compress_async(hoop_comm *comm, int format, void *piece, 
                   seed != 0, (uint32_t)(seed ^ (seed >> 32)), (uint32_t)first};
   size_t blocks = (count + HOOP_COMPRESS_BLOCK - 1) / HOOP_COMPRESS_BLOCK;
   int scaled = a.format != HOOP_COMPRESS_BF16;
-  /* The largest magnitudes a warp a block (codec.cuh's CODEC_WARP). */
-  hoop_result result = scaled ? launch_codec(comm, CODEC_TOP, k, blocks * 32, &a) : HOOP_OK;
+  /* The largest magnitudes a warp a block. */
+  hoop_result result =
+      scaled ? launch_codec(comm, CODEC_TOP, k, blocks * HOOP__CODEC_WARP, &a) : HOOP_OK;
   if (result == HOOP_OK)
     result = launch_codec(comm, CODEC_ENCODE, k, count, &a);
   if (result == HOOP_OK && scaled)

@@ -23,12 +23,6 @@
 /* The same for a 2-rank job with a rank stopped (SIGSTOP), where only a timeout can tell. */
 #define STOP_HANG_BOUND_S 10.0
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- mismatched calls ------------------------------------------------------------------------ */
 
 /* With 2 ranks unless said otherwise. The ZERO_ kinds have one side call with count 0, which sends
@@ -144,7 +138,7 @@ static int mismatch_rank(int index, int n, void *arg) {
   if (!comm)
     return 10;
   float buf[2000] = {0};
-  double start = now_s();
+  double start = procs_now();
   hoop_result result = hoop_allreduce(comm, buf, buf, 4, HOOP_FLOAT32, HOOP_SUM);
   /* At 4 ranks, a rank still finishing this matched call may already be told of the mismatch
    * that ranks done with it found in the next: its call fails with that. */
@@ -154,7 +148,7 @@ static int mismatch_rank(int index, int n, void *arg) {
     return 11;
   }
   if (result == HOOP_OK) {
-    start = now_s();
+    start = procs_now();
     result = mismatched_call(comm, mc->kind, index, buf);
   }
   /* A rank that only sends cannot know before its next call, which must fail: both with
@@ -174,7 +168,7 @@ static int mismatch_rank(int index, int n, void *arg) {
     }
     result = hoop_barrier(comm);
   }
-  double took = now_s() - start;
+  double took = procs_now() - start;
   const char *message = hoop_last_error(comm);
   /* At 4 ranks the notice of the mismatch others found may also come in before this rank makes
    * the call: the call is then refused (HOOP_ERR_FAILED) with the mismatch as its story. */
@@ -343,18 +337,18 @@ static int abort_thread_rank(int index, int n, void *arg) {
   float buf[256] = {0};
   int bad = 0;
   hoop_result result;
-  double start = now_s();
+  double start = procs_now();
   if (index == 0) {
     /* Rank 1 comes late: this rank waits inside the allreduce until the thread aborts it. */
     pthread_t thread;
     pthread_create(&thread, NULL, abort_later, comm);
     result = hoop_allreduce(comm, buf, buf, 256, HOOP_FLOAT32, HOOP_SUM);
     pthread_join(thread, NULL);
-    bad |= now_s() - start > 2;
+    bad |= procs_now() - start > 2;
   } else {
     sleep(2);
     result = hoop_allreduce(comm, buf, buf, 256, HOOP_FLOAT32, HOOP_SUM);
-    bad |= now_s() - start > 4;
+    bad |= procs_now() - start > 4;
   }
   bad |= result != HOOP_ERR_ABORTED;
   bad |= strstr(hoop_last_error(comm), "aborted by rank 0: disk full on the checkpoint thread") ==
@@ -363,7 +357,7 @@ static int abort_thread_rank(int index, int n, void *arg) {
     fprintf(stderr,
             "rank %d: expected HOOP_ERR_ABORTED with the reason soon, got %s after %.1f s: "
             "%s\n",
-            index, hoop_strerror(result), now_s() - start, hoop_last_error(comm));
+            index, hoop_strerror(result), procs_now() - start, hoop_last_error(comm));
   hoop_finalize(comm);
   return bad;
 }
@@ -412,8 +406,8 @@ static int abort_paused_rank(int index, int n, void *arg) {
   if (index == 0)
     pthread_create(&thread, NULL, pause_then_abort, pc);
   hoop_result result = HOOP_OK;
-  double start = now_s();
-  while (buf && result == HOOP_OK && now_s() - start < 20)
+  double start = procs_now();
+  while (buf && result == HOOP_OK && procs_now() - start < 20)
     result = hoop_allreduce(comm, buf, buf, count, HOOP_FLOAT32, HOOP_SUM);
   int bad = result != HOOP_ERR_ABORTED ||
             strstr(hoop_last_error(comm), "aborted by rank 0: stop the large one") == NULL;
@@ -485,8 +479,8 @@ typedef struct cutoff_case {
 static const char cutoff_reason[] = "operator pressed stop";
 
 static void wait_flag(atomic_int *flag, double limit_s) {
-  double start = now_s();
-  while (!atomic_load(flag) && now_s() - start < limit_s) {
+  double start = procs_now();
+  while (!atomic_load(flag) && procs_now() - start < limit_s) {
     struct timespec pause = {0, 5 * 1000 * 1000};
     nanosleep(&pause, NULL);
   }
@@ -498,7 +492,7 @@ static void *cutoff_abort_later(void *arg) {
   wait_flag(&cc->shared->stopped, 20);
   struct timespec pause = {0, 300 * 1000 * 1000};
   nanosleep(&pause, NULL);
-  cc->shared->abort_at = now_s();
+  cc->shared->abort_at = procs_now();
   hoop_abort(cc->comm, cutoff_reason);
   return NULL;
 }
@@ -540,7 +534,7 @@ static int cutoff_rank(int index, cutoff_case *cc) {
     fprintf(stderr, "rank 0: expected its allreduce aborted by its thread, got %s: %s\n",
             hoop_strerror(result), hoop_last_error(comm));
   if (index == 2) {
-    cc->shared->error_at = now_s();
+    cc->shared->error_at = procs_now();
     cc->shared->result = result;
     snprintf(cc->shared->message, sizeof cc->shared->message, "%s", hoop_last_error(comm));
     atomic_store(&cc->shared->rank2_done, 1);
@@ -629,9 +623,9 @@ static int connect_wait_rank(int index, int n, void *arg) {
     return 0;
   }
   float buf[8] = {0};
-  double start = now_s();
+  double start = procs_now();
   hoop_result result = hoop_allreduce(comm, buf, buf, 8, HOOP_FLOAT32, HOOP_SUM);
-  double took = now_s() - start;
+  double took = procs_now() - start;
   int bad = result != HOOP_ERR_ABORTED || took > 3 ||
             !strstr(hoop_last_error(comm), "aborted by rank 0: stop before connecting");
   if (bad)
@@ -863,13 +857,13 @@ static void run_loss(int n, int victim, int stop, double timeout_s, double bound
   struct timespec pause = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
   nanosleep(&pause, NULL);
   kill(pids[victim], stop ? SIGSTOP : SIGKILL);
-  double killed = now_s(), last = 0;
+  double killed = procs_now(), last = 0;
   int bad = 0;
   for (int i = 0; i < n; i++) {
     if (i == victim)
       continue;
     int code = procs_wait(pids[i], timeout_s + bound_s + 10);
-    double took = now_s() - killed;
+    double took = procs_now() - killed;
     last = took > last ? took : last;
     if (code != 0 || took > timeout_s + bound_s) {
       fprintf(stderr, "survivor %d ended with %d %.2f s after the %s (expected 0 within %.1f s)\n",

@@ -568,19 +568,13 @@ START_TEST(test_require_encrypt) {
 }
 END_TEST
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* A 2-rank job through hoopd: how long it took to run, both ranks having succeeded. */
 static double job_seconds(const char *job) {
-  double start = seconds_now();
+  double start = procs_now();
   pid_t a = start_rank(job, 2, 0, NULL), b = start_rank(job, 2, 1, NULL);
   ck_assert_msg(procs_wait(a, 120) == 0, "job %s: rank 0 failed", job);
   ck_assert_msg(procs_wait(b, 120) == 0, "job %s: rank 1 failed", job);
-  return seconds_now() - start;
+  return procs_now() - start;
 }
 
 /* One address opens 4,096 silent connections to hoopd (its limit) within a second: it may hold a
@@ -602,12 +596,12 @@ START_TEST(test_connection_flood_from_one_address) {
   start_hoopd_logging(log, "--idle-timeout", "60");
   double normal = job_seconds("before-flood");
   static int fds[FLOOD];
-  double start = seconds_now();
+  double start = procs_now();
   for (int i = 0; i < FLOOD; i++) {
     fds[i] = connect_hoopd();
     ck_assert_msg(fds[i] >= 0, "flood connection %d: %s", i, strerror(errno));
   }
-  double opened = seconds_now() - start;
+  double opened = procs_now() - start;
   double flooded = job_seconds("under-flood");
   printf("4096 silent connections from 127.0.0.1 opened in %.2f s; a 2-rank job took %.2f s "
          "before them and %.2f s while they were held\n",

@@ -79,20 +79,14 @@ typedef struct job {
   const mismatch *m;
 } job;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int mismatch_rank(int rank, int n, void *arg) {
   const job *j = arg;
   hoop_comm *comm = procs_join(j->port, rank, n, 30, NULL);
   if (!comm)
     return 1;
-  double start = now_s();
+  double start = procs_now();
   hoop_result result = j->m->run(comm, rank);
-  double took = now_s() - start;
+  double took = procs_now() - start;
   const char *message = hoop_last_error(comm);
   int bad = result != HOOP_ERR_MISMATCH || took > 5.0 || !strstr(message, j->m->words[0]) ||
             !strstr(message, j->m->words[1]);

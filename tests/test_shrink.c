@@ -39,12 +39,6 @@ typedef struct shrink_case {
   int expect_unsupported; /* the shrink must fail (the server was lost with its host) */
 } shrink_case;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Allreduce (index + 1) over comm until a call fails; die at KILL_AT when told to. Returns the
  * failed call's result (HOOP_OK never: the loop only ends on a failure). */
 static hoop_result run_until_failure(hoop_comm *comm, int index, int die, int stop, int32_t *buf) {
@@ -132,7 +126,7 @@ static int shrink_rank(int index, const shrink_case *sc) {
     free(buf);
     return bad ? 12 : 0;
   }
-  double failed_at = now_s();
+  double failed_at = procs_now();
   if (getenv("HOOP_TEST_VERBOSE"))
     fprintf(stderr, "rank %d: %s: %s\n", index, hoop_strerror(failed), hoop_last_error(comm));
   if (sc->slow == index) {
@@ -163,7 +157,7 @@ static int shrink_rank(int index, const shrink_case *sc) {
   for (int i = 0; i < sc->n; i++)
     alive[i] = !sc->victim[i] && sc->stopper != i && sc->dies_in_shrink != i;
   int bad = check_generation(newcomm, index, alive, sc->n, buf);
-  double first_call = now_s() - failed_at;
+  double first_call = procs_now() - failed_at;
   /* Calls on the old communicator keep failing. */
   if (hoop_barrier(comm) == HOOP_OK) {
     fprintf(stderr, "rank %d: the old communicator still works after the shrink\n", index);
@@ -363,8 +357,8 @@ static int grow_member(int index, const grow_case *gc) {
   hoop_finalize(comm);
   __atomic_add_fetch(gc->shrunk, 1, __ATOMIC_SEQ_CST);
   int bad = 1;
-  double give_up = now_s() + 20;
-  while (now_s() < give_up) {
+  double give_up = procs_now() + 20;
+  while (procs_now() < give_up) {
     int32_t waiting = hoop_comm_newcomers(shrunk);
     if (hoop_allreduce(shrunk, &waiting, &waiting, 1, HOOP_INT32, HOOP_MAX) != HOOP_OK) {
       fprintf(stderr, "rank %d: allreduce before the growth: %s\n", index, hoop_last_error(shrunk));
@@ -415,8 +409,8 @@ START_TEST(test_newcomer_joins_survivors) {
       _exit(grow_member(i, &gc));
   }
   /* The newcomer comes once the survivors run as two. */
-  double give_up = now_s() + 30;
-  while (*gc.shrunk < 2 && now_s() < give_up) {
+  double give_up = procs_now() + 30;
+  while (*gc.shrunk < 2 && procs_now() < give_up) {
     struct timespec pause = {0, 10 * 1000 * 1000};
     nanosleep(&pause, NULL);
   }
@@ -540,9 +534,9 @@ static int call_after_retirement_rank(int port, int index, const char *transport
     struct timespec pause = {0, 300 * 1000 * 1000};
     nanosleep(&pause, NULL);
     int32_t v = 1;
-    double start = now_s();
+    double start = procs_now();
     hoop_result result = hoop_allreduce(comm, &v, &v, 1, HOOP_INT32, HOOP_SUM);
-    double took = now_s() - start;
+    double took = procs_now() - start;
     const char *message = hoop_last_error(comm);
     char named[32];
     snprintf(named, sizeof named, "rank %d", RETIRE_ROOT);

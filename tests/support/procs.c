@@ -216,3 +216,9 @@ int procs_count(const char *text, const char *needle) {
     n++;
   return n;
 }
+
+double procs_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

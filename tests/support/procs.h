@@ -55,4 +55,7 @@ int procs_hooprun(int np, char *const env_add[], const char *rel, const char *ar
 /* How many times needle occurs in text. */
 int procs_count(const char *text, const char *needle);
 
+/* The monotonic clock, in seconds. */
+double procs_now(void);
+
 #endif

@@ -57,9 +57,11 @@ typedef struct run_result {
 } run_result;
 
 /* Run `hooprun -np np sgd args... --save-params WORKDIR/name`; the args end with NULL (leading
- * "--min-np", "N" and "--max-np", "M" go to hooprun). Return the exit status and fill *result (free
+ * "--min-np", "N" and "--max-np", "M" go to hooprun). With wrap, each rank runs `sh -c wrap sgd
+ * args...` (the script ends with `exec "$0" "$@"`). Return the exit status and fill *result (free
  * it with free_result). */
-static int run_sgd_status(const char *name, int np, run_result *result, const char *const *args) {
+static int run_sgd_wrapped(const char *name, int np, run_result *result, const char *const *args,
+                           const char *wrap) {
   char hooprun[4096], sgd[4096], np_text[16], params[256], out[sizeof params + 8];
   snprintf(hooprun, sizeof hooprun, "%s", procs_build_path("tools/hooprun"));
   snprintf(sgd, sizeof sgd, "%s", procs_build_path("examples/sgd/sgd"));
@@ -72,6 +74,11 @@ static int run_sgd_status(const char *name, int np, run_result *result, const ch
          args[i + 1]) {
     argv[argc++] = (char *)args[i++];
     argv[argc++] = (char *)args[i++];
+  }
+  if (wrap) {
+    argv[argc++] = "/bin/sh";
+    argv[argc++] = "-c";
+    argv[argc++] = (char *)wrap;
   }
   argv[argc++] = sgd;
   argv[argc++] = "--save-params";
@@ -103,6 +110,10 @@ static int run_sgd_status(const char *name, int np, run_result *result, const ch
     line = end ? end + 1 : NULL;
   }
   return code;
+}
+
+static int run_sgd_status(const char *name, int np, run_result *result, const char *const *args) {
+  return run_sgd_wrapped(name, np, result, args, NULL);
 }
 
 /* The end of a run's output, for a failure's message (check refuses messages of more than about
@@ -418,12 +429,15 @@ START_TEST(test_elastic_goes_on_without_a_lost_rank) {
 END_TEST
 
 /* The same with a replacement (hooprun --max-np 4): it joins the survivors between two epochs, and
- * the run ends with four bit-identical replicas again. */
+ * the run ends with four bit-identical replicas again. The survivors take it in at the first
+ * epoch's end after it has registered, and finish without it if none is left: 16384 examples give
+ * it the seven epochs after the failure, about 0.4 s here, to start (with 4096, about 0.1 s, one CI
+ * run in many ended before the replacement had registered). */
 START_TEST(test_elastic_takes_in_a_replacement) {
   run_result run;
   int code =
       run_sgd_status("grown", 4, &run,
-                     (const char *const[]){"--min-np", "2", "--max-np", "4", "--synthetic", "4096",
+                     (const char *const[]){"--min-np", "2", "--max-np", "4", "--synthetic", "16384",
                                            "--epochs", "8", "--hidden", "32", "--elastic",
                                            "--fail-rank", "2", "--fail-step", "100", NULL});
   ck_assert_msg(code == 0, "elastic sgd with a replacement: expected exit 0, got %d; output:\n%s",
@@ -435,6 +449,34 @@ START_TEST(test_elastic_takes_in_a_replacement) {
   ck_assert_int_eq(run.epochs, 8);
   assert_learns(&run, 0.40, 80.0);
   assert_ranks_identical("grown", 4);
+  free_result(&run);
+}
+END_TEST
+
+/* A replacement that starts after the survivors' last chance to take it in (here it sleeps 2 s
+ * first; the run takes a few tenths of a second): the rendezvous server tells it at once that the
+ * job has ended, it says so and exits 0, hooprun starts no replacement for it, and the job ends
+ * then, not at the 60 s timeout (the wait the replacement had before: nothing listened for it). */
+START_TEST(test_elastic_replacement_that_comes_late) {
+  run_result run;
+  double start = procs_now();
+  int code = run_sgd_wrapped("late", 4, &run,
+                             (const char *const[]){"--min-np", "2", "--max-np", "4", SMALL_RUN,
+                                                   "--elastic", "--fail-rank", "2", "--fail-step",
+                                                   "20", NULL},
+                             "if [ \"$HOOP_JOIN\" = 1 ]; then sleep 2; fi; exec \"$0\" \"$@\"");
+  double took = procs_now() - start;
+  ck_assert_msg(code == 0, "expected exit 0, got %d; output:\n%s", code, tail(run.output));
+  ck_assert_msg(strstr(run.output, "started a replacement for rank 2") &&
+                    strstr(run.output, "the run ended before it took in this newcomer") &&
+                    strstr(run.output, "ended before it took its newcomers") &&
+                    !strstr(run.output, "started a replacement for rank 4"),
+                "expected the late replacement to be told that the job had ended, and no "
+                "replacement for it:\n%s",
+                tail(run.output));
+  ck_assert_msg(took < 30.0, "the job took %.1f s: it waited for the late replacement", took);
+  ck_assert_int_eq(run.epochs, 4);
+  assert_ranks_identical("late", 3);
   free_result(&run);
 }
 END_TEST
@@ -476,6 +518,7 @@ static Suite *sgd_suite(void) {
   tcase_add_test(tc, test_idx_truncated_is_refused);
   tcase_add_test(tc, test_elastic_goes_on_without_a_lost_rank);
   tcase_add_test(tc, test_elastic_takes_in_a_replacement);
+  tcase_add_test(tc, test_elastic_replacement_that_comes_late);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -46,11 +46,13 @@ static void stop_listening(hoop__rdzv_server *server) {
 }
 
 /* With `once`: the job is over; stop listening, drop whoever else is connected, and tell the owner
- * once the last reply has been written. */
+ * once the last reply has been written. An elastic server listens on until its owner closes it: a
+ * replacement that starts as the job ends is told at once that it came late (shrink.c) instead of
+ * finding nobody to connect to until its timeout. */
 void hoop__rdzv_check_once_done(hoop__rdzv_server *server) {
   if (!server->once_over || server->done_called || server->closing)
     return;
-  if (server->listening && !(server->elastic && server->nrunning > 0)) {
+  if (server->listening && !server->elastic) {
     HOOP__INFO(HOOP_SUBSYS_RDZV, "served its one job; no longer listening on %s", server->where);
     stop_listening(server);
     for (rdzv_client *client = server->clients, *next; client; client = next) {

@@ -33,7 +33,8 @@ typedef struct hoop__rdzv_options {
                                (HMAC-SHA256 over a per-connection challenge). Copied. */
   int once;                 /* 1: stop listening after the first job completes or fails */
   int elastic;              /* with once: go on listening while that job runs, for newcomers
-                               to it alone (HOOP__HELLO_NEWCOMER) */
+                               to it alone (HOOP__HELLO_NEWCOMER), and after it until closed,
+                               telling a newcomer that comes late that the job is over */
   const char *only_job;     /* with once: NULL, or the one job this server hosts (a rank's
                                own): a HELLO for another id or size is refused and ends nothing,
                                and the job waits for its ranks as long as only_timeout_ms says

@@ -151,6 +151,14 @@ static rdzv_job *running_job(const hoop__rdzv_server *server, const char *id) {
 
 void hoop__rdzv_newcomer_hello(rdzv_client *client, const hoop__hello *hello) {
   rdzv_job *job = running_job(client->server, hello->job);
+  if (!job && client->server->once_over) {
+    /* An elastic hooprun's server after its job: the replacement started as the job ended. */
+    HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: a newcomer to job '%s', which has ended",
+               client->peer, hello->job);
+    hoop__rdzv_send_error(client, HOOP_ERR_PEER_LOST, "job '%s' ended before it took its newcomers",
+                          hello->job);
+    return;
+  }
   if (!job) {
     HOOP__INFO(HOOP_SUBSYS_RDZV, "refused %s: a newcomer to job '%s', which is not running here",
                client->peer, hello->job);

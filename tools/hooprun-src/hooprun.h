@@ -119,6 +119,7 @@ typedef struct hooprun_job {
   int outputs_open;
   int stopping; /* the job is being stopped; exit_code says why */
   int finished;
+  int rendezvous_over; /* the job's ranks have all left it: nobody can join it any more */
   int exit_code;
   int lost;               /* ranks that failed while the job went on (--min-np) */
   int succeeded;          /* ranks that exited with 0 */

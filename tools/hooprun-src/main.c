@@ -92,6 +92,7 @@ static int init_handles(hooprun_job *job) {
 
 static void on_rendezvous_done(void *arg) {
   hooprun_job *job = arg;
+  job->rendezvous_over = 1;
   hooprun_verbose(job, "rendezvous of job %s is over", job->id);
 }
 

@@ -219,6 +219,11 @@ static int spawn_rank(hooprun_job *job, hooprun_rank *rank);
 /* --max-np: a replacement for the rank that failed, on its host, in a slot of its own; it joins
  * the running job at the survivors' next generation (hoop_comm_grow). */
 static void start_replacement(hooprun_job *job, const hooprun_rank *failed) {
+  if (job->rendezvous_over) {
+    /* A replacement that failed after the job ended (it came too late to be taken in). */
+    hooprun_verbose(job, "no replacement for rank %d: the job is over", failed->index);
+    return;
+  }
   if (job->nslots == job->capacity) {
     hooprun_say(job, "no replacement for rank %d: %d replacements started, the most for -np %d",
                 failed->index, job->capacity - job->options.np, job->options.np);

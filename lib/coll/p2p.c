@@ -119,6 +119,12 @@ static hoop_result not_posted(hoop_comm *comm, p2p_request *p2p, hoop_result res
   return hoop__fail_as_recorded(comm, result);
 }
 
+/* The flight recorder's entry for the message, from the post on. */
+static void record_post(hoop_comm *comm, p2p_request *p2p, const char *name) {
+  p2p->posted_at = hoop__now_coarse();
+  p2p->flight_slot = hoop__flight_begin(comm->rank, comm->seq, name, p2p->bytes, p2p->posted_at);
+}
+
 /* With call_lock held: post the transfer (the request goes in flight). */
 static hoop_result run(hoop_comm *comm, hoop_request *req) {
   p2p_request *p2p = (p2p_request *)req;
@@ -127,12 +133,12 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
     return hoop__refuse_failed(comm, req->name);
   void *buf = p2p->buf;
   hoop_result result = HOOP_OK;
+  int device = p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE;
   /* The recorder's times at the kernel's tick: a message's two fine readings would cost as much
-   * as a small message takes (a hang's dump needs seconds). */
-  p2p->posted_at = hoop__now_coarse();
-  p2p->flight_slot =
-      hoop__flight_begin(comm->rank, comm->seq, req->name, p2p->bytes, p2p->posted_at);
-  if (p2p->bytes && hoop__mem_kind_of(buf) == HOOP__MEM_DEVICE) {
+   * as a small message takes (a hang's dump needs seconds). A host buffer's message is recorded
+   * after its post, which never waits: a small one is then on its way to the peer meanwhile. */
+  if (device) {
+    record_post(comm, p2p, req->name);
     if (!(p2p->stage = take_stage(comm, p2p, p2p->bytes, buf)))
       return not_posted(comm, p2p, HOOP_ERR_SYSTEM);
     if (p2p->is_send && (result = hoop__mem_copy(comm, p2p->stage, buf, p2p->bytes)) != HOOP_OK)
@@ -143,6 +149,8 @@ static hoop_result run(hoop_comm *comm, hoop_request *req) {
   result = hoop__ipost_marked(comm, p2p->is_send, p2p->peer, buf, p2p->bytes, p2p->fingerprint,
                               &p2p->transfer);
   comm->call = NULL;
+  if (!device)
+    record_post(comm, p2p, req->name);
   return result == HOOP_OK ? HOOP_OK : not_posted(comm, p2p, result);
 }
 

@@ -33,8 +33,10 @@ another order with different names raise ``hoop.Mismatch`` on every rank naming 
 would reorder them. ``broadcast_object`` and ``allgather_object`` unpickle what peers send (as
 Horovod's do: use them among ranks you trust); every other call exchanges only integers and plain
 values (_plain), so hvd.elastic's ``ObjectState`` attributes must be None, bool, int, float, str,
-bytes, tensors, or lists, tuples and dicts of them. ``hvd.join()`` covers DistributedOptimizer's
-steps, not every collective; sparse gradients need ``sparse_as_dense=True``; Adasum and the
+bytes, tensors, or lists, tuples and dicts of them. After ``hvd.join()`` a rank repeats the
+training loop's last cycle of calls (between its two latest DistributedOptimizer steps) where
+Horovod negotiates each call, so the loop must make the same calls every step; sparse gradients
+need ``sparse_as_dense=True``; Adasum and the
 timeline raise hoop.Unsupported naming what to use. The README's PyTorch section tables every
 difference from Horovod and torch.distributed that remains.
 

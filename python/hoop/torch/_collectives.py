@@ -7,7 +7,7 @@ import math
 import torch
 
 from .. import Mismatch, Unsupported
-from . import _autograd
+from . import _autograd, _cycle
 from ._compression import Compression
 from ._handles import _post, synchronize
 from ._plain import gather_shapes
@@ -25,6 +25,14 @@ def _checked(tensor, call):
         raise Unsupported("%s: sparse tensors are not supported (use .to_dense(), or "
                           "sparse_as_dense=True in DistributedOptimizer)" % call, Unsupported.code)
     return tensor
+
+
+def _record(process_set, call, kind, *args):
+    """A posted call, for join() (_cycle.py): on a process set, only that it was made."""
+    if process_set is global_process_set:
+        _cycle.record(kind, *args)
+    else:
+        _cycle.record("elsewhere", call)
 
 
 def _scaled(tensor, factor):
@@ -45,6 +53,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     _scaled(buf, prescale_factor)
     request = comm.iallreduce(buf, op=op, name=name, compress=_wire)
+    _record(process_set, call, "allreduce", [_cycle.spec(buf)], op, name, _wire)
 
     def finish():
         _scaled(buf, postscale_factor)
@@ -95,6 +104,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     for b in bufs:
         _scaled(b, prescale_factor)
     request = comm.iallreduce_many(bufs, op=op, name=name)
+    _record(process_set, call, "grouped_allreduce", [_cycle.spec(b) for b in bufs], op, name)
 
     def finish():
         for t, b in zip(tensors, bufs):
@@ -136,6 +146,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     root = _set_root(root_rank, process_set, comm, call)
     buf = tensor if tensor.is_contiguous() else tensor.contiguous()
     request = comm.ibroadcast(buf, root=root, name=name)
+    _record(process_set, call, "broadcast", _cycle.spec(buf), root_rank, name)
 
     def finish():
         if buf is not tensor:
@@ -195,6 +206,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         src = padded
     gathered = src.new_empty((widest * comm.size,) + rest)
     request = comm.iallgather(src, gathered, name=name)
+    _record(process_set, call, "allgather", rest, src.dtype, src.device, name)
     if all(f == widest for f in firsts):
         return _post([request], gathered)
 
@@ -213,6 +225,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def barrier(process_set=global_process_set):
     _process_set(process_set, "hvd.barrier").barrier()
+    _record(process_set, "hvd.barrier", "barrier")
 
 
 def _nth(name, i):
@@ -260,6 +273,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     out = src.new_empty((sum(recv_rows),) + tuple(src.shape[1:]))
     request = comm.ialltoallv(src, [r * row for r in send_rows], out, [r * row for r in recv_rows],
                               name=name)
+    _record(process_set, call, "alltoall", tuple(src.shape[1:]), src.dtype, src.device, name)
     received = torch.tensor(recv_rows, dtype=torch.int32)
     return _post([request], None, lambda: (out, received))
 
@@ -300,6 +314,7 @@ def reducescatter_async(tensor, name=None, op=None, process_set=global_process_s
         src = padded
     out = src.new_empty((widest,) + rest)
     request = comm.ireduce_scatter(src, out, op=op, name=name)
+    _record(process_set, call, "reducescatter", _cycle.spec(tensor), op, name)
     mine = counts[comm.rank]
 
     def finish():

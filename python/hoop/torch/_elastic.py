@@ -24,7 +24,7 @@ import functools
 import torch
 
 from .. import Aborted, Failed, HoopError, PeerLost, ProtocolError, Timeout
-from . import _handles, _job
+from . import _cycle, _handles, _job
 from . import _plain
 from ._params import broadcast_optimizer_state, broadcast_parameters
 from ._sampler import ElasticSampler
@@ -156,6 +156,7 @@ def _reset(grow):
     old = _job._live("hvd.elastic.run")
     _handles._handles.clear()
     _forget_all()
+    _cycle.clear()
     new = old.grow() if grow else old.shrink()
     try:
         old.finalize()

@@ -9,7 +9,7 @@ import os
 import torch
 
 from .. import InvalidArgument, Unsupported, _shared_comm
-from . import _handles
+from . import _cycle, _handles
 
 
 _comm = None
@@ -47,6 +47,7 @@ def shutdown():
         _handles._handles.clear()
         from ._sets import _forget_all
         _forget_all()
+        _cycle.clear()
         _comm.finalize()
         _comm = None
 

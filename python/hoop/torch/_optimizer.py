@@ -9,17 +9,12 @@ import weakref
 import torch
 
 from .. import InvalidArgument, Unsupported
-from . import _job
+from . import _cycle, _job
 from ._collectives import _checked, _scaled
 from ._compression import Compression
 from ._ops import Average, Sum, _op, global_process_set
 from ._params import _check_same, _optimizer_entries
 from ._sets import _process_set
-
-
-# The DistributedOptimizers of this process as they synchronized, latest last (weak references):
-# join() repeats the latest cycle of them.
-_synchronized = []
 
 
 def _bucket_bytes():
@@ -179,6 +174,8 @@ class _DistributedMixin:
             self._post(self._next)
 
     def _post(self, b, join_flag=0.0):
+        if b == 0:  # the step's place among the job's calls, for join() (_cycle.py)
+            _cycle.record("optimizer", weakref.ref(self))
         grads, ctxs = [], []
         for p in self._buckets[b]:
             if p.grad is None:  # a parameter this pass did not reach counts as zeros
@@ -255,8 +252,6 @@ class _DistributedMixin:
         finally:
             self._reset()
         self._synchronized = True
-        _synchronized.append(weakref.ref(self))
-        del _synchronized[:-64]
 
     @contextlib.contextmanager
     def skip_synchronize(self):

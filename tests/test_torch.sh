@@ -5,7 +5,7 @@
 #   broadcasts, allgather, objects, DistributedOptimizer against a one-process reference (plain,
 #   fp16, buckets, backward_passes_per_step, a missing gradient), join, and the refusals;
 # - tests/python/join_worker.py on 2 to 4 ranks: hvd.join with uneven inputs and a loop of every
-#   kind of call, each result against a reference over the ranks still training;
+#   kind of call and SyncBatchNorm, each result against a reference over the ranks still training;
 # - tests/python/trust_worker.py on 3 ranks, shared memory and TCP: no peer's bytes unpickled
 #   outside the *_object calls (a member's crafted pickle is refused naming it, and never runs),
 #   and Horovod's names in each call's fingerprint;
@@ -145,9 +145,10 @@ cases tcp ddp_hooks.py "ddp hooks" 2 3 4
 # calls it: _get_backend, split_group, coalescing around sends and receives; 3 ranks.
 cases auto devices_worker.py "devices worker" 3
 
-# hvd.join with uneven inputs (tests/python/join_worker.py): the ranks still training get, step by
-# step, every kind of call's result over themselves alone while the joined ranks repeat the loop;
-# then a loop whose calls change from step to step, refused on every rank (hoop.Mismatch).
+# hvd.join with uneven inputs (tests/python/join_worker.py, a model with hvd.SyncBatchNorm): the
+# ranks still training get, step by step, every kind of call's result over themselves alone while
+# the joined ranks repeat the loop; then a loop whose calls change from step to step, refused on
+# every rank (hoop.Mismatch).
 cases auto join_worker.py "join worker" 2 3 4
 out=$("$hooprun" -np 3 --timeout 60 "$python" "$src/tests/python/join_worker.py" irregular 2>&1)
 echo "$out" | grep "irregular loop refused" | head -1 | cut -c1-200

@@ -1,5 +1,6 @@
 """hvd.join() with uneven inputs (python/hoop/torch/_join.py): rank r trains 3 + r % 3 steps of a
-loop that makes, besides its DistributedOptimizer step, an allreduce before backward (Sum) and,
+model with an hvd.SyncBatchNorm, in a loop that makes, besides its DistributedOptimizer step and
+SyncBatchNorm's allreduces (forward and backward), an allreduce before backward (Sum) and,
 after the step, allreduces with Max, Min, Product and Average, a grouped allreduce, an allgather
 with uneven first dimensions, a reducescatter, an alltoall with splits and a broadcast from the
 rank that trains longest. A rank that has joined repeats the loop's calls with contributions that
@@ -54,13 +55,13 @@ def splits(r):
     return out
 
 
-def make_model():
+def make_model(sync=True):
+    """The trained model, with hvd.SyncBatchNorm; the reference's with torch's BatchNorm1d, which
+    the reference runs on the batches of all the ranks still training at once."""
     torch.manual_seed(3)
-    return torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
-
-
-def loss_of(model, b, center):
-    return (model(b["x"] - center / size) - b["y"]).pow(2).mean()
+    norm = hvd.SyncBatchNorm(4) if sync else torch.nn.BatchNorm1d(4)
+    return torch.nn.Sequential(torch.nn.Linear(6, 4), norm, torch.nn.Tanh(),
+                               torch.nn.Linear(4, 2))
 
 
 def close(got, want, what, tol=1e-5):
@@ -70,22 +71,23 @@ def close(got, want, what, tol=1e-5):
 
 def reference():
     """Every step's results over the ranks still training, and the final parameters."""
-    model = make_model()
+    model = make_model(sync=False)
     results = []
     for s in range(max(STEPS)):
         active = [r for r in range(size) if s < STEPS[r]]
         batches = {r: batch(r, s) for r in active}
         center = sum(batches[r]["x"].mean(0) for r in active)
-        losses, grads = {}, []
-        for r in active:
-            model.zero_grad()
-            loss = loss_of(model, batches[r], center)
-            loss.backward()
-            losses[r] = loss.detach()
-            grads.append([p.grad.clone() for p in model.parameters()])
+        # One batch of every rank still training: the normalization's statistics over them all,
+        # and the gradient of their losses' sum over every rank (DistributedOptimizer's average).
+        out = model(torch.cat([batches[r]["x"] - center / size for r in active]))
+        losses = {r: (out[5 * i:5 * i + 5] - batches[r]["y"]).pow(2).mean()
+                  for i, r in enumerate(active)}
+        model.zero_grad()
+        (sum(losses.values()) / size).backward()
+        losses = {r: v.detach() for r, v in losses.items()}
         with torch.no_grad():
-            for i, p in enumerate(model.parameters()):
-                p -= LR * sum(g[i] for g in grads) / size
+            for p in model.parameters():
+                p -= LR * p.grad
         rs = sum(batches[r]["z"] for r in active)
         counts = [rs.shape[0] // size + (1 if q < rs.shape[0] % size else 0) for q in range(size)]
         starts = [sum(counts[:q]) for q in range(size)]
@@ -115,7 +117,7 @@ try:
     for s in range(STEPS[rank]):
         b = batch(rank, s)
         center = hvd.allreduce(b["x"].mean(0), name="center", op=hvd.Sum)
-        loss = loss_of(model, b, center)
+        loss = (model(b["x"] - center / size) - b["y"]).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

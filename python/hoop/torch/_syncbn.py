@@ -6,12 +6,13 @@ gradient needs the same way; so a model normalizes exactly as it would on the gl
 process. The weight and bias gradients stay each rank's own, for DistributedOptimizer (or an
 allreduce) to average as it does every other gradient. Works on CPU tensors (torch 1.13's
 torch.nn.SyncBatchNorm takes only GPU ones) and on CUDA tensors. In eval mode, or on one rank, it
-is torch's BatchNorm.
+is torch's BatchNorm. A rank that has joined (hvd.join) adds nothing to the statistics: the others
+normalize over their own samples.
 """
 
 import torch
 
-from . import _job
+from . import _cycle, _job
 
 
 def _channels_view(t, dim):
@@ -27,6 +28,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                            torch.tensor([input.numel() // channels], dtype=input.dtype,
                                         device=input.device)])
         comm.allreduce(local, op="sum")
+        _cycle.record("allreduce", [_cycle.spec(local)], "sum", None, None)  # for join()
         total = local[-1]
         mean = local[:channels] / total
         var = (local[channels:2 * channels] / total - mean * mean).clamp_(min=0)
@@ -55,6 +57,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         grad_bias = sum_dy.clone() if weight is not None else None
         both = torch.cat([sum_dy, sum_dy_xhat])
         ctx.comm.allreduce(both, op="sum")  # the input's gradient needs the global sums
+        _cycle.record("allreduce", [_cycle.spec(both)], "sum", None, None)
         scale = invstd if weight is None else invstd * weight
         d = grad_out.dim()
         grad_input = _channels_view(scale / ctx.total, d) * (

@@ -16,16 +16,11 @@ import torch.distributed as dist  # noqa: E402
 
 import hoop  # noqa: E402
 import hoop.torch as hvd  # noqa: E402
+from tally import Tally  # noqa: E402
 
-cases = failed = 0
+tally = Tally("compress worker")
+check = tally.check
 
-
-def check(ok, what):
-    global cases, failed
-    cases += 1
-    if not ok:
-        failed += 1
-        print("compress worker rank %s: FAIL %s" % (os.environ.get("HOOP_RANK"), what))
 
 
 def values(rank, n):
@@ -117,5 +112,4 @@ err = float(((t.double() - exact).abs() / near).max())
 check(err <= (hosts + 1) * 0.5 / 127 * 1.001 and (hosts == 1 or err > 1e-6),
       "torch backend with compress int8: off by %.3g" % err)
 dist.destroy_process_group()
-print("compress worker: %d cases, %d failed" % (cases, failed))
-sys.exit(1 if failed else 0)
+sys.exit(tally.finish())

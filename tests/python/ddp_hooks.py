@@ -16,16 +16,11 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
 
 import hoop.torch as hvd  # noqa: E402
+from tally import Tally  # noqa: E402
 
-cases = failed = 0
+tally = Tally("ddp hooks")
+check = tally.check
 
-
-def check(ok, what):
-    global cases, failed
-    cases += 1
-    if not ok:
-        failed += 1
-        print("ddp hooks rank %d: FAIL %s" % (rank, what))
 
 
 dist.init_process_group("hoop")
@@ -132,5 +127,4 @@ try:
 except hvd.InvalidArgument as e:
     check("hvd.Compression" in str(e), "HookState's refusal: %s" % e)
 dist.destroy_process_group()
-print("ddp hooks: %d cases, %d failed" % (cases, failed))
-sys.exit(1 if failed else 0)
+sys.exit(tally.finish())

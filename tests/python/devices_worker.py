@@ -15,16 +15,11 @@ import torch.distributed as dist
 
 import hoop.torch  # noqa: F401  (registers the backend)
 from hoop.torch import _devices
+from tally import Tally
 
-cases = failed = 0
+tally = Tally("devices worker")
+check = tally.check
 
-
-def check(ok, what):
-    global cases, failed
-    cases += 1
-    if not ok:
-        failed += 1
-        print("devices worker rank %d: FAIL %s" % (rank, what))
 
 
 dist.init_process_group("hoop", pg_options=hoop.torch.ProcessGroupHoop.Options(compress=None))
@@ -98,5 +93,4 @@ if hasattr(dist, "split_group") and not _devices.SPLITS:
     except NotImplementedError as err:
         check("torch 2.9" in str(err) and "new_group" in str(err), "the refusal: %s" % err)
 dist.destroy_process_group()
-print("devices worker: %d cases, %d failed" % (cases, failed))
-sys.exit(1 if failed else 0)
+sys.exit(tally.finish())

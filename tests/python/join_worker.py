@@ -20,18 +20,13 @@ import torch
 
 import hoop
 import hoop.torch as hvd
+from tally import Tally
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-cases = failed = 0
+tally = Tally("join worker")
+check = tally.check
 
-
-def check(ok, what):
-    global cases, failed
-    cases += 1
-    if not ok:
-        failed += 1
-        print("join worker rank %d: FAIL %s" % (rank, what), flush=True)
 
 
 STEPS = [3 + r % 3 for r in range(size)]
@@ -153,6 +148,5 @@ except hoop.HoopError as err:
     if irregular:
         print("join worker rank %d: irregular loop refused: %s: %s"
               % (rank, type(err).__name__, str(err)[:160]), flush=True)
-print("join worker: %d cases, %d failed" % (cases, failed), flush=True)
 hvd.shutdown()
-sys.exit(1 if failed else 0)
+sys.exit(tally.finish())

@@ -1,6 +1,7 @@
 """hvd.join() with uneven inputs (python/hoop/torch/_join.py): rank r trains 3 + r % 3 steps of a
-model with an hvd.SyncBatchNorm, in a loop that makes, besides its DistributedOptimizer step and
-SyncBatchNorm's allreduces (forward and backward), an allreduce before backward (Sum) and,
+model with an hvd.SyncBatchNorm and a layer shared between the ranks (an allreduce with autograd,
+whose backward comes between the DistributedOptimizer's two buckets), in a loop that makes,
+besides the optimizer's step and those layers' allreduces, an allreduce before backward (Sum) and,
 after the step, allreduces with Max, Min, Product and Average, a grouped allreduce, an allgather
 with uneven first dimensions, a reducescatter, an alltoall with splits and a broadcast from the
 rank that trains longest. A rank that has joined repeats the loop's calls with contributions that
@@ -50,13 +51,24 @@ def splits(r):
     return out
 
 
-def make_model(sync=True):
-    """The trained model, with hvd.SyncBatchNorm; the reference's with torch's BatchNorm1d, which
-    the reference runs on the batches of all the ranks still training at once."""
-    torch.manual_seed(3)
-    norm = hvd.SyncBatchNorm(4) if sync else torch.nn.BatchNorm1d(4)
-    return torch.nn.Sequential(torch.nn.Linear(6, 4), norm, torch.nn.Tanh(),
-                               torch.nn.Linear(4, 2))
+class Net(torch.nn.Module):
+    """The trained model, with hvd.SyncBatchNorm and the ranks' hidden layers averaged into each
+    one's (an allreduce with autograd); the reference's with torch's BatchNorm1d, which the
+    reference runs on the batches of all the ranks still training at once (reference())."""
+
+    def __init__(self, sync=True):
+        super().__init__()
+        torch.manual_seed(3)
+        self.first = torch.nn.Linear(6, 4)
+        self.norm = hvd.SyncBatchNorm(4) if sync else torch.nn.BatchNorm1d(4)
+        self.last = torch.nn.Linear(4, 2)
+
+    def hidden(self, x):
+        return torch.tanh(self.norm(self.first(x)))
+
+    def forward(self, x):
+        h = self.hidden(x)
+        return self.last(hvd.allreduce(h, name="shared") + h)
 
 
 def close(got, want, what, tol=1e-5):
@@ -66,7 +78,7 @@ def close(got, want, what, tol=1e-5):
 
 def reference():
     """Every step's results over the ranks still training, and the final parameters."""
-    model = make_model(sync=False)
+    model = Net(sync=False)
     results = []
     for s in range(max(STEPS)):
         active = [r for r in range(size) if s < STEPS[r]]
@@ -74,9 +86,10 @@ def reference():
         center = sum(batches[r]["x"].mean(0) for r in active)
         # One batch of every rank still training: the normalization's statistics over them all,
         # and the gradient of their losses' sum over every rank (DistributedOptimizer's average).
-        out = model(torch.cat([batches[r]["x"] - center / size for r in active]))
-        losses = {r: (out[5 * i:5 * i + 5] - batches[r]["y"]).pow(2).mean()
-                  for i, r in enumerate(active)}
+        h = model.hidden(torch.cat([batches[r]["x"] - center / size for r in active]))
+        hs = {r: h[5 * i:5 * i + 5] for i, r in enumerate(active)}
+        shared = sum(hs.values()) / size
+        losses = {r: (model.last(shared + hs[r]) - batches[r]["y"]).pow(2).mean() for r in active}
         model.zero_grad()
         (sum(losses.values()) / size).backward()
         losses = {r: v.detach() for r, v in losses.items()}
@@ -104,9 +117,14 @@ def reference():
 
 
 irregular = len(sys.argv) > 1 and sys.argv[1] == "irregular"
-model = make_model()
+model = Net()
+# Two buckets: the last layer's gradients (ready first) go before the shared layer's backward, the
+# others after it.
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters(),
+                               groups=[list(model.last.parameters()),
+                                       list(model.first.parameters()) +
+                                       list(model.norm.parameters())])
 want, final = reference()
 try:
     for s in range(STEPS[rank]):

@@ -1,8 +1,8 @@
 """hoop.torch: the calls this process made on the job's communicator, latest last, for join().
 
 Each collective of hoop.torch's Horovod API records what it posted (its kind, the shapes and
-dtypes it sent, its op, root and name), and each DistributedOptimizer step records itself where
-its first bucket went out. A rank that has joined repeats the training loop's last cycle of them
+dtypes it sent, its op, root and name), and each DistributedOptimizer bucket records itself where
+it went out. A rank that has joined repeats the training loop's last cycle of them
 (_join.py) with contributions that change nothing, until every rank has joined.
 """
 
@@ -32,11 +32,11 @@ def clear():
 
 
 def last_cycle(alive):
-    """The loop's last cycle: the calls after the latest optimizer step's previous occurrence
-    (alive(step) says which steps count: a live optimizer of the job's communicator), as many as
-    came between that step's two latest occurrences, or from its only one to the end. None when
-    no such step was recorded."""
-    steps = [i for i, call in enumerate(_log) if call[0] == "optimizer" and alive(call[1])]
+    """The loop's last cycle: as many of the latest calls as came between the latest optimizer
+    step's two latest starts (its first buckets; alive(optimizer) says which count: a live one of
+    the job's communicator), or from its only start to the end. None when no step was recorded."""
+    steps = [i for i, call in enumerate(_log)
+             if call[0] == "bucket" and call[2] == 0 and alive(call[1])]
     if not steps:
         return None
     latest = steps[-1]

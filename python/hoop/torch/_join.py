@@ -79,12 +79,13 @@ def _replay(cycle, comm):
     _cycle._replaying[0] = True
     try:
         for kind, *args in cycle:
-            if kind == "optimizer":
+            if kind == "bucket":
                 optimizer = _step_of(args[0], comm)
                 if optimizer is None:
                     raise Unsupported("hvd.join: the loop's DistributedOptimizer is gone",
                                       Unsupported.code)
-                joined = optimizer._join_round()
+                counted = optimizer._join_bucket(args[1])
+                joined = counted if counted is not None else joined
             elif kind == "allreduce":
                 specs, op, name, wire = args
                 c.synchronize(c.allreduce_async_(_neutral(specs[0], op), name=name, op=op,

@@ -174,8 +174,9 @@ class _DistributedMixin:
             self._post(self._next)
 
     def _post(self, b, join_flag=0.0):
-        if b == 0:  # the step's place among the job's calls, for join() (_cycle.py)
-            _cycle.record("optimizer", weakref.ref(self))
+        # Each bucket's place among the job's calls, for join() (_cycle.py): a call that backward
+        # makes between two buckets (a model-parallel layer's) is repeated between them too.
+        _cycle.record("bucket", weakref.ref(self), b)
         grads, ctxs = [], []
         for p in self._buckets[b]:
             if p.grad is None:  # a parameter this pass did not reach counts as zeros
@@ -279,24 +280,24 @@ class _DistributedMixin:
                                  "prohibited as it can cause a race condition.")
         return super().zero_grad(*args, **kwargs)
 
-    def _join_round(self):
-        """One step's calls with zeros, as a rank that joined makes them; returns how many ranks
-        have joined."""
-        for p in self._params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-            else:
-                p.grad.zero_()
-        self._reset()
-        joined = None
-        for b in range(len(self._buckets)):
-            flag = self._post(b, join_flag=1.0)
-            joined = flag if flag is not None else joined
+    def _join_bucket(self, b):
+        """Bucket b of a step with zero gradients, as a rank that joined posts it; after the last
+        one, the step's end: how many ranks have joined (None before)."""
+        if b == 0:
+            for p in self._params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                else:
+                    p.grad.zero_()
+            self._reset()
+        flag = self._post(b, join_flag=1.0)
+        if flag is None:
+            return None
         for _, requests, _, _, _ in self._inflight:
             for request in requests:
                 request.wait()
         self._reset()
-        value = float(joined.float().item())
+        value = float(flag.float().item())
         return int(round(value * self._comm.size if self._op == Average else value))
 
 

@@ -223,6 +223,13 @@ static hoop_result post_receives(hoop_comm *comm, exchange *ex, int c, int sums,
   return result;
 }
 
+/* This member's piece of member j's block, chunk c, sent from where the transports read it. */
+static hoop_result send_piece(hoop_comm *comm, exchange *ex, int j, int c, hoop__arena *sends) {
+  size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
+  return hoop__arena_isend(comm, sends, hoop__member(ex->group, j), ex->buf + ex->stage_at[i],
+                           piece_bytes(ex, j, c));
+}
+
 /* Chunk c's pieces: every peer's piece of this member's block received, and this member's piece
  * of every peer's block encoded and sent (the next member first, so that no member is everyone's
  * first): each as soon as it is encoded on the host, all after one wait on the device. */
@@ -234,25 +241,19 @@ static hoop_result send_pieces(hoop_comm *comm, exchange *ex, int c, hoop__arena
     int j = (me + k) % h;
     size_t first, elems, i = (size_t)j * (size_t)ex->chunks + (size_t)c;
     chunk_of(ex, j, c, &first, &elems);
-    size_t bytes = hoop__compress_bytes(ex->format, elems);
     hoop__rounding draws = rounding_of(comm, ex, 0, first);
     result = comm->mem->encode(
         comm, ex->format, work(ex, ex->stage_at[i]), ex->src + first * ex->esize, ex->dtype, elems,
         ex->kept_pieces ? ex->kept_pieces + first : NULL, draws.seed, draws.first);
     if (result == HOOP_OK)
-      result = out_to_wire(comm, ex, ex->stage_at[i], bytes);
+      result = out_to_wire(comm, ex, ex->stage_at[i], hoop__compress_bytes(ex->format, elems));
     if (result == HOOP_OK && !ex->dev)
-      result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), ex->buf + ex->stage_at[i],
-                                 bytes);
+      result = send_piece(comm, ex, j, c, sends);
   }
   if (result == HOOP_OK && ex->dev)
     result = wire_ready(comm, ex);
-  for (int k = 1; k < h && result == HOOP_OK && ex->dev; k++) {
-    int j = (me + k) % h;
-    size_t i = (size_t)j * (size_t)ex->chunks + (size_t)c;
-    result = hoop__arena_isend(comm, sends, hoop__member(ex->group, j), ex->buf + ex->stage_at[i],
-                               piece_bytes(ex, j, c));
-  }
+  for (int k = 1; k < h && result == HOOP_OK && ex->dev; k++)
+    result = send_piece(comm, ex, (me + k) % h, c, sends);
   return result;
 }
 
